@@ -1,0 +1,130 @@
+"""vec3f linear sample_grad throughput: vdbflow (CPU) against warp-lang (CPU), side by side.
+
+4,000,000 random points in a fully active 128^3 vec3f volume, in random order and pre-sorted
+(by leaf, then voxel).  Prints samples/s and ratios; ``--json PATH`` writes them too.
+
+    python benchmarks/bench_sample_grad.py [--points N] [--repeat R] [--device cpu|cuda]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+
+import numpy as np
+
+import vdbflow
+
+RES = 128
+
+
+def best_of(fn, repeat: int) -> float:
+    fn()  # warm-up (compilation, first touch)
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def sort_by_leaf(points: np.ndarray) -> np.ndarray:
+    base = np.floor(points).astype(np.int64)
+    leaf = ((base[:, 0] >> 3) * 64 + (base[:, 1] >> 3)) * 64 + (base[:, 2] >> 3)
+    voxel = ((base[:, 0] & 7) << 6) | ((base[:, 1] & 7) << 3) | (base[:, 2] & 7)
+    return points[np.lexsort((voxel, leaf))]
+
+
+def warp_runner(dense: np.ndarray, points: np.ndarray):
+    import warp as wp
+
+    wp.config.quiet = True
+    wp.init()
+    volume = wp.Volume.load_from_numpy(dense, bg_value=(0.0, 0.0, 0.0), device="cpu")
+
+    @wp.kernel
+    def sample_grad_kernel(vid: wp.uint64, p: wp.array(dtype=wp.vec3), out: wp.array(dtype=wp.vec3),
+                           jac: wp.array(dtype=wp.mat33)):
+        i = wp.tid()
+        g = wp.mat33()
+        out[i] = wp.volume_sample_grad(vid, p[i], wp.Volume.LINEAR, g, dtype=wp.vec3)
+        jac[i] = g
+
+    n = len(points)
+    pts = wp.array(points, dtype=wp.vec3, device="cpu")
+    out = wp.zeros(n, dtype=wp.vec3, device="cpu")
+    jac = wp.zeros(n, dtype=wp.mat33, device="cpu")
+
+    def run():
+        wp.launch(sample_grad_kernel, dim=n, inputs=[volume.id, pts, out, jac], device="cpu")
+        wp.synchronize_device("cpu")
+
+    return run, out, jac
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--points", type=int, default=4_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--no-warp", action="store_true", help="skip warp-lang (e.g. on a GPU machine without it)")
+    parser.add_argument("--json", help="write the results to this file")
+    args = parser.parse_args()
+
+    rng = np.random.default_rng(42)
+    dense = rng.standard_normal((RES, RES, RES, 3)).astype(np.float32)
+    vol = vdbflow.Volume.from_dense(dense, background=0.0)
+    assert vol.active_voxel_count == RES**3
+    random_pts = (rng.random((args.points, 3)) * (RES - 1)).astype(np.float32)
+    sorted_pts = sort_by_leaf(random_pts)
+
+    results: dict[str, float | str | int] = {"points": args.points, "device": args.device,
+                                             "cpu_count": os.cpu_count() or 0, "machine": platform.processor()}
+    xp = np
+    if args.device == "cuda":
+        import cupy as xp  # noqa: F811
+
+    for label, pts in (("random", random_pts), ("sorted", sorted_pts)):
+        p = xp.asarray(pts)
+        values = xp.empty((len(pts), 3), np.float32)
+        jac = xp.empty((len(pts), 3, 3), np.float32)
+
+        def run_vdbflow(p=p, values=values, jac=jac):
+            vdbflow.sample_grad_arrays(vol, p, "linear", out=(values, jac), device=args.device)
+            if args.device == "cuda":
+                xp.cuda.Device().synchronize()
+
+        t = best_of(run_vdbflow, args.repeat)
+        results[f"vdbflow_{label}_samples_per_s"] = len(pts) / t
+        if not args.no_warp:
+            run_warp, w_out, w_jac = warp_runner(dense, pts)
+            tw = best_of(run_warp, args.repeat)
+            results[f"warp_{label}_samples_per_s"] = len(pts) / tw
+            results[f"ratio_{label}"] = tw / t
+            v = values.get() if args.device == "cuda" else values
+            j = jac.get() if args.device == "cuda" else jac
+            scale = 32 * np.finfo(np.float32).eps * np.abs(dense).max()
+            results[f"max_abs_diff_{label}"] = float(max(np.abs(v - w_out.numpy()).max(),
+                                                         np.abs(j - w_jac.numpy()).max()))
+            assert results[f"max_abs_diff_{label}"] <= scale * 8, "vdbflow and warp disagree"
+
+    print(f"vec3f linear sample_grad, {args.points:,} points, fully active {RES}^3, "
+          f"device={args.device}, {results['cpu_count']} CPU threads")
+    print(f"{'points':<8} {'vdbflow [M/s]':>14} {'warp-lang CPU [M/s]':>20} {'ratio':>7}")
+    for label in ("random", "sorted"):
+        v = results[f"vdbflow_{label}_samples_per_s"] / 1e6
+        if args.no_warp:
+            print(f"{label:<8} {v:>14.2f} {'-':>20} {'-':>7}")
+        else:
+            w = results[f"warp_{label}_samples_per_s"] / 1e6
+            print(f"{label:<8} {v:>14.2f} {w:>20.2f} {results[f'ratio_{label}']:>6.2f}x")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(results, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,322 @@
+// cpu_module.cpp - the CPU build of the kernels: nanobind wrappers, OpenMP over points.
+//
+// The sampling math itself lives in vdbflow/sample.h and vdbflow/grid.h and is shared verbatim
+// with the CUDA entry points in sample.cu.  This file only owns host-side chores: building the
+// hash tables both devices read, and looping over points.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "vdbflow/sample.h"
+
+namespace nb = nanobind;
+using namespace vdbflow;
+
+namespace {
+
+using AnyArray = nb::ndarray<nb::c_contig, nb::device::cpu>;          // written
+using InArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;   // read only
+using IntTable = nb::ndarray<const int32_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+
+u32 table_capacity(size_t n) {
+  u32 cap = 8;
+  while (cap < 2 * n) cap <<= 1;  // load factor <= 0.5
+  return cap;
+}
+
+// Builds an open-addressing table of (x, y, z, slot).  Returns (table, index of the first repeated
+// key or -1).
+nb::tuple build_table(nb::ndarray<const int32_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> keys,
+                      nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> slots) {
+  const size_t n = keys.shape(0);
+  if (keys.shape(1) != 3 || slots.shape(0) != n) throw std::invalid_argument("keys (n, 3) and slots (n,)");
+  const u32 cap = table_capacity(n);
+  int32_t* data = new int32_t[(size_t)cap * 4];
+  for (size_t e = 0; e < (size_t)cap; ++e) {
+    data[4 * e] = data[4 * e + 1] = data[4 * e + 2] = 0;
+    data[4 * e + 3] = SLOT_EMPTY;
+  }
+  const u32 mask = cap - 1;
+  int64_t repeated = -1;
+  const int32_t* k = keys.data();
+  for (size_t r = 0; r < n && repeated < 0; ++r) {
+    const int x = k[3 * r], y = k[3 * r + 1], z = k[3 * r + 2];
+    u32 i = hash_coord(x, y, z) & mask;
+    while (true) {
+      int32_t* e = data + 4 * (size_t)i;
+      if (e[3] == SLOT_EMPTY) {
+        e[0] = x;
+        e[1] = y;
+        e[2] = z;
+        e[3] = slots.data()[r];
+        break;
+      }
+      if (e[0] == x && e[1] == y && e[2] == z) {
+        repeated = (int64_t)r;
+        break;
+      }
+      i = (i + 1) & mask;
+    }
+  }
+  nb::capsule owner(data, [](void* p) noexcept { delete[] (int32_t*)p; });
+  auto table = nb::ndarray<nb::numpy, int32_t, nb::ndim<2>>(data, {(size_t)cap, 4}, owner);
+  return nb::make_tuple(table, repeated);
+}
+
+HashTable as_table(const IntTable& t) {
+  if (t.shape(0) == 0) return HashTable{nullptr, 0};
+  if (t.shape(1) != 4 || (t.shape(0) & (t.shape(0) - 1)) != 0)
+    throw std::invalid_argument("hash table must be (capacity, 4) with a power-of-two capacity");
+  return HashTable{t.data(), (u32)(t.shape(0) - 1)};
+}
+
+// Slot of each key in a table (SLOT_NOT_FOUND = -1 when absent).
+nb::ndarray<nb::numpy, int32_t, nb::ndim<1>> table_lookup(
+    IntTable table, nb::ndarray<const int32_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> keys) {
+  const HashTable t = as_table(table);
+  const size_t n = keys.shape(0);
+  int32_t* out = new int32_t[n > 0 ? n : 1];
+  const int32_t* k = keys.data();
+  for (size_t r = 0; r < n; ++r) out[r] = table_find(t, k[3 * r], k[3 * r + 1], k[3 * r + 2]);
+  nb::capsule owner(out, [](void* p) noexcept { delete[] (int32_t*)p; });
+  return nb::ndarray<nb::numpy, int32_t, nb::ndim<1>>(out, {n}, owner);
+}
+
+constexpr int REORDER_BUCKETS = 1 << 12;
+
+#ifdef _OPENMP
+#include <omp.h>
+int omp_threads() { return omp_get_num_threads(); }
+int omp_thread() { return omp_get_thread_num(); }
+#else
+int omp_threads() { return 1; }
+int omp_thread() { return 0; }
+#endif
+
+// Bucket of a point for reordering: leaf coordinates (ijk >> 3), 4 low bits per axis, interleaved.
+uint16_t spatial_key(const PointTransform& xf, const double p[3]) {
+  double u[3];
+  to_index_space(xf, p, u);
+  if (!finite3(u)) return 0;
+  uint32_t k = 0;
+  for (int axis = 0; axis < 3; ++axis) {
+    const uint32_t l = (uint32_t)(clamp_far(floor(u[axis])) >> 3) & 15u;
+    for (int bit = 0; bit < 4; ++bit) k |= ((l >> bit) & 1u) << (3 * bit + (2 - axis));
+  }
+  return (uint16_t)k;
+}
+
+struct SampleArgs {
+  HashTable tables[LEVEL_COUNT];
+  const u64* masks;
+  const u16* prefix;
+  const i64* leaf_offset;
+  const void* values;
+  const void* tile_values;
+  const void* background;
+  int components;
+  int index_layout;
+  const void* points;
+  bool points_double;
+  i64 n;
+  PointTransform xf;
+  int mode;
+  void* out_values;
+  void* out_jacobian;  // nullptr: values only
+  bool reorder;        // visit points in a spatially coherent order (results stay in input order)
+};
+
+template <class T, int NC, class P>
+void run(const SampleArgs& a) {
+  typedef typename RealOf<T>::type R;
+  GridView<T> g;
+  for (int l = 0; l < LEVEL_COUNT; ++l) g.tables[l] = a.tables[l];
+  g.masks = a.masks;
+  g.prefix = a.prefix;
+  g.leaf_offset = a.leaf_offset;
+  g.values = (const T*)a.values;
+  g.tile_values = (const T*)a.tile_values;
+  g.background = (const T*)a.background;
+  g.components = a.components;
+  g.index_layout = a.index_layout;
+  const int C = a.components;
+  const P* pts = (const P*)a.points;
+  T* out_v = (T*)a.out_values;
+  R* out_j = (R*)a.out_jacobian;
+  const bool want_jacobian = out_j != nullptr;
+  const i64 n = a.n;
+  auto sample_at = [&](const double p[3], i64 i, LeafCache& cache) {
+    sample_point<T, NC>(g, a.xf, p, a.mode, want_jacobian, out_v + i * C,
+                        want_jacobian ? out_j + i * 3 * C : nullptr, cache);
+  };
+  if (!a.reorder) {
+#pragma omp parallel
+    {
+      LeafCache cache;
+#pragma omp for schedule(static, 2048)
+      for (i64 i = 0; i < n; ++i) {
+        const double p[3] = {(double)pts[3 * i], (double)pts[3 * i + 1], (double)pts[3 * i + 2]};
+        sample_at(p, i, cache);
+      }
+    }
+    return;
+  }
+  // Incoherent points: a counting sort by a coarse spatial key (leaf coordinates, 4 bits per
+  // axis, Morton-interleaved) moves (point, index) records into bucket order; the records are then
+  // sampled in that order, so each leaf's values are fetched once per bucket rather than once per
+  // point.  Results still land at each point's own index.
+  struct Record {
+    P p[3];
+    i64 index;
+  };
+  std::vector<uint16_t> key((size_t)n);
+  std::vector<Record> records((size_t)n);
+  std::vector<std::vector<i64>> offsets;
+#pragma omp parallel
+  {
+    const int threads = omp_threads(), t = omp_thread();
+#pragma omp single
+    offsets.assign((size_t)threads, std::vector<i64>(REORDER_BUCKETS, 0));
+    const i64 lo = n * t / threads, hi = n * (t + 1) / threads;
+    std::vector<i64>& count = offsets[(size_t)t];
+    for (i64 i = lo; i < hi; ++i) {
+      const double p[3] = {(double)pts[3 * i], (double)pts[3 * i + 1], (double)pts[3 * i + 2]};
+      const uint16_t k = spatial_key(a.xf, p);
+      key[(size_t)i] = k;
+      ++count[k];
+    }
+#pragma omp barrier
+#pragma omp single
+    {
+      i64 total = 0;
+      for (int b = 0; b < REORDER_BUCKETS; ++b)
+        for (int th = 0; th < threads; ++th) {
+          const i64 c = offsets[(size_t)th][b];
+          offsets[(size_t)th][b] = total;
+          total += c;
+        }
+    }
+    for (i64 i = lo; i < hi; ++i) {
+      Record& r = records[(size_t)count[key[(size_t)i]]++];
+      r.p[0] = pts[3 * i];
+      r.p[1] = pts[3 * i + 1];
+      r.p[2] = pts[3 * i + 2];
+      r.index = i;
+    }
+#pragma omp barrier
+    LeafCache cache;
+#pragma omp for schedule(static, 4096)
+    for (i64 r = 0; r < n; ++r) {
+      const Record& rec = records[(size_t)r];
+      const double p[3] = {(double)rec.p[0], (double)rec.p[1], (double)rec.p[2]};
+      sample_at(p, rec.index, cache);
+    }
+  }
+}
+
+template <class T, class P>
+void dispatch_components(const SampleArgs& a) {
+  switch (a.components) {
+    case 1: run<T, 1, P>(a); break;
+    case 3: run<T, 3, P>(a); break;
+    case 4: run<T, 4, P>(a); break;
+    default: run<T, 0, P>(a); break;
+  }
+}
+
+template <class T>
+void dispatch_points(const SampleArgs& a) {
+  if (a.points_double)
+    dispatch_components<T, double>(a);
+  else
+    dispatch_components<T, float>(a);
+}
+
+template <class T, class Array>
+bool is(const Array& arr) {
+  return arr.dtype() == nb::dtype<T>();
+}
+
+void sample(std::vector<IntTable> tables, InArray masks, InArray prefix, InArray leaf_offset,
+            InArray values, InArray tile_values, InArray background, int components, bool index_layout,
+            InArray points, nb::ndarray<const double, nb::shape<12>, nb::c_contig, nb::device::cpu> xform,
+            bool points_world, bool jacobian_world, int mode, AnyArray out_values,
+            std::optional<AnyArray> out_jacobian, bool reorder) {
+  if (tables.size() != LEVEL_COUNT) throw std::invalid_argument("expected 3 hash tables");
+  if (components < 1 || components > MAX_COMPONENTS)
+    throw std::invalid_argument("components must be in [1, " + std::to_string(MAX_COMPONENTS) + "]");
+  if (!(is<float>(points) || is<double>(points)) || points.ndim() != 2 || points.shape(1) != 3)
+    throw std::invalid_argument("points must be (N, 3) float32 or float64");
+  if (values.dtype() != out_values.dtype() || values.dtype() != tile_values.dtype() ||
+      values.dtype() != background.dtype())
+    throw std::invalid_argument("values, tile values, background and output must share one dtype");
+  SampleArgs a;
+  for (int l = 0; l < LEVEL_COUNT; ++l) a.tables[l] = as_table(tables[l]);
+  a.masks = (const u64*)masks.data();
+  a.prefix = (const u16*)prefix.data();
+  a.leaf_offset = (const i64*)leaf_offset.data();
+  a.values = values.data();
+  a.tile_values = tile_values.data();
+  a.background = background.data();
+  a.components = components;
+  a.index_layout = index_layout ? 1 : 0;
+  a.points = points.data();
+  a.points_double = is<double>(points);
+  a.n = (i64)points.shape(0);
+  for (int e = 0; e < 9; ++e) a.xf.inv[e] = xform.data()[e];
+  for (int e = 0; e < 3; ++e) a.xf.translation[e] = xform.data()[9 + e];
+  a.xf.points_world = points_world;
+  a.xf.jacobian_world = jacobian_world;
+  a.mode = mode;
+  a.out_values = out_values.data();
+  a.out_jacobian = out_jacobian ? out_jacobian->data() : nullptr;
+  a.reorder = reorder;
+  if (out_values.size() != (size_t)a.n * components)
+    throw std::invalid_argument("out_values must hold N * C entries");
+  if (a.out_jacobian && out_jacobian->size() != (size_t)a.n * components * 3)
+    throw std::invalid_argument("out_jacobian must hold N * C * 3 entries");
+
+  nb::gil_scoped_release release;
+  if (is<float>(values)) {
+    if (a.out_jacobian && !is<float>(*out_jacobian)) throw std::invalid_argument("jacobian must be float32");
+    dispatch_points<float>(a);
+  } else if (is<double>(values)) {
+    if (a.out_jacobian && !is<double>(*out_jacobian)) throw std::invalid_argument("jacobian must be float64");
+    dispatch_points<double>(a);
+  } else {
+    if (mode != MODE_CLOSEST || a.out_jacobian)
+      throw std::invalid_argument("integer data supports closest values only");
+    if (is<int32_t>(values)) dispatch_points<int32_t>(a);
+    else if (is<int64_t>(values)) dispatch_points<int64_t>(a);
+    else if (is<uint32_t>(values)) dispatch_points<uint32_t>(a);
+    else throw std::invalid_argument("unsupported value dtype");
+  }
+}
+
+}  // namespace
+
+NB_MODULE(_core, m) {
+  m.doc() = "vdbflow CPU kernels (compiled from kernels/)";
+  m.def("build_table", &build_table, nb::arg("keys"), nb::arg("slots"));
+  m.def("table_lookup", &table_lookup, nb::arg("table"), nb::arg("keys"));
+  m.def("sample", &sample, nb::arg("tables"), nb::arg("masks"), nb::arg("prefix"), nb::arg("leaf_offset"),
+        nb::arg("values"), nb::arg("tile_values"), nb::arg("background"), nb::arg("components"),
+        nb::arg("index_layout"), nb::arg("points"), nb::arg("xform"), nb::arg("points_world"),
+        nb::arg("jacobian_world"), nb::arg("mode"), nb::arg("out_values"), nb::arg("out_jacobian").none(), nb::arg("reorder") = false);
+  m.attr("MODE_CLOSEST") = (int)MODE_CLOSEST;
+  m.attr("MODE_LINEAR") = (int)MODE_LINEAR;
+  m.attr("MAX_COMPONENTS") = MAX_COMPONENTS;
+#ifdef _OPENMP
+  m.attr("OPENMP") = true;
+#else
+  m.attr("OPENMP") = false;
+#endif
+}

@@ -1,0 +1,73 @@
+// sample.cu - CUDA entry points of the sampling kernels, compiled at run time by CuPy (NVRTC)
+// and checked ahead of time with nvcc in the test suite.  The math is in vdbflow/sample.h,
+// shared with the CPU build (cpu_module.cpp).
+//
+// One entry point per (value type, component count); component count 0 means "C at run time".
+// Points are float64 (N, 3); outputs are values (N, C) of the value type and, when out_jacobian is
+// not null, Jacobians (N, C, 3) of the accumulation type (float, or double for double data).
+#include "vdbflow/sample.h"
+
+namespace vdbflow {
+
+template <class T, int NC>
+__device__ void sample_entry(const int* table0, unsigned mask0, const int* table1, unsigned mask1,
+                             const int* table2, unsigned mask2, const u64* masks, const u16* prefix,
+                             const i64* leaf_offset, const T* values, const T* tile_values,
+                             const T* background, int components, int index_layout,
+                             const double* points, i64 n, const double* xform, int points_world,
+                             int jacobian_world, int mode, T* out_values,
+                             typename RealOf<T>::type* out_jacobian) {
+  GridView<T> g;
+  g.tables[0] = HashTable{table0, mask0};
+  g.tables[1] = HashTable{table1, mask1};
+  g.tables[2] = HashTable{table2, mask2};
+  g.masks = masks;
+  g.prefix = prefix;
+  g.leaf_offset = leaf_offset;
+  g.values = values;
+  g.tile_values = tile_values;
+  g.background = background;
+  g.components = components;
+  g.index_layout = index_layout;
+  PointTransform xf;
+  for (int e = 0; e < 9; ++e) xf.inv[e] = xform[e];
+  for (int e = 0; e < 3; ++e) xf.translation[e] = xform[9 + e];
+  xf.points_world = points_world;
+  xf.jacobian_world = jacobian_world;
+  const bool want_jacobian = out_jacobian != nullptr;
+  LeafCache cache;
+  const i64 stride = (i64)blockDim.x * gridDim.x;
+  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const double p[3] = {points[3 * i], points[3 * i + 1], points[3 * i + 2]};
+    sample_point<T, NC>(g, xf, p, mode, want_jacobian, out_values + i * components,
+                        want_jacobian ? out_jacobian + i * 3 * components : nullptr, cache);
+  }
+}
+
+}  // namespace vdbflow
+
+#define VDBFLOW_SAMPLE_ENTRY(NAME, T, NC)                                                               \
+  extern "C" __global__ void NAME(                                                                      \
+      const int* table0, unsigned mask0, const int* table1, unsigned mask1, const int* table2,          \
+      unsigned mask2, const vdbflow::u64* masks, const vdbflow::u16* prefix,                             \
+      const vdbflow::i64* leaf_offset, const T* values, const T* tile_values, const T* background,       \
+      int components, int index_layout, const double* points, vdbflow::i64 n, const double* xform,       \
+      int points_world, int jacobian_world, int mode, T* out_values,                                     \
+      vdbflow::RealOf<T>::type* out_jacobian) {                                                          \
+    vdbflow::sample_entry<T, NC>(table0, mask0, table1, mask1, table2, mask2, masks, prefix,             \
+                                 leaf_offset, values, tile_values, background, components,               \
+                                 index_layout, points, n, xform, points_world, jacobian_world, mode,     \
+                                 out_values, out_jacobian);                                              \
+  }
+
+VDBFLOW_SAMPLE_ENTRY(vdbflow_sample_f32_c1, float, 1)
+VDBFLOW_SAMPLE_ENTRY(vdbflow_sample_f32_c3, float, 3)
+VDBFLOW_SAMPLE_ENTRY(vdbflow_sample_f32_c4, float, 4)
+VDBFLOW_SAMPLE_ENTRY(vdbflow_sample_f32_cn, float, 0)
+VDBFLOW_SAMPLE_ENTRY(vdbflow_sample_f64_c1, double, 1)
+VDBFLOW_SAMPLE_ENTRY(vdbflow_sample_f64_c3, double, 3)
+VDBFLOW_SAMPLE_ENTRY(vdbflow_sample_f64_c4, double, 4)
+VDBFLOW_SAMPLE_ENTRY(vdbflow_sample_f64_cn, double, 0)
+VDBFLOW_SAMPLE_ENTRY(vdbflow_sample_i32_cn, int, 0)
+VDBFLOW_SAMPLE_ENTRY(vdbflow_sample_i64_cn, long long, 0)
+VDBFLOW_SAMPLE_ENTRY(vdbflow_sample_u32_cn, unsigned int, 0)

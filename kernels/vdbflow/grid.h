@@ -1,0 +1,160 @@
+// vdbflow/grid.h - the sparse tree as the kernels see it, walked the same way on host and device.
+//
+// A volume is a set of 8^3 leaves (found through an open-addressing hash keyed by ijk >> 3),
+// constant tiles of 8^3, 128^3 and 4096^3 voxels (hash tables keyed by ijk >> 3, >> 7, >> 12) and a
+// background.  Values live either per leaf (512 per leaf, all voxels) or per active voxel (the
+// NanoVDB OnIndex layout: index = first index of the leaf + popcount of the mask below the voxel).
+// The host builds the tables (cpu_module.cpp); both sides only read them.
+#pragma once
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define VDB_HD __host__ __device__ __forceinline__
+#define VDB_DEVICE_COMPILE 1
+#else
+#define VDB_HD inline
+#include <cmath>
+#endif
+
+namespace vdbflow {
+
+#ifndef VDB_DEVICE_COMPILE
+using std::floor;
+using std::isfinite;
+using std::nan;
+using std::round;
+#endif
+
+typedef long long i64;
+typedef unsigned long long u64;
+typedef unsigned int u32;
+typedef unsigned short u16;
+
+// Slot codes stored in a table entry: >= 0 is a leaf slot, TILE_BASE - t is tile t.
+constexpr int SLOT_EMPTY = -2147483647 - 1;  // INT_MIN: unused table entry
+constexpr int SLOT_NOT_FOUND = -1;           // lookup miss (never stored)
+VDB_HD int encode_tile(int tile) { return -2 - tile; }
+VDB_HD int decode_tile(int slot) { return -2 - slot; }
+VDB_HD bool is_tile_slot(int slot) { return slot <= -2 && slot != SLOT_EMPTY; }
+
+// Leaf / tile levels: the shift from voxel coordinates to the table key.
+constexpr int LEVEL_COUNT = 3;
+VDB_HD int level_shift(int level) { return level == 0 ? 3 : (level == 1 ? 7 : 12); }
+
+VDB_HD u32 hash_coord(int x, int y, int z) {
+  u32 h = (u32)x * 0x8da6b343u ^ (u32)y * 0xd8163841u ^ (u32)z * 0xcb1ab31fu;
+  h ^= h >> 16;
+  h *= 0x7feb352du;
+  h ^= h >> 15;
+  h *= 0x846ca68bu;
+  h ^= h >> 16;
+  return h;
+}
+
+// An open-addressing table: capacity = mask + 1 (a power of two), entries are (x, y, z, slot).
+// entries == nullptr means an empty table.
+struct HashTable {
+  const int* entries;
+  u32 mask;
+};
+
+VDB_HD int table_find(const HashTable& t, int x, int y, int z) {
+  if (t.entries == nullptr) return SLOT_NOT_FOUND;
+  u32 i = hash_coord(x, y, z) & t.mask;
+  for (u32 probe = 0; probe <= t.mask; ++probe) {
+    const int* e = t.entries + 4 * (u64)i;
+    if (e[3] == SLOT_EMPTY) return SLOT_NOT_FOUND;
+    if (e[0] == x && e[1] == y && e[2] == z) return e[3];
+    i = (i + 1) & t.mask;
+  }
+  return SLOT_NOT_FOUND;
+}
+
+VDB_HD int popcount64(u64 v) {
+#if defined(VDB_DEVICE_COMPILE) && (defined(__CUDA_ARCH__) || defined(__CUDACC_RTC__))
+  return __popcll(v);
+#else
+  return __builtin_popcountll(v);
+#endif
+}
+
+// Everything a kernel needs to read values of type T (C components per voxel).
+template <class T>
+struct GridView {
+  HashTable tables[LEVEL_COUNT];  // level 0: leaves and 8^3 tiles; 1: 128^3 tiles; 2: 4096^3 tiles
+  const u64* masks;               // [leaf][8] active bits, bit (x&7)<<6 | (y&7)<<3 | (z&7)
+  const u16* prefix;              // [leaf][8] active voxels in the words before each word
+  const i64* leaf_offset;         // [leaf] index of the leaf's first active voxel (index layout)
+  const T* values;                // per-leaf: [leaf*512 + offset][C]; index layout: [index][C]
+  const T* tile_values;           // [tile][C]
+  const T* background;            // [C]
+  int components;                 // C
+  int index_layout;               // 0: per-leaf values, 1: per-active-voxel values
+};
+
+// A one-leaf cache per thread: the last level-0 key looked up and its slot.
+struct LeafCache {
+  int x, y, z, slot;
+  bool valid;
+  VDB_HD LeafCache() : x(0), y(0), z(0), slot(SLOT_NOT_FOUND), valid(false) {}
+};
+
+constexpr i64 INDEX_MIN = -2147483647LL - 1;
+constexpr i64 INDEX_MAX = 2147483647LL;
+
+VDB_HD bool in_index_range(i64 i, i64 j, i64 k) {
+  return i >= INDEX_MIN && i <= INDEX_MAX && j >= INDEX_MIN && j <= INDEX_MAX && k >= INDEX_MIN &&
+         k <= INDEX_MAX;
+}
+
+VDB_HD int voxel_offset(int x, int y, int z) { return ((x & 7) << 6) | ((y & 7) << 3) | (z & 7); }
+
+// Level-0 slot (leaf, tile code or SLOT_NOT_FOUND) of the leaf holding voxel (x, y, z).
+template <class T>
+VDB_HD int leaf_slot(const GridView<T>& g, int x, int y, int z, LeafCache& cache) {
+  const int lx = x >> 3, ly = y >> 3, lz = z >> 3;
+  if (!(cache.valid && cache.x == lx && cache.y == ly && cache.z == lz)) {
+    cache.x = lx;
+    cache.y = ly;
+    cache.z = lz;
+    cache.slot = table_find(g.tables[0], lx, ly, lz);
+    cache.valid = true;
+  }
+  return cache.slot;
+}
+
+// Values of voxel `offset` inside leaf `slot` (background for inactive voxels of the index layout).
+template <class T>
+VDB_HD const T* leaf_value(const GridView<T>& g, int slot, int offset) {
+  const i64 C = g.components;
+  if (!g.index_layout) return g.values + ((i64)slot * 512 + offset) * C;
+  const int word = offset >> 6, bit = offset & 63;
+  const u64 m = g.masks[(i64)slot * 8 + word];
+  if (!((m >> bit) & 1ull)) return g.background;
+  const i64 index = g.leaf_offset[slot] + g.prefix[(i64)slot * 8 + word] +
+                    popcount64(m & ((1ull << bit) - 1ull));
+  return g.values + index * C;
+}
+
+// Values at a location without a leaf: the tile that covers it, else the background.
+template <class T>
+VDB_HD const T* tile_or_background(const GridView<T>& g, int slot0, int x, int y, int z) {
+  if (is_tile_slot(slot0)) return g.tile_values + (i64)decode_tile(slot0) * g.components;
+  for (int level = 1; level < LEVEL_COUNT; ++level) {
+    const int s = level_shift(level);
+    const int slot = table_find(g.tables[level], x >> s, y >> s, z >> s);
+    if (is_tile_slot(slot)) return g.tile_values + (i64)decode_tile(slot) * g.components;
+  }
+  return g.background;
+}
+
+// Pointer to the C values read at voxel (i, j, k): voxel, tile or background.
+template <class T>
+VDB_HD const T* read_voxel(const GridView<T>& g, i64 i, i64 j, i64 k, LeafCache& cache) {
+  if (!in_index_range(i, j, k)) return g.background;
+  const int x = (int)i, y = (int)j, z = (int)k;
+  const int slot = leaf_slot(g, x, y, z, cache);
+  if (slot >= 0) return leaf_value(g, slot, voxel_offset(x, y, z));
+  return tile_or_background(g, slot, x, y, z);
+}
+
+}  // namespace vdbflow

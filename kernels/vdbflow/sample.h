@@ -1,0 +1,155 @@
+// vdbflow/sample.h - the sampling math: closest and trilinear values and Jacobians at a point.
+//
+// Semantics are those of warp.volume_sample_grad (Warp >= 1.18):
+//   closest: ijk = round half away from zero (u); value v_ijk; Jacobian 0.
+//   linear:  b = floor(u), f = u - b; value sum_o W_o v_o; Jacobian J[c][a] = sum_o v_o[c] dW_o/du_a.
+// Points may be in world space (mapped by the inverse transform) and the Jacobian may be returned
+// in world space (J_index . M^-1).  Float data is accumulated in float, double data in double;
+// the base cell is computed in double so that |u| ~ 1e6 keeps full precision.
+#pragma once
+#include "grid.h"
+
+namespace vdbflow {
+
+enum SampleMode { MODE_CLOSEST = 0, MODE_LINEAR = 1 };
+
+// Accumulation type: double for double data, float otherwise (integer data is closest-only).
+template <class T> struct RealOf { typedef float type; };
+template <> struct RealOf<double> { typedef double type; };
+
+// Jacobian buffers are C x 3 (component rows, axis columns); the layout is fixed here.
+// Components handled by the run-time-C path (NC == 0).
+constexpr int MAX_COMPONENTS = 64;
+
+template <class R, int C>
+struct Jacobian {
+  static_assert(C >= 1, "a Jacobian has at least one component row");
+  R rows[C][3];
+};
+static_assert(sizeof(Jacobian<float, 4>) == sizeof(float) * 4 * 3, "Jacobian<float,4> must be C x 3");
+static_assert(sizeof(Jacobian<double, 3>) == sizeof(double) * 3 * 3, "Jacobian<double,3> must be C x 3");
+
+// index = inv * (world - translation); J_world = J_index * inv.
+struct PointTransform {
+  double inv[9];          // world -> index linear part, row major
+  double translation[3];  // index -> world translation
+  int points_world;       // points are world coordinates
+  int jacobian_world;     // Jacobian columns are world axes
+};
+
+VDB_HD bool finite3(const double u[3]) {
+  return isfinite(u[0]) && isfinite(u[1]) && isfinite(u[2]);
+}
+
+VDB_HD void to_index_space(const PointTransform& xf, const double p[3], double u[3]) {
+  if (!xf.points_world) {
+    u[0] = p[0];
+    u[1] = p[1];
+    u[2] = p[2];
+    return;
+  }
+  const double d0 = p[0] - xf.translation[0], d1 = p[1] - xf.translation[1], d2 = p[2] - xf.translation[2];
+  for (int r = 0; r < 3; ++r) u[r] = xf.inv[3 * r] * d0 + xf.inv[3 * r + 1] * d1 + xf.inv[3 * r + 2] * d2;
+}
+
+// Beyond this magnitude a coordinate is outside every int32 index and reads background.
+constexpr double FAR_COORDINATE = 4.0e9;
+
+VDB_HD i64 clamp_far(double b) {
+  return b > FAR_COORDINATE ? (i64)FAR_COORDINATE : (b < -FAR_COORDINATE ? -(i64)FAR_COORDINATE : (i64)b);
+}
+
+// Writes C values (type T) and, for want_jacobian, C x 3 Jacobian entries (type R) of one point.
+// NC is the compile-time component count, or 0 to use g.components at run time.
+template <class T, int NC>
+VDB_HD void sample_point(const GridView<T>& g, const PointTransform& xf, const double p[3], int mode,
+                         bool want_jacobian, T* value, typename RealOf<T>::type* jacobian,
+                         LeafCache& cache) {
+  typedef typename RealOf<T>::type R;
+  const int C = NC > 0 ? NC : g.components;
+  double u[3];
+  to_index_space(xf, p, u);
+
+  if (!finite3(u)) {  // NaN results for float data; integer data never gets here (checked upstream)
+    const R not_a_number = (R)nan("");
+    for (int c = 0; c < C; ++c) value[c] = (T)not_a_number;
+    if (want_jacobian)
+      for (int e = 0; e < 3 * C; ++e) jacobian[e] = not_a_number;
+    return;
+  }
+
+  if (mode == MODE_CLOSEST) {
+    const T* v = read_voxel(g, clamp_far(round(u[0])), clamp_far(round(u[1])), clamp_far(round(u[2])), cache);
+    for (int c = 0; c < C; ++c) value[c] = v[c];
+    if (want_jacobian)
+      for (int e = 0; e < 3 * C; ++e) jacobian[e] = (R)0;
+    return;
+  }
+
+  const double b0 = floor(u[0]), b1 = floor(u[1]), b2 = floor(u[2]);
+  const R fx = (R)(u[0] - b0), fy = (R)(u[1] - b1), fz = (R)(u[2] - b2);
+  const i64 bi = clamp_far(b0), bj = clamp_far(b1), bk = clamp_far(b2);
+
+  // Corner o = (ox, oy, oz), in Warp's order: idx = ox << 2 | oy << 1 | oz.
+  const T* corner[8];
+  bool same_leaf = false;
+  if ((bi & 7) != 7 && (bj & 7) != 7 && (bk & 7) != 7 && in_index_range(bi, bj, bk)) {
+    const int x = (int)bi, y = (int)bj, z = (int)bk;
+    const int slot = leaf_slot(g, x, y, z, cache);
+    if (slot >= 0) {
+      same_leaf = true;
+      const int base = voxel_offset(x, y, z);
+      if (!g.index_layout) {
+        const T* p0 = g.values + ((i64)slot * 512 + base) * C;
+        const i64 sx = 64 * C, sy = 8 * C, sz = C;
+        corner[0] = p0;           corner[1] = p0 + sz;
+        corner[2] = p0 + sy;      corner[3] = p0 + sy + sz;
+        corner[4] = p0 + sx;      corner[5] = p0 + sx + sz;
+        corner[6] = p0 + sx + sy; corner[7] = p0 + sx + sy + sz;
+      } else {
+        for (int o = 0; o < 8; ++o)
+          corner[o] = leaf_value(g, slot, base + ((o >> 2) << 6) + (((o >> 1) & 1) << 3) + (o & 1));
+      }
+    }
+  }
+  if (!same_leaf)
+    for (int o = 0; o < 8; ++o)
+      corner[o] = read_voxel(g, bi + (o >> 2), bj + ((o >> 1) & 1), bk + (o & 1), cache);
+
+  // Trilinear value and gradient by successive linear interpolation along z, y, x.  This is the
+  // same polynomial as sum_o W_o v_o and sum_o v_o (x) dW_o (DESIGN.md), evaluated in fewer flops.
+  constexpr int CMAX = NC > 0 ? NC : MAX_COMPONENTS;
+  R acc[CMAX];
+  Jacobian<R, CMAX> J;
+  static_assert(sizeof(J) == sizeof(R) * CMAX * 3, "the Jacobian accumulator must be C x 3");
+  for (int c = 0; c < C; ++c) {
+    const R v000 = (R)corner[0][c], v001 = (R)corner[1][c], v010 = (R)corner[2][c], v011 = (R)corner[3][c];
+    const R v100 = (R)corner[4][c], v101 = (R)corner[5][c], v110 = (R)corner[6][c], v111 = (R)corner[7][c];
+    // along z
+    const R d00 = v001 - v000, d01 = v011 - v010, d10 = v101 - v100, d11 = v111 - v110;
+    const R c00 = v000 + fz * d00, c01 = v010 + fz * d01, c10 = v100 + fz * d10, c11 = v110 + fz * d11;
+    // along y
+    const R e0 = c01 - c00, e1 = c11 - c10;
+    const R b0v = c00 + fy * e0, b1v = c10 + fy * e1;
+    const R z0 = d00 + fy * (d01 - d00), z1 = d10 + fy * (d11 - d10);
+    // along x
+    const R dx = b1v - b0v;
+    acc[c] = b0v + fx * dx;
+    J.rows[c][0] = dx;
+    J.rows[c][1] = e0 + fx * (e1 - e0);
+    J.rows[c][2] = z0 + fx * (z1 - z0);
+  }
+  R(*jac)[3] = J.rows;
+  for (int c = 0; c < C; ++c) value[c] = (T)acc[c];
+  if (!want_jacobian) return;
+  if (!xf.jacobian_world) {
+    for (int c = 0; c < C; ++c)
+      for (int a = 0; a < 3; ++a) jacobian[3 * c + a] = jac[c][a];
+    return;
+  }
+  for (int c = 0; c < C; ++c)
+    for (int a = 0; a < 3; ++a)
+      jacobian[3 * c + a] = (R)(jac[c][0] * xf.inv[a] + jac[c][1] * xf.inv[3 + a] + jac[c][2] * xf.inv[6 + a]);
+}
+
+}  // namespace vdbflow

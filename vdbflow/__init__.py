@@ -1,0 +1,40 @@
+"""vdbflow: values and Jacobians sampled from sparse NanoVDB-style volumes, as xarray."""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from .errors import (
+    DeviceError,
+    PointsError,
+    SamplingError,
+    ShapeError,
+    VdbflowError,
+    VolumeError,
+)
+from .sampling import sample, sample_grad, sample_grad_arrays
+from .transform import Transform
+from .value_types import VALUE_TYPES, ValueType
+from .volume import Topology, Volume
+
+try:
+    __version__ = version("vdbflow")
+except PackageNotFoundError:  # pragma: no cover - source tree without install
+    __version__ = "0+unknown"
+
+__all__ = [
+    "VALUE_TYPES",
+    "DeviceError",
+    "PointsError",
+    "SamplingError",
+    "ShapeError",
+    "Topology",
+    "Transform",
+    "ValueType",
+    "VdbflowError",
+    "Volume",
+    "VolumeError",
+    "sample",
+    "sample_grad",
+    "sample_grad_arrays",
+]

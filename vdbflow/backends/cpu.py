@@ -1,0 +1,17 @@
+"""CPU backend: the kernels compiled into ``vdbflow._core`` (OpenMP over points)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _core
+from ..volume import Volume
+
+
+def sample(vol: Volume, points: np.ndarray, mode: int, xform: np.ndarray, points_world: bool,
+           jacobian_world: bool, out_values: np.ndarray, out_jacobian: np.ndarray | None) -> None:
+    """Fills ``out_values`` (N, C) and, when given, ``out_jacobian`` (N, C, 3) for ``points`` (N, 3)."""
+    k = vol.kernel_arrays()
+    _core.sample(list(k.tables), k.masks, k.prefix, k.leaf_offset, k.values, k.tile_values, k.background,
+                 k.components, k.index_layout, points, xform, points_world, jacobian_world, mode,
+                 out_values, out_jacobian)

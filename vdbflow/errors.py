@@ -1,0 +1,27 @@
+"""vdbflow's exception types: every error says what was expected and what was found."""
+
+from __future__ import annotations
+
+
+class VdbflowError(Exception):
+    """Base class of every error raised by vdbflow."""
+
+
+class VolumeError(VdbflowError, ValueError):
+    """A volume, its topology, values, tiles or transform is malformed."""
+
+
+class PointsError(VdbflowError, ValueError):
+    """Sample points have the wrong shape, dtype or values for the request."""
+
+
+class ShapeError(VdbflowError, ValueError):
+    """An output buffer has the wrong shape or dtype."""
+
+
+class SamplingError(VdbflowError, ValueError):
+    """A sampling request is not possible (mode, space or value type)."""
+
+
+class DeviceError(VdbflowError, RuntimeError):
+    """The requested device or its runtime (CUDA, CuPy, NVRTC) is not available."""

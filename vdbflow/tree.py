@@ -1,0 +1,96 @@
+"""Leaf-level tree chores, vectorised: NanoVDB tree order, active masks, OnIndex prefix counts.
+
+Shapes: leaf origins (L, 3) int32 (multiples of 8); masks (L, 8) uint64 with bit
+``(x&7)<<6 | (y&7)<<3 | (z&7)`` of word ``bit >> 6``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+LEAF_DIM = 8
+LEAF_VOXELS = 512
+TILE_SIZES = (8, 128, 4096)  # level 0 (lower-node tile), 1 (upper-node tile), 2 (root tile)
+LEVEL_SHIFTS = (3, 7, 12)
+
+
+def voxel_offsets(ijk: np.ndarray) -> np.ndarray:
+    """Offset of voxels (N, 3) int32 inside their leaf, (N,) int64 in [0, 512)."""
+    local = (ijk & 7).astype(np.int64)
+    return (local[:, 0] << 6) | (local[:, 1] << 3) | local[:, 2]
+
+
+def tree_order(leaf_keys: np.ndarray) -> np.ndarray:
+    """Permutation sorting leaf keys (L, 3) = origin >> 3 in NanoVDB tree order.
+
+    The order of a NanoVDB tree walk: root children by their 4096^3 block coordinates (signed,
+    lexicographic in i, j, k), then the child index in the upper node (32^3), then the child index in
+    the lower node (16^3).  Matches the voxel order of Warp's index grids.
+    """
+    origin = leaf_keys.astype(np.int64) << 3
+    root = origin >> 12
+    upper = (origin >> 7) & 31
+    lower = (origin >> 3) & 15
+    child = (((upper[:, 0] << 10) | (upper[:, 1] << 5) | upper[:, 2]) << 12) | (
+        (lower[:, 0] << 8) | (lower[:, 1] << 4) | lower[:, 2]
+    )
+    return np.lexsort((child, root[:, 2], root[:, 1], root[:, 0]))
+
+
+def masks_from_bits(bits: np.ndarray) -> np.ndarray:
+    """(L, 8) uint64 masks from (L, 512) booleans indexed by voxel offset."""
+    packed = np.packbits(np.ascontiguousarray(bits, dtype=bool), axis=1, bitorder="little")
+    return np.ascontiguousarray(packed).view("<u8").astype(np.uint64, copy=False).reshape(-1, 8)
+
+
+def bits_from_masks(masks: np.ndarray) -> np.ndarray:
+    """(L, 512) booleans from (L, 8) uint64 masks."""
+    as_bytes = np.ascontiguousarray(masks.astype("<u8", copy=False)).view(np.uint8)
+    return np.unpackbits(as_bytes, axis=1, bitorder="little").astype(bool)
+
+
+def word_prefix(masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """OnIndex bookkeeping: per-word prefix counts (L, 8) uint16 and the first index of each leaf
+    (L,) int64 (voxels numbered leaf by leaf, by mask bit)."""
+    counts = np.bitwise_count(masks).astype(np.int64)
+    prefix = np.cumsum(counts, axis=1) - counts
+    per_leaf = counts.sum(axis=1)
+    first = np.cumsum(per_leaf) - per_leaf
+    return prefix.astype(np.uint16), first.astype(np.int64)
+
+
+def active_coordinates(leaf_origins: np.ndarray, masks: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
+    """(n, 3) int32 coordinates of active voxels, leaf by leaf, by mask bit (OnIndex order)."""
+    parts = []
+    offs = np.arange(LEAF_VOXELS)
+    local = np.stack([offs >> 6, (offs >> 3) & 7, offs & 7], axis=1).astype(np.int32)
+    for start in range(0, len(masks), chunk):
+        bits = bits_from_masks(masks[start:start + chunk])
+        leaf, off = np.nonzero(bits)
+        parts.append(leaf_origins[start + leaf] + local[off])
+    if not parts:
+        return np.zeros((0, 3), np.int32)
+    return np.concatenate(parts).astype(np.int32, copy=False)
+
+
+def active_bbox(leaf_origins: np.ndarray, masks: np.ndarray, chunk: int = 1 << 16) -> np.ndarray | None:
+    """(2, 3) int64 [min, max] of active voxels, or None when there is none."""
+    lo = np.full(3, np.iinfo(np.int64).max)
+    hi = np.full(3, np.iinfo(np.int64).min)
+    found = False
+    idx = np.arange(LEAF_DIM)
+    for start in range(0, len(masks), chunk):
+        bits = bits_from_masks(masks[start:start + chunk]).reshape(-1, 8, 8, 8)
+        origins = leaf_origins[start:start + chunk].astype(np.int64)
+        for axis in range(3):
+            others = tuple(a for a in range(1, 4) if a != axis + 1)
+            occupied = bits.any(axis=others)  # (L, 8)
+            has = occupied.any(axis=1)
+            if not has.any():
+                continue
+            found = True
+            first = np.argmax(occupied, axis=1)
+            last = LEAF_DIM - 1 - np.argmax(occupied[:, ::-1], axis=1)
+            lo[axis] = min(lo[axis], int((origins[has, axis] + idx[first[has]]).min()))
+            hi[axis] = max(hi[axis], int((origins[has, axis] + idx[last[has]]).max()))
+    return np.stack([lo, hi]) if found else None

@@ -1,0 +1,544 @@
+"""The sparse volume model: a leaf topology (8^3 leaves, active masks, tiles, transform) and values
+stored per leaf (512 per leaf) or per active voxel (NanoVDB OnIndex layout)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import _core, tree
+from .errors import VolumeError
+from .transform import Transform
+from .value_types import ValueType, value_type_for
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+INT32_MIN, INT32_MAX = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+DEFAULT_COMPONENT_NAMES = ("x", "y", "z", "w")
+
+TransformLike = Transform | np.ndarray | Sequence | None
+
+
+def _as_coordinates(ijk: Any, what: str = "ijk") -> np.ndarray:
+    """(n, 3) int32 voxel coordinates, checked."""
+    arr = np.asarray(ijk)
+    if arr.ndim != 2 or arr.shape[1] != 3:
+        raise VolumeError(f"expected {what} of shape (n, 3), got {arr.shape}")
+    if arr.dtype.kind not in "iu":
+        if arr.dtype.kind == "f" and arr.size and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+            arr = arr.astype(np.int64)
+        elif arr.size:
+            raise VolumeError(f"expected integer {what} coordinates, got dtype {arr.dtype}")
+        else:
+            arr = arr.astype(np.int64)
+    if arr.size and (arr.min() < INT32_MIN or arr.max() > INT32_MAX):
+        raise VolumeError(
+            f"expected {what} inside the int32 index range, got values in [{arr.min()}, {arr.max()}]"
+        )
+    return np.ascontiguousarray(arr, dtype=np.int32)
+
+
+def _build_table(keys: np.ndarray, slots: np.ndarray, what: str) -> np.ndarray:
+    table, repeated = _core.build_table(np.ascontiguousarray(keys, np.int32), np.ascontiguousarray(slots, np.int32))
+    if repeated >= 0:
+        raise VolumeError(f"expected one {what} per key, got a second one at key {keys[repeated].tolist()}")
+    return table
+
+
+@dataclass(frozen=True)
+class KernelArrays:
+    """What the kernels read, in the layout of ``GridView`` (kernels/vdbflow/grid.h)."""
+
+    tables: tuple[np.ndarray, np.ndarray, np.ndarray]
+    masks: np.ndarray
+    prefix: np.ndarray
+    leaf_offset: np.ndarray
+    values: np.ndarray
+    tile_values: np.ndarray
+    background: np.ndarray
+    components: int
+    index_layout: bool
+
+
+class Topology:
+    """Which voxels exist: 8^3 leaves in NanoVDB tree order, their active masks, constant tiles
+    coarser than a leaf, and the index-to-world transform.
+
+    Attributes
+    ----------
+    leaf_origins : (L, 3) int32, multiples of 8, tree order
+    masks : (L, 8) uint64 active bits
+    tile_origins : (T, 3) int32, multiples of the tile size
+    tile_sizes : (T,) int32, each 8, 128 or 4096
+    transform : Transform
+    """
+
+    def __init__(
+        self,
+        leaf_origins: np.ndarray,
+        masks: np.ndarray,
+        transform: Transform | None = None,
+        tile_origins: np.ndarray | None = None,
+        tile_sizes: np.ndarray | None = None,
+    ):
+        origins = _as_coordinates(leaf_origins, "leaf origins")
+        masks = np.ascontiguousarray(masks, dtype=np.uint64)
+        if masks.shape != (len(origins), 8):
+            raise VolumeError(f"expected masks of shape ({len(origins)}, 8), got {masks.shape}")
+        if np.any(origins & 7):
+            raise VolumeError("expected leaf origins that are multiples of 8")
+        order = tree.tree_order(origins >> 3)
+        if not np.array_equal(order, np.arange(len(origins))):
+            raise VolumeError("expected leaf origins in NanoVDB tree order")
+        self.leaf_origins = origins
+        self.masks = masks
+        self.transform = transform if transform is not None else Transform.identity()
+        self.tile_origins = _as_coordinates(np.zeros((0, 3)) if tile_origins is None else tile_origins,
+                                            "tile origins")
+        self.tile_sizes = np.ascontiguousarray(np.zeros(0) if tile_sizes is None else tile_sizes, dtype=np.int32)
+        self.tables = self._build_tables()
+        self.prefix, self.leaf_offset = tree.word_prefix(masks)
+        self._freeze()
+
+    def _freeze(self) -> None:
+        for arr in (self.leaf_origins, self.masks, self.tile_origins, self.tile_sizes, self.prefix,
+                    self.leaf_offset, *self.tables):
+            arr.setflags(write=False)
+
+    def _build_tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        sizes, origins = self.tile_sizes, self.tile_origins
+        if sizes.shape != (len(origins),):
+            raise VolumeError(f"expected one tile size per tile origin ({len(origins)}), got shape {sizes.shape}")
+        bad = ~np.isin(sizes, tree.TILE_SIZES)
+        if bad.any():
+            raise VolumeError(f"expected tile sizes of 8, 128 or 4096 voxels, got {int(sizes[bad][0])}")
+        misaligned = np.any(origins % sizes[:, None] != 0, axis=1)
+        if misaligned.any():
+            t = int(np.argmax(misaligned))
+            raise VolumeError(
+                f"expected tile origins that are multiples of the tile size, got {origins[t].tolist()} "
+                f"for a tile of {sizes[t]}"
+            )
+        leaf_keys = self.leaf_origins >> 3
+        tiles = np.arange(len(origins), dtype=np.int32)
+        tile_codes = -2 - tiles  # encode_tile in grid.h
+        tables = []
+        level_keys = []
+        for level, (size, shift) in enumerate(zip(tree.TILE_SIZES, tree.LEVEL_SHIFTS, strict=True)):
+            sel = sizes == size
+            keys = origins[sel] >> shift
+            slots = tile_codes[sel]
+            if level == 0:
+                keys = np.concatenate([leaf_keys, keys])
+                slots = np.concatenate([np.arange(len(leaf_keys), dtype=np.int32), slots])
+            if len(keys) == 0:
+                tables.append(np.zeros((0, 4), np.int32))
+            else:
+                tables.append(_build_table(keys, slots, "leaf or tile"))
+            level_keys.append(keys)
+        # A coarser tile may not cover finer nodes (a NanoVDB node holds a tile or a child, not both).
+        for level in (1, 2):
+            if len(tables[level]) == 0:
+                continue
+            for finer in range(level):
+                shift = tree.LEVEL_SHIFTS[level] - tree.LEVEL_SHIFTS[finer]
+                covered = _core.table_lookup(tables[level], np.ascontiguousarray(level_keys[finer] >> shift))
+                if np.any(covered != -1):
+                    k = level_keys[finer][np.argmax(covered != -1)] << tree.LEVEL_SHIFTS[finer]
+                    raise VolumeError(
+                        f"expected tiles that do not overlap leaves or other tiles, got a {tree.TILE_SIZES[level]}^3 "
+                        f"tile over the node at {k.tolist()}"
+                    )
+        return tuple(tables)
+
+    # -- sizes and bounds ---------------------------------------------------------------------
+    @property
+    def leaf_count(self) -> int:
+        return len(self.leaf_origins)
+
+    @property
+    def tile_count(self) -> int:
+        return len(self.tile_origins)
+
+    @property
+    def active_voxel_count(self) -> int:
+        """Active voxels in leaves (tiles not counted)."""
+        return int(self.leaf_offset[-1] + np.bitwise_count(self.masks[-1]).sum()) if self.leaf_count else 0
+
+    @property
+    def index_to_world(self) -> np.ndarray:
+        return self.transform.index_to_world
+
+    @property
+    def voxel_size(self) -> np.ndarray:
+        return self.transform.voxel_size
+
+    @property
+    def index_bbox(self) -> np.ndarray | None:
+        """(2, 3) int64 [min, max] over active voxels and tiles (inclusive), None when empty."""
+        boxes = []
+        leaves = tree.active_bbox(self.leaf_origins, self.masks)
+        if leaves is not None:
+            boxes.append(leaves)
+        if self.tile_count:
+            lo = self.tile_origins.astype(np.int64)
+            boxes.append(np.stack([lo.min(axis=0), (lo + self.tile_sizes[:, None] - 1).max(axis=0)]))
+        if not boxes:
+            return None
+        return np.stack([np.min([b[0] for b in boxes], axis=0), np.max([b[1] for b in boxes], axis=0)])
+
+    @property
+    def world_bbox(self) -> np.ndarray | None:
+        """(2, 3) float64 world box of the index box taken as voxel cells [min, max + 1] (as NanoVDB)."""
+        box = self.index_bbox
+        if box is None:
+            return None
+        lo, hi = box[0].astype(np.float64), box[1].astype(np.float64) + 1.0
+        corners = np.array([[(lo, hi)[a][0], (lo, hi)[b][1], (lo, hi)[c][2]]
+                            for a in (0, 1) for b in (0, 1) for c in (0, 1)])
+        world = self.transform.apply(corners)
+        return np.stack([world.min(axis=0), world.max(axis=0)])
+
+    def active_voxels(self) -> np.ndarray:
+        """(n, 3) int32 active voxel coordinates in index-layout (OnIndex) order."""
+        return tree.active_coordinates(self.leaf_origins, self.masks)
+
+    def with_data(
+        self,
+        voxel_data: Any,
+        background: Any = 0,
+        tile_values: Any = None,
+        *,
+        name: str = "value",
+        component_names: Sequence[str] | None = None,
+    ) -> Volume:
+        """A Volume in the index layout sharing this topology.
+
+        ``voxel_data`` is (n_active,) or (n_active, C), in ``active_voxels()`` order; inactive
+        voxels read ``background``.  ``tile_values`` (T,) or (T, C) gives the tiles' values
+        (default: tiles read the background).
+        """
+        data = np.asarray(voxel_data)
+        if data.ndim not in (1, 2) or data.shape[0] != self.active_voxel_count:
+            raise VolumeError(
+                f"expected voxel_data of shape ({self.active_voxel_count},) or ({self.active_voxel_count}, C) "
+                f"(one row per active voxel), got {data.shape}"
+            )
+        return Volume._assemble(self, data, background, tile_values, index_layout=True, name=name,
+                                component_names=component_names)
+
+    def __repr__(self) -> str:
+        return (f"<vdbflow.Topology: {self.leaf_count} leaves, {self.active_voxel_count} active voxels, "
+                f"{self.tile_count} tiles>")
+
+
+def _leaves_of(ijk: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Leaf origins (L, 3) in tree order, leaf slot (n,) and in-leaf offset (n,) of voxels (n, 3)."""
+    if len(ijk) == 0:
+        return np.zeros((0, 3), np.int32), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    keys, inverse = np.unique(ijk >> 3, axis=0, return_inverse=True)
+    order = tree.tree_order(keys)
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    return (keys[order] << 3).astype(np.int32), rank[inverse.ravel()], tree.voxel_offsets(ijk)
+
+
+def _split_tiles(tiles: Any, with_values: bool) -> tuple[np.ndarray | None, np.ndarray | None, Any]:
+    if tiles is None:
+        return None, None, None
+    parts = tuple(tiles)
+    expected = 3 if with_values else 2
+    if len(parts) != expected:
+        what = "(origins, sizes, values)" if with_values else "(origins, sizes)"
+        raise VolumeError(f"expected tiles as {what}, got {len(parts)} items")
+    return parts[0], parts[1], (parts[2] if with_values else None)
+
+
+class Volume:
+    """A sparse volume of values: a :class:`Topology` plus values, tile values and a background.
+
+    Use the constructors :meth:`from_dense`, :meth:`from_voxels`, :meth:`from_active` (then
+    ``Topology.with_data``).  Sampling: :meth:`sample`, :meth:`sample_grad`.
+    """
+
+    def __init__(self, topology: Topology, data: np.ndarray, background: np.ndarray, tile_values: np.ndarray,
+                 value_type: ValueType, index_layout: bool, name: str = "value",
+                 component_names: Sequence[str] | None = None):
+        self.topology = topology
+        self.value_type = value_type
+        self.index_layout = bool(index_layout)
+        self.name = name
+        C = value_type.components
+        names = tuple(component_names) if component_names is not None else (
+            DEFAULT_COMPONENT_NAMES[:C] if C <= 4 else tuple(f"c{c}" for c in range(C)))
+        if len(names) != C or len(set(names)) != C:
+            raise VolumeError(f"expected {C} distinct component names, got {list(names)}")
+        self.component_names = names
+        self._data = data
+        self._background = background
+        self._tile_values = tile_values
+        for arr in (data, background, tile_values):
+            arr.setflags(write=False)
+        self._device_cache: dict[Any, Any] = {}
+
+    # -- constructors -------------------------------------------------------------------------
+    @classmethod
+    def _assemble(cls, topology: Topology, data: np.ndarray, background: Any, tile_values: Any,
+                  index_layout: bool, name: str, component_names: Sequence[str] | None) -> Volume:
+        """Checks and normalises values (rows of C), background (C,) and tile values (T, C)."""
+        C = 1 if data.ndim == 1 else data.shape[1]
+        vt = value_type_for(data.dtype, C)
+        data2 = np.ascontiguousarray(data.reshape(len(data), C))
+        bg = _cast_values(background, vt, "background", (C,))
+        if tile_values is None:
+            tiles = np.broadcast_to(bg, (topology.tile_count, C)).copy()
+        else:
+            tiles = _cast_values(tile_values, vt, "tile values", (topology.tile_count, C))
+        return cls(topology, data2, bg, np.ascontiguousarray(tiles), vt, index_layout, name, component_names)
+
+    @classmethod
+    def from_voxels(
+        cls,
+        ijk: Any,
+        values: Any,
+        background: Any = 0,
+        transform: TransformLike = None,
+        *,
+        voxel_size: float | Sequence[float] | None = None,
+        origin: Sequence[float] | None = None,
+        tiles: tuple | None = None,
+        name: str = "value",
+        component_names: Sequence[str] | None = None,
+    ) -> Volume:
+        """A per-leaf volume holding ``values`` (n,) or (n, C) at voxels ``ijk`` (n, 3).
+
+        The given voxels are active; other voxels of their leaves, and everything else outside
+        tiles, read ``background``.  ``tiles`` is ``(origins (T, 3), sizes (T,), values (T,) or
+        (T, C))`` with sizes 8, 128 or 4096.  ``transform`` is a (4, 4) index-to-world matrix;
+        alternatively give ``voxel_size`` (scalar or 3 values) and ``origin``.
+        """
+        coords = _as_coordinates(ijk)
+        vals = np.asarray(values)
+        if vals.ndim not in (1, 2) or vals.shape[0] != len(coords):
+            raise VolumeError(f"expected values of shape ({len(coords)},) or ({len(coords)}, C), got {vals.shape}")
+        C = 1 if vals.ndim == 1 else vals.shape[1]
+        vt = value_type_for(vals.dtype, C)
+        leaf_origins, slot, offset = _leaves_of(coords)
+        flat = slot * tree.LEAF_VOXELS + offset
+        counts = np.bincount(flat, minlength=len(leaf_origins) * tree.LEAF_VOXELS) if len(flat) else np.zeros(0)
+        if np.any(counts > 1):
+            dup = int(np.argmax(counts[flat] > 1))
+            raise VolumeError(f"expected each voxel once, got voxel {coords[dup].tolist()} more than once")
+        bits = np.zeros(len(leaf_origins) * tree.LEAF_VOXELS, bool)
+        bits[flat] = True
+        masks = tree.masks_from_bits(bits.reshape(-1, tree.LEAF_VOXELS))
+        t_origins, t_sizes, t_values = _split_tiles(tiles, with_values=True)
+        topo = Topology(leaf_origins, masks, Transform.coerce(transform, voxel_size, origin), t_origins, t_sizes)
+        bg = _cast_values(background, vt, "background", (C,))
+        data = np.empty((len(leaf_origins) * tree.LEAF_VOXELS, C), vt.dtype)
+        data[:] = bg
+        data[flat] = vals.reshape(len(coords), C)
+        return cls._assemble(topo, data, bg, t_values, False, name, component_names)
+
+    @classmethod
+    def from_dense(
+        cls,
+        array: Any,
+        voxel_size: float | Sequence[float] = 1.0,
+        origin: Sequence[float] = (0.0, 0.0, 0.0),
+        background: Any = 0,
+        active: Any = None,
+        *,
+        name: str = "value",
+        component_names: Sequence[str] | None = None,
+    ) -> Volume:
+        """A per-leaf volume from a dense (X, Y, Z) or (X, Y, Z, C) array.
+
+        Voxel (i, j, k) sits at ``origin + (i, j, k) * voxel_size`` in world space.  ``active`` is
+        an (X, Y, Z) boolean mask; by default voxels whose value differs from ``background`` are
+        active.  Leaves without an active voxel are dropped; sampling is unaffected, as inactive
+        voxels hold their values.  Works one slab of 8 x-planes at a time.
+        """
+        arr = np.asarray(array)
+        if arr.ndim not in (3, 4) or 0 in arr.shape:
+            raise VolumeError(f"expected a non-empty dense array of shape (X, Y, Z) or (X, Y, Z, C), got {arr.shape}")
+        C = 1 if arr.ndim == 3 else arr.shape[3]
+        vt = value_type_for(arr.dtype, C)
+        arr4 = arr.reshape(arr.shape[:3] + (C,))
+        bg = _cast_values(background, vt, "background", (C,))
+        if active is not None:
+            active = np.asarray(active)
+            if active.shape != arr.shape[:3] or active.dtype != bool:
+                raise VolumeError(f"expected a boolean active mask of shape {arr.shape[:3]}, got "
+                                  f"{active.dtype} {active.shape}")
+        transform = Transform.from_voxel_size(voxel_size, origin)
+        X, Y, Z = arr.shape[:3]
+        ny, nz = -(-Y // 8), -(-Z // 8)
+        origins, masks, blocks = [], [], []
+        for x0 in range(0, X, 8):
+            slab = np.empty((8, ny * 8, nz * 8, C), vt.dtype)
+            slab[:] = bg
+            xs = min(8, X - x0)
+            slab[:xs, :Y, :Z] = arr4[x0:x0 + xs]
+            on = np.zeros((8, ny * 8, nz * 8), bool)
+            if active is None:
+                on[:xs, :Y, :Z] = np.any(arr4[x0:x0 + xs] != bg, axis=3)
+            else:
+                on[:xs, :Y, :Z] = active[x0:x0 + xs]
+            # (8, ny, 8, nz, 8) -> (ny, nz, 8, 8, 8): one row of 512 per leaf in voxel-offset order
+            leaf_bits = on.reshape(8, ny, 8, nz, 8).transpose(1, 3, 0, 2, 4).reshape(ny * nz, 512)
+            keep = leaf_bits.any(axis=1)
+            if not keep.any():
+                continue
+            leaf_vals = slab.reshape(8, ny, 8, nz, 8, C).transpose(1, 3, 0, 2, 4, 5).reshape(ny * nz, 512, C)
+            jy, jz = np.divmod(np.nonzero(keep)[0], nz)
+            origins.append(np.stack([np.full(len(jy), x0), jy * 8, jz * 8], axis=1))
+            masks.append(tree.masks_from_bits(leaf_bits[keep]))
+            blocks.append(leaf_vals[keep])
+        if origins:
+            leaf_origins = np.concatenate(origins).astype(np.int32)
+            order = tree.tree_order(leaf_origins >> 3)
+            leaf_origins = leaf_origins[order]
+            mask_arr = np.concatenate(masks)[order]
+            data = np.concatenate(blocks)[order].reshape(-1, C)
+        else:
+            leaf_origins, mask_arr, data = np.zeros((0, 3), np.int32), np.zeros((0, 8), np.uint64), \
+                np.zeros((0, C), vt.dtype)
+        topo = Topology(leaf_origins, mask_arr, transform)
+        return cls._assemble(topo, data, bg, None, False, name, component_names)
+
+    @staticmethod
+    def from_active(
+        ijk: Any,
+        transform: TransformLike = None,
+        *,
+        voxel_size: float | Sequence[float] | None = None,
+        origin: Sequence[float] | None = None,
+        tiles: tuple | None = None,
+    ) -> Topology:
+        """An index-layout topology whose active voxels are ``ijk`` (n, 3) (repeats allowed).
+
+        Attach values with ``topology.with_data(voxel_data, background)``; ``voxel_data`` follows
+        ``topology.active_voxels()`` order (leaves in tree order, voxels by mask bit).
+        ``tiles`` is ``(origins (T, 3), sizes (T,))``.
+        """
+        coords = _as_coordinates(ijk)
+        leaf_origins, slot, offset = _leaves_of(coords)
+        bits = np.zeros(len(leaf_origins) * tree.LEAF_VOXELS, bool)
+        bits[slot * tree.LEAF_VOXELS + offset] = True
+        masks = tree.masks_from_bits(bits.reshape(-1, tree.LEAF_VOXELS))
+        t_origins, t_sizes, _ = _split_tiles(tiles, with_values=False)
+        return Topology(leaf_origins, masks, Transform.coerce(transform, voxel_size, origin), t_origins, t_sizes)
+
+    # -- properties ---------------------------------------------------------------------------
+    @property
+    def dtype(self) -> np.dtype:
+        """NumPy dtype of one value component."""
+        return self.value_type.dtype
+
+    @property
+    def components(self) -> int:
+        return self.value_type.components
+
+    @property
+    def leaf_count(self) -> int:
+        return self.topology.leaf_count
+
+    @property
+    def tile_count(self) -> int:
+        return self.topology.tile_count
+
+    @property
+    def active_voxel_count(self) -> int:
+        return self.topology.active_voxel_count
+
+    @property
+    def background(self) -> np.ndarray | np.generic:
+        """The background: a scalar for one component, else a (C,) array."""
+        return self._background[0] if self.components == 1 else self._background.copy()
+
+    @property
+    def transform(self) -> Transform:
+        return self.topology.transform
+
+    @property
+    def index_to_world(self) -> np.ndarray:
+        return self.topology.index_to_world
+
+    @property
+    def voxel_size(self) -> np.ndarray:
+        return self.topology.voxel_size
+
+    @property
+    def index_bbox(self) -> np.ndarray | None:
+        return self.topology.index_bbox
+
+    @property
+    def world_bbox(self) -> np.ndarray | None:
+        return self.topology.world_bbox
+
+    @property
+    def voxel_data(self) -> np.ndarray:
+        """Stored values: (n_active,) / (n_active, C) for the index layout, (L*512, ...) per leaf."""
+        return self._data[:, 0] if self.components == 1 else self._data
+
+    def active_voxels(self) -> np.ndarray:
+        return self.topology.active_voxels()
+
+    def active_values(self) -> np.ndarray:
+        """Values of ``active_voxels()``, (n,) or (n, C)."""
+        if self.index_layout:
+            return self.voxel_data.copy()
+        bits = tree.bits_from_masks(self.topology.masks).ravel()
+        vals = self._data[np.nonzero(bits)[0]]
+        return vals[:, 0] if self.components == 1 else vals
+
+    def kernel_arrays(self) -> KernelArrays:
+        t = self.topology
+        return KernelArrays(t.tables, t.masks, t.prefix, t.leaf_offset, self._data, self._tile_values,
+                            self._background, self.components, self.index_layout)
+
+    # -- sampling -----------------------------------------------------------------------------
+    def sample(self, points: Any, mode: str = "linear", space: str = "world", *, device: str = "cpu") -> xr.Dataset:
+        """Values at ``points`` (N, 3) as a Dataset; see :func:`vdbflow.sample`."""
+        from .sampling import sample
+
+        return sample(self, points, mode=mode, space=space, device=device)
+
+    def sample_grad(self, points: Any, mode: str = "linear", space: str = "world",
+                    jacobian_space: str | None = None, *, device: str = "cpu") -> xr.Dataset:
+        """Values and Jacobians at ``points`` (N, 3) as a Dataset; see :func:`vdbflow.sample_grad`."""
+        from .sampling import sample_grad
+
+        return sample_grad(self, points, mode=mode, space=space, jacobian_space=jacobian_space, device=device)
+
+    def __repr__(self) -> str:
+        layout = "index" if self.index_layout else "per-leaf"
+        return (f"<vdbflow.Volume {self.name!r}: {self.value_type.name}, {layout} layout, {self.leaf_count} leaves, "
+                f"{self.active_voxel_count} active voxels, {self.tile_count} tiles, voxel size "
+                f"{np.round(self.voxel_size, 6).tolist()}>")
+
+
+def _cast_values(values: Any, vt: ValueType, what: str, shape: tuple[int, ...]) -> np.ndarray:
+    """``values`` broadcast to ``shape`` in the volume's dtype, refusing lossy casts."""
+    arr = np.asarray(values)
+    if arr.dtype.kind not in "iufb":
+        raise VolumeError(f"expected numeric {what}, got dtype {arr.dtype}")
+    if shape[-1] == 1 and arr.ndim == len(shape) - 1 + 0 and arr.shape == shape[:-1]:
+        arr = arr[..., None]
+    try:
+        arr = np.broadcast_to(arr, shape)
+    except ValueError:
+        raise VolumeError(f"expected {what} of shape {shape} (or broadcastable), got {np.shape(values)}") from None
+    out = arr.astype(vt.dtype)
+    with np.errstate(invalid="ignore"):
+        same = (out == arr) | (np.isnan(arr) if arr.dtype.kind == "f" else False)
+        if arr.dtype.kind == "f" and vt.dtype.kind == "f":
+            same = same | np.isclose(out, arr, rtol=1e-6, atol=0)  # float64 -> float32 rounding is fine
+    if not np.all(same):
+        raise VolumeError(f"expected {what} representable as {vt.dtype}, got {arr.ravel()[~np.ravel(same)][0]!r}")
+    return np.ascontiguousarray(out)
