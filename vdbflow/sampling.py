@@ -51,7 +51,9 @@ def _prepare_points(vol: Volume, points: Any, device: str) -> Any:
         try:
             points = np.asarray(points)
         except (ValueError, TypeError) as err:
-            raise PointsError(f"expected points as an (N, 3) numeric array, got {type(points).__name__}: {err}") from None
+            raise PointsError(
+                f"expected points as an (N, 3) numeric array, got {type(points).__name__}: {err}"
+            ) from None
     if points.ndim != 2 or points.shape[1] != 3:
         raise PointsError(f"expected points of shape (N, 3), got {tuple(points.shape)}")
     kind = points.dtype.kind

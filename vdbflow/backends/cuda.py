@@ -53,7 +53,7 @@ def cupy_module() -> Any:
     return cupy
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _raw_module(device_id: int) -> Any:
     cupy = cupy_module()
     source = (kernel_dir() / "sample.cu").read_text()

@@ -1,0 +1,117 @@
+"""Bad input gets a clear vdbflow error or a documented result, never a crash or garbage."""
+
+import re
+
+import numpy as np
+import pytest
+
+import vdbflow
+
+
+@pytest.fixture
+def vec4():
+    ijk = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 1], [2147483640, 0, 0]])
+    return vdbflow.Volume.from_voxels(ijk, np.arange(24, dtype=np.float32).reshape(6, 4), background=-1.0)
+
+
+@pytest.mark.parametrize("shape", [(5, 2), (3,), (5, 3, 1), (5, 4)])
+def test_wrong_point_shapes(vec4, shape):
+    with pytest.raises(vdbflow.PointsError, match=re.escape(f"expected points of shape (N, 3), got {shape}")):
+        vec4.sample_grad(np.zeros(shape), space="index")
+
+
+@pytest.mark.parametrize("points", [np.zeros((2, 3), complex), np.zeros((2, 3), bool),
+                                    np.array([["a", "b", "c"]]), np.zeros((2, 3), np.float16)])
+def test_wrong_point_dtypes(vec4, points):
+    with pytest.raises(vdbflow.PointsError, match="expected float32, float64 or integer points, got dtype"):
+        vdbflow.sample_grad_arrays(vec4, points)
+
+
+def test_ragged_points(vec4):
+    with pytest.raises(vdbflow.PointsError, match=r"\(N, 3\)"):
+        vdbflow.sample_grad_arrays(vec4, [[0, 0, 0], [1, 2]])
+
+
+def test_integer_points_are_index_coordinates(vec4):
+    v, _ = vdbflow.sample_grad_arrays(vec4, np.array([[1, 1, 1]], np.int64), "closest")
+    np.testing.assert_array_equal(v, [[16, 17, 18, 19]])
+
+
+@pytest.mark.parametrize("mode", ["linear", "closest"])
+def test_nan_and_inf_points_give_nan_for_float_data(vec4, mode):
+    pts = np.array([[np.nan, 0, 0], [0, np.inf, 0], [0, 0, -np.inf], [0.5, 0.5, 0.5]])
+    v, j = vdbflow.sample_grad_arrays(vec4, pts, mode)
+    assert np.isnan(v[:3]).all() and np.isnan(j[:3]).all()
+    assert np.isfinite(v[3]).all() and np.isfinite(j[3]).all()
+
+
+def test_nan_points_are_an_error_for_integer_data():
+    vol = vdbflow.Volume.from_voxels([[0, 0, 0]], np.array([5], np.int32))
+    with pytest.raises(vdbflow.PointsError, match="got 1 points with NaN or inf"):
+        vdbflow.sample_grad_arrays(vol, np.array([[0, 0, 0], [np.nan, 0, 0]]), "closest")
+
+
+def test_coordinates_outside_int32_read_background(vec4):
+    pts = np.array([
+        [3e9, 0, 0], [-3e9, 5, 5], [1e300, -1e300, 0], [0, 0, 2147483647.5],
+        [-2147483648.5, 0, 0], [2147483647.0, 0.25, 0.0], [9.2e18, 9.3e18, -9.3e18],
+    ])
+    for mode in ("linear", "closest"):
+        v, j = vdbflow.sample_grad_arrays(vec4, pts, mode)
+        np.testing.assert_array_equal(v, np.full((len(pts), 4), -1.0))
+        np.testing.assert_array_equal(j, 0.0)
+    # a stored voxel near the top of the range is still found
+    v, _ = vdbflow.sample_grad_arrays(vec4, np.array([[2147483640.0, 0, 0]]), "closest")
+    np.testing.assert_array_equal(v, [[20, 21, 22, 23]])
+
+
+def test_empty_point_sets(vec4):
+    v, j = vdbflow.sample_grad_arrays(vec4, np.zeros((0, 3)))
+    assert v.shape == (0, 4) and j.shape == (0, 4, 3)
+    ds = vec4.sample_grad(np.zeros((0, 3)))
+    assert ds.sizes["point"] == 0 and ds["value_jacobian"].shape == (0, 4, 3)
+
+
+def test_transposed_jacobian_buffer_is_rejected(vec4):
+    n = 7
+    pts = np.zeros((n, 3))
+    with pytest.raises(vdbflow.ShapeError, match=r"expected jacobian \(7, 4, 3\) \[component, axis\], got \(7, 3, 4\)"):
+        vdbflow.sample_grad_arrays(vec4, pts, out=(None, np.empty((n, 3, 4), np.float32)))
+    with pytest.raises(vdbflow.ShapeError, match="expected jacobian of dtype float32, got float64"):
+        vdbflow.sample_grad_arrays(vec4, pts, out=(None, np.empty((n, 4, 3))))
+    with pytest.raises(vdbflow.ShapeError, match=r"expected values \(7, 4\)"):
+        vdbflow.sample_grad_arrays(vec4, pts, out=(np.empty((n, 3), np.float32), None))
+    with pytest.raises(vdbflow.ShapeError, match="writeable C-contiguous"):
+        vdbflow.sample_grad_arrays(vec4, pts, out=(None, np.empty((n, 3, 4), np.float32).transpose(0, 2, 1)))
+    values, jac = np.empty((n, 4), np.float32), np.empty((n, 4, 3), np.float32)
+    rv, rj = vdbflow.sample_grad_arrays(vec4, pts, out=(values, jac))
+    assert rv is values and rj is jac
+
+
+def test_bad_choices(vec4):
+    pts = np.zeros((1, 3))
+    with pytest.raises(vdbflow.SamplingError, match="mode to be one of 'closest', 'linear', got 'cubic'"):
+        vec4.sample_grad(pts, mode="cubic")
+    with pytest.raises(vdbflow.SamplingError, match="space to be one of 'index', 'world', got 'voxel'"):
+        vec4.sample(pts, space="voxel")
+    with pytest.raises(vdbflow.SamplingError, match="jacobian_space"):
+        vec4.sample_grad(pts, jacobian_space="grid")
+    with pytest.raises(vdbflow.DeviceError, match="'cpu', 'cuda' or 'auto', got 'tpu'"):
+        vec4.sample(pts, device="tpu")
+
+
+def test_cuda_without_gpu_is_a_clear_error(vec4):
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() > 0:
+            pytest.skip("a GPU is present; covered by the GPU tests")
+    except Exception:
+        pass
+    with pytest.raises(vdbflow.DeviceError, match="device='cuda' needs"):
+        vec4.sample(np.zeros((1, 3)), device="cuda")
+
+
+def test_volumes_are_read_only(vec4):
+    with pytest.raises(ValueError, match="read-only"):
+        vec4.voxel_data[0, 0] = 5
