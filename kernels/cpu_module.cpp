@@ -12,6 +12,7 @@
 #include <optional>
 #include <stdexcept>
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -90,28 +91,71 @@ nb::ndarray<nb::numpy, int32_t, nb::ndim<1>> table_lookup(
   return nb::ndarray<nb::numpy, int32_t, nb::ndim<1>>(out, {n}, owner);
 }
 
-constexpr int REORDER_BUCKETS = 1 << 12;
-
-#ifdef _OPENMP
-#include <omp.h>
-int omp_threads() { return omp_get_num_threads(); }
-int omp_thread() { return omp_get_thread_num(); }
-#else
-int omp_threads() { return 1; }
-int omp_thread() { return 0; }
+#if defined(__SSE2__) && defined(__x86_64__)
+#include <immintrin.h>
+#define VDBFLOW_HAVE_STREAM_STORE 1
 #endif
 
-// Bucket of a point for reordering: leaf coordinates (ijk >> 3), 4 low bits per axis, interleaved.
-uint16_t spatial_key(const PointTransform& xf, const double p[3]) {
+// Copies n elements with non-temporal stores where the CPU has them.
+template <class E>
+inline void stream_store(E* dst, const E* src, int n) {
+#ifdef VDBFLOW_HAVE_STREAM_STORE
+  if (sizeof(E) == 4) {
+    for (int e = 0; e < n; ++e) {
+      int bits;
+      std::memcpy(&bits, src + e, 4);
+      _mm_stream_si32((int*)(dst + e), bits);
+    }
+    return;
+  }
+  if (sizeof(E) == 8) {
+    for (int e = 0; e < n; ++e) {
+      long long bits;
+      std::memcpy(&bits, src + e, 8);
+      _mm_stream_si64((long long*)(dst + e), bits);
+    }
+    return;
+  }
+#endif
+  for (int e = 0; e < n; ++e) dst[e] = src[e];
+}
+
+// Memory hint for incoherent points: find the cell of a point a few iterations ahead and ask for
+// its value lines, so that the loads of many points overlap instead of waiting one by one.
+constexpr i64 PREFETCH_DISTANCE = 32;
+// Point order: measured (auto), or given by the caller.
+enum PointOrder { ORDER_AUTO = 0, ORDER_COHERENT = 1, ORDER_SCATTERED = 2 };
+constexpr i64 SCATTERED_MIN_POINTS = 16384;  // below this the volume's hot part stays in cache anyway
+constexpr double COHERENT_FRACTION = 0.5;    // neighbour pairs sharing a leaf, above which points are coherent
+
+template <class T>
+void prefetch_cell(const GridView<T>& g, const PointTransform& xf, const double p[3], LeafCache& cache) {
   double u[3];
   to_index_space(xf, p, u);
-  if (!finite3(u)) return 0;
-  uint32_t k = 0;
-  for (int axis = 0; axis < 3; ++axis) {
-    const uint32_t l = (uint32_t)(clamp_far(floor(u[axis])) >> 3) & 15u;
-    for (int bit = 0; bit < 4; ++bit) k |= ((l >> bit) & 1u) << (3 * bit + (2 - axis));
+  if (!finite3(u)) return;
+  const i64 bi = clamp_far(floor(u[0])), bj = clamp_far(floor(u[1])), bk = clamp_far(floor(u[2]));
+  if (!in_index_range(bi, bj, bk)) return;
+  const int x = (int)bi, y = (int)bj, z = (int)bk;
+  const int slot = leaf_slot(g, x, y, z, cache);
+  if (slot < 0) return;
+  const i64 C = g.components;
+  if (g.index_layout) {
+    __builtin_prefetch(g.masks + (i64)slot * 8);
+    __builtin_prefetch(g.values + (g.leaf_offset[slot] + g.prefix[(i64)slot * 8 + (voxel_offset(x, y, z) >> 6)]) * C);
+    return;
   }
-  return (uint16_t)k;
+  const T* base = g.values + ((i64)slot * 512 + voxel_offset(x, y, z)) * C;
+  const i64 sy = 8 * C, sx = 64 * C;
+  __builtin_prefetch(base);
+  __builtin_prefetch(base + 2 * C - 1);
+  __builtin_prefetch(base + sy);
+  __builtin_prefetch(base + sy + 2 * C - 1);
+  if ((x & 7) != 7) {
+    __builtin_prefetch(base + sx);
+    __builtin_prefetch(base + sx + 2 * C - 1);
+    __builtin_prefetch(base + sx + sy);
+    __builtin_prefetch(base + sx + sy + 2 * C - 1);
+  }
 }
 
 struct SampleArgs {
@@ -131,8 +175,30 @@ struct SampleArgs {
   int mode;
   void* out_values;
   void* out_jacobian;  // nullptr: values only
-  bool reorder;        // visit points in a spatially coherent order (results stay in input order)
+  int order;           // ORDER_AUTO, ORDER_COHERENT or ORDER_SCATTERED: how the points lie in space
 };
+
+// Fraction of sampled neighbour pairs (i, i + 1) whose base cells share a leaf: high for points
+// sorted in space or walking along lines and planes, near zero for scattered points.
+template <class P>
+double leaf_coherence(const P* pts, const PointTransform& xf, i64 n) {
+  if (n < 2) return 1.0;
+  const i64 pairs = n - 1 < 2048 ? n - 1 : 2048;
+  const i64 step = (n - 1) / pairs;
+  i64 same = 0;
+  for (i64 s = 0; s < pairs; ++s) {
+    const i64 i = s * step;
+    i64 key[2][3];
+    for (int q = 0; q < 2; ++q) {
+      const double p[3] = {(double)pts[3 * (i + q)], (double)pts[3 * (i + q) + 1], (double)pts[3 * (i + q) + 2]};
+      double u[3];
+      to_index_space(xf, p, u);
+      for (int axis = 0; axis < 3; ++axis) key[q][axis] = finite3(u) ? (clamp_far(floor(u[axis])) >> 3) : 0;
+    }
+    same += key[0][0] == key[1][0] && key[0][1] == key[1][1] && key[0][2] == key[1][2];
+  }
+  return (double)same / (double)pairs;
+}
 
 template <class T, int NC, class P>
 void run(const SampleArgs& a) {
@@ -153,71 +219,46 @@ void run(const SampleArgs& a) {
   R* out_j = (R*)a.out_jacobian;
   const bool want_jacobian = out_j != nullptr;
   const i64 n = a.n;
-  auto sample_at = [&](const double p[3], i64 i, LeafCache& cache) {
-    sample_point<T, NC>(g, a.xf, p, a.mode, want_jacobian, out_v + i * C,
-                        want_jacobian ? out_j + i * 3 * C : nullptr, cache);
+  const bool scattered = a.order == ORDER_SCATTERED ||
+                         (a.order == ORDER_AUTO && n >= SCATTERED_MIN_POINTS &&
+                          leaf_coherence(pts, a.xf, n) < COHERENT_FRACTION);
+  auto load = [&](i64 i, double p[3]) {
+    p[0] = (double)pts[3 * i];
+    p[1] = (double)pts[3 * i + 1];
+    p[2] = (double)pts[3 * i + 2];
   };
-  if (!a.reorder) {
-#pragma omp parallel
-    {
-      LeafCache cache;
-#pragma omp for schedule(static, 2048)
-      for (i64 i = 0; i < n; ++i) {
-        const double p[3] = {(double)pts[3 * i], (double)pts[3 * i + 1], (double)pts[3 * i + 2]};
-        sample_at(p, i, cache);
-      }
-    }
-    return;
-  }
-  // Incoherent points: a counting sort by a coarse spatial key (leaf coordinates, 4 bits per
-  // axis, Morton-interleaved) moves (point, index) records into bucket order; the records are then
-  // sampled in that order, so each leaf's values are fetched once per bucket rather than once per
-  // point.  Results still land at each point's own index.
-  struct Record {
-    P p[3];
-    i64 index;
-  };
-  std::vector<uint16_t> key((size_t)n);
-  std::vector<Record> records((size_t)n);
-  std::vector<std::vector<i64>> offsets;
 #pragma omp parallel
   {
-    const int threads = omp_threads(), t = omp_thread();
-#pragma omp single
-    offsets.assign((size_t)threads, std::vector<i64>(REORDER_BUCKETS, 0));
-    const i64 lo = n * t / threads, hi = n * (t + 1) / threads;
-    std::vector<i64>& count = offsets[(size_t)t];
-    for (i64 i = lo; i < hi; ++i) {
-      const double p[3] = {(double)pts[3 * i], (double)pts[3 * i + 1], (double)pts[3 * i + 2]};
-      const uint16_t k = spatial_key(a.xf, p);
-      key[(size_t)i] = k;
-      ++count[k];
-    }
-#pragma omp barrier
-#pragma omp single
-    {
-      i64 total = 0;
-      for (int b = 0; b < REORDER_BUCKETS; ++b)
-        for (int th = 0; th < threads; ++th) {
-          const i64 c = offsets[(size_t)th][b];
-          offsets[(size_t)th][b] = total;
-          total += c;
+    LeafCache cache, ahead;
+    double p[3];
+    if (!scattered) {
+#pragma omp for schedule(static, 2048)
+      for (i64 i = 0; i < n; ++i) {
+        load(i, p);
+        sample_point<T, NC>(g, a.xf, p, a.mode, want_jacobian, out_v + i * C,
+                            want_jacobian ? out_j + i * 3 * C : nullptr, cache);
+      }
+    } else {
+      // Scattered points: prefetch the cells of points ahead so that their loads overlap, and
+      // write results with non-temporal stores so that the output stream does not evict the
+      // volume's values from the last-level cache.
+      T v[NC > 0 ? NC : MAX_COMPONENTS];
+      R j[3 * (NC > 0 ? NC : MAX_COMPONENTS)];
+#pragma omp for schedule(static, 2048)
+      for (i64 i = 0; i < n; ++i) {
+        if (i + PREFETCH_DISTANCE < n) {
+          double q[3];
+          load(i + PREFETCH_DISTANCE, q);
+          prefetch_cell(g, a.xf, q, ahead);
         }
-    }
-    for (i64 i = lo; i < hi; ++i) {
-      Record& r = records[(size_t)count[key[(size_t)i]]++];
-      r.p[0] = pts[3 * i];
-      r.p[1] = pts[3 * i + 1];
-      r.p[2] = pts[3 * i + 2];
-      r.index = i;
-    }
-#pragma omp barrier
-    LeafCache cache;
-#pragma omp for schedule(static, 4096)
-    for (i64 r = 0; r < n; ++r) {
-      const Record& rec = records[(size_t)r];
-      const double p[3] = {(double)rec.p[0], (double)rec.p[1], (double)rec.p[2]};
-      sample_at(p, rec.index, cache);
+        load(i, p);
+        sample_point<T, NC>(g, a.xf, p, a.mode, want_jacobian, v, want_jacobian ? j : nullptr, cache);
+        stream_store(out_v + i * C, v, C);
+        if (want_jacobian) stream_store(out_j + i * 3 * C, j, 3 * C);
+      }
+#ifdef VDBFLOW_HAVE_STREAM_STORE
+      _mm_sfence();
+#endif
     }
   }
 }
@@ -249,7 +290,7 @@ void sample(std::vector<IntTable> tables, InArray masks, InArray prefix, InArray
             InArray values, InArray tile_values, InArray background, int components, bool index_layout,
             InArray points, nb::ndarray<const double, nb::shape<12>, nb::c_contig, nb::device::cpu> xform,
             bool points_world, bool jacobian_world, int mode, AnyArray out_values,
-            std::optional<AnyArray> out_jacobian, bool reorder) {
+            std::optional<AnyArray> out_jacobian, int order) {
   if (tables.size() != LEVEL_COUNT) throw std::invalid_argument("expected 3 hash tables");
   if (components < 1 || components > MAX_COMPONENTS)
     throw std::invalid_argument("components must be in [1, " + std::to_string(MAX_COMPONENTS) + "]");
@@ -278,7 +319,8 @@ void sample(std::vector<IntTable> tables, InArray masks, InArray prefix, InArray
   a.mode = mode;
   a.out_values = out_values.data();
   a.out_jacobian = out_jacobian ? out_jacobian->data() : nullptr;
-  a.reorder = reorder;
+  if (order < ORDER_AUTO || order > ORDER_SCATTERED) throw std::invalid_argument("order must be 0, 1 or 2");
+  a.order = order;
   if (out_values.size() != (size_t)a.n * components)
     throw std::invalid_argument("out_values must hold N * C entries");
   if (a.out_jacobian && out_jacobian->size() != (size_t)a.n * components * 3)
@@ -310,7 +352,10 @@ NB_MODULE(_core, m) {
   m.def("sample", &sample, nb::arg("tables"), nb::arg("masks"), nb::arg("prefix"), nb::arg("leaf_offset"),
         nb::arg("values"), nb::arg("tile_values"), nb::arg("background"), nb::arg("components"),
         nb::arg("index_layout"), nb::arg("points"), nb::arg("xform"), nb::arg("points_world"),
-        nb::arg("jacobian_world"), nb::arg("mode"), nb::arg("out_values"), nb::arg("out_jacobian").none(), nb::arg("reorder") = false);
+        nb::arg("jacobian_world"), nb::arg("mode"), nb::arg("out_values"), nb::arg("out_jacobian").none(), nb::arg("order") = (int)ORDER_AUTO);
+  m.attr("ORDER_AUTO") = (int)ORDER_AUTO;
+  m.attr("ORDER_COHERENT") = (int)ORDER_COHERENT;
+  m.attr("ORDER_SCATTERED") = (int)ORDER_SCATTERED;
   m.attr("MODE_CLOSEST") = (int)MODE_CLOSEST;
   m.attr("MODE_LINEAR") = (int)MODE_LINEAR;
   m.attr("MAX_COMPONENTS") = MAX_COMPONENTS;

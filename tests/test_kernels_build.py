@@ -50,3 +50,14 @@ def test_hash_tables_find_every_key(rng):
     np.testing.assert_array_equal(_core.table_lookup(table, shifted), expect)
     assert _core.build_table(np.concatenate([keys, keys[3:4]]), np.arange(len(keys) + 1, dtype=np.int32))[1] \
         == len(keys)
+
+
+def test_cuda_source_compiles_with_nvrtc():
+    """The run-time path: the same NVRTC that CuPy uses compiles sample.cu with the backend's options."""
+    nvrtc = pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
+    prog = nvrtc.createProgram((KERNELS / "sample.cu").read_text(), "sample.cu", [], [])
+    try:
+        nvrtc.compileProgram(prog, [*cuda_backend.nvrtc_options(), "--gpu-architecture=compute_90"])
+    except Exception as err:  # the log says why
+        pytest.fail(f"NVRTC failed: {err}\n{nvrtc.getProgramLog(prog)}")
+    assert ".entry vdbflow_sample_f32_c3" in nvrtc.getPTX(prog).decode()

@@ -147,17 +147,24 @@ def test_world_space_points_and_jacobian(rng, layout):
     np.testing.assert_allclose(got_ji, want_j, rtol=1e-9, atol=1e-9)
 
 
-def test_reordering_keeps_input_order(rng):
-    """Large incoherent point sets may be visited in another order; results stay in input order."""
-    ijk, values = random_sparse_voxels(rng, n_leaves=30, components=3, dtype=np.float32)
-    vol = vdbflow.Volume.from_voxels(ijk, values, 0.0)
-    pts = probe_points(rng, ijk, 60_000).astype(np.float32)
-    v_all, j_all = vdbflow.sample_grad_arrays(vol, pts)
-    v_one = np.concatenate([vdbflow.sample_grad_arrays(vol, pts[s:s + 1000])[0] for s in range(0, len(pts), 1000)])
-    np.testing.assert_array_equal(v_all, v_one)
+@pytest.mark.parametrize("components", [1, 3, 9])
+def test_point_order_loops_agree_bit_for_bit(rng, components):
+    """The CPU's coherent loop and its prefetching loop for scattered points give identical results,
+    in input order, whichever 'auto' picks."""
+    ijk, values = random_sparse_voxels(rng, n_leaves=30, components=components, dtype=np.float32)
+    vol = build("index" if components == 9 else "per-leaf", ijk, values, np.float32(0.0))
+    scattered = probe_points(rng, ijk, 8_000).astype(np.float32)
+    coherent = scattered[np.argsort(scattered[:, 0], kind="stable")]
+    for pts in (scattered, coherent):
+        results = {order: vdbflow.sample_grad_arrays(vol, pts, point_order=order)
+                   for order in ("auto", "coherent", "scattered")}
+        for order in ("auto", "scattered"):
+            np.testing.assert_array_equal(results[order][0], results["coherent"][0])
+            np.testing.assert_array_equal(results[order][1], results["coherent"][1])
     ref = ReferenceVolume(ijk, values, 0.0)
-    sel = rng.integers(0, len(pts), 300)
-    want_v, want_j = ref.sample(pts[sel].astype(np.float64))
+    sel = rng.integers(0, len(scattered), 300)
+    want_v, want_j = ref.sample(scattered[sel].astype(np.float64))
+    got_v, got_j = vdbflow.sample_grad_arrays(vol, scattered, point_order="scattered")
     tol = 32 * np.finfo(np.float32).eps * np.abs(values).max()
-    np.testing.assert_allclose(v_all[sel], want_v, atol=tol, rtol=0)
-    np.testing.assert_allclose(j_all[sel], want_j, atol=2 * tol, rtol=0)
+    np.testing.assert_allclose(got_v[sel].reshape(want_v.shape), want_v, atol=tol, rtol=0)
+    np.testing.assert_allclose(got_j[sel].reshape(want_j.shape), want_j, atol=2 * tol, rtol=0)

@@ -13,6 +13,7 @@ from .errors import PointsError, SamplingError, ShapeError
 from .volume import Volume
 
 MODES = {"closest": 0, "linear": 1}  # SampleMode in kernels/vdbflow/sample.h
+POINT_ORDERS = ("auto", "coherent", "scattered")
 SPACES = ("index", "world")
 AXIS_LABELS = {"index": ("i", "j", "k"), "world": ("x", "y", "z")}
 
@@ -102,6 +103,7 @@ def sample_grad_arrays(
     jacobian_space: str | None = None,
     device: str = "cpu",
     jacobian: bool = True,
+    point_order: str = "auto",
 ) -> tuple[Any, Any]:
     """Values and Jacobians at points, as raw arrays.
 
@@ -114,6 +116,8 @@ def sample_grad_arrays(
     jacobian_space : ``"index"`` (columns i, j, k) or ``"world"`` (``J_index . M^-1``); default ``space``.
     device : ``"cpu"``, ``"cuda"`` (CuPy in and out) or ``"auto"`` (follows the points' array type).
     jacobian : compute the Jacobian (False returns ``(values, None)``).
+    point_order : ``"auto"`` (measured), ``"coherent"`` or ``"scattered"``: a hint for the CPU loop
+        (scattered points are prefetched ahead); results do not depend on it.
 
     Returns
     -------
@@ -123,6 +127,7 @@ def sample_grad_arrays(
     """
     _check_choice(mode, MODES, "mode")
     _check_choice(space, SPACES, "space")
+    _check_choice(point_order, POINT_ORDERS, "point_order")
     jacobian_space = space if jacobian_space is None else _check_choice(jacobian_space, SPACES, "jacobian_space")
     device = resolve_device(device, uvw)
     vt = vol.value_type
@@ -152,7 +157,7 @@ def sample_grad_arrays(
     if jacobian and not vt.is_float:
         jac[...] = 0
     _backend(device).sample(vol, points, MODES[mode], vol.transform.kernel_parameters(), space == "world",
-                            jacobian_space == "world", values, kernel_jac)
+                            jacobian_space == "world", values, kernel_jac, point_order)
     return values, jac
 
 

@@ -76,8 +76,9 @@ def _device_arrays(vol: Volume) -> tuple:
 
 
 def sample(vol: Volume, points: Any, mode: int, xform: np.ndarray, points_world: bool,
-           jacobian_world: bool, out_values: Any, out_jacobian: Any | None) -> None:
-    """Fills CuPy ``out_values`` (N, C) and optional ``out_jacobian`` (N, C, 3) for CuPy points."""
+           jacobian_world: bool, out_values: Any, out_jacobian: Any | None, point_order: str = "auto") -> None:
+    """Fills CuPy ``out_values`` (N, C) and optional ``out_jacobian`` (N, C, 3) for CuPy points.
+    (``point_order`` is a CPU hint; the GPU hides latency with its many threads.)"""
     cupy = cupy_module()
     n = points.shape[0]
     if n == 0:
