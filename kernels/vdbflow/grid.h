@@ -91,11 +91,27 @@ struct GridView {
   int index_layout;               // 0: per-leaf values, 1: per-active-voxel values
 };
 
-// A one-leaf cache per thread: the last level-0 key looked up and its slot.
+// A small per-thread cache of level-0 lookups, direct-mapped by the low bit of each leaf coordinate,
+// so the up to 8 leaves around one cell never evict each other.  One entry on the GPU (registers
+// are scarce there), eight on the CPU.
+#if defined(VDB_DEVICE_COMPILE)
+constexpr int LEAF_CACHE_WAYS = 1;
+#else
+constexpr int LEAF_CACHE_WAYS = 8;
+#endif
+
 struct LeafCache {
-  int x, y, z, slot;
-  bool valid;
-  VDB_HD LeafCache() : x(0), y(0), z(0), slot(SLOT_NOT_FOUND), valid(false) {}
+  int x[LEAF_CACHE_WAYS], y[LEAF_CACHE_WAYS], z[LEAF_CACHE_WAYS], slot[LEAF_CACHE_WAYS];
+  VDB_HD LeafCache() {
+    for (int w = 0; w < LEAF_CACHE_WAYS; ++w) {
+      // an impossible key (leaf coordinates are within [-2^28, 2^28))
+      x[w] = y[w] = z[w] = 2147483647;
+      slot[w] = SLOT_NOT_FOUND;
+    }
+  }
+  VDB_HD static int way(int lx, int ly, int lz) {
+    return LEAF_CACHE_WAYS == 1 ? 0 : ((lx & 1) | ((ly & 1) << 1) | ((lz & 1) << 2)) & (LEAF_CACHE_WAYS - 1);
+  }
 };
 
 constexpr i64 INDEX_MIN = -2147483647LL - 1;
@@ -112,14 +128,14 @@ VDB_HD int voxel_offset(int x, int y, int z) { return ((x & 7) << 6) | ((y & 7) 
 template <class T>
 VDB_HD int leaf_slot(const GridView<T>& g, int x, int y, int z, LeafCache& cache) {
   const int lx = x >> 3, ly = y >> 3, lz = z >> 3;
-  if (!(cache.valid && cache.x == lx && cache.y == ly && cache.z == lz)) {
-    cache.x = lx;
-    cache.y = ly;
-    cache.z = lz;
-    cache.slot = table_find(g.tables[0], lx, ly, lz);
-    cache.valid = true;
+  const int w = LeafCache::way(lx, ly, lz);
+  if (!(cache.x[w] == lx && cache.y[w] == ly && cache.z[w] == lz)) {
+    cache.x[w] = lx;
+    cache.y[w] = ly;
+    cache.z[w] = lz;
+    cache.slot[w] = table_find(g.tables[0], lx, ly, lz);
   }
-  return cache.slot;
+  return cache.slot[w];
 }
 
 // Values of voxel `offset` inside leaf `slot` (background for inactive voxels of the index layout).
