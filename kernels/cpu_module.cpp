@@ -120,43 +120,24 @@ inline void stream_store(E* dst, const E* src, int n) {
   for (int e = 0; e < n; ++e) dst[e] = src[e];
 }
 
-// Memory hint for incoherent points: find the cell of a point a few iterations ahead and ask for
-// its value lines, so that the loads of many points overlap instead of waiting one by one.
-constexpr i64 PREFETCH_DISTANCE = 32;
+// Memory hint for scattered points: ask for the lines holding a located cell's corner values
+// (pairs along z are adjacent in memory; a pair may straddle a line).
+constexpr i64 BATCH = 16;
+
+template <class T>
+inline void prefetch_corners(const Cell<T>& cell, int C) {
+  if (cell.kind == CELL_NAN) return;
+  const int corners = cell.kind == CELL_LINEAR ? 8 : 1;
+  for (int o = 0; o < corners; o += 2) {
+    __builtin_prefetch(cell.corner[o]);
+    __builtin_prefetch(cell.corner[o] + 2 * C - 1);
+  }
+}
+
 // Point order: measured (auto), or given by the caller.
 enum PointOrder { ORDER_AUTO = 0, ORDER_COHERENT = 1, ORDER_SCATTERED = 2 };
 constexpr i64 SCATTERED_MIN_POINTS = 16384;  // below this the volume's hot part stays in cache anyway
 constexpr double COHERENT_FRACTION = 0.5;    // neighbour pairs sharing a leaf, above which points are coherent
-
-template <class T>
-void prefetch_cell(const GridView<T>& g, const PointTransform& xf, const double p[3], LeafCache& cache) {
-  double u[3];
-  to_index_space(xf, p, u);
-  if (!finite3(u)) return;
-  const i64 bi = clamp_far(floor(u[0])), bj = clamp_far(floor(u[1])), bk = clamp_far(floor(u[2]));
-  if (!in_index_range(bi, bj, bk)) return;
-  const int x = (int)bi, y = (int)bj, z = (int)bk;
-  const int slot = leaf_slot(g, x, y, z, cache);
-  if (slot < 0) return;
-  const i64 C = g.components;
-  if (g.index_layout) {
-    __builtin_prefetch(g.masks + (i64)slot * 8);
-    __builtin_prefetch(g.values + (g.leaf_offset[slot] + g.prefix[(i64)slot * 8 + (voxel_offset(x, y, z) >> 6)]) * C);
-    return;
-  }
-  const T* base = g.values + ((i64)slot * 512 + voxel_offset(x, y, z)) * C;
-  const i64 sy = 8 * C, sx = 64 * C;
-  __builtin_prefetch(base);
-  __builtin_prefetch(base + 2 * C - 1);
-  __builtin_prefetch(base + sy);
-  __builtin_prefetch(base + sy + 2 * C - 1);
-  if ((x & 7) != 7) {
-    __builtin_prefetch(base + sx);
-    __builtin_prefetch(base + sx + 2 * C - 1);
-    __builtin_prefetch(base + sx + sy);
-    __builtin_prefetch(base + sx + sy + 2 * C - 1);
-  }
-}
 
 struct SampleArgs {
   HashTable tables[LEVEL_COUNT];
@@ -229,7 +210,7 @@ void run(const SampleArgs& a) {
   };
 #pragma omp parallel
   {
-    LeafCache cache, ahead;
+    LeafCache cache;
     double p[3];
     if (!scattered) {
 #pragma omp for schedule(static, 2048)
@@ -239,22 +220,28 @@ void run(const SampleArgs& a) {
                             want_jacobian ? out_j + i * 3 * C : nullptr, cache);
       }
     } else {
-      // Scattered points: prefetch the cells of points ahead so that their loads overlap, and
-      // write results with non-temporal stores so that the output stream does not evict the
+      // Scattered points, a batch at a time: locate every point's stencil first and ask for its
+      // value lines, then evaluate them, so that the cache misses of a whole batch overlap.
+      // Results leave through non-temporal stores: the output stream then does not evict the
       // volume's values from the last-level cache.
       T v[NC > 0 ? NC : MAX_COMPONENTS];
       R j[3 * (NC > 0 ? NC : MAX_COMPONENTS)];
-#pragma omp for schedule(static, 2048)
-      for (i64 i = 0; i < n; ++i) {
-        if (i + PREFETCH_DISTANCE < n) {
-          double q[3];
-          load(i + PREFETCH_DISTANCE, q);
-          prefetch_cell(g, a.xf, q, ahead);
+      Cell<T> cells[BATCH];
+      const i64 batches = (n + BATCH - 1) / BATCH;
+#pragma omp for schedule(static, 64)
+      for (i64 b = 0; b < batches; ++b) {
+        const i64 first = b * BATCH, count = (n - first) < BATCH ? (n - first) : BATCH;
+        for (i64 k = 0; k < count; ++k) {
+          load(first + k, p);
+          locate_cell<T, NC>(g, a.xf, p, a.mode, cells[k], cache);
+          prefetch_corners(cells[k], C);
         }
-        load(i, p);
-        sample_point<T, NC>(g, a.xf, p, a.mode, want_jacobian, v, want_jacobian ? j : nullptr, cache);
-        stream_store(out_v + i * C, v, C);
-        if (want_jacobian) stream_store(out_j + i * 3 * C, j, 3 * C);
+        for (i64 k = 0; k < count; ++k) {
+          const i64 i = first + k;
+          evaluate_cell<T, NC>(g, a.xf, cells[k], want_jacobian, v, want_jacobian ? j : nullptr);
+          stream_store(out_v + i * C, v, C);
+          if (want_jacobian) stream_store(out_j + i * 3 * C, j, 3 * C);
+        }
       }
 #ifdef VDBFLOW_HAVE_STREAM_STORE
       _mm_sfence();

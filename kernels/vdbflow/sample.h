@@ -59,45 +59,45 @@ VDB_HD i64 clamp_far(double b) {
   return b > FAR_COORDINATE ? (i64)FAR_COORDINATE : (b < -FAR_COORDINATE ? -(i64)FAR_COORDINATE : (i64)b);
 }
 
-// Writes C values (type T) and, for want_jacobian, C x 3 Jacobian entries (type R) of one point.
-// NC is the compile-time component count, or 0 to use g.components at run time.
+// Where a point's stencil lives: the corner value pointers and the fractional position.
+// kind: CELL_NAN (non-finite point), CELL_CLOSEST (corner[0] is the voxel), CELL_LINEAR (8 corners).
+enum CellKind { CELL_NAN = 0, CELL_CLOSEST = 1, CELL_LINEAR = 2 };
+
+template <class T>
+struct Cell {
+  const T* corner[8];  // corner o = (ox, oy, oz) in Warp's order: o = ox << 2 | oy << 1 | oz
+  typename RealOf<T>::type f[3];
+  int kind;
+};
+
+// Phase 1 of sampling: map the point to index space and find its stencil's values.
 template <class T, int NC>
-VDB_HD void sample_point(const GridView<T>& g, const PointTransform& xf, const double p[3], int mode,
-                         bool want_jacobian, T* value, typename RealOf<T>::type* jacobian,
-                         LeafCache& cache) {
+VDB_HD void locate_cell(const GridView<T>& g, const PointTransform& xf, const double p[3], int mode,
+                        Cell<T>& cell, LeafCache& cache) {
   typedef typename RealOf<T>::type R;
   const int C = NC > 0 ? NC : g.components;
   double u[3];
   to_index_space(xf, p, u);
-
   if (!finite3(u)) {  // NaN results for float data; integer data never gets here (checked upstream)
-    const R not_a_number = (R)nan("");
-    for (int c = 0; c < C; ++c) value[c] = (T)not_a_number;
-    if (want_jacobian)
-      for (int e = 0; e < 3 * C; ++e) jacobian[e] = not_a_number;
+    cell.kind = CELL_NAN;
     return;
   }
-
   if (mode == MODE_CLOSEST) {
-    const T* v = read_voxel(g, clamp_far(round(u[0])), clamp_far(round(u[1])), clamp_far(round(u[2])), cache);
-    for (int c = 0; c < C; ++c) value[c] = v[c];
-    if (want_jacobian)
-      for (int e = 0; e < 3 * C; ++e) jacobian[e] = (R)0;
+    cell.kind = CELL_CLOSEST;
+    cell.corner[0] = read_voxel(g, clamp_far(round(u[0])), clamp_far(round(u[1])), clamp_far(round(u[2])), cache);
     return;
   }
-
+  cell.kind = CELL_LINEAR;
   const double b0 = floor(u[0]), b1 = floor(u[1]), b2 = floor(u[2]);
-  const R fx = (R)(u[0] - b0), fy = (R)(u[1] - b1), fz = (R)(u[2] - b2);
+  cell.f[0] = (R)(u[0] - b0);
+  cell.f[1] = (R)(u[1] - b1);
+  cell.f[2] = (R)(u[2] - b2);
   const i64 bi = clamp_far(b0), bj = clamp_far(b1), bk = clamp_far(b2);
-
-  // Corner o = (ox, oy, oz), in Warp's order: idx = ox << 2 | oy << 1 | oz.
-  const T* corner[8];
-  bool same_leaf = false;
+  const T** corner = cell.corner;
   if ((bi & 7) != 7 && (bj & 7) != 7 && (bk & 7) != 7 && in_index_range(bi, bj, bk)) {
     const int x = (int)bi, y = (int)bj, z = (int)bk;
     const int slot = leaf_slot(g, x, y, z, cache);
-    if (slot >= 0) {
-      same_leaf = true;
+    if (slot >= 0) {  // the whole stencil is inside one leaf
       const int base = voxel_offset(x, y, z);
       if (!g.index_layout) {
         const T* p0 = g.values + ((i64)slot * 512 + base) * C;
@@ -110,11 +110,34 @@ VDB_HD void sample_point(const GridView<T>& g, const PointTransform& xf, const d
         for (int o = 0; o < 8; ++o)
           corner[o] = leaf_value(g, slot, base + ((o >> 2) << 6) + (((o >> 1) & 1) << 3) + (o & 1));
       }
+      return;
     }
   }
-  if (!same_leaf)
-    for (int o = 0; o < 8; ++o)
-      corner[o] = read_voxel(g, bi + (o >> 2), bj + ((o >> 1) & 1), bk + (o & 1), cache);
+  for (int o = 0; o < 8; ++o)
+    corner[o] = read_voxel(g, bi + (o >> 2), bj + ((o >> 1) & 1), bk + (o & 1), cache);
+}
+
+// Phase 2 of sampling: C values (type T) and, for want_jacobian, C x 3 Jacobian entries (type R).
+template <class T, int NC>
+VDB_HD void evaluate_cell(const GridView<T>& g, const PointTransform& xf, const Cell<T>& cell,
+                          bool want_jacobian, T* value, typename RealOf<T>::type* jacobian) {
+  typedef typename RealOf<T>::type R;
+  const int C = NC > 0 ? NC : g.components;
+  if (cell.kind != CELL_LINEAR) {
+    if (cell.kind == CELL_NAN) {
+      const R not_a_number = (R)nan("");
+      for (int c = 0; c < C; ++c) value[c] = (T)not_a_number;
+      if (want_jacobian)
+        for (int e = 0; e < 3 * C; ++e) jacobian[e] = not_a_number;
+    } else {
+      for (int c = 0; c < C; ++c) value[c] = cell.corner[0][c];
+      if (want_jacobian)
+        for (int e = 0; e < 3 * C; ++e) jacobian[e] = (R)0;
+    }
+    return;
+  }
+  const T* const* corner = cell.corner;
+  const R fx = cell.f[0], fy = cell.f[1], fz = cell.f[2];
 
   // Trilinear value and gradient by successive linear interpolation along z, y, x.  This is the
   // same polynomial as sum_o W_o v_o and sum_o v_o (x) dW_o (DESIGN.md), evaluated in fewer flops.
@@ -150,6 +173,16 @@ VDB_HD void sample_point(const GridView<T>& g, const PointTransform& xf, const d
   for (int c = 0; c < C; ++c)
     for (int a = 0; a < 3; ++a)
       jacobian[3 * c + a] = (R)(jac[c][0] * xf.inv[a] + jac[c][1] * xf.inv[3 + a] + jac[c][2] * xf.inv[6 + a]);
+}
+
+// Values and Jacobian of one point (locate, then evaluate).
+template <class T, int NC>
+VDB_HD void sample_point(const GridView<T>& g, const PointTransform& xf, const double p[3], int mode,
+                         bool want_jacobian, T* value, typename RealOf<T>::type* jacobian,
+                         LeafCache& cache) {
+  Cell<T> cell;
+  locate_cell<T, NC>(g, xf, p, mode, cell, cache);
+  evaluate_cell<T, NC>(g, xf, cell, want_jacobian, value, jacobian);
 }
 
 }  // namespace vdbflow

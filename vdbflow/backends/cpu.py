@@ -7,7 +7,6 @@ import numpy as np
 from .. import _core
 from ..volume import Volume
 
-
 ORDERS = {"auto": _core.ORDER_AUTO, "coherent": _core.ORDER_COHERENT, "scattered": _core.ORDER_SCATTERED}
 
 
