@@ -12,10 +12,14 @@
 #include <optional>
 #include <stdexcept>
 #include <algorithm>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "vdbflow/adjoint.h"
 #include "vdbflow/sample.h"
 
 namespace nb = nanobind;
@@ -157,7 +161,60 @@ struct SampleArgs {
   void* out_values;
   void* out_jacobian;  // nullptr: values only
   int order;           // ORDER_AUTO, ORDER_COHERENT or ORDER_SCATTERED: how the points lie in space
+  // reverse mode (sample_vjp)
+  bool adjoint = false;
+  const void* adj_values = nullptr;    // (N, C) R
+  const void* adj_jacobian = nullptr;  // (N, C, 3) R or null
+  double* accumulator = nullptr;       // (value_rows + tile_rows + 1, C)
+  void* adj_points = nullptr;          // (N, 3) R
+  AdjointRows rows{0, 0};
 };
+
+// Points per chunk of the reverse mode: shares are computed in parallel, then added in order.
+constexpr i64 ADJOINT_CHUNK = 1 << 14;
+
+// Reverse mode on the CPU, deterministic: the corner shares of a chunk of points are computed in
+// parallel into a buffer, then added to the accumulator in point order, corner order - the same
+// sums in the same order whatever the thread count.
+template <class T, int NC, class P>
+void run_adjoint(const GridView<T>& g, const SampleArgs& a) {
+  typedef typename RealOf<T>::type R;
+  const int C = a.components;
+  const P* pts = (const P*)a.points;
+  const R* adj_v = (const R*)a.adj_values;
+  const R* adj_j = (const R*)a.adj_jacobian;
+  R* adj_p = (R*)a.adj_points;
+  const i64 n = a.n;
+  const i64 chunk = n < ADJOINT_CHUNK ? n : ADJOINT_CHUNK;
+  std::vector<i64> row((size_t)chunk * 8);
+  std::vector<double> share((size_t)chunk * 8 * C);
+  for (i64 first = 0; first < n; first += chunk) {
+    const i64 count = (n - first) < chunk ? (n - first) : chunk;
+#pragma omp parallel
+    {
+      LeafCache cache;
+#pragma omp for schedule(static, 256)
+      for (i64 k = 0; k < count; ++k) {
+        const i64 i = first + k;
+        const double p[3] = {(double)pts[3 * i], (double)pts[3 * i + 1], (double)pts[3 * i + 2]};
+        for (int o = 0; o < 8; ++o) row[(size_t)(k * 8 + o)] = -1;
+        auto sink = [&](int o, i64 r, int c, R x) {
+          row[(size_t)(k * 8 + o)] = r;
+          share[(size_t)((k * 8 + o) * C + c)] = (double)x;
+        };
+        adjoint_point<T, NC>(g, a.rows, a.xf, p, a.mode, adj_v + i * C, adj_j ? adj_j + i * 3 * C : nullptr, sink,
+                             adj_p + 3 * i, cache);
+      }
+    }
+    for (i64 e = 0; e < count * 8; ++e) {
+      const i64 r = row[(size_t)e];
+      if (r < 0) continue;
+      double* dst = a.accumulator + r * C;
+      const double* src = share.data() + e * C;
+      for (int c = 0; c < C; ++c) dst[c] += src[c];
+    }
+  }
+}
 
 // Fraction of sampled neighbour pairs (i, i + 1) whose base cells share a leaf: high for points
 // sorted in space or walking along lines and planes, near zero for scattered points.
@@ -194,6 +251,10 @@ void run(const SampleArgs& a) {
   g.background = (const T*)a.background;
   g.components = a.components;
   g.index_layout = a.index_layout;
+  if (a.adjoint) {
+    run_adjoint<T, NC, P>(g, a);
+    return;
+  }
   const int C = a.components;
   const P* pts = (const P*)a.points;
   T* out_v = (T*)a.out_values;
@@ -273,19 +334,19 @@ bool is(const Array& arr) {
   return arr.dtype() == nb::dtype<T>();
 }
 
-void sample(std::vector<IntTable> tables, InArray masks, InArray prefix, InArray leaf_offset,
-            InArray values, InArray tile_values, InArray background, int components, bool index_layout,
-            InArray points, nb::ndarray<const double, nb::shape<12>, nb::c_contig, nb::device::cpu> xform,
-            bool points_world, bool jacobian_world, int mode, AnyArray out_values,
-            std::optional<AnyArray> out_jacobian, int order) {
+SampleArgs common_args(const std::vector<IntTable>& tables, const InArray& masks, const InArray& prefix,
+                       const InArray& leaf_offset, const InArray& values, const InArray& tile_values,
+                       const InArray& background, int components, bool index_layout, const InArray& points,
+                       const nb::ndarray<const double, nb::shape<12>, nb::c_contig, nb::device::cpu>& xform,
+                       bool points_world, bool jacobian_world, int mode) {
   if (tables.size() != LEVEL_COUNT) throw std::invalid_argument("expected 3 hash tables");
   if (components < 1 || components > MAX_COMPONENTS)
     throw std::invalid_argument("components must be in [1, " + std::to_string(MAX_COMPONENTS) + "]");
   if (!(is<float>(points) || is<double>(points)) || points.ndim() != 2 || points.shape(1) != 3)
     throw std::invalid_argument("points must be (N, 3) float32 or float64");
-  if (values.dtype() != out_values.dtype() || values.dtype() != tile_values.dtype() ||
-      values.dtype() != background.dtype())
-    throw std::invalid_argument("values, tile values, background and output must share one dtype");
+  if (values.dtype() != tile_values.dtype() || values.dtype() != background.dtype())
+    throw std::invalid_argument("values, tile values and background must share one dtype");
+  if (mode != MODE_CLOSEST && mode != MODE_LINEAR) throw std::invalid_argument("mode must be 0 or 1");
   SampleArgs a;
   for (int l = 0; l < LEVEL_COUNT; ++l) a.tables[l] = as_table(tables[l]);
   a.masks = (const u64*)masks.data();
@@ -304,6 +365,20 @@ void sample(std::vector<IntTable> tables, InArray masks, InArray prefix, InArray
   a.xf.points_world = points_world;
   a.xf.jacobian_world = jacobian_world;
   a.mode = mode;
+  a.out_values = nullptr;
+  a.out_jacobian = nullptr;
+  a.order = ORDER_COHERENT;
+  return a;
+}
+
+void sample(std::vector<IntTable> tables, InArray masks, InArray prefix, InArray leaf_offset,
+            InArray values, InArray tile_values, InArray background, int components, bool index_layout,
+            InArray points, nb::ndarray<const double, nb::shape<12>, nb::c_contig, nb::device::cpu> xform,
+            bool points_world, bool jacobian_world, int mode, AnyArray out_values,
+            std::optional<AnyArray> out_jacobian, int order) {
+  SampleArgs a = common_args(tables, masks, prefix, leaf_offset, values, tile_values, background, components,
+                             index_layout, points, xform, points_world, jacobian_world, mode);
+  if (values.dtype() != out_values.dtype()) throw std::invalid_argument("values and output must share one dtype");
   a.out_values = out_values.data();
   a.out_jacobian = out_jacobian ? out_jacobian->data() : nullptr;
   if (order < ORDER_AUTO || order > ORDER_SCATTERED) throw std::invalid_argument("order must be 0, 1 or 2");
@@ -330,6 +405,57 @@ void sample(std::vector<IntTable> tables, InArray masks, InArray prefix, InArray
   }
 }
 
+// Reverse mode: accumulator (value_rows + tiles + 1, C) float64 receives the corner shares
+// (voxel rows, then tile rows, then the background); adj_points (N, 3) the point adjoints.
+void sample_vjp(std::vector<IntTable> tables, InArray masks, InArray prefix, InArray leaf_offset,
+                InArray values, InArray tile_values, InArray background, int components, bool index_layout,
+                InArray points, nb::ndarray<const double, nb::shape<12>, nb::c_contig, nb::device::cpu> xform,
+                bool points_world, bool jacobian_world, int mode, InArray adj_values,
+                std::optional<InArray> adj_jacobian,
+                nb::ndarray<double, nb::ndim<2>, nb::c_contig, nb::device::cpu> accumulator, AnyArray adj_points) {
+  SampleArgs a = common_args(tables, masks, prefix, leaf_offset, values, tile_values, background, components,
+                             index_layout, points, xform, points_world, jacobian_world, mode);
+  const bool single = is<float>(values);
+  if (!single && !is<double>(values)) throw std::invalid_argument("reverse mode needs float32 or float64 data");
+  auto real_ok = [&](const auto& arr) { return single ? is<float>(arr) : is<double>(arr); };
+  if (!real_ok(adj_values) || adj_values.size() != (size_t)a.n * components)
+    throw std::invalid_argument("adj_values must be (N, C) of the data's float type");
+  if (adj_jacobian && (!real_ok(*adj_jacobian) || adj_jacobian->size() != (size_t)a.n * components * 3))
+    throw std::invalid_argument("adj_jacobian must be (N, C, 3) of the data's float type");
+  if (!real_ok(adj_points) || adj_points.size() != (size_t)a.n * 3)
+    throw std::invalid_argument("adj_points must be (N, 3) of the data's float type");
+  const i64 tile_rows = (i64)(tile_values.size() / components);
+  const i64 value_rows = (i64)(values.size() / components);
+  if (accumulator.shape(0) != (size_t)(value_rows + tile_rows + 1) || accumulator.shape(1) != (size_t)components)
+    throw std::invalid_argument("accumulator must be (value rows + tile rows + 1, C)");
+  a.adjoint = true;
+  a.adj_values = adj_values.data();
+  a.adj_jacobian = adj_jacobian ? adj_jacobian->data() : nullptr;
+  a.accumulator = accumulator.data();
+  a.adj_points = adj_points.data();
+  a.rows = AdjointRows{value_rows, tile_rows};
+  nb::gil_scoped_release release;
+  if (single)
+    dispatch_points<float>(a);
+  else
+    dispatch_points<double>(a);
+}
+
+void set_num_threads(int threads) {
+#ifdef _OPENMP
+  if (threads < 1) throw std::invalid_argument("threads must be >= 1");
+  omp_set_num_threads(threads);
+#endif
+}
+
+int get_max_threads() {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
 }  // namespace
 
 NB_MODULE(_core, m) {
@@ -340,6 +466,13 @@ NB_MODULE(_core, m) {
         nb::arg("values"), nb::arg("tile_values"), nb::arg("background"), nb::arg("components"),
         nb::arg("index_layout"), nb::arg("points"), nb::arg("xform"), nb::arg("points_world"),
         nb::arg("jacobian_world"), nb::arg("mode"), nb::arg("out_values"), nb::arg("out_jacobian").none(), nb::arg("order") = (int)ORDER_AUTO);
+  m.def("sample_vjp", &sample_vjp, nb::arg("tables"), nb::arg("masks"), nb::arg("prefix"), nb::arg("leaf_offset"),
+        nb::arg("values"), nb::arg("tile_values"), nb::arg("background"), nb::arg("components"),
+        nb::arg("index_layout"), nb::arg("points"), nb::arg("xform"), nb::arg("points_world"),
+        nb::arg("jacobian_world"), nb::arg("mode"), nb::arg("adj_values"), nb::arg("adj_jacobian").none(),
+        nb::arg("accumulator"), nb::arg("adj_points"));
+  m.def("set_num_threads", &set_num_threads, nb::arg("threads"), "Threads of the CPU kernels (OpenMP).");
+  m.def("get_max_threads", &get_max_threads, "Threads the CPU kernels use.");
   m.attr("ORDER_AUTO") = (int)ORDER_AUTO;
   m.attr("ORDER_COHERENT") = (int)ORDER_COHERENT;
   m.attr("ORDER_SCATTERED") = (int)ORDER_SCATTERED;

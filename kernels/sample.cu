@@ -5,6 +5,7 @@
 // One entry point per (value type, component count); component count 0 means "C at run time".
 // Points are float64 (N, 3); outputs are values (N, C) of the value type and, when out_jacobian is
 // not null, Jacobians (N, C, 3) of the accumulation type (float, or double for double data).
+#include "vdbflow/adjoint.h"
 #include "vdbflow/sample.h"
 
 namespace vdbflow {
@@ -44,7 +45,79 @@ __device__ void sample_entry(const int* table0, unsigned mask0, const int* table
   }
 }
 
+// Reverse mode: corner shares are added to a float64 accumulator with atomicAdd, so on the GPU the
+// order of the additions (and so the last bits of the sums) may change from run to run.
+struct AtomicSink {
+  double* accumulator;
+  int components;
+  __device__ void operator()(int, i64 row, int c, double x) const {
+    atomicAdd(accumulator + row * components + c, x);
+  }
+};
+
+template <class T, int NC>
+__device__ void vjp_entry(const int* table0, unsigned mask0, const int* table1, unsigned mask1,
+                          const int* table2, unsigned mask2, const u64* masks, const u16* prefix,
+                          const i64* leaf_offset, const T* values, const T* tile_values,
+                          const T* background, int components, int index_layout, i64 value_rows,
+                          i64 tile_rows, const double* points, i64 n, const double* xform,
+                          int points_world, int jacobian_world, int mode,
+                          const typename RealOf<T>::type* adj_values,
+                          const typename RealOf<T>::type* adj_jacobian, double* accumulator,
+                          typename RealOf<T>::type* adj_points) {
+  GridView<T> g;
+  g.tables[0] = HashTable{table0, mask0};
+  g.tables[1] = HashTable{table1, mask1};
+  g.tables[2] = HashTable{table2, mask2};
+  g.masks = masks;
+  g.prefix = prefix;
+  g.leaf_offset = leaf_offset;
+  g.values = values;
+  g.tile_values = tile_values;
+  g.background = background;
+  g.components = components;
+  g.index_layout = index_layout;
+  PointTransform xf;
+  for (int e = 0; e < 9; ++e) xf.inv[e] = xform[e];
+  for (int e = 0; e < 3; ++e) xf.translation[e] = xform[9 + e];
+  xf.points_world = points_world;
+  xf.jacobian_world = jacobian_world;
+  const AdjointRows rows{value_rows, tile_rows};
+  AtomicSink sink{accumulator, components};
+  LeafCache cache;
+  const i64 stride = (i64)blockDim.x * gridDim.x;
+  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const double p[3] = {points[3 * i], points[3 * i + 1], points[3 * i + 2]};
+    adjoint_point<T, NC>(g, rows, xf, p, mode, adj_values + i * components,
+                         adj_jacobian ? adj_jacobian + i * 3 * components : nullptr, sink,
+                         adj_points + 3 * i, cache);
+  }
+}
+
 }  // namespace vdbflow
+
+#define VDBFLOW_VJP_ENTRY(NAME, T, NC)                                                                  \
+  extern "C" __global__ void NAME(                                                                      \
+      const int* table0, unsigned mask0, const int* table1, unsigned mask1, const int* table2,          \
+      unsigned mask2, const vdbflow::u64* masks, const vdbflow::u16* prefix,                             \
+      const vdbflow::i64* leaf_offset, const T* values, const T* tile_values, const T* background,       \
+      int components, int index_layout, vdbflow::i64 value_rows, vdbflow::i64 tile_rows,                 \
+      const double* points, vdbflow::i64 n, const double* xform, int points_world, int jacobian_world,   \
+      int mode, const T* adj_values, const T* adj_jacobian, double* accumulator, T* adj_points) {        \
+    vdbflow::vjp_entry<T, NC>(table0, mask0, table1, mask1, table2, mask2, masks, prefix, leaf_offset,    \
+                              values, tile_values, background, components, index_layout, value_rows,     \
+                              tile_rows, points, n, xform, points_world, jacobian_world, mode,           \
+                              adj_values, adj_jacobian, accumulator, adj_points);                        \
+  }
+
+VDBFLOW_VJP_ENTRY(vdbflow_vjp_f32_c1, float, 1)
+VDBFLOW_VJP_ENTRY(vdbflow_vjp_f32_c3, float, 3)
+VDBFLOW_VJP_ENTRY(vdbflow_vjp_f32_c4, float, 4)
+VDBFLOW_VJP_ENTRY(vdbflow_vjp_f32_cn, float, 0)
+VDBFLOW_VJP_ENTRY(vdbflow_vjp_f64_c1, double, 1)
+VDBFLOW_VJP_ENTRY(vdbflow_vjp_f64_c3, double, 3)
+VDBFLOW_VJP_ENTRY(vdbflow_vjp_f64_c4, double, 4)
+VDBFLOW_VJP_ENTRY(vdbflow_vjp_f64_cn, double, 0)
 
 #define VDBFLOW_SAMPLE_ENTRY(NAME, T, NC)                                                               \
   extern "C" __global__ void NAME(                                                                      \

@@ -140,3 +140,40 @@ def warp_sample_index(vol, type_name, points, mode, voxel_data, background):
     wp.launch(kernel, dim=n, inputs=[vol.id, pts, m, wp.array(np.asarray(voxel_data), dtype=dtype, device="cpu"),
                                      bg, out, jac], device="cpu")
     return out.numpy(), jac.numpy()
+
+
+@functools.cache
+def _index_tape_kernel(type_name):
+    dtype = WARP_TYPES[type_name]
+    grad_t = _grad_type(type_name)
+
+    @wp.kernel(module="unique")
+    def sample_index(vid: wp.uint64, pts: wp.array(dtype=wp.vec3), data: wp.array(dtype=dtype),
+                     bg: wp.array(dtype=dtype), out: wp.array(dtype=dtype), jac: wp.array(dtype=grad_t)):
+        t = wp.tid()
+        g = grad_t()
+        out[t] = wp.volume_sample_grad_index(vid, pts[t], wp.Volume.LINEAR, data, bg[0], g)
+        jac[t] = g
+
+    return sample_index, grad_t
+
+
+def warp_index_vjp(vol, type_name, points, voxel_data, background, adj_value, adj_jacobian):
+    """Warp's tape: adjoints of sum(adj_value * value + adj_jacobian * jacobian) to voxel data,
+    background and points."""
+    dtype = WARP_TYPES[type_name]
+    kernel, grad_t = _index_tape_kernel(type_name)
+    n = len(points)
+    pts = wp.array(np.asarray(points, np.float32), dtype=wp.vec3, device="cpu", requires_grad=True)
+    data = wp.array(np.asarray(voxel_data), dtype=dtype, device="cpu", requires_grad=True)
+    bg = wp.array(np.asarray([background]), dtype=dtype, device="cpu", requires_grad=True)
+    out = wp.zeros(n, dtype=dtype, device="cpu", requires_grad=True)
+    jac = wp.zeros(n, dtype=grad_t, device="cpu", requires_grad=True)
+    tape = wp.Tape()
+    with tape:
+        wp.launch(kernel, dim=n, inputs=[vol.id, pts, data, bg, out, jac], device="cpu")
+    tape.backward(grads={
+        out: wp.array(np.asarray(adj_value), dtype=dtype, device="cpu"),
+        jac: wp.array(np.asarray(adj_jacobian), dtype=grad_t, device="cpu"),
+    })
+    return data.grad.numpy(), bg.grad.numpy()[0], pts.grad.numpy()

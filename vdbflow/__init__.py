@@ -16,6 +16,7 @@ from .sampling import sample, sample_grad, sample_grad_arrays
 from .transform import Transform
 from .value_types import VALUE_TYPES, ValueType
 from .volume import Topology, Volume
+from .vjp import SampleGradVJP, sample_grad_vjp
 
 try:
     __version__ = version("vdbflow")
@@ -27,6 +28,7 @@ __all__ = [
     "DeviceError",
     "PointsError",
     "SamplingError",
+    "SampleGradVJP",
     "ShapeError",
     "Topology",
     "Transform",
@@ -37,4 +39,5 @@ __all__ = [
     "sample",
     "sample_grad",
     "sample_grad_arrays",
+    "sample_grad_vjp",
 ]

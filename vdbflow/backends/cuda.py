@@ -94,3 +94,29 @@ def sample(vol: Volume, points: Any, mode: int, xform: np.ndarray, points_world:
          cupy.asarray(xform), np.int32(points_world), np.int32(jacobian_world), np.int32(mode), out_values,
          NULL if out_jacobian is None else out_jacobian),
     )
+
+
+def vjp_entry_name(dtype: np.dtype, components: int) -> str:
+    """Name of the reverse-mode entry point in sample.cu (float data only)."""
+    tag = _TYPE_TAGS[np.dtype(dtype)]
+    return f"vdbflow_vjp_{tag}_c{components}" if components in (1, 3, 4) else f"vdbflow_vjp_{tag}_cn"
+
+
+def sample_vjp(vol: Volume, points: Any, mode: int, xform: np.ndarray, points_world: bool, jacobian_world: bool,
+               adj_values: Any, adj_jacobian: Any | None, accumulator: Any, adj_points: Any) -> None:
+    """Reverse mode on the GPU: float64 atomics into ``accumulator`` (rows, C); ``adj_points`` (N, 3)."""
+    cupy = cupy_module()
+    n = points.shape[0]
+    pts = cupy.ascontiguousarray(points, dtype=cupy.float64)
+    tables, tmasks, masks, prefix, leaf_offset, values, tile_values, background = _device_arrays(vol)
+    k = vol.kernel_arrays()
+    kernel = _raw_module(cupy.cuda.runtime.getDevice()).get_function(vjp_entry_name(vol.dtype, vol.components))
+    blocks = min((n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK, 65535 * 8)
+    kernel(
+        (blocks,), (THREADS_PER_BLOCK,),
+        (tables[0], tmasks[0], tables[1], tmasks[1], tables[2], tmasks[2], masks, prefix, leaf_offset, values,
+         tile_values, background, np.int32(vol.components), np.int32(vol.index_layout), np.int64(len(k.values)),
+         np.int64(len(k.tile_values)), pts, np.int64(n), cupy.asarray(xform), np.int32(points_world),
+         np.int32(jacobian_world), np.int32(mode), adj_values, NULL if adj_jacobian is None else adj_jacobian,
+         accumulator, adj_points),
+    )

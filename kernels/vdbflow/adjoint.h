@@ -1,0 +1,98 @@
+// vdbflow/adjoint.h - reverse mode of sample_point: adjoints to voxel data, tiles, background and
+// points, host+device.  Semantics of Warp >= 1.18's adjoint of volume_sample_grad_index:
+//   corner o of the cell receives  W_o a + G . dW_o   (a: value adjoint (C), G: Jacobian adjoint (C x 3))
+//   the point receives             sum_o (v_o . a) dW_o + (v_o^T G) H_o   (H_o: Hessian of W_o)
+//   closest sends a to the rounded voxel only.
+// A corner's share goes to whatever it read: a voxel, a tile, or the background.
+#pragma once
+#include "sample.h"
+
+namespace vdbflow {
+
+// Rows of the adjoint accumulator: voxel-data rows [0, value_rows), tile rows next, background last.
+struct AdjointRows {
+  i64 value_rows;
+  i64 tile_rows;
+};
+
+template <class T>
+VDB_HD i64 corner_row(const GridView<T>& g, const AdjointRows& rows, const T* ptr) {
+  const i64 C = g.components;
+  if (ptr == g.background) return rows.value_rows + rows.tile_rows;
+  if (rows.tile_rows > 0 && ptr >= g.tile_values && ptr < g.tile_values + rows.tile_rows * C)
+    return rows.value_rows + (ptr - g.tile_values) / C;
+  return (ptr - g.values) / C;
+}
+
+// Reverse mode of one point.  adj_value: C entries; adj_jacobian: C x 3 in the forward call's
+// Jacobian space (xf.jacobian_world), or null.  sink(o, row, c, x) receives corner o's share x of
+// component c for accumulator row `row`; adj_point (3) is written in the points' space.
+template <class T, int NC, class Sink>
+VDB_HD void adjoint_point(const GridView<T>& g, const AdjointRows& rows, const PointTransform& xf,
+                          const double p[3], int mode, const typename RealOf<T>::type* adj_value,
+                          const typename RealOf<T>::type* adj_jacobian, Sink& sink,
+                          typename RealOf<T>::type* adj_point, LeafCache& cache) {
+  typedef typename RealOf<T>::type R;
+  const int C = NC > 0 ? NC : g.components;
+  Cell<T> cell;
+  locate_cell<T, NC>(g, xf, p, mode, cell, cache);
+  adj_point[0] = adj_point[1] = adj_point[2] = (R)0;
+  if (cell.kind == CELL_NAN) {
+    adj_point[0] = adj_point[1] = adj_point[2] = (R)nan("");
+    return;
+  }
+  if (cell.kind == CELL_CLOSEST) {
+    const i64 row = corner_row(g, rows, cell.corner[0]);
+    for (int c = 0; c < C; ++c) sink(0, row, c, adj_value[c]);
+    return;
+  }
+  // Jacobian adjoint in index space: J_world = J_index M^-1, so G_index = G_world M^-T.
+  constexpr int CMAX = NC > 0 ? NC : MAX_COMPONENTS;
+  Jacobian<R, CMAX> G;
+  for (int c = 0; c < C; ++c)
+    for (int b = 0; b < 3; ++b) {
+      R x = (R)0;
+      if (adj_jacobian != nullptr) {
+        if (xf.jacobian_world)
+          for (int a = 0; a < 3; ++a) x += adj_jacobian[3 * c + a] * (R)xf.inv[3 * b + a];
+        else
+          x = adj_jacobian[3 * c + b];
+      }
+      G.rows[c][b] = x;
+    }
+  const R fx = cell.f[0], fy = cell.f[1], fz = cell.f[2];
+  const R wx[2] = {(R)1 - fx, fx}, wy[2] = {(R)1 - fy, fy}, wz[2] = {(R)1 - fz, fz};
+  R u0 = (R)0, u1 = (R)0, u2 = (R)0;
+  for (int o = 0; o < 8; ++o) {
+    const int ox = o >> 2, oy = (o >> 1) & 1, oz = o & 1;
+    const R sx = ox ? (R)1 : (R)-1, sy = oy ? (R)1 : (R)-1, sz = oz ? (R)1 : (R)-1;
+    const R w = wx[ox] * wy[oy] * wz[oz];
+    const R gx = sx * wy[oy] * wz[oz], gy = sy * wx[ox] * wz[oz], gz = sz * wx[ox] * wy[oy];
+    const R hxy = sx * sy * wz[oz], hxz = sx * sz * wy[oy], hyz = sy * sz * wx[ox];
+    const T* v = cell.corner[o];
+    const i64 row = corner_row(g, rows, v);
+    R dot_a = (R)0, vg0 = (R)0, vg1 = (R)0, vg2 = (R)0;
+    for (int c = 0; c < C; ++c) {
+      const R vc = (R)v[c];
+      sink(o, row, c, w * adj_value[c] + G.rows[c][0] * gx + G.rows[c][1] * gy + G.rows[c][2] * gz);
+      dot_a += vc * adj_value[c];
+      vg0 += vc * G.rows[c][0];
+      vg1 += vc * G.rows[c][1];
+      vg2 += vc * G.rows[c][2];
+    }
+    u0 += dot_a * gx + vg1 * hxy + vg2 * hxz;
+    u1 += dot_a * gy + vg0 * hxy + vg2 * hyz;
+    u2 += dot_a * gz + vg0 * hxz + vg1 * hyz;
+  }
+  if (!xf.points_world) {
+    adj_point[0] = u0;
+    adj_point[1] = u1;
+    adj_point[2] = u2;
+    return;
+  }
+  // u = M^-1 (x - t): x_bar = M^-T u_bar
+  for (int j = 0; j < 3; ++j)
+    adj_point[j] = (R)(xf.inv[j] * u0 + xf.inv[3 + j] * u1 + xf.inv[6 + j] * u2);
+}
+
+}  // namespace vdbflow
