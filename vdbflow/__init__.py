@@ -15,8 +15,8 @@ from .errors import (
 from .sampling import sample, sample_grad, sample_grad_arrays
 from .transform import Transform
 from .value_types import VALUE_TYPES, ValueType
-from .volume import Topology, Volume
 from .vjp import SampleGradVJP, sample_grad_vjp
+from .volume import Topology, Volume
 
 try:
     __version__ = version("vdbflow")
