@@ -53,3 +53,21 @@ def test_cuda_world_space_dataset(rng):
                                atol=1e-4)
     nan = vdbflow.sample_grad_arrays(vol, cupy.asarray([[np.nan, 0, 0]]), device="cuda")[0]
     assert bool(cupy.isnan(nan).all())
+
+
+@pytest.mark.parametrize(("dtype", "components"), [(np.float32, 1), (np.float32, 4), (np.float64, 3), (np.float64, 9)])
+def test_cuda_vjp_matches_cpu(rng, dtype, components):
+    ijk, _ = random_sparse_voxels(rng, fill=0.5)
+    topo = vdbflow.Volume.from_active(ijk)
+    shape = (topo.active_voxel_count,) if components == 1 else (topo.active_voxel_count, components)
+    vol = topo.with_data(rng.standard_normal(shape).astype(dtype), 0.5)
+    pts = probe_points(rng, ijk, 300)
+    n = len(pts)
+    a_val = rng.standard_normal((n,) if components == 1 else (n, components)).astype(dtype)
+    a_jac = rng.standard_normal((n, 3) if components == 1 else (n, components, 3)).astype(dtype)
+    cpu = vdbflow.sample_grad_vjp(vol, pts, a_val, a_jac)
+    gpu = vdbflow.sample_grad_vjp(vol, cupy.asarray(pts), cupy.asarray(a_val), cupy.asarray(a_jac), device="cuda")
+    tol = 64 * np.finfo(dtype).eps * 10
+    np.testing.assert_allclose(cupy.asnumpy(gpu.voxel_data), cpu.voxel_data, atol=tol, rtol=tol)
+    np.testing.assert_allclose(cupy.asnumpy(gpu.background), cpu.background, atol=tol * 100, rtol=tol)
+    np.testing.assert_allclose(cupy.asnumpy(gpu.points), cpu.points, atol=tol * 10, rtol=tol)
