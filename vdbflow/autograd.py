@@ -38,7 +38,6 @@ class SampleGrad(torch.autograd.Function):
         values, jac = sample_grad_arrays(vol, pts, mode, space=space, jacobian_space=jacobian_space)
         ctx.volume, ctx.points = vol, pts
         ctx.options = (mode, space, jacobian_space)
-        ctx.mark_non_differentiable()
         return torch.from_numpy(values), torch.from_numpy(jac)
 
     @staticmethod
