@@ -25,3 +25,7 @@ class SamplingError(VdbflowError, ValueError):
 
 class DeviceError(VdbflowError, RuntimeError):
     """The requested device or its runtime (CUDA, CuPy, NVRTC) is not available."""
+
+
+class NanoVDBError(VdbflowError, ValueError):
+    """A .nvdb file or grid buffer is malformed, truncated or of an unsupported kind."""

@@ -84,7 +84,14 @@ class Topology:
         transform: Transform | None = None,
         tile_origins: np.ndarray | None = None,
         tile_sizes: np.ndarray | None = None,
+        *,
+        leaf_offset: np.ndarray | None = None,
+        value_count: int | None = None,
+        tile_value_index: np.ndarray | None = None,
     ):
+        """``leaf_offset``, ``value_count`` and ``tile_value_index`` describe index grids read from
+        files, whose value rows may not follow the active voxels one to one: the first row of each
+        leaf, the number of rows, and the row of each tile (-1: the background)."""
         origins = _as_coordinates(leaf_origins, "leaf origins")
         masks = np.ascontiguousarray(masks, dtype=np.uint64)
         if masks.shape != (len(origins), 8):
@@ -102,6 +109,16 @@ class Topology:
         self.tile_sizes = np.ascontiguousarray(np.zeros(0) if tile_sizes is None else tile_sizes, dtype=np.int32)
         self.tables = self._build_tables()
         self.prefix, self.leaf_offset = tree.word_prefix(masks)
+        self.value_count = self.active_voxel_count
+        self.tile_value_index = None
+        if leaf_offset is not None:
+            self.leaf_offset = np.ascontiguousarray(leaf_offset, dtype=np.int64)
+            if self.leaf_offset.shape != (len(origins),):
+                raise VolumeError(f"expected one leaf offset per leaf ({len(origins)}), got {self.leaf_offset.shape}")
+            self.value_count = int(value_count) if value_count is not None else self.active_voxel_count
+        if tile_value_index is not None:
+            self.tile_value_index = np.ascontiguousarray(tile_value_index, dtype=np.int64)
+            self.tile_value_index.setflags(write=False)
         self._freeze()
 
     def _freeze(self) -> None:
@@ -167,7 +184,7 @@ class Topology:
     @property
     def active_voxel_count(self) -> int:
         """Active voxels in leaves (tiles not counted)."""
-        return int(self.leaf_offset[-1] + np.bitwise_count(self.masks[-1]).sum()) if self.leaf_count else 0
+        return int(np.bitwise_count(self.masks).sum()) if self.leaf_count else 0
 
     @property
     def index_to_world(self) -> np.ndarray:
@@ -223,11 +240,18 @@ class Topology:
         (default: tiles read the background).
         """
         data = np.asarray(voxel_data)
-        if data.ndim not in (1, 2) or data.shape[0] != self.active_voxel_count:
+        rows = self.value_count
+        if data.ndim not in (1, 2) or data.shape[0] != rows:
             raise VolumeError(
-                f"expected voxel_data of shape ({self.active_voxel_count},) or ({self.active_voxel_count}, C) "
-                f"(one row per active voxel), got {data.shape}"
+                f"expected voxel_data of shape ({rows},) or ({rows}, C) (one row per indexed value), got {data.shape}"
             )
+        if tile_values is None and self.tile_value_index is not None and self.tile_count:
+            index = self.tile_value_index
+            if np.any(index >= rows):
+                raise VolumeError(f"expected tile value rows below {rows}, got {int(index.max())}")
+            bg = np.broadcast_to(np.asarray(background, dtype=data.dtype), data.shape[1:])
+            tile_values = np.where((index >= 0).reshape((-1,) + (1,) * (data.ndim - 1)),
+                                   data[np.maximum(index, 0)], bg)
         return Volume._assemble(self, data, background, tile_values, index_layout=True, name=name,
                                 component_names=component_names)
 

@@ -1,0 +1,705 @@
+"""Reading NanoVDB (.nvdb) files and raw grid buffers into vdbflow volumes.
+
+Uncompressed files are memory-mapped: only the nodes a grid needs are read.  Node tables are
+decoded level by level with NumPy (root tiles -> upper nodes -> lower nodes -> leaves), and every
+offset is checked against the node array it must point into, so a corrupt file raises
+:class:`NanoVDBError` with the byte offset instead of reading out of bounds or looping.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import nanovdb_format as fmt
+from . import tree
+from .errors import NanoVDBError
+from .transform import Transform
+from .volume import Topology, Volume
+
+MAX_GRID_BYTES = 1 << 40  # refuse absurd sizes before allocating anything
+
+
+# ------------------------------------------------------------------------------------------------
+# small readers with bounds checks
+def _need(buf: np.ndarray, offset: int, size: int, what: str) -> None:
+    if offset < 0 or size < 0 or offset + size > len(buf):
+        raise NanoVDBError(f"{what} at byte {offset} needs {size} bytes, but the buffer ends at byte {len(buf)}")
+
+
+def _unpack(buf: np.ndarray, offset: int, form: str, what: str) -> tuple:
+    _need(buf, offset, struct.calcsize(form), what)
+    return struct.unpack_from(form, buf, offset)
+
+
+@dataclass(frozen=True)
+class GridInfo:
+    """What a grid is, without decoding its nodes."""
+
+    index: int
+    name: str
+    grid_type: str
+    grid_class: str
+    leaf_count: int
+    lower_count: int
+    upper_count: int
+    tile_counts: tuple[int, int, int]  # lower, upper, root
+    active_voxel_count: int
+    index_bbox: tuple[tuple[int, int, int], tuple[int, int, int]]
+    world_bbox: tuple[tuple[float, float, float], tuple[float, float, float]]
+    index_to_world: np.ndarray = field(repr=False)
+    voxel_size: tuple[float, float, float]
+    codec: str
+    version: str
+    grid_size: int
+    checksum: int
+
+
+@dataclass
+class _GridSource:
+    """Where a grid's bytes are: a buffer and the offset of its GridData."""
+
+    buffer: np.ndarray
+    offset: int
+    codec: str
+    file_name: str | None
+
+
+def _grid_header(buf: np.ndarray, base: int) -> dict[str, Any]:
+    _need(buf, base, fmt.GRID_SIZE + fmt.TREE_SIZE, "grid header")
+    magic, checksum, version, flags, gindex, gcount, gsize = _unpack(buf, base, "<QQIIIIQ", "grid header")
+    if magic not in fmt.GRID_MAGICS:
+        raise NanoVDBError(f"expected a NanoVDB grid magic at byte {base}, found 0x{magic:016x}")
+    major, minor, patch = fmt.version_parts(version)
+    if major != fmt.MAJOR_VERSION:
+        raise NanoVDBError(f"expected NanoVDB major version 32 at byte {base + 16}, found {major}.{minor}.{patch}")
+    if gsize < fmt.GRID_SIZE + fmt.TREE_SIZE or gsize > MAX_GRID_BYTES:
+        raise NanoVDBError(f"grid size {gsize} at byte {base + 32} is not a plausible grid size")
+    _need(buf, base, gsize, "grid")
+    raw_name = bytes(buf[base + fmt.GRID_OFF_NAME: base + fmt.GRID_OFF_NAME + fmt.GRID_NAME_SIZE])
+    name = raw_name.split(b"\0", 1)[0].decode("utf-8", "replace")
+    mat = np.array(_unpack(buf, base + fmt.GRID_OFF_MAP + fmt.MAP_OFF_MATD, "<9d", "map"))
+    vec = np.array(_unpack(buf, base + fmt.GRID_OFF_MAP + fmt.MAP_OFF_VECD, "<3d", "map"))
+    world_bbox = _unpack(buf, base + fmt.GRID_OFF_WORLD_BBOX, "<6d", "world bbox")
+    voxel_size = _unpack(buf, base + fmt.GRID_OFF_VOXEL_SIZE, "<3d", "voxel size")
+    gclass, gtype = _unpack(buf, base + fmt.GRID_OFF_CLASS, "<II", "grid class and type")
+    blind_offset, blind_count = _unpack(buf, base + fmt.GRID_OFF_BLIND_OFFSET, "<qI", "blind metadata")
+    data1 = _unpack(buf, base + fmt.GRID_OFF_DATA1, "<Q", "grid data1")[0]
+    t = base + fmt.GRID_SIZE
+    node_offsets = _unpack(buf, t, "<4Q", "tree node offsets")
+    node_counts = _unpack(buf, t + 32, "<3I", "tree node counts")
+    tile_counts = _unpack(buf, t + 44, "<3I", "tree tile counts")
+    voxel_count = _unpack(buf, t + 56, "<Q", "tree voxel count")[0]
+    index_to_world = np.eye(4)
+    index_to_world[:3, :3] = mat.reshape(3, 3)
+    index_to_world[:3, 3] = vec
+    return dict(magic=magic, checksum=checksum, version=version, flags=flags, grid_index=gindex, grid_count=gcount,
+                grid_size=gsize, name=name, index_to_world=index_to_world, world_bbox=world_bbox,
+                voxel_size=voxel_size, grid_class=gclass, grid_type=gtype, blind_offset=blind_offset,
+                blind_count=blind_count, value_count=data1, tree=t, node_offsets=node_offsets,
+                node_counts=node_counts, tile_counts=tile_counts, voxel_count=voxel_count)
+
+
+def _layout_of(header: dict[str, Any], base: int) -> fmt.GridLayout:
+    gtype = header["grid_type"]
+    layout = fmt.LAYOUTS.get(gtype)
+    if layout is None:
+        name = fmt.GRID_TYPE_NAMES.get(gtype, f"unknown type {gtype}")
+        raise NanoVDBError(
+            f"grid {header['name']!r} at byte {base} has value type {name}, which vdbflow does not read "
+            f"(supported: Float, Double, Int32, Int64, UInt32, Vec3f, Vec3d, Vec4f, Vec4d, Index, OnIndex)"
+        )
+    return layout
+
+
+def _node_rows(buf: np.ndarray, start: int, count: int, size: int, what: str) -> np.ndarray:
+    """(count, size) uint8 view of a contiguous node array."""
+    _need(buf, start, count * size, f"{what} array")
+    return buf[start:start + count * size].reshape(count, size)
+
+
+def _node_index(addresses: np.ndarray, start: int, count: int, size: int, what: str, parent: str) -> np.ndarray:
+    """Index of each child address in its node array; a child that points anywhere else (outside
+    the array, between nodes, or into another level - which is how an offset could loop) is an error."""
+    rel = addresses - start
+    bad = (rel < 0) | (rel % size != 0) | (rel // size >= count)
+    if np.any(bad):
+        k = int(np.argmax(bad))
+        raise NanoVDBError(
+            f"a {parent} child offset points to byte {int(addresses[k])}, which is not one of the {count} {what} "
+            f"nodes at bytes [{start}, {start + count * size})"
+        )
+    return (rel // size).astype(np.int64)
+
+
+def _values(raw: np.ndarray, layout: fmt.GridLayout) -> np.ndarray:
+    """(n, value_size) uint8 -> (n, C) values."""
+    return np.ascontiguousarray(raw).view(layout.dtype).reshape(len(raw), layout.components)
+
+
+def _child_positions(bits: np.ndarray, log2: int) -> np.ndarray:
+    """Child index n -> (i, j, k) offsets in child units, for an internal node with 2**log2 per axis."""
+    n = np.asarray(bits, dtype=np.int64)
+    m = (1 << log2) - 1
+    return np.stack([(n >> (2 * log2)) & m, (n >> log2) & m, n & m], axis=1)
+
+
+def _key_to_origin(keys: np.ndarray) -> np.ndarray:
+    """Root keys (k | j << 21 | i << 42 of coordinates >> 12 as unsigned) -> (n, 3) int32 origins."""
+    keys = keys.astype(np.uint64)
+    mask = np.uint64((1 << 21) - 1)
+    parts = [(keys >> np.uint64(s)) & mask for s in (42, 21, 0)]
+    return (np.stack(parts, axis=1).astype(np.uint32) << np.uint32(12)).view(np.int32)
+
+
+def _decode_grid(buf: np.ndarray, base: int) -> tuple[dict[str, Any], Any]:
+    """Decode one grid into a Volume (value grids) or a Topology (index grids)."""
+    h = _grid_header(buf, base)
+    layout = _layout_of(h, base)
+    end = base + h["grid_size"]
+    t = h["tree"]
+    leaf_off, lower_off, upper_off, root_off = h["node_offsets"]
+    n_leaf, n_lower, n_upper = h["node_counts"]
+    for what, off in (("leaf", leaf_off), ("lower", lower_off), ("upper", upper_off), ("root", root_off)):
+        if t + off > end:
+            raise NanoVDBError(f"the {what} node offset at byte {t} points past the grid's end (byte {end})")
+    gbuf = buf[:end]
+    root = t + root_off
+    table_size = _unpack(gbuf, root + fmt.ROOT_OFF_TABLE_SIZE, "<I", "root table size")[0]
+    tiles = _node_rows(gbuf, root + layout.root_size, table_size, layout.root_tile_size, "root tile")
+    bg_raw = gbuf[root + layout.root_off_background: root + layout.root_off_background + layout.value_size]
+    if len(bg_raw) != layout.value_size:
+        raise NanoVDBError(f"the root background at byte {root} lies past the grid's end")
+    background = _values(bg_raw[None], layout)[0]
+
+    keys = np.ascontiguousarray(tiles[:, 0:8]).view("<u8")[:, 0]
+    child = np.ascontiguousarray(tiles[:, 8:16]).view("<i8")[:, 0]
+    tile_values = _values(tiles[:, layout.root_tile_off_value: layout.root_tile_off_value + layout.value_size],
+                          layout)
+    root_origins = _key_to_origin(keys)
+
+    def keep_tile(values: np.ndarray) -> np.ndarray:
+        if layout.is_index:
+            return values[:, 0] != 0
+        with np.errstate(invalid="ignore"):
+            return np.any(values != background, axis=1)
+
+    tile_origin_parts, tile_size_parts, tile_value_parts = [], [], []
+    is_tile = child == 0
+    sel = is_tile & keep_tile(tile_values)
+    tile_origin_parts.append(root_origins[sel])
+    tile_size_parts.append(np.full(int(sel.sum()), 4096))
+    tile_value_parts.append(tile_values[sel])
+
+    # upper nodes
+    uppers = _node_rows(gbuf, t + upper_off, n_upper, layout.upper_size, "upper node")
+    u_index = _node_index(root + child[~is_tile], t + upper_off, n_upper, layout.upper_size, "upper", "root tile")
+    u_origin = root_origins[~is_tile]
+    lower_addr, lower_origin = [], []
+    for k, ui in enumerate(u_index):
+        node = uppers[ui]
+        addr = t + upper_off + int(ui) * layout.upper_size
+        cmask = np.unpackbits(node[fmt.UPPER_OFF_CHILD_MASK: fmt.UPPER_OFF_CHILD_MASK + 4096], bitorder="little")
+        table = node[layout.upper_off_table: layout.upper_off_table + 32768 * layout.table_stride]
+        table = table.reshape(32768, layout.table_stride)
+        kids = np.nonzero(cmask)[0]
+        offs = np.ascontiguousarray(table[kids, :8]).view("<i8")[:, 0]
+        lower_addr.append(addr + offs)
+        lower_origin.append(u_origin[k] + (_child_positions(kids, fmt.UPPER_DIM_LOG2) << 7))
+        non = np.nonzero(cmask == 0)[0]
+        vals = _values(table[non, :layout.value_size], layout)
+        keep = keep_tile(vals)
+        tile_origin_parts.append(u_origin[k] + (_child_positions(non[keep], fmt.UPPER_DIM_LOG2) << 7))
+        tile_size_parts.append(np.full(int(keep.sum()), 128))
+        tile_value_parts.append(vals[keep])
+    lower_addr_a = np.concatenate(lower_addr) if lower_addr else np.zeros(0, np.int64)
+    lower_origin_a = np.concatenate(lower_origin) if lower_origin else np.zeros((0, 3), np.int64)
+
+    # lower nodes, all at once
+    lowers = _node_rows(gbuf, t + lower_off, n_lower, layout.lower_size, "lower node")
+    l_index = _node_index(lower_addr_a, t + lower_off, n_lower, layout.lower_size, "lower", "upper node")
+    rows = lowers[l_index]
+    cmask = np.unpackbits(rows[:, fmt.LOWER_OFF_CHILD_MASK: fmt.LOWER_OFF_CHILD_MASK + 512], axis=1,
+                          bitorder="little")
+    table = rows[:, layout.lower_off_table: layout.lower_off_table + 4096 * layout.table_stride]
+    table = table.reshape(len(rows), 4096, layout.table_stride)
+    node, kid = np.nonzero(cmask)
+    offs = np.ascontiguousarray(table[node, kid, :8]).view("<i8")[:, 0]
+    leaf_addr = lower_addr_a[node] + offs
+    leaf_origin = lower_origin_a[node] + (_child_positions(kid, fmt.LOWER_DIM_LOG2) << 3)
+    node, non = np.nonzero(cmask == 0)
+    vals = _values(table[node, non, :layout.value_size], layout)
+    keep = keep_tile(vals)
+    tile_origin_parts.append(lower_origin_a[node[keep]] + (_child_positions(non[keep], fmt.LOWER_DIM_LOG2) << 3))
+    tile_size_parts.append(np.full(int(keep.sum()), 8))
+    tile_value_parts.append(vals[keep])
+
+    # leaves
+    leaves = _node_rows(gbuf, t + leaf_off, n_leaf, layout.leaf_size, "leaf")
+    f_index = _node_index(leaf_addr, t + leaf_off, n_leaf, layout.leaf_size, "leaf", "lower node")
+    order = tree.tree_order(leaf_origin >> 3)
+    f_index, leaf_origin = f_index[order], leaf_origin[order]
+    lrows = leaves[f_index]
+    masks = np.ascontiguousarray(lrows[:, fmt.LEAF_OFF_VALUE_MASK: fmt.LEAF_OFF_VALUE_MASK + 64]).view("<u8")
+    masks = masks.astype(np.uint64).reshape(-1, 8)
+
+    tile_origins = np.concatenate(tile_origin_parts).astype(np.int32)
+    tile_sizes = np.concatenate(tile_size_parts).astype(np.int32)
+    tile_vals = np.concatenate(tile_value_parts) if tile_value_parts else np.zeros((0, layout.components))
+    transform = Transform(h["index_to_world"])
+    if layout.is_index:
+        offsets = np.ascontiguousarray(lrows[:, fmt.INDEX_LEAF_OFF_OFFSET: fmt.INDEX_LEAF_OFF_OFFSET + 8])
+        first = offsets.view("<u8")[:, 0].astype(np.int64)
+        value_count = int(h["value_count"])
+        if layout.grid_type == fmt.GRID_TYPE_INDEX:
+            # ValueIndex: all 512 voxels of a leaf are indexed, active or not
+            masks_for_index = np.full_like(masks, np.iinfo(np.uint64).max)
+        else:
+            masks_for_index = masks
+        counts = np.bitwise_count(masks_for_index).sum(axis=1).astype(np.int64)
+        if np.any(first[counts > 0] < 1) or np.any(first + counts > value_count):
+            raise NanoVDBError(f"leaf value offsets of grid {h['name']!r} fall outside its {value_count} values")
+        topo = Topology(leaf_origin.astype(np.int32), masks_for_index, transform, tile_origins, tile_sizes,
+                        leaf_offset=first - 1, value_count=max(value_count - 1, 0),
+                        tile_value_index=tile_vals[:, 0].astype(np.int64) - 1)
+        return h, topo
+    values = lrows[:, layout.leaf_off_table: layout.leaf_off_table + 512 * layout.value_size]
+    data = np.ascontiguousarray(values).view(layout.dtype).reshape(-1, layout.components)
+    topo = Topology(leaf_origin.astype(np.int32), masks, transform, tile_origins, tile_sizes)
+    vol = Volume._assemble(topo, data if layout.components > 1 else data[:, 0], background, tile_vals,
+                           index_layout=False, name=h["name"] or "value", component_names=None)
+    return h, vol
+
+
+# ------------------------------------------------------------------------------------------------
+# files: segments of (header, metadata + names, grid payloads)
+def _decompress(codec: str, payload: np.ndarray, expected: int, where: int) -> np.ndarray:
+    try:
+        if codec == "zip":
+            out = zlib.decompress(bytes(payload))
+        else:
+            import blosc  # c-blosc 1 format, as NanoVDB writes it
+
+            out = blosc.decompress(bytes(payload))
+    except NanoVDBError:
+        raise
+    except Exception as err:
+        raise NanoVDBError(f"{codec} payload at byte {where} does not decompress: {err}") from None
+    if len(out) != expected:
+        raise NanoVDBError(f"{codec} payload at byte {where} decompresses to {len(out)} bytes, expected {expected}")
+    return np.frombuffer(out, dtype=np.uint8)
+
+
+def _segments(buf: np.ndarray, file_name: str | None) -> list[tuple[dict[str, Any], _GridSource]]:
+    """(file metadata, source) of every grid in a file buffer, segment after segment."""
+    out: list[tuple[dict[str, Any], _GridSource]] = []
+    pos = 0
+    while pos < len(buf):
+        magic, version, count, codec_id = _unpack(buf, pos, "<QIHH", "file header")
+        if magic not in fmt.FILE_MAGICS:
+            raise NanoVDBError(f"expected a NanoVDB file header at byte {pos}, found magic 0x{magic:016x}")
+        major, minor, patch = fmt.version_parts(version)
+        if major != fmt.MAJOR_VERSION:
+            raise NanoVDBError(f"unsupported NanoVDB file version {major}.{minor}.{patch} at byte {pos + 8} "
+                               f"(vdbflow reads major version 32)")
+        codec = fmt.CODECS.get(codec_id)
+        if codec is None:
+            raise NanoVDBError(f"unknown codec {codec_id} at byte {pos + 14} (expected 0 none, 1 zip, 2 blosc)")
+        if count == 0:
+            raise NanoVDBError(f"file segment at byte {pos} holds no grids")
+        meta_pos = pos + fmt.FILE_HEADER_SIZE
+        metas = []
+        for _ in range(count):
+            gsize, fsize, _key, voxels, gtype, gclass = _unpack(buf, meta_pos, "<QQQQII", "grid metadata")
+            name_size = _unpack(buf, meta_pos + 136, "<I", "grid metadata")[0]
+            if gsize > MAX_GRID_BYTES or fsize > MAX_GRID_BYTES or name_size > 1 << 20:
+                raise NanoVDBError(f"grid metadata at byte {meta_pos} gives absurd sizes "
+                                   f"(grid {gsize}, file {fsize}, name {name_size} bytes)")
+            _need(buf, meta_pos + fmt.FILE_METADATA_SIZE, name_size, "grid name")
+            name = bytes(buf[meta_pos + fmt.FILE_METADATA_SIZE: meta_pos + fmt.FILE_METADATA_SIZE + name_size])
+            metas.append(dict(grid_size=gsize, file_size=fsize, name=name.split(b"\0", 1)[0].decode("utf-8", "replace"),
+                              codec=codec, version=f"{major}.{minor}.{patch}"))
+            meta_pos += fmt.FILE_METADATA_SIZE + name_size
+        pos = meta_pos
+        for meta in metas:
+            if codec == "none":
+                _need(buf, pos, meta["grid_size"], f"grid {meta['name']!r}")
+                out.append((meta, _GridSource(buf, pos, codec, file_name)))
+                pos += meta["grid_size"]
+            else:
+                chunk = _unpack(buf, pos, "<Q", "compressed chunk size")[0]
+                if chunk > MAX_GRID_BYTES:
+                    raise NanoVDBError(f"compressed chunk size {chunk} at byte {pos} is absurd")
+                _need(buf, pos + 8, chunk, f"compressed grid {meta['name']!r}")
+                out.append((meta, _GridSource(buf[pos + 8: pos + 8 + chunk], 0, codec, file_name)))
+                meta["payload_offset"] = pos + 8
+                pos += 8 + chunk
+    return out
+
+
+def _map_file(path: str | os.PathLike) -> np.ndarray:
+    size = os.path.getsize(path)
+    if size == 0:
+        raise NanoVDBError(f"{os.fspath(path)} is empty")
+    return np.memmap(path, dtype=np.uint8, mode="r")
+
+
+def _sources(data: str | os.PathLike | bytes | np.ndarray) -> list[tuple[dict[str, Any], _GridSource]]:
+    if isinstance(data, (str, os.PathLike)):
+        buf, name = _map_file(data), os.fspath(data)
+    else:
+        buf, name = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data, None
+    if len(buf) < 8:
+        raise NanoVDBError(f"expected a NanoVDB file or grid, got {len(buf)} bytes")
+    magic = struct.unpack_from("<Q", buf, 0)[0]
+    if magic == fmt.MAGIC_GRID or (magic == fmt.MAGIC_NUMBER and _looks_like_grid(buf)):
+        return _raw_grids(buf, name)
+    return _segments(buf, name)
+
+
+def _looks_like_grid(buf: np.ndarray) -> bool:
+    """A buffer starting with the legacy magic is a raw grid when its version field (at byte 16)
+    reads as major 32 and bytes 8..12 do not (a file keeps its version at byte 8)."""
+    if len(buf) < fmt.GRID_SIZE:
+        return False
+    file_version = struct.unpack_from("<I", buf, 8)[0]
+    grid_version = struct.unpack_from("<I", buf, 16)[0]
+    return fmt.version_parts(grid_version)[0] == fmt.MAJOR_VERSION and \
+        fmt.version_parts(file_version)[0] != fmt.MAJOR_VERSION
+
+
+def _raw_grids(buf: np.ndarray, name: str | None) -> list[tuple[dict[str, Any], _GridSource]]:
+    """Grid buffers back to back, without a file header (as NanoVDB keeps them in memory)."""
+    out = []
+    pos = 0
+    while pos < len(buf):
+        h = _grid_header(buf, pos)
+        major, minor, patch = fmt.version_parts(h["version"])
+        out.append((dict(grid_size=h["grid_size"], name=h["name"], codec="none", version=f"{major}.{minor}.{patch}"),
+                    _GridSource(buf, pos, "none", name)))
+        pos += h["grid_size"]
+    return out
+
+
+def _grid_buffer(meta: dict[str, Any], src: _GridSource) -> tuple[np.ndarray, int]:
+    if src.codec == "none":
+        return src.buffer, src.offset
+    return _decompress(src.codec, src.buffer, meta["grid_size"], meta.get("payload_offset", 0)), 0
+
+
+def _select(sources: list, grid: int | str | None) -> tuple[dict[str, Any], _GridSource]:
+    if grid is None:
+        return sources[0]
+    if isinstance(grid, (int, np.integer)):
+        if not 0 <= grid < len(sources):
+            raise NanoVDBError(f"expected a grid index in [0, {len(sources)}), got {grid}")
+        return sources[int(grid)]
+    names = [m["name"] for m, _ in sources]
+    if grid not in names:
+        raise NanoVDBError(f"expected one of the grid names {names}, got {grid!r}")
+    return sources[names.index(grid)]
+
+
+def open_grid(data: str | os.PathLike | bytes | np.ndarray, grid: int | str | None = None) -> Volume | Topology:
+    """A grid of a .nvdb file (path) or of an in-memory buffer: a :class:`Volume` for value grids, an
+    index-layout :class:`Topology` for Index / OnIndex grids (attach values with ``with_data``).
+    ``grid`` is an index or a name; default the first grid."""
+    meta, src = _select(_sources(data), grid)
+    buf, offset = _grid_buffer(meta, src)
+    _, result = _decode_grid(buf, offset)
+    return result
+
+
+def list_grids(data: str | os.PathLike | bytes | np.ndarray) -> list[GridInfo]:
+    """One :class:`GridInfo` per grid of a .nvdb file or buffer (headers only, nodes not decoded)."""
+    infos = []
+    for n, (meta, src) in enumerate(_sources(data)):
+        buf, offset = _grid_buffer(meta, src)
+        h = _grid_header(buf, offset)
+        bbox = _unpack(buf, h["tree"] + h["node_offsets"][3], "<6i", "root bbox")
+        wb = h["world_bbox"]
+        infos.append(GridInfo(
+            index=n, name=h["name"], grid_type=fmt.GRID_TYPE_NAMES.get(h["grid_type"], str(h["grid_type"])),
+            grid_class=fmt.GRID_CLASSES.get(h["grid_class"], str(h["grid_class"])),
+            leaf_count=h["node_counts"][0], lower_count=h["node_counts"][1], upper_count=h["node_counts"][2],
+            tile_counts=tuple(h["tile_counts"]), active_voxel_count=h["voxel_count"],
+            index_bbox=(tuple(bbox[:3]), tuple(bbox[3:])), world_bbox=(tuple(wb[:3]), tuple(wb[3:])),
+            index_to_world=h["index_to_world"], voxel_size=tuple(h["voxel_size"]), codec=meta["codec"],
+            version=meta["version"], grid_size=h["grid_size"], checksum=h["checksum"],
+        ))
+    return infos
+
+
+# ------------------------------------------------------------------------------------------------
+# writing
+_EMPTY_CHECKSUM = 0xFFFFFFFFFFFFFFFF  # "no checksum" (NanoVDB's Checksum::EMPTY64)
+_FLAG_HAS_BBOX, _FLAG_BREADTH_FIRST = 2, 32
+_CLASS_UNKNOWN, _CLASS_INDEX = 0, 8
+
+
+def _put(buf: np.ndarray, offset: int, form: str, *values: Any) -> None:
+    struct.pack_into(form, buf, offset, *values)
+
+
+def _value_bytes(values: np.ndarray, layout: fmt.GridLayout) -> np.ndarray:
+    """(n, C) values -> (n, value_size) uint8 in the file's little-endian dtype."""
+    arr = np.ascontiguousarray(np.asarray(values).reshape(-1, layout.components), dtype=layout.dtype)
+    return arr.view(np.uint8).reshape(len(arr), layout.value_size)
+
+
+def _leaf_bboxes(origins: np.ndarray, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-leaf active bbox min (L, 3) int32 and extent max - min (L, 3) uint8 (origin and 0 when empty)."""
+    bits = tree.bits_from_masks(masks).reshape(-1, 8, 8, 8)
+    lo = np.zeros((len(masks), 3), np.int64)
+    dif = np.zeros((len(masks), 3), np.int64)
+    for axis in range(3):
+        occupied = bits.any(axis=tuple(a for a in (1, 2, 3) if a != axis + 1))
+        has = occupied.any(axis=1)
+        first = np.argmax(occupied, axis=1)
+        last = 7 - np.argmax(occupied[:, ::-1], axis=1)
+        lo[:, axis] = np.where(has, first, 0)
+        dif[:, axis] = np.where(has, last - first, 0)
+    return (origins + lo).astype(np.int32), dif.astype(np.uint8)
+
+
+def _group(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Unique rows of (n, 3) keys in first-appearance order of a sorted input, and each row's group."""
+    if len(keys) == 0:
+        return np.zeros((0, 3), np.int64), np.zeros(0, np.int64)
+    change = np.concatenate([[True], np.any(np.diff(keys, axis=0) != 0, axis=1)])
+    group = np.cumsum(change) - 1
+    return keys[change], group
+
+
+def _child_index(origins: np.ndarray, parent_log2: int, child_log2: int) -> np.ndarray:
+    """Linear child index inside the parent node of children at ``origins`` (n, 3)."""
+    m = (1 << parent_log2) - 1
+    c = (origins >> child_log2) & m
+    return (c[:, 0] << (2 * parent_log2)) | (c[:, 1] << parent_log2) | c[:, 2]
+
+
+def _encode_grid(obj: Volume | Topology, name: str, grid_index: int, grid_count: int) -> bytes:
+    """One NanoVDB grid buffer (value grid for a Volume, OnIndex grid for a Topology)."""
+    if isinstance(obj, Topology):
+        topo, layout = obj, fmt.LAYOUTS[fmt.GRID_TYPE_ON_INDEX]
+        background = np.zeros((1,), np.uint64)
+        leaf_values = None
+        tile_values = (topo.tile_value_index + 1 if topo.tile_value_index is not None
+                       else np.zeros(topo.tile_count, np.int64)).astype(np.uint64).reshape(-1, 1)
+        value_count = topo.value_count + 1
+    else:
+        vol = obj
+        gtype = fmt.GRID_TYPE_OF_VALUE_TYPE.get(vol.value_type.name)
+        if gtype is None:
+            raise NanoVDBError(f"value type {vol.value_type.name} has no NanoVDB grid type "
+                               f"(NanoVDB value grids hold scalars, vec3 and vec4)")
+        topo, layout = vol.topology, fmt.LAYOUTS[gtype]
+        background = vol._background
+        tile_values = vol._tile_values
+        if vol.index_layout:  # spread the active values over whole leaves, background elsewhere
+            leaf_values = np.empty((vol.leaf_count * 512, vol.components), vol.dtype)
+            leaf_values[:] = background
+            bits = tree.bits_from_masks(topo.masks).ravel()
+            leaf_values[np.nonzero(bits)[0]] = vol._data[:vol.active_voxel_count]
+        else:
+            leaf_values = vol._data
+        value_count = 0
+    raw_name = name.encode("utf-8")
+    if len(raw_name) >= fmt.GRID_NAME_SIZE:
+        raise NanoVDBError(f"grid name of {len(raw_name)} bytes is too long (at most {fmt.GRID_NAME_SIZE - 1})")
+
+    leaf_origins = topo.leaf_origins.astype(np.int64)
+    t_origins = topo.tile_origins.astype(np.int64)
+    t_sizes = topo.tile_sizes
+    # upper nodes: the 4096-blocks of leaves, 8^3 and 128^3 tiles; root tiles: the 4096^3 tiles
+    t8, t128, t4096 = (t_sizes == 8), (t_sizes == 128), (t_sizes == 4096)
+    upper_keys_all = np.concatenate([leaf_origins, t_origins[t8 | t128]]) >> 12
+    upper_keys = np.unique(upper_keys_all, axis=0) if len(upper_keys_all) else np.zeros((0, 3), np.int64)
+    lower_keys_all = np.concatenate([leaf_origins, t_origins[t8]]) >> 7
+    lower_keys = np.unique(lower_keys_all, axis=0) if len(lower_keys_all) else np.zeros((0, 3), np.int64)
+    # tree order for internal nodes: by parent, then child index
+    u_order = np.lexsort((upper_keys[:, 2], upper_keys[:, 1], upper_keys[:, 0]))
+    upper_keys = upper_keys[u_order]
+    lower_origin = lower_keys << 7
+    lower_parent = _find_rows(upper_keys, lower_keys >> 5)
+    l_order = np.lexsort((_child_index(lower_origin, 5, 7), lower_parent))
+    lower_keys, lower_origin, lower_parent = lower_keys[l_order], lower_origin[l_order], lower_parent[l_order]
+    leaf_parent = _find_rows(lower_keys, leaf_origins >> 7)
+    # leaves are already in tree order (Topology keeps them so)
+
+    n_up, n_low, n_leaf = len(upper_keys), len(lower_keys), len(leaf_origins)
+    root_tiles = t_origins[t4096]
+    n_root = n_up + len(root_tiles)
+    off_root = fmt.GRID_SIZE + fmt.TREE_SIZE
+    off_upper = off_root + layout.root_size + n_root * layout.root_tile_size
+    off_lower = off_upper + n_up * layout.upper_size
+    off_leaf = off_lower + n_low * layout.lower_size
+    size = off_leaf + n_leaf * layout.leaf_size
+    buf = np.zeros(size, np.uint8)
+    bg_bytes = _value_bytes(background, layout)[0]
+    tile_bytes = _value_bytes(tile_values, layout) if len(tile_values) else np.zeros((0, layout.value_size), np.uint8)
+
+    # leaves
+    leaves = buf[off_leaf:].reshape(n_leaf, layout.leaf_size)
+    bb_min, bb_dif = _leaf_bboxes(leaf_origins, topo.masks)
+    leaves[:, 0:12] = bb_min.astype("<i4").view(np.uint8).reshape(n_leaf, 12)
+    leaves[:, 12:15] = bb_dif
+    leaves[:, 15] = 0  # flags
+    leaves[:, 16:80] = np.ascontiguousarray(topo.masks.astype("<u8")).view(np.uint8).reshape(n_leaf, 64)
+    if layout.is_index:
+        leaves[:, 80:88] = (topo.leaf_offset + 1).astype("<u8").view(np.uint8).reshape(n_leaf, 8)
+        prefix = topo.prefix.astype(np.uint64)
+        packed = np.zeros(n_leaf, np.uint64)
+        for w in range(1, 8):
+            packed |= prefix[:, w] << np.uint64(9 * (w - 1))
+        leaves[:, 88:96] = packed.astype("<u8").view(np.uint8).reshape(n_leaf, 8)
+    else:
+        table = _value_bytes(leaf_values, layout).reshape(n_leaf, 512 * layout.value_size)
+        leaves[:, layout.leaf_off_table: layout.leaf_off_table + 512 * layout.value_size] = table
+
+    # lower nodes
+    lowers = buf[off_lower:off_leaf].reshape(n_low, layout.lower_size)
+    ltable = lowers[:, layout.lower_off_table: layout.lower_off_table + 4096 * layout.table_stride]
+    ltable = ltable.reshape(n_low, 4096, layout.table_stride)
+    ltable[:, :, :layout.value_size] = bg_bytes
+    lowers[:, 0:12] = lower_origin.astype("<i4").view(np.uint8).reshape(n_low, 12)
+    lowers[:, 12:24] = (lower_origin + 127).astype("<i4").view(np.uint8).reshape(n_low, 12)
+    child = _child_index(leaf_origins, 4, 3)
+    leaf_addr = off_leaf + np.arange(n_leaf, dtype=np.int64) * layout.leaf_size
+    lower_addr = off_lower + np.arange(n_low, dtype=np.int64) * layout.lower_size
+    rel = (leaf_addr - lower_addr[leaf_parent]).astype("<i8")
+    ltable[leaf_parent, child, :8] = rel.view(np.uint8).reshape(-1, 8)
+    cmask = np.zeros((n_low, 4096), bool)
+    cmask[leaf_parent, child] = True
+    sel = np.nonzero(t8)[0]
+    tparent = _find_rows(lower_keys, t_origins[sel] >> 7)
+    tchild = _child_index(t_origins[sel], 4, 3)
+    ltable[tparent, tchild, :layout.value_size] = tile_bytes[sel]
+    vmask = np.zeros((n_low, 4096), bool)
+    vmask[tparent, tchild] = True
+    lowers[:, fmt.LOWER_OFF_VALUE_MASK: fmt.LOWER_OFF_VALUE_MASK + 512] = np.packbits(vmask, axis=1, bitorder="little")
+    lowers[:, fmt.LOWER_OFF_CHILD_MASK: fmt.LOWER_OFF_CHILD_MASK + 512] = np.packbits(cmask, axis=1, bitorder="little")
+
+    # upper nodes
+    upper_origin = upper_keys << 12
+    upper_addr = off_upper + np.arange(n_up, dtype=np.int64) * layout.upper_size
+    sel128 = np.nonzero(t128)[0]
+    t128_parent = _find_rows(upper_keys, t_origins[sel128] >> 12)
+    for u in range(n_up):
+        node = buf[upper_addr[u]: upper_addr[u] + layout.upper_size]
+        node[0:12] = upper_origin[u].astype("<i4").view(np.uint8)
+        node[12:24] = (upper_origin[u] + 4095).astype("<i4").view(np.uint8)
+        table = node[layout.upper_off_table: layout.upper_off_table + 32768 * layout.table_stride]
+        table = table.reshape(32768, layout.table_stride)
+        table[:, :layout.value_size] = bg_bytes
+        kids = np.nonzero(lower_parent == u)[0]
+        kid_index = _child_index(lower_origin[kids], 5, 7)
+        table[kid_index, :8] = (lower_addr[kids] - upper_addr[u]).astype("<i8").view(np.uint8).reshape(-1, 8)
+        mine = sel128[t128_parent == u]
+        tile_index = _child_index(t_origins[mine], 5, 7)
+        table[tile_index, :layout.value_size] = tile_bytes[mine]
+        cm = np.zeros(32768, bool)
+        cm[kid_index] = True
+        vm = np.zeros(32768, bool)
+        vm[tile_index] = True
+        node[fmt.UPPER_OFF_VALUE_MASK: fmt.UPPER_OFF_VALUE_MASK + 4096] = np.packbits(vm, bitorder="little")
+        node[fmt.UPPER_OFF_CHILD_MASK: fmt.UPPER_OFF_CHILD_MASK + 4096] = np.packbits(cm, bitorder="little")
+
+    # root: children first (by key order of their origins), then 4096^3 tiles
+    box = topo.index_bbox
+    lo, hi = (box[0], box[1]) if box is not None else (np.zeros(3, np.int64), np.full(3, -1, np.int64))
+    _put(buf, off_root, "<6iI", *[int(x) for x in lo], *[int(x) for x in hi], n_root)
+    buf[off_root + layout.root_off_background: off_root + layout.root_off_background + layout.value_size] = bg_bytes
+    entries = [(o, upper_addr[u] - off_root, 0, bg_bytes) for u, o in enumerate(upper_origin)]
+    sel4096 = np.nonzero(t4096)[0]
+    entries += [(t_origins[t], 0, 1, tile_bytes[t]) for t in sel4096]
+    for e, (origin, child_off, state, value) in enumerate(entries):
+        at = off_root + layout.root_size + e * layout.root_tile_size
+        u = np.asarray(origin, np.int64).astype(np.int32).view(np.uint32).astype(np.uint64) >> np.uint64(12)
+        key = int(u[2]) | (int(u[1]) << 21) | (int(u[0]) << 42)
+        _put(buf, at, "<QqI", key, int(child_off), state)
+        buf[at + layout.root_tile_off_value: at + layout.root_tile_off_value + layout.value_size] = value
+
+    # tree and grid headers
+    t = fmt.GRID_SIZE
+    _put(buf, t, "<4Q3I3IQ", off_leaf - t, off_lower - t, off_upper - t, off_root - t, n_leaf, n_low, n_up,
+         int(t8.sum()), int(t128.sum()), int(t4096.sum()), topo.active_voxel_count)
+    M = topo.transform.index_to_world
+    Minv = topo.transform.world_to_index
+    _put(buf, 0, "<QQIIIIQ", fmt.MAGIC_GRID, _EMPTY_CHECKSUM, fmt.WRITE_VERSION, _FLAG_HAS_BBOX | _FLAG_BREADTH_FIRST,
+         grid_index, grid_count, size)
+    buf[fmt.GRID_OFF_NAME: fmt.GRID_OFF_NAME + len(raw_name)] = np.frombuffer(raw_name, np.uint8)
+    m = fmt.GRID_OFF_MAP
+    _put(buf, m + fmt.MAP_OFF_MATF, "<9f", *M[:3, :3].ravel())
+    _put(buf, m + fmt.MAP_OFF_INVMATF, "<9f", *Minv[:3, :3].ravel())
+    _put(buf, m + fmt.MAP_OFF_VECF, "<3f", *M[:3, 3])
+    _put(buf, m + fmt.MAP_OFF_TAPERF, "<f", 1.0)
+    _put(buf, m + fmt.MAP_OFF_MATD, "<9d", *M[:3, :3].ravel())
+    _put(buf, m + fmt.MAP_OFF_INVMATD, "<9d", *Minv[:3, :3].ravel())
+    _put(buf, m + fmt.MAP_OFF_VECD, "<3d", *M[:3, 3])
+    _put(buf, m + fmt.MAP_OFF_TAPERD, "<d", 1.0)
+    wb = topo.world_bbox if box is not None else np.zeros((2, 3))
+    _put(buf, fmt.GRID_OFF_WORLD_BBOX, "<6d", *wb.ravel())
+    _put(buf, fmt.GRID_OFF_VOXEL_SIZE, "<3d", *topo.voxel_size)
+    _put(buf, fmt.GRID_OFF_CLASS, "<II", _CLASS_INDEX if layout.is_index else _CLASS_UNKNOWN, layout.grid_type)
+    _put(buf, fmt.GRID_OFF_BLIND_OFFSET, "<qI", 0, 0)
+    _put(buf, fmt.GRID_OFF_DATA0, "<IQQ", 0, value_count, 0)
+    return buf.tobytes()
+
+
+def _find_rows(table: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """Position in ``table`` (n, 3) of each row of ``query`` (m, 3); every query row must be there."""
+    if len(query) == 0:
+        return np.zeros(0, np.int64)
+    rows = np.concatenate([table, query]).astype(np.int64)
+    _, inverse = np.unique(rows, axis=0, return_inverse=True)
+    inverse = inverse.ravel()
+    position = np.full(int(inverse.max()) + 1, -1, np.int64)
+    position[inverse[:len(table)]] = np.arange(len(table))
+    found = position[inverse[len(table):]]
+    assert np.all(found >= 0), "a node's parent is missing"
+    return found
+
+
+def save(path: str | os.PathLike, grids: dict[str, Volume | Topology], codec: str = "none") -> None:
+    """Write grids to one .nvdb file: value grids for Volumes, OnIndex grids for Topologies.
+    ``codec`` is ``"none"``, ``"zip"`` or ``"blosc"``."""
+    if codec not in fmt.CODEC_IDS:
+        raise NanoVDBError(f"expected codec 'none', 'zip' or 'blosc', got {codec!r}")
+    if not grids:
+        raise NanoVDBError("expected at least one grid to save, got none")
+    payloads, metas = [], []
+    for n, (name, obj) in enumerate(grids.items()):
+        grid = _encode_grid(obj, name, n, len(grids))
+        if codec == "zip":
+            packed = zlib.compress(grid)
+        elif codec == "blosc":
+            import blosc
+
+            packed = blosc.compress(grid, typesize=4)
+        else:
+            packed = grid
+        h = _grid_header(np.frombuffer(grid, np.uint8), 0)
+        raw_name = name.encode("utf-8") + b"\0"
+        topo = obj if isinstance(obj, Topology) else obj.topology
+        box = topo.index_bbox if topo.index_bbox is not None else np.zeros((2, 3), np.int64)
+        meta = struct.pack("<QQQQII6d6i3dI4I3IHHI", len(grid), len(packed), 0, h["voxel_count"], h["grid_type"],
+                           h["grid_class"], *h["world_bbox"], *[int(x) for x in box.ravel()], *h["voxel_size"],
+                           len(raw_name), *h["node_counts"], 1, *h["tile_counts"],
+                           fmt.CODEC_IDS[codec], 0, fmt.WRITE_VERSION)
+        metas.append(meta + raw_name)
+        payloads.append(packed if codec == "none" else struct.pack("<Q", len(packed)) + packed)
+    header = struct.pack("<QIHH", fmt.MAGIC_FILE, fmt.WRITE_VERSION, len(grids), fmt.CODEC_IDS[codec])
+    tmp = f"{os.fspath(path)}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as fh:
+        fh.write(header)
+        for meta in metas:
+            fh.write(meta)
+        for payload in payloads:
+            fh.write(payload)
+    os.replace(tmp, path)

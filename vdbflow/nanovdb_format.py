@@ -1,0 +1,120 @@
+"""NanoVDB binary format constants (major version 32): the single source of layout facts.
+
+Offsets are in bytes from the start of the structure they belong to.  Node layouts per grid type
+follow NanoVDB's grid type table (root background, root size, table stride, root tile value offset,
+root tile size, upper/lower table offsets and sizes, leaf table offset and size).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+MAGIC_NUMBER = 0x304244566F6E614E  # "NanoVDB0": legacy magic of grids and files
+MAGIC_GRID = 0x314244566F6E614E  # "NanoVDB1": a grid
+MAGIC_FILE = 0x324244566F6E614E  # "NanoVDB2": a file segment
+GRID_MAGICS = (MAGIC_NUMBER, MAGIC_GRID)
+FILE_MAGICS = (MAGIC_NUMBER, MAGIC_FILE)
+
+MAJOR_VERSION = 32
+SUPPORTED_MINOR = range(3, 10)  # 32.3 .. 32.9
+WRITE_VERSION = (32 << 21) | (7 << 10) | 0  # 32.7.0
+
+
+def version_parts(version: int) -> tuple[int, int, int]:
+    return version >> 21, (version >> 10) & 0x7FF, version & 0x3FF
+
+
+# file segment
+FILE_HEADER_SIZE = 16  # magic u64, version u32, grid count u16, codec u16
+FILE_METADATA_SIZE = 176
+CODECS = {0: "none", 1: "zip", 2: "blosc"}
+CODEC_IDS = {name: code for code, name in CODECS.items()}
+
+# GridData
+GRID_SIZE = 672
+GRID_OFF_MAGIC, GRID_OFF_CHECKSUM, GRID_OFF_VERSION, GRID_OFF_FLAGS = 0, 8, 16, 20
+GRID_OFF_INDEX, GRID_OFF_COUNT, GRID_OFF_GRID_SIZE, GRID_OFF_NAME = 24, 28, 32, 40
+GRID_NAME_SIZE = 256
+GRID_OFF_MAP = 296
+MAP_OFF_MATF, MAP_OFF_INVMATF, MAP_OFF_VECF, MAP_OFF_TAPERF = 0, 36, 72, 84
+MAP_OFF_MATD, MAP_OFF_INVMATD, MAP_OFF_VECD, MAP_OFF_TAPERD = 88, 160, 232, 256
+GRID_OFF_WORLD_BBOX, GRID_OFF_VOXEL_SIZE, GRID_OFF_CLASS, GRID_OFF_TYPE = 560, 608, 632, 636
+GRID_OFF_BLIND_OFFSET, GRID_OFF_BLIND_COUNT = 640, 648
+GRID_OFF_DATA0, GRID_OFF_DATA1, GRID_OFF_DATA2 = 652, 656, 664
+
+# TreeData, right after the grid
+TREE_SIZE = 64  # node offsets u64[4] (leaf, lower, upper, root), node counts u32[3], tile counts u32[3], voxels u64
+
+# RootData: bbox (6 x i32), table size u32 at 24, then background ...; a root tile: key u64, child i64, state u32
+ROOT_OFF_TABLE_SIZE = 24
+ROOT_TILE_OFF_KEY, ROOT_TILE_OFF_CHILD, ROOT_TILE_OFF_STATE = 0, 8, 16
+
+# internal nodes: bbox (24 bytes), flags u64 at 24, value mask at 32, child mask after it
+UPPER_DIM_LOG2, LOWER_DIM_LOG2 = 5, 4  # children per axis: 32 and 16
+UPPER_OFF_VALUE_MASK, UPPER_OFF_CHILD_MASK = 32, 32 + 4096
+LOWER_OFF_VALUE_MASK, LOWER_OFF_CHILD_MASK = 32, 32 + 512
+# leaves: bbox min (3 x i32), bbox dif + flags u32 at 12, value mask (64 bytes) at 16
+LEAF_OFF_BBOX_MIN, LEAF_OFF_VALUE_MASK = 0, 16
+INDEX_LEAF_OFF_OFFSET, INDEX_LEAF_OFF_PREFIX = 80, 88
+
+GRID_CLASSES = {0: "unknown", 1: "level set", 2: "fog volume", 3: "staggered", 4: "point index", 5: "point data",
+                6: "topology", 7: "voxel volume", 8: "index grid", 9: "tensor grid"}
+
+GRID_TYPE_NAMES = {0: "Unknown", 1: "Float", 2: "Double", 3: "Int16", 4: "Int32", 5: "Int64", 6: "Vec3f",
+                   7: "Vec3d", 8: "Mask", 9: "Half", 10: "UInt32", 11: "Boolean", 12: "RGBA8", 13: "Fp4",
+                   14: "Fp8", 15: "Fp16", 16: "FpN", 17: "Vec4f", 18: "Vec4d", 19: "Index", 20: "OnIndex",
+                   21: "IndexMask", 22: "OnIndexMask", 23: "PointIndex", 24: "Vec3u8", 25: "Vec3u16", 26: "UInt8"}
+
+
+@dataclass(frozen=True)
+class GridLayout:
+    """Byte layout of one grid type's nodes."""
+
+    grid_type: int
+    value_type: str | None  # vdbflow value type name; None for index grids
+    dtype: np.dtype  # scalar dtype of values (uint64 for index grids)
+    components: int
+    root_off_background: int
+    root_size: int
+    table_stride: int
+    root_tile_off_value: int
+    root_tile_size: int
+    upper_off_table: int
+    upper_size: int
+    lower_off_table: int
+    lower_size: int
+    leaf_off_table: int
+    leaf_size: int
+
+    @property
+    def is_index(self) -> bool:
+        return self.value_type is None
+
+    @property
+    def value_size(self) -> int:
+        return self.dtype.itemsize * self.components
+
+
+def _layout(gt, vt, dtype, c, *numbers):
+    return GridLayout(gt, vt, np.dtype(dtype), c, *numbers)
+
+
+LAYOUTS: dict[int, GridLayout] = {
+    lay.grid_type: lay for lay in (
+        _layout(1, "float32", "<f4", 1, 28, 64, 8, 20, 32, 8256, 270400, 1088, 33856, 96, 2144),
+        _layout(2, "float64", "<f8", 1, 32, 96, 8, 24, 32, 8256, 270400, 1088, 33856, 128, 4224),
+        _layout(4, "int32", "<i4", 1, 28, 64, 8, 20, 32, 8256, 270400, 1088, 33856, 96, 2144),
+        _layout(5, "int64", "<i8", 1, 32, 96, 8, 24, 32, 8256, 270400, 1088, 33856, 128, 4224),
+        _layout(6, "vec3f", "<f4", 3, 28, 96, 16, 20, 32, 8256, 532544, 1088, 66624, 128, 6272),
+        _layout(7, "vec3d", "<f8", 3, 32, 128, 24, 24, 64, 8288, 794720, 1120, 99424, 160, 12448),
+        _layout(10, "uint32", "<u4", 1, 28, 64, 8, 20, 32, 8256, 270400, 1088, 33856, 96, 2144),
+        _layout(17, "vec4f", "<f4", 4, 28, 96, 16, 20, 64, 8288, 532576, 1120, 66656, 128, 8320),
+        _layout(18, "vec4d", "<f8", 4, 32, 160, 32, 24, 64, 8320, 1056896, 1152, 132224, 160, 16544),
+        _layout(19, None, "<u8", 1, 32, 96, 8, 24, 32, 8256, 270400, 1088, 33856, 80, 96),
+        _layout(20, None, "<u8", 1, 32, 96, 8, 24, 32, 8256, 270400, 1088, 33856, 80, 96),
+    )
+}
+GRID_TYPE_OF_VALUE_TYPE = {lay.value_type: gt for gt, lay in LAYOUTS.items() if lay.value_type}
+GRID_TYPE_INDEX, GRID_TYPE_ON_INDEX = 19, 20
