@@ -6,12 +6,15 @@ from importlib.metadata import PackageNotFoundError, version
 
 from .errors import (
     DeviceError,
+    NanoVDBError,
     PointsError,
     SamplingError,
     ShapeError,
     VdbflowError,
     VolumeError,
 )
+from .nanovdb import GridInfo, list_grids, save
+from .nanovdb import open_grid as open  # noqa: A004 - vdbflow.open(path) reads like xarray.open_dataset
 from .sampling import sample, sample_grad, sample_grad_arrays
 from .transform import Transform
 from .value_types import VALUE_TYPES, ValueType
@@ -26,6 +29,8 @@ except PackageNotFoundError:  # pragma: no cover - source tree without install
 __all__ = [
     "VALUE_TYPES",
     "DeviceError",
+    "GridInfo",
+    "NanoVDBError",
     "PointsError",
     "SamplingError",
     "SampleGradVJP",
@@ -36,7 +41,10 @@ __all__ = [
     "VdbflowError",
     "Volume",
     "VolumeError",
+    "list_grids",
+    "open",
     "sample",
+    "save",
     "sample_grad",
     "sample_grad_arrays",
     "sample_grad_vjp",

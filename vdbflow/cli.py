@@ -62,5 +62,30 @@ def demo(field: str, resolution: int, n_points: int, show: int, seed: int) -> No
     )
 
 
+@main.command()
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+def info(path: str) -> None:
+    """List the grids of a NanoVDB (.nvdb) file."""
+    from .errors import NanoVDBError
+    from .nanovdb import list_grids
+
+    console = Console()
+    try:
+        grids = list_grids(path)
+    except NanoVDBError as err:
+        console.print(f"[red]error:[/red] {err}")
+        raise SystemExit(2) from None
+    table = Table(title=f"{path}: {len(grids)} grid(s)")
+    for col in ("#", "name", "type", "class", "leaves", "tiles (8³/128³/4096³)", "active voxels",
+                "index bbox", "voxel size", "codec", "version"):
+        table.add_column(col)
+    for g in grids:
+        table.add_row(str(g.index), g.name or "-", g.grid_type, g.grid_class, f"{g.leaf_count:,}",
+                      "/".join(str(c) for c in g.tile_counts), f"{g.active_voxel_count:,}",
+                      f"{list(g.index_bbox[0])} .. {list(g.index_bbox[1])}",
+                      " ".join(f"{v:.4g}" for v in g.voxel_size), g.codec, g.version)
+    console.print(table)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -18,11 +18,12 @@ import numpy as np
 
 from . import nanovdb_format as fmt
 from . import tree
-from .errors import NanoVDBError
+from .errors import NanoVDBError, VolumeError
 from .transform import Transform
 from .volume import Topology, Volume
 
 MAX_GRID_BYTES = 1 << 40  # refuse absurd sizes before allocating anything
+_EMPTY_CHECKSUM = 0xFFFFFFFFFFFFFFFF  # "no checksum" (NanoVDB's Checksum::EMPTY64)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -105,6 +106,26 @@ def _grid_header(buf: np.ndarray, base: int) -> dict[str, Any]:
                 node_counts=node_counts, tile_counts=tile_counts, voxel_count=voxel_count)
 
 
+def _head_crc(buf: np.ndarray, base: int, head_end: int) -> int:
+    """CRC32 of a grid's head: from the version field (byte 16) to the end of the root tiles."""
+    return zlib.crc32(buf[base + 16: head_end]) & 0xFFFFFFFF
+
+
+def _verify_head_checksum(buf: np.ndarray, base: int, h: dict[str, Any], head_end: int) -> None:
+    """Checks the head half of a NanoVDB checksum when the grid has one.  (The tail half, over the
+    nodes, is not checked: files written by vdbflow carry the head half only.)"""
+    checksum = h["checksum"]
+    if checksum == _EMPTY_CHECKSUM:
+        return
+    want = checksum & 0xFFFFFFFF
+    got = _head_crc(buf, base, head_end)
+    if got != want:
+        raise NanoVDBError(
+            f"checksum mismatch in grid {h['name']!r}: bytes [{base + 16}, {head_end}) have CRC32 0x{got:08x}, "
+            f"the grid records 0x{want:08x} at byte {base + 8}"
+        )
+
+
 def _layout_of(header: dict[str, Any], base: int) -> fmt.GridLayout:
     gtype = header["grid_type"]
     layout = fmt.LAYOUTS.get(gtype)
@@ -126,6 +147,8 @@ def _node_rows(buf: np.ndarray, start: int, count: int, size: int, what: str) ->
 def _node_index(addresses: np.ndarray, start: int, count: int, size: int, what: str, parent: str) -> np.ndarray:
     """Index of each child address in its node array; a child that points anywhere else (outside
     the array, between nodes, or into another level - which is how an offset could loop) is an error."""
+    if len(addresses) > count:
+        raise NanoVDBError(f"{len(addresses)} {what} nodes are referenced by {parent}s, but the grid has {count}")
     rel = addresses - start
     bad = (rel < 0) | (rel % size != 0) | (rel // size >= count)
     if np.any(bad):
@@ -134,7 +157,10 @@ def _node_index(addresses: np.ndarray, start: int, count: int, size: int, what: 
             f"a {parent} child offset points to byte {int(addresses[k])}, which is not one of the {count} {what} "
             f"nodes at bytes [{start}, {start + count * size})"
         )
-    return (rel // size).astype(np.int64)
+    index = (rel // size).astype(np.int64)
+    if len(np.unique(index)) != len(index):
+        raise NanoVDBError(f"a {what} node at bytes [{start}, {start + count * size}) has more than one parent")
+    return index
 
 
 def _values(raw: np.ndarray, layout: fmt.GridLayout) -> np.ndarray:
@@ -157,8 +183,27 @@ def _key_to_origin(keys: np.ndarray) -> np.ndarray:
     return (np.stack(parts, axis=1).astype(np.uint32) << np.uint32(12)).view(np.int32)
 
 
-def _decode_grid(buf: np.ndarray, base: int) -> tuple[dict[str, Any], Any]:
-    """Decode one grid into a Volume (value grids) or a Topology (index grids)."""
+def _overlaps(origins: np.ndarray, size: int, bbox: np.ndarray | None) -> np.ndarray:
+    """Which cubes [origin, origin + size) meet the inclusive index box ``bbox`` (2, 3)."""
+    if bbox is None:
+        return np.ones(len(origins), bool)
+    o = np.asarray(origins, np.int64).reshape(-1, 3)
+    return np.all((o <= bbox[1]) & (o + size - 1 >= bbox[0]), axis=1)
+
+
+def _decode_grid(buf: np.ndarray, base: int, bbox: np.ndarray | None = None,
+                 leaf_subset: np.ndarray | None = None) -> tuple[dict[str, Any], Any]:
+    try:
+        return _decode_nodes(buf, base, bbox, leaf_subset)
+    except VolumeError as err:  # nodes that decode but do not form a valid tree
+        raise NanoVDBError(f"the grid at byte {base} does not form a valid volume: {err}") from None
+
+
+def _decode_nodes(buf: np.ndarray, base: int, bbox: np.ndarray | None,
+                  leaf_subset: np.ndarray | None) -> tuple[dict[str, Any], Any]:
+    """Decode one grid into a Volume (value grids) or a Topology (index grids).  ``bbox`` (inclusive
+    index box) or ``leaf_subset`` (indices in tree order) restrict the leaves and tiles read: nodes outside
+    are never touched, which for a memory-mapped file means never read from disk."""
     h = _grid_header(buf, base)
     layout = _layout_of(h, base)
     end = base + h["grid_size"]
@@ -172,6 +217,7 @@ def _decode_grid(buf: np.ndarray, base: int) -> tuple[dict[str, Any], Any]:
     root = t + root_off
     table_size = _unpack(gbuf, root + fmt.ROOT_OFF_TABLE_SIZE, "<I", "root table size")[0]
     tiles = _node_rows(gbuf, root + layout.root_size, table_size, layout.root_tile_size, "root tile")
+    _verify_head_checksum(gbuf, base, h, root + layout.root_size + table_size * layout.root_tile_size)
     bg_raw = gbuf[root + layout.root_off_background: root + layout.root_off_background + layout.value_size]
     if len(bg_raw) != layout.value_size:
         raise NanoVDBError(f"the root background at byte {root} lies past the grid's end")
@@ -200,6 +246,8 @@ def _decode_grid(buf: np.ndarray, base: int) -> tuple[dict[str, Any], Any]:
     uppers = _node_rows(gbuf, t + upper_off, n_upper, layout.upper_size, "upper node")
     u_index = _node_index(root + child[~is_tile], t + upper_off, n_upper, layout.upper_size, "upper", "root tile")
     u_origin = root_origins[~is_tile]
+    near = _overlaps(u_origin, 4096, bbox)
+    u_index, u_origin = u_index[near], u_origin[near]
     lower_addr, lower_origin = [], []
     for k, ui in enumerate(u_index):
         node = uppers[ui]
@@ -223,6 +271,8 @@ def _decode_grid(buf: np.ndarray, base: int) -> tuple[dict[str, Any], Any]:
     # lower nodes, all at once
     lowers = _node_rows(gbuf, t + lower_off, n_lower, layout.lower_size, "lower node")
     l_index = _node_index(lower_addr_a, t + lower_off, n_lower, layout.lower_size, "lower", "upper node")
+    near = _overlaps(lower_origin_a, 128, bbox)
+    l_index, lower_addr_a, lower_origin_a = l_index[near], lower_addr_a[near], lower_origin_a[near]
     rows = lowers[l_index]
     cmask = np.unpackbits(rows[:, fmt.LOWER_OFF_CHILD_MASK: fmt.LOWER_OFF_CHILD_MASK + 512], axis=1,
                           bitorder="little")
@@ -240,17 +290,32 @@ def _decode_grid(buf: np.ndarray, base: int) -> tuple[dict[str, Any], Any]:
     tile_value_parts.append(vals[keep])
 
     # leaves
-    leaves = _node_rows(gbuf, t + leaf_off, n_leaf, layout.leaf_size, "leaf")
+    leaf_nodes = _node_rows(gbuf, t + leaf_off, n_leaf, layout.leaf_size, "leaf")
     f_index = _node_index(leaf_addr, t + leaf_off, n_leaf, layout.leaf_size, "leaf", "lower node")
     order = tree.tree_order(leaf_origin >> 3)
     f_index, leaf_origin = f_index[order], leaf_origin[order]
-    lrows = leaves[f_index]
+    keep = _overlaps(leaf_origin, 8, bbox)
+    if leaf_subset is not None:
+        chosen = np.zeros(len(keep), bool)
+        wanted = np.asarray(leaf_subset, dtype=np.int64)
+        if np.any((wanted < 0) | (wanted >= len(keep))):
+            raise NanoVDBError(f"expected leaf indices in [0, {len(keep)}), got {wanted.min()}..{wanted.max()}")
+        chosen[wanted] = True
+        keep &= chosen
+    f_index, leaf_origin = f_index[keep], leaf_origin[keep]
+    lrows = leaf_nodes[f_index]
     masks = np.ascontiguousarray(lrows[:, fmt.LEAF_OFF_VALUE_MASK: fmt.LEAF_OFF_VALUE_MASK + 64]).view("<u8")
     masks = masks.astype(np.uint64).reshape(-1, 8)
 
     tile_origins = np.concatenate(tile_origin_parts).astype(np.int32)
     tile_sizes = np.concatenate(tile_size_parts).astype(np.int32)
-    tile_vals = np.concatenate(tile_value_parts) if tile_value_parts else np.zeros((0, layout.components))
+    tile_vals = np.concatenate(tile_value_parts)
+    near = np.ones(len(tile_origins), bool)
+    for size in tree.TILE_SIZES:
+        of_size = tile_sizes == size
+        near[of_size] = _overlaps(tile_origins[of_size], size, bbox)
+    tile_origins, tile_sizes, tile_vals = tile_origins[near], tile_sizes[near], tile_vals[near]
+    grid_class = fmt.GRID_CLASSES.get(h["grid_class"], "unknown")
     transform = Transform(h["index_to_world"])
     if layout.is_index:
         offsets = np.ascontiguousarray(lrows[:, fmt.INDEX_LEAF_OFF_OFFSET: fmt.INDEX_LEAF_OFF_OFFSET + 8])
@@ -264,15 +329,19 @@ def _decode_grid(buf: np.ndarray, base: int) -> tuple[dict[str, Any], Any]:
         counts = np.bitwise_count(masks_for_index).sum(axis=1).astype(np.int64)
         if np.any(first[counts > 0] < 1) or np.any(first + counts > value_count):
             raise NanoVDBError(f"leaf value offsets of grid {h['name']!r} fall outside its {value_count} values")
+        if len(tile_vals) and np.any(tile_vals[:, 0] >= max(value_count, 1)):
+            raise NanoVDBError(f"tile value indices of grid {h['name']!r} fall outside its {value_count} values")
         topo = Topology(leaf_origin.astype(np.int32), masks_for_index, transform, tile_origins, tile_sizes,
                         leaf_offset=first - 1, value_count=max(value_count - 1, 0),
                         tile_value_index=tile_vals[:, 0].astype(np.int64) - 1)
+        topo.grid_class = grid_class
         return h, topo
     values = lrows[:, layout.leaf_off_table: layout.leaf_off_table + 512 * layout.value_size]
     data = np.ascontiguousarray(values).view(layout.dtype).reshape(-1, layout.components)
     topo = Topology(leaf_origin.astype(np.int32), masks, transform, tile_origins, tile_sizes)
     vol = Volume._assemble(topo, data if layout.components > 1 else data[:, 0], background, tile_vals,
                            index_layout=False, name=h["name"] or "value", component_names=None)
+    vol.grid_class = grid_class
     return h, vol
 
 
@@ -405,13 +474,23 @@ def _select(sources: list, grid: int | str | None) -> tuple[dict[str, Any], _Gri
     return sources[names.index(grid)]
 
 
-def open_grid(data: str | os.PathLike | bytes | np.ndarray, grid: int | str | None = None) -> Volume | Topology:
+def open_grid(data: str | os.PathLike | bytes | np.ndarray, grid: int | str | None = None, *,
+              bbox: Any = None, leaves: Any = None) -> Volume | Topology:
     """A grid of a .nvdb file (path) or of an in-memory buffer: a :class:`Volume` for value grids, an
     index-layout :class:`Topology` for Index / OnIndex grids (attach values with ``with_data``).
-    ``grid`` is an index or a name; default the first grid."""
+
+    ``grid`` is an index or a name (default the first grid).  ``bbox`` ((i0, j0, k0), (i1, j1, k1)),
+    inclusive index coordinates, or ``leaves`` (leaf indices in tree order) load only part of the
+    grid; the rest of an uncompressed file is not read.
+    """
     meta, src = _select(_sources(data), grid)
     buf, offset = _grid_buffer(meta, src)
-    _, result = _decode_grid(buf, offset)
+    box = None
+    if bbox is not None:
+        box = np.asarray(bbox, dtype=np.int64)
+        if box.shape != (2, 3):
+            raise NanoVDBError(f"expected bbox as ((i0, j0, k0), (i1, j1, k1)), got shape {box.shape}")
+    _, result = _decode_grid(buf, offset, box, leaves)
     return result
 
 
@@ -437,7 +516,6 @@ def list_grids(data: str | os.PathLike | bytes | np.ndarray) -> list[GridInfo]:
 
 # ------------------------------------------------------------------------------------------------
 # writing
-_EMPTY_CHECKSUM = 0xFFFFFFFFFFFFFFFF  # "no checksum" (NanoVDB's Checksum::EMPTY64)
 _FLAG_HAS_BBOX, _FLAG_BREADTH_FIRST = 2, 32
 _CLASS_UNKNOWN, _CLASS_INDEX = 0, 8
 
@@ -646,9 +724,14 @@ def _encode_grid(obj: Volume | Topology, name: str, grid_index: int, grid_count:
     wb = topo.world_bbox if box is not None else np.zeros((2, 3))
     _put(buf, fmt.GRID_OFF_WORLD_BBOX, "<6d", *wb.ravel())
     _put(buf, fmt.GRID_OFF_VOXEL_SIZE, "<3d", *topo.voxel_size)
-    _put(buf, fmt.GRID_OFF_CLASS, "<II", _CLASS_INDEX if layout.is_index else _CLASS_UNKNOWN, layout.grid_type)
+    class_code = {name: code for code, name in fmt.GRID_CLASSES.items()}.get(getattr(obj, "grid_class", None))
+    if class_code is None:
+        class_code = _CLASS_INDEX if layout.is_index else _CLASS_UNKNOWN
+    _put(buf, fmt.GRID_OFF_CLASS, "<II", class_code, layout.grid_type)
     _put(buf, fmt.GRID_OFF_BLIND_OFFSET, "<qI", 0, 0)
     _put(buf, fmt.GRID_OFF_DATA0, "<IQQ", 0, value_count, 0)
+    head = _head_crc(buf, 0, off_upper)  # grid, tree, root and root tiles
+    _put(buf, fmt.GRID_OFF_CHECKSUM, "<Q", 0xFFFFFFFF00000000 | head)
     return buf.tobytes()
 
 

@@ -255,6 +255,12 @@ class Topology:
         return Volume._assemble(self, data, background, tile_values, index_layout=True, name=name,
                                 component_names=component_names)
 
+    def to_nvdb(self, path: str, name: str = "index", codec: str = "none") -> None:
+        """Write this topology as a NanoVDB OnIndex grid (see :func:`vdbflow.save`)."""
+        from .nanovdb import save
+
+        save(path, {name: self}, codec=codec)
+
     def __repr__(self) -> str:
         return (f"<vdbflow.Topology: {self.leaf_count} leaves, {self.active_voxel_count} active voxels, "
                 f"{self.tile_count} tiles>")
@@ -539,6 +545,13 @@ class Volume:
         from .sampling import sample_grad
 
         return sample_grad(self, points, mode=mode, space=space, jacobian_space=jacobian_space, device=device)
+
+    def to_nvdb(self, path: str, name: str | None = None, codec: str = "none") -> None:
+        """Write this volume as a NanoVDB value grid (``codec``: none, zip or blosc); volumes in the
+        index layout are written with their values spread over whole leaves."""
+        from .nanovdb import save
+
+        save(path, {name or self.name: self}, codec=codec)
 
     def __repr__(self) -> str:
         layout = "index" if self.index_layout else "per-leaf"
