@@ -365,3 +365,38 @@ def test_mutation_fuzz(rng, tmp_path):
     print(f"fuzz outcomes: {outcomes}")
     assert outcomes["loaded"] + outcomes["error"] == 2400
     assert outcomes["error"] > 500 and outcomes["loaded"] > 100  # both paths exercised
+
+
+def test_blind_data_and_class_survive_round_trips(rng, tmp_path):
+    _, vol = tiled_volume(rng, "float32")
+    vol.grid_class = "level set"
+    payload = np.arange(10, dtype=np.float32).tobytes()
+    vol.blind_data = (vdbflow.BlindData("weights", semantic=0, data_class=1, data_type=1, value_size=4, data=payload),
+                      vdbflow.BlindData("tag", 0, 1, 0, 1, b"hello"))
+    path = tmp_path / "blind.nvdb"
+    vol.to_nvdb(str(path))
+    back = vdbflow.open(path)
+    assert back.grid_class == "level set"
+    assert back.blind_data == vol.blind_data and back.blind_data[0].value_count == 10
+    back.to_nvdb(str(tmp_path / "again.nvdb"), codec="zip")
+    again = vdbflow.open(tmp_path / "again.nvdb")
+    assert again.blind_data == vol.blind_data and again.grid_class == "level set"
+    pts = rng.uniform(-20, 40, (200, 3)).astype(np.float32)
+    compare_with_warp(again, warp_load(tmp_path / "again.nvdb"), "float32", pts)  # Warp still reads it
+
+
+def test_value_index_grids(rng, tmp_path):
+    """Index (ValueIndex) grids index every voxel of a leaf: an OnIndex file whose leaves are full
+    reads the same once its type says Index."""
+    ijk = np.argwhere(np.ones((16, 8, 8), bool)) - [8, 0, 0]
+    topo = vdbflow.Volume.from_active(ijk)
+    topo.to_nvdb(str(tmp_path / "on.nvdb"))
+    data = bytearray((tmp_path / "on.nvdb").read_bytes())
+    g = grid_start(data)
+    struct.pack_into("<I", data, g + fmt.GRID_OFF_TYPE, fmt.GRID_TYPE_INDEX)
+    struct.pack_into("<Q", data, g + fmt.GRID_OFF_CHECKSUM, 0xFFFFFFFFFFFFFFFF)
+    index_topo = vdbflow.open(bytes(data))
+    values = rng.standard_normal(topo.value_count)
+    pts = rng.uniform(-8, 7, (300, 3))
+    np.testing.assert_array_equal(vdbflow.sample_grad_arrays(index_topo.with_data(values, 0), pts)[0],
+                                  vdbflow.sample_grad_arrays(topo.with_data(values, 0), pts)[0])

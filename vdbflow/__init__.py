@@ -13,7 +13,7 @@ from .errors import (
     VdbflowError,
     VolumeError,
 )
-from .nanovdb import GridInfo, list_grids, save
+from .nanovdb import BlindData, GridInfo, list_grids, save
 from .nanovdb import open_grid as open  # noqa: A004 - vdbflow.open(path) reads like xarray.open_dataset
 from .sampling import sample, sample_grad, sample_grad_arrays
 from .transform import Transform
@@ -27,6 +27,7 @@ except PackageNotFoundError:  # pragma: no cover - source tree without install
     __version__ = "0+unknown"
 
 __all__ = [
+    "BlindData",
     "VALUE_TYPES",
     "DeviceError",
     "GridInfo",

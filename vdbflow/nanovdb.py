@@ -61,6 +61,22 @@ class GridInfo:
     checksum: int
 
 
+@dataclass(frozen=True)
+class BlindData:
+    """A blind data record of a grid, kept as bytes so it survives a read-write round trip."""
+
+    name: str
+    semantic: int
+    data_class: int
+    data_type: int
+    value_size: int
+    data: bytes
+
+    @property
+    def value_count(self) -> int:
+        return len(self.data) // self.value_size if self.value_size else 0
+
+
 @dataclass
 class _GridSource:
     """Where a grid's bytes are: a buffer and the offset of its GridData."""
@@ -191,12 +207,39 @@ def _overlaps(origins: np.ndarray, size: int, bbox: np.ndarray | None) -> np.nda
     return np.all((o <= bbox[1]) & (o + size - 1 >= bbox[0]), axis=1)
 
 
+def _read_blind_data(buf: np.ndarray, base: int, h: dict[str, Any]) -> tuple[BlindData, ...]:
+    count, offset = h["blind_count"], h["blind_offset"]
+    if count == 0:
+        return ()
+    end = base + h["grid_size"]
+    if count > (1 << 16):
+        raise NanoVDBError(f"blind data count {count} at byte {base + fmt.GRID_OFF_BLIND_COUNT} is absurd")
+    records = []
+    for b in range(count):
+        at = base + offset + b * fmt.BLIND_META_SIZE
+        if at < base or at + fmt.BLIND_META_SIZE > end:
+            raise NanoVDBError(f"blind metadata {b} at byte {at} lies outside the grid [{base}, {end})")
+        data_offset, value_count, value_size, semantic, data_class, data_type = _unpack(
+            buf, at, "<qQIIII", "blind metadata")
+        start, nbytes = at + data_offset, value_count * value_size
+        if value_size == 0 or nbytes > MAX_GRID_BYTES or start < base or start + nbytes > end:
+            raise NanoVDBError(f"blind data {b} (metadata at byte {at}) of {value_count} x {value_size} bytes "
+                               f"at byte {start} lies outside the grid [{base}, {end})")
+        raw_name = bytes(buf[at + 32: at + 32 + 256]).split(b"\0", 1)[0].decode("utf-8", "replace")
+        records.append(BlindData(raw_name, semantic, data_class, data_type, value_size,
+                                 bytes(buf[start:start + nbytes])))
+    return tuple(records)
+
+
 def _decode_grid(buf: np.ndarray, base: int, bbox: np.ndarray | None = None,
                  leaf_subset: np.ndarray | None = None) -> tuple[dict[str, Any], Any]:
     try:
-        return _decode_nodes(buf, base, bbox, leaf_subset)
+        h, obj = _decode_nodes(buf, base, bbox, leaf_subset)
     except VolumeError as err:  # nodes that decode but do not form a valid tree
         raise NanoVDBError(f"the grid at byte {base} does not form a valid volume: {err}") from None
+    obj.grid_class = fmt.GRID_CLASSES.get(h["grid_class"], "unknown")
+    obj.blind_data = _read_blind_data(buf, base, h)
+    return h, obj
 
 
 def _decode_nodes(buf: np.ndarray, base: int, bbox: np.ndarray | None,
@@ -315,7 +358,6 @@ def _decode_nodes(buf: np.ndarray, base: int, bbox: np.ndarray | None,
         of_size = tile_sizes == size
         near[of_size] = _overlaps(tile_origins[of_size], size, bbox)
     tile_origins, tile_sizes, tile_vals = tile_origins[near], tile_sizes[near], tile_vals[near]
-    grid_class = fmt.GRID_CLASSES.get(h["grid_class"], "unknown")
     transform = Transform(h["index_to_world"])
     if layout.is_index:
         offsets = np.ascontiguousarray(lrows[:, fmt.INDEX_LEAF_OFF_OFFSET: fmt.INDEX_LEAF_OFF_OFFSET + 8])
@@ -334,14 +376,12 @@ def _decode_nodes(buf: np.ndarray, base: int, bbox: np.ndarray | None,
         topo = Topology(leaf_origin.astype(np.int32), masks_for_index, transform, tile_origins, tile_sizes,
                         leaf_offset=first - 1, value_count=max(value_count - 1, 0),
                         tile_value_index=tile_vals[:, 0].astype(np.int64) - 1)
-        topo.grid_class = grid_class
         return h, topo
     values = lrows[:, layout.leaf_off_table: layout.leaf_off_table + 512 * layout.value_size]
     data = np.ascontiguousarray(values).view(layout.dtype).reshape(-1, layout.components)
     topo = Topology(leaf_origin.astype(np.int32), masks, transform, tile_origins, tile_sizes)
     vol = Volume._assemble(topo, data if layout.components > 1 else data[:, 0], background, tile_vals,
                            index_layout=False, name=h["name"] or "value", component_names=None)
-    vol.grid_class = grid_class
     return h, vol
 
 
@@ -617,13 +657,27 @@ def _encode_grid(obj: Volume | Topology, name: str, grid_index: int, grid_count:
     off_upper = off_root + layout.root_size + n_root * layout.root_tile_size
     off_lower = off_upper + n_up * layout.upper_size
     off_leaf = off_lower + n_low * layout.lower_size
-    size = off_leaf + n_leaf * layout.leaf_size
+    blind = tuple(getattr(obj, "blind_data", ()) or ())
+    off_blind = off_leaf + n_leaf * layout.leaf_size
+    blind_at, pos = [], off_blind + len(blind) * fmt.BLIND_META_SIZE
+    for record in blind:
+        pos = (pos + 31) // 32 * 32
+        blind_at.append(pos)
+        pos += len(record.data)
+    size = (pos + 31) // 32 * 32
     buf = np.zeros(size, np.uint8)
+    for b, record in enumerate(blind):
+        at = off_blind + b * fmt.BLIND_META_SIZE
+        _put(buf, at, "<qQIIII", blind_at[b] - at, record.value_count, record.value_size, record.semantic,
+             record.data_class, record.data_type)
+        name_bytes = record.name.encode("utf-8")[:255]
+        buf[at + 32: at + 32 + len(name_bytes)] = np.frombuffer(name_bytes, np.uint8)
+        buf[blind_at[b]: blind_at[b] + len(record.data)] = np.frombuffer(record.data, np.uint8)
     bg_bytes = _value_bytes(background, layout)[0]
     tile_bytes = _value_bytes(tile_values, layout) if len(tile_values) else np.zeros((0, layout.value_size), np.uint8)
 
     # leaves
-    leaves = buf[off_leaf:].reshape(n_leaf, layout.leaf_size)
+    leaves = buf[off_leaf:off_blind].reshape(n_leaf, layout.leaf_size)
     bb_min, bb_dif = _leaf_bboxes(leaf_origins, topo.masks)
     leaves[:, 0:12] = bb_min.astype("<i4").view(np.uint8).reshape(n_leaf, 12)
     leaves[:, 12:15] = bb_dif
@@ -725,10 +779,10 @@ def _encode_grid(obj: Volume | Topology, name: str, grid_index: int, grid_count:
     _put(buf, fmt.GRID_OFF_WORLD_BBOX, "<6d", *wb.ravel())
     _put(buf, fmt.GRID_OFF_VOXEL_SIZE, "<3d", *topo.voxel_size)
     class_code = {name: code for code, name in fmt.GRID_CLASSES.items()}.get(getattr(obj, "grid_class", None))
-    if class_code is None:
+    if class_code is None or class_code == _CLASS_UNKNOWN:
         class_code = _CLASS_INDEX if layout.is_index else _CLASS_UNKNOWN
     _put(buf, fmt.GRID_OFF_CLASS, "<II", class_code, layout.grid_type)
-    _put(buf, fmt.GRID_OFF_BLIND_OFFSET, "<qI", 0, 0)
+    _put(buf, fmt.GRID_OFF_BLIND_OFFSET, "<qI", off_blind if blind else 0, len(blind))
     _put(buf, fmt.GRID_OFF_DATA0, "<IQQ", 0, value_count, 0)
     head = _head_crc(buf, 0, off_upper)  # grid, tree, root and root tiles
     _put(buf, fmt.GRID_OFF_CHECKSUM, "<Q", 0xFFFFFFFF00000000 | head)

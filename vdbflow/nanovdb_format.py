@@ -118,3 +118,7 @@ LAYOUTS: dict[int, GridLayout] = {
 }
 GRID_TYPE_OF_VALUE_TYPE = {lay.value_type: gt for gt, lay in LAYOUTS.items() if lay.value_type}
 GRID_TYPE_INDEX, GRID_TYPE_ON_INDEX = 19, 20
+
+# GridBlindMetaData (288 bytes): data offset i64 (from this record), value count u64, value size u32,
+# semantic u32, data class u32, data type u32, name char[256]
+BLIND_META_SIZE = 288

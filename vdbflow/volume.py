@@ -107,6 +107,8 @@ class Topology:
         self.tile_origins = _as_coordinates(np.zeros((0, 3)) if tile_origins is None else tile_origins,
                                             "tile origins")
         self.tile_sizes = np.ascontiguousarray(np.zeros(0) if tile_sizes is None else tile_sizes, dtype=np.int32)
+        self.grid_class = "unknown"  # NanoVDB grid class, kept for .nvdb round trips
+        self.blind_data: tuple = ()  # NanoVDB blind data records, kept for .nvdb round trips
         self.tables = self._build_tables()
         self.prefix, self.leaf_offset = tree.word_prefix(masks)
         self.value_count = self.active_voxel_count
@@ -314,6 +316,8 @@ class Volume:
         for arr in (data, background, tile_values):
             arr.setflags(write=False)
         self._device_cache: dict[Any, Any] = {}
+        self.grid_class = "unknown"  # NanoVDB grid class, kept for .nvdb round trips
+        self.blind_data: tuple = ()  # NanoVDB blind data records, kept for .nvdb round trips
 
     # -- constructors -------------------------------------------------------------------------
     @classmethod
