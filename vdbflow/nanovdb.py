@@ -8,6 +8,7 @@ offset is checked against the node array it must point into, so a corrupt file r
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 import zlib
@@ -346,8 +347,15 @@ def _decode_nodes(buf: np.ndarray, base: int, bbox: np.ndarray | None,
         chosen[wanted] = True
         keep &= chosen
     f_index, leaf_origin = f_index[keep], leaf_origin[keep]
-    lrows = leaf_nodes[f_index]
-    masks = np.ascontiguousarray(lrows[:, fmt.LEAF_OFF_VALUE_MASK: fmt.LEAF_OFF_VALUE_MASK + 64]).view("<u8")
+    in_place = len(f_index) == n_leaf and np.array_equal(f_index, np.arange(n_leaf))
+
+    def leaf_columns(start: int, stop: int) -> np.ndarray:
+        """Bytes [start, stop) of every kept leaf, copied once into a contiguous array."""
+        cols = leaf_nodes[:, start:stop]
+        return np.ascontiguousarray(cols) if in_place else np.take(cols, f_index, axis=0)
+
+    lrows_head = leaf_columns(0, 96 if layout.is_index else fmt.LEAF_OFF_VALUE_MASK + 64)
+    masks = np.ascontiguousarray(lrows_head[:, fmt.LEAF_OFF_VALUE_MASK: fmt.LEAF_OFF_VALUE_MASK + 64]).view("<u8")
     masks = masks.astype(np.uint64).reshape(-1, 8)
 
     tile_origins = np.concatenate(tile_origin_parts).astype(np.int32)
@@ -360,7 +368,7 @@ def _decode_nodes(buf: np.ndarray, base: int, bbox: np.ndarray | None,
     tile_origins, tile_sizes, tile_vals = tile_origins[near], tile_sizes[near], tile_vals[near]
     transform = Transform(h["index_to_world"])
     if layout.is_index:
-        offsets = np.ascontiguousarray(lrows[:, fmt.INDEX_LEAF_OFF_OFFSET: fmt.INDEX_LEAF_OFF_OFFSET + 8])
+        offsets = np.ascontiguousarray(lrows_head[:, fmt.INDEX_LEAF_OFF_OFFSET: fmt.INDEX_LEAF_OFF_OFFSET + 8])
         first = offsets.view("<u8")[:, 0].astype(np.int64)
         value_count = int(h["value_count"])
         if layout.grid_type == fmt.GRID_TYPE_INDEX:
@@ -377,8 +385,8 @@ def _decode_nodes(buf: np.ndarray, base: int, bbox: np.ndarray | None,
                         leaf_offset=first - 1, value_count=max(value_count - 1, 0),
                         tile_value_index=tile_vals[:, 0].astype(np.int64) - 1)
         return h, topo
-    values = lrows[:, layout.leaf_off_table: layout.leaf_off_table + 512 * layout.value_size]
-    data = np.ascontiguousarray(values).view(layout.dtype).reshape(-1, layout.components)
+    values = leaf_columns(layout.leaf_off_table, layout.leaf_off_table + 512 * layout.value_size)
+    data = values.view(layout.dtype).reshape(-1, layout.components)
     topo = Topology(leaf_origin.astype(np.int32), masks, transform, tile_origins, tile_sizes)
     vol = Volume._assemble(topo, data if layout.components > 1 else data[:, 0], background, tile_vals,
                            index_layout=False, name=h["name"] or "value", component_names=None)
@@ -452,10 +460,13 @@ def _segments(buf: np.ndarray, file_name: str | None) -> list[tuple[dict[str, An
 
 
 def _map_file(path: str | os.PathLike) -> np.ndarray:
+    """The file memory-mapped read-only: pages are read from disk only when a node is touched."""
     size = os.path.getsize(path)
     if size == 0:
         raise NanoVDBError(f"{os.fspath(path)} is empty")
-    return np.memmap(path, dtype=np.uint8, mode="r")
+    with open(path, "rb") as fh:
+        mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    return np.frombuffer(mapped, dtype=np.uint8)
 
 
 def _sources(data: str | os.PathLike | bytes | np.ndarray) -> list[tuple[dict[str, Any], _GridSource]]:

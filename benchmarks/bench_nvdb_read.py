@@ -1,0 +1,93 @@
+"""Reading .nvdb files: vdbflow.open + a full read of the values, against the machine's raw read
+speed of the same file (``cat FILE > /dev/null``), side by side in one run.
+
+    python benchmarks/bench_nvdb_read.py [--mb 520] [--dir /tmp]
+
+Builds a fully active vec3f volume of at least --mb megabytes, writes it uncompressed and with
+zip, then times (best of --repeat, page cache warm for both) the raw read and vdbflow's read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import time
+
+import numpy as np
+
+import vdbflow
+from vdbflow import tree
+from vdbflow.transform import Transform
+from vdbflow.value_types import VALUE_TYPES
+from vdbflow.volume import Topology, Volume
+
+
+def build_volume(megabytes: float) -> Volume:
+    """A smooth, fully active vec3f field of about ``megabytes`` MB of leaf data."""
+    leaves_needed = int(megabytes * 1e6 / (512 * 12)) + 1
+    side = int(np.ceil(leaves_needed ** (1 / 3)))
+    keys = np.stack(np.meshgrid(*[np.arange(side)] * 3, indexing="ij"), -1).reshape(-1, 3)[:leaves_needed]
+    origins = (keys[tree.tree_order(keys)] * 8).astype(np.int32)
+    masks = np.full((len(origins), 8), np.iinfo(np.uint64).max, np.uint64)
+    local = np.stack(np.meshgrid(*[np.arange(8)] * 3, indexing="ij"), -1).reshape(512, 3)
+    data = np.empty((len(origins) * 512, 3), np.float32)
+    for start in range(0, len(origins), 4096):  # in slabs, to keep the peak memory down
+        o = origins[start:start + 4096]
+        ijk = (o[:, None, :] + local[None]).reshape(-1, 3).astype(np.float32) * 0.05
+        data[start * 512:(start + len(o)) * 512] = np.stack(
+            [np.sin(ijk[:, 0]) * np.cos(ijk[:, 1]), np.cos(ijk[:, 1]) * ijk[:, 2], np.sin(ijk[:, 2])], 1)
+    topo = Topology(origins, masks, Transform.from_voxel_size(0.05))
+    return Volume(topo, data, np.zeros(3, np.float32), np.zeros((0, 3), np.float32), VALUE_TYPES["vec3f"],
+                  index_layout=False, name="velocity")
+
+
+def best_of(fn, repeat: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mb", type=float, default=520.0)
+    parser.add_argument("--dir", default="/tmp")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+
+    vol = build_volume(args.mb)
+    results = {}
+    print(f"{'file':<14} {'size [MB]':>10} {'cat [MB/s]':>11} {'vdbflow [MB/s]':>15} {'ratio':>6}")
+    for codec in ("none", "zip"):
+        path = os.path.join(args.dir, f"vdbflow_bench_{codec}.nvdb")
+        vol.to_nvdb(path, codec=codec)
+        size_mb = os.path.getsize(path) / 1e6
+
+        def raw(path=path):
+            subprocess.run(["cat", path], stdout=subprocess.DEVNULL, check=True)
+
+        def full_read(path=path):
+            v = vdbflow.open(path)
+            assert v.active_voxel_count == vol.active_voxel_count
+            float(np.asarray(v.voxel_data[::4096]).sum())  # the values are in memory
+
+        t_raw = best_of(raw, args.repeat)
+        t_read = best_of(full_read, args.repeat)
+        results[codec] = {"size_mb": size_mb, "cat_mb_s": size_mb / t_raw, "vdbflow_mb_s": size_mb / t_read,
+                          "ratio": t_raw / t_read}
+        r = results[codec]
+        print(f"{codec:<14} {size_mb:>10.1f} {r['cat_mb_s']:>11.0f} {r['vdbflow_mb_s']:>15.0f} {r['ratio']:>5.2f}x")
+        os.remove(path)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(results, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()
