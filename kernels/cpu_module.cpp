@@ -274,7 +274,7 @@ void run(const SampleArgs& a) {
     LeafCache cache;
     double p[3];
     if (!scattered) {
-#pragma omp for schedule(static, 2048)
+#pragma omp for schedule(dynamic, 8192)
       for (i64 i = 0; i < n; ++i) {
         load(i, p);
         sample_point<T, NC>(g, a.xf, p, a.mode, want_jacobian, out_v + i * C,
@@ -289,7 +289,7 @@ void run(const SampleArgs& a) {
       R j[3 * (NC > 0 ? NC : MAX_COMPONENTS)];
       Cell<T> cells[BATCH];
       const i64 batches = (n + BATCH - 1) / BATCH;
-#pragma omp for schedule(static, 64)
+#pragma omp for schedule(dynamic, 512)
       for (i64 b = 0; b < batches; ++b) {
         const i64 first = b * BATCH, count = (n - first) < BATCH ? (n - first) : BATCH;
         for (i64 k = 0; k < count; ++k) {
