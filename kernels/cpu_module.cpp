@@ -148,6 +148,7 @@ struct SampleArgs {
   const u64* masks;
   const u16* prefix;
   const i64* leaf_offset;
+  const i64* leaf_values_at;  // null: contiguous per-leaf values
   const void* values;
   const void* tile_values;
   const void* background;
@@ -246,6 +247,7 @@ void run(const SampleArgs& a) {
   g.masks = a.masks;
   g.prefix = a.prefix;
   g.leaf_offset = a.leaf_offset;
+  g.leaf_values_at = a.adjoint ? nullptr : a.leaf_values_at;
   g.values = (const T*)a.values;
   g.tile_values = (const T*)a.tile_values;
   g.background = (const T*)a.background;
@@ -352,6 +354,7 @@ SampleArgs common_args(const std::vector<IntTable>& tables, const InArray& masks
   a.masks = (const u64*)masks.data();
   a.prefix = (const u16*)prefix.data();
   a.leaf_offset = (const i64*)leaf_offset.data();
+  a.leaf_values_at = nullptr;
   a.values = values.data();
   a.tile_values = tile_values.data();
   a.background = background.data();
@@ -375,9 +378,19 @@ void sample(std::vector<IntTable> tables, InArray masks, InArray prefix, InArray
             InArray values, InArray tile_values, InArray background, int components, bool index_layout,
             InArray points, nb::ndarray<const double, nb::shape<12>, nb::c_contig, nb::device::cpu> xform,
             bool points_world, bool jacobian_world, int mode, AnyArray out_values,
-            std::optional<AnyArray> out_jacobian, int order) {
+            std::optional<AnyArray> out_jacobian, int order,
+            std::optional<nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>> leaf_values_at) {
   SampleArgs a = common_args(tables, masks, prefix, leaf_offset, values, tile_values, background, components,
                              index_layout, points, xform, points_world, jacobian_world, mode);
+  if (leaf_values_at) {
+    if (index_layout || leaf_values_at->shape(0) != masks.shape(0))
+      throw std::invalid_argument("leaf_values_at: one offset per leaf, per-leaf layout only");
+    const i64 extent = (i64)(values.size()) - 512 * components;
+    for (size_t l = 0; l < leaf_values_at->shape(0); ++l)
+      if (leaf_values_at->data()[l] < 0 || leaf_values_at->data()[l] > extent)
+        throw std::invalid_argument("leaf_values_at points outside the values");
+    a.leaf_values_at = (const i64*)leaf_values_at->data();
+  }
   if (values.dtype() != out_values.dtype()) throw std::invalid_argument("values and output must share one dtype");
   a.out_values = out_values.data();
   a.out_jacobian = out_jacobian ? out_jacobian->data() : nullptr;
@@ -465,7 +478,8 @@ NB_MODULE(_core, m) {
   m.def("sample", &sample, nb::arg("tables"), nb::arg("masks"), nb::arg("prefix"), nb::arg("leaf_offset"),
         nb::arg("values"), nb::arg("tile_values"), nb::arg("background"), nb::arg("components"),
         nb::arg("index_layout"), nb::arg("points"), nb::arg("xform"), nb::arg("points_world"),
-        nb::arg("jacobian_world"), nb::arg("mode"), nb::arg("out_values"), nb::arg("out_jacobian").none(), nb::arg("order") = (int)ORDER_AUTO);
+        nb::arg("jacobian_world"), nb::arg("mode"), nb::arg("out_values"), nb::arg("out_jacobian").none(), nb::arg("order") = (int)ORDER_AUTO,
+        nb::arg("leaf_values_at").none() = nb::none());
   m.def("sample_vjp", &sample_vjp, nb::arg("tables"), nb::arg("masks"), nb::arg("prefix"), nb::arg("leaf_offset"),
         nb::arg("values"), nb::arg("tile_values"), nb::arg("background"), nb::arg("components"),
         nb::arg("index_layout"), nb::arg("points"), nb::arg("xform"), nb::arg("points_world"),

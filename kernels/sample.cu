@@ -13,8 +13,8 @@ namespace vdbflow {
 template <class T, int NC>
 __device__ void sample_entry(const int* table0, unsigned mask0, const int* table1, unsigned mask1,
                              const int* table2, unsigned mask2, const u64* masks, const u16* prefix,
-                             const i64* leaf_offset, const T* values, const T* tile_values,
-                             const T* background, int components, int index_layout,
+                             const i64* leaf_offset, const i64* leaf_values_at, const T* values,
+                             const T* tile_values, const T* background, int components, int index_layout,
                              const double* points, i64 n, const double* xform, int points_world,
                              int jacobian_world, int mode, T* out_values,
                              typename RealOf<T>::type* out_jacobian) {
@@ -25,6 +25,7 @@ __device__ void sample_entry(const int* table0, unsigned mask0, const int* table
   g.masks = masks;
   g.prefix = prefix;
   g.leaf_offset = leaf_offset;
+  g.leaf_values_at = leaf_values_at;
   g.values = values;
   g.tile_values = tile_values;
   g.background = background;
@@ -72,6 +73,7 @@ __device__ void vjp_entry(const int* table0, unsigned mask0, const int* table1, 
   g.masks = masks;
   g.prefix = prefix;
   g.leaf_offset = leaf_offset;
+  g.leaf_values_at = nullptr;  // reverse mode runs on contiguous values
   g.values = values;
   g.tile_values = tile_values;
   g.background = background;
@@ -123,12 +125,13 @@ VDBFLOW_VJP_ENTRY(vdbflow_vjp_f64_cn, double, 0)
   extern "C" __global__ void NAME(                                                                      \
       const int* table0, unsigned mask0, const int* table1, unsigned mask1, const int* table2,          \
       unsigned mask2, const vdbflow::u64* masks, const vdbflow::u16* prefix,                             \
-      const vdbflow::i64* leaf_offset, const T* values, const T* tile_values, const T* background,       \
+      const vdbflow::i64* leaf_offset, const vdbflow::i64* leaf_values_at, const T* values,             \
+      const T* tile_values, const T* background,                                                         \
       int components, int index_layout, const double* points, vdbflow::i64 n, const double* xform,       \
       int points_world, int jacobian_world, int mode, T* out_values,                                     \
       vdbflow::RealOf<T>::type* out_jacobian) {                                                          \
     vdbflow::sample_entry<T, NC>(table0, mask0, table1, mask1, table2, mask2, masks, prefix,             \
-                                 leaf_offset, values, tile_values, background, components,               \
+                                 leaf_offset, leaf_values_at, values, tile_values, background, components, \
                                  index_layout, points, n, xform, points_world, jacobian_world, mode,     \
                                  out_values, out_jacobian);                                              \
   }

@@ -400,3 +400,22 @@ def test_value_index_grids(rng, tmp_path):
     pts = rng.uniform(-8, 7, (300, 3))
     np.testing.assert_array_equal(vdbflow.sample_grad_arrays(index_topo.with_data(values, 0), pts)[0],
                                   vdbflow.sample_grad_arrays(topo.with_data(values, 0), pts)[0])
+
+
+def test_values_stay_in_the_mapped_file(rng, tmp_path):
+    """Opening a value grid copies no leaf values: the volume views the mapped file, and samples,
+    writes and differentiates exactly like an in-memory copy."""
+    ijk, vol = tiled_volume(rng, "vec3d")
+    path = tmp_path / "mapped.nvdb"
+    vol.to_nvdb(str(path))
+    mapped = vdbflow.open(path)
+    assert mapped._leaf_values_at is not None and not mapped.leaf_values.flags.owndata
+    np.testing.assert_array_equal(mapped.leaf_values, vol.leaf_values)
+    pts = probe_points(rng, ijk, 200)
+    for a, b in zip(vdbflow.sample_grad_arrays(mapped, pts), vdbflow.sample_grad_arrays(vol, pts), strict=True):
+        np.testing.assert_array_equal(a, b)
+    adj = rng.standard_normal((len(pts), 3))
+    np.testing.assert_array_equal(vdbflow.sample_grad_vjp(mapped, pts, adj).voxel_data,
+                                  vdbflow.sample_grad_vjp(vol, pts, adj).voxel_data)
+    part = vdbflow.open(path, leaves=[1, 3])  # a subset views the same mapping, leaf by leaf
+    np.testing.assert_array_equal(part.leaf_values, vol.leaf_values[[1, 3]])

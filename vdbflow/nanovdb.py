@@ -21,6 +21,7 @@ from . import nanovdb_format as fmt
 from . import tree
 from .errors import NanoVDBError, VolumeError
 from .transform import Transform
+from .value_types import value_type_for
 from .volume import Topology, Volume
 
 MAX_GRID_BYTES = 1 << 40  # refuse absurd sizes before allocating anything
@@ -385,11 +386,16 @@ def _decode_nodes(buf: np.ndarray, base: int, bbox: np.ndarray | None,
                         leaf_offset=first - 1, value_count=max(value_count - 1, 0),
                         tile_value_index=tile_vals[:, 0].astype(np.int64) - 1)
         return h, topo
-    values = leaf_columns(layout.leaf_off_table, layout.leaf_off_table + 512 * layout.value_size)
-    data = values.view(layout.dtype).reshape(-1, layout.components)
+    # values stay where they are: a flat view of the leaf array and each leaf's element offset
+    item = layout.dtype.itemsize
+    start = t + leaf_off
+    flat = gbuf[start: start + n_leaf * layout.leaf_size].view(layout.dtype)
+    values_at = (f_index * layout.leaf_size + layout.leaf_off_table) // item
     topo = Topology(leaf_origin.astype(np.int32), masks, transform, tile_origins, tile_sizes)
-    vol = Volume._assemble(topo, data if layout.components > 1 else data[:, 0], background, tile_vals,
-                           index_layout=False, name=h["name"] or "value", component_names=None)
+    vt = value_type_for(layout.dtype, layout.components)
+    vol = Volume(topo, flat, np.ascontiguousarray(background, vt.dtype),
+                 np.ascontiguousarray(tile_vals.reshape(-1, layout.components), vt.dtype), vt, False,
+                 h["name"] or "value", leaf_values_at=values_at)
     return h, vol
 
 
@@ -634,9 +640,9 @@ def _encode_grid(obj: Volume | Topology, name: str, grid_index: int, grid_count:
             leaf_values = np.empty((vol.leaf_count * 512, vol.components), vol.dtype)
             leaf_values[:] = background
             bits = tree.bits_from_masks(topo.masks).ravel()
-            leaf_values[np.nonzero(bits)[0]] = vol._data[:vol.active_voxel_count]
+            leaf_values[np.nonzero(bits)[0]] = vol._contiguous()[:vol.active_voxel_count]
         else:
-            leaf_values = vol._data
+            leaf_values = vol._contiguous()
         value_count = 0
     raw_name = name.encode("utf-8")
     if len(raw_name) >= fmt.GRID_NAME_SIZE:

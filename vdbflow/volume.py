@@ -62,6 +62,7 @@ class KernelArrays:
     background: np.ndarray
     components: int
     index_layout: bool
+    leaf_values_at: np.ndarray | None = None  # per-leaf layout: element offset of each leaf's values
 
 
 class Topology:
@@ -299,7 +300,9 @@ class Volume:
 
     def __init__(self, topology: Topology, data: np.ndarray, background: np.ndarray, tile_values: np.ndarray,
                  value_type: ValueType, index_layout: bool, name: str = "value",
-                 component_names: Sequence[str] | None = None):
+                 component_names: Sequence[str] | None = None, leaf_values_at: np.ndarray | None = None):
+        """``data`` is (rows, C), or - with ``leaf_values_at`` (L,) - a flat array in which leaf l's 512
+        values start at element ``leaf_values_at[l]`` (values left in place inside a mapped file)."""
         self.topology = topology
         self.value_type = value_type
         self.index_layout = bool(index_layout)
@@ -311,10 +314,20 @@ class Volume:
             raise VolumeError(f"expected {C} distinct component names, got {list(names)}")
         self.component_names = names
         self._data = data
+        self._leaf_values_at = None if leaf_values_at is None else np.ascontiguousarray(leaf_values_at, np.int64)
+        if self._leaf_values_at is not None:
+            if index_layout or self._leaf_values_at.shape != (topology.leaf_count,):
+                raise VolumeError("expected one value offset per leaf of a per-leaf layout volume")
+            if len(self._leaf_values_at) and (self._leaf_values_at.min() < 0 or
+                                              self._leaf_values_at.max() + 512 * C > data.size):
+                raise VolumeError("expected leaf value offsets inside the value array")
+            self._leaf_values_at.setflags(write=False)
+        self._contiguous_cache: np.ndarray | None = None
         self._background = background
         self._tile_values = tile_values
         for arr in (data, background, tile_values):
-            arr.setflags(write=False)
+            if arr.flags.writeable:
+                arr.setflags(write=False)
         self._device_cache: dict[Any, Any] = {}
         self.grid_class = "unknown"  # NanoVDB grid class, kept for .nvdb round trips
         self.blind_data: tuple = ()  # NanoVDB blind data records, kept for .nvdb round trips
@@ -515,10 +528,44 @@ class Volume:
     def world_bbox(self) -> np.ndarray | None:
         return self.topology.world_bbox
 
+    def _contiguous(self) -> np.ndarray:
+        """Values as (rows, C): the stored array, or a copy gathered from values left in a mapped file."""
+        if self._leaf_values_at is None:
+            return self._data
+        if self._contiguous_cache is None:
+            C, flat = self.components, self._data.reshape(-1)
+            out = np.empty((self.leaf_count * 512, C), self.dtype)
+            span = np.arange(512 * C)
+            for start in range(0, self.leaf_count, 4096):
+                at = self._leaf_values_at[start:start + 4096]
+                out[start * 512:(start + len(at)) * 512] = flat[at[:, None] + span].reshape(-1, C)
+            out.setflags(write=False)
+            self._contiguous_cache = out
+        return self._contiguous_cache
+
     @property
     def voxel_data(self) -> np.ndarray:
-        """Stored values: (n_active,) / (n_active, C) for the index layout, (L*512, ...) per leaf."""
-        return self._data[:, 0] if self.components == 1 else self._data
+        """Stored values: (n_active,) / (n_active, C) for the index layout, (L*512, ...) per leaf
+        (gathered into memory on first use when the values live in a mapped .nvdb file)."""
+        data = self._contiguous()
+        return data[:, 0] if self.components == 1 else data
+
+    @property
+    def leaf_values(self) -> np.ndarray:
+        """(L, 512, C) per-leaf values without copying (a strided view into a mapped file when the
+        volume was opened from one); per-leaf layout only."""
+        if self.index_layout:
+            raise VolumeError("expected a per-leaf layout volume for leaf_values, got the index layout")
+        if self._leaf_values_at is None:
+            return self._data.reshape(self.leaf_count, 512, self.components)
+        at = self._leaf_values_at
+        C, flat = self.components, self._data.reshape(-1)
+        if len(at) > 1 and np.all(np.diff(at) == at[1] - at[0]) and at[1] > at[0]:
+            item = flat.itemsize
+            return np.lib.stride_tricks.as_strided(flat[at[0]:], shape=(len(at), 512, C),
+                                                   strides=(int(at[1] - at[0]) * item, C * item, item),
+                                                   writeable=False)
+        return self._contiguous().reshape(self.leaf_count, 512, C)
 
     def active_voxels(self) -> np.ndarray:
         return self.topology.active_voxels()
@@ -528,13 +575,22 @@ class Volume:
         if self.index_layout:
             return self.voxel_data.copy()
         bits = tree.bits_from_masks(self.topology.masks).ravel()
-        vals = self._data[np.nonzero(bits)[0]]
+        vals = self._contiguous()[np.nonzero(bits)[0]]
         return vals[:, 0] if self.components == 1 else vals
 
     def kernel_arrays(self) -> KernelArrays:
         t = self.topology
         return KernelArrays(t.tables, t.masks, t.prefix, t.leaf_offset, self._data, self._tile_values,
-                            self._background, self.components, self.index_layout)
+                            self._background, self.components, self.index_layout, self._leaf_values_at)
+
+    def contiguous(self) -> Volume:
+        """This volume with its values in one contiguous in-memory array (itself when they already are)."""
+        if self._leaf_values_at is None:
+            return self
+        vol = Volume(self.topology, self._contiguous(), self._background, self._tile_values, self.value_type,
+                     self.index_layout, self.name, self.component_names)
+        vol.grid_class, vol.blind_data = self.grid_class, self.blind_data
+        return vol
 
     # -- sampling -----------------------------------------------------------------------------
     def sample(self, points: Any, mode: str = "linear", space: str = "world", *, device: str = "cpu") -> xr.Dataset:

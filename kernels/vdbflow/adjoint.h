@@ -21,7 +21,7 @@ VDB_HD i64 corner_row(const GridView<T>& g, const AdjointRows& rows, const T* pt
   if (ptr == g.background) return rows.value_rows + rows.tile_rows;
   if (rows.tile_rows > 0 && ptr >= g.tile_values && ptr < g.tile_values + rows.tile_rows * C)
     return rows.value_rows + (ptr - g.tile_values) / C;
-  return (ptr - g.values) / C;
+  return (ptr - g.values) / C;  // contiguous rows (the host hands over leaf_values_at == null)
 }
 
 // Reverse mode of one point.  adj_value: C entries; adj_jacobian: C x 3 in the forward call's

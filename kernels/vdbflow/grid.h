@@ -85,6 +85,8 @@ struct GridView {
   const u16* prefix;              // [leaf][8] active voxels in the words before each word
   const i64* leaf_offset;         // [leaf] index of the leaf's first active voxel (index layout)
   const T* values;                // per-leaf: [leaf*512 + offset][C]; index layout: [index][C]
+  const i64* leaf_values_at;      // per-leaf layout, optional: element offset of each leaf's 512 values
+                                  // (null: leaf * 512 * C) - lets values stay inside a mapped file
   const T* tile_values;           // [tile][C]
   const T* background;            // [C]
   int components;                 // C
@@ -138,11 +140,17 @@ VDB_HD int leaf_slot(const GridView<T>& g, int x, int y, int z, LeafCache& cache
   return cache.slot[w];
 }
 
+// Element offset of the first of a per-leaf layout leaf's 512 values.
+template <class T>
+VDB_HD i64 leaf_values_base(const GridView<T>& g, int slot) {
+  return g.leaf_values_at != nullptr ? g.leaf_values_at[slot] : (i64)slot * 512 * g.components;
+}
+
 // Values of voxel `offset` inside leaf `slot` (background for inactive voxels of the index layout).
 template <class T>
 VDB_HD const T* leaf_value(const GridView<T>& g, int slot, int offset) {
   const i64 C = g.components;
-  if (!g.index_layout) return g.values + ((i64)slot * 512 + offset) * C;
+  if (!g.index_layout) return g.values + leaf_values_base(g, slot) + (i64)offset * C;
   const int word = offset >> 6, bit = offset & 63;
   const u64 m = g.masks[(i64)slot * 8 + word];
   if (!((m >> bit) & 1ull)) return g.background;

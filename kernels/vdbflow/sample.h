@@ -100,7 +100,7 @@ VDB_HD void locate_cell(const GridView<T>& g, const PointTransform& xf, const do
     if (slot >= 0) {  // the whole stencil is inside one leaf
       const int base = voxel_offset(x, y, z);
       if (!g.index_layout) {
-        const T* p0 = g.values + ((i64)slot * 512 + base) * C;
+        const T* p0 = g.values + leaf_values_base(g, slot) + (i64)base * C;
         const i64 sx = 64 * C, sy = 8 * C, sz = C;
         corner[0] = p0;           corner[1] = p0 + sz;
         corner[2] = p0 + sy;      corner[3] = p0 + sy + sz;

@@ -21,4 +21,4 @@ def sample(vol: Volume, points: np.ndarray, mode: int, xform: np.ndarray, points
     k = vol.kernel_arrays()
     _core.sample(list(k.tables), k.masks, k.prefix, k.leaf_offset, k.values, k.tile_values, k.background,
                  k.components, k.index_layout, points, xform, points_world, jacobian_world, mode,
-                 out_values, out_jacobian, ORDERS[point_order])
+                 out_values, out_jacobian, ORDERS[point_order], k.leaf_values_at)

@@ -69,7 +69,8 @@ def _device_arrays(vol: Volume) -> tuple:
         tables = tuple(cupy.asarray(t) if len(t) else NULL for t in k.tables)
         masks_for = tuple(np.uint32(len(t) - 1) if len(t) else np.uint32(0) for t in k.tables)
         one = lambda a: cupy.asarray(a if a.size else np.zeros(1, a.dtype))  # noqa: E731
-        cached = (tables, masks_for, one(k.masks), one(k.prefix), one(k.leaf_offset), one(k.values),
+        at = NULL if k.leaf_values_at is None else cupy.asarray(k.leaf_values_at)
+        cached = (tables, masks_for, one(k.masks), one(k.prefix), one(k.leaf_offset), at, one(k.values),
                   one(k.tile_values), one(k.background))
         vol._device_cache[key] = cached
     return cached
@@ -84,13 +85,14 @@ def sample(vol: Volume, points: Any, mode: int, xform: np.ndarray, points_world:
     if n == 0:
         return
     pts = cupy.ascontiguousarray(points, dtype=cupy.float64)
-    tables, tmasks, masks, prefix, leaf_offset, values, tile_values, background = _device_arrays(vol)
+    tables, tmasks, masks, prefix, leaf_offset, leaf_values_at, values, tile_values, background = _device_arrays(vol)
     kernel = _raw_module(cupy.cuda.runtime.getDevice()).get_function(entry_name(vol.dtype, vol.components))
     blocks = min((n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK, 65535 * 8)
     kernel(
         (blocks,), (THREADS_PER_BLOCK,),
-        (tables[0], tmasks[0], tables[1], tmasks[1], tables[2], tmasks[2], masks, prefix, leaf_offset, values,
-         tile_values, background, np.int32(vol.components), np.int32(vol.index_layout), pts, np.int64(n),
+        (tables[0], tmasks[0], tables[1], tmasks[1], tables[2], tmasks[2], masks, prefix, leaf_offset,
+         leaf_values_at, values, tile_values, background, np.int32(vol.components), np.int32(vol.index_layout),
+         pts, np.int64(n),
          cupy.asarray(xform), np.int32(points_world), np.int32(jacobian_world), np.int32(mode), out_values,
          NULL if out_jacobian is None else out_jacobian),
     )
@@ -108,7 +110,8 @@ def sample_vjp(vol: Volume, points: Any, mode: int, xform: np.ndarray, points_wo
     cupy = cupy_module()
     n = points.shape[0]
     pts = cupy.ascontiguousarray(points, dtype=cupy.float64)
-    tables, tmasks, masks, prefix, leaf_offset, values, tile_values, background = _device_arrays(vol)
+    vol = vol.contiguous()  # reverse mode accumulates into contiguous rows
+    tables, tmasks, masks, prefix, leaf_offset, _, values, tile_values, background = _device_arrays(vol)
     k = vol.kernel_arrays()
     kernel = _raw_module(cupy.cuda.runtime.getDevice()).get_function(vjp_entry_name(vol.dtype, vol.components))
     blocks = min((n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK, 65535 * 8)
