@@ -89,8 +89,9 @@ def main() -> None:
         results[codec] = {"size_mb": size_mb, "cat_mb_s": size_mb / t_raw, "open_map_mb_s": size_mb / t_map,
                           "open_sum_mb_s": size_mb / t_sum, "ratio_map": t_raw / t_map, "ratio_sum": t_raw / t_sum}
         r = results[codec]
-        print(f"{codec:<6} {size_mb:>8.1f} MB  cat {r['cat_mb_s']:>7.0f} MB/s   open+map {r['open_map_mb_s']:>7.0f} MB/s "
-              f"({r['ratio_map']:.2f}x)   open+sum {r['open_sum_mb_s']:>7.0f} MB/s ({r['ratio_sum']:.2f}x)")
+        print(f"{codec:<6} {size_mb:>8.1f} MB  cat {r['cat_mb_s']:>7.0f} MB/s   "
+              f"open+map {r['open_map_mb_s']:>7.0f} MB/s ({r['ratio_map']:.2f}x)   "
+              f"open+sum {r['open_sum_mb_s']:>7.0f} MB/s ({r['ratio_sum']:.2f}x)")
         os.remove(path)
     if args.json:
         with open(args.json, "w") as fh:
