@@ -19,7 +19,9 @@ FILE_MAGICS = (MAGIC_NUMBER, MAGIC_FILE)
 
 MAJOR_VERSION = 32
 SUPPORTED_MINOR = range(3, 10)  # 32.3 .. 32.9
-WRITE_VERSION = (32 << 21) | (7 << 10) | 0  # 32.7.0
+# Written files say 32.6.0: the last version whose head checksum (grid, tree, root and root tiles) was
+# checked here against real files; node layouts are the same across 32.3 - 32.9.
+WRITE_VERSION = (32 << 21) | (6 << 10) | 0
 
 
 def version_parts(version: int) -> tuple[int, int, int]:
