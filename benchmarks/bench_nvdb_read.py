@@ -13,9 +13,9 @@ import argparse
 import json
 import os
 import subprocess
-import time
 
 import numpy as np
+from timing import best_of
 
 import vdbflow
 from vdbflow import tree
@@ -42,15 +42,6 @@ def build_volume(megabytes: float) -> Volume:
     return Volume(topo, data, np.zeros(3, np.float32), np.zeros((0, 3), np.float32), VALUE_TYPES["vec3f"],
                   index_layout=False, name="velocity")
 
-
-def best_of(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def main() -> None:

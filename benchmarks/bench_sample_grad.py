@@ -12,23 +12,14 @@ import argparse
 import json
 import os
 import platform
-import time
 
 import numpy as np
+from timing import best_of
 
 import vdbflow
 
 RES = 128
 
-
-def best_of(fn, repeat: int) -> float:
-    fn()  # warm-up (compilation, first touch)
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def sort_by_leaf(points: np.ndarray) -> np.ndarray:

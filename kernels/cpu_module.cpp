@@ -242,17 +242,10 @@ double leaf_coherence(const P* pts, const PointTransform& xf, i64 n) {
 template <class T, int NC, class P>
 void run(const SampleArgs& a) {
   typedef typename RealOf<T>::type R;
-  GridView<T> g;
-  for (int l = 0; l < LEVEL_COUNT; ++l) g.tables[l] = a.tables[l];
-  g.masks = a.masks;
-  g.prefix = a.prefix;
-  g.leaf_offset = a.leaf_offset;
-  g.leaf_values_at = a.adjoint ? nullptr : a.leaf_values_at;
-  g.values = (const T*)a.values;
-  g.tile_values = (const T*)a.tile_values;
-  g.background = (const T*)a.background;
-  g.components = a.components;
-  g.index_layout = a.index_layout;
+  const GridView<T> g = make_grid_view(a.tables, a.masks, a.prefix, a.leaf_offset,
+                                       a.adjoint ? (const i64*)nullptr : a.leaf_values_at, (const T*)a.values,
+                                       (const T*)a.tile_values, (const T*)a.background, a.components,
+                                       a.index_layout);
   if (a.adjoint) {
     run_adjoint<T, NC, P>(g, a);
     return;
@@ -363,10 +356,7 @@ SampleArgs common_args(const std::vector<IntTable>& tables, const InArray& masks
   a.points = points.data();
   a.points_double = is<double>(points);
   a.n = (i64)points.shape(0);
-  for (int e = 0; e < 9; ++e) a.xf.inv[e] = xform.data()[e];
-  for (int e = 0; e < 3; ++e) a.xf.translation[e] = xform.data()[9 + e];
-  a.xf.points_world = points_world;
-  a.xf.jacobian_world = jacobian_world;
+  a.xf = make_point_transform(xform.data(), points_world, jacobian_world);
   a.mode = mode;
   a.out_values = nullptr;
   a.out_jacobian = nullptr;

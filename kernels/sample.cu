@@ -18,24 +18,10 @@ __device__ void sample_entry(const int* table0, unsigned mask0, const int* table
                              const double* points, i64 n, const double* xform, int points_world,
                              int jacobian_world, int mode, T* out_values,
                              typename RealOf<T>::type* out_jacobian) {
-  GridView<T> g;
-  g.tables[0] = HashTable{table0, mask0};
-  g.tables[1] = HashTable{table1, mask1};
-  g.tables[2] = HashTable{table2, mask2};
-  g.masks = masks;
-  g.prefix = prefix;
-  g.leaf_offset = leaf_offset;
-  g.leaf_values_at = leaf_values_at;
-  g.values = values;
-  g.tile_values = tile_values;
-  g.background = background;
-  g.components = components;
-  g.index_layout = index_layout;
-  PointTransform xf;
-  for (int e = 0; e < 9; ++e) xf.inv[e] = xform[e];
-  for (int e = 0; e < 3; ++e) xf.translation[e] = xform[9 + e];
-  xf.points_world = points_world;
-  xf.jacobian_world = jacobian_world;
+  const HashTable tables[LEVEL_COUNT] = {{table0, mask0}, {table1, mask1}, {table2, mask2}};
+  const GridView<T> g = make_grid_view(tables, masks, prefix, leaf_offset, leaf_values_at, values, tile_values,
+                                       background, components, index_layout);
+  const PointTransform xf = make_point_transform(xform, points_world, jacobian_world);
   const bool want_jacobian = out_jacobian != nullptr;
   LeafCache cache;
   const i64 stride = (i64)blockDim.x * gridDim.x;
@@ -66,24 +52,11 @@ __device__ void vjp_entry(const int* table0, unsigned mask0, const int* table1, 
                           const typename RealOf<T>::type* adj_values,
                           const typename RealOf<T>::type* adj_jacobian, double* accumulator,
                           typename RealOf<T>::type* adj_points) {
-  GridView<T> g;
-  g.tables[0] = HashTable{table0, mask0};
-  g.tables[1] = HashTable{table1, mask1};
-  g.tables[2] = HashTable{table2, mask2};
-  g.masks = masks;
-  g.prefix = prefix;
-  g.leaf_offset = leaf_offset;
-  g.leaf_values_at = nullptr;  // reverse mode runs on contiguous values
-  g.values = values;
-  g.tile_values = tile_values;
-  g.background = background;
-  g.components = components;
-  g.index_layout = index_layout;
-  PointTransform xf;
-  for (int e = 0; e < 9; ++e) xf.inv[e] = xform[e];
-  for (int e = 0; e < 3; ++e) xf.translation[e] = xform[9 + e];
-  xf.points_world = points_world;
-  xf.jacobian_world = jacobian_world;
+  const HashTable tables[LEVEL_COUNT] = {{table0, mask0}, {table1, mask1}, {table2, mask2}};
+  // reverse mode runs on contiguous values (leaf_values_at = null)
+  const GridView<T> g = make_grid_view(tables, masks, prefix, leaf_offset, (const i64*)nullptr, values,
+                                       tile_values, background, components, index_layout);
+  const PointTransform xf = make_point_transform(xform, points_world, jacobian_world);
   const AdjointRows rows{value_rows, tile_rows};
   AtomicSink sink{accumulator, components};
   LeafCache cache;

@@ -93,6 +93,24 @@ struct GridView {
   int index_layout;               // 0: per-leaf values, 1: per-active-voxel values
 };
 
+template <class T>
+VDB_HD GridView<T> make_grid_view(const HashTable tables[LEVEL_COUNT], const u64* masks, const u16* prefix,
+                                  const i64* leaf_offset, const i64* leaf_values_at, const T* values,
+                                  const T* tile_values, const T* background, int components, int index_layout) {
+  GridView<T> g;
+  for (int l = 0; l < LEVEL_COUNT; ++l) g.tables[l] = tables[l];
+  g.masks = masks;
+  g.prefix = prefix;
+  g.leaf_offset = leaf_offset;
+  g.leaf_values_at = leaf_values_at;
+  g.values = values;
+  g.tile_values = tile_values;
+  g.background = background;
+  g.components = components;
+  g.index_layout = index_layout;
+  return g;
+}
+
 // A small per-thread cache of level-0 lookups, direct-mapped by the low bit of each leaf coordinate,
 // so the up to 8 leaves around one cell never evict each other.  One entry on the GPU (registers
 // are scarce there), eight on the CPU.

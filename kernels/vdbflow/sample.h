@@ -37,6 +37,16 @@ struct PointTransform {
   int jacobian_world;     // Jacobian columns are world axes
 };
 
+// From 12 doubles: the world-to-index linear part (row major), then the index-to-world translation.
+VDB_HD PointTransform make_point_transform(const double* params, int points_world, int jacobian_world) {
+  PointTransform xf;
+  for (int e = 0; e < 9; ++e) xf.inv[e] = params[e];
+  for (int e = 0; e < 3; ++e) xf.translation[e] = params[9 + e];
+  xf.points_world = points_world;
+  xf.jacobian_world = jacobian_world;
+  return xf;
+}
+
 VDB_HD bool finite3(const double u[3]) {
   return isfinite(u[0]) && isfinite(u[1]) && isfinite(u[2]);
 }
