@@ -313,6 +313,8 @@ class Volume:
         if len(names) != C or len(set(names)) != C:
             raise VolumeError(f"expected {C} distinct component names, got {list(names)}")
         self.component_names = names
+        data = data.view()  # a read-only view: the caller's own array keeps its flags
+        data.setflags(write=False)
         self._data = data
         self._leaf_values_at = None if leaf_values_at is None else np.ascontiguousarray(leaf_values_at, np.int64)
         if self._leaf_values_at is not None:
@@ -325,7 +327,7 @@ class Volume:
         self._contiguous_cache: np.ndarray | None = None
         self._background = background
         self._tile_values = tile_values
-        for arr in (data, background, tile_values):
+        for arr in (background, tile_values):
             if arr.flags.writeable:
                 arr.setflags(write=False)
         self._device_cache: dict[Any, Any] = {}
