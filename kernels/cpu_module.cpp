@@ -444,6 +444,41 @@ void sample_vjp(std::vector<IntTable> tables, InArray masks, InArray prefix, InA
     dispatch_points<double>(a);
 }
 
+// Leaf key (floor(u) >> 3) of each point's base cell, computed with the kernels' own mapping to
+// index space (so routing agrees with sampling to the last bit); `valid` is false for non-finite
+// points and points outside the int32 index range.
+nb::tuple base_leaf_keys(InArray points, nb::ndarray<const double, nb::shape<12>, nb::c_contig, nb::device::cpu> xform,
+                         bool points_world) {
+  if (!(is<float>(points) || is<double>(points)) || points.ndim() != 2 || points.shape(1) != 3)
+    throw std::invalid_argument("points must be (N, 3) float32 or float64");
+  const size_t n = points.shape(0);
+  const PointTransform xf = make_point_transform(xform.data(), points_world, 0);
+  int64_t* keys = new int64_t[3 * (n > 0 ? n : 1)];
+  bool* valid = new bool[n > 0 ? n : 1];
+  const bool dbl = is<double>(points);
+  {
+    nb::gil_scoped_release release;
+#pragma omp parallel for schedule(static, 4096)
+    for (i64 i = 0; i < (i64)n; ++i) {
+      double p[3], u[3];
+      for (int a = 0; a < 3; ++a)
+        p[a] = dbl ? ((const double*)points.data())[3 * i + a] : (double)((const float*)points.data())[3 * i + a];
+      to_index_space(xf, p, u);
+      bool ok = finite3(u);
+      for (int a = 0; a < 3; ++a) {
+        const i64 b = ok ? clamp_far(floor(u[a])) : 0;
+        ok = ok && b >= INDEX_MIN && b <= INDEX_MAX;
+        keys[3 * i + a] = b >> 3;
+      }
+      valid[i] = ok;
+    }
+  }
+  nb::capsule owner_k(keys, [](void* q) noexcept { delete[] (int64_t*)q; });
+  nb::capsule owner_v(valid, [](void* q) noexcept { delete[] (bool*)q; });
+  return nb::make_tuple(nb::ndarray<nb::numpy, int64_t, nb::ndim<2>>(keys, {n, 3}, owner_k),
+                        nb::ndarray<nb::numpy, bool, nb::ndim<1>>(valid, {n}, owner_v));
+}
+
 void set_num_threads(int threads) {
 #ifdef _OPENMP
   if (threads < 1) throw std::invalid_argument("threads must be >= 1");
@@ -475,6 +510,7 @@ NB_MODULE(_core, m) {
         nb::arg("index_layout"), nb::arg("points"), nb::arg("xform"), nb::arg("points_world"),
         nb::arg("jacobian_world"), nb::arg("mode"), nb::arg("adj_values"), nb::arg("adj_jacobian").none(),
         nb::arg("accumulator"), nb::arg("adj_points"));
+  m.def("base_leaf_keys", &base_leaf_keys, nb::arg("points"), nb::arg("xform"), nb::arg("points_world"));
   m.def("set_num_threads", &set_num_threads, nb::arg("threads"), "Threads of the CPU kernels (OpenMP).");
   m.def("get_max_threads", &get_max_threads, "Threads the CPU kernels use.");
   m.attr("ORDER_AUTO") = (int)ORDER_AUTO;

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from .distributed import DistributedVolume, distribute
 from .errors import (
     DeviceError,
     NanoVDBError,
@@ -30,6 +31,7 @@ __all__ = [
     "BlindData",
     "VALUE_TYPES",
     "DeviceError",
+    "DistributedVolume",
     "GridInfo",
     "NanoVDBError",
     "PointsError",
@@ -42,6 +44,7 @@ __all__ = [
     "VdbflowError",
     "Volume",
     "VolumeError",
+    "distribute",
     "list_grids",
     "open",
     "sample",

@@ -585,6 +585,27 @@ class Volume:
         return KernelArrays(t.tables, t.masks, t.prefix, t.leaf_offset, self._data, self._tile_values,
                             self._background, self.components, self.index_layout, self._leaf_values_at)
 
+    def select_leaves(self, leaves: Any) -> Volume:
+        """A volume with only the given leaves (indices in tree order), all tiles and the same
+        transform and background; values are copied (``(L', 512, C)`` or the leaves' active rows)."""
+        idx = np.unique(np.asarray(leaves, dtype=np.int64))
+        t = self.topology
+        if len(idx) and (idx[0] < 0 or idx[-1] >= t.leaf_count):
+            raise VolumeError(f"expected leaf indices in [0, {t.leaf_count}), got {idx[0]}..{idx[-1]}")
+        topo = Topology(t.leaf_origins[idx], t.masks[idx], t.transform, t.tile_origins, t.tile_sizes)
+        C = self.components
+        if not self.index_layout:
+            data = np.ascontiguousarray(self.leaf_values[idx]).reshape(-1, C)
+        else:
+            counts = np.bitwise_count(t.masks[idx]).sum(axis=1).astype(np.int64)
+            first_new = np.cumsum(counts) - counts
+            rows = np.repeat(t.leaf_offset[idx] - first_new, counts) + np.arange(int(counts.sum()))
+            data = self._data[rows]
+        vol = Volume(topo, data, self._background, self._tile_values, self.value_type, self.index_layout,
+                     self.name, self.component_names)
+        vol.grid_class, vol.blind_data = self.grid_class, self.blind_data
+        return vol
+
     def contiguous(self) -> Volume:
         """This volume with its values in one contiguous in-memory array (itself when they already are)."""
         if self._leaf_values_at is None:

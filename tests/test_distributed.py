@@ -1,0 +1,121 @@
+"""Distributed sampling equals single-process sampling bit for bit."""
+
+import numpy as np
+import pytest
+from reference import probe_points, random_sparse_voxels
+
+import vdbflow
+
+distributed = pytest.importorskip("distributed")
+da = pytest.importorskip("dask.array")
+from vdbflow.distributed import distribute  # noqa: E402
+from vdbflow.partition import plan_partitions  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def client():
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=":0") as cluster, distributed.Client(cluster) as c:
+        yield c
+
+
+def volume(rng, components, index_layout=False):
+    ijk, values = random_sparse_voxels(rng, n_leaves=40, spread=5, fill=0.5, components=components)
+    tile_values = np.ones((2, components) if components > 1 else 2)
+    tiles = (np.array([[128, 0, 0], [-8, 64, 0]]), np.array([128, 8]), tile_values)
+    if index_layout:
+        topo = vdbflow.Volume.from_active(ijk, tiles=tiles[:2])
+        order = {tuple(p): n for n, p in enumerate(ijk.tolist())}
+        return ijk, topo.with_data(values[[order[tuple(p)] for p in topo.active_voxels().tolist()]], 0.25, tiles[2])
+    return ijk, vdbflow.Volume.from_voxels(ijk, values, 0.25, tiles=tiles)
+
+
+def stress_points(rng, vol, ijk, n=600):
+    """Random points, leaf faces, integer planes, empty leaf slots beside leaves, tiles, far points."""
+    plan = plan_partitions(vol.topology, 8)
+    faces = vol.topology.leaf_origins[np.concatenate([o[:3] for o in plan.owned])].astype(float)
+    return np.concatenate([
+        probe_points(rng, ijk, n),
+        faces - 0.5, faces + [7.5, 7.5, 7.5], faces - [8.25, 0, 0],  # across partition and leaf borders
+        rng.uniform(120, 260, (50, 3)) * [1, 0.5, 0.5],  # a 128^3 tile and its border
+        [[-4.5, 66.0, 3.0], [np.nan, 0, 0], [3e9, 0, 0]],
+    ])
+
+
+@pytest.mark.parametrize("partitions", [1, 2, 3, 8, 17])
+@pytest.mark.parametrize(("components", "index_layout"), [(1, False), (3, False), (4, True)])
+def test_equals_single_process_bit_for_bit(rng, client, partitions, components, index_layout):
+    ijk, vol = volume(rng, components, index_layout)
+    pts = stress_points(rng, vol, ijk)
+    dvol = distribute(vol, client, partitions)
+    try:
+        for mode in ("linear", "closest"):
+            got = dvol.sample_grad(pts, mode, space="index").compute()
+            want = vol.sample_grad(pts, mode, space="index")
+            np.testing.assert_array_equal(got["value"].values, want["value"].values)
+            np.testing.assert_array_equal(got["value_jacobian"].values, want["value_jacobian"].values)
+    finally:
+        dvol.close()
+
+
+def test_dask_points_world_space_and_layout(rng, client):
+    ijk, vol = volume(rng, 3)
+    M = np.eye(4)
+    M[:3, :3] = [[0.5, 0.1, 0.0], [0.0, 0.7, 0.2], [0.1, 0.0, 0.9]]
+    vol = vdbflow.Volume.from_voxels(vol.active_voxels(), vol.active_values(), 0.25, M)
+    pts = vol.transform.apply(probe_points(rng, ijk, 1000))
+    dpts = da.from_array(pts, chunks=(700, 3))
+    dvol = distribute(vol, client, 5)
+    try:
+        ds = dvol.sample_grad(dpts)
+        assert isinstance(ds["value"].data, da.Array) and ds["value"].data.chunks[0] == dpts.chunks[0]
+        want = vol.sample_grad(pts)
+        got = ds.compute()
+        assert got["value_jacobian"].dims == ("point", "component", "axis")
+        np.testing.assert_array_equal(got["value_jacobian"].values, want["value_jacobian"].values)
+        np.testing.assert_array_equal(dvol.sample(pts)["value"].values, vol.sample(pts)["value"].values)
+        stats = dvol.stats()
+        assert sum(s["owned_leaves"] for s in stats) == vol.leaf_count
+        assert all(s["worker"].startswith(("tcp://", "inproc://")) for s in stats)
+    finally:
+        dvol.close()
+
+
+def test_workers_read_their_leaves_from_an_nvdb_file(rng, client, tmp_path):
+    ijk, vol = volume(rng, 3)
+    path = tmp_path / "field.nvdb"
+    vol.to_nvdb(str(path))
+    dvol = distribute(str(path), client, 4)
+    try:
+        pts = stress_points(rng, vol, ijk)
+        got = dvol.sample_grad(pts, space="index").compute()
+        want = vol.sample_grad(pts, space="index")
+        np.testing.assert_array_equal(got["value_jacobian"].values, want["value_jacobian"].values)
+    finally:
+        dvol.close()
+
+
+def test_task_count_is_chunks_plus_partitions(rng, client):
+    """100 chunks x 64 partitions: the graph grows with chunks + partitions, not their product."""
+    ijk, vol = volume(rng, 3)
+    dvol = distribute(vol, client, 64)
+    try:
+        pts = da.from_array(rng.uniform(-40, 40, (10_000, 3)), chunks=(100, 3))
+        ds = dvol.sample_grad(pts, space="index")
+        graph = dict(ds["value_jacobian"].data.__dask_graph__())
+        tasks = len(graph)
+        print(f"tasks for 100 chunks x 64 partitions: {tasks}")
+        assert tasks < 10 * (100 + 64)  # far below 100 * 64 = 6,400
+    finally:
+        dvol.close()
+
+
+def test_embedded_local_cluster_of_processes(rng):
+    ijk, vol = volume(rng, 1)
+    dvol = distribute(vol, partitions=3)  # starts a LocalCluster of processes
+    try:
+        pts = probe_points(rng, ijk, 300)
+        got = dvol.sample_grad(pts, space="index").compute(scheduler=dvol.client)
+        np.testing.assert_array_equal(got["value"].values, vol.sample_grad(pts, space="index")["value"].values)
+    finally:
+        dvol.close()

@@ -1,0 +1,116 @@
+"""Cutting a volume's leaves into partitions along a Morton curve, with halos and point routing.
+
+Pure functions of arrays, shared by the client (planning, routing) and the workers.
+Shapes: leaf keys (L, 3) int = origin >> 3; points (N, 3); partitions P.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _core
+from .errors import VolumeError
+from .transform import Transform
+from .volume import Topology
+
+MORTON_BITS = 21  # per axis: 63 bits in all
+
+
+def _spread(v: np.ndarray) -> np.ndarray:
+    """Bits of v (< 2**21) spread to every third bit."""
+    v = v.astype(np.uint64) & np.uint64(0x1FFFFF)
+    for shift, mask in ((32, 0x1F00000000FFFF), (16, 0x1F0000FF0000FF), (8, 0x100F00F00F00F00F),
+                        (4, 0x10C30C30C30C30C3), (2, 0x1249249249249249)):
+        v = (v | (v << np.uint64(shift))) & np.uint64(mask)
+    return v
+
+
+def morton(keys: np.ndarray, origin: np.ndarray, shift: int) -> np.ndarray:
+    """Morton codes (uint64) of leaf keys (n, 3), taken relative to ``origin`` and coarsened by
+    ``shift`` bits so that the key range fits 21 bits per axis (keys outside clamp to the ends)."""
+    rel = (np.asarray(keys, np.int64) - origin) >> shift
+    rel = np.clip(rel, 0, (1 << MORTON_BITS) - 1)
+    return (_spread(rel[:, 0]) << np.uint64(2)) | (_spread(rel[:, 1]) << np.uint64(1)) | _spread(rel[:, 2])
+
+
+@dataclass(frozen=True)
+class PartitionPlan:
+    """Leaves cut into P ranges of a Morton curve.
+
+    Attributes
+    ----------
+    origin, shift : Morton frame (leaf-key origin, coarsening bits)
+    boundaries : (P - 1,) uint64, first Morton code of partitions 1 .. P-1
+    owned : list of P int64 arrays of leaf indices (tree order) each partition owns
+    halo : list of P int64 arrays of leaf indices each partition also needs
+    stencil : (lo, hi) leaf offsets of a point's stencil relative to its base leaf
+    """
+
+    origin: np.ndarray
+    shift: int
+    boundaries: np.ndarray
+    owned: list[np.ndarray]
+    halo: list[np.ndarray]
+    stencil: tuple[int, int]
+
+    @property
+    def partitions(self) -> int:
+        return len(self.owned)
+
+    def partition_of_keys(self, keys: np.ndarray) -> np.ndarray:
+        """Partition (int64) that answers points whose base cell is in leaf ``keys`` (n, 3)."""
+        return np.searchsorted(self.boundaries, morton(keys, self.origin, self.shift), side="right").astype(np.int64)
+
+    def route(self, points: np.ndarray, transform: Transform, space: str) -> np.ndarray:
+        """Partition of each point (N,): the owner of its base cell's leaf slot, empty or not.  The
+        base cell comes from the kernels' own index mapping, so routing and sampling agree to the
+        last bit.  Non-finite points and points outside the int32 index range go to partition 0
+        (any partition answers them alike: NaN or background)."""
+        pts = np.ascontiguousarray(points)
+        if pts.dtype not in (np.float32, np.float64):
+            pts = pts.astype(np.float64)
+        keys, ok = _core.base_leaf_keys(pts, transform.kernel_parameters(), space == "world")
+        part = self.partition_of_keys(keys)
+        part[~ok] = 0
+        return part
+
+
+def plan_partitions(topology: Topology, partitions: int, stencil_radius: int = 1) -> PartitionPlan:
+    """Balanced Morton-curve partitions of the leaves and the halo each needs.
+
+    ``stencil_radius`` is the reach of a scheme's stencil in voxels on the positive side of the base
+    cell (1 for ``linear``; higher-order schemes also reach ``stencil_radius - 1`` to the negative
+    side); the halo of a partition is every leaf a stencil of one of its base cells can touch.
+    """
+    if partitions < 1:
+        raise VolumeError(f"expected at least one partition, got {partitions}")
+    if stencil_radius < 0:
+        raise VolumeError(f"expected a stencil radius >= 0, got {stencil_radius}")
+    keys = topology.leaf_origins.astype(np.int64) >> 3
+    L = len(keys)
+    origin = keys.min(axis=0) - 1 if L else np.zeros(3, np.int64)
+    span = int((keys.max(axis=0) - origin).max()) + 2 if L else 1
+    shift = max(0, span.bit_length() - MORTON_BITS)
+    codes = morton(keys, origin, shift)
+    order = np.argsort(codes, kind="stable")
+    cuts = [int(round(L * p / partitions)) for p in range(partitions + 1)]
+    owned = [np.sort(order[cuts[p]:cuts[p + 1]]) for p in range(partitions)]
+    boundaries = np.array([codes[order[cuts[p]]] if cuts[p] < L else np.iinfo(np.uint64).max
+                           for p in range(1, partitions)], dtype=np.uint64)
+    lo, hi = -((max(stencil_radius, 1) - 1 + 7) // 8), (stencil_radius + 7) // 8
+    plan = PartitionPlan(origin, shift, boundaries, owned, [], (lo, hi))
+    # leaf k is needed by every partition that owns a base leaf k - o for an offset o of the stencil
+    halo: list[list[np.ndarray]] = [[] for _ in range(partitions)]
+    offsets = np.stack(np.meshgrid(*[np.arange(lo, hi + 1)] * 3, indexing="ij"), -1).reshape(-1, 3)
+    owner = np.empty(L, np.int64)
+    for p, leaves in enumerate(owned):
+        owner[leaves] = p
+    for o in offsets:
+        needed_by = plan.partition_of_keys(keys - o)
+        foreign = np.nonzero(needed_by != owner)[0]
+        for p in np.unique(needed_by[foreign]):
+            halo[int(p)].append(foreign[needed_by[foreign] == p])
+    halos = [np.unique(np.concatenate(h)) if h else np.zeros(0, np.int64) for h in halo]
+    return PartitionPlan(origin, shift, boundaries, owned, halos, (lo, hi))
