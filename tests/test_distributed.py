@@ -119,3 +119,91 @@ def test_embedded_local_cluster_of_processes(rng):
         np.testing.assert_array_equal(got["value"].values, vol.sample_grad(pts, space="index")["value"].values)
     finally:
         dvol.close()
+
+
+def test_results_go_to_zarr_from_the_workers(rng, client, tmp_path):
+    zarr = pytest.importorskip("zarr")
+    ijk, vol = volume(rng, 3)
+    dvol = distribute(vol, client, 3)
+    try:
+        pts = da.from_array(probe_points(rng, ijk, 500), chunks=(400, 3))
+        ds = dvol.sample_grad(pts, space="index")
+        ds.to_zarr(tmp_path / "out.zarr", mode="w")  # written chunk by chunk by the tasks
+        back = __import__("xarray").open_zarr(tmp_path / "out.zarr")
+        want = vol.sample_grad(pts.compute(), space="index")
+        np.testing.assert_array_equal(back["value_jacobian"].values, want["value_jacobian"].values)
+        assert zarr.open(tmp_path / "out.zarr")["value_jacobian"].chunks[0] == 400
+    finally:
+        dvol.close()
+
+
+def _start(args, **kw):
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-m", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
+
+
+@pytest.fixture
+def scheduler_and_workers(tmp_path):
+    """A real engine: `dask scheduler` and two `dask worker` processes on 127.0.0.1."""
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    procs = [_start(["distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", str(port),
+                     "--dashboard-address", ":0"])]
+    procs += [_start(["distributed.cli.dask_worker", address, "--nthreads", "1", "--no-dashboard",
+                      "--local-directory", str(tmp_path / f"w{k}")]) for k in range(2)]
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                c = distributed.Client(address, timeout=5)
+                c.wait_for_workers(2, timeout=max(1, deadline - time.time()))
+                break
+            except (OSError, TimeoutError):
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.5)
+        yield c, procs
+        c.close()
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(timeout=30)
+
+
+def test_separate_scheduler_and_worker_processes(rng, tmp_path, scheduler_and_workers):
+    client, _ = scheduler_and_workers
+    ijk, vol = volume(rng, 3)
+    path = tmp_path / "field.nvdb"
+    vol.to_nvdb(str(path))
+    dvol = distribute(str(path), client, 4)
+    pts = stress_points(rng, vol, ijk)
+    got = dvol.sample_grad(pts, space="index").compute(scheduler=client)
+    np.testing.assert_array_equal(got["value_jacobian"].values,
+                                  vol.sample_grad(pts, space="index")["value_jacobian"].values)
+    assert len({s["worker"] for s in dvol.stats()}) == 2
+
+
+def test_a_worker_killed_mid_computation(rng, tmp_path, scheduler_and_workers):
+    """Partitions read from a file are reloadable: killing a worker loses nothing."""
+    import time
+
+    client, procs = scheduler_and_workers
+    ijk, vol = volume(rng, 3)
+    path = tmp_path / "field.nvdb"
+    vol.to_nvdb(str(path))
+    dvol = distribute(str(path), client, 6)
+    pts = da.from_array(probe_points(rng, ijk, 100_000), chunks=(1_000, 3))
+    future = client.compute(dvol.sample_grad(pts, space="index")["value_jacobian"].data)
+    while client.processing() == {} or not any(client.processing().values()):
+        time.sleep(0.01)  # wait until tasks are running
+    procs[1].kill()  # one of the two workers, mid-computation
+    assert not future.done()
+    got = future.result(timeout=120)
+    np.testing.assert_array_equal(got, vol.sample_grad(pts.compute(), space="index")["value_jacobian"].values)
