@@ -1,7 +1,9 @@
 """Distributed sampling: a volume's leaves partitioned across Dask workers, with halos.
 
 Each partition is a :class:`Volume` holding its own leaves plus the halo leaves its stencils reach,
-living on a worker.  Points are routed to the partition that owns their base cell (empty leaf slots
+living on a worker: its own leaves come from the client (a Volume) or from the worker's own read of an
+.nvdb file, and its halo from the neighbouring partitions, as tasks that move leaves worker to worker.
+Points are routed to the partition that owns their base cell (empty leaf slots
 included), sampled there with the same kernels, and returned in input order - equal bit for bit to
 :meth:`Volume.sample_grad` on the whole volume.
 
@@ -17,10 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from . import tree
 from .errors import SamplingError, VolumeError
-from .partition import PartitionPlan, plan_partitions
+from .partition import PartitionPlan, Router, plan_partitions
 from .sampling import MODES, SPACES, _check_choice, _dataset, sample_grad_arrays
-from .volume import Volume
+from .volume import Topology, Volume
 
 DEFAULT_CHUNK = 1 << 20  # points per chunk when the points are a NumPy array
 
@@ -37,24 +40,50 @@ def _import_dask() -> tuple[Any, Any, Any]:
 
 
 # -- tasks (small pure functions) -------------------------------------------------------------------
-def _load_partition(source: Any, leaves: np.ndarray) -> Volume:
-    """A partition's volume: its leaves of an in-memory volume, or read from an .nvdb file."""
-    if isinstance(source, Volume):
-        return source.select_leaves(leaves)
+def _read_leaves(path: str, grid: Any, leaves: np.ndarray) -> Volume:
+    """The given leaves of an .nvdb grid, read by the worker itself (memory-mapped, then copied)."""
     from .nanovdb import open_grid
 
-    path, grid = source
-    return open_grid(path, grid, leaves=leaves).select_leaves(np.arange(len(leaves)))
+    return open_grid(path, grid, leaves=leaves).contiguous()
 
 
-def _route(points: np.ndarray, plan: PartitionPlan, transform: Any, space: str) -> list[tuple]:
+def _extract(volume: Volume, leaves: np.ndarray) -> Volume:
+    """Some leaves of a partition, to be sent to a neighbour as its halo."""
+    return volume.select_leaves(leaves)
+
+
+def _merge(owned: Volume, *halo_pieces: Volume) -> Volume:
+    """A partition's own leaves and the halo leaves received from its neighbours, in tree order."""
+    if not halo_pieces:
+        return owned
+    parts = (owned, *halo_pieces)
+    origins = np.concatenate([v.topology.leaf_origins for v in parts])
+    masks = np.concatenate([v.topology.masks for v in parts])
+    order = tree.tree_order(origins >> 3)
+    C = owned.components
+    if owned.index_layout:
+        counts = np.bitwise_count(masks).sum(axis=1).astype(np.int64)
+        data = np.concatenate([v._data for v in parts])
+        starts = np.cumsum(counts) - counts
+        rows = np.repeat(starts[order] - (np.cumsum(counts[order]) - counts[order]), counts[order]) + \
+            np.arange(int(counts.sum()))
+        data = data[rows]
+    else:
+        data = np.concatenate([v.leaf_values for v in parts])[order].reshape(-1, C)
+    t = owned.topology
+    topo = Topology(origins[order], masks[order], t.transform, t.tile_origins, t.tile_sizes)
+    return Volume(topo, data, owned._background, owned._tile_values, owned.value_type, owned.index_layout,
+                  owned.name, owned.component_names)
+
+
+def _route(points: np.ndarray, router: Router, transform: Any, space: str) -> list[tuple]:
     """Split a chunk of points by partition: [(indices, points)] per partition."""
     points = np.asarray(points)
-    owner = plan.route(points, transform, space)
+    owner = router.route(points, transform, space)
     order = np.argsort(owner, kind="stable")
-    bounds = np.searchsorted(owner[order], np.arange(plan.partitions + 1))
+    bounds = np.searchsorted(owner[order], np.arange(router.partitions + 1))
     return [(order[bounds[p]:bounds[p + 1]], points[order[bounds[p]:bounds[p + 1]]])
-            for p in range(plan.partitions)]
+            for p in range(router.partitions)]
 
 
 def _sample_partition(volume: Volume, p: int, options: tuple, *routed_chunks: list) -> list[tuple]:
@@ -121,7 +150,8 @@ class DistributedVolume:
         options = (mode, space, jacobian_space, want_jacobian)
         chunks = points.to_delayed().ravel()
         delayed = dask.delayed
-        routed = [delayed(_route, pure=True)(chunk, self.plan, self.template.transform, space) for chunk in chunks]
+        routed = [delayed(_route, pure=True)(chunk, self.plan.router, self.template.transform, space)
+                  for chunk in chunks]
         sampled = [delayed(_sample_partition, pure=True)(part, p, options, *routed)
                    for p, part in enumerate(self.partitions)]
         sizes = points.chunks[0]
@@ -190,16 +220,28 @@ def distribute(source: Volume | str | os.PathLike, client: Any = None, partition
         loader_source = (os.fspath(source), grid)
     P = partitions or max(1, len(client.scheduler_info()["workers"]))
     plan = plan_partitions(whole.topology, P, halo)
+    # 1. each partition's own leaves: sent from the client, or read by a worker from the file
     if loader_source is None:
-        scattered = client.scatter(whole, broadcast=False)
-        parts = [client.submit(_load_partition, scattered, np.concatenate([plan.owned[p], plan.halo[p]]),
-                               pure=False) for p in range(P)]
-        distributed.wait(parts)  # the partitions are cut: the whole volume can leave the cluster
-        scattered.release()
+        owned = client.scatter([whole.select_leaves(plan.owned[p]) for p in range(P)])
+        n_workers = len(client.scheduler_info()["workers"])
+        if n_workers > 1:
+            client.replicate(owned, n=2)  # a lost worker loses no partition
     else:
-        parts = [client.submit(_load_partition, loader_source, np.sort(np.concatenate([plan.owned[p], plan.halo[p]])),
-                               pure=False) for p in range(P)]
-        distributed.wait(parts)
+        owned = [client.submit(_read_leaves, *loader_source, plan.owned[p], pure=False) for p in range(P)]
+    # 2. halo exchange: each owner extracts the leaves a neighbour needs; they travel worker to worker
+    owner = np.empty(whole.leaf_count, np.int64)
+    local = np.empty(whole.leaf_count, np.int64)
+    for p, leaves in enumerate(plan.owned):
+        owner[leaves] = p
+        local[leaves] = np.arange(len(leaves))
+    parts = []
+    for p in range(P):
+        pieces = []
+        for q in np.unique(owner[plan.halo[p]]):
+            from_q = plan.halo[p][owner[plan.halo[p]] == q]
+            pieces.append(client.submit(_extract, owned[int(q)], local[from_q], pure=False))
+        parts.append(client.submit(_merge, owned[p], *pieces, pure=False))
+    distributed.wait(parts)
     template = whole.select_leaves(np.zeros(0, np.int64))
     leaf_bytes = 512 * whole.components * whole.dtype.itemsize + 64
     return DistributedVolume(client, plan, parts, template, leaf_bytes, owns)

@@ -36,28 +36,17 @@ def morton(keys: np.ndarray, origin: np.ndarray, shift: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class PartitionPlan:
-    """Leaves cut into P ranges of a Morton curve.
-
-    Attributes
-    ----------
-    origin, shift : Morton frame (leaf-key origin, coarsening bits)
-    boundaries : (P - 1,) uint64, first Morton code of partitions 1 .. P-1
-    owned : list of P int64 arrays of leaf indices (tree order) each partition owns
-    halo : list of P int64 arrays of leaf indices each partition also needs
-    stencil : (lo, hi) leaf offsets of a point's stencil relative to its base leaf
-    """
+class Router:
+    """Where points go: the Morton frame and the first code of partitions 1 .. P-1 (small enough to
+    ship with every routing task)."""
 
     origin: np.ndarray
     shift: int
-    boundaries: np.ndarray
-    owned: list[np.ndarray]
-    halo: list[np.ndarray]
-    stencil: tuple[int, int]
+    boundaries: np.ndarray  # (P - 1,) uint64
 
     @property
     def partitions(self) -> int:
-        return len(self.owned)
+        return len(self.boundaries) + 1
 
     def partition_of_keys(self, keys: np.ndarray) -> np.ndarray:
         """Partition (int64) that answers points whose base cell is in leaf ``keys`` (n, 3)."""
@@ -75,6 +64,28 @@ class PartitionPlan:
         part = self.partition_of_keys(keys)
         part[~ok] = 0
         return part
+
+
+@dataclass(frozen=True)
+class PartitionPlan:
+    """Leaves cut into P ranges of a Morton curve.
+
+    Attributes
+    ----------
+    router : where points go
+    owned : list of P int64 arrays of leaf indices (tree order) each partition owns
+    halo : list of P int64 arrays of leaf indices each partition also needs
+    stencil : (lo, hi) leaf offsets of a point's stencil relative to its base leaf
+    """
+
+    router: Router
+    owned: list[np.ndarray]
+    halo: list[np.ndarray]
+    stencil: tuple[int, int]
+
+    @property
+    def partitions(self) -> int:
+        return len(self.owned)
 
 
 def plan_partitions(topology: Topology, partitions: int, stencil_radius: int = 1) -> PartitionPlan:
@@ -100,7 +111,7 @@ def plan_partitions(topology: Topology, partitions: int, stencil_radius: int = 1
     boundaries = np.array([codes[order[cuts[p]]] if cuts[p] < L else np.iinfo(np.uint64).max
                            for p in range(1, partitions)], dtype=np.uint64)
     lo, hi = -((max(stencil_radius, 1) - 1 + 7) // 8), (stencil_radius + 7) // 8
-    plan = PartitionPlan(origin, shift, boundaries, owned, [], (lo, hi))
+    router = Router(origin, shift, boundaries)
     # leaf k is needed by every partition that owns a base leaf k - o for an offset o of the stencil
     halo: list[list[np.ndarray]] = [[] for _ in range(partitions)]
     offsets = np.stack(np.meshgrid(*[np.arange(lo, hi + 1)] * 3, indexing="ij"), -1).reshape(-1, 3)
@@ -108,9 +119,9 @@ def plan_partitions(topology: Topology, partitions: int, stencil_radius: int = 1
     for p, leaves in enumerate(owned):
         owner[leaves] = p
     for o in offsets:
-        needed_by = plan.partition_of_keys(keys - o)
+        needed_by = router.partition_of_keys(keys - o)
         foreign = np.nonzero(needed_by != owner)[0]
         for p in np.unique(needed_by[foreign]):
             halo[int(p)].append(foreign[needed_by[foreign] == p])
     halos = [np.unique(np.concatenate(h)) if h else np.zeros(0, np.int64) for h in halo]
-    return PartitionPlan(origin, shift, boundaries, owned, halos, (lo, hi))
+    return PartitionPlan(router, owned, halos, (lo, hi))
