@@ -164,7 +164,12 @@ def sample_grad_arrays(
 def _dataset(vol: Volume, points: Any, values: Any, jac: Any, mode: str, space: str,
              jacobian_space: str | None) -> xr.Dataset:
     C = vol.components
-    pts = points.get() if is_cupy_array(points) else np.asarray(points)
+    if is_cupy_array(points):
+        pts = points.get()
+    elif type(points).__module__.split(".")[0] == "dask":
+        pts = points  # stays lazy: coordinates are computed with the values, never gathered here
+    else:
+        pts = np.asarray(points)
     N = len(values)
     vdims = ("point",) if C == 1 else ("point", "component")
     coords: dict[str, Any] = {"point": np.arange(N)}
