@@ -207,3 +207,17 @@ def test_a_worker_killed_mid_computation(rng, tmp_path, scheduler_and_workers):
     assert not future.done()
     got = future.result(timeout=120)
     np.testing.assert_array_equal(got, vol.sample_grad(pts.compute(), space="index")["value_jacobian"].values)
+
+
+def test_background_only_points_skip_the_partitions(rng):
+    from vdbflow.distributed import _route
+
+    ijk, vol = volume(rng, 3)
+    plan = plan_partitions(vol.topology, 4)
+    empty = np.array([[1000.5, 1000.5, 1000.5], [-900.0, 5.0, 5.0]])  # far from leaves and tiles
+    near_leaf = vol.active_voxels()[:3] + 0.5
+    in_tile = np.array([[200.0, 60.0, 60.0]])  # inside the 128^3 tile
+    pts = np.concatenate([empty, near_leaf, in_tile])
+    routed = _route(pts, plan.router, vol.transform, "index", vol.topology.tables, plan.stencil)
+    assert sorted(routed[-1].tolist()) == [0, 1]
+    assert sum(len(idx) for idx, _ in routed[:-1]) == 4

@@ -76,14 +76,17 @@ def _merge(owned: Volume, *halo_pieces: Volume) -> Volume:
                   owned.name, owned.component_names)
 
 
-def _route(points: np.ndarray, router: Router, transform: Any, space: str) -> list[tuple]:
-    """Split a chunk of points by partition: [(indices, points)] per partition."""
+def _route(points: np.ndarray, router: Router, transform: Any, space: str, tables: tuple,
+           stencil: tuple[int, int]) -> list[tuple]:
+    """Split a chunk of points by partition: [(indices, points)] per partition, then the indices of
+    points that read only background (answered without any partition)."""
     points = np.asarray(points)
-    owner = router.route(points, transform, space)
+    owner = router.route(points, transform, space, tables, stencil)
     order = np.argsort(owner, kind="stable")
-    bounds = np.searchsorted(owner[order], np.arange(router.partitions + 1))
-    return [(order[bounds[p]:bounds[p + 1]], points[order[bounds[p]:bounds[p + 1]]])
-            for p in range(router.partitions)]
+    bounds = np.searchsorted(owner[order], np.arange(-1, router.partitions + 1))
+    split = [(order[bounds[p + 1]:bounds[p + 2]], points[order[bounds[p + 1]:bounds[p + 2]]])
+             for p in range(router.partitions)]
+    return [*split, order[bounds[0]:bounds[1]]]
 
 
 def _sample_partition(volume: Volume, p: int, options: tuple, *routed_chunks: list) -> list[tuple]:
@@ -98,11 +101,16 @@ def _sample_partition(volume: Volume, p: int, options: tuple, *routed_chunks: li
     return out
 
 
-def _assemble(c: int, n: int, vshape: tuple, jshape: tuple | None, dtype: Any, jdtype: Any,
-              *sampled: list) -> tuple[np.ndarray, np.ndarray | None]:
-    """A chunk's results back in input order from every partition's share."""
+def _assemble(c: int, n: int, vshape: tuple, jshape: tuple | None, dtype: Any, jdtype: Any, background: Any,
+              routed: list, *sampled: list) -> tuple[np.ndarray, np.ndarray | None]:
+    """A chunk's results back in input order from every partition's share; background-only points
+    get the background and a zero Jacobian."""
     values = np.empty((n,) + vshape, dtype)
     jac = None if jshape is None else np.empty((n,) + jshape, jdtype)
+    quiet = routed[-1]
+    values[quiet] = background
+    if jac is not None:
+        jac[quiet] = 0
     for per_chunk in sampled:
         index, v, j = per_chunk[c]
         values[index] = v
@@ -122,6 +130,7 @@ class DistributedVolume:
     partitions: list  # futures of partition volumes
     template: Volume  # an empty volume with the value type, names, transform and background
     leaf_bytes: int
+    tables: Any  # the whole volume's hash tables (a future), for answering background-only points
     owns_cluster: bool = False
 
     def _sample(self, points: Any, mode: str, space: str, jacobian_space: str | None, want_jacobian: bool):
@@ -150,14 +159,15 @@ class DistributedVolume:
         options = (mode, space, jacobian_space, want_jacobian)
         chunks = points.to_delayed().ravel()
         delayed = dask.delayed
-        routed = [delayed(_route, pure=True)(chunk, self.plan.router, self.template.transform, space)
-                  for chunk in chunks]
+        routed = [delayed(_route, pure=True)(chunk, self.plan.router, self.template.transform, space, self.tables,
+                                             self.plan.stencil) for chunk in chunks]
         sampled = [delayed(_sample_partition, pure=True)(part, p, options, *routed)
                    for p, part in enumerate(self.partitions)]
         sizes = points.chunks[0]
         vparts, jparts = [], []
         for c, n in enumerate(sizes):
-            done = delayed(_assemble, pure=True, nout=2)(c, n, vshape, jshape, vt.dtype, vt.jacobian_dtype, *sampled)
+            done = delayed(_assemble, pure=True, nout=2)(c, n, vshape, jshape, vt.dtype, vt.jacobian_dtype,
+                                                         self.template.background, routed[c], *sampled)
             vparts.append(da.from_delayed(done[0], shape=(n,) + vshape, dtype=vt.dtype))
             if want_jacobian:
                 jparts.append(da.from_delayed(done[1], shape=(n,) + jshape, dtype=vt.jacobian_dtype))
@@ -244,4 +254,5 @@ def distribute(source: Volume | str | os.PathLike, client: Any = None, partition
     distributed.wait(parts)
     template = whole.select_leaves(np.zeros(0, np.int64))
     leaf_bytes = 512 * whole.components * whole.dtype.itemsize + 64
-    return DistributedVolume(client, plan, parts, template, leaf_bytes, owns)
+    tables = client.scatter(whole.topology.tables, broadcast=True)
+    return DistributedVolume(client, plan, parts, template, leaf_bytes, tables, owns)

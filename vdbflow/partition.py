@@ -52,17 +52,21 @@ class Router:
         """Partition (int64) that answers points whose base cell is in leaf ``keys`` (n, 3)."""
         return np.searchsorted(self.boundaries, morton(keys, self.origin, self.shift), side="right").astype(np.int64)
 
-    def route(self, points: np.ndarray, transform: Transform, space: str) -> np.ndarray:
+    def route(self, points: np.ndarray, transform: Transform, space: str, tables: tuple | None = None,
+              stencil: tuple[int, int] = (0, 1)) -> np.ndarray:
         """Partition of each point (N,): the owner of its base cell's leaf slot, empty or not.  The
         base cell comes from the kernels' own index mapping, so routing and sampling agree to the
         last bit.  Non-finite points and points outside the int32 index range go to partition 0
-        (any partition answers them alike: NaN or background)."""
+        (any partition answers them alike: NaN or background).  With the volume's hash ``tables``,
+        points whose whole ``stencil`` (leaf offsets) lies in background get -1."""
         pts = np.ascontiguousarray(points)
         if pts.dtype not in (np.float32, np.float64):
             pts = pts.astype(np.float64)
         keys, ok = _core.base_leaf_keys(pts, transform.kernel_parameters(), space == "world")
         part = self.partition_of_keys(keys)
         part[~ok] = 0
+        if tables is not None:
+            part[in_background(tables, keys, ok, stencil)] = -1
         return part
 
 
@@ -86,6 +90,23 @@ class PartitionPlan:
     @property
     def partitions(self) -> int:
         return len(self.owned)
+
+
+def in_background(tables: tuple, keys: np.ndarray, ok: np.ndarray, stencil: tuple[int, int]) -> np.ndarray:
+    """Points (by base leaf ``keys`` (N, 3)) whose whole stencil misses every leaf and tile: they read
+    the background, whoever samples them.  ``tables`` are the volume's level-0/1/2 hash tables."""
+    lo, hi = stencil
+    hit = ~ok  # non-finite / far points are left to a partition
+    offsets = np.stack(np.meshgrid(*[np.arange(lo, hi + 1)] * 3, indexing="ij"), -1).reshape(-1, 3)
+    for o in offsets:
+        k = keys + o
+        for level, table in enumerate(tables):
+            if len(table) == 0:
+                continue
+            shift = (0, 4, 9)[level]  # leaf keys -> 128^3 and 4096^3 node keys
+            q = np.ascontiguousarray((k >> shift).astype(np.int32))
+            hit |= _core.table_lookup(table, q) != -1
+    return ~hit
 
 
 def plan_partitions(topology: Topology, partitions: int, stencil_radius: int = 1) -> PartitionPlan:
