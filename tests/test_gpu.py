@@ -71,3 +71,24 @@ def test_cuda_vjp_matches_cpu(rng, dtype, components):
     np.testing.assert_allclose(cupy.asnumpy(gpu.voxel_data), cpu.voxel_data, atol=tol, rtol=tol)
     np.testing.assert_allclose(cupy.asnumpy(gpu.background), cpu.background, atol=tol * 100, rtol=tol)
     np.testing.assert_allclose(cupy.asnumpy(gpu.points), cpu.points, atol=tol * 10, rtol=tol)
+
+
+def test_distributed_on_gpu_workers(rng):
+    """One worker per GPU (dask_cuda when installed, else a plain cluster on this GPU)."""
+    distributed = pytest.importorskip("distributed")
+    from vdbflow.distributed import distribute
+
+    try:
+        from dask_cuda import LocalCUDACluster as Cluster
+    except ImportError:
+        Cluster = distributed.LocalCluster  # noqa: N806
+    ijk, values = random_sparse_voxels(rng, n_leaves=30, components=3, dtype=np.float32)
+    vol = vdbflow.Volume.from_voxels(ijk, values, 0.0)
+    pts = probe_points(rng, ijk, 2000)
+    with Cluster(n_workers=1, processes=False) as cluster, distributed.Client(cluster) as client:
+        dvol = distribute(vol, client, 3)
+        got = dvol.sample_grad(pts, space="index", device="cuda").compute()
+        want = vol.sample_grad(pts, space="index")
+        tol = 8 * np.finfo(np.float32).eps * np.abs(values).max()
+        np.testing.assert_allclose(got["value_jacobian"].values, want["value_jacobian"].values, atol=2 * tol)
+        dvol.close()

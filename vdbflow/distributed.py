@@ -91,12 +91,19 @@ def _route(points: np.ndarray, router: Router, transform: Any, space: str, table
 
 def _sample_partition(volume: Volume, p: int, options: tuple, *routed_chunks: list) -> list[tuple]:
     """Sample this partition's share of every chunk: [(indices, values, jacobian)] per chunk."""
-    mode, space, jacobian_space, want_jacobian = options
+    mode, space, jacobian_space, want_jacobian, device = options
     out = []
     for routed in routed_chunks:
         index, pts = routed[p]
-        values, jac = sample_grad_arrays(volume, pts, mode, space=space, jacobian_space=jacobian_space,
-                                         jacobian=want_jacobian)
+        if device == "cuda" and len(pts):  # the partition's arrays stay cached in this worker's GPU
+            import cupy
+
+            values, jac = sample_grad_arrays(volume, cupy.asarray(pts), mode, space=space,
+                                             jacobian_space=jacobian_space, jacobian=want_jacobian, device="cuda")
+            values, jac = values.get(), (None if jac is None else jac.get())
+        else:
+            values, jac = sample_grad_arrays(volume, pts, mode, space=space, jacobian_space=jacobian_space,
+                                             jacobian=want_jacobian)
         out.append((index, values, jac))
     return out
 
@@ -133,7 +140,8 @@ class DistributedVolume:
     tables: Any  # the whole volume's hash tables (a future), for answering background-only points
     owns_cluster: bool = False
 
-    def _sample(self, points: Any, mode: str, space: str, jacobian_space: str | None, want_jacobian: bool):
+    def _sample(self, points: Any, mode: str, space: str, jacobian_space: str | None, want_jacobian: bool,
+                device: str = "cpu"):
         dask, da, _ = _import_dask()
         _check_choice(mode, MODES, "mode")
         _check_choice(space, SPACES, "space")
@@ -156,7 +164,9 @@ class DistributedVolume:
         C = self.template.components
         vshape = () if C == 1 else (C,)
         jshape = ((3,) if C == 1 else (C, 3)) if want_jacobian else None
-        options = (mode, space, jacobian_space, want_jacobian)
+        if device not in ("cpu", "cuda"):
+            raise SamplingError(f"expected device 'cpu' or 'cuda' (one GPU per worker), got {device!r}")
+        options = (mode, space, jacobian_space, want_jacobian, device)
         chunks = points.to_delayed().ravel()
         delayed = dask.delayed
         routed = [delayed(_route, pure=True)(chunk, self.plan.router, self.template.transform, space, self.tables,
@@ -175,15 +185,17 @@ class DistributedVolume:
         jac = da.concatenate(jparts, axis=0) if want_jacobian else None
         return points, values, jac, jacobian_space
 
-    def sample(self, points: Any, mode: str = "linear", space: str = "world"):
-        """Values at ``points`` (N, 3), NumPy or Dask (chunked along N); a Dask-backed Dataset."""
-        pts, values, _, _ = self._sample(points, mode, space, None, False)
+    def sample(self, points: Any, mode: str = "linear", space: str = "world", *, device: str = "cpu"):
+        """Values at ``points`` (N, 3), NumPy or Dask (chunked along N); a Dask-backed Dataset.
+        ``device="cuda"`` samples on each worker's GPU (e.g. a ``dask_cuda.LocalCUDACluster``)."""
+        pts, values, _, _ = self._sample(points, mode, space, None, False, device)
         return _dataset(self.template, pts, values, None, mode, space, None)
 
-    def sample_grad(self, points: Any, mode: str = "linear", space: str = "world", jacobian_space: str | None = None):
+    def sample_grad(self, points: Any, mode: str = "linear", space: str = "world", jacobian_space: str | None = None,
+                    *, device: str = "cpu"):
         """Values and Jacobians at ``points``; the same Dataset layout as :meth:`Volume.sample_grad`,
         Dask-backed and chunked like the points."""
-        pts, values, jac, jspace = self._sample(points, mode, space, jacobian_space, True)
+        pts, values, jac, jspace = self._sample(points, mode, space, jacobian_space, True, device)
         return _dataset(self.template, pts, values, jac, mode, space, jspace)
 
     def stats(self) -> list[dict[str, Any]]:
