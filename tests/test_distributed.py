@@ -221,3 +221,23 @@ def test_background_only_points_skip_the_partitions(rng):
     routed = _route(pts, plan.router, vol.transform, "index", vol.topology.tables, plan.stencil)
     assert sorted(routed[-1].tolist()) == [0, 1]
     assert sum(len(idx) for idx, _ in routed[:-1]) == 4
+
+
+@pytest.mark.parametrize(("components", "index_layout", "partitions"), [(1, True, 3), (4, True, 8), (3, False, 5)])
+def test_reverse_mode_matches_single_process(rng, client, components, index_layout, partitions):
+    ijk, vol = volume(rng, components, index_layout)
+    pts = stress_points(rng, vol, ijk)[:-2]  # finite points
+    n = len(pts)
+    a_val = rng.standard_normal((n,) if components == 1 else (n, components))
+    a_jac = rng.standard_normal((n, 3) if components == 1 else (n, components, 3))
+    want = vdbflow.sample_grad_vjp(vol, pts, a_val, a_jac)
+    dvol = distribute(vol, client, partitions)
+    try:
+        got = dvol.sample_grad_vjp(da.from_array(pts, chunks=(500, 3)), a_val, a_jac)
+        np.testing.assert_allclose(got.voxel_data(vol.topology), want.voxel_data, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(got.background.result(), np.reshape(want.background, -1), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(got.tile_values.result().reshape(np.shape(want.tile_values)), want.tile_values,
+                                   rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal(got.points.compute(), want.points)
+    finally:
+        dvol.close()

@@ -138,6 +138,8 @@ class DistributedVolume:
     template: Volume  # an empty volume with the value type, names, transform and background
     leaf_bytes: int
     tables: Any  # the whole volume's hash tables (a future), for answering background-only points
+    template_leaf_count: int = 0  # leaves of the whole volume
+    leaf_value_counts: np.ndarray | None = None  # index layout: values per leaf of the whole volume
     owns_cluster: bool = False
 
     def _sample(self, points: Any, mode: str, space: str, jacobian_space: str | None, want_jacobian: bool,
@@ -197,6 +199,14 @@ class DistributedVolume:
         Dask-backed and chunked like the points."""
         pts, values, jac, jspace = self._sample(points, mode, space, jacobian_space, True, device)
         return _dataset(self.template, pts, values, jac, mode, space, jspace)
+
+    def sample_grad_vjp(self, points: Any, adj_value: Any, adj_jacobian: Any = None, mode: str = "linear",
+                        space: str = "index", jacobian_space: str | None = None) -> DistributedVJP:
+        """Reverse mode across the cluster: each partition differentiates its points against its
+        own and halo leaves; the halo copies' adjoints travel back to the owning partitions and are
+        added there in partition order.  Equal to :func:`vdbflow.sample_grad_vjp` up to the order of
+        the float additions (the data adjoint is a sum over points)."""
+        return _vjp(self, points, adj_value, adj_jacobian, mode, space, jacobian_space)
 
     def stats(self) -> list[dict[str, Any]]:
         """Per partition: owned leaves, halo leaves, halo bytes and the worker holding it."""
@@ -267,4 +277,161 @@ def distribute(source: Volume | str | os.PathLike, client: Any = None, partition
     template = whole.select_leaves(np.zeros(0, np.int64))
     leaf_bytes = 512 * whole.components * whole.dtype.itemsize + 64
     tables = client.scatter(whole.topology.tables, broadcast=True)
-    return DistributedVolume(client, plan, parts, template, leaf_bytes, tables, owns)
+    counts = np.bitwise_count(whole.topology.masks).sum(axis=1).astype(np.int64)
+    return DistributedVolume(client, plan, parts, template, leaf_bytes, tables, whole.leaf_count, counts, owns)
+
+
+# -- reverse mode ---------------------------------------------------------------------------------------
+def _leaf_rows(counts: np.ndarray, index_layout: bool) -> np.ndarray:
+    """Rows of consecutive leaves with ``counts`` values each, in a block that holds just them."""
+    if not index_layout:
+        return np.arange(len(counts) * 512)
+    return np.arange(int(counts.sum()))
+
+
+def _rows_of(volume: Volume, local: np.ndarray) -> np.ndarray:
+    """Voxel-data rows of the leaves ``local`` (indices in this volume), leaf after leaf."""
+    local = np.asarray(local, np.int64)
+    if not volume.index_layout:
+        return (local[:, None] * 512 + np.arange(512)).ravel()
+    t = volume.topology
+    counts = np.bitwise_count(t.masks[local]).sum(axis=1).astype(np.int64)
+    return np.repeat(t.leaf_offset[local] - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
+
+
+def _vjp_partition(volume: Volume, p: int, options: tuple, own_local: np.ndarray, send: dict, n_chunks: int,
+                   *inputs: Any) -> tuple:
+    """Reverse mode of this partition's points (every chunk, in chunk order).  Returns the point
+    adjoints per chunk, the adjoint rows of its own leaves, the rows of halo leaves to send back to
+    each owner, and its tile and background adjoints."""
+    from .vjp import sample_grad_vjp
+
+    mode, space, jacobian_space = options
+    routed, adj_values, adj_jacobians = inputs[:n_chunks], inputs[n_chunks:2 * n_chunks], inputs[2 * n_chunks:]
+    index = [routed[c][p][0] for c in range(n_chunks)]
+    pts = np.concatenate([routed[c][p][1] for c in range(n_chunks)])
+    a_val = np.concatenate([np.asarray(adj_values[c])[index[c]] for c in range(n_chunks)])
+    a_jac = None if adj_jacobians[0] is None else \
+        np.concatenate([np.asarray(adj_jacobians[c])[index[c]] for c in range(n_chunks)])
+    r = sample_grad_vjp(volume, pts, a_val, a_jac, mode, space, jacobian_space)
+    sizes = np.cumsum([0] + [len(i) for i in index])
+    per_chunk = [(index[c], r.points[sizes[c]:sizes[c + 1]]) for c in range(n_chunks)]
+    data = np.asarray(r.voxel_data).reshape(len(r.voxel_data), -1)
+    own = data[_rows_of(volume, own_local)]
+    outgoing = {q: data[_rows_of(volume, local)] for q, local in send.items()}
+    C = data.shape[1]
+    return per_chunk, own, outgoing, np.asarray(r.tile_values).reshape(-1, C), np.asarray(r.background).reshape(C)
+
+
+def _owner_rows(q: int, mine: tuple, targets: dict, *neighbours: tuple) -> np.ndarray:
+    """Adjoint rows of partition q's own leaves: its own shares, then what the halo copies held by
+    its neighbours received, added in partition order (deterministic)."""
+    rows = mine[1].copy()
+    for p_result, dst in zip(neighbours, targets.values(), strict=True):
+        rows[dst] += p_result[2][q]
+    return rows
+
+
+def _sum_small(which: int, *results: tuple) -> np.ndarray:
+    """Tile (3) or background (4) adjoints added over partitions in partition order."""
+    total = results[0][which].copy()
+    for r in results[1:]:
+        total += r[which]
+    return total
+
+
+def _point_adjoints(c: int, n: int, dtype: Any, *results: tuple) -> np.ndarray:
+    out = np.zeros((n, 3), dtype)
+    for r in results:
+        index, adj = r[0][c]
+        out[index] = adj
+    return out
+
+
+@dataclass
+class DistributedVJP:
+    """Adjoints of a distributed reverse-mode call, distributed like the volume.
+
+    ``owned[p]`` is a future of the adjoint rows of partition p's own leaves; ``points`` a Dask
+    array chunked like the points; ``tile_values`` and ``background`` futures of small arrays."""
+
+    dvol: DistributedVolume
+    owned: list
+    tile_values: Any
+    background: Any
+    points: Any
+
+    def voxel_data(self, topology: Topology) -> np.ndarray:
+        """Gather the voxel-data adjoint into the whole volume's layout (rows of ``topology``)."""
+        C = self.dvol.template.components
+        counts = np.bitwise_count(topology.masks).sum(axis=1).astype(np.int64)
+        index_layout = self.dvol.template.index_layout
+        rows_total = topology.value_count if index_layout else topology.leaf_count * 512
+        out = np.zeros((rows_total, C), self.dvol.template.dtype)
+        for p, fut in enumerate(self.owned):
+            leaves = self.dvol.plan.owned[p]
+            if index_layout:
+                dst = np.repeat(topology.leaf_offset[leaves], counts[leaves]) + \
+                    _leaf_rows(counts[leaves], True) - np.repeat(np.cumsum(counts[leaves]) - counts[leaves],
+                                                                counts[leaves])
+            else:
+                dst = (leaves[:, None] * 512 + np.arange(512)).ravel()
+            out[dst] = fut.result()
+        return out[:, 0] if C == 1 else out
+
+
+def _vjp(dvol: DistributedVolume, points: Any, adj_value: Any, adj_jacobian: Any, mode: str, space: str,
+         jacobian_space: str | None) -> DistributedVJP:
+    dask, da, _ = _import_dask()
+    _check_choice(mode, MODES, "mode")
+    _check_choice(space, SPACES, "space")
+    jacobian_space = space if jacobian_space is None else _check_choice(jacobian_space, SPACES, "jacobian_space")
+    if not isinstance(points, da.Array):
+        points = da.from_array(np.asarray(points), chunks=(DEFAULT_CHUNK, 3))
+    points = points.rechunk({1: 3})
+    rows = points.chunks[0]
+    to_dask = lambda a: a if a is None or isinstance(a, da.Array) else da.from_array(np.asarray(a))  # noqa: E731
+    adj_value, adj_jacobian = to_dask(adj_value), to_dask(adj_jacobian)
+    adj_value = adj_value.rechunk((rows,) + adj_value.shape[1:])
+    if adj_jacobian is not None:
+        adj_jacobian = adj_jacobian.rechunk((rows,) + adj_jacobian.shape[1:])
+    delayed = dask.delayed
+    plan, P = dvol.plan, dvol.plan.partitions
+    chunks = points.to_delayed().ravel()
+    routed = [delayed(_route, pure=True)(chunk, plan.router, dvol.template.transform, space, None, plan.stencil)
+              for chunk in chunks]
+    vals = list(adj_value.to_delayed().ravel())
+    jacs = [None] * len(chunks) if adj_jacobian is None else list(adj_jacobian.to_delayed().ravel())
+    # which local leaves each partition owns, and which halo leaves it returns to which owner
+    owner = np.empty(dvol.template_leaf_count, np.int64)
+    for p, leaves in enumerate(plan.owned):
+        owner[leaves] = p
+    counts = dvol.leaf_value_counts
+    results, sends, targets = [], [], [{} for _ in range(P)]
+    for p in range(P):
+        local_globals = np.union1d(plan.owned[p], plan.halo[p])
+        own_local = np.searchsorted(local_globals, plan.owned[p])
+        send = {}
+        for q in np.unique(owner[plan.halo[p]]):
+            leaves = plan.halo[p][owner[plan.halo[p]] == q]
+            send[int(q)] = np.searchsorted(local_globals, leaves)
+            # rows of those leaves inside q's own-leaf block
+            owned_q = plan.owned[int(q)]
+            block_counts = counts[owned_q] if dvol.template.index_layout else np.full(len(owned_q), 512)
+            starts = np.cumsum(block_counts) - block_counts
+            pos = np.searchsorted(owned_q, leaves)
+            targets[int(q)][p] = np.concatenate([np.arange(starts[k], starts[k] + block_counts[k]) for k in pos])
+        sends.append(send)
+        results.append(delayed(_vjp_partition, pure=True)(dvol.partitions[p], p, (mode, space, jacobian_space),
+                                                          own_local, send, len(chunks), *routed, *vals, *jacs))
+    owned = [delayed(_owner_rows, pure=True)(q, results[q], dict(sorted(targets[q].items())),
+                                             *[results[p] for p in sorted(targets[q])]) for q in range(P)]
+    tiles = delayed(_sum_small, pure=True)(3, *results)
+    background = delayed(_sum_small, pure=True)(4, *results)
+    R = dvol.template.value_type.jacobian_dtype
+    parts = [da.from_delayed(delayed(_point_adjoints, pure=True)(c, n, R, *results), shape=(n, 3), dtype=R)
+             for c, n in enumerate(rows)]
+    client = dvol.client
+    owned_f = client.compute(owned)
+    tiles_f, bg_f = client.compute([tiles, background])
+    return DistributedVJP(dvol, owned_f, tiles_f, bg_f, da.concatenate(parts, axis=0))
