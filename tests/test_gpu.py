@@ -79,13 +79,17 @@ def test_distributed_on_gpu_workers(rng):
     from vdbflow.distributed import distribute
 
     try:
-        from dask_cuda import LocalCUDACluster as Cluster
+        from dask_cuda import LocalCUDACluster
+
+        def make_cluster():
+            return LocalCUDACluster(n_workers=1)
     except ImportError:
-        Cluster = distributed.LocalCluster  # noqa: N806
+        def make_cluster():
+            return distributed.LocalCluster(n_workers=1, processes=False)
     ijk, values = random_sparse_voxels(rng, n_leaves=30, components=3, dtype=np.float32)
     vol = vdbflow.Volume.from_voxels(ijk, values, 0.0)
     pts = probe_points(rng, ijk, 2000)
-    with Cluster(n_workers=1, processes=False) as cluster, distributed.Client(cluster) as client:
+    with make_cluster() as cluster, distributed.Client(cluster) as client:
         dvol = distribute(vol, client, 3)
         got = dvol.sample_grad(pts, space="index", device="cuda").compute()
         want = vol.sample_grad(pts, space="index")
