@@ -41,6 +41,7 @@ def demo(field: str, resolution: int, n_points: int, show: int, seed: int) -> No
     active = vol.active_voxels()
     ijk = active[rng.integers(0, len(active), n_points)] + rng.uniform(-0.5, 0.5, (n_points, 3))
     world = vol.transform.apply(ijk)
+    vol.sample_grad(world[:1])  # first call: thread pool and xarray start-up, not sampling
     t0 = time.perf_counter()
     ds = vol.sample_grad(world, mode="linear", space="world")
     t_sample = time.perf_counter() - t0
