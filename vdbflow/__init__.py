@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from . import flow  # noqa: F401 - registers the ds.vdbflow accessor
 from .distributed import DistributedVolume, distribute
 from .errors import (
     DeviceError,

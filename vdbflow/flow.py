@@ -1,0 +1,173 @@
+"""Flow-field quantities derived from a velocity-gradient tensor ``J[c, a] = d u_c / d x_a``.
+
+Each function takes the Jacobian DataArray of :meth:`Volume.sample_grad` (dims ``(..., component,
+axis)`` with 3 x 3 entries) and returns a DataArray with ``long_name``, ``units`` and ``formula``
+attrs; Dask-backed inputs stay lazy (computed chunk by chunk along the points).  The same functions
+are reachable as ``ds.vdbflow.<name>()`` on a sample_grad Dataset.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from .errors import SamplingError
+
+CORE = ("component", "axis")
+
+
+def _check(jac: xr.DataArray) -> None:
+    if not set(CORE) <= set(jac.dims) or jac.sizes["component"] != 3 or jac.sizes["axis"] != 3:
+        raise SamplingError(
+            f"expected a velocity-gradient DataArray with 3 x 3 dims ('component', 'axis'), got dims {jac.dims} "
+            f"and sizes {dict(jac.sizes)}"
+        )
+
+
+def _units(jac: xr.DataArray, power: int = 1) -> str:
+    units = jac.attrs.get("units")
+    if not units:
+        return ""
+    return units if power == 1 else f"({units})^{power}"
+
+
+def _apply(fn: Any, jac: xr.DataArray, out_core: tuple[str, ...], name: str, long_name: str, units: str,
+           formula: str, out_sizes: dict[str, int] | None = None) -> xr.DataArray:
+    _check(jac)
+    out = xr.apply_ufunc(fn, jac, input_core_dims=[list(CORE)], output_core_dims=[list(out_core)],
+                         dask="parallelized", output_dtypes=[np.result_type(jac.dtype, np.float32)],
+                         dask_gufunc_kwargs={"output_sizes": out_sizes or {}})
+    out.name = name
+    out.attrs = {"long_name": long_name, "units": units, "formula": formula}
+    return out
+
+
+def _sym(J: np.ndarray) -> np.ndarray:
+    return 0.5 * (J + np.swapaxes(J, -1, -2))
+
+
+def _skew(J: np.ndarray) -> np.ndarray:
+    return 0.5 * (J - np.swapaxes(J, -1, -2))
+
+
+def _vorticity(J: np.ndarray) -> np.ndarray:
+    return np.stack([J[..., 2, 1] - J[..., 1, 2], J[..., 0, 2] - J[..., 2, 0], J[..., 1, 0] - J[..., 0, 1]], axis=-1)
+
+
+def divergence(jac: xr.DataArray) -> xr.DataArray:
+    """div u = trace(J)."""
+    return _apply(lambda J: np.trace(J, axis1=-2, axis2=-1), jac, (), "divergence", "velocity divergence",
+                  _units(jac), "du_x/dx + du_y/dy + du_z/dz")
+
+
+def vorticity(jac: xr.DataArray) -> xr.DataArray:
+    """omega = curl u, dims (..., component)."""
+    out = _apply(_vorticity, jac, ("component",), "vorticity", "vorticity", _units(jac),
+                 "(dw/dy - dv/dz, du/dz - dw/dx, dv/dx - du/dy)", {"component": 3})
+    return out.assign_coords(component=["x", "y", "z"])
+
+
+def vorticity_magnitude(jac: xr.DataArray) -> xr.DataArray:
+    """|omega|."""
+    return _apply(lambda J: np.linalg.norm(_vorticity(J), axis=-1), jac, (), "vorticity_magnitude",
+                  "vorticity magnitude", _units(jac), "|curl u|")
+
+
+def strain_rate(jac: xr.DataArray) -> xr.DataArray:
+    """S = (J + J^T) / 2, dims (..., component, axis)."""
+    return _apply(_sym, jac, CORE, "strain_rate", "strain-rate tensor", _units(jac), "S = (J + J^T) / 2",
+                  {"component": 3, "axis": 3}).assign_coords(component=jac["component"].values,
+                                                              axis=jac["axis"].values)
+
+
+def rotation_rate(jac: xr.DataArray) -> xr.DataArray:
+    """Omega = (J - J^T) / 2, dims (..., component, axis)."""
+    return _apply(_skew, jac, CORE, "rotation_rate", "rotation-rate tensor", _units(jac), "Omega = (J - J^T) / 2",
+                  {"component": 3, "axis": 3}).assign_coords(component=jac["component"].values,
+                                                              axis=jac["axis"].values)
+
+
+def q_criterion(jac: xr.DataArray) -> xr.DataArray:
+    """Q = (|Omega|^2 - |S|^2) / 2 with Frobenius norms; Q > 0 where rotation dominates strain."""
+
+    def q(J: np.ndarray) -> np.ndarray:
+        return 0.5 * (np.sum(_skew(J) ** 2, axis=(-2, -1)) - np.sum(_sym(J) ** 2, axis=(-2, -1)))
+
+    return _apply(q, jac, (), "q_criterion", "Q-criterion", _units(jac, 2), "Q = (|Omega|_F^2 - |S|_F^2) / 2")
+
+
+def lambda2(jac: xr.DataArray) -> xr.DataArray:
+    """lambda_2: the middle eigenvalue of S^2 + Omega^2 (a vortex where it is negative)."""
+
+    def l2(J: np.ndarray) -> np.ndarray:
+        S, W = _sym(J), _skew(J)
+        return np.linalg.eigvalsh(S @ S + W @ W)[..., 1]
+
+    return _apply(l2, jac, (), "lambda2", "lambda-2 criterion", _units(jac, 2), "middle eigenvalue of S^2 + Omega^2")
+
+
+def swirling_strength(jac: xr.DataArray) -> xr.DataArray:
+    """lambda_ci: the imaginary part of J's complex eigenvalue pair (0 where all are real)."""
+
+    def ci(J: np.ndarray) -> np.ndarray:
+        return np.abs(np.linalg.eigvals(J).imag).max(axis=-1)
+
+    return _apply(ci, jac, (), "swirling_strength", "swirling strength", _units(jac),
+                  "|Im(lambda)| of the complex eigenvalues of J")
+
+
+def helicity(velocity: xr.DataArray, jac: xr.DataArray) -> xr.DataArray:
+    """Helicity density u . omega."""
+    omega = vorticity(jac)
+    out = (velocity.rename({"component": "c"}).assign_coords(c=[0, 1, 2]) *
+           omega.rename({"component": "c"}).assign_coords(c=[0, 1, 2])).sum("c")
+    units = " ".join(u for u in (velocity.attrs.get("units", ""), _units(jac)) if u)
+    out.name = "helicity"
+    out.attrs = {"long_name": "helicity density", "units": units, "formula": "u . curl u"}
+    return out
+
+
+@xr.register_dataset_accessor("vdbflow")
+class VdbflowAccessor:
+    """``ds.vdbflow``: derived quantities of a :meth:`Volume.sample_grad` Dataset of a vec3 field."""
+
+    def __init__(self, ds: xr.Dataset):
+        self._ds = ds
+
+    def _jacobian(self) -> xr.DataArray:
+        names = [v for v in self._ds.data_vars if v.endswith("_jacobian")]
+        if len(names) != 1:
+            raise SamplingError(f"expected one '<field>_jacobian' variable, found {names}")
+        return self._ds[names[0]]
+
+    def _velocity(self) -> xr.DataArray:
+        return self._ds[self._jacobian().name[: -len("_jacobian")]]
+
+    def divergence(self) -> xr.DataArray:
+        return divergence(self._jacobian())
+
+    def vorticity(self) -> xr.DataArray:
+        return vorticity(self._jacobian())
+
+    def vorticity_magnitude(self) -> xr.DataArray:
+        return vorticity_magnitude(self._jacobian())
+
+    def strain_rate(self) -> xr.DataArray:
+        return strain_rate(self._jacobian())
+
+    def rotation_rate(self) -> xr.DataArray:
+        return rotation_rate(self._jacobian())
+
+    def q_criterion(self) -> xr.DataArray:
+        return q_criterion(self._jacobian())
+
+    def lambda2(self) -> xr.DataArray:
+        return lambda2(self._jacobian())
+
+    def swirling_strength(self) -> xr.DataArray:
+        return swirling_strength(self._jacobian())
+
+    def helicity(self) -> xr.DataArray:
+        return helicity(self._velocity(), self._jacobian())
