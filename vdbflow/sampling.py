@@ -180,7 +180,11 @@ def _dataset(vol: Volume, points: Any, values: Any, jac: Any, mode: str, space: 
             coords[label] = ("point", pts[:, a].astype(np.float64),
                              {"long_name": f"point {label} ({space} space)"})
     common = {"sampling_mode": mode, "point_space": space}
-    data_vars = {vol.name: (vdims, values, {"long_name": vol.name, **common})}
+    value_attrs = {"long_name": vol.name, **common}
+    units = getattr(vol, "units", None)
+    if units:
+        value_attrs["units"] = units
+    data_vars = {vol.name: (vdims, values, value_attrs)}
     if jac is not None:
         coords["axis"] = list(AXIS_LABELS[jacobian_space])
         jname = f"{vol.name}_jacobian"
@@ -191,6 +195,9 @@ def _dataset(vol: Volume, points: Any, values: Any, jac: Any, mode: str, space: 
             "jacobian_space": jacobian_space,
             **common,
         })
+        length = getattr(vol, "length_units", None) if jacobian_space == "world" else "voxel"
+        if units and length:
+            data_vars[jname][2]["units"] = f"{units}/{length}"
     attrs = {
         "value_type": vol.value_type.name,
         "layout": "index" if vol.index_layout else "per-leaf",

@@ -99,6 +99,7 @@ def flow_volume(field: FlowField, resolution: int = 64, extent: float = 2 * np.p
     voxel_size = extent / resolution
     world = (ijk + 0.5) * voxel_size
     values = field.velocity(world).astype(dtype)
-    return Volume.from_voxels(ijk, values, background=0.0, voxel_size=voxel_size,
-                              origin=(0.5 * voxel_size,) * 3, name="velocity",
-                              component_names=("u", "v", "w"))
+    vol = Volume.from_voxels(ijk, values, background=0.0, voxel_size=voxel_size,
+                             origin=(0.5 * voxel_size,) * 3, name="velocity", component_names=("u", "v", "w"))
+    vol.units, vol.length_units = "m/s", "m"  # nondimensional fields, labelled in SI for the plots
+    return vol

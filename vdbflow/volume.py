@@ -110,6 +110,8 @@ class Topology:
         self.tile_sizes = np.ascontiguousarray(np.zeros(0) if tile_sizes is None else tile_sizes, dtype=np.int32)
         self.grid_class = "unknown"  # NanoVDB grid class, kept for .nvdb round trips
         self.blind_data: tuple = ()  # NanoVDB blind data records, kept for .nvdb round trips
+        self.units: str | None = None  # units of the values, e.g. "m/s" (for Dataset attrs)
+        self.length_units: str | None = None  # units of world space, e.g. "m"
         self.tables = self._build_tables()
         self.prefix, self.leaf_offset = tree.word_prefix(masks)
         self.value_count = self.active_voxel_count
