@@ -21,6 +21,7 @@
 
 #include "vdbflow/adjoint.h"
 #include "vdbflow/sample.h"
+#include "vdbflow/schemes.h"
 
 namespace nb = nanobind;
 using namespace vdbflow;
@@ -256,9 +257,9 @@ void run(const SampleArgs& a) {
   R* out_j = (R*)a.out_jacobian;
   const bool want_jacobian = out_j != nullptr;
   const i64 n = a.n;
-  const bool scattered = a.order == ORDER_SCATTERED ||
+  const bool scattered = a.mode <= MODE_LINEAR && (a.order == ORDER_SCATTERED ||
                          (a.order == ORDER_AUTO && n >= SCATTERED_MIN_POINTS &&
-                          leaf_coherence(pts, a.xf, n) < COHERENT_FRACTION);
+                          leaf_coherence(pts, a.xf, n) < COHERENT_FRACTION));
   auto load = [&](i64 i, double p[3]) {
     p[0] = (double)pts[3 * i];
     p[1] = (double)pts[3 * i + 1];
@@ -341,7 +342,7 @@ SampleArgs common_args(const std::vector<IntTable>& tables, const InArray& masks
     throw std::invalid_argument("points must be (N, 3) float32 or float64");
   if (values.dtype() != tile_values.dtype() || values.dtype() != background.dtype())
     throw std::invalid_argument("values, tile values and background must share one dtype");
-  if (mode != MODE_CLOSEST && mode != MODE_LINEAR) throw std::invalid_argument("mode must be 0 or 1");
+  if (mode < MODE_CLOSEST || mode > SCHEME_BSPLINE3) throw std::invalid_argument("unknown sampling mode");
   SampleArgs a;
   for (int l = 0; l < LEVEL_COUNT; ++l) a.tables[l] = as_table(tables[l]);
   a.masks = (const u64*)masks.data();
@@ -418,6 +419,7 @@ void sample_vjp(std::vector<IntTable> tables, InArray masks, InArray prefix, InA
                 nb::ndarray<double, nb::ndim<2>, nb::c_contig, nb::device::cpu> accumulator, AnyArray adj_points) {
   SampleArgs a = common_args(tables, masks, prefix, leaf_offset, values, tile_values, background, components,
                              index_layout, points, xform, points_world, jacobian_world, mode);
+  if (mode > MODE_LINEAR) throw std::invalid_argument("reverse mode supports closest and linear");
   const bool single = is<float>(values);
   if (!single && !is<double>(values)) throw std::invalid_argument("reverse mode needs float32 or float64 data");
   auto real_ok = [&](const auto& arr) { return single ? is<float>(arr) : is<double>(arr); };

@@ -7,6 +7,7 @@
 // not null, Jacobians (N, C, 3) of the accumulation type (float, or double for double data).
 #include "vdbflow/adjoint.h"
 #include "vdbflow/sample.h"
+#include "vdbflow/schemes.h"
 
 namespace vdbflow {
 

@@ -36,7 +36,7 @@ def test_cpu_extension_is_built_from_kernels():
     assert _core.MAX_COMPONENTS == vdbflow.value_types.MAX_COMPONENTS
     from vdbflow.sampling import MODES
 
-    assert MODES == {"closest": _core.MODE_CLOSEST, "linear": _core.MODE_LINEAR}
+    assert (MODES["closest"], MODES["linear"]) == (_core.MODE_CLOSEST, _core.MODE_LINEAR)
 
 
 def test_hash_tables_find_every_key(rng):

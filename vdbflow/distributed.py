@@ -14,7 +14,7 @@ task per chunk - chunks + partitions + chunks tasks, not their product.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,7 @@ import numpy as np
 from . import tree
 from .errors import SamplingError, VolumeError
 from .partition import PartitionPlan, Router, plan_partitions
-from .sampling import MODES, SPACES, _check_choice, _dataset, sample_grad_arrays
+from .sampling import MODES, SPACES, STENCIL_RADIUS, _check_choice, _dataset, sample_grad_arrays
 from .volume import Topology, Volume
 
 DEFAULT_CHUNK = 1 << 20  # points per chunk when the points are a NumPy array
@@ -140,7 +140,11 @@ class DistributedVolume:
     tables: Any  # the whole volume's hash tables (a future), for answering background-only points
     template_leaf_count: int = 0  # leaves of the whole volume
     leaf_value_counts: np.ndarray | None = None  # index layout: values per leaf of the whole volume
+    halo: int = 1  # stencil radius (voxels) the halos were cut for
     owns_cluster: bool = False
+    # the own-leaf and halo futures the partitions were built from: kept so that the scheduler can
+    # rebuild a partition lost with its worker
+    lineage: list = field(default_factory=list)
 
     def _sample(self, points: Any, mode: str, space: str, jacobian_space: str | None, want_jacobian: bool,
                 device: str = "cpu"):
@@ -149,8 +153,11 @@ class DistributedVolume:
         _check_choice(space, SPACES, "space")
         jacobian_space = space if jacobian_space is None else _check_choice(jacobian_space, SPACES, "jacobian_space")
         vt = self.template.value_type
-        if mode == "linear" and not vt.is_float:
-            raise SamplingError(f"expected mode='closest' for {vt.name} data, got mode='linear'")
+        if mode != "closest" and not vt.is_float:
+            raise SamplingError(f"expected mode='closest' for {vt.name} data, got mode={mode!r}")
+        if STENCIL_RADIUS[mode] > self.halo:
+            raise SamplingError(f"mode {mode!r} reaches {STENCIL_RADIUS[mode]} voxels, but this volume was distributed "
+                                f"with halo={self.halo}: distribute(..., halo={STENCIL_RADIUS[mode]})")
         if not isinstance(points, da.Array):
             arr = np.asarray(points)
             if arr.ndim != 2 or arr.shape[1] != 3:
@@ -171,7 +178,9 @@ class DistributedVolume:
         options = (mode, space, jacobian_space, want_jacobian, device)
         chunks = points.to_delayed().ravel()
         delayed = dask.delayed
-        routed = [delayed(_route, pure=True)(chunk, self.plan.router, self.template.transform, space, self.tables,
+        # the background shortcut looks at a linear stencil; wider schemes go to their partition
+        tables = self.tables if STENCIL_RADIUS[mode] <= 1 else None
+        routed = [delayed(_route, pure=True)(chunk, self.plan.router, self.template.transform, space, tables,
                                              self.plan.stencil) for chunk in chunks]
         sampled = [delayed(_sample_partition, pure=True)(part, p, options, *routed)
                    for p, part in enumerate(self.partitions)]
@@ -217,7 +226,7 @@ class DistributedVolume:
 
     def close(self) -> None:
         """Release the partitions (and the embedded cluster, if this volume started it)."""
-        for f in self.partitions:
+        for f in (*self.partitions, *self.lineage):
             f.release()
         if self.owns_cluster:
             cluster = self.client.cluster
@@ -266,19 +275,21 @@ def distribute(source: Volume | str | os.PathLike, client: Any = None, partition
     for p, leaves in enumerate(plan.owned):
         owner[leaves] = p
         local[leaves] = np.arange(len(leaves))
-    parts = []
+    parts, lineage = [], list(owned)
     for p in range(P):
         pieces = []
         for q in np.unique(owner[plan.halo[p]]):
             from_q = plan.halo[p][owner[plan.halo[p]] == q]
             pieces.append(client.submit(_extract, owned[int(q)], local[from_q], pure=False))
         parts.append(client.submit(_merge, owned[p], *pieces, pure=False))
+        lineage.extend(pieces)
     distributed.wait(parts)
     template = whole.select_leaves(np.zeros(0, np.int64))
     leaf_bytes = 512 * whole.components * whole.dtype.itemsize + 64
     tables = client.scatter(whole.topology.tables, broadcast=True)
     counts = np.bitwise_count(whole.topology.masks).sum(axis=1).astype(np.int64)
-    return DistributedVolume(client, plan, parts, template, leaf_bytes, tables, whole.leaf_count, counts, owns)
+    return DistributedVolume(client, plan, parts, template, leaf_bytes, tables, whole.leaf_count, counts, halo, owns,
+                             lineage)
 
 
 # -- reverse mode ---------------------------------------------------------------------------------------

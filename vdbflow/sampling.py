@@ -12,7 +12,13 @@ from .backends import is_cupy_array, resolve_device
 from .errors import PointsError, SamplingError, ShapeError
 from .volume import Volume
 
-MODES = {"closest": 0, "linear": 1}  # SampleMode in kernels/vdbflow/sample.h
+# SampleMode (sample.h) and HigherScheme (schemes.h) codes
+MODES = {"closest": 0, "linear": 1, "lag4": 2, "lag6": 3, "lag8": 4, "fd4": 5, "fd6": 6, "fd4lag4": 7,
+         "catmull_rom": 8, "bspline3": 9}
+# Reach of each scheme's stencil in voxels on the positive side of the base cell (the negative side
+# reaches one voxel less); the distributed halo must be at least this wide.
+STENCIL_RADIUS = {"closest": 1, "linear": 1, "lag4": 2, "lag6": 3, "lag8": 4, "fd4": 3, "fd6": 4, "fd4lag4": 4,
+                  "catmull_rom": 2, "bspline3": 2}
 POINT_ORDERS = ("auto", "coherent", "scattered")
 SPACES = ("index", "world")
 AXIS_LABELS = {"index": ("i", "j", "k"), "world": ("x", "y", "z")}
@@ -111,7 +117,9 @@ def sample_grad_arrays(
     ----------
     uvw : (N, 3) float32/float64 (integers are taken as float64), NumPy or CuPy
         Point coordinates, in index space (voxel centres at integers) unless ``space="world"``.
-    mode : ``"linear"`` (trilinear, Warp-exact) or ``"closest"``.
+    mode : ``"linear"`` (trilinear, Warp-exact), ``"closest"``, or a higher-order scheme: ``"lag4"``,
+        ``"lag6"``, ``"lag8"`` (Lagrange), ``"fd4"``, ``"fd6"`` (centred differences at the nodes,
+        interpolated linearly), ``"fd4lag4"``, ``"catmull_rom"``, ``"bspline3"`` (see kernels/vdbflow/schemes.h).
     out : optional ``(values, jacobian)`` buffers; either may be None.
     jacobian_space : ``"index"`` (columns i, j, k) or ``"world"`` (``J_index . M^-1``); default ``space``.
     device : ``"cpu"``, ``"cuda"`` (CuPy in and out) or ``"auto"`` (follows the points' array type).
@@ -131,9 +139,9 @@ def sample_grad_arrays(
     jacobian_space = space if jacobian_space is None else _check_choice(jacobian_space, SPACES, "jacobian_space")
     device = resolve_device(device, uvw)
     vt = vol.value_type
-    if mode == "linear" and not vt.is_float:
+    if mode != "closest" and not vt.is_float:
         raise SamplingError(f"expected mode='closest' for {vt.name} data (integers are not interpolated), "
-                            "got mode='linear'")
+                            f"got mode={mode!r}")
     points = _prepare_points(vol, uvw, device)
     on_gpu = device == "cuda"
     if on_gpu:

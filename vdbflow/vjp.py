@@ -12,7 +12,7 @@ import numpy as np
 
 from .backends import resolve_device
 from .errors import PointsError, SamplingError
-from .sampling import MODES, SPACES, _check_choice, _prepare_points
+from .sampling import MODES, SPACES, _check_choice, _prepare_points  # noqa: F401
 from .volume import Volume
 
 
@@ -67,7 +67,7 @@ def sample_grad_vjp(
     point order); on the GPU they are added with float64 atomics, whose order may vary in the last
     bits from run to run.
     """
-    _check_choice(mode, MODES, "mode")
+    _check_choice(mode, ("closest", "linear"), "mode (reverse mode)")
     _check_choice(space, SPACES, "space")
     jacobian_space = space if jacobian_space is None else _check_choice(jacobian_space, SPACES, "jacobian_space")
     vt = vol.value_type

@@ -185,11 +185,11 @@ VDB_HD void evaluate_cell(const GridView<T>& g, const PointTransform& xf, const 
       jacobian[3 * c + a] = (R)(jac[c][0] * xf.inv[a] + jac[c][1] * xf.inv[3 + a] + jac[c][2] * xf.inv[6 + a]);
 }
 
-// Values and Jacobian of one point (locate, then evaluate).
+// Values and Jacobian of one point with closest or linear (locate, then evaluate).
 template <class T, int NC>
-VDB_HD void sample_point(const GridView<T>& g, const PointTransform& xf, const double p[3], int mode,
-                         bool want_jacobian, T* value, typename RealOf<T>::type* jacobian,
-                         LeafCache& cache) {
+VDB_HD void sample_point_trilinear(const GridView<T>& g, const PointTransform& xf, const double p[3], int mode,
+                                   bool want_jacobian, T* value, typename RealOf<T>::type* jacobian,
+                                   LeafCache& cache) {
   Cell<T> cell;
   locate_cell<T, NC>(g, xf, p, mode, cell, cache);
   evaluate_cell<T, NC>(g, xf, cell, want_jacobian, value, jacobian);
