@@ -342,7 +342,7 @@ SampleArgs common_args(const std::vector<IntTable>& tables, const InArray& masks
     throw std::invalid_argument("points must be (N, 3) float32 or float64");
   if (values.dtype() != tile_values.dtype() || values.dtype() != background.dtype())
     throw std::invalid_argument("values, tile values and background must share one dtype");
-  if (mode < MODE_CLOSEST || mode > SCHEME_BSPLINE3) throw std::invalid_argument("unknown sampling mode");
+  if (mode < MODE_CLOSEST || mode > SCHEME_FD2) throw std::invalid_argument("unknown sampling mode");
   SampleArgs a;
   for (int l = 0; l < LEVEL_COUNT; ++l) a.tables[l] = as_table(tables[l]);
   a.masks = (const u64*)masks.data();

@@ -71,7 +71,7 @@ def test_world_jacobian_matches_finite_differences(rng):
 
 
 def test_synthetic_fields_jacobians_against_finite_differences(rng):
-    for field in (synthetic.taylor_green(k=1.3), synthetic.abc_flow()):
+    for field in (synthetic.taylor_green(k=1.3), synthetic.abc_flow(), synthetic.burgers_vortex()):
         x = rng.uniform(-3, 3, (40, 3))
         h = 1e-6
         fd = np.stack([(field.velocity(x + h * e) - field.velocity(x - h * e)) / (2 * h) for e in np.eye(3)], -1)

@@ -15,6 +15,7 @@ from .errors import (
     VdbflowError,
     VolumeError,
 )
+from .gradient_field import derived_field, gradient_field, q_criterion_field
 from .nanovdb import BlindData, GridInfo, list_grids, save
 from .nanovdb import open_grid as open  # noqa: A004 - vdbflow.open(path) reads like xarray.open_dataset
 from .sampling import sample, sample_grad, sample_grad_arrays
@@ -45,9 +46,12 @@ __all__ = [
     "VdbflowError",
     "Volume",
     "VolumeError",
+    "derived_field",
     "distribute",
+    "gradient_field",
     "list_grids",
     "open",
+    "q_criterion_field",
     "sample",
     "save",
     "sample_grad",

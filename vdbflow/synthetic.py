@@ -66,6 +66,40 @@ def abc_flow(a: float = 1.0, b: float = np.sqrt(2.0 / 3.0), c: float = np.sqrt(1
     return FlowField("abc", velocity, jacobian)
 
 
+def burgers_vortex(circulation: float = 2.0, strain: float = 1.0, core_radius: float = 0.5) -> FlowField:
+    """Burgers vortex along z: axial strain ``u_z = a z``, radial inflow ``u_r = -a r / 2`` and swirl
+    ``u_theta = Gamma / (2 pi r) (1 - exp(-r^2 / delta^2))``; vorticity ``omega_z = Gamma / (pi delta^2)
+    exp(-r^2 / delta^2)``, divergence 0."""
+    G, a, d2 = circulation, strain, core_radius**2
+
+    def g_and_slope(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """g = u_theta / r and dg/dr / r, finite at r = 0."""
+        r2 = x * x + y * y
+        s = r2 / d2
+        small = s < 1e-8
+        safe = np.where(small, 1.0, r2)
+        g = np.where(small, G / (2 * np.pi * d2) * (1 - s / 2), -G / (2 * np.pi) * np.expm1(-s) / safe)
+        # dg/dr / r = G/(2 pi) [2 e^-s / (d2 r^2) + 2 expm1(-s) / r^4]
+        slope = np.where(small, -G / (2 * np.pi * d2 * d2) * (1 - 2 * s / 3),
+                         G / np.pi * (np.exp(-s) / (d2 * safe) + np.expm1(-s) / (safe * safe)))
+        return g, slope
+
+    def velocity(p: np.ndarray) -> np.ndarray:
+        x, y, z = p.T
+        g, _ = g_and_slope(x, y)
+        return np.stack([-a * x / 2 - g * y, -a * y / 2 + g * x, a * z], axis=1)
+
+    def jacobian(p: np.ndarray) -> np.ndarray:
+        x, y, _ = p.T
+        g, slope = g_and_slope(x, y)
+        gx, gy = slope * x, slope * y
+        zero = np.zeros_like(x)
+        rows = [[-a / 2 - gx * y, -g - gy * y, zero], [g + gx * x, -a / 2 + gy * x, zero], [zero, zero, zero + a]]
+        return np.stack([np.stack(r, axis=1) for r in rows], axis=1)
+
+    return FlowField("burgers", velocity, jacobian)
+
+
 def linear_field(matrix: np.ndarray, offset: np.ndarray | None = None) -> FlowField:
     """u = A x + b for a (C, 3) matrix A; its Jacobian is A everywhere."""
     A = np.asarray(matrix, dtype=np.float64)

@@ -4,7 +4,7 @@
 // lo .. lo+n-1 from the base cell b = floor(u) (f = u - b); the value is sum v_x v_y v_z V and
 // J[c][a] uses d on axis a and v on the others.  Missing voxels read tiles / background as usual.
 //   lag4/6/8      Lagrange interpolation through 4/6/8 nodes per axis
-//   fd4/fd6       centred 4th/6th-order differences at the nodes, interpolated linearly; value linear
+//   fd2/fd4/fd6   centred 2nd/4th/6th-order differences at the nodes, interpolated linearly; value linear
 //   fd4lag4       4th-order differences at the nodes, interpolated with lag4; value lag4
 //   catmull_rom   cubic Catmull-Rom spline (C1 value, continuous Jacobian), interpolating
 //   bspline3      uniform cubic B-spline (C2 value, C1 Jacobian), approximating
@@ -15,7 +15,7 @@ namespace vdbflow {
 
 enum HigherScheme {
   SCHEME_LAG4 = 2, SCHEME_LAG6 = 3, SCHEME_LAG8 = 4, SCHEME_FD4 = 5, SCHEME_FD6 = 6,
-  SCHEME_FD4LAG4 = 7, SCHEME_CATMULL_ROM = 8, SCHEME_BSPLINE3 = 9
+  SCHEME_FD4LAG4 = 7, SCHEME_CATMULL_ROM = 8, SCHEME_BSPLINE3 = 9, SCHEME_FD2 = 10
 };
 constexpr int MAX_TAPS = 8;
 
@@ -85,12 +85,13 @@ VDB_HD void axis_weights(int scheme, double f, AxisWeights& a) {
     return;
   }
   // node-derivative schemes
+  const double c2[3] = {-0.5, 0.0, 0.5};
   const double c4[5] = {1.0 / 12, -8.0 / 12, 0.0, 8.0 / 12, -1.0 / 12};
   const double c6[7] = {-1.0 / 60, 9.0 / 60, -45.0 / 60, 0.0, 45.0 / 60, -9.0 / 60, 1.0 / 60};
-  if (scheme == SCHEME_FD4 || scheme == SCHEME_FD6) {
+  if (scheme == SCHEME_FD2 || scheme == SCHEME_FD4 || scheme == SCHEME_FD6) {
     const double w[2] = {1.0 - f, f};
-    const int r = scheme == SCHEME_FD4 ? 2 : 3;
-    node_derivative(w, 0, 2, scheme == SCHEME_FD4 ? c4 : c6, r, a);
+    const int r = scheme == SCHEME_FD2 ? 1 : (scheme == SCHEME_FD4 ? 2 : 3);
+    node_derivative(w, 0, 2, scheme == SCHEME_FD2 ? c2 : (scheme == SCHEME_FD4 ? c4 : c6), r, a);
     a.v[r] = 1.0 - f;  // linear value on offsets 0, 1
     a.v[r + 1] = f;
     return;
