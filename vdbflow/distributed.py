@@ -263,7 +263,7 @@ def distribute(source: Volume | str | os.PathLike, client: Any = None, partition
     plan = plan_partitions(whole.topology, P, halo)
     # 1. each partition's own leaves: sent from the client, or read by a worker from the file
     if loader_source is None:
-        owned = client.scatter([whole.select_leaves(plan.owned[p]) for p in range(P)])
+        owned = client.scatter([whole.select_leaves(plan.owned[p]) for p in range(P)], hash=False)
         n_workers = len(client.scheduler_info()["workers"])
         if n_workers > 1:
             client.replicate(owned, n=2)  # a lost worker loses no partition
@@ -286,7 +286,7 @@ def distribute(source: Volume | str | os.PathLike, client: Any = None, partition
     distributed.wait(parts)
     template = whole.select_leaves(np.zeros(0, np.int64))
     leaf_bytes = 512 * whole.components * whole.dtype.itemsize + 64
-    tables = client.scatter(whole.topology.tables, broadcast=True)
+    tables = client.scatter(whole.topology.tables, broadcast=True, hash=False)
     counts = np.bitwise_count(whole.topology.masks).sum(axis=1).astype(np.int64)
     return DistributedVolume(client, plan, parts, template, leaf_bytes, tables, whole.leaf_count, counts, halo, owns,
                              lineage)
