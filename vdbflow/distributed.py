@@ -293,23 +293,6 @@ def distribute(source: Volume | str | os.PathLike, client: Any = None, partition
 
 
 # -- reverse mode ---------------------------------------------------------------------------------------
-def _leaf_rows(counts: np.ndarray, index_layout: bool) -> np.ndarray:
-    """Rows of consecutive leaves with ``counts`` values each, in a block that holds just them."""
-    if not index_layout:
-        return np.arange(len(counts) * 512)
-    return np.arange(int(counts.sum()))
-
-
-def _rows_of(volume: Volume, local: np.ndarray) -> np.ndarray:
-    """Voxel-data rows of the leaves ``local`` (indices in this volume), leaf after leaf."""
-    local = np.asarray(local, np.int64)
-    if not volume.index_layout:
-        return (local[:, None] * 512 + np.arange(512)).ravel()
-    t = volume.topology
-    counts = np.bitwise_count(t.masks[local]).sum(axis=1).astype(np.int64)
-    return np.repeat(t.leaf_offset[local] - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
-
-
 def _vjp_partition(volume: Volume, p: int, options: tuple, own_local: np.ndarray, send: dict, n_chunks: int,
                    *inputs: Any) -> tuple:
     """Reverse mode of this partition's points (every chunk, in chunk order).  Returns the point
@@ -328,8 +311,9 @@ def _vjp_partition(volume: Volume, p: int, options: tuple, own_local: np.ndarray
     sizes = np.cumsum([0] + [len(i) for i in index])
     per_chunk = [(index[c], r.points[sizes[c]:sizes[c + 1]]) for c in range(n_chunks)]
     data = np.asarray(r.voxel_data).reshape(len(r.voxel_data), -1)
-    own = data[_rows_of(volume, own_local)]
-    outgoing = {q: data[_rows_of(volume, local)] for q, local in send.items()}
+    rows_of = volume.topology.leaf_rows
+    own = data[rows_of(own_local, volume.index_layout)]
+    outgoing = {q: data[rows_of(local, volume.index_layout)] for q, local in send.items()}
     C = data.shape[1]
     return per_chunk, own, outgoing, np.asarray(r.tile_values).reshape(-1, C), np.asarray(r.background).reshape(C)
 
@@ -375,19 +359,11 @@ class DistributedVJP:
     def voxel_data(self, topology: Topology) -> np.ndarray:
         """Gather the voxel-data adjoint into the whole volume's layout (rows of ``topology``)."""
         C = self.dvol.template.components
-        counts = np.bitwise_count(topology.masks).sum(axis=1).astype(np.int64)
         index_layout = self.dvol.template.index_layout
         rows_total = topology.value_count if index_layout else topology.leaf_count * 512
         out = np.zeros((rows_total, C), self.dvol.template.dtype)
         for p, fut in enumerate(self.owned):
-            leaves = self.dvol.plan.owned[p]
-            if index_layout:
-                dst = np.repeat(topology.leaf_offset[leaves], counts[leaves]) + \
-                    _leaf_rows(counts[leaves], True) - np.repeat(np.cumsum(counts[leaves]) - counts[leaves],
-                                                                counts[leaves])
-            else:
-                dst = (leaves[:, None] * 512 + np.arange(512)).ravel()
-            out[dst] = fut.result()
+            out[topology.leaf_rows(self.dvol.plan.owned[p], index_layout)] = fut.result()
         return out[:, 0] if C == 1 else out
 
 

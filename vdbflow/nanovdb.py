@@ -604,15 +604,6 @@ def _leaf_bboxes(origins: np.ndarray, masks: np.ndarray) -> tuple[np.ndarray, np
     return (origins + lo).astype(np.int32), dif.astype(np.uint8)
 
 
-def _group(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Unique rows of (n, 3) keys in first-appearance order of a sorted input, and each row's group."""
-    if len(keys) == 0:
-        return np.zeros((0, 3), np.int64), np.zeros(0, np.int64)
-    change = np.concatenate([[True], np.any(np.diff(keys, axis=0) != 0, axis=1)])
-    group = np.cumsum(change) - 1
-    return keys[change], group
-
-
 def _child_index(origins: np.ndarray, parent_log2: int, child_log2: int) -> np.ndarray:
     """Linear child index inside the parent node of children at ``origins`` (n, 3)."""
     m = (1 << parent_log2) - 1
@@ -701,14 +692,17 @@ def _encode_grid(obj: Volume | Topology, name: str, grid_index: int, grid_count:
     leaves[:, 0:12] = bb_min.astype("<i4").view(np.uint8).reshape(n_leaf, 12)
     leaves[:, 12:15] = bb_dif
     leaves[:, 15] = 0  # flags
-    leaves[:, 16:80] = np.ascontiguousarray(topo.masks.astype("<u8")).view(np.uint8).reshape(n_leaf, 64)
+    m = fmt.LEAF_OFF_VALUE_MASK
+    leaves[:, m:m + 64] = np.ascontiguousarray(topo.masks.astype("<u8")).view(np.uint8).reshape(n_leaf, 64)
     if layout.is_index:
-        leaves[:, 80:88] = (topo.leaf_offset + 1).astype("<u8").view(np.uint8).reshape(n_leaf, 8)
+        at = fmt.INDEX_LEAF_OFF_OFFSET
+        leaves[:, at:at + 8] = (topo.leaf_offset + 1).astype("<u8").view(np.uint8).reshape(n_leaf, 8)
         prefix = topo.prefix.astype(np.uint64)
         packed = np.zeros(n_leaf, np.uint64)
         for w in range(1, 8):
             packed |= prefix[:, w] << np.uint64(9 * (w - 1))
-        leaves[:, 88:96] = packed.astype("<u8").view(np.uint8).reshape(n_leaf, 8)
+        at = fmt.INDEX_LEAF_OFF_PREFIX
+        leaves[:, at:at + 8] = packed.astype("<u8").view(np.uint8).reshape(n_leaf, 8)
     else:
         table = _value_bytes(leaf_values, layout).reshape(n_leaf, 512 * layout.value_size)
         leaves[:, layout.leaf_off_table: layout.leaf_off_table + 512 * layout.value_size] = table

@@ -229,6 +229,16 @@ class Topology:
         """(n, 3) int32 active voxel coordinates in index-layout (OnIndex) order."""
         return tree.active_coordinates(self.leaf_origins, self.masks)
 
+    def leaf_rows(self, leaves: np.ndarray, index_layout: bool) -> np.ndarray:
+        """Value rows of ``leaves`` (indices), leaf after leaf: 512 per leaf in the per-leaf layout,
+        the leaf's active voxels (from ``leaf_offset``) in the index layout."""
+        leaves = np.asarray(leaves, dtype=np.int64)
+        if not index_layout:
+            return (leaves[:, None] * 512 + np.arange(512)).ravel()
+        counts = np.bitwise_count(self.masks[leaves]).sum(axis=1).astype(np.int64)
+        first_in_block = np.cumsum(counts) - counts
+        return np.repeat(self.leaf_offset[leaves] - first_in_block, counts) + np.arange(int(counts.sum()))
+
     def with_data(
         self,
         voxel_data: Any,
@@ -599,10 +609,7 @@ class Volume:
         if not self.index_layout:
             data = np.ascontiguousarray(self.leaf_values[idx]).reshape(-1, C)
         else:
-            counts = np.bitwise_count(t.masks[idx]).sum(axis=1).astype(np.int64)
-            first_new = np.cumsum(counts) - counts
-            rows = np.repeat(t.leaf_offset[idx] - first_new, counts) + np.arange(int(counts.sum()))
-            data = self._data[rows]
+            data = self._data[t.leaf_rows(idx, True)]
         vol = Volume(topo, data, self._background, self._tile_values, self.value_type, self.index_layout,
                      self.name, self.component_names)
         vol.grid_class, vol.blind_data = self.grid_class, self.blind_data

@@ -62,6 +62,24 @@ VDB_HD void to_index_space(const PointTransform& xf, const double p[3], double u
   for (int r = 0; r < 3; ++r) u[r] = xf.inv[3 * r] * d0 + xf.inv[3 * r + 1] * d1 + xf.inv[3 * r + 2] * d2;
 }
 
+// NaN values and Jacobian for a non-finite point (float data; integer data is refused upstream).
+template <class T, class R>
+VDB_HD void write_nan(int C, bool want_jacobian, T* value, R* jacobian) {
+  const R not_a_number = (R)nan("");
+  for (int c = 0; c < C; ++c) value[c] = (T)not_a_number;
+  if (want_jacobian)
+    for (int e = 0; e < 3 * C; ++e) jacobian[e] = not_a_number;
+}
+
+// Stores an index-space Jacobian J[c][a] (C x 3), mapped to world axes (J M^-1) when asked.
+template <class R, class A>
+VDB_HD void write_jacobian(const PointTransform& xf, int C, const A (*J)[3], R* jacobian) {
+  for (int c = 0; c < C; ++c)
+    for (int a = 0; a < 3; ++a)
+      jacobian[3 * c + a] = (R)(xf.jacobian_world ? J[c][0] * xf.inv[a] + J[c][1] * xf.inv[3 + a] + J[c][2] * xf.inv[6 + a]
+                                                  : J[c][a]);
+}
+
 // Beyond this magnitude a coordinate is outside every int32 index and reads background.
 constexpr double FAR_COORDINATE = 4.0e9;
 
@@ -135,10 +153,7 @@ VDB_HD void evaluate_cell(const GridView<T>& g, const PointTransform& xf, const 
   const int C = NC > 0 ? NC : g.components;
   if (cell.kind != CELL_LINEAR) {
     if (cell.kind == CELL_NAN) {
-      const R not_a_number = (R)nan("");
-      for (int c = 0; c < C; ++c) value[c] = (T)not_a_number;
-      if (want_jacobian)
-        for (int e = 0; e < 3 * C; ++e) jacobian[e] = not_a_number;
+      write_nan(C, want_jacobian, value, jacobian);
     } else {
       for (int c = 0; c < C; ++c) value[c] = cell.corner[0][c];
       if (want_jacobian)
@@ -172,17 +187,8 @@ VDB_HD void evaluate_cell(const GridView<T>& g, const PointTransform& xf, const 
     J.rows[c][1] = e0 + fx * (e1 - e0);
     J.rows[c][2] = z0 + fx * (z1 - z0);
   }
-  R(*jac)[3] = J.rows;
   for (int c = 0; c < C; ++c) value[c] = (T)acc[c];
-  if (!want_jacobian) return;
-  if (!xf.jacobian_world) {
-    for (int c = 0; c < C; ++c)
-      for (int a = 0; a < 3; ++a) jacobian[3 * c + a] = jac[c][a];
-    return;
-  }
-  for (int c = 0; c < C; ++c)
-    for (int a = 0; a < 3; ++a)
-      jacobian[3 * c + a] = (R)(jac[c][0] * xf.inv[a] + jac[c][1] * xf.inv[3 + a] + jac[c][2] * xf.inv[6 + a]);
+  if (want_jacobian) write_jacobian(xf, C, (const R(*)[3])J.rows, jacobian);
 }
 
 // Values and Jacobian of one point with closest or linear (locate, then evaluate).

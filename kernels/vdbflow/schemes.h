@@ -108,15 +108,11 @@ template <class T, int NC>
 VDB_HD void sample_point_scheme(const GridView<T>& g, const PointTransform& xf, const double p[3], int scheme,
                                 bool want_jacobian, T* value, typename RealOf<T>::type* jacobian,
                                 LeafCache& cache) {
-  typedef typename RealOf<T>::type R;
   const int C = NC > 0 ? NC : g.components;
   double u[3];
   to_index_space(xf, p, u);
   if (!finite3(u)) {
-    const R not_a_number = (R)nan("");
-    for (int c = 0; c < C; ++c) value[c] = (T)not_a_number;
-    if (want_jacobian)
-      for (int e = 0; e < 3 * C; ++e) jacobian[e] = not_a_number;
+    write_nan(C, want_jacobian, value, jacobian);
     return;
   }
   AxisWeights w[3];
@@ -146,12 +142,7 @@ VDB_HD void sample_point_scheme(const GridView<T>& g, const PointTransform& xf, 
         }
       }
   for (int c = 0; c < C; ++c) value[c] = (T)acc[c];
-  if (!want_jacobian) return;
-  for (int c = 0; c < C; ++c)
-    for (int a = 0; a < 3; ++a)
-      jacobian[3 * c + a] = (R)(xf.jacobian_world
-                                    ? J[c][0] * xf.inv[a] + J[c][1] * xf.inv[3 + a] + J[c][2] * xf.inv[6 + a]
-                                    : J[c][a]);
+  if (want_jacobian) write_jacobian(xf, C, (const double(*)[3])J, jacobian);
 }
 
 // Values and Jacobian of one point, any mode: closest, linear or a higher-order scheme.
