@@ -47,6 +47,10 @@ def _read_leaves(path: str, grid: Any, leaves: np.ndarray) -> Volume:
     return open_grid(path, grid, leaves=leaves).contiguous()
 
 
+def _identity(x: Any) -> Any:
+    return x
+
+
 def _extract(volume: Volume, leaves: np.ndarray) -> Volume:
     """Some leaves of a partition, to be sent to a neighbour as its halo."""
     return volume.select_leaves(leaves)
@@ -226,7 +230,7 @@ class DistributedVolume:
 
     def close(self) -> None:
         """Release the partitions (and the embedded cluster, if this volume started it)."""
-        for f in (*self.partitions, *self.lineage):
+        for f in (*self.partitions, *self.lineage, self.tables):
             f.release()
         if self.owns_cluster:
             cluster = self.client.cluster
@@ -286,7 +290,8 @@ def distribute(source: Volume | str | os.PathLike, client: Any = None, partition
     distributed.wait(parts)
     template = whole.select_leaves(np.zeros(0, np.int64))
     leaf_bytes = 512 * whole.components * whole.dtype.itemsize + 64
-    tables = client.scatter(whole.topology.tables, broadcast=True, hash=False)
+    # the whole volume's hash tables, as a task that carries them: rebuilt if its worker is lost
+    tables = client.submit(_identity, whole.topology.tables, pure=False)
     counts = np.bitwise_count(whole.topology.masks).sum(axis=1).astype(np.int64)
     return DistributedVolume(client, plan, parts, template, leaf_bytes, tables, whole.leaf_count, counts, halo, owns,
                              lineage)
