@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import time
+import logging
+import os
+from pathlib import Path
 
 import click
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from . import __version__, synthetic
+from . import __version__
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -18,49 +20,176 @@ def main() -> None:
     """Sample values and Jacobians from sparse NanoVDB-style volumes."""
 
 
-@main.command()
-@click.option("--field", type=click.Choice(["taylor_green", "abc"]), default="taylor_green", show_default=True,
-              help="Synthetic flow field.")
-@click.option("--resolution", type=click.IntRange(8, 1024), default=64, show_default=True,
-              help="Voxels per edge of the bounding cube.")
-@click.option("--points", "n_points", type=click.IntRange(1, 10**9), default=100_000, show_default=True,
-              help="Random points to sample.")
-@click.option("--show", type=click.IntRange(0, 100), default=5, show_default=True, help="Rows in the table.")
-@click.option("--seed", type=int, default=0, show_default=True)
-def demo(field: str, resolution: int, n_points: int, show: int, seed: int) -> None:
-    """Build a sparse synthetic vec3 flow field, sample values and Jacobians, print a table."""
-    console = Console()
-    flow = synthetic.taylor_green() if field == "taylor_green" else synthetic.abc_flow()
-    t0 = time.perf_counter()
-    vol = synthetic.flow_volume(flow, resolution=resolution)
-    t_build = time.perf_counter() - t0
-    console.print(f"[bold]vdbflow {__version__}[/bold] demo: {vol!r} (built in {t_build:.2f} s)")
+def _logging(verbose: int, console: Console) -> None:
+    import distributed  # noqa: F401 - sets its loggers up on import; ours come after
+    from rich.logging import RichHandler
 
-    # Points at random inside the shell's active voxels, in world space.
-    rng = np.random.default_rng(seed)
-    active = vol.active_voxels()
-    ijk = active[rng.integers(0, len(active), n_points)] + rng.uniform(-0.5, 0.5, (n_points, 3))
-    world = vol.transform.apply(ijk)
-    vol.sample_grad(world[:1])  # first call: thread pool and xarray start-up, not sampling
-    t0 = time.perf_counter()
-    ds = vol.sample_grad(world, mode="linear", space="world")
-    t_sample = time.perf_counter() - t0
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    handler = RichHandler(console=console, show_path=False, rich_tracebacks=verbose > 1)
+    logging.basicConfig(level=logging.WARNING, handlers=[handler], format="%(message)s", force=True)
+    logging.getLogger("vdbflow").setLevel(level)
+    for name in ("distributed", "dask_jobqueue", "dask_cuda"):
+        logging.getLogger(name).setLevel(logging.INFO if verbose > 1 else logging.ERROR)
 
-    table = Table(title=f"{field}: velocity and velocity gradient at {min(show, n_points)} of {n_points} points")
-    for col in ("point (x, y, z)", "velocity (u, v, w)", "jacobian d(u,v,w)/d(x,y,z)", "analytic"):
-        table.add_column(col)
-    fmt = lambda a: np.array2string(np.asarray(a), precision=3, suppress_small=True, floatmode="fixed")  # noqa: E731
-    exact = flow.jacobian(world[:show])
-    for n in range(min(show, n_points)):
-        table.add_row(fmt(world[n]), fmt(ds["velocity"].values[n]), fmt(ds["velocity_jacobian"].values[n]),
-                      fmt(exact[n]))
+
+def _print_plan(plan, console: Console) -> None:
+    cfg = plan.config
+    table = Table(title="vdbflow run: plan (nothing has run)", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for g in plan.grids:
+        voxels = f"{g.active_voxels:,} active voxels" + (f", {g.leaves:,} leaves" if g.leaves >= 0 else " (about)")
+        table.add_row(f"grid {g.name!r}", f"{g.value_type}, {voxels}; {g.source}")
+    count = f"{plan.point_count:,}" if plan.point_count is not None else "counted when read"
+    chunks = f" in {plan.point_chunks} chunk(s)" if plan.point_chunks else ""
+    table.add_row("points", f"{count} ({cfg.points.kind}, {cfg.points.space} space){chunks}")
+    table.add_row("sampling", f"mode {cfg.sampling.mode} (halo {plan.halo} voxel(s)), outputs "
+                              f"{', '.join(cfg.sampling.outputs)}, device {cfg.sampling.device}")
+    table.add_row("partitions", plan.partitions)
+    table.add_row("cluster", plan.cluster)
+    table.add_row("output", f"{cfg.output.path} ({cfg.output.resolved_format}, overwrite {cfg.output.overwrite})")
+    for note in plan.notes:
+        table.add_row("note", note)
     console.print(table)
-    # Interior points (whole stencil active) measure the discretisation error against the analytic field.
-    err = np.abs(ds["velocity_jacobian"].values - flow.jacobian(world)).max(axis=(1, 2))
-    console.print(
-        f"{n_points} points in {t_sample * 1e3:.1f} ms ({n_points / t_sample / 1e6:.2f} M samples/s); "
-        f"median |J - J_exact|max = {np.median(err):.3g} (trilinear, h = {vol.voxel_size[0]:.3g})"
-    )
+    if plan.job_script:
+        console.print("[bold]SLURM job script[/bold] (one per job; the scheduler address is filled in at run time):")
+        console.print(plan.job_script, markup=False, highlight=False)
+
+
+def _print_summary(result, console: Console) -> None:
+    table = Table(title="vdbflow run: summary", show_header=False)
+    table.add_column(style="bold")
+    table.add_column(justify="left")
+    t = result.timings
+    table.add_row("points", f"{result.points:,}")
+    table.add_row("grids", ", ".join(result.grids))
+    table.add_row("partitions / workers", f"{result.partitions} / {result.workers}")
+    table.add_row("throughput", f"{result.throughput / 1e6:.2f} M points/s (sampling + writing)")
+    table.add_row("time", f"{t['total_s']:.1f} s total: cluster {t['cluster_s']:.1f} s, distribute "
+                          f"{t['distribute_s']:.1f} s, sample + write {t['sample_and_write_s']:.1f} s")
+    if result.analytic_error is not None:
+        table.add_row("max |J - J_exact|", f"{result.analytic_error:.3g} over {result.analytic_points:,} interior "
+                                           "points (analytic Jacobian of the synthetic field)")
+    table.add_row("output", str(result.output))
+    console.print(table)
+
+
+def _run(config_path: str, overrides: tuple[str, ...], dry_run: bool, verbose: int) -> None:
+    from .config import ConfigError, load_config
+    from .errors import VdbflowError
+    from .job import plan_job, run_job
+
+    console = Console()
+    _logging(verbose, console)
+    try:
+        cfg = load_config(config_path, overrides)
+        if dry_run:
+            _print_plan(plan_job(cfg), console)
+            return
+        result = run_job(cfg, console)
+    except ConfigError as err:
+        console.print(f"[red]config error:[/red] {err}", markup=True, highlight=False)
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        console.print("[red]interrupted[/red]: no result was published")
+        raise SystemExit(130) from None
+    except VdbflowError as err:
+        console.print(f"[red]error:[/red] {err}", highlight=False)
+        raise SystemExit(1) from None
+    _print_summary(result, console)
+
+
+_SET_HELP = "Override a config key, e.g. --set points.count=1e6 (the value is read as YAML). Repeatable."
+
+
+@main.command()
+@click.argument("config", type=click.Path(dir_okay=False))
+@click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help=_SET_HELP)
+@click.option("--dry-run", is_flag=True,
+              help="Validate the config, print the plan (and the SLURM job script); run nothing.")
+@click.option("-v", "--verbose", count=True, help="Log progress (-vv: also Dask's own logs).")
+def run(config: str, overrides: tuple[str, ...], dry_run: bool, verbose: int) -> None:
+    """Run the batch job described by CONFIG (YAML): sample a volume at points on a Dask cluster and
+    write the result (Zarr or NetCDF).  Exit code 2: the config or its inputs are wrong; nothing ran."""
+    _run(config, overrides, dry_run, verbose)
+
+
+def demo_config() -> Path:
+    """configs/demo.yaml: installed next to the package, or in the source tree."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "configs" / "demo.yaml", here.parent / "configs" / "demo.yaml"):
+        if candidate.is_file():
+            return candidate
+    raise click.ClickException("configs/demo.yaml is not installed with this copy of vdbflow")
+
+
+@main.command()
+@click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help=_SET_HELP)
+@click.option("--dry-run", is_flag=True, help="Print the plan only.")
+@click.option("-v", "--verbose", count=True, help="Log progress.")
+def demo(overrides: tuple[str, ...], dry_run: bool, verbose: int) -> None:
+    """Write a synthetic Taylor-Green vortex to .nvdb and run configs/demo.yaml on it (an embedded
+    LocalCluster; results in ./vdbflow-demo/)."""
+    path = demo_config()
+    Console().print(f"[bold]vdbflow {__version__}[/bold] demo: running {path}")
+    _run(str(path), overrides, dry_run, verbose)
+
+
+@main.command()
+@click.argument("source", type=click.Path(exists=True))
+@click.argument("output", type=click.Path(dir_okay=False))
+@click.option("--variable", "variables", multiple=True,
+              help="NetCDF/Zarr variable(s); several (u, v, w) become one vec3 grid. Default: the first 3-D one.")
+@click.option("--threshold", type=float, default=None,
+              help="Active where |value| (vector norm) > THRESHOLD. Default: where value != background.")
+@click.option("--mask-variable", default=None, help="A NetCDF/Zarr variable: active where it is non-zero.")
+@click.option("--background", type=float, default=0.0, show_default=True, help="Value of inactive voxels.")
+@click.option("--voxel-size", type=float, multiple=True, help="World size of a voxel (1 or 3 values). "
+              "Default: the coordinates' spacing, else 1.")
+@click.option("--origin", type=float, nargs=3, default=None, help="World position of voxel (0, 0, 0).")
+@click.option("--dtype", type=click.Choice(["float32", "float64"]), default=None, help="Stored value type.")
+@click.option("--name", default=None, help="Grid name. Default: the variable name, or 'density'.")
+@click.option("--codec", type=click.Choice(["none", "zip", "blosc"]), default="none", show_default=True)
+@click.option("--slab", type=click.IntRange(8, None), default=64, show_default=True,
+              help="X-planes held dense at a time (a multiple of 8).")
+@click.option("--overwrite", is_flag=True, help="Replace OUTPUT if it exists.")
+def convert(source: str, output: str, variables: tuple[str, ...], threshold: float | None,
+            mask_variable: str | None, background: float, voxel_size: tuple[float, ...],
+            origin: tuple[float, float, float] | None, dtype: str | None, name: str | None, codec: str, slab: int,
+            overwrite: bool) -> None:
+    """Convert a dense array (SOURCE: .npy, NetCDF or Zarr) to a sparse .nvdb grid (OUTPUT), one slab at a time."""
+    from rich.progress import Progress
+
+    from .convert import convert as to_volume
+    from .convert import open_dense
+    from .errors import VdbflowError
+    from .output import partial_path
+
+    console = Console()
+    out = Path(output)
+    if out.exists() and not overwrite:
+        console.print(f"[red]error:[/red] {out} exists (pass --overwrite to replace it)")
+        raise SystemExit(2)
+    try:
+        src = open_dense(source, variables, mask_variable)
+        grid_name = name or (variables[0] if len(variables) == 1 else "velocity" if len(variables) == 3 else
+                             "density")
+        with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
+            task = bar.add_task("converting", total=src.shape[0])
+            vol = to_volume(src, threshold, background, dtype, voxel_size or None, origin, slab, grid_name,
+                            progress=lambda done, total: bar.update(task, completed=done))
+        tmp = partial_path(out.absolute())
+        try:
+            vol.to_nvdb(str(tmp), codec=codec)
+            os.replace(tmp, out)
+        finally:
+            tmp.unlink(missing_ok=True)
+    except VdbflowError as err:
+        console.print(f"[red]error:[/red] {err}", highlight=False)
+        raise SystemExit(2) from None
+    dense = int(np.prod(src.shape[:3]))
+    console.print(f"wrote {out}: grid {grid_name!r}, {vol.value_type.name}, {vol.active_voxel_count:,} active voxels "
+                  f"of {dense:,} ({vol.active_voxel_count / max(dense, 1):.1%}), {vol.leaf_count:,} leaves")
 
 
 @main.command()

@@ -116,13 +116,31 @@ def linear_field(matrix: np.ndarray, offset: np.ndarray | None = None) -> FlowFi
 
 def shell_voxels(resolution: int, inner: float = 0.35, outer: float = 0.5) -> np.ndarray:
     """(n, 3) int32 voxels of a ``resolution``^3 box whose centres lie in a spherical shell
-    (radii as fractions of the box edge) - a genuinely sparse region."""
+    (radii as fractions of the box edge) - a genuinely sparse region.  Built one i-slab at a time."""
     axis = np.arange(resolution)
     c = (resolution - 1) / 2.0
-    i, j, k = np.meshgrid(axis, axis, axis, indexing="ij")
-    r = np.sqrt((i - c) ** 2 + (j - c) ** 2 + (k - c) ** 2) / resolution
-    keep = (r >= inner) & (r <= outer)
-    return np.stack([i[keep], j[keep], k[keep]], axis=1).astype(np.int32)
+    j, k = np.meshgrid(axis, axis, indexing="ij")
+    rjk2 = (j - c) ** 2 + (k - c) ** 2
+    lo2, hi2 = (inner * resolution) ** 2, (outer * resolution) ** 2
+    parts = []
+    for i in range(resolution):
+        r2 = rjk2 + (i - c) ** 2
+        keep = (r2 >= lo2) & (r2 <= hi2)
+        if keep.any():
+            jj, kk = j[keep], k[keep]
+            parts.append(np.stack([np.full(len(jj), i), jj, kk], axis=1))
+    return np.concatenate(parts).astype(np.int32) if parts else np.zeros((0, 3), np.int32)
+
+
+def shell_interior(world: np.ndarray, resolution: int, extent: float, inner: float, outer: float,
+                   stencil_radius: int) -> np.ndarray:
+    """(N,) bool: points whose whole stencil (``stencil_radius`` voxels each way) lies on active
+    voxels of :func:`flow_volume`'s shell - where sampling error is discretisation error alone."""
+    h = extent / resolution
+    centre = extent / 2.0
+    r = np.linalg.norm(np.asarray(world, np.float64) - centre, axis=1) / h  # in voxels
+    margin = stencil_radius * np.sqrt(3.0)
+    return (r >= inner * resolution + margin) & (r <= outer * resolution - margin)
 
 
 def flow_volume(field: FlowField, resolution: int = 64, extent: float = 2 * np.pi,
@@ -134,6 +152,23 @@ def flow_volume(field: FlowField, resolution: int = 64, extent: float = 2 * np.p
     world = (ijk + 0.5) * voxel_size
     values = field.velocity(world).astype(dtype)
     vol = Volume.from_voxels(ijk, values, background=0.0, voxel_size=voxel_size,
-                             origin=(0.5 * voxel_size,) * 3, name="velocity", component_names=("u", "v", "w"))
+                             origin=(0.5 * voxel_size,) * 3, name="velocity",
+                             component_names=("u", "v", "w") if values.shape[1] == 3 else None)
     vol.units, vol.length_units = "m/s", "m"  # nondimensional fields, labelled in SI for the plots
     return vol
+
+
+FIELDS: dict[str, Callable[..., FlowField]] = {"taylor_green": taylor_green, "abc": abc_flow,
+                                               "burgers": burgers_vortex, "linear": linear_field}
+
+
+def make_field(name: str, **params: object) -> FlowField:
+    """A synthetic field by name (``taylor_green``, ``abc``, ``burgers``, ``linear``) and its parameters."""
+    from .errors import VolumeError
+
+    if name not in FIELDS:
+        raise VolumeError(f"expected a synthetic field in {sorted(FIELDS)}, got {name!r}")
+    try:
+        return FIELDS[name](**params)
+    except TypeError as err:
+        raise VolumeError(f"synthetic field {name!r}: {err}") from None

@@ -1,0 +1,422 @@
+"""The job config of ``vdbflow run``: one pydantic model, read from YAML with line numbers in errors.
+
+A config names a volume (an .nvdb file or a synthetic flow field), the points to sample (a file or
+a generator), what to compute, the cluster, and where the result goes::
+
+    volume:   {synthetic: {field: taylor_green, resolution: 64}}
+    points:   {kind: random, count: 1000000, seed: 0}
+    sampling: {mode: linear, outputs: [value, jacobian, q_criterion]}
+    cluster:  {kind: local}
+    output:   {path: result.zarr, overwrite: always}
+
+Relative paths are taken relative to the current directory.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import VdbflowError
+from .sampling import MODES
+
+DERIVED = ("divergence", "vorticity", "vorticity_magnitude", "strain_rate", "rotation_rate", "q_criterion",
+           "lambda2", "swirling_strength", "helicity")
+OUTPUTS = ("value", "jacobian", *DERIVED)
+SYNTHETIC_FIELDS = ("taylor_green", "abc", "burgers", "linear")
+
+Vec3 = tuple[float, float, float]
+
+
+class ConfigError(VdbflowError, ValueError):
+    """A job config is malformed: unknown keys, wrong types, impossible values or missing files."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
+
+
+# -- volume -----------------------------------------------------------------------------------------------
+
+
+class SyntheticVolume(_Model):
+    """A flow field with an analytic Jacobian, stored on the voxels of a spherical shell."""
+
+    field: Literal["taylor_green", "abc", "burgers", "linear"] = Field(
+        description="taylor_green | abc | burgers | linear (u = A x + b)")
+    resolution: int = Field(64, ge=8, le=4096, description="voxels per edge of the bounding cube")
+    extent: float = Field(2 * math.pi, gt=0, description="edge of the cube [0, extent]^3 in world units")
+    shell: tuple[float, float] = Field((0.35, 0.5), description="inner and outer radius, fractions of the edge")
+    params: dict[str, float | list[float] | list[list[float]]] = Field(
+        default_factory=dict, description="the generator's keyword arguments (k, amplitude, circulation, matrix...)")
+    dtype: Literal["float32", "float64"] = "float32"
+    write: Path | None = Field(None, description="also write the field to this .nvdb; workers then read it")
+
+    @field_validator("shell")
+    @classmethod
+    def _shell(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not 0 <= v[0] < v[1]:
+            raise ValueError(f"expected 0 <= inner < outer, got {list(v)}")
+        return v
+
+
+class VolumeSpec(_Model):
+    """An .nvdb ``path`` with optional ``grids`` (names; default the first grid), or ``synthetic``."""
+
+    path: Path | None = None
+    grids: list[str] | None = None
+    synthetic: SyntheticVolume | None = None
+
+    @field_validator("grids", mode="before")
+    @classmethod
+    def _one_grid(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _one_source(self) -> VolumeSpec:
+        if (self.path is None) == (self.synthetic is None):
+            raise ValueError("expected exactly one of 'path' (an .nvdb file) or 'synthetic', got "
+                             + ("both" if self.path is not None else "neither"))
+        if self.grids is not None and self.path is None:
+            raise ValueError("'grids' selects grids of an .nvdb 'path'; a synthetic volume has one grid")
+        if self.grids is not None and len(set(self.grids)) != len(self.grids):
+            raise ValueError(f"expected distinct grid names, got {self.grids}")
+        return self
+
+
+# -- points -----------------------------------------------------------------------------------------------
+
+
+class _Points(_Model):
+    space: Literal["world", "index"] = Field("world", description="coordinates of the points")
+    chunk: int = Field(262_144, ge=1, description="points per Dask chunk")
+
+
+class FilePoints(_Points):
+    """Points from a file: .npy (N, 3), .csv / .parquet (three columns), .zarr (an (N, 3) array)."""
+
+    kind: Literal["file"]
+    path: Path
+    columns: tuple[str, str, str] | None = Field(None, description="csv/parquet columns; default x y z or i j k")
+    array: str | None = Field(None, description="the array inside a Zarr group")
+
+    @field_validator("path")
+    @classmethod
+    def _suffix(cls, v: Path) -> Path:
+        if v.suffix.lower() not in (".npy", ".csv", ".parquet", ".zarr"):
+            raise ValueError(f"expected a .npy, .csv, .parquet or .zarr file, got {v.name!r}")
+        return v
+
+
+class RandomPoints(_Points):
+    """Uniform random points inside the active voxels (or the active leaves' 8^3 boxes)."""
+
+    kind: Literal["random"]
+    count: int = Field(ge=1)
+    inside: Literal["voxels", "leaves"] = "voxels"
+    seed: int = 0
+
+
+class GridPoints(_Points):
+    """A regular lattice of ``shape`` points spanning ``bounds`` (default: the volume's bounding box)."""
+
+    kind: Literal["grid"]
+    shape: tuple[int, int, int]
+    bounds: tuple[Vec3, Vec3] | None = None
+
+    @field_validator("shape")
+    @classmethod
+    def _positive(cls, v: tuple[int, int, int]) -> tuple[int, int, int]:
+        if min(v) < 1:
+            raise ValueError(f"expected a positive shape, got {list(v)}")
+        return v
+
+
+class PlanePoints(_Points):
+    """A slice plane ``origin + s u + t v`` for s, t in [0, 1], ``resolution`` (ns, nt) points."""
+
+    kind: Literal["plane"]
+    origin: Vec3
+    u: Vec3
+    v: Vec3
+    resolution: tuple[int, int]
+
+    @model_validator(mode="after")
+    def _spans(self) -> PlanePoints:
+        cross = (self.u[1] * self.v[2] - self.u[2] * self.v[1], self.u[2] * self.v[0] - self.u[0] * self.v[2],
+                 self.u[0] * self.v[1] - self.u[1] * self.v[0])
+        if not any(cross):
+            raise ValueError(f"expected u and v to span a plane, got parallel u={list(self.u)}, v={list(self.v)}")
+        if min(self.resolution) < 1:
+            raise ValueError(f"expected a positive resolution, got {list(self.resolution)}")
+        return self
+
+
+class LinePoints(_Points):
+    """``count`` points evenly spaced from ``start`` to ``end`` (both included)."""
+
+    kind: Literal["line"]
+    start: Vec3
+    end: Vec3
+    count: int = Field(ge=1)
+
+
+PointsSpec = Annotated[FilePoints | RandomPoints | GridPoints | PlanePoints | LinePoints, Field(discriminator="kind")]
+
+
+# -- sampling, cluster, output ----------------------------------------------------------------------------
+
+
+class SamplingSpec(_Model):
+    mode: Literal[tuple(MODES)] = "linear"  # type: ignore[valid-type]
+    jacobian_space: Literal["world", "index"] | None = Field(None, description="default: the points' space")
+    outputs: list[Literal[OUTPUTS]] = Field(["value", "jacobian"])  # type: ignore[valid-type]
+    device: Literal["cpu", "cuda"] = "cpu"
+
+    @field_validator("outputs")
+    @classmethod
+    def _some(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("expected at least one output")
+        return list(dict.fromkeys(v))
+
+
+class _Cluster(_Model):
+    dashboard: bool = Field(True, description="serve (and print) the Dask dashboard")
+
+
+class LocalClusterSpec(_Cluster):
+    """An embedded ``distributed.LocalCluster`` of worker processes, sized to the machine by default."""
+
+    kind: Literal["local"]
+    workers: int | None = Field(None, ge=1)
+    threads_per_worker: int = Field(1, ge=1)
+    memory_limit: str | None = Field(None, description="per worker, e.g. '4GiB'; default: machine / workers")
+
+
+class AddressClusterSpec(_Cluster):
+    """An existing scheduler, e.g. ``tcp://head-node:8786``."""
+
+    kind: Literal["address"]
+    address: str
+
+    @field_validator("address")
+    @classmethod
+    def _looks_like_address(cls, v: str) -> str:
+        if not re.fullmatch(r"(tcp|tls|ucx|inproc|ws|wss)://[^\s/]+(:\d+)?/?", v):
+            raise ValueError(f"expected a scheduler address like 'tcp://host:8786', got {v!r}")
+        return v
+
+
+class CudaClusterSpec(_Cluster):
+    """``dask_cuda.LocalCUDACluster``: one worker per GPU (``pip install "vdbflow[gpu]"``)."""
+
+    kind: Literal["cuda"]
+    devices: list[int] | None = Field(None, description="CUDA_VISIBLE_DEVICES; default all")
+    rmm_pool_size: str | None = None
+
+
+class SlurmClusterSpec(_Cluster):
+    """``dask_jobqueue.SLURMCluster``: ``jobs`` batch jobs, each running ``processes`` workers."""
+
+    kind: Literal["slurm"]
+    queue: str
+    account: str | None = None
+    walltime: str = "01:00:00"
+    cores: int = Field(ge=1)
+    memory: str
+    processes: int = Field(1, ge=1)
+    jobs: int = Field(1, ge=1)
+    job_extra_directives: list[str] = Field(default_factory=list, description="extra #SBATCH lines")
+    job_script_prologue: list[str] = Field(default_factory=list, description="shell lines before the worker")
+    interface: str | None = None
+    local_directory: str | None = None
+    python: str | None = None
+
+    @field_validator("walltime")
+    @classmethod
+    def _walltime(cls, v: str) -> str:
+        if not re.fullmatch(r"(\d+-)?\d{1,3}:\d{2}(:\d{2})?", v):
+            raise ValueError(f"expected a SLURM walltime like '01:30:00' or '2-00:00:00', got {v!r}")
+        return v
+
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, v: str) -> str:
+        if not re.fullmatch(r"\d+(\.\d+)?\s*([KMGT]i?B|[KMGT])", v, flags=re.IGNORECASE):
+            raise ValueError(f"expected a memory size like '64GB' or '512GiB', got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _divisible(self) -> SlurmClusterSpec:
+        if self.cores % self.processes:
+            raise ValueError(f"expected cores divisible by processes, got cores={self.cores}, "
+                             f"processes={self.processes}")
+        return self
+
+
+ClusterSpec = Annotated[LocalClusterSpec | AddressClusterSpec | CudaClusterSpec | SlurmClusterSpec,
+                        Field(discriminator="kind")]
+
+
+class OutputSpec(_Model):
+    path: Path
+    format: Literal["zarr", "netcdf"] | None = Field(None, description="default: netcdf for .nc, else zarr")
+    chunk: int | None = Field(None, ge=1, description="points per stored chunk; default: the points' chunk")
+    overwrite: Literal["never", "always"] = "never"
+
+    @property
+    def resolved_format(self) -> str:
+        if self.format is not None:
+            return self.format
+        return "netcdf" if self.path.suffix.lower() in (".nc", ".nc4", ".netcdf") else "zarr"
+
+
+class JobConfig(_Model):
+    """A whole ``vdbflow run`` job."""
+
+    volume: VolumeSpec
+    points: PointsSpec
+    sampling: SamplingSpec = SamplingSpec()
+    partitions: int | None = Field(None, ge=1, description="default: one per worker")
+    cluster: ClusterSpec = LocalClusterSpec(kind="local")
+    output: OutputSpec
+
+
+# -- reading ----------------------------------------------------------------------------------------------
+
+
+def _line_map(node: yaml.Node, path: tuple = (), out: dict | None = None) -> dict[tuple, int]:
+    """Key path -> 1-based line of every mapping key and sequence item under ``node``."""
+    out = {} if out is None else out
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            p = path + (key.value,)
+            out[p] = key.start_mark.line + 1
+            _line_map(value, p, out)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            out[path + (i,)] = item.start_mark.line + 1
+            _line_map(item, path + (i,), out)
+    return out
+
+
+def _set(raw: dict, dotted: str, text: str) -> None:
+    """Apply one ``--set key.path=value`` (the value parsed as YAML) to ``raw``."""
+    if "=" not in dotted and text is None:
+        raise ConfigError(f"expected --set key.path=value, got {dotted!r}")
+    keys = dotted.split(".")
+    if not all(keys):
+        raise ConfigError(f"expected --set key.path=value with non-empty keys, got {dotted!r}")
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"--set {dotted}: the value {text!r} is not valid YAML ({err})") from None
+    node = raw
+    for k in keys[:-1]:
+        child = node.get(k)
+        if child is None:
+            child = node[k] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"--set {dotted}: {k!r} holds {type(child).__name__}, not a mapping")
+        node = child
+    node[keys[-1]] = value
+
+
+_UNION_TAGS = {"points": ("file", "random", "grid", "plane", "line"), "cluster": ("local", "address", "cuda", "slurm")}
+
+
+def _describe(loc: tuple, lines: dict[tuple, int], overridden: set[tuple], source: str) -> str:
+    """``key.path (file, line N)`` for a pydantic error location."""
+    # pydantic puts the union tag into the location ('points', 'random', 'count'): the YAML has none
+    path = [part for i, part in enumerate(loc) if not (i == 1 and part in _UNION_TAGS.get(loc[0], ()))]
+    key = ".".join(str(p) for p in path) or "(top level)"
+    for n in range(len(path), 0, -1):
+        if tuple(path[:n]) in overridden:
+            return f"{key} (from --set)"
+        if tuple(path[:n]) in lines:
+            return f"{key} ({source}, line {lines[tuple(path[:n])]})"
+    return key
+
+
+def _message(err: dict) -> str:
+    kind, msg = err["type"], err["msg"]
+    if kind == "extra_forbidden":
+        return "unknown key"
+    if kind == "missing":
+        return "missing required key"
+    if kind == "union_tag_invalid":
+        return msg.replace("Input tag", "kind").replace("found using 'kind' does not match any of the expected tags:",
+                                                        "is not one of")
+    if kind == "union_tag_not_found":
+        return "missing 'kind' (it selects which form this section takes)"
+    if kind == "value_error":
+        return msg.removeprefix("Value error, ")
+    return f"{msg}, got {err.get('input')!r}" if "input" in err and not isinstance(err["input"], dict) else msg
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
+                text: str | None = None) -> JobConfig:
+    """Read and validate a job config from a YAML file (or ``text``) with ``--set`` style overrides.
+
+    Raises :class:`ConfigError` naming every bad key, with its line in the file.
+    """
+    source = "<text>" if path is None else str(path)
+    if text is None:
+        try:
+            text = Path(path).read_text()
+        except FileNotFoundError:
+            raise ConfigError(f"expected a config file, found nothing at {source}") from None
+        except (IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
+            raise ConfigError(f"cannot read the config file {source}: {err}") from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{source} is not valid YAML: {err}") from None
+    raw = {} if raw is None else raw
+    if not isinstance(raw, dict):
+        raise ConfigError(f"expected a mapping of sections (volume, points, ...) in {source}, "
+                          f"got {type(raw).__name__}")
+    lines = _line_map(node) if node is not None else {}
+    overridden: set[tuple] = set()
+    for item in overrides:
+        dotted, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"expected --set key.path=value, got {item!r}")
+        _set(raw, dotted.strip(), value)
+        overridden.add(tuple(dotted.strip().split(".")))
+    try:
+        return JobConfig.model_validate(raw)
+    except ValidationError as err:
+        problems = [f"  {_describe(e['loc'], lines, overridden, source)}: {_message(e)}" for e in err.errors()]
+        raise ConfigError(f"{len(problems)} problem(s) in the job config {source}:\n" + "\n".join(problems)) from None
+
+
+def check_inputs(cfg: JobConfig) -> None:
+    """Check what validation of the YAML alone cannot: input files exist, outputs may be written."""
+    problems = []
+    if cfg.volume.path is not None and not cfg.volume.path.is_file():
+        problems.append(f"volume.path: expected an .nvdb file, found nothing at {cfg.volume.path}")
+    if isinstance(cfg.points, FilePoints) and not cfg.points.path.exists():
+        problems.append(f"points.path: expected a points file, found nothing at {cfg.points.path}")
+    if cfg.output.overwrite == "never" and cfg.output.path.exists():
+        problems.append(f"output.path: {cfg.output.path} exists and output.overwrite is 'never' "
+                        "(set output.overwrite: always to replace it)")
+    if cfg.output.resolved_format == "netcdf" and cfg.output.path.suffix.lower() == ".zarr":
+        problems.append(f"output.format: netcdf was asked for a path ending in .zarr ({cfg.output.path})")
+    derived = [o for o in cfg.sampling.outputs if o in DERIVED]
+    if derived and cfg.sampling.mode == "closest":
+        problems.append(f"sampling.outputs: {derived} need Jacobians, which mode 'closest' does not give")
+    if problems:
+        raise ConfigError("the job cannot start:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+def dump_config(cfg: JobConfig) -> str:
+    """The resolved config as YAML (stored with every result)."""
+    return yaml.safe_dump(cfg.model_dump(mode="json", exclude_none=True), sort_keys=False)

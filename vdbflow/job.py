@@ -1,0 +1,353 @@
+"""``vdbflow run``: a batch job from a :class:`~vdbflow.config.JobConfig` - volume, points, sampling on a
+Dask cluster, and a result store written from the workers.
+
+:func:`plan_job` reads only headers (it backs ``--dry-run``); :func:`run_job` runs the job and returns
+its summary.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import logging
+import platform
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from . import flow, synthetic
+from .clusters import describe_cluster, open_cluster, slurm_job_script
+from .config import DERIVED, ConfigError, FilePoints, JobConfig, SlurmClusterSpec, check_inputs, dump_config
+from .errors import NanoVDBError, PointsError, VolumeError
+from .output import add_attrs, discard, lazy_write, partial_path, publish, stale_partials
+from .points import file_point_count, generated_count, make_points
+from .sampling import STENCIL_RADIUS
+
+log = logging.getLogger("vdbflow.run")
+
+
+@dataclass
+class GridPlan:
+    name: str
+    value_type: str
+    components: int
+    leaves: int
+    active_voxels: int
+    source: str
+
+
+@dataclass
+class JobPlan:
+    """What a job will do, from headers alone."""
+
+    config: JobConfig
+    grids: list[GridPlan]
+    point_count: int | None
+    point_chunks: int | None
+    partitions: str
+    cluster: str
+    halo: int
+    job_script: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _synthetic_estimate(cfg: JobConfig) -> GridPlan:
+    s = cfg.volume.synthetic
+    inner, outer = s.shell
+    voxels = int(4.0 / 3.0 * np.pi * (outer**3 - inner**3) * s.resolution**3)
+    comps = 3 if s.field != "linear" else len(s.params.get("matrix", [[0] * 3] * 3))
+    where = f" (written to {s.write})" if s.write else ""
+    return GridPlan("velocity", f"vec{comps}{'f' if s.dtype == 'float32' else 'd'}", comps, -1, voxels,
+                    f"synthetic {s.field}, {s.resolution}^3 box, shell {list(s.shell)}{where}")
+
+
+def _nvdb_grids(cfg: JobConfig) -> list[GridPlan]:
+    from .nanovdb import list_grids
+
+    try:
+        infos = list_grids(cfg.volume.path)
+    except NanoVDBError as err:
+        raise ConfigError(f"volume.path: {err}") from None
+    by_name = {g.name: g for g in infos}
+    if not infos:
+        raise ConfigError(f"volume.path: {cfg.volume.path} holds no grids")
+    names = cfg.volume.grids or [infos[0].name]
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise ConfigError(f"volume.grids: {missing} not in {cfg.volume.path} (it has {list(by_name)})")
+    plans = []
+    for n in names:
+        g = by_name[n]
+        if g.grid_type in ("Index", "OnIndex"):
+            raise ConfigError(f"volume.grids: {n!r} is an {g.grid_type} grid (no values to sample)")
+        components = 3 if g.grid_type.startswith("Vec3") else 4 if g.grid_type.startswith("Vec4") else 1
+        plans.append(GridPlan(n, g.grid_type, components, g.leaf_count, g.active_voxel_count,
+                              str(cfg.volume.path)))
+    return plans
+
+
+def plan_job(cfg: JobConfig) -> JobPlan:
+    """Check a config against its inputs and say what the job will do; runs nothing."""
+    check_inputs(cfg)
+    grids = [_synthetic_estimate(cfg)] if cfg.volume.synthetic else _nvdb_grids(cfg)
+    derived = [o for o in cfg.sampling.outputs if o in DERIVED]
+    for g in grids:
+        floating = g.value_type.lower().startswith(("vec", "float", "double"))
+        if cfg.sampling.mode != "closest" and not floating:
+            raise ConfigError(f"sampling.mode: {cfg.sampling.mode!r} needs float data; grid {g.name!r} holds "
+                              f"{g.value_type} (use mode: closest)")
+        if derived and g.components != 3:
+            raise ConfigError(f"sampling.outputs: {derived} need a vec3 field; grid {g.name!r} has "
+                              f"{g.components} component(s)")
+    if isinstance(cfg.points, FilePoints):
+        try:
+            count = file_point_count(cfg.points)
+        except PointsError as err:
+            raise ConfigError(str(err)) from None
+    else:
+        count = generated_count(cfg.points)
+    chunks = None if count is None else -(-count // cfg.points.chunk)
+    cluster = describe_cluster(cfg.cluster)
+    script = slurm_job_script(cfg.cluster) if isinstance(cfg.cluster, SlurmClusterSpec) else None
+    halo = max(1, STENCIL_RADIUS[cfg.sampling.mode])
+    notes = []
+    if cfg.output.path.exists():
+        notes.append(f"{cfg.output.path} exists and will be replaced when the new result is complete")
+    if stale_partials(cfg.output.path.absolute()):
+        notes.append(f"partial results of interrupted runs lie next to {cfg.output.path} (.{cfg.output.path.name}"
+                     ".partial-*); they are never read and may be deleted")
+    return JobPlan(cfg, grids, count, chunks, str(cfg.partitions) if cfg.partitions else "one per worker",
+                   cluster, halo, script, notes)
+
+
+# -- running ------------------------------------------------------------------------------------------------
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 24):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _versions() -> dict[str, str]:
+    import dask
+    import distributed
+
+    from . import __version__
+
+    return {"vdbflow": __version__, "dask": dask.__version__, "distributed": distributed.__version__,
+            "xarray": xr.__version__, "numpy": np.__version__, "python": platform.python_version()}
+
+
+def _build_volumes(cfg: JobConfig) -> tuple[dict[str, Any], Any]:
+    """Volumes by grid name (a Volume, or the .nvdb path workers read) and the analytic field, if any."""
+    from .nanovdb import save
+
+    s = cfg.volume.synthetic
+    if s is None:
+        return {name: (cfg.volume.path, name) for name in (cfg.volume.grids or [None])}, None
+    try:
+        analytic = synthetic.make_field(s.field, **s.params)
+        vol = synthetic.flow_volume(analytic, s.resolution, s.extent, np.dtype(s.dtype), *s.shell)
+    except (VolumeError, ValueError) as err:
+        raise ConfigError(f"volume.synthetic: {err}") from None
+    if s.write is not None:
+        s.write.parent.mkdir(parents=True, exist_ok=True)
+        save(s.write, {vol.name: vol})
+        log.info("wrote the synthetic field to %s", s.write)
+        return {vol.name: (s.write, vol.name)}, analytic
+    return {vol.name: vol}, analytic
+
+
+def _grid_dataset(dvol: Any, pts: Any, cfg: JobConfig, prefix: str) -> tuple[xr.Dataset, Any]:
+    """The sampled variables of one grid, named for the job's outputs; and its Jacobian (or None)."""
+    sp = cfg.sampling
+    want_jac = any(o != "value" for o in sp.outputs)
+    if want_jac:
+        ds = dvol.sample_grad(pts, sp.mode, cfg.points.space, sp.jacobian_space, device=sp.device)
+    else:
+        ds = dvol.sample(pts, sp.mode, cfg.points.space, device=sp.device)
+    name = dvol.template.name
+    jac = ds.get(f"{name}_jacobian")
+    keep = [v for v, o in ((name, "value"), (f"{name}_jacobian", "jacobian")) if o in sp.outputs]
+    out = ds[keep]
+    for quantity in (o for o in sp.outputs if o in DERIVED):
+        if quantity == "helicity":
+            da_ = flow.helicity(ds[name], jac)
+        else:
+            da_ = getattr(flow, quantity)(jac)
+        out[f"{prefix}{quantity}"] = da_
+    return out, jac
+
+
+def _analytic_error(jac: Any, pts: Any, analytic: Any, cfg: JobConfig, index_to_world: np.ndarray) -> Any:
+    """Lazy (chunks, 2) array: max |J - J_exact| over the interior points of each chunk, and their count."""
+    import dask
+
+    s = cfg.volume.synthetic
+    space = cfg.points.space
+    jspace = cfg.sampling.jacobian_space or space
+    radius = max(1, STENCIL_RADIUS[cfg.sampling.mode])
+    M = np.asarray(index_to_world, np.float64)
+
+    def block_error(J: np.ndarray, P: np.ndarray) -> np.ndarray:
+        world = P if space == "world" else P @ M[:3, :3].T + M[:3, 3]
+        exact = analytic.jacobian(world)
+        if jspace == "index":
+            exact = exact @ M[:3, :3]
+        inside = synthetic.shell_interior(world, s.resolution, s.extent, *s.shell, radius)
+        err = np.abs(J.astype(np.float64) - exact).max(axis=(1, 2))
+        return np.array([[np.max(err[inside], initial=0.0), inside.sum()]])
+
+    blocks = [dask.delayed(block_error, pure=True)(J, P)
+              for J, P in zip(jac.data.to_delayed().ravel(), pts.rechunk({1: 3}).to_delayed().ravel(), strict=True)]
+    return dask.delayed(np.concatenate, pure=True)(blocks)
+
+
+class _DaskRichBar:
+    """Dask's scheduler progress feed for a set of futures, drawn with a rich progress bar."""
+
+    def __init__(self, futures: list, client: Any, console: Any) -> None:
+        from distributed.diagnostics.progressbar import TextProgressBar
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        progress = Progress(TextColumn("sampling + writing"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("tasks"), TimeElapsedColumn(), console=console, transient=False)
+        task = progress.add_task("run", total=None)
+
+        class Bar(TextProgressBar):
+            def _draw_bar(self, remaining: int, all: int, **kwargs: Any) -> None:  # noqa: A002 - Dask's name
+                progress.update(task, total=all, completed=all - remaining)
+
+            def _draw_stop(self, **kwargs: Any) -> None:
+                pass
+
+        with progress:
+            Bar(futures, scheduler=client.scheduler.address, interval="200ms", start=True)
+
+
+@dataclass
+class JobResult:
+    """A finished job: where the result is, and the figures of its summary table."""
+
+    output: Path
+    points: int
+    partitions: int
+    workers: int
+    grids: list[str]
+    timings: dict[str, float]
+    analytic_error: float | None = None
+    analytic_points: int | None = None
+    dashboard: str | None = None
+
+    @property
+    def throughput(self) -> float:
+        return self.points / max(self.timings["sample_and_write_s"], 1e-9)
+
+
+def run_job(cfg: JobConfig, console: Any = None, progress: bool = True) -> JobResult:
+    """Run a job: start its cluster, distribute the volume, sample, write; return the summary."""
+    from .distributed import distribute
+
+    plan = plan_job(cfg)
+    t_start = time.perf_counter()
+    timings: dict[str, float] = {}
+    final = cfg.output.path.absolute()
+    final.parent.mkdir(parents=True, exist_ok=True)
+    for stale in stale_partials(final):
+        log.warning("a partial result of an interrupted run lies at %s (never read; may be deleted)", stale)
+    with concurrent.futures.ThreadPoolExecutor(1) as hasher, open_cluster(cfg.cluster) as client:
+        timings["cluster_s"] = time.perf_counter() - t_start
+        dashboard = client.dashboard_link if cfg.cluster.dashboard else None
+        workers = len(client.scheduler_info(n_workers=-1)["workers"])
+        log.info("cluster: %s; %d worker(s)%s", plan.cluster, workers, f"; dashboard {dashboard}" if dashboard else "")
+        if console is not None and dashboard:
+            console.print(f"Dask dashboard: {dashboard}")
+        t0 = time.perf_counter()
+        sources, analytic = _build_volumes(cfg)
+        checksum = {name: hasher.submit(_sha256, Path(src[0])) for name, src in sources.items()
+                    if isinstance(src, tuple)}
+        dvols = {}
+        for name, src in sources.items():
+            if isinstance(src, tuple):
+                dvols[name] = distribute(src[0], client, cfg.partitions, plan.halo, grid=src[1])
+            else:
+                dvols[name] = distribute(src, client, cfg.partitions, plan.halo)
+        first = next(iter(dvols.values()))
+        timings["distribute_s"] = time.perf_counter() - t0
+        log.info("distributed %d grid(s) over %d partition(s) in %.2f s", len(dvols), len(first.partitions),
+                 timings["distribute_s"])
+        try:
+            topology = _whole_topology(sources)
+            bbox = topology.world_bbox if cfg.points.space == "world" else topology.index_bbox
+            point_set = make_points(cfg.points, topology, bbox)
+            pts = point_set.points
+            parts, errors = [], None
+            for name, dvol in dvols.items():
+                prefix = "" if len(dvols) == 1 else f"{name}_"
+                ds_g, jac = _grid_dataset(dvol, pts, cfg, prefix)
+                parts.append(ds_g)
+                if analytic is not None and jac is not None:
+                    errors = _analytic_error(jac, pts, analytic, cfg, dvol.template.index_to_world)
+            ds = xr.merge(parts, compat="override", join="override", combine_attrs="override")
+            chunk = cfg.output.chunk or cfg.points.chunk
+            ds = ds.chunk({"point": chunk})
+            ds.attrs.update(point_set.attrs)
+            ds.attrs.update({
+                "title": "vdbflow run result",
+                "vdbflow_config": dump_config(cfg),
+                "versions": _versions(),
+                "grids": [g.name for g in plan.grids],
+                "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            })
+            target = partial_path(final)
+            log.info("writing %d points to %s (published at %s when complete)", point_set.count, target, final)
+            t0 = time.perf_counter()
+            try:
+                write = lazy_write(ds, cfg.output, target)
+                futures = client.compute([write] + ([errors] if errors is not None else []), optimize_graph=False)
+                if progress and console is not None and console.is_terminal:
+                    _DaskRichBar(futures, client, console)
+                results = client.gather(futures)
+                timings["sample_and_write_s"] = time.perf_counter() - t0
+                result = JobResult(final, point_set.count, len(first.partitions), workers, list(dvols),
+                                   timings, dashboard=dashboard)
+                provenance: dict[str, Any] = {"input_sha256": {k: f.result() for k, f in checksum.items()},
+                                              "timings_s": {}}
+                if errors is not None:
+                    e = np.asarray(results[1])
+                    result.analytic_points = int(e[:, 1].sum())
+                    result.analytic_error = float(e[:, 0].max(initial=0.0)) if result.analytic_points else None
+                    provenance["analytic_jacobian_max_error"] = result.analytic_error
+                    provenance["analytic_interior_points"] = result.analytic_points
+                if analytic is not None and cfg.volume.synthetic.write is None:
+                    provenance["input_sha256"] = "synthetic (generated in memory; see vdbflow_config)"
+                timings["total_s"] = time.perf_counter() - t_start
+                provenance["timings_s"] = {k: round(v, 4) for k, v in timings.items()}
+                add_attrs(target, cfg.output, provenance)
+                publish(target, final, cfg.output.overwrite)
+            except BaseException:
+                discard(target)
+                raise
+        finally:
+            for dvol in dvols.values():
+                dvol.close()
+    log.info("published %s", final)
+    return result
+
+
+def _whole_topology(sources: dict[str, Any]) -> Any:
+    """The topology of the first grid (random points are drawn inside it)."""
+    from .nanovdb import open_grid
+
+    src = next(iter(sources.values()))
+    if isinstance(src, tuple):
+        return open_grid(src[0], src[1]).topology  # values stay in the mapped file
+    return src.topology

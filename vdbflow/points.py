@@ -1,0 +1,233 @@
+"""Sample points for batch jobs, as lazy Dask arrays: generated chunk by chunk on the workers (random
+inside active voxels, lattice, slice plane, line) or read from .npy / .csv / .parquet / .zarr files.
+
+Every generator is a pure function of (spec, chunk index): the same config gives the same points
+whatever the cluster, and no chunk is built on the client.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .config import FilePoints, GridPoints, LinePoints, PlanePoints, RandomPoints
+from .errors import PointsError
+from .transform import Transform
+
+
+@dataclass
+class PointSet:
+    """(N, 3) float64 points as a Dask array, and attrs describing how they were made."""
+
+    points: Any
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def count(self) -> int:
+        return int(self.points.shape[0])
+
+
+def _chunks(n: int, chunk: int) -> tuple[int, ...]:
+    full, rest = divmod(n, chunk)
+    return (chunk,) * full + ((rest,) if rest else ())
+
+
+def _lazy(n: int, chunk: int, fn: Any, *args: Any) -> Any:
+    """A Dask (n, 3) array whose block b is ``fn(b, start, stop, *args)``."""
+    import dask
+    import dask.array as da
+
+    blocks, start = [], 0
+    shared = [dask.delayed(a) if isinstance(a, np.ndarray) else a for a in args]  # one graph key each
+    for b, size in enumerate(_chunks(n, chunk)):
+        part = dask.delayed(fn, pure=True)(b, start, start + size, *shared)
+        blocks.append(da.from_delayed(part, shape=(size, 3), dtype=np.float64))
+        start += size
+    if not blocks:
+        return da.zeros((0, 3), dtype=np.float64, chunks=(1, 3))
+    return da.concatenate(blocks, axis=0)
+
+
+# -- random points inside active voxels ---------------------------------------------------------------
+
+
+def _select_bit(words: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    """Position of the ``rank``-th (0-based) set bit of each uint64 word (binary search on popcounts)."""
+    pos = np.zeros(len(words), np.uint64)
+    for step in (32, 16, 8, 4, 2, 1):
+        trial = pos + np.uint64(step)
+        below = np.bitwise_count(words & ((np.uint64(1) << trial) - np.uint64(1)))
+        pos = np.where(below <= rank, trial, pos)
+    return pos.astype(np.int64)
+
+
+def _random_in_voxels(block: int, start: int, stop: int, seed: int, origins: np.ndarray, masks: np.ndarray,
+                      transform: Transform | None) -> np.ndarray:
+    rng = np.random.default_rng([seed, block])
+    word_counts = np.bitwise_count(masks).astype(np.int64)  # (L, 8)
+    leaf_end = np.cumsum(word_counts.sum(axis=1))
+    g = rng.integers(0, leaf_end[-1], stop - start)
+    leaf = np.searchsorted(leaf_end, g, side="right")
+    rank = g - (leaf_end[leaf] - word_counts[leaf].sum(axis=1))
+    word_end = np.cumsum(word_counts[leaf], axis=1)
+    word = (word_end <= rank[:, None]).sum(axis=1)
+    rank_in_word = rank - np.where(word > 0, word_end[np.arange(len(leaf)), np.maximum(word - 1, 0)], 0)
+    bit = _select_bit(masks[leaf, word], rank_in_word.astype(np.uint64))
+    n = word * 64 + bit
+    ijk = origins[leaf] + np.stack([(n >> 6) & 7, (n >> 3) & 7, n & 7], axis=1)
+    pts = ijk + rng.uniform(-0.5, 0.5, (len(n), 3))
+    return pts if transform is None else transform.apply(pts)
+
+
+def _random_in_leaves(block: int, start: int, stop: int, seed: int, origins: np.ndarray,
+                      transform: Transform | None) -> np.ndarray:
+    rng = np.random.default_rng([seed, block])
+    leaf = rng.integers(0, len(origins), stop - start)
+    pts = origins[leaf] - 0.5 + rng.uniform(0.0, 8.0, (len(leaf), 3))
+    return pts if transform is None else transform.apply(pts)
+
+
+# -- lattices -----------------------------------------------------------------------------------------
+
+
+def _lattice(block: int, start: int, stop: int, lo: np.ndarray, hi: np.ndarray, shape: np.ndarray) -> np.ndarray:
+    idx = np.unravel_index(np.arange(start, stop), tuple(shape))
+    steps = np.where(shape > 1, (hi - lo) / np.maximum(shape - 1, 1), 0.0)
+    return lo + np.stack(idx, axis=1) * steps
+
+
+def _plane(block: int, start: int, stop: int, origin: np.ndarray, axes: np.ndarray, shape: np.ndarray) -> np.ndarray:
+    s, t = np.unravel_index(np.arange(start, stop), tuple(shape))
+    fs = s / max(shape[0] - 1, 1)
+    ft = t / max(shape[1] - 1, 1)
+    return origin + fs[:, None] * axes[0] + ft[:, None] * axes[1]
+
+
+def _line(block: int, start: int, stop: int, a: np.ndarray, b: np.ndarray, count: int) -> np.ndarray:
+    f = np.arange(start, stop) / max(count - 1, 1)
+    return a + f[:, None] * (b - a)
+
+
+# -- files --------------------------------------------------------------------------------------------
+
+
+def _npy_rows(block: int, start: int, stop: int, path: str) -> np.ndarray:
+    return np.asarray(np.load(path, mmap_mode="r")[start:stop], dtype=np.float64)
+
+
+def _file_points(spec: FilePoints) -> Any:
+    import dask.array as da
+
+    path, suffix = spec.path, spec.path.suffix.lower()
+    if suffix == ".npy":
+        try:
+            arr = np.load(path, mmap_mode="r")
+        except (ValueError, OSError) as err:
+            raise PointsError(f"points.path: expected a .npy array, cannot read {path}: {err}") from None
+        _check_shape(arr.shape, arr.dtype, path)
+        return _lazy(arr.shape[0], spec.chunk, _npy_rows, str(path.resolve()))
+    if suffix == ".zarr":
+        try:
+            arr = da.from_zarr(str(path), component=spec.array)
+        except Exception as err:  # zarr raises several kinds for a missing or malformed store
+            where = f" (array {spec.array!r})" if spec.array else ""
+            raise PointsError(f"points.path: expected a Zarr array of shape (N, 3) at {path}{where}: {err}") from None
+        _check_shape(arr.shape, arr.dtype, path)
+        return arr.astype(np.float64).rechunk((spec.chunk, 3))
+    try:
+        import dask.dataframe as dd
+    except ImportError:
+        raise PointsError("reading .csv / .parquet points needs dask's dataframe support: "
+                          "pip install \"vdbflow[tables]\"") from None
+
+    columns = list(spec.columns or (("x", "y", "z") if spec.space == "world" else ("i", "j", "k")))
+    try:
+        frame = dd.read_csv(str(path)) if suffix == ".csv" else dd.read_parquet(str(path))
+    except Exception as err:  # pandas / pyarrow parse errors
+        raise PointsError(f"points.path: cannot read {path}: {err}") from None
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise PointsError(f"points.columns: expected columns {columns} in {path}, missing {missing} "
+                          f"(it has {list(frame.columns)})")
+    arr = frame[columns].to_dask_array(lengths=True)
+    _check_shape(arr.shape, arr.dtype, path)
+    return arr.astype(np.float64).rechunk((spec.chunk, 3))
+
+
+def _check_shape(shape: tuple, dtype: np.dtype, path: Path) -> None:
+    if len(shape) != 2 or shape[1] != 3:
+        raise PointsError(f"points.path: expected points of shape (N, 3) in {path}, got {tuple(shape)}")
+    if not (np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.integer)):
+        raise PointsError(f"points.path: expected numeric points in {path}, got dtype {dtype}")
+
+
+def file_point_count(spec: FilePoints) -> int | None:
+    """The number of points in a .npy or .zarr file without reading it (None for csv/parquet)."""
+    if spec.path.suffix.lower() == ".npy":
+        try:
+            arr = np.load(spec.path, mmap_mode="r")
+        except (ValueError, OSError) as err:
+            raise PointsError(f"points.path: expected a .npy array, cannot read {spec.path}: {err}") from None
+        _check_shape(arr.shape, arr.dtype, spec.path)
+        return int(arr.shape[0])
+    if spec.path.suffix.lower() == ".zarr":
+        return int(_file_points(spec).shape[0])
+    return None
+
+
+# -- entry point --------------------------------------------------------------------------------------
+
+
+def generated_count(spec: Any) -> int | None:
+    """Points a generator makes (None: read from a file)."""
+    if isinstance(spec, (RandomPoints, LinePoints)):
+        return spec.count
+    if isinstance(spec, GridPoints):
+        return int(np.prod(spec.shape))
+    if isinstance(spec, PlanePoints):
+        return int(np.prod(spec.resolution))
+    return None
+
+
+def make_points(spec: Any, topology: Any, bbox: np.ndarray | None = None) -> PointSet:
+    """The points of a config's ``points`` section for a volume of ``topology``; ``bbox`` (2, 3) is
+    the volume's bounding box in the points' space (the default bounds of a lattice)."""
+    attrs: dict[str, Any] = {"points_kind": spec.kind, "point_space": spec.space}
+    if isinstance(spec, FilePoints):
+        attrs["points_file"] = str(spec.path)
+        return PointSet(_file_points(spec), attrs)
+    if isinstance(spec, RandomPoints):
+        if topology.active_voxel_count == 0:
+            raise PointsError("points: expected a volume with active voxels to draw random points in, got none")
+        to_world = topology.transform if spec.space == "world" else None
+        origins = topology.leaf_origins.astype(np.int64)
+        attrs.update(points_seed=spec.seed, points_inside=spec.inside)
+        if spec.inside == "voxels":
+            live = np.bitwise_count(topology.masks).sum(axis=1) > 0
+            pts = _lazy(spec.count, spec.chunk, _random_in_voxels, spec.seed, origins[live], topology.masks[live],
+                        to_world)
+        else:
+            pts = _lazy(spec.count, spec.chunk, _random_in_leaves, spec.seed, origins, to_world)
+        return PointSet(pts, attrs)
+    if isinstance(spec, GridPoints):
+        bounds = np.asarray(spec.bounds if spec.bounds is not None else bbox, dtype=np.float64)
+        if bounds is None or bounds.shape != (2, 3):
+            raise PointsError("points.bounds: expected [[x0, y0, z0], [x1, y1, z1]] (the volume has no bounding box)")
+        shape = np.asarray(spec.shape, np.int64)
+        attrs.update(points_shape=list(spec.shape), points_bounds=bounds.tolist())
+        return PointSet(_lazy(int(shape.prod()), spec.chunk, _lattice, bounds[0], bounds[1], shape), attrs)
+    if isinstance(spec, PlanePoints):
+        axes = np.asarray([spec.u, spec.v], np.float64)
+        shape = np.asarray(spec.resolution, np.int64)
+        attrs.update(points_shape=list(spec.resolution), plane_origin=list(spec.origin), plane_u=list(spec.u),
+                     plane_v=list(spec.v))
+        return PointSet(_lazy(int(shape.prod()), spec.chunk, _plane, np.asarray(spec.origin, np.float64), axes,
+                              shape), attrs)
+    if isinstance(spec, LinePoints):
+        attrs.update(line_start=list(spec.start), line_end=list(spec.end))
+        return PointSet(_lazy(spec.count, spec.chunk, _line, np.asarray(spec.start, np.float64),
+                              np.asarray(spec.end, np.float64), spec.count), attrs)
+    raise PointsError(f"expected a points spec, got {type(spec).__name__}")
