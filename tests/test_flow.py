@@ -25,7 +25,7 @@ def test_taylor_green_divergence_vorticity_q(rng):
     omega = np.stack([-cx * sy * sz, -sx * cy * sz, 2 * sx * sy * cz], axis=1)  # curl of the TG velocity
     w = flow.vorticity(J)
     np.testing.assert_allclose(w.values, omega, atol=1e-12)
-    assert w.dims == ("point", "component") and w.attrs["units"] == "1/s"
+    assert w.dims == ("point", "axis") and w.attrs["units"] == "1/s"
     np.testing.assert_allclose(flow.vorticity_magnitude(J).values, np.linalg.norm(omega, axis=1), atol=1e-12)
     q = flow.q_criterion(J)
     np.testing.assert_allclose(q.values, -0.5 * np.einsum("nij,nji->n", J.values, J.values), atol=1e-12)

@@ -96,6 +96,11 @@ def _run(config_path: str, overrides: tuple[str, ...], dry_run: bool, verbose: i
     except VdbflowError as err:
         console.print(f"[red]error:[/red] {err}", highlight=False)
         raise SystemExit(1) from None
+    except Exception as err:  # a worker's or a library's failure: say what, keep the trace for -vv
+        logging.getLogger("vdbflow").debug("the job failed", exc_info=True)
+        console.print(f"[red]the job failed:[/red] {type(err).__name__}: {err}; no result was published"
+                      + ("" if verbose > 1 else " (-vv shows the traceback)"), highlight=False)
+        raise SystemExit(1) from None
     _print_summary(result, console)
 
 

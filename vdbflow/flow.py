@@ -63,10 +63,11 @@ def divergence(jac: xr.DataArray) -> xr.DataArray:
 
 
 def vorticity(jac: xr.DataArray) -> xr.DataArray:
-    """omega = curl u, dims (..., component)."""
-    out = _apply(_vorticity, jac, ("component",), "vorticity", "vorticity", _units(jac),
-                 "(dw/dy - dv/dz, du/dz - dw/dx, dv/dx - du/dy)", {"component": 3})
-    return out.assign_coords(component=["x", "y", "z"])
+    """omega = curl u, dims (..., axis): a vector along the Jacobian's axes (x y z, or i j k), so it
+    sits in one Dataset with the velocity, whose ``component`` labels (u v w) differ."""
+    out = _apply(_vorticity, jac, ("axis",), "vorticity", "vorticity", _units(jac),
+                 "(dw/dy - dv/dz, du/dz - dw/dx, dv/dx - du/dy)", {"axis": 3})
+    return out.assign_coords(axis=jac["axis"].values)
 
 
 def vorticity_magnitude(jac: xr.DataArray) -> xr.DataArray:

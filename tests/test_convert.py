@@ -1,0 +1,113 @@
+"""``vdbflow convert``: dense .npy / NetCDF / Zarr to sparse .nvdb, one slab at a time."""
+
+import numpy as np
+import pytest
+import xarray as xr
+from click.testing import CliRunner
+
+import vdbflow
+from vdbflow.cli import main
+from vdbflow.convert import DenseSource, convert, open_dense
+
+
+def invoke(*args):
+    return CliRunner(env={"COLUMNS": "250"}).invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def blob(shape=(40, 24, 16)):
+    """A smooth scalar bump: non-zero inside a ball, zero outside."""
+    i, j, k = np.meshgrid(*[np.arange(n) for n in shape], indexing="ij")
+    r2 = (i - 20.0) ** 2 + (j - 11.0) ** 2 + (k - 7.0) ** 2
+    return np.where(r2 < 81, np.cos(np.sqrt(r2) / 9 * np.pi / 2) + 0.01, 0.0).astype(np.float32)
+
+
+def test_convert_npy_threshold_keeps_exactly_the_voxels_above_it(tmp_path):
+    dense = blob()
+    np.save(tmp_path / "d.npy", dense)
+    result = invoke("convert", tmp_path / "d.npy", tmp_path / "d.nvdb", "--threshold", 0.5, "--voxel-size", 0.25,
+                    "--origin", 1, 2, 3, "--name", "rho")
+    assert result.exit_code == 0, result.output
+    vol = vdbflow.open(tmp_path / "d.nvdb")
+    expect = np.argwhere(dense > 0.5)
+    got = vol.active_voxels()
+    assert sorted(map(tuple, got)) == sorted(map(tuple, expect))
+    np.testing.assert_array_equal(vol.active_values(), dense[tuple(got.T)])
+    np.testing.assert_allclose(vol.index_to_world[:3, 3], [1, 2, 3])
+    np.testing.assert_allclose(vol.voxel_size, 0.25)
+    assert vol.name == "rho" and "active voxels" in result.output
+
+
+def test_convert_netcdf_vector_from_three_variables_with_coordinates(tmp_path):
+    """u, v, w on dims (z, y, x) with evenly spaced coordinates: transposed to (x, y, z), stacked
+    to vec3, placed by the coordinates."""
+    rng = np.random.default_rng(1)
+    nx, ny, nz = 24, 16, 8
+    x, y, z = 0.5 + 0.1 * np.arange(nx), -1 + 0.1 * np.arange(ny), 2 + 0.1 * np.arange(nz)
+    comps = {c: rng.normal(size=(nz, ny, nx)).astype(np.float32) for c in "uvw"}
+    keep = rng.random((nz, ny, nx)) < 0.3
+    ds = xr.Dataset({c: (("z", "y", "x"), np.where(keep, a, 0)) for c, a in comps.items()},
+                    coords={"x": x, "y": y, "z": z})
+    ds["u"].attrs["units"] = "m/s"
+    ds.to_netcdf(tmp_path / "f.nc", engine="h5netcdf")
+    result = invoke("convert", tmp_path / "f.nc", tmp_path / "f.nvdb", "--variable", "u", "--variable", "v",
+                    "--variable", "w", "--slab", 8)
+    assert result.exit_code == 0, result.output
+    vol = vdbflow.open(tmp_path / "f.nvdb")
+    assert vol.components == 3 and vol.name == "velocity"
+    np.testing.assert_allclose(vol.voxel_size, 0.1, rtol=1e-6)
+    np.testing.assert_allclose(vol.index_to_world[:3, 3], [0.5, -1, 2], atol=1e-12)
+    ijk = vol.active_voxels()
+    expect = np.argwhere(keep.transpose(2, 1, 0))
+    assert sorted(map(tuple, ijk)) == sorted(map(tuple, expect))
+    dense = np.stack([comps[c].transpose(2, 1, 0) for c in "uvw"], axis=-1)
+    np.testing.assert_array_equal(vol.active_values(), dense[tuple(ijk.T)])
+    # sampling in world space at a voxel centre gives that voxel's value
+    p = vol.transform.apply(ijk[:5].astype(float))
+    np.testing.assert_array_equal(vol.sample(p, mode="closest")["velocity"].values, dense[tuple(ijk[:5].T)])
+
+
+def test_convert_zarr_with_mask_variable(tmp_path):
+    dense = blob((16, 16, 16))
+    mask = np.zeros(dense.shape, bool)
+    mask[2:6, 3:9, 1:4] = True
+    xr.Dataset({"rho": (("i", "j", "k"), dense), "m": (("i", "j", "k"), mask.astype(np.uint8))}).to_zarr(
+        tmp_path / "f.zarr", zarr_format=2)
+    result = invoke("convert", tmp_path / "f.zarr", tmp_path / "f.nvdb", "--variable", "rho",
+                    "--mask-variable", "m")
+    assert result.exit_code == 0, result.output
+    vol = vdbflow.open(tmp_path / "f.nvdb")
+    assert vol.active_voxel_count == mask.sum()
+    np.testing.assert_array_equal(vol.active_values(), dense[tuple(vol.active_voxels().T)])
+
+
+def test_convert_holds_one_slab_dense_at_a_time():
+    dense = blob((64, 16, 16))
+    reads = []
+
+    def read(a, b):
+        reads.append((a, b))
+        return dense[a:b].copy()
+
+    vol = convert(DenseSource(dense.shape, read, dense.dtype), threshold=0.2, slab=16)
+    assert reads == [(0, 16), (16, 32), (32, 48), (48, 64)]
+    assert vol.active_voxel_count == (dense > 0.2).sum()
+
+
+def test_convert_errors(tmp_path):
+    np.save(tmp_path / "bad.npy", np.zeros((4, 4)))
+    result = invoke("convert", tmp_path / "bad.npy", tmp_path / "o.nvdb")
+    assert result.exit_code == 2 and "(X, Y, Z)" in result.output
+    np.save(tmp_path / "d.npy", blob((8, 8, 8)))
+    (tmp_path / "exists.nvdb").write_bytes(b"x")
+    result = invoke("convert", tmp_path / "d.npy", tmp_path / "exists.nvdb")
+    assert result.exit_code == 2 and "--overwrite" in result.output
+    assert (tmp_path / "exists.nvdb").read_bytes() == b"x"
+    xr.Dataset({"a": (("x", "y", "z"), np.ones((8, 8, 8)))},
+               coords={"x": np.r_[0, 1, 2, 4, 5, 6, 7, 8]}).to_netcdf(tmp_path / "u.nc", engine="h5netcdf")
+    result = invoke("convert", tmp_path / "u.nc", tmp_path / "o.nvdb")
+    assert result.exit_code == 2 and "evenly spaced" in result.output
+    result = invoke("convert", tmp_path / "u.nc", tmp_path / "o.nvdb", "--variable", "b")
+    assert result.exit_code == 2 and "['b'] are not in" in result.output
+    with pytest.raises(vdbflow.VolumeError, match="multiple of 8"):
+        convert(open_dense(tmp_path / "d.npy"), slab=12)
+    assert not (tmp_path / "o.nvdb").exists()

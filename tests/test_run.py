@@ -1,0 +1,291 @@
+"""``vdbflow run`` end to end through the CLI: results read back with xarray and checked against
+analytic Jacobians, provenance, NetCDF, several grids, an interrupted run, and the templates' dry runs."""
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+import yaml
+from click.testing import CliRunner
+
+import vdbflow
+from vdbflow import synthetic
+from vdbflow.cli import main
+from vdbflow.config import load_config
+
+REPO = Path(__file__).resolve().parents[1]
+MATRIX = [[0.5, -1.0, 2.0], [1.5, 0.25, -0.75], [-2.0, 1.0, 0.125]]
+
+
+def write_config(path: Path, cfg: dict) -> Path:
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def base_config(tmp_path: Path, **sections) -> dict:
+    cfg = {
+        "volume": {"synthetic": {"field": "linear", "resolution": 32, "params": {"matrix": MATRIX}}},
+        "points": {"kind": "random", "count": 20_000, "chunk": 5_000, "seed": 3},
+        "sampling": {"mode": "linear", "outputs": ["value", "jacobian", "divergence", "vorticity"]},
+        "cluster": {"kind": "local", "workers": 2, "dashboard": False},
+        "output": {"path": str(tmp_path / "result.zarr")},
+    }
+    cfg.update(sections)
+    return cfg
+
+
+def invoke(*args: str):
+    return CliRunner(env={"COLUMNS": "250"}).invoke(main, list(args), catch_exceptions=False)
+
+
+def test_run_linear_field_end_to_end(tmp_path):
+    """A linear field u = A x: trilinear sampling is exact wherever the stencil is active, so the
+    stored Jacobian equals A there, divergence equals trace(A) and vorticity the curl of A x."""
+    cfg_path = write_config(tmp_path / "job.yaml", base_config(tmp_path))
+    result = invoke("run", str(cfg_path))
+    assert result.exit_code == 0, result.output
+    assert "summary" in result.output and "20,000" in result.output
+    ds = xr.open_zarr(tmp_path / "result.zarr")
+    assert ds.sizes["point"] == 20_000
+    assert set(ds.data_vars) == {"velocity", "velocity_jacobian", "divergence", "vorticity"}
+    assert ds["velocity_jacobian"].dims == ("point", "component", "axis")
+    world = np.stack([ds[c].values for c in "xyz"], axis=1)
+    interior = synthetic.shell_interior(world, 32, 2 * np.pi, 0.35, 0.5, 1)
+    assert interior.sum() > 5_000
+    A = np.asarray(MATRIX)
+    J = ds["velocity_jacobian"].values[interior]
+    np.testing.assert_allclose(J, np.broadcast_to(A, J.shape), atol=2e-4)
+    np.testing.assert_allclose(ds["velocity"].values[interior], world[interior] @ A.T, atol=2e-4)
+    np.testing.assert_allclose(ds["divergence"].values[interior], np.trace(A), atol=5e-4)
+    curl = [A[2, 1] - A[1, 2], A[0, 2] - A[2, 0], A[1, 0] - A[0, 1]]
+    np.testing.assert_allclose(ds["vorticity"].values[interior], np.broadcast_to(curl, (interior.sum(), 3)),
+                               atol=5e-4)
+    # the summary's analytic error is the same figure, and it is stored with the provenance
+    assert ds.attrs["analytic_interior_points"] == interior.sum()
+    assert ds.attrs["analytic_jacobian_max_error"] == pytest.approx(
+        np.abs(J - A).max(), rel=1e-6, abs=1e-7)
+    # provenance: the config round-trips, versions and timings are there
+    stored = load_config(text=ds.attrs["vdbflow_config"])
+    assert stored == load_config(cfg_path)
+    versions = json.loads(ds.attrs["versions"])
+    assert versions["vdbflow"] == vdbflow.__version__ and "dask" in versions and "xarray" in versions
+    assert json.loads(ds.attrs["timings_s"])["total_s"] > 0
+    assert not list(tmp_path.glob(".result.zarr.*"))  # nothing partial left behind
+
+
+def test_run_taylor_green_from_nvdb_to_netcdf_with_two_grids(tmp_path):
+    """An .nvdb with two grids sampled at a slice plane into NetCDF; values against the in-memory
+    volume, the stored checksum against the file."""
+    tg = synthetic.flow_volume(synthetic.taylor_green(), resolution=24)
+    speed = vdbflow.Volume.from_voxels(tg.active_voxels(), np.linalg.norm(tg.active_values(), axis=1),
+                                       transform=tg.index_to_world, name="speed")
+    nvdb = tmp_path / "flow.nvdb"
+    vdbflow.save(nvdb, {"velocity": tg, "speed": speed})
+    plane = {"kind": "plane", "origin": [0.5, 0.5, 3.0], "u": [5.0, 0.0, 0.0], "v": [0.0, 5.0, 0.5],
+             "resolution": [40, 30], "chunk": 500}
+    cfg = base_config(tmp_path, volume={"path": str(nvdb), "grids": ["velocity", "speed"]}, points=plane,
+                      output={"path": str(tmp_path / "slice.nc")})
+    cfg["sampling"] = {"mode": "linear", "outputs": ["value", "jacobian"]}
+    result = invoke("run", str(write_config(tmp_path / "job.yaml", cfg)))
+    assert result.exit_code == 0, result.output
+    ds = xr.open_dataset(tmp_path / "slice.nc", engine="h5netcdf")
+    assert ds.sizes["point"] == 1200 and json.loads(ds.attrs["points_shape"]) == [40, 30]
+    s, t = np.meshgrid(np.linspace(0, 1, 40), np.linspace(0, 1, 30), indexing="ij")
+    expect = np.array([0.5, 0.5, 3.0]) + s.reshape(-1, 1) * [5.0, 0, 0] + t.reshape(-1, 1) * [0, 5.0, 0.5]
+    pts = np.stack([ds[c].values for c in "xyz"], axis=1)
+    np.testing.assert_allclose(pts, expect, rtol=0, atol=1e-12)
+    ref = tg.sample_grad(expect)
+    np.testing.assert_array_equal(ds["velocity"].values, ref["velocity"].values)
+    np.testing.assert_array_equal(ds["velocity_jacobian"].values, ref["velocity_jacobian"].values)
+    np.testing.assert_array_equal(ds["speed"].values, speed.sample(expect)["speed"].values)
+    digest = hashlib.sha256(nvdb.read_bytes()).hexdigest()
+    assert json.loads(ds.attrs["input_sha256"]) == {"velocity": digest, "speed": digest}
+
+
+def test_run_points_from_files(tmp_path):
+    """Points read from .npy, .csv, .parquet and .zarr come back as the result's coordinates."""
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(5)
+    pts = rng.uniform(0.5, 5.5, (3000, 3))
+    np.save(tmp_path / "p.npy", pts)
+    pd.DataFrame(pts, columns=list("xyz")).to_csv(tmp_path / "p.csv", index=False)
+    pd.DataFrame(pts, columns=["px", "py", "pz"]).to_parquet(tmp_path / "p.parquet")
+    xr.DataArray(pts, dims=("n", "c")).to_dataset(name="probes").to_zarr(tmp_path / "p.zarr", zarr_format=2)
+    vol = synthetic.flow_volume(synthetic.abc_flow(), resolution=24)
+    expect = vol.sample_grad(pts)
+    for i, spec in enumerate([{"path": "p.npy"}, {"path": "p.csv"},
+                              {"path": "p.parquet", "columns": ["px", "py", "pz"]},
+                              {"path": "p.zarr", "array": "probes"}]):
+        spec = {"kind": "file", "chunk": 1000, **spec, "path": str(tmp_path / spec["path"])}
+        out = tmp_path / f"r{i}.zarr"
+        cfg = base_config(tmp_path, points=spec, output={"path": str(out)})
+        cfg["volume"] = {"synthetic": {"field": "abc", "resolution": 24}}
+        cfg["sampling"] = {"outputs": ["value", "jacobian"]}
+        result = invoke("run", str(write_config(tmp_path / f"job{i}.yaml", cfg)))
+        assert result.exit_code == 0, (spec, result.output)
+        ds = xr.open_zarr(out)
+        np.testing.assert_allclose(np.stack([ds[c].values for c in "xyz"], axis=1), pts, rtol=0, atol=1e-12)
+        np.testing.assert_array_equal(ds["velocity_jacobian"].values, expect["velocity_jacobian"].values)
+
+
+def test_overwrite_always_replaces_and_set_overrides(tmp_path):
+    cfg_path = write_config(tmp_path / "job.yaml", base_config(tmp_path))
+    assert invoke("run", str(cfg_path)).exit_code == 0
+    result = invoke("run", str(cfg_path), "--set", "output.overwrite=always", "--set", "points.count=1234")
+    assert result.exit_code == 0, result.output
+    assert xr.open_zarr(tmp_path / "result.zarr").sizes["point"] == 1234
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml", "result.zarr"]
+
+
+def _running_partial(tmp_path: Path) -> list[Path]:
+    """Chunk files already written into a partial store."""
+    return [p for p in tmp_path.glob(".result.zarr.partial-*/velocity/*") if not p.name.startswith(".")]
+
+
+def test_interrupted_run_leaves_no_result_and_rerun_succeeds(tmp_path):
+    cfg = base_config(tmp_path)
+    cfg["points"] = {"kind": "random", "count": 2_000_000, "chunk": 20_000}
+    cfg["volume"]["synthetic"]["resolution"] = 24
+    cfg_path = write_config(tmp_path / "job.yaml", cfg)
+    proc = subprocess.Popen([sys.executable, "-m", "vdbflow.cli", "run", str(cfg_path)], cwd=tmp_path,
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not _running_partial(tmp_path):
+            assert proc.poll() is None, "the run ended before it was interrupted"
+            assert time.monotonic() < deadline, "the run never started writing"
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the client and its cluster's processes, mid-write
+        proc.wait()
+    assert not (tmp_path / "result.zarr").exists()
+    partial = list(tmp_path.glob(".result.zarr.partial-*"))
+    assert len(partial) == 1
+    # the rerun (smaller, to be quick) publishes a complete result and says where the stale one lies
+    result = invoke("run", str(cfg_path), "--set", "points.count=10000", "-v")
+    assert result.exit_code == 0, result.output
+    assert "interrupted run" in result.output
+    ds = xr.open_zarr(tmp_path / "result.zarr")
+    assert ds.sizes["point"] == 10_000 and np.isfinite(ds["velocity"].values).all()
+
+
+def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path):
+    cfg_path = write_config(tmp_path / "job.yaml", base_config(tmp_path))
+    result = invoke("run", str(cfg_path), "--dry-run")
+    assert result.exit_code == 0, result.output
+    for text in ("plan", "20,000", "LocalCluster: 2 worker", "result.zarr", "halo 1"):
+        assert text in result.output, (text, result.output)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml"]
+
+
+def test_demo_config_runs(tmp_path, monkeypatch):
+    """configs/demo.yaml itself (smaller through --set), via `vdbflow demo`."""
+    monkeypatch.chdir(tmp_path)
+    result = invoke("demo", "--set", "points.count=50000", "--set", "volume.synthetic.resolution=32",
+                    "--set", "cluster.workers=2")
+    assert result.exit_code == 0, result.output
+    ds = xr.open_zarr(tmp_path / "vdbflow-demo" / "result.zarr")
+    assert {"velocity", "velocity_jacobian", "q_criterion", "vorticity_magnitude"} <= set(ds.data_vars)
+    assert (tmp_path / "vdbflow-demo" / "taylor_green.nvdb").is_file()
+    # Taylor-Green at h = 2 pi / 32: the trilinear Jacobian is first order, |J - J_exact| <= |u''| h
+    assert 0 < ds.attrs["analytic_jacobian_max_error"] < 2 * np.pi / 32
+    assert "max |J - J_exact|" in result.output
+
+
+@pytest.mark.parametrize("template", ["slurm", "cuda", "remote"])
+def test_cluster_templates_dry_run(tmp_path, template):
+    """Each template validates; its input paths are pointed at files made here."""
+    vol = synthetic.flow_volume(synthetic.taylor_green(), resolution=16)
+    vdbflow.save(tmp_path / "v.nvdb", {"velocity": vol})
+    sets = ["--set", f"volume.path={tmp_path / 'v.nvdb'}", "--set", f"output.path={tmp_path / 'out.zarr'}"]
+    if template == "slurm":
+        import pandas as pd
+
+        pd.DataFrame(np.zeros((10, 3)), columns=list("xyz")).to_parquet(tmp_path / "p.parquet")
+        sets += ["--set", f"points.path={tmp_path / 'p.parquet'}"]
+    if template == "remote":
+        sets[-1] = f"output.path={tmp_path / 'out.nc'}"
+    result = invoke("run", str(REPO / "configs" / f"{template}.yaml"), "--dry-run", *sets)
+    assert result.exit_code == 0, result.output
+    assert "nothing has run" in result.output
+    if template == "slurm":
+        out = result.output
+        for line in ("#SBATCH -p compute", "#SBATCH -A flowlab", "#SBATCH -t 02:00:00", "#SBATCH --exclusive",
+                     "#SBATCH --cpus-per-task=32", "module load python/3.11", "--nworkers 8", "--nthreads 4",
+                     "distributed.cli.dask_worker tcp://<scheduler address>:8786"):
+            assert line in out, (line, out)
+    if template == "cuda":
+        assert "LocalCUDACluster" in result.output and "134,217,728" in result.output
+    if template == "remote":
+        assert "tcp://scheduler.example.org:8786" in result.output and "netcdf" in result.output
+
+
+# -- bad configs: exit code 2, a message naming the key (and line), nothing written ----------------------
+
+BAD = [
+    ("unknown key", {"volume": {"synthetic": {"field": "abc", "resolutoin": 32}}},
+     "volume.synthetic.resolutoin", "unknown key", "resolutoin:"),
+    ("wrong type", {"points": {"kind": "random", "count": "many"}}, "points.count", "integer", "count:"),
+    ("bad choice", {"sampling": {"mode": "cubic"}}, "sampling.mode", "'cubic'", None),
+    ("bad kind", {"points": {"kind": "sphere", "count": 5}}, "points", "'sphere'", None),
+    ("missing key", {"output": {"overwrite": "always"}}, "output.path", "missing", None),
+    ("missing volume file", {"volume": {"path": "nowhere.nvdb"}}, "volume.path", "nowhere.nvdb", None),
+    ("missing points file", {"points": {"kind": "file", "path": "nowhere.npy"}}, "points.path", "nowhere.npy", None),
+    ("both sources", {"volume": {"path": "a.nvdb", "synthetic": {"field": "abc"}}}, "volume", "both", None),
+    ("slurm walltime", {"cluster": {"kind": "slurm", "queue": "q", "cores": 4, "memory": "8GB",
+                                    "walltime": "soon"}}, "cluster.walltime", "walltime", None),
+    ("bad address", {"cluster": {"kind": "address", "address": "localhost"}}, "cluster.address", "tcp://", None),
+    ("derived of closest", {"sampling": {"mode": "closest", "outputs": ["q_criterion"]}}, "sampling.outputs",
+     "closest", None),
+]
+
+
+@pytest.mark.parametrize("name,patch,key,text,line", BAD, ids=[b[0] for b in BAD])
+def test_bad_configs_exit_2_naming_the_key(tmp_path, monkeypatch, name, patch, key, text, line):
+    monkeypatch.chdir(tmp_path)
+    cfg = base_config(tmp_path)
+    for section, value in patch.items():
+        cfg[section] = value
+    cfg_path = write_config(tmp_path / "job.yaml", cfg)
+    result = invoke("run", str(cfg_path))
+    assert result.exit_code == 2, result.output
+    assert key in result.output and text in result.output, result.output
+    if line:  # the message gives the line of the key in the file
+        number = next(n for n, text in enumerate(cfg_path.read_text().splitlines(), 1) if line in text)
+        assert f"line {number})" in result.output, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml"]
+
+
+def test_bad_config_files_and_overrides(tmp_path):
+    good = write_config(tmp_path / "job.yaml", base_config(tmp_path))
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("volume: [unclosed\n")
+    cases = [
+        (["run", str(tmp_path / "absent.yaml")], "found nothing"),
+        (["run", str(bad_yaml)], "not valid YAML"),
+        (["run", str(good), "--set", "points.count"], "key.path=value"),
+        (["run", str(good), "--set", "points.count=0"], "points.count (from --set)"),
+        (["run", str(good), "--set", "output.path.deeper=1"], "not a mapping"),
+    ]
+    for args, text in cases:
+        result = invoke(*args)
+        assert result.exit_code == 2 and text in result.output, (args, result.output)
+    # an existing output with overwrite: never is refused before anything runs
+    (tmp_path / "result.zarr").mkdir()
+    result = invoke("run", str(good))
+    assert result.exit_code == 2 and "overwrite" in result.output
+    # a grid that is not in the file, and derived outputs of a scalar grid
+    vol = vdbflow.Volume.from_voxels(np.zeros((1, 3), int), np.ones(1, np.float32), name="rho")
+    vdbflow.save(tmp_path / "s.nvdb", {"rho": vol})
+    for sets, text in ((["volume.grids=[velocity]"], "not in"), ([], "vec3")):
+        result = invoke("run", str(good), "--set", f"volume={{path: {tmp_path / 's.nvdb'}}}",
+                        *[a for s in sets for a in ("--set", s)], "--set", "output.path=other.zarr")
+        assert result.exit_code == 2 and text in result.output, result.output
