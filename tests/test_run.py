@@ -177,6 +177,24 @@ def test_interrupted_run_leaves_no_result_and_rerun_succeeds(tmp_path):
     assert ds.sizes["point"] == 10_000 and np.isfinite(ds["velocity"].values).all()
 
 
+def test_run_on_an_existing_scheduler_address(tmp_path):
+    """cluster.kind: address - a scheduler started outside the job (here a LocalCluster of processes)."""
+    import distributed
+
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc:
+        cfg = base_config(tmp_path, cluster={"kind": "address", "address": lc.scheduler_address, "dashboard": False})
+        cfg["points"] = {"kind": "line", "start": [0.5, 3.1, 3.1], "end": [5.8, 3.1, 3.1], "count": 500}
+        result = invoke("run", str(write_config(tmp_path / "job.yaml", cfg)))
+        assert result.exit_code == 0, result.output
+        assert len(lc.scheduler.workers) == 2  # the job leaves the cluster it did not start running
+    ds = xr.open_zarr(tmp_path / "result.zarr")
+    np.testing.assert_allclose(ds["x"].values, np.linspace(0.5, 5.8, 500), rtol=0, atol=1e-12)
+    inside = ~np.isnan(ds["divergence"].values) & synthetic.shell_interior(
+        np.stack([ds[c].values for c in "xyz"], 1), 32, 2 * np.pi, 0.35, 0.5, 1)
+    assert inside.sum() > 50  # the line crosses the shell twice
+    np.testing.assert_allclose(ds["divergence"].values[inside], np.trace(MATRIX), atol=5e-4)
+
+
 def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path):
     cfg_path = write_config(tmp_path / "job.yaml", base_config(tmp_path))
     result = invoke("run", str(cfg_path), "--dry-run")
@@ -237,7 +255,7 @@ BAD = [
     ("bad choice", {"sampling": {"mode": "cubic"}}, "sampling.mode", "'cubic'", None),
     ("bad kind", {"points": {"kind": "sphere", "count": 5}}, "points", "'sphere'", None),
     ("missing key", {"output": {"overwrite": "always"}}, "output.path", "missing", None),
-    ("missing volume file", {"volume": {"path": "nowhere.nvdb"}}, "volume.path", "nowhere.nvdb", None),
+    ("missing volume file", {"volume": {"path": "nowhere.nvdb"}}, "volume.path", "nowhere.nvdb", "path: nowhere"),
     ("missing points file", {"points": {"kind": "file", "path": "nowhere.npy"}}, "points.path", "nowhere.npy", None),
     ("both sources", {"volume": {"path": "a.nvdb", "synthetic": {"field": "abc"}}}, "volume", "both", None),
     ("slurm walltime", {"cluster": {"kind": "slurm", "queue": "q", "cores": 4, "memory": "8GB",

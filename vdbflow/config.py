@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from .errors import VdbflowError
 from .sampling import MODES
@@ -286,6 +286,11 @@ class JobConfig(_Model):
     partitions: int | None = Field(None, ge=1, description="default: one per worker")
     cluster: ClusterSpec = LocalClusterSpec(kind="local")
     output: OutputSpec
+    _where: dict = PrivateAttr(default_factory=dict)  # key path -> "(file, line N)", for later checks
+
+    def where(self, dotted: str) -> str:
+        """`` (FILE, line N)`` where the key was given, or ``""``."""
+        return self._where.get(tuple(dotted.split(".")), "")
 
 
 # -- reading ----------------------------------------------------------------------------------------------
@@ -392,27 +397,34 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         _set(raw, dotted.strip(), value)
         overridden.add(tuple(dotted.strip().split(".")))
     try:
-        return JobConfig.model_validate(raw)
+        cfg = JobConfig.model_validate(raw)
     except ValidationError as err:
         problems = [f"  {_describe(e['loc'], lines, overridden, source)}: {_message(e)}" for e in err.errors()]
         raise ConfigError(f"{len(problems)} problem(s) in the job config {source}:\n" + "\n".join(problems)) from None
+    cfg._where.update({k: f" ({source}, line {n})" for k, n in lines.items()})
+    cfg._where.update({k: " (from --set)" for k in overridden})
+    return cfg
 
 
 def check_inputs(cfg: JobConfig) -> None:
     """Check what validation of the YAML alone cannot: input files exist, outputs may be written."""
     problems = []
     if cfg.volume.path is not None and not cfg.volume.path.is_file():
-        problems.append(f"volume.path: expected an .nvdb file, found nothing at {cfg.volume.path}")
+        problems.append(f"volume.path{cfg.where('volume.path')}: expected an .nvdb file, found nothing at "
+                        f"{cfg.volume.path}")
     if isinstance(cfg.points, FilePoints) and not cfg.points.path.exists():
-        problems.append(f"points.path: expected a points file, found nothing at {cfg.points.path}")
+        problems.append(f"points.path{cfg.where('points.path')}: expected a points file, found nothing at "
+                        f"{cfg.points.path}")
     if cfg.output.overwrite == "never" and cfg.output.path.exists():
-        problems.append(f"output.path: {cfg.output.path} exists and output.overwrite is 'never' "
-                        "(set output.overwrite: always to replace it)")
+        problems.append(f"output.path{cfg.where('output.path')}: {cfg.output.path} exists and output.overwrite "
+                        "is 'never' (set output.overwrite: always to replace it)")
     if cfg.output.resolved_format == "netcdf" and cfg.output.path.suffix.lower() == ".zarr":
-        problems.append(f"output.format: netcdf was asked for a path ending in .zarr ({cfg.output.path})")
+        problems.append(f"output.format{cfg.where('output.format')}: netcdf was asked for a path ending in .zarr "
+                        f"({cfg.output.path})")
     derived = [o for o in cfg.sampling.outputs if o in DERIVED]
     if derived and cfg.sampling.mode == "closest":
-        problems.append(f"sampling.outputs: {derived} need Jacobians, which mode 'closest' does not give")
+        problems.append(f"sampling.outputs{cfg.where('sampling.outputs')}: {derived} need Jacobians, which mode "
+                        "'closest' does not give")
     if problems:
         raise ConfigError("the job cannot start:\n" + "\n".join(f"  {p}" for p in problems))
 
