@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from . import flow  # noqa: F401 - registers the ds.vdbflow accessor
+from . import flow, plot  # noqa: F401 - flow registers the ds.vdbflow accessor; plot imports matplotlib lazily
 from .distributed import DistributedVolume, distribute
 from .errors import (
     DeviceError,

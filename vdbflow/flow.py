@@ -146,6 +146,13 @@ class VdbflowAccessor:
     def _velocity(self) -> xr.DataArray:
         return self._ds[self._jacobian().name[: -len("_jacobian")]]
 
+    @property
+    def plot(self) -> Any:
+        """Plots of this Dataset: ``.slice(var)``, ``.jacobian_grid()``, ``.line(var)`` (vdbflow.plot)."""
+        from .plot import PlotMethods
+
+        return PlotMethods(self._ds)
+
     def divergence(self) -> xr.DataArray:
         return divergence(self._jacobian())
 

@@ -111,6 +111,22 @@ def _line(block: int, start: int, stop: int, a: np.ndarray, b: np.ndarray, count
     return a + f[:, None] * (b - a)
 
 
+def plane(origin: Any, u: Any, v: Any, resolution: tuple[int, int]) -> np.ndarray:
+    """(ns * nt, 3) points ``origin + s u + t v``, s and t evenly in [0, 1], s-major: reshape a
+    result to ``resolution`` to get the plane back."""
+    shape = np.asarray(resolution, np.int64)
+    if shape.shape != (2,) or shape.min() < 1:
+        raise PointsError(f"expected a plane resolution (ns, nt) of positive counts, got {resolution}")
+    return _plane(0, 0, int(shape.prod()), np.asarray(origin, np.float64), np.asarray([u, v], np.float64), shape)
+
+
+def line(start: Any, end: Any, count: int) -> np.ndarray:
+    """(count, 3) points evenly spaced from ``start`` to ``end`` (both included)."""
+    if count < 1:
+        raise PointsError(f"expected a positive point count, got {count}")
+    return _line(0, 0, count, np.asarray(start, np.float64), np.asarray(end, np.float64), count)
+
+
 # -- files --------------------------------------------------------------------------------------------
 
 

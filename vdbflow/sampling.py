@@ -184,9 +184,10 @@ def _dataset(vol: Volume, points: Any, values: Any, jac: Any, mode: str, space: 
     if C > 1:
         coords["component"] = list(vol.component_names)
     if pts.ndim == 2 and pts.shape[0] == N:
+        length = getattr(vol, "length_units", None) if space == "world" else "voxel"
         for a, label in enumerate(AXIS_LABELS[space]):
             coords[label] = ("point", pts[:, a].astype(np.float64),
-                             {"long_name": f"point {label} ({space} space)"})
+                             {"long_name": f"point {label} ({space} space)", **({"units": length} if length else {})})
     common = {"sampling_mode": mode, "point_space": space}
     value_attrs = {"long_name": vol.name, **common}
     units = getattr(vol, "units", None)

@@ -638,6 +638,13 @@ class Volume:
 
         return sample_grad(self, points, mode=mode, space=space, jacobian_space=jacobian_space, device=device)
 
+    def stencil_inside(self, points: Any, mode: str = "linear", space: str = "world") -> np.ndarray:
+        """(N,) bool: points whose ``mode`` stencil reads only active voxels (or tiles), so that their
+        values and Jacobians mix in no background; see :func:`vdbflow.coverage.stencil_inside`."""
+        from .coverage import stencil_inside
+
+        return stencil_inside(self, points, mode, space)
+
     def to_nvdb(self, path: str, name: str | None = None, codec: str = "none") -> None:
         """Write this volume as a NanoVDB value grid (``codec``: none, zip or blosc); volumes in the
         index layout are written with their values spread over whole leaves."""

@@ -1,0 +1,94 @@
+"""vdbflow.plot: figures rendered to PNG, their panels, titles, labels and colour bars checked."""
+
+import io
+
+import numpy as np
+import pytest
+
+matplotlib = pytest.importorskip("matplotlib")
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+import vdbflow  # noqa: E402
+from vdbflow import synthetic  # noqa: E402
+from vdbflow.points import line, plane  # noqa: E402
+
+RES = (40, 30)
+
+
+@pytest.fixture(scope="module")
+def plane_ds():
+    vol = synthetic.flow_volume(synthetic.taylor_green(), resolution=32)
+    pts = plane((0.3, 0.2, np.pi), (5.6, 0, 0), (0, 5.8, 0), RES)
+    return vol.sample_grad(pts)
+
+
+def png_bytes(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=60)
+    plt.close(fig)
+    data = buf.getvalue()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 2000
+    return data
+
+
+def test_plane_points_are_s_major():
+    pts = plane((1, 2, 3), (4, 0, 0), (0, 0, 2), (3, 2))
+    np.testing.assert_allclose(pts, [[1, 2, 3], [1, 2, 5], [3, 2, 3], [3, 2, 5], [5, 2, 3], [5, 2, 5]])
+    np.testing.assert_allclose(line((0, 0, 0), (1, 2, 3), 3), [[0, 0, 0], [0.5, 1, 1.5], [1, 2, 3]])
+
+
+def test_slice_plot_of_a_field_component_and_derived_quantities(plane_ds):
+    fig, axes = plt.subplots(1, 3, figsize=(12, 4))
+    plane_ds.vdbflow.plot.slice("velocity", component="u", shape=RES, ax=axes[0])
+    vdbflow.plot.slice_plot(plane_ds, "vorticity_magnitude", shape=RES, ax=axes[1])
+    vdbflow.plot.slice_plot(plane_ds, "q_criterion", shape=RES, ax=axes[2])
+    png_bytes(fig)
+    assert [a.get_title() for a in axes] == ["velocity u", "vorticity_magnitude", "q_criterion"]
+    assert axes[0].get_xlabel() == "x [m]" and axes[0].get_ylabel() == "y [m]"
+    bars = [a for a in fig.axes if a not in axes]
+    assert [b.get_ylabel() for b in bars] == ["velocity u [m/s]", "vorticity_magnitude [m/s/m]",
+                                              "q_criterion [(m/s/m)^2]"]
+    # the image holds the sampled values on the (s, t) grid, and Q changes sign: a diverging map
+    img = axes[2].collections[0]
+    q = plane_ds.vdbflow.q_criterion().values.reshape(RES)
+    np.testing.assert_allclose(np.asarray(img.get_array()).reshape(RES), q, rtol=1e-6)
+    assert img.get_cmap().name == "RdBu_r" and img.norm.vmin == -img.norm.vmax
+
+
+def test_jacobian_grid_has_one_labelled_panel_per_component_and_axis(plane_ds):
+    fig = plane_ds.vdbflow.plot.jacobian_grid(shape=RES)
+    png_bytes(fig)
+    panels = [a for a in fig.axes if a.get_title()]
+    titles = [a.get_title() for a in panels]
+    assert titles == [f"∂{c}/∂{a}" for c in "uvw" for a in "xyz"]
+    bars = [a for a in fig.axes if not a.get_title()]
+    assert len(bars) == 1 and bars[0].get_ylabel() == "∂velocity/∂axis [m/s/m]"
+    assert panels[6].get_xlabel() == "x [m]" and panels[0].get_ylabel() == "y [m]"
+    J = plane_ds["velocity_jacobian"].values
+    np.testing.assert_allclose(np.asarray(panels[1].collections[0].get_array()).ravel(),
+                               J[:, 0, 1].reshape(RES).ravel(), rtol=1e-6)  # du/dy in row u, column y
+    assert fig.get_suptitle() == "Jacobian of velocity (linear)"
+
+
+def test_line_plot_compares_schemes(plane_ds):
+    vol = synthetic.flow_volume(synthetic.taylor_green(), resolution=32)
+    pts = line((0.5, 3.0, 3.3), (5.8, 3.0, 3.3), 200)
+    ax = vol.sample_grad(pts).vdbflow.plot.line("velocity_jacobian", component="u", axis="x")
+    vol.sample_grad(pts, mode="catmull_rom").vdbflow.plot.line("velocity_jacobian", component="u", axis="x", ax=ax)
+    png_bytes(ax.figure)
+    assert [ln.get_label() for ln in ax.get_lines()] == ["linear", "catmull_rom"]
+    assert ax.get_xlabel() == "distance along the line [m]" and ax.get_ylabel() == "∂velocity[u]/∂x [m/s/m]"
+    np.testing.assert_allclose(ax.get_lines()[0].get_xdata()[-1], 5.3)
+
+
+def test_plot_errors(plane_ds):
+    with pytest.raises(vdbflow.SamplingError, match="shape=\\(ns, nt\\)"):
+        vdbflow.plot.slice_plot(plane_ds, "velocity", component="u")
+    with pytest.raises(vdbflow.SamplingError, match="ns \\* nt = 1200"):
+        vdbflow.plot.slice_plot(plane_ds, "velocity", component="u", shape=(10, 10))
+    with pytest.raises(vdbflow.SamplingError, match="pass component="):
+        vdbflow.plot.slice_plot(plane_ds, "velocity", shape=RES)
+    with pytest.raises(vdbflow.SamplingError, match="derived quantity"):
+        vdbflow.plot.slice_plot(plane_ds, "pressure", shape=RES)
+    plt.close("all")
