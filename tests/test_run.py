@@ -74,7 +74,7 @@ def test_run_linear_field_end_to_end(tmp_path):
         np.abs(J - A).max(), rel=1e-6, abs=1e-7)
     # provenance: the config round-trips, versions and timings are there
     stored = load_config(text=ds.attrs["vdbflow_config"])
-    assert stored == load_config(cfg_path)
+    assert stored.model_dump() == load_config(cfg_path).model_dump()
     versions = json.loads(ds.attrs["versions"])
     assert versions["vdbflow"] == vdbflow.__version__ and "dask" in versions and "xarray" in versions
     assert json.loads(ds.attrs["timings_s"])["total_s"] > 0

@@ -123,7 +123,7 @@ def helicity(velocity: xr.DataArray, jac: xr.DataArray) -> xr.DataArray:
     """Helicity density u . omega."""
     omega = vorticity(jac)
     out = (velocity.rename({"component": "c"}).assign_coords(c=[0, 1, 2]) *
-           omega.rename({"component": "c"}).assign_coords(c=[0, 1, 2])).sum("c")
+           omega.rename({"axis": "c"}).assign_coords(c=[0, 1, 2])).sum("c")
     units = " ".join(u for u in (velocity.attrs.get("units", ""), _units(jac)) if u)
     out.name = "helicity"
     out.attrs = {"long_name": "helicity density", "units": units, "formula": "u . curl u"}
