@@ -481,6 +481,90 @@ nb::tuple base_leaf_keys(InArray points, nb::ndarray<const double, nb::shape<12>
                         nb::ndarray<nb::numpy, bool, nb::ndim<1>>(valid, {n}, owner_v));
 }
 
+// Gradient field: fd2/fd4/fd6 Jacobians at every active voxel, leaf by leaf, rows in OnIndex order
+// (leaves in order, voxels by mask bit).  The same per-node function as point sampling at a node.
+template <class T, int NC>
+void run_grid_gradient(const GridView<T>& g, const PointTransform& xf, const int32_t* origins, const i64* first_row,
+                       i64 leaves, int scheme, typename RealOf<T>::type* out_j) {
+  const int C = NC > 0 ? NC : g.components;
+#pragma omp parallel
+  {
+    LeafCache cache;
+    T value[NC > 0 ? NC : MAX_COMPONENTS];
+#pragma omp for schedule(dynamic, 16)
+    for (i64 l = 0; l < leaves; ++l) {
+      i64 row = first_row[l];
+      for (int w = 0; w < 8; ++w) {
+        u64 m = g.masks[l * 8 + w];
+        while (m) {
+          const int n = w * 64 + __builtin_ctzll(m);
+          m &= m - 1;
+          const double u[3] = {(double)(origins[3 * l] + (n >> 6)), (double)(origins[3 * l + 1] + ((n >> 3) & 7)),
+                               (double)(origins[3 * l + 2] + (n & 7))};
+          gradient_at_node<T, NC>(g, xf, u, scheme, true, value, out_j + row * 3 * C, cache);
+          ++row;
+        }
+      }
+    }
+  }
+}
+
+template <class T>
+void dispatch_grid_gradient(const GridView<T>& g, const PointTransform& xf, const int32_t* origins,
+                            const i64* first_row, i64 leaves, int scheme, void* out) {
+  typedef typename RealOf<T>::type R;
+  switch (g.components) {
+    case 1: run_grid_gradient<T, 1>(g, xf, origins, first_row, leaves, scheme, (R*)out); break;
+    case 3: run_grid_gradient<T, 3>(g, xf, origins, first_row, leaves, scheme, (R*)out); break;
+    case 4: run_grid_gradient<T, 4>(g, xf, origins, first_row, leaves, scheme, (R*)out); break;
+    default: run_grid_gradient<T, 0>(g, xf, origins, first_row, leaves, scheme, (R*)out); break;
+  }
+}
+
+void grid_gradient(std::vector<IntTable> tables, InArray masks, InArray prefix, InArray leaf_offset, InArray values,
+                   InArray tile_values, InArray background, int components, bool index_layout,
+                   nb::ndarray<const int32_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> leaf_origins,
+                   nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> first_row,
+                   nb::ndarray<const double, nb::shape<12>, nb::c_contig, nb::device::cpu> xform, bool jacobian_world,
+                   int scheme, AnyArray out_jacobian,
+                   std::optional<nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>> leaf_values_at) {
+  if (tables.size() != LEVEL_COUNT) throw std::invalid_argument("expected 3 hash tables");
+  if (!is_node_fd(scheme)) throw std::invalid_argument("grid gradients take fd2, fd4 or fd6");
+  if (components < 1 || components > MAX_COMPONENTS) throw std::invalid_argument("bad component count");
+  const i64 leaves = (i64)leaf_origins.shape(0);
+  if (leaf_origins.shape(1) != 3 || (i64)masks.shape(0) != leaves || (i64)first_row.shape(0) != leaves)
+    throw std::invalid_argument("leaf origins (L, 3), masks (L, 8) and first rows (L,) must agree");
+  HashTable t[LEVEL_COUNT];
+  for (int l = 0; l < LEVEL_COUNT; ++l) t[l] = as_table(tables[l]);
+  const i64* at = nullptr;
+  if (leaf_values_at) {
+    if (index_layout || (i64)leaf_values_at->shape(0) != leaves)
+      throw std::invalid_argument("leaf_values_at: one offset per leaf, per-leaf layout only");
+    at = (const i64*)leaf_values_at->data();
+  }
+  const PointTransform xf = make_point_transform(xform.data(), 0, jacobian_world);
+  nb::gil_scoped_release release;
+  if (is<float>(values)) {
+    if (!is<float>(out_jacobian)) throw std::invalid_argument("jacobian must be float32");
+    const GridView<float> g = make_grid_view(t, (const u64*)masks.data(), (const u16*)prefix.data(),
+                                             (const i64*)leaf_offset.data(), at, (const float*)values.data(),
+                                             (const float*)tile_values.data(), (const float*)background.data(),
+                                             components, index_layout ? 1 : 0);
+    dispatch_grid_gradient<float>(g, xf, leaf_origins.data(), (const i64*)first_row.data(), leaves, scheme,
+                                  out_jacobian.data());
+  } else if (is<double>(values)) {
+    if (!is<double>(out_jacobian)) throw std::invalid_argument("jacobian must be float64");
+    const GridView<double> g = make_grid_view(t, (const u64*)masks.data(), (const u16*)prefix.data(),
+                                              (const i64*)leaf_offset.data(), at, (const double*)values.data(),
+                                              (const double*)tile_values.data(), (const double*)background.data(),
+                                              components, index_layout ? 1 : 0);
+    dispatch_grid_gradient<double>(g, xf, leaf_origins.data(), (const i64*)first_row.data(), leaves, scheme,
+                                   out_jacobian.data());
+  } else {
+    throw std::invalid_argument("grid gradients need float32 or float64 values");
+  }
+}
+
 void set_num_threads(int threads) {
 #ifdef _OPENMP
   if (threads < 1) throw std::invalid_argument("threads must be >= 1");
@@ -512,6 +596,11 @@ NB_MODULE(_core, m) {
         nb::arg("index_layout"), nb::arg("points"), nb::arg("xform"), nb::arg("points_world"),
         nb::arg("jacobian_world"), nb::arg("mode"), nb::arg("adj_values"), nb::arg("adj_jacobian").none(),
         nb::arg("accumulator"), nb::arg("adj_points"));
+  m.def("grid_gradient", &grid_gradient, nb::arg("tables"), nb::arg("masks"), nb::arg("prefix"),
+        nb::arg("leaf_offset"), nb::arg("values"), nb::arg("tile_values"), nb::arg("background"),
+        nb::arg("components"), nb::arg("index_layout"), nb::arg("leaf_origins"), nb::arg("first_row"),
+        nb::arg("xform"), nb::arg("jacobian_world"), nb::arg("scheme"), nb::arg("out_jacobian"),
+        nb::arg("leaf_values_at").none() = nb::none());
   m.def("base_leaf_keys", &base_leaf_keys, nb::arg("points"), nb::arg("xform"), nb::arg("points_world"));
   m.def("set_num_threads", &set_num_threads, nb::arg("threads"), "Threads of the CPU kernels (OpenMP).");
   m.def("get_max_threads", &get_max_threads, "Threads the CPU kernels use.");

@@ -23,6 +23,7 @@ from .transform import Transform
 from .value_types import VALUE_TYPES, ValueType
 from .vjp import SampleGradVJP, sample_grad_vjp
 from .volume import Topology, Volume
+from .volume_io import open_zarr, split_channels
 
 try:
     __version__ = version("vdbflow")
@@ -51,9 +52,11 @@ __all__ = [
     "gradient_field",
     "list_grids",
     "open",
+    "open_zarr",
     "q_criterion_field",
     "sample",
     "save",
+    "split_channels",
     "sample_grad",
     "sample_grad_arrays",
     "sample_grad_vjp",

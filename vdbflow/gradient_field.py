@@ -8,39 +8,60 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from . import flow
+from . import flow, tree
+from .backends import cpu
 from .errors import SamplingError
-from .sampling import sample_grad_arrays
-from .volume import Volume
+from .sampling import MODES
+from .volume import Topology, Volume
 
 GRID_SCHEMES = ("fd2", "fd4", "fd6")  # centred differences of order 2, 4, 6 at the voxels
 
 
-def _grid_jacobian(vol: Volume, scheme: str, dvol: Any = None) -> tuple[np.ndarray, np.ndarray]:
+def _grid_jacobian(vol: Volume, scheme: str, dvol: Any = None) -> np.ndarray:
+    """(n_active, C, 3) or (n_active, 3) world-space Jacobians at the active voxels."""
     if scheme not in GRID_SCHEMES:
         raise SamplingError(f"expected scheme to be one of {', '.join(map(repr, GRID_SCHEMES))}, got {scheme!r}")
-    ijk = vol.active_voxels()
-    pts = ijk.astype(np.float64)  # voxel centres: the schemes' node differences, exactly
+    if not vol.value_type.is_float:
+        raise SamplingError(f"expected float data for a gradient field, got {vol.value_type.name}")
     if dvol is not None:
+        pts = vol.active_voxels().astype(np.float64)  # voxel centres: the kernels take the node differences there
         ds = dvol.sample_grad(pts, scheme, space="index", jacobian_space="world").compute(scheduler=dvol.client)
         jac = ds[f"{vol.name}_jacobian"].values
-    else:
-        _, jac = sample_grad_arrays(vol, pts, scheme, space="index", jacobian_space="world")
-    return ijk, jac
+    else:  # the same per-node kernel, looping over the leaves' active voxels directly
+        jac = cpu.grid_gradient(vol, MODES[scheme], vol.transform.kernel_parameters(), True)
+        if vol.components == 1:
+            jac = jac[:, 0, :]
+    return jac
+
+
+def _on_voxels(vol: Volume, values: np.ndarray, name: str,
+               component_names: list[str] | None = None) -> Volume:
+    """An index-layout volume holding ``values`` (one row per active voxel, ``active_voxels()``
+    order) on ``vol``'s topology; tiles read the background 0 (the gradient of a constant)."""
+    t = vol.topology
+    rows_follow_voxels = t.value_count == t.active_voxel_count and np.array_equal(
+        t.leaf_offset, tree.word_prefix(t.masks)[1])
+    if rows_follow_voxels:
+        if t.tile_count:
+            t = Topology(t.leaf_origins, t.masks, t.transform, t.tile_origins, t.tile_sizes)
+        return t.with_data(values, background=0, name=name, component_names=component_names)
+    # an index grid from a file whose value rows do not follow its active voxels: a fresh topology
+    return Volume.from_active(vol.active_voxels(), vol.transform).with_data(values, background=0, name=name,
+                                                            component_names=component_names)
 
 
 def gradient_field(vol: Volume, scheme: str = "fd4", *, distributed: Any = None) -> Volume:
     """The world-space Jacobian at every active voxel with centred differences (``fd2``, ``fd4``,
     ``fd6``), as an index-layout volume on ``vol``'s topology with C x 3 channels named
-    ``d<component>/d<axis>``.  ``distributed`` (a :class:`DistributedVolume` of ``vol``) computes
-    it on the cluster, with the same result."""
-    ijk, jac = _grid_jacobian(vol, scheme, distributed)
+    ``d<component>/d<axis>`` (tiles read 0).  ``distributed`` (a :class:`DistributedVolume` of
+    ``vol``) computes it on the cluster, with the same result.  :func:`split_channels` turns the
+    channels into vec3 volumes that .nvdb files can hold."""
+    jac = _grid_jacobian(vol, scheme, distributed)
     C = vol.components
     names = [f"d{c}/d{a}" for c in vol.component_names for a in "xyz"] if C > 1 else ["d/dx", "d/dy", "d/dz"]
-    out = vol.topology.with_data(jac.reshape(len(ijk), 3 * C), background=0, name=f"{vol.name}_jacobian",
-                                 component_names=names) if vol.index_layout else \
-        Volume.from_voxels(ijk, jac.reshape(len(ijk), 3 * C), 0, vol.transform, name=f"{vol.name}_jacobian",
-                           component_names=names)
+    out = _on_voxels(vol, jac.reshape(len(jac), 3 * C), f"{vol.name}_jacobian", names)
+    if vol.units and vol.length_units:
+        out.units, out.length_units = f"{vol.units}/{vol.length_units}", vol.length_units
     return out
 
 
@@ -52,12 +73,10 @@ def derived_field(vol: Volume, quantity: str, scheme: str = "fd4", *, distribute
     if vol.components != 3 or fn is None or quantity in ("vorticity", "strain_rate", "rotation_rate", "helicity"):
         raise SamplingError(f"expected a vec3 volume and a scalar quantity of vdbflow.flow, got {vol.components} "
                             f"components and {quantity!r}")
-    ijk, jac = _grid_jacobian(vol, scheme, distributed)
+    jac = _grid_jacobian(vol, scheme, distributed)
     da = xr.DataArray(jac, dims=("point", "component", "axis"))
     values = np.asarray(fn(da).values)
-    if vol.index_layout:
-        return vol.topology.with_data(values, background=0, name=quantity)
-    return Volume.from_voxels(ijk, values, 0, vol.transform, name=quantity)
+    return _on_voxels(vol, values, quantity)
 
 
 def q_criterion_field(vol: Volume, scheme: str = "fd4", *, distributed: Any = None) -> Volume:

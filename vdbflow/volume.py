@@ -325,6 +325,8 @@ class Volume:
         if len(names) != C or len(set(names)) != C:
             raise VolumeError(f"expected {C} distinct component names, got {list(names)}")
         self.component_names = names
+        self.units: str | None = topology.units  # of the values, e.g. "m/s" (Dataset attrs, plots)
+        self.length_units: str | None = topology.length_units  # of world space, e.g. "m"
         data = data.view()  # a read-only view: the caller's own array keeps its flags
         data.setflags(write=False)
         self._data = data
@@ -644,6 +646,19 @@ class Volume:
         from .coverage import stencil_inside
 
         return stencil_inside(self, points, mode, space)
+
+    def to_dataset(self) -> xr.Dataset:
+        """This volume as an xarray Dataset: leaves, active-voxel values with i, j, k coordinates,
+        tiles; see :mod:`vdbflow.volume_io`."""
+        from .volume_io import to_dataset
+
+        return to_dataset(self)
+
+    def to_zarr(self, path: str, *, overwrite: bool = False) -> None:
+        """Write this volume to a Zarr store (read back with :func:`vdbflow.open_zarr`)."""
+        from .volume_io import to_zarr
+
+        to_zarr(self, path, overwrite=overwrite)
 
     def to_nvdb(self, path: str, name: str | None = None, codec: str = "none") -> None:
         """Write this volume as a NanoVDB value grid (``codec``: none, zip or blosc); volumes in the

@@ -57,6 +57,18 @@ VDB_HD void node_derivative(const double* w, int jlo, int nj, const double* c, i
     for (int m = -r; m <= r; ++m) out.d[j + m + r] += w[j] * c[m + r];
 }
 
+// Centred-difference weights on offsets m = -r .. r of orders 2, 4, 6 (r = 1, 2, 3).
+VDB_HD double fd_weight(int r, int m) {
+  const int s = m < 0 ? -1 : 1, k = m < 0 ? -m : m;
+  if (k == 0) return 0.0;
+  if (r == 1) return s * 0.5;
+  if (r == 2) return s * (k == 1 ? 8.0 / 12 : -1.0 / 12);
+  return s * (k == 1 ? 45.0 / 60 : (k == 2 ? -9.0 / 60 : 1.0 / 60));
+}
+
+VDB_HD bool is_node_fd(int scheme) { return scheme == SCHEME_FD2 || scheme == SCHEME_FD4 || scheme == SCHEME_FD6; }
+VDB_HD int fd_radius(int scheme) { return scheme == SCHEME_FD2 ? 1 : (scheme == SCHEME_FD4 ? 2 : 3); }
+
 VDB_HD void axis_weights(int scheme, double f, AxisWeights& a) {
   for (int k = 0; k < MAX_TAPS; ++k) a.v[k] = a.d[k] = 0.0;
   if (scheme == SCHEME_LAG4 || scheme == SCHEME_LAG6 || scheme == SCHEME_LAG8) {
@@ -85,12 +97,13 @@ VDB_HD void axis_weights(int scheme, double f, AxisWeights& a) {
     return;
   }
   // node-derivative schemes
-  const double c2[3] = {-0.5, 0.0, 0.5};
-  const double c4[5] = {1.0 / 12, -8.0 / 12, 0.0, 8.0 / 12, -1.0 / 12};
-  const double c6[7] = {-1.0 / 60, 9.0 / 60, -45.0 / 60, 0.0, 45.0 / 60, -9.0 / 60, 1.0 / 60};
-  if (scheme == SCHEME_FD2 || scheme == SCHEME_FD4 || scheme == SCHEME_FD6) {
+  double c2[3], c4[5], c6[7];
+  for (int m = -1; m <= 1; ++m) c2[m + 1] = fd_weight(1, m);
+  for (int m = -2; m <= 2; ++m) c4[m + 2] = fd_weight(2, m);
+  for (int m = -3; m <= 3; ++m) c6[m + 3] = fd_weight(3, m);
+  if (is_node_fd(scheme)) {
     const double w[2] = {1.0 - f, f};
-    const int r = scheme == SCHEME_FD2 ? 1 : (scheme == SCHEME_FD4 ? 2 : 3);
+    const int r = fd_radius(scheme);
     node_derivative(w, 0, 2, scheme == SCHEME_FD2 ? c2 : (scheme == SCHEME_FD4 ? c4 : c6), r, a);
     a.v[r] = 1.0 - f;  // linear value on offsets 0, 1
     a.v[r + 1] = f;
@@ -103,6 +116,32 @@ VDB_HD void axis_weights(int scheme, double f, AxisWeights& a) {
   for (int k = 0; k < 4; ++k) a.v[k + 2] = w[k];
 }
 
+// fd2/fd4/fd6 at a grid node (what gradient fields ask for): the value is the voxel's, the Jacobian
+// the centred differences along each axis - 1 + 6r reads instead of the (2r + 2)^3 stencil.  The
+// sums run in the order of the general stencil loop below, which at a node adds only zeros
+// besides these terms, so both give the same numbers.
+template <class T, int NC>
+VDB_HD void gradient_at_node(const GridView<T>& g, const PointTransform& xf, const double u[3], int scheme,
+                             bool want_jacobian, T* value, typename RealOf<T>::type* jacobian, LeafCache& cache) {
+  const int C = NC > 0 ? NC : g.components;
+  const i64 b[3] = {clamp_far(u[0]), clamp_far(u[1]), clamp_far(u[2])};
+  const T* v0 = read_voxel(g, b[0], b[1], b[2], cache);
+  for (int c = 0; c < C; ++c) value[c] = v0[c];
+  if (!want_jacobian) return;
+  constexpr int CMAX = NC > 0 ? NC : MAX_COMPONENTS;
+  double J[CMAX][3];
+  for (int c = 0; c < C; ++c) J[c][0] = J[c][1] = J[c][2] = 0.0;
+  const int r = fd_radius(scheme);
+  for (int a = 0; a < 3; ++a)
+    for (int m = -r; m <= r; ++m) {
+      if (m == 0) continue;
+      const double w = fd_weight(r, m);
+      const T* v = read_voxel(g, b[0] + (a == 0 ? m : 0), b[1] + (a == 1 ? m : 0), b[2] + (a == 2 ? m : 0), cache);
+      for (int c = 0; c < C; ++c) J[c][a] += w * (double)v[c];
+    }
+  write_jacobian(xf, C, (const double(*)[3])J, jacobian);
+}
+
 // Values and Jacobian of one point with a higher-order scheme (accumulated in double).
 template <class T, int NC>
 VDB_HD void sample_point_scheme(const GridView<T>& g, const PointTransform& xf, const double p[3], int scheme,
@@ -113,6 +152,10 @@ VDB_HD void sample_point_scheme(const GridView<T>& g, const PointTransform& xf, 
   to_index_space(xf, p, u);
   if (!finite3(u)) {
     write_nan(C, want_jacobian, value, jacobian);
+    return;
+  }
+  if (is_node_fd(scheme) && u[0] == floor(u[0]) && u[1] == floor(u[1]) && u[2] == floor(u[2])) {
+    gradient_at_node<T, NC>(g, xf, u, scheme, want_jacobian, value, jacobian, cache);
     return;
   }
   AxisWeights w[3];

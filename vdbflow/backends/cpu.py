@@ -22,3 +22,17 @@ def sample(vol: Volume, points: np.ndarray, mode: int, xform: np.ndarray, points
     _core.sample(list(k.tables), k.masks, k.prefix, k.leaf_offset, k.values, k.tile_values, k.background,
                  k.components, k.index_layout, points, xform, points_world, jacobian_world, mode,
                  out_values, out_jacobian, ORDERS[point_order], k.leaf_values_at)
+
+
+def grid_gradient(vol: Volume, scheme: int, xform: np.ndarray, jacobian_world: bool) -> np.ndarray:
+    """(n_active, C, 3) Jacobians of an fd2/fd4/fd6 ``scheme`` at every active voxel, rows in
+    ``active_voxels()`` order."""
+    k = vol.kernel_arrays()
+    t = vol.topology
+    counts = np.bitwise_count(t.masks).sum(axis=1).astype(np.int64)
+    first_row = np.cumsum(counts) - counts
+    out = np.empty((int(counts.sum()), vol.components, 3), vol.value_type.jacobian_dtype)
+    _core.grid_gradient(list(k.tables), k.masks, k.prefix, k.leaf_offset, k.values, k.tile_values, k.background,
+                        k.components, k.index_layout, t.leaf_origins, first_row, xform, jacobian_world, scheme, out,
+                        k.leaf_values_at)
+    return out

@@ -1,0 +1,122 @@
+"""Volumes as xarray Datasets and Zarr stores, and multi-channel volumes split into vec3 grids.
+
+A stored volume keeps its tree, not a dense box: dims ``leaf`` (origins and 8 words of active
+bits), ``voxel`` (values of the active voxels in ``active_voxels()`` order, with their i, j, k as
+coordinates), ``tile`` and ``channel``; the transform, names and units go in the attrs.
+:func:`from_dataset` rebuilds the same volume (in the index layout).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import xarray as xr
+
+from .errors import VolumeError
+from .transform import Transform
+from .volume import Topology, Volume
+
+FORMAT = "vdbflow-sparse-volume-1"
+
+
+def to_dataset(vol: Volume) -> xr.Dataset:
+    """``vol`` as a Dataset (see the module docstring); values are those of the active voxels."""
+    t = vol.topology
+    ijk = vol.active_voxels()
+    values = np.asarray(vol.active_values()).reshape(len(ijk), vol.components)
+    channels = list(vol.component_names)
+    ds = xr.Dataset(
+        {
+            "values": (("voxel", "channel"), values, {"long_name": vol.name, **_units(vol)}),
+            "leaf_origins": (("leaf", "xyz"), t.leaf_origins),
+            "masks": (("leaf", "word"), t.masks),
+            "tile_origins": (("tile", "xyz"), t.tile_origins),
+            "tile_sizes": (("tile",), t.tile_sizes),
+            "tile_values": (("tile", "channel"), np.asarray(vol._tile_values).reshape(t.tile_count, vol.components)),
+            "background": (("channel",), np.asarray(vol._background).reshape(-1)),
+        },
+        coords={"i": ("voxel", ijk[:, 0]), "j": ("voxel", ijk[:, 1]), "k": ("voxel", ijk[:, 2]),
+                "channel": channels, "xyz": ["x", "y", "z"]},
+        attrs={"format": FORMAT, "name": vol.name, "index_to_world": json.dumps(vol.index_to_world.tolist()),
+               "value_type": vol.value_type.name, **{f"volume_{k}": v for k, v in _units(vol).items()}},
+    )
+    if vol.length_units:
+        ds.attrs["length_units"] = vol.length_units
+    return ds
+
+
+def _units(vol: Volume) -> dict[str, str]:
+    return {"units": vol.units} if getattr(vol, "units", None) else {}
+
+
+def from_dataset(ds: xr.Dataset) -> Volume:
+    """The volume a :func:`to_dataset` Dataset (or a Zarr store of one) holds, in the index layout."""
+    if ds.attrs.get("format") != FORMAT:
+        raise VolumeError(f"expected a Dataset written by vdbflow (attrs format={FORMAT!r}), got "
+                          f"format={ds.attrs.get('format')!r}")
+    need = ("values", "leaf_origins", "masks", "tile_origins", "tile_sizes", "tile_values", "background")
+    missing = [v for v in need if v not in ds.variables]
+    if missing:
+        raise VolumeError(f"expected variables {list(need)} in a stored volume, missing {missing}")
+    try:
+        matrix = np.asarray(json.loads(ds.attrs["index_to_world"]), np.float64)
+    except (KeyError, ValueError) as err:
+        raise VolumeError(f"expected an index_to_world attr holding a 4x4 matrix: {err}") from None
+    topology = Topology(np.asarray(ds["leaf_origins"].values), np.asarray(ds["masks"].values, np.uint64),
+                        Transform(matrix), np.asarray(ds["tile_origins"].values), np.asarray(ds["tile_sizes"].values))
+    values = np.asarray(ds["values"].values)
+    if values.shape[0] != topology.active_voxel_count:
+        raise VolumeError(f"expected one value row per active voxel ({topology.active_voxel_count}), got "
+                          f"{values.shape[0]}")
+    C = values.shape[1]
+    squeeze = (lambda a: a[..., 0]) if C == 1 else (lambda a: a)
+    vol = topology.with_data(squeeze(values), squeeze(np.asarray(ds["background"].values)),
+                             squeeze(np.asarray(ds["tile_values"].values)), name=str(ds.attrs.get("name", "value")),
+                             component_names=[str(c) for c in ds["channel"].values])
+    vol.units = ds.attrs.get("volume_units")
+    vol.length_units = ds.attrs.get("length_units")
+    return vol
+
+
+def to_zarr(vol: Volume, path: str | os.PathLike, *, overwrite: bool = False, chunk: int = 1 << 20) -> None:
+    """Write ``vol`` to a Zarr store (format 2), ``chunk`` voxels per chunk."""
+    ds = to_dataset(vol)
+    ds = ds.chunk({"voxel": chunk, "leaf": chunk, "tile": chunk})
+    ds.to_zarr(path, mode="w" if overwrite else "w-", zarr_format=2, consolidated=True)
+
+
+def open_zarr(path: str | os.PathLike) -> Volume:
+    """A volume written by :func:`to_zarr` (or ``Volume.to_zarr``)."""
+    try:
+        ds = xr.open_zarr(path, consolidated=None)
+    except (FileNotFoundError, OSError, ValueError, KeyError) as err:
+        raise VolumeError(f"cannot open {path} as a Zarr store: {err}") from None
+    return from_dataset(ds.load())
+
+
+def split_channels(vol: Volume, size: int = 3) -> dict[str, Volume]:
+    """Groups of ``size`` channels of ``vol`` as separate volumes on the same voxels, by name: a
+    vec3 field's 9-channel gradient becomes the gradients of u, v and w as three vec3 volumes
+    (what .nvdb files can hold: ``vdbflow.save(path, split_channels(grad))``)."""
+    C = vol.components
+    if C % size:
+        raise VolumeError(f"expected a channel count divisible by {size}, got {C}")
+    values = np.asarray(vol.active_values()).reshape(vol.active_voxel_count, C)
+    out = {}
+    names = list(vol.component_names)
+    for g in range(C // size):
+        cols = slice(g * size, (g + 1) * size)
+        group = names[cols]
+        stem = group[0].split("/")[0] if all("/" in n for n in group) else f"{g}"
+        name = f"{vol.name}_{stem}"
+        part = vol.topology.with_data(values[:, cols], np.asarray(vol._background).reshape(-1)[cols],
+                                      np.asarray(vol._tile_values).reshape(vol.tile_count, C)[:, cols],
+                                      name=name, component_names=group) \
+            if vol.topology.value_count == vol.active_voxel_count else \
+            Volume.from_active(vol.active_voxels(), vol.transform).with_data(values[:, cols], name=name,
+                                                                              component_names=group)
+        part.units, part.length_units = vol.units, vol.length_units
+        out[name] = part
+    return out
