@@ -27,7 +27,7 @@ from .sampling import MODES
 
 DERIVED = ("divergence", "vorticity", "vorticity_magnitude", "strain_rate", "rotation_rate", "q_criterion",
            "lambda2", "swirling_strength", "helicity")
-OUTPUTS = ("value", "jacobian", *DERIVED)
+OUTPUTS = ("value", "jacobian", *DERIVED, "inside")  # inside: the point's stencil reads only active voxels
 SYNTHETIC_FIELDS = ("taylor_green", "abc", "burgers", "linear")
 
 Vec3 = tuple[float, float, float]

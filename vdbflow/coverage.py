@@ -38,7 +38,7 @@ def defined_voxels(topology: Any, ijk: np.ndarray) -> np.ndarray:
 
 
 def stencil_inside(vol: Any, points: Any, mode: str = "linear", space: str = "world") -> np.ndarray:
-    """(N,) bool: points (N, 3) whose ``mode`` stencil reads only defined voxels (see
+    """(N,) bool: points (N, 3) of a Volume or Topology ``vol`` whose ``mode`` stencil reads only defined voxels (see
     :func:`defined_voxels`); False for non-finite points. ``closest`` reads the nearest voxel,
     ``linear`` the 2^3 corners of the cell, wider schemes ``STENCIL_RADIUS`` voxels each way."""
     from .sampling import SPACES, STENCIL_RADIUS
@@ -50,7 +50,8 @@ def stencil_inside(vol: Any, points: Any, mode: str = "linear", space: str = "wo
     pts = np.asarray(points, np.float64)
     if pts.ndim != 2 or pts.shape[1] != 3:
         raise PointsError(f"expected points of shape (N, 3), got {pts.shape}")
-    idx = vol.transform.apply_inverse(pts) if space == "world" else pts
+    topology = getattr(vol, "topology", vol)
+    idx = topology.transform.apply_inverse(pts) if space == "world" else pts
     ok = np.isfinite(idx).all(axis=1) & (np.abs(idx) < 2**30).all(axis=1)
     safe = np.where(ok[:, None], idx, 0.0)
     if mode == "closest":
@@ -59,7 +60,6 @@ def stencil_inside(vol: Any, points: Any, mode: str = "linear", space: str = "wo
         r = STENCIL_RADIUS[mode]
         base, reach = np.floor(safe).astype(np.int64), range(1 - r, r + 1)
     inside = ok.copy()
-    topology = vol.topology
     for di in reach:
         for dj in reach:
             for dk in reach:

@@ -166,10 +166,28 @@ def _build_volumes(cfg: JobConfig) -> tuple[dict[str, Any], Any]:
     return {vol.name: vol}, analytic
 
 
-def _grid_dataset(dvol: Any, pts: Any, cfg: JobConfig, prefix: str) -> tuple[xr.Dataset, Any]:
+def _inside_block(points: np.ndarray, topology: Any, mode: str, space: str) -> np.ndarray:
+    from .coverage import stencil_inside
+
+    return stencil_inside(topology, points, mode, space)
+
+
+def _inside(pts: Any, topology: Any, cfg: JobConfig) -> Any:
+    """Lazy (N,) bool: points whose stencil reads only active voxels (the topology travels once)."""
+    import dask
+    import dask.array as da
+
+    shared = dask.delayed(topology)
+    blocks = [da.from_delayed(dask.delayed(_inside_block, pure=True)(block, shared, cfg.sampling.mode,
+                                                                     cfg.points.space), shape=(n,), dtype=bool)
+              for block, n in zip(pts.to_delayed().ravel(), pts.chunks[0], strict=True)]
+    return da.concatenate(blocks) if blocks else da.zeros((0,), dtype=bool)
+
+
+def _grid_dataset(dvol: Any, pts: Any, cfg: JobConfig, prefix: str, topology: Any) -> tuple[xr.Dataset, Any]:
     """The sampled variables of one grid, named for the job's outputs; and its Jacobian (or None)."""
     sp = cfg.sampling
-    want_jac = any(o != "value" for o in sp.outputs)
+    want_jac = any(o == "jacobian" or o in DERIVED for o in sp.outputs)
     if want_jac:
         ds = dvol.sample_grad(pts, sp.mode, cfg.points.space, sp.jacobian_space, device=sp.device)
     else:
@@ -184,6 +202,10 @@ def _grid_dataset(dvol: Any, pts: Any, cfg: JobConfig, prefix: str) -> tuple[xr.
         else:
             da_ = getattr(flow, quantity)(jac)
         out[f"{prefix}{quantity}"] = da_
+    if "inside" in sp.outputs:
+        out[f"{prefix}stencil_inside"] = xr.DataArray(_inside(pts.rechunk({1: 3}), topology, cfg), dims="point", attrs={
+            "long_name": f"the {sp.mode} stencil of the point reads only active voxels of {dvol.template.name}",
+            "flag_values": "0 1", "flag_meanings": "reads_background all_data"})
     return out, jac
 
 
@@ -285,14 +307,15 @@ def run_job(cfg: JobConfig, console: Any = None, progress: bool = True) -> JobRe
         log.info("distributed %d grid(s) over %d partition(s) in %.2f s", len(dvols), len(first.partitions),
                  timings["distribute_s"])
         try:
-            topology = _whole_topology(sources)
+            topologies = {name: _topology_of(src) for name, src in sources.items()}
+            topology = next(iter(topologies.values()))
             bbox = topology.world_bbox if cfg.points.space == "world" else topology.index_bbox
             point_set = make_points(cfg.points, topology, bbox)
             pts = point_set.points
             parts, errors = [], None
             for name, dvol in dvols.items():
                 prefix = "" if len(dvols) == 1 else f"{name}_"
-                ds_g, jac = _grid_dataset(dvol, pts, cfg, prefix)
+                ds_g, jac = _grid_dataset(dvol, pts, cfg, prefix, topologies[name])
                 parts.append(ds_g)
                 if analytic is not None and jac is not None:
                     errors = _analytic_error(jac, pts, analytic, cfg, dvol.template.index_to_world)
@@ -343,11 +366,10 @@ def run_job(cfg: JobConfig, console: Any = None, progress: bool = True) -> JobRe
     return result
 
 
-def _whole_topology(sources: dict[str, Any]) -> Any:
-    """The topology of the first grid (random points are drawn inside it)."""
+def _topology_of(src: Any) -> Any:
+    """The topology of a grid source: a Volume, or (path, grid) of an .nvdb file."""
     from .nanovdb import open_grid
 
-    src = next(iter(sources.values()))
     if isinstance(src, tuple):
         return open_grid(src[0], src[1]).topology  # values stay in the mapped file
     return src.topology
