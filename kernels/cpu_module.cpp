@@ -543,26 +543,20 @@ void grid_gradient(std::vector<IntTable> tables, InArray masks, InArray prefix, 
     at = (const i64*)leaf_values_at->data();
   }
   const PointTransform xf = make_point_transform(xform.data(), 0, jacobian_world);
-  nb::gil_scoped_release release;
-  if (is<float>(values)) {
-    if (!is<float>(out_jacobian)) throw std::invalid_argument("jacobian must be float32");
-    const GridView<float> g = make_grid_view(t, (const u64*)masks.data(), (const u16*)prefix.data(),
-                                             (const i64*)leaf_offset.data(), at, (const float*)values.data(),
-                                             (const float*)tile_values.data(), (const float*)background.data(),
-                                             components, index_layout ? 1 : 0);
-    dispatch_grid_gradient<float>(g, xf, leaf_origins.data(), (const i64*)first_row.data(), leaves, scheme,
-                                  out_jacobian.data());
-  } else if (is<double>(values)) {
-    if (!is<double>(out_jacobian)) throw std::invalid_argument("jacobian must be float64");
-    const GridView<double> g = make_grid_view(t, (const u64*)masks.data(), (const u16*)prefix.data(),
-                                              (const i64*)leaf_offset.data(), at, (const double*)values.data(),
-                                              (const double*)tile_values.data(), (const double*)background.data(),
-                                              components, index_layout ? 1 : 0);
-    dispatch_grid_gradient<double>(g, xf, leaf_origins.data(), (const i64*)first_row.data(), leaves, scheme,
-                                   out_jacobian.data());
-  } else {
-    throw std::invalid_argument("grid gradients need float32 or float64 values");
-  }
+  auto typed = [&](auto zero) {
+    typedef decltype(zero) T;
+    if (!is<T>(out_jacobian)) throw std::invalid_argument("the Jacobian must have the values' float dtype");
+    const GridView<T> g = make_grid_view(t, (const u64*)masks.data(), (const u16*)prefix.data(),
+                                         (const i64*)leaf_offset.data(), at, (const T*)values.data(),
+                                         (const T*)tile_values.data(), (const T*)background.data(), components,
+                                         index_layout ? 1 : 0);
+    nb::gil_scoped_release release;
+    dispatch_grid_gradient<T>(g, xf, leaf_origins.data(), (const i64*)first_row.data(), leaves, scheme,
+                              out_jacobian.data());
+  };
+  if (is<float>(values)) typed(0.0f);
+  else if (is<double>(values)) typed(0.0);
+  else throw std::invalid_argument("grid gradients need float32 or float64 values");
 }
 
 void set_num_threads(int threads) {

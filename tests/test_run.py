@@ -269,6 +269,7 @@ BAD = [
     ("slurm walltime", {"cluster": {"kind": "slurm", "queue": "q", "cores": 4, "memory": "8GB",
                                     "walltime": "soon"}}, "cluster.walltime", "walltime", None),
     ("bad address", {"cluster": {"kind": "address", "address": "localhost"}}, "cluster.address", "tcp://", None),
+    ("generator params", {"volume": {"synthetic": {"field": "linear"}}}, "volume.synthetic.params", "matrix", None),
     ("derived of closest", {"sampling": {"mode": "closest", "outputs": ["q_criterion"]}}, "sampling.outputs",
      "closest", None),
 ]

@@ -31,6 +31,7 @@ OUTPUTS = ("value", "jacobian", *DERIVED, "inside")  # inside: the point's stenc
 SYNTHETIC_FIELDS = ("taylor_green", "abc", "burgers", "linear")
 
 Vec3 = tuple[float, float, float]
+Count = Annotated[int, Field(ge=1)]
 
 
 class ConfigError(VdbflowError, ValueError):
@@ -126,15 +127,8 @@ class GridPoints(_Points):
     """A regular lattice of ``shape`` points spanning ``bounds`` (default: the volume's bounding box)."""
 
     kind: Literal["grid"]
-    shape: tuple[int, int, int]
+    shape: tuple[Count, Count, Count]
     bounds: tuple[Vec3, Vec3] | None = None
-
-    @field_validator("shape")
-    @classmethod
-    def _positive(cls, v: tuple[int, int, int]) -> tuple[int, int, int]:
-        if min(v) < 1:
-            raise ValueError(f"expected a positive shape, got {list(v)}")
-        return v
 
 
 class PlanePoints(_Points):
@@ -144,7 +138,7 @@ class PlanePoints(_Points):
     origin: Vec3
     u: Vec3
     v: Vec3
-    resolution: tuple[int, int]
+    resolution: tuple[Count, Count]
 
     @model_validator(mode="after")
     def _spans(self) -> PlanePoints:
@@ -152,8 +146,6 @@ class PlanePoints(_Points):
                  self.u[0] * self.v[1] - self.u[1] * self.v[0])
         if not any(cross):
             raise ValueError(f"expected u and v to span a plane, got parallel u={list(self.u)}, v={list(self.v)}")
-        if min(self.resolution) < 1:
-            raise ValueError(f"expected a positive resolution, got {list(self.resolution)}")
         return self
 
 

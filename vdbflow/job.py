@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import hashlib
 import logging
+import os
 import platform
 import time
 from dataclasses import dataclass, field
@@ -94,6 +95,11 @@ def _nvdb_grids(cfg: JobConfig) -> list[GridPlan]:
 def plan_job(cfg: JobConfig) -> JobPlan:
     """Check a config against its inputs and say what the job will do; runs nothing."""
     check_inputs(cfg)
+    if cfg.volume.synthetic:
+        try:
+            synthetic.make_field(cfg.volume.synthetic.field, **cfg.volume.synthetic.params)
+        except (VolumeError, ValueError) as err:
+            raise ConfigError(f"volume.synthetic.params{cfg.where('volume.synthetic.params')}: {err}") from None
     grids = [_synthetic_estimate(cfg)] if cfg.volume.synthetic else _nvdb_grids(cfg)
     derived = [o for o in cfg.sampling.outputs if o in DERIVED]
     for g in grids:
@@ -146,13 +152,13 @@ def _versions() -> dict[str, str]:
             "xarray": xr.__version__, "numpy": np.__version__, "python": platform.python_version()}
 
 
-def _build_volumes(cfg: JobConfig) -> tuple[dict[str, Any], Any]:
+def _build_volumes(cfg: JobConfig, grids: list[str]) -> tuple[dict[str, Any], Any]:
     """Volumes by grid name (a Volume, or the .nvdb path workers read) and the analytic field, if any."""
     from .nanovdb import save
 
     s = cfg.volume.synthetic
     if s is None:
-        return {name: (cfg.volume.path, name) for name in (cfg.volume.grids or [None])}, None
+        return {name: (cfg.volume.path, name) for name in grids}, None
     try:
         analytic = synthetic.make_field(s.field, **s.params)
         vol = synthetic.flow_volume(analytic, s.resolution, s.extent, np.dtype(s.dtype), *s.shell)
@@ -160,7 +166,12 @@ def _build_volumes(cfg: JobConfig) -> tuple[dict[str, Any], Any]:
         raise ConfigError(f"volume.synthetic: {err}") from None
     if s.write is not None:
         s.write.parent.mkdir(parents=True, exist_ok=True)
-        save(s.write, {vol.name: vol})
+        tmp = partial_path(s.write.absolute())
+        try:
+            save(tmp, {vol.name: vol})
+            os.replace(tmp, s.write)
+        finally:
+            tmp.unlink(missing_ok=True)
         log.info("wrote the synthetic field to %s", s.write)
         return {vol.name: (s.write, vol.name)}, analytic
     return {vol.name: vol}, analytic
@@ -293,20 +304,20 @@ def run_job(cfg: JobConfig, console: Any = None, progress: bool = True) -> JobRe
         if console is not None and dashboard:
             console.print(f"Dask dashboard: {dashboard}")
         t0 = time.perf_counter()
-        sources, analytic = _build_volumes(cfg)
+        sources, analytic = _build_volumes(cfg, [g.name for g in plan.grids])
         checksum = {name: hasher.submit(_sha256, Path(src[0])) for name, src in sources.items()
                     if isinstance(src, tuple)}
         dvols = {}
-        for name, src in sources.items():
-            if isinstance(src, tuple):
-                dvols[name] = distribute(src[0], client, cfg.partitions, plan.halo, grid=src[1])
-            else:
-                dvols[name] = distribute(src, client, cfg.partitions, plan.halo)
-        first = next(iter(dvols.values()))
-        timings["distribute_s"] = time.perf_counter() - t0
-        log.info("distributed %d grid(s) over %d partition(s) in %.2f s", len(dvols), len(first.partitions),
-                 timings["distribute_s"])
         try:
+            for name, src in sources.items():
+                if isinstance(src, tuple):
+                    dvols[name] = distribute(src[0], client, cfg.partitions, plan.halo, grid=src[1])
+                else:
+                    dvols[name] = distribute(src, client, cfg.partitions, plan.halo)
+            first = next(iter(dvols.values()))
+            timings["distribute_s"] = time.perf_counter() - t0
+            log.info("distributed %d grid(s) over %d partition(s) in %.2f s", len(dvols), len(first.partitions),
+                     timings["distribute_s"])
             topologies = {name: _topology_of(src) for name, src in sources.items()}
             topology = next(iter(topologies.values()))
             bbox = topology.world_bbox if cfg.points.space == "world" else topology.index_bbox
