@@ -203,6 +203,25 @@ def test_run_on_an_existing_scheduler_address(tmp_path):
     np.testing.assert_allclose(ds["divergence"].values[inside], np.trace(MATRIX), atol=5e-4)
 
 
+def test_a_failing_task_exits_1_and_publishes_nothing(tmp_path, monkeypatch):
+    """A task that fails on a worker mid-run: exit code 1, the error shown, the partial store removed."""
+    import dask
+
+    from vdbflow import job
+
+    def failing(*args):
+        def boom(*parts):
+            raise RuntimeError("a worker says no")
+
+        return dask.delayed(boom)(*[dask.delayed(a) for a in args[:1]])
+
+    monkeypatch.setattr(job, "_analytic_error", failing)
+    result = invoke("run", str(write_config(tmp_path / "job.yaml", base_config(tmp_path))))
+    assert result.exit_code == 1, result.output
+    assert "a worker says no" in result.output and "no result was published" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml"]
+
+
 def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path):
     cfg_path = write_config(tmp_path / "job.yaml", base_config(tmp_path))
     result = invoke("run", str(cfg_path), "--dry-run")
