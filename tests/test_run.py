@@ -324,6 +324,13 @@ def test_bad_config_files_and_overrides(tmp_path):
     for args, text in cases:
         result = invoke(*args)
         assert result.exit_code == 2 and text in result.output, (args, result.output)
+    # a table without the coordinate columns is refused before anything runs
+    import pandas as pd
+
+    pd.DataFrame(np.zeros((4, 3)), columns=["a", "b", "c"]).to_csv(tmp_path / "p.csv", index=False)
+    result = invoke("run", str(good), "--set", f"points={{kind: file, path: {tmp_path / 'p.csv'}}}")
+    assert result.exit_code == 2 and "missing ['x', 'y', 'z']" in result.output, result.output
+    (tmp_path / "p.csv").unlink()
     # an existing output with overwrite: never is refused before anything runs
     (tmp_path / "result.zarr").mkdir()
     result = invoke("run", str(good))

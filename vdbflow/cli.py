@@ -104,7 +104,7 @@ def _run(config_path: str, overrides: tuple[str, ...], dry_run: bool, verbose: i
     _print_summary(result, console)
 
 
-_SET_HELP = "Override a config key, e.g. --set points.count=1e6 (the value is read as YAML). Repeatable."
+_SET_HELP = "Override a config key, e.g. --set points.count=1000000 (the value is read as YAML). Repeatable."
 
 
 @main.command()

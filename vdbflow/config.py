@@ -305,8 +305,6 @@ def _line_map(node: yaml.Node, path: tuple = (), out: dict | None = None) -> dic
 
 def _set(raw: dict, dotted: str, text: str) -> None:
     """Apply one ``--set key.path=value`` (the value parsed as YAML) to ``raw``."""
-    if "=" not in dotted and text is None:
-        raise ConfigError(f"expected --set key.path=value, got {dotted!r}")
     keys = dotted.split(".")
     if not all(keys):
         raise ConfigError(f"expected --set key.path=value with non-empty keys, got {dotted!r}")

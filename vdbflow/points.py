@@ -159,15 +159,11 @@ def _file_points(spec: FilePoints) -> Any:
         raise PointsError("reading .csv / .parquet points needs dask's dataframe support: "
                           "pip install \"vdbflow[tables]\"") from None
 
-    columns = list(spec.columns or (("x", "y", "z") if spec.space == "world" else ("i", "j", "k")))
+    columns = _table_columns(spec)
     try:
         frame = dd.read_csv(str(path)) if suffix == ".csv" else dd.read_parquet(str(path))
     except Exception as err:  # pandas / pyarrow parse errors
         raise PointsError(f"points.path: cannot read {path}: {err}") from None
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise PointsError(f"points.columns: expected columns {columns} in {path}, missing {missing} "
-                          f"(it has {list(frame.columns)})")
     arr = frame[columns].to_dask_array(lengths=True)
     _check_shape(arr.shape, arr.dtype, path)
     return arr.astype(np.float64).rechunk((spec.chunk, 3))
@@ -180,8 +176,33 @@ def _check_shape(shape: tuple, dtype: np.dtype, path: Path) -> None:
         raise PointsError(f"points.path: expected numeric points in {path}, got dtype {dtype}")
 
 
+def _table_columns(spec: FilePoints) -> list[str]:
+    """The three coordinate columns of a .csv / .parquet file, checked against its header."""
+    columns = list(spec.columns or (("x", "y", "z") if spec.space == "world" else ("i", "j", "k")))
+    try:
+        if spec.path.suffix.lower() == ".csv":
+            import pandas as pd
+
+            have = list(pd.read_csv(spec.path, nrows=0).columns)
+        else:
+            import pyarrow.parquet as pq
+
+            have = list(pq.read_schema(spec.path).names)
+    except ImportError:
+        raise PointsError("reading .csv / .parquet points needs dask's dataframe support: "
+                          "pip install \"vdbflow[tables]\"") from None
+    except Exception as err:  # pandas / pyarrow parse errors
+        raise PointsError(f"points.path: cannot read {spec.path}: {err}") from None
+    missing = [c for c in columns if c not in have]
+    if missing:
+        raise PointsError(f"points.columns: expected columns {columns} in {spec.path}, missing {missing} "
+                          f"(it has {have})")
+    return columns
+
+
 def file_point_count(spec: FilePoints) -> int | None:
-    """The number of points in a .npy or .zarr file without reading it (None for csv/parquet)."""
+    """The number of points in a .npy or .zarr file without reading it (None for csv/parquet, whose
+    header is checked)."""
     if spec.path.suffix.lower() == ".npy":
         try:
             arr = np.load(spec.path, mmap_mode="r")
@@ -191,6 +212,7 @@ def file_point_count(spec: FilePoints) -> int | None:
         return int(arr.shape[0])
     if spec.path.suffix.lower() == ".zarr":
         return int(_file_points(spec).shape[0])
+    _table_columns(spec)
     return None
 
 
