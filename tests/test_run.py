@@ -153,6 +153,24 @@ def test_overwrite_always_replaces_and_set_overrides(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml", "result.zarr"]
 
 
+def test_publish_swaps_atomically_and_never_overwrites_unasked(tmp_path):
+    from vdbflow.output import OutputError, partial_path, publish
+
+    final = tmp_path / "r.zarr"
+    for content in ("old", "new"):
+        part = partial_path(final)
+        part.mkdir()
+        (part / "data").write_text(content)
+        publish(part, final, "always")
+        assert (final / "data").read_text() == content and not part.exists()
+    part = partial_path(final)
+    part.mkdir()
+    with pytest.raises(OutputError, match="kept at"):
+        publish(part, final, "never")
+    assert part.exists() and (final / "data").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([final.name, part.name])
+
+
 def _running_partial(tmp_path: Path) -> list[Path]:
     """Chunk files already written into a partial store."""
     return [p for p in tmp_path.glob(".result.zarr.partial-*/velocity/*") if not p.name.startswith(".")]

@@ -25,7 +25,7 @@ from . import flow, synthetic
 from .clusters import describe_cluster, open_cluster, slurm_job_script
 from .config import DERIVED, ConfigError, FilePoints, JobConfig, SlurmClusterSpec, check_inputs, dump_config
 from .errors import NanoVDBError, PointsError, VolumeError
-from .output import add_attrs, discard, lazy_write, partial_path, publish, stale_partials
+from .output import OutputError, add_attrs, discard, lazy_write, partial_path, publish, stale_partials
 from .points import file_point_count, generated_count, make_points
 from .sampling import STENCIL_RADIUS
 
@@ -367,6 +367,8 @@ def run_job(cfg: JobConfig, console: Any = None, progress: bool = True) -> JobRe
                 provenance["timings_s"] = {k: round(v, 4) for k, v in timings.items()}
                 add_attrs(target, cfg.output, provenance)
                 publish(target, final, cfg.output.overwrite)
+            except OutputError:
+                raise  # the complete result stays at its partial path, which the message names
             except BaseException:
                 discard(target)
                 raise

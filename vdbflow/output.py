@@ -56,7 +56,7 @@ def _plain_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
 
 def lazy_write(ds: xr.Dataset, spec: OutputSpec, target: Path) -> Any:
     """A Dask Delayed that writes ``ds`` to ``target`` from the workers (metadata is written now)."""
-    ds = ds.assign_attrs(_plain_attrs(ds.attrs))
+    ds = ds.copy().assign_attrs(_plain_attrs(ds.attrs))  # a copy: the caller's attrs stay as they are
     for name in ds.variables:
         ds[name].attrs = _plain_attrs(ds[name].attrs)
     if spec.resolved_format == "zarr":
