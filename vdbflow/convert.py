@@ -41,11 +41,11 @@ class DenseSource:
     def __init__(self, shape: tuple[int, ...], read: Callable[[int, int], np.ndarray], dtype: np.dtype,
                  origin: tuple[float, float, float] | None = None,
                  voxel_size: tuple[float, float, float] | None = None, names: Sequence[str] | None = None,
-                 mask: Callable[[int, int], np.ndarray] | None = None):
+                 mask: Callable[[int, int], np.ndarray] | None = None, units: str | None = None):
         if len(shape) not in (3, 4):
             raise VolumeError(f"expected a dense array of shape (X, Y, Z) or (X, Y, Z, C), got {tuple(shape)}")
         self.shape, self.read, self.dtype = tuple(shape), read, np.dtype(dtype)
-        self.origin, self.voxel_size, self.names, self.mask = origin, voxel_size, names, mask
+        self.origin, self.voxel_size, self.names, self.mask, self.units = origin, voxel_size, names, mask, units
 
     @property
     def components(self) -> int:
@@ -113,11 +113,8 @@ def open_dense(path: str | Path, variables: Sequence[str] = (), mask_variable: s
         def mask(a: int, b: int) -> np.ndarray:
             return np.asarray(m.isel({dims[0]: slice(a, b)}).values).astype(bool)
 
-    units = ds[names[0]].attrs.get("units")
-    src = DenseSource(shape, read, np.result_type(*[a.dtype for a in arrays]), tuple(origin), tuple(size),
-                      names if len(names) > 1 else None, mask)
-    src.units = units
-    return src
+    return DenseSource(shape, read, np.result_type(*[a.dtype for a in arrays]), tuple(origin), tuple(size),
+                       names if len(names) > 1 else None, mask, ds[names[0]].attrs.get("units"))
 
 
 def _spatial(var: Any) -> Any:
@@ -175,9 +172,7 @@ def convert(source: DenseSource, threshold: float | None = None, background: flo
     org = tuple(origin) if origin is not None else (source.origin or (0.0, 0.0, 0.0))
     vol = Volume.from_voxels(ijk, vals, background=background, transform=_transform(size, org), name=name,
                              component_names=source.names)
-    units = getattr(source, "units", None)
-    if units:
-        vol.units = units
+    vol.units = source.units
     return vol
 
 
