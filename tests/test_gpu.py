@@ -96,3 +96,13 @@ def test_distributed_on_gpu_workers(rng):
         tol = 8 * np.finfo(np.float32).eps * np.abs(values).max()
         np.testing.assert_allclose(got["value_jacobian"].values, want["value_jacobian"].values, atol=2 * tol)
         dvol.close()
+
+
+@pytest.mark.parametrize("scheme", ["fd2", "fd4", "fd6"])
+def test_gradient_field_on_the_gpu_matches_cpu(scheme):
+    from vdbflow import synthetic
+
+    vol = synthetic.flow_volume(synthetic.abc_flow(), resolution=32)
+    cpu, gpu = vdbflow.gradient_field(vol, scheme), vdbflow.gradient_field(vol, scheme, device="cuda")
+    np.testing.assert_allclose(gpu.active_values(), cpu.active_values(), rtol=0,
+                               atol=8 * np.finfo(np.float32).eps * np.abs(cpu.active_values()).max())

@@ -91,3 +91,11 @@ def test_burgers_vortex_vorticity_and_divergence_on_the_grid():
     np.testing.assert_allclose(J[:, 1, 0] - J[:, 0, 1], omega_z, atol=2e-4)
     div = vdbflow.derived_field(vol, "divergence", "fd6").active_values()[keep]
     np.testing.assert_allclose(div, 0.0, atol=2e-4)
+
+
+def test_gradient_field_device_errors():
+    vol = vdbflow.Volume.from_voxels(np.zeros((1, 3), int), np.ones(1, np.float32))
+    with pytest.raises(vdbflow.SamplingError, match="device 'cpu' or 'cuda'"):
+        vdbflow.gradient_field(vol, "fd2", device="tpu")
+    with pytest.raises(vdbflow.SamplingError, match="float data"):
+        vdbflow.gradient_field(vdbflow.Volume.from_voxels(np.zeros((1, 3), int), np.ones(1, np.int32)), "fd2")

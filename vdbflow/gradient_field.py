@@ -11,13 +11,13 @@ import xarray as xr
 from . import flow, tree
 from .backends import cpu
 from .errors import SamplingError
-from .sampling import MODES
+from .sampling import MODES, sample_grad_arrays
 from .volume import Topology, Volume
 
 GRID_SCHEMES = ("fd2", "fd4", "fd6")  # centred differences of order 2, 4, 6 at the voxels
 
 
-def _grid_jacobian(vol: Volume, scheme: str, dvol: Any = None) -> np.ndarray:
+def _grid_jacobian(vol: Volume, scheme: str, dvol: Any = None, device: str = "cpu") -> np.ndarray:
     """(n_active, C, 3) or (n_active, 3) world-space Jacobians at the active voxels."""
     if scheme not in GRID_SCHEMES:
         raise SamplingError(f"expected scheme to be one of {', '.join(map(repr, GRID_SCHEMES))}, got {scheme!r}")
@@ -27,10 +27,19 @@ def _grid_jacobian(vol: Volume, scheme: str, dvol: Any = None) -> np.ndarray:
         pts = vol.active_voxels().astype(np.float64)  # voxel centres: the kernels take the node differences there
         ds = dvol.sample_grad(pts, scheme, space="index", jacobian_space="world").compute(scheduler=dvol.client)
         jac = ds[f"{vol.name}_jacobian"].values
-    else:  # the same per-node kernel, looping over the leaves' active voxels directly
+    elif device == "cuda":  # the same per-node kernel on the GPU, one thread per voxel
+        from .backends.cuda import cupy_module
+
+        cupy = cupy_module()
+        pts = cupy.asarray(vol.active_voxels().astype(np.float64))
+        _, jac = sample_grad_arrays(vol, pts, scheme, space="index", jacobian_space="world", device="cuda")
+        jac = jac.get()
+    elif device == "cpu":  # the same per-node kernel, looping over the leaves' active voxels directly
         jac = cpu.grid_gradient(vol, MODES[scheme], vol.transform.kernel_parameters(), True)
         if vol.components == 1:
             jac = jac[:, 0, :]
+    else:
+        raise SamplingError(f"expected device 'cpu' or 'cuda', got {device!r}")
     return jac
 
 
@@ -50,13 +59,14 @@ def _on_voxels(vol: Volume, values: np.ndarray, name: str,
                                                             component_names=component_names)
 
 
-def gradient_field(vol: Volume, scheme: str = "fd4", *, distributed: Any = None) -> Volume:
+def gradient_field(vol: Volume, scheme: str = "fd4", *, distributed: Any = None, device: str = "cpu") -> Volume:
     """The world-space Jacobian at every active voxel with centred differences (``fd2``, ``fd4``,
     ``fd6``), as an index-layout volume on ``vol``'s topology with C x 3 channels named
     ``d<component>/d<axis>`` (tiles read 0).  ``distributed`` (a :class:`DistributedVolume` of
-    ``vol``) computes it on the cluster, with the same result.  :func:`split_channels` turns the
+    ``vol``) computes it on the cluster, with the same result; ``device="cuda"`` on the GPU (CuPy).
+    :func:`split_channels` turns the
     channels into vec3 volumes that .nvdb files can hold."""
-    jac = _grid_jacobian(vol, scheme, distributed)
+    jac = _grid_jacobian(vol, scheme, distributed, device)
     C = vol.components
     names = [f"d{c}/d{a}" for c in vol.component_names for a in "xyz"] if C > 1 else ["d/dx", "d/dy", "d/dz"]
     out = _on_voxels(vol, jac.reshape(len(jac), 3 * C), f"{vol.name}_jacobian", names)
@@ -65,7 +75,8 @@ def gradient_field(vol: Volume, scheme: str = "fd4", *, distributed: Any = None)
     return out
 
 
-def derived_field(vol: Volume, quantity: str, scheme: str = "fd4", *, distributed: Any = None) -> Volume:
+def derived_field(vol: Volume, quantity: str, scheme: str = "fd4", *, distributed: Any = None,
+                  device: str = "cpu") -> Volume:
     """A derived scalar of a vec3 field (any one-channel function of :mod:`vdbflow.flow`, e.g.
     ``"q_criterion"``, ``"lambda2"``, ``"divergence"``, ``"vorticity_magnitude"``) at every active
     voxel, as a one-channel volume on the same voxels."""
@@ -73,12 +84,12 @@ def derived_field(vol: Volume, quantity: str, scheme: str = "fd4", *, distribute
     if vol.components != 3 or fn is None or quantity in ("vorticity", "strain_rate", "rotation_rate", "helicity"):
         raise SamplingError(f"expected a vec3 volume and a scalar quantity of vdbflow.flow, got {vol.components} "
                             f"components and {quantity!r}")
-    jac = _grid_jacobian(vol, scheme, distributed)
+    jac = _grid_jacobian(vol, scheme, distributed, device)
     da = xr.DataArray(jac, dims=("point", "component", "axis"))
     values = np.asarray(fn(da).values)
     return _on_voxels(vol, values, quantity)
 
 
-def q_criterion_field(vol: Volume, scheme: str = "fd4", *, distributed: Any = None) -> Volume:
+def q_criterion_field(vol: Volume, scheme: str = "fd4", *, distributed: Any = None, device: str = "cpu") -> Volume:
     """Q-criterion at every active voxel (see :func:`derived_field`)."""
-    return derived_field(vol, "q_criterion", scheme, distributed=distributed)
+    return derived_field(vol, "q_criterion", scheme, distributed=distributed, device=device)
