@@ -92,3 +92,11 @@ def test_plot_errors(plane_ds):
     with pytest.raises(vdbflow.SamplingError, match="derived quantity"):
         vdbflow.plot.slice_plot(plane_ds, "pressure", shape=RES)
     plt.close("all")
+
+
+def test_plane_shape_from_a_job_result_attr(plane_ds):
+    """`vdbflow run` stores plane shapes as JSON text in the attrs; the helpers read them."""
+    ds = plane_ds.assign_attrs(points_shape="[40, 30]")
+    ax = ds.vdbflow.plot.slice("divergence")
+    png_bytes(ax.figure)
+    assert np.asarray(ax.collections[0].get_array()).size == 1200
