@@ -89,6 +89,25 @@ def test_run_linear_field_end_to_end(tmp_path):
     assert not list(tmp_path.glob(".result.zarr.*"))  # nothing partial left behind
 
 
+def test_run_in_index_space(tmp_path):
+    """Points and Jacobians in index space: J_index = A h (h the voxel size), and the stored analytic
+    error is measured in that space too."""
+    cfg = base_config(tmp_path, points={"kind": "grid", "shape": [12, 10, 8], "space": "index", "chunk": 300})
+    cfg["sampling"] = {"outputs": ["jacobian", "inside"]}
+    result = invoke("run", str(write_config(tmp_path / "job.yaml", cfg)))
+    assert result.exit_code == 0, result.output
+    ds = xr.open_zarr(tmp_path / "result.zarr")
+    assert list(ds["axis"].values) == ["i", "j", "k"] and ds.sizes["point"] == 960
+    idx = np.stack([ds[c].values for c in "ijk"], axis=1)
+    np.testing.assert_allclose(idx.min(axis=0), [0, 0, 0])  # the lattice spans the index bounding box
+    np.testing.assert_allclose(idx.max(axis=0), [31, 31, 31])
+    inside = ds["stencil_inside"].values
+    h = 2 * np.pi / 32
+    np.testing.assert_allclose(ds["velocity_jacobian"].values[inside], np.broadcast_to(np.asarray(MATRIX) * h,
+                               (inside.sum(), 3, 3)), atol=2e-5)
+    assert ds.attrs["analytic_jacobian_max_error"] < 2e-5
+
+
 def test_run_taylor_green_from_nvdb_to_netcdf_with_two_grids(tmp_path):
     """An .nvdb with two grids sampled at a slice plane into NetCDF; values against the in-memory
     volume, the stored checksum against the file."""
