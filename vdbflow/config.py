@@ -20,7 +20,16 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from .errors import VdbflowError
 from .sampling import MODES
@@ -32,6 +41,24 @@ SYNTHETIC_FIELDS = ("taylor_green", "abc", "burgers", "linear")
 
 Vec3 = tuple[float, float, float]
 Count = Annotated[int, Field(ge=1)]
+
+
+def _matching(regex: str, example: str) -> AfterValidator:
+    """A string check that names what was expected."""
+
+    def check(v: str) -> str:
+        if not re.fullmatch(regex, v, flags=re.IGNORECASE):
+            raise ValueError(f"expected {example}, got {v!r}")
+        return v
+
+    return AfterValidator(check)
+
+
+Address = Annotated[str, _matching(r"(tcp|tls|ucx|inproc|ws|wss)://[^\s/]+(:\d+)?/?",
+                                   "a scheduler address like 'tcp://host:8786'")]
+Walltime = Annotated[str, _matching(r"(\d+-)?\d{1,3}:\d{2}(:\d{2})?",
+                                    "a SLURM walltime like '01:30:00' or '2-00:00:00'")]
+MemorySize = Annotated[str, _matching(r"\d+(\.\d+)?\s*([KMGT]i?B|[KMGT])", "a memory size like '64GB' or '512GiB'")]
 
 
 class ConfigError(VdbflowError, ValueError):
@@ -195,14 +222,7 @@ class AddressClusterSpec(_Cluster):
     """An existing scheduler, e.g. ``tcp://head-node:8786``."""
 
     kind: Literal["address"]
-    address: str
-
-    @field_validator("address")
-    @classmethod
-    def _looks_like_address(cls, v: str) -> str:
-        if not re.fullmatch(r"(tcp|tls|ucx|inproc|ws|wss)://[^\s/]+(:\d+)?/?", v):
-            raise ValueError(f"expected a scheduler address like 'tcp://host:8786', got {v!r}")
-        return v
+    address: Address
 
 
 class CudaClusterSpec(_Cluster):
@@ -219,9 +239,9 @@ class SlurmClusterSpec(_Cluster):
     kind: Literal["slurm"]
     queue: str
     account: str | None = None
-    walltime: str = "01:00:00"
+    walltime: Walltime = "01:00:00"
     cores: int = Field(ge=1)
-    memory: str
+    memory: MemorySize
     processes: int = Field(1, ge=1)
     jobs: int = Field(1, ge=1)
     job_extra_directives: list[str] = Field(default_factory=list, description="extra #SBATCH lines")
@@ -229,20 +249,6 @@ class SlurmClusterSpec(_Cluster):
     interface: str | None = None
     local_directory: str | None = None
     python: str | None = None
-
-    @field_validator("walltime")
-    @classmethod
-    def _walltime(cls, v: str) -> str:
-        if not re.fullmatch(r"(\d+-)?\d{1,3}:\d{2}(:\d{2})?", v):
-            raise ValueError(f"expected a SLURM walltime like '01:30:00' or '2-00:00:00', got {v!r}")
-        return v
-
-    @field_validator("memory")
-    @classmethod
-    def _memory(cls, v: str) -> str:
-        if not re.fullmatch(r"\d+(\.\d+)?\s*([KMGT]i?B|[KMGT])", v, flags=re.IGNORECASE):
-            raise ValueError(f"expected a memory size like '64GB' or '512GiB', got {v!r}")
-        return v
 
     @model_validator(mode="after")
     def _divisible(self) -> SlurmClusterSpec:
