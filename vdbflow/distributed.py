@@ -149,6 +149,7 @@ class DistributedVolume:
     # the own-leaf and halo futures the partitions were built from: kept so that the scheduler can
     # rebuild a partition lost with its worker
     lineage: list = field(default_factory=list)
+    topology: Topology | None = None  # the whole volume's topology (on the client; values stay on the workers)
 
     def _sample(self, points: Any, mode: str, space: str, jacobian_space: str | None, want_jacobian: bool,
                 device: str = "cpu"):
@@ -294,7 +295,7 @@ def distribute(source: Volume | str | os.PathLike, client: Any = None, partition
     tables = client.submit(_identity, whole.topology.tables, pure=False)
     counts = np.bitwise_count(whole.topology.masks).sum(axis=1).astype(np.int64)
     return DistributedVolume(client, plan, parts, template, leaf_bytes, tables, whole.leaf_count, counts, halo, owns,
-                             lineage)
+                             lineage, whole.topology)
 
 
 # -- reverse mode ---------------------------------------------------------------------------------------

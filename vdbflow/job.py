@@ -318,15 +318,14 @@ def run_job(cfg: JobConfig, console: Any = None, progress: bool = True) -> JobRe
             timings["distribute_s"] = time.perf_counter() - t0
             log.info("distributed %d grid(s) over %d partition(s) in %.2f s", len(dvols), len(first.partitions),
                      timings["distribute_s"])
-            topologies = {name: _topology_of(src) for name, src in sources.items()}
-            topology = next(iter(topologies.values()))
+            topology = first.topology  # random points are drawn inside the first grid
             bbox = topology.world_bbox if cfg.points.space == "world" else topology.index_bbox
             point_set = make_points(cfg.points, topology, bbox)
             pts = point_set.points
             parts, errors = [], None
             for name, dvol in dvols.items():
                 prefix = "" if len(dvols) == 1 else f"{name}_"
-                ds_g, jac = _grid_dataset(dvol, pts, cfg, prefix, topologies[name])
+                ds_g, jac = _grid_dataset(dvol, pts, cfg, prefix, dvol.topology)
                 parts.append(ds_g)
                 if analytic is not None and jac is not None:
                     errors = _analytic_error(jac, pts, analytic, cfg, dvol.template.index_to_world)
@@ -377,12 +376,3 @@ def run_job(cfg: JobConfig, console: Any = None, progress: bool = True) -> JobRe
                 dvol.close()
     log.info("published %s", final)
     return result
-
-
-def _topology_of(src: Any) -> Any:
-    """The topology of a grid source: a Volume, or (path, grid) of an .nvdb file."""
-    from .nanovdb import open_grid
-
-    if isinstance(src, tuple):
-        return open_grid(src[0], src[1]).topology  # values stay in the mapped file
-    return src.topology
