@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "vdbflow/adjoint.h"
+#include "vdbflow/route.h"
 #include "vdbflow/sample.h"
 #include "vdbflow/schemes.h"
 
@@ -446,41 +447,6 @@ void sample_vjp(std::vector<IntTable> tables, InArray masks, InArray prefix, InA
     dispatch_points<double>(a);
 }
 
-// Leaf key (floor(u) >> 3) of each point's base cell, computed with the kernels' own mapping to
-// index space (so routing agrees with sampling to the last bit); `valid` is false for non-finite
-// points and points outside the int32 index range.
-nb::tuple base_leaf_keys(InArray points, nb::ndarray<const double, nb::shape<12>, nb::c_contig, nb::device::cpu> xform,
-                         bool points_world) {
-  if (!(is<float>(points) || is<double>(points)) || points.ndim() != 2 || points.shape(1) != 3)
-    throw std::invalid_argument("points must be (N, 3) float32 or float64");
-  const size_t n = points.shape(0);
-  const PointTransform xf = make_point_transform(xform.data(), points_world, 0);
-  int64_t* keys = new int64_t[3 * (n > 0 ? n : 1)];
-  bool* valid = new bool[n > 0 ? n : 1];
-  const bool dbl = is<double>(points);
-  {
-    nb::gil_scoped_release release;
-#pragma omp parallel for schedule(static, 4096)
-    for (i64 i = 0; i < (i64)n; ++i) {
-      double p[3], u[3];
-      for (int a = 0; a < 3; ++a)
-        p[a] = dbl ? ((const double*)points.data())[3 * i + a] : (double)((const float*)points.data())[3 * i + a];
-      to_index_space(xf, p, u);
-      bool ok = finite3(u);
-      for (int a = 0; a < 3; ++a) {
-        const i64 b = ok ? clamp_far(floor(u[a])) : 0;
-        ok = ok && b >= INDEX_MIN && b <= INDEX_MAX;
-        keys[3 * i + a] = b >> 3;
-      }
-      valid[i] = ok;
-    }
-  }
-  nb::capsule owner_k(keys, [](void* q) noexcept { delete[] (int64_t*)q; });
-  nb::capsule owner_v(valid, [](void* q) noexcept { delete[] (bool*)q; });
-  return nb::make_tuple(nb::ndarray<nb::numpy, int64_t, nb::ndim<2>>(keys, {n, 3}, owner_k),
-                        nb::ndarray<nb::numpy, bool, nb::ndim<1>>(valid, {n}, owner_v));
-}
-
 // Gradient field: fd2/fd4/fd6 Jacobians at every active voxel, leaf by leaf, rows in OnIndex order
 // (leaves in order, voxels by mask bit).  The same per-node function as point sampling at a node.
 template <class T, int NC>
@@ -574,6 +540,107 @@ int get_max_threads() {
 #endif
 }
 
+// Routing: each point's partition (route.h), then a stable counting sort by partition.  Returns the
+// permutation (input index of each sorted point), the P + 2 bucket bounds (bucket 0: background-only
+// points, bucket p + 1: partition p) and the points in sorted order (same dtype as given).
+nb::tuple route_points(InArray points, nb::ndarray<const double, nb::shape<12>, nb::c_contig, nb::device::cpu> xform,
+                       bool points_world, nb::ndarray<const int64_t, nb::shape<3>, nb::c_contig, nb::device::cpu> origin,
+                       int shift, nb::ndarray<const uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> boundaries,
+                       std::vector<IntTable> tables, bool background_shortcut, int stencil_lo, int stencil_hi) {
+  if (!(is<float>(points) || is<double>(points)) || points.ndim() != 2 || points.shape(1) != 3)
+    throw std::invalid_argument("points must be (N, 3) float32 or float64");
+  if (tables.size() != LEVEL_COUNT) throw std::invalid_argument("expected 3 hash tables");
+  if (shift < 0 || shift > 63) throw std::invalid_argument("Morton shift must be in [0, 63]");
+  if (stencil_lo > stencil_hi || stencil_hi - stencil_lo > 8) throw std::invalid_argument("bad stencil leaf offsets");
+  RouteSpec r;
+  for (int a = 0; a < 3; ++a) r.origin[a] = origin.data()[a];
+  r.shift = shift;
+  r.boundaries = (const u64*)boundaries.data();
+  r.partitions = (int)boundaries.shape(0) + 1;
+  for (int l = 0; l < LEVEL_COUNT; ++l) r.tables[l] = as_table(tables[l]);
+  r.background_shortcut = background_shortcut ? 1 : 0;
+  r.stencil_lo = stencil_lo;
+  r.stencil_hi = stencil_hi;
+  const PointTransform xf = make_point_transform(xform.data(), points_world, 0);
+  const i64 n = (i64)points.shape(0);
+  const int buckets = r.partitions + 1;
+  const bool dbl = is<double>(points);
+  const size_t item = dbl ? 8 : 4;
+  int64_t* order = new int64_t[n > 0 ? n : 1];
+  int64_t* bounds = new int64_t[buckets + 1];
+  char* sorted = new char[(n > 0 ? n : 1) * 3 * item];
+  std::vector<int32_t> bucket((size_t)(n > 0 ? n : 1));
+  const int max_threads = get_max_threads();
+  std::vector<i64> counts((size_t)max_threads * buckets, 0);
+  const char* src = (const char*)points.data();
+  {
+    nb::gil_scoped_release release;
+#pragma omp parallel num_threads(max_threads)
+    {
+#ifdef _OPENMP
+      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+#else
+      const int t = 0, nt = 1;
+#endif
+      const i64 begin = n * t / nt, end = n * (t + 1) / nt;  // contiguous blocks keep the sort stable
+      i64* mine = counts.data() + (size_t)t * buckets;
+      for (i64 i = begin; i < end; ++i) {
+        double p[3];
+        for (int a = 0; a < 3; ++a)
+          p[a] = dbl ? ((const double*)src)[3 * i + a] : (double)((const float*)src)[3 * i + a];
+        const int b = route_point(r, xf, p) + 1;
+        bucket[i] = b;
+        ++mine[b];
+      }
+#pragma omp barrier
+#pragma omp single
+      {
+        i64 running = 0;
+        for (int b = 0; b < buckets; ++b) {
+          bounds[b] = running;
+          for (int u = 0; u < nt; ++u) {
+            const i64 c = counts[(size_t)u * buckets + b];
+            counts[(size_t)u * buckets + b] = running;
+            running += c;
+          }
+        }
+        bounds[buckets] = running;
+      }
+      for (i64 i = begin; i < end; ++i) {
+        const i64 at = mine[bucket[i]]++;
+        order[at] = i;
+        std::memcpy(sorted + at * 3 * item, src + i * 3 * item, 3 * item);
+      }
+    }
+  }
+  nb::capsule own_order(order, [](void* q) noexcept { delete[] (int64_t*)q; });
+  nb::capsule own_bounds(bounds, [](void* q) noexcept { delete[] (int64_t*)q; });
+  nb::capsule own_sorted(sorted, [](void* q) noexcept { delete[] (char*)q; });
+  nb::object sorted_points;
+  if (dbl)
+    sorted_points = nb::cast(nb::ndarray<nb::numpy, double, nb::ndim<2>>((double*)sorted, {(size_t)n, 3}, own_sorted));
+  else
+    sorted_points = nb::cast(nb::ndarray<nb::numpy, float, nb::ndim<2>>((float*)sorted, {(size_t)n, 3}, own_sorted));
+  return nb::make_tuple(nb::ndarray<nb::numpy, int64_t, nb::ndim<1>>(order, {(size_t)n}, own_order),
+                        nb::ndarray<nb::numpy, int64_t, nb::ndim<1>>(bounds, {(size_t)buckets + 1}, own_bounds),
+                        sorted_points);
+}
+
+// Morton codes (route.h) of leaf keys (n, 3) in a frame.
+nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>> morton_codes(
+    nb::ndarray<const int64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> keys,
+    nb::ndarray<const int64_t, nb::shape<3>, nb::c_contig, nb::device::cpu> origin, int shift) {
+  if (keys.shape(1) != 3) throw std::invalid_argument("keys must be (n, 3)");
+  if (shift < 0 || shift > 63) throw std::invalid_argument("Morton shift must be in [0, 63]");
+  const size_t n = keys.shape(0);
+  u64* out = new u64[n > 0 ? n : 1];
+  const i64* k = (const i64*)keys.data();
+  const i64 o[3] = {origin.data()[0], origin.data()[1], origin.data()[2]};
+  for (size_t i = 0; i < n; ++i) out[i] = morton_code(k + 3 * i, o, shift);
+  nb::capsule owner(out, [](void* q) noexcept { delete[] (u64*)q; });
+  return nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>>((uint64_t*)out, {n}, owner);
+}
+
 }  // namespace
 
 NB_MODULE(_core, m) {
@@ -595,7 +662,13 @@ NB_MODULE(_core, m) {
         nb::arg("components"), nb::arg("index_layout"), nb::arg("leaf_origins"), nb::arg("first_row"),
         nb::arg("xform"), nb::arg("jacobian_world"), nb::arg("scheme"), nb::arg("out_jacobian"),
         nb::arg("leaf_values_at").none() = nb::none());
-  m.def("base_leaf_keys", &base_leaf_keys, nb::arg("points"), nb::arg("xform"), nb::arg("points_world"));
+  m.def("route_points", &route_points, nb::arg("points"), nb::arg("xform"), nb::arg("points_world"), nb::arg("origin"),
+        nb::arg("shift"), nb::arg("boundaries"), nb::arg("tables"), nb::arg("background_shortcut"),
+        nb::arg("stencil_lo"), nb::arg("stencil_hi"),
+        "Partition of each point and a stable counting sort: (order, bounds (P + 2), sorted points).");
+  m.def("morton_codes", &morton_codes, nb::arg("keys"), nb::arg("origin"), nb::arg("shift"));
+  m.attr("MORTON_BITS") = MORTON_BITS;
+  m.attr("ROUTE_BACKGROUND") = ROUTE_BACKGROUND;
   m.def("set_num_threads", &set_num_threads, nb::arg("threads"), "Threads of the CPU kernels (OpenMP).");
   m.def("get_max_threads", &get_max_threads, "Threads the CPU kernels use.");
   m.attr("ORDER_AUTO") = (int)ORDER_AUTO;

@@ -95,17 +95,35 @@ def test_workers_read_their_leaves_from_an_nvdb_file(rng, client, tmp_path):
         dvol.close()
 
 
-def test_task_count_is_chunks_plus_partitions(rng, client):
-    """100 chunks x 64 partitions: the graph grows with chunks + partitions, not their product."""
+def test_task_count_is_chunks_plus_partitions_times_waves(rng, client):
+    """100 chunks x 64 partitions: m (2P + 3) + n (1 + 2) tasks for m waves (module docstring), far
+    below the product, and no task of one wave depends on another wave's points."""
+    from dask.core import get_dependencies
+
     ijk, vol = volume(rng, 3)
     dvol = distribute(vol, client, 64)
     try:
         pts = da.from_array(rng.uniform(-40, 40, (10_000, 3)), chunks=(100, 3))
-        ds = dvol.sample_grad(pts, space="index")
-        graph = dict(ds["value_jacobian"].data.__dask_graph__())
-        tasks = len(graph)
-        print(f"tasks for 100 chunks x 64 partitions: {tasks}")
-        assert tasks < 10 * (100 + 64)  # far below 100 * 64 = 6,400
+        for wave in (None, 1, 8, 100):
+            ds = dvol.sample_grad(pts, space="index", wave=wave)
+            W = wave or vdbflow.distributed.default_wave(100, 64, dvol.workers)
+            graph = dict(ds["value_jacobian"].data.__dask_graph__())
+            graph.update(ds["value"].data.__dask_graph__())
+            m, n, P = -(-100 // W), 100, 64
+            point_tasks = len(dict(pts.__dask_graph__()))  # the chunks (and dask's source array key)
+            assert len(graph) == m * (2 * P + 3) + 2 * n + point_tasks
+            if wave is None:
+                assert len(graph) < 2_500 < 100 * 64
+            # streaming: each output chunk depends on the point chunks of its own wave only
+            for c in (0, 57, 99):
+                seen, todo = set(), [(ds["value"].data.name, c, 0)]
+                while todo:
+                    key = todo.pop()
+                    if key not in seen:
+                        seen.add(key)
+                        todo.extend(get_dependencies(graph, key))
+                chunk_keys = {k[1] for k in seen if isinstance(k, tuple) and k[0] == pts.name}
+                assert chunk_keys == set(range(c // W * W, min(100, c // W * W + W)))
     finally:
         dvol.close()
 
@@ -210,7 +228,7 @@ def test_a_worker_killed_mid_computation(rng, tmp_path, scheduler_and_workers):
 
 
 def test_background_only_points_skip_the_partitions(rng):
-    from vdbflow.distributed import _route
+    from vdbflow.distributed import _route_chunk as _route
 
     ijk, vol = volume(rng, 3)
     plan = plan_partitions(vol.topology, 4)

@@ -3,17 +3,38 @@
 Each partition is a :class:`Volume` holding its own leaves plus the halo leaves its stencils reach,
 living on a worker: its own leaves come from the client (a Volume) or from the worker's own read of an
 .nvdb file, and its halo from the neighbouring partitions, as tasks that move leaves worker to worker.
-Points are routed to the partition that owns their base cell (empty leaf slots
-included), sampled there with the same kernels, and returned in input order - equal bit for bit to
+Points are routed to the partition that owns their base cell (empty leaf slots included), sampled
+there with the same kernels, and returned in input order - equal bit for bit to
 :meth:`Volume.sample_grad` on the whole volume.
 
-Graph per call: one routing task per point chunk, one sampling task per partition, one assembling
-task per chunk - chunks + partitions + chunks tasks, not their product.
+The forward graph streams.  Point chunks are grouped in *waves* of ``W`` consecutive chunks; for each
+wave ``w``:
+
+- ``route[w]``: one task routes the wave's points (kernels: ``route_points``) into P pieces plus the
+  background-only points, each piece its own key (``piece[w, p]``, a tuple selection);
+- ``sample[w, p]``: partition p samples its piece of the wave, on the worker that holds the partition;
+  a piece moves to that worker once, its results move once to the assembler;
+- ``assemble[w]``: the wave's results back in input order, one key per output chunk and array.
+
+No task depends on another wave, so a wave's chunks are assembled (and written, in a job) as soon as
+its own pieces are sampled, and Dask's scheduling keeps only a few waves in flight: worker memory
+depends on the chunk size and the waves in flight, not on the number of points.
+
+Task count of one call, for ``n`` chunks in ``m = ceil(n / W)`` waves over ``P`` partitions::
+
+    m * (2 * P + 3)  +  n * (1 + A)
+
+(route, piece selections, samples, assemble per wave; the point chunk and ``A`` output-chunk
+selections per chunk, ``A`` = 1 for values, 2 with Jacobians).  The default wave holds ``ceil(P / 8)``
+chunks (at least one wave per worker kept), so a call costs about 20 tasks per chunk at any P, where
+the product chunks x partitions would grow with P.
 """
 
 from __future__ import annotations
 
+import operator
 import os
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,54 +101,67 @@ def _merge(owned: Volume, *halo_pieces: Volume) -> Volume:
                   owned.name, owned.component_names)
 
 
-def _route(points: np.ndarray, router: Router, transform: Any, space: str, tables: tuple,
-           stencil: tuple[int, int]) -> list[tuple]:
-    """Split a chunk of points by partition: [(indices, points)] per partition, then the indices of
-    points that read only background (answered without any partition)."""
-    points = np.asarray(points)
-    owner = router.route(points, transform, space, tables, stencil)
-    order = np.argsort(owner, kind="stable")
-    bounds = np.searchsorted(owner[order], np.arange(-1, router.partitions + 1))
-    split = [(order[bounds[p + 1]:bounds[p + 2]], points[order[bounds[p + 1]:bounds[p + 2]]])
-             for p in range(router.partitions)]
-    return [*split, order[bounds[0]:bounds[1]]]
+def _route_wave(router: Router, transform: Any, space: str, tables: tuple | None, stencil: tuple[int, int],
+                *chunks: np.ndarray) -> tuple:
+    """Route a wave of point chunks (concatenated, in order) in one kernel pass: P pieces
+    ``(indices in the wave, points)``, then the indices of the points that read only background."""
+    pts = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+    order, bounds, grouped = router.route(pts, transform, space, tables, stencil)
+    pieces = tuple((order[bounds[g]:bounds[g + 1]], grouped[bounds[g]:bounds[g + 1]])
+                   for g in range(1, len(bounds) - 1))
+    return (*pieces, order[bounds[0]:bounds[1]])
 
 
-def _sample_partition(volume: Volume, p: int, options: tuple, *routed_chunks: list) -> list[tuple]:
-    """Sample this partition's share of every chunk: [(indices, values, jacobian)] per chunk."""
+def _route_chunk(points: np.ndarray, router: Router, transform: Any, space: str, tables: tuple | None,
+                 stencil: tuple[int, int]) -> list[tuple]:
+    """One chunk's pieces as a list (reverse mode): [(indices, points)] per partition, then the
+    background-only indices."""
+    return list(_route_wave(router, transform, space, tables, stencil, np.asarray(points)))
+
+
+def _sample_piece(volume: Volume, piece: tuple, options: tuple) -> tuple:
+    """Sample one partition's piece of a wave: (indices in the wave, values, jacobian or None)."""
     mode, space, jacobian_space, want_jacobian, device = options
-    out = []
-    for routed in routed_chunks:
-        index, pts = routed[p]
-        if device == "cuda" and len(pts):  # the partition's arrays stay cached in this worker's GPU
-            import cupy
+    index, pts = piece
+    if device == "cuda" and len(pts):  # the partition's arrays stay cached in this worker's GPU
+        import cupy
 
-            values, jac = sample_grad_arrays(volume, cupy.asarray(pts), mode, space=space,
-                                             jacobian_space=jacobian_space, jacobian=want_jacobian, device="cuda")
-            values, jac = values.get(), (None if jac is None else jac.get())
-        else:
-            values, jac = sample_grad_arrays(volume, pts, mode, space=space, jacobian_space=jacobian_space,
-                                             jacobian=want_jacobian)
-        out.append((index, values, jac))
-    return out
+        values, jac = sample_grad_arrays(volume, cupy.asarray(pts), mode, space=space,
+                                         jacobian_space=jacobian_space, jacobian=want_jacobian, device="cuda")
+        values, jac = values.get(), (None if jac is None else jac.get())
+    else:
+        values, jac = sample_grad_arrays(volume, pts, mode, space=space, jacobian_space=jacobian_space,
+                                         jacobian=want_jacobian)
+    return index, values, jac
 
 
-def _assemble(c: int, n: int, vshape: tuple, jshape: tuple | None, dtype: Any, jdtype: Any, background: Any,
-              routed: list, *sampled: list) -> tuple[np.ndarray, np.ndarray | None]:
-    """A chunk's results back in input order from every partition's share; background-only points
-    get the background and a zero Jacobian."""
+def _assemble_wave(sizes: tuple, vshape: tuple, jshape: tuple | None, dtype: Any, jdtype: Any, background: Any,
+                   quiet: np.ndarray, *sampled: tuple) -> tuple:
+    """A wave's results in input order from its partitions' shares; background-only points get the
+    background and a zero Jacobian.  Returns ``(values_0, jacobian_0, values_1, jacobian_1, ...)``,
+    one pair per chunk of the wave (views of one block each)."""
+    n = int(sum(sizes))
     values = np.empty((n,) + vshape, dtype)
     jac = None if jshape is None else np.empty((n,) + jshape, jdtype)
-    quiet = routed[-1]
     values[quiet] = background
     if jac is not None:
         jac[quiet] = 0
-    for per_chunk in sampled:
-        index, v, j = per_chunk[c]
+    for index, v, j in sampled:
         values[index] = v
         if jac is not None:
             jac[index] = j
-    return values, jac
+    out = []
+    start = 0
+    for size in sizes:
+        out += [values[start:start + size], None if jac is None else jac[start:start + size]]
+        start += size
+    return tuple(out)
+
+
+def default_wave(chunks: int, partitions: int, workers: int) -> int:
+    """Chunks per wave: ceil(P / 8) (about 20 tasks per chunk at any P), but no fewer waves than
+    workers so that every worker routes."""
+    return max(1, min(-(-partitions // 8), chunks // max(1, workers)))
 
 
 @dataclass
@@ -150,10 +184,29 @@ class DistributedVolume:
     # rebuild a partition lost with its worker
     lineage: list = field(default_factory=list)
     topology: Topology | None = None  # the whole volume's topology (on the client; values stay on the workers)
+    workers: int = 1  # workers when the volume was distributed (sets the default wave)
+
+    def __repr__(self) -> str:
+        t = self.template
+        state = "closed" if self.closed else f"client {self.client.scheduler.address}"
+        return (f"<DistributedVolume {t.name!r} {t.value_type.name}, {self.template_leaf_count:,} leaves in "
+                f"{self.plan.partitions} partitions (halo {self.halo}) on {self.workers} worker(s), {state}>")
+
+    @property
+    def closed(self) -> bool:
+        return getattr(self, "_closed", False)
+
+    def __enter__(self) -> DistributedVolume:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     def _sample(self, points: Any, mode: str, space: str, jacobian_space: str | None, want_jacobian: bool,
-                device: str = "cpu"):
+                device: str = "cpu", wave: int | None = None):
         dask, da, _ = _import_dask()
+        from dask.highlevelgraph import HighLevelGraph
+
         _check_choice(mode, MODES, "mode")
         _check_choice(space, SPACES, "space")
         jacobian_space = space if jacobian_space is None else _check_choice(jacobian_space, SPACES, "jacobian_space")
@@ -169,49 +222,80 @@ class DistributedVolume:
                 from .errors import PointsError
 
                 raise PointsError(f"expected points of shape (N, 3), got {arr.shape}")
-            points = da.from_array(arr, chunks=(DEFAULT_CHUNK, 3))
+            points = arr
         if points.ndim != 2 or points.shape[1] != 3:
             from .errors import PointsError
 
             raise PointsError(f"expected points of shape (N, 3), got {points.shape}")
-        points = points.rechunk({1: 3})
+        if isinstance(points, da.Array):
+            points = points.rechunk({1: 3})
         C = self.template.components
         vshape = () if C == 1 else (C,)
         jshape = ((3,) if C == 1 else (C, 3)) if want_jacobian else None
         if device not in ("cpu", "cuda"):
             raise SamplingError(f"expected device 'cpu' or 'cuda' (one GPU per worker), got {device!r}")
         options = (mode, space, jacobian_space, want_jacobian, device)
-        chunks = points.to_delayed().ravel()
+        if isinstance(points, da.Array):
+            chunks, sizes = list(points.to_delayed().ravel()), points.chunks[0]
+        else:  # NumPy points: each wave's chunks travel inside its routing task, sent once to one worker
+            step = DEFAULT_CHUNK
+            chunks = [points[s:s + step] for s in range(0, len(points), step)] or [points[:0]]
+            sizes = tuple(len(c) for c in chunks)
+        W = wave or default_wave(len(chunks), self.plan.partitions, self.workers)
+        if W < 1:
+            raise SamplingError(f"expected wave >= 1 (chunks per wave), got {wave}")
         delayed = dask.delayed
+        P = self.plan.partitions
         # the background shortcut looks at a linear stencil; wider schemes go to their partition
         tables = self.tables if STENCIL_RADIUS[mode] <= 1 else None
-        routed = [delayed(_route, pure=True)(chunk, self.plan.router, self.template.transform, space, tables,
-                                             self.plan.stencil) for chunk in chunks]
-        sampled = [delayed(_sample_partition, pure=True)(part, p, options, *routed)
-                   for p, part in enumerate(self.partitions)]
-        sizes = points.chunks[0]
-        vparts, jparts = [], []
-        for c, n in enumerate(sizes):
-            done = delayed(_assemble, pure=True, nout=2)(c, n, vshape, jshape, vt.dtype, vt.jacobian_dtype,
-                                                         self.template.background, routed[c], *sampled)
-            vparts.append(da.from_delayed(done[0], shape=(n,) + vshape, dtype=vt.dtype))
-            if want_jacobian:
-                jparts.append(da.from_delayed(done[1], shape=(n,) + jshape, dtype=vt.jacobian_dtype))
-        values = da.concatenate(vparts, axis=0)
-        jac = da.concatenate(jparts, axis=0) if want_jacobian else None
+        token = dask.base.tokenize(self.partitions[0].key if self.partitions else None, options,
+                                   points.name if isinstance(points, da.Array) else uuid.uuid4().hex, W)
+        where = self.client.who_has(self.partitions)
+        home = [list(where.get(f.key) or ()) or None for f in self.partitions]
+        value_layer, jac_layer, done_waves = {}, {}, []
+        vname, jname = f"vdbflow-values-{token}", f"vdbflow-jacobian-{token}"
+        for w, first in enumerate(range(0, len(chunks), W)):
+            members = chunks[first:first + W]
+            route = delayed(_route_wave, pure=False, nout=P + 1,
+                            name=f"vdbflow-route-{token}-{w}")(self.plan.router, self.template.transform, space,
+                                                              tables, self.plan.stencil, *members)
+            pieces = [route[g] for g in range(P + 1)]
+            sampled = []
+            for p, part in enumerate(self.partitions):
+                # run where the partition lives (a piece moves, never a partition); anywhere once that worker is gone
+                with dask.annotate(workers=home[p], allow_other_workers=True):
+                    sampled.append(delayed(_sample_piece, pure=False, name=f"vdbflow-sample-{token}-{w}-{p}")(
+                        part, pieces[p], options))
+            done = delayed(_assemble_wave, pure=False, name=f"vdbflow-assemble-{token}-{w}")(
+                sizes[first:first + W], vshape, jshape, vt.dtype, vt.jacobian_dtype, self.template.background,
+                pieces[P], *sampled)
+            done_waves.append(done)
+            for i in range(len(members)):
+                c = first + i
+                value_layer[(vname, c) + (0,) * len(vshape)] = (operator.getitem, done.key, 2 * i)
+                if want_jacobian:
+                    jac_layer[(jname, c) + (0,) * len(jshape)] = (operator.getitem, done.key, 2 * i + 1)
+        graph = HighLevelGraph.from_collections(vname, value_layer, dependencies=done_waves)
+        values = da.Array(graph, vname, chunks=(tuple(sizes),) + tuple((d,) for d in vshape), dtype=vt.dtype)
+        jac = None
+        if want_jacobian:
+            graph = HighLevelGraph.from_collections(jname, jac_layer, dependencies=done_waves)
+            jac = da.Array(graph, jname, chunks=(tuple(sizes),) + tuple((d,) for d in jshape), dtype=vt.jacobian_dtype)
         return points, values, jac, jacobian_space
 
-    def sample(self, points: Any, mode: str = "linear", space: str = "world", *, device: str = "cpu"):
+    def sample(self, points: Any, mode: str = "linear", space: str = "world", *, device: str = "cpu",
+               wave: int | None = None):
         """Values at ``points`` (N, 3), NumPy or Dask (chunked along N); a Dask-backed Dataset.
-        ``device="cuda"`` samples on each worker's GPU (e.g. a ``dask_cuda.LocalCUDACluster``)."""
-        pts, values, _, _ = self._sample(points, mode, space, None, False, device)
+        ``device="cuda"`` samples on each worker's GPU (e.g. a ``dask_cuda.LocalCUDACluster``);
+        ``wave`` is the number of point chunks routed together (default: see the module docstring)."""
+        pts, values, _, _ = self._sample(points, mode, space, None, False, device, wave)
         return _dataset(self.template, pts, values, None, mode, space, None)
 
     def sample_grad(self, points: Any, mode: str = "linear", space: str = "world", jacobian_space: str | None = None,
-                    *, device: str = "cpu"):
+                    *, device: str = "cpu", wave: int | None = None):
         """Values and Jacobians at ``points``; the same Dataset layout as :meth:`Volume.sample_grad`,
-        Dask-backed and chunked like the points."""
-        pts, values, jac, jspace = self._sample(points, mode, space, jacobian_space, True, device)
+        Dask-backed and chunked like the points (1,048,576 points per chunk for NumPy points)."""
+        pts, values, jac, jspace = self._sample(points, mode, space, jacobian_space, True, device, wave)
         return _dataset(self.template, pts, values, jac, mode, space, jspace)
 
     def sample_grad_vjp(self, points: Any, adj_value: Any, adj_jacobian: Any = None, mode: str = "linear",
@@ -230,7 +314,10 @@ class DistributedVolume:
                  "worker": (where.get(f.key) or ["?"])[0]} for p, f in enumerate(self.partitions)]
 
     def close(self) -> None:
-        """Release the partitions (and the embedded cluster, if this volume started it)."""
+        """Release the partitions (and the embedded cluster, if this volume started it).  Idempotent."""
+        if self.closed:
+            return
+        self._closed = True
         for f in (*self.partitions, *self.lineage, self.tables):
             f.release()
         if self.owns_cluster:
@@ -245,16 +332,21 @@ def distribute(source: Volume | str | os.PathLike, client: Any = None, partition
     """Partition ``source`` (a Volume, or an .nvdb path whose leaves each worker reads itself)
     across a Dask cluster.
 
-    ``client`` is a ``distributed.Client`` (default: an embedded ``LocalCluster`` of processes sized
-    to the machine); ``partitions`` defaults to the number of workers; ``halo`` is the stencil
-    radius in voxels (1 for ``linear``).
+    ``client`` is a ``distributed.Client``; by default the current one (``distributed.get_client``)
+    when there is one, else an embedded ``LocalCluster`` of processes sized to the machine, closed with
+    the volume (``close()``, or use the volume as a context manager).  ``partitions`` defaults to the
+    number of workers; ``halo`` is the stencil radius in voxels (1 for ``linear``).
     """
     _, _, distributed = _import_dask()
-    owns = client is None
-    if owns:
-        cluster = distributed.LocalCluster(n_workers=os.cpu_count() or 1, threads_per_worker=1, processes=True,
-                                           dashboard_address=":0")
-        client = distributed.Client(cluster)
+    owns = False
+    if client is None:
+        try:
+            client = distributed.get_client()
+        except ValueError:  # no client in this process
+            owns = True
+            cluster = distributed.LocalCluster(n_workers=os.cpu_count() or 1, threads_per_worker=1, processes=True,
+                                               dashboard_address="127.0.0.1:0")
+            client = distributed.Client(cluster)
     if isinstance(source, Volume):
         whole, loader_source = source, None
     else:
@@ -294,8 +386,9 @@ def distribute(source: Volume | str | os.PathLike, client: Any = None, partition
     # the whole volume's hash tables, as a task that carries them: rebuilt if its worker is lost
     tables = client.submit(_identity, whole.topology.tables, pure=False)
     counts = np.bitwise_count(whole.topology.masks).sum(axis=1).astype(np.int64)
+    workers = max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
     return DistributedVolume(client, plan, parts, template, leaf_bytes, tables, whole.leaf_count, counts, halo, owns,
-                             lineage, whole.topology)
+                             lineage, whole.topology, workers)
 
 
 # -- reverse mode ---------------------------------------------------------------------------------------
@@ -391,7 +484,7 @@ def _vjp(dvol: DistributedVolume, points: Any, adj_value: Any, adj_jacobian: Any
     delayed = dask.delayed
     plan, P = dvol.plan, dvol.plan.partitions
     chunks = points.to_delayed().ravel()
-    routed = [delayed(_route, pure=True)(chunk, plan.router, dvol.template.transform, space, None, plan.stencil)
+    routed = [delayed(_route_chunk, pure=True)(chunk, plan.router, dvol.template.transform, space, None, plan.stencil)
               for chunk in chunks]
     vals = list(adj_value.to_delayed().ravel())
     jacs = [None] * len(chunks) if adj_jacobian is None else list(adj_jacobian.to_delayed().ravel())

@@ -15,24 +15,16 @@ from .errors import VolumeError
 from .transform import Transform
 from .volume import Topology
 
-MORTON_BITS = 21  # per axis: 63 bits in all
-
-
-def _spread(v: np.ndarray) -> np.ndarray:
-    """Bits of v (< 2**21) spread to every third bit."""
-    v = v.astype(np.uint64) & np.uint64(0x1FFFFF)
-    for shift, mask in ((32, 0x1F00000000FFFF), (16, 0x1F0000FF0000FF), (8, 0x100F00F00F00F00F),
-                        (4, 0x10C30C30C30C30C3), (2, 0x1249249249249249)):
-        v = (v | (v << np.uint64(shift))) & np.uint64(mask)
-    return v
+MORTON_BITS = _core.MORTON_BITS  # per axis (kernels/vdbflow/route.h)
+BACKGROUND = _core.ROUTE_BACKGROUND  # partition code of points that read only background
 
 
 def morton(keys: np.ndarray, origin: np.ndarray, shift: int) -> np.ndarray:
     """Morton codes (uint64) of leaf keys (n, 3), taken relative to ``origin`` and coarsened by
-    ``shift`` bits so that the key range fits 21 bits per axis (keys outside clamp to the ends)."""
-    rel = (np.asarray(keys, np.int64) - origin) >> shift
-    rel = np.clip(rel, 0, (1 << MORTON_BITS) - 1)
-    return (_spread(rel[:, 0]) << np.uint64(2)) | (_spread(rel[:, 1]) << np.uint64(1)) | _spread(rel[:, 2])
+    ``shift`` bits so that the key range fits 21 bits per axis (keys outside clamp to the ends).
+    Computed by the kernels' own ``morton_code``, the function routing uses."""
+    keys = np.ascontiguousarray(keys, np.int64).reshape(-1, 3)
+    return _core.morton_codes(keys, np.ascontiguousarray(origin, np.int64), int(shift))
 
 
 @dataclass(frozen=True)
@@ -53,20 +45,36 @@ class Router:
         return np.searchsorted(self.boundaries, morton(keys, self.origin, self.shift), side="right").astype(np.int64)
 
     def route(self, points: np.ndarray, transform: Transform, space: str, tables: tuple | None = None,
-              stencil: tuple[int, int] = (0, 1)) -> np.ndarray:
-        """Partition of each point (N,): the owner of its base cell's leaf slot, empty or not.  The
-        base cell comes from the kernels' own index mapping, so routing and sampling agree to the
-        last bit.  Non-finite points and points outside the int32 index range go to partition 0
-        (any partition answers them alike: NaN or background).  With the volume's hash ``tables``,
-        points whose whole ``stencil`` (leaf offsets) lies in background get -1."""
+              stencil: tuple[int, int] = (0, 1)) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Points grouped by partition, in one pass of the kernels (``route_points``, route.h).
+
+        Each point goes to the owner of its base cell's leaf slot, empty or not; the base cell comes
+        from the kernels' own index mapping, so routing and sampling agree to the last bit.  Non-finite
+        points and points outside the int32 index range go to partition 0 (any partition answers them
+        alike: NaN or background).  With the volume's hash ``tables``, points whose whole ``stencil``
+        (leaf offsets) lies in background are grouped apart.
+
+        Returns ``order`` (N,) int64, the input index of each grouped point (stable within a group);
+        ``bounds`` (P + 2,) int64, group g is ``order[bounds[g]:bounds[g + 1]]`` with group 0 the
+        background-only points and group p + 1 partition p; and the points in that order (N, 3).
+        """
         pts = np.ascontiguousarray(points)
         if pts.dtype not in (np.float32, np.float64):
             pts = pts.astype(np.float64)
-        keys, ok = _core.base_leaf_keys(pts, transform.kernel_parameters(), space == "world")
-        part = self.partition_of_keys(keys)
-        part[~ok] = 0
-        if tables is not None:
-            part[in_background(tables, keys, ok, stencil)] = -1
+        empty = np.zeros((0, 4), np.int32)
+        tabs = [np.ascontiguousarray(t, np.int32) if len(t) else empty for t in tables] if tables is not None \
+            else [empty] * 3
+        return _core.route_points(pts.reshape(-1, 3), transform.kernel_parameters(), space == "world",
+                                  np.ascontiguousarray(self.origin, np.int64), int(self.shift),
+                                  np.ascontiguousarray(self.boundaries, np.uint64), tabs, tables is not None,
+                                  int(stencil[0]), int(stencil[1]))
+
+    def partition_of_points(self, points: np.ndarray, transform: Transform, space: str, tables: tuple | None = None,
+                            stencil: tuple[int, int] = (0, 1)) -> np.ndarray:
+        """Partition of each point (N,) int64, ``BACKGROUND`` for background-only points."""
+        order, bounds, _ = self.route(points, transform, space, tables, stencil)
+        part = np.empty(len(order), np.int64)
+        part[order] = np.repeat(np.arange(-1, len(bounds) - 2), np.diff(bounds))
         return part
 
 
