@@ -16,6 +16,7 @@
 #include <omp.h>
 #endif
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -546,21 +547,16 @@ int get_max_threads() {
 nb::tuple route_points(InArray points, nb::ndarray<const double, nb::shape<12>, nb::c_contig, nb::device::cpu> xform,
                        bool points_world, nb::ndarray<const int64_t, nb::shape<3>, nb::c_contig, nb::device::cpu> origin,
                        int shift, nb::ndarray<const uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> boundaries,
-                       std::vector<IntTable> tables, bool background_shortcut, int stencil_lo, int stencil_hi) {
+                       IntTable near_blocks) {
   if (!(is<float>(points) || is<double>(points)) || points.ndim() != 2 || points.shape(1) != 3)
     throw std::invalid_argument("points must be (N, 3) float32 or float64");
-  if (tables.size() != LEVEL_COUNT) throw std::invalid_argument("expected 3 hash tables");
   if (shift < 0 || shift > 63) throw std::invalid_argument("Morton shift must be in [0, 63]");
-  if (stencil_lo > stencil_hi || stencil_hi - stencil_lo > 8) throw std::invalid_argument("bad stencil leaf offsets");
   RouteSpec r;
   for (int a = 0; a < 3; ++a) r.origin[a] = origin.data()[a];
   r.shift = shift;
   r.boundaries = (const u64*)boundaries.data();
   r.partitions = (int)boundaries.shape(0) + 1;
-  for (int l = 0; l < LEVEL_COUNT; ++l) r.tables[l] = as_table(tables[l]);
-  r.background_shortcut = background_shortcut ? 1 : 0;
-  r.stencil_lo = stencil_lo;
-  r.stencil_hi = stencil_hi;
+  r.near_blocks = as_table(near_blocks);
   const PointTransform xf = make_point_transform(xform.data(), points_world, 0);
   const i64 n = (i64)points.shape(0);
   const int buckets = r.partitions + 1;
@@ -569,7 +565,7 @@ nb::tuple route_points(InArray points, nb::ndarray<const double, nb::shape<12>, 
   int64_t* order = new int64_t[n > 0 ? n : 1];
   int64_t* bounds = new int64_t[buckets + 1];
   char* sorted = new char[(n > 0 ? n : 1) * 3 * item];
-  std::vector<int32_t> bucket((size_t)(n > 0 ? n : 1));
+  std::unique_ptr<int32_t[]> bucket(new int32_t[n > 0 ? n : 1]);  // not zero-filled: every entry is written
   const int max_threads = get_max_threads();
   std::vector<i64> counts((size_t)max_threads * buckets, 0);
   const char* src = (const char*)points.data();
@@ -663,12 +659,12 @@ NB_MODULE(_core, m) {
         nb::arg("xform"), nb::arg("jacobian_world"), nb::arg("scheme"), nb::arg("out_jacobian"),
         nb::arg("leaf_values_at").none() = nb::none());
   m.def("route_points", &route_points, nb::arg("points"), nb::arg("xform"), nb::arg("points_world"), nb::arg("origin"),
-        nb::arg("shift"), nb::arg("boundaries"), nb::arg("tables"), nb::arg("background_shortcut"),
-        nb::arg("stencil_lo"), nb::arg("stencil_hi"),
+        nb::arg("shift"), nb::arg("boundaries"), nb::arg("near_blocks"),
         "Partition of each point and a stable counting sort: (order, bounds (P + 2), sorted points).");
   m.def("morton_codes", &morton_codes, nb::arg("keys"), nb::arg("origin"), nb::arg("shift"));
   m.attr("MORTON_BITS") = MORTON_BITS;
   m.attr("ROUTE_BACKGROUND") = ROUTE_BACKGROUND;
+  m.attr("ROUTE_BLOCK_SHIFT") = ROUTE_BLOCK_SHIFT;
   m.def("set_num_threads", &set_num_threads, nb::arg("threads"), "Threads of the CPU kernels (OpenMP).");
   m.def("get_max_threads", &get_max_threads, "Threads the CPU kernels use.");
   m.attr("ORDER_AUTO") = (int)ORDER_AUTO;

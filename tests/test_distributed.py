@@ -9,7 +9,7 @@ import vdbflow
 distributed = pytest.importorskip("distributed")
 da = pytest.importorskip("dask.array")
 from vdbflow.distributed import distribute  # noqa: E402
-from vdbflow.partition import plan_partitions  # noqa: E402
+from vdbflow.partition import near_blocks, plan_partitions  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -236,7 +236,7 @@ def test_background_only_points_skip_the_partitions(rng):
     near_leaf = vol.active_voxels()[:3] + 0.5
     in_tile = np.array([[200.0, 60.0, 60.0]])  # inside the 128^3 tile
     pts = np.concatenate([empty, near_leaf, in_tile])
-    routed = _route(pts, plan.router, vol.transform, "index", vol.topology.tables, plan.stencil)
+    routed = _route(pts, plan.router, vol.transform, "index", near_blocks(vol.topology, plan.stencil))
     assert sorted(routed[-1].tolist()) == [0, 1]
     assert sum(len(idx) for idx, _ in routed[:-1]) == 4
 

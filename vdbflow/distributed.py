@@ -42,7 +42,7 @@ import numpy as np
 
 from . import tree
 from .errors import SamplingError, VolumeError
-from .partition import PartitionPlan, Router, plan_partitions
+from .partition import PartitionPlan, Router, near_blocks, plan_partitions
 from .sampling import MODES, SPACES, STENCIL_RADIUS, _check_choice, _dataset, sample_grad_arrays
 from .volume import Topology, Volume
 
@@ -66,10 +66,6 @@ def _read_leaves(path: str, grid: Any, leaves: np.ndarray) -> Volume:
     from .nanovdb import open_grid
 
     return open_grid(path, grid, leaves=leaves).contiguous()
-
-
-def _identity(x: Any) -> Any:
-    return x
 
 
 def _extract(volume: Volume, leaves: np.ndarray) -> Volume:
@@ -101,22 +97,20 @@ def _merge(owned: Volume, *halo_pieces: Volume) -> Volume:
                   owned.name, owned.component_names)
 
 
-def _route_wave(router: Router, transform: Any, space: str, tables: tuple | None, stencil: tuple[int, int],
-                *chunks: np.ndarray) -> tuple:
+def _route_wave(router: Router, transform: Any, space: str, near: np.ndarray | None, *chunks: np.ndarray) -> tuple:
     """Route a wave of point chunks (concatenated, in order) in one kernel pass: P pieces
     ``(indices in the wave, points)``, then the indices of the points that read only background."""
     pts = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
-    order, bounds, grouped = router.route(pts, transform, space, tables, stencil)
+    order, bounds, grouped = router.route(pts, transform, space, near)
     pieces = tuple((order[bounds[g]:bounds[g + 1]], grouped[bounds[g]:bounds[g + 1]])
                    for g in range(1, len(bounds) - 1))
     return (*pieces, order[bounds[0]:bounds[1]])
 
 
-def _route_chunk(points: np.ndarray, router: Router, transform: Any, space: str, tables: tuple | None,
-                 stencil: tuple[int, int]) -> list[tuple]:
+def _route_chunk(points: np.ndarray, router: Router, transform: Any, space: str, near: np.ndarray | None) -> list:
     """One chunk's pieces as a list (reverse mode): [(indices, points)] per partition, then the
     background-only indices."""
-    return list(_route_wave(router, transform, space, tables, stencil, np.asarray(points)))
+    return list(_route_wave(router, transform, space, near, np.asarray(points)))
 
 
 def _sample_piece(volume: Volume, piece: tuple, options: tuple) -> tuple:
@@ -175,7 +169,7 @@ class DistributedVolume:
     partitions: list  # futures of partition volumes
     template: Volume  # an empty volume with the value type, names, transform and background
     leaf_bytes: int
-    tables: Any  # the whole volume's hash tables (a future), for answering background-only points
+    near: np.ndarray | None  # table of the blocks near data (partition.near_blocks): the background shortcut
     template_leaf_count: int = 0  # leaves of the whole volume
     leaf_value_counts: np.ndarray | None = None  # index layout: values per leaf of the whole volume
     halo: int = 1  # stencil radius (voxels) the halos were cut for
@@ -246,8 +240,6 @@ class DistributedVolume:
             raise SamplingError(f"expected wave >= 1 (chunks per wave), got {wave}")
         delayed = dask.delayed
         P = self.plan.partitions
-        # the background shortcut looks at a linear stencil; wider schemes go to their partition
-        tables = self.tables if STENCIL_RADIUS[mode] <= 1 else None
         token = dask.base.tokenize(self.partitions[0].key if self.partitions else None, options,
                                    points.name if isinstance(points, da.Array) else uuid.uuid4().hex, W)
         where = self.client.who_has(self.partitions)
@@ -258,7 +250,7 @@ class DistributedVolume:
             members = chunks[first:first + W]
             route = delayed(_route_wave, pure=False, nout=P + 1,
                             name=f"vdbflow-route-{token}-{w}")(self.plan.router, self.template.transform, space,
-                                                              tables, self.plan.stencil, *members)
+                                                              self.near, *members)
             pieces = [route[g] for g in range(P + 1)]
             sampled = []
             for p, part in enumerate(self.partitions):
@@ -318,7 +310,7 @@ class DistributedVolume:
         if self.closed:
             return
         self._closed = True
-        for f in (*self.partitions, *self.lineage, self.tables):
+        for f in (*self.partitions, *self.lineage):
             f.release()
         if self.owns_cluster:
             cluster = self.client.cluster
@@ -383,11 +375,11 @@ def distribute(source: Volume | str | os.PathLike, client: Any = None, partition
     distributed.wait(parts)
     template = whole.select_leaves(np.zeros(0, np.int64))
     leaf_bytes = 512 * whole.components * whole.dtype.itemsize + 64
-    # the whole volume's hash tables, as a task that carries them: rebuilt if its worker is lost
-    tables = client.submit(_identity, whole.topology.tables, pure=False)
+    # blocks near data, for the background shortcut (cut for the halo's stencil: any allowed mode fits)
+    near = near_blocks(whole.topology, plan.stencil)
     counts = np.bitwise_count(whole.topology.masks).sum(axis=1).astype(np.int64)
     workers = max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
-    return DistributedVolume(client, plan, parts, template, leaf_bytes, tables, whole.leaf_count, counts, halo, owns,
+    return DistributedVolume(client, plan, parts, template, leaf_bytes, near, whole.leaf_count, counts, halo, owns,
                              lineage, whole.topology, workers)
 
 
@@ -484,7 +476,7 @@ def _vjp(dvol: DistributedVolume, points: Any, adj_value: Any, adj_jacobian: Any
     delayed = dask.delayed
     plan, P = dvol.plan, dvol.plan.partitions
     chunks = points.to_delayed().ravel()
-    routed = [delayed(_route_chunk, pure=True)(chunk, plan.router, dvol.template.transform, space, None, plan.stencil)
+    routed = [delayed(_route_chunk, pure=True)(chunk, plan.router, dvol.template.transform, space, None)
               for chunk in chunks]
     vals = list(adj_value.to_delayed().ravel())
     jacs = [None] * len(chunks) if adj_jacobian is None else list(adj_jacobian.to_delayed().ravel())

@@ -17,6 +17,7 @@ from .volume import Topology
 
 MORTON_BITS = _core.MORTON_BITS  # per axis (kernels/vdbflow/route.h)
 BACKGROUND = _core.ROUTE_BACKGROUND  # partition code of points that read only background
+BLOCK_SHIFT = _core.ROUTE_BLOCK_SHIFT  # background-shortcut blocks: leaf keys >> BLOCK_SHIFT
 
 
 def morton(keys: np.ndarray, origin: np.ndarray, shift: int) -> np.ndarray:
@@ -44,15 +45,15 @@ class Router:
         """Partition (int64) that answers points whose base cell is in leaf ``keys`` (n, 3)."""
         return np.searchsorted(self.boundaries, morton(keys, self.origin, self.shift), side="right").astype(np.int64)
 
-    def route(self, points: np.ndarray, transform: Transform, space: str, tables: tuple | None = None,
-              stencil: tuple[int, int] = (0, 1)) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def route(self, points: np.ndarray, transform: Transform, space: str,
+              near: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Points grouped by partition, in one pass of the kernels (``route_points``, route.h).
 
         Each point goes to the owner of its base cell's leaf slot, empty or not; the base cell comes
         from the kernels' own index mapping, so routing and sampling agree to the last bit.  Non-finite
         points and points outside the int32 index range go to partition 0 (any partition answers them
-        alike: NaN or background).  With the volume's hash ``tables``, points whose whole ``stencil``
-        (leaf offsets) lies in background are grouped apart.
+        alike: NaN or background).  With a ``near`` table (:func:`near_blocks`), points based in a
+        block far from all data are grouped apart: they read only background.
 
         Returns ``order`` (N,) int64, the input index of each grouped point (stable within a group);
         ``bounds`` (P + 2,) int64, group g is ``order[bounds[g]:bounds[g + 1]]`` with group 0 the
@@ -61,21 +62,49 @@ class Router:
         pts = np.ascontiguousarray(points)
         if pts.dtype not in (np.float32, np.float64):
             pts = pts.astype(np.float64)
-        empty = np.zeros((0, 4), np.int32)
-        tabs = [np.ascontiguousarray(t, np.int32) if len(t) else empty for t in tables] if tables is not None \
-            else [empty] * 3
         return _core.route_points(pts.reshape(-1, 3), transform.kernel_parameters(), space == "world",
                                   np.ascontiguousarray(self.origin, np.int64), int(self.shift),
-                                  np.ascontiguousarray(self.boundaries, np.uint64), tabs, tables is not None,
-                                  int(stencil[0]), int(stencil[1]))
+                                  np.ascontiguousarray(self.boundaries, np.uint64),
+                                  np.zeros((0, 4), np.int32) if near is None else near)
 
-    def partition_of_points(self, points: np.ndarray, transform: Transform, space: str, tables: tuple | None = None,
-                            stencil: tuple[int, int] = (0, 1)) -> np.ndarray:
+    def partition_of_points(self, points: np.ndarray, transform: Transform, space: str,
+                            near: np.ndarray | None = None) -> np.ndarray:
         """Partition of each point (N,) int64, ``BACKGROUND`` for background-only points."""
-        order, bounds, _ = self.route(points, transform, space, tables, stencil)
+        order, bounds, _ = self.route(points, transform, space, near)
         part = np.empty(len(order), np.int64)
         part[order] = np.repeat(np.arange(-1, len(bounds) - 2), np.diff(bounds))
         return part
+
+
+def near_blocks(topology: Topology, stencil: tuple[int, int], max_blocks: int = 1 << 22) -> np.ndarray | None:
+    """Hash table of the blocks (leaf keys >> ROUTE_BLOCK_SHIFT: 128^3 voxels) in which a stencil
+    (``stencil`` = leaf offsets lo, hi of a stencil from its base leaf) can touch a leaf or a tile.
+    Points based anywhere else read only background.  None (no shortcut) when tiles would cover
+    more than ``max_blocks`` blocks."""
+    lo, hi = stencil
+    B = BLOCK_SHIFT
+    keys = [topology.leaf_origins.astype(np.int64) >> 3]
+    sizes = [np.ones(len(keys[0]), np.int64)]
+    if len(topology.tile_sizes):
+        keys.append(topology.tile_origins.astype(np.int64) >> 3)
+        sizes.append(topology.tile_sizes.astype(np.int64) >> 3)
+    keys, sizes = np.concatenate(keys), np.concatenate(sizes)
+    # base leaf keys whose stencil reaches [a, a + s - 1] are [a - hi, a + s - 1 - lo], per axis
+    first = (keys - hi) >> B
+    last = (keys + sizes[:, None] - 1 - lo) >> B
+    span = last - first + 1
+    if int(np.prod(span, axis=1).sum()) > max_blocks:
+        return None
+    blocks = []
+    for extent in np.unique(span, axis=0):  # items of one block extent at a time (leaves: 1 or 2 per axis)
+        rows = np.all(span == extent, axis=1)
+        grid = np.stack(np.meshgrid(*[np.arange(e) for e in extent], indexing="ij"), -1).reshape(-1, 3)
+        blocks.append((first[rows][:, None, :] + grid[None]).reshape(-1, 3))
+    blocks = np.unique(np.concatenate(blocks), axis=0) if blocks else np.zeros((0, 3), np.int64)
+    if len(blocks) == 0:
+        return np.zeros((0, 4), np.int32)  # nothing anywhere: an empty table still routes every point
+    table, _ = _core.build_table(np.ascontiguousarray(blocks, np.int32), np.zeros(len(blocks), np.int32))
+    return table
 
 
 @dataclass(frozen=True)
@@ -98,23 +127,6 @@ class PartitionPlan:
     @property
     def partitions(self) -> int:
         return len(self.owned)
-
-
-def in_background(tables: tuple, keys: np.ndarray, ok: np.ndarray, stencil: tuple[int, int]) -> np.ndarray:
-    """Points (by base leaf ``keys`` (N, 3)) whose whole stencil misses every leaf and tile: they read
-    the background, whoever samples them.  ``tables`` are the volume's level-0/1/2 hash tables."""
-    lo, hi = stencil
-    hit = ~ok  # non-finite / far points are left to a partition
-    offsets = np.stack(np.meshgrid(*[np.arange(lo, hi + 1)] * 3, indexing="ij"), -1).reshape(-1, 3)
-    for o in offsets:
-        k = keys + o
-        for level, table in enumerate(tables):
-            if len(table) == 0:
-                continue
-            shift = (0, 4, 9)[level]  # leaf keys -> 128^3 and 4096^3 node keys
-            q = np.ascontiguousarray((k >> shift).astype(np.int32))
-            hit |= _core.table_lookup(table, q) != -1
-    return ~hit
 
 
 def plan_partitions(topology: Topology, partitions: int, stencil_radius: int = 1) -> PartitionPlan:

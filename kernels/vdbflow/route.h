@@ -2,9 +2,9 @@
 //
 // Leaves are ordered along a Morton curve of their keys (origin >> 3) and cut into P ranges; a point
 // goes to the partition owning the leaf slot of its base cell (floor of its index coordinate, the
-// same mapping sample.h uses, so routing and sampling agree to the last bit).  With the volume's
-// hash tables, a point whose whole stencil misses every leaf and tile reads the background wherever it
-// is sampled: it is routed to ROUTE_BACKGROUND and answered without any partition.
+// same mapping sample.h uses, so routing and sampling agree to the last bit).  A point based in a
+// block far from every leaf and tile reads the background wherever it is sampled: it is routed to
+// ROUTE_BACKGROUND and answered without any partition.
 #pragma once
 #include "sample.h"
 
@@ -38,16 +38,20 @@ VDB_HD u64 morton_code(const i64 k[3], const i64 origin[3], int shift) {
   return code;
 }
 
+// Background shortcut granularity: blocks of 16^3 leaf keys (128^3 voxels, NanoVDB's lower nodes).
+// A block is "near data" when some stencil based in it can touch a leaf or a tile; a point based in
+// any other block reads only background.  One lookup per point, and the table of near blocks is tiny
+// (about leaves / 4096 entries), so every routing task can carry it.
+constexpr int ROUTE_BLOCK_SHIFT = 4;
+
 // Everything routing reads: the Morton frame, the first code of partitions 1 .. P-1, and optionally
-// the volume's tables with the stencil's leaf offsets for the background shortcut.
+// the table of near-data blocks (keys: leaf key >> ROUTE_BLOCK_SHIFT) for the background shortcut.
 struct RouteSpec {
   i64 origin[3];
   int shift;
   const u64* boundaries;  // (P - 1,) ascending
   int partitions;         // P
-  HashTable tables[LEVEL_COUNT];
-  int background_shortcut;  // 0: never ROUTE_BACKGROUND
-  int stencil_lo, stencil_hi;  // leaf offsets of a stencil relative to its base leaf
+  HashTable near_blocks;  // entries == nullptr: no shortcut
 };
 
 // Partition of a Morton code: the number of boundaries <= code (numpy's searchsorted, side='right').
@@ -59,20 +63,6 @@ VDB_HD int partition_of_code(const RouteSpec& r, u64 code) {
     else hi = mid;
   }
   return lo;
-}
-
-// True when some leaf or tile lies within the stencil around base leaf key k.
-VDB_HD bool stencil_touches_data(const RouteSpec& r, const i64 k[3]) {
-  for (int dx = r.stencil_lo; dx <= r.stencil_hi; ++dx)
-    for (int dy = r.stencil_lo; dy <= r.stencil_hi; ++dy)
-      for (int dz = r.stencil_lo; dz <= r.stencil_hi; ++dz)
-        for (int level = 0; level < LEVEL_COUNT; ++level) {
-          const int s = leaf_key_shift(level);
-          if (table_find(r.tables[level], (int)((k[0] + dx) >> s), (int)((k[1] + dy) >> s),
-                         (int)((k[2] + dz) >> s)) != SLOT_NOT_FOUND)
-            return true;
-        }
-  return false;
 }
 
 // Base leaf key of a point (index-space u); false for non-finite points and points outside the int32
@@ -93,7 +83,10 @@ VDB_HD bool base_leaf_key(const PointTransform& xf, const double p[3], i64 key[3
 VDB_HD int route_point(const RouteSpec& r, const PointTransform& xf, const double p[3]) {
   i64 k[3];
   if (!base_leaf_key(xf, p, k)) return 0;
-  if (r.background_shortcut && !stencil_touches_data(r, k)) return ROUTE_BACKGROUND;
+  if (r.near_blocks.entries != nullptr &&
+      table_find(r.near_blocks, (int)(k[0] >> ROUTE_BLOCK_SHIFT), (int)(k[1] >> ROUTE_BLOCK_SHIFT),
+                 (int)(k[2] >> ROUTE_BLOCK_SHIFT)) == SLOT_NOT_FOUND)
+    return ROUTE_BACKGROUND;
   return partition_of_code(r, morton_code(k, r.origin, r.shift));
 }
 
