@@ -637,6 +637,27 @@ nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>> morton_codes(
   return nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>>((uint64_t*)out, {n}, owner);
 }
 
+// dst[index[r]] = src[r] for rows of `row_bytes` bytes (the assembly of routed results; any dtype).
+void scatter_rows(AnyArray dst, InArray index, InArray src) {
+  if (index.dtype() != nb::dtype<int64_t>() || index.ndim() != 1) throw std::invalid_argument("index must be (m,) int64");
+  const i64 m = (i64)index.shape(0), n = dst.ndim() ? (i64)dst.shape(0) : 0;
+  if (src.dtype() != dst.dtype() || src.ndim() != dst.ndim() || (src.ndim() && (i64)src.shape(0) != m))
+    throw std::invalid_argument("src must be (m, ...) of dst's dtype");
+  size_t row = dst.itemsize();
+  for (size_t a = 1; a < dst.ndim(); ++a) {
+    if (src.shape(a) != dst.shape(a)) throw std::invalid_argument("src and dst rows differ in shape");
+    row *= dst.shape(a);
+  }
+  const int64_t* at = (const int64_t*)index.data();
+  for (i64 r = 0; r < m; ++r)
+    if (at[r] < 0 || at[r] >= n) throw std::out_of_range("scatter index " + std::to_string(at[r]) + " outside [0, " + std::to_string(n) + ")");
+  char* d = (char*)dst.data();
+  const char* s = (const char*)src.data();
+  nb::gil_scoped_release release;
+#pragma omp parallel for schedule(static, 16384)
+  for (i64 r = 0; r < m; ++r) std::memcpy(d + at[r] * row, s + r * row, row);
+}
+
 }  // namespace
 
 NB_MODULE(_core, m) {
@@ -661,6 +682,7 @@ NB_MODULE(_core, m) {
   m.def("route_points", &route_points, nb::arg("points"), nb::arg("xform"), nb::arg("points_world"), nb::arg("origin"),
         nb::arg("shift"), nb::arg("boundaries"), nb::arg("near_blocks"),
         "Partition of each point and a stable counting sort: (order, bounds (P + 2), sorted points).");
+  m.def("scatter_rows", &scatter_rows, nb::arg("dst"), nb::arg("index"), nb::arg("src"));
   m.def("morton_codes", &morton_codes, nb::arg("keys"), nb::arg("origin"), nb::arg("shift"));
   m.attr("MORTON_BITS") = MORTON_BITS;
   m.attr("ROUTE_BACKGROUND") = ROUTE_BACKGROUND;

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from . import tree
+from . import _core, tree
 from .errors import SamplingError, VolumeError
 from .partition import PartitionPlan, Router, near_blocks, plan_partitions
 from .sampling import MODES, SPACES, STENCIL_RADIUS, _check_choice, _dataset, sample_grad_arrays
@@ -141,9 +141,9 @@ def _assemble_wave(sizes: tuple, vshape: tuple, jshape: tuple | None, dtype: Any
     if jac is not None:
         jac[quiet] = 0
     for index, v, j in sampled:
-        values[index] = v
+        _core.scatter_rows(values, index, np.ascontiguousarray(v, values.dtype))
         if jac is not None:
-            jac[index] = j
+            _core.scatter_rows(jac, index, np.ascontiguousarray(j, jac.dtype))
     out = []
     start = 0
     for size in sizes:

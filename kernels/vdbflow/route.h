@@ -55,14 +55,17 @@ struct RouteSpec {
 };
 
 // Partition of a Morton code: the number of boundaries <= code (numpy's searchsorted, side='right').
+// Branch-free (a conditional move per halving): random points would mispredict every step.
 VDB_HD int partition_of_code(const RouteSpec& r, u64 code) {
-  int lo = 0, hi = r.partitions - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi) >> 1;
-    if (r.boundaries[mid] <= code) lo = mid + 1;
-    else hi = mid;
+  int n = r.partitions - 1;
+  if (n == 0) return 0;
+  const u64* base = r.boundaries;
+  while (n > 1) {
+    const int half = n >> 1;
+    base = (base[half] <= code) ? base + half : base;
+    n -= half;
   }
-  return lo;
+  return (int)(base - r.boundaries) + (*base <= code ? 1 : 0);
 }
 
 // Base leaf key of a point (index-space u); false for non-finite points and points outside the int32
