@@ -658,6 +658,49 @@ void scatter_rows(AnyArray dst, InArray index, InArray src) {
   for (i64 r = 0; r < m; ++r) std::memcpy(d + at[r] * row, s + r * row, row);
 }
 
+// Voxel coordinates (n, 3) int32 of active voxels by global rank g (leaves in order, voxels by mask
+// bit: OnIndex order), with leaf_end the running count of active voxels at the end of each leaf.
+nb::ndarray<nb::numpy, int32_t, nb::ndim<2>> active_voxels_at(
+    nb::ndarray<const int32_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> origins,
+    nb::ndarray<const uint64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> masks,
+    nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> leaf_end,
+    nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> rank) {
+  const i64 L = (i64)origins.shape(0), n = (i64)rank.shape(0);
+  if (origins.shape(1) != 3 || masks.shape(0) != (size_t)L || masks.shape(1) != 8 || leaf_end.shape(0) != (size_t)L)
+    throw std::invalid_argument("expected origins (L, 3), masks (L, 8) and leaf_end (L,)");
+  const i64 total = L ? leaf_end.data()[L - 1] : 0;
+  const int64_t* g = rank.data();
+  for (i64 r = 0; r < n; ++r)
+    if (g[r] < 0 || g[r] >= total)
+      throw std::out_of_range("voxel rank " + std::to_string(g[r]) + " outside [0, " + std::to_string(total) + ")");
+  int32_t* out = new int32_t[3 * (n > 0 ? n : 1)];
+  const int64_t* end = leaf_end.data();
+  const u64* m = (const u64*)masks.data();
+  const int32_t* o = origins.data();
+  {
+    nb::gil_scoped_release release;
+#pragma omp parallel for schedule(static, 4096)
+    for (i64 r = 0; r < n; ++r) {
+      const i64 leaf = std::upper_bound(end, end + L, (int64_t)g[r]) - end;
+      i64 left = g[r] - (leaf ? end[leaf - 1] : 0);
+      int w = 0;
+      for (; w < 8; ++w) {
+        const int c = popcount64(m[leaf * 8 + w]);
+        if (left < c) break;
+        left -= c;
+      }
+      u64 word = m[leaf * 8 + w];
+      for (i64 k = 0; k < left; ++k) word &= word - 1;  // drop the lower set bits
+      const int bit = w * 64 + __builtin_ctzll(word);
+      out[3 * r] = o[3 * leaf] + (bit >> 6);
+      out[3 * r + 1] = o[3 * leaf + 1] + ((bit >> 3) & 7);
+      out[3 * r + 2] = o[3 * leaf + 2] + (bit & 7);
+    }
+  }
+  nb::capsule owner(out, [](void* q) noexcept { delete[] (int32_t*)q; });
+  return nb::ndarray<nb::numpy, int32_t, nb::ndim<2>>(out, {(size_t)n, 3}, owner);
+}
+
 }  // namespace
 
 NB_MODULE(_core, m) {
@@ -683,6 +726,8 @@ NB_MODULE(_core, m) {
         nb::arg("shift"), nb::arg("boundaries"), nb::arg("near_blocks"),
         "Partition of each point and a stable counting sort: (order, bounds (P + 2), sorted points).");
   m.def("scatter_rows", &scatter_rows, nb::arg("dst"), nb::arg("index"), nb::arg("src"));
+  m.def("active_voxels_at", &active_voxels_at, nb::arg("origins"), nb::arg("masks"), nb::arg("leaf_end"),
+        nb::arg("rank"));
   m.def("morton_codes", &morton_codes, nb::arg("keys"), nb::arg("origin"), nb::arg("shift"));
   m.attr("MORTON_BITS") = MORTON_BITS;
   m.attr("ROUTE_BACKGROUND") = ROUTE_BACKGROUND;

@@ -57,6 +57,8 @@ def _print_plan(plan, console: Console) -> None:
 
 
 def _print_summary(result, console: Console) -> None:
+    from .job import ANALYTIC_CHECK_PER_CHUNK
+
     table = Table(title="vdbflow run: summary", show_header=False)
     table.add_column(style="bold")
     table.add_column(justify="left")
@@ -67,9 +69,13 @@ def _print_summary(result, console: Console) -> None:
     table.add_row("throughput", f"{result.throughput / 1e6:.2f} M points/s (sampling + writing)")
     table.add_row("time", f"{t['total_s']:.1f} s total: cluster {t['cluster_s']:.1f} s, distribute "
                           f"{t['distribute_s']:.1f} s, sample + write {t['sample_and_write_s']:.1f} s")
+    if result.worker_seconds:
+        steps = ", ".join(f"{k} {v:.2f}" for k, v in result.worker_seconds.items() if v > 0.0005)
+        table.add_row("worker time (s)", f"{steps} (compute on {result.workers} worker(s), by Dask's task stream)")
     if result.analytic_error is not None:
         table.add_row("max |J - J_exact|", f"{result.analytic_error:.3g} over {result.analytic_points:,} interior "
-                                           "points (analytic Jacobian of the synthetic field)")
+                                           "points checked (analytic Jacobian of the synthetic field; up to "
+                                           f"{ANALYTIC_CHECK_PER_CHUNK:,} points a chunk)")
     table.add_row("output", str(result.output))
     console.print(table)
 

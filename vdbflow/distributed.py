@@ -248,19 +248,19 @@ class DistributedVolume:
         vname, jname = f"vdbflow-values-{token}", f"vdbflow-jacobian-{token}"
         for w, first in enumerate(range(0, len(chunks), W)):
             members = chunks[first:first + W]
-            route = delayed(_route_wave, pure=False, nout=P + 1,
-                            name=f"vdbflow-route-{token}-{w}")(self.plan.router, self.template.transform, space,
-                                                              self.near, *members)
+            route = delayed(_route_wave, pure=False, nout=P + 1)(self.plan.router, self.template.transform, space,
+                                                                 self.near, *members,
+                                                                 dask_key_name=f"vdbflow-route-{token}-{w}")
             pieces = [route[g] for g in range(P + 1)]
             sampled = []
             for p, part in enumerate(self.partitions):
                 # run where the partition lives (a piece moves, never a partition); anywhere once that worker is gone
                 with dask.annotate(workers=home[p], allow_other_workers=True):
-                    sampled.append(delayed(_sample_piece, pure=False, name=f"vdbflow-sample-{token}-{w}-{p}")(
-                        part, pieces[p], options))
-            done = delayed(_assemble_wave, pure=False, name=f"vdbflow-assemble-{token}-{w}")(
+                    sampled.append(delayed(_sample_piece, pure=False)(
+                        part, pieces[p], options, dask_key_name=f"vdbflow-sample-{token}-{w}-{p}"))
+            done = delayed(_assemble_wave, pure=False)(
                 sizes[first:first + W], vshape, jshape, vt.dtype, vt.jacobian_dtype, self.template.background,
-                pieces[P], *sampled)
+                pieces[P], *sampled, dask_key_name=f"vdbflow-assemble-{token}-{w}")
             done_waves.append(done)
             for i in range(len(members)):
                 c = first + i

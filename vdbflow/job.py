@@ -220,8 +220,12 @@ def _grid_dataset(dvol: Any, pts: Any, cfg: JobConfig, prefix: str, topology: An
     return out, jac
 
 
+ANALYTIC_CHECK_PER_CHUNK = 65_536  # points of each chunk compared with a synthetic field's analytic Jacobian
+
+
 def _analytic_error(jac: Any, pts: Any, analytic: Any, cfg: JobConfig, index_to_world: np.ndarray) -> Any:
-    """Lazy (chunks, 2) array: max |J - J_exact| over the interior points of each chunk, and their count."""
+    """Lazy (chunks, 2) array: max |J - J_exact| over the interior points of each chunk (at most
+    ``ANALYTIC_CHECK_PER_CHUNK`` evenly spaced points of it), and their count."""
     import dask
 
     s = cfg.volume.synthetic
@@ -231,6 +235,9 @@ def _analytic_error(jac: Any, pts: Any, analytic: Any, cfg: JobConfig, index_to_
     M = np.asarray(index_to_world, np.float64)
 
     def block_error(J: np.ndarray, P: np.ndarray) -> np.ndarray:
+        if len(P) > ANALYTIC_CHECK_PER_CHUNK:  # a check, not an output: evenly spaced points of the chunk
+            pick = np.linspace(0, len(P) - 1, ANALYTIC_CHECK_PER_CHUNK).astype(np.int64)
+            J, P = J[pick], P[pick]
         world = P if space == "world" else P @ M[:3, :3].T + M[:3, 3]
         exact = analytic.jacobian(world)
         if jspace == "index":
@@ -242,6 +249,37 @@ def _analytic_error(jac: Any, pts: Any, analytic: Any, cfg: JobConfig, index_to_
     blocks = [dask.delayed(block_error, pure=True)(J, P)
               for J, P in zip(jac.data.to_delayed().ravel(), pts.rechunk({1: 3}).to_delayed().ravel(), strict=True)]
     return dask.delayed(np.concatenate, pure=True)(blocks)
+
+
+# steps of a job's graph, by the prefix of their task keys (dask.utils.key_split)
+STEPS = {
+    "points": ("vdbflow-points", "from-zarr", "open_dataset", "original-array", "getter", "read_csv", "read_parquet",
+               "rechunk", "concatenate"),
+    "routing": ("vdbflow-route",),
+    "sampling": ("vdbflow-sample", "vdbflow-assemble", "vdbflow-values", "vdbflow-jacobian", "getitem"),
+    "writing": ("store-map", "store", "to_zarr", "to_netcdf", "finalize", "_finalize_store"),
+    "analytic check": ("block_error",),
+}
+
+
+def step_of(key: Any) -> str:
+    """The job step a task belongs to (derived quantities and anything else: ``derived``)."""
+    from dask.utils import key_split
+
+    prefix = key_split(key)
+    for step, prefixes in STEPS.items():
+        if any(prefix == p or prefix.startswith(p + "-") for p in prefixes):
+            return step
+    return "derived"
+
+
+def worker_time_by_step(records: list[dict]) -> dict[str, float]:
+    """Seconds of worker compute per step, from Dask's task stream (``startstops`` of each task)."""
+    out = dict.fromkeys((*STEPS, "derived"), 0.0)
+    for r in records:
+        step = step_of(r["key"])
+        out[step] += sum(s["stop"] - s["start"] for s in r.get("startstops", ()) if s.get("action") == "compute")
+    return out
 
 
 class _DaskRichBar:
@@ -276,6 +314,7 @@ class JobResult:
     workers: int
     grids: list[str]
     timings: dict[str, float]
+    worker_seconds: dict[str, float] = field(default_factory=dict)  # compute time on the workers, by step
     analytic_error: float | None = None
     analytic_points: int | None = None
     dashboard: str | None = None
@@ -345,13 +384,17 @@ def run_job(cfg: JobConfig, console: Any = None, progress: bool = True) -> JobRe
             t0 = time.perf_counter()
             try:
                 write = lazy_write(ds, cfg.output, target)
-                futures = client.compute([write] + ([errors] if errors is not None else []), optimize_graph=False)
-                if progress and console is not None and console.is_terminal:
-                    _DaskRichBar(futures, client, console)
-                results = client.gather(futures)
+                from distributed import get_task_stream
+
+                with get_task_stream(client) as stream:
+                    futures = client.compute([write] + ([errors] if errors is not None else []),
+                                             optimize_graph=False)
+                    if progress and console is not None and console.is_terminal:
+                        _DaskRichBar(futures, client, console)
+                    results = client.gather(futures)
                 timings["sample_and_write_s"] = time.perf_counter() - t0
                 result = JobResult(final, point_set.count, len(first.partitions), workers, list(dvols),
-                                   timings, dashboard=dashboard)
+                                   timings, worker_time_by_step(stream.data), dashboard=dashboard)
                 provenance: dict[str, Any] = {"input_sha256": {k: f.result() for k, f in checksum.items()},
                                               "timings_s": {}}
                 if errors is not None:
@@ -364,6 +407,7 @@ def run_job(cfg: JobConfig, console: Any = None, progress: bool = True) -> JobRe
                     provenance["input_sha256"] = "synthetic (generated in memory; see vdbflow_config)"
                 timings["total_s"] = time.perf_counter() - t_start
                 provenance["timings_s"] = {k: round(v, 4) for k, v in timings.items()}
+                provenance["worker_seconds_by_step"] = {k: round(v, 4) for k, v in result.worker_seconds.items()}
                 add_attrs(target, cfg.output, provenance)
                 publish(target, final, cfg.output.overwrite)
             except OutputError:

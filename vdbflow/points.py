@@ -36,49 +36,41 @@ def _chunks(n: int, chunk: int) -> tuple[int, ...]:
 
 
 def _lazy(n: int, chunk: int, fn: Any, *args: Any) -> Any:
-    """A Dask (n, 3) array whose block b is ``fn(b, start, stop, *args)``."""
+    """A Dask (n, 3) array whose block b is ``fn(b, start, stop, *args)``: one task per block, named
+    ``vdbflow-points-*`` (the job summary counts their time as point generation)."""
     import dask
     import dask.array as da
+    from dask.base import tokenize
+    from dask.delayed import Delayed
+    from dask.highlevelgraph import HighLevelGraph
 
-    blocks, start = [], 0
-    shared = [dask.delayed(a) if isinstance(a, np.ndarray) else a for a in args]  # one graph key each
-    for b, size in enumerate(_chunks(n, chunk)):
-        part = dask.delayed(fn, pure=True)(b, start, start + size, *shared)
-        blocks.append(da.from_delayed(part, shape=(size, 3), dtype=np.float64))
-        start += size
-    if not blocks:
+    sizes = _chunks(n, chunk)
+    if not sizes:
         return da.zeros((0, 3), dtype=np.float64, chunks=(1, 3))
-    return da.concatenate(blocks, axis=0)
+    shared = [dask.delayed(a) if isinstance(a, np.ndarray) else a for a in args]  # one graph key each
+    refs = [a.key if isinstance(a, Delayed) else a for a in shared]
+    name = f"vdbflow-points-{tokenize(fn, n, chunk, *args)}"
+    starts = np.cumsum((0,) + sizes)
+    layer = {(name, b, 0): (fn, b, int(starts[b]), int(starts[b + 1]), *refs) for b in range(len(sizes))}
+    graph = HighLevelGraph.from_collections(name, layer,
+                                            dependencies=[a for a in shared if isinstance(a, Delayed)])
+    return da.Array(graph, name, chunks=(sizes, (3,)), dtype=np.float64)
 
 
 # -- random points inside active voxels ---------------------------------------------------------------
 
 
-def _select_bit(words: np.ndarray, rank: np.ndarray) -> np.ndarray:
-    """Position of the ``rank``-th (0-based) set bit of each uint64 word (binary search on popcounts)."""
-    pos = np.zeros(len(words), np.uint64)
-    for step in (32, 16, 8, 4, 2, 1):
-        trial = pos + np.uint64(step)
-        below = np.bitwise_count(words & ((np.uint64(1) << trial) - np.uint64(1)))
-        pos = np.where(below <= rank, trial, pos)
-    return pos.astype(np.int64)
-
-
 def _random_in_voxels(block: int, start: int, stop: int, seed: int, origins: np.ndarray, masks: np.ndarray,
-                      transform: Transform | None) -> np.ndarray:
+                      leaf_end: np.ndarray, transform: Transform | None) -> np.ndarray:
+    """Points uniform inside the active voxels: a uniform voxel rank, found by the kernels'
+    rank-select over the masks (``active_voxels_at``), plus a uniform offset in the voxel."""
+    from . import _core
+
     rng = np.random.default_rng([seed, block])
-    word_counts = np.bitwise_count(masks).astype(np.int64)  # (L, 8)
-    leaf_end = np.cumsum(word_counts.sum(axis=1))
-    g = rng.integers(0, leaf_end[-1], stop - start)
-    leaf = np.searchsorted(leaf_end, g, side="right")
-    rank = g - (leaf_end[leaf] - word_counts[leaf].sum(axis=1))
-    word_end = np.cumsum(word_counts[leaf], axis=1)
-    word = (word_end <= rank[:, None]).sum(axis=1)
-    rank_in_word = rank - np.where(word > 0, word_end[np.arange(len(leaf)), np.maximum(word - 1, 0)], 0)
-    bit = _select_bit(masks[leaf, word], rank_in_word.astype(np.uint64))
-    n = word * 64 + bit
-    ijk = origins[leaf] + np.stack([(n >> 6) & 7, (n >> 3) & 7, n & 7], axis=1)
-    pts = ijk + rng.uniform(-0.5, 0.5, (len(n), 3))
+    ijk = _core.active_voxels_at(np.ascontiguousarray(origins, np.int32), np.ascontiguousarray(masks, np.uint64),
+                                 leaf_end, rng.integers(0, leaf_end[-1], stop - start))
+    pts = rng.uniform(-0.5, 0.5, (stop - start, 3))
+    pts += ijk
     return pts if transform is None else transform.apply(pts)
 
 
@@ -245,7 +237,9 @@ def make_points(spec: Any, topology: Any, bbox: np.ndarray | None = None) -> Poi
         attrs.update(points_seed=spec.seed, points_inside=spec.inside)
         if spec.inside == "voxels":
             live = np.bitwise_count(topology.masks).sum(axis=1) > 0
-            pts = _lazy(spec.count, spec.chunk, _random_in_voxels, spec.seed, origins[live], topology.masks[live],
+            leaf_end = np.cumsum(np.bitwise_count(topology.masks[live]).sum(axis=1, dtype=np.int64))
+            pts = _lazy(spec.count, spec.chunk, _random_in_voxels, spec.seed, np.ascontiguousarray(origins[live]),
+                        np.ascontiguousarray(topology.masks[live]), leaf_end,
                         to_world)
         else:
             pts = _lazy(spec.count, spec.chunk, _random_in_leaves, spec.seed, origins, to_world)
