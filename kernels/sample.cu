@@ -6,6 +6,7 @@
 // Points are float64 (N, 3); outputs are values (N, C) of the value type and, when out_jacobian is
 // not null, Jacobians (N, C, 3) of the accumulation type (float, or double for double data).
 #include "vdbflow/adjoint.h"
+#include "vdbflow/route.h"
 #include "vdbflow/sample.h"
 #include "vdbflow/schemes.h"
 
@@ -121,3 +122,23 @@ VDBFLOW_SAMPLE_ENTRY(vdbflow_sample_f64_cn, double, 0)
 VDBFLOW_SAMPLE_ENTRY(vdbflow_sample_i32_cn, int, 0)
 VDBFLOW_SAMPLE_ENTRY(vdbflow_sample_i64_cn, long long, 0)
 VDBFLOW_SAMPLE_ENTRY(vdbflow_sample_u32_cn, unsigned int, 0)
+
+// Routing (route.h): the partition of each point (ROUTE_BACKGROUND for background-only points).
+// The stable grouping by partition follows on the device with CuPy (a stable argsort of the codes).
+extern "C" __global__ void vdbflow_route_partition(const double* points, vdbflow::i64 n, const double* xform,
+                                                   int points_world, const vdbflow::i64* origin, int shift,
+                                                   const vdbflow::u64* boundaries, int partitions,
+                                                   const int* near_table, unsigned near_mask, int* out_partition) {
+  vdbflow::RouteSpec r;
+  for (int a = 0; a < 3; ++a) r.origin[a] = origin[a];
+  r.shift = shift;
+  r.boundaries = boundaries;
+  r.partitions = partitions;
+  r.near_blocks = vdbflow::HashTable{near_table, near_mask};
+  const vdbflow::PointTransform xf = vdbflow::make_point_transform(xform, points_world, 0);
+  const vdbflow::i64 stride = (vdbflow::i64)blockDim.x * gridDim.x;
+  for (vdbflow::i64 i = (vdbflow::i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const double p[3] = {points[3 * i], points[3 * i + 1], points[3 * i + 2]};
+    out_partition[i] = vdbflow::route_point(r, xf, p);
+  }
+}

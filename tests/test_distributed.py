@@ -259,3 +259,39 @@ def test_reverse_mode_matches_single_process(rng, client, components, index_layo
         np.testing.assert_array_equal(got.points.compute(), want.points)
     finally:
         dvol.close()
+
+
+def test_eight_worker_processes_17_partitions_64_chunks(rng):
+    """The largest layout this machine allows: 8 worker processes, 17 partitions, 64 point chunks in
+    several waves - bit for bit against one process, values and Jacobians."""
+    ijk, vol = volume(rng, 3)
+    pts = np.concatenate([stress_points(rng, vol, ijk), probe_points(rng, ijk, 60_000)])
+    want = vol.sample_grad(pts, space="index")
+    with distributed.LocalCluster(n_workers=8, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  memory_limit="1GiB") as cluster, distributed.Client(cluster) as client:
+        with distribute(vol, client, 17) as dvol:
+            assert dvol.workers == 8
+            points = da.from_array(pts, chunks=(-(-len(pts) // 64), 3))
+            assert points.numblocks[0] == 64
+            for wave in (None, 5):
+                got = dvol.sample_grad(points, space="index", wave=wave).compute()
+                np.testing.assert_array_equal(got["value"].values, want["value"].values)
+                np.testing.assert_array_equal(got["value_jacobian"].values, want["value_jacobian"].values)
+            assert len({s["worker"] for s in dvol.stats()}) > 1  # partitions stayed spread over the workers
+
+
+def test_default_client_context_manager_and_repr(rng, client):
+    """With a client current, distribute() uses it (and leaves it open); a volume is a context
+    manager with a one-line repr."""
+    ijk, vol = volume(rng, 1)
+    with distributed.Client(client.scheduler.address) as current:  # the current default client
+        with distribute(vol, partitions=2) as dvol:
+            assert dvol.client is current and not dvol.owns_cluster
+            text = repr(dvol)
+            assert "\n" not in text and "2 partitions" in text and "value" in text
+            pts = probe_points(rng, ijk, 200)
+            got = dvol.sample(pts, space="index").compute()
+            np.testing.assert_array_equal(got["value"].values, vol.sample(pts, space="index")["value"].values)
+        assert dvol.closed and "closed" in repr(dvol)
+        assert current.status == "running"  # not ours to close
+        dvol.close()  # closing twice is harmless

@@ -97,11 +97,19 @@ def _merge(owned: Volume, *halo_pieces: Volume) -> Volume:
                   owned.name, owned.component_names)
 
 
-def _route_wave(router: Router, transform: Any, space: str, near: np.ndarray | None, *chunks: np.ndarray) -> tuple:
+def _route_wave(router: Router, transform: Any, space: str, near: np.ndarray | None, device: str,
+                *chunks: np.ndarray) -> tuple:
     """Route a wave of point chunks (concatenated, in order) in one kernel pass: P pieces
-    ``(indices in the wave, points)``, then the indices of the points that read only background."""
+    ``(indices in the wave, points)``, then the indices of the points that read only background.
+    ``device="cuda"`` routes on this worker's GPU; the pieces travel as host arrays."""
     pts = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
-    order, bounds, grouped = router.route(pts, transform, space, near)
+    if device == "cuda":
+        from .backends import cuda
+
+        order, bounds, grouped = (a.get() for a in cuda.route(
+            pts, router.origin, router.shift, router.boundaries, transform.kernel_parameters(), space == "world", near))
+    else:
+        order, bounds, grouped = router.route(pts, transform, space, near)
     pieces = tuple((order[bounds[g]:bounds[g + 1]], grouped[bounds[g]:bounds[g + 1]])
                    for g in range(1, len(bounds) - 1))
     return (*pieces, order[bounds[0]:bounds[1]])
@@ -110,7 +118,7 @@ def _route_wave(router: Router, transform: Any, space: str, near: np.ndarray | N
 def _route_chunk(points: np.ndarray, router: Router, transform: Any, space: str, near: np.ndarray | None) -> list:
     """One chunk's pieces as a list (reverse mode): [(indices, points)] per partition, then the
     background-only indices."""
-    return list(_route_wave(router, transform, space, near, np.asarray(points)))
+    return list(_route_wave(router, transform, space, near, "cpu", np.asarray(points)))
 
 
 def _sample_piece(volume: Volume, piece: tuple, options: tuple) -> tuple:
@@ -249,7 +257,7 @@ class DistributedVolume:
         for w, first in enumerate(range(0, len(chunks), W)):
             members = chunks[first:first + W]
             route = delayed(_route_wave, pure=False, nout=P + 1)(self.plan.router, self.template.transform, space,
-                                                                 self.near, *members,
+                                                                 self.near, device, *members,
                                                                  dask_key_name=f"vdbflow-route-{token}-{w}")
             pieces = [route[g] for g in range(P + 1)]
             sampled = []

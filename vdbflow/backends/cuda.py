@@ -123,3 +123,28 @@ def sample_vjp(vol: Volume, points: Any, mode: int, xform: np.ndarray, points_wo
          np.int32(jacobian_world), np.int32(mode), adj_values, NULL if adj_jacobian is None else adj_jacobian,
          accumulator, adj_points),
     )
+
+
+def route(points: Any, origin: np.ndarray, shift: int, boundaries: np.ndarray, xform: np.ndarray,
+          points_world: bool, near: np.ndarray | None) -> tuple[Any, Any, Any]:
+    """Routing on the GPU (``vdbflow_route_partition``, route.h) and a stable grouping by partition
+    with CuPy: ``(order, bounds (P + 2,), grouped points)`` as CuPy arrays, as the CPU's ``route_points``."""
+    cupy = cupy_module()
+    pts = cupy.ascontiguousarray(cupy.asarray(points), dtype=cupy.float64)
+    n = pts.shape[0]
+    P = len(boundaries) + 1
+    part = cupy.empty(max(n, 1), cupy.int32)
+    if n:
+        table = NULL if near is None or len(near) == 0 else cupy.asarray(near)
+        mask = np.uint32(0) if near is None or len(near) == 0 else np.uint32(len(near) - 1)
+        bounds_dev = cupy.asarray(boundaries if len(boundaries) else np.zeros(1, np.uint64))
+        kernel = _raw_module(cupy.cuda.runtime.getDevice()).get_function("vdbflow_route_partition")
+        blocks = min((n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK, 65535 * 8)
+        kernel((blocks,), (THREADS_PER_BLOCK,),
+               (pts, np.int64(n), cupy.asarray(xform), np.int32(points_world), cupy.asarray(origin, cupy.int64),
+                np.int32(shift), bounds_dev, np.int32(P), table, mask, part))
+    group = part[:n] + 1  # 0: background-only, p + 1: partition p
+    order = cupy.argsort(group, kind="stable")
+    counts = cupy.bincount(group, minlength=P + 1)
+    bounds = cupy.concatenate([cupy.zeros(1, cupy.int64), cupy.cumsum(counts)])
+    return order.astype(cupy.int64), bounds, pts[order]
