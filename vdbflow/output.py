@@ -61,8 +61,8 @@ def lazy_write(ds: xr.Dataset, spec: OutputSpec, target: Path) -> Any:
         ds[name].attrs = _plain_attrs(ds[name].attrs)
     if spec.resolved_format == "zarr":
         # Zarr format 2: consolidated metadata and fixed-width strings are in its specification.
-        # Blosc-LZ4 with byte shuffle: compresses sampled floats about as well as the default Zstd and
-        # writes several times faster (benchmarks/bench_distributed.py, job section)
+        # Blosc-LZ4 with byte shuffle, a fast codec that any Zarr reader with numcodecs decodes (at 8M
+        # points its write time matched the default codec's within noise: 0.5 s of worker time)
         from numcodecs import Blosc
 
         codec = Blosc(cname="lz4", clevel=5, shuffle=Blosc.SHUFFLE)
