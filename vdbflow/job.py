@@ -254,7 +254,7 @@ def _analytic_error(jac: Any, pts: Any, analytic: Any, cfg: JobConfig, index_to_
 # steps of a job's graph, by the prefix of their task keys (dask.utils.key_split)
 STEPS = {
     "points": ("vdbflow-points", "from-zarr", "open_dataset", "original-array", "getter", "read_csv", "read_parquet",
-               "rechunk", "concatenate"),
+               "rechunk"),
     "routing": ("vdbflow-route",),
     "sampling": ("vdbflow-sample", "vdbflow-assemble", "vdbflow-values", "vdbflow-jacobian", "getitem"),
     "writing": ("store-map", "store", "to_zarr", "to_netcdf", "finalize", "_finalize_store"),

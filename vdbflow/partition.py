@@ -16,7 +16,6 @@ from .transform import Transform
 from .volume import Topology
 
 MORTON_BITS = _core.MORTON_BITS  # per axis (kernels/vdbflow/route.h)
-BACKGROUND = _core.ROUTE_BACKGROUND  # partition code of points that read only background
 BLOCK_SHIFT = _core.ROUTE_BLOCK_SHIFT  # background-shortcut blocks: leaf keys >> BLOCK_SHIFT
 
 
@@ -66,14 +65,6 @@ class Router:
                                   np.ascontiguousarray(self.origin, np.int64), int(self.shift),
                                   np.ascontiguousarray(self.boundaries, np.uint64),
                                   np.zeros((0, 4), np.int32) if near is None else near)
-
-    def partition_of_points(self, points: np.ndarray, transform: Transform, space: str,
-                            near: np.ndarray | None = None) -> np.ndarray:
-        """Partition of each point (N,) int64, ``BACKGROUND`` for background-only points."""
-        order, bounds, _ = self.route(points, transform, space, near)
-        part = np.empty(len(order), np.int64)
-        part[order] = np.repeat(np.arange(-1, len(bounds) - 2), np.diff(bounds))
-        return part
 
 
 def near_blocks(topology: Topology, stencil: tuple[int, int], max_blocks: int = 1 << 22) -> np.ndarray | None:

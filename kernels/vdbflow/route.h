@@ -12,8 +12,6 @@ namespace vdbflow {
 
 constexpr int MORTON_BITS = 21;      // per axis: 63 bits in all
 constexpr int ROUTE_BACKGROUND = -1;  // partition code of background-only points
-// shifts from leaf keys to the keys of the level-0, 1 and 2 tables (8^3, 128^3 and 4096^3 blocks)
-VDB_HD int leaf_key_shift(int level) { return level_shift(level) - level_shift(0); }
 
 // Bits of v (< 2^21) spread to every third bit.
 VDB_HD u64 spread_bits21(u64 v) {
