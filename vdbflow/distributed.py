@@ -365,7 +365,11 @@ def distribute(source: Volume | str | os.PathLike, client: Any = None, partition
         if n_workers > 1:
             client.replicate(owned, n=2)  # a lost worker loses no partition
     else:
-        owned = [client.submit(_read_leaves, *loader_source, plan.owned[p], pure=False) for p in range(P)]
+        # spread the partitions over the workers round-robin (loosely: they recover elsewhere on loss)
+        addresses = sorted(client.scheduler_info(n_workers=-1)["workers"]) or [None]
+        owned = [client.submit(_read_leaves, *loader_source, plan.owned[p], pure=False,
+                               workers=None if addresses[0] is None else [addresses[p % len(addresses)]],
+                               allow_other_workers=True) for p in range(P)]
     # 2. halo exchange: each owner extracts the leaves a neighbour needs; they travel worker to worker
     owner = np.empty(whole.leaf_count, np.int64)
     local = np.empty(whole.leaf_count, np.int64)
