@@ -25,6 +25,7 @@ from .value_types import value_type_for
 from .volume import Topology, Volume
 
 MAX_GRID_BYTES = 1 << 40  # refuse absurd sizes before allocating anything
+MAX_VALUE_COUNT = 1 << 48  # index grids: values an external array may hold (keeps index sums far from 2**63)
 _EMPTY_CHECKSUM = 0xFFFFFFFFFFFFFFFF  # "no checksum" (NanoVDB's Checksum::EMPTY64)
 
 
@@ -164,22 +165,31 @@ def _node_rows(buf: np.ndarray, start: int, count: int, size: int, what: str) ->
     return buf[start:start + count * size].reshape(count, size)
 
 
-def _node_index(addresses: np.ndarray, start: int, count: int, size: int, what: str, parent: str) -> np.ndarray:
-    """Index of each child address in its node array; a child that points anywhere else (outside
-    the array, between nodes, or into another level - which is how an offset could loop) is an error."""
-    if len(addresses) > count:
-        raise NanoVDBError(f"{len(addresses)} {what} nodes are referenced by {parent}s, but the grid has {count}")
-    rel = addresses - start
-    bad = (rel < 0) | (rel % size != 0) | (rel // size >= count)
+def _node_index(parents: np.ndarray, offsets: np.ndarray, fields: np.ndarray, start: int, count: int, size: int,
+                what: str, parent: str, count_at: int) -> np.ndarray:
+    """Index of each child (parent address + offset read from the file at byte ``fields``) in its node
+    array; a child that points anywhere else (outside the array, between nodes, or into another level -
+    which is how an offset could loop) is an error.  Offsets are range-checked before they are added,
+    so no sum can wrap around."""
+    if len(offsets) > count:
+        raise NanoVDBError(f"{len(offsets)} {what} nodes are referenced by {parent}s, but the node count at "
+                           f"byte {count_at} says the grid has {count}")
+    parents = np.asarray(parents, np.int64)
+    offsets = np.asarray(offsets, np.int64)
+    end = start + count * size
+    bad = (offsets < start - parents) | (offsets >= end - parents)  # bounds are small: no overflow
+    if not np.any(bad):
+        rel = parents + offsets - start
+        bad = rel % size != 0
     if np.any(bad):
         k = int(np.argmax(bad))
         raise NanoVDBError(
-            f"a {parent} child offset points to byte {int(addresses[k])}, which is not one of the {count} {what} "
-            f"nodes at bytes [{start}, {start + count * size})"
+            f"a {parent} child offset points to byte {int(parents[k]) + int(offsets[k])} (offset read at byte "
+            f"{int(fields[k])}), which is not one of the {count} {what} nodes at bytes [{start}, {end})"
         )
     index = (rel // size).astype(np.int64)
     if len(np.unique(index)) != len(index):
-        raise NanoVDBError(f"a {what} node at bytes [{start}, {start + count * size}) has more than one parent")
+        raise NanoVDBError(f"a {what} node at bytes [{start}, {end}) has more than one parent")
     return index
 
 
@@ -282,20 +292,24 @@ def _decode_nodes(buf: np.ndarray, base: int, bbox: np.ndarray | None,
         with np.errstate(invalid="ignore"):
             return np.any(values != background, axis=1)
 
-    tile_origin_parts, tile_size_parts, tile_value_parts = [], [], []
+    tile_origin_parts, tile_size_parts, tile_value_parts, tile_at_parts = [], [], [], []
     is_tile = child == 0
     sel = is_tile & keep_tile(tile_values)
+    root_tile_at = root + layout.root_size + np.arange(table_size, dtype=np.int64) * layout.root_tile_size
     tile_origin_parts.append(root_origins[sel])
     tile_size_parts.append(np.full(int(sel.sum()), 4096))
     tile_value_parts.append(tile_values[sel])
+    tile_at_parts.append(root_tile_at[sel] + layout.root_tile_off_value)
 
     # upper nodes
     uppers = _node_rows(gbuf, t + upper_off, n_upper, layout.upper_size, "upper node")
-    u_index = _node_index(root + child[~is_tile], t + upper_off, n_upper, layout.upper_size, "upper", "root tile")
+    u_index = _node_index(np.full(int((~is_tile).sum()), root), child[~is_tile],
+                          root_tile_at[~is_tile] + fmt.ROOT_TILE_OFF_CHILD, t + upper_off, n_upper,
+                          layout.upper_size, "upper", "root tile", t + 40)
     u_origin = root_origins[~is_tile]
     near = _overlaps(u_origin, 4096, bbox)
     u_index, u_origin = u_index[near], u_origin[near]
-    lower_addr, lower_origin = [], []
+    lower_parent, lower_offs, lower_fields, lower_origin = [], [], [], []
     for k, ui in enumerate(u_index):
         node = uppers[ui]
         addr = t + upper_off + int(ui) * layout.upper_size
@@ -304,7 +318,9 @@ def _decode_nodes(buf: np.ndarray, base: int, bbox: np.ndarray | None,
         table = table.reshape(32768, layout.table_stride)
         kids = np.nonzero(cmask)[0]
         offs = np.ascontiguousarray(table[kids, :8]).view("<i8")[:, 0]
-        lower_addr.append(addr + offs)
+        lower_parent.append(np.full(len(kids), addr, np.int64))
+        lower_offs.append(offs)
+        lower_fields.append(addr + layout.upper_off_table + kids.astype(np.int64) * layout.table_stride)
         lower_origin.append(u_origin[k] + (_child_positions(kids, fmt.UPPER_DIM_LOG2) << 7))
         non = np.nonzero(cmask == 0)[0]
         vals = _values(table[non, :layout.value_size], layout)
@@ -312,12 +328,17 @@ def _decode_nodes(buf: np.ndarray, base: int, bbox: np.ndarray | None,
         tile_origin_parts.append(u_origin[k] + (_child_positions(non[keep], fmt.UPPER_DIM_LOG2) << 7))
         tile_size_parts.append(np.full(int(keep.sum()), 128))
         tile_value_parts.append(vals[keep])
-    lower_addr_a = np.concatenate(lower_addr) if lower_addr else np.zeros(0, np.int64)
-    lower_origin_a = np.concatenate(lower_origin) if lower_origin else np.zeros((0, 3), np.int64)
+        tile_at_parts.append(addr + layout.upper_off_table + non[keep].astype(np.int64) * layout.table_stride)
+
+    def joined(parts: list, shape: tuple = (0,)) -> np.ndarray:
+        return np.concatenate(parts) if parts else np.zeros(shape, np.int64)
 
     # lower nodes, all at once
     lowers = _node_rows(gbuf, t + lower_off, n_lower, layout.lower_size, "lower node")
-    l_index = _node_index(lower_addr_a, t + lower_off, n_lower, layout.lower_size, "lower", "upper node")
+    l_index = _node_index(joined(lower_parent), joined(lower_offs), joined(lower_fields), t + lower_off, n_lower,
+                          layout.lower_size, "lower", "upper node", t + 36)
+    lower_addr_a = t + lower_off + l_index * layout.lower_size
+    lower_origin_a = joined(lower_origin, (0, 3))
     near = _overlaps(lower_origin_a, 128, bbox)
     l_index, lower_addr_a, lower_origin_a = l_index[near], lower_addr_a[near], lower_origin_a[near]
     rows = lowers[l_index]
@@ -327,7 +348,8 @@ def _decode_nodes(buf: np.ndarray, base: int, bbox: np.ndarray | None,
     table = table.reshape(len(rows), 4096, layout.table_stride)
     node, kid = np.nonzero(cmask)
     offs = np.ascontiguousarray(table[node, kid, :8]).view("<i8")[:, 0]
-    leaf_addr = lower_addr_a[node] + offs
+    leaf_parent = lower_addr_a[node]
+    leaf_fields = leaf_parent + layout.lower_off_table + kid.astype(np.int64) * layout.table_stride
     leaf_origin = lower_origin_a[node] + (_child_positions(kid, fmt.LOWER_DIM_LOG2) << 3)
     node, non = np.nonzero(cmask == 0)
     vals = _values(table[node, non, :layout.value_size], layout)
@@ -335,10 +357,13 @@ def _decode_nodes(buf: np.ndarray, base: int, bbox: np.ndarray | None,
     tile_origin_parts.append(lower_origin_a[node[keep]] + (_child_positions(non[keep], fmt.LOWER_DIM_LOG2) << 3))
     tile_size_parts.append(np.full(int(keep.sum()), 8))
     tile_value_parts.append(vals[keep])
+    tile_at_parts.append(lower_addr_a[node[keep]] + layout.lower_off_table
+                         + non[keep].astype(np.int64) * layout.table_stride)
 
     # leaves
     leaf_nodes = _node_rows(gbuf, t + leaf_off, n_leaf, layout.leaf_size, "leaf")
-    f_index = _node_index(leaf_addr, t + leaf_off, n_leaf, layout.leaf_size, "leaf", "lower node")
+    f_index = _node_index(leaf_parent, offs, leaf_fields, t + leaf_off, n_leaf, layout.leaf_size, "leaf",
+                          "lower node", t + 32)
     order = tree.tree_order(leaf_origin >> 3)
     f_index, leaf_origin = f_index[order], leaf_origin[order]
     keep = _overlaps(leaf_origin, 8, bbox)
@@ -364,28 +389,47 @@ def _decode_nodes(buf: np.ndarray, base: int, bbox: np.ndarray | None,
     tile_origins = np.concatenate(tile_origin_parts).astype(np.int32)
     tile_sizes = np.concatenate(tile_size_parts).astype(np.int32)
     tile_vals = np.concatenate(tile_value_parts)
+    tile_at = np.concatenate(tile_at_parts)
     near = np.ones(len(tile_origins), bool)
     for size in tree.TILE_SIZES:
         of_size = tile_sizes == size
         near[of_size] = _overlaps(tile_origins[of_size], size, bbox)
-    tile_origins, tile_sizes, tile_vals = tile_origins[near], tile_sizes[near], tile_vals[near]
+    tile_origins, tile_sizes, tile_vals, tile_at = tile_origins[near], tile_sizes[near], tile_vals[near], tile_at[near]
     transform = Transform(h["index_to_world"])
     if layout.is_index:
         offsets = np.ascontiguousarray(lrows_head[:, fmt.INDEX_LEAF_OFF_OFFSET: fmt.INDEX_LEAF_OFF_OFFSET + 8])
-        first = offsets.view("<u8")[:, 0].astype(np.int64)
+        first = offsets.view("<u8")[:, 0].astype(np.uint64)  # compared unsigned, without sums: no wrap-around
         value_count = int(h["value_count"])
+        if value_count > MAX_VALUE_COUNT:
+            raise NanoVDBError(f"value count {value_count} at byte {base + fmt.GRID_OFF_DATA1} of grid "
+                               f"{h['name']!r} is not plausible (at most {MAX_VALUE_COUNT})")
         if layout.grid_type == fmt.GRID_TYPE_INDEX:
             # ValueIndex: all 512 voxels of a leaf are indexed, active or not
             masks_for_index = np.full_like(masks, np.iinfo(np.uint64).max)
         else:
             masks_for_index = masks
-        counts = np.bitwise_count(masks_for_index).sum(axis=1).astype(np.int64)
-        if np.any(first[counts > 0] < 1) or np.any(first + counts > value_count):
-            raise NanoVDBError(f"leaf value offsets of grid {h['name']!r} fall outside its {value_count} values")
-        if len(tile_vals) and np.any(tile_vals[:, 0] >= max(value_count, 1)):
-            raise NanoVDBError(f"tile value indices of grid {h['name']!r} fall outside its {value_count} values")
+        counts = np.bitwise_count(masks_for_index).sum(axis=1).astype(np.uint64)
+        vc = np.uint64(value_count)
+        # a leaf's values [first, first + count) lie in [1, value_count): index 0 is the background
+        bad = (first > vc) | (counts > vc - np.minimum(first, vc)) | ((counts > 0) & (first < 1))
+        if np.any(bad):
+            k = int(np.argmax(bad))
+            at = t + leaf_off + int(f_index[k]) * layout.leaf_size + fmt.INDEX_LEAF_OFF_OFFSET
+            raise NanoVDBError(
+                f"the leaf at byte {at - fmt.INDEX_LEAF_OFF_OFFSET} of grid {h['name']!r} says its {int(counts[k])} "
+                f"values start at index {int(first[k])} (byte {at}); expected them within [1, {value_count}), the "
+                f"value count at byte {base + fmt.GRID_OFF_DATA1}")
+        if len(tile_vals):
+            bad = tile_vals[:, 0] >= np.uint64(max(value_count, 1))
+            if np.any(bad):
+                k = int(np.argmax(bad))
+                raise NanoVDBError(
+                    f"a tile at byte {int(tile_at[k])} of grid {h['name']!r} holds value index "
+                    f"{int(tile_vals[k, 0])}; expected one below the value count {value_count} "
+                    f"(byte {base + fmt.GRID_OFF_DATA1})")
+        first = np.where(first > 0, first - np.uint64(1), np.uint64(0)).astype(np.int64)
         topo = Topology(leaf_origin.astype(np.int32), masks_for_index, transform, tile_origins, tile_sizes,
-                        leaf_offset=first - 1, value_count=max(value_count - 1, 0),
+                        leaf_offset=first, value_count=max(value_count - 1, 0),
                         tile_value_index=tile_vals[:, 0].astype(np.int64) - 1)
         return h, topo
     # values stay where they are: a flat view of the leaf array and each leaf's element offset
@@ -515,8 +559,8 @@ def _raw_grids(buf: np.ndarray, name: str | None) -> list[tuple[dict[str, Any], 
 
 
 def _grid_buffer(meta: dict[str, Any], src: _GridSource) -> tuple[np.ndarray, int]:
-    if src.codec == "none":
-        return src.buffer, src.offset
+    if src.codec == "none":  # the grid may not reach past the bytes its metadata gives it
+        return src.buffer[:src.offset + meta["grid_size"]], src.offset
     return _decompress(src.codec, src.buffer, meta["grid_size"], meta.get("payload_offset", 0)), 0
 
 

@@ -1,0 +1,158 @@
+"""Hostile .nvdb files: offsets and counts chosen to overflow 64-bit sums, decompression bombs, and
+corruptions whose errors must name the byte where the reader found them."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+import vdbflow
+from vdbflow import nanovdb_format as fmt
+
+EMPTY = 0xFFFFFFFFFFFFFFFF
+
+
+def grid_start(data: bytes) -> int:
+    """Byte offset of the first grid of a single-segment, uncompressed file."""
+    count = struct.unpack_from("<H", data, 12)[0]
+    pos = 16
+    for _ in range(count):
+        pos += 176 + struct.unpack_from("<I", data, pos + 136)[0]
+    return pos
+
+
+def tree_offsets(data: bytes, g: int) -> tuple[int, int, int, int]:
+    """Absolute byte offsets of the leaf, lower, upper and root arrays of the grid at ``g``."""
+    t = g + 672
+    return tuple(t + o for o in struct.unpack_from("<4Q", data, t))
+
+
+def no_checksum(data: bytearray, g: int) -> bytearray:
+    """Clears the grid's checksum, so that a patched node is judged by the node checks alone."""
+    struct.pack_into("<Q", data, g + 8, EMPTY)
+    return data
+
+
+@pytest.fixture
+def index_file(tmp_path) -> bytearray:
+    """An OnIndex grid of two full leaves and one leaf with 3 active voxels, written by vdbflow."""
+    full = np.argwhere(np.ones((16, 8, 8), bool))
+    ijk = np.concatenate([full, [[40, 0, 0], [41, 2, 3], [47, 7, 7]]]).astype(np.int32)
+    topo = vdbflow.Volume.from_active(ijk)
+    topo.to_nvdb(str(tmp_path / "index.nvdb"))
+    return bytearray((tmp_path / "index.nvdb").read_bytes())
+
+
+def leaf_layout(data: bytes) -> tuple[int, int, int]:
+    """(grid start, first leaf byte, value count) of an OnIndex file; leaves are 96 bytes."""
+    g = grid_start(data)
+    leaf = tree_offsets(data, g)[0]
+    return g, leaf, struct.unpack_from("<Q", data, g + 656)[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# item 1: offsets and counts checked without overflow
+def test_index_file_reads_as_written(index_file):
+    g, leaf, value_count = leaf_layout(index_file)
+    topo = vdbflow.open(bytes(index_file))
+    assert value_count == 512 * 2 + 3 + 1  # background at index 0
+    firsts = [struct.unpack_from("<Q", index_file, leaf + n * 96 + 80)[0] for n in range(3)]
+    assert firsts == [1, 513, 1025]
+    np.testing.assert_array_equal(topo.leaf_offset, [0, 512, 1024])
+
+
+@pytest.mark.parametrize("first", [(1 << 63) - 1, (1 << 63), EMPTY, (1 << 63) - 2, 1026, 0])
+def test_leaf_value_offset_past_the_values_is_refused(index_file, first):
+    """The last leaf holds 3 values: starting at 2**63 - 1 wraps ``first + 3`` round to a small
+    negative int64, which a summed check accepted; 1026 overruns by one; 0 is the background."""
+    g, leaf, value_count = leaf_layout(index_file)
+    bad = no_checksum(index_file.copy(), g)
+    struct.pack_into("<Q", bad, leaf + 2 * 96 + 80, first)
+    with pytest.raises(vdbflow.NanoVDBError, match=rf"start at index {first} \(byte {leaf + 2 * 96 + 80}\)"):
+        vdbflow.open(bytes(bad))
+
+
+def test_leaf_value_offset_at_the_last_value_is_accepted(index_file):
+    """The boundary itself: a leaf whose values end exactly at the value count still opens."""
+    g, leaf, value_count = leaf_layout(index_file)
+    ok = no_checksum(index_file.copy(), g)
+    struct.pack_into("<Q", ok, g + 656, value_count + 10)
+    struct.pack_into("<Q", ok, leaf + 2 * 96 + 80, value_count + 10 - 3)
+    topo = vdbflow.open(bytes(ok))
+    assert topo.leaf_offset[2] == value_count + 10 - 3 - 1 and topo.value_count == value_count + 10 - 1
+    struct.pack_into("<Q", ok, leaf + 2 * 96 + 80, value_count + 10 - 2)
+    with pytest.raises(vdbflow.NanoVDBError, match="start at index"):
+        vdbflow.open(bytes(ok))
+
+
+def test_absurd_value_count_is_refused(index_file):
+    g, leaf, _ = leaf_layout(index_file)
+    bad = no_checksum(index_file.copy(), g)
+    struct.pack_into("<Q", bad, g + 656, EMPTY)
+    with pytest.raises(vdbflow.NanoVDBError, match=f"value count {EMPTY} at byte {g + 656}"):
+        vdbflow.open(bytes(bad))
+
+
+@pytest.mark.parametrize("child", [(1 << 63) - 1, -(1 << 63), (1 << 63) - 100, -1, 1 << 40])
+def test_child_offsets_that_would_wrap_are_refused(index_file, child):
+    """Root, upper and lower child offsets near +-2**63: parent + offset would wrap round."""
+    g, leaf, _ = leaf_layout(index_file)
+    _, lower, upper, root = tree_offsets(index_file, g)
+    lay = fmt.LAYOUTS[fmt.GRID_TYPE_ON_INDEX]
+    # the first child entry of each level: a root tile, the upper and lower nodes' first child slots
+    ucm = np.unpackbits(np.frombuffer(index_file, np.uint8, 4096, upper + 32 + 4096), bitorder="little")
+    lcm = np.unpackbits(np.frombuffer(index_file, np.uint8, 512, lower + 32 + 512), bitorder="little")
+    fields = [root + lay.root_size + 8,
+              upper + lay.upper_off_table + int(np.argmax(ucm)) * lay.table_stride,
+              lower + lay.lower_off_table + int(np.argmax(lcm)) * lay.table_stride]
+    for field in fields:
+        bad = no_checksum(index_file.copy(), g)
+        struct.pack_into("<q", bad, field, child)
+        with pytest.raises(vdbflow.NanoVDBError, match=f"offset read at byte {field}"):
+            vdbflow.open(bytes(bad))
+
+
+def test_node_array_offsets_and_counts_near_two_to_the_64(index_file):
+    g, _, _ = leaf_layout(index_file)
+    t = g + 672
+    for at, form, value in ((t, "<Q", EMPTY), (t, "<Q", (1 << 63) - 1), (t + 24, "<Q", EMPTY - 600),
+                            (t + 32, "<I", 0xFFFFFFFF), (t + 36, "<I", 0xFFFFFFFF)):
+        bad = no_checksum(index_file.copy(), g)
+        struct.pack_into(form, bad, at, value)
+        with pytest.raises(vdbflow.NanoVDBError, match="byte"):
+            vdbflow.open(bytes(bad))
+
+
+def test_blind_data_offsets_that_would_wrap_are_refused(tmp_path):
+    vol = vdbflow.Volume.from_voxels(np.array([[0, 0, 0], [1, 2, 3]]), np.array([1.0, 2.0], np.float32), 0.0)
+    vol.blind_data = (vdbflow.BlindData("w", 0, 1, 1, 4, np.arange(8, dtype=np.float32).tobytes()),)
+    vol.to_nvdb(str(tmp_path / "blind.nvdb"))
+    data = bytearray((tmp_path / "blind.nvdb").read_bytes())
+    g = grid_start(data)
+    meta = g + struct.unpack_from("<q", data, g + 640)[0]
+    assert vdbflow.open(bytes(data)).blind_data[0].data == np.arange(8, dtype=np.float32).tobytes()
+    cases = [(g + 640, "<q", (1 << 63) - 1), (g + 640, "<q", -(1 << 63)), (g + 648, "<I", 0xFFFFFFFF),
+             (meta, "<q", (1 << 63) - 1), (meta, "<q", -(1 << 63)), (meta + 8, "<Q", EMPTY),
+             (meta + 8, "<Q", 1 << 62), (meta + 16, "<I", 0xFFFFFFFF)]
+    for at, form, value in cases:
+        bad = no_checksum(data.copy(), g)
+        struct.pack_into(form, bad, at, value)
+        with pytest.raises(vdbflow.NanoVDBError, match="byte"):
+            vdbflow.open(bytes(bad))
+
+
+def test_segment_sizes_near_two_to_the_64(tmp_path):
+    vol = vdbflow.Volume.from_voxels(np.array([[0, 0, 0]]), np.array([1.0], np.float32), 0.0)
+    for codec in ("none", "zip"):
+        vol.to_nvdb(str(tmp_path / "s.nvdb"), codec=codec)
+        data = bytearray((tmp_path / "s.nvdb").read_bytes())
+        payload = grid_start(data)
+        for at, value in ((16, EMPTY), (24, EMPTY), (payload, EMPTY), (payload, (1 << 63) - 1)):
+            if codec == "none" and at == payload:
+                continue
+            bad = data.copy()
+            struct.pack_into("<Q", bad, at, value)
+            with pytest.raises(vdbflow.NanoVDBError, match="byte"):
+                vdbflow.open(bytes(bad))
