@@ -40,8 +40,9 @@ def _backend(device: str) -> Any:
     return cpu
 
 
-def _prepare_points(vol: Volume, points: Any, device: str) -> Any:
-    """(N, 3) C-contiguous float32/float64 points on the device's array module."""
+def _prepare_points(vol: Volume, points: Any, device: str, space: str = "index") -> Any:
+    """(N, 3) C-contiguous float32/float64 points on the device's array module.  Integer data has no
+    NaN to return, so its points must map to finite index coordinates (checked after the world map)."""
     on_gpu = is_cupy_array(points)
     if device == "cuda" and not on_gpu:
         from .backends.cuda import cupy_module
@@ -76,6 +77,19 @@ def _prepare_points(vol: Volume, points: Any, device: str) -> Any:
                 f"expected finite points for {vol.value_type.name} data (integers have no NaN), "
                 f"got {bad} points with NaN or inf coordinates"
             )
+        if space == "world":
+            # the kernels' own order: (p - t), then the rows of the inverse; 1e300 leaves a margin for
+            # rounding, far beyond any index a tree can hold (2^31)
+            inverse, origin = vol.transform.world_to_index[:3, :3], vol.transform.index_to_world[:3, 3]
+            with np.errstate(over="ignore", invalid="ignore"):
+                u = (points.astype(xp.float64) - xp.asarray(origin)) @ xp.asarray(inverse).T
+            bad = int((~(xp.abs(u) < 1e300).all(axis=1)).sum())
+            if bad:
+                raise PointsError(
+                    f"expected points whose index coordinates are finite for {vol.value_type.name} data "
+                    f"(integers have no NaN), got {bad} finite world points that map outside the float range "
+                    f"(the world-to-index map scales by up to {np.abs(inverse).max():.3g})"
+                )
     return points
 
 
@@ -142,7 +156,7 @@ def sample_grad_arrays(
     if mode != "closest" and not vt.is_float:
         raise SamplingError(f"expected mode='closest' for {vt.name} data (integers are not interpolated), "
                             f"got mode={mode!r}")
-    points = _prepare_points(vol, uvw, device)
+    points = _prepare_points(vol, uvw, device, space)
     on_gpu = device == "cuda"
     if on_gpu:
         import cupy as xp

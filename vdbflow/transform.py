@@ -38,6 +38,11 @@ class Transform:
         inverse = np.eye(4)
         inverse[:3, :3] = np.linalg.inv(linear)
         inverse[:3, 3] = -inverse[:3, :3] @ m[:3, 3]
+        if not np.all(np.isfinite(inverse)):
+            raise VolumeError(
+                "expected an index-to-world matrix with a finite inverse, got one whose inverse overflows "
+                f"(smallest |entry| {np.abs(linear[linear != 0]).min():.3g}): every world point would map to inf"
+            )
         m.setflags(write=False)
         inverse.setflags(write=False)
         self._matrix = m

@@ -75,7 +75,7 @@ def sample_grad_vjp(
         raise SamplingError(f"expected float32 or float64 data for reverse mode, got {vt.name}")
     device = resolve_device(device, points)
     vol = vol.contiguous()  # adjoint rows follow the contiguous value array
-    pts = _prepare_points(vol, points, device)
+    pts = _prepare_points(vol, points, device, space)
     if device == "cuda":
         import cupy as xp
     else:

@@ -3,6 +3,7 @@ stored per leaf (512 per leaf) or per active voxel (NanoVDB OnIndex layout)."""
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -120,11 +121,44 @@ class Topology:
             self.leaf_offset = np.ascontiguousarray(leaf_offset, dtype=np.int64)
             if self.leaf_offset.shape != (len(origins),):
                 raise VolumeError(f"expected one leaf offset per leaf ({len(origins)}), got {self.leaf_offset.shape}")
-            self.value_count = int(value_count) if value_count is not None else self.active_voxel_count
+            self.value_count = self._checked_count(value_count)
+            self._check_leaf_offsets()
         if tile_value_index is not None:
             self.tile_value_index = np.ascontiguousarray(tile_value_index, dtype=np.int64)
+            if self.tile_value_index.shape != (len(self.tile_sizes),):
+                raise VolumeError(f"expected one tile value index per tile ({len(self.tile_sizes)}), "
+                                  f"got shape {self.tile_value_index.shape}")
+            if len(self.tile_value_index) and (self.tile_value_index.min() < -1
+                                               or self.tile_value_index.max() >= self.value_count):
+                raise VolumeError(f"expected tile value indices in [-1, {self.value_count}) (-1: the background), "
+                                  f"got [{self.tile_value_index.min()}, {self.tile_value_index.max()}]")
             self.tile_value_index.setflags(write=False)
         self._freeze()
+
+    def _checked_count(self, value_count: Any) -> int:
+        if value_count is None:
+            return self.active_voxel_count
+        try:
+            count = operator.index(value_count)
+        except TypeError:
+            raise VolumeError(f"expected an integer value_count, got {value_count!r}") from None
+        if not 0 <= count < 2**62:
+            raise VolumeError(f"expected a value_count in [0, 2^62), got {count}")
+        return count
+
+    def _check_leaf_offsets(self) -> None:
+        """Each leaf's rows ``[offset, offset + active voxels)`` lie inside ``[0, value_count)``: the
+        kernels index the value array with them unchecked.  Compared without overflow."""
+        if not len(self.leaf_offset):
+            return
+        counts = np.bitwise_count(self.masks).sum(axis=1).astype(np.int64)
+        bad = (self.leaf_offset < 0) | (self.leaf_offset > self.value_count - counts)
+        if np.any(bad):
+            leaf = int(np.argmax(bad))
+            raise VolumeError(
+                f"expected each leaf's value rows inside [0, {self.value_count}), got leaf {leaf} at rows "
+                f"[{int(self.leaf_offset[leaf])}, +{int(counts[leaf])}) ({int(bad.sum())} leaves out of range)"
+            )
 
     def _freeze(self) -> None:
         for arr in (self.leaf_origins, self.masks, self.tile_origins, self.tile_sizes, self.prefix,
@@ -335,8 +369,19 @@ class Volume:
             if index_layout or self._leaf_values_at.shape != (topology.leaf_count,):
                 raise VolumeError("expected one value offset per leaf of a per-leaf layout volume")
             if len(self._leaf_values_at) and (self._leaf_values_at.min() < 0 or
-                                              self._leaf_values_at.max() + 512 * C > data.size):
-                raise VolumeError("expected leaf value offsets inside the value array")
+                                              self._leaf_values_at.max() > data.size - 512 * C):
+                raise VolumeError(f"expected leaf value offsets inside the value array of {data.size} elements, "
+                                  f"got [{self._leaf_values_at.min()}, {self._leaf_values_at.max()}] + {512 * C}")
+        elif data.ndim != 2 or data.shape[1] != C:
+            raise VolumeError(f"expected values of shape (rows, {C}), got {data.shape}")
+        elif index_layout and len(data) < topology.value_count:
+            raise VolumeError(f"expected at least {topology.value_count} value rows for the index layout, "
+                              f"got {len(data)}")
+        elif not index_layout and len(data) != 512 * topology.leaf_count:
+            raise VolumeError(f"expected {512 * topology.leaf_count} value rows (512 per leaf), got {len(data)}")
+        if tile_values.shape != (topology.tile_count, C) or background.shape != (C,):
+            raise VolumeError(f"expected tile values ({topology.tile_count}, {C}) and a background ({C},), "
+                              f"got {tile_values.shape} and {background.shape}")
             self._leaf_values_at.setflags(write=False)
         self._contiguous_cache: np.ndarray | None = None
         self._background = background

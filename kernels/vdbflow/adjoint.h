@@ -73,7 +73,7 @@ VDB_HD void adjoint_point(const GridView<T>& g, const AdjointRows& rows, const P
     const i64 row = corner_row(g, rows, v);
     R dot_a = (R)0, vg0 = (R)0, vg1 = (R)0, vg2 = (R)0;
     for (int c = 0; c < C; ++c) {
-      const R vc = (R)v[c];
+      const R vc = (R)load(v, c);
       sink(o, row, c, w * adj_value[c] + G.rows[c][0] * gx + G.rows[c][1] * gy + G.rows[c][2] * gz);
       dot_a += vc * adj_value[c];
       vg0 += vc * G.rows[c][0];

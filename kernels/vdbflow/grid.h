@@ -13,6 +13,7 @@
 #else
 #define VDB_HD inline
 #include <cmath>
+#include <cstring>
 #endif
 
 namespace vdbflow {
@@ -23,6 +24,20 @@ using std::isfinite;
 using std::nan;
 using std::round;
 #endif
+
+// One value component p[c].  Host values may sit at any byte of a memory-mapped .nvdb file (an
+// uncompressed grid starts at byte 193 + its name's length), so the host reads through memcpy, which
+// compiles to one plain load that tolerates misalignment; device buffers are always aligned copies.
+template <class T>
+VDB_HD T load(const T* p, int c) {
+#ifdef VDB_DEVICE_COMPILE
+  return p[c];
+#else
+  T v;
+  std::memcpy(&v, p + c, sizeof(T));
+  return v;
+#endif
+}
 
 typedef long long i64;
 typedef unsigned long long u64;

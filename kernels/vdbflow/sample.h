@@ -16,6 +16,10 @@ enum SampleMode { MODE_CLOSEST = 0, MODE_LINEAR = 1 };
 // Accumulation type: double for double data, float otherwise (integer data is closest-only).
 template <class T> struct RealOf { typedef float type; };
 template <> struct RealOf<double> { typedef double type; };
+// Value types with a NaN (the float types); integers read 0 where a float would read NaN.
+template <class T> struct HasNaN { static constexpr bool value = false; };
+template <> struct HasNaN<float> { static constexpr bool value = true; };
+template <> struct HasNaN<double> { static constexpr bool value = true; };
 
 // Jacobian buffers are C x 3 (component rows, axis columns); the layout is fixed here.
 // Components handled by the run-time-C path (NC == 0).
@@ -62,11 +66,16 @@ VDB_HD void to_index_space(const PointTransform& xf, const double p[3], double u
   for (int r = 0; r < 3; ++r) u[r] = xf.inv[3 * r] * d0 + xf.inv[3 * r + 1] * d1 + xf.inv[3 * r + 2] * d2;
 }
 
-// NaN values and Jacobian for a non-finite point (float data; integer data is refused upstream).
+// NaN values and Jacobian for a non-finite point.  Integer data has no NaN: its points are checked
+// to map to finite index coordinates upstream; should one get here anyway it reads 0, never a NaN cast
+// to an integer (undefined behaviour).
 template <class T, class R>
 VDB_HD void write_nan(int C, bool want_jacobian, T* value, R* jacobian) {
   const R not_a_number = (R)nan("");
-  for (int c = 0; c < C; ++c) value[c] = (T)not_a_number;
+  for (int c = 0; c < C; ++c) {
+    if constexpr (HasNaN<T>::value) value[c] = (T)not_a_number;
+    else value[c] = (T)0;
+  }
   if (want_jacobian)
     for (int e = 0; e < 3 * C; ++e) jacobian[e] = not_a_number;
 }
@@ -155,7 +164,7 @@ VDB_HD void evaluate_cell(const GridView<T>& g, const PointTransform& xf, const 
     if (cell.kind == CELL_NAN) {
       write_nan(C, want_jacobian, value, jacobian);
     } else {
-      for (int c = 0; c < C; ++c) value[c] = cell.corner[0][c];
+      for (int c = 0; c < C; ++c) value[c] = load(cell.corner[0], c);
       if (want_jacobian)
         for (int e = 0; e < 3 * C; ++e) jacobian[e] = (R)0;
     }
@@ -171,8 +180,8 @@ VDB_HD void evaluate_cell(const GridView<T>& g, const PointTransform& xf, const 
   Jacobian<R, CMAX> J;
   static_assert(sizeof(J) == sizeof(R) * CMAX * 3, "the Jacobian accumulator must be C x 3");
   for (int c = 0; c < C; ++c) {
-    const R v000 = (R)corner[0][c], v001 = (R)corner[1][c], v010 = (R)corner[2][c], v011 = (R)corner[3][c];
-    const R v100 = (R)corner[4][c], v101 = (R)corner[5][c], v110 = (R)corner[6][c], v111 = (R)corner[7][c];
+    const R v000 = (R)load(corner[0], c), v001 = (R)load(corner[1], c), v010 = (R)load(corner[2], c), v011 = (R)load(corner[3], c);
+    const R v100 = (R)load(corner[4], c), v101 = (R)load(corner[5], c), v110 = (R)load(corner[6], c), v111 = (R)load(corner[7], c);
     // along z
     const R d00 = v001 - v000, d01 = v011 - v010, d10 = v101 - v100, d11 = v111 - v110;
     const R c00 = v000 + fz * d00, c01 = v010 + fz * d01, c10 = v100 + fz * d10, c11 = v110 + fz * d11;

@@ -126,7 +126,7 @@ VDB_HD void gradient_at_node(const GridView<T>& g, const PointTransform& xf, con
   const int C = NC > 0 ? NC : g.components;
   const i64 b[3] = {clamp_far(u[0]), clamp_far(u[1]), clamp_far(u[2])};
   const T* v0 = read_voxel(g, b[0], b[1], b[2], cache);
-  for (int c = 0; c < C; ++c) value[c] = v0[c];
+  for (int c = 0; c < C; ++c) value[c] = load(v0, c);
   if (!want_jacobian) return;
   constexpr int CMAX = NC > 0 ? NC : MAX_COMPONENTS;
   double J[CMAX][3];
@@ -137,7 +137,7 @@ VDB_HD void gradient_at_node(const GridView<T>& g, const PointTransform& xf, con
       if (m == 0) continue;
       const double w = fd_weight(r, m);
       const T* v = read_voxel(g, b[0] + (a == 0 ? m : 0), b[1] + (a == 1 ? m : 0), b[2] + (a == 2 ? m : 0), cache);
-      for (int c = 0; c < C; ++c) J[c][a] += w * (double)v[c];
+      for (int c = 0; c < C; ++c) J[c][a] += w * (double)load(v, c);
     }
   write_jacobian(xf, C, (const double(*)[3])J, jacobian);
 }
@@ -177,7 +177,7 @@ VDB_HD void sample_point_scheme(const GridView<T>& g, const PointTransform& xf, 
         if (wv == 0.0 && wx == 0.0 && wy == 0.0 && wz == 0.0) continue;
         const T* v = read_voxel(g, b[0] + w[0].lo + i, b[1] + w[1].lo + j, b[2] + w[2].lo + k, cache);
         for (int c = 0; c < C; ++c) {
-          const double vc = (double)v[c];
+          const double vc = (double)load(v, c);
           acc[c] += wv * vc;
           J[c][0] += wx * vc;
           J[c][1] += wy * vc;
