@@ -4,7 +4,10 @@ corruptions whose errors must name the byte where the reader found them."""
 from __future__ import annotations
 
 import struct
+import tracemalloc
+import zlib
 
+import blosc
 import numpy as np
 import pytest
 
@@ -156,3 +159,129 @@ def test_segment_sizes_near_two_to_the_64(tmp_path):
             struct.pack_into("<Q", bad, at, value)
             with pytest.raises(vdbflow.NanoVDBError, match="byte"):
                 vdbflow.open(bytes(bad))
+
+
+# ---------------------------------------------------------------------------------------------
+# item 7: decompression bombs
+def compressed_file(tmp_path, codec: str) -> tuple[bytearray, int, int]:
+    """A one-grid file of ``codec``: (bytes, byte of the first chunk's u64 size, declared grid size)."""
+    vol = vdbflow.Volume.from_voxels(np.array([[0, 0, 0], [9, 9, 9]]), np.array([1.0, 2.0], np.float32), 0.0)
+    vol.to_nvdb(str(tmp_path / f"c.{codec}.nvdb"), codec=codec)
+    data = bytearray((tmp_path / f"c.{codec}.nvdb").read_bytes())
+    return data, grid_start(data), struct.unpack_from("<Q", data, 16)[0]
+
+
+def with_payload(data: bytearray, at: int, frames: list[bytes]) -> bytes:
+    """The file with its grid payload (from byte ``at``) replaced by ``frames``, each after its u64 size."""
+    return bytes(data[:at]) + b"".join(struct.pack("<Q", len(f)) + f for f in frames)
+
+
+def peak_bytes(fn) -> int:
+    """Peak traced allocation while ``fn`` runs (NumPy reports its buffers to tracemalloc)."""
+    tracemalloc.start()
+    try:
+        fn()
+    except vdbflow.NanoVDBError:
+        pass
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return peak
+
+
+def test_zip_bomb_stops_at_the_declared_size(tmp_path):
+    """20 MB of zeros (about 20 kB deflated) in a grid that declares a few hundred kB: the reader
+    stops one byte past the declared size instead of inflating all of it."""
+    data, at, declared = compressed_file(tmp_path, "zip")
+    assert declared < 1 << 20
+    bomb = with_payload(data, at, [zlib.compress(bytes(20 << 20), 9)])
+    assert len(bomb) < 100_000
+    with pytest.raises(vdbflow.NanoVDBError, match=f"zip payload at byte {at + 8} inflates to more than the "
+                                                   f"declared {declared} bytes"):
+        vdbflow.open(bomb)
+    assert peak_bytes(lambda: vdbflow.open(bomb)) < 4 * declared + (1 << 20)  # not 20 MB
+
+
+def test_zip_payload_short_of_the_declared_size(tmp_path):
+    data, at, declared = compressed_file(tmp_path, "zip")
+    short = with_payload(data, at, [zlib.compress(bytes(declared - 1))])
+    with pytest.raises(vdbflow.NanoVDBError, match=f"inflates to {declared - 1} bytes, expected {declared}"):
+        vdbflow.open(short)
+    truncated = with_payload(data, at, [zlib.compress(bytes(declared))[:-10]])
+    with pytest.raises(vdbflow.NanoVDBError, match="ends mid-stream"):
+        vdbflow.open(truncated)
+
+
+def test_declared_size_beyond_what_deflate_can_reach(tmp_path):
+    """A 1 kB payload declaring 2 GiB is refused before anything is allocated: deflate expands at
+    most 1032:1."""
+    data, at, _ = compressed_file(tmp_path, "zip")
+    struct.pack_into("<Q", data, 16, 2 << 30)
+    small = with_payload(data, at, [zlib.compress(bytes(1 << 20), 9)])
+    with pytest.raises(vdbflow.NanoVDBError, match="cannot inflate to the declared 2147483648 bytes"):
+        vdbflow.open(small)
+    assert peak_bytes(lambda: vdbflow.open(small)) < 1 << 20
+
+
+def test_blosc_bomb_refused_from_its_header(tmp_path):
+    """A blosc frame of 20 MB of zeros declares 20 MB in its own header: refused before decompressing
+    (and the reverse: a frame declaring less than the grid)."""
+    data, at, declared = compressed_file(tmp_path, "blosc")
+    bomb = with_payload(data, at, [blosc.compress(bytes(20 << 20), typesize=4)])
+    with pytest.raises(vdbflow.NanoVDBError, match=f"declares {20 << 20} uncompressed bytes .*the {declared} bytes"):
+        vdbflow.open(bomb)
+    assert peak_bytes(lambda: vdbflow.open(bomb)) < 4 * declared + (1 << 20)
+    short = with_payload(data, at, [blosc.compress(bytes(declared // 2), typesize=4)])
+    with pytest.raises(vdbflow.NanoVDBError, match=f"compressed chunk size at byte {len(short)} needs 8 bytes"):
+        vdbflow.open(short)  # the frame covers half the grid, and no second frame follows
+
+
+def test_blosc_frames_that_lie_about_themselves(tmp_path):
+    data, at, declared = compressed_file(tmp_path, "blosc")
+    frame = bytearray(blosc.compress(bytes(20 << 20), typesize=4))
+    struct.pack_into("<I", frame, 4, declared)  # header says the right size, the blocks say 20 MB
+    with pytest.raises(vdbflow.NanoVDBError, match="byte"):
+        vdbflow.open(with_payload(data, at, [bytes(frame)]))
+    good = blosc.compress(bytes(declared), typesize=4)
+    with pytest.raises(vdbflow.NanoVDBError, match="compressed bytes"):  # frame shorter than its header says
+        vdbflow.open(with_payload(data, at, [good[:-4]]))
+    with pytest.raises(vdbflow.NanoVDBError, match="16-byte header"):
+        vdbflow.open(with_payload(data, at, [good[:10]]))
+
+
+def test_blosc_grid_in_frames_of_any_size(tmp_path):
+    """Warp writes a blosc grid as one frame, NanoVDB as frames of 1 GiB: frames of any sizes that add
+    up to the grid read the same."""
+    data, at, declared = compressed_file(tmp_path, "blosc")
+    plain, _, _ = compressed_file(tmp_path, "none")  # the same grid, uncompressed
+    grid = bytes(plain[grid_start(plain):])
+    assert len(grid) == declared
+    cuts = [0, 100, 5000, declared - 7, declared]
+    frames = [blosc.compress(grid[a:b], typesize=1) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+    split = with_payload(data, at, frames)
+    np.testing.assert_array_equal(vdbflow.open(split).leaf_values, vdbflow.open(bytes(data)).leaf_values)
+
+
+def test_blosc_grids_in_chunks_of_at_most_one_gib(tmp_path, monkeypatch):
+    """NanoVDB writes a blosc grid as frames of at most 1 GiB; with the chunk size made small, a grid
+    spans many frames, each of which decompresses (python-blosc, independently) to its slice."""
+    from vdbflow import nanovdb
+
+    vol = vdbflow.Volume.from_voxels(np.argwhere(np.ones((8, 8, 24), bool)),
+                                     np.arange(8 * 8 * 24, dtype=np.float32), -1.0)
+    vol.to_nvdb(str(tmp_path / "plain.nvdb"))
+    plain = (tmp_path / "plain.nvdb").read_bytes()
+    grid = plain[grid_start(plain):]
+    monkeypatch.setattr(nanovdb, "BLOSC_MAX_CHUNK", 4096)
+    vol.to_nvdb(str(tmp_path / "chunked.nvdb"), codec="blosc")
+    data = (tmp_path / "chunked.nvdb").read_bytes()
+    pos, parts = grid_start(data), []
+    while pos < len(data):
+        size = struct.unpack_from("<Q", data, pos)[0]
+        parts.append(blosc.decompress(data[pos + 8: pos + 8 + size]))
+        pos += 8 + size
+    assert len(parts) == -(-len(grid) // 4096) and b"".join(parts) == grid
+    assert struct.unpack_from("<Q", data, 24)[0] == len(data) - grid_start(data)  # file size: all chunks
+    back = vdbflow.open(data)
+    np.testing.assert_array_equal(back.leaf_values, vol.leaf_values)
+    with pytest.raises(vdbflow.NanoVDBError, match="byte"):  # one chunk missing
+        vdbflow.open(data[:pos - 8 - size])

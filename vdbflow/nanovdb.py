@@ -88,6 +88,7 @@ class _GridSource:
     offset: int
     codec: str
     file_name: str | None
+    chunks: tuple[tuple[int, int, int], ...] = ()  # compressed: (byte offset, size, uncompressed size)
 
 
 def _grid_header(buf: np.ndarray, base: int) -> dict[str, Any]:
@@ -447,21 +448,98 @@ def _decode_nodes(buf: np.ndarray, base: int, bbox: np.ndarray | None,
 
 # ------------------------------------------------------------------------------------------------
 # files: segments of (header, metadata + names, grid payloads)
-def _decompress(codec: str, payload: np.ndarray, expected: int, where: int) -> np.ndarray:
-    try:
-        if codec == "zip":
-            out = zlib.decompress(bytes(payload))
-        else:
-            import blosc  # c-blosc 1 format, as NanoVDB writes it
+ZIP_MAX_RATIO = 1032  # deflate never expands more than 1032:1 (zlib's documented bound)
+BLOSC_MAX_CHUNK = 1 << 30  # NanoVDB writes blosc grids in chunks of at most 1 GiB, each with its own size
+BLOSC_HEADER_SIZE = 16  # version, versionlz, flags, typesize (u8 each), nbytes, blocksize, cbytes (u32 each)
+_INFLATE_STEP = 1 << 24  # zip output produced per step
 
-            out = blosc.decompress(bytes(payload))
-    except NanoVDBError:
-        raise
-    except Exception as err:
-        raise NanoVDBError(f"{codec} payload at byte {where} does not decompress: {err}") from None
-    if len(out) != expected:
-        raise NanoVDBError(f"{codec} payload at byte {where} decompresses to {len(out)} bytes, expected {expected}")
-    return np.frombuffer(out, dtype=np.uint8)
+
+def _inflate(payload: bytes, out: np.ndarray, where: int) -> None:
+    """Inflates one zlib stream into ``out`` in bounded steps; a stream that would produce more or
+    fewer bytes than ``len(out)`` stops at the first byte too many and raises."""
+    expected = len(out)
+    inflater = zlib.decompressobj()
+    pos, tail = 0, payload
+    try:
+        while not inflater.eof:
+            step = inflater.decompress(tail, min(_INFLATE_STEP, expected - pos + 1))  # never 0: 0 = unbounded
+            if pos + len(step) > expected:
+                raise NanoVDBError(f"zip payload at byte {where} inflates to more than the declared {expected} bytes")
+            out[pos:pos + len(step)] = np.frombuffer(step, np.uint8)
+            pos += len(step)
+            tail = inflater.unconsumed_tail
+            if not step and not tail:
+                break  # input used up before the stream's end
+    except zlib.error as err:
+        raise NanoVDBError(f"zip payload at byte {where} does not inflate after {pos} bytes: {err}") from None
+    if not inflater.eof or pos != expected:
+        raise NanoVDBError(f"zip payload at byte {where} inflates to {pos} bytes"
+                           f"{'' if inflater.eof else ' and then ends mid-stream'}, expected {expected}")
+
+
+def _blosc_frame_size(buf: np.ndarray, at: int, size: int, residual: int) -> int:
+    """The uncompressed size a blosc frame's 16-byte header declares, checked before anything is
+    decompressed: at most the ``residual`` bytes of the grid still to come, and the frame must fill
+    exactly its chunk of ``size`` bytes."""
+    if size < BLOSC_HEADER_SIZE:
+        raise NanoVDBError(f"blosc chunk at byte {at} has {size} bytes, expected at least a "
+                           f"{BLOSC_HEADER_SIZE}-byte header")
+    nbytes, _blocksize, cbytes = _unpack(buf, at + 4, "<III", "blosc header")
+    if not 0 < nbytes <= residual:
+        raise NanoVDBError(f"blosc chunk at byte {at} declares {nbytes} uncompressed bytes (at byte {at + 4}), "
+                           f"expected between 1 and the {residual} bytes left of the grid")
+    if cbytes != size:
+        raise NanoVDBError(f"blosc chunk at byte {at} declares {cbytes} compressed bytes (at byte {at + 12}), "
+                           f"but its chunk holds {size}")
+    return nbytes
+
+
+def _decompress(src: _GridSource, expected: int) -> np.ndarray:
+    """A compressed grid's bytes: its zip stream or blosc chunks decompressed into exactly
+    ``expected`` bytes, stopping at the first byte a lying payload would write beyond them."""
+    if src.codec == "zip":
+        (at, size, _), = src.chunks
+        if expected > ZIP_MAX_RATIO * size + 4096:
+            raise NanoVDBError(f"zip payload at byte {at} of {size} bytes cannot inflate to the declared "
+                               f"{expected} bytes (deflate expands at most {ZIP_MAX_RATIO}:1)")
+        out = np.empty(expected, np.uint8)  # pages are only touched as they are written
+        _inflate(bytes(src.buffer[at:at + size]), out, at)
+        return out
+    import blosc  # c-blosc 1 frames, as NanoVDB writes them
+
+    out = np.empty(expected, np.uint8)  # the frames' headers add up to exactly this (checked in _chunks)
+    pos = 0
+    for at, size, want in src.chunks:
+        try:
+            part = blosc.decompress(bytes(src.buffer[at:at + size]))
+        except Exception as err:
+            raise NanoVDBError(f"blosc chunk at byte {at} does not decompress: {err}") from None
+        if len(part) != want:
+            raise NanoVDBError(f"blosc chunk at byte {at} decompresses to {len(part)} bytes, expected {want}")
+        out[pos:pos + want] = np.frombuffer(part, np.uint8)
+        pos += want
+    return out
+
+
+def _chunks(buf: np.ndarray, pos: int, codec: str, grid_size: int, name: str) -> list[tuple[int, int, int]]:
+    """(offset, size, uncompressed size) of the compressed chunks of one grid starting at ``pos``,
+    each after its u64 size: one zlib stream, or blosc frames until their headers account for the
+    whole grid (NanoVDB writes one per GiB, Warp one per grid)."""
+    chunks = []
+    residual = grid_size
+    while True:
+        size = _unpack(buf, pos, "<Q", "compressed chunk size")[0]
+        if size > MAX_GRID_BYTES:
+            raise NanoVDBError(f"compressed chunk size {size} at byte {pos} is absurd")
+        _need(buf, pos + 8, size, f"compressed grid {name!r}")
+        if codec == "zip":
+            return [(pos + 8, size, grid_size)]
+        nbytes = _blosc_frame_size(buf, pos + 8, size, residual)
+        chunks.append((pos + 8, size, nbytes))
+        pos += 8 + size
+        residual -= nbytes
+        if residual == 0:
+            return chunks
 
 
 def _segments(buf: np.ndarray, file_name: str | None) -> list[tuple[dict[str, Any], _GridSource]]:
@@ -480,7 +558,7 @@ def _segments(buf: np.ndarray, file_name: str | None) -> list[tuple[dict[str, An
         if codec is None:
             raise NanoVDBError(f"unknown codec {codec_id} at byte {pos + 14} (expected 0 none, 1 zip, 2 blosc)")
         if count == 0:
-            raise NanoVDBError(f"file segment at byte {pos} holds no grids")
+            raise NanoVDBError(f"file segment at byte {pos} holds no grids (grid count at byte {pos + 12})")
         meta_pos = pos + fmt.FILE_HEADER_SIZE
         metas = []
         for _ in range(count):
@@ -489,10 +567,13 @@ def _segments(buf: np.ndarray, file_name: str | None) -> list[tuple[dict[str, An
             if gsize > MAX_GRID_BYTES or fsize > MAX_GRID_BYTES or name_size > 1 << 20:
                 raise NanoVDBError(f"grid metadata at byte {meta_pos} gives absurd sizes "
                                    f"(grid {gsize}, file {fsize}, name {name_size} bytes)")
+            if gsize < fmt.GRID_SIZE + fmt.TREE_SIZE:
+                raise NanoVDBError(f"grid metadata at byte {meta_pos} gives a grid size of {gsize} bytes, expected "
+                                   f"at least {fmt.GRID_SIZE + fmt.TREE_SIZE}")
             _need(buf, meta_pos + fmt.FILE_METADATA_SIZE, name_size, "grid name")
             name = bytes(buf[meta_pos + fmt.FILE_METADATA_SIZE: meta_pos + fmt.FILE_METADATA_SIZE + name_size])
             metas.append(dict(grid_size=gsize, file_size=fsize, name=name.split(b"\0", 1)[0].decode("utf-8", "replace"),
-                              codec=codec, version=f"{major}.{minor}.{patch}"))
+                              codec=codec, version=f"{major}.{minor}.{patch}", meta_offset=meta_pos))
             meta_pos += fmt.FILE_METADATA_SIZE + name_size
         pos = meta_pos
         for meta in metas:
@@ -501,13 +582,9 @@ def _segments(buf: np.ndarray, file_name: str | None) -> list[tuple[dict[str, An
                 out.append((meta, _GridSource(buf, pos, codec, file_name)))
                 pos += meta["grid_size"]
             else:
-                chunk = _unpack(buf, pos, "<Q", "compressed chunk size")[0]
-                if chunk > MAX_GRID_BYTES:
-                    raise NanoVDBError(f"compressed chunk size {chunk} at byte {pos} is absurd")
-                _need(buf, pos + 8, chunk, f"compressed grid {meta['name']!r}")
-                out.append((meta, _GridSource(buf[pos + 8: pos + 8 + chunk], 0, codec, file_name)))
-                meta["payload_offset"] = pos + 8
-                pos += 8 + chunk
+                chunks = _chunks(buf, pos, codec, meta["grid_size"], meta["name"])
+                out.append((meta, _GridSource(buf, 0, codec, file_name, tuple(chunks))))
+                pos = chunks[-1][0] + chunks[-1][1]
     return out
 
 
@@ -561,7 +638,7 @@ def _raw_grids(buf: np.ndarray, name: str | None) -> list[tuple[dict[str, Any], 
 def _grid_buffer(meta: dict[str, Any], src: _GridSource) -> tuple[np.ndarray, int]:
     if src.codec == "none":  # the grid may not reach past the bytes its metadata gives it
         return src.buffer[:src.offset + meta["grid_size"]], src.offset
-    return _decompress(src.codec, src.buffer, meta["grid_size"], meta.get("payload_offset", 0)), 0
+    return _decompress(src, meta["grid_size"]), 0
 
 
 def _select(sources: list, grid: int | str | None) -> tuple[dict[str, Any], _GridSource]:
@@ -871,23 +948,25 @@ def save(path: str | os.PathLike, grids: dict[str, Volume | Topology], codec: st
     for n, (name, obj) in enumerate(grids.items()):
         grid = _encode_grid(obj, name, n, len(grids))
         if codec == "zip":
-            packed = zlib.compress(grid)
-        elif codec == "blosc":
+            payload = struct.pack("<Q", len(packed := zlib.compress(grid))) + packed
+        elif codec == "blosc":  # chunks of at most 1 GiB, each after its u64 size, as NanoVDB writes them
             import blosc
 
-            packed = blosc.compress(grid, typesize=4)
+            frames = [blosc.compress(grid[at:at + BLOSC_MAX_CHUNK], typesize=4, cname="lz4")
+                      for at in range(0, len(grid), BLOSC_MAX_CHUNK)]
+            payload = b"".join(struct.pack("<Q", len(f)) + f for f in frames)
         else:
-            packed = grid
+            payload = grid
         h = _grid_header(np.frombuffer(grid, np.uint8), 0)
         raw_name = name.encode("utf-8") + b"\0"
         topo = obj if isinstance(obj, Topology) else obj.topology
         box = topo.index_bbox if topo.index_bbox is not None else np.zeros((2, 3), np.int64)
-        meta = struct.pack("<QQQQII6d6i3dI4I3IHHI", len(grid), len(packed), 0, h["voxel_count"], h["grid_type"],
+        meta = struct.pack("<QQQQII6d6i3dI4I3IHHI", len(grid), len(payload), 0, h["voxel_count"], h["grid_type"],
                            h["grid_class"], *h["world_bbox"], *[int(x) for x in box.ravel()], *h["voxel_size"],
                            len(raw_name), *h["node_counts"], 1, *h["tile_counts"],
                            fmt.CODEC_IDS[codec], 0, fmt.WRITE_VERSION)
         metas.append(meta + raw_name)
-        payloads.append(packed if codec == "none" else struct.pack("<Q", len(packed)) + packed)
+        payloads.append(payload)
     header = struct.pack("<QIHH", fmt.MAGIC_FILE, fmt.WRITE_VERSION, len(grids), fmt.CODEC_IDS[codec])
     tmp = f"{os.fspath(path)}.tmp-{os.getpid()}"
     with open(tmp, "wb") as fh:
