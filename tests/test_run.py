@@ -172,21 +172,28 @@ def test_overwrite_always_replaces_and_set_overrides(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml", "result.zarr"]
 
 
+def fake_result(path: Path, content: str) -> Path:
+    """A directory shaped like a vdbflow Zarr result (vdbflow's attrs, one array holding ``content``)."""
+    path.mkdir()
+    (path / ".zattrs").write_text(json.dumps({"title": "vdbflow run result", "vdbflow_config": "{}"}))
+    (path / "data").mkdir()
+    (path / "data" / ".zarray").write_text("{}")
+    (path / "data" / "0").write_text(content)
+    return path
+
+
 def test_publish_swaps_atomically_and_never_overwrites_unasked(tmp_path):
     from vdbflow.output import OutputError, partial_path, publish
 
     final = tmp_path / "r.zarr"
     for content in ("old", "new"):
-        part = partial_path(final)
-        part.mkdir()
-        (part / "data").write_text(content)
+        part = fake_result(partial_path(final), content)
         publish(part, final, "always")
-        assert (final / "data").read_text() == content and not part.exists()
-    part = partial_path(final)
-    part.mkdir()
+        assert (final / "data" / "0").read_text() == content and not part.exists()
+    part = fake_result(partial_path(final), "newer")
     with pytest.raises(OutputError, match="kept at"):
         publish(part, final, "never")
-    assert part.exists() and (final / "data").read_text() == "new"
+    assert part.exists() and (final / "data" / "0").read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([final.name, part.name])
 
 

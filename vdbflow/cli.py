@@ -33,6 +33,8 @@ def _logging(verbose: int, console: Console) -> None:
 
 
 def _print_plan(plan, console: Console) -> None:
+    from .job import REFERENCE_POINTS_PER_S, human_bytes, human_seconds
+
     cfg = plan.config
     table = Table(title="vdbflow run: plan (nothing has run)", show_header=False)
     table.add_column(style="bold")
@@ -45,6 +47,13 @@ def _print_plan(plan, console: Console) -> None:
     table.add_row("points", f"{count} ({cfg.points.kind}, {cfg.points.space} space){chunks}")
     table.add_row("sampling", f"mode {cfg.sampling.mode} (halo {plan.halo} voxel(s)), outputs "
                               f"{', '.join(cfg.sampling.outputs)}, device {cfg.sampling.device}")
+    if plan.output_bytes is not None:
+        table.add_row("size", f"about {human_bytes(plan.output_bytes)} of results before compression "
+                              f"({plan.bytes_per_point} bytes a point); about {human_seconds(plan.seconds)} of "
+                              f"sampling + writing at {REFERENCE_POINTS_PER_S / 1e6:g} M points/s (the demo's "
+                              "rate on one workstation; yours depends on the workers)")
+    table.add_row("limits", f"{cfg.limits.max_points:,} points, {cfg.limits.max_output_bytes} of results "
+                            "(limits.max_points, limits.max_output_bytes; --force runs larger jobs)")
     table.add_row("partitions", plan.partitions)
     table.add_row("cluster", plan.cluster)
     table.add_row("output", f"{cfg.output.path} ({cfg.output.resolved_format}, overwrite {cfg.output.overwrite})")
@@ -80,7 +89,7 @@ def _print_summary(result, console: Console) -> None:
     console.print(table)
 
 
-def _run(config_path: str, overrides: tuple[str, ...], dry_run: bool, verbose: int) -> None:
+def _run(config_path: str, overrides: tuple[str, ...], dry_run: bool, verbose: int, force: bool = False) -> None:
     from .config import ConfigError, load_config
     from .errors import VdbflowError
     from .job import plan_job, run_job
@@ -90,9 +99,9 @@ def _run(config_path: str, overrides: tuple[str, ...], dry_run: bool, verbose: i
     try:
         cfg = load_config(config_path, overrides)
         if dry_run:
-            _print_plan(plan_job(cfg), console)
+            _print_plan(plan_job(cfg, force), console)
             return
-        result = run_job(cfg, console)
+        result = run_job(cfg, console, force=force)
     except ConfigError as err:
         console.print(f"[red]config error:[/red] {err}", markup=True, highlight=False)
         raise SystemExit(2) from None
@@ -118,11 +127,46 @@ _SET_HELP = "Override a config key, e.g. --set points.count=1000000 (the value i
 @click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help=_SET_HELP)
 @click.option("--dry-run", is_flag=True,
               help="Validate the config, print the plan (and the SLURM job script); run nothing.")
+@click.option("--force", is_flag=True, help="Run a job larger than the config's limits (limits.max_points, "
+              "limits.max_output_bytes).")
 @click.option("-v", "--verbose", count=True, help="Log progress (-vv: also Dask's own logs).")
-def run(config: str, overrides: tuple[str, ...], dry_run: bool, verbose: int) -> None:
+def run(config: str, overrides: tuple[str, ...], dry_run: bool, force: bool, verbose: int) -> None:
     """Run the batch job described by CONFIG (YAML): sample a volume at points on a Dask cluster and
     write the result (Zarr or NetCDF).  Exit code 2: the config or its inputs are wrong; nothing ran."""
-    _run(config, overrides, dry_run, verbose)
+    _run(config, overrides, dry_run, verbose, force)
+
+
+@main.command()
+@click.argument("target", required=False, default=".", type=click.Path())
+@click.option("--dry-run", is_flag=True, help="Say what would be done; touch nothing.")
+@click.option("--force", is_flag=True, help="Also remove leftovers whose writer cannot be checked (another host, "
+              "or written before vdbflow recorded writers).")
+def clean(target: str, dry_run: bool, force: bool) -> None:
+    """Remove what killed runs left next to an output: partial results (.NAME.partial-*) and input
+    snapshots (.NAME.input-*) whose writer has exited, and put back an earlier result a kill set aside
+    mid-swap (.NAME.replaced-*).  Files of a running job are kept.
+
+    TARGET is a job config (.yaml: its output.path), an output path, or a directory holding outputs
+    (default: the current directory).  Exit code 2: TARGET cannot be read."""
+    from .config import ConfigError, load_config
+    from .output import not_a_result, tidy
+
+    console = Console()
+    path = Path(target)
+    try:
+        if path.suffix.lower() in (".yaml", ".yml") and path.is_file():
+            lines = tidy(load_config(path).output.path.absolute(), force=force, dry_run=dry_run)
+        elif path.is_dir() and not path.is_symlink() and not_a_result(path) is not None:
+            lines = tidy(directory=path.absolute(), force=force, dry_run=dry_run)
+        else:
+            lines = tidy(path.absolute(), force=force, dry_run=dry_run)
+    except ConfigError as err:
+        console.print(f"[red]config error:[/red] {err}", highlight=False)
+        raise SystemExit(2) from None
+    for line in lines:
+        console.print(line, highlight=False, markup=False)
+    if not lines:
+        console.print(f"nothing to clean at {target}", highlight=False)
 
 
 def demo_config() -> Path:

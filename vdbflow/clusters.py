@@ -70,35 +70,40 @@ def describe_cluster(spec: Any) -> str:
     raise ConfigError(f"expected a cluster section, got {type(spec).__name__}")
 
 
+def _no_http_server(scheduler: Any) -> None:
+    """Stop the HTTP server a scheduler starts whatever its options (health, metrics and info pages on
+    port 8787 even without a dashboard), so ``dashboard: false`` leaves no port open but Dask's own."""
+    server = getattr(scheduler, "http_server", None)
+    if server is not None:
+        server.stop()
+        scheduler.services.pop("dashboard", None)
+
+
+@contextlib.contextmanager
+def _http_routes(dashboard: str | None) -> Iterator[None]:
+    """Without a dashboard, the schedulers started here serve no HTTP routes at all."""
+    import dask
+
+    if dashboard is not None:
+        yield
+        return
+    with dask.config.set({"distributed.scheduler.http.routes": []}):
+        yield
+
+
 @contextlib.contextmanager
 def open_cluster(spec: Any) -> Iterator[Any]:
-    """A ``distributed.Client`` for ``spec``; clusters started here are shut down on exit."""
+    """A ``distributed.Client`` for ``spec``; clusters started here are shut down on exit.
+
+    A scheduler started here serves its dashboard on ``spec.dashboard_address`` (127.0.0.1 by default)
+    or, with ``dashboard: false``, no HTTP server at all.
+    """
     import distributed
 
-    dashboard = ":0" if spec.dashboard else None
-    cluster = None
-    if isinstance(spec, LocalClusterSpec):
-        kwargs: dict[str, Any] = {"n_workers": _local_workers(spec), "threads_per_worker": spec.threads_per_worker,
-                                  "processes": True, "dashboard_address": dashboard}
-        if spec.memory_limit:
-            kwargs["memory_limit"] = spec.memory_limit
-        cluster = distributed.LocalCluster(**kwargs)
-    elif isinstance(spec, CudaClusterSpec):
-        try:
-            from dask_cuda import LocalCUDACluster
-        except ImportError:
-            raise ConfigError("cluster.kind 'cuda' needs dask-cuda: pip install \"vdbflow[gpu]\"") from None
-        kwargs = {"dashboard_address": dashboard}
-        if spec.devices:
-            kwargs["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.devices))
-        if spec.rmm_pool_size:
-            kwargs["rmm_pool_size"] = spec.rmm_pool_size
-        cluster = LocalCUDACluster(**kwargs)
-    elif isinstance(spec, SlurmClusterSpec):
-        jobqueue = _jobqueue()
-        cluster = jobqueue.SLURMCluster(name="vdbflow-worker", scheduler_options={"dashboard_address": dashboard},
-                                        **_slurm_options(spec))
-        cluster.scale(jobs=spec.jobs)
+    with _http_routes(spec.dashboard_address):
+        cluster = _start(spec, distributed)
+    if cluster is not None and spec.dashboard_address is None:
+        _no_http_server(cluster.scheduler)
     client = distributed.Client(cluster if cluster is not None else spec.address)
     try:
         if isinstance(spec, SlurmClusterSpec):
@@ -108,3 +113,36 @@ def open_cluster(spec: Any) -> Iterator[Any]:
         client.close()
         if cluster is not None:
             cluster.close()
+
+
+def _start(spec: Any, distributed: Any) -> Any:
+    """The cluster ``spec`` asks for, started (None for an existing scheduler's address)."""
+    # a scheduler binds an HTTP server whatever it is told; without a dashboard it gets a free port on
+    # localhost (not 8787 on every interface) and is stopped right after the start
+    dashboard = spec.dashboard_address or "127.0.0.1:0"
+    show = {"dashboard": spec.dashboard_address is not None}
+    cluster = None
+    if isinstance(spec, LocalClusterSpec):
+        kwargs: dict[str, Any] = {"n_workers": _local_workers(spec), "threads_per_worker": spec.threads_per_worker,
+                                  "processes": True, "dashboard_address": dashboard, "scheduler_kwargs": show}
+        if spec.memory_limit:
+            kwargs["memory_limit"] = spec.memory_limit
+        cluster = distributed.LocalCluster(**kwargs)
+    elif isinstance(spec, CudaClusterSpec):
+        try:
+            from dask_cuda import LocalCUDACluster
+        except ImportError:
+            raise ConfigError("cluster.kind 'cuda' needs dask-cuda: pip install \"vdbflow[gpu]\"") from None
+        kwargs = {"dashboard_address": dashboard, "scheduler_kwargs": show}
+        if spec.devices:
+            kwargs["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.devices))
+        if spec.rmm_pool_size:
+            kwargs["rmm_pool_size"] = spec.rmm_pool_size
+        cluster = LocalCUDACluster(**kwargs)
+    elif isinstance(spec, SlurmClusterSpec):
+        jobqueue = _jobqueue()
+        cluster = jobqueue.SLURMCluster(name="vdbflow-worker", scheduler_options={"dashboard_address": dashboard,
+                                                                                  **show},
+                                        **_slurm_options(spec))
+        cluster.scale(jobs=spec.jobs)
+    return cluster

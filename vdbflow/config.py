@@ -15,6 +15,7 @@ Relative paths are taken relative to the current directory.
 from __future__ import annotations
 
 import math
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -99,6 +100,8 @@ class VolumeSpec(_Model):
     path: Path | None = None
     grids: list[str] | None = None
     synthetic: SyntheticVolume | None = None
+    snapshot: bool = Field(True, description="read a private copy of 'path' (a reflink where the filesystem "
+                                              "allows), so no other process can truncate what the job maps")
 
     @field_validator("grids", mode="before")
     @classmethod
@@ -112,6 +115,8 @@ class VolumeSpec(_Model):
                              + ("both" if self.path is not None else "neither"))
         if self.grids is not None and self.path is None:
             raise ValueError("'grids' selects grids of an .nvdb 'path'; a synthetic volume has one grid")
+        if not self.snapshot and self.path is None:
+            raise ValueError("'snapshot' is about an .nvdb 'path'; a synthetic volume is not read from a file")
         if self.grids is not None and len(set(self.grids)) != len(self.grids):
             raise ValueError(f"expected distinct grid names, got {self.grids}")
         return self
@@ -205,8 +210,21 @@ class SamplingSpec(_Model):
         return list(dict.fromkeys(v))
 
 
+DashboardAddress = Annotated[str, _matching(r"(\[[0-9a-f:]+\]|[\w.-]*):\d{1,5}",
+                                            "true, false or a 'host:port' like '127.0.0.1:8787' or '0.0.0.0:8787'")]
+
+
 class _Cluster(_Model):
-    dashboard: bool = Field(True, description="serve (and print) the Dask dashboard")
+    dashboard: bool | DashboardAddress = Field(
+        True, description="true: serve the Dask dashboard on 127.0.0.1 (a free port); 'host:port': there "
+                          "('0.0.0.0:8787' exposes it to the network); false: no HTTP server at all")
+
+    @property
+    def dashboard_address(self) -> str | None:
+        """Where a scheduler started by the job serves its dashboard, or None for none."""
+        if self.dashboard is False:
+            return None
+        return "127.0.0.1:0" if self.dashboard is True else self.dashboard
 
 
 class LocalClusterSpec(_Cluster):
@@ -275,6 +293,27 @@ class OutputSpec(_Model):
         return "netcdf" if self.path.suffix.lower() in (".nc", ".nc4", ".netcdf") else "zarr"
 
 
+ByteSize = Annotated[int, Field(ge=0)] | MemorySize
+
+
+def bytes_of(size: int | str) -> int:
+    """``'64GiB'`` -> 68719476736 (K, M, G, T are powers of 1000, Ki.. of 1024); ints pass."""
+    if isinstance(size, int):
+        return size
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT])(i?)B?", size.strip(), flags=re.IGNORECASE)
+    if m is None:
+        raise ConfigError(f"expected a size like '64GB' or '512GiB', got {size!r}")
+    power = "KMGT".index(m.group(2).upper()) + 1
+    return int(float(m.group(1)) * (1024 if m.group(3) else 1000) ** power)
+
+
+class LimitsSpec(_Model):
+    """How large a job may be before ``vdbflow run`` refuses it (raise these, or run with ``--force``)."""
+
+    max_points: int = Field(1_000_000_000, ge=1, description="points sampled")
+    max_output_bytes: ByteSize = Field("1TB", description="estimated size of the result before compression")
+
+
 class JobConfig(_Model):
     """A whole ``vdbflow run`` job."""
 
@@ -284,6 +323,7 @@ class JobConfig(_Model):
     partitions: int | None = Field(None, ge=1, description="default: one per worker")
     cluster: ClusterSpec = LocalClusterSpec(kind="local")
     output: OutputSpec
+    limits: LimitsSpec = LimitsSpec()
     _where: dict = PrivateAttr(default_factory=dict)  # key path -> "(file, line N)", for later checks
 
     def where(self, dotted: str) -> str:
@@ -292,6 +332,62 @@ class JobConfig(_Model):
 
 
 # -- reading ----------------------------------------------------------------------------------------------
+
+
+MAX_CONFIG_BYTES = 1 << 20  # a job config is a few hundred bytes; anything this large is not one
+MAX_CONFIG_NODES = 10_000  # scalars, lists and mappings once aliases are expanded
+
+
+def _expanded_nodes(root: yaml.Node, source: str) -> int:
+    """Nodes of ``root`` with every alias expanded, counted without expanding (each node once).
+
+    Raises :class:`ConfigError` for a recursive alias or more than ``MAX_CONFIG_NODES`` nodes: an
+    alias bomb (nested aliases, a few hundred bytes that expand to billions of nodes) fails here.
+    """
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            raise ConfigError(f"{source}: expected a tree of keys, found a recursive alias at line "
+                              f"{node.start_mark.line + 1} (an anchor used inside itself)")
+        if isinstance(node, yaml.MappingNode):
+            children = [child for pair in node.value for child in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = node.value
+        else:
+            children = []
+        active.add(key)
+        total = 1
+        for child in children:
+            total += size(child)
+            if total > MAX_CONFIG_NODES:
+                raise ConfigError(f"{source}: expected at most {MAX_CONFIG_NODES:,} keys and values with aliases "
+                                  f"expanded, found more under line {node.start_mark.line + 1} (nested aliases "
+                                  "multiply: a YAML alias bomb?)")
+        active.discard(key)
+        sizes[key] = total
+        return total
+
+    return size(root)
+
+
+def _compose(text: str, source: str) -> yaml.Node | None:
+    """The YAML node graph of ``text``, refused when too large or when its aliases expand too far."""
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{source}: expected a config of at most {MAX_CONFIG_BYTES:,} bytes, got {len(text):,}")
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{source} is not valid YAML: {err}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: expected a config, found YAML nested too deeply to read") from None
+    if node is not None:
+        _expanded_nodes(node, source)
+    return node
 
 
 def _line_map(node: yaml.Node, path: tuple = (), out: dict | None = None) -> dict[tuple, int]:
@@ -314,6 +410,7 @@ def _set(raw: dict, dotted: str, text: str) -> None:
     keys = dotted.split(".")
     if not all(keys):
         raise ConfigError(f"expected --set key.path=value with non-empty keys, got {dotted!r}")
+    _compose(text, f"--set {dotted}")
     try:
         value = yaml.safe_load(text)
     except yaml.YAMLError as err:
@@ -370,13 +467,14 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     source = "<text>" if path is None else str(path)
     if text is None:
         try:
-            text = Path(path).read_text()
+            with open(path, encoding="utf-8") as f:
+                text = f.read(MAX_CONFIG_BYTES + 1)  # enough to refuse an oversized file without reading it all
         except FileNotFoundError:
             raise ConfigError(f"expected a config file, found nothing at {source}") from None
         except (IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
             raise ConfigError(f"cannot read the config file {source}: {err}") from None
+    node = _compose(text, source)  # first: refuses alias bombs before anything expands them
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
         raw = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise ConfigError(f"{source} is not valid YAML: {err}") from None
@@ -402,6 +500,54 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     return cfg
 
 
+def _unwritable(path: Path) -> str | None:
+    """Why ``path`` cannot be created, or None: its nearest existing ancestor must be a writable directory."""
+    parent = path.absolute().parent
+    while not parent.exists():
+        if parent.is_symlink():
+            return f"{parent} is a dangling symbolic link (to {os.readlink(parent)})"
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{parent} is a file, not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"the directory {parent} is not writable"
+    return None
+
+
+def _output_problems(cfg: JobConfig) -> list[str]:
+    """Where the result goes: a path that can be written, and replaced only if it holds an earlier result."""
+    from .output import not_a_result
+
+    out = cfg.output.path
+    key = f"output.path{cfg.where('output.path')}"
+    if out.is_symlink():
+        dangling = "" if out.exists() else " (dangling)"
+        return [f"{key}: expected a path to write the result at, found a symbolic link{dangling} to "
+                f"{os.readlink(out)} at {out}; give the path it should point to instead"]
+    problem = _unwritable(out)
+    if problem is not None:
+        return [f"{key}: cannot write {out}: {problem}"]
+    real, cwd = out.resolve(), Path.cwd().resolve()
+    if real == cwd or real in cwd.parents:
+        return [f"{key}: expected a path for the result, got {out}, the current directory or one of its parents"]
+    inputs = [("volume.path", cfg.volume.path), ("points.path", getattr(cfg.points, "path", None)),
+              ("volume.synthetic.write", cfg.volume.synthetic.write if cfg.volume.synthetic else None)]
+    for name, path in inputs:
+        if path is not None and (path.resolve() == real or real in path.resolve().parents):
+            return [f"{key}: expected a path for the result apart from the inputs, got {out}, which is or holds "
+                    f"{name} ({path})"]
+    if not (out.exists() or out.is_symlink()):
+        return []
+    if cfg.output.overwrite == "never":
+        return [f"{key}: {out} exists and output.overwrite is 'never' (set output.overwrite: always to replace "
+                "an earlier result)"]
+    what = not_a_result(out)
+    if what is not None:
+        return [f"{key}: output.overwrite 'always' replaces only an earlier vdbflow result; {out} is {what}. "
+                "Nothing was touched: choose another path, or move it away yourself"]
+    return []
+
+
 def check_inputs(cfg: JobConfig) -> None:
     """Check what validation of the YAML alone cannot: input files exist, outputs may be written."""
     problems = []
@@ -411,9 +557,14 @@ def check_inputs(cfg: JobConfig) -> None:
     if isinstance(cfg.points, FilePoints) and not cfg.points.path.exists():
         problems.append(f"points.path{cfg.where('points.path')}: expected a points file, found nothing at "
                         f"{cfg.points.path}")
-    if cfg.output.overwrite == "never" and cfg.output.path.exists():
-        problems.append(f"output.path{cfg.where('output.path')}: {cfg.output.path} exists and output.overwrite "
-                        "is 'never' (set output.overwrite: always to replace it)")
+    problems += _output_problems(cfg)
+    write = cfg.volume.synthetic.write if cfg.volume.synthetic else None
+    if write is not None:
+        where = f"volume.synthetic.write{cfg.where('volume.synthetic.write')}"
+        if write.is_dir():
+            problems.append(f"{where}: expected a path for an .nvdb file, found a directory at {write}")
+        elif (problem := _unwritable(write)) is not None:
+            problems.append(f"{where}: cannot write {write}: {problem}")
     if cfg.output.resolved_format == "netcdf" and cfg.output.path.suffix.lower() == ".zarr":
         problems.append(f"output.format{cfg.where('output.format')}: netcdf was asked for a path ending in .zarr "
                         f"({cfg.output.path})")

@@ -8,11 +8,14 @@ its summary.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import hashlib
 import logging
 import os
 import platform
+import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,9 +26,27 @@ import xarray as xr
 
 from . import flow, synthetic
 from .clusters import describe_cluster, open_cluster, slurm_job_script
-from .config import DERIVED, ConfigError, FilePoints, JobConfig, SlurmClusterSpec, check_inputs, dump_config
-from .errors import NanoVDBError, PointsError, VolumeError
-from .output import OutputError, add_attrs, discard, lazy_write, partial_path, publish, stale_partials
+from .config import (
+    DERIVED,
+    ConfigError,
+    FilePoints,
+    JobConfig,
+    SlurmClusterSpec,
+    bytes_of,
+    check_inputs,
+    dump_config,
+)
+from .errors import NanoVDBError, PointsError, VdbflowError, VolumeError
+from .output import (
+    OutputError,
+    add_attrs,
+    discard,
+    lazy_write,
+    partial_path,
+    publish,
+    snapshot_path,
+    tidy,
+)
 from .points import file_point_count, generated_count, make_points
 from .sampling import STENCIL_RADIUS
 
@@ -42,6 +63,42 @@ class GridPlan:
     source: str
 
 
+class InputError(VdbflowError, RuntimeError):
+    """An input file changed, vanished or could not be copied between the plan and its reading."""
+
+
+@dataclass(frozen=True)
+class FileIdentity:
+    """What the plan saw of an input file; reading it later checks the file is still the same one."""
+
+    path: Path
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, path: Path, fd: int | None = None) -> FileIdentity:
+        st = os.stat(path) if fd is None else os.fstat(fd)
+        return cls(path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def check(self, fd: int | None = None, when: str = "") -> None:
+        """Raise :class:`InputError` unless the file (or open ``fd``) is the one the plan saw."""
+        try:
+            now = FileIdentity.of(self.path, fd)
+        except FileNotFoundError:
+            raise InputError(f"expected the input {self.path} {when}, found nothing there") from None
+        if now != self:
+            raise InputError(f"expected the input {self.path} as the plan saw it ({self.size:,} bytes, inode "
+                             f"{self.inode}, mtime {self.mtime_ns} ns) {when}, found {now.size:,} bytes, inode "
+                             f"{now.inode}, mtime {now.mtime_ns} ns: another process changed it")
+
+
+# how long a job takes, for the plan: configs/demo.yaml at 8M points sampled and wrote 2.0-2.3 M points/s
+# on one workstation (README); a job's own rate depends on its workers, mode and outputs
+REFERENCE_POINTS_PER_S = 2.0e6
+
+
 @dataclass
 class JobPlan:
     """What a job will do, from headers alone."""
@@ -55,6 +112,71 @@ class JobPlan:
     halo: int
     job_script: str | None = None
     notes: list[str] = field(default_factory=list)
+    bytes_per_point: int = 0
+    inputs: dict[str, FileIdentity] = field(default_factory=dict)  # by config key
+
+    @property
+    def output_bytes(self) -> int | None:
+        """The result's size before compression (None when the point count is known only when read)."""
+        return None if self.point_count is None else self.point_count * self.bytes_per_point
+
+    @property
+    def seconds(self) -> float | None:
+        """About how long sampling and writing take at ``REFERENCE_POINTS_PER_S``."""
+        return None if self.point_count is None else self.point_count / REFERENCE_POINTS_PER_S
+
+
+def human_bytes(n: float) -> str:
+    """``1.5 GB`` (powers of 1000)."""
+    for unit in ("bytes", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:,.0f} {unit}" if unit == "bytes" else f"{n:,.1f} {unit}"
+        n /= 1000
+    return f"{n:,.1f} PB"  # pragma: no cover - the loop returns
+
+
+def human_seconds(s: float) -> str:
+    """``45 s``, ``12 min``, ``3.5 h``, ``6.2 days``."""
+    if s < 60:
+        return f"{s:.0f} s"
+    if s < 3600:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h" if s < 86400 else f"{s / 86400:,.1f} days"
+
+
+_TENSOR_WIDTH = {"vorticity": 3, "strain_rate": 9, "rotation_rate": 9}  # other derived quantities: scalars
+
+
+def _bytes_per_point(cfg: JobConfig, grids: list[GridPlan]) -> int:
+    """Bytes of the result per point before compression: coordinates, then each grid's outputs."""
+    total = 3 * 8  # float64 coordinates
+    for g in grids:
+        name = g.value_type.lower()
+        item = 8 if (name.endswith("d") or "double" in name or "64" in name) else 4
+        for out in cfg.sampling.outputs:
+            if out == "value":
+                total += g.components * item
+            elif out == "jacobian":
+                total += 3 * g.components * item
+            elif out == "inside":
+                total += 1
+            else:
+                total += _TENSOR_WIDTH.get(out, 1) * item
+    return total
+
+
+def _limits(plan: JobPlan) -> list[str]:
+    """The job's size against ``limits``: what is too large, and how to allow it."""
+    cfg, problems = plan.config, []
+    if plan.point_count is not None and plan.point_count > cfg.limits.max_points:
+        problems.append(f"points{cfg.where('points')}: {plan.point_count:,} points, more than limits.max_points "
+                        f"({cfg.limits.max_points:,})")
+    cap = bytes_of(cfg.limits.max_output_bytes)
+    if plan.output_bytes is not None and plan.output_bytes > cap:
+        problems.append(f"output{cfg.where('output')}: about {human_bytes(plan.output_bytes)} of results "
+                        f"({plan.bytes_per_point} bytes a point), more than limits.max_output_bytes "
+                        f"({human_bytes(cap)})")
+    return problems
 
 
 def _synthetic_estimate(cfg: JobConfig) -> GridPlan:
@@ -92,8 +214,11 @@ def _nvdb_grids(cfg: JobConfig) -> list[GridPlan]:
     return plans
 
 
-def plan_job(cfg: JobConfig) -> JobPlan:
-    """Check a config against its inputs and say what the job will do; runs nothing."""
+def plan_job(cfg: JobConfig, force: bool = False) -> JobPlan:
+    """Check a config against its inputs and say what the job will do (and how large it is); runs nothing.
+
+    A job beyond ``cfg.limits`` is refused with :class:`ConfigError` unless ``force``.
+    """
     check_inputs(cfg)
     if cfg.volume.synthetic:
         try:
@@ -123,12 +248,39 @@ def plan_job(cfg: JobConfig) -> JobPlan:
     halo = max(1, STENCIL_RADIUS[cfg.sampling.mode])
     notes = []
     if cfg.output.path.exists():
-        notes.append(f"{cfg.output.path} exists and will be replaced when the new result is complete")
-    if stale_partials(cfg.output.path.absolute()):
-        notes.append(f"partial results of interrupted runs lie next to {cfg.output.path} (.{cfg.output.path.name}"
-                     ".partial-*); they are never read and may be deleted")
-    return JobPlan(cfg, grids, count, chunks, str(cfg.partitions) if cfg.partitions else "one per worker",
-                   cluster, halo, script, notes)
+        notes.append(f"{cfg.output.path} holds an earlier vdbflow result, replaced when the new one is complete")
+    notes += tidy(cfg.output.path.absolute(), dry_run=True)
+    inputs = {}
+    if cfg.volume.path is not None:
+        inputs["volume.path"] = FileIdentity.of(cfg.volume.path)
+        how = ("copied to a private snapshot next to the output first (a reflink where the filesystem allows, "
+               "else a copy), so no other process can truncate what the job maps") if cfg.volume.snapshot else \
+            "memory-mapped in place (volume.snapshot: false): the job must not run while another process rewrites it"
+        notes.append(f"{cfg.volume.path} ({human_bytes(inputs['volume.path'].size)}) is {how}")
+    plan = JobPlan(cfg, grids, count, chunks, str(cfg.partitions) if cfg.partitions else "one per worker",
+                   cluster, halo, script, notes, _bytes_per_point(cfg, grids), inputs)
+    problems = _limits(plan)
+    if problems and not force:
+        raise ConfigError("the job is larger than its limits:\n" + "\n".join(f"  {p}" for p in problems)
+                          + "\n  (raise limits.max_points / limits.max_output_bytes in the config, or run with "
+                          "--force)")
+    notes += [f"{p}: allowed by --force" for p in problems]
+    free = _free_bytes(cfg.output.path)
+    if plan.output_bytes is not None and free is not None and plan.output_bytes > free:
+        notes.append(f"the result (about {human_bytes(plan.output_bytes)} before compression) may not fit in the "
+                     f"{human_bytes(free)} free where {cfg.output.path} goes")
+    return plan
+
+
+def _free_bytes(path: Path) -> int | None:
+    """Free bytes on the filesystem that will hold ``path`` (its nearest existing ancestor)."""
+    place = path.absolute()
+    while not place.exists() and place != place.parent:
+        place = place.parent
+    try:
+        return shutil.disk_usage(place).free
+    except OSError:
+        return None
 
 
 # -- running ------------------------------------------------------------------------------------------------
@@ -324,18 +476,88 @@ class JobResult:
         return self.points / max(self.timings["sample_and_write_s"], 1e-9)
 
 
-def run_job(cfg: JobConfig, console: Any = None, progress: bool = True) -> JobResult:
-    """Run a job: start its cluster, distribute the volume, sample, write; return the summary."""
+_FICLONE = 0x40049409  # Linux ioctl: the destination shares the source's blocks (btrfs, XFS, bcachefs...)
+
+
+def _snapshot(identity: FileIdentity, final: Path) -> tuple[Path, str | None]:
+    """A private copy of an input next to the output, checked against what the plan saw: a reflink
+    (no data copied) where the filesystem allows, else a copy hashed as it is made.
+
+    Returns the copy and its sha256 (None after a reflink, which reads nothing).
+    """
+    target = snapshot_path(final)
+    digest = None
+    try:
+        with open(identity.path, "rb") as src:
+            identity.check(src.fileno(), "when the job started")
+            with open(target, "xb") as dst:
+                try:
+                    import fcntl
+
+                    fcntl.ioctl(dst.fileno(), _FICLONE, src.fileno())
+                except (ImportError, OSError):  # no reflinks here (ext4, tmpfs, another filesystem): copy
+                    digest = hashlib.sha256()
+                    block = bytearray(1 << 24)
+                    view = memoryview(block)
+                    while n := src.readinto(block):
+                        digest.update(view[:n])
+                        dst.write(view[:n])
+            identity.check(src.fileno(), "after it was copied")
+        if (copied := target.stat().st_size) != identity.size:
+            raise InputError(f"expected a {identity.size:,}-byte copy of {identity.path}, got {copied:,} bytes: "
+                             "another process changed it while it was copied")
+    except OSError as err:
+        target.unlink(missing_ok=True)
+        raise InputError(f"cannot make a private snapshot of {identity.path} at {target}: {err} "
+                         "(volume.snapshot: false reads the file in place instead)") from None
+    except BaseException:
+        target.unlink(missing_ok=True)
+        raise
+    return target, None if digest is None else digest.hexdigest()
+
+
+@contextlib.contextmanager
+def _volume_file(cfg: JobConfig, plan: JobPlan, final: Path) -> Iterator[tuple[Path | None, str | None]]:
+    """The .nvdb file the job reads (a snapshot unless ``volume.snapshot`` is false) and its sha256
+    if known already; a snapshot is removed afterwards."""
+    if cfg.volume.path is None:
+        yield None, None
+        return
+    identity = plan.inputs["volume.path"]
+    if not cfg.volume.snapshot:
+        identity.check(when="when the job started")
+        yield cfg.volume.path, None
+        return
+    t0 = time.perf_counter()
+    path, digest = _snapshot(identity, final)
+    log.info("read %s through a private snapshot %s (%s, %.2f s)", cfg.volume.path, path,
+             "copied" if digest else "reflinked", time.perf_counter() - t0)
+    try:
+        yield path, digest
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def run_job(cfg: JobConfig, console: Any = None, progress: bool = True, force: bool = False) -> JobResult:
+    """Run a job: start its cluster, distribute the volume, sample, write; return the summary.
+
+    ``force`` runs a job larger than ``cfg.limits``.  Leftovers of killed runs at the output are dealt
+    with first (:func:`vdbflow.output.tidy`), each logged.
+    """
     from .distributed import distribute
 
-    plan = plan_job(cfg)
+    plan = plan_job(cfg, force)
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
     final = cfg.output.path.absolute()
+    for line in tidy(final):
+        log.warning("%s", line)
+    if cfg.output.overwrite == "never" and (final.exists() or final.is_symlink()):
+        raise ConfigError(f"output.path{cfg.where('output.path')}: {final} holds the earlier result restored "
+                          "just now, and output.overwrite is 'never'")
     final.parent.mkdir(parents=True, exist_ok=True)
-    for stale in stale_partials(final):
-        log.warning("a partial result of an interrupted run lies at %s (never read; may be deleted)", stale)
-    with concurrent.futures.ThreadPoolExecutor(1) as hasher, open_cluster(cfg.cluster) as client:
+    with _volume_file(cfg, plan, final) as (volume_file, volume_sha256), \
+            concurrent.futures.ThreadPoolExecutor(1) as hasher, open_cluster(cfg.cluster) as client:
         timings["cluster_s"] = time.perf_counter() - t_start
         dashboard = client.dashboard_link if cfg.cluster.dashboard else None
         workers = len(client.scheduler_info(n_workers=-1)["workers"])
@@ -344,8 +566,14 @@ def run_job(cfg: JobConfig, console: Any = None, progress: bool = True) -> JobRe
             console.print(f"Dask dashboard: {dashboard}")
         t0 = time.perf_counter()
         sources, analytic = _build_volumes(cfg, [g.name for g in plan.grids])
-        checksum = {name: hasher.submit(_sha256, Path(src[0])) for name, src in sources.items()
-                    if isinstance(src, tuple)}
+        if volume_file is not None:
+            sources = {name: (volume_file, src[1]) for name, src in sources.items()}
+        hashes: dict[Path, concurrent.futures.Future] = {}
+        for src in sources.values():
+            if isinstance(src, tuple) and Path(src[0]) not in hashes:
+                hashes[Path(src[0])] = hasher.submit(lambda p: volume_sha256 if p == volume_file and volume_sha256
+                                                     else _sha256(p), Path(src[0]))
+        checksum = {name: hashes[Path(src[0])] for name, src in sources.items() if isinstance(src, tuple)}
         dvols = {}
         try:
             for name, src in sources.items():
@@ -409,6 +637,8 @@ def run_job(cfg: JobConfig, console: Any = None, progress: bool = True) -> JobRe
                 provenance["timings_s"] = {k: round(v, 4) for k, v in timings.items()}
                 provenance["worker_seconds_by_step"] = {k: round(v, 4) for k, v in result.worker_seconds.items()}
                 add_attrs(target, cfg.output, provenance)
+                if volume_file is not None and not cfg.volume.snapshot:
+                    plan.inputs["volume.path"].check(when="when the job finished")
                 publish(target, final, cfg.output.overwrite)
             except OutputError:
                 raise  # the complete result stays at its partial path, which the message names
