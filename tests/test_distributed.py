@@ -295,3 +295,36 @@ def test_default_client_context_manager_and_repr(rng, client):
         assert dvol.closed and "closed" in repr(dvol)
         assert current.status == "running"  # not ours to close
         dvol.close()  # closing twice is harmless
+
+
+@pytest.mark.parametrize("spill", [None, False])
+def test_in_memory_volume_survives_five_worker_kills(rng, tmp_path, spill):
+    """An in-memory volume's partitions have a lineage (spilled files, or pieces carried in the tasks):
+    a worker killed mid-computation, five times in a row, changes nothing in the results."""
+    import os
+    import signal
+    import time
+
+    ijk, vol = volume(rng, 3)
+    pts = da.from_array(probe_points(rng, ijk, 20_000), chunks=(500, 3))
+    want = vol.sample_grad(pts.compute(), space="index")["value_jacobian"].values
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  local_directory=str(tmp_path)) as cluster, distributed.Client(cluster) as client:
+        dvol = distribute(vol, client, 4, spill=spill)
+        try:
+            assert bool(dvol.spilled) == (spill is None)  # the temporary directory is shared here
+            for _ in range(5 if spill is None else 2):  # the default path five times, the fallback twice
+                client.wait_for_workers(2, timeout=60)
+                holders = {w for s in dvol.stats() for w in [s["worker"]] if w != "?"}
+                victim = sorted(holders)[0]
+                future = client.compute(dvol.sample_grad(pts, space="index")["value_jacobian"].data)
+                while not any(client.processing().values()):
+                    time.sleep(0.01)
+                pid = client.run(os.getpid, workers=[victim])[victim]
+                os.kill(pid, signal.SIGKILL)  # the nanny starts a fresh, empty worker
+                np.testing.assert_array_equal(future.result(timeout=180), want)
+                del future
+        finally:
+            files = dvol.spilled
+            dvol.close()
+    assert not any(os.path.exists(f) for f in files)  # the spill files went with the volume

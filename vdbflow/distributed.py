@@ -34,7 +34,10 @@ from __future__ import annotations
 
 import operator
 import os
+import pickle
+import tempfile
 import uuid
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +69,56 @@ def _read_leaves(path: str, grid: Any, leaves: np.ndarray) -> Volume:
     from .nanovdb import open_grid
 
     return open_grid(path, grid, leaves=leaves).contiguous()
+
+
+def _load_spilled(path: str) -> Volume:
+    """A partition's own leaves, spilled to a file by the client (an in-memory volume made recoverable:
+    a worker that dies with it is replaced by rerunning this task elsewhere)."""
+    with open(path, "rb") as f:
+        volume = pickle.load(f)
+    if not isinstance(volume, Volume):
+        raise VolumeError(f"expected a spilled partition (a Volume) in {path}, got {type(volume).__name__}")
+    return volume
+
+
+def _hold(volume: Volume) -> Volume:
+    """A partition's own leaves carried in the task itself: the scheduler keeps them, and can rerun
+    the task if its worker dies (the fallback when no directory is shared with every worker)."""
+    return volume
+
+
+def _spill(pieces: list[Volume], client: Any, spill: str | os.PathLike | bool | None) -> list[str] | None:
+    """Write the pieces to files that every worker can read, or return None (no such directory)."""
+    if spill is False:
+        return None
+    folder = tempfile.gettempdir() if spill is None or spill is True else os.fspath(spill)
+    paths = [os.path.join(folder, f"vdbflow-partition-{uuid.uuid4().hex}.pkl") for _ in pieces]
+    try:
+        for piece, path in zip(pieces, paths, strict=True):
+            with open(path, "wb") as f:
+                pickle.dump(piece, f, protocol=pickle.HIGHEST_PROTOCOL)
+        seen = client.run(os.path.isfile, paths[0]) if paths else {}
+    except OSError as err:
+        _remove_files(paths)
+        if spill is None:
+            return None
+        raise VolumeError(f"expected a writable spill directory {folder!r} for the partitions, got: {err}") from None
+    if all(seen.values()):
+        return paths
+    _remove_files(paths)
+    if spill is None:  # the workers run elsewhere: carry the pieces in the tasks instead
+        return None
+    lost = sorted(w for w, ok in seen.items() if not ok)
+    raise VolumeError(f"expected a spill directory {folder!r} that every worker can read, but {len(lost)} worker(s) "
+                      f"cannot see it: {lost[:3]}")
+
+
+def _remove_files(paths: list[str] | tuple[str, ...]) -> None:
+    for path in paths:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
 
 
 def _extract(volume: Volume, leaves: np.ndarray) -> Volume:
@@ -187,6 +240,11 @@ class DistributedVolume:
     lineage: list = field(default_factory=list)
     topology: Topology | None = None  # the whole volume's topology (on the client; values stay on the workers)
     workers: int = 1  # workers when the volume was distributed (sets the default wave)
+    spilled: tuple[str, ...] = ()  # files of an in-memory volume's partitions (removed on close)
+
+    def __post_init__(self) -> None:
+        # the spill files go with the volume, even if it is never closed
+        self._cleanup = weakref.finalize(self, _remove_files, self.spilled) if self.spilled else None
 
     def __repr__(self) -> str:
         t = self.template
@@ -320,6 +378,8 @@ class DistributedVolume:
         self._closed = True
         for f in (*self.partitions, *self.lineage):
             f.release()
+        if self._cleanup is not None:
+            self._cleanup()
         if self.owns_cluster:
             cluster = self.client.cluster
             self.client.close()
@@ -328,7 +388,8 @@ class DistributedVolume:
 
 
 def distribute(source: Volume | str | os.PathLike, client: Any = None, partitions: int | None = None,
-               halo: int = 1, *, grid: int | str | None = None) -> DistributedVolume:
+               halo: int = 1, *, grid: int | str | None = None,
+               spill: str | os.PathLike | bool | None = None) -> DistributedVolume:
     """Partition ``source`` (a Volume, or an .nvdb path whose leaves each worker reads itself)
     across a Dask cluster.
 
@@ -336,6 +397,12 @@ def distribute(source: Volume | str | os.PathLike, client: Any = None, partition
     when there is one, else an embedded ``LocalCluster`` of processes sized to the machine, closed with
     the volume (``close()``, or use the volume as a context manager).  ``partitions`` defaults to the
     number of workers; ``halo`` is the stencil radius in voxels (1 for ``linear``).
+
+    Partitions survive the loss of a worker: the scheduler rebuilds them elsewhere.  A file's leaves
+    are read again; an in-memory Volume's pieces are spilled to files in ``spill`` (a directory every
+    worker reads; default: the temporary directory, used when every worker sees it), removed on
+    ``close()``, or - with ``spill=False``, or when no worker sees the default - carried inside the
+    tasks, where the scheduler keeps them (simple, but the whole volume passes through the scheduler).
     """
     _, _, distributed = _import_dask()
     owns = False
@@ -359,17 +426,24 @@ def distribute(source: Volume | str | os.PathLike, client: Any = None, partition
     P = partitions or max(1, len(client.scheduler_info()["workers"]))
     plan = plan_partitions(whole.topology, P, halo)
     # 1. each partition's own leaves: sent from the client, or read by a worker from the file
+    # spread the partitions over the workers round-robin (loosely: they are rebuilt elsewhere on loss)
+    addresses = sorted(client.scheduler_info(n_workers=-1)["workers"])
+
+    def place(p: int) -> dict[str, Any]:
+        return {"workers": [addresses[p % len(addresses)]], "allow_other_workers": True} if addresses else {}
+
+    spilled: list[str] | None = None
     if loader_source is None:
-        owned = client.scatter([whole.select_leaves(plan.owned[p]) for p in range(P)], hash=False)
-        n_workers = len(client.scheduler_info()["workers"])
-        if n_workers > 1:
-            client.replicate(owned, n=2)  # a lost worker loses no partition
+        pieces = [whole.select_leaves(plan.owned[p]) for p in range(P)]
+        spilled = _spill(pieces, client, spill)
+        if spilled is not None:
+            owned = [client.submit(_load_spilled, spilled[p], pure=False, **place(p)) for p in range(P)]
+        else:
+            owned = [client.submit(_hold, pieces[p], pure=False, **place(p)) for p in range(P)]
+        del pieces
     else:
-        # spread the partitions over the workers round-robin (loosely: they recover elsewhere on loss)
-        addresses = sorted(client.scheduler_info(n_workers=-1)["workers"]) or [None]
-        owned = [client.submit(_read_leaves, *loader_source, plan.owned[p], pure=False,
-                               workers=None if addresses[0] is None else [addresses[p % len(addresses)]],
-                               allow_other_workers=True) for p in range(P)]
+        owned = [client.submit(_read_leaves, *loader_source, plan.owned[p], pure=False, **place(p))
+                 for p in range(P)]
     # 2. halo exchange: each owner extracts the leaves a neighbour needs; they travel worker to worker
     owner = np.empty(whole.leaf_count, np.int64)
     local = np.empty(whole.leaf_count, np.int64)
@@ -385,6 +459,9 @@ def distribute(source: Volume | str | os.PathLike, client: Any = None, partition
         parts.append(client.submit(_merge, owned[p], *pieces, pure=False))
         lineage.extend(pieces)
     distributed.wait(parts)
+    for f in parts:
+        if f.status == "error":
+            f.result()  # raises the partition's own error (e.g. an unreadable file) here, not at sampling
     template = whole.select_leaves(np.zeros(0, np.int64))
     leaf_bytes = 512 * whole.components * whole.dtype.itemsize + 64
     # blocks near data, for the background shortcut (cut for the halo's stencil: any allowed mode fits)
@@ -392,7 +469,7 @@ def distribute(source: Volume | str | os.PathLike, client: Any = None, partition
     counts = np.bitwise_count(whole.topology.masks).sum(axis=1).astype(np.int64)
     workers = max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
     return DistributedVolume(client, plan, parts, template, leaf_bytes, near, whole.leaf_count, counts, halo, owns,
-                             lineage, whole.topology, workers)
+                             lineage, whole.topology, workers, tuple(spilled or ()))
 
 
 # -- reverse mode ---------------------------------------------------------------------------------------
