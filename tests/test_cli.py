@@ -10,7 +10,7 @@ from vdbflow.cli import main
 
 def test_help_on_every_command():
     commands = sorted(main.commands)
-    assert {"run", "demo", "convert", "info"} <= set(commands)
+    assert {"run", "demo", "convert", "info", "clean"} <= set(commands)
     for args in [["--help"]] + [[c, "--help"] for c in commands]:
         result = CliRunner().invoke(main, args)
         assert result.exit_code == 0 and "Usage" in result.output, (args, result.output)

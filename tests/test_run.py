@@ -225,6 +225,7 @@ def test_interrupted_run_leaves_no_result_and_rerun_succeeds(tmp_path):
     result = invoke("run", str(cfg_path), "--set", "points.count=10000", "-v")
     assert result.exit_code == 0, result.output
     assert "interrupted run" in result.output
+    assert not list(tmp_path.glob(".result.zarr.*"))  # its writer is gone: the stale partial was removed
     ds = xr.open_zarr(tmp_path / "result.zarr")
     assert ds.sizes["point"] == 10_000 and np.isfinite(ds["velocity"].values).all()
 

@@ -149,7 +149,7 @@ _TENSOR_WIDTH = {"vorticity": 3, "strain_rate": 9, "rotation_rate": 9}  # other 
 
 def _bytes_per_point(cfg: JobConfig, grids: list[GridPlan]) -> int:
     """Bytes of the result per point before compression: coordinates, then each grid's outputs."""
-    total = 3 * 8  # float64 coordinates
+    total = 8 + 3 * 8  # the int64 point index and float64 coordinates
     for g in grids:
         name = g.value_type.lower()
         item = 8 if (name.endswith("d") or "double" in name or "64" in name) else 4
