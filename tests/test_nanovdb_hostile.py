@@ -3,6 +3,7 @@ corruptions whose errors must name the byte where the reader found them."""
 
 from __future__ import annotations
 
+import re
 import struct
 import tracemalloc
 import zlib
@@ -285,3 +286,87 @@ def test_blosc_grids_in_chunks_of_at_most_one_gib(tmp_path, monkeypatch):
     np.testing.assert_array_equal(back.leaf_values, vol.leaf_values)
     with pytest.raises(vdbflow.NanoVDBError, match="byte"):  # one chunk missing
         vdbflow.open(data[:pos - 8 - size])
+
+
+# ---------------------------------------------------------------------------------------------
+# item 18: every error about a file names a byte
+def walk_bases(tmp_path) -> dict[str, bytes]:
+    """Files whose structure the walk corrupts: a value grid with tiles and blind data, an index grid,
+    two grids in one segment, and zip and blosc copies."""
+    ijk = np.concatenate([np.argwhere(np.ones((8, 8, 8), bool)), [[600, 5, 5], [-40, 9, 1000]]])
+    tiles = (np.array([[256, 0, 0], [-4096, 4096, 0], [512, 8, 16]]), np.array([128, 4096, 8]),
+             np.array([3.0, 4.0, 5.0], np.float32))
+    vol = vdbflow.Volume.from_voxels(ijk, np.arange(len(ijk), dtype=np.float32), -1.0, tiles=tiles, name="v")
+    vol.blind_data = (vdbflow.BlindData("w", 0, 1, 1, 4, np.arange(5, dtype=np.float32).tobytes()),)
+    topo = vdbflow.Volume.from_active(ijk)
+    out = {}
+    for name, grids, codec in (("value", {"v": vol}, "none"), ("index", {"i": topo}, "none"),
+                               ("two", {"v": vol, "i": topo}, "none"), ("zip", {"v": vol}, "zip"),
+                               ("blosc", {"i": topo}, "blosc")):
+        vdbflow.save(tmp_path / f"{name}.nvdb", grids, codec=codec)
+        out[name] = (tmp_path / f"{name}.nvdb").read_bytes()
+    return out
+
+
+def structure_positions(data: bytes, grids: bool = True) -> list[tuple[int, tuple[int, ...]]]:
+    """(position, values to write there as u32) over the file header and metadata, and (``grids``)
+    every field of the grid header and tree, the root and its first tiles, the head of each node
+    array (bboxes, flags, masks, index offsets) and the blind metadata."""
+    wide, narrow = (0, 0x7FFFFFFF, 0xFFFFFFFF), (0, 0xFFFFFFFF)
+    end = grid_start(data)
+    spots = {p: wide for p in range(0, end - 3, 4)}
+    g = end
+    while grids and g + 736 <= len(data) and struct.unpack_from("<Q", data, g)[0] in fmt.GRID_MAGICS:
+        leaf, lower, upper, root = tree_offsets(data, g)
+        fields = [*range(g, g + 40, 4), g + 296, g + 300, *range(g + 560, g + 736, 4)]
+        spots.update({p: wide for p in fields})
+        spots.update({p: narrow for p in range(root, min(upper, root + 160), 4)})
+        for node in (upper, lower, leaf):
+            spots.update({p: narrow for p in range(node, node + 96, 4)})
+        blind = struct.unpack_from("<q", data, g + 640)[0]
+        if blind:
+            spots.update({p: wide for p in range(g + blind, g + blind + 24, 4)})
+        g += struct.unpack_from("<Q", data, g + 32)[0]
+    return sorted((p, v) for p, v in spots.items() if p + 4 <= len(data))
+
+
+def clear_checksums(data: bytearray) -> bytearray:
+    """Every grid of an uncompressed file without its checksum, so that node checks are reached."""
+    g = grid_start(data)
+    while g + 736 <= len(data) and struct.unpack_from("<Q", data, g)[0] in fmt.GRID_MAGICS:
+        struct.pack_into("<Q", data, g + 8, EMPTY)
+        size = struct.unpack_from("<Q", data, g + 32)[0]
+        if size == 0:
+            break
+        g += size
+    return data
+
+
+def open_every_grid(buf: bytes) -> None:
+    for g in range(len(vdbflow.list_grids(buf))):
+        vdbflow.open(buf, grid=g)
+
+
+def test_every_corruption_names_a_byte(tmp_path):
+    """Header, metadata, tree, root and node fields overwritten with 0, 0x7FFFFFFF and 0xFFFFFFFF
+    (checksums cleared, so every check is reached), and truncations at many lengths: each file opens
+    or raises a NanoVDBError that names a byte offset (sampling what opens is the fuzz test's job)."""
+    seen = {"loaded": 0, "error": 0}
+    unnamed = []
+    for name, base in walk_bases(tmp_path).items():
+        cases = [base[:cut] for cut in range(0, len(base), max(1, len(base) // 97))]
+        for pos, values in structure_positions(base, grids=name in ("value", "index")):
+            for value in values:
+                data = bytearray(base)
+                struct.pack_into("<I", data, pos, value)
+                cases.append(bytes(clear_checksums(data)) if pos >= grid_start(base) else bytes(data))
+        for buf in cases:
+            try:
+                open_every_grid(buf)
+                seen["loaded"] += 1
+            except vdbflow.NanoVDBError as err:
+                seen["error"] += 1
+                if not re.search(r"\bbytes? \[?\d", str(err)):
+                    unnamed.append(f"{name}: {err}")
+    assert not unnamed, "\n".join(unnamed[:20])
+    assert seen["error"] > 500 and seen["loaded"] > 100, seen

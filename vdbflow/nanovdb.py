@@ -154,7 +154,8 @@ def _layout_of(header: dict[str, Any], base: int) -> fmt.GridLayout:
     if layout is None:
         name = fmt.GRID_TYPE_NAMES.get(gtype, f"unknown type {gtype}")
         raise NanoVDBError(
-            f"grid {header['name']!r} at byte {base} has value type {name}, which vdbflow does not read "
+            f"grid {header['name']!r} at byte {base} has value type {name} (byte {base + fmt.GRID_OFF_TYPE}), "
+            f"which vdbflow does not read "
             f"(supported: Float, Double, Int32, Int64, UInt32, Vec3f, Vec3d, Vec4f, Vec4d, Index, OnIndex)"
         )
     return layout
@@ -233,13 +234,14 @@ def _read_blind_data(buf: np.ndarray, base: int, h: dict[str, Any]) -> tuple[Bli
     for b in range(count):
         at = base + offset + b * fmt.BLIND_META_SIZE
         if at < base or at + fmt.BLIND_META_SIZE > end:
-            raise NanoVDBError(f"blind metadata {b} at byte {at} lies outside the grid [{base}, {end})")
+            raise NanoVDBError(f"blind metadata {b} at offset {offset} + {b} x {fmt.BLIND_META_SIZE} (offset read at "
+                               f"byte {base + fmt.GRID_OFF_BLIND_OFFSET}) lies outside the grid, bytes [{base}, {end})")
         data_offset, value_count, value_size, semantic, data_class, data_type = _unpack(
             buf, at, "<qQIIII", "blind metadata")
         start, nbytes = at + data_offset, value_count * value_size
         if value_size == 0 or nbytes > MAX_GRID_BYTES or start < base or start + nbytes > end:
             raise NanoVDBError(f"blind data {b} (metadata at byte {at}) of {value_count} x {value_size} bytes "
-                               f"at byte {start} lies outside the grid [{base}, {end})")
+                               f"at offset {data_offset} from there lies outside the grid, bytes [{base}, {end})")
         raw_name = bytes(buf[at + 32: at + 32 + 256]).split(b"\0", 1)[0].decode("utf-8", "replace")
         records.append(BlindData(raw_name, semantic, data_class, data_type, value_size,
                                  bytes(buf[start:start + nbytes])))
@@ -278,7 +280,8 @@ def _decode_nodes(buf: np.ndarray, base: int, bbox: np.ndarray | None,
     _verify_head_checksum(gbuf, base, h, root + layout.root_size + table_size * layout.root_tile_size)
     bg_raw = gbuf[root + layout.root_off_background: root + layout.root_off_background + layout.value_size]
     if len(bg_raw) != layout.value_size:
-        raise NanoVDBError(f"the root background at byte {root} lies past the grid's end")
+        raise NanoVDBError(f"the root background at byte {root + layout.root_off_background} lies past the grid's "
+                           f"end (byte {end})")
     background = _values(bg_raw[None], layout)[0]
 
     keys = np.ascontiguousarray(tiles[:, 0:8]).view("<u8")[:, 0]
@@ -396,7 +399,11 @@ def _decode_nodes(buf: np.ndarray, base: int, bbox: np.ndarray | None,
         of_size = tile_sizes == size
         near[of_size] = _overlaps(tile_origins[of_size], size, bbox)
     tile_origins, tile_sizes, tile_vals, tile_at = tile_origins[near], tile_sizes[near], tile_vals[near], tile_at[near]
-    transform = Transform(h["index_to_world"])
+    try:
+        transform = Transform(h["index_to_world"])
+    except VolumeError as err:
+        raise NanoVDBError(f"the index-to-world map at byte {base + fmt.GRID_OFF_MAP + fmt.MAP_OFF_MATD} of grid "
+                           f"{h['name']!r} is not usable: {err}") from None
     if layout.is_index:
         offsets = np.ascontiguousarray(lrows_head[:, fmt.INDEX_LEAF_OFF_OFFSET: fmt.INDEX_LEAF_OFF_OFFSET + 8])
         first = offsets.view("<u8")[:, 0].astype(np.uint64)  # compared unsigned, without sums: no wrap-around
@@ -592,7 +599,7 @@ def _map_file(path: str | os.PathLike) -> np.ndarray:
     """The file memory-mapped read-only: pages are read from disk only when a node is touched."""
     size = os.path.getsize(path)
     if size == 0:
-        raise NanoVDBError(f"{os.fspath(path)} is empty")
+        raise NanoVDBError(f"{os.fspath(path)} is empty: expected a NanoVDB file header at byte 0")
     with open(path, "rb") as fh:
         mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
     return np.frombuffer(mapped, dtype=np.uint8)
@@ -604,7 +611,7 @@ def _sources(data: str | os.PathLike | bytes | np.ndarray) -> list[tuple[dict[st
     else:
         buf, name = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data, None
     if len(buf) < 8:
-        raise NanoVDBError(f"expected a NanoVDB file or grid, got {len(buf)} bytes")
+        raise NanoVDBError(f"expected a NanoVDB file header or grid at byte 0, but the buffer ends at byte {len(buf)}")
     magic = struct.unpack_from("<Q", buf, 0)[0]
     if magic == fmt.MAGIC_GRID or (magic == fmt.MAGIC_NUMBER and _looks_like_grid(buf)):
         return _raw_grids(buf, name)
