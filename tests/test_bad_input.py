@@ -21,10 +21,70 @@ def test_wrong_point_shapes(vec4, shape):
 
 
 @pytest.mark.parametrize("points", [np.zeros((2, 3), complex), np.zeros((2, 3), bool),
-                                    np.array([["a", "b", "c"]]), np.zeros((2, 3), np.float16)])
+                                    np.array([["a", "b", "c"]]), np.zeros((2, 3), object)])
 def test_wrong_point_dtypes(vec4, points):
-    with pytest.raises(vdbflow.PointsError, match="expected float32, float64 or integer points, got dtype"):
+    with pytest.raises(vdbflow.PointsError, match="expected float16/32/64 or integer points, got dtype"):
         vdbflow.sample_grad_arrays(vec4, points)
+
+
+@pytest.mark.parametrize("dtype", [">f8", ">f4", "<f2"])
+def test_big_endian_and_half_points_are_the_same_numbers(vec4, dtype):
+    pts = np.array([[0.5, 0.25, 0.75], [1.0, 0.5, 0.0], [0.0, 0.0, 0.5]])
+    got = vdbflow.sample_grad_arrays(vec4, pts.astype(dtype), space="index")
+    want = vdbflow.sample_grad_arrays(vec4, pts.astype(np.dtype(dtype).newbyteorder("=")).astype(np.float64),
+                                      space="index")
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_out_must_be_a_pair(vec4):
+    pts = np.zeros((2, 3))
+    for out in (np.empty((2, 2, 4), np.float32), (np.empty((2, 4), np.float32),), [None, None, None]):
+        with pytest.raises(vdbflow.ShapeError, match=r"expected out=\(values, jacobian\)"):
+            vdbflow.sample_grad_arrays(vec4, pts, out=out)
+    values = np.empty((2, 4), np.float32)
+    got = vdbflow.sample_grad_arrays(vec4, pts, out=[values, None])  # a list is a pair too
+    assert got[0] is values
+
+
+def test_out_buffers_that_overlap_the_points_or_each_other(vec4):
+    block = np.zeros(64, np.float32)
+    points = block[:6].reshape(2, 3)
+    with pytest.raises(vdbflow.ShapeError, match="overlaps them in memory"):
+        vdbflow.sample_grad_arrays(vec4, points, out=(block[4:12].reshape(2, 4), None), space="index")
+    with pytest.raises(vdbflow.ShapeError, match="overlap in memory"):
+        vdbflow.sample_grad_arrays(vec4, np.zeros((2, 3)), out=(block[:8].reshape(2, 4), block[:24].reshape(2, 4, 3)))
+    # buffers beside the points in one block are fine, and the points are read unchanged
+    got, _ = vdbflow.sample_grad_arrays(vec4, points, out=(block[8:16].reshape(2, 4), None), space="index",
+                                        jacobian=False)
+    np.testing.assert_array_equal(got, vec4.sample(np.zeros((2, 3)), space="index")["value"].values)
+
+
+def test_fractional_leaf_indices_are_refused(vec4):
+    with pytest.raises(vdbflow.VolumeError, match="expected integer leaf indices, got dtype float64"):
+        vec4.select_leaves([0.5, 1.0])
+    assert vec4.select_leaves(np.array([1, 0, 1])).leaf_count == 2
+
+
+def test_topology_offsets_the_kernels_would_trust(vec4):
+    """Leaf offsets, value counts and tile rows are checked where they enter, without overflow."""
+    origins, masks = np.zeros((1, 3), np.int32), np.full((1, 8), 2**64 - 1, np.uint64)
+    for offset in (10**12, 2**63 - 1, -1, 1):
+        with pytest.raises(vdbflow.VolumeError, match="expected each leaf's value rows inside"):
+            vdbflow.Topology(origins, masks, leaf_offset=[offset], value_count=512)
+    with pytest.raises(vdbflow.VolumeError, match="value_count"):
+        vdbflow.Topology(origins, masks, leaf_offset=[0], value_count=2**63)
+    ok = vdbflow.Topology(origins, masks, leaf_offset=[1], value_count=513)  # NanoVDB: row 0 is the background
+    assert ok.with_data(np.arange(513, dtype=np.float32)).sample([[0, 0, 1]], "closest", "index")["value"] == 2
+    with pytest.raises(vdbflow.VolumeError, match="tile value indices"):
+        vdbflow.Topology(origins, masks, None, [[4096, 0, 0]], [8], leaf_offset=[0], value_count=512,
+                         tile_value_index=[512])
+
+
+def test_transforms_whose_inverse_overflows_are_refused():
+    with pytest.raises(vdbflow.VolumeError, match="finite inverse"):
+        vdbflow.Transform.from_voxel_size(1e-310)
+    assert np.isfinite(vdbflow.Transform.from_voxel_size(1e-300).world_to_index).all()
 
 
 def test_ragged_points(vec4):

@@ -67,8 +67,12 @@ def _prepare_points(vol: Volume, points: Any, device: str, space: str = "index")
     kind = points.dtype.kind
     if kind in "iu":
         points = points.astype(xp.float64)
+    elif kind == "f" and points.dtype.itemsize in (4, 8) and not points.dtype.isnative:
+        points = points.astype(points.dtype.newbyteorder("="))  # big-endian: the same numbers, native order
+    elif points.dtype == np.float16:
+        points = points.astype(xp.float32)  # exact
     elif points.dtype not in (np.float32, np.float64):
-        raise PointsError(f"expected float32, float64 or integer points, got dtype {points.dtype}")
+        raise PointsError(f"expected float16/32/64 or integer points, got dtype {points.dtype}")
     points = xp.ascontiguousarray(points)
     if not vol.value_type.is_float and points.size:
         bad = int((~xp.isfinite(points).all(axis=1)).sum())
@@ -165,10 +169,19 @@ def sample_grad_arrays(
     N, C = points.shape[0], vol.components
     vshape = (N,) if C == 1 else (N, C)
     jshape = (N, 3) if C == 1 else (N, C, 3)
+    if out is not None and (not isinstance(out, (tuple, list)) or len(out) != 2):
+        raise ShapeError(f"expected out=(values, jacobian), a pair of arrays or None, got {type(out).__name__}"
+                         + (f" of length {len(out)}" if isinstance(out, (tuple, list)) else ""))
     out_values, out_jac = (None, None) if out is None else out
     values = _check_out(out_values, vshape, vt.dtype, on_gpu, "values")
     jac = _check_out(out_jac, jshape, vt.jacobian_dtype, on_gpu, "jacobian",
                      transposed=None if C == 1 else (N, 3, C)) if jacobian else None
+    if values is not None and jac is not None and xp.may_share_memory(values, jac):
+        raise ShapeError("expected separate values and jacobian buffers, got two that overlap in memory")
+    for buffer, what in ((values, "values"), (jac, "jacobian")):
+        if buffer is not None and xp.may_share_memory(buffer, points):
+            raise ShapeError(f"expected a {what} buffer apart from the points, got one that overlaps them in memory "
+                             "(the kernels would overwrite points before reading them)")
     if values is None:
         values = xp.empty(vshape, vt.dtype)
     if jacobian and jac is None:

@@ -647,7 +647,12 @@ class Volume:
     def select_leaves(self, leaves: Any) -> Volume:
         """A volume with only the given leaves (indices in tree order), all tiles and the same
         transform and background; values are copied (``(L', 512, C)`` or the leaves' active rows)."""
-        idx = np.unique(np.asarray(leaves, dtype=np.int64))
+        raw = np.asarray(leaves)
+        if raw.size and raw.dtype.kind not in "iu":
+            raise VolumeError(f"expected integer leaf indices, got dtype {raw.dtype}")
+        if raw.ndim > 1:
+            raise VolumeError(f"expected a 1-D array of leaf indices, got shape {raw.shape}")
+        idx = np.unique(raw.astype(np.int64))
         t = self.topology
         if len(idx) and (idx[0] < 0 or idx[-1] >= t.leaf_count):
             raise VolumeError(f"expected leaf indices in [0, {t.leaf_count}), got {idx[0]}..{idx[-1]}")
