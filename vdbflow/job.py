@@ -14,6 +14,7 @@ import logging
 import os
 import platform
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -136,7 +137,9 @@ def human_bytes(n: float) -> str:
 
 
 def human_seconds(s: float) -> str:
-    """``45 s``, ``12 min``, ``3.5 h``, ``6.2 days``."""
+    """``under 1 s``, ``45 s``, ``12 min``, ``3.5 h``, ``6.2 days``."""
+    if s < 1:
+        return "under 1 s"
     if s < 60:
         return f"{s:.0f} s"
     if s < 3600:
@@ -479,7 +482,7 @@ class JobResult:
 _FICLONE = 0x40049409  # Linux ioctl: the destination shares the source's blocks (btrfs, XFS, bcachefs...)
 
 
-def _snapshot(identity: FileIdentity, final: Path) -> tuple[Path, str | None]:
+def _snapshot(identity: FileIdentity, final: Path, stop: threading.Event | None = None) -> tuple[Path, str | None]:
     """A private copy of an input next to the output, checked against what the plan saw: a reflink
     (no data copied) where the filesystem allows, else a copy hashed as it is made.
 
@@ -500,6 +503,8 @@ def _snapshot(identity: FileIdentity, final: Path) -> tuple[Path, str | None]:
                     block = bytearray(1 << 24)
                     view = memoryview(block)
                     while n := src.readinto(block):
+                        if stop is not None and stop.is_set():
+                            raise InputError(f"the snapshot of {identity.path} was stopped: the job ended") from None
                         digest.update(view[:n])
                         dst.write(view[:n])
             identity.check(src.fileno(), "after it was copied")
@@ -517,25 +522,34 @@ def _snapshot(identity: FileIdentity, final: Path) -> tuple[Path, str | None]:
 
 
 @contextlib.contextmanager
-def _volume_file(cfg: JobConfig, plan: JobPlan, final: Path) -> Iterator[tuple[Path | None, str | None]]:
-    """The .nvdb file the job reads (a snapshot unless ``volume.snapshot`` is false) and its sha256
-    if known already; a snapshot is removed afterwards."""
-    if cfg.volume.path is None:
-        yield None, None
+def _volume_file(cfg: JobConfig, plan: JobPlan, final: Path,
+                 pool: concurrent.futures.Executor) -> Iterator[concurrent.futures.Future]:
+    """The .nvdb file the job reads, as a future of (path or None, its sha256 if known already): a
+    snapshot (unless ``volume.snapshot`` is false) made in ``pool`` while the cluster starts, and
+    removed afterwards."""
+    done: concurrent.futures.Future = concurrent.futures.Future()
+    if cfg.volume.path is None or not cfg.volume.snapshot:
+        if cfg.volume.path is not None:
+            plan.inputs["volume.path"].check(when="when the job started")
+        done.set_result((cfg.volume.path, None))
+        yield done
         return
-    identity = plan.inputs["volume.path"]
-    if not cfg.volume.snapshot:
-        identity.check(when="when the job started")
-        yield cfg.volume.path, None
-        return
-    t0 = time.perf_counter()
-    path, digest = _snapshot(identity, final)
-    log.info("read %s through a private snapshot %s (%s, %.2f s)", cfg.volume.path, path,
-             "copied" if digest else "reflinked", time.perf_counter() - t0)
+    stop = threading.Event()
+
+    def make() -> tuple[Path, str | None]:
+        t0 = time.perf_counter()
+        path, digest = _snapshot(plan.inputs["volume.path"], final, stop)
+        log.info("reading %s through a private snapshot %s (%s in %.2f s)", cfg.volume.path, path,
+                 "copied" if digest else "reflinked", time.perf_counter() - t0)
+        return path, digest
+
+    future = pool.submit(make)
     try:
-        yield path, digest
+        yield future
     finally:
-        path.unlink(missing_ok=True)
+        stop.set()  # a job that ends early stops the copy
+        if future.exception() is None:
+            future.result()[0].unlink(missing_ok=True)
 
 
 def run_job(cfg: JobConfig, console: Any = None, progress: bool = True, force: bool = False) -> JobResult:
@@ -556,8 +570,8 @@ def run_job(cfg: JobConfig, console: Any = None, progress: bool = True, force: b
         raise ConfigError(f"output.path{cfg.where('output.path')}: {final} holds the earlier result restored "
                           "just now, and output.overwrite is 'never'")
     final.parent.mkdir(parents=True, exist_ok=True)
-    with _volume_file(cfg, plan, final) as (volume_file, volume_sha256), \
-            concurrent.futures.ThreadPoolExecutor(1) as hasher, open_cluster(cfg.cluster) as client:
+    with concurrent.futures.ThreadPoolExecutor(1) as hasher, _volume_file(cfg, plan, final, hasher) as reading, \
+            open_cluster(cfg.cluster) as client:
         timings["cluster_s"] = time.perf_counter() - t_start
         dashboard = client.dashboard_link if cfg.cluster.dashboard else None
         workers = len(client.scheduler_info(n_workers=-1)["workers"])
@@ -565,6 +579,7 @@ def run_job(cfg: JobConfig, console: Any = None, progress: bool = True, force: b
         if console is not None and dashboard:
             console.print(f"Dask dashboard: {dashboard}")
         t0 = time.perf_counter()
+        volume_file, volume_sha256 = reading.result()  # the snapshot, made while the cluster started
         sources, analytic = _build_volumes(cfg, [g.name for g in plan.grids])
         if volume_file is not None:
             sources = {name: (volume_file, src[1]) for name, src in sources.items()}
