@@ -12,6 +12,7 @@ import mmap
 import os
 import struct
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,26 +127,118 @@ def _grid_header(buf: np.ndarray, base: int) -> dict[str, Any]:
                 node_counts=node_counts, tile_counts=tile_counts, voxel_count=voxel_count)
 
 
-def _head_crc(buf: np.ndarray, base: int, head_end: int) -> int:
-    """CRC32 of a grid's head: from the version field (byte 16) to the end of the root tiles."""
-    return zlib.crc32(buf[base + 16: head_end]) & 0xFFFFFFFF
+def _crc(buf: np.ndarray, start: int, stop: int, crc: int = 0) -> int:
+    return zlib.crc32(buf[start:stop], crc) & 0xFFFFFFFF
 
 
-def _verify_head_checksum(buf: np.ndarray, base: int, h: dict[str, Any], head_end: int) -> None:
-    """Checks the head half of a NanoVDB checksum when the grid has one: the CRC32 of the grid and
-    tree data and (up to 32.6.0, as checked on real files) the root and its tiles; later versions
-    cover the grid and tree only, so either span is accepted.  The tail half (over the nodes) is not
-    checked."""
+def _blocked_crc(buf: np.ndarray, start: int, stop: int) -> int:
+    """NanoVDB's tail rule after 32.6.0: the CRC32 of the CRC32s (u32, little-endian) of the 4 KiB
+    blocks of [start, stop), the last block taking the remainder (fewer than 4 KiB: no blocks)."""
+    if stop <= start:
+        return fmt.EMPTY_CRC32
+    n = (stop - start) // fmt.CRC_BLOCK_SIZE
+    edges = [start + k * fmt.CRC_BLOCK_SIZE for k in range(n)] + [stop]
+    crcs = np.array([_crc(buf, a, b) for a, b in zip(edges[:-1], edges[1:], strict=True)], "<u4")
+    return zlib.crc32(crcs.tobytes()) & 0xFFFFFFFF
+
+
+def _node_crcs(buf: np.ndarray, arrays: list[tuple[int, int, int]]) -> np.ndarray:
+    """CRC32 of every node of the (start, count, size) arrays, upper, lower then leaf."""
+    return np.array([_crc(buf, start + k * size, start + (k + 1) * size)
+                     for start, count, size in arrays for k in range(count)], np.uint64)
+
+
+@dataclass(frozen=True)
+class _Checksums:
+    """The head spans and tail CRC32s a grid may carry under its version's rules (old rules have variants)."""
+
+    head_spans: tuple[tuple[int, int], ...]
+    tails: tuple[tuple[str, Any], ...]  # (what is covered, a callable giving the CRC32 or None)
+
+
+def _checksum_rules(buf: np.ndarray, base: int, h: dict[str, Any], layout: fmt.GridLayout) -> _Checksums:
+    end = base + h["grid_size"]
+    head_end = base + fmt.GRID_SIZE + fmt.TREE_SIZE
+    if h["version"] > fmt.CHECKSUM_OLD_RULES_LAST:
+        return _Checksums(((base + 16, head_end),),
+                          ((f"bytes [{head_end}, {end}) in 4 KiB blocks", lambda: _blocked_crc(buf, head_end, end)),))
+    t = h["tree"]
+    offs, counts = h["node_offsets"], h["node_counts"]
+    upper = t + offs[2]
+    if counts[2] == 0:  # no nodes: versions differ on where the head stops, and there is no tail
+        spans = {(base + 16, end)}
+        if h["blind_count"]:
+            spans.add((base + 16, min(end, base + max(h["blind_offset"], 16))))
+        root = t + offs[3]
+        if root + fmt.ROOT_OFF_TABLE_SIZE + 4 <= end:
+            table = int(struct.unpack_from("<I", buf, root + fmt.ROOT_OFF_TABLE_SIZE)[0])
+            spans.add((base + 16, min(end, root + layout.root_size + table * layout.root_tile_size)))
+        return _Checksums(tuple(sorted(spans)), ())
+    arrays = [(t + offs[2], counts[2], layout.upper_size), (t + offs[1], counts[1], layout.lower_size),
+              (t + offs[0], counts[0], layout.leaf_size)]
+    nodes = f"the {counts[2]} upper, {counts[1]} lower and {counts[0]} leaf nodes, one CRC32 each,"
+    cache: list[np.ndarray] = []
+
+    def per_node(width: int) -> Any:
+        def crc() -> int | None:
+            if any(start < base or start + count * size > end for start, count, size in arrays):
+                return None
+            if not cache:
+                cache.append(_node_crcs(buf, arrays))
+            return zlib.crc32(cache[0].astype(f"<u{width}").tobytes()) & 0xFFFFFFFF
+        return crc
+
+    # the per-node CRCs were kept as u32 (current NanoVDB, CUDA) or as 8-byte uint_fast32_t (older
+    # host builds on Linux); a 32.6 development rule CRC'd the 4 KiB blocks from the first upper node
+    return _Checksums(((base + 16, min(max(upper, base + 16), end)),),
+                      ((nodes, per_node(4)), (nodes + " (8-byte entries)", per_node(8)),
+                       (f"bytes [{upper}, {end}) in 4 KiB blocks", lambda: _blocked_crc(buf, upper, end))))
+
+
+def _head_as_if(buf: np.ndarray, base: int, start: int, stop: int, index_count: tuple[int, int]) -> int:
+    """The head CRC32 over [start, stop) with the grid index and count (bytes 24-32) replaced."""
+    if stop < base + 32:
+        return _crc(buf, start, stop)
+    crc = zlib.crc32(struct.pack("<II", *index_count), _crc(buf, start, base + 24))
+    return _crc(buf, base + 32, stop, crc)
+
+
+def _verify_checksum(buf: np.ndarray, base: int, h: dict[str, Any], layout: fmt.GridLayout, tail: bool,
+                     position: tuple[int, int]) -> None:
+    """Checks a grid's checksum by the rules of its version: the head (low half) unless 0xFFFFFFFF,
+    and with ``tail`` the tail (high half) unless 0xFFFFFFFF.  NanoVDB rewrites a grid's index and
+    count (bytes 24-32) when it moves a grid between buffers, so a head is also accepted for the grid
+    standing alone (0 of 1) or at ``position`` (index, count) in its payload."""
     checksum = h["checksum"]
     if checksum == _EMPTY_CHECKSUM:
         return
-    want = checksum & 0xFFFFFFFF
-    got = _head_crc(buf, base, head_end)
-    if got != want and _head_crc(buf, base, base + fmt.GRID_SIZE + fmt.TREE_SIZE) != want:
+    version = ".".join(map(str, fmt.version_parts(h["version"])))
+    rules = _checksum_rules(buf, base, h, layout)
+    want_head, want_tail = checksum & 0xFFFFFFFF, checksum >> 32
+    if want_head != fmt.EMPTY_CRC32:
+        alternatives = {(0, 1), position} - {(h["grid_index"], h["grid_count"])}
+        for start, stop in rules.head_spans:
+            if _crc(buf, start, stop) == want_head or any(
+                    _head_as_if(buf, base, start, stop, alt) == want_head for alt in alternatives):
+                break
+        else:
+            start, stop = rules.head_spans[0]
+            raise NanoVDBError(
+                f"checksum mismatch in grid {h['name']!r} (NanoVDB {version}): bytes [{start}, {stop}) have CRC32 "
+                f"0x{_crc(buf, start, stop):08x}, the head half of the checksum at byte {base + 8} records "
+                f"0x{want_head:08x} (open with checksum=False to read a grid whose writer left a stale checksum)")
+    if tail and want_tail != fmt.EMPTY_CRC32 and rules.tails:
+        found = []
+        for what, crc in rules.tails:
+            got = crc()
+            if got == want_tail:
+                return
+            found.append((what, got))
+        what, got = found[0]
         raise NanoVDBError(
-            f"checksum mismatch in grid {h['name']!r}: bytes [{base + 16}, {head_end}) have CRC32 0x{got:08x}, "
-            f"the grid records 0x{want:08x} at byte {base + 8}"
-        )
+            f"checksum mismatch in grid {h['name']!r} (NanoVDB {version}): {what} have CRC32 "
+            f"{'(out of bounds)' if got is None else f'0x{got:08x}'}, the tail half of the checksum at byte "
+            f"{base + 12} records 0x{want_tail:08x} (open with checksum=False to read it anyway)")
 
 
 def _layout_of(header: dict[str, Any], base: int) -> fmt.GridLayout:
@@ -249,7 +342,13 @@ def _read_blind_data(buf: np.ndarray, base: int, h: dict[str, Any]) -> tuple[Bli
 
 
 def _decode_grid(buf: np.ndarray, base: int, bbox: np.ndarray | None = None,
-                 leaf_subset: np.ndarray | None = None) -> tuple[dict[str, Any], Any]:
+                 leaf_subset: np.ndarray | None = None, checksum: bool = True,
+                 position: tuple[int, int] = (0, 1)) -> tuple[dict[str, Any], Any]:
+    """Decode the grid at ``base`` after checking its checksum (``checksum``; the tail only when the
+    whole grid is read, since it covers every node)."""
+    if checksum:
+        h = _grid_header(buf, base)
+        _verify_checksum(buf, base, h, _layout_of(h, base), bbox is None and leaf_subset is None, position)
     try:
         h, obj = _decode_nodes(buf, base, bbox, leaf_subset)
     except VolumeError as err:  # nodes that decode but do not form a valid tree
@@ -277,7 +376,6 @@ def _decode_nodes(buf: np.ndarray, base: int, bbox: np.ndarray | None,
     root = t + root_off
     table_size = _unpack(gbuf, root + fmt.ROOT_OFF_TABLE_SIZE, "<I", "root table size")[0]
     tiles = _node_rows(gbuf, root + layout.root_size, table_size, layout.root_tile_size, "root tile")
-    _verify_head_checksum(gbuf, base, h, root + layout.root_size + table_size * layout.root_tile_size)
     bg_raw = gbuf[root + layout.root_off_background: root + layout.root_off_background + layout.value_size]
     if len(bg_raw) != layout.value_size:
         raise NanoVDBError(f"the root background at byte {root + layout.root_off_background} lies past the grid's "
@@ -648,45 +746,87 @@ def _grid_buffer(meta: dict[str, Any], src: _GridSource) -> tuple[np.ndarray, in
     return _decompress(src, meta["grid_size"]), 0
 
 
-def _select(sources: list, grid: int | str | None) -> tuple[dict[str, Any], _GridSource]:
-    if grid is None:
-        return sources[0]
+@dataclass
+class _Grid:
+    """One grid ready to decode: its file metadata, buffer and offset, and position in its payload."""
+
+    meta: dict[str, Any]
+    buffer: np.ndarray
+    offset: int
+    position: tuple[int, int]
+
+
+def _payload_grids(meta: dict[str, Any], src: _GridSource) -> list[_Grid]:
+    """The grids of one payload: one, or (as NanoVDB wrote a multi-grid buffer before 32.6, under the
+    first grid's metadata) several back to back that fill the payload exactly."""
+    buf, offset = _grid_buffer(meta, src)
+    end = offset + meta["grid_size"]
+    where = "" if src.codec == "none" else f" of the {src.codec} payload at byte {src.chunks[0][0]}"
+    starts = [offset]
+    while True:
+        h = _grid_header(buf, starts[-1])
+        after = starts[-1] + h["grid_size"]
+        if after == end:
+            break
+        if end - after < fmt.GRID_SIZE + fmt.TREE_SIZE or \
+                struct.unpack_from("<Q", buf, after)[0] not in fmt.GRID_MAGICS:
+            raise NanoVDBError(
+                f"the grid at byte {starts[-1]}{where} ends at byte {after}, but its file metadata gives "
+                f"{meta['grid_size']} bytes (to byte {end}) and no further grid starts there")
+        starts.append(after)
+    if len(starts) == 1:
+        return [_Grid(meta, buf, offset, (0, 1))]
+    out = []
+    for n, at in enumerate(starts):
+        h = _grid_header(buf, at)
+        out.append(_Grid(dict(meta, name=h["name"], grid_size=h["grid_size"]), buf, at, (n, len(starts))))
+    return out
+
+
+def _grids(data: str | os.PathLike | bytes | np.ndarray) -> Iterator[_Grid]:
+    """Every grid of a file or buffer, in order; compressed payloads are decompressed as reached."""
+    for meta, src in _sources(data):
+        yield from _payload_grids(meta, src)
+
+
+def _select(data: str | os.PathLike | bytes | np.ndarray, grid: int | str | None) -> _Grid:
+    seen = []
+    for n, g in enumerate(_grids(data)):
+        if grid is None or (isinstance(grid, str) and g.meta["name"] == grid) or \
+                (isinstance(grid, (int, np.integer)) and not isinstance(grid, bool) and n == grid):
+            return g
+        seen.append(g.meta["name"])
     if isinstance(grid, (int, np.integer)):
-        if not 0 <= grid < len(sources):
-            raise NanoVDBError(f"expected a grid index in [0, {len(sources)}), got {grid}")
-        return sources[int(grid)]
-    names = [m["name"] for m, _ in sources]
-    if grid not in names:
-        raise NanoVDBError(f"expected one of the grid names {names}, got {grid!r}")
-    return sources[names.index(grid)]
+        raise NanoVDBError(f"expected a grid index in [0, {len(seen)}), got {grid}")
+    raise NanoVDBError(f"expected one of the grid names {seen}, got {grid!r}")
 
 
 def open_grid(data: str | os.PathLike | bytes | np.ndarray, grid: int | str | None = None, *,
-              bbox: Any = None, leaves: Any = None) -> Volume | Topology:
+              bbox: Any = None, leaves: Any = None, checksum: bool = True) -> Volume | Topology:
     """A grid of a .nvdb file (path) or of an in-memory buffer: a :class:`Volume` for value grids, an
     index-layout :class:`Topology` for Index / OnIndex grids (attach values with ``with_data``).
 
     ``grid`` is an index or a name (default the first grid).  ``bbox`` ((i0, j0, k0), (i1, j1, k1)),
     inclusive index coordinates, or ``leaves`` (leaf indices in tree order) load only part of the
-    grid; the rest of an uncompressed file is not read.
+    grid; the rest of an uncompressed file is not read.  ``checksum`` verifies the grid's NanoVDB
+    checksum where it has one (the tail half, over all nodes, only when the whole grid is read).
     """
-    meta, src = _select(_sources(data), grid)
-    buf, offset = _grid_buffer(meta, src)
     box = None
     if bbox is not None:
         box = np.asarray(bbox, dtype=np.int64)
         if box.shape != (2, 3):
             raise NanoVDBError(f"expected bbox as ((i0, j0, k0), (i1, j1, k1)), got shape {box.shape}")
-    _, result = _decode_grid(buf, offset, box, leaves)
+    g = _select(data, grid)
+    _, result = _decode_grid(g.buffer, g.offset, box, leaves, checksum, g.position)
     return result
 
 
 def list_grids(data: str | os.PathLike | bytes | np.ndarray) -> list[GridInfo]:
     """One :class:`GridInfo` per grid of a .nvdb file or buffer (headers only, nodes not decoded)."""
     infos = []
-    for n, (meta, src) in enumerate(_sources(data)):
-        buf, offset = _grid_buffer(meta, src)
-        h = _grid_header(buf, offset)
+    for n, g in enumerate(_grids(data)):
+        buf, meta = g.buffer, g.meta
+        h = _grid_header(buf, g.offset)
         bbox = _unpack(buf, h["tree"] + h["node_offsets"][3], "<6i", "root bbox")
         wb = h["world_bbox"]
         infos.append(GridInfo(
@@ -925,8 +1065,13 @@ def _encode_grid(obj: Volume | Topology, name: str, grid_index: int, grid_count:
     _put(buf, fmt.GRID_OFF_CLASS, "<II", class_code, layout.grid_type)
     _put(buf, fmt.GRID_OFF_BLIND_OFFSET, "<qI", off_blind if blind else 0, len(blind))
     _put(buf, fmt.GRID_OFF_DATA0, "<IQQ", 0, value_count, 0)
-    head = _head_crc(buf, 0, off_upper)  # grid, tree, root and root tiles
-    _put(buf, fmt.GRID_OFF_CHECKSUM, "<Q", 0xFFFFFFFF00000000 | head)
+    # the full checksum by the 32.6.0 rules: head over the grid, tree, root and root tiles, tail over
+    # the CRC32s (u32) of every node; a grid without nodes has no tail
+    head = _crc(buf, 16, off_upper)
+    arrays = [(off_upper, n_up, layout.upper_size), (off_lower, n_low, layout.lower_size),
+              (off_leaf, n_leaf, layout.leaf_size)]
+    tail = zlib.crc32(_node_crcs(buf, arrays).astype("<u4").tobytes()) & 0xFFFFFFFF if n_up else fmt.EMPTY_CRC32
+    _put(buf, fmt.GRID_OFF_CHECKSUM, "<II", head, tail)
     return buf.tobytes()
 
 

@@ -24,6 +24,16 @@ SUPPORTED_MINOR = range(3, 10)  # 32.3 .. 32.9
 WRITE_VERSION = (32 << 21) | (6 << 10) | 0
 
 
+# Checksums (64 bits at grid byte 8): CRC32 "head" in the low half, CRC32 "tail" in the high half; a half
+# of 0xFFFFFFFF was not computed, all 64 bits set means no checksum.  Up to and including 32.6.0 the head
+# covers bytes [16, first upper node) (grid, tree, root, root tiles) and the tail the nodes, one CRC32 per
+# node (upper, lower, leaf, in memory order) CRC'd together; later versions: head bytes [16, 736) (grid and
+# tree), tail the CRC32 of the CRC32s of the 4 KiB blocks of [736, grid size) (the last block takes the rest).
+CHECKSUM_OLD_RULES_LAST = (32 << 21) | (6 << 10) | 0
+CRC_BLOCK_SIZE = 4096
+EMPTY_CRC32 = 0xFFFFFFFF
+
+
 def version_parts(version: int) -> tuple[int, int, int]:
     return version >> 21, (version >> 10) & 0x7FF, version & 0x3FF
 
