@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "vdbflow/adjoint.h"
+#include "vdbflow/hessian.h"
 #include "vdbflow/route.h"
 #include "vdbflow/sample.h"
 #include "vdbflow/schemes.h"
@@ -344,7 +345,7 @@ SampleArgs common_args(const std::vector<IntTable>& tables, const InArray& masks
     throw std::invalid_argument("points must be (N, 3) float32 or float64");
   if (values.dtype() != tile_values.dtype() || values.dtype() != background.dtype())
     throw std::invalid_argument("values, tile values and background must share one dtype");
-  if (mode < MODE_CLOSEST || mode > SCHEME_FD2) throw std::invalid_argument("unknown sampling mode");
+  if (mode < MODE_CLOSEST || mode > SCHEME_LAST) throw std::invalid_argument("unknown sampling mode");
   SampleArgs a;
   for (int l = 0; l < LEVEL_COUNT; ++l) a.tables[l] = as_table(tables[l]);
   a.masks = (const u64*)masks.data();
@@ -408,6 +409,83 @@ void sample(std::vector<IntTable> tables, InArray masks, InArray prefix, InArray
     else if (is<int64_t>(values)) dispatch_points<int64_t>(a);
     else if (is<uint32_t>(values)) dispatch_points<uint32_t>(a);
     else throw std::invalid_argument("unsupported value dtype");
+  }
+}
+
+// Values, Jacobians and Hessians (N, C, 3, 3) of float data, OpenMP over points.
+template <class T, int NC, class P>
+void run_hessian(const SampleArgs& a, bool hessian_world, void* out_hessian) {
+  typedef typename RealOf<T>::type R;
+  const GridView<T> g = make_grid_view(a.tables, a.masks, a.prefix, a.leaf_offset, a.leaf_values_at,
+                                       (const T*)a.values, (const T*)a.tile_values, (const T*)a.background,
+                                       a.components, a.index_layout);
+  const int C = a.components;
+  const P* pts = (const P*)a.points;
+  T* out_v = (T*)a.out_values;
+  R* out_j = (R*)a.out_jacobian;
+  R* out_h = (R*)out_hessian;
+#pragma omp parallel
+  {
+    LeafCache cache;
+#pragma omp for schedule(dynamic, 1024)
+    for (i64 i = 0; i < a.n; ++i) {
+      const double p[3] = {(double)pts[3 * i], (double)pts[3 * i + 1], (double)pts[3 * i + 2]};
+      sample_point_hessian<T, NC>(g, a.xf, p, a.mode, hessian_world, out_v + i * C, out_j ? out_j + i * 3 * C : nullptr,
+                                  out_h + i * 9 * C, cache);
+    }
+  }
+}
+
+template <class T, class P>
+void dispatch_hessian(const SampleArgs& a, bool hessian_world, void* out_hessian) {
+  switch (a.components) {
+    case 1: run_hessian<T, 1, P>(a, hessian_world, out_hessian); break;
+    case 3: run_hessian<T, 3, P>(a, hessian_world, out_hessian); break;
+    case 4: run_hessian<T, 4, P>(a, hessian_world, out_hessian); break;
+    default: run_hessian<T, 0, P>(a, hessian_world, out_hessian); break;
+  }
+}
+
+void sample_hessian(std::vector<IntTable> tables, InArray masks, InArray prefix, InArray leaf_offset,
+                    InArray values, InArray tile_values, InArray background, int components, bool index_layout,
+                    InArray points, nb::ndarray<const double, nb::shape<12>, nb::c_contig, nb::device::cpu> xform,
+                    bool points_world, bool jacobian_world, bool hessian_world, int mode, AnyArray out_values,
+                    std::optional<AnyArray> out_jacobian, AnyArray out_hessian,
+                    std::optional<nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>>
+                        leaf_values_at) {
+  SampleArgs a = common_args(tables, masks, prefix, leaf_offset, values, tile_values, background, components,
+                             index_layout, points, xform, points_world, jacobian_world, mode);
+  if (!has_hessian(mode)) throw std::invalid_argument("this mode has no second derivative");
+  if (leaf_values_at) {
+    if (index_layout || leaf_values_at->shape(0) != masks.shape(0))
+      throw std::invalid_argument("leaf_values_at: one offset per leaf, per-leaf layout only");
+    const i64 extent = (i64)(values.size()) - 512 * components;
+    for (size_t l = 0; l < leaf_values_at->shape(0); ++l)
+      if (leaf_values_at->data()[l] < 0 || leaf_values_at->data()[l] > extent)
+        throw std::invalid_argument("leaf_values_at points outside the values");
+    a.leaf_values_at = (const i64*)leaf_values_at->data();
+  }
+  if (values.dtype() != out_values.dtype()) throw std::invalid_argument("values and output must share one dtype");
+  if (out_values.size() != (size_t)a.n * components) throw std::invalid_argument("out_values must hold N * C entries");
+  if (out_jacobian && out_jacobian->size() != (size_t)a.n * components * 3)
+    throw std::invalid_argument("out_jacobian must hold N * C * 3 entries");
+  if (out_hessian.size() != (size_t)a.n * components * 9)
+    throw std::invalid_argument("out_hessian must hold N * C * 9 entries");
+  a.out_values = out_values.data();
+  a.out_jacobian = out_jacobian ? out_jacobian->data() : nullptr;
+  const bool single = is<float>(values);
+  if (!single && !is<double>(values)) throw std::invalid_argument("Hessians need float32 or float64 data");
+  if (single ? !is<float>(out_hessian) : !is<double>(out_hessian))
+    throw std::invalid_argument("the Hessian buffer must have the Jacobian dtype");
+  if (out_jacobian && (single ? !is<float>(*out_jacobian) : !is<double>(*out_jacobian)))
+    throw std::invalid_argument("the Jacobian buffer has the wrong dtype");
+  nb::gil_scoped_release release;
+  if (single) {
+    if (a.points_double) dispatch_hessian<float, double>(a, hessian_world, out_hessian.data());
+    else dispatch_hessian<float, float>(a, hessian_world, out_hessian.data());
+  } else {
+    if (a.points_double) dispatch_hessian<double, double>(a, hessian_world, out_hessian.data());
+    else dispatch_hessian<double, float>(a, hessian_world, out_hessian.data());
   }
 }
 
@@ -712,6 +790,11 @@ NB_MODULE(_core, m) {
         nb::arg("index_layout"), nb::arg("points"), nb::arg("xform"), nb::arg("points_world"),
         nb::arg("jacobian_world"), nb::arg("mode"), nb::arg("out_values"), nb::arg("out_jacobian").none(), nb::arg("order") = (int)ORDER_AUTO,
         nb::arg("leaf_values_at").none() = nb::none());
+  m.def("sample_hessian", &sample_hessian, nb::arg("tables"), nb::arg("masks"), nb::arg("prefix"),
+        nb::arg("leaf_offset"), nb::arg("values"), nb::arg("tile_values"), nb::arg("background"),
+        nb::arg("components"), nb::arg("index_layout"), nb::arg("points"), nb::arg("xform"), nb::arg("points_world"),
+        nb::arg("jacobian_world"), nb::arg("hessian_world"), nb::arg("mode"), nb::arg("out_values"),
+        nb::arg("out_jacobian").none(), nb::arg("out_hessian"), nb::arg("leaf_values_at").none() = nb::none());
   m.def("sample_vjp", &sample_vjp, nb::arg("tables"), nb::arg("masks"), nb::arg("prefix"), nb::arg("leaf_offset"),
         nb::arg("values"), nb::arg("tile_values"), nb::arg("background"), nb::arg("components"),
         nb::arg("index_layout"), nb::arg("points"), nb::arg("xform"), nb::arg("points_world"),
@@ -740,6 +823,7 @@ NB_MODULE(_core, m) {
   m.attr("MODE_CLOSEST") = (int)MODE_CLOSEST;
   m.attr("MODE_LINEAR") = (int)MODE_LINEAR;
   m.attr("MAX_COMPONENTS") = MAX_COMPONENTS;
+  m.attr("SCHEME_LAST") = (int)SCHEME_LAST;
 #ifdef _OPENMP
   m.attr("OPENMP") = true;
 #else

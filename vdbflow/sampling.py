@@ -14,11 +14,11 @@ from .volume import Volume
 
 # SampleMode (sample.h) and HigherScheme (schemes.h) codes
 MODES = {"closest": 0, "linear": 1, "lag4": 2, "lag6": 3, "lag8": 4, "fd4": 5, "fd6": 6, "fd4lag4": 7,
-         "catmull_rom": 8, "bspline3": 9, "fd2": 10}
+         "catmull_rom": 8, "bspline3": 9, "fd2": 10, "fd8": 11, "m2q8": 12}
 # Reach of each scheme's stencil in voxels on the positive side of the base cell (the negative side
 # reaches one voxel less); the distributed halo must be at least this wide.
 STENCIL_RADIUS = {"closest": 1, "linear": 1, "lag4": 2, "lag6": 3, "lag8": 4, "fd4": 3, "fd6": 4, "fd4lag4": 4,
-                  "catmull_rom": 2, "bspline3": 2, "fd2": 2}
+                  "catmull_rom": 2, "bspline3": 2, "fd2": 2, "fd8": 5, "m2q8": 4}
 POINT_ORDERS = ("auto", "coherent", "scattered")
 SPACES = ("index", "world")
 AXIS_LABELS = {"index": ("i", "j", "k"), "world": ("x", "y", "z")}
@@ -137,7 +137,8 @@ def sample_grad_arrays(
         Point coordinates, in index space (voxel centres at integers) unless ``space="world"``.
     mode : ``"linear"`` (trilinear, Warp-exact), ``"closest"``, or a higher-order scheme: ``"lag4"``,
         ``"lag6"``, ``"lag8"`` (Lagrange), ``"fd4"``, ``"fd6"`` (centred differences at the nodes,
-        interpolated linearly), ``"fd4lag4"``, ``"catmull_rom"``, ``"bspline3"`` (see kernels/vdbflow/schemes.h).
+        interpolated linearly), ``"fd2"``, ``"fd8"``, ``"fd4lag4"``, ``"catmull_rom"`` (JHTDB's M1Q4),
+        ``"bspline3"``, ``"m2q8"`` (JHTDB's quintic M2Q8 spline) (see kernels/vdbflow/schemes.h).
     out : optional ``(values, jacobian)`` buffers; either may be None.
     jacobian_space : ``"index"`` (columns i, j, k) or ``"world"`` (``J_index . M^-1``); default ``space``.
     device : ``"cpu"``, ``"cuda"`` (CuPy in and out) or ``"auto"`` (follows the points' array type).
@@ -196,71 +197,202 @@ def sample_grad_arrays(
     return values, jac
 
 
+CONVENTIONS = "CF-1.10"
+_RESERVED_DIMS = ("component", "axis", "x", "y", "z", "i", "j", "k")
+
+
+def _is_dask(arr: Any) -> bool:
+    return type(arr).__module__.split(".")[0] == "dask"
+
+
+def _points_in(points: Any, dims: Any) -> tuple[Any, tuple[int, ...], tuple[str, ...], dict[str, Any]]:
+    """Points of shape (..., 3) as given (NumPy, CuPy or Dask), the shape of their leading dims, the
+    names of those dims and the coordinates a DataArray of points brings along."""
+    coords: dict[str, Any] = {}
+    if isinstance(points, xr.DataArray):
+        lead_dims = points.dims[:-1]
+        coords = {name: c.variable for name, c in points.coords.items()
+                  if name not in points.dims[-1:] and set(c.dims) <= set(lead_dims)}
+        dims = lead_dims if dims is None else dims
+        points = points.data
+    if not (_is_dask(points) or is_cupy_array(points)):
+        try:
+            points = np.asarray(points)
+        except (ValueError, TypeError) as err:
+            raise PointsError(
+                f"expected points as an (N, 3) numeric array, got {type(points).__name__}: {err}"
+            ) from None
+    shape = tuple(points.shape)
+    if len(shape) < 2 or shape[-1] != 3:
+        raise PointsError(f"expected points of shape (N, 3) or (..., 3), got {shape}")
+    if any(not isinstance(n, (int, np.integer)) or n != n for n in shape):
+        raise PointsError(f"expected Dask points with known chunk sizes (call .compute_chunk_sizes()), got {shape}")
+    lead = shape[:-1]
+    if dims is None:
+        dims = ("point",) if len(lead) == 1 else tuple(f"point_{d}" for d in range(len(lead)))
+    else:
+        dims = (str(dims),) if isinstance(dims, str) else tuple(str(d) for d in dims)
+    if len(dims) != len(lead) or len(set(dims)) != len(dims):
+        raise PointsError(f"expected {len(lead)} distinct dim names for points of shape {shape}, got {list(dims)}")
+    clash = sorted(set(dims) & set(_RESERVED_DIMS))
+    if clash:
+        raise PointsError(f"expected point dims named apart from the result's own names {list(_RESERVED_DIMS)}, "
+                          f"got {clash} (e.g. dims=('point_z', 'point_y', 'point_x'))")
+    return points, lead, dims, coords
+
+
+def _labels(names: Any) -> np.ndarray:
+    """String labels as variable-length strings (object dtype): a type Zarr v3 specifies, unlike
+    fixed-width unicode."""
+    return np.array([str(n) for n in names], dtype=object)
+
+
 def _dataset(vol: Volume, points: Any, values: Any, jac: Any, mode: str, space: str,
-             jacobian_space: str | None) -> xr.Dataset:
+             jacobian_space: str | None, *, dims: tuple[str, ...] | None = None,
+             point_coords: dict[str, Any] | None = None) -> xr.Dataset:
+    """The result Dataset of ``values`` (*lead[, C]) and ``jac`` (*lead[, C], 3) at ``points``
+    (*lead, 3), with CF attrs (docs/results.md).  ``dims`` names the leading dims (default
+    ``("point",)`` for (N, 3) points)."""
+    from . import units as _u
+
     C = vol.components
     if is_cupy_array(points):
         pts = points.get()
-    elif type(points).__module__.split(".")[0] == "dask":
+    elif _is_dask(points):
         pts = points  # stays lazy: coordinates are computed with the values, never gathered here
     else:
         pts = np.asarray(points)
-    N = len(values)
-    vdims = ("point",) if C == 1 else ("point", "component")
-    coords: dict[str, Any] = {"point": np.arange(N)}
+    lead = tuple(values.shape[:1] if dims is None else values.shape[:len(dims)])
+    dims = ("point",) if dims is None else tuple(dims)
+    vdims = dims if C == 1 else dims + ("component",)
+    coords: dict[str, Any] = dict(point_coords or {})
+    if dims == ("point",) and "point" not in coords:
+        coords["point"] = ("point", np.arange(lead[0]), {"long_name": "point index"})
     if C > 1:
-        coords["component"] = list(vol.component_names)
-    if pts.ndim == 2 and pts.shape[0] == N:
-        length = getattr(vol, "length_units", None) if space == "world" else "voxel"
+        coords["component"] = ("component", _labels(vol.component_names), {"long_name": f"component of {vol.name}"})
+    length = _u.normalize(vol.length_units) if space == "world" else "voxel"
+    if pts.ndim == len(dims) + 1 and tuple(pts.shape[:-1]) == lead:
         for a, label in enumerate(AXIS_LABELS[space]):
-            coords[label] = ("point", pts[:, a].astype(np.float64),
-                             {"long_name": f"point {label} ({space} space)", **({"units": length} if length else {})})
+            attrs = {"long_name": f"{label} coordinate of the point ({space} space)"}
+            if length:
+                attrs["units"] = length
+            coords[label] = (dims, pts[..., a].astype(np.float64), attrs)
     common = {"sampling_mode": mode, "point_space": space}
-    value_attrs = {"long_name": vol.name, **common}
-    units = getattr(vol, "units", None)
-    if units:
-        value_attrs["units"] = units
+    units = _u.normalize(vol.units)
+    value_attrs = {"long_name": vol.name, **({"units": units} if units else {}), **common}
     data_vars = {vol.name: (vdims, values, value_attrs)}
     if jac is not None:
-        coords["axis"] = list(AXIS_LABELS[jacobian_space])
+        coords["axis"] = ("axis", _labels(AXIS_LABELS[jacobian_space]),
+                          {"long_name": f"axis of the derivative ({jacobian_space} space)"})
         jname = f"{vol.name}_jacobian"
         comp = "[component]" if C > 1 else ""
+        jlength = _u.normalize(vol.length_units) if jacobian_space == "world" else "voxel"
+        junits = _u.divide(units, jlength)
         data_vars[jname] = (vdims + ("axis",), jac, {
             "long_name": f"Jacobian of {vol.name}",
+            **({"units": junits} if junits else {}),
             "convention": f"{jname}[{'component, ' if C > 1 else ''}axis] = d {vol.name}{comp} / d axis",
             "jacobian_space": jacobian_space,
             **common,
         })
-        length = getattr(vol, "length_units", None) if jacobian_space == "world" else "voxel"
-        if units and length:
-            data_vars[jname][2]["units"] = f"{units}/{length}"
     attrs = {
+        "Conventions": CONVENTIONS,
+        **({"featureType": "point"} if len(dims) == 1 else {}),
         "value_type": vol.value_type.name,
         "layout": "index" if vol.index_layout else "per-leaf",
-        "index_to_world": vol.index_to_world.ravel().tolist(),
+        "index_to_world": np.asarray(vol.index_to_world, np.float64).ravel(),
         "sampling_mode": mode,
         "point_space": space,
     }
     return xr.Dataset(data_vars, coords=coords, attrs=attrs)
 
 
+def _sample_block(block: np.ndarray, vol: Volume, mode: str, space: str, jacobian_space: str, device: str,
+                  jacobian: bool) -> tuple[Any, Any]:
+    """Values and Jacobians of one block of points (..., 3), shaped like the block."""
+    lead = block.shape[:-1]
+    values, jac = sample_grad_arrays(vol, block.reshape(-1, 3), mode, space=space, jacobian_space=jacobian_space,
+                                     device=device, jacobian=jacobian)
+    return values.reshape(lead + values.shape[1:]), None if jac is None else jac.reshape(lead + jac.shape[1:])
+
+
+def _pick(pair: tuple[Any, Any], which: int) -> Any:
+    return pair[which]
+
+
+def _sample_lazy(vol: Volume, points: Any, mode: str, space: str, jacobian_space: str, device: str,
+                 jacobian: bool) -> tuple[Any, Any]:
+    """Dask arrays of values (*lead[, C]) and Jacobians (*lead[, C], 3): one task per block of the
+    points (chunked along the leading dims), nothing computed here."""
+    import dask
+    import dask.array as da
+
+    _check_choice(mode, MODES, "mode")
+    _check_choice(space, SPACES, "space")
+    _check_choice(jacobian_space, SPACES, "jacobian_space")
+    vt = vol.value_type
+    if mode != "closest" and not vt.is_float:
+        raise SamplingError(f"expected mode='closest' for {vt.name} data (integers are not interpolated), "
+                            f"got mode={mode!r}")
+    if points.dtype.kind not in "iuf":
+        raise PointsError(f"expected float16/32/64 or integer points, got dtype {points.dtype}")
+    pts = points.rechunk({points.ndim - 1: 3})
+    lead = pts.ndim - 1
+    meta = np.empty((0,) * lead, object)
+    shared = dask.delayed(vol, name=f"vdbflow-volume-{id(vol):x}-{dask.base.tokenize(vol.name, vol.leaf_count)}")
+    both = da.map_blocks(_sample_block, pts, shared, mode, space, jacobian_space, device, jacobian,
+                         drop_axis=lead, meta=meta, token="vdbflow-sample-local")
+    C = vol.components
+    vextra = () if C == 1 else ((C,),)
+    values = da.map_blocks(_pick, both, 0, dtype=vt.dtype, chunks=both.chunks + vextra,
+                           new_axis=list(range(lead, lead + len(vextra))) or None,
+                           meta=np.empty((0,) * (lead + len(vextra)), vt.dtype), token="vdbflow-values-local")
+    jac = None
+    if jacobian:
+        jextra = vextra + ((3,),)
+        jac = da.map_blocks(_pick, both, 1, dtype=vt.jacobian_dtype, chunks=both.chunks + jextra,
+                            new_axis=list(range(lead, lead + len(jextra))),
+                            meta=np.empty((0,) * (lead + len(jextra)), vt.jacobian_dtype),
+                            token="vdbflow-jacobian-local")
+    return values, jac
+
+
+def _sample_any(vol: Volume, points: Any, mode: str, space: str, jacobian_space: str | None, device: str,
+                jacobian: bool, dims: Any) -> xr.Dataset:
+    jspace = space if jacobian_space is None else jacobian_space
+    pts, lead, dims, coords = _points_in(points, dims)
+    if _is_dask(pts):
+        values, jac = _sample_lazy(vol, pts, mode, space, jspace, device, jacobian)
+    else:
+        values, jac = sample_grad_arrays(vol, pts.reshape(-1, 3), mode, space=space, jacobian_space=jspace,
+                                         device=device, jacobian=jacobian)
+        values = values.reshape(lead + values.shape[1:])
+        jac = None if jac is None else jac.reshape(lead + jac.shape[1:])
+    return _dataset(vol, pts, values, jac, mode, space, jspace if jacobian else None, dims=dims,
+                    point_coords=coords)
+
+
 def sample(vol: Volume, points: Any, mode: str = "linear", space: str = "world", *,
-           device: str = "cpu") -> xr.Dataset:
-    """Values at ``points`` (N, 3) as a Dataset: variable ``vol.name`` with dims ``(point,)`` or
-    ``(point, component)``, point positions as coordinates."""
-    values, _ = sample_grad_arrays(vol, points, mode, space=space, device=device, jacobian=False)
-    return _dataset(vol, points, values, None, mode, space, None)
+           device: str = "cpu", dims: Any = None) -> xr.Dataset:
+    """Values at ``points`` as a Dataset: variable ``vol.name`` with dims ``(point,)`` or
+    ``(point, component)``, point positions as coordinates ``x, y, z`` (``i, j, k`` in index space).
+
+    ``points`` is (N, 3), or (..., 3) with a shape that the result keeps - a plane (ny, nx, 3), a
+    lattice (nz, ny, nx, 3) - on dims ``dims`` (default ``point_0, point_1, ...``; a DataArray of
+    points brings its own dims and coordinates).  NumPy, CuPy or Dask: Dask points give a lazy
+    Dataset, sampled block by block when computed."""
+    return _sample_any(vol, points, mode, space, None, device, False, dims)
 
 
 def sample_grad(vol: Volume, points: Any, mode: str = "linear", space: str = "world",
-                jacobian_space: str | None = None, *, device: str = "cpu") -> xr.Dataset:
-    """Values and Jacobians at ``points`` (N, 3) as a Dataset.
+                jacobian_space: str | None = None, *, device: str = "cpu", dims: Any = None) -> xr.Dataset:
+    """Values and Jacobians at ``points`` (N, 3) or (..., 3) as a Dataset (see :func:`sample` for the
+    points' shapes, dims and Dask points).
 
     Variables ``vol.name`` (dims ``(point,)`` / ``(point, component)``) and ``vol.name + "_jacobian"``
     (dims ``(point, axis)`` / ``(point, component, axis)``), ``jacobian[c, a] = d value[c] / d axis[a]``;
     ``axis`` is labelled ``i j k`` in index space, ``x y z`` in world space (``jacobian_space``,
-    default ``space``).
+    default ``space``).  Units: ``vol.units`` and, for the Jacobian, ``vol.units / length`` simplified
+    by pint (docs/results.md).
     """
-    jacobian_space = space if jacobian_space is None else jacobian_space
-    values, jac = sample_grad_arrays(vol, points, mode, space=space, jacobian_space=jacobian_space, device=device)
-    return _dataset(vol, points, values, jac, mode, space, jacobian_space)
+    return _sample_any(vol, points, mode, space, jacobian_space, device, True, dims)

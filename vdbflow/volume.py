@@ -690,6 +690,15 @@ class Volume:
 
         return sample_grad(self, points, mode=mode, space=space, jacobian_space=jacobian_space, device=device)
 
+    def sample_hessian(self, points: Any, mode: str = "lag4", space: str = "world",
+                       jacobian_space: str | None = None, hessian_space: str | None = None, *,
+                       device: str = "cpu") -> xr.Dataset:
+        """Values, Jacobians and Hessians at ``points`` (N, 3) as a Dataset; see :func:`vdbflow.sample_hessian`."""
+        from .hessian import sample_hessian
+
+        return sample_hessian(self, points, mode=mode, space=space, jacobian_space=jacobian_space,
+                              hessian_space=hessian_space, device=device)
+
     def stencil_inside(self, points: Any, mode: str = "linear", space: str = "world") -> np.ndarray:
         """(N,) bool: points whose ``mode`` stencil reads only active voxels (or tiles), so that their
         values and Jacobians mix in no background; see :func:`vdbflow.coverage.stencil_inside`."""

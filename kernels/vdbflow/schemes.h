@@ -4,10 +4,16 @@
 // lo .. lo+n-1 from the base cell b = floor(u) (f = u - b); the value is sum v_x v_y v_z V and
 // J[c][a] uses d on axis a and v on the others.  Missing voxels read tiles / background as usual.
 //   lag4/6/8      Lagrange interpolation through 4/6/8 nodes per axis
-//   fd2/fd4/fd6   centred 2nd/4th/6th-order differences at the nodes, interpolated linearly; value linear
+//   fd2/4/6/8     centred 2nd/4th/6th/8th-order differences at the nodes, interpolated linearly; value linear
 //   fd4lag4       4th-order differences at the nodes, interpolated with lag4; value lag4
-//   catmull_rom   cubic Catmull-Rom spline (C1 value, continuous Jacobian), interpolating
+//   catmull_rom   cubic Catmull-Rom spline (C1 value, continuous Jacobian), interpolating; JHTDB's M1Q4
 //   bspline3      uniform cubic B-spline (C2 value, C1 Jacobian), approximating
+//   m2q8          quintic Hermite spline through 8 nodes (C2 value, JHTDB's M2Q8): on the cell [0, 1] the
+//                 polynomial of degree 5 whose value, first and second derivative at nodes 0 and 1 are
+//                 the node value and the 6th-order centred differences there (radius 3); with degree 3,
+//                 first derivatives and radius 1 the same construction is Catmull-Rom (M1Q4)
+// Second derivatives (hessian.h) use the s weights of the separable schemes; the node-difference
+// schemes have their own node Hessians there.
 #pragma once
 #include "sample.h"
 
@@ -15,14 +21,37 @@ namespace vdbflow {
 
 enum HigherScheme {
   SCHEME_LAG4 = 2, SCHEME_LAG6 = 3, SCHEME_LAG8 = 4, SCHEME_FD4 = 5, SCHEME_FD6 = 6,
-  SCHEME_FD4LAG4 = 7, SCHEME_CATMULL_ROM = 8, SCHEME_BSPLINE3 = 9, SCHEME_FD2 = 10
+  SCHEME_FD4LAG4 = 7, SCHEME_CATMULL_ROM = 8, SCHEME_BSPLINE3 = 9, SCHEME_FD2 = 10, SCHEME_FD8 = 11,
+  SCHEME_M2Q8 = 12
 };
-constexpr int MAX_TAPS = 8;
+constexpr int SCHEME_LAST = SCHEME_M2Q8;
+constexpr int MAX_TAPS = 10;  // fd8: 2 nodes + 2 x 4
 
+// Along one axis: taps lo .. lo+n-1 with value weights v, first-derivative weights d and (when asked)
+// second-derivative weights s.
 struct AxisWeights {
   int lo, n;
-  double v[MAX_TAPS], d[MAX_TAPS];
+  double v[MAX_TAPS], d[MAX_TAPS], s[MAX_TAPS];
 };
+
+// Second derivative at f of the Lagrange basis polynomial k through nodes lo .. lo+n-1.
+VDB_HD double lagrange_second(int n, int lo, int k, double f) {
+  double den = 1.0;
+  for (int m = 0; m < n; ++m)
+    if (m != k) den *= (double)(k - m);
+  double sum = 0.0;
+  for (int j = 0; j < n; ++j) {
+    if (j == k) continue;
+    for (int l = 0; l < n; ++l) {
+      if (l == k || l == j) continue;
+      double prod = 1.0;
+      for (int m = 0; m < n; ++m)
+        if (m != k && m != j && m != l) prod *= f - (lo + m);
+      sum += prod;
+    }
+  }
+  return sum / den;
+}
 
 // Lagrange basis through nodes lo .. lo+n-1 at f: values and derivatives.
 VDB_HD void lagrange(int n, int lo, double f, double* v, double* d) {
@@ -57,25 +86,99 @@ VDB_HD void node_derivative(const double* w, int jlo, int nj, const double* c, i
     for (int m = -r; m <= r; ++m) out.d[j + m + r] += w[j] * c[m + r];
 }
 
-// Centred-difference weights on offsets m = -r .. r of orders 2, 4, 6 (r = 1, 2, 3).
+// Centred first-difference weights on offsets m = -r .. r, of order 2r (r = 1 .. 4).
 VDB_HD double fd_weight(int r, int m) {
   const int s = m < 0 ? -1 : 1, k = m < 0 ? -m : m;
   if (k == 0) return 0.0;
   if (r == 1) return s * 0.5;
   if (r == 2) return s * (k == 1 ? 8.0 / 12 : -1.0 / 12);
-  return s * (k == 1 ? 45.0 / 60 : (k == 2 ? -9.0 / 60 : 1.0 / 60));
+  if (r == 3) return s * (k == 1 ? 45.0 / 60 : (k == 2 ? -9.0 / 60 : 1.0 / 60));
+  return s * (k == 1 ? 4.0 / 5 : (k == 2 ? -1.0 / 5 : (k == 3 ? 4.0 / 105 : -1.0 / 280)));
 }
 
-VDB_HD bool is_node_fd(int scheme) { return scheme == SCHEME_FD2 || scheme == SCHEME_FD4 || scheme == SCHEME_FD6; }
-VDB_HD int fd_radius(int scheme) { return scheme == SCHEME_FD2 ? 1 : (scheme == SCHEME_FD4 ? 2 : 3); }
+// Centred second-difference weights on offsets m = -r .. r, of order 2r (r = 1 .. 4): the Laplacian
+// stencil of each axis (JHTDB's FD4/FD6 sets for r = 2, 3; the standard eighth-order set for r = 4).
+VDB_HD double fd2_weight(int r, int m) {
+  const int k = m < 0 ? -m : m;
+  if (r == 1) return k == 0 ? -2.0 : 1.0;
+  if (r == 2) return k == 0 ? -5.0 / 2 : (k == 1 ? 4.0 / 3 : -1.0 / 12);
+  if (r == 3) return k == 0 ? -49.0 / 18 : (k == 1 ? 3.0 / 2 : (k == 2 ? -3.0 / 20 : 1.0 / 90));
+  return k == 0 ? -205.0 / 72 : (k == 1 ? 8.0 / 5 : (k == 2 ? -1.0 / 5 : (k == 3 ? 8.0 / 315 : -1.0 / 560)));
+}
 
-VDB_HD void axis_weights(int scheme, double f, AxisWeights& a) {
-  for (int k = 0; k < MAX_TAPS; ++k) a.v[k] = a.d[k] = 0.0;
+VDB_HD bool is_node_fd(int scheme) {
+  return scheme == SCHEME_FD2 || scheme == SCHEME_FD4 || scheme == SCHEME_FD6 || scheme == SCHEME_FD8;
+}
+VDB_HD int fd_radius(int scheme) {
+  return scheme == SCHEME_FD2 ? 1 : (scheme == SCHEME_FD4 ? 2 : (scheme == SCHEME_FD6 ? 3 : 4));
+}
+
+// m2q8 along one axis at f in [0, 1): quintic Hermite basis times the node value / derivative
+// weights, on the taps -3 .. 4.  `order` 0, 1, 2: values, first or second derivatives in f.
+VDB_HD void m2q8_weights(double f, int order, double* w) {
+  const double f2 = f * f, f3 = f2 * f, f4 = f3 * f, f5 = f4 * f;
+  // Hermite basis: h[0] value at 0, h[1] slope at 0, h[2] curvature at 0, h[3] curvature at 1,
+  // h[4] slope at 1, h[5] value at 1; and their first and second derivatives.
+  double h[6];
+  if (order == 0) {
+    h[0] = 1 - 10 * f3 + 15 * f4 - 6 * f5;
+    h[1] = f - 6 * f3 + 8 * f4 - 3 * f5;
+    h[2] = 0.5 * (f2 - 3 * f3 + 3 * f4 - f5);
+    h[3] = 0.5 * (f3 - 2 * f4 + f5);
+    h[4] = -4 * f3 + 7 * f4 - 3 * f5;
+    h[5] = 10 * f3 - 15 * f4 + 6 * f5;
+  } else if (order == 1) {
+    h[0] = -30 * f2 + 60 * f3 - 30 * f4;
+    h[1] = 1 - 18 * f2 + 32 * f3 - 15 * f4;
+    h[2] = 0.5 * (2 * f - 9 * f2 + 12 * f3 - 5 * f4);
+    h[3] = 0.5 * (3 * f2 - 8 * f3 + 5 * f4);
+    h[4] = -12 * f2 + 28 * f3 - 15 * f4;
+    h[5] = 30 * f2 - 60 * f3 + 30 * f4;
+  } else {
+    h[0] = -60 * f + 180 * f2 - 120 * f3;
+    h[1] = -36 * f + 96 * f2 - 60 * f3;
+    h[2] = 0.5 * (2 - 18 * f + 36 * f2 - 20 * f3);
+    h[3] = 0.5 * (6 * f - 24 * f2 + 20 * f3);
+    h[4] = -24 * f + 84 * f2 - 60 * f3;
+    h[5] = 60 * f - 180 * f2 + 120 * f3;
+  }
+  for (int k = 0; k < 8; ++k) w[k] = 0.0;
+  w[3] += h[0];  // tap 0
+  w[4] += h[5];  // tap 1
+  for (int m = -3; m <= 3; ++m) {
+    w[3 + m] += h[1] * fd_weight(3, m) + h[2] * fd2_weight(3, m);  // derivatives at node 0
+    w[4 + m] += h[4] * fd_weight(3, m) + h[3] * fd2_weight(3, m);  // derivatives at node 1
+  }
+}
+
+// Weights of `scheme` along one axis at f = u - floor(u); second derivatives only when `second`
+// (the separable schemes and linear; the node-difference schemes leave s at 0).
+VDB_HD void axis_weights(int scheme, double f, AxisWeights& a, bool second = false) {
+  for (int k = 0; k < MAX_TAPS; ++k) a.v[k] = a.d[k] = a.s[k] = 0.0;
+  if (scheme == MODE_LINEAR) {
+    a.lo = 0;
+    a.n = 2;
+    a.v[0] = 1.0 - f;
+    a.v[1] = f;
+    a.d[0] = -1.0;
+    a.d[1] = 1.0;
+    return;
+  }
+  if (scheme == SCHEME_M2Q8) {
+    a.lo = -3;
+    a.n = 8;
+    m2q8_weights(f, 0, a.v);
+    m2q8_weights(f, 1, a.d);
+    if (second) m2q8_weights(f, 2, a.s);
+    return;
+  }
   if (scheme == SCHEME_LAG4 || scheme == SCHEME_LAG6 || scheme == SCHEME_LAG8) {
     const int n = scheme == SCHEME_LAG4 ? 4 : (scheme == SCHEME_LAG6 ? 6 : 8);
     a.n = n;
     a.lo = 1 - n / 2;
     lagrange(n, a.lo, f, a.v, a.d);
+    if (second)
+      for (int k = 0; k < n; ++k) a.s[k] = lagrange_second(n, a.lo, k, f);
     return;
   }
   if (scheme == SCHEME_CATMULL_ROM || scheme == SCHEME_BSPLINE3) {
@@ -87,24 +190,25 @@ VDB_HD void axis_weights(int scheme, double f, AxisWeights& a) {
                            0.5 * (f3 - f2)};
       const double d[4] = {0.5 * (-3 * f2 + 4 * f - 1), 0.5 * (9 * f2 - 10 * f), 0.5 * (-9 * f2 + 8 * f + 1),
                            0.5 * (3 * f2 - 2 * f)};
-      for (int k = 0; k < 4; ++k) { a.v[k] = v[k]; a.d[k] = d[k]; }
+      const double s2[4] = {0.5 * (-6 * f + 4), 0.5 * (18 * f - 10), 0.5 * (-18 * f + 8), 0.5 * (6 * f - 2)};
+      for (int k = 0; k < 4; ++k) { a.v[k] = v[k]; a.d[k] = d[k]; a.s[k] = second ? s2[k] : 0.0; }
     } else {
       const double g = 1 - f;
       const double v[4] = {g * g * g / 6, (3 * f3 - 6 * f2 + 4) / 6, (-3 * f3 + 3 * f2 + 3 * f + 1) / 6, f3 / 6};
       const double d[4] = {-0.5 * g * g, (9 * f2 - 12 * f) / 6, (-9 * f2 + 6 * f + 3) / 6, 0.5 * f2};
-      for (int k = 0; k < 4; ++k) { a.v[k] = v[k]; a.d[k] = d[k]; }
+      const double s2[4] = {g, 3 * f - 2, -3 * f + 1, f};
+      for (int k = 0; k < 4; ++k) { a.v[k] = v[k]; a.d[k] = d[k]; a.s[k] = second ? s2[k] : 0.0; }
     }
     return;
   }
   // node-derivative schemes
-  double c2[3], c4[5], c6[7];
-  for (int m = -1; m <= 1; ++m) c2[m + 1] = fd_weight(1, m);
+  double c[9], c4[5];
   for (int m = -2; m <= 2; ++m) c4[m + 2] = fd_weight(2, m);
-  for (int m = -3; m <= 3; ++m) c6[m + 3] = fd_weight(3, m);
   if (is_node_fd(scheme)) {
     const double w[2] = {1.0 - f, f};
     const int r = fd_radius(scheme);
-    node_derivative(w, 0, 2, scheme == SCHEME_FD2 ? c2 : (scheme == SCHEME_FD4 ? c4 : c6), r, a);
+    for (int m = -r; m <= r; ++m) c[m + r] = fd_weight(r, m);
+    node_derivative(w, 0, 2, c, r, a);
     a.v[r] = 1.0 - f;  // linear value on offsets 0, 1
     a.v[r + 1] = f;
     return;

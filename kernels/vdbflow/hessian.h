@@ -1,0 +1,153 @@
+// vdbflow/hessian.h - second derivatives at points, host+device.
+//
+// Separable schemes (linear, lag4/6/8, catmull_rom, bspline3, m2q8): the Hessian of the interpolant,
+// H[a][a] from the s weights of axis a, H[a][b] from the d weights of axes a and b (trilinear
+// `linear` has mixed terms only: its s weights are 0).
+// Node-difference schemes (fd2/4/6/8, fd4lag4): a Hessian at each grid node - the second-difference
+// stencil of order 2r along each axis for the diagonal, and for the mixed terms the same weights
+// along the diagonals of the (a, b) plane,
+//     H[a][b] = sum_{m=1..r} c_m / 4 * (V(+m,+m) - V(+m,-m) - V(-m,+m) + V(-m,-m)),
+// (c_m the axis weights: JHTDB's FD4 and FD6 mixed sets for r = 2, 3) - interpolated between nodes the
+// way the scheme's gradient is: linearly (fd2/4/6/8) or with lag4 (fd4lag4).
+// Values and Jacobians come from sample_point, so they equal sample_grad's bit for bit.
+#pragma once
+#include "schemes.h"
+
+namespace vdbflow {
+
+// Upper-triangle order of the 6 distinct entries: xx, yy, zz, xy, xz, yz.
+constexpr int HESSIAN_PAIRS[6][2] = {{0, 0}, {1, 1}, {2, 2}, {0, 1}, {0, 2}, {1, 2}};
+
+VDB_HD bool has_hessian(int mode) { return mode >= MODE_LINEAR && mode <= SCHEME_LAST; }
+VDB_HD bool is_separable(int mode) {
+  return mode == MODE_LINEAR || mode == SCHEME_LAG4 || mode == SCHEME_LAG6 || mode == SCHEME_LAG8 ||
+         mode == SCHEME_CATMULL_ROM || mode == SCHEME_BSPLINE3 || mode == SCHEME_M2Q8;
+}
+
+// Adds w * (index-space Hessian of the node (i, j, k), 6 entries per component) to H.
+template <class T, int NC>
+VDB_HD void add_node_hessian(const GridView<T>& g, i64 i, i64 j, i64 k, int r, double w, double (*H)[6],
+                             LeafCache& cache) {
+  const int C = NC > 0 ? NC : g.components;
+  const i64 node[3] = {i, j, k};
+  for (int a = 0; a < 3; ++a)
+    for (int m = -r; m <= r; ++m) {
+      const double c = w * fd2_weight(r, m);
+      const T* v = read_voxel(g, node[0] + (a == 0 ? m : 0), node[1] + (a == 1 ? m : 0), node[2] + (a == 2 ? m : 0),
+                              cache);
+      for (int q = 0; q < C; ++q) H[q][a] += c * (double)load(v, q);
+    }
+  for (int e = 3; e < 6; ++e) {
+    const int a = HESSIAN_PAIRS[e][0], b = HESSIAN_PAIRS[e][1];
+    for (int m = 1; m <= r; ++m) {
+      const double c = w * 0.25 * fd2_weight(r, m);
+      for (int corner = 0; corner < 4; ++corner) {
+        const int sa = (corner & 2) ? -m : m, sb = (corner & 1) ? -m : m;
+        const double sign = (sa > 0) == (sb > 0) ? 1.0 : -1.0;
+        i64 p[3] = {node[0], node[1], node[2]};
+        p[a] += sa;
+        p[b] += sb;
+        const T* v = read_voxel(g, p[0], p[1], p[2], cache);
+        for (int q = 0; q < C; ++q) H[q][e] += sign * c * (double)load(v, q);
+      }
+    }
+  }
+}
+
+// Stores H (6 entries per component, index space) as full symmetric 3 x 3 blocks, mapped to world
+// axes (M^-T H M^-1) when `world`.
+template <class R>
+VDB_HD void write_hessian(const PointTransform& xf, bool world, int C, const double (*H)[6], R* out) {
+  for (int c = 0; c < C; ++c) {
+    double full[3][3];
+    for (int e = 0; e < 6; ++e) {
+      full[HESSIAN_PAIRS[e][0]][HESSIAN_PAIRS[e][1]] = H[c][e];
+      full[HESSIAN_PAIRS[e][1]][HESSIAN_PAIRS[e][0]] = H[c][e];
+    }
+    for (int a = 0; a < 3; ++a)
+      for (int b = a; b < 3; ++b) {
+        double x = full[a][b];
+        if (world) {
+          x = 0.0;  // sum_rs inv[r][a] H[r][s] inv[s][b], where inv[r][a] = d index_r / d world_a
+          for (int r = 0; r < 3; ++r)
+            for (int s = 0; s < 3; ++s) x += xf.inv[3 * r + a] * full[r][s] * xf.inv[3 * s + b];
+        }
+        out[9 * c + 3 * a + b] = (R)x;
+        out[9 * c + 3 * b + a] = (R)x;
+      }
+  }
+}
+
+// Value, Jacobian (as sample_point) and Hessian (C x 3 x 3, symmetric) of one point.
+template <class T, int NC>
+VDB_HD void sample_point_hessian(const GridView<T>& g, const PointTransform& xf, const double p[3], int mode,
+                                 bool hessian_world, T* value, typename RealOf<T>::type* jacobian,
+                                 typename RealOf<T>::type* hessian, LeafCache& cache) {
+  typedef typename RealOf<T>::type R;
+  const int C = NC > 0 ? NC : g.components;
+  sample_point<T, NC>(g, xf, p, mode, jacobian != nullptr, value, jacobian, cache);
+  double u[3];
+  to_index_space(xf, p, u);
+  if (!finite3(u)) {
+    const R not_a_number = (R)nan("");
+    for (int e = 0; e < 9 * C; ++e) hessian[e] = not_a_number;
+    return;
+  }
+  constexpr int CMAX = NC > 0 ? NC : MAX_COMPONENTS;
+  double H[CMAX][6];
+  for (int c = 0; c < C; ++c)
+    for (int e = 0; e < 6; ++e) H[c][e] = 0.0;
+  i64 b[3];
+  double f[3];
+  for (int a = 0; a < 3; ++a) {
+    const double fl = floor(u[a]);
+    b[a] = clamp_far(fl);
+    f[a] = u[a] - fl;
+  }
+  if (is_separable(mode)) {
+    AxisWeights w[3];
+    for (int a = 0; a < 3; ++a) axis_weights(mode, f[a], w[a], true);
+    for (int i = 0; i < w[0].n; ++i)
+      for (int j = 0; j < w[1].n; ++j)
+        for (int k = 0; k < w[2].n; ++k) {
+          const double vx = w[0].v[i], vy = w[1].v[j], vz = w[2].v[k];
+          const double dx = w[0].d[i], dy = w[1].d[j], dz = w[2].d[k];
+          const double h[6] = {w[0].s[i] * vy * vz, vx * w[1].s[j] * vz, vx * vy * w[2].s[k],
+                               dx * dy * vz, dx * vy * dz, vx * dy * dz};
+          if (h[0] == 0.0 && h[1] == 0.0 && h[2] == 0.0 && h[3] == 0.0 && h[4] == 0.0 && h[5] == 0.0) continue;
+          const T* v = read_voxel(g, b[0] + w[0].lo + i, b[1] + w[1].lo + j, b[2] + w[2].lo + k, cache);
+          for (int c = 0; c < C; ++c) {
+            const double vc = (double)load(v, c);
+            for (int e = 0; e < 6; ++e) H[c][e] += h[e] * vc;
+          }
+        }
+  } else {
+    // node Hessians, interpolated: linearly (fd2/4/6/8) or with lag4 (fd4lag4)
+    const int r = mode == SCHEME_FD4LAG4 ? 2 : fd_radius(mode);
+    int lo, n;
+    double w[3][4];
+    if (mode == SCHEME_FD4LAG4) {
+      lo = -1;
+      n = 4;
+      double unused[4];
+      for (int a = 0; a < 3; ++a) lagrange(4, -1, f[a], w[a], unused);
+    } else {
+      lo = 0;
+      n = 2;
+      for (int a = 0; a < 3; ++a) {
+        w[a][0] = 1.0 - f[a];
+        w[a][1] = f[a];
+      }
+    }
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j)
+        for (int k = 0; k < n; ++k) {
+          const double wn = w[0][i] * w[1][j] * w[2][k];
+          if (wn == 0.0) continue;
+          add_node_hessian<T, NC>(g, b[0] + lo + i, b[1] + lo + j, b[2] + lo + k, r, wn, H, cache);
+        }
+  }
+  write_hessian(xf, hessian_world, C, (const double(*)[6])H, hessian);
+}
+
+}  // namespace vdbflow
