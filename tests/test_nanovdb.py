@@ -271,7 +271,7 @@ def test_wrong_magic_and_versions(good_file, tmp_path):
 def test_unsupported_value_type_is_named(good_file, tmp_path):
     _, data = good_file
     g = grid_start(data)
-    for code, name in ((15, "Fp16"), (9, "Half"), (8, "Mask"), (23, "PointIndex")):
+    for code, name in ((12, "RGBA8"), (3, "Int16"), (23, "PointIndex"), (99, "unknown type 99")):
         bad = data.copy()
         struct.pack_into("<I", bad, g + fmt.GRID_OFF_TYPE, code)
         with pytest.raises(vdbflow.NanoVDBError, match=f"value type {name}"):

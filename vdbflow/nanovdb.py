@@ -174,25 +174,37 @@ def _checksum_rules(buf: np.ndarray, base: int, h: dict[str, Any], layout: fmt.G
             table = int(struct.unpack_from("<I", buf, root + fmt.ROOT_OFF_TABLE_SIZE)[0])
             spans.add((base + 16, min(end, root + layout.root_size + table * layout.root_tile_size)))
         return _Checksums(tuple(sorted(spans)), ())
-    arrays = [(t + offs[2], counts[2], layout.upper_size), (t + offs[1], counts[1], layout.lower_size),
-              (t + offs[0], counts[0], layout.leaf_size)]
+    inner = [(t + offs[2], counts[2], layout.upper_size), (t + offs[1], counts[1], layout.lower_size)]
     nodes = f"the {counts[2]} upper, {counts[1]} lower and {counts[0]} leaf nodes, one CRC32 each,"
-    cache: list[np.ndarray] = []
+    cache: dict[bool, np.ndarray] = {}
 
-    def per_node(width: int) -> Any:
+    def leaves(whole: bool) -> list[tuple[int, int, int]]:
+        if layout.leaf_kind != "fpn":
+            return [(t + offs[0], counts[0], layout.leaf_size)]
+        addrs = _fpn_leaf_addresses(buf, t + offs[0], counts[0], end, t + 32)  # FpN: sizes differ
+        return [(int(a), 1, 96 + 64 * (1 << (int(buf[a + 15]) >> 5)) if whole else 96) for a in addrs]
+
+    def per_node(width: int, whole: bool = True) -> Any:
         def crc() -> int | None:
-            if any(start < base or start + count * size > end for start, count, size in arrays):
-                return None
-            if not cache:
-                cache.append(_node_crcs(buf, arrays))
-            return zlib.crc32(cache[0].astype(f"<u{width}").tobytes()) & 0xFFFFFFFF
+            if whole not in cache:
+                try:
+                    arrays = inner + leaves(whole)
+                except NanoVDBError:
+                    return None
+                if any(start < base or start + count * size > end for start, count, size in arrays):
+                    return None
+                cache[whole] = _node_crcs(buf, arrays)
+            return zlib.crc32(cache[whole].astype(f"<u{width}").tobytes()) & 0xFFFFFFFF
         return crc
 
     # the per-node CRCs were kept as u32 (current NanoVDB, CUDA) or as 8-byte uint_fast32_t (older
-    # host builds on Linux); a 32.6 development rule CRC'd the 4 KiB blocks from the first upper node
-    return _Checksums(((base + 16, min(max(upper, base + 16), end)),),
-                      ((nodes, per_node(4)), (nodes + " (8-byte entries)", per_node(8)),
-                       (f"bytes [{upper}, {end}) in 4 KiB blocks", lambda: _blocked_crc(buf, upper, end))))
+    # host builds on Linux, which also took only the fixed 96 bytes of an FpN leaf); a 32.6
+    # development rule CRC'd the 4 KiB blocks from the first upper node
+    tails = [(nodes, per_node(4)), (nodes + " (8-byte entries)", per_node(8))]
+    if layout.leaf_kind == "fpn":
+        tails += [(nodes + " (FpN leaves' first 96 bytes)", per_node(w, False)) for w in (4, 8)]
+    tails.append((f"bytes [{upper}, {end}) in 4 KiB blocks", lambda: _blocked_crc(buf, upper, end)))
+    return _Checksums(((base + 16, min(max(upper, base + 16), end)),), tuple(tails))
 
 
 def _head_as_if(buf: np.ndarray, base: int, start: int, stop: int, index_count: tuple[int, int]) -> int:
@@ -249,7 +261,8 @@ def _layout_of(header: dict[str, Any], base: int) -> fmt.GridLayout:
         raise NanoVDBError(
             f"grid {header['name']!r} at byte {base} has value type {name} (byte {base + fmt.GRID_OFF_TYPE}), "
             f"which vdbflow does not read "
-            f"(supported: Float, Double, Int32, Int64, UInt32, Vec3f, Vec3d, Vec4f, Vec4d, Index, OnIndex)"
+            f"(supported: Float, Double, Int32, Int64, UInt32, Vec3f, Vec3d, Vec4f, Vec4d, Half, Fp4, Fp8, Fp16, "
+            f"FpN, Index, OnIndex, Mask, Boolean)"
         )
     return layout
 
@@ -286,6 +299,87 @@ def _node_index(parents: np.ndarray, offsets: np.ndarray, fields: np.ndarray, st
     if len(np.unique(index)) != len(index):
         raise NanoVDBError(f"a {what} node at bytes [{start}, {end}) has more than one parent")
     return index
+
+
+def _fpn_leaf_addresses(buf: np.ndarray, start: int, count: int, end: int, count_at: int) -> np.ndarray:
+    """Byte addresses of ``count`` FpN leaves packed from ``start``: each is 96 bytes followed by
+    64 x its bit width (1, 2, 4, 8 or 16; log2 in bits 5-7 of the flags byte at 15) of codes."""
+    addrs = np.empty(count, np.int64)
+    pos = start
+    for k in range(count):
+        if pos + 96 > end:
+            raise NanoVDBError(f"FpN leaf {k} of the {count} the node count at byte {count_at} gives starts at byte "
+                               f"{pos}, but the grid ends at byte {end}")
+        log2 = int(buf[pos + 15]) >> 5
+        if log2 > fmt.FPN_MAX_LOG2_BITS:
+            raise NanoVDBError(f"FpN leaf {k} at byte {pos} gives a bit width of 2^{log2} (flags at byte {pos + 15}); "
+                               f"expected 1, 2, 4, 8 or 16 bits")
+        addrs[k] = pos
+        pos += 96 + 64 * (1 << log2)
+    if pos > end:
+        raise NanoVDBError(f"the codes of FpN leaf {count - 1} at byte {addrs[-1]} run to byte {pos}, past the "
+                           f"grid's end (byte {end})")
+    return addrs
+
+
+def _node_index_among(parents: np.ndarray, offsets: np.ndarray, fields: np.ndarray, addrs: np.ndarray, what: str,
+                      parent: str, count_at: int) -> np.ndarray:
+    """Like :func:`_node_index` for nodes of different sizes at the known byte addresses ``addrs``."""
+    if len(offsets) > len(addrs):
+        raise NanoVDBError(f"{len(offsets)} {what} nodes are referenced by {parent}s, but the node count at "
+                           f"byte {count_at} says the grid has {len(addrs)}")
+    parents, offsets = np.asarray(parents, np.int64), np.asarray(offsets, np.int64)
+    lo, hi = (int(addrs[0]), int(addrs[-1]) + 1) if len(addrs) else (0, 0)
+    bad = (offsets < lo - parents) | (offsets >= hi - parents)  # bounds are small: no overflow
+    index = np.zeros(len(offsets), np.int64)
+    if not np.any(bad):
+        target = parents + offsets
+        index = np.searchsorted(addrs, target)
+        bad = addrs[np.minimum(index, len(addrs) - 1)] != target
+    if np.any(bad):
+        k = int(np.argmax(bad))
+        raise NanoVDBError(
+            f"a {parent} child offset points to byte {int(parents[k]) + int(offsets[k])} (offset read at byte "
+            f"{int(fields[k])}), which is not the start of one of the {len(addrs)} {what} nodes")
+    if len(np.unique(index)) != len(index):
+        raise NanoVDBError(f"a {what} node at bytes [{lo}, {hi}) has more than one parent")
+    return index
+
+
+def _leaf_floats(buf: np.ndarray, addrs: np.ndarray, layout: fmt.GridLayout) -> np.ndarray:
+    """(leaves x 512, 1) float32 values of Half or Fp4/8/16/N leaves at ``addrs``: binary16 widened, or
+    code * quantum + minimum in float32 (each operation rounded to float32, as NanoVDB's host code)."""
+    def at(start: int, stop: int, rows: np.ndarray = addrs) -> np.ndarray:
+        return buf[rows[:, None] + np.arange(start, stop)]
+
+    n = len(addrs)
+    if layout.leaf_kind == "half":
+        return np.ascontiguousarray(at(96, 96 + 1024)).view("<f2").astype(np.float32).reshape(-1, 1)
+    codes = np.empty((n, 512), np.float32)
+    if layout.leaf_kind == "fp4":
+        raw = at(96, 96 + 256)
+        codes[:] = np.stack([raw & 15, raw >> 4], axis=2).reshape(n, 512)
+    elif layout.leaf_kind == "fp8":
+        codes[:] = at(96, 96 + 512)
+    elif layout.leaf_kind == "fp16":
+        codes[:] = np.ascontiguousarray(at(96, 96 + 1024)).view("<u2")
+    else:  # FpN: per leaf bit width, codes packed least significant bit first
+        log2 = buf[addrs + 15] >> 5
+        for b in np.unique(log2):
+            sel = np.nonzero(log2 == b)[0]
+            bits = 1 << int(b)
+            raw = np.ascontiguousarray(at(96, 96 + 64 * bits, addrs[sel]))
+            if bits == 16:
+                codes[sel] = raw.view("<u2")
+            elif bits == 8:
+                codes[sel] = raw
+            else:
+                unpacked = np.unpackbits(raw, axis=1, bitorder="little").reshape(len(sel), 512, bits)
+                codes[sel] = unpacked @ (1 << np.arange(bits))
+    head = np.ascontiguousarray(at(fmt.FP_LEAF_OFF_MINIMUM, fmt.FP_LEAF_OFF_QUANTUM + 4)).view("<f4")
+    minimum, quantum = head[:, 0:1], head[:, 1:2]
+    with np.errstate(over="ignore", invalid="ignore"):
+        return (codes * quantum + minimum).reshape(-1, 1)
 
 
 def _values(raw: np.ndarray, layout: fmt.GridLayout) -> np.ndarray:
@@ -388,15 +482,18 @@ def _decode_nodes(buf: np.ndarray, base: int, bbox: np.ndarray | None,
                           layout)
     root_origins = _key_to_origin(keys)
 
-    def keep_tile(values: np.ndarray) -> np.ndarray:
+    def keep_tile(values: np.ndarray, active: np.ndarray) -> np.ndarray:
         if layout.is_index:
             return values[:, 0] != 0
+        if layout.is_topology:  # Mask / Boolean: a tile is part of the topology when active
+            return active
         with np.errstate(invalid="ignore"):
             return np.any(values != background, axis=1)
 
     tile_origin_parts, tile_size_parts, tile_value_parts, tile_at_parts = [], [], [], []
     is_tile = child == 0
-    sel = is_tile & keep_tile(tile_values)
+    root_active = np.ascontiguousarray(tiles[:, fmt.TILE_STATE_ROOT:fmt.TILE_STATE_ROOT + 4]).view("<u4")[:, 0] != 0
+    sel = is_tile & keep_tile(tile_values, root_active)
     root_tile_at = root + layout.root_size + np.arange(table_size, dtype=np.int64) * layout.root_tile_size
     tile_origin_parts.append(root_origins[sel])
     tile_size_parts.append(np.full(int(sel.sum()), 4096))
@@ -426,7 +523,8 @@ def _decode_nodes(buf: np.ndarray, base: int, bbox: np.ndarray | None,
         lower_origin.append(u_origin[k] + (_child_positions(kids, fmt.UPPER_DIM_LOG2) << 7))
         non = np.nonzero(cmask == 0)[0]
         vals = _values(table[non, :layout.value_size], layout)
-        keep = keep_tile(vals)
+        vmask = np.unpackbits(node[fmt.UPPER_OFF_VALUE_MASK: fmt.UPPER_OFF_VALUE_MASK + 4096], bitorder="little")
+        keep = keep_tile(vals, vmask[non].astype(bool))
         tile_origin_parts.append(u_origin[k] + (_child_positions(non[keep], fmt.UPPER_DIM_LOG2) << 7))
         tile_size_parts.append(np.full(int(keep.sum()), 128))
         tile_value_parts.append(vals[keep])
@@ -455,17 +553,24 @@ def _decode_nodes(buf: np.ndarray, base: int, bbox: np.ndarray | None,
     leaf_origin = lower_origin_a[node] + (_child_positions(kid, fmt.LOWER_DIM_LOG2) << 3)
     node, non = np.nonzero(cmask == 0)
     vals = _values(table[node, non, :layout.value_size], layout)
-    keep = keep_tile(vals)
+    vmask = np.unpackbits(rows[:, fmt.LOWER_OFF_VALUE_MASK: fmt.LOWER_OFF_VALUE_MASK + 512], axis=1, bitorder="little")
+    keep = keep_tile(vals, vmask[node, non].astype(bool))
     tile_origin_parts.append(lower_origin_a[node[keep]] + (_child_positions(non[keep], fmt.LOWER_DIM_LOG2) << 3))
     tile_size_parts.append(np.full(int(keep.sum()), 8))
     tile_value_parts.append(vals[keep])
     tile_at_parts.append(lower_addr_a[node[keep]] + layout.lower_off_table
                          + non[keep].astype(np.int64) * layout.table_stride)
 
-    # leaves
-    leaf_nodes = _node_rows(gbuf, t + leaf_off, n_leaf, layout.leaf_size, "leaf")
-    f_index = _node_index(leaf_parent, offs, leaf_fields, t + leaf_off, n_leaf, layout.leaf_size, "leaf",
-                          "lower node", t + 32)
+    # leaves (FpN leaves differ in size: they are found by walking the packed array)
+    if layout.leaf_kind == "fpn":
+        leaf_addrs = _fpn_leaf_addresses(gbuf, t + leaf_off, n_leaf, end, t + 32)
+        f_index = _node_index_among(leaf_parent, offs, leaf_fields, leaf_addrs, "leaf", "lower node", t + 32)
+        leaf_nodes = None
+    else:
+        leaf_nodes = _node_rows(gbuf, t + leaf_off, n_leaf, layout.leaf_size, "leaf")
+        f_index = _node_index(leaf_parent, offs, leaf_fields, t + leaf_off, n_leaf, layout.leaf_size, "leaf",
+                              "lower node", t + 32)
+        leaf_addrs = t + leaf_off + np.arange(n_leaf, dtype=np.int64) * layout.leaf_size
     order = tree.tree_order(leaf_origin >> 3)
     f_index, leaf_origin = f_index[order], leaf_origin[order]
     keep = _overlaps(leaf_origin, 8, bbox)
@@ -481,6 +586,8 @@ def _decode_nodes(buf: np.ndarray, base: int, bbox: np.ndarray | None,
 
     def leaf_columns(start: int, stop: int) -> np.ndarray:
         """Bytes [start, stop) of every kept leaf, copied once into a contiguous array."""
+        if leaf_nodes is None:
+            return gbuf[leaf_addrs[f_index][:, None] + np.arange(start, stop)]
         cols = leaf_nodes[:, start:stop]
         return np.ascontiguousarray(cols) if in_place else np.take(cols, f_index, axis=0)
 
@@ -538,6 +645,14 @@ def _decode_nodes(buf: np.ndarray, base: int, bbox: np.ndarray | None,
                         leaf_offset=first, value_count=max(value_count - 1, 0),
                         tile_value_index=tile_vals[:, 0].astype(np.int64) - 1)
         return h, topo
+    if layout.is_topology:
+        return h, Topology(leaf_origin.astype(np.int32), masks, transform, tile_origins, tile_sizes)
+    if layout.is_quantised:  # decoded to float32 copies
+        topo = Topology(leaf_origin.astype(np.int32), masks, transform, tile_origins, tile_sizes)
+        vt = value_type_for(np.dtype(np.float32), 1)
+        return h, Volume(topo, _leaf_floats(gbuf, leaf_addrs[f_index], layout),
+                         np.asarray(background, np.float32).reshape(1),
+                         np.ascontiguousarray(tile_vals.reshape(-1, 1), np.float32), vt, False, h["name"] or "value")
     # values stay where they are: a flat view of the leaf array and each leaf's element offset
     item = layout.dtype.itemsize
     start = t + leaf_off

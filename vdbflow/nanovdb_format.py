@@ -98,19 +98,30 @@ class GridLayout:
     lower_off_table: int
     lower_size: int
     leaf_off_table: int
-    leaf_size: int
+    leaf_size: int  # FpN: the fixed part; each leaf is followed by 64 x its bit width bytes of codes
+    leaf_kind: str = "plain"  # plain, index, half, fp4, fp8, fp16, fpn, mask (Mask and Boolean)
 
     @property
     def is_index(self) -> bool:
-        return self.value_type is None
+        return self.leaf_kind == "index"
+
+    @property
+    def is_topology(self) -> bool:
+        """Mask and Boolean grids: read as a Topology, without values."""
+        return self.leaf_kind == "mask"
+
+    @property
+    def is_quantised(self) -> bool:
+        """Half and Fp4/8/16/N grids: leaf values decoded to float32 (copied, not mapped)."""
+        return self.leaf_kind in ("half", "fp4", "fp8", "fp16", "fpn")
 
     @property
     def value_size(self) -> int:
         return self.dtype.itemsize * self.components
 
 
-def _layout(gt, vt, dtype, c, *numbers):
-    return GridLayout(gt, vt, np.dtype(dtype), c, *numbers)
+def _layout(gt, vt, dtype, c, *numbers, kind="plain"):
+    return GridLayout(gt, vt, np.dtype(dtype), c, *numbers, leaf_kind=kind)
 
 
 LAYOUTS: dict[int, GridLayout] = {
@@ -124,11 +135,25 @@ LAYOUTS: dict[int, GridLayout] = {
         _layout(10, "uint32", "<u4", 1, 28, 64, 8, 20, 32, 8256, 270400, 1088, 33856, 96, 2144),
         _layout(17, "vec4f", "<f4", 4, 28, 96, 16, 20, 64, 8288, 532576, 1120, 66656, 128, 8320),
         _layout(18, "vec4d", "<f8", 4, 32, 160, 32, 24, 64, 8320, 1056896, 1152, 132224, 160, 16544),
-        _layout(19, None, "<u8", 1, 32, 96, 8, 24, 32, 8256, 270400, 1088, 33856, 80, 96),
-        _layout(20, None, "<u8", 1, 32, 96, 8, 24, 32, 8256, 270400, 1088, 33856, 80, 96),
+        _layout(19, None, "<u8", 1, 32, 96, 8, 24, 32, 8256, 270400, 1088, 33856, 80, 96, kind="index"),
+        _layout(20, None, "<u8", 1, 32, 96, 8, 24, 32, 8256, 270400, 1088, 33856, 80, 96, kind="index"),
+        # Half: binary16 values everywhere (root, tiles, leaves; node statistics are float32)
+        _layout(9, "float32", "<f2", 1, 28, 64, 8, 20, 32, 8256, 270400, 1088, 33856, 96, 1120, kind="half"),
+        # Fp4/8/16/N: float root and internal nodes; leaves hold minimum (f32 at 80), quantum (f32 at 84),
+        # four u16 statistics, then the codes at 96: value = code * quantum + minimum (float32)
+        _layout(13, "float32", "<f4", 1, 28, 64, 8, 20, 32, 8256, 270400, 1088, 33856, 96, 352, kind="fp4"),
+        _layout(14, "float32", "<f4", 1, 28, 64, 8, 20, 32, 8256, 270400, 1088, 33856, 96, 608, kind="fp8"),
+        _layout(15, "float32", "<f4", 1, 28, 64, 8, 20, 32, 8256, 270400, 1088, 33856, 96, 1120, kind="fp16"),
+        _layout(16, "float32", "<f4", 1, 28, 64, 8, 20, 32, 8256, 270400, 1088, 33856, 96, 96, kind="fpn"),
+        # Mask (ValueMask) and Boolean: bool tiles; leaves are the active mask (+ a value mask for Boolean)
+        _layout(8, None, "u1", 1, 28, 64, 8, 20, 32, 8256, 270400, 1088, 33856, 80, 96, kind="mask"),
+        _layout(11, None, "u1", 1, 28, 64, 8, 20, 32, 8256, 270400, 1088, 33856, 80, 160, kind="mask"),
     )
 }
-GRID_TYPE_OF_VALUE_TYPE = {lay.value_type: gt for gt, lay in LAYOUTS.items() if lay.value_type}
+GRID_TYPE_OF_VALUE_TYPE = {lay.value_type: gt for gt, lay in LAYOUTS.items() if lay.leaf_kind == "plain"}
+FP_LEAF_OFF_MINIMUM, FP_LEAF_OFF_QUANTUM = 80, 84
+FPN_MAX_LOG2_BITS = 4  # FpN bit widths 1, 2, 4, 8, 16 (flags bits 5-7 hold log2)
+TILE_STATE_ROOT = 16
 GRID_TYPE_INDEX, GRID_TYPE_ON_INDEX = 19, 20
 
 # GridBlindMetaData (288 bytes): data offset i64 (from this record), value count u64, value size u32,
