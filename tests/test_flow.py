@@ -29,7 +29,7 @@ def test_taylor_green_divergence_vorticity_q(rng):
     np.testing.assert_allclose(flow.vorticity_magnitude(J).values, np.linalg.norm(omega, axis=1), atol=1e-12)
     q = flow.q_criterion(J)
     np.testing.assert_allclose(q.values, -0.5 * np.einsum("nij,nji->n", J.values, J.values), atol=1e-12)
-    assert q.attrs["units"] == "(1/s)^2" and "Omega" in q.attrs["formula"]
+    assert q.attrs["units"] == "1/s^2" and "Omega" in q.attrs["formula"]
     S, W = flow.strain_rate(J).values, flow.rotation_rate(J).values
     np.testing.assert_allclose(S + W, J.values, atol=1e-15)
     np.testing.assert_allclose(S, np.swapaxes(S, 1, 2))
@@ -64,9 +64,9 @@ def test_accessor_on_a_sampled_field_and_dask(rng):
     omega = ds.vdbflow.vorticity()
     exact = synthetic.abc_flow().velocity(pts)
     assert np.abs(omega.values - exact).max() < vol.voxel_size[0]  # trilinear gradients: O(h), |d2u| <= 1
-    assert ds["velocity_jacobian"].attrs["units"] == "m/s/m" and omega.attrs["units"] == "m/s/m"
-    assert ds.vdbflow.q_criterion().attrs["units"] == "(m/s/m)^2"
-    assert ds.vdbflow.helicity().attrs["units"] == "m/s m/s/m"
+    assert ds["velocity_jacobian"].attrs["units"] == "1/s" and omega.attrs["units"] == "1/s"  # m/s/m, by pint
+    assert ds.vdbflow.q_criterion().attrs["units"] == "1/s^2"
+    assert ds.vdbflow.helicity().attrs["units"] == "m/s^2"
     lazy = ds.chunk({"point": 50})
     q = lazy.vdbflow.q_criterion()
     assert q.chunks is not None

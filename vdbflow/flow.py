@@ -2,7 +2,10 @@
 
 Each function takes the Jacobian DataArray of :meth:`Volume.sample_grad` (dims ``(..., component,
 axis)`` with 3 x 3 entries) and returns a DataArray with ``long_name``, ``units`` and ``formula``
-attrs; Dask-backed inputs stay lazy (computed chunk by chunk along the points).  The same functions
+attrs; Dask-backed inputs stay lazy (computed chunk by chunk along the points). Units are composed
+and simplified by pint (:mod:`vdbflow.units`): a Jacobian in ``m/s/m`` gives vorticity in ``1/s`` and
+Q in ``1/s^2``; without Jacobian units the results carry none (no ``units`` attr, never ``""``).
+CF has no standard names for these quantities in general, so none are set.  The same functions
 are reachable as ``ds.vdbflow.<name>()`` on a sample_grad Dataset.
 """
 
@@ -13,6 +16,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from . import units as _u
 from .errors import SamplingError
 
 CORE = ("component", "axis")
@@ -26,21 +30,23 @@ def _check(jac: xr.DataArray) -> None:
         )
 
 
-def _units(jac: xr.DataArray, power: int = 1) -> str:
-    units = jac.attrs.get("units")
-    if not units:
-        return ""
-    return units if power == 1 else f"({units})^{power}"
+def _units(jac: xr.DataArray, power: int = 1) -> str | None:
+    """The Jacobian's units to ``power``, simplified (None when it has none)."""
+    return _u.power(jac.attrs.get("units"), power)
 
 
-def _apply(fn: Any, jac: xr.DataArray, out_core: tuple[str, ...], name: str, long_name: str, units: str,
+def _attrs(long_name: str, units: str | None, formula: str) -> dict[str, str]:
+    return {"long_name": long_name, **({"units": units} if units else {}), "formula": formula}
+
+
+def _apply(fn: Any, jac: xr.DataArray, out_core: tuple[str, ...], name: str, long_name: str, units: str | None,
            formula: str, out_sizes: dict[str, int] | None = None) -> xr.DataArray:
     _check(jac)
     out = xr.apply_ufunc(fn, jac, input_core_dims=[list(CORE)], output_core_dims=[list(out_core)],
                          dask="parallelized", output_dtypes=[np.result_type(jac.dtype, np.float32)],
                          dask_gufunc_kwargs={"output_sizes": out_sizes or {}})
     out.name = name
-    out.attrs = {"long_name": long_name, "units": units, "formula": formula}
+    out.attrs = _attrs(long_name, units, formula)
     return out
 
 
@@ -125,9 +131,8 @@ def helicity(velocity: xr.DataArray, jac: xr.DataArray) -> xr.DataArray:
     omega = vorticity(jac)
     out = (velocity.rename({"component": "c"}).assign_coords(c=[0, 1, 2]) *
            omega.rename({"axis": "c"}).assign_coords(c=[0, 1, 2])).sum("c")
-    units = " ".join(u for u in (velocity.attrs.get("units", ""), _units(jac)) if u)
     out.name = "helicity"
-    out.attrs = {"long_name": "helicity density", "units": units, "formula": "u . curl u"}
+    out.attrs = _attrs("helicity density", _u.multiply(velocity.attrs.get("units"), _units(jac)), "u . curl u")
     return out
 
 

@@ -665,6 +665,7 @@ class Volume:
         vol = Volume(topo, data, self._background, self._tile_values, self.value_type, self.index_layout,
                      self.name, self.component_names)
         vol.grid_class, vol.blind_data = self.grid_class, self.blind_data
+        vol.units, vol.length_units = self.units, self.length_units
         return vol
 
     def contiguous(self) -> Volume:
@@ -674,21 +675,26 @@ class Volume:
         vol = Volume(self.topology, self._contiguous(), self._background, self._tile_values, self.value_type,
                      self.index_layout, self.name, self.component_names)
         vol.grid_class, vol.blind_data = self.grid_class, self.blind_data
+        vol.units, vol.length_units = self.units, self.length_units
         return vol
 
     # -- sampling -----------------------------------------------------------------------------
-    def sample(self, points: Any, mode: str = "linear", space: str = "world", *, device: str = "cpu") -> xr.Dataset:
-        """Values at ``points`` (N, 3) as a Dataset; see :func:`vdbflow.sample`."""
+    def sample(self, points: Any, mode: str = "linear", space: str = "world", *, device: str = "cpu",
+               dims: Any = None) -> xr.Dataset:
+        """Values at ``points`` (N, 3) or (..., 3), NumPy, CuPy or Dask (lazy), as a Dataset whose
+        point dims follow the points' shape; see :func:`vdbflow.sample`."""
         from .sampling import sample
 
-        return sample(self, points, mode=mode, space=space, device=device)
+        return sample(self, points, mode=mode, space=space, device=device, dims=dims)
 
     def sample_grad(self, points: Any, mode: str = "linear", space: str = "world",
-                    jacobian_space: str | None = None, *, device: str = "cpu") -> xr.Dataset:
-        """Values and Jacobians at ``points`` (N, 3) as a Dataset; see :func:`vdbflow.sample_grad`."""
+                    jacobian_space: str | None = None, *, device: str = "cpu", dims: Any = None) -> xr.Dataset:
+        """Values and Jacobians at ``points`` (N, 3) or (..., 3), NumPy, CuPy or Dask (lazy), as a
+        Dataset; see :func:`vdbflow.sample_grad`."""
         from .sampling import sample_grad
 
-        return sample_grad(self, points, mode=mode, space=space, jacobian_space=jacobian_space, device=device)
+        return sample_grad(self, points, mode=mode, space=space, jacobian_space=jacobian_space, device=device,
+                           dims=dims)
 
     def sample_hessian(self, points: Any, mode: str = "lag4", space: str = "world",
                        jacobian_space: str | None = None, hessian_space: str | None = None, *,
