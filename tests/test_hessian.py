@@ -229,3 +229,25 @@ def test_float32_data_and_bad_requests(rng):
         ints.sample_hessian([[0, 0, 0]], "lag4")
     v, J, H = sample_hessian_arrays(vol32, np.array([[np.nan, 0, 0]]), "lag4")
     assert np.isnan(H).all()
+
+
+def test_distributed_hessians_equal_single_process_bit_for_bit(rng):
+    distributed = pytest.importorskip("distributed")
+    da = pytest.importorskip("dask.array")
+    from reference import random_sparse_voxels
+
+    ijk, values = random_sparse_voxels(rng, n_leaves=30, spread=4, fill=0.6, components=3)
+    vol = vdbflow.Volume.from_voxels(ijk, values.astype(np.float64), 0.5, voxel_size=0.25)
+    lo, hi = ijk.min(0) - 2, ijk.max(0) + 2
+    pts = da.from_array(rng.uniform(lo, hi, (3000, 3)) * 0.25, chunks=(700, 3))
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as c, \
+            distributed.Client(c) as client:
+        with vdbflow.distribute(vol, client, 5, halo=5) as dvol:
+            for mode in ("lag4", "m2q8", "fd6", "fd8"):
+                got = dvol.sample_hessian(pts, mode, jacobian_space="index").compute()
+                want = vol.sample_hessian(pts.compute(), mode, jacobian_space="index")
+                for name in ("value", "value_jacobian", "value_hessian"):
+                    np.testing.assert_array_equal(got[name].values, want[name].values, err_msg=f"{mode} {name}")
+                assert got["value_hessian"].dims == want["value_hessian"].dims
+            with pytest.raises(vdbflow.SamplingError, match="second derivative"):
+                dvol.sample_hessian(pts, "closest")

@@ -175,40 +175,43 @@ def _route_chunk(points: np.ndarray, router: Router, transform: Any, space: str,
 
 
 def _sample_piece(volume: Volume, piece: tuple, options: tuple) -> tuple:
-    """Sample one partition's piece of a wave: (indices in the wave, values, jacobian or None)."""
-    mode, space, jacobian_space, want_jacobian, device = options
+    """Sample one partition's piece of a wave: ``(indices in the wave, values[, jacobian[, hessian]])``."""
+    mode, space, jacobian_space, want_jacobian, device, hessian_space = options
     index, pts = piece
-    if device == "cuda" and len(pts):  # the partition's arrays stay cached in this worker's GPU
+    on_gpu = device == "cuda" and len(pts)  # the partition's arrays stay cached in this worker's GPU
+    if on_gpu:
         import cupy
 
-        values, jac = sample_grad_arrays(volume, cupy.asarray(pts), mode, space=space,
-                                         jacobian_space=jacobian_space, jacobian=want_jacobian, device="cuda")
-        values, jac = values.get(), (None if jac is None else jac.get())
+        pts = cupy.asarray(pts)
+    if hessian_space is not None:
+        from .hessian import sample_hessian_arrays
+
+        arrays = sample_hessian_arrays(volume, pts, mode, space=space, jacobian_space=jacobian_space,
+                                       hessian_space=hessian_space, device="cuda" if on_gpu else "cpu")
     else:
-        values, jac = sample_grad_arrays(volume, pts, mode, space=space, jacobian_space=jacobian_space,
-                                         jacobian=want_jacobian)
-    return index, values, jac
+        arrays = sample_grad_arrays(volume, pts, mode, space=space, jacobian_space=jacobian_space,
+                                    jacobian=want_jacobian, device="cuda" if on_gpu else "cpu")
+        arrays = arrays if want_jacobian else arrays[:1]
+    return (index, *(a.get() if on_gpu else a for a in arrays))
 
 
-def _assemble_wave(sizes: tuple, vshape: tuple, jshape: tuple | None, dtype: Any, jdtype: Any, background: Any,
-                   quiet: np.ndarray, *sampled: tuple) -> tuple:
-    """A wave's results in input order from its partitions' shares; background-only points get the
-    background and a zero Jacobian.  Returns ``(values_0, jacobian_0, values_1, jacobian_1, ...)``,
-    one pair per chunk of the wave (views of one block each)."""
+def _assemble_wave(sizes: tuple, outputs: tuple, background: Any, quiet: np.ndarray, *sampled: tuple) -> tuple:
+    """A wave's results in input order from its partitions' shares.  ``outputs`` gives each array's
+    (trailing shape, dtype): values first, then derivatives; background-only points get the
+    background and zero derivatives.  Returns one tuple of arrays per chunk of the wave, in order,
+    flattened: ``(values_0, jacobian_0, ..., values_1, jacobian_1, ...)`` (views of one block each)."""
     n = int(sum(sizes))
-    values = np.empty((n,) + vshape, dtype)
-    jac = None if jshape is None else np.empty((n,) + jshape, jdtype)
-    values[quiet] = background
-    if jac is not None:
-        jac[quiet] = 0
-    for index, v, j in sampled:
-        _core.scatter_rows(values, index, np.ascontiguousarray(v, values.dtype))
-        if jac is not None:
-            _core.scatter_rows(jac, index, np.ascontiguousarray(j, jac.dtype))
+    blocks = [np.empty((n,) + tuple(shape), dtype) for shape, dtype in outputs]
+    blocks[0][quiet] = background
+    for block in blocks[1:]:
+        block[quiet] = 0
+    for index, *arrays in sampled:
+        for block, arr in zip(blocks, arrays, strict=True):
+            _core.scatter_rows(block, index, np.ascontiguousarray(arr, block.dtype))
     out = []
     start = 0
     for size in sizes:
-        out += [values[start:start + size], None if jac is None else jac[start:start + size]]
+        out += [block[start:start + size] for block in blocks]
         start += size
     return tuple(out)
 
@@ -263,7 +266,7 @@ class DistributedVolume:
         self.close()
 
     def _sample(self, points: Any, mode: str, space: str, jacobian_space: str | None, want_jacobian: bool,
-                device: str = "cpu", wave: int | None = None):
+                device: str = "cpu", wave: int | None = None, hessian_space: str | None = None):
         dask, da, _ = _import_dask()
         from dask.highlevelgraph import HighLevelGraph
 
@@ -291,10 +294,14 @@ class DistributedVolume:
             points = points.rechunk({1: 3})
         C = self.template.components
         vshape = () if C == 1 else (C,)
-        jshape = ((3,) if C == 1 else (C, 3)) if want_jacobian else None
+        outputs = [(vshape, vt.dtype)]
+        if want_jacobian:
+            outputs.append((vshape + (3,), vt.jacobian_dtype))
+        if hessian_space is not None:
+            outputs.append((vshape + (3, 3), vt.jacobian_dtype))
         if device not in ("cpu", "cuda"):
             raise SamplingError(f"expected device 'cpu' or 'cuda' (one GPU per worker), got {device!r}")
-        options = (mode, space, jacobian_space, want_jacobian, device)
+        options = (mode, space, jacobian_space, want_jacobian, device, hessian_space)
         if isinstance(points, da.Array):
             chunks, sizes = list(points.to_delayed().ravel()), points.chunks[0]
         else:  # NumPy points: each wave's chunks travel inside its routing task, sent once to one worker
@@ -310,8 +317,9 @@ class DistributedVolume:
                                    points.name if isinstance(points, da.Array) else uuid.uuid4().hex, W)
         where = self.client.who_has(self.partitions)
         home = [list(where.get(f.key) or ()) or None for f in self.partitions]
-        value_layer, jac_layer, done_waves = {}, {}, []
-        vname, jname = f"vdbflow-values-{token}", f"vdbflow-jacobian-{token}"
+        names = [f"vdbflow-{kind}-{token}" for kind in ("values", "jacobian", "hessian")[:len(outputs)]]
+        layers: list[dict] = [{} for _ in outputs]
+        done_waves = []
         for w, first in enumerate(range(0, len(chunks), W)):
             members = chunks[first:first + W]
             route = delayed(_route_wave, pure=False, nout=P + 1)(self.plan.router, self.template.transform, space,
@@ -325,36 +333,49 @@ class DistributedVolume:
                     sampled.append(delayed(_sample_piece, pure=False)(
                         part, pieces[p], options, dask_key_name=f"vdbflow-sample-{token}-{w}-{p}"))
             done = delayed(_assemble_wave, pure=False)(
-                sizes[first:first + W], vshape, jshape, vt.dtype, vt.jacobian_dtype, self.template.background,
-                pieces[P], *sampled, dask_key_name=f"vdbflow-assemble-{token}-{w}")
+                sizes[first:first + W], tuple(outputs), self.template.background, pieces[P], *sampled,
+                dask_key_name=f"vdbflow-assemble-{token}-{w}")
             done_waves.append(done)
             for i in range(len(members)):
-                c = first + i
-                value_layer[(vname, c) + (0,) * len(vshape)] = (operator.getitem, done.key, 2 * i)
-                if want_jacobian:
-                    jac_layer[(jname, c) + (0,) * len(jshape)] = (operator.getitem, done.key, 2 * i + 1)
-        graph = HighLevelGraph.from_collections(vname, value_layer, dependencies=done_waves)
-        values = da.Array(graph, vname, chunks=(tuple(sizes),) + tuple((d,) for d in vshape), dtype=vt.dtype)
-        jac = None
-        if want_jacobian:
-            graph = HighLevelGraph.from_collections(jname, jac_layer, dependencies=done_waves)
-            jac = da.Array(graph, jname, chunks=(tuple(sizes),) + tuple((d,) for d in jshape), dtype=vt.jacobian_dtype)
-        return points, values, jac, jacobian_space
+                for k, (shape, _) in enumerate(outputs):
+                    layers[k][(names[k], first + i) + (0,) * len(shape)] = \
+                        (operator.getitem, done.key, len(outputs) * i + k)
+        arrays = []
+        for name, layer, (shape, dtype) in zip(names, layers, outputs, strict=True):
+            graph = HighLevelGraph.from_collections(name, layer, dependencies=done_waves)
+            arrays.append(da.Array(graph, name, chunks=(tuple(sizes),) + tuple((d,) for d in shape), dtype=dtype))
+        return points, arrays, jacobian_space
 
     def sample(self, points: Any, mode: str = "linear", space: str = "world", *, device: str = "cpu",
                wave: int | None = None):
         """Values at ``points`` (N, 3), NumPy or Dask (chunked along N); a Dask-backed Dataset.
         ``device="cuda"`` samples on each worker's GPU (e.g. a ``dask_cuda.LocalCUDACluster``);
         ``wave`` is the number of point chunks routed together (default: see the module docstring)."""
-        pts, values, _, _ = self._sample(points, mode, space, None, False, device, wave)
+        pts, (values,), _ = self._sample(points, mode, space, None, False, device, wave)
         return _dataset(self.template, pts, values, None, mode, space, None)
 
     def sample_grad(self, points: Any, mode: str = "linear", space: str = "world", jacobian_space: str | None = None,
                     *, device: str = "cpu", wave: int | None = None):
         """Values and Jacobians at ``points``; the same Dataset layout as :meth:`Volume.sample_grad`,
         Dask-backed and chunked like the points (1,048,576 points per chunk for NumPy points)."""
-        pts, values, jac, jspace = self._sample(points, mode, space, jacobian_space, True, device, wave)
+        pts, (values, jac), jspace = self._sample(points, mode, space, jacobian_space, True, device, wave)
         return _dataset(self.template, pts, values, jac, mode, space, jspace)
+
+    def sample_hessian(self, points: Any, mode: str = "lag4", space: str = "world", jacobian_space: str | None = None,
+                       hessian_space: str | None = None, *, device: str = "cpu", wave: int | None = None):
+        """Values, Jacobians and Hessians at ``points``; the Dataset of :meth:`Volume.sample_hessian`,
+        Dask-backed, equal to it bit for bit."""
+        from .hessian import HESSIAN_MODES, add_hessian
+
+        if mode not in HESSIAN_MODES:
+            raise SamplingError(f"expected a mode with a second derivative, one of "
+                                f"{', '.join(map(repr, HESSIAN_MODES))}; got {mode!r}")
+        if not self.template.value_type.is_float:
+            raise SamplingError(f"expected float32 or float64 data for Hessians, got {self.template.value_type.name}")
+        jspace = space if jacobian_space is None else _check_choice(jacobian_space, SPACES, "jacobian_space")
+        hspace = jspace if hessian_space is None else _check_choice(hessian_space, SPACES, "hessian_space")
+        pts, (values, jac, hess), jspace = self._sample(points, mode, space, jspace, True, device, wave, hspace)
+        return add_hessian(_dataset(self.template, pts, values, jac, mode, space, jspace), self.template, hess, hspace)
 
     def sample_grad_vjp(self, points: Any, adj_value: Any, adj_jacobian: Any = None, mode: str = "linear",
                         space: str = "index", jacobian_space: str | None = None) -> DistributedVJP:
@@ -455,8 +476,8 @@ def distribute(source: Volume | str | os.PathLike, client: Any = None, partition
         pieces = []
         for q in np.unique(owner[plan.halo[p]]):
             from_q = plan.halo[p][owner[plan.halo[p]] == q]
-            pieces.append(client.submit(_extract, owned[int(q)], local[from_q], pure=False))
-        parts.append(client.submit(_merge, owned[p], *pieces, pure=False))
+            pieces.append(client.submit(_extract, owned[int(q)], local[from_q], pure=False, **place(int(q))))
+        parts.append(client.submit(_merge, owned[p], *pieces, pure=False, **place(p)))  # stays with its own leaves
         lineage.extend(pieces)
     distributed.wait(parts)
     for f in parts:
