@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -251,6 +252,24 @@ class CudaClusterSpec(_Cluster):
     rmm_pool_size: str | None = None
 
 
+# SLURMCluster arguments the job sets itself (besides the section's own keys)
+_SLURM_RESERVED = {"name", "scheduler", "scheduler_options", "dashboard_address", "n_workers", "asynchronous",
+                   "job_cls", "loop"}
+
+
+class SlurmAdapt(_Model):
+    """``cluster.adapt``: dask-jobqueue's adaptive scaling, in whole jobs."""
+
+    minimum_jobs: int = Field(0, ge=0)
+    maximum_jobs: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _range(self) -> SlurmAdapt:
+        if self.minimum_jobs > self.maximum_jobs:
+            raise ValueError(f"expected minimum_jobs <= maximum_jobs, got {self.minimum_jobs} > {self.maximum_jobs}")
+        return self
+
+
 class SlurmClusterSpec(_Cluster):
     """``dask_jobqueue.SLURMCluster``: ``jobs`` batch jobs, each running ``processes`` workers."""
 
@@ -266,13 +285,48 @@ class SlurmClusterSpec(_Cluster):
     job_script_prologue: list[str] = Field(default_factory=list, description="shell lines before the worker")
     interface: str | None = None
     local_directory: str | None = None
-    python: str | None = None
+    python: str | None = Field(None, description="the Python the workers run (default: the one running "
+                                                 "`vdbflow run`); e.g. 'python' after a prologue activates a venv")
+    jobqueue_options: dict[str, Any] = Field(
+        default_factory=dict, description="other keyword arguments of dask_jobqueue.SLURMCluster (worker_extra_args, "
+                                          "log_directory, death_timeout, job_directives_skip, ...)")
+    adapt: SlurmAdapt | None = Field(None, description="scale between minimum_jobs and maximum_jobs with the work "
+                                                       "(instead of a fixed number of 'jobs')")
+    wait_for_workers: int = Field(1, ge=1, description="workers to wait for before the job starts sampling")
+    wait_timeout: float = Field(3600.0, gt=0, description="seconds to wait for them (e.g. 600, '30min', '2h')")
+
+    @field_validator("wait_timeout", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|sec|min|m|h)?\s*", v, flags=re.IGNORECASE)
+            if m is None:
+                raise ValueError(f"expected seconds or a duration like '600s', '30min' or '2h', got {v!r}")
+            scale = {"": 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600}[(m.group(2) or "").lower()]
+            return float(m.group(1)) * scale
+        return v
+
+    @field_validator("jobqueue_options")
+    @classmethod
+    def _not_named(cls, v: dict[str, Any]) -> dict[str, Any]:
+        named = sorted(set(v) & (set(cls.model_fields) | _SLURM_RESERVED))
+        if named:
+            raise ValueError(f"expected only options without a key of their own here, got {named} (set "
+                             + ("them" if len(named) > 1 else "it") + " in the cluster section itself"
+                             + ("; 'n_workers' is 'jobs'" if "n_workers" in named else "") + ")")
+        return v
 
     @model_validator(mode="after")
     def _divisible(self) -> SlurmClusterSpec:
         if self.cores % self.processes:
             raise ValueError(f"expected cores divisible by processes, got cores={self.cores}, "
                              f"processes={self.processes}")
+        if self.adapt is not None and "jobs" in self.model_fields_set:
+            raise ValueError("expected either 'jobs' (a fixed number) or 'adapt' (a range), got both")
+        jobs, key = (self.adapt.maximum_jobs, "adapt.maximum_jobs") if self.adapt is not None else (self.jobs, "jobs")
+        if self.wait_for_workers > jobs * self.processes:
+            raise ValueError(f"expected wait_for_workers <= {jobs * self.processes} ({key} {jobs} x processes "
+                             f"{self.processes}), got {self.wait_for_workers}")
         return self
 
 
@@ -405,38 +459,61 @@ def _line_map(node: yaml.Node, path: tuple = (), out: dict | None = None) -> dic
     return out
 
 
-def _set(raw: dict, dotted: str, text: str) -> None:
-    """Apply one ``--set key.path=value`` (the value parsed as YAML) to ``raw``."""
+def _put(raw: dict, dotted: str, value: Any, label: str) -> None:
+    """Set the key path ``dotted`` (``points.count``) of ``raw`` to ``value``, making mappings on the way."""
     keys = dotted.split(".")
     if not all(keys):
-        raise ConfigError(f"expected --set key.path=value with non-empty keys, got {dotted!r}")
-    _compose(text, f"--set {dotted}")
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ConfigError(f"--set {dotted}: the value {text!r} is not valid YAML ({err})") from None
+        raise ConfigError(f"expected {label} key.path=value with non-empty keys, got {dotted!r}")
     node = raw
     for k in keys[:-1]:
         child = node.get(k)
         if child is None:
             child = node[k] = {}
         if not isinstance(child, dict):
-            raise ConfigError(f"--set {dotted}: {k!r} holds {type(child).__name__}, not a mapping")
+            raise ConfigError(f"{label} {dotted}: {k!r} holds {type(child).__name__}, not a mapping")
         node = child
     node[keys[-1]] = value
+
+
+def _set(raw: dict, dotted: str, text: str) -> None:
+    """Apply one ``--set key.path=value`` (the value parsed as YAML) to ``raw``."""
+    if not all(dotted.split(".")):
+        raise ConfigError(f"expected --set key.path=value with non-empty keys, got {dotted!r}")
+    _compose(text, f"--set {dotted}")
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"--set {dotted}: the value {text!r} is not valid YAML ({err})") from None
+    _put(raw, dotted, value, "--set")
+
+
+def _plain(value: Any, where: str) -> Any:
+    """A Python value as the YAML loader would give it: paths as strings, tuples as lists."""
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, dict):
+        return {str(k): _plain(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v, where) for v in value]
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:  # a NumPy scalar
+        return value.item()
+    raise ConfigError(f"{where}: expected a config value (str, number, bool, path, list or mapping), got "
+                      f"{type(value).__name__}")
 
 
 _UNION_TAGS = {"points": ("file", "random", "grid", "plane", "line"), "cluster": ("local", "address", "cuda", "slurm")}
 
 
-def _describe(loc: tuple, lines: dict[tuple, int], overridden: set[tuple], source: str) -> str:
+def _describe(loc: tuple, lines: dict[tuple, int], overridden: dict[tuple, str], source: str) -> str:
     """``key.path (file, line N)`` for a pydantic error location."""
     # pydantic puts the union tag into the location ('points', 'random', 'count'): the YAML has none
     path = [part for i, part in enumerate(loc) if not (i == 1 and part in _UNION_TAGS.get(loc[0], ()))]
     key = ".".join(str(p) for p in path) or "(top level)"
     for n in range(len(path), 0, -1):
         if tuple(path[:n]) in overridden:
-            return f"{key} (from --set)"
+            return f"{key} (from {overridden[tuple(path[:n])]})"
         if tuple(path[:n]) in lines:
             return f"{key} ({source}, line {lines[tuple(path[:n])]})"
     return key
@@ -459,44 +536,57 @@ def _message(err: dict) -> str:
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
-                text: str | None = None) -> JobConfig:
-    """Read and validate a job config from a YAML file (or ``text``) with ``--set`` style overrides.
+                text: str | None = None, values: Mapping[str, Any] | None = None,
+                data: Mapping[str, Any] | None = None) -> JobConfig:
+    """Read and validate a job config from a YAML file (or YAML ``text``, or a mapping ``data``), with
+    ``--set`` style ``overrides`` (``"points.count=1000"``, the value read as YAML) and then ``values``
+    (``{"points.count": 1000}``, Python values by dotted key path).
 
     Raises :class:`ConfigError` naming every bad key, with its line in the file.
     """
     source = "<text>" if path is None else str(path)
-    if text is None:
+    if data is not None:
+        if path is not None or text is not None:
+            raise ConfigError("expected one of a config path, YAML text or a mapping, got more than one")
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"expected a mapping of sections (volume, points, ...), got {type(data).__name__}")
+        source, raw, node = "<mapping>", _plain(dict(data), "config"), None
+    else:
+        if text is None:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    text = f.read(MAX_CONFIG_BYTES + 1)  # enough to refuse an oversized file without reading it all
+            except FileNotFoundError:
+                raise ConfigError(f"expected a config file, found nothing at {source}") from None
+            except (IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
+                raise ConfigError(f"cannot read the config file {source}: {err}") from None
+        node = _compose(text, source)  # first: refuses alias bombs before anything expands them
         try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read(MAX_CONFIG_BYTES + 1)  # enough to refuse an oversized file without reading it all
-        except FileNotFoundError:
-            raise ConfigError(f"expected a config file, found nothing at {source}") from None
-        except (IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
-            raise ConfigError(f"cannot read the config file {source}: {err}") from None
-    node = _compose(text, source)  # first: refuses alias bombs before anything expands them
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{source} is not valid YAML: {err}") from None
+            raw = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{source} is not valid YAML: {err}") from None
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise ConfigError(f"expected a mapping of sections (volume, points, ...) in {source}, "
                           f"got {type(raw).__name__}")
     lines = _line_map(node) if node is not None else {}
-    overridden: set[tuple] = set()
+    overridden: dict[tuple, str] = {}
     for item in overrides:
         dotted, sep, value = item.partition("=")
         if not sep:
             raise ConfigError(f"expected --set key.path=value, got {item!r}")
         _set(raw, dotted.strip(), value)
-        overridden.add(tuple(dotted.strip().split(".")))
+        overridden[tuple(dotted.strip().split("."))] = "--set"
+    for dotted, value in (values or {}).items():
+        _put(raw, dotted, _plain(value, dotted), "override")
+        overridden[tuple(dotted.split("."))] = "an override"
     try:
         cfg = JobConfig.model_validate(raw)
     except ValidationError as err:
         problems = [f"  {_describe(e['loc'], lines, overridden, source)}: {_message(e)}" for e in err.errors()]
         raise ConfigError(f"{len(problems)} problem(s) in the job config {source}:\n" + "\n".join(problems)) from None
     cfg._where.update({k: f" ({source}, line {n})" for k, n in lines.items()})
-    cfg._where.update({k: " (from --set)" for k in overridden})
+    cfg._where.update({k: f" (from {how})" for k, how in overridden.items()})
     return cfg
 
 
@@ -548,15 +638,26 @@ def _output_problems(cfg: JobConfig) -> list[str]:
     return []
 
 
-def check_inputs(cfg: JobConfig) -> None:
-    """Check what validation of the YAML alone cannot: input files exist, outputs may be written."""
-    problems = []
+def missing_inputs(cfg: JobConfig) -> list[str]:
+    """The input files the config names that are not there, one line each."""
+    missing = []
     if cfg.volume.path is not None and not cfg.volume.path.is_file():
-        problems.append(f"volume.path{cfg.where('volume.path')}: expected an .nvdb file, found nothing at "
-                        f"{cfg.volume.path}")
+        missing.append(f"volume.path{cfg.where('volume.path')}: expected an .nvdb file, found nothing at "
+                       f"{cfg.volume.path}")
     if isinstance(cfg.points, FilePoints) and not cfg.points.path.exists():
-        problems.append(f"points.path{cfg.where('points.path')}: expected a points file, found nothing at "
-                        f"{cfg.points.path}")
+        missing.append(f"points.path{cfg.where('points.path')}: expected a points file, found nothing at "
+                       f"{cfg.points.path}")
+    return missing
+
+
+def check_inputs(cfg: JobConfig, missing_ok: bool = False) -> list[str]:
+    """Check what validation of the YAML alone cannot: input files exist, outputs may be written.
+
+    Raises :class:`ConfigError` listing every problem.  With ``missing_ok`` (a dry run) input files
+    that are not there are returned as warnings instead.
+    """
+    missing = missing_inputs(cfg)
+    problems = [] if missing_ok else list(missing)
     problems += _output_problems(cfg)
     write = cfg.volume.synthetic.write if cfg.volume.synthetic else None
     if write is not None:
@@ -574,6 +675,7 @@ def check_inputs(cfg: JobConfig) -> None:
                         "'closest' does not give")
     if problems:
         raise ConfigError("the job cannot start:\n" + "\n".join(f"  {p}" for p in problems))
+    return missing if missing_ok else []
 
 
 def dump_config(cfg: JobConfig) -> str:

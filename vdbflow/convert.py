@@ -128,6 +128,14 @@ def _spatial(var: Any) -> Any:
     return var
 
 
+def default_name(source: DenseSource, variables: Sequence[str] = ()) -> str:
+    """The grid name ``vdbflow convert`` gives without ``--name``: the one variable's name, else
+    ``velocity`` for a vec3 grid and ``density`` for any other."""
+    if len(variables) == 1:
+        return variables[0]
+    return "velocity" if source.components == 3 else "density"
+
+
 def convert(source: DenseSource, threshold: float | None = None, background: float = 0.0,
             dtype: str | None = None, voxel_size: Sequence[float] | None = None,
             origin: Sequence[float] | None = None, slab: int = 64, name: str = "density",

@@ -16,7 +16,7 @@ import platform
 import shutil
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,7 +26,7 @@ import numpy as np
 import xarray as xr
 
 from . import flow, synthetic
-from .clusters import describe_cluster, open_cluster, slurm_job_script
+from .clusters import MissingExtraError, describe_cluster, open_cluster, slurm_job_script
 from .config import (
     DERIVED,
     ConfigError,
@@ -115,6 +115,7 @@ class JobPlan:
     notes: list[str] = field(default_factory=list)
     bytes_per_point: int = 0
     inputs: dict[str, FileIdentity] = field(default_factory=dict)  # by config key
+    warnings: list[str] = field(default_factory=list)  # a dry run's problems that a run would refuse
 
     @property
     def output_bytes(self) -> int | None:
@@ -217,20 +218,29 @@ def _nvdb_grids(cfg: JobConfig) -> list[GridPlan]:
     return plans
 
 
-def plan_job(cfg: JobConfig, force: bool = False) -> JobPlan:
+def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False) -> JobPlan:
     """Check a config against its inputs and say what the job will do (and how large it is); runs nothing.
 
-    A job beyond ``cfg.limits`` is refused with :class:`ConfigError` unless ``force``.
+    A job beyond ``cfg.limits`` is refused with :class:`ConfigError` unless ``force``.  With ``dry_run``
+    (``--dry-run``: a template checked where its inputs are not) missing input files and a missing
+    dask-jobqueue are ``warnings`` of the plan instead of errors.
     """
-    check_inputs(cfg)
+    warnings = check_inputs(cfg, missing_ok=dry_run)
+    volume_missing = cfg.volume.path is not None and not cfg.volume.path.is_file()
     if cfg.volume.synthetic:
         try:
             synthetic.make_field(cfg.volume.synthetic.field, **cfg.volume.synthetic.params)
         except (VolumeError, ValueError) as err:
             raise ConfigError(f"volume.synthetic.params{cfg.where('volume.synthetic.params')}: {err}") from None
-    grids = [_synthetic_estimate(cfg)] if cfg.volume.synthetic else _nvdb_grids(cfg)
+    if cfg.volume.synthetic:
+        grids = [_synthetic_estimate(cfg)]
+    elif volume_missing:  # a dry run: the sizes assume vec3f grids
+        grids = [GridPlan(n, "Vec3f", 3, -1, -1, f"not read: {cfg.volume.path} is not here (sizes assume vec3f)")
+                 for n in cfg.volume.grids or ["(the first grid)"]]
+    else:
+        grids = _nvdb_grids(cfg)
     derived = [o for o in cfg.sampling.outputs if o in DERIVED]
-    for g in grids:
+    for g in grids if not volume_missing else ():
         floating = g.value_type.lower().startswith(("vec", "float", "double"))
         if cfg.sampling.mode != "closest" and not floating:
             raise ConfigError(f"sampling.mode: {cfg.sampling.mode!r} needs float data; grid {g.name!r} holds "
@@ -238,7 +248,9 @@ def plan_job(cfg: JobConfig, force: bool = False) -> JobPlan:
         if derived and g.components != 3:
             raise ConfigError(f"sampling.outputs: {derived} need a vec3 field; grid {g.name!r} has "
                               f"{g.components} component(s)")
-    if isinstance(cfg.points, FilePoints):
+    if isinstance(cfg.points, FilePoints) and not cfg.points.path.exists():
+        count = None  # a dry run: counted when the file is there
+    elif isinstance(cfg.points, FilePoints):
         try:
             count = file_point_count(cfg.points)
         except PointsError as err:
@@ -247,21 +259,28 @@ def plan_job(cfg: JobConfig, force: bool = False) -> JobPlan:
         count = generated_count(cfg.points)
     chunks = None if count is None else -(-count // cfg.points.chunk)
     cluster = describe_cluster(cfg.cluster)
-    script = slurm_job_script(cfg.cluster) if isinstance(cfg.cluster, SlurmClusterSpec) else None
+    script = None
+    if isinstance(cfg.cluster, SlurmClusterSpec):
+        try:
+            script = slurm_job_script(cfg.cluster)
+        except MissingExtraError as err:
+            if not dry_run:
+                raise
+            warnings.append(f"cluster{cfg.where('cluster')}: no job script shown: {err}")
     halo = max(1, STENCIL_RADIUS[cfg.sampling.mode])
     notes = []
     if cfg.output.path.exists():
         notes.append(f"{cfg.output.path} holds an earlier vdbflow result, replaced when the new one is complete")
     notes += tidy(cfg.output.path.absolute(), dry_run=True)
     inputs = {}
-    if cfg.volume.path is not None:
+    if cfg.volume.path is not None and not volume_missing:
         inputs["volume.path"] = FileIdentity.of(cfg.volume.path)
         how = ("copied to a private snapshot next to the output first (a reflink where the filesystem allows, "
                "else a copy), so no other process can truncate what the job maps") if cfg.volume.snapshot else \
             "memory-mapped in place (volume.snapshot: false): the job must not run while another process rewrites it"
         notes.append(f"{cfg.volume.path} ({human_bytes(inputs['volume.path'].size)}) is {how}")
     plan = JobPlan(cfg, grids, count, chunks, str(cfg.partitions) if cfg.partitions else "one per worker",
-                   cluster, halo, script, notes, _bytes_per_point(cfg, grids), inputs)
+                   cluster, halo, script, notes, _bytes_per_point(cfg, grids), inputs, warnings)
     problems = _limits(plan)
     if problems and not force:
         raise ConfigError("the job is larger than its limits:\n" + "\n".join(f"  {p}" for p in problems)
@@ -552,15 +571,19 @@ def _volume_file(cfg: JobConfig, plan: JobPlan, final: Path,
             future.result()[0].unlink(missing_ok=True)
 
 
-def run_job(cfg: JobConfig, console: Any = None, progress: bool = True, force: bool = False) -> JobResult:
+def run_job(cfg: JobConfig, console: Any = None, progress: bool = True, force: bool = False,
+            client: Any = None) -> JobResult:
     """Run a job: start its cluster, distribute the volume, sample, write; return the summary.
 
-    ``force`` runs a job larger than ``cfg.limits``.  Leftovers of killed runs at the output are dealt
-    with first (:func:`vdbflow.output.tidy`), each logged.
+    ``force`` runs a job larger than ``cfg.limits``.  A ``client`` (``distributed.Client``) runs the
+    job on its cluster instead of the one ``cfg.cluster`` describes, and is left open.  Leftovers of
+    killed runs at the output are dealt with first (:func:`vdbflow.output.tidy`), each logged.
     """
     from .distributed import distribute
 
     plan = plan_job(cfg, force)
+    if client is not None:
+        plan.cluster = f"the given client's cluster (scheduler {client.scheduler.address})"
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
     final = cfg.output.path.absolute()
@@ -571,7 +594,7 @@ def run_job(cfg: JobConfig, console: Any = None, progress: bool = True, force: b
                           "just now, and output.overwrite is 'never'")
     final.parent.mkdir(parents=True, exist_ok=True)
     with concurrent.futures.ThreadPoolExecutor(1) as hasher, _volume_file(cfg, plan, final, hasher) as reading, \
-            open_cluster(cfg.cluster) as client:
+            (contextlib.nullcontext(client) if client is not None else open_cluster(cfg.cluster)) as client:
         timings["cluster_s"] = time.perf_counter() - t_start
         dashboard = client.dashboard_link if cfg.cluster.dashboard else None
         workers = len(client.scheduler_info(n_workers=-1)["workers"])
@@ -665,3 +688,46 @@ def run_job(cfg: JobConfig, console: Any = None, progress: bool = True, force: b
                 dvol.close()
     log.info("published %s", final)
     return result
+
+class JobError(VdbflowError, RuntimeError):
+    """A job failed while it ran (a task, a worker or a library); no result was published."""
+
+
+def run(config: str | os.PathLike | Mapping[str, Any] | JobConfig, client: Any = None, *,
+        overrides: Mapping[str, Any] | None = None, force: bool = False, **settings: Any) -> JobResult:
+    """Run a batch job, as ``vdbflow run`` does, from Python (a notebook, Airflow, cron).
+
+    ``config`` is a YAML path, a mapping of sections or a :class:`~vdbflow.config.JobConfig`.  Keys are
+    overridden by dotted path, in ``overrides`` or as keywords, with ``__`` for the dot where the path
+    is not a Python name::
+
+        vdbflow.run("job.yaml", overrides={"points.count": 1000})
+        vdbflow.run("job.yaml", **{"output.path": "x.zarr"})
+        vdbflow.run("job.yaml", output__path="x.zarr", points__count=1000)
+
+    ``client`` (a ``distributed.Client``) runs the job on its cluster instead of starting the config's;
+    it stays open.  ``force`` runs a job beyond ``limits``.  Returns the :class:`JobResult`: the
+    ``output`` path, point count, timings and, for synthetic fields, the analytic error.
+
+    Raises :class:`~vdbflow.config.ConfigError` for a bad config or inputs (nothing ran: the CLI's exit
+    code 2), :class:`InputError` for an input changed since the plan, and :class:`JobError` (with
+    the original error as ``__cause__``) for anything that failed while the job ran.
+    """
+    from .config import load_config
+
+    values = {**(overrides or {}), **{key.replace("__", "."): value for key, value in settings.items()}}
+    if isinstance(config, JobConfig):
+        cfg = load_config(data=config.model_dump(mode="json", exclude_unset=True), values=values) if values \
+            else config
+    elif isinstance(config, Mapping):
+        cfg = load_config(data=config, values=values)
+    elif isinstance(config, (str, os.PathLike)):
+        cfg = load_config(config, values=values)
+    else:
+        raise ConfigError(f"expected a config path, mapping or JobConfig, got {type(config).__name__}")
+    try:
+        return run_job(cfg, progress=False, force=force, client=client)
+    except VdbflowError:
+        raise
+    except Exception as err:  # a worker's or a library's failure
+        raise JobError(f"the job failed: {type(err).__name__}: {err}; no result was published") from err

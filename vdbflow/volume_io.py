@@ -10,19 +10,26 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xarray as xr
 
-from .errors import VolumeError
+from .errors import NanoVDBError, VolumeError
 from .transform import Transform
 from .volume import Topology, Volume
 
+if TYPE_CHECKING:
+    import xarray as xr
+
 FORMAT = "vdbflow-sparse-volume-1"
+OPENVDB_MAGIC = b" BDV"  # 0x56444220, OpenVDB's file magic, as the int32 at byte 0 stores it (little-endian)
 
 
 def to_dataset(vol: Volume) -> xr.Dataset:
     """``vol`` as a Dataset (see the module docstring); values are those of the active voxels."""
+    import xarray as xr
+
     t = vol.topology
     ijk = vol.active_voxels()
     values = np.asarray(vol.active_values()).reshape(len(ijk), vol.components)
@@ -82,18 +89,91 @@ def from_dataset(ds: xr.Dataset) -> Volume:
 
 def to_zarr(vol: Volume, path: str | os.PathLike, *, overwrite: bool = False, chunk: int = 1 << 20) -> None:
     """Write ``vol`` to a Zarr store (format 2), ``chunk`` voxels per chunk."""
-    ds = to_dataset(vol)
+    ds = to_dataset(vol)  # imports xarray
     ds = ds.chunk({"voxel": chunk, "leaf": chunk, "tile": chunk})
     ds.to_zarr(path, mode="w" if overwrite else "w-", zarr_format=2, consolidated=True)
 
 
 def open_zarr(path: str | os.PathLike) -> Volume:
     """A volume written by :func:`to_zarr` (or ``Volume.to_zarr``)."""
+    import xarray as xr
+
     try:
         ds = xr.open_zarr(path, consolidated=None)
     except (FileNotFoundError, OSError, ValueError, KeyError) as err:
         raise VolumeError(f"cannot open {path} as a Zarr store: {err}") from None
     return from_dataset(ds.load())
+
+
+def _zarr_kind(path: Path) -> str | None:
+    """What the Zarr store at ``path`` holds when it is not a stored volume (None when it is one)."""
+    attrs: dict[str, Any] = {}
+    for meta in (".zattrs", "zarr.json"):
+        try:
+            loaded = json.loads((path / meta).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        attrs = loaded.get("attributes", {}) if meta == "zarr.json" else loaded
+        break
+    else:
+        if not (path / ".zgroup").is_file():
+            return f"a directory without Zarr metadata (no .zattrs, .zgroup or zarr.json in {path})"
+    if attrs.get("format") == FORMAT:
+        return None
+    if attrs.get("title") == "vdbflow run result":
+        return ("a vdbflow run result (values sampled at points), not a volume: read it with "
+                f"xarray.open_zarr({str(path)!r})")
+    return f"a Zarr store without the attrs of a stored volume (format={attrs.get('format')!r}, expected {FORMAT!r})"
+
+
+def _openvdb_hint(where: str) -> str:
+    return (f"{where} is an OpenVDB file (magic 0x56444220 at byte 0), which vdbflow does not read: convert it to "
+            "NanoVDB first with OpenVDB's nanovdb_convert tool (`nanovdb_convert FILE.vdb FILE.nvdb`, `-g NAME` for "
+            "one grid; built with OpenVDB's NANOVDB_BUILD_TOOLS), then vdbflow.open the .nvdb. Dense arrays (.npy, "
+            "NetCDF, Zarr) convert with `vdbflow convert`")
+
+
+def open_volume(data: str | os.PathLike | bytes | np.ndarray, grid: int | str | None = None,
+                **kwargs: Any) -> Volume | Topology:
+    """``vdbflow.open``: a grid of a .nvdb file or buffer (:func:`vdbflow.nanovdb.open_grid`, which
+    takes ``bbox``, ``leaves`` and ``checksum``), or the volume of a Zarr store written by
+    :func:`to_zarr` (a ``.zarr`` path or any directory).
+
+    Raises :class:`~vdbflow.NanoVDBError` for an OpenVDB ``.vdb`` file (saying how to convert it) and
+    :class:`~vdbflow.VolumeError` for a directory that is not a stored volume (saying what it is).
+    """
+    from .nanovdb import open_grid
+
+    if isinstance(data, (str, os.PathLike)):
+        path = Path(data)
+        if path.is_dir() or (path.suffix.lower() == ".zarr" and not path.is_file()):
+            if not path.exists():
+                raise VolumeError(f"expected a Zarr store of a volume, found nothing at {path}")
+            what = _zarr_kind(path)
+            if what is not None:
+                raise VolumeError(f"expected a volume store written by vdbflow (Volume.to_zarr) at {path}, "
+                                  f"found {what}")
+            if kwargs:
+                raise VolumeError(f"{sorted(kwargs)} apply to .nvdb files; a Zarr store is read whole")
+            vol = open_zarr(path)
+            if grid not in (None, 0, vol.name):
+                raise VolumeError(f"expected grid None, 0 or {vol.name!r} (the one volume of {path}), got {grid!r}")
+            return vol
+        check_nanovdb_file(path)
+    elif isinstance(data, (bytes, bytearray, memoryview)) and bytes(data[:4]) == OPENVDB_MAGIC:
+        raise NanoVDBError(_openvdb_hint("the buffer"))
+    return open_grid(data, grid, **kwargs)
+
+
+def check_nanovdb_file(path: str | os.PathLike) -> None:
+    """Raise :class:`~vdbflow.NanoVDBError` with a conversion hint when ``path`` is an OpenVDB file."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(OPENVDB_MAGIC))
+    except OSError:
+        return  # open_grid and list_grids say what is wrong with the path
+    if head == OPENVDB_MAGIC:
+        raise NanoVDBError(_openvdb_hint(str(path)))
 
 
 def split_channels(vol: Volume, size: int = 3) -> dict[str, Volume]:
