@@ -94,9 +94,33 @@ def test_plot_errors(plane_ds):
     plt.close("all")
 
 
-def test_plane_shape_from_a_job_result_attr(plane_ds):
-    """`vdbflow run` stores plane shapes as JSON text in the attrs; the helpers read them."""
+def test_plane_shape_from_an_earlier_job_result_attr(plane_ds):
+    """Results of `vdbflow run` before points kept their shape stored it as JSON text; still read."""
     ds = plane_ds.assign_attrs(points_shape="[40, 30]")
     ax = ds.vdbflow.plot.slice("divergence")
     png_bytes(ax.figure)
     assert np.asarray(ax.collections[0].get_array()).size == 1200
+
+
+def test_plane_sampled_with_its_shape_plots_without_a_shape(plane_ds):
+    """(ns, nt, 3) points give values on two point dims; the helpers take the plane from them."""
+    vol = synthetic.flow_volume(synthetic.taylor_green(), resolution=32)
+    pts = plane((0.3, 0.2, np.pi), (5.6, 0, 0), (0, 5.8, 0), RES, keep_shape=True)
+    assert pts.shape == RES + (3,)
+    shaped = vol.sample_grad(pts, dims=("s", "t"))
+    assert shaped["velocity_jacobian"].dims == ("s", "t", "component", "axis") and shaped["x"].dims == ("s", "t")
+    ax = shaped.vdbflow.plot.slice("q_criterion")
+    png_bytes(ax.figure)
+    np.testing.assert_allclose(np.asarray(ax.collections[0].get_array()).reshape(RES),
+                               plane_ds.vdbflow.q_criterion().values.reshape(RES), rtol=1e-6)
+    assert ax.get_xlabel() == "x [m]" and ax.get_ylabel() == "y [m]"
+    fig = shaped.vdbflow.plot.jacobian_grid()
+    png_bytes(fig)
+    panels = [a for a in fig.axes if a.get_title()]
+    np.testing.assert_allclose(np.asarray(panels[1].collections[0].get_array()).ravel(),
+                               plane_ds["velocity_jacobian"].values[:, 0, 1], rtol=1e-6)  # du/dy
+    with pytest.raises(vdbflow.SamplingError, match=r"expected shape=\(40, 30\)"):
+        shaped.vdbflow.plot.slice("q_criterion", shape=(30, 40))
+    with pytest.raises(vdbflow.SamplingError, match="one point dim"):
+        shaped.vdbflow.plot.line("velocity", component="u")
+    plt.close("all")

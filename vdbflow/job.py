@@ -390,25 +390,51 @@ def _grid_dataset(dvol: Any, pts: Any, cfg: JobConfig, prefix: str, topology: An
     if "inside" in sp.outputs:
         out[f"{prefix}stencil_inside"] = xr.DataArray(_inside(pts.rechunk({1: 3}), topology, cfg), dims="point", attrs={
             "long_name": f"the {sp.mode} stencil of the point reads only active voxels of {dvol.template.name}",
-            "flag_values": "0 1", "flag_meanings": "reads_background all_data"})
+            "flag_values": np.array([0, 1], np.int8), "flag_meanings": "reads_background all_data"})
     return out, jac
+
+
+def _shaped(ds: xr.Dataset, shape: tuple[int, ...], dims: tuple[str, ...], chunk: int) -> xr.Dataset:
+    """``ds`` with its ``point`` dim unravelled (C order) into ``dims`` of ``shape`` - a plane's (s, t), a
+    lattice's (x, y, z) - chunked along the first of them, about ``chunk`` points a chunk; lazy."""
+    rows = max(1, chunk // max(1, int(np.prod(shape[1:]))))
+    variables = {}
+    for name, var in ds.variables.items():
+        if name == "point":
+            continue
+        if "point" in var.dims:
+            if var.dims[0] != "point":
+                raise OutputError(f"expected 'point' first in the dims of {name}, got {var.dims}")
+            data = var.data.reshape(tuple(shape) + var.shape[1:])
+            if hasattr(data, "rechunk"):
+                data = data.rechunk((rows,) + tuple(shape[1:]) + var.shape[1:])
+            var = xr.Variable(tuple(dims) + var.dims[1:], data, var.attrs)
+        variables[name] = var
+    coords = {n: v for n, v in variables.items() if n in ds.coords}
+    data_vars = {n: v for n, v in variables.items() if n not in ds.coords}
+    attrs = {k: v for k, v in ds.attrs.items() if k != "featureType"}  # a grid of points, not a CF point set
+    return xr.Dataset(data_vars, coords=coords, attrs=attrs)
 
 
 ANALYTIC_CHECK_PER_CHUNK = 65_536  # points of each chunk compared with a synthetic field's analytic Jacobian
 
 
-def _analytic_error(jac: Any, pts: Any, analytic: Any, cfg: JobConfig, index_to_world: np.ndarray) -> Any:
+def _analytic_error(jac: Any, pts: Any, analytic: Any, cfg: JobConfig, index_to_world: np.ndarray,
+                    topology: Any) -> Any:
     """Lazy (chunks, 2) array: max |J - J_exact| over the interior points of each chunk (at most
-    ``ANALYTIC_CHECK_PER_CHUNK`` evenly spaced points of it), and their count."""
+    ``ANALYTIC_CHECK_PER_CHUNK`` evenly spaced points of it), and their count.  Interior points are
+    those whose stencil reads only active voxels (:func:`vdbflow.coverage.stencil_inside`), where the
+    error is the scheme's own, free of the background."""
     import dask
 
-    s = cfg.volume.synthetic
+    from .coverage import stencil_inside
+
     space = cfg.points.space
+    mode = cfg.sampling.mode
     jspace = cfg.sampling.jacobian_space or space
-    radius = max(1, STENCIL_RADIUS[cfg.sampling.mode])
     M = np.asarray(index_to_world, np.float64)
 
-    def block_error(J: np.ndarray, P: np.ndarray) -> np.ndarray:
+    def block_error(J: np.ndarray, P: np.ndarray, topology: Any) -> np.ndarray:
         if len(P) > ANALYTIC_CHECK_PER_CHUNK:  # a check, not an output: evenly spaced points of the chunk
             pick = np.linspace(0, len(P) - 1, ANALYTIC_CHECK_PER_CHUNK).astype(np.int64)
             J, P = J[pick], P[pick]
@@ -416,11 +442,12 @@ def _analytic_error(jac: Any, pts: Any, analytic: Any, cfg: JobConfig, index_to_
         exact = analytic.jacobian(world)
         if jspace == "index":
             exact = exact @ M[:3, :3]
-        inside = synthetic.shell_interior(world, s.resolution, s.extent, *s.shell, radius)
+        inside = stencil_inside(topology, P, mode, space)
         err = np.abs(J.astype(np.float64) - exact).max(axis=(1, 2))
         return np.array([[np.max(err[inside], initial=0.0), inside.sum()]])
 
-    blocks = [dask.delayed(block_error, pure=True)(J, P)
+    shared = dask.delayed(topology)
+    blocks = [dask.delayed(block_error, pure=True)(J, P, shared)
               for J, P in zip(jac.data.to_delayed().ravel(), pts.rechunk({1: 3}).to_delayed().ravel(), strict=True)]
     return dask.delayed(np.concatenate, pure=True)(blocks)
 
@@ -633,11 +660,13 @@ def run_job(cfg: JobConfig, console: Any = None, progress: bool = True, force: b
                 ds_g, jac = _grid_dataset(dvol, pts, cfg, prefix, dvol.topology)
                 parts.append(ds_g)
                 if analytic is not None and jac is not None:
-                    errors = _analytic_error(jac, pts, analytic, cfg, dvol.template.index_to_world)
+                    errors = _analytic_error(jac, pts, analytic, cfg, dvol.template.index_to_world, dvol.topology)
             ds = xr.merge(parts, compat="override", join="override", combine_attrs="override")
             chunk = cfg.output.chunk or cfg.points.chunk
-            ds = ds.chunk({"point": chunk})
+            ds = ds.chunk({"point": chunk}) if point_set.shape is None else \
+                _shaped(ds, point_set.shape, point_set.dims, chunk)
             ds.attrs.update(point_set.attrs)
+            ds.attrs["source"] = f"vdbflow {_versions()['vdbflow']}"
             ds.attrs.update({
                 "title": "vdbflow run result",
                 "vdbflow_config": dump_config(cfg),

@@ -1,9 +1,10 @@
 """Plots of sampled fields and Jacobians (matplotlib; ``pip install "vdbflow[plot]"``).
 
-The helpers take a point Dataset from :meth:`Volume.sample_grad` (or a ``vdbflow run`` result) whose
-points form a slice plane (``shape=(ns, nt)``, or the ``points_shape`` attr that plane and lattice
-jobs store) or a line (``line_plot``), and label every panel with its variable, component, axis and
-units. Also reachable as ``ds.vdbflow.plot.slice(...)``, ``.jacobian_grid(...)``, ``.line(...)``.
+The helpers take a Dataset from :meth:`Volume.sample_grad` (or a ``vdbflow run`` result) whose
+points form a slice plane - sampled at (ns, nt, 3) points, so that its values lie on two point dims,
+or flat (N, 3) points with ``shape=(ns, nt)`` (s-major) - or a line (``line_plot``), and label every
+panel with its variable, component, axis and units. Also reachable as ``ds.vdbflow.plot.slice(...)``,
+``.jacobian_grid(...)``, ``.line(...)``.
 """
 
 from __future__ import annotations
@@ -28,12 +29,44 @@ def _pyplot() -> Any:
     return plt
 
 
+def _point_dims(ds: xr.Dataset) -> tuple[str, ...]:
+    """The dims the points lie on: those of the x (or i) coordinate, else ``("point",)``."""
+    for c in ("x", "i"):
+        if c in ds.coords:
+            return tuple(ds[c].dims)
+    return ("point",)
+
+
+def _flat(obj: Any, dims: tuple[str, ...]) -> Any:
+    """``obj`` with the point dims ``dims`` stacked into one ``point`` dim, first, in C order."""
+    if dims == ("point",) or not set(dims) <= set(obj.dims):
+        return obj
+    return obj.stack(point=dims).transpose("point", ...)
+
+
+def _plane(ds: xr.Dataset, var: Any, shape: Sequence[int] | None) -> tuple[xr.Dataset, Any, tuple[int, int]]:
+    """The Dataset and variable with flat points, and the plane's (ns, nt): from the two point dims of a
+    Dataset sampled at (ns, nt, 3) points, or ``shape`` for flat points."""
+    dims = _point_dims(ds)
+    if len(dims) == 2:
+        sizes = (ds.sizes[dims[0]], ds.sizes[dims[1]])
+        if shape is not None and tuple(int(n) for n in shape) != sizes:
+            raise SamplingError(f"expected shape={sizes} (the sizes of the point dims {dims}) or none, "
+                                f"got {tuple(shape)}")
+        return _flat(ds, dims), (None if var is None else _flat(var, dims)), sizes
+    if len(dims) != 1:
+        raise SamplingError(f"expected points on a plane: two point dims, or one with shape=(ns, nt); got dims {dims}")
+    if dims != ("point",):
+        ds, var = ds.rename({dims[0]: "point"}), (None if var is None else var.rename({dims[0]: "point"}))
+    return ds, var, _plane_shape(ds, shape)
+
+
 def _plane_shape(ds: xr.Dataset, shape: Sequence[int] | None) -> tuple[int, int]:
     if shape is None:
-        stored = ds.attrs.get("points_shape")
+        stored = ds.attrs.get("points_shape")  # results of vdbflow run before points kept their shape
         if stored is None:
-            raise SamplingError("expected the plane's shape: pass shape=(ns, nt) (points in s-major order), or a "
-                                "Dataset with a 'points_shape' attr")
+            raise SamplingError("expected the plane's shape: pass shape=(ns, nt) (points in s-major order), or "
+                                "sample at points of shape (ns, nt, 3)")
         shape = json.loads(stored) if isinstance(stored, str) else stored
     shape = tuple(int(n) for n in shape)
     if len(shape) != 2 or shape[0] * shape[1] != ds.sizes["point"]:
@@ -106,8 +139,7 @@ def slice_plot(ds: xr.Dataset, var: str | xr.DataArray, *, component: str | int 
     ``"magnitude"`` for the norm). ``robust``: colour limits from the 2nd-98th percentiles.
     Returns the matplotlib Axes."""
     plt = _pyplot()
-    shape = _plane_shape(ds, shape)
-    da = _variable(ds, var)
+    ds, da, shape = _plane(ds, _variable(ds, var), shape)
     name = str(da.name)
     extra = [d for d in da.dims if d != "point"]
     if extra:
@@ -146,7 +178,7 @@ def jacobian_grid(ds: xr.Dataset, var: str | None = None, *, shape: Sequence[int
     symmetric and shared by all panels (``share_limits``); ``robust`` takes them from the 2nd-98th
     percentiles. Returns the Figure."""
     plt = _pyplot()
-    shape = _plane_shape(ds, shape)
+    ds, _, shape = _plane(ds, None, shape)
     if var is None:
         names = [v for v in ds.data_vars if str(v).endswith("_jacobian")]
         if len(names) != 1:
@@ -191,6 +223,9 @@ def line_plot(ds: xr.Dataset, var: str | xr.DataArray, *, component: str | int |
     """``var`` (or its ``component`` / Jacobian entry ``component``, ``axis``) along the points,
     against the distance from the first point. Returns the Axes (call again on it to compare)."""
     plt = _pyplot()
+    dims = _point_dims(ds)
+    if len(dims) != 1:
+        raise SamplingError(f"expected points along a line (one point dim), got point dims {dims}")
     da = _variable(ds, var)
     sel = {}
     if "component" in da.dims:
@@ -203,7 +238,7 @@ def line_plot(ds: xr.Dataset, var: str | xr.DataArray, *, component: str | int |
         sel["axis"] = axis
     picked = da.sel({k: v for k, v in sel.items() if not isinstance(v, int)}).isel(
         {k: v for k, v in sel.items() if isinstance(v, int)})
-    names = [c for c in ("x", "y", "z", "i", "j", "k") if c in ds.coords and ds[c].dims == ("point",)][:3]
+    names = [c for c in ("x", "y", "z", "i", "j", "k") if c in ds.coords and ds[c].dims == dims][:3]
     pts = np.stack([np.asarray(ds[c].values, np.float64) for c in names], axis=1)
     distance = np.linalg.norm(pts - pts[0], axis=1)
     if ax is None:

@@ -20,10 +20,14 @@ from .transform import Transform
 
 @dataclass
 class PointSet:
-    """(N, 3) float64 points as a Dask array, and attrs describing how they were made."""
+    """(N, 3) float64 points as a Dask array, and attrs describing how they were made.  Planes and
+    lattices also give the ``shape`` their points unravel to (C order) and the names of its ``dims``:
+    results are stored on those dims."""
 
     points: Any
     attrs: dict[str, Any] = field(default_factory=dict)
+    shape: tuple[int, ...] | None = None
+    dims: tuple[str, ...] = ("point",)
 
     @property
     def count(self) -> int:
@@ -103,13 +107,14 @@ def _line(block: int, start: int, stop: int, a: np.ndarray, b: np.ndarray, count
     return a + f[:, None] * (b - a)
 
 
-def plane(origin: Any, u: Any, v: Any, resolution: tuple[int, int]) -> np.ndarray:
-    """(ns * nt, 3) points ``origin + s u + t v``, s and t evenly in [0, 1], s-major: reshape a
-    result to ``resolution`` to get the plane back."""
+def plane(origin: Any, u: Any, v: Any, resolution: tuple[int, int], *, keep_shape: bool = False) -> np.ndarray:
+    """(ns * nt, 3) points ``origin + s u + t v``, s and t evenly in [0, 1], s-major; with
+    ``keep_shape`` (ns, nt, 3), which ``sample``/``sample_grad`` keep as two dims of the result."""
     shape = np.asarray(resolution, np.int64)
     if shape.shape != (2,) or shape.min() < 1:
         raise PointsError(f"expected a plane resolution (ns, nt) of positive counts, got {resolution}")
-    return _plane(0, 0, int(shape.prod()), np.asarray(origin, np.float64), np.asarray([u, v], np.float64), shape)
+    pts = _plane(0, 0, int(shape.prod()), np.asarray(origin, np.float64), np.asarray([u, v], np.float64), shape)
+    return pts.reshape(int(shape[0]), int(shape[1]), 3) if keep_shape else pts
 
 
 def line(start: Any, end: Any, count: int) -> np.ndarray:
@@ -249,15 +254,16 @@ def make_points(spec: Any, topology: Any, bbox: np.ndarray | None = None) -> Poi
         if bounds is None or bounds.shape != (2, 3):
             raise PointsError("points.bounds: expected [[x0, y0, z0], [x1, y1, z1]] (the volume has no bounding box)")
         shape = np.asarray(spec.shape, np.int64)
-        attrs.update(points_shape=list(spec.shape), points_bounds=bounds.tolist())
-        return PointSet(_lazy(int(shape.prod()), spec.chunk, _lattice, bounds[0], bounds[1], shape), attrs)
+        attrs.update(points_bounds=bounds.tolist())
+        dims = tuple(f"lattice_{a}" for a in ("xyz" if spec.space == "world" else "ijk"))
+        return PointSet(_lazy(int(shape.prod()), spec.chunk, _lattice, bounds[0], bounds[1], shape), attrs,
+                        tuple(int(n) for n in spec.shape), dims)
     if isinstance(spec, PlanePoints):
         axes = np.asarray([spec.u, spec.v], np.float64)
         shape = np.asarray(spec.resolution, np.int64)
-        attrs.update(points_shape=list(spec.resolution), plane_origin=list(spec.origin), plane_u=list(spec.u),
-                     plane_v=list(spec.v))
+        attrs.update(plane_origin=list(spec.origin), plane_u=list(spec.u), plane_v=list(spec.v))
         return PointSet(_lazy(int(shape.prod()), spec.chunk, _plane, np.asarray(spec.origin, np.float64), axes,
-                              shape), attrs)
+                              shape), attrs, tuple(int(n) for n in spec.resolution), ("plane_s", "plane_t"))
     if isinstance(spec, LinePoints):
         attrs.update(line_start=list(spec.start), line_end=list(spec.end))
         return PointSet(_lazy(spec.count, spec.chunk, _line, np.asarray(spec.start, np.float64),

@@ -36,7 +36,7 @@ def to_dataset(vol: Volume) -> xr.Dataset:
     channels = list(vol.component_names)
     ds = xr.Dataset(
         {
-            "values": (("voxel", "channel"), values, {"long_name": vol.name, **_units(vol)}),
+            "values": (("voxel", "channel"), values, {"long_name": f"{vol.name} at the active voxels", **_units(vol)}),
             "leaf_origins": (("leaf", "xyz"), t.leaf_origins),
             "masks": (("leaf", "word"), t.masks),
             "tile_origins": (("tile", "xyz"), t.tile_origins),
@@ -44,9 +44,12 @@ def to_dataset(vol: Volume) -> xr.Dataset:
             "tile_values": (("tile", "channel"), np.asarray(vol._tile_values).reshape(t.tile_count, vol.components)),
             "background": (("channel",), np.asarray(vol._background).reshape(-1)),
         },
-        coords={"i": ("voxel", ijk[:, 0]), "j": ("voxel", ijk[:, 1]), "k": ("voxel", ijk[:, 2]),
-                "channel": channels, "xyz": ["x", "y", "z"]},
-        attrs={"format": FORMAT, "name": vol.name, "index_to_world": json.dumps(vol.index_to_world.tolist()),
+        coords={**{c: ("voxel", ijk[:, a], {"long_name": f"{c} index of the voxel", "units": "voxel"})
+                   for a, c in enumerate("ijk")},
+                # variable-length strings: a type Zarr v3 specifies, unlike fixed-width unicode
+                "channel": np.array(channels, dtype=object), "xyz": np.array(["x", "y", "z"], dtype=object)},
+        # index_to_world: the 4x4 matrix as 16 numbers, row by row - as in sampled results
+        attrs={"format": FORMAT, "name": vol.name, "index_to_world": np.asarray(vol.index_to_world, np.float64).ravel(),
                "value_type": vol.value_type.name, **{f"volume_{k}": v for k, v in _units(vol).items()}},
     )
     if vol.length_units:
@@ -55,7 +58,22 @@ def to_dataset(vol: Volume) -> xr.Dataset:
 
 
 def _units(vol: Volume) -> dict[str, str]:
-    return {"units": vol.units} if getattr(vol, "units", None) else {}
+    from .units import normalize
+
+    units = normalize(getattr(vol, "units", None))
+    return {"units": units} if units else {}
+
+
+def _index_to_world(attrs: dict) -> np.ndarray:
+    """The 4x4 matrix of a store's ``index_to_world`` attr: 16 numbers, or JSON text of the matrix (what
+    earlier vdbflow versions wrote)."""
+    raw = attrs["index_to_world"]
+    if isinstance(raw, (str, bytes)):
+        raw = json.loads(raw)
+    matrix = np.asarray(raw, np.float64)
+    if matrix.size != 16:
+        raise ValueError(f"expected 16 numbers, got {matrix.size}")
+    return matrix.reshape(4, 4)
 
 
 def from_dataset(ds: xr.Dataset) -> Volume:
@@ -68,8 +86,8 @@ def from_dataset(ds: xr.Dataset) -> Volume:
     if missing:
         raise VolumeError(f"expected variables {list(need)} in a stored volume, missing {missing}")
     try:
-        matrix = np.asarray(json.loads(ds.attrs["index_to_world"]), np.float64)
-    except (KeyError, ValueError) as err:
+        matrix = _index_to_world(ds.attrs)
+    except (KeyError, ValueError, TypeError) as err:
         raise VolumeError(f"expected an index_to_world attr holding a 4x4 matrix: {err}") from None
     topology = Topology(np.asarray(ds["leaf_origins"].values), np.asarray(ds["masks"].values, np.uint64),
                         Transform(matrix), np.asarray(ds["tile_origins"].values), np.asarray(ds["tile_sizes"].values))
