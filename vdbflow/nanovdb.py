@@ -435,6 +435,60 @@ def _read_blind_data(buf: np.ndarray, base: int, h: dict[str, Any]) -> tuple[Bli
     return tuple(records)
 
 
+# vdbflow's own blind data: units and component names as UTF-8 JSON, plain bytes to other tools
+# (semantic, class and type Unknown, value size 1: NanoVDB's encoding of a char array)
+METADATA_NAME = "vdbflow.metadata"
+
+
+def _metadata_record(obj: Volume | Topology) -> BlindData | None:
+    """The ``vdbflow.metadata`` record of ``obj``: its units, length units and (when not the default
+    x, y, z, w) component names; None when there is nothing to store."""
+    import json
+
+    meta: dict[str, Any] = {}
+    for key in ("units", "length_units"):
+        if getattr(obj, key, None):
+            meta[key] = str(getattr(obj, key))
+    names = getattr(obj, "component_names", None)
+    if names is not None and tuple(names) != (("x", "y", "z", "w")[:len(names)] if len(names) <= 4 else
+                                              tuple(f"c{c}" for c in range(len(names)))):
+        meta["component_names"] = [str(n) for n in names]
+    if not meta:
+        return None
+    data = json.dumps({"format": 1, **meta}, ensure_ascii=False).encode("utf-8")
+    return BlindData(METADATA_NAME, 0, 0, 0, 1, data)
+
+
+def _apply_metadata(obj: Volume | Topology, records: tuple[BlindData, ...], base: int) -> tuple[BlindData, ...]:
+    """Set ``obj``'s units and component names from its ``vdbflow.metadata`` record; the other records.
+    A record that does not parse is left out with a warning (the grid itself is fine)."""
+    import json
+    import warnings
+
+    rest = tuple(r for r in records if r.name != METADATA_NAME)
+    for r in records:
+        if r.name != METADATA_NAME:
+            continue
+        try:
+            meta = json.loads(r.data.decode("utf-8"))
+            if not isinstance(meta, dict):
+                raise ValueError(f"a JSON {type(meta).__name__}, not an object")
+            names = meta.get("component_names")
+            if names is not None:
+                components = getattr(obj, "components", None)
+                if components is None or not isinstance(names, list) or len(names) != components or \
+                        len(set(map(str, names))) != len(names):
+                    raise ValueError(f"component names {names!r} for {components} component(s)")
+                obj.component_names = tuple(str(n) for n in names)
+            for key in ("units", "length_units"):
+                if meta.get(key) is not None:
+                    setattr(obj, key, str(meta[key]))
+        except (UnicodeDecodeError, ValueError) as err:
+            warnings.warn(f"expected {METADATA_NAME} blind data of the grid at byte {base} to hold a UTF-8 JSON "
+                          f"object of units and component names, got {err}; ignored", UserWarning, stacklevel=4)
+    return rest
+
+
 def _decode_grid(buf: np.ndarray, base: int, bbox: np.ndarray | None = None,
                  leaf_subset: np.ndarray | None = None, checksum: bool = True,
                  position: tuple[int, int] = (0, 1)) -> tuple[dict[str, Any], Any]:
@@ -448,7 +502,7 @@ def _decode_grid(buf: np.ndarray, base: int, bbox: np.ndarray | None = None,
     except VolumeError as err:  # nodes that decode but do not form a valid tree
         raise NanoVDBError(f"the grid at byte {base} does not form a valid volume: {err}") from None
     obj.grid_class = fmt.GRID_CLASSES.get(h["grid_class"], "unknown")
-    obj.blind_data = _read_blind_data(buf, base, h)
+    obj.blind_data = _apply_metadata(obj, _read_blind_data(buf, base, h), base)
     return h, obj
 
 
@@ -1050,7 +1104,8 @@ def _encode_grid(obj: Volume | Topology, name: str, grid_index: int, grid_count:
     off_upper = off_root + layout.root_size + n_root * layout.root_tile_size
     off_lower = off_upper + n_up * layout.upper_size
     off_leaf = off_lower + n_low * layout.lower_size
-    blind = tuple(getattr(obj, "blind_data", ()) or ())
+    blind = tuple(r for r in getattr(obj, "blind_data", ()) or () if r.name != METADATA_NAME)
+    blind += tuple(r for r in (_metadata_record(obj),) if r is not None)
     off_blind = off_leaf + n_leaf * layout.leaf_size
     blind_at, pos = [], off_blind + len(blind) * fmt.BLIND_META_SIZE
     for record in blind:
