@@ -111,3 +111,43 @@ def test_convert_errors(tmp_path):
     with pytest.raises(vdbflow.VolumeError, match="multiple of 8"):
         convert(open_dense(tmp_path / "d.npy"), slab=12)
     assert not (tmp_path / "o.nvdb").exists()
+
+
+def test_voxel_size_takes_three_values_like_origin_or_one(tmp_path):
+    np.save(tmp_path / "d.npy", blob((16, 16, 16)))
+    cases = [(["--voxel-size", 0.1, 0.1, 0.2], [0.1, 0.1, 0.2]),
+             (["--voxel-size", 0.5], [0.5, 0.5, 0.5]),
+             (["--voxel-size=0.25"], [0.25, 0.25, 0.25]),
+             (["--voxel-size", 2, 3, 4, "--origin", 1, 2, 3], [2, 3, 4])]
+    for args, size in cases:
+        # options before and after the arguments: the one-value form is told apart from SOURCE by being a number
+        files = [tmp_path / "d.npy", tmp_path / "d.nvdb"]
+        for order in ([*args, *files], [*files, *args]):
+            result = invoke("convert", *order, "--overwrite")
+            assert result.exit_code == 0, (args, result.output)
+            np.testing.assert_allclose(vdbflow.open(tmp_path / "d.nvdb").voxel_size, size)
+    result = invoke("convert", "--voxel-size", 0.5, 0.5, tmp_path / "d.npy", tmp_path / "o.nvdb")
+    assert result.exit_code == 2 and "expected 1 or 3 numbers" in result.stderr
+    assert not (tmp_path / "o.nvdb").exists()
+
+
+def test_default_grid_names(tmp_path):
+    """A vec3 grid is 'velocity' (from .npy (X, Y, Z, 3) or three variables), a scalar 'density', one
+    variable keeps its name."""
+    field = np.zeros((8, 8, 8, 3), np.float32)
+    field[2:5, 2:5, 2:5] = [1.0, 2.0, 3.0]
+    np.save(tmp_path / "v.npy", field)
+    np.save(tmp_path / "s.npy", field[..., 0])
+    xr.Dataset({"temperature": (("x", "y", "z"), field[..., 0])}).to_netcdf(tmp_path / "t.nc", engine="h5netcdf")
+    for source, args, name in (("v.npy", [], "velocity"), ("s.npy", [], "density"), ("t.nc", [], "temperature"),
+                               ("t.nc", ["--name", "T"], "T")):
+        result = invoke("convert", tmp_path / source, tmp_path / "o.nvdb", "--overwrite", *args)
+        assert result.exit_code == 0, result.output
+        assert vdbflow.list_grids(tmp_path / "o.nvdb")[0].name == name and f"grid {name!r}" in result.stdout
+
+
+def test_convert_errors_go_to_stderr(tmp_path):
+    np.save(tmp_path / "bad.npy", np.zeros((4, 4)))
+    result = invoke("convert", tmp_path / "bad.npy", tmp_path / "o.nvdb")
+    assert result.exit_code == 2 and "error: " in result.stderr and "(X, Y, Z)" in result.stderr
+    assert result.stdout == ""

@@ -392,11 +392,12 @@ def info(paths: tuple[str, ...], as_json: bool) -> None:
         if as_json:
             listing.append({"path": path, "grids": [_json_value(g) for g in grids]})
             continue
-        rows, sections, title = [], [], f"{path}: {len(grids)} grid(s)"
+        rows, sections = [], []
         for g in grids:
             sections.append(len(rows))
             rows += _grid_rows(g)
-        console.print(_rows_table(title, rows, tuple(sections[1:])))
+        click.echo(f"{path}: {len(grids)} grid(s)")  # a path is not wrapped
+        console.print(_rows_table(None, rows, tuple(sections[1:])))
     if as_json:
         click.echo(json.dumps(listing, indent=2))
     if failed:

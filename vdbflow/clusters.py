@@ -81,9 +81,9 @@ def slurm_job_script(spec: SlurmClusterSpec, scheduler: str = SCHEDULER_PLACEHOL
     """The batch script each SLURM job runs (one per job), as dask-jobqueue writes it."""
     import tempfile
 
+    options = _job_options(spec)  # first: says which extra to install when dask-jobqueue is missing
     from dask_jobqueue.slurm import SLURMJob
 
-    options = _job_options(spec)
     logs = options.get("log_directory")
     if logs is None:
         return SLURMJob(scheduler=scheduler, name="vdbflow-worker", **options).job_script()
@@ -194,7 +194,7 @@ def _start_with_retries(spec: Any, distributed: Any) -> Any:
                                    f"{START_ATTEMPTS} times; the last time: {type(err).__name__}: {err}") from err
             wait = START_BACKOFF_S * 2 ** (attempt - 1)
             log.warning("the cluster did not start (%s: %s; did a worker die while starting?): starting it again "
-                        "in %.0f s (attempt %d of %d)", type(err).__name__, err, wait, attempt + 1, START_ATTEMPTS)
+                        "in %g s (attempt %d of %d)", type(err).__name__, err, wait, attempt + 1, START_ATTEMPTS)
             time.sleep(wait)
     raise AssertionError("unreachable")  # pragma: no cover
 

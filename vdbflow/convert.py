@@ -46,6 +46,7 @@ class DenseSource:
             raise VolumeError(f"expected a dense array of shape (X, Y, Z) or (X, Y, Z, C), got {tuple(shape)}")
         self.shape, self.read, self.dtype = tuple(shape), read, np.dtype(dtype)
         self.origin, self.voxel_size, self.names, self.mask, self.units = origin, voxel_size, names, mask, units
+        self.variables: tuple[str, ...] = ()  # the dataset variables read (NetCDF / Zarr)
 
     @property
     def components(self) -> int:
@@ -113,8 +114,10 @@ def open_dense(path: str | Path, variables: Sequence[str] = (), mask_variable: s
         def mask(a: int, b: int) -> np.ndarray:
             return np.asarray(m.isel({dims[0]: slice(a, b)}).values).astype(bool)
 
-    return DenseSource(shape, read, np.result_type(*[a.dtype for a in arrays]), tuple(origin), tuple(size),
-                       names if len(names) > 1 else None, mask, ds[names[0]].attrs.get("units"))
+    source = DenseSource(shape, read, np.result_type(*[a.dtype for a in arrays]), tuple(origin), tuple(size),
+                         names if len(names) > 1 else None, mask, ds[names[0]].attrs.get("units"))
+    source.variables = tuple(names)
+    return source
 
 
 def _spatial(var: Any) -> Any:
@@ -129,10 +132,11 @@ def _spatial(var: Any) -> Any:
 
 
 def default_name(source: DenseSource, variables: Sequence[str] = ()) -> str:
-    """The grid name ``vdbflow convert`` gives without ``--name``: the one variable's name, else
-    ``velocity`` for a vec3 grid and ``density`` for any other."""
-    if len(variables) == 1:
-        return variables[0]
+    """The grid name ``vdbflow convert`` gives without ``--name``: the name of the one variable read,
+    else ``velocity`` for a vec3 grid and ``density`` for any other."""
+    chosen = tuple(variables) or source.variables
+    if len(chosen) == 1:
+        return chosen[0]
     return "velocity" if source.components == 3 else "density"
 
 

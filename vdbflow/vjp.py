@@ -33,6 +33,16 @@ class SampleGradVJP:
     background: Any
     points: Any
 
+    def __repr__(self) -> str:
+        """Shapes and dtypes, not the arrays: ``SampleGradVJP(voxel_data (n, 3) float32, ...)``."""
+        def brief(a: Any) -> str:
+            shape = tuple(getattr(a, "shape", ()))
+            where = "" if isinstance(a, (np.ndarray, np.generic)) else f" {type(a).__module__.split('.')[0]}"
+            return f"{shape} {getattr(a, 'dtype', type(a).__name__)}{where}"
+
+        fields = ("voxel_data", "tile_values", "background", "points")
+        return f"SampleGradVJP({', '.join(f'{k} {brief(getattr(self, k))}' for k in fields)})"
+
 
 def _adjoint_array(xp: Any, arr: Any, shape: tuple[int, ...], dtype: np.dtype, what: str) -> Any:
     a = xp.asarray(arr)
