@@ -574,7 +574,7 @@ void grid_gradient(std::vector<IntTable> tables, InArray masks, InArray prefix, 
                    int scheme, AnyArray out_jacobian,
                    std::optional<nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>> leaf_values_at) {
   if (tables.size() != LEVEL_COUNT) throw std::invalid_argument("expected 3 hash tables");
-  if (!is_node_fd(scheme)) throw std::invalid_argument("grid gradients take fd2, fd4 or fd6");
+  if (!is_node_fd(scheme)) throw std::invalid_argument("grid gradients take fd2, fd4, fd6 or fd8");
   if (components < 1 || components > MAX_COMPONENTS) throw std::invalid_argument("bad component count");
   const i64 leaves = (i64)leaf_origins.shape(0);
   if (leaf_origins.shape(1) != 3 || (i64)masks.shape(0) != leaves || (i64)first_row.shape(0) != leaves)

@@ -251,3 +251,33 @@ def test_distributed_hessians_equal_single_process_bit_for_bit(rng):
                 assert got["value_hessian"].dims == want["value_hessian"].dims
             with pytest.raises(vdbflow.SamplingError, match="second derivative"):
                 dvol.sample_hessian(pts, "closest")
+            np.testing.assert_array_equal(vdbflow.hessian_field(vol, "fd4", distributed=dvol).voxel_data,
+                                          vdbflow.hessian_field(vol, "fd4").voxel_data)
+
+
+def test_laplacian_quantity_and_grid_fields_on_the_taylor_green_shell(rng):
+    from vdbflow import synthetic
+
+    vol = synthetic.flow_volume(synthetic.taylor_green(), resolution=80, dtype=np.float64)
+    nodes = vol.active_voxels()
+    pts = vol.transform.apply(nodes[rng.choice(len(nodes), 4000)] + rng.uniform(0, 1, (4000, 3)))
+    pts = pts[vol.stencil_inside(pts, "lag6")][:200]
+    assert len(pts) > 50
+    ds = vol.sample_hessian(pts, "lag6")
+    lap = ds.vdbflow.laplacian()
+    assert lap.dims == ("point", "component") and lap.attrs["long_name"] == "Laplacian"
+    np.testing.assert_allclose(lap.values, -3 * ds["velocity"].values, atol=2e-3)
+    np.testing.assert_array_equal(lap.values, vdbflow.flow.laplacian(ds["velocity_hessian"]).values)
+    # grid fields: the node Hessians at every active voxel, the same numbers as sampling there
+    field = vdbflow.hessian_field(vol, "fd6")
+    inside = vol.stencil_inside(nodes.astype(float), "fd6", space="index")
+    _, _, H = sample_hessian_arrays(vol, nodes.astype(float), "fd6", space="index", hessian_space="world")
+    stored = field.voxel_data.reshape(len(nodes), 3, 6)
+    np.testing.assert_array_equal(stored[:, :, 3], H[:, :, 0, 1])
+    np.testing.assert_array_equal(stored[:, :, 2], H[:, :, 2, 2])
+    assert field.component_names[:4] == ("d2u/dxdx", "d2u/dydy", "d2u/dzdz", "d2u/dxdy")
+    laplacian = vdbflow.derived_field(vol, "laplacian", "fd6")
+    assert laplacian.component_names == ("u", "v", "w") and laplacian.units.startswith("m/s")
+    world = vol.transform.apply(nodes[inside])
+    u = vol.sample(world, "closest")["velocity"].values
+    np.testing.assert_allclose(laplacian.voxel_data[inside], -3 * u, atol=2e-3)

@@ -27,7 +27,7 @@ from .errors import (
 if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and IDEs
     from .config import ConfigError
     from .distributed import DistributedVolume, distribute
-    from .gradient_field import derived_field, gradient_field, q_criterion_field
+    from .grid_fields import derived_field, gradient_field, hessian_field, q_criterion_field
     from .hessian import sample_hessian, sample_hessian_arrays
     from .job import InputError, JobError, JobResult, run
     from .nanovdb import BlindData, GridInfo, list_grids, save
@@ -54,13 +54,14 @@ _LAZY = {
     "VALUE_TYPES": ("value_types", "VALUE_TYPES"),
     "ValueType": ("value_types", "ValueType"),
     "Volume": ("volume", "Volume"),
-    "derived_field": ("gradient_field", "derived_field"),
+    "derived_field": ("grid_fields", "derived_field"),
     "distribute": ("distributed", "distribute"),
-    "gradient_field": ("gradient_field", "gradient_field"),
+    "gradient_field": ("grid_fields", "gradient_field"),
+    "hessian_field": ("grid_fields", "hessian_field"),
     "list_grids": ("nanovdb", "list_grids"),
     "open": ("volume_io", "open_volume"),
     "open_zarr": ("volume_io", "open_zarr"),
-    "q_criterion_field": ("gradient_field", "q_criterion_field"),
+    "q_criterion_field": ("grid_fields", "q_criterion_field"),
     "run": ("job", "run"),
     "sample": ("sampling", "sample"),
     "sample_grad": ("sampling", "sample_grad"),
@@ -149,6 +150,7 @@ __all__ = [
     "derived_field",
     "distribute",
     "gradient_field",
+    "hessian_field",
     "list_grids",
     "open",
     "open_zarr",

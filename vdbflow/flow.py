@@ -126,6 +126,19 @@ def swirling_strength(jac: xr.DataArray) -> xr.DataArray:
                   "|Im(lambda)| of the complex eigenvalues of J")
 
 
+def laplacian(hessian: xr.DataArray) -> xr.DataArray:
+    """The Laplacian of each component, trace of the Hessian over ``(axis, axis2)``: the viscous term
+    ``nu * laplacian(u)`` of a velocity field; any field with a Hessian from :meth:`Volume.sample_hessian`."""
+    dims = [d for d in hessian.dims if d.endswith("axis") or d.endswith("axis2")][-2:]
+    if len(dims) != 2 or hessian.sizes[dims[0]] != 3 or hessian.sizes[dims[1]] != 3:
+        raise SamplingError(f"expected a Hessian DataArray with 3 x 3 dims ('axis', 'axis2'), got dims {hessian.dims}")
+    out = xr.apply_ufunc(lambda H: np.trace(H, axis1=-2, axis2=-1), hessian, input_core_dims=[dims],
+                         dask="parallelized", output_dtypes=[hessian.dtype])
+    out.name = "laplacian"
+    out.attrs = _attrs("Laplacian", _u.normalize(hessian.attrs.get("units")), "d2/dx2 + d2/dy2 + d2/dz2")
+    return out
+
+
 def helicity(velocity: xr.DataArray, jac: xr.DataArray) -> xr.DataArray:
     """Helicity density u . omega."""
     omega = vorticity(jac)
@@ -185,3 +198,10 @@ class VdbflowAccessor:
 
     def helicity(self) -> xr.DataArray:
         return helicity(self._velocity(), self._jacobian())
+
+    def laplacian(self) -> xr.DataArray:
+        """Laplacian of the field, from the ``<field>_hessian`` variable of a sample_hessian Dataset."""
+        names = [v for v in self._ds.data_vars if v.endswith("_hessian")]
+        if len(names) != 1:
+            raise SamplingError(f"expected one '<field>_hessian' variable (Volume.sample_hessian), found {names}")
+        return laplacian(self._ds[names[0]])

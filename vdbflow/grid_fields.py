@@ -1,4 +1,4 @@
-"""Gradient fields over the grid: the Jacobian (or a derived scalar) at every active voxel, as a new
+"""Grid-wide fields: the Jacobian, the Hessian or a derived quantity at every active voxel, as a new
 sparse volume on the same topology."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from .errors import SamplingError
 from .sampling import MODES, sample_grad_arrays
 from .volume import Topology, Volume
 
-GRID_SCHEMES = ("fd2", "fd4", "fd6")  # centred differences of order 2, 4, 6 at the voxels
+GRID_SCHEMES = ("fd2", "fd4", "fd6", "fd8")  # centred differences of order 2, 4, 6, 8 at the voxels
+HESSIAN_PAIRS = ((0, 0), (1, 1), (2, 2), (0, 1), (0, 2), (1, 2))  # the channels of a Hessian field
 
 
 def _grid_jacobian(vol: Volume, scheme: str, dvol: Any = None, device: str = "cpu") -> np.ndarray:
@@ -61,7 +62,7 @@ def _on_voxels(vol: Volume, values: np.ndarray, name: str,
 
 def gradient_field(vol: Volume, scheme: str = "fd4", *, distributed: Any = None, device: str = "cpu") -> Volume:
     """The world-space Jacobian at every active voxel with centred differences (``fd2``, ``fd4``,
-    ``fd6``), as an index-layout volume on ``vol``'s topology with C x 3 channels named
+    ``fd6``, ``fd8``), as an index-layout volume on ``vol``'s topology with C x 3 channels named
     ``d<component>/d<axis>`` (tiles read 0).  ``distributed`` (a :class:`DistributedVolume` of
     ``vol``) computes it on the cluster, with the same result; ``device="cuda"`` on the GPU (CuPy).
     :func:`split_channels` turns the
@@ -75,11 +76,61 @@ def gradient_field(vol: Volume, scheme: str = "fd4", *, distributed: Any = None,
     return out
 
 
+def _grid_hessian(vol: Volume, scheme: str, dvol: Any = None, device: str = "cpu") -> np.ndarray:
+    """(n_active, C, 3, 3) world-space Hessians at the active voxels: the node second differences
+    (diagonal-direction mixed terms) of an fd2/fd4/fd6/fd8 ``scheme``."""
+    from .hessian import sample_hessian_arrays
+
+    if scheme not in GRID_SCHEMES:
+        raise SamplingError(f"expected scheme to be one of {', '.join(map(repr, GRID_SCHEMES))}, got {scheme!r}")
+    if not vol.value_type.is_float:
+        raise SamplingError(f"expected float data for a Hessian field, got {vol.value_type.name}")
+    pts = vol.active_voxels().astype(np.float64)  # voxel centres: the node Hessians themselves
+    if dvol is not None:
+        ds = dvol.sample_hessian(pts, scheme, space="index", hessian_space="world").compute(scheduler=dvol.client)
+        hess = ds[f"{vol.name}_hessian"].values
+    elif device in ("cpu", "cuda"):
+        if device == "cuda":
+            from .backends.cuda import cupy_module
+
+            pts = cupy_module().asarray(pts)
+        _, _, hess = sample_hessian_arrays(vol, pts, scheme, space="index", hessian_space="world", device=device)
+        hess = hess.get() if device == "cuda" else hess
+    else:
+        raise SamplingError(f"expected device 'cpu' or 'cuda', got {device!r}")
+    return hess.reshape(len(pts), vol.components, 3, 3)
+
+
+def hessian_field(vol: Volume, scheme: str = "fd4", *, distributed: Any = None, device: str = "cpu") -> Volume:
+    """The world-space Hessian at every active voxel from centred second differences (``fd2``,
+    ``fd4``, ``fd6``, ``fd8``), as an index-layout volume on ``vol``'s topology with C x 6 channels
+    ``d2<component>/d<a>d<b>`` in the order xx, yy, zz, xy, xz, yz (the Hessian is symmetric; tiles
+    read 0)."""
+    hess = _grid_hessian(vol, scheme, distributed, device)
+    C = vol.components
+    channels = np.stack([hess[:, :, a, b] for a, b in HESSIAN_PAIRS], axis=-1).reshape(len(hess), 6 * C)
+    comps = vol.component_names if C > 1 else ("",)
+    names = [f"d2{c}/d{'xyz'[a]}d{'xyz'[b]}" for c in comps for a, b in HESSIAN_PAIRS]
+    out = _on_voxels(vol, channels, f"{vol.name}_hessian", names)
+    if vol.units and vol.length_units:
+        out.units, out.length_units = f"{vol.units}/{vol.length_units}^2", vol.length_units
+    return out
+
+
 def derived_field(vol: Volume, quantity: str, scheme: str = "fd4", *, distributed: Any = None,
                   device: str = "cpu") -> Volume:
-    """A derived scalar of a vec3 field (any one-channel function of :mod:`vdbflow.flow`, e.g.
-    ``"q_criterion"``, ``"lambda2"``, ``"divergence"``, ``"vorticity_magnitude"``) at every active
-    voxel, as a one-channel volume on the same voxels."""
+    """A derived quantity at every active voxel, as a volume on the same voxels: a scalar of a vec3
+    field (any one-channel function of :mod:`vdbflow.flow`, e.g. ``"q_criterion"``, ``"lambda2"``,
+    ``"divergence"``, ``"vorticity_magnitude"``), or ``"laplacian"`` of any float field (one channel
+    per component, from the node second differences of ``scheme``)."""
+    if quantity == "laplacian":
+        hess = _grid_hessian(vol, scheme, distributed, device)
+        lap = np.trace(hess, axis1=-2, axis2=-1)
+        out = _on_voxels(vol, lap if vol.components > 1 else lap[:, 0], "laplacian",
+                         list(vol.component_names) if vol.components > 1 else None)
+        if vol.units and vol.length_units:
+            out.units, out.length_units = f"{vol.units}/{vol.length_units}^2", vol.length_units
+        return out
     fn = getattr(flow, quantity, None)
     if vol.components != 3 or fn is None or quantity in ("vorticity", "strain_rate", "rotation_rate", "helicity"):
         raise SamplingError(f"expected a vec3 volume and a scalar quantity of vdbflow.flow, got {vol.components} "
