@@ -173,30 +173,39 @@ class VdbflowAccessor:
         return PlotMethods(self._ds)
 
     def divergence(self) -> xr.DataArray:
+        """Divergence tr(J) of this Dataset's Jacobian (see :func:`vdbflow.flow.divergence`)."""
         return divergence(self._jacobian())
 
     def vorticity(self) -> xr.DataArray:
+        """Vorticity curl u, dims (..., axis) (see :func:`vdbflow.flow.vorticity`)."""
         return vorticity(self._jacobian())
 
     def vorticity_magnitude(self) -> xr.DataArray:
+        """|curl u| (see :func:`vdbflow.flow.vorticity_magnitude`)."""
         return vorticity_magnitude(self._jacobian())
 
     def strain_rate(self) -> xr.DataArray:
+        """Strain-rate tensor S = (J + Jᵀ)/2 (see :func:`vdbflow.flow.strain_rate`)."""
         return strain_rate(self._jacobian())
 
     def rotation_rate(self) -> xr.DataArray:
+        """Rotation-rate tensor Ω = (J − Jᵀ)/2 (see :func:`vdbflow.flow.rotation_rate`)."""
         return rotation_rate(self._jacobian())
 
     def q_criterion(self) -> xr.DataArray:
+        """Q = (|Ω|² − |S|²)/2, positive in vortex cores (see :func:`vdbflow.flow.q_criterion`)."""
         return q_criterion(self._jacobian())
 
     def lambda2(self) -> xr.DataArray:
+        """λ2: the middle eigenvalue of S² + Ω², negative in vortex cores (:func:`vdbflow.flow.lambda2`)."""
         return lambda2(self._jacobian())
 
     def swirling_strength(self) -> xr.DataArray:
+        """Imaginary part of J's complex eigenvalues (:func:`vdbflow.flow.swirling_strength`)."""
         return swirling_strength(self._jacobian())
 
     def helicity(self) -> xr.DataArray:
+        """Helicity density u · curl u (see :func:`vdbflow.flow.helicity`)."""
         return helicity(self._velocity(), self._jacobian())
 
     def laplacian(self) -> xr.DataArray:
