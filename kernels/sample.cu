@@ -6,6 +6,7 @@
 // Points are float64 (N, 3); outputs are values (N, C) of the value type and, when out_jacobian is
 // not null, Jacobians (N, C, 3) of the accumulation type (float, or double for double data).
 #include "vdbflow/adjoint.h"
+#include "vdbflow/hessian.h"
 #include "vdbflow/route.h"
 #include "vdbflow/sample.h"
 #include "vdbflow/schemes.h"
@@ -31,6 +32,29 @@ __device__ void sample_entry(const int* table0, unsigned mask0, const int* table
     const double p[3] = {points[3 * i], points[3 * i + 1], points[3 * i + 2]};
     sample_point<T, NC>(g, xf, p, mode, want_jacobian, out_values + i * components,
                         want_jacobian ? out_jacobian + i * 3 * components : nullptr, cache);
+  }
+}
+
+// Values, Jacobians and Hessians (N, C, 3, 3) of float data (hessian.h); out_jacobian may be null.
+template <class T, int NC>
+__device__ void hessian_entry(const int* table0, unsigned mask0, const int* table1, unsigned mask1,
+                              const int* table2, unsigned mask2, const u64* masks, const u16* prefix,
+                              const i64* leaf_offset, const i64* leaf_values_at, const T* values,
+                              const T* tile_values, const T* background, int components, int index_layout,
+                              const double* points, i64 n, const double* xform, int points_world,
+                              int jacobian_world, int hessian_world, int mode, T* out_values,
+                              typename RealOf<T>::type* out_jacobian, typename RealOf<T>::type* out_hessian) {
+  const HashTable tables[LEVEL_COUNT] = {{table0, mask0}, {table1, mask1}, {table2, mask2}};
+  const GridView<T> g = make_grid_view(tables, masks, prefix, leaf_offset, leaf_values_at, values, tile_values,
+                                       background, components, index_layout);
+  const PointTransform xf = make_point_transform(xform, points_world, jacobian_world);
+  LeafCache cache;
+  const i64 stride = (i64)blockDim.x * gridDim.x;
+  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const double p[3] = {points[3 * i], points[3 * i + 1], points[3 * i + 2]};
+    sample_point_hessian<T, NC>(g, xf, p, mode, hessian_world != 0, out_values + i * components,
+                                out_jacobian ? out_jacobian + i * 3 * components : nullptr,
+                                out_hessian + i * 9 * components, cache);
   }
 }
 
@@ -122,6 +146,27 @@ VDBFLOW_SAMPLE_ENTRY(vdbflow_sample_f64_cn, double, 0)
 VDBFLOW_SAMPLE_ENTRY(vdbflow_sample_i32_cn, int, 0)
 VDBFLOW_SAMPLE_ENTRY(vdbflow_sample_i64_cn, long long, 0)
 VDBFLOW_SAMPLE_ENTRY(vdbflow_sample_u32_cn, unsigned int, 0)
+
+#define VDBFLOW_HESSIAN_ENTRY(NAME, T, NC)                                                              \
+  extern "C" __global__ void NAME(                                                                      \
+      const int* table0, unsigned mask0, const int* table1, unsigned mask1, const int* table2,          \
+      unsigned mask2, const vdbflow::u64* masks, const vdbflow::u16* prefix,                             \
+      const vdbflow::i64* leaf_offset, const vdbflow::i64* leaf_values_at, const T* values,             \
+      const T* tile_values, const T* background, int components, int index_layout, const double* points, \
+      vdbflow::i64 n, const double* xform, int points_world, int jacobian_world, int hessian_world,      \
+      int mode, T* out_values, T* out_jacobian, T* out_hessian) {                                        \
+    vdbflow::hessian_entry<T, NC>(table0, mask0, table1, mask1, table2, mask2, masks, prefix, leaf_offset, \
+                                  leaf_values_at, values, tile_values, background, components,           \
+                                  index_layout, points, n, xform, points_world, jacobian_world,          \
+                                  hessian_world, mode, out_values, out_jacobian, out_hessian);           \
+  }
+
+VDBFLOW_HESSIAN_ENTRY(vdbflow_hessian_f32_c1, float, 1)
+VDBFLOW_HESSIAN_ENTRY(vdbflow_hessian_f32_c3, float, 3)
+VDBFLOW_HESSIAN_ENTRY(vdbflow_hessian_f32_cn, float, 0)
+VDBFLOW_HESSIAN_ENTRY(vdbflow_hessian_f64_c1, double, 1)
+VDBFLOW_HESSIAN_ENTRY(vdbflow_hessian_f64_c3, double, 3)
+VDBFLOW_HESSIAN_ENTRY(vdbflow_hessian_f64_cn, double, 0)
 
 // Routing (route.h): the partition of each point (ROUTE_BACKGROUND for background-only points).
 // The stable grouping by partition follows on the device with CuPy (a stable argsort of the codes).

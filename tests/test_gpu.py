@@ -126,3 +126,19 @@ def test_cuda_routing_matches_cpu_routing(rng, partitions):
                          space == "world", near)
         for w, g in zip(want, got, strict=True):
             np.testing.assert_array_equal(g.get(), w)
+
+
+@pytest.mark.parametrize(("dtype", "components"), [(np.float32, 1), (np.float32, 3), (np.float64, 3), (np.float64, 4)])
+def test_cuda_hessians_match_cpu(rng, dtype, components):
+    from vdbflow.hessian import HESSIAN_MODES, sample_hessian_arrays
+
+    ijk, values = random_sparse_voxels(rng, components=components, dtype=dtype)
+    vol = vdbflow.Volume.from_voxels(ijk, values, 0)
+    pts = probe_points(rng, ijk, 400)
+    for mode in HESSIAN_MODES:
+        cpu = sample_hessian_arrays(vol, pts, mode, space="index", hessian_space="index")
+        gpu = sample_hessian_arrays(vol, cupy.asarray(pts), mode, space="index", hessian_space="index", device="auto")
+        scale = max(1.0, float(np.abs(values).max()))
+        for c, g in zip(cpu, gpu, strict=True):
+            assert isinstance(g, cupy.ndarray)
+            np.testing.assert_allclose(g.get(), c, atol=64 * np.finfo(dtype).eps * scale, rtol=0, err_msg=mode)

@@ -28,6 +28,7 @@ def test_cuda_entry_points_compile_to_ptx(tmp_path):
     wanted = {cuda_backend.entry_name(np.dtype(dt), c) for dt in (np.float32, np.float64) for c in (1, 3, 4, 9)}
     wanted |= {cuda_backend.entry_name(np.dtype(dt), 1) for dt in (np.int32, np.int64, np.uint32)}
     wanted |= {cuda_backend.vjp_entry_name(np.dtype(dt), c) for dt in (np.float32, np.float64) for c in (1, 3, 4, 9)}
+    wanted |= {cuda_backend.hessian_entry_name(np.dtype(dt), c) for dt in (np.float32, np.float64) for c in (1, 3, 4)}
     assert wanted <= entries, wanted - entries
 
 

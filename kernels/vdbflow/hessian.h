@@ -15,8 +15,9 @@
 
 namespace vdbflow {
 
-// Upper-triangle order of the 6 distinct entries: xx, yy, zz, xy, xz, yz.
-constexpr int HESSIAN_PAIRS[6][2] = {{0, 0}, {1, 1}, {2, 2}, {0, 1}, {0, 2}, {1, 2}};
+// Upper-triangle order of the 6 distinct entries e: xx, yy, zz, xy, xz, yz (axes pair_a(e), pair_b(e)).
+VDB_HD int pair_a(int e) { return e < 3 ? e : (e == 5 ? 1 : 0); }
+VDB_HD int pair_b(int e) { return e < 3 ? e : (e == 3 ? 1 : 2); }
 
 VDB_HD bool has_hessian(int mode) { return mode >= MODE_LINEAR && mode <= SCHEME_LAST; }
 VDB_HD bool is_separable(int mode) {
@@ -38,7 +39,7 @@ VDB_HD void add_node_hessian(const GridView<T>& g, i64 i, i64 j, i64 k, int r, d
       for (int q = 0; q < C; ++q) H[q][a] += c * (double)load(v, q);
     }
   for (int e = 3; e < 6; ++e) {
-    const int a = HESSIAN_PAIRS[e][0], b = HESSIAN_PAIRS[e][1];
+    const int a = pair_a(e), b = pair_b(e);
     for (int m = 1; m <= r; ++m) {
       const double c = w * 0.25 * fd2_weight(r, m);
       for (int corner = 0; corner < 4; ++corner) {
@@ -61,8 +62,8 @@ VDB_HD void write_hessian(const PointTransform& xf, bool world, int C, const dou
   for (int c = 0; c < C; ++c) {
     double full[3][3];
     for (int e = 0; e < 6; ++e) {
-      full[HESSIAN_PAIRS[e][0]][HESSIAN_PAIRS[e][1]] = H[c][e];
-      full[HESSIAN_PAIRS[e][1]][HESSIAN_PAIRS[e][0]] = H[c][e];
+      full[pair_a(e)][pair_b(e)] = H[c][e];
+      full[pair_b(e)][pair_a(e)] = H[c][e];
     }
     for (int a = 0; a < 3; ++a)
       for (int b = a; b < 3; ++b) {

@@ -98,6 +98,33 @@ def sample(vol: Volume, points: Any, mode: int, xform: np.ndarray, points_world:
     )
 
 
+def hessian_entry_name(dtype: np.dtype, components: int) -> str:
+    """Name of the Hessian entry point in sample.cu (float data only)."""
+    tag = _TYPE_TAGS[np.dtype(dtype)]
+    return f"vdbflow_hessian_{tag}_c{components}" if components in (1, 3) else f"vdbflow_hessian_{tag}_cn"
+
+
+def sample_hessian(vol: Volume, points: Any, mode: int, xform: np.ndarray, points_world: bool, jacobian_world: bool,
+                   hessian_world: bool, out_values: Any, out_jacobian: Any, out_hessian: Any) -> None:
+    """Fills CuPy ``out_values`` (N, C), ``out_jacobian`` (N, C, 3) and ``out_hessian`` (N, C, 3, 3)."""
+    cupy = cupy_module()
+    n = points.shape[0]
+    if n == 0:
+        return
+    pts = cupy.ascontiguousarray(points, dtype=cupy.float64)
+    tables, tmasks, masks, prefix, leaf_offset, leaf_values_at, values, tile_values, background = _device_arrays(vol)
+    name = hessian_entry_name(vol.dtype, vol.components)
+    kernel = _raw_module(cupy.cuda.runtime.getDevice()).get_function(name)
+    blocks = min((n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK, 65535 * 8)
+    kernel(
+        (blocks,), (THREADS_PER_BLOCK,),
+        (tables[0], tmasks[0], tables[1], tmasks[1], tables[2], tmasks[2], masks, prefix, leaf_offset,
+         leaf_values_at, values, tile_values, background, np.int32(vol.components), np.int32(vol.index_layout),
+         pts, np.int64(n), cupy.asarray(xform), np.int32(points_world), np.int32(jacobian_world),
+         np.int32(hessian_world), np.int32(mode), out_values, out_jacobian, out_hessian),
+    )
+
+
 def vjp_entry_name(dtype: np.dtype, components: int) -> str:
     """Name of the reverse-mode entry point in sample.cu (float data only)."""
     tag = _TYPE_TAGS[np.dtype(dtype)]
