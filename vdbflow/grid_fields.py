@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from . import flow, tree
+from . import flow, tree, units
 from .backends import cpu
 from .errors import SamplingError
 from .sampling import MODES, sample_grad_arrays
@@ -72,7 +72,7 @@ def gradient_field(vol: Volume, scheme: str = "fd4", *, distributed: Any = None,
     names = [f"d{c}/d{a}" for c in vol.component_names for a in "xyz"] if C > 1 else ["d/dx", "d/dy", "d/dz"]
     out = _on_voxels(vol, jac.reshape(len(jac), 3 * C), f"{vol.name}_jacobian", names)
     if vol.units and vol.length_units:
-        out.units, out.length_units = f"{vol.units}/{vol.length_units}", vol.length_units
+        out.units, out.length_units = units.divide(vol.units, vol.length_units), vol.length_units
     return out
 
 
@@ -113,7 +113,7 @@ def hessian_field(vol: Volume, scheme: str = "fd4", *, distributed: Any = None, 
     names = [f"d2{c}/d{'xyz'[a]}d{'xyz'[b]}" for c in comps for a, b in HESSIAN_PAIRS]
     out = _on_voxels(vol, channels, f"{vol.name}_hessian", names)
     if vol.units and vol.length_units:
-        out.units, out.length_units = f"{vol.units}/{vol.length_units}^2", vol.length_units
+        out.units, out.length_units = units.divide(vol.units, units.power(vol.length_units, 2)), vol.length_units
     return out
 
 
@@ -129,7 +129,7 @@ def derived_field(vol: Volume, quantity: str, scheme: str = "fd4", *, distribute
         out = _on_voxels(vol, lap if vol.components > 1 else lap[:, 0], "laplacian",
                          list(vol.component_names) if vol.components > 1 else None)
         if vol.units and vol.length_units:
-            out.units, out.length_units = f"{vol.units}/{vol.length_units}^2", vol.length_units
+            out.units, out.length_units = units.divide(vol.units, units.power(vol.length_units, 2)), vol.length_units
         return out
     fn = getattr(flow, quantity, None)
     if vol.components != 3 or fn is None or quantity in ("vorticity", "strain_rate", "rotation_rate", "helicity"):

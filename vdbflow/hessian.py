@@ -127,7 +127,9 @@ def add_hessian(ds: xr.Dataset, vol: Volume, hess: Any, hessian_space: str) -> x
         "sampling_mode": ds.attrs.get("sampling_mode"),
     }
     if units and length:
-        attrs["units"] = f"{units}/{length}^2"
+        from .units import divide, power
+
+        attrs["units"] = divide(units, power(length, 2))
     shape = tuple(ds[jname].shape[:-1]) + (3, 3)
     hvar = (lead + ("axis", "axis2"), hess.reshape(shape), attrs)
     coords = {"axis2": labels}
