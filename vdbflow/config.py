@@ -38,7 +38,8 @@ from .sampling import MODES
 
 DERIVED = ("divergence", "vorticity", "vorticity_magnitude", "strain_rate", "rotation_rate", "q_criterion",
            "lambda2", "swirling_strength", "helicity")
-OUTPUTS = ("value", "jacobian", *DERIVED, "inside")  # inside: the point's stencil reads only active voxels
+SECOND = ("hessian", "laplacian")  # second derivatives (Volume.sample_hessian): any float grid
+OUTPUTS = ("value", "jacobian", *DERIVED, *SECOND, "inside")  # inside: the stencil reads only active voxels
 SYNTHETIC_FIELDS = ("taylor_green", "abc", "burgers", "linear")
 
 Vec3 = tuple[float, float, float]
@@ -669,9 +670,9 @@ def check_inputs(cfg: JobConfig, missing_ok: bool = False) -> list[str]:
     if cfg.output.resolved_format == "netcdf" and cfg.output.path.suffix.lower() == ".zarr":
         problems.append(f"output.format{cfg.where('output.format')}: netcdf was asked for a path ending in .zarr "
                         f"({cfg.output.path})")
-    derived = [o for o in cfg.sampling.outputs if o in DERIVED]
+    derived = [o for o in cfg.sampling.outputs if o in DERIVED or o in SECOND]
     if derived and cfg.sampling.mode == "closest":
-        problems.append(f"sampling.outputs{cfg.where('sampling.outputs')}: {derived} need Jacobians, which mode "
+        problems.append(f"sampling.outputs{cfg.where('sampling.outputs')}: {derived} need derivatives, which mode "
                         "'closest' does not give")
     if problems:
         raise ConfigError("the job cannot start:\n" + "\n".join(f"  {p}" for p in problems))

@@ -29,6 +29,7 @@ from . import flow, synthetic
 from .clusters import MissingExtraError, describe_cluster, open_cluster, slurm_job_script
 from .config import (
     DERIVED,
+    SECOND,
     ConfigError,
     FilePoints,
     JobConfig,
@@ -149,6 +150,7 @@ def human_seconds(s: float) -> str:
 
 
 _TENSOR_WIDTH = {"vorticity": 3, "strain_rate": 9, "rotation_rate": 9}  # other derived quantities: scalars
+_PER_COMPONENT = {"hessian": 9, "laplacian": 1}  # second derivatives: entries per value component
 
 
 def _bytes_per_point(cfg: JobConfig, grids: list[GridPlan]) -> int:
@@ -164,6 +166,8 @@ def _bytes_per_point(cfg: JobConfig, grids: list[GridPlan]) -> int:
                 total += 3 * g.components * item
             elif out == "inside":
                 total += 1
+            elif out in _PER_COMPONENT:
+                total += _PER_COMPONENT[out] * g.components * item
             else:
                 total += _TENSOR_WIDTH.get(out, 1) * item
     return total
@@ -373,14 +377,19 @@ def _grid_dataset(dvol: Any, pts: Any, cfg: JobConfig, prefix: str, topology: An
     """The sampled variables of one grid, named for the job's outputs; and its Jacobian (or None)."""
     sp = cfg.sampling
     want_jac = any(o == "jacobian" or o in DERIVED for o in sp.outputs)
-    if want_jac:
+    if any(o in SECOND for o in sp.outputs):
+        ds = dvol.sample_hessian(pts, sp.mode, cfg.points.space, sp.jacobian_space, device=sp.device)
+    elif want_jac:
         ds = dvol.sample_grad(pts, sp.mode, cfg.points.space, sp.jacobian_space, device=sp.device)
     else:
         ds = dvol.sample(pts, sp.mode, cfg.points.space, device=sp.device)
     name = dvol.template.name
     jac = ds.get(f"{name}_jacobian")
-    keep = [v for v, o in ((name, "value"), (f"{name}_jacobian", "jacobian")) if o in sp.outputs]
+    keep = [v for v, o in ((name, "value"), (f"{name}_jacobian", "jacobian"), (f"{name}_hessian", "hessian"))
+            if o in sp.outputs]
     out = ds[keep]
+    if "laplacian" in sp.outputs:
+        out[f"{prefix}laplacian"] = flow.laplacian(ds[f"{name}_hessian"])
     for quantity in (o for o in sp.outputs if o in DERIVED):
         if quantity == "helicity":
             da_ = flow.helicity(ds[name], jac)
@@ -717,6 +726,7 @@ def run_job(cfg: JobConfig, console: Any = None, progress: bool = True, force: b
                 dvol.close()
     log.info("published %s", final)
     return result
+
 
 class JobError(VdbflowError, RuntimeError):
     """A job failed while it ran (a task, a worker or a library); no result was published."""
