@@ -263,10 +263,16 @@ class PlotMethods:
         self._ds = ds
 
     def slice(self, var: str | xr.DataArray, **kwargs: Any) -> Any:  # noqa: A003 - reads as ds.vdbflow.plot.slice
+        """``var`` (a variable, or a flow quantity by name such as ``"q_criterion"``) over a slice plane;
+        keyword arguments as :func:`slice_plot` (component, shape, ax, cmap, symmetric, robust, title)."""
         return slice_plot(self._ds, var, **kwargs)
 
     def jacobian_grid(self, var: str | None = None, **kwargs: Any) -> Any:
+        """Component x axis panels of the Jacobian over a slice plane, one colour bar; keyword arguments
+        as :func:`jacobian_grid`."""
         return jacobian_grid(self._ds, var, **kwargs)
 
     def line(self, var: str | xr.DataArray, **kwargs: Any) -> Any:
+        """``var`` (or one component / Jacobian entry) along the points against the distance from the
+        first; keyword arguments as :func:`line_plot`. Returns the Axes."""
         return line_plot(self._ds, var, **kwargs)
