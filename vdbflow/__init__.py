@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from .nanovdb import BlindData, GridInfo, list_grids, save
     from .sampling import sample, sample_grad, sample_grad_arrays
     from .transform import Transform
+    from .units import UnitsWarning
     from .value_types import VALUE_TYPES, ValueType
     from .vjp import SampleGradVJP, sample_grad_vjp
     from .volume import Topology, Volume
@@ -51,6 +52,7 @@ _LAZY = {
     "SampleGradVJP": ("vjp", "SampleGradVJP"),
     "Topology": ("volume", "Topology"),
     "Transform": ("transform", "Transform"),
+    "UnitsWarning": ("units", "UnitsWarning"),
     "VALUE_TYPES": ("value_types", "VALUE_TYPES"),
     "ValueType": ("value_types", "ValueType"),
     "Volume": ("volume", "Volume"),
@@ -143,6 +145,7 @@ __all__ = [
     "ShapeError",
     "Topology",
     "Transform",
+    "UnitsWarning",
     "ValueType",
     "VdbflowError",
     "Volume",
