@@ -13,7 +13,7 @@ def brute(active: set, idx: np.ndarray, mode: str) -> np.ndarray:
     out = []
     for p in idx:
         if mode == "closest":
-            cells = [tuple(np.floor(p + 0.5).astype(int))]
+            cells = [tuple(int(np.sign(x) * np.floor(abs(x) + 0.5)) for x in p)]  # half away from zero
         else:
             r = STENCIL_RADIUS[mode]
             b = np.floor(p).astype(int)
@@ -56,3 +56,17 @@ def test_tiles_count_as_defined_and_bad_input():
         vol.stencil_inside(np.zeros((1, 3)), mode="cubic")
     with pytest.raises(vdbflow.PointsError, match=r"\(N, 3\)"):
         vol.stencil_inside(np.zeros((3, 2)))
+
+
+def test_closest_agrees_with_closest_sampling_at_negative_half_integers(rng):
+    """The oracle is the sampler itself: on a field of ones over a background of 0, closest sampling
+    returns 1 exactly where stencil_inside(mode="closest") says its voxel is active."""
+    ijk = np.array([[-2, 0, 0], [-1, 0, 0], [3, 1, -4], [0, -1, 0]])
+    vol = vdbflow.Volume.from_voxels(ijk, np.ones(len(ijk), np.float32), background=0.0)
+    halves = np.array([[-2.5, 0, 0], [-1.5, 0, 0], [-0.5, 0, 0], [0.5, 0, 0], [2.5, 1.5, -3.5], [3.5, 0.5, -4.5],
+                       [0, -0.5, 0], [0, -1.5, 0], [-2.4999999999999996, 0, 0], [-0.49999999999999994, 0, 0]])
+    pts = np.concatenate([halves, ijk[rng.integers(0, len(ijk), 400)] + rng.uniform(-0.6, 0.6, (400, 3)).round(1)])
+    got = vdbflow.coverage.stencil_inside(vol, pts, "closest", space="index")
+    want = vol.sample(pts, "closest", space="index")["value"].values == 1
+    np.testing.assert_array_equal(got, want)
+    assert not got[0] and got[1]  # -2.5 rounds to -3 (no voxel), -1.5 to -2

@@ -54,8 +54,10 @@ def stencil_inside(vol: Any, points: Any, mode: str = "linear", space: str = "wo
     idx = topology.transform.apply_inverse(pts) if space == "world" else pts
     ok = np.isfinite(idx).all(axis=1) & (np.abs(idx) < 2**30).all(axis=1)
     safe = np.where(ok[:, None], idx, 0.0)
-    if mode == "closest":
-        base, reach = np.floor(safe + 0.5).astype(np.int64), range(0, 1)
+    if mode == "closest":  # the kernels round half away from zero (std::round), exactly
+        whole = np.trunc(safe)
+        base = (whole + np.where(np.abs(safe - whole) >= 0.5, np.sign(safe), 0.0)).astype(np.int64)
+        reach = range(0, 1)
     else:
         r = STENCIL_RADIUS[mode]
         base, reach = np.floor(safe).astype(np.int64), range(1 - r, r + 1)
