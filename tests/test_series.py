@@ -60,3 +60,160 @@ def test_write_series_round_trips_values_and_times(tmp_path):
         assert len(ijk) == (32 + 1 + 4) * (16 + 1 + 4) * (0 + 1 + 4)
         np.testing.assert_allclose(vol.active_values(), f.velocity(world, t), rtol=0, atol=1e-15)
         assert [r.name for r in vol.blind_data] == ["vdbflow.time"]
+
+
+# -- series and temporal interpolation ------------------------------------------------------------------
+H, N_BOX = 0.25, 8  # small dense boxes: voxel centres at (i, j, k) * H, i in [0, 8)
+
+
+def box_volume(values_at, dtype=np.float64):
+    """A dense all-active vec3 volume of ``values_at(world (M, 3)) -> (M, 3)`` on an 8^3 box."""
+    axis = np.arange(N_BOX) * H
+    grid = np.stack(np.meshgrid(axis, axis, axis, indexing="ij"), axis=-1)
+    vals = values_at(grid.reshape(-1, 3)).reshape(grid.shape).astype(dtype)
+    return vdbflow.Volume.from_dense(vals, voxel_size=H, active=np.ones(grid.shape[:3], bool), name="velocity",
+                                     component_names=("u", "v", "w"))
+
+
+def interior_points(rng, n):
+    """Points whose trilinear stencil lies inside the 8^3 box."""
+    return rng.uniform(0.1, (N_BOX - 1) * H - 0.1, (n, 3))
+
+
+A0 = np.array([[0.5, -1.0, 0.25], [2.0, 0.0, -0.5], [0.1, 0.3, 1.0]])
+A1 = np.array([[-0.2, 0.4, 0.0], [0.0, 1.5, -0.3], [0.7, 0.0, 0.2]])
+C0, C1 = np.array([0.3, -0.1, 0.2]), np.array([1.0, 0.5, -2.0])
+
+
+def linear_in_space_and_time(p, t):
+    """u = (A0 + A1 t) x + c0 + c1 t: trilinear sampling and linear-in-time interpolation are exact."""
+    t = np.broadcast_to(np.asarray(t, np.float64), (len(p),))[:, None]
+    return p @ A0.T + C0 + t * (p @ A1.T + C1)
+
+
+def test_open_series_is_lazy_and_reads_times_from_the_files(tmp_path):
+    times = [0.0, 0.5, 1.0, 2.0, 2.5]
+    paths = unsteady.write_series(unsteady.double_gyre(), tmp_path, times, voxel_size=1 / 16, pad=2)
+    series = vdbflow.open_series(str(tmp_path / "*.nvdb"))
+    np.testing.assert_array_equal(series.times, times)
+    assert series.open_steps == () and series.opened == 0
+    p = np.array([[0.5, 0.5, 0.0], [1.2, 0.3, 0.0]])
+    series.sample(p, 0.75)
+    assert sorted(series.open_steps) == [1, 2]  # only the interval's two steps
+    series.sample(p, 2.2, time="pchip")
+    assert sorted(series.open_steps) == [1, 2, 3, 4]  # i-1 .. i+2 around [2.0, 2.5] (no i+2: the last step)
+    small = vdbflow.open_series(paths, times, cache=2)
+    small.sample(p, np.array([0.1, 2.4]))  # one point per interval: four steps, two open at a time
+    assert len(small.open_steps) == 2 and small.opened == 4
+
+
+def test_linear_in_time_is_exact_for_fields_linear_in_t(rng):
+    times = np.array([0.0, 0.3, 1.0, 1.7, 3.0])  # uneven steps
+    vols = [box_volume(lambda p, t=t: linear_in_space_and_time(p, t)) for t in times]
+    series = vdbflow.open_series(vols, times)
+    p = interior_points(rng, 300)
+    t = rng.uniform(0, 3, 300)
+    for time in ("linear", "pchip"):  # pchip's slopes are the secants when they agree: exact too
+        values, jac = series.sample_grad_arrays(p, t, "linear", time)
+        np.testing.assert_allclose(values, linear_in_space_and_time(p, t), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(jac, A0[None] + t[:, None, None] * A1[None], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("g", [np.sin, np.exp, lambda t: np.where(t < 1.2, t * t, 2.0 - t)],
+                         ids=["sin", "exp", "kink"])
+def test_pchip_equals_scipy_pchip_over_the_series(g, rng):
+    """u(x, t) = (A0 x + c0) g(t): sampled exactly in space, so the series' PCHIP in time must equal
+    scipy's PchipInterpolator through the step values - interior intervals (four steps) and the first
+    and last (three), monotone and not."""
+    from scipy.interpolate import PchipInterpolator
+
+    times = np.array([0.0, 0.4, 0.5, 1.1, 1.9, 2.0, 3.2])
+    vols = [box_volume(lambda p, t=t: (p @ A0.T + C0) * g(t)) for t in times]
+    series = vdbflow.open_series(vols, times)
+    p = interior_points(rng, 200)
+    t = np.concatenate([rng.uniform(0, 3.2, 190), times[:5], [0.01, 3.19, 3.2, 0.0, 0.45]])
+    values, jac = series.sample_grad_arrays(p, t, "linear", "pchip")
+    shape = PchipInterpolator(times, g(times))(t)
+    np.testing.assert_allclose(values, (p @ A0.T + C0) * shape[:, None], rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(jac, A0[None] * shape[:, None, None], rtol=1e-12, atol=1e-13)
+
+
+def test_pchip_is_third_order_for_smooth_monotone_data():
+    """Error of the four-step PCHIP against exp(t) at 0.3 of each interval falls by ~2^3 per halving
+    (at mid-interval the leading slope errors cancel: fourth order there)."""
+    from vdbflow.series import pchip_combine
+
+    errors = []
+    for n in (8, 16, 32, 64):
+        T = np.linspace(0.0, 1.0, n + 1)
+        i = np.arange(1, n - 1)  # intervals with four steps
+        tk = np.stack([T[i - 1], T[i], T[i + 1], T[i + 2]], axis=1)
+        t = T[i] + 0.3 * (T[i + 1] - T[i])
+        errors.append(np.abs(pchip_combine(np.exp(tk)[:, :, None], tk, t)[:, 0] - np.exp(t)).max())
+    orders = np.log2(np.array(errors[:-1]) / np.array(errors[1:]))
+    assert np.all(orders > 2.7) and np.all(orders < 3.3), orders
+
+
+def test_nearest_step_and_step_times_are_exact(rng):
+    times = np.array([0.0, 1.0, 2.5])
+    vols = [box_volume(lambda p, t=t: linear_in_space_and_time(p, t)) for t in times]
+    series = vdbflow.open_series(vols, times)
+    p = interior_points(rng, 50)
+    per_step = [vdbflow.sample_grad_arrays(v, p, "linear", space="world")[0] for v in vols]
+    # none: the nearest step; a tie (t = 0.5, 1.75) goes to the earlier step
+    for t, k in ((0.2, 0), (0.5, 0), (0.51, 1), (1.75, 1), (1.76, 2), (2.5, 2)):
+        np.testing.assert_array_equal(series.sample_grad_arrays(p, t, "linear", "none", jacobian=False)[0],
+                                      per_step[k])
+    for time in ("linear", "pchip"):
+        for k, t in enumerate(times):
+            np.testing.assert_array_equal(series.sample_grad_arrays(p, t, "linear", time, jacobian=False)[0],
+                                          per_step[k])
+
+
+def test_dataset_carries_time(rng):
+    times = np.array([0.0, 1.0, 2.0])
+    vols = [box_volume(lambda p, t=t: linear_in_space_and_time(p, t)) for t in times]
+    series = vdbflow.open_series(vols, times)
+    p = interior_points(rng, 12).reshape(3, 4, 3)
+    ds = series.sample_grad(p, 0.25)
+    assert ds.time.ndim == 0 and float(ds.time) == 0.25 and ds.attrs["time_interpolation"] == "linear"
+    assert ds.velocity.dims == ("point_0", "point_1", "component")
+    np.testing.assert_allclose(ds.velocity.values, linear_in_space_and_time(p.reshape(-1, 3), 0.25).reshape(3, 4, 3),
+                               atol=1e-12)
+    t = rng.uniform(0, 2, (3, 4))
+    ds = series.sample(p, t, time="none")
+    assert ds.time.dims == ("point_0", "point_1")
+    np.testing.assert_array_equal(ds.time.values, t)
+    assert "velocity_jacobian" not in ds
+
+
+def test_series_errors_say_what_was_expected(tmp_path, rng):
+    times = np.array([0.0, 1.0, 2.0])
+    vols = [box_volume(lambda p, t=t: linear_in_space_and_time(p, t)) for t in times]
+    series = vdbflow.open_series(vols, times)
+    p = interior_points(rng, 4)
+    with pytest.raises(vdbflow.TimeError, match=r"expected times in \[0, 2\].*got 1 outside, e.g. 2.5"):
+        series.sample(p, np.array([0.0, 1.0, 2.5, 1.0]))
+    with pytest.raises(vdbflow.TimeError, match="outside, e.g. nan"):
+        series.sample(p, np.nan)
+    with pytest.raises(vdbflow.TimeError, match=r"strictly increasing times, got times\[2\] = 0.5 after"):
+        vdbflow.open_series(vols, [0.0, 1.0, 0.5])
+    with pytest.raises(vdbflow.TimeError, match="one time per step"):
+        vdbflow.open_series(vols, [0.0, 1.0])
+    with pytest.raises(vdbflow.TimeError, match="one per point"):
+        series.sample(p, np.zeros(3))
+    with pytest.raises(vdbflow.SamplingError, match="expected time to be one of 'none', 'linear', 'pchip'"):
+        series.sample(p, 0.5, time="cubic")
+    other = vdbflow.Volume.from_dense(np.ones((8, 8, 8, 3)), voxel_size=0.5, name="velocity")
+    mixed = vdbflow.open_series([vols[0], other], [0.0, 1.0])
+    with pytest.raises(vdbflow.VolumeError, match=r"expected step 1 \(t=1\) on the grid of step 0 \(t=0\): "
+                                                  r"index-to-world"):
+        mixed.sample(p, 0.5)
+    single = vdbflow.Volume.from_dense(np.ones((8, 8, 8, 3), np.float32), voxel_size=H, name="velocity")
+    with pytest.raises(vdbflow.VolumeError, match="value type vec3d, got vec3f"):
+        vdbflow.open_series([vols[0], single], [0.0, 1.0]).sample(p, 0.5)
+    with pytest.raises(vdbflow.VolumeError, match="expected files matching"):
+        vdbflow.open_series(str(tmp_path / "nothing_*.nvdb"))
+    vols[0].to_nvdb(str(tmp_path / "plain.nvdb"))
+    with pytest.raises(vdbflow.TimeError, match="vdbflow.time"):
+        vdbflow.open_series(str(tmp_path / "plain.nvdb"))

@@ -27,11 +27,13 @@ from .errors import (
 if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and IDEs
     from .config import ConfigError
     from .distributed import DistributedVolume, distribute
+    from .errors import TimeError
     from .grid_fields import derived_field, gradient_field, hessian_field, q_criterion_field
     from .hessian import sample_hessian, sample_hessian_arrays
     from .job import InputError, JobError, JobResult, run
     from .nanovdb import BlindData, GridInfo, list_grids, save
     from .sampling import sample, sample_grad, sample_grad_arrays
+    from .series import VolumeSeries, open_series
     from .transform import Transform
     from .units import UnitsWarning
     from .value_types import VALUE_TYPES, ValueType
@@ -50,10 +52,12 @@ _LAZY = {
     "JobError": ("job", "JobError"),
     "JobResult": ("job", "JobResult"),
     "SampleGradVJP": ("vjp", "SampleGradVJP"),
+    "TimeError": ("errors", "TimeError"),
     "Topology": ("volume", "Topology"),
     "Transform": ("transform", "Transform"),
     "UnitsWarning": ("units", "UnitsWarning"),
     "VALUE_TYPES": ("value_types", "VALUE_TYPES"),
+    "VolumeSeries": ("series", "VolumeSeries"),
     "ValueType": ("value_types", "ValueType"),
     "Volume": ("volume", "Volume"),
     "derived_field": ("grid_fields", "derived_field"),
@@ -62,6 +66,7 @@ _LAZY = {
     "hessian_field": ("grid_fields", "hessian_field"),
     "list_grids": ("nanovdb", "list_grids"),
     "open": ("volume_io", "open_volume"),
+    "open_series": ("series", "open_series"),
     "open_zarr": ("volume_io", "open_zarr"),
     "q_criterion_field": ("grid_fields", "q_criterion_field"),
     "run": ("job", "run"),
@@ -143,6 +148,7 @@ __all__ = [
     "SamplingError",
     "SampleGradVJP",
     "ShapeError",
+    "TimeError",
     "Topology",
     "Transform",
     "UnitsWarning",
@@ -150,12 +156,14 @@ __all__ = [
     "VdbflowError",
     "Volume",
     "VolumeError",
+    "VolumeSeries",
     "derived_field",
     "distribute",
     "gradient_field",
     "hessian_field",
     "list_grids",
     "open",
+    "open_series",
     "open_zarr",
     "q_criterion_field",
     "run",

@@ -29,3 +29,7 @@ class DeviceError(VdbflowError, RuntimeError):
 
 class NanoVDBError(VdbflowError, ValueError):
     """A .nvdb file or grid buffer is malformed, truncated or of an unsupported kind."""
+
+
+class TimeError(VdbflowError, ValueError):
+    """A time is outside a series or an integration, or a series' times are not strictly increasing."""

@@ -16,9 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import VolumeError
+from .series import TIME_RECORD  # blind data record of a step's time (UTF-8 JSON {"time": t})
 from .volume import Volume
-
-TIME_RECORD = "vdbflow.time"  # blind data record of a step's time (UTF-8 JSON {"time": t})
 
 
 @dataclass(frozen=True)
