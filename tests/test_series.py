@@ -149,7 +149,7 @@ def test_pchip_is_third_order_for_smooth_monotone_data():
         i = np.arange(1, n - 1)  # intervals with four steps
         tk = np.stack([T[i - 1], T[i], T[i + 1], T[i + 2]], axis=1)
         t = T[i] + 0.3 * (T[i + 1] - T[i])
-        errors.append(np.abs(pchip_combine(np.exp(tk)[:, :, None], tk, t)[:, 0] - np.exp(t)).max())
+        errors.append(np.abs(pchip_combine(np.exp(tk)[:, :, None], tk, t)[0][:, 0] - np.exp(t)).max())
     orders = np.log2(np.array(errors[:-1]) / np.array(errors[1:]))
     assert np.all(orders > 2.7) and np.all(orders < 3.3), orders
 
@@ -217,3 +217,24 @@ def test_series_errors_say_what_was_expected(tmp_path, rng):
     vols[0].to_nvdb(str(tmp_path / "plain.nvdb"))
     with pytest.raises(vdbflow.TimeError, match="vdbflow.time"):
         vdbflow.open_series(str(tmp_path / "plain.nvdb"))
+
+
+@pytest.mark.parametrize("time", ["linear", "pchip"])
+def test_jacobians_are_the_derivative_of_the_interpolated_values(time, rng):
+    """u_k(x) = (A0 x) g1(t_k) + (A1 x + c1) g2(t_k), not separable in x and t: the series'
+    Jacobians equal central differences of its own values in space (for pchip: the chain rule
+    through the data-dependent slopes, not a component-wise interpolation of the step Jacobians)."""
+    times = np.array([0.0, 0.4, 0.5, 1.1, 1.9, 2.0, 3.2])
+
+    def u(p, t):
+        return (p @ A0.T) * np.sin(2 * t) + (p @ A1.T + C1) * np.exp(-t) * np.cos(3 * t)
+
+    series = vdbflow.open_series([box_volume(lambda p, t=t: u(p, t)) for t in times], times)
+    p = interior_points(rng, 100)
+    t = rng.uniform(0, 3.2, 100)
+    _, jac = series.sample_grad_arrays(p, t, "linear", time)
+    e = 1e-6
+    fd = np.stack([(series.sample_grad_arrays(p + e * np.eye(3)[a], t, "linear", time, jacobian=False)[0]
+                    - series.sample_grad_arrays(p - e * np.eye(3)[a], t, "linear", time, jacobian=False)[0]) / (2 * e)
+                   for a in range(3)], axis=2)
+    np.testing.assert_allclose(jac, fd, rtol=0, atol=1e-7)

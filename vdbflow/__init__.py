@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from .hessian import sample_hessian, sample_hessian_arrays
     from .job import InputError, JobError, JobResult, run
     from .nanovdb import BlindData, GridInfo, list_grids, save
+    from .particles import advect, ftle
     from .sampling import sample, sample_grad, sample_grad_arrays
     from .series import VolumeSeries, open_series
     from .transform import Transform
@@ -60,8 +61,10 @@ _LAZY = {
     "VolumeSeries": ("series", "VolumeSeries"),
     "ValueType": ("value_types", "ValueType"),
     "Volume": ("volume", "Volume"),
+    "advect": ("particles", "advect"),
     "derived_field": ("grid_fields", "derived_field"),
     "distribute": ("distributed", "distribute"),
+    "ftle": ("particles", "ftle"),
     "gradient_field": ("grid_fields", "gradient_field"),
     "hessian_field": ("grid_fields", "hessian_field"),
     "list_grids": ("nanovdb", "list_grids"),
@@ -157,8 +160,10 @@ __all__ = [
     "Volume",
     "VolumeError",
     "VolumeSeries",
+    "advect",
     "derived_field",
     "distribute",
+    "ftle",
     "gradient_field",
     "hessian_field",
     "list_grids",

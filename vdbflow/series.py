@@ -1,8 +1,12 @@
 """A time series of volumes (one .nvdb per step), read lazily, sampled at ``(points, t)`` with
 temporal interpolation.
 
-Temporal interpolation (``time=``), applied to each component of the values and, separately, of the
-Jacobians (as JHTDB interpolates gradients in time):
+Temporal interpolation (``time=``) of each component of the values; the Jacobians are the exact
+spatial derivatives of the interpolated values (for ``none`` and ``linear`` the same interpolation of
+the step Jacobians; for ``pchip`` the chain rule through the node slopes, which depend on the data),
+so that values and Jacobians stay consistent, as the variational equation of
+:func:`vdbflow.ftle` needs (JHTDB instead interpolates each gradient component by PCHIP; the two
+differ where the slopes are nonlinear in the data):
 
 ``"none"``
     the nearest step (ties go to the earlier step).
@@ -80,6 +84,7 @@ class VolumeSeries:
         self._reference: Volume | None = None  # the first step opened: the grid all steps must share
         self._reference_step = -1
         self._same_topology: dict[int, bool] = {}
+        self._full: dict[int, np.ndarray] = {}  # full leaves of steps (stencil_inside's fast path)
         self.opened = 0  # steps read so far (a step evicted and needed again counts again)
 
     def __len__(self) -> int:
@@ -115,7 +120,8 @@ class VolumeSeries:
         self.opened += 1
         self._open[k] = vol
         while len(self._open) > self.cache:
-            self._open.popitem(last=False)
+            gone, _ = self._open.popitem(last=False)
+            self._full.pop(gone, None)
         return vol
 
     def _describe(self, k: int) -> str:
@@ -174,7 +180,7 @@ class VolumeSeries:
                        space: str = "world") -> np.ndarray:
         """(N,) bool: points (N, 3) whose ``mode`` stencil reads only active voxels in every step the
         interpolation at ``t`` (scalar or (N,)) reads; see :func:`vdbflow.coverage.stencil_inside`."""
-        from .coverage import stencil_inside
+        from .particles import full_leaves, stencil_inside_fast
 
         pts = np.asarray(points, np.float64)
         if pts.ndim != 2 or pts.shape[1] != 3:
@@ -189,7 +195,13 @@ class VolumeSeries:
             if self._same_topology.get(int(s)):
                 rows = rows[~checked_reference[rows]]
                 checked_reference[rows] = True
-            if len(rows):
+            if len(rows) and space == "world":
+                if int(s) not in self._full:
+                    self._full[int(s)] = full_leaves(vol.topology)
+                inside[rows] &= stencil_inside_fast(vol.topology, pts[rows], mode, self._full[int(s)])
+            elif len(rows):
+                from .coverage import stencil_inside
+
                 inside[rows] &= stencil_inside(vol, pts[rows], mode, space)
         return inside
 
@@ -204,9 +216,10 @@ class VolumeSeries:
     # -- sampling -------------------------------------------------------------------------------
     def sample_grad_arrays(self, points: Any, t: Any, mode: str = "linear", time: str = "linear", *,
                            space: str = "world", jacobian_space: str | None = None,
-                           jacobian: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+                           jacobian: bool = True, point_order: str = "auto") -> tuple[np.ndarray, np.ndarray | None]:
         """Values (N,) / (N, C) and Jacobians (N, 3) / (N, C, 3), float64, at points (N, 3) and times
-        ``t`` (scalar or (N,)), interpolated in time with ``time`` (module docstring)."""
+        ``t`` (scalar or (N,)), interpolated in time with ``time`` (module docstring).  ``point_order``:
+        see :func:`vdbflow.sample_grad_arrays`."""
         from .sampling import sample_grad_arrays
 
         pts = np.asarray(points)
@@ -224,18 +237,20 @@ class VolumeSeries:
         for s in np.unique(steps[steps >= 0]):
             rows, slots = np.nonzero(steps == s)
             vals, jac = sample_grad_arrays(self.volume(s), pts[rows], mode, space=space, jacobian_space=jacobian_space,
-                                           jacobian=jacobian)
+                                           jacobian=jacobian, point_order=point_order)
             gathered[rows, slots, :C] = vals.reshape(len(rows), C)
             if jacobian:
                 gathered[rows, slots, C:] = jac.reshape(len(rows), 3 * C)
-        out = self._interpolate(gathered, steps, tt, time)
+        out = self._interpolate(gathered, steps, tt, time, C)
         vshape = (N,) if C == 1 else (N, C)
         values = out[:, :C].reshape(vshape)
         jac_out = out[:, C:].reshape(vshape + (3,)) if jacobian else None
         return values, jac_out
 
-    def _interpolate(self, g: np.ndarray, steps: np.ndarray, t: np.ndarray, time: str) -> np.ndarray:
-        """Combine the gathered (N, K, D) step values at times t (N,)."""
+    def _interpolate(self, g: np.ndarray, steps: np.ndarray, t: np.ndarray, time: str,
+                     components: int) -> np.ndarray:
+        """Combine the gathered (N, K, D) step values (C components, then 3 C Jacobian entries when
+        D = 4 C) at times t (N,)."""
         if steps.shape[1] == 1:
             return g[:, 0]
         T = self.times
@@ -243,7 +258,12 @@ class VolumeSeries:
             t0, t1 = T[steps[:, 0]], T[steps[:, 1]]
             w = ((t - t0) / (t1 - t0))[:, None]
             return (1 - w) * g[:, 0] + w * g[:, 1]
-        return pchip_combine(g, np.where(steps >= 0, T[np.maximum(steps, 0)], np.nan), t)
+        tk = np.where(steps >= 0, T[np.maximum(steps, 0)], np.nan)
+        C = components
+        if g.shape[2] == C:
+            return pchip_combine(g, tk, t)[0]
+        value, grad = pchip_combine(g[:, :, :C], tk, t, g[:, :, C:].reshape(len(g), 4, C, 3))
+        return np.concatenate([value, grad.reshape(len(g), 3 * C)], axis=1)
 
     def _dataset(self, points: Any, t: Any, mode: str, time: str, space: str, jacobian_space: str | None,
                  jacobian: bool, dims: Any) -> Any:
@@ -285,40 +305,67 @@ class VolumeSeries:
         return self._dataset(points, t, mode, time, space, jacobian_space, True, dims)
 
 
-def _pchip_interior(h_prev: np.ndarray, h_next: np.ndarray, m_prev: np.ndarray, m_next: np.ndarray) -> np.ndarray:
-    """Fritsch-Butland slope at an interior node from the secants on either side (scipy's form)."""
+def _pchip_interior(h_prev: np.ndarray, h_next: np.ndarray, m_prev: np.ndarray, m_next: np.ndarray):
+    """Fritsch-Butland slope at an interior node from the secants on either side (scipy's form), and
+    its derivatives with respect to the two secants."""
     w1, w2 = 2 * h_next + h_prev, h_next + 2 * h_prev
     flat = (np.sign(m_prev) != np.sign(m_next)) | (m_prev == 0) | (m_next == 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         d = (w1 + w2) / (w1 / m_prev + w2 / m_next)
-    return np.where(flat, 0.0, d)
+        c_prev = d * d * w1 / ((w1 + w2) * m_prev * m_prev)
+        c_next = d * d * w2 / ((w1 + w2) * m_next * m_next)
+    return np.where(flat, 0.0, d), np.where(flat, 0.0, c_prev), np.where(flat, 0.0, c_next)
 
 
-def _pchip_edge(h0: np.ndarray, h1: np.ndarray, m0: np.ndarray, m1: np.ndarray) -> np.ndarray:
-    """Shape-preserving three-point slope at an end node (scipy's ``_edge_case``)."""
+def _pchip_edge(h0: np.ndarray, h1: np.ndarray, m0: np.ndarray, m1: np.ndarray):
+    """Shape-preserving three-point slope at an end node (scipy's ``_edge_case``), and its
+    derivatives with respect to the secants m0 (next to the node) and m1."""
     d = ((2 * h0 + h1) * m0 - h0 * m1) / (h0 + h1)
+    c0 = np.broadcast_to((2 * h0 + h1) / (h0 + h1), d.shape)
+    c1 = np.broadcast_to(-h0 / (h0 + h1), d.shape)
     wrong = np.sign(d) != np.sign(m0)
     big = (np.sign(m0) != np.sign(m1)) & (np.abs(d) > 3 * np.abs(m0))
-    return np.where(wrong, 0.0, np.where(big, 3 * m0, d))
+    return (np.where(wrong, 0.0, np.where(big, 3 * m0, d)), np.where(wrong, 0.0, np.where(big, 3.0, c0)),
+            np.where(wrong | big, 0.0, c1))
 
 
-def pchip_combine(g: np.ndarray, tk: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Monotone cubic Hermite at times ``t`` (N,) from values ``g`` (N, 4, D) at times ``tk`` (N, 4)
-    (``t_{i-1}, t_i, t_{i+1}, t_{i+2}``; NaN where the series has no such step), on ``[t_i, t_{i+1}]``."""
+def pchip_combine(g: np.ndarray, tk: np.ndarray, t: np.ndarray,
+                  grad: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """Monotone cubic Hermite at times ``t`` (N,) from values ``g`` (N, 4, C) at times ``tk`` (N, 4)
+    (``t_{i-1}, t_i, t_{i+1}, t_{i+2}``; NaN where the series has no such step), on ``[t_i, t_{i+1}]``.
+
+    With ``grad`` (N, 4, C, 3), the spatial gradients of ``g``, also returns the gradient of the
+    interpolant (N, C, 3): the chain rule through the node slopes, which depend on the data."""
     with np.errstate(invalid="ignore", divide="ignore"):
         h = np.diff(tk, axis=1)[:, :, None]  # (N, 3, 1): h0, h1, h2
-        m = np.diff(g, axis=1) / h  # (N, 3, D): secants
+        m = np.diff(g, axis=1) / h  # (N, 3, C): secants
     has_l = np.isfinite(tk[:, 0])[:, None]
     has_r = np.isfinite(tk[:, 3])[:, None]
     h0, h1, h2 = h[:, 0], h[:, 1], h[:, 2]
     m0, m1, m2 = m[:, 0], m[:, 1], m[:, 2]
+    zero, one = np.zeros_like(m1), np.ones_like(m1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        d1 = np.where(has_l, _pchip_interior(h0, h1, m0, m1), np.where(has_r, _pchip_edge(h1, h2, m1, m2), m1))
-        d2 = np.where(has_r, _pchip_interior(h1, h2, m1, m2), np.where(has_l, _pchip_edge(h1, h0, m1, m0), m1))
+        # each slope and its coefficients on the secants (m0, m1, m2)
+        i1, e1 = _pchip_interior(h0, h1, m0, m1), _pchip_edge(h1, h2, m1, m2)
+        d1 = [np.where(has_l, a, np.where(has_r, b, c)) for a, b, c in
+              zip((i1[0], i1[1], i1[2], zero), (e1[0], zero, e1[1], e1[2]), (m1, zero, one, zero), strict=True)]
+        i2, e2 = _pchip_interior(h1, h2, m1, m2), _pchip_edge(h1, h0, m1, m0)
+        d2 = [np.where(has_r, a, np.where(has_l, b, c)) for a, b, c in
+              zip((i2[0], zero, i2[1], i2[2]), (e2[0], e2[2], e2[1], zero), (m1, zero, one, zero), strict=True)]
     s = ((t - tk[:, 1]) / (tk[:, 2] - tk[:, 1]))[:, None]
     s2, s3 = s * s, s * s * s
-    return ((2 * s3 - 3 * s2 + 1) * g[:, 1] + (s3 - 2 * s2 + s) * h1 * d1
-            + (-2 * s3 + 3 * s2) * g[:, 2] + (s3 - s2) * h1 * d2)
+    b00, b10, b01, b11 = 2 * s3 - 3 * s2 + 1, s3 - 2 * s2 + s, -2 * s3 + 3 * s2, s3 - s2
+    value = b00 * g[:, 1] + b10 * h1 * d1[0] + b01 * g[:, 2] + b11 * h1 * d2[0]
+    if grad is None:
+        return value, None
+    with np.errstate(invalid="ignore"):
+        gm = np.diff(grad, axis=1) / h[:, :, :, None]  # (N, 3, C, 3): gradients of the secants
+        gm = np.where(np.isfinite(gm), gm, 0.0)  # secants to missing steps carry coefficient 0
+        dd1 = sum(d1[j + 1][:, :, None] * gm[:, j] for j in range(3))
+        dd2 = sum(d2[j + 1][:, :, None] * gm[:, j] for j in range(3))
+    e = (slice(None), slice(None), None)
+    gradient = b00[e] * grad[:, 1] + b01[e] * grad[:, 2] + (b10 * h1)[e] * dd1 + (b11 * h1)[e] * dd2
+    return value, gradient
 
 
 def open_series(paths_or_glob: str | os.PathLike | Sequence[str | os.PathLike | Volume], times: Any = None,
