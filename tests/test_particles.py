@@ -304,20 +304,27 @@ def test_advect_errors_say_what_was_expected(rotation_shell, gyre_series):
         vdbflow.ftle(rotation_shell, seeds, 0, 0.0)
 
 
+@pytest.mark.parametrize("rotated", [False, True], ids=["aligned", "rotated"])
 @pytest.mark.parametrize("mode", ["closest", "linear", "lag4", "lag6", "m2q8", "fd8"])
-def test_fast_stencil_inside_equals_coverage(mode, rng):
-    """The particles' inside check (full leaves at the stencil box's corners, else voxel by voxel)
-    against vdbflow.coverage.stencil_inside, on a box with a spherical hole and a few tiles."""
-    from vdbflow.particles import stencil_inside_fast
+def test_particle_inside_check_equals_coverage(mode, rotated, rng):
+    """The particles' inside check (per-leaf masks of base cells learnt on first touch, then one
+    lookup a point) against vdbflow.coverage.stencil_inside, on a box with a spherical hole and
+    tiles, for an axis-aligned and a rotated transform, with the masks learnt and then reused."""
+    from vdbflow.particles import InsideCheck
 
     n = 40
     ijk = np.stack(np.meshgrid(*[np.arange(n)] * 3, indexing="ij"), axis=-1).reshape(-1, 3)
     keep = np.linalg.norm(ijk - 20, axis=1) > 9
     tiles = (np.array([[48, 0, 0], [48, 8, 0]]), np.array([8, 8]), np.zeros((2, 3)))
-    vol = vdbflow.Volume.from_voxels(ijk[keep], np.ones((keep.sum(), 3)), voxel_size=0.5, origin=(1.0, -2.0, 0.5),
-                                     tiles=tiles)
-    pts = vol.transform.apply(rng.uniform(-3, 59, (20000, 3)))
-    pts[:3] = [np.nan, 0, 0]
-    want = stencil_inside(vol, pts, mode)
-    assert 0 < want.sum() < len(pts)
-    np.testing.assert_array_equal(stencil_inside_fast(vol.topology, pts, mode), want)
+    matrix = np.diag([0.5, 0.5, 0.5, 1.0])
+    matrix[:3, 3] = (1.0, -2.0, 0.5)
+    if rotated:
+        matrix[:3, :3] = rodrigues([1.0, 2.0, 0.5], 0.7) * 0.5
+    vol = vdbflow.Volume.from_voxels(ijk[keep], np.ones((keep.sum(), 3)), transform=matrix, tiles=tiles)
+    check = InsideCheck(vol.topology, mode)
+    for _ in range(2):
+        pts = vol.transform.apply(rng.uniform(-3, 59, (20000, 3)))
+        pts[:3] = [np.nan, 0, 0]
+        want = stencil_inside(vol, pts, mode)
+        assert 0 < want.sum() < len(pts)
+        np.testing.assert_array_equal(check(pts), want)

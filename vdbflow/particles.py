@@ -53,48 +53,86 @@ class _Source:
         raise NotImplementedError
 
 
-_ALL_ONES = np.uint64(0xFFFFFFFFFFFFFFFF)
-
-
 def _point_order(n: int) -> str:
     """The CPU loop for n particles: below 65,536 points measuring the access pattern ("auto") costs
     more than it saves (results are identical either way)."""
     return "coherent" if n < 65536 else "auto"
 
 
-def full_leaves(topology: Any) -> np.ndarray:
-    """(L,) bool: leaves of ``topology`` whose 512 voxels are all active."""
-    return (topology.masks == _ALL_ONES).all(axis=1)
+class InsideCheck:
+    """:func:`vdbflow.coverage.stencil_inside` of one topology and mode, for points checked again and
+    again (particles): which base cells of a leaf have their whole stencil on active voxels is worked
+    out once per leaf, on first touch, and kept as a 512-bit mask; a point then costs one leaf
+    lookup.  Points in tiles or outside leaves, and ``closest``, go to ``stencil_inside`` itself."""
+
+    def __init__(self, topology: Any, mode: str):
+        from .sampling import STENCIL_RADIUS
+
+        if mode not in STENCIL_RADIUS:
+            raise SamplingError(f"expected a mode in {sorted(STENCIL_RADIUS)}, got {mode!r}")
+        self.topology = getattr(topology, "topology", topology)
+        self.mode = mode
+        L = self.topology.leaf_count
+        self._masks = np.zeros((L, 8), np.uint64)
+        self._known = np.zeros(L, bool)
+        inverse = self.topology.transform.world_to_index
+        # axis-aligned: a scale and an offset per axis, equal to apply_inverse's product with zeros
+        self._diagonal = (np.diag(np.diag(inverse[:3, :3])), inverse[:3, 3]) \
+            if self.topology.transform.is_axis_aligned else None
+
+    def _to_index(self, pts: np.ndarray) -> np.ndarray:
+        if self._diagonal is None:
+            return self.topology.transform.apply_inverse(pts)
+        scale, offset = self._diagonal
+        out = np.empty_like(pts)
+        for a in range(3):
+            np.multiply(pts[:, a], scale[a, a], out=out[:, a])
+            out[:, a] += offset[a]
+        return out
+
+    def _learn(self, leaves: np.ndarray) -> None:
+        from .coverage import stencil_inside
+
+        cells = np.stack(np.meshgrid(*[np.arange(8)] * 3, indexing="ij"), axis=-1).reshape(512, 3)  # bit order
+        for at in range(0, len(leaves), 2048):  # at most 1M cells at a time
+            part = leaves[at:at + 2048]
+            ijk = (self.topology.leaf_origins[part][:, None, :] + cells[None]).reshape(-1, 3).astype(np.float64)
+            inside = stencil_inside(self.topology, ijk, self.mode, space="index").reshape(len(part), 8, 64)
+            weights = np.left_shift(np.uint64(1), np.arange(64, dtype=np.uint64))
+            self._masks[part] = (inside.astype(np.uint64) * weights).sum(axis=2, dtype=np.uint64)
+        self._known[leaves] = True
+
+    def __call__(self, points: np.ndarray, space: str = "world") -> np.ndarray:
+        from . import _core
+        from .coverage import stencil_inside
+
+        pts = np.asarray(points, np.float64)
+        if self.mode == "closest" or len(pts) == 0 or len(self.topology.tables[0]) == 0:
+            return stencil_inside(self.topology, pts, self.mode, space)
+        idx = self._to_index(pts) if space == "world" else pts
+        ok = np.isfinite(idx).all(axis=1) & (np.abs(idx) < 2**30).all(axis=1)
+        base = np.floor(np.where(ok[:, None], idx, 0.0)).astype(np.int64)
+        slot = _core.table_lookup(self.topology.tables[0], np.ascontiguousarray((base >> 3).astype(np.int32)))
+        in_leaf = ok & (slot >= 0)
+        leaves = slot[in_leaf]
+        new = np.unique(leaves[~self._known[leaves]])
+        if len(new):
+            self._learn(new)
+        out = np.zeros(len(pts), bool)
+        b = base[in_leaf] & 7
+        n = (b[:, 0] << 6) | (b[:, 1] << 3) | b[:, 2]
+        words = self._masks[leaves, n >> 6]
+        out[in_leaf] = ((words >> (n & 63).astype(np.uint64)) & np.uint64(1)).astype(bool)
+        rest = np.nonzero(ok & (slot < 0))[0]  # tiles of any level, or nothing: checked voxel by voxel
+        if len(rest):
+            out[rest] = stencil_inside(self.topology, pts[rest], self.mode, space)
+        return out
 
 
-def stencil_inside_fast(topology: Any, points: np.ndarray, mode: str, full: np.ndarray | None = None) -> np.ndarray:
-    """(N,) bool, equal to :func:`vdbflow.coverage.stencil_inside` for world ``points`` (N, 3): a
-    point whose stencil box lies in full leaves or 8^3 tiles (checked at the box's 8 corners: a box
-    of at most 8 voxels a side meets only the leaves of its corners) is inside; the others are
-    checked voxel by voxel.  ``full`` is :func:`full_leaves` of the topology, if known."""
-    from . import _core
-    from .coverage import stencil_inside
-    from .sampling import STENCIL_RADIUS
-
-    topology = getattr(topology, "topology", topology)
-    r = STENCIL_RADIUS.get(mode, 0)
-    table = topology.tables[0]
-    if mode == "closest" or not 1 <= r <= 4 or len(table) == 0 or len(points) == 0:
-        return stencil_inside(topology, points, mode)
-    full = full_leaves(topology) if full is None else full
-    idx = topology.transform.apply_inverse(np.asarray(points, np.float64))
-    ok = np.isfinite(idx).all(axis=1) & (np.abs(idx) < 2**30).all(axis=1)
-    base = np.floor(np.where(ok[:, None], idx, 0.0)).astype(np.int64)
-    fast = ok.copy()
-    for corner in range(8):
-        reach = np.array([r if corner >> a & 1 else 1 - r for a in range(3)])
-        key = np.ascontiguousarray(((base + reach) >> 3).astype(np.int32))
-        slot = _core.table_lookup(table, key)
-        fast &= (slot <= -2) | ((slot >= 0) & full[np.maximum(slot, 0)])
-    rest = np.nonzero(ok & ~fast)[0]
-    if len(rest):
-        fast[rest] = stencil_inside(topology, np.asarray(points, np.float64)[rest], mode)
-    return fast
+def stencil_inside_fast(topology: Any, points: np.ndarray, mode: str) -> np.ndarray:
+    """(N,) bool, equal to :func:`vdbflow.coverage.stencil_inside` for world ``points`` (N, 3), through
+    a fresh :class:`InsideCheck` (keep one to reuse its leaf masks)."""
+    return InsideCheck(topology, mode)(points)
 
 
 def _check_vec3(components: int, what: str) -> None:
@@ -107,14 +145,14 @@ class _VolumeSource(_Source):
         _check_vec3(vol.components, "volume")
         self.vol, self.mode = vol, mode
         self._names(vol)
-        self._full = full_leaves(vol.topology)
+        self._inside = InsideCheck(vol.topology, mode)
 
     def _names(self, vol: Any) -> None:
         self.name, self.component_names = vol.name, tuple(vol.component_names)
         self.units, self.length_units = vol.units, vol.length_units
 
     def inside(self, points: np.ndarray, t: float) -> np.ndarray:
-        return stencil_inside_fast(self.vol.topology, points, self.mode, self._full)
+        return self._inside(points)
 
     def sample(self, points: np.ndarray, t: float, jacobian: bool) -> tuple[np.ndarray, np.ndarray | None]:
         from .sampling import sample_grad_arrays
@@ -150,10 +188,10 @@ class _DistributedSource(_VolumeSource):
         self.dvol, self.mode = dvol, mode
         _check_vec3(dvol.template.components, "volume")
         self._names(dvol.template)
-        self._full = full_leaves(dvol.topology)
+        self._inside = InsideCheck(dvol.topology, mode)
 
     def inside(self, points: np.ndarray, t: float) -> np.ndarray:
-        return stencil_inside_fast(self.dvol.topology, points, self.mode, self._full)
+        return self._inside(points)
 
     def sample(self, points: np.ndarray, t: float, jacobian: bool) -> tuple[np.ndarray, np.ndarray | None]:
         import dask

@@ -84,7 +84,7 @@ class VolumeSeries:
         self._reference: Volume | None = None  # the first step opened: the grid all steps must share
         self._reference_step = -1
         self._same_topology: dict[int, bool] = {}
-        self._full: dict[int, np.ndarray] = {}  # full leaves of steps (stencil_inside's fast path)
+        self._inside: dict[tuple[int, str], Any] = {}  # per open step and mode: its InsideCheck (leaf masks)
         self.opened = 0  # steps read so far (a step evicted and needed again counts again)
 
     def __len__(self) -> int:
@@ -121,7 +121,8 @@ class VolumeSeries:
         self._open[k] = vol
         while len(self._open) > self.cache:
             gone, _ = self._open.popitem(last=False)
-            self._full.pop(gone, None)
+            for key in [key for key in self._inside if key[0] == gone]:
+                del self._inside[key]
         return vol
 
     def _describe(self, k: int) -> str:
@@ -180,7 +181,7 @@ class VolumeSeries:
                        space: str = "world") -> np.ndarray:
         """(N,) bool: points (N, 3) whose ``mode`` stencil reads only active voxels in every step the
         interpolation at ``t`` (scalar or (N,)) reads; see :func:`vdbflow.coverage.stencil_inside`."""
-        from .particles import full_leaves, stencil_inside_fast
+        from .particles import InsideCheck
 
         pts = np.asarray(points, np.float64)
         if pts.ndim != 2 or pts.shape[1] != 3:
@@ -195,14 +196,11 @@ class VolumeSeries:
             if self._same_topology.get(int(s)):
                 rows = rows[~checked_reference[rows]]
                 checked_reference[rows] = True
-            if len(rows) and space == "world":
-                if int(s) not in self._full:
-                    self._full[int(s)] = full_leaves(vol.topology)
-                inside[rows] &= stencil_inside_fast(vol.topology, pts[rows], mode, self._full[int(s)])
-            elif len(rows):
-                from .coverage import stencil_inside
-
-                inside[rows] &= stencil_inside(vol, pts[rows], mode, space)
+            if len(rows):
+                check = self._inside.get((int(s), mode))
+                if check is None:
+                    check = self._inside[(int(s), mode)] = InsideCheck(vol.topology, mode)
+                inside[rows] &= check(pts[rows], space)
         return inside
 
     @staticmethod
