@@ -129,12 +129,6 @@ class InsideCheck:
         return out
 
 
-def stencil_inside_fast(topology: Any, points: np.ndarray, mode: str) -> np.ndarray:
-    """(N,) bool, equal to :func:`vdbflow.coverage.stencil_inside` for world ``points`` (N, 3), through
-    a fresh :class:`InsideCheck` (keep one to reuse its leaf masks)."""
-    return InsideCheck(topology, mode)(points)
-
-
 def _check_vec3(components: int, what: str) -> None:
     if components != 3:
         raise SamplingError(f"expected a vec3 velocity {what} to advect particles, got {components} component(s)")
