@@ -110,19 +110,25 @@ class InsideCheck:
         if self.mode == "closest" or len(pts) == 0 or len(self.topology.tables[0]) == 0:
             return stencil_inside(self.topology, pts, self.mode, space)
         idx = self._to_index(pts) if space == "world" else pts
-        ok = np.isfinite(idx).all(axis=1) & (np.abs(idx) < 2**30).all(axis=1)
-        base = np.floor(np.where(ok[:, None], idx, 0.0)).astype(np.int64)
-        slot = _core.table_lookup(self.topology.tables[0], np.ascontiguousarray((base >> 3).astype(np.int32)))
+        ok = (np.abs(idx) < 2**30).all(axis=1)  # False for NaN too
+        if not ok.all():
+            idx = np.where(ok[:, None], idx, 0.0)
+        base = np.floor(idx).astype(np.int32)  # |idx| < 2^30
+        slot = _core.table_lookup(self.topology.tables[0], np.ascontiguousarray(base >> 3))
         in_leaf = ok & (slot >= 0)
-        leaves = slot[in_leaf]
-        new = np.unique(leaves[~self._known[leaves]])
-        if len(new):
-            self._learn(new)
-        out = np.zeros(len(pts), bool)
-        b = base[in_leaf] & 7
+        every = bool(in_leaf.all())
+        leaves = slot if every else slot[in_leaf]
+        unknown = ~self._known[leaves]
+        if unknown.any():
+            self._learn(np.unique(leaves[unknown]))
+        b = (base if every else base[in_leaf]) & 7
         n = (b[:, 0] << 6) | (b[:, 1] << 3) | b[:, 2]
         words = self._masks[leaves, n >> 6]
-        out[in_leaf] = ((words >> (n & 63).astype(np.uint64)) & np.uint64(1)).astype(bool)
+        bits = ((words >> (n & 63).astype(np.uint64)) & np.uint64(1)).astype(bool)
+        if every:
+            return bits
+        out = np.zeros(len(pts), bool)
+        out[in_leaf] = bits
         rest = np.nonzero(ok & (slot < 0))[0]  # tiles of any level, or nothing: checked voxel by voxel
         if len(rest):
             out[rest] = stencil_inside(self.topology, pts[rest], self.mode, space)
@@ -289,16 +295,21 @@ class _Run:
         lo, hi = min(self.t0, self.t1), max(self.t0, self.t1)
         t = min(max(t, lo), hi)  # stage times stay inside [t0, t1] despite rounding
         finite = np.isfinite(y).all(axis=1)
-        ok = finite.copy()
-        if finite.any():
-            ok[finite] = self.src.inside(y[finite], t)
-        self.status[idx[~finite]] = NON_FINITE
-        self.status[idx[finite & ~ok]] = LEFT_DATA
+        if finite.all():
+            ok = self.src.inside(y, t)
+        else:
+            ok = finite.copy()
+            if finite.any():
+                ok[finite] = self.src.inside(y[finite], t)
+            self.status[idx[~finite]] = NON_FINITE
+        every = bool(ok.all())
+        if not every:
+            self.status[idx[finite & ~ok]] = LEFT_DATA
         u = np.empty((0, 3))
         J = np.empty((0, 3, 3)) if jacobian else None
         if ok.any():
             self.evaluations += 1
-            u, J = self.src.sample(y[ok], t, jacobian)
+            u, J = self.src.sample(y if every else y[ok], t, jacobian)
             good = np.isfinite(u).all(axis=1)
             if J is not None:
                 good &= np.isfinite(J).all(axis=(1, 2))
@@ -336,10 +347,12 @@ class _Run:
             for s in range(1, len(c)):
                 y = x[cur] + self.h * sum(coef * ks[j] for j, coef in enumerate(a[s]) if coef)
                 ok, u, J = self._evaluate(cur, y, tk + c[s] * self.h, self.variational)
-                cur = cur[ok]
-                ks = [kk[ok] for kk in ks] + [u]
-                if self.variational:
+                if not ok.all():  # particles that stopped leave the stage arrays
+                    cur = cur[ok]
+                    ks = [kk[ok] for kk in ks]
                     kf = [kk[ok] for kk in kf]
+                ks.append(u)
+                if self.variational:
                     Fs = self.F[cur] + self.h * sum(coef * kf[j] for j, coef in enumerate(a[s]) if coef)
                     kf.append(J @ Fs)
             x[cur] = x[cur] + self.h * sum(w * kk for w, kk in zip(b, ks, strict=True) if w)
