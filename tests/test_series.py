@@ -217,6 +217,12 @@ def test_series_errors_say_what_was_expected(tmp_path, rng):
     vols[0].to_nvdb(str(tmp_path / "plain.nvdb"))
     with pytest.raises(vdbflow.TimeError, match="vdbflow.time"):
         vdbflow.open_series(str(tmp_path / "plain.nvdb"))
+    vols[0].to_zarr(str(tmp_path / "step.zarr"))
+    with pytest.raises(vdbflow.TimeError, match="expected times=... or steps holding"):
+        vdbflow.open_series([tmp_path / "step.zarr"])
+    zarr_series = vdbflow.open_series([tmp_path / "step.zarr", vols[1]], [0.0, 1.0])
+    np.testing.assert_allclose(zarr_series.sample_grad_arrays(p, 0.25, jacobian=False)[0],
+                               linear_in_space_and_time(p, 0.25), atol=1e-12)
 
 
 @pytest.mark.parametrize("time", ["linear", "pchip"])

@@ -386,6 +386,8 @@ def open_series(paths_or_glob: str | os.PathLike | Sequence[str | os.PathLike | 
         for src in sources:
             if isinstance(src, Volume):
                 found.append(_record_time(src.blind_data))
+            elif os.path.isdir(src):  # a Zarr store keeps no time record
+                found.append(None)
             else:
                 from .nanovdb import open_grid
 
