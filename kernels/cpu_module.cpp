@@ -3,10 +3,20 @@
 // The sampling math itself lives in vdbflow/sample.h and vdbflow/grid.h and is shared verbatim
 // with the CUDA entry points in sample.cu.  This file only owns host-side chores: building the
 // hash tables both devices read, and looping over points.
+//
+// CPU targets (CMakeLists.txt): the module is compiled for the compiler's portable default target,
+// and the kernel section below (the point loops) is compiled again, once per wider target such as
+// x86-64-v3 (AVX2 + FMA), with VDBFLOW_KERNEL_VARIANT set.  Such a compilation holds the kernel
+// section only, with the namespace vdbflow renamed (vdbflow_<variant>) so that no template of the
+// headers is shared between targets, and exports a table of its entry points.  The module picks
+// the widest table the CPU runs at import (VDBFLOW_CPU_TARGET overrides it); _core.CPU_TARGET says
+// which.
+#ifndef VDBFLOW_KERNEL_VARIANT
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/vector.h>
+#endif
 
 #include <cstdint>
 #include <optional>
@@ -15,10 +25,16 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
+
+#if defined(__SSE2__) && defined(__x86_64__)
+#include <immintrin.h>
+#define VDBFLOW_HAVE_STREAM_STORE 1
+#endif
 
 #include "vdbflow/adjoint.h"
 #include "vdbflow/hessian.h"
@@ -26,83 +42,22 @@
 #include "vdbflow/sample.h"
 #include "vdbflow/schemes.h"
 
-namespace nb = nanobind;
 using namespace vdbflow;
+
+// The entry points of one compilation of the kernel section.  Arguments travel as the section's
+// own structs (SampleArgs, GridGradientArgs), laid out alike in every compilation.
+struct VdbflowCpuKernels {
+  void (*sample)(const void* args);         // values, Jacobians, or the reverse mode
+  void (*hessian)(const void* args);        // values, Jacobians and Hessians
+  void (*grid_gradient)(const void* args);  // node Jacobians of every active voxel
+};
 
 namespace {
 
-using AnyArray = nb::ndarray<nb::c_contig, nb::device::cpu>;          // written
-using InArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;   // read only
-using IntTable = nb::ndarray<const int32_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+// ---- kernel section: compiled once per CPU target ------------------------------------------------
 
-u32 table_capacity(size_t n) {
-  u32 cap = 8;
-  while (cap < 2 * n) cap <<= 1;  // load factor <= 0.5
-  return cap;
-}
-
-// Builds an open-addressing table of (x, y, z, slot).  Returns (table, index of the first repeated
-// key or -1).
-nb::tuple build_table(nb::ndarray<const int32_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> keys,
-                      nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> slots) {
-  const size_t n = keys.shape(0);
-  if (keys.shape(1) != 3 || slots.shape(0) != n) throw std::invalid_argument("keys (n, 3) and slots (n,)");
-  const u32 cap = table_capacity(n);
-  int32_t* data = new int32_t[(size_t)cap * 4];
-  for (size_t e = 0; e < (size_t)cap; ++e) {
-    data[4 * e] = data[4 * e + 1] = data[4 * e + 2] = 0;
-    data[4 * e + 3] = SLOT_EMPTY;
-  }
-  const u32 mask = cap - 1;
-  int64_t repeated = -1;
-  const int32_t* k = keys.data();
-  for (size_t r = 0; r < n && repeated < 0; ++r) {
-    const int x = k[3 * r], y = k[3 * r + 1], z = k[3 * r + 2];
-    u32 i = hash_coord(x, y, z) & mask;
-    while (true) {
-      int32_t* e = data + 4 * (size_t)i;
-      if (e[3] == SLOT_EMPTY) {
-        e[0] = x;
-        e[1] = y;
-        e[2] = z;
-        e[3] = slots.data()[r];
-        break;
-      }
-      if (e[0] == x && e[1] == y && e[2] == z) {
-        repeated = (int64_t)r;
-        break;
-      }
-      i = (i + 1) & mask;
-    }
-  }
-  nb::capsule owner(data, [](void* p) noexcept { delete[] (int32_t*)p; });
-  auto table = nb::ndarray<nb::numpy, int32_t, nb::ndim<2>>(data, {(size_t)cap, 4}, owner);
-  return nb::make_tuple(table, repeated);
-}
-
-HashTable as_table(const IntTable& t) {
-  if (t.shape(0) == 0) return HashTable{nullptr, 0};
-  if (t.shape(1) != 4 || (t.shape(0) & (t.shape(0) - 1)) != 0)
-    throw std::invalid_argument("hash table must be (capacity, 4) with a power-of-two capacity");
-  return HashTable{t.data(), (u32)(t.shape(0) - 1)};
-}
-
-// Slot of each key in a table (SLOT_NOT_FOUND = -1 when absent).
-nb::ndarray<nb::numpy, int32_t, nb::ndim<1>> table_lookup(
-    IntTable table, nb::ndarray<const int32_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> keys) {
-  const HashTable t = as_table(table);
-  const size_t n = keys.shape(0);
-  int32_t* out = new int32_t[n > 0 ? n : 1];
-  const int32_t* k = keys.data();
-  for (size_t r = 0; r < n; ++r) out[r] = table_find(t, k[3 * r], k[3 * r + 1], k[3 * r + 2]);
-  nb::capsule owner(out, [](void* p) noexcept { delete[] (int32_t*)p; });
-  return nb::ndarray<nb::numpy, int32_t, nb::ndim<1>>(out, {n}, owner);
-}
-
-#if defined(__SSE2__) && defined(__x86_64__)
-#include <immintrin.h>
-#define VDBFLOW_HAVE_STREAM_STORE 1
-#endif
+// Value dtypes the kernels take.
+enum ValueKind { KIND_F32 = 0, KIND_F64 = 1, KIND_I32 = 2, KIND_I64 = 3, KIND_U32 = 4 };
 
 // Copies n elements with non-temporal stores where the CPU has them.
 template <class E>
@@ -158,6 +113,7 @@ struct SampleArgs {
   const void* background;
   int components;
   int index_layout;
+  int value_kind;  // ValueKind of values, tile values and background
   const void* points;
   bool points_double;
   i64 n;
@@ -173,6 +129,9 @@ struct SampleArgs {
   double* accumulator = nullptr;       // (value_rows + tile_rows + 1, C)
   void* adj_points = nullptr;          // (N, 3) R
   AdjointRows rows{0, 0};
+  // sample_hessian
+  bool hessian_world = false;
+  void* out_hessian = nullptr;  // (N, C, 3, 3) R
 };
 
 // Points per chunk of the reverse mode: shares are computed in parallel, then added in order.
@@ -220,7 +179,6 @@ void run_adjoint(const GridView<T>& g, const SampleArgs& a) {
     }
   }
 }
-
 // Fraction of sampled neighbour pairs (i, i + 1) whose base cells share a leaf: high for points
 // sorted in space or walking along lines and planes, near zero for scattered points.
 template <class P>
@@ -328,93 +286,9 @@ void dispatch_points(const SampleArgs& a) {
     dispatch_components<T, float>(a);
 }
 
-template <class T, class Array>
-bool is(const Array& arr) {
-  return arr.dtype() == nb::dtype<T>();
-}
-
-SampleArgs common_args(const std::vector<IntTable>& tables, const InArray& masks, const InArray& prefix,
-                       const InArray& leaf_offset, const InArray& values, const InArray& tile_values,
-                       const InArray& background, int components, bool index_layout, const InArray& points,
-                       const nb::ndarray<const double, nb::shape<12>, nb::c_contig, nb::device::cpu>& xform,
-                       bool points_world, bool jacobian_world, int mode) {
-  if (tables.size() != LEVEL_COUNT) throw std::invalid_argument("expected 3 hash tables");
-  if (components < 1 || components > MAX_COMPONENTS)
-    throw std::invalid_argument("components must be in [1, " + std::to_string(MAX_COMPONENTS) + "]");
-  if (!(is<float>(points) || is<double>(points)) || points.ndim() != 2 || points.shape(1) != 3)
-    throw std::invalid_argument("points must be (N, 3) float32 or float64");
-  if (values.dtype() != tile_values.dtype() || values.dtype() != background.dtype())
-    throw std::invalid_argument("values, tile values and background must share one dtype");
-  if (mode < MODE_CLOSEST || mode > SCHEME_LAST) throw std::invalid_argument("unknown sampling mode");
-  SampleArgs a;
-  for (int l = 0; l < LEVEL_COUNT; ++l) a.tables[l] = as_table(tables[l]);
-  a.masks = (const u64*)masks.data();
-  a.prefix = (const u16*)prefix.data();
-  a.leaf_offset = (const i64*)leaf_offset.data();
-  a.leaf_values_at = nullptr;
-  a.values = values.data();
-  a.tile_values = tile_values.data();
-  a.background = background.data();
-  a.components = components;
-  a.index_layout = index_layout ? 1 : 0;
-  a.points = points.data();
-  a.points_double = is<double>(points);
-  a.n = (i64)points.shape(0);
-  a.xf = make_point_transform(xform.data(), points_world, jacobian_world);
-  a.mode = mode;
-  a.out_values = nullptr;
-  a.out_jacobian = nullptr;
-  a.order = ORDER_COHERENT;
-  return a;
-}
-
-void sample(std::vector<IntTable> tables, InArray masks, InArray prefix, InArray leaf_offset,
-            InArray values, InArray tile_values, InArray background, int components, bool index_layout,
-            InArray points, nb::ndarray<const double, nb::shape<12>, nb::c_contig, nb::device::cpu> xform,
-            bool points_world, bool jacobian_world, int mode, AnyArray out_values,
-            std::optional<AnyArray> out_jacobian, int order,
-            std::optional<nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>> leaf_values_at) {
-  SampleArgs a = common_args(tables, masks, prefix, leaf_offset, values, tile_values, background, components,
-                             index_layout, points, xform, points_world, jacobian_world, mode);
-  if (leaf_values_at) {
-    if (index_layout || leaf_values_at->shape(0) != masks.shape(0))
-      throw std::invalid_argument("leaf_values_at: one offset per leaf, per-leaf layout only");
-    const i64 extent = (i64)(values.size()) - 512 * components;
-    for (size_t l = 0; l < leaf_values_at->shape(0); ++l)
-      if (leaf_values_at->data()[l] < 0 || leaf_values_at->data()[l] > extent)
-        throw std::invalid_argument("leaf_values_at points outside the values");
-    a.leaf_values_at = (const i64*)leaf_values_at->data();
-  }
-  if (values.dtype() != out_values.dtype()) throw std::invalid_argument("values and output must share one dtype");
-  a.out_values = out_values.data();
-  a.out_jacobian = out_jacobian ? out_jacobian->data() : nullptr;
-  if (order < ORDER_AUTO || order > ORDER_SCATTERED) throw std::invalid_argument("order must be 0, 1 or 2");
-  a.order = order;
-  if (out_values.size() != (size_t)a.n * components)
-    throw std::invalid_argument("out_values must hold N * C entries");
-  if (a.out_jacobian && out_jacobian->size() != (size_t)a.n * components * 3)
-    throw std::invalid_argument("out_jacobian must hold N * C * 3 entries");
-
-  nb::gil_scoped_release release;
-  if (is<float>(values)) {
-    if (a.out_jacobian && !is<float>(*out_jacobian)) throw std::invalid_argument("jacobian must be float32");
-    dispatch_points<float>(a);
-  } else if (is<double>(values)) {
-    if (a.out_jacobian && !is<double>(*out_jacobian)) throw std::invalid_argument("jacobian must be float64");
-    dispatch_points<double>(a);
-  } else {
-    if (mode != MODE_CLOSEST || a.out_jacobian)
-      throw std::invalid_argument("integer data supports closest values only");
-    if (is<int32_t>(values)) dispatch_points<int32_t>(a);
-    else if (is<int64_t>(values)) dispatch_points<int64_t>(a);
-    else if (is<uint32_t>(values)) dispatch_points<uint32_t>(a);
-    else throw std::invalid_argument("unsupported value dtype");
-  }
-}
-
 // Values, Jacobians and Hessians (N, C, 3, 3) of float data, OpenMP over points.
 template <class T, int NC, class P>
-void run_hessian(const SampleArgs& a, bool hessian_world, void* out_hessian) {
+void run_hessian(const SampleArgs& a) {
   typedef typename RealOf<T>::type R;
   const GridView<T> g = make_grid_view(a.tables, a.masks, a.prefix, a.leaf_offset, a.leaf_values_at,
                                        (const T*)a.values, (const T*)a.tile_values, (const T*)a.background,
@@ -423,107 +297,27 @@ void run_hessian(const SampleArgs& a, bool hessian_world, void* out_hessian) {
   const P* pts = (const P*)a.points;
   T* out_v = (T*)a.out_values;
   R* out_j = (R*)a.out_jacobian;
-  R* out_h = (R*)out_hessian;
+  R* out_h = (R*)a.out_hessian;
 #pragma omp parallel
   {
     LeafCache cache;
 #pragma omp for schedule(dynamic, 1024)
     for (i64 i = 0; i < a.n; ++i) {
       const double p[3] = {(double)pts[3 * i], (double)pts[3 * i + 1], (double)pts[3 * i + 2]};
-      sample_point_hessian<T, NC>(g, a.xf, p, a.mode, hessian_world, out_v + i * C, out_j ? out_j + i * 3 * C : nullptr,
+      sample_point_hessian<T, NC>(g, a.xf, p, a.mode, a.hessian_world, out_v + i * C, out_j ? out_j + i * 3 * C : nullptr,
                                   out_h + i * 9 * C, cache);
     }
   }
 }
 
 template <class T, class P>
-void dispatch_hessian(const SampleArgs& a, bool hessian_world, void* out_hessian) {
+void dispatch_hessian(const SampleArgs& a) {
   switch (a.components) {
-    case 1: run_hessian<T, 1, P>(a, hessian_world, out_hessian); break;
-    case 3: run_hessian<T, 3, P>(a, hessian_world, out_hessian); break;
-    case 4: run_hessian<T, 4, P>(a, hessian_world, out_hessian); break;
-    default: run_hessian<T, 0, P>(a, hessian_world, out_hessian); break;
+    case 1: run_hessian<T, 1, P>(a); break;
+    case 3: run_hessian<T, 3, P>(a); break;
+    case 4: run_hessian<T, 4, P>(a); break;
+    default: run_hessian<T, 0, P>(a); break;
   }
-}
-
-void sample_hessian(std::vector<IntTable> tables, InArray masks, InArray prefix, InArray leaf_offset,
-                    InArray values, InArray tile_values, InArray background, int components, bool index_layout,
-                    InArray points, nb::ndarray<const double, nb::shape<12>, nb::c_contig, nb::device::cpu> xform,
-                    bool points_world, bool jacobian_world, bool hessian_world, int mode, AnyArray out_values,
-                    std::optional<AnyArray> out_jacobian, AnyArray out_hessian,
-                    std::optional<nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>>
-                        leaf_values_at) {
-  SampleArgs a = common_args(tables, masks, prefix, leaf_offset, values, tile_values, background, components,
-                             index_layout, points, xform, points_world, jacobian_world, mode);
-  if (!has_hessian(mode)) throw std::invalid_argument("this mode has no second derivative");
-  if (leaf_values_at) {
-    if (index_layout || leaf_values_at->shape(0) != masks.shape(0))
-      throw std::invalid_argument("leaf_values_at: one offset per leaf, per-leaf layout only");
-    const i64 extent = (i64)(values.size()) - 512 * components;
-    for (size_t l = 0; l < leaf_values_at->shape(0); ++l)
-      if (leaf_values_at->data()[l] < 0 || leaf_values_at->data()[l] > extent)
-        throw std::invalid_argument("leaf_values_at points outside the values");
-    a.leaf_values_at = (const i64*)leaf_values_at->data();
-  }
-  if (values.dtype() != out_values.dtype()) throw std::invalid_argument("values and output must share one dtype");
-  if (out_values.size() != (size_t)a.n * components) throw std::invalid_argument("out_values must hold N * C entries");
-  if (out_jacobian && out_jacobian->size() != (size_t)a.n * components * 3)
-    throw std::invalid_argument("out_jacobian must hold N * C * 3 entries");
-  if (out_hessian.size() != (size_t)a.n * components * 9)
-    throw std::invalid_argument("out_hessian must hold N * C * 9 entries");
-  a.out_values = out_values.data();
-  a.out_jacobian = out_jacobian ? out_jacobian->data() : nullptr;
-  const bool single = is<float>(values);
-  if (!single && !is<double>(values)) throw std::invalid_argument("Hessians need float32 or float64 data");
-  if (single ? !is<float>(out_hessian) : !is<double>(out_hessian))
-    throw std::invalid_argument("the Hessian buffer must have the Jacobian dtype");
-  if (out_jacobian && (single ? !is<float>(*out_jacobian) : !is<double>(*out_jacobian)))
-    throw std::invalid_argument("the Jacobian buffer has the wrong dtype");
-  nb::gil_scoped_release release;
-  if (single) {
-    if (a.points_double) dispatch_hessian<float, double>(a, hessian_world, out_hessian.data());
-    else dispatch_hessian<float, float>(a, hessian_world, out_hessian.data());
-  } else {
-    if (a.points_double) dispatch_hessian<double, double>(a, hessian_world, out_hessian.data());
-    else dispatch_hessian<double, float>(a, hessian_world, out_hessian.data());
-  }
-}
-
-// Reverse mode: accumulator (value_rows + tiles + 1, C) float64 receives the corner shares
-// (voxel rows, then tile rows, then the background); adj_points (N, 3) the point adjoints.
-void sample_vjp(std::vector<IntTable> tables, InArray masks, InArray prefix, InArray leaf_offset,
-                InArray values, InArray tile_values, InArray background, int components, bool index_layout,
-                InArray points, nb::ndarray<const double, nb::shape<12>, nb::c_contig, nb::device::cpu> xform,
-                bool points_world, bool jacobian_world, int mode, InArray adj_values,
-                std::optional<InArray> adj_jacobian,
-                nb::ndarray<double, nb::ndim<2>, nb::c_contig, nb::device::cpu> accumulator, AnyArray adj_points) {
-  SampleArgs a = common_args(tables, masks, prefix, leaf_offset, values, tile_values, background, components,
-                             index_layout, points, xform, points_world, jacobian_world, mode);
-  if (mode > MODE_LINEAR) throw std::invalid_argument("reverse mode supports closest and linear");
-  const bool single = is<float>(values);
-  if (!single && !is<double>(values)) throw std::invalid_argument("reverse mode needs float32 or float64 data");
-  auto real_ok = [&](const auto& arr) { return single ? is<float>(arr) : is<double>(arr); };
-  if (!real_ok(adj_values) || adj_values.size() != (size_t)a.n * components)
-    throw std::invalid_argument("adj_values must be (N, C) of the data's float type");
-  if (adj_jacobian && (!real_ok(*adj_jacobian) || adj_jacobian->size() != (size_t)a.n * components * 3))
-    throw std::invalid_argument("adj_jacobian must be (N, C, 3) of the data's float type");
-  if (!real_ok(adj_points) || adj_points.size() != (size_t)a.n * 3)
-    throw std::invalid_argument("adj_points must be (N, 3) of the data's float type");
-  const i64 tile_rows = (i64)(tile_values.size() / components);
-  const i64 value_rows = (i64)(values.size() / components);
-  if (accumulator.shape(0) != (size_t)(value_rows + tile_rows + 1) || accumulator.shape(1) != (size_t)components)
-    throw std::invalid_argument("accumulator must be (value rows + tile rows + 1, C)");
-  a.adjoint = true;
-  a.adj_values = adj_values.data();
-  a.adj_jacobian = adj_jacobian ? adj_jacobian->data() : nullptr;
-  a.accumulator = accumulator.data();
-  a.adj_points = adj_points.data();
-  a.rows = AdjointRows{value_rows, tile_rows};
-  nb::gil_scoped_release release;
-  if (single)
-    dispatch_points<float>(a);
-  else
-    dispatch_points<double>(a);
 }
 
 // Gradient field: fd2/fd4/fd6 Jacobians at every active voxel, leaf by leaf, rows in OnIndex order
@@ -566,6 +360,394 @@ void dispatch_grid_gradient(const GridView<T>& g, const PointTransform& xf, cons
   }
 }
 
+struct GridGradientArgs {
+  HashTable tables[LEVEL_COUNT];
+  const u64* masks;
+  const u16* prefix;
+  const i64* leaf_offset;
+  const i64* leaf_values_at;  // null: contiguous per-leaf values
+  const void* values;
+  const void* tile_values;
+  const void* background;
+  int components;
+  int index_layout;
+  int value_kind;  // KIND_F32 or KIND_F64
+  const int32_t* origins;
+  const i64* first_row;
+  i64 leaves;
+  int scheme;
+  PointTransform xf;
+  void* out_jacobian;
+};
+
+// Entry points (called without the GIL; arguments checked by the module).
+void sample_entry(const void* args) {
+  const SampleArgs& a = *(const SampleArgs*)args;
+  switch (a.value_kind) {
+    case KIND_F32: dispatch_points<float>(a); break;
+    case KIND_F64: dispatch_points<double>(a); break;
+    case KIND_I32: dispatch_points<int32_t>(a); break;
+    case KIND_I64: dispatch_points<int64_t>(a); break;
+    case KIND_U32: dispatch_points<uint32_t>(a); break;
+  }
+}
+
+void hessian_entry(const void* args) {
+  const SampleArgs& a = *(const SampleArgs*)args;
+  if (a.value_kind == KIND_F32) {
+    if (a.points_double) dispatch_hessian<float, double>(a);
+    else dispatch_hessian<float, float>(a);
+  } else {
+    if (a.points_double) dispatch_hessian<double, double>(a);
+    else dispatch_hessian<double, float>(a);
+  }
+}
+
+template <class T>
+void grid_gradient_typed(const GridGradientArgs& a) {
+  const GridView<T> g = make_grid_view(a.tables, a.masks, a.prefix, a.leaf_offset, a.leaf_values_at,
+                                       (const T*)a.values, (const T*)a.tile_values, (const T*)a.background,
+                                       a.components, a.index_layout);
+  dispatch_grid_gradient<T>(g, a.xf, a.origins, a.first_row, a.leaves, a.scheme, a.out_jacobian);
+}
+
+void grid_gradient_entry(const void* args) {
+  const GridGradientArgs& a = *(const GridGradientArgs*)args;
+  if (a.value_kind == KIND_F32) grid_gradient_typed<float>(a);
+  else grid_gradient_typed<double>(a);
+}
+
+const VdbflowCpuKernels KERNELS = {&sample_entry, &hessian_entry, &grid_gradient_entry};
+
+}  // namespace
+
+#ifdef VDBFLOW_KERNEL_VARIANT
+// ---- a wider target's compilation: its entry table, and nothing else -------------------------------
+#define VDBFLOW_PASTE_(a, b) a##b
+#define VDBFLOW_PASTE(a, b) VDBFLOW_PASTE_(a, b)
+extern "C" const VdbflowCpuKernels* VDBFLOW_PASTE(vdbflow_cpu_kernels_, VDBFLOW_KERNEL_VARIANT)() { return &KERNELS; }
+#else
+// ---- the module: argument checks, target choice, bindings -----------------------------------------
+
+// The targets compiled besides this one (CMakeLists.txt: VDBFLOW_CPU_VARIANTS), widest last.
+#ifdef VDBFLOW_VARIANT_x86_64_v2
+extern "C" const VdbflowCpuKernels* vdbflow_cpu_kernels_x86_64_v2();
+#endif
+#ifdef VDBFLOW_VARIANT_x86_64_v3
+extern "C" const VdbflowCpuKernels* vdbflow_cpu_kernels_x86_64_v3();
+#endif
+#ifdef VDBFLOW_VARIANT_x86_64_v4
+extern "C" const VdbflowCpuKernels* vdbflow_cpu_kernels_x86_64_v4();
+#endif
+
+namespace nb = nanobind;
+
+namespace {
+
+struct CpuTarget {
+  const char* name;   // x86-64-v3, ...
+  const char* flags;  // what the kernels were compiled with, besides -O3 -fno-math-errno
+  const VdbflowCpuKernels* kernels;
+  bool supported;     // by this CPU (and its operating system)
+};
+
+// The target this compilation was made for: the compiler's default (the portable baseline), or the
+// build machine's CPU when VDBFLOW_NATIVE is on.
+#if defined(VDBFLOW_NATIVE)
+#define VDBFLOW_BASELINE_NAME "native"
+#define VDBFLOW_BASELINE_FLAGS "-march=native"
+#elif defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && \
+    defined(__AVX512VL__)
+#define VDBFLOW_BASELINE_NAME "x86-64-v4"
+#elif defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
+#define VDBFLOW_BASELINE_NAME "x86-64-v3"
+#elif defined(__x86_64__) && defined(__SSE4_2__) && defined(__POPCNT__)
+#define VDBFLOW_BASELINE_NAME "x86-64-v2"
+#elif defined(__x86_64__)
+#define VDBFLOW_BASELINE_NAME "x86-64"
+#elif defined(__aarch64__)
+#define VDBFLOW_BASELINE_NAME "aarch64"
+#else
+#define VDBFLOW_BASELINE_NAME "generic"
+#endif
+#ifndef VDBFLOW_BASELINE_FLAGS
+#define VDBFLOW_BASELINE_FLAGS ""  // the compiler's default target
+#endif
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+bool cpu_has(const char* level) {
+  __builtin_cpu_init();
+  const std::string l = level;
+  // the ISA levels of the x86-64 psABI: every feature of the level (and the OS saving its registers)
+  return l == "x86-64-v2"   ? __builtin_cpu_supports("x86-64-v2")
+         : l == "x86-64-v3" ? __builtin_cpu_supports("x86-64-v3")
+         : l == "x86-64-v4" ? __builtin_cpu_supports("x86-64-v4")
+                            : false;
+}
+#elif defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+bool cpu_has(const char* level) {
+  __builtin_cpu_init();
+  const std::string l = level;
+  // the ISA levels of the x86-64 psABI, by their defining features (every CPU with these has the rest:
+  // LZCNT, MOVBE, F16C for v3)
+  const bool v2 = __builtin_cpu_supports("sse4.2") && __builtin_cpu_supports("popcnt") &&
+                  __builtin_cpu_supports("ssse3");
+  const bool v3 = v2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                  __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2");
+  const bool v4 = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  return l == "x86-64-v2" ? v2 : l == "x86-64-v3" ? v3 : l == "x86-64-v4" ? v4 : false;
+}
+#else
+bool cpu_has(const char*) { return false; }
+#endif
+
+std::vector<CpuTarget> cpu_targets() {
+  std::vector<CpuTarget> t{{VDBFLOW_BASELINE_NAME, VDBFLOW_BASELINE_FLAGS, &KERNELS, true}};
+#ifdef VDBFLOW_VARIANT_x86_64_v2
+  t.push_back({"x86-64-v2", "-march=x86-64-v2", vdbflow_cpu_kernels_x86_64_v2(), cpu_has("x86-64-v2")});
+#endif
+#ifdef VDBFLOW_VARIANT_x86_64_v3
+  t.push_back({"x86-64-v3", "-march=x86-64-v3", vdbflow_cpu_kernels_x86_64_v3(), cpu_has("x86-64-v3")});
+#endif
+#ifdef VDBFLOW_VARIANT_x86_64_v4
+  t.push_back({"x86-64-v4", "-march=x86-64-v4", vdbflow_cpu_kernels_x86_64_v4(), cpu_has("x86-64-v4")});
+#endif
+  return t;
+}
+
+// The kernels in use, chosen at import.
+const VdbflowCpuKernels* active = &KERNELS;
+
+using AnyArray = nb::ndarray<nb::c_contig, nb::device::cpu>;          // written
+using InArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;   // read only
+using IntTable = nb::ndarray<const int32_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+
+u32 table_capacity(size_t n) {
+  u32 cap = 8;
+  while (cap < 2 * n) cap <<= 1;  // load factor <= 0.5
+  return cap;
+}
+
+// Builds an open-addressing table of (x, y, z, slot).  Returns (table, index of the first repeated
+// key or -1).
+nb::tuple build_table(nb::ndarray<const int32_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> keys,
+                      nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> slots) {
+  const size_t n = keys.shape(0);
+  if (keys.shape(1) != 3 || slots.shape(0) != n) throw std::invalid_argument("keys (n, 3) and slots (n,)");
+  const u32 cap = table_capacity(n);
+  int32_t* data = new int32_t[(size_t)cap * 4];
+  for (size_t e = 0; e < (size_t)cap; ++e) {
+    data[4 * e] = data[4 * e + 1] = data[4 * e + 2] = 0;
+    data[4 * e + 3] = SLOT_EMPTY;
+  }
+  const u32 mask = cap - 1;
+  int64_t repeated = -1;
+  const int32_t* k = keys.data();
+  for (size_t r = 0; r < n && repeated < 0; ++r) {
+    const int x = k[3 * r], y = k[3 * r + 1], z = k[3 * r + 2];
+    u32 i = hash_coord(x, y, z) & mask;
+    while (true) {
+      int32_t* e = data + 4 * (size_t)i;
+      if (e[3] == SLOT_EMPTY) {
+        e[0] = x;
+        e[1] = y;
+        e[2] = z;
+        e[3] = slots.data()[r];
+        break;
+      }
+      if (e[0] == x && e[1] == y && e[2] == z) {
+        repeated = (int64_t)r;
+        break;
+      }
+      i = (i + 1) & mask;
+    }
+  }
+  nb::capsule owner(data, [](void* p) noexcept { delete[] (int32_t*)p; });
+  auto table = nb::ndarray<nb::numpy, int32_t, nb::ndim<2>>(data, {(size_t)cap, 4}, owner);
+  return nb::make_tuple(table, repeated);
+}
+
+HashTable as_table(const IntTable& t) {
+  if (t.shape(0) == 0) return HashTable{nullptr, 0};
+  if (t.shape(1) != 4 || (t.shape(0) & (t.shape(0) - 1)) != 0)
+    throw std::invalid_argument("hash table must be (capacity, 4) with a power-of-two capacity");
+  return HashTable{t.data(), (u32)(t.shape(0) - 1)};
+}
+
+// Slot of each key in a table (SLOT_NOT_FOUND = -1 when absent).
+nb::ndarray<nb::numpy, int32_t, nb::ndim<1>> table_lookup(
+    IntTable table, nb::ndarray<const int32_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> keys) {
+  const HashTable t = as_table(table);
+  const size_t n = keys.shape(0);
+  int32_t* out = new int32_t[n > 0 ? n : 1];
+  const int32_t* k = keys.data();
+  for (size_t r = 0; r < n; ++r) out[r] = table_find(t, k[3 * r], k[3 * r + 1], k[3 * r + 2]);
+  nb::capsule owner(out, [](void* p) noexcept { delete[] (int32_t*)p; });
+  return nb::ndarray<nb::numpy, int32_t, nb::ndim<1>>(out, {n}, owner);
+}
+
+template <class T, class Array>
+bool is(const Array& arr) {
+  return arr.dtype() == nb::dtype<T>();
+}
+
+SampleArgs common_args(const std::vector<IntTable>& tables, const InArray& masks, const InArray& prefix,
+                       const InArray& leaf_offset, const InArray& values, const InArray& tile_values,
+                       const InArray& background, int components, bool index_layout, const InArray& points,
+                       const nb::ndarray<const double, nb::shape<12>, nb::c_contig, nb::device::cpu>& xform,
+                       bool points_world, bool jacobian_world, int mode) {
+  if (tables.size() != LEVEL_COUNT) throw std::invalid_argument("expected 3 hash tables");
+  if (components < 1 || components > MAX_COMPONENTS)
+    throw std::invalid_argument("components must be in [1, " + std::to_string(MAX_COMPONENTS) + "]");
+  if (!(is<float>(points) || is<double>(points)) || points.ndim() != 2 || points.shape(1) != 3)
+    throw std::invalid_argument("points must be (N, 3) float32 or float64");
+  if (values.dtype() != tile_values.dtype() || values.dtype() != background.dtype())
+    throw std::invalid_argument("values, tile values and background must share one dtype");
+  if (mode < MODE_CLOSEST || mode > SCHEME_LAST) throw std::invalid_argument("unknown sampling mode");
+  SampleArgs a;
+  for (int l = 0; l < LEVEL_COUNT; ++l) a.tables[l] = as_table(tables[l]);
+  a.masks = (const u64*)masks.data();
+  a.prefix = (const u16*)prefix.data();
+  a.leaf_offset = (const i64*)leaf_offset.data();
+  a.leaf_values_at = nullptr;
+  a.values = values.data();
+  a.tile_values = tile_values.data();
+  a.background = background.data();
+  a.components = components;
+  a.index_layout = index_layout ? 1 : 0;
+  a.points = points.data();
+  a.points_double = is<double>(points);
+  a.n = (i64)points.shape(0);
+  a.xf = make_point_transform(xform.data(), points_world, jacobian_world);
+  a.mode = mode;
+  a.out_values = nullptr;
+  a.out_jacobian = nullptr;
+  a.order = ORDER_COHERENT;
+  a.value_kind = KIND_F32;  // set by the caller
+  return a;
+}
+
+void sample(std::vector<IntTable> tables, InArray masks, InArray prefix, InArray leaf_offset,
+            InArray values, InArray tile_values, InArray background, int components, bool index_layout,
+            InArray points, nb::ndarray<const double, nb::shape<12>, nb::c_contig, nb::device::cpu> xform,
+            bool points_world, bool jacobian_world, int mode, AnyArray out_values,
+            std::optional<AnyArray> out_jacobian, int order,
+            std::optional<nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>> leaf_values_at) {
+  SampleArgs a = common_args(tables, masks, prefix, leaf_offset, values, tile_values, background, components,
+                             index_layout, points, xform, points_world, jacobian_world, mode);
+  if (leaf_values_at) {
+    if (index_layout || leaf_values_at->shape(0) != masks.shape(0))
+      throw std::invalid_argument("leaf_values_at: one offset per leaf, per-leaf layout only");
+    const i64 extent = (i64)(values.size()) - 512 * components;
+    for (size_t l = 0; l < leaf_values_at->shape(0); ++l)
+      if (leaf_values_at->data()[l] < 0 || leaf_values_at->data()[l] > extent)
+        throw std::invalid_argument("leaf_values_at points outside the values");
+    a.leaf_values_at = (const i64*)leaf_values_at->data();
+  }
+  if (values.dtype() != out_values.dtype()) throw std::invalid_argument("values and output must share one dtype");
+  a.out_values = out_values.data();
+  a.out_jacobian = out_jacobian ? out_jacobian->data() : nullptr;
+  if (order < ORDER_AUTO || order > ORDER_SCATTERED) throw std::invalid_argument("order must be 0, 1 or 2");
+  a.order = order;
+  if (out_values.size() != (size_t)a.n * components)
+    throw std::invalid_argument("out_values must hold N * C entries");
+  if (a.out_jacobian && out_jacobian->size() != (size_t)a.n * components * 3)
+    throw std::invalid_argument("out_jacobian must hold N * C * 3 entries");
+
+  if (is<float>(values)) {
+    if (a.out_jacobian && !is<float>(*out_jacobian)) throw std::invalid_argument("jacobian must be float32");
+    a.value_kind = KIND_F32;
+  } else if (is<double>(values)) {
+    if (a.out_jacobian && !is<double>(*out_jacobian)) throw std::invalid_argument("jacobian must be float64");
+    a.value_kind = KIND_F64;
+  } else {
+    if (mode != MODE_CLOSEST || a.out_jacobian)
+      throw std::invalid_argument("integer data supports closest values only");
+    if (is<int32_t>(values)) a.value_kind = KIND_I32;
+    else if (is<int64_t>(values)) a.value_kind = KIND_I64;
+    else if (is<uint32_t>(values)) a.value_kind = KIND_U32;
+    else throw std::invalid_argument("unsupported value dtype");
+  }
+  nb::gil_scoped_release release;
+  active->sample(&a);
+}
+
+void sample_hessian(std::vector<IntTable> tables, InArray masks, InArray prefix, InArray leaf_offset,
+                    InArray values, InArray tile_values, InArray background, int components, bool index_layout,
+                    InArray points, nb::ndarray<const double, nb::shape<12>, nb::c_contig, nb::device::cpu> xform,
+                    bool points_world, bool jacobian_world, bool hessian_world, int mode, AnyArray out_values,
+                    std::optional<AnyArray> out_jacobian, AnyArray out_hessian,
+                    std::optional<nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>>
+                        leaf_values_at) {
+  SampleArgs a = common_args(tables, masks, prefix, leaf_offset, values, tile_values, background, components,
+                             index_layout, points, xform, points_world, jacobian_world, mode);
+  if (!has_hessian(mode)) throw std::invalid_argument("this mode has no second derivative");
+  if (leaf_values_at) {
+    if (index_layout || leaf_values_at->shape(0) != masks.shape(0))
+      throw std::invalid_argument("leaf_values_at: one offset per leaf, per-leaf layout only");
+    const i64 extent = (i64)(values.size()) - 512 * components;
+    for (size_t l = 0; l < leaf_values_at->shape(0); ++l)
+      if (leaf_values_at->data()[l] < 0 || leaf_values_at->data()[l] > extent)
+        throw std::invalid_argument("leaf_values_at points outside the values");
+    a.leaf_values_at = (const i64*)leaf_values_at->data();
+  }
+  if (values.dtype() != out_values.dtype()) throw std::invalid_argument("values and output must share one dtype");
+  if (out_values.size() != (size_t)a.n * components) throw std::invalid_argument("out_values must hold N * C entries");
+  if (out_jacobian && out_jacobian->size() != (size_t)a.n * components * 3)
+    throw std::invalid_argument("out_jacobian must hold N * C * 3 entries");
+  if (out_hessian.size() != (size_t)a.n * components * 9)
+    throw std::invalid_argument("out_hessian must hold N * C * 9 entries");
+  a.out_values = out_values.data();
+  a.out_jacobian = out_jacobian ? out_jacobian->data() : nullptr;
+  const bool single = is<float>(values);
+  if (!single && !is<double>(values)) throw std::invalid_argument("Hessians need float32 or float64 data");
+  if (single ? !is<float>(out_hessian) : !is<double>(out_hessian))
+    throw std::invalid_argument("the Hessian buffer must have the Jacobian dtype");
+  if (out_jacobian && (single ? !is<float>(*out_jacobian) : !is<double>(*out_jacobian)))
+    throw std::invalid_argument("the Jacobian buffer has the wrong dtype");
+  a.value_kind = single ? KIND_F32 : KIND_F64;
+  a.hessian_world = hessian_world;
+  a.out_hessian = out_hessian.data();
+  nb::gil_scoped_release release;
+  active->hessian(&a);
+}
+
+// Reverse mode: accumulator (value_rows + tiles + 1, C) float64 receives the corner shares
+// (voxel rows, then tile rows, then the background); adj_points (N, 3) the point adjoints.
+void sample_vjp(std::vector<IntTable> tables, InArray masks, InArray prefix, InArray leaf_offset,
+                InArray values, InArray tile_values, InArray background, int components, bool index_layout,
+                InArray points, nb::ndarray<const double, nb::shape<12>, nb::c_contig, nb::device::cpu> xform,
+                bool points_world, bool jacobian_world, int mode, InArray adj_values,
+                std::optional<InArray> adj_jacobian,
+                nb::ndarray<double, nb::ndim<2>, nb::c_contig, nb::device::cpu> accumulator, AnyArray adj_points) {
+  SampleArgs a = common_args(tables, masks, prefix, leaf_offset, values, tile_values, background, components,
+                             index_layout, points, xform, points_world, jacobian_world, mode);
+  if (mode > MODE_LINEAR) throw std::invalid_argument("reverse mode supports closest and linear");
+  const bool single = is<float>(values);
+  if (!single && !is<double>(values)) throw std::invalid_argument("reverse mode needs float32 or float64 data");
+  auto real_ok = [&](const auto& arr) { return single ? is<float>(arr) : is<double>(arr); };
+  if (!real_ok(adj_values) || adj_values.size() != (size_t)a.n * components)
+    throw std::invalid_argument("adj_values must be (N, C) of the data's float type");
+  if (adj_jacobian && (!real_ok(*adj_jacobian) || adj_jacobian->size() != (size_t)a.n * components * 3))
+    throw std::invalid_argument("adj_jacobian must be (N, C, 3) of the data's float type");
+  if (!real_ok(adj_points) || adj_points.size() != (size_t)a.n * 3)
+    throw std::invalid_argument("adj_points must be (N, 3) of the data's float type");
+  const i64 tile_rows = (i64)(tile_values.size() / components);
+  const i64 value_rows = (i64)(values.size() / components);
+  if (accumulator.shape(0) != (size_t)(value_rows + tile_rows + 1) || accumulator.shape(1) != (size_t)components)
+    throw std::invalid_argument("accumulator must be (value rows + tile rows + 1, C)");
+  a.adjoint = true;
+  a.adj_values = adj_values.data();
+  a.adj_jacobian = adj_jacobian ? adj_jacobian->data() : nullptr;
+  a.accumulator = accumulator.data();
+  a.adj_points = adj_points.data();
+  a.rows = AdjointRows{value_rows, tile_rows};
+  a.value_kind = single ? KIND_F32 : KIND_F64;
+  nb::gil_scoped_release release;
+  active->sample(&a);
+}
+
 void grid_gradient(std::vector<IntTable> tables, InArray masks, InArray prefix, InArray leaf_offset, InArray values,
                    InArray tile_values, InArray background, int components, bool index_layout,
                    nb::ndarray<const int32_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> leaf_origins,
@@ -579,29 +761,35 @@ void grid_gradient(std::vector<IntTable> tables, InArray masks, InArray prefix, 
   const i64 leaves = (i64)leaf_origins.shape(0);
   if (leaf_origins.shape(1) != 3 || (i64)masks.shape(0) != leaves || (i64)first_row.shape(0) != leaves)
     throw std::invalid_argument("leaf origins (L, 3), masks (L, 8) and first rows (L,) must agree");
-  HashTable t[LEVEL_COUNT];
-  for (int l = 0; l < LEVEL_COUNT; ++l) t[l] = as_table(tables[l]);
-  const i64* at = nullptr;
+  GridGradientArgs a;
+  for (int l = 0; l < LEVEL_COUNT; ++l) a.tables[l] = as_table(tables[l]);
+  a.leaf_values_at = nullptr;
   if (leaf_values_at) {
     if (index_layout || (i64)leaf_values_at->shape(0) != leaves)
       throw std::invalid_argument("leaf_values_at: one offset per leaf, per-leaf layout only");
-    at = (const i64*)leaf_values_at->data();
+    a.leaf_values_at = (const i64*)leaf_values_at->data();
   }
-  const PointTransform xf = make_point_transform(xform.data(), 0, jacobian_world);
-  auto typed = [&](auto zero) {
-    typedef decltype(zero) T;
-    if (!is<T>(out_jacobian)) throw std::invalid_argument("the Jacobian must have the values' float dtype");
-    const GridView<T> g = make_grid_view(t, (const u64*)masks.data(), (const u16*)prefix.data(),
-                                         (const i64*)leaf_offset.data(), at, (const T*)values.data(),
-                                         (const T*)tile_values.data(), (const T*)background.data(), components,
-                                         index_layout ? 1 : 0);
-    nb::gil_scoped_release release;
-    dispatch_grid_gradient<T>(g, xf, leaf_origins.data(), (const i64*)first_row.data(), leaves, scheme,
-                              out_jacobian.data());
-  };
-  if (is<float>(values)) typed(0.0f);
-  else if (is<double>(values)) typed(0.0);
+  if (is<float>(values)) a.value_kind = KIND_F32;
+  else if (is<double>(values)) a.value_kind = KIND_F64;
   else throw std::invalid_argument("grid gradients need float32 or float64 values");
+  if (a.value_kind == KIND_F32 ? !is<float>(out_jacobian) : !is<double>(out_jacobian))
+    throw std::invalid_argument("the Jacobian must have the values' float dtype");
+  a.masks = (const u64*)masks.data();
+  a.prefix = (const u16*)prefix.data();
+  a.leaf_offset = (const i64*)leaf_offset.data();
+  a.values = values.data();
+  a.tile_values = tile_values.data();
+  a.background = background.data();
+  a.components = components;
+  a.index_layout = index_layout ? 1 : 0;
+  a.origins = leaf_origins.data();
+  a.first_row = (const i64*)first_row.data();
+  a.leaves = leaves;
+  a.scheme = scheme;
+  a.xf = make_point_transform(xform.data(), 0, jacobian_world);
+  a.out_jacobian = out_jacobian.data();
+  nb::gil_scoped_release release;
+  active->grid_gradient(&a);
 }
 
 void set_num_threads(int threads) {
@@ -783,6 +971,40 @@ nb::ndarray<nb::numpy, int32_t, nb::ndim<2>> active_voxels_at(
 
 NB_MODULE(_core, m) {
   m.doc() = "vdbflow CPU kernels (compiled from kernels/)";
+  // the widest target this CPU runs, unless VDBFLOW_CPU_TARGET names another one (or "baseline")
+  const std::vector<CpuTarget> targets = cpu_targets();
+  size_t chosen = 0;
+  for (size_t i = 1; i < targets.size(); ++i)
+    if (targets[i].supported) chosen = i;
+  const char* asked = std::getenv("VDBFLOW_CPU_TARGET");
+  if (asked && *asked && std::string(asked) != "auto") {
+    const std::string want = std::string(asked) == "baseline" ? targets[0].name : asked;
+    size_t found = targets.size();
+    for (size_t i = 0; i < targets.size(); ++i)
+      if (want == targets[i].name) found = i;
+    std::string known = "baseline";
+    for (const CpuTarget& t : targets) known += std::string(", ") + t.name;
+    int warned = 0;
+    if (found == targets.size())
+      warned = PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "VDBFLOW_CPU_TARGET=%s is not among the compiled targets "
+                                "(%s); using %s", asked, known.c_str(), targets[chosen].name);
+    else if (!targets[found].supported)
+      warned = PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "VDBFLOW_CPU_TARGET=%s: this CPU does not run it; using %s",
+                                asked, targets[chosen].name);
+    else
+      chosen = found;
+    if (warned < 0) throw nb::python_error();  // warnings turned into errors
+  }
+  active = targets[chosen].kernels;
+  m.attr("CPU_TARGET") = targets[chosen].name;
+  m.attr("CPU_TARGET_FLAGS") = targets[chosen].flags;
+  nb::list compiled, runnable;
+  for (const CpuTarget& t : targets) {
+    compiled.append(t.name);
+    if (t.supported) runnable.append(t.name);
+  }
+  m.attr("CPU_TARGETS") = nb::tuple(compiled);
+  m.attr("CPU_TARGETS_SUPPORTED") = nb::tuple(runnable);
   m.def("build_table", &build_table, nb::arg("keys"), nb::arg("slots"));
   m.def("table_lookup", &table_lookup, nb::arg("table"), nb::arg("keys"));
   m.def("sample", &sample, nb::arg("tables"), nb::arg("masks"), nb::arg("prefix"), nb::arg("leaf_offset"),
@@ -830,3 +1052,4 @@ NB_MODULE(_core, m) {
   m.attr("OPENMP") = false;
 #endif
 }
+#endif  // VDBFLOW_KERNEL_VARIANT

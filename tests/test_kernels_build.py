@@ -1,9 +1,12 @@
 """The CUDA entry points compile ahead of time (nvcc -> PTX for sm_90), so device code cannot rot
 on machines without a GPU; the CPU extension is built from the same headers."""
 
+import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -63,3 +66,95 @@ def test_cuda_source_compiles_with_nvrtc():
     except Exception as err:  # the log says why
         pytest.fail(f"NVRTC failed: {err}\n{nvrtc.getProgramLog(prog)}")
     assert ".entry vdbflow_sample_f32_c3" in nvrtc.getPTX(prog).decode()
+
+
+# --- CPU targets: a portable baseline, and the point loops compiled again for wider vector units ---
+
+# Run in a fresh interpreter with VDBFLOW_CPU_TARGET set: every entry point of the kernel table
+# (values and Jacobians in both point orders, integer closest values, Hessians, the reverse mode,
+# grid gradients) on one random volume.
+TARGET_PROBE = """
+import sys
+import numpy as np
+import vdbflow
+from vdbflow import _core
+from vdbflow.backends import cpu
+
+rng = np.random.default_rng(7)
+ijk = np.unique(rng.integers(-20, 20, (4000, 3)), axis=0)
+data = rng.standard_normal((len(ijk), 3)).astype(np.float32)
+vol = vdbflow.Volume.from_voxels(ijk, data, background=[0.5, -1.0, 2.0])
+pts = rng.uniform(-24, 24, (30000, 3))
+out = {}
+for order in ("coherent", "scattered"):
+    v, j = vdbflow.sample_grad_arrays(vol, pts, "linear", point_order=order)
+    out[f"linear_{order}_value"], out[f"linear_{order}_jacobian"] = v, j
+v, j = vdbflow.sample_grad_arrays(vol, pts, "lag4")
+out["lag4_value"], out["lag4_jacobian"] = v, j
+_, _, h = vdbflow.sample_hessian_arrays(vol, pts[:5000], "lag4")
+out["lag4_hessian"] = h
+r = vdbflow.sample_grad_vjp(vol, pts[:5000], np.ones((5000, 3), np.float32), np.ones((5000, 3, 3), np.float32))
+out["vjp_points"], out["vjp_voxels"] = r.points, r.voxel_data
+out["grid_fd4"] = vdbflow.gradient_field(vol, "fd4").voxel_data
+ints = vdbflow.Volume.from_voxels(ijk, rng.integers(-1000, 1000, len(ijk)).astype(np.int32))
+out["int_closest"] = vdbflow.sample_grad_arrays(ints, pts, "closest", jacobian=False)[0]
+np.savez(sys.argv[1], **out)
+print(_core.CPU_TARGET, cpu.CPU_TARGET)
+"""
+
+
+def _probe(tmp_path, target: str) -> tuple[str, dict[str, np.ndarray]]:
+    path = tmp_path / f"{target}.npz"
+    env = {**os.environ, "VDBFLOW_CPU_TARGET": target}
+    flags = ["-S"] if sys.flags.no_site else []
+    result = subprocess.run([sys.executable, *flags, "-W", "error::RuntimeWarning", "-c", TARGET_PROBE, str(path)],
+                            capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    with np.load(path) as f:
+        return result.stdout.split()[0], dict(f)
+
+
+def test_cpu_targets_are_reported():
+    targets, supported = _core.CPU_TARGETS, _core.CPU_TARGETS_SUPPORTED
+    assert targets[0] == supported[0]  # the baseline (or native) build runs here
+    assert set(supported) <= set(targets) and _core.CPU_TARGET in supported
+    if targets[0] == "native":  # VDBFLOW_NATIVE=ON: one target, tuned for the build machine
+        assert targets == ("native",) and _core.CPU_TARGET_FLAGS == "-march=native"
+    else:
+        assert _core.CPU_TARGET_FLAGS == ("" if _core.CPU_TARGET == targets[0] else f"-march={_core.CPU_TARGET}")
+    if os.environ.get("VDBFLOW_CPU_TARGET", "auto") == "auto":  # the widest this CPU runs
+        assert _core.CPU_TARGET == supported[-1]
+
+
+def test_every_cpu_target_runs_and_agrees(tmp_path):
+    """Each target the CPU supports runs when asked for and gives the same results, up to the last bits
+    (FMA contraction); a wider target really is another compilation: its results differ from the
+    baseline's in the last bits somewhere."""
+    results = {}
+    for target in _core.CPU_TARGETS_SUPPORTED:
+        ran, results[target] = _probe(tmp_path, "baseline" if target == _core.CPU_TARGETS[0] else target)
+        assert ran == target
+    base = results[_core.CPU_TARGETS[0]]
+    for target, got in results.items():
+        for key, ref in base.items():
+            if key == "int_closest":
+                np.testing.assert_array_equal(got[key], ref, err_msg=target)
+                continue
+            scale = float(np.abs(ref).max()) if ref.size else 1.0
+            tol = 64 * np.finfo(ref.dtype).eps * max(scale, 1.0)
+            np.testing.assert_allclose(got[key], ref, rtol=0, atol=tol, err_msg=f"{target}: {key}")
+    base_name = _core.CPU_TARGETS[0]
+    if base_name in ("x86-64", "x86-64-v2") and "x86-64-v3" in results:  # no FMA in the baseline, FMA in v3
+        v3 = results["x86-64-v3"]
+        assert any(not np.array_equal(v3[k], base[k]) for k in base), "x86-64-v3 computed like the baseline"
+
+
+def test_unknown_cpu_target_warns_and_falls_back(tmp_path):
+    env = {**os.environ, "VDBFLOW_CPU_TARGET": "z80"}
+    flags = ["-S"] if sys.flags.no_site else []
+    code = "import json, vdbflow._core as c; print(json.dumps([c.CPU_TARGET, c.CPU_TARGETS_SUPPORTED]))"
+    result = subprocess.run([sys.executable, *flags, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "VDBFLOW_CPU_TARGET=z80 is not among the compiled targets" in result.stderr
+    chosen, supported = json.loads(result.stdout)
+    assert chosen == supported[-1]

@@ -4,6 +4,7 @@ three name lengths in four) and integer data at points whose index coordinates o
 driver (tests/harness/sanitized_sample.cpp) samples the kernel arrays of a Volume; its output must match
 ``Volume.sample_grad`` exactly, and any sanitizer report fails the run."""
 
+import shlex
 import shutil
 import subprocess
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 import vdbflow
+from vdbflow import _core
 from vdbflow.backends import cuda as cuda_backend
 from vdbflow.sampling import MODES
 
@@ -26,8 +28,9 @@ def driver(tmp_path_factory):
     if shutil.which("g++") is None:
         pytest.skip("g++ is not on the PATH")
     exe = tmp_path_factory.mktemp("ubsan") / "sanitized_sample"
-    # the extension's own flags (CMakeLists.txt), so that FMA contraction and results agree bit for bit
-    flags = ["-std=c++17", "-O3", "-march=native", "-fno-math-errno", "-g",
+    # the flags of the kernels that run (CMakeLists.txt; _core.CPU_TARGET_FLAGS: the -march of the target
+    # dispatched to, none for the portable baseline), so that FMA contraction and results agree bit for bit
+    flags = ["-std=c++17", "-O3", *shlex.split(_core.CPU_TARGET_FLAGS), "-fno-math-errno", "-g",
              "-fsanitize=undefined,float-cast-overflow", "-fno-sanitize-recover=all"]
     result = subprocess.run(["g++", *flags, f"-I{cuda_backend.kernel_dir()}", str(HARNESS), "-o", str(exe)],
                             capture_output=True, text=True, timeout=300)

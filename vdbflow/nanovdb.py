@@ -779,18 +779,17 @@ def _decompress(src: _GridSource, expected: int) -> np.ndarray:
         out = np.empty(expected, np.uint8)  # pages are only touched as they are written
         _inflate(bytes(src.buffer[at:at + size]), out, at)
         return out
-    import blosc  # c-blosc 1 frames, as NanoVDB writes them
+    from numcodecs import Blosc  # c-blosc 1 frames, as NanoVDB writes them (numcodecs comes with zarr)
 
     out = np.empty(expected, np.uint8)  # the frames' headers add up to exactly this (checked in _chunks)
+    frame_codec = Blosc()
     pos = 0
     for at, size, want in src.chunks:
+        # straight into the frame's slice of the grid: `want` bytes, what its header declares (_chunks)
         try:
-            part = blosc.decompress(bytes(src.buffer[at:at + size]))
+            frame_codec.decode(src.buffer[at:at + size], out=out[pos:pos + want])
         except Exception as err:
             raise NanoVDBError(f"blosc chunk at byte {at} does not decompress: {err}") from None
-        if len(part) != want:
-            raise NanoVDBError(f"blosc chunk at byte {at} decompresses to {len(part)} bytes, expected {want}")
-        out[pos:pos + want] = np.frombuffer(part, np.uint8)
         pos += want
     return out
 
@@ -1272,10 +1271,12 @@ def save(path: str | os.PathLike, grids: dict[str, Volume | Topology], codec: st
         if codec == "zip":
             payload = struct.pack("<Q", len(packed := zlib.compress(grid))) + packed
         elif codec == "blosc":  # chunks of at most 1 GiB, each after its u64 size, as NanoVDB writes them
-            import blosc
+            from numcodecs import Blosc
 
-            frames = [blosc.compress(grid[at:at + BLOSC_MAX_CHUNK], typesize=4, cname="lz4")
-                      for at in range(0, len(grid), BLOSC_MAX_CHUNK)]
+            frame_codec = Blosc(cname="lz4", clevel=9, shuffle=Blosc.SHUFFLE)
+            words = np.frombuffer(grid, np.uint32 if len(grid) % 4 == 0 else np.uint8)  # typesize 4: 32-bit values
+            step = BLOSC_MAX_CHUNK // words.itemsize
+            frames = [bytes(frame_codec.encode(words[at:at + step])) for at in range(0, len(words), step)]
             payload = b"".join(struct.pack("<Q", len(f)) + f for f in frames)
         else:
             payload = grid

@@ -7,6 +7,12 @@ import numpy as np
 from .. import _core
 from ..volume import Volume
 
+# The kernels' CPU target, chosen at import: the widest compiled one this CPU runs (e.g. x86-64-v3 over the
+# portable x86-64 baseline), "native" for a VDBFLOW_NATIVE build; VDBFLOW_CPU_TARGET=baseline|<target>
+# picks another.  CPU_TARGETS: every compiled target, baseline first.
+CPU_TARGET: str = _core.CPU_TARGET
+CPU_TARGETS: tuple[str, ...] = tuple(_core.CPU_TARGETS)
+
 ORDERS = {"auto": _core.ORDER_AUTO, "coherent": _core.ORDER_COHERENT, "scattered": _core.ORDER_SCATTERED}
 
 
