@@ -340,6 +340,9 @@ def test_dashboard_on_localhost_by_default_and_off_means_off():
         assert server.address == "127.0.0.1" and client.dashboard_link.startswith("http://127.0.0.1:")
         with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/health", timeout=10) as page:
             assert page.status == 200
+        with urllib.request.urlopen(client.dashboard_link, timeout=30) as page:  # the printed link (bokeh)
+            body = page.read()
+            assert page.status == 200 and b"Dask Diagnostic UI" in body and b"needs bokeh" not in body
     with open_cluster(LocalClusterSpec(kind="local", workers=1, dashboard=False)) as client:
         scheduler = client.cluster.scheduler
         assert "dashboard" not in scheduler.services
