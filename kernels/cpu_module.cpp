@@ -1046,6 +1046,13 @@ NB_MODULE(_core, m) {
   m.attr("MODE_LINEAR") = (int)MODE_LINEAR;
   m.attr("MAX_COMPONENTS") = MAX_COMPONENTS;
   m.attr("SCHEME_LAST") = (int)SCHEME_LAST;
+  nb::dict modes, reach;
+  for (int mode = MODE_CLOSEST; mode <= SCHEME_LAST; ++mode) {
+    modes[MODE_NAMES[mode]] = mode;
+    reach[MODE_NAMES[mode]] = stencil_reach(mode);
+  }
+  m.attr("MODES") = modes;            // name -> id: vdbflow.sampling.MODES
+  m.attr("STENCIL_REACH") = reach;    // name -> voxels on the positive side: vdbflow.sampling.STENCIL_RADIUS
 #ifdef _OPENMP
   m.attr("OPENMP") = true;
 #else

@@ -41,6 +41,25 @@ def test_cpu_extension_is_built_from_kernels():
     from vdbflow.sampling import MODES
 
     assert (MODES["closest"], MODES["linear"]) == (_core.MODE_CLOSEST, _core.MODE_LINEAR)
+    assert list(MODES.values()) == list(range(_core.SCHEME_LAST + 1))
+
+
+def test_stencil_reach_is_what_sampling_reads(rng):
+    """The reach the kernels export (STENCIL_RADIUS) is the stencil's real reach: a point's value or
+    Jacobian changes when the voxel `reach` steps beyond its base cell changes, and never beyond that."""
+    from vdbflow.sampling import STENCIL_RADIUS
+
+    ijk = np.stack(np.meshgrid(*[np.arange(-8, 9)] * 3, indexing="ij"), -1).reshape(-1, 3)
+    base = rng.standard_normal(len(ijk))
+    for mode, reach in STENCIL_RADIUS.items():
+        point = np.array([[0.3, 0.45, 0.6]]) if mode != "closest" else np.array([[0.6, 0.2, 0.2]])
+        ref = np.concatenate(vdbflow.sample_grad_arrays(vdbflow.Volume.from_voxels(ijk, base), point, mode), axis=None)
+        for step, changes in ((reach, True), (reach + 1, False)):
+            bumped = base.copy()
+            bumped[np.all(ijk == (step, 0, 0), axis=1)] += 1.0
+            got = np.concatenate(vdbflow.sample_grad_arrays(vdbflow.Volume.from_voxels(ijk, bumped), point, mode),
+                                 axis=None)
+            assert (got != ref).any() == changes, (mode, step)
 
 
 def test_hash_tables_find_every_key(rng):

@@ -8,17 +8,16 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from . import _core
 from .backends import is_cupy_array, resolve_device
 from .errors import PointsError, SamplingError, ShapeError
 from .volume import Volume
 
-# SampleMode (sample.h) and HigherScheme (schemes.h) codes
-MODES = {"closest": 0, "linear": 1, "lag4": 2, "lag6": 3, "lag8": 4, "fd4": 5, "fd6": 6, "fd4lag4": 7,
-         "catmull_rom": 8, "bspline3": 9, "fd2": 10, "fd8": 11, "m2q8": 12}
-# Reach of each scheme's stencil in voxels on the positive side of the base cell (the negative side
-# reaches one voxel less); the distributed halo must be at least this wide.
-STENCIL_RADIUS = {"closest": 1, "linear": 1, "lag4": 2, "lag6": 3, "lag8": 4, "fd4": 3, "fd6": 4, "fd4lag4": 4,
-                  "catmull_rom": 2, "bspline3": 2, "fd2": 2, "fd8": 5, "m2q8": 4}
+# Facts of the kernels, read from them (kernels/vdbflow/schemes.h: MODE_NAMES, stencil_reach):
+# the mode codes, and each mode's reach in voxels on the positive side of the base cell (the negative
+# side reaches one voxel less) - the distributed halo must be at least this wide.
+MODES: dict[str, int] = dict(_core.MODES)
+STENCIL_RADIUS: dict[str, int] = dict(_core.STENCIL_REACH)
 POINT_ORDERS = ("auto", "coherent", "scattered")
 SPACES = ("index", "world")
 AXIS_LABELS = {"index": ("i", "j", "k"), "world": ("x", "y", "z")}

@@ -220,6 +220,22 @@ VDB_HD void axis_weights(int scheme, double f, AxisWeights& a, bool second = fal
   for (int k = 0; k < 4; ++k) a.v[k + 2] = w[k];
 }
 
+#ifndef VDB_DEVICE_COMPILE
+// The modes by name, in id order: Python's vdbflow.sampling.MODES is read from here.
+constexpr const char* MODE_NAMES[SCHEME_LAST + 1] = {"closest", "linear",  "lag4",        "lag6",     "lag8",
+                                                     "fd4",     "fd6",     "fd4lag4",     "catmull_rom",
+                                                     "bspline3", "fd2",    "fd8",         "m2q8"};
+
+// Voxels a mode's stencil reaches on the positive side of the base cell floor(u) (the negative side
+// reaches one less): the distributed halo a mode needs (vdbflow.sampling.STENCIL_RADIUS).
+inline int stencil_reach(int mode) {
+  if (mode == MODE_CLOSEST) return 1;  // the rounded voxel: floor(u) or floor(u) + 1
+  AxisWeights a;
+  axis_weights(mode, 0.5, a);
+  return a.lo + a.n - 1;
+}
+#endif
+
 // fd2/fd4/fd6 at a grid node (what gradient fields ask for): the value is the voxel's, the Jacobian
 // the centred differences along each axis - 1 + 6r reads instead of the (2r + 2)^3 stencil.  The
 // sums run in the order of the general stencil loop below, which at a node adds only zeros
