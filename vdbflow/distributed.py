@@ -365,15 +365,9 @@ class DistributedVolume:
                        hessian_space: str | None = None, *, device: str = "cpu", wave: int | None = None):
         """Values, Jacobians and Hessians at ``points``; the Dataset of :meth:`Volume.sample_hessian`,
         Dask-backed, equal to it bit for bit."""
-        from .hessian import HESSIAN_MODES, add_hessian
+        from .hessian import add_hessian, check_request
 
-        if mode not in HESSIAN_MODES:
-            raise SamplingError(f"expected a mode with a second derivative, one of "
-                                f"{', '.join(map(repr, HESSIAN_MODES))}; got {mode!r}")
-        if not self.template.value_type.is_float:
-            raise SamplingError(f"expected float32 or float64 data for Hessians, got {self.template.value_type.name}")
-        jspace = space if jacobian_space is None else _check_choice(jacobian_space, SPACES, "jacobian_space")
-        hspace = jspace if hessian_space is None else _check_choice(hessian_space, SPACES, "hessian_space")
+        jspace, hspace = check_request(self.template.value_type, mode, space, jacobian_space, hessian_space)
         pts, (values, jac, hess), jspace = self._sample(points, mode, space, jspace, True, device, wave, hspace)
         return add_hessian(_dataset(self.template, pts, values, jac, mode, space, jspace), self.template, hess, hspace)
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .backends import resolve_device
-from .errors import SamplingError
+from .errors import SamplingError, ShapeError
 from .sampling import MODES, SPACES, _check_choice, _check_out, _dataset, _prepare_points
 
 if TYPE_CHECKING:
@@ -24,6 +24,22 @@ if TYPE_CHECKING:
     from .volume import Volume
 
 HESSIAN_MODES = tuple(m for m in MODES if m != "closest")
+
+
+def check_request(value_type: Any, mode: str, space: str, jacobian_space: str | None,
+                  hessian_space: str | None) -> tuple[str, str]:
+    """Refuses what has no Hessian (``closest``, integer data); returns the resolved
+    ``(jacobian_space, hessian_space)`` (defaults: ``space``, then ``jacobian_space``)."""
+    if mode not in HESSIAN_MODES:
+        raise SamplingError(f"expected a mode with a second derivative, one of {', '.join(map(repr, HESSIAN_MODES))}; "
+                            f"got {mode!r}")
+    _check_choice(space, SPACES, "space")
+    jacobian_space = space if jacobian_space is None else _check_choice(jacobian_space, SPACES, "jacobian_space")
+    hessian_space = jacobian_space if hessian_space is None else _check_choice(hessian_space, SPACES, "hessian_space")
+    if not value_type.is_float:
+        raise SamplingError(f"expected float32 or float64 data for Hessians, got {value_type.name} (integers are not "
+                            "interpolated)")
+    return jacobian_space, hessian_space
 
 
 def sample_hessian_arrays(
@@ -44,16 +60,8 @@ def sample_hessian_arrays(
     symmetric; ``hessian_space`` (default: ``jacobian_space``, itself defaulting to ``space``) is
     ``"index"`` (per voxel²) or ``"world"`` (per length unit²).
     """
-    if mode not in HESSIAN_MODES:
-        raise SamplingError(f"expected a mode with a second derivative, one of {', '.join(map(repr, HESSIAN_MODES))}; "
-                            f"got {mode!r}")
-    _check_choice(space, SPACES, "space")
-    jacobian_space = space if jacobian_space is None else _check_choice(jacobian_space, SPACES, "jacobian_space")
-    hessian_space = jacobian_space if hessian_space is None else _check_choice(hessian_space, SPACES, "hessian_space")
+    jacobian_space, hessian_space = check_request(vol.value_type, mode, space, jacobian_space, hessian_space)
     vt = vol.value_type
-    if not vt.is_float:
-        raise SamplingError(f"expected float32 or float64 data for Hessians, got {vt.name} (integers are not "
-                            "interpolated)")
     device = resolve_device(device, points)
     pts = _prepare_points(vol, points, device, space)
     if device == "cuda":
@@ -63,8 +71,6 @@ def sample_hessian_arrays(
     N, C = pts.shape[0], vol.components
     lead = (N,) if C == 1 else (N, C)
     if out is not None and (not isinstance(out, (tuple, list)) or len(out) != 3):
-        from .errors import ShapeError
-
         raise ShapeError("expected out=(values, jacobian, hessian), a triple of arrays or None")
     out_v, out_j, out_h = (None, None, None) if out is None else out
     on_gpu = device == "cuda"

@@ -39,6 +39,14 @@ def _backend(device: str) -> Any:
     return cpu
 
 
+def _as_numpy(points: Any) -> np.ndarray:
+    """``np.asarray(points)``, ragged or non-numeric input refused with a PointsError."""
+    try:
+        return np.asarray(points)
+    except (ValueError, TypeError) as err:
+        raise PointsError(f"expected points as an (N, 3) numeric array, got {type(points).__name__}: {err}") from None
+
+
 def _prepare_points(vol: Volume, points: Any, device: str, space: str = "index") -> Any:
     """(N, 3) C-contiguous float32/float64 points on the device's array module.  Integer data has no
     NaN to return, so its points must map to finite index coordinates (checked after the world map)."""
@@ -55,12 +63,7 @@ def _prepare_points(vol: Volume, points: Any, device: str, space: str = "index")
         import cupy as xp
     else:
         xp = np
-        try:
-            points = np.asarray(points)
-        except (ValueError, TypeError) as err:
-            raise PointsError(
-                f"expected points as an (N, 3) numeric array, got {type(points).__name__}: {err}"
-            ) from None
+        points = _as_numpy(points)
     if points.ndim != 2 or points.shape[1] != 3:
         raise PointsError(f"expected points of shape (N, 3), got {tuple(points.shape)}")
     kind = points.dtype.kind
@@ -215,12 +218,7 @@ def _points_in(points: Any, dims: Any) -> tuple[Any, tuple[int, ...], tuple[str,
         dims = lead_dims if dims is None else dims
         points = points.data
     if not (_is_dask(points) or is_cupy_array(points)):
-        try:
-            points = np.asarray(points)
-        except (ValueError, TypeError) as err:
-            raise PointsError(
-                f"expected points as an (N, 3) numeric array, got {type(points).__name__}: {err}"
-            ) from None
+        points = _as_numpy(points)
     shape = tuple(points.shape)
     if len(shape) < 2 or shape[-1] != 3:
         raise PointsError(f"expected points of shape (N, 3) or (..., 3), got {shape}")
