@@ -29,7 +29,7 @@ import numpy as np
 
 import vdbflow
 from vdbflow import _core, synthetic
-from vdbflow.partition import near_blocks, plan_partitions
+from vdbflow.distribution.plan import near_blocks, plan_partitions
 
 CHUNK = 1 << 20
 

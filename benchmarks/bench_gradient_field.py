@@ -13,7 +13,7 @@ import numpy as np
 from timing import best_of
 
 import vdbflow
-from vdbflow.sampling import STENCIL_RADIUS
+from vdbflow.ops.sampling import STENCIL_RADIUS
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ import numpy as np
 from timing import best_of
 
 import vdbflow
-from vdbflow.hessian import HESSIAN_MODES, sample_hessian_arrays
+from vdbflow.ops.hessian import HESSIAN_MODES, sample_hessian_arrays
 
 
 def main() -> None:

@@ -18,10 +18,10 @@ import numpy as np
 from timing import best_of
 
 import vdbflow
-from vdbflow import tree
-from vdbflow.transform import Transform
-from vdbflow.value_types import VALUE_TYPES
-from vdbflow.volume import Topology, Volume
+from vdbflow.core import tree
+from vdbflow.core.transform import Transform
+from vdbflow.core.value_types import VALUE_TYPES
+from vdbflow.core.volume import Topology, Volume
 
 
 def build_volume(megabytes: float) -> Volume:

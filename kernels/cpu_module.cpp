@@ -1051,8 +1051,8 @@ NB_MODULE(_core, m) {
     modes[MODE_NAMES[mode]] = mode;
     reach[MODE_NAMES[mode]] = stencil_reach(mode);
   }
-  m.attr("MODES") = modes;            // name -> id: vdbflow.sampling.MODES
-  m.attr("STENCIL_REACH") = reach;    // name -> voxels on the positive side: vdbflow.sampling.STENCIL_RADIUS
+  m.attr("MODES") = modes;            // name -> id: vdbflow.ops.sampling.MODES
+  m.attr("STENCIL_REACH") = reach;    // name -> voxels on the positive side: vdbflow.ops.sampling.STENCIL_RADIUS
 #ifdef _OPENMP
   m.attr("OPENMP") = true;
 #else

@@ -1,4 +1,4 @@
-"""Render the README's figures with vdbflow.plot: python scripts/readme_figures.py [OUTDIR]."""
+"""Render the README's figures with vdbflow.analysis.plot: python scripts/readme_figures.py [OUTDIR]."""
 
 import sys
 from pathlib import Path
@@ -11,7 +11,7 @@ import numpy as np  # noqa: E402
 import xarray as xr  # noqa: E402
 
 from vdbflow import synthetic  # noqa: E402
-from vdbflow.points import plane  # noqa: E402
+from vdbflow.jobs.points import plane  # noqa: E402
 
 out = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/figures")
 out.mkdir(parents=True, exist_ok=True)

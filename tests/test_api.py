@@ -14,9 +14,10 @@ import pytest
 import xarray as xr
 
 import vdbflow
-from vdbflow import clusters, synthetic
-from vdbflow.config import ConfigError, LocalClusterSpec, load_config
-from vdbflow.job import JobError, JobResult
+from vdbflow import synthetic
+from vdbflow.jobs import clusters
+from vdbflow.jobs.config import ConfigError, LocalClusterSpec, load_config
+from vdbflow.jobs.runner import JobError, JobResult
 
 REPO = Path(__file__).resolve().parents[1]
 MATRIX = [[0.5, -1.0, 2.0], [1.5, 0.25, -0.75], [-2.0, 1.0, 0.125]]
@@ -53,7 +54,7 @@ def test_run_a_yaml_path_with_dotted_overrides(tmp_path, client, monkeypatch):
 
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(job(tmp_path)))
-    monkeypatch.setattr("vdbflow.job.open_cluster", lambda spec: pytest.fail("started a cluster of its own"))
+    monkeypatch.setattr("vdbflow.jobs.runner.open_cluster", lambda spec: pytest.fail("started a cluster of its own"))
     result = vdbflow.run(path, client, points__count=2_500, **{"output.path": str(tmp_path / "other.zarr")})
     assert isinstance(result, JobResult)
     assert result.output == (tmp_path / "other.zarr").absolute() and result.points == 2_500
@@ -98,7 +99,7 @@ def test_run_errors_are_vdbflow_exceptions(tmp_path, client, monkeypatch):
 
     import dask
 
-    from vdbflow import job as job_module
+    from vdbflow.jobs import runner as job_module
 
     def failing(*args):
         def boom(*parts):
@@ -114,7 +115,7 @@ def test_run_errors_are_vdbflow_exceptions(tmp_path, client, monkeypatch):
 
 
 def test_run_is_documented_and_exported():
-    assert "run" in vdbflow.__all__ and vdbflow.run is vdbflow.job.run
+    assert "run" in vdbflow.__all__ and vdbflow.run is vdbflow.jobs.runner.run
     assert "overrides" in vdbflow.run.__doc__ and "client" in vdbflow.run.__doc__
 
 
@@ -170,9 +171,9 @@ def _modules_after(code: str) -> set[str]:
 
 def test_import_vdbflow_and_cli_help_load_no_xarray_dask_or_pandas():
     loaded = _modules_after("import vdbflow\nvdbflow.Volume, vdbflow.open, vdbflow.__version__")
-    assert "vdbflow.volume" in loaded and not {m for m in HEAVY if m in loaded}
-    loaded = _modules_after("from vdbflow.cli import main\nmain(['--help'], standalone_mode=False)")
-    assert "vdbflow.cli" in loaded and not {m for m in HEAVY if m in loaded}
+    assert "vdbflow.core.volume" in loaded and not {m for m in HEAVY if m in loaded}
+    loaded = _modules_after("from vdbflow.jobs.cli import main\nmain(['--help'], standalone_mode=False)")
+    assert "vdbflow.jobs.cli" in loaded and not {m for m in HEAVY if m in loaded}
 
 
 def test_lazy_names_resolve_and_the_accessor_is_registered_whoever_imports_xarray():
@@ -182,7 +183,7 @@ def test_lazy_names_resolve_and_the_accessor_is_registered_whoever_imports_xarra
         assert hasattr(xr.Dataset, "vdbflow"), "accessor missing after import vdbflow, xarray"
         for name in vdbflow.__all__:
             getattr(vdbflow, name)
-        assert vdbflow.flow.q_criterion and vdbflow.synthetic.taylor_green
+        assert vdbflow.analysis.flow.q_criterion and vdbflow.synthetic.taylor_green
         assert set(vdbflow.__all__) <= set(dir(vdbflow))
         try:
             vdbflow.no_such_name

@@ -6,7 +6,7 @@ import pytest
 import vdbflow
 
 torch = pytest.importorskip("torch")
-autograd = pytest.importorskip("vdbflow.autograd")
+autograd = pytest.importorskip("vdbflow.ops.autograd")
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ import xarray as xr
 from click.testing import CliRunner
 
 import vdbflow
-from vdbflow.cli import main
-from vdbflow.convert import DenseSource, convert, open_dense
+from vdbflow.io.dense import DenseSource, convert, open_dense
+from vdbflow.jobs.cli import main
 
 
 def invoke(*args):

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import vdbflow
-from vdbflow.coverage import defined_voxels
-from vdbflow.sampling import STENCIL_RADIUS
+from vdbflow.ops.coverage import defined_voxels
+from vdbflow.ops.sampling import STENCIL_RADIUS
 
 
 def brute(active: set, idx: np.ndarray, mode: str) -> np.ndarray:
@@ -66,7 +66,7 @@ def test_closest_agrees_with_closest_sampling_at_negative_half_integers(rng):
     halves = np.array([[-2.5, 0, 0], [-1.5, 0, 0], [-0.5, 0, 0], [0.5, 0, 0], [2.5, 1.5, -3.5], [3.5, 0.5, -4.5],
                        [0, -0.5, 0], [0, -1.5, 0], [-2.4999999999999996, 0, 0], [-0.49999999999999994, 0, 0]])
     pts = np.concatenate([halves, ijk[rng.integers(0, len(ijk), 400)] + rng.uniform(-0.6, 0.6, (400, 3)).round(1)])
-    got = vdbflow.coverage.stencil_inside(vol, pts, "closest", space="index")
+    got = vdbflow.ops.coverage.stencil_inside(vol, pts, "closest", space="index")
     want = vol.sample(pts, "closest", space="index")["value"].values == 1
     np.testing.assert_array_equal(got, want)
     assert not got[0] and got[1]  # -2.5 rounds to -3 (no voxel), -1.5 to -2

@@ -8,8 +8,8 @@ import vdbflow
 
 distributed = pytest.importorskip("distributed")
 da = pytest.importorskip("dask.array")
-from vdbflow.distributed import distribute  # noqa: E402
-from vdbflow.partition import near_blocks, plan_partitions  # noqa: E402
+from vdbflow.distribution.plan import near_blocks, plan_partitions  # noqa: E402
+from vdbflow.distribution.volume import distribute  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +106,7 @@ def test_task_count_is_chunks_plus_partitions_times_waves(rng, client):
         pts = da.from_array(rng.uniform(-40, 40, (10_000, 3)), chunks=(100, 3))
         for wave in (None, 1, 8, 100):
             ds = dvol.sample_grad(pts, space="index", wave=wave)
-            W = wave or vdbflow.distributed.default_wave(100, 64, dvol.workers)
+            W = wave or vdbflow.distribution.volume.default_wave(100, 64, dvol.workers)
             graph = dict(ds["value_jacobian"].data.__dask_graph__())
             graph.update(ds["value"].data.__dask_graph__())
             m, n, P = -(-100 // W), 100, 64
@@ -228,7 +228,7 @@ def test_a_worker_killed_mid_computation(rng, tmp_path, scheduler_and_workers):
 
 
 def test_background_only_points_skip_the_partitions(rng):
-    from vdbflow.distributed import _route_chunk as _route
+    from vdbflow.distribution.volume import _route_chunk as _route
 
     ijk, vol = volume(rng, 3)
     plan = plan_partitions(vol.topology, 4)

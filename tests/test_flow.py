@@ -5,7 +5,8 @@ import pytest
 import xarray as xr
 
 import vdbflow
-from vdbflow import flow, synthetic
+from vdbflow import synthetic
+from vdbflow.analysis import flow
 
 
 def as_jacobian(J, units=None):

@@ -76,7 +76,7 @@ def test_cuda_vjp_matches_cpu(rng, dtype, components):
 def test_distributed_on_gpu_workers(rng):
     """One worker per GPU (dask_cuda when installed, else a plain cluster on this GPU)."""
     distributed = pytest.importorskip("distributed")
-    from vdbflow.distributed import distribute
+    from vdbflow.distribution.volume import distribute
 
     try:
         from dask_cuda import LocalCUDACluster
@@ -111,8 +111,8 @@ def test_gradient_field_on_the_gpu_matches_cpu(scheme):
 @pytest.mark.parametrize("partitions", [1, 5, 17])
 def test_cuda_routing_matches_cpu_routing(rng, partitions):
     """route.h on the GPU (then a stable CuPy argsort) groups points exactly as the CPU's counting sort."""
-    from vdbflow.backends import cuda
-    from vdbflow.partition import near_blocks, plan_partitions
+    from vdbflow.devices import cuda
+    from vdbflow.distribution.plan import near_blocks, plan_partitions
 
     ijk, values = random_sparse_voxels(rng, components=3)
     vol = vdbflow.Volume.from_voxels(ijk, values, 0.0, voxel_size=0.5)
@@ -130,7 +130,7 @@ def test_cuda_routing_matches_cpu_routing(rng, partitions):
 
 @pytest.mark.parametrize(("dtype", "components"), [(np.float32, 1), (np.float32, 3), (np.float64, 3), (np.float64, 4)])
 def test_cuda_hessians_match_cpu(rng, dtype, components):
-    from vdbflow.hessian import HESSIAN_MODES, sample_hessian_arrays
+    from vdbflow.ops.hessian import HESSIAN_MODES, sample_hessian_arrays
 
     ijk, values = random_sparse_voxels(rng, components=components, dtype=dtype)
     vol = vdbflow.Volume.from_voxels(ijk, values, 0)

@@ -55,7 +55,7 @@ def test_distributed_gradient_field_equals_single_process(rng, tmp_path):
     vol = synthetic.flow_volume(synthetic.abc_flow(), resolution=24, dtype=np.float64)
     with distributed.LocalCluster(n_workers=2, processes=False, dashboard_address=":0") as cl, \
             distributed.Client(cl) as client:
-        dvol = vdbflow.distribute(vol, client, 5, halo=vdbflow.sampling.STENCIL_RADIUS["fd4"])
+        dvol = vdbflow.distribute(vol, client, 5, halo=vdbflow.ops.sampling.STENCIL_RADIUS["fd4"])
         a = vdbflow.gradient_field(vol, "fd4")
         b = vdbflow.gradient_field(vol, "fd4", distributed=dvol)
         np.testing.assert_array_equal(a.active_values(), b.active_values())

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import vdbflow
-from vdbflow.hessian import HESSIAN_MODES, sample_hessian_arrays
+from vdbflow.ops.hessian import HESSIAN_MODES, sample_hessian_arrays
 
 
 def dense_volume(fn, lo=-10, hi=22, components=1, transform=None, dtype=np.float64):
@@ -267,7 +267,7 @@ def test_laplacian_quantity_and_grid_fields_on_the_taylor_green_shell(rng):
     lap = ds.vdbflow.laplacian()
     assert lap.dims == ("point", "component") and lap.attrs["long_name"] == "Laplacian"
     np.testing.assert_allclose(lap.values, -3 * ds["velocity"].values, atol=2e-3)
-    np.testing.assert_array_equal(lap.values, vdbflow.flow.laplacian(ds["velocity_hessian"]).values)
+    np.testing.assert_array_equal(lap.values, vdbflow.analysis.flow.laplacian(ds["velocity_hessian"]).values)
     # grid fields: the node Hessians at every active voxel, the same numbers as sampling there
     field = vdbflow.hessian_field(vol, "fd6")
     inside = vol.stencil_inside(nodes.astype(float), "fd6", space="index")
@@ -277,7 +277,7 @@ def test_laplacian_quantity_and_grid_fields_on_the_taylor_green_shell(rng):
     np.testing.assert_array_equal(stored[:, :, 2], H[:, :, 2, 2])
     assert field.component_names[:4] == ("d2u/dxdx", "d2u/dydy", "d2u/dzdz", "d2u/dxdy")
     laplacian = vdbflow.derived_field(vol, "laplacian", "fd6")
-    assert laplacian.component_names == ("u", "v", "w") and vdbflow.units.same(laplacian.units, "m/s/m^2")
+    assert laplacian.component_names == ("u", "v", "w") and vdbflow.core.units.same(laplacian.units, "m/s/m^2")
     world = vol.transform.apply(nodes[inside])
     u = vol.sample(world, "closest")["velocity"].values
     np.testing.assert_allclose(laplacian.voxel_data[inside], -3 * u, atol=2e-3)
@@ -291,7 +291,7 @@ def test_job_writes_hessians_and_laplacians(tmp_path):
     from click.testing import CliRunner
 
     from vdbflow import synthetic
-    from vdbflow.cli import main
+    from vdbflow.jobs.cli import main
 
     cfg = {
         "volume": {"synthetic": {"field": "taylor_green", "resolution": 64, "dtype": "float64",
@@ -314,4 +314,4 @@ def test_job_writes_hessians_and_laplacians(tmp_path):
     assert inside.sum() > 500
     exact = synthetic.taylor_green().velocity(pts[inside])
     np.testing.assert_allclose(ds["laplacian"].values[inside], -3 * exact, atol=0.02)
-    assert vdbflow.units.same(ds["laplacian"].attrs["units"], "1/(m s)")
+    assert vdbflow.core.units.same(ds["laplacian"].attrs["units"], "1/(m s)")

@@ -20,8 +20,9 @@ from test_run import base_config, fake_result, invoke, write_config
 
 import vdbflow
 from vdbflow import synthetic
-from vdbflow.config import ConfigError, LocalClusterSpec, load_config
-from vdbflow.output import OutputError, leftovers, not_a_result, partial_path, publish, tidy
+from vdbflow.jobs.config import ConfigError, LocalClusterSpec, load_config
+from vdbflow.jobs.output import OutputError, leftovers, partial_path, publish, tidy
+from vdbflow.jobs.results import not_a_result
 
 HOST = socket.gethostname()
 
@@ -120,7 +121,7 @@ def test_output_size_limit(tmp_path):
 
 def test_the_planned_size_is_the_stored_size(tmp_path):
     """The plan's bytes a point are those of the variables written (before compression)."""
-    from vdbflow.job import plan_job
+    from vdbflow.jobs.runner import plan_job
 
     cfg = base_config(tmp_path)
     cfg["sampling"]["outputs"] += ["inside", "strain_rate", "q_criterion"]
@@ -199,7 +200,7 @@ def test_publish_never_replaces_what_appeared_meanwhile(tmp_path):
 KILL_BETWEEN_RENAMES = """
 import os, signal, sys
 from pathlib import Path
-from vdbflow import output
+from vdbflow.jobs import output
 final, part = Path(sys.argv[1]), output.partial_path(Path(sys.argv[1]))
 os.rename(sys.argv[2], part)  # the finished store, named by this process as a job names it
 output._renameat2 = lambda *args: False   # the two-rename path of filesystems without renameat2
@@ -248,7 +249,7 @@ def test_the_next_run_restores_a_result_set_aside(tmp_path):
 @pytest.mark.skipif(sys.platform != "linux", reason="renameat2 is Linux's")
 def test_publish_exchanges_in_one_step_on_linux(tmp_path, monkeypatch):
     """Where renameat2 works the swap is one system call: no two-rename window at all."""
-    from vdbflow import output
+    from vdbflow.jobs import output
 
     final = fake_result(tmp_path / "r.zarr", "old")
     part = fake_result(partial_path(final), "new")
@@ -333,7 +334,7 @@ def test_an_unwritable_parent_exits_2(tmp_path):
 # -- item 15: the dashboard ------------------------------------------------------------------------------
 
 def test_dashboard_on_localhost_by_default_and_off_means_off():
-    from vdbflow.clusters import open_cluster
+    from vdbflow.jobs.clusters import open_cluster
 
     with open_cluster(LocalClusterSpec(kind="local", workers=1)) as client:
         server = client.cluster.scheduler.http_server
@@ -375,7 +376,7 @@ def _nvdb_job(tmp_path: Path, **volume) -> tuple[Path, Path, vdbflow.Volume]:
 def test_a_truncated_input_cannot_crash_the_job(tmp_path, monkeypatch):
     """Another process truncates the .nvdb just as the job reads it: the job reads its private snapshot
     and finishes with the right values (mapped in place, reading would have hit SIGBUS)."""
-    from vdbflow import distributed
+    from vdbflow.distribution import volume as distributed
 
     cfg_path, nvdb, vol = _nvdb_job(tmp_path)
     original = nvdb.read_bytes()
@@ -401,7 +402,7 @@ def test_a_truncated_input_cannot_crash_the_job(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("snapshot", [True, False])
 def test_an_input_changed_after_the_plan_is_refused(tmp_path, monkeypatch, snapshot):
-    from vdbflow import job
+    from vdbflow.jobs import runner as job
 
     cfg_path, nvdb, _ = _nvdb_job(tmp_path, snapshot=snapshot)
     real = job.plan_job

@@ -13,7 +13,7 @@ import pytest
 
 import vdbflow
 from vdbflow import _core
-from vdbflow.backends import cuda as cuda_backend
+from vdbflow.devices import cuda as cuda_backend
 
 KERNELS = cuda_backend.kernel_dir()
 
@@ -37,8 +37,8 @@ def test_cuda_entry_points_compile_to_ptx(tmp_path):
 
 def test_cpu_extension_is_built_from_kernels():
     assert (KERNELS / "vdbflow" / "sample.h").is_file() and (KERNELS / "vdbflow" / "grid.h").is_file()
-    assert _core.MAX_COMPONENTS == vdbflow.value_types.MAX_COMPONENTS
-    from vdbflow.sampling import MODES
+    assert _core.MAX_COMPONENTS == vdbflow.core.value_types.MAX_COMPONENTS
+    from vdbflow.ops.sampling import MODES
 
     assert (MODES["closest"], MODES["linear"]) == (_core.MODE_CLOSEST, _core.MODE_LINEAR)
     assert list(MODES.values()) == list(range(_core.SCHEME_LAST + 1))
@@ -47,7 +47,7 @@ def test_cpu_extension_is_built_from_kernels():
 def test_stencil_reach_is_what_sampling_reads(rng):
     """The reach the kernels export (STENCIL_RADIUS) is the stencil's real reach: a point's value or
     Jacobian changes when the voxel `reach` steps beyond its base cell changes, and never beyond that."""
-    from vdbflow.sampling import STENCIL_RADIUS
+    from vdbflow.ops.sampling import STENCIL_RADIUS
 
     ijk = np.stack(np.meshgrid(*[np.arange(-8, 9)] * 3, indexing="ij"), -1).reshape(-1, 3)
     base = rng.standard_normal(len(ijk))
@@ -97,7 +97,7 @@ import sys
 import numpy as np
 import vdbflow
 from vdbflow import _core
-from vdbflow.backends import cpu
+from vdbflow.devices import cpu
 
 rng = np.random.default_rng(7)
 ijk = np.unique(rng.integers(-20, 20, (4000, 3)), axis=0)

@@ -13,8 +13,8 @@ import pytest
 
 import vdbflow
 from vdbflow import _core
-from vdbflow.backends import cuda as cuda_backend
-from vdbflow.sampling import MODES
+from vdbflow.devices import cuda as cuda_backend
+from vdbflow.ops.sampling import MODES
 
 HARNESS = cuda_backend.kernel_dir().parent / "tests" / "harness" / "sanitized_sample.cpp"
 if not HARNESS.is_file():  # an installed package: the harness lives next to this file

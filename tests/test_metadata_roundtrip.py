@@ -101,8 +101,8 @@ def test_a_malformed_record_warns_and_the_grid_still_opens(tg, tmp_path):
 
 def test_metadata_survives_a_job(tmp_path):
     """A synthetic field written to .nvdb, read by the workers: the result keeps units and names."""
-    from vdbflow.config import load_config
-    from vdbflow.job import run_job
+    from vdbflow.jobs.config import load_config
+    from vdbflow.jobs.runner import run_job
 
     cfg = load_config(data={
         "volume": {"synthetic": {"field": "taylor_green", "resolution": 20, "write": str(tmp_path / "tg.nvdb")}},

@@ -9,7 +9,7 @@ import pytest
 from reference import probe_points, random_sparse_voxels
 
 import vdbflow
-from vdbflow import nanovdb_format as fmt
+from vdbflow.io import nanovdb_format as fmt
 
 wo = pytest.importorskip("warp_oracle")
 wp = wo.wp

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import vdbflow
-from vdbflow import nanovdb_format as fmt
+from vdbflow.io import nanovdb_format as fmt
 
 EMPTY = 0xFFFFFFFFFFFFFFFF
 
@@ -265,7 +265,7 @@ def test_blosc_grid_in_frames_of_any_size(tmp_path):
 def test_blosc_grids_in_chunks_of_at_most_one_gib(tmp_path, monkeypatch):
     """NanoVDB writes a blosc grid as frames of at most 1 GiB; with the chunk size made small, a grid
     spans many frames, each of which decompresses (python-blosc, independently) to its slice."""
-    from vdbflow import nanovdb
+    from vdbflow.io import nanovdb
 
     vol = vdbflow.Volume.from_voxels(np.argwhere(np.ones((8, 8, 24), bool)),
                                      np.arange(8 * 8 * 24, dtype=np.float32), -1.0)

@@ -6,8 +6,9 @@ import pytest
 from scipy.integrate import solve_ivp
 
 import vdbflow
-from vdbflow import synthetic, unsteady
-from vdbflow.coverage import stencil_inside
+from vdbflow import synthetic
+from vdbflow.ops.coverage import stencil_inside
+from vdbflow.synthetic import unsteady
 
 EXTENT = 2 * np.pi
 
@@ -309,9 +310,9 @@ def test_advect_errors_say_what_was_expected(rotation_shell, gyre_series):
 @pytest.mark.parametrize("mode", ["closest", "linear", "lag4", "lag6", "m2q8", "fd8"])
 def test_particle_inside_check_equals_coverage(mode, rotated, rng):
     """The particles' inside check (per-leaf masks of base cells learnt on first touch, then one
-    lookup a point) against vdbflow.coverage.stencil_inside, on a box with a spherical hole and
+    lookup a point) against vdbflow.ops.coverage.stencil_inside, on a box with a spherical hole and
     tiles, for an axis-aligned and a rotated transform, with the masks learnt and then reused."""
-    from vdbflow.particles import InsideCheck
+    from vdbflow.temporal.particles import InsideCheck
 
     n = 40
     ijk = np.stack(np.meshgrid(*[np.arange(n)] * 3, indexing="ij"), axis=-1).reshape(-1, 3)

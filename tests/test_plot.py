@@ -1,4 +1,4 @@
-"""vdbflow.plot: figures rendered to PNG, their panels, titles, labels and colour bars checked."""
+"""vdbflow.analysis.plot: figures rendered to PNG, their panels, titles, labels and colour bars checked."""
 
 import io
 
@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 import vdbflow  # noqa: E402
 from vdbflow import synthetic  # noqa: E402
-from vdbflow.points import line, plane  # noqa: E402
+from vdbflow.jobs.points import line, plane  # noqa: E402
 
 RES = (40, 30)
 
@@ -41,8 +41,8 @@ def test_plane_points_are_s_major():
 def test_slice_plot_of_a_field_component_and_derived_quantities(plane_ds):
     fig, axes = plt.subplots(1, 3, figsize=(12, 4))
     plane_ds.vdbflow.plot.slice("velocity", component="u", shape=RES, ax=axes[0])
-    vdbflow.plot.slice_plot(plane_ds, "vorticity_magnitude", shape=RES, ax=axes[1])
-    vdbflow.plot.slice_plot(plane_ds, "q_criterion", shape=RES, ax=axes[2])
+    vdbflow.analysis.plot.slice_plot(plane_ds, "vorticity_magnitude", shape=RES, ax=axes[1])
+    vdbflow.analysis.plot.slice_plot(plane_ds, "q_criterion", shape=RES, ax=axes[2])
     png_bytes(fig)
     assert [a.get_title() for a in axes] == ["velocity u", "vorticity_magnitude", "q_criterion"]
     assert axes[0].get_xlabel() == "x [m]" and axes[0].get_ylabel() == "y [m]"
@@ -84,13 +84,13 @@ def test_line_plot_compares_schemes(plane_ds):
 
 def test_plot_errors(plane_ds):
     with pytest.raises(vdbflow.SamplingError, match="shape=\\(ns, nt\\)"):
-        vdbflow.plot.slice_plot(plane_ds, "velocity", component="u")
+        vdbflow.analysis.plot.slice_plot(plane_ds, "velocity", component="u")
     with pytest.raises(vdbflow.SamplingError, match="ns \\* nt = 1200"):
-        vdbflow.plot.slice_plot(plane_ds, "velocity", component="u", shape=(10, 10))
+        vdbflow.analysis.plot.slice_plot(plane_ds, "velocity", component="u", shape=(10, 10))
     with pytest.raises(vdbflow.SamplingError, match="pass component="):
-        vdbflow.plot.slice_plot(plane_ds, "velocity", shape=RES)
+        vdbflow.analysis.plot.slice_plot(plane_ds, "velocity", shape=RES)
     with pytest.raises(vdbflow.SamplingError, match="derived quantity"):
-        vdbflow.plot.slice_plot(plane_ds, "pressure", shape=RES)
+        vdbflow.analysis.plot.slice_plot(plane_ds, "pressure", shape=RES)
     plt.close("all")
 
 

@@ -7,7 +7,7 @@ from reference import random_sparse_voxels
 
 import vdbflow
 from vdbflow import _core
-from vdbflow.points import _random_in_voxels
+from vdbflow.jobs.points import _random_in_voxels
 
 
 def test_rank_select_gives_the_active_voxels_in_onindex_order(rng):

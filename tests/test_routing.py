@@ -6,7 +6,7 @@ import pytest
 from reference import probe_points, random_sparse_voxels
 
 import vdbflow
-from vdbflow.partition import near_blocks, plan_partitions
+from vdbflow.distribution.plan import near_blocks, plan_partitions
 
 
 def spread21(v):

@@ -18,8 +18,8 @@ from click.testing import CliRunner
 
 import vdbflow
 from vdbflow import synthetic
-from vdbflow.cli import main
-from vdbflow.config import load_config
+from vdbflow.jobs.cli import main
+from vdbflow.jobs.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
 MATRIX = [[0.5, -1.0, 2.0], [1.5, 0.25, -0.75], [-2.0, 1.0, 0.125]]
@@ -193,7 +193,7 @@ def fake_result(path: Path, content: str) -> Path:
 
 
 def test_publish_swaps_atomically_and_never_overwrites_unasked(tmp_path):
-    from vdbflow.output import OutputError, partial_path, publish
+    from vdbflow.jobs.output import OutputError, partial_path, publish
 
     final = tmp_path / "r.zarr"
     for content in ("old", "new"):
@@ -217,7 +217,7 @@ def test_interrupted_run_leaves_no_result_and_rerun_succeeds(tmp_path):
     cfg["points"] = {"kind": "random", "count": 2_000_000, "chunk": 20_000}
     cfg["volume"]["synthetic"]["resolution"] = 24
     cfg_path = write_config(tmp_path / "job.yaml", cfg)
-    proc = subprocess.Popen([sys.executable, "-m", "vdbflow.cli", "run", str(cfg_path)], cwd=tmp_path,
+    proc = subprocess.Popen([sys.executable, "-m", "vdbflow.jobs.cli", "run", str(cfg_path)], cwd=tmp_path,
                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
@@ -262,7 +262,7 @@ def test_a_failing_task_exits_1_and_publishes_nothing(tmp_path, monkeypatch):
     """A task that fails on a worker mid-run: exit code 1, the error shown, the partial store removed."""
     import dask
 
-    from vdbflow import job
+    from vdbflow.jobs import runner as job
 
     def failing(*args):
         def boom(*parts):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import vdbflow
-from vdbflow.sampling import STENCIL_RADIUS
+from vdbflow.ops.sampling import STENCIL_RADIUS
 
 
 def grid_volume(fn, n, h, margin=6):
@@ -96,7 +96,7 @@ def test_schemes_read_background_and_tiles_like_linear(rng):
 
 def test_distributed_needs_a_wide_enough_halo(rng):
     distributed = pytest.importorskip("distributed")
-    from vdbflow.distributed import distribute
+    from vdbflow.distribution.volume import distribute
 
     vol = grid_volume(smooth, 20, 0.1)
     pts = rng.uniform(0, 19, (2000, 3))

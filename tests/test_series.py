@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import vdbflow
-from vdbflow import unsteady
+from vdbflow.synthetic import unsteady
 
 UNSTEADY = [unsteady.double_gyre(), unsteady.decaying_taylor_green(k=1.0, nu=0.05)]
 
@@ -141,7 +141,7 @@ def test_pchip_equals_scipy_pchip_over_the_series(g, rng):
 def test_pchip_is_third_order_for_smooth_monotone_data():
     """Error of the four-step PCHIP against exp(t) at 0.3 of each interval falls by ~2^3 per halving
     (at mid-interval the leading slope errors cancel: fourth order there)."""
-    from vdbflow.series import pchip_combine
+    from vdbflow.temporal.series import pchip_combine
 
     errors = []
     for n in (8, 16, 32, 64):

@@ -8,7 +8,7 @@ import xarray as xr
 
 import vdbflow
 from vdbflow import synthetic
-from vdbflow.points import plane
+from vdbflow.jobs.points import plane
 
 
 def _no_compute(*args, **kwargs):

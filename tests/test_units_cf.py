@@ -10,7 +10,7 @@ import xarray as xr
 
 import vdbflow
 from vdbflow import synthetic
-from vdbflow import units as U
+from vdbflow.core import units as U
 
 UREG = pint.UnitRegistry()  # an independent registry: the oracle for what the strings mean
 
@@ -148,7 +148,7 @@ def test_zarr_writes_raise_no_unstable_specification_warning(tg, pts, tmp_path):
 
 
 def test_index_to_world_is_stored_alike_in_results_and_volume_stores(tg, pts, tmp_path):
-    from vdbflow.volume_io import from_dataset
+    from vdbflow.io.volumes import from_dataset
 
     tg.to_zarr(tmp_path / "volume.zarr")
     store = xr.open_zarr(tmp_path / "volume.zarr")

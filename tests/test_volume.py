@@ -5,7 +5,7 @@ import pytest
 from reference import random_sparse_voxels
 
 import vdbflow
-from vdbflow import tree
+from vdbflow.core import tree
 
 
 def test_from_voxels_properties(rng):

@@ -14,7 +14,7 @@ import sys
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from .errors import (
+from vdbflow.errors import (
     DeviceError,
     NanoVDBError,
     PointsError,
@@ -25,78 +25,86 @@ from .errors import (
 )
 
 if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and IDEs
-    from .config import ConfigError
-    from .distributed import DistributedVolume, distribute
-    from .errors import TimeError
-    from .grid_fields import derived_field, gradient_field, hessian_field, q_criterion_field
-    from .hessian import sample_hessian, sample_hessian_arrays
-    from .job import InputError, JobError, JobResult, run
-    from .nanovdb import BlindData, GridInfo, list_grids, save
-    from .particles import advect, ftle
-    from .sampling import sample, sample_grad, sample_grad_arrays
-    from .series import VolumeSeries, open_series
-    from .transform import Transform
-    from .units import UnitsWarning
-    from .value_types import VALUE_TYPES, ValueType
-    from .vjp import SampleGradVJP, sample_grad_vjp
-    from .volume import Topology, Volume
-    from .volume_io import open_volume as open  # noqa: A004 - vdbflow.open(path) reads like xarray.open_dataset
-    from .volume_io import open_zarr, split_channels
+    from vdbflow.analysis.grid_fields import derived_field, gradient_field, hessian_field, q_criterion_field
+    from vdbflow.core.transform import Transform
+    from vdbflow.core.units import UnitsWarning
+    from vdbflow.core.value_types import VALUE_TYPES, ValueType
+    from vdbflow.core.volume import Topology, Volume
+    from vdbflow.distribution.volume import DistributedVolume, distribute
+    from vdbflow.errors import TimeError
+    from vdbflow.io.nanovdb import BlindData, GridInfo, list_grids, save
+    from vdbflow.io.volumes import open_volume as open  # noqa: A004 - vdbflow.open(path) reads like xarray.open_dataset
+    from vdbflow.io.volumes import open_zarr, split_channels
+    from vdbflow.jobs.config import ConfigError
+    from vdbflow.jobs.runner import InputError, JobError, JobResult, run
+    from vdbflow.ops.hessian import sample_hessian, sample_hessian_arrays
+    from vdbflow.ops.sampling import sample, sample_grad, sample_grad_arrays
+    from vdbflow.ops.vjp import SampleGradVJP, sample_grad_vjp
+    from vdbflow.temporal.particles import advect, ftle
+    from vdbflow.temporal.series import VolumeSeries, open_series
 
 # public name -> (module, attribute); imported on first access by __getattr__
 _LAZY = {
-    "BlindData": ("nanovdb", "BlindData"),
-    "ConfigError": ("config", "ConfigError"),
-    "DistributedVolume": ("distributed", "DistributedVolume"),
-    "GridInfo": ("nanovdb", "GridInfo"),
-    "InputError": ("job", "InputError"),
-    "JobError": ("job", "JobError"),
-    "JobResult": ("job", "JobResult"),
-    "SampleGradVJP": ("vjp", "SampleGradVJP"),
+    "BlindData": ("io.nanovdb", "BlindData"),
+    "ConfigError": ("jobs.config", "ConfigError"),
+    "DistributedVolume": ("distribution.volume", "DistributedVolume"),
+    "GridInfo": ("io.nanovdb", "GridInfo"),
+    "InputError": ("jobs.runner", "InputError"),
+    "JobError": ("jobs.runner", "JobError"),
+    "JobResult": ("jobs.runner", "JobResult"),
+    "SampleGradVJP": ("ops.vjp", "SampleGradVJP"),
     "TimeError": ("errors", "TimeError"),
-    "Topology": ("volume", "Topology"),
-    "Transform": ("transform", "Transform"),
-    "UnitsWarning": ("units", "UnitsWarning"),
-    "VALUE_TYPES": ("value_types", "VALUE_TYPES"),
-    "VolumeSeries": ("series", "VolumeSeries"),
-    "ValueType": ("value_types", "ValueType"),
-    "Volume": ("volume", "Volume"),
-    "advect": ("particles", "advect"),
-    "derived_field": ("grid_fields", "derived_field"),
-    "distribute": ("distributed", "distribute"),
-    "ftle": ("particles", "ftle"),
-    "gradient_field": ("grid_fields", "gradient_field"),
-    "hessian_field": ("grid_fields", "hessian_field"),
-    "list_grids": ("nanovdb", "list_grids"),
-    "open": ("volume_io", "open_volume"),
-    "open_series": ("series", "open_series"),
-    "open_zarr": ("volume_io", "open_zarr"),
-    "q_criterion_field": ("grid_fields", "q_criterion_field"),
-    "run": ("job", "run"),
-    "sample": ("sampling", "sample"),
-    "sample_grad": ("sampling", "sample_grad"),
-    "sample_grad_arrays": ("sampling", "sample_grad_arrays"),
-    "sample_grad_vjp": ("vjp", "sample_grad_vjp"),
-    "sample_hessian": ("hessian", "sample_hessian"),
-    "sample_hessian_arrays": ("hessian", "sample_hessian_arrays"),
-    "save": ("nanovdb", "save"),
-    "split_channels": ("volume_io", "split_channels"),
+    "Topology": ("core.volume", "Topology"),
+    "Transform": ("core.transform", "Transform"),
+    "UnitsWarning": ("core.units", "UnitsWarning"),
+    "VALUE_TYPES": ("core.value_types", "VALUE_TYPES"),
+    "VolumeSeries": ("temporal.series", "VolumeSeries"),
+    "ValueType": ("core.value_types", "ValueType"),
+    "Volume": ("core.volume", "Volume"),
+    "advect": ("temporal.particles", "advect"),
+    "derived_field": ("analysis.grid_fields", "derived_field"),
+    "distribute": ("distribution.volume", "distribute"),
+    "ftle": ("temporal.particles", "ftle"),
+    "gradient_field": ("analysis.grid_fields", "gradient_field"),
+    "hessian_field": ("analysis.grid_fields", "hessian_field"),
+    "list_grids": ("io.nanovdb", "list_grids"),
+    "open": ("io.volumes", "open_volume"),
+    "open_series": ("temporal.series", "open_series"),
+    "open_zarr": ("io.volumes", "open_zarr"),
+    "q_criterion_field": ("analysis.grid_fields", "q_criterion_field"),
+    "run": ("jobs.runner", "run"),
+    "sample": ("ops.sampling", "sample"),
+    "sample_grad": ("ops.sampling", "sample_grad"),
+    "sample_grad_arrays": ("ops.sampling", "sample_grad_arrays"),
+    "sample_grad_vjp": ("ops.vjp", "sample_grad_vjp"),
+    "sample_hessian": ("ops.hessian", "sample_hessian"),
+    "sample_hessian_arrays": ("ops.hessian", "sample_hessian_arrays"),
+    "save": ("io.nanovdb", "save"),
+    "split_channels": ("io.volumes", "split_channels"),
+}
+
+# modules users reach as vdbflow.<name> (``from vdbflow import flow``), wherever they live
+_MODULES = {
+    "flow": "analysis.flow",
+    "plot": "analysis.plot",
+    "units": "core.units",
+    "autograd": "ops.autograd",
+    "coverage": "ops.coverage",
+    "unsteady": "synthetic.unsteady",
+    "points": "jobs.points",
 }
 
 
 def __getattr__(name: str) -> Any:
     if name == "__version__":
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            value = version("vdbflow")
-        except PackageNotFoundError:  # pragma: no cover - source tree without install
-            value = "0+unknown"
+        from vdbflow.version import __version__ as value
     elif name in _LAZY:
         module, attr = _LAZY[name]
         value = getattr(importlib.import_module(f".{module}", __name__), attr)
+    elif name in _MODULES:
+        value = importlib.import_module(f".{_MODULES[name]}", __name__)
     elif not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
-        value = importlib.import_module(f".{name}", __name__)  # vdbflow.flow, vdbflow.synthetic, ...
+        value = importlib.import_module(f".{name}", __name__)  # the subpackages: vdbflow.core, vdbflow.ops, ...
     else:
         raise AttributeError(f"module 'vdbflow' has no attribute {name!r}")
     globals()[name] = value  # later accesses skip __getattr__
@@ -105,6 +113,36 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__, "__version__"})
+
+
+# Volume and Topology methods implemented by higher layers: bound here, at the top of the package, so
+# that vdbflow.core never imports upwards; each layer is imported on the method's first call.
+_VOLUME_OPERATIONS = {
+    "sample": ("ops.sampling", "sample"),
+    "sample_grad": ("ops.sampling", "sample_grad"),
+    "sample_hessian": ("ops.hessian", "sample_hessian"),
+    "stencil_inside": ("ops.coverage", "stencil_inside"),
+    "to_dataset": ("io.volumes", "to_dataset"),
+    "to_zarr": ("io.volumes", "to_zarr"),
+    "save": ("io.nanovdb", "save"),
+}
+
+
+def _bind_volume_operations() -> None:
+    from vdbflow.core.volume import bind_operation
+
+    def bound(module: str, attr: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return getattr(importlib.import_module(f".{module}", __name__), attr)(*args, **kwargs)
+
+        call.__name__ = call.__qualname__ = attr
+        return call
+
+    for name, (module, attr) in _VOLUME_OPERATIONS.items():
+        bind_operation(name, bound(module, attr))
+
+
+_bind_volume_operations()
 
 
 class _RegisterAccessor(importlib.abc.MetaPathFinder):
@@ -123,7 +161,7 @@ class _RegisterAccessor(importlib.abc.MetaPathFinder):
         def exec_module(module: Any) -> None:
             run_module(module)
             try:
-                importlib.import_module(".flow", __name__)
+                importlib.import_module(".analysis.flow", __name__)
             except Exception as err:  # xarray itself imported fine: don't fail its import
                 warnings.warn(f"vdbflow could not register the ds.vdbflow accessor: {err!r}", stacklevel=2)
 
@@ -132,7 +170,7 @@ class _RegisterAccessor(importlib.abc.MetaPathFinder):
 
 
 if "xarray" in sys.modules:
-    from . import flow  # noqa: F401 - registers the ds.vdbflow accessor
+    from vdbflow.analysis import flow  # noqa: F401 - registers the ds.vdbflow accessor
 elif not any(isinstance(f, _RegisterAccessor) for f in sys.meta_path):
     sys.meta_path.insert(0, _RegisterAccessor())
 

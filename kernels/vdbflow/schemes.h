@@ -221,13 +221,13 @@ VDB_HD void axis_weights(int scheme, double f, AxisWeights& a, bool second = fal
 }
 
 #ifndef VDB_DEVICE_COMPILE
-// The modes by name, in id order: Python's vdbflow.sampling.MODES is read from here.
+// The modes by name, in id order: Python's vdbflow.ops.sampling.MODES is read from here.
 constexpr const char* MODE_NAMES[SCHEME_LAST + 1] = {"closest", "linear",  "lag4",        "lag6",     "lag8",
                                                      "fd4",     "fd6",     "fd4lag4",     "catmull_rom",
                                                      "bspline3", "fd2",    "fd8",         "m2q8"};
 
 // Voxels a mode's stencil reaches on the positive side of the base cell floor(u) (the negative side
-// reaches one less): the distributed halo a mode needs (vdbflow.sampling.STENCIL_RADIUS).
+// reaches one less): the distributed halo a mode needs (vdbflow.ops.sampling.STENCIL_RADIUS).
 inline int stencil_reach(int mode) {
   if (mode == MODE_CLOSEST) return 1;  // the rounded voxel: floor(u) or floor(u) + 1
   AxisWeights a;

@@ -1,0 +1,216 @@
+"""Flow-field quantities derived from a velocity-gradient tensor ``J[c, a] = d u_c / d x_a``.
+
+Each function takes the Jacobian DataArray of :meth:`Volume.sample_grad` (dims ``(..., component,
+axis)`` with 3 x 3 entries) and returns a DataArray with ``long_name``, ``units`` and ``formula``
+attrs; Dask-backed inputs stay lazy (computed chunk by chunk along the points). Units are composed
+and simplified by pint (:mod:`vdbflow.units`): a Jacobian in ``m/s/m`` gives vorticity in ``1/s`` and
+Q in ``1/s^2``; without Jacobian units the results carry none (no ``units`` attr, never ``""``).
+CF has no standard names for these quantities in general, so none are set.  The same functions
+are reachable as ``ds.vdbflow.<name>()`` on a sample_grad Dataset.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from vdbflow.core import units as _u
+from vdbflow.errors import SamplingError
+
+CORE = ("component", "axis")
+
+
+def _check(jac: xr.DataArray) -> None:
+    if not set(CORE) <= set(jac.dims) or jac.sizes["component"] != 3 or jac.sizes["axis"] != 3:
+        raise SamplingError(
+            f"expected a velocity-gradient DataArray with 3 x 3 dims ('component', 'axis'), got dims {jac.dims} "
+            f"and sizes {dict(jac.sizes)}"
+        )
+
+
+def _units(jac: xr.DataArray, power: int = 1) -> str | None:
+    """The Jacobian's units to ``power``, simplified (None when it has none)."""
+    return _u.power(jac.attrs.get("units"), power)
+
+
+def _attrs(long_name: str, units: str | None, formula: str) -> dict[str, str]:
+    return {"long_name": long_name, **({"units": units} if units else {}), "formula": formula}
+
+
+def _apply(fn: Any, jac: xr.DataArray, out_core: tuple[str, ...], name: str, long_name: str, units: str | None,
+           formula: str, out_sizes: dict[str, int] | None = None) -> xr.DataArray:
+    _check(jac)
+    out = xr.apply_ufunc(fn, jac, input_core_dims=[list(CORE)], output_core_dims=[list(out_core)],
+                         dask="parallelized", output_dtypes=[np.result_type(jac.dtype, np.float32)],
+                         dask_gufunc_kwargs={"output_sizes": out_sizes or {}})
+    out.name = name
+    out.attrs = _attrs(long_name, units, formula)
+    return out
+
+
+def _sym(J: np.ndarray) -> np.ndarray:
+    return 0.5 * (J + np.swapaxes(J, -1, -2))
+
+
+def _skew(J: np.ndarray) -> np.ndarray:
+    return 0.5 * (J - np.swapaxes(J, -1, -2))
+
+
+def _vorticity(J: np.ndarray) -> np.ndarray:
+    return np.stack([J[..., 2, 1] - J[..., 1, 2], J[..., 0, 2] - J[..., 2, 0], J[..., 1, 0] - J[..., 0, 1]], axis=-1)
+
+
+def divergence(jac: xr.DataArray) -> xr.DataArray:
+    """div u = trace(J)."""
+    return _apply(lambda J: np.trace(J, axis1=-2, axis2=-1), jac, (), "divergence", "velocity divergence",
+                  _units(jac), "du_x/dx + du_y/dy + du_z/dz")
+
+
+def vorticity(jac: xr.DataArray) -> xr.DataArray:
+    """omega = curl u, dims (..., axis): a vector along the Jacobian's axes (x y z, or i j k), so it
+    sits in one Dataset with the velocity, whose ``component`` labels (u v w) differ."""
+    out = _apply(_vorticity, jac, ("axis",), "vorticity", "vorticity", _units(jac),
+                 "(dw/dy - dv/dz, du/dz - dw/dx, dv/dx - du/dy)", {"axis": 3})
+    return out.assign_coords(axis=jac["axis"].values)
+
+
+def vorticity_magnitude(jac: xr.DataArray) -> xr.DataArray:
+    """|omega|."""
+    return _apply(lambda J: np.linalg.norm(_vorticity(J), axis=-1), jac, (), "vorticity_magnitude",
+                  "vorticity magnitude", _units(jac), "|curl u|")
+
+
+def strain_rate(jac: xr.DataArray) -> xr.DataArray:
+    """S = (J + J^T) / 2, dims (..., component, axis)."""
+    return _apply(_sym, jac, CORE, "strain_rate", "strain-rate tensor", _units(jac), "S = (J + J^T) / 2",
+                  {"component": 3, "axis": 3}).assign_coords(component=jac["component"].values,
+                                                              axis=jac["axis"].values)
+
+
+def rotation_rate(jac: xr.DataArray) -> xr.DataArray:
+    """Omega = (J - J^T) / 2, dims (..., component, axis)."""
+    return _apply(_skew, jac, CORE, "rotation_rate", "rotation-rate tensor", _units(jac), "Omega = (J - J^T) / 2",
+                  {"component": 3, "axis": 3}).assign_coords(component=jac["component"].values,
+                                                              axis=jac["axis"].values)
+
+
+def q_criterion(jac: xr.DataArray) -> xr.DataArray:
+    """Q = (|Omega|^2 - |S|^2) / 2 with Frobenius norms; Q > 0 where rotation dominates strain."""
+
+    def q(J: np.ndarray) -> np.ndarray:
+        # |Omega|^2 - |S|^2 = -sum_ij J_ij J_ji: one pass, no S and Omega temporaries
+        return -0.5 * np.einsum("...ij,...ji->...", J, J)
+
+    return _apply(q, jac, (), "q_criterion", "Q-criterion", _units(jac, 2), "Q = (|Omega|_F^2 - |S|_F^2) / 2")
+
+
+def lambda2(jac: xr.DataArray) -> xr.DataArray:
+    """lambda_2: the middle eigenvalue of S^2 + Omega^2 (a vortex where it is negative)."""
+
+    def l2(J: np.ndarray) -> np.ndarray:
+        S, W = _sym(J), _skew(J)
+        return np.linalg.eigvalsh(S @ S + W @ W)[..., 1]
+
+    return _apply(l2, jac, (), "lambda2", "lambda-2 criterion", _units(jac, 2), "middle eigenvalue of S^2 + Omega^2")
+
+
+def swirling_strength(jac: xr.DataArray) -> xr.DataArray:
+    """lambda_ci: the imaginary part of J's complex eigenvalue pair (0 where all are real)."""
+
+    def ci(J: np.ndarray) -> np.ndarray:
+        return np.abs(np.linalg.eigvals(J).imag).max(axis=-1)
+
+    return _apply(ci, jac, (), "swirling_strength", "swirling strength", _units(jac),
+                  "|Im(lambda)| of the complex eigenvalues of J")
+
+
+def laplacian(hessian: xr.DataArray) -> xr.DataArray:
+    """The Laplacian of each component, trace of the Hessian over ``(axis, axis2)``: the viscous term
+    ``nu * laplacian(u)`` of a velocity field; any field with a Hessian from :meth:`Volume.sample_hessian`."""
+    dims = [d for d in hessian.dims if d.endswith("axis") or d.endswith("axis2")][-2:]
+    if len(dims) != 2 or hessian.sizes[dims[0]] != 3 or hessian.sizes[dims[1]] != 3:
+        raise SamplingError(f"expected a Hessian DataArray with 3 x 3 dims ('axis', 'axis2'), got dims {hessian.dims}")
+    out = xr.apply_ufunc(lambda H: np.trace(H, axis1=-2, axis2=-1), hessian, input_core_dims=[dims],
+                         dask="parallelized", output_dtypes=[hessian.dtype])
+    out.name = "laplacian"
+    out.attrs = _attrs("Laplacian", _u.normalize(hessian.attrs.get("units")), "d2/dx2 + d2/dy2 + d2/dz2")
+    return out
+
+
+def helicity(velocity: xr.DataArray, jac: xr.DataArray) -> xr.DataArray:
+    """Helicity density u . omega."""
+    omega = vorticity(jac)
+    out = (velocity.rename({"component": "c"}).assign_coords(c=[0, 1, 2]) *
+           omega.rename({"axis": "c"}).assign_coords(c=[0, 1, 2])).sum("c")
+    out.name = "helicity"
+    out.attrs = _attrs("helicity density", _u.multiply(velocity.attrs.get("units"), _units(jac)), "u . curl u")
+    return out
+
+
+@xr.register_dataset_accessor("vdbflow")
+class VdbflowAccessor:
+    """``ds.vdbflow``: derived quantities of a :meth:`Volume.sample_grad` Dataset of a vec3 field."""
+
+    def __init__(self, ds: xr.Dataset):
+        self._ds = ds
+
+    def _jacobian(self) -> xr.DataArray:
+        names = [v for v in self._ds.data_vars if v.endswith("_jacobian")]
+        if len(names) != 1:
+            raise SamplingError(f"expected one '<field>_jacobian' variable, found {names}")
+        return self._ds[names[0]]
+
+    def _velocity(self) -> xr.DataArray:
+        return self._ds[self._jacobian().name[: -len("_jacobian")]]
+
+    @property
+    def plot(self) -> Any:
+        """Plots of this Dataset: ``.slice(var)``, ``.jacobian_grid()``, ``.line(var)`` (vdbflow.plot)."""
+        from vdbflow.analysis.plot import PlotMethods
+
+        return PlotMethods(self._ds)
+
+    def divergence(self) -> xr.DataArray:
+        """Divergence tr(J) of this Dataset's Jacobian (see :func:`vdbflow.flow.divergence`)."""
+        return divergence(self._jacobian())
+
+    def vorticity(self) -> xr.DataArray:
+        """Vorticity curl u, dims (..., axis) (see :func:`vdbflow.flow.vorticity`)."""
+        return vorticity(self._jacobian())
+
+    def vorticity_magnitude(self) -> xr.DataArray:
+        """|curl u| (see :func:`vdbflow.flow.vorticity_magnitude`)."""
+        return vorticity_magnitude(self._jacobian())
+
+    def strain_rate(self) -> xr.DataArray:
+        """Strain-rate tensor S = (J + Jᵀ)/2 (see :func:`vdbflow.flow.strain_rate`)."""
+        return strain_rate(self._jacobian())
+
+    def rotation_rate(self) -> xr.DataArray:
+        """Rotation-rate tensor Ω = (J − Jᵀ)/2 (see :func:`vdbflow.flow.rotation_rate`)."""
+        return rotation_rate(self._jacobian())
+
+    def q_criterion(self) -> xr.DataArray:
+        """Q = (|Ω|² − |S|²)/2, positive in vortex cores (see :func:`vdbflow.flow.q_criterion`)."""
+        return q_criterion(self._jacobian())
+
+    def lambda2(self) -> xr.DataArray:
+        """λ2: the middle eigenvalue of S² + Ω², negative in vortex cores (:func:`vdbflow.flow.lambda2`)."""
+        return lambda2(self._jacobian())
+
+    def swirling_strength(self) -> xr.DataArray:
+        """Imaginary part of J's complex eigenvalues (:func:`vdbflow.flow.swirling_strength`)."""
+        return swirling_strength(self._jacobian())
+
+    def helicity(self) -> xr.DataArray:
+        """Helicity density u · curl u (see :func:`vdbflow.flow.helicity`)."""
+        return helicity(self._velocity(), self._jacobian())
+
+    def laplacian(self) -> xr.DataArray:
+        """Laplacian of the field, from the ``<field>_hessian`` variable of a sample_hessian Dataset."""
+        names = [v for v in self._ds.data_vars if v.endswith("_hessian")]
+        if len(names) != 1:
+            raise SamplingError(f"expected one '<field>_hessian' variable (Volume.sample_hessian), found {names}")
+        return laplacian(self._ds[names[0]])

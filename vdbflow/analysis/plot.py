@@ -1,0 +1,278 @@
+"""Plots of sampled fields and Jacobians (matplotlib; ``pip install "vdbflow[plot]"``).
+
+The helpers take a Dataset from :meth:`Volume.sample_grad` (or a ``vdbflow run`` result) whose
+points form a slice plane - sampled at (ns, nt, 3) points, so that its values lie on two point dims,
+or flat (N, 3) points with ``shape=(ns, nt)`` (s-major) - or a line (``line_plot``), and label every
+panel with its variable, component, axis and units. Also reachable as ``ds.vdbflow.plot.slice(...)``,
+``.jacobian_grid(...)``, ``.line(...)``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from vdbflow.errors import SamplingError
+
+DERIVED_SCALARS = ("divergence", "vorticity_magnitude", "q_criterion", "lambda2", "swirling_strength", "helicity")
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SamplingError('vdbflow.plot needs matplotlib: pip install "vdbflow[plot]"') from None
+    return plt
+
+
+def _point_dims(ds: xr.Dataset) -> tuple[str, ...]:
+    """The dims the points lie on: those of the x (or i) coordinate, else ``("point",)``."""
+    for c in ("x", "i"):
+        if c in ds.coords:
+            return tuple(ds[c].dims)
+    return ("point",)
+
+
+def _flat(obj: Any, dims: tuple[str, ...]) -> Any:
+    """``obj`` with the point dims ``dims`` stacked into one ``point`` dim, first, in C order."""
+    if dims == ("point",) or not set(dims) <= set(obj.dims):
+        return obj
+    return obj.stack(point=dims).transpose("point", ...)
+
+
+def _plane(ds: xr.Dataset, var: Any, shape: Sequence[int] | None) -> tuple[xr.Dataset, Any, tuple[int, int]]:
+    """The Dataset and variable with flat points, and the plane's (ns, nt): from the two point dims of a
+    Dataset sampled at (ns, nt, 3) points, or ``shape`` for flat points."""
+    dims = _point_dims(ds)
+    if len(dims) == 2:
+        sizes = (ds.sizes[dims[0]], ds.sizes[dims[1]])
+        if shape is not None and tuple(int(n) for n in shape) != sizes:
+            raise SamplingError(f"expected shape={sizes} (the sizes of the point dims {dims}) or none, "
+                                f"got {tuple(shape)}")
+        return _flat(ds, dims), (None if var is None else _flat(var, dims)), sizes
+    if len(dims) != 1:
+        raise SamplingError(f"expected points on a plane: two point dims, or one with shape=(ns, nt); got dims {dims}")
+    if dims != ("point",):
+        ds, var = ds.rename({dims[0]: "point"}), (None if var is None else var.rename({dims[0]: "point"}))
+    return ds, var, _plane_shape(ds, shape)
+
+
+def _plane_shape(ds: xr.Dataset, shape: Sequence[int] | None) -> tuple[int, int]:
+    if shape is None:
+        stored = ds.attrs.get("points_shape")  # results of vdbflow run before points kept their shape
+        if stored is None:
+            raise SamplingError("expected the plane's shape: pass shape=(ns, nt) (points in s-major order), or "
+                                "sample at points of shape (ns, nt, 3)")
+        shape = json.loads(stored) if isinstance(stored, str) else stored
+    shape = tuple(int(n) for n in shape)
+    if len(shape) != 2 or shape[0] * shape[1] != ds.sizes["point"]:
+        raise SamplingError(f"expected a plane shape (ns, nt) with ns * nt = {ds.sizes['point']} points, got {shape}")
+    return shape
+
+
+def _variable(ds: xr.Dataset, var: str | xr.DataArray) -> xr.DataArray:
+    """A data variable, or a derived quantity computed from the Dataset's Jacobian."""
+    if isinstance(var, xr.DataArray):
+        return var
+    if var in ds.variables:
+        return ds[var]
+    if var in DERIVED_SCALARS or var == "vorticity":
+        return getattr(ds.vdbflow, var)()
+    raise SamplingError(f"expected a variable of the Dataset ({list(ds.data_vars)}) or a derived quantity "
+                        f"({', '.join(DERIVED_SCALARS)}), got {var!r}")
+
+
+def _label(da: xr.DataArray, name: str | None = None) -> str:
+    units = da.attrs.get("units")
+    return f"{name or da.attrs.get('long_name') or da.name}" + (f" [{units}]" if units else "")
+
+
+def _plane_axes(ds: xr.Dataset, shape: tuple[int, int]) -> tuple[tuple[str, np.ndarray], tuple[str, np.ndarray]]:
+    """The two point coordinates that vary most along the plane's s and t directions, as 2-D grids."""
+    names = [c for c in ("x", "y", "z", "i", "j", "k") if c in ds.coords and ds[c].dims == ("point",)]
+    if len(names) < 3:
+        raise SamplingError(f"expected point coordinates x, y, z (or i, j, k) in the Dataset, got {names}")
+    grids = {c: np.asarray(ds[c].values, np.float64).reshape(shape) for c in names[:3]}
+    along_s = max(grids, key=lambda c: np.ptp(grids[c], axis=0).max(initial=0))
+    along_t = max((c for c in grids if c != along_s), key=lambda c: np.ptp(grids[c], axis=1).max(initial=0))
+    return (along_s, grids[along_s]), (along_t, grids[along_t])
+
+
+def _coord_label(ds: xr.Dataset, name: str) -> str:
+    units = ds[name].attrs.get("units")
+    return name + (f" [{units}]" if units else "")
+
+
+def _image(ax: Any, ds: xr.Dataset, values: np.ndarray, shape: tuple[int, int], cmap: str, vmin: float | None,
+           vmax: float | None) -> Any:
+    (sname, S), (tname, T) = _plane_axes(ds, shape)
+    mesh = ax.pcolormesh(S, T, values.reshape(shape), cmap=cmap, vmin=vmin, vmax=vmax, shading="nearest")
+    ax.set_xlabel(_coord_label(ds, sname))
+    ax.set_ylabel(_coord_label(ds, tname))
+    ax.set_aspect("equal")
+    return mesh
+
+
+def _limits(values: np.ndarray, symmetric: bool, robust: bool = False) -> tuple[float | None, float | None]:
+    """Colour limits: the data range, or (``robust``, as in xarray) its 2nd to 98th percentiles -
+    the steep gradients at the edge of the active region then do not wash out the interior."""
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return None, None
+    lo, hi = np.percentile(finite, [2, 98]) if robust else (finite.min(), finite.max())
+    if symmetric:
+        m = float(max(abs(lo), abs(hi))) or 1.0
+        return -m, m
+    return float(lo), float(hi)
+
+
+def slice_plot(ds: xr.Dataset, var: str | xr.DataArray, *, component: str | int | None = None,
+               shape: Sequence[int] | None = None, ax: Any = None, cmap: str | None = None,
+               symmetric: bool | None = None, robust: bool = False, title: str | None = None,
+               colorbar: bool = True) -> Any:
+    """An image of ``var`` (a data variable, or a derived quantity such as ``"q_criterion"``) over
+    a slice plane of (ns, nt) points; vector variables need ``component`` (a label or a position;
+    ``"magnitude"`` for the norm). ``robust``: colour limits from the 2nd-98th percentiles.
+    Returns the matplotlib Axes."""
+    plt = _pyplot()
+    ds, da, shape = _plane(ds, _variable(ds, var), shape)
+    name = str(da.name)
+    extra = [d for d in da.dims if d != "point"]
+    if extra:
+        if len(extra) != 1:
+            raise SamplingError(f"expected a scalar or vector variable, {name} has dims {da.dims}; select one "
+                                "entry first (e.g. ds['velocity_jacobian'].sel(component='u', axis='x'))")
+        dim = extra[0]
+        if component is None:
+            raise SamplingError(f"{name} is a vector (dim {dim!r}: {list(da[dim].values)}): pass component=")
+        if component == "magnitude":
+            values = np.linalg.norm(np.asarray(da.values, np.float64), axis=-1)
+            name = f"|{name}|"
+        else:
+            sel = da.isel({dim: component}) if isinstance(component, int) else da.sel({dim: component})
+            values = np.asarray(sel.values, np.float64)
+            name = f"{name} {sel[dim].item()}"
+    else:
+        values = np.asarray(da.values, np.float64)
+    if symmetric is None:
+        symmetric = bool(np.nanmin(values) < 0 < np.nanmax(values)) if np.isfinite(values).any() else False
+    cmap = cmap or ("RdBu_r" if symmetric else "viridis")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5, 4.2), layout="constrained")
+    mesh = _image(ax, ds, values, shape, cmap, *_limits(values, symmetric, robust))
+    ax.set_title(title or name)
+    if colorbar:
+        ax.figure.colorbar(mesh, ax=ax, label=_label(da, name))
+    return ax
+
+
+def jacobian_grid(ds: xr.Dataset, var: str | None = None, *, shape: Sequence[int] | None = None,
+                  cmap: str = "RdBu_r", share_limits: bool = True, robust: bool = False,
+                  panel_size: float = 2.6) -> Any:
+    """Component x axis panels of a Jacobian over a slice plane: row c, column a shows
+    ``d value[c] / d axis[a]`` with a colour bar in the Jacobian's units. Colour limits are
+    symmetric and shared by all panels (``share_limits``); ``robust`` takes them from the 2nd-98th
+    percentiles. Returns the Figure."""
+    plt = _pyplot()
+    ds, _, shape = _plane(ds, None, shape)
+    if var is None:
+        names = [v for v in ds.data_vars if str(v).endswith("_jacobian")]
+        if len(names) != 1:
+            raise SamplingError(f"expected one '<field>_jacobian' variable (or pass var=), found {names}")
+        var = str(names[0])
+    J = ds[var]
+    if J.dims[-1] != "axis":
+        raise SamplingError(f"expected a Jacobian with a trailing 'axis' dim, {var} has dims {J.dims}")
+    field = var.removesuffix("_jacobian")
+    comps = list(J["component"].values) if "component" in J.dims else [None]
+    axes_labels = list(J["axis"].values)
+    values = np.asarray(J.values, np.float64)
+    if comps == [None]:
+        values = values[:, None, :]
+    lo, hi = _limits(values, True, robust) if share_limits else (None, None)
+    fig, axes = plt.subplots(len(comps), len(axes_labels), figsize=(panel_size * len(axes_labels) + 1.2,
+                                                                     panel_size * len(comps) + 0.6),
+                             layout="constrained", squeeze=False, sharex=True, sharey=True)
+    units = J.attrs.get("units")
+    for c, comp in enumerate(comps):
+        for a, axis in enumerate(axes_labels):
+            ax = axes[c, a]
+            v = values[:, c, a]
+            limits = (lo, hi) if share_limits else _limits(v, True, robust)
+            mesh = _image(ax, ds, v, shape, cmap, *limits)
+            top = field if comp is None else (str(comp) if len(str(comp)) <= 2 else f"{field}[{comp}]")
+            ax.set_title(f"∂{top}/∂{axis}")
+            if c < len(comps) - 1:
+                ax.set_xlabel("")
+            if a > 0:
+                ax.set_ylabel("")
+            if not share_limits:
+                fig.colorbar(mesh, ax=ax)
+    if share_limits:
+        fig.colorbar(mesh, ax=axes, label=f"∂{field}/∂axis" + (f" [{units}]" if units else ""), shrink=0.9)
+    fig.suptitle(f"Jacobian of {field} ({J.attrs.get('sampling_mode', '')})".replace(" ()", ""))
+    return fig
+
+
+def line_plot(ds: xr.Dataset, var: str | xr.DataArray, *, component: str | int | None = None,
+              axis: str | None = None, ax: Any = None, label: str | None = None, **line_kwargs: Any) -> Any:
+    """``var`` (or its ``component`` / Jacobian entry ``component``, ``axis``) along the points,
+    against the distance from the first point. Returns the Axes (call again on it to compare)."""
+    plt = _pyplot()
+    dims = _point_dims(ds)
+    if len(dims) != 1:
+        raise SamplingError(f"expected points along a line (one point dim), got point dims {dims}")
+    da = _variable(ds, var)
+    sel = {}
+    if "component" in da.dims:
+        if component is None:
+            raise SamplingError(f"{da.name} has components {list(da['component'].values)}: pass component=")
+        sel["component"] = component
+    if "axis" in da.dims:
+        if axis is None:
+            raise SamplingError(f"{da.name} has an axis dim {list(da['axis'].values)}: pass axis=")
+        sel["axis"] = axis
+    picked = da.sel({k: v for k, v in sel.items() if not isinstance(v, int)}).isel(
+        {k: v for k, v in sel.items() if isinstance(v, int)})
+    names = [c for c in ("x", "y", "z", "i", "j", "k") if c in ds.coords and ds[c].dims == dims][:3]
+    pts = np.stack([np.asarray(ds[c].values, np.float64) for c in names], axis=1)
+    distance = np.linalg.norm(pts - pts[0], axis=1)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3.5), layout="constrained")
+    what = str(da.name)
+    if "axis" in sel:
+        what = f"∂{what.removesuffix('_jacobian')}[{sel.get('component', '')}]/∂{sel['axis']}".replace("[]", "")
+    elif "component" in sel:
+        what = f"{what} {sel['component']}"
+    ax.plot(distance, np.asarray(picked.values, np.float64), label=label or da.attrs.get("sampling_mode", what),
+            **line_kwargs)
+    ax.set_xlabel("distance along the line" + (f" [{ds[names[0]].attrs['units']}]"
+                                                if ds[names[0]].attrs.get("units") else ""))
+    ax.set_ylabel(_label(da, what))
+    return ax
+
+
+class PlotMethods:
+    """``ds.vdbflow.plot``: :func:`slice_plot`, :func:`jacobian_grid` and :func:`line_plot` on ``ds``."""
+
+    def __init__(self, ds: xr.Dataset):
+        self._ds = ds
+
+    def slice(self, var: str | xr.DataArray, **kwargs: Any) -> Any:  # noqa: A003 - reads as ds.vdbflow.plot.slice
+        """``var`` (a variable, or a flow quantity by name such as ``"q_criterion"``) over a slice plane;
+        keyword arguments as :func:`slice_plot` (component, shape, ax, cmap, symmetric, robust, title)."""
+        return slice_plot(self._ds, var, **kwargs)
+
+    def jacobian_grid(self, var: str | None = None, **kwargs: Any) -> Any:
+        """Component x axis panels of the Jacobian over a slice plane, one colour bar; keyword arguments
+        as :func:`jacobian_grid`."""
+        return jacobian_grid(self._ds, var, **kwargs)
+
+    def line(self, var: str | xr.DataArray, **kwargs: Any) -> Any:
+        """``var`` (or one component / Jacobian entry) along the points against the distance from the
+        first; keyword arguments as :func:`line_plot`. Returns the Axes."""
+        return line_plot(self._ds, var, **kwargs)

@@ -1,0 +1,774 @@
+"""The sparse volume model: a leaf topology (8^3 leaves, active masks, tiles, transform) and values
+stored per leaf (512 per leaf) or per active voxel (NanoVDB OnIndex layout)."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from vdbflow import _core
+from vdbflow.core import tree
+from vdbflow.core.transform import Transform
+from vdbflow.core.value_types import ValueType, value_type_for
+from vdbflow.errors import VolumeError
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+INT32_MIN, INT32_MAX = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+DEFAULT_COMPONENT_NAMES = ("x", "y", "z", "w")
+
+TransformLike = Transform | np.ndarray | Sequence | None
+
+
+# Volume and Topology methods carried out by higher layers (sampling in vdbflow.ops, files in
+# vdbflow.io).  vdbflow/__init__.py, which sits above every layer, binds them when the package is
+# imported, so this module never imports upwards; each binding imports its layer on first call.
+_OPERATIONS: dict[str, Callable[..., Any]] = {}
+
+
+def bind_operation(name: str, function: Callable[..., Any]) -> None:
+    """Register the function behind the Volume/Topology method ``name`` (done by ``vdbflow/__init__``)."""
+    _OPERATIONS[name] = function
+
+
+def operation(name: str) -> Callable[..., Any]:
+    """The function bound to the Volume/Topology method ``name``."""
+    try:
+        return _OPERATIONS[name]
+    except KeyError:  # pragma: no cover - only when vdbflow/__init__.py did not run
+        raise VolumeError(f"expected the operation {name!r} to be bound by 'import vdbflow', found none") from None
+
+
+def _as_coordinates(ijk: Any, what: str = "ijk") -> np.ndarray:
+    """(n, 3) int32 voxel coordinates, checked."""
+    arr = np.asarray(ijk)
+    if arr.ndim != 2 or arr.shape[1] != 3:
+        raise VolumeError(f"expected {what} of shape (n, 3), got {arr.shape}")
+    if arr.dtype.kind not in "iu":
+        if arr.dtype.kind == "f" and arr.size and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+            arr = arr.astype(np.int64)
+        elif arr.size:
+            raise VolumeError(f"expected integer {what} coordinates, got dtype {arr.dtype}")
+        else:
+            arr = arr.astype(np.int64)
+    if arr.size and (arr.min() < INT32_MIN or arr.max() > INT32_MAX):
+        raise VolumeError(
+            f"expected {what} inside the int32 index range, got values in [{arr.min()}, {arr.max()}]"
+        )
+    return np.ascontiguousarray(arr, dtype=np.int32)
+
+
+def _build_table(keys: np.ndarray, slots: np.ndarray, what: str) -> np.ndarray:
+    table, repeated = _core.build_table(np.ascontiguousarray(keys, np.int32), np.ascontiguousarray(slots, np.int32))
+    if repeated >= 0:
+        raise VolumeError(f"expected one {what} per key, got a second one at key {keys[repeated].tolist()}")
+    return table
+
+
+@dataclass(frozen=True)
+class KernelArrays:
+    """What the kernels read, in the layout of ``GridView`` (kernels/vdbflow/grid.h)."""
+
+    tables: tuple[np.ndarray, np.ndarray, np.ndarray]
+    masks: np.ndarray
+    prefix: np.ndarray
+    leaf_offset: np.ndarray
+    values: np.ndarray
+    tile_values: np.ndarray
+    background: np.ndarray
+    components: int
+    index_layout: bool
+    leaf_values_at: np.ndarray | None = None  # per-leaf layout: element offset of each leaf's values
+
+
+class Topology:
+    """Which voxels exist: 8^3 leaves in NanoVDB tree order, their active masks, constant tiles
+    coarser than a leaf, and the index-to-world transform.
+
+    Attributes
+    ----------
+    leaf_origins : (L, 3) int32, multiples of 8, tree order
+    masks : (L, 8) uint64 active bits
+    tile_origins : (T, 3) int32, multiples of the tile size
+    tile_sizes : (T,) int32, each 8, 128 or 4096
+    transform : Transform
+    """
+
+    def __init__(
+        self,
+        leaf_origins: np.ndarray,
+        masks: np.ndarray,
+        transform: Transform | None = None,
+        tile_origins: np.ndarray | None = None,
+        tile_sizes: np.ndarray | None = None,
+        *,
+        leaf_offset: np.ndarray | None = None,
+        value_count: int | None = None,
+        tile_value_index: np.ndarray | None = None,
+    ):
+        """``leaf_offset``, ``value_count`` and ``tile_value_index`` describe index grids read from
+        files, whose value rows may not follow the active voxels one to one: the first row of each
+        leaf, the number of rows, and the row of each tile (-1: the background)."""
+        origins = _as_coordinates(leaf_origins, "leaf origins")
+        masks = np.ascontiguousarray(masks, dtype=np.uint64)
+        if masks.shape != (len(origins), 8):
+            raise VolumeError(f"expected masks of shape ({len(origins)}, 8), got {masks.shape}")
+        if np.any(origins & 7):
+            raise VolumeError("expected leaf origins that are multiples of 8")
+        order = tree.tree_order(origins >> 3)
+        if not np.array_equal(order, np.arange(len(origins))):
+            raise VolumeError("expected leaf origins in NanoVDB tree order")
+        self.leaf_origins = origins
+        self.masks = masks
+        self.transform = transform if transform is not None else Transform.identity()
+        self.tile_origins = _as_coordinates(np.zeros((0, 3)) if tile_origins is None else tile_origins,
+                                            "tile origins")
+        self.tile_sizes = np.ascontiguousarray(np.zeros(0) if tile_sizes is None else tile_sizes, dtype=np.int32)
+        self.grid_class = "unknown"  # NanoVDB grid class, kept for .nvdb round trips
+        self.blind_data: tuple = ()  # NanoVDB blind data records, kept for .nvdb round trips
+        self.units: str | None = None  # units of the values, e.g. "m/s" (for Dataset attrs)
+        self.length_units: str | None = None  # units of world space, e.g. "m"
+        self.tables = self._build_tables()
+        self.prefix, self.leaf_offset = tree.word_prefix(masks)
+        self.value_count = self.active_voxel_count
+        self.tile_value_index = None
+        if leaf_offset is not None:
+            self.leaf_offset = np.ascontiguousarray(leaf_offset, dtype=np.int64)
+            if self.leaf_offset.shape != (len(origins),):
+                raise VolumeError(f"expected one leaf offset per leaf ({len(origins)}), got {self.leaf_offset.shape}")
+            self.value_count = self._checked_count(value_count)
+            self._check_leaf_offsets()
+        if tile_value_index is not None:
+            self.tile_value_index = np.ascontiguousarray(tile_value_index, dtype=np.int64)
+            if self.tile_value_index.shape != (len(self.tile_sizes),):
+                raise VolumeError(f"expected one tile value index per tile ({len(self.tile_sizes)}), "
+                                  f"got shape {self.tile_value_index.shape}")
+            if len(self.tile_value_index) and (self.tile_value_index.min() < -1
+                                               or self.tile_value_index.max() >= self.value_count):
+                raise VolumeError(f"expected tile value indices in [-1, {self.value_count}) (-1: the background), "
+                                  f"got [{self.tile_value_index.min()}, {self.tile_value_index.max()}]")
+            self.tile_value_index.setflags(write=False)
+        self._freeze()
+
+    def _checked_count(self, value_count: Any) -> int:
+        if value_count is None:
+            return self.active_voxel_count
+        try:
+            count = operator.index(value_count)
+        except TypeError:
+            raise VolumeError(f"expected an integer value_count, got {value_count!r}") from None
+        if not 0 <= count < 2**62:
+            raise VolumeError(f"expected a value_count in [0, 2^62), got {count}")
+        return count
+
+    def _check_leaf_offsets(self) -> None:
+        """Each leaf's rows ``[offset, offset + active voxels)`` lie inside ``[0, value_count)``: the
+        kernels index the value array with them unchecked.  Compared without overflow."""
+        if not len(self.leaf_offset):
+            return
+        counts = np.bitwise_count(self.masks).sum(axis=1).astype(np.int64)
+        bad = (self.leaf_offset < 0) | (self.leaf_offset > self.value_count - counts)
+        if np.any(bad):
+            leaf = int(np.argmax(bad))
+            raise VolumeError(
+                f"expected each leaf's value rows inside [0, {self.value_count}), got leaf {leaf} at rows "
+                f"[{int(self.leaf_offset[leaf])}, +{int(counts[leaf])}) ({int(bad.sum())} leaves out of range)"
+            )
+
+    def _freeze(self) -> None:
+        for arr in (self.leaf_origins, self.masks, self.tile_origins, self.tile_sizes, self.prefix,
+                    self.leaf_offset, *self.tables):
+            arr.setflags(write=False)
+
+    def _build_tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        sizes, origins = self.tile_sizes, self.tile_origins
+        if sizes.shape != (len(origins),):
+            raise VolumeError(f"expected one tile size per tile origin ({len(origins)}), got shape {sizes.shape}")
+        bad = ~np.isin(sizes, tree.TILE_SIZES)
+        if bad.any():
+            raise VolumeError(f"expected tile sizes of 8, 128 or 4096 voxels, got {int(sizes[bad][0])}")
+        misaligned = np.any(origins % sizes[:, None] != 0, axis=1)
+        if misaligned.any():
+            t = int(np.argmax(misaligned))
+            raise VolumeError(
+                f"expected tile origins that are multiples of the tile size, got {origins[t].tolist()} "
+                f"for a tile of {sizes[t]}"
+            )
+        leaf_keys = self.leaf_origins >> 3
+        tiles = np.arange(len(origins), dtype=np.int32)
+        tile_codes = -2 - tiles  # encode_tile in grid.h
+        tables = []
+        level_keys = []
+        for level, (size, shift) in enumerate(zip(tree.TILE_SIZES, tree.LEVEL_SHIFTS, strict=True)):
+            sel = sizes == size
+            keys = origins[sel] >> shift
+            slots = tile_codes[sel]
+            if level == 0:
+                keys = np.concatenate([leaf_keys, keys])
+                slots = np.concatenate([np.arange(len(leaf_keys), dtype=np.int32), slots])
+            if len(keys) == 0:
+                tables.append(np.zeros((0, 4), np.int32))
+            else:
+                tables.append(_build_table(keys, slots, "leaf or tile"))
+            level_keys.append(keys)
+        # A coarser tile may not cover finer nodes (a NanoVDB node holds a tile or a child, not both).
+        for level in (1, 2):
+            if len(tables[level]) == 0:
+                continue
+            for finer in range(level):
+                shift = tree.LEVEL_SHIFTS[level] - tree.LEVEL_SHIFTS[finer]
+                covered = _core.table_lookup(tables[level], np.ascontiguousarray(level_keys[finer] >> shift))
+                if np.any(covered != -1):
+                    k = level_keys[finer][np.argmax(covered != -1)] << tree.LEVEL_SHIFTS[finer]
+                    raise VolumeError(
+                        f"expected tiles that do not overlap leaves or other tiles, got a {tree.TILE_SIZES[level]}^3 "
+                        f"tile over the node at {k.tolist()}"
+                    )
+        return tuple(tables)
+
+    # -- sizes and bounds ---------------------------------------------------------------------
+    @property
+    def leaf_count(self) -> int:
+        return len(self.leaf_origins)
+
+    @property
+    def tile_count(self) -> int:
+        return len(self.tile_origins)
+
+    @property
+    def active_voxel_count(self) -> int:
+        """Active voxels in leaves (tiles not counted)."""
+        return int(np.bitwise_count(self.masks).sum()) if self.leaf_count else 0
+
+    @property
+    def index_to_world(self) -> np.ndarray:
+        return self.transform.index_to_world
+
+    @property
+    def voxel_size(self) -> np.ndarray:
+        return self.transform.voxel_size
+
+    @property
+    def index_bbox(self) -> np.ndarray | None:
+        """(2, 3) int64 [min, max] over active voxels and tiles (inclusive), None when empty."""
+        boxes = []
+        leaves = tree.active_bbox(self.leaf_origins, self.masks)
+        if leaves is not None:
+            boxes.append(leaves)
+        if self.tile_count:
+            lo = self.tile_origins.astype(np.int64)
+            boxes.append(np.stack([lo.min(axis=0), (lo + self.tile_sizes[:, None] - 1).max(axis=0)]))
+        if not boxes:
+            return None
+        return np.stack([np.min([b[0] for b in boxes], axis=0), np.max([b[1] for b in boxes], axis=0)])
+
+    @property
+    def world_bbox(self) -> np.ndarray | None:
+        """(2, 3) float64 world box of the index box taken as voxel cells [min, max + 1] (as NanoVDB)."""
+        box = self.index_bbox
+        if box is None:
+            return None
+        lo, hi = box[0].astype(np.float64), box[1].astype(np.float64) + 1.0
+        corners = np.array([[(lo, hi)[a][0], (lo, hi)[b][1], (lo, hi)[c][2]]
+                            for a in (0, 1) for b in (0, 1) for c in (0, 1)])
+        world = self.transform.apply(corners)
+        return np.stack([world.min(axis=0), world.max(axis=0)])
+
+    def active_voxels(self) -> np.ndarray:
+        """(n, 3) int32 active voxel coordinates in index-layout (OnIndex) order."""
+        return tree.active_coordinates(self.leaf_origins, self.masks)
+
+    def leaf_rows(self, leaves: np.ndarray, index_layout: bool) -> np.ndarray:
+        """Value rows of ``leaves`` (indices), leaf after leaf: 512 per leaf in the per-leaf layout,
+        the leaf's active voxels (from ``leaf_offset``) in the index layout."""
+        leaves = np.asarray(leaves, dtype=np.int64)
+        if not index_layout:
+            return (leaves[:, None] * 512 + np.arange(512)).ravel()
+        counts = np.bitwise_count(self.masks[leaves]).sum(axis=1).astype(np.int64)
+        first_in_block = np.cumsum(counts) - counts
+        return np.repeat(self.leaf_offset[leaves] - first_in_block, counts) + np.arange(int(counts.sum()))
+
+    def with_data(
+        self,
+        voxel_data: Any,
+        background: Any = 0,
+        tile_values: Any = None,
+        *,
+        name: str = "value",
+        component_names: Sequence[str] | None = None,
+    ) -> Volume:
+        """A Volume in the index layout sharing this topology.
+
+        ``voxel_data`` is (n_active,) or (n_active, C), in ``active_voxels()`` order; inactive
+        voxels read ``background``.  ``tile_values`` (T,) or (T, C) gives the tiles' values
+        (default: tiles read the background).
+        """
+        data = np.asarray(voxel_data)
+        rows = self.value_count
+        if data.ndim not in (1, 2) or data.shape[0] != rows:
+            raise VolumeError(
+                f"expected voxel_data of shape ({rows},) or ({rows}, C) (one row per indexed value), got {data.shape}"
+            )
+        if tile_values is None and self.tile_value_index is not None and self.tile_count:
+            index = self.tile_value_index
+            if np.any(index >= rows):
+                raise VolumeError(f"expected tile value rows below {rows}, got {int(index.max())}")
+            bg = np.broadcast_to(np.asarray(background, dtype=data.dtype), data.shape[1:])
+            tile_values = np.where((index >= 0).reshape((-1,) + (1,) * (data.ndim - 1)),
+                                   data[np.maximum(index, 0)], bg)
+        return Volume._assemble(self, data, background, tile_values, index_layout=True, name=name,
+                                component_names=component_names)
+
+    def to_nvdb(self, path: str, name: str = "index", codec: str = "none") -> None:
+        """Write this topology as a NanoVDB OnIndex grid (see :func:`vdbflow.save`)."""
+        operation("save")(path, {name: self}, codec=codec)
+
+    def __repr__(self) -> str:
+        return (f"<vdbflow.Topology: {self.leaf_count} leaves, {self.active_voxel_count} active voxels, "
+                f"{self.tile_count} tiles>")
+
+
+def _leaves_of(ijk: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Leaf origins (L, 3) in tree order, leaf slot (n,) and in-leaf offset (n,) of voxels (n, 3)."""
+    if len(ijk) == 0:
+        return np.zeros((0, 3), np.int32), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    keys, inverse = np.unique(ijk >> 3, axis=0, return_inverse=True)
+    order = tree.tree_order(keys)
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    return (keys[order] << 3).astype(np.int32), rank[inverse.ravel()], tree.voxel_offsets(ijk)
+
+
+def _split_tiles(tiles: Any, with_values: bool) -> tuple[np.ndarray | None, np.ndarray | None, Any]:
+    if tiles is None:
+        return None, None, None
+    parts = tuple(tiles)
+    expected = 3 if with_values else 2
+    if len(parts) != expected:
+        what = "(origins, sizes, values)" if with_values else "(origins, sizes)"
+        raise VolumeError(f"expected tiles as {what}, got {len(parts)} items")
+    return parts[0], parts[1], (parts[2] if with_values else None)
+
+
+class Volume:
+    """A sparse volume of values: a :class:`Topology` plus values, tile values and a background.
+
+    Use the constructors :meth:`from_dense`, :meth:`from_voxels`, :meth:`from_active` (then
+    ``Topology.with_data``).  Sampling: :meth:`sample`, :meth:`sample_grad`.
+    """
+
+    def __init__(self, topology: Topology, data: np.ndarray, background: np.ndarray, tile_values: np.ndarray,
+                 value_type: ValueType, index_layout: bool, name: str = "value",
+                 component_names: Sequence[str] | None = None, leaf_values_at: np.ndarray | None = None):
+        """``data`` is (rows, C), or - with ``leaf_values_at`` (L,) - a flat array in which leaf l's 512
+        values start at element ``leaf_values_at[l]`` (values left in place inside a mapped file)."""
+        self.topology = topology
+        self.value_type = value_type
+        self.index_layout = bool(index_layout)
+        self.name = name
+        C = value_type.components
+        names = tuple(component_names) if component_names is not None else (
+            DEFAULT_COMPONENT_NAMES[:C] if C <= 4 else tuple(f"c{c}" for c in range(C)))
+        if len(names) != C or len(set(names)) != C:
+            raise VolumeError(f"expected {C} distinct component names, got {list(names)}")
+        self.component_names = names
+        self.units: str | None = topology.units  # of the values, e.g. "m/s" (Dataset attrs, plots)
+        self.length_units: str | None = topology.length_units  # of world space, e.g. "m"
+        data = data.view()  # a read-only view: the caller's own array keeps its flags
+        data.setflags(write=False)
+        self._data = data
+        self._leaf_values_at = None if leaf_values_at is None else np.ascontiguousarray(leaf_values_at, np.int64)
+        if self._leaf_values_at is not None:
+            if index_layout or self._leaf_values_at.shape != (topology.leaf_count,):
+                raise VolumeError("expected one value offset per leaf of a per-leaf layout volume")
+            if len(self._leaf_values_at) and (self._leaf_values_at.min() < 0 or
+                                              self._leaf_values_at.max() > data.size - 512 * C):
+                raise VolumeError(f"expected leaf value offsets inside the value array of {data.size} elements, "
+                                  f"got [{self._leaf_values_at.min()}, {self._leaf_values_at.max()}] + {512 * C}")
+        elif data.ndim != 2 or data.shape[1] != C:
+            raise VolumeError(f"expected values of shape (rows, {C}), got {data.shape}")
+        elif index_layout and len(data) < topology.value_count:
+            raise VolumeError(f"expected at least {topology.value_count} value rows for the index layout, "
+                              f"got {len(data)}")
+        elif not index_layout and len(data) != 512 * topology.leaf_count:
+            raise VolumeError(f"expected {512 * topology.leaf_count} value rows (512 per leaf), got {len(data)}")
+        if tile_values.shape != (topology.tile_count, C) or background.shape != (C,):
+            raise VolumeError(f"expected tile values ({topology.tile_count}, {C}) and a background ({C},), "
+                              f"got {tile_values.shape} and {background.shape}")
+            self._leaf_values_at.setflags(write=False)
+        self._contiguous_cache: np.ndarray | None = None
+        self._background = background
+        self._tile_values = tile_values
+        for arr in (background, tile_values):
+            if arr.flags.writeable:
+                arr.setflags(write=False)
+        self.device_cache: dict[Any, Any] = {}
+        self.grid_class = "unknown"  # NanoVDB grid class, kept for .nvdb round trips
+        self.blind_data: tuple = ()  # NanoVDB blind data records, kept for .nvdb round trips
+
+    # -- constructors -------------------------------------------------------------------------
+    @classmethod
+    def _assemble(cls, topology: Topology, data: np.ndarray, background: Any, tile_values: Any,
+                  index_layout: bool, name: str, component_names: Sequence[str] | None) -> Volume:
+        """Checks and normalises values (rows of C), background (C,) and tile values (T, C)."""
+        C = 1 if data.ndim == 1 else data.shape[1]
+        vt = value_type_for(data.dtype, C)
+        data2 = np.ascontiguousarray(data.reshape(len(data), C))
+        bg = _cast_values(background, vt, "background", (C,))
+        if tile_values is None:
+            tiles = np.broadcast_to(bg, (topology.tile_count, C)).copy()
+        else:
+            tiles = _cast_values(tile_values, vt, "tile values", (topology.tile_count, C))
+        return cls(topology, data2, bg, np.ascontiguousarray(tiles), vt, index_layout, name, component_names)
+
+    @classmethod
+    def from_voxels(
+        cls,
+        ijk: Any,
+        values: Any,
+        background: Any = 0,
+        transform: TransformLike = None,
+        *,
+        voxel_size: float | Sequence[float] | None = None,
+        origin: Sequence[float] | None = None,
+        tiles: tuple | None = None,
+        name: str = "value",
+        component_names: Sequence[str] | None = None,
+    ) -> Volume:
+        """A per-leaf volume holding ``values`` (n,) or (n, C) at voxels ``ijk`` (n, 3).
+
+        The given voxels are active; other voxels of their leaves, and everything else outside
+        tiles, read ``background``.  ``tiles`` is ``(origins (T, 3), sizes (T,), values (T,) or
+        (T, C))`` with sizes 8, 128 or 4096.  ``transform`` is a (4, 4) index-to-world matrix;
+        alternatively give ``voxel_size`` (scalar or 3 values) and ``origin``.
+        """
+        coords = _as_coordinates(ijk)
+        vals = np.asarray(values)
+        if vals.ndim not in (1, 2) or vals.shape[0] != len(coords):
+            raise VolumeError(f"expected values of shape ({len(coords)},) or ({len(coords)}, C), got {vals.shape}")
+        C = 1 if vals.ndim == 1 else vals.shape[1]
+        vt = value_type_for(vals.dtype, C)
+        leaf_origins, slot, offset = _leaves_of(coords)
+        flat = slot * tree.LEAF_VOXELS + offset
+        counts = np.bincount(flat, minlength=len(leaf_origins) * tree.LEAF_VOXELS) if len(flat) else np.zeros(0)
+        if np.any(counts > 1):
+            dup = int(np.argmax(counts[flat] > 1))
+            raise VolumeError(f"expected each voxel once, got voxel {coords[dup].tolist()} more than once")
+        bits = np.zeros(len(leaf_origins) * tree.LEAF_VOXELS, bool)
+        bits[flat] = True
+        masks = tree.masks_from_bits(bits.reshape(-1, tree.LEAF_VOXELS))
+        t_origins, t_sizes, t_values = _split_tiles(tiles, with_values=True)
+        topo = Topology(leaf_origins, masks, Transform.coerce(transform, voxel_size, origin), t_origins, t_sizes)
+        bg = _cast_values(background, vt, "background", (C,))
+        data = np.empty((len(leaf_origins) * tree.LEAF_VOXELS, C), vt.dtype)
+        data[:] = bg
+        data[flat] = vals.reshape(len(coords), C)
+        return cls._assemble(topo, data, bg, t_values, False, name, component_names)
+
+    @classmethod
+    def from_dense(
+        cls,
+        array: Any,
+        voxel_size: float | Sequence[float] = 1.0,
+        origin: Sequence[float] = (0.0, 0.0, 0.0),
+        background: Any = 0,
+        active: Any = None,
+        *,
+        name: str = "value",
+        component_names: Sequence[str] | None = None,
+    ) -> Volume:
+        """A per-leaf volume from a dense (X, Y, Z) or (X, Y, Z, C) array.
+
+        Voxel (i, j, k) sits at ``origin + (i, j, k) * voxel_size`` in world space.  ``active`` is
+        an (X, Y, Z) boolean mask; by default voxels whose value differs from ``background`` are
+        active.  Leaves without an active voxel are dropped; sampling is unaffected, as inactive
+        voxels hold their values.  Works one slab of 8 x-planes at a time.
+        """
+        arr = np.asarray(array)
+        if arr.ndim not in (3, 4) or 0 in arr.shape:
+            raise VolumeError(f"expected a non-empty dense array of shape (X, Y, Z) or (X, Y, Z, C), got {arr.shape}")
+        C = 1 if arr.ndim == 3 else arr.shape[3]
+        vt = value_type_for(arr.dtype, C)
+        arr4 = arr.reshape(arr.shape[:3] + (C,))
+        bg = _cast_values(background, vt, "background", (C,))
+        if active is not None:
+            active = np.asarray(active)
+            if active.shape != arr.shape[:3] or active.dtype != bool:
+                raise VolumeError(f"expected a boolean active mask of shape {arr.shape[:3]}, got "
+                                  f"{active.dtype} {active.shape}")
+        transform = Transform.from_voxel_size(voxel_size, origin)
+        X, Y, Z = arr.shape[:3]
+        ny, nz = -(-Y // 8), -(-Z // 8)
+        origins, masks, blocks = [], [], []
+        for x0 in range(0, X, 8):
+            slab = np.empty((8, ny * 8, nz * 8, C), vt.dtype)
+            slab[:] = bg
+            xs = min(8, X - x0)
+            slab[:xs, :Y, :Z] = arr4[x0:x0 + xs]
+            on = np.zeros((8, ny * 8, nz * 8), bool)
+            if active is None:
+                on[:xs, :Y, :Z] = np.any(arr4[x0:x0 + xs] != bg, axis=3)
+            else:
+                on[:xs, :Y, :Z] = active[x0:x0 + xs]
+            # (8, ny, 8, nz, 8) -> (ny, nz, 8, 8, 8): one row of 512 per leaf in voxel-offset order
+            leaf_bits = on.reshape(8, ny, 8, nz, 8).transpose(1, 3, 0, 2, 4).reshape(ny * nz, 512)
+            keep = leaf_bits.any(axis=1)
+            if not keep.any():
+                continue
+            leaf_vals = slab.reshape(8, ny, 8, nz, 8, C).transpose(1, 3, 0, 2, 4, 5).reshape(ny * nz, 512, C)
+            jy, jz = np.divmod(np.nonzero(keep)[0], nz)
+            origins.append(np.stack([np.full(len(jy), x0), jy * 8, jz * 8], axis=1))
+            masks.append(tree.masks_from_bits(leaf_bits[keep]))
+            blocks.append(leaf_vals[keep])
+        if origins:
+            leaf_origins = np.concatenate(origins).astype(np.int32)
+            order = tree.tree_order(leaf_origins >> 3)
+            leaf_origins = leaf_origins[order]
+            mask_arr = np.concatenate(masks)[order]
+            data = np.concatenate(blocks)[order].reshape(-1, C)
+        else:
+            leaf_origins, mask_arr, data = np.zeros((0, 3), np.int32), np.zeros((0, 8), np.uint64), \
+                np.zeros((0, C), vt.dtype)
+        topo = Topology(leaf_origins, mask_arr, transform)
+        return cls._assemble(topo, data, bg, None, False, name, component_names)
+
+    @staticmethod
+    def from_active(
+        ijk: Any,
+        transform: TransformLike = None,
+        *,
+        voxel_size: float | Sequence[float] | None = None,
+        origin: Sequence[float] | None = None,
+        tiles: tuple | None = None,
+    ) -> Topology:
+        """An index-layout topology whose active voxels are ``ijk`` (n, 3) (repeats allowed).
+
+        Attach values with ``topology.with_data(voxel_data, background)``; ``voxel_data`` follows
+        ``topology.active_voxels()`` order (leaves in tree order, voxels by mask bit).
+        ``tiles`` is ``(origins (T, 3), sizes (T,))``.
+        """
+        coords = _as_coordinates(ijk)
+        leaf_origins, slot, offset = _leaves_of(coords)
+        bits = np.zeros(len(leaf_origins) * tree.LEAF_VOXELS, bool)
+        bits[slot * tree.LEAF_VOXELS + offset] = True
+        masks = tree.masks_from_bits(bits.reshape(-1, tree.LEAF_VOXELS))
+        t_origins, t_sizes, _ = _split_tiles(tiles, with_values=False)
+        return Topology(leaf_origins, masks, Transform.coerce(transform, voxel_size, origin), t_origins, t_sizes)
+
+    # -- properties ---------------------------------------------------------------------------
+    @property
+    def dtype(self) -> np.dtype:
+        """NumPy dtype of one value component."""
+        return self.value_type.dtype
+
+    @property
+    def components(self) -> int:
+        return self.value_type.components
+
+    @property
+    def leaf_count(self) -> int:
+        return self.topology.leaf_count
+
+    @property
+    def tile_count(self) -> int:
+        return self.topology.tile_count
+
+    @property
+    def active_voxel_count(self) -> int:
+        return self.topology.active_voxel_count
+
+    @property
+    def background(self) -> np.ndarray | np.generic:
+        """The background: a scalar for one component, else a (C,) array."""
+        return self._background[0] if self.components == 1 else self._background.copy()
+
+    @property
+    def background_values(self) -> np.ndarray:
+        """(C,) the background, read-only, whatever the component count (:attr:`background` is a scalar for one)."""
+        return self._background
+
+    @property
+    def tile_values(self) -> np.ndarray:
+        """(T, C) the values of the tiles, read-only, in the topology's tile order."""
+        return self._tile_values
+
+    @property
+    def transform(self) -> Transform:
+        return self.topology.transform
+
+    @property
+    def index_to_world(self) -> np.ndarray:
+        return self.topology.index_to_world
+
+    @property
+    def voxel_size(self) -> np.ndarray:
+        return self.topology.voxel_size
+
+    @property
+    def index_bbox(self) -> np.ndarray | None:
+        return self.topology.index_bbox
+
+    @property
+    def world_bbox(self) -> np.ndarray | None:
+        return self.topology.world_bbox
+
+    def value_rows(self) -> np.ndarray:
+        """Values as (rows, C): the stored array, or a copy gathered from values left in a mapped file."""
+        if self._leaf_values_at is None:
+            return self._data
+        if self._contiguous_cache is None:
+            C, flat = self.components, self._data.reshape(-1)
+            out = np.empty((self.leaf_count * 512, C), self.dtype)
+            span = np.arange(512 * C)
+            for start in range(0, self.leaf_count, 4096):
+                at = self._leaf_values_at[start:start + 4096]
+                out[start * 512:(start + len(at)) * 512] = flat[at[:, None] + span].reshape(-1, C)
+            out.setflags(write=False)
+            self._contiguous_cache = out
+        return self._contiguous_cache
+
+    @property
+    def voxel_data(self) -> np.ndarray:
+        """Stored values: (n_active,) / (n_active, C) for the index layout, (L*512, ...) per leaf
+        (gathered into memory on first use when the values live in a mapped .nvdb file)."""
+        data = self.value_rows()
+        return data[:, 0] if self.components == 1 else data
+
+    @property
+    def leaf_values(self) -> np.ndarray:
+        """(L, 512, C) per-leaf values without copying (a strided view into a mapped file when the
+        volume was opened from one); per-leaf layout only."""
+        if self.index_layout:
+            raise VolumeError("expected a per-leaf layout volume for leaf_values, got the index layout")
+        if self._leaf_values_at is None:
+            return self._data.reshape(self.leaf_count, 512, self.components)
+        at = self._leaf_values_at
+        C, flat = self.components, self._data.reshape(-1)
+        if len(at) > 1 and np.all(np.diff(at) == at[1] - at[0]) and at[1] > at[0]:
+            item = flat.itemsize
+            return np.lib.stride_tricks.as_strided(flat[at[0]:], shape=(len(at), 512, C),
+                                                   strides=(int(at[1] - at[0]) * item, C * item, item),
+                                                   writeable=False)
+        return self.value_rows().reshape(self.leaf_count, 512, C)
+
+    def active_voxels(self) -> np.ndarray:
+        return self.topology.active_voxels()
+
+    def active_values(self) -> np.ndarray:
+        """Values of ``active_voxels()``, (n,) or (n, C)."""
+        if self.index_layout:
+            return self.voxel_data.copy()
+        bits = tree.bits_from_masks(self.topology.masks).ravel()
+        vals = self.value_rows()[np.nonzero(bits)[0]]
+        return vals[:, 0] if self.components == 1 else vals
+
+    def kernel_arrays(self) -> KernelArrays:
+        t = self.topology
+        return KernelArrays(t.tables, t.masks, t.prefix, t.leaf_offset, self._data, self._tile_values,
+                            self._background, self.components, self.index_layout, self._leaf_values_at)
+
+    def select_leaves(self, leaves: Any) -> Volume:
+        """A volume with only the given leaves (indices in tree order), all tiles and the same
+        transform and background; values are copied (``(L', 512, C)`` or the leaves' active rows)."""
+        raw = np.asarray(leaves)
+        if raw.size and raw.dtype.kind not in "iu":
+            raise VolumeError(f"expected integer leaf indices, got dtype {raw.dtype}")
+        if raw.ndim > 1:
+            raise VolumeError(f"expected a 1-D array of leaf indices, got shape {raw.shape}")
+        idx = np.unique(raw.astype(np.int64))
+        t = self.topology
+        if len(idx) and (idx[0] < 0 or idx[-1] >= t.leaf_count):
+            raise VolumeError(f"expected leaf indices in [0, {t.leaf_count}), got {idx[0]}..{idx[-1]}")
+        topo = Topology(t.leaf_origins[idx], t.masks[idx], t.transform, t.tile_origins, t.tile_sizes)
+        C = self.components
+        if not self.index_layout:
+            data = np.ascontiguousarray(self.leaf_values[idx]).reshape(-1, C)
+        else:
+            data = self._data[t.leaf_rows(idx, True)]
+        vol = Volume(topo, data, self._background, self._tile_values, self.value_type, self.index_layout,
+                     self.name, self.component_names)
+        vol.grid_class, vol.blind_data = self.grid_class, self.blind_data
+        vol.units, vol.length_units = self.units, self.length_units
+        return vol
+
+    def contiguous(self) -> Volume:
+        """This volume with its values in one contiguous in-memory array (itself when they already are)."""
+        if self._leaf_values_at is None:
+            return self
+        vol = Volume(self.topology, self.value_rows(), self._background, self._tile_values, self.value_type,
+                     self.index_layout, self.name, self.component_names)
+        vol.grid_class, vol.blind_data = self.grid_class, self.blind_data
+        vol.units, vol.length_units = self.units, self.length_units
+        return vol
+
+    # -- sampling -----------------------------------------------------------------------------
+    def sample(self, points: Any, mode: str = "linear", space: str = "world", *, device: str = "cpu",
+               dims: Any = None) -> xr.Dataset:
+        """Values at ``points`` (N, 3) or (..., 3), NumPy, CuPy or Dask (lazy), as a Dataset whose
+        point dims follow the points' shape; see :func:`vdbflow.sample`."""
+        return operation("sample")(self, points, mode=mode, space=space, device=device, dims=dims)
+
+    def sample_grad(self, points: Any, mode: str = "linear", space: str = "world",
+                    jacobian_space: str | None = None, *, device: str = "cpu", dims: Any = None) -> xr.Dataset:
+        """Values and Jacobians at ``points`` (N, 3) or (..., 3), NumPy, CuPy or Dask (lazy), as a
+        Dataset; see :func:`vdbflow.sample_grad`."""
+        return operation("sample_grad")(self, points, mode=mode, space=space, jacobian_space=jacobian_space,
+                                        device=device, dims=dims)
+
+    def sample_hessian(self, points: Any, mode: str = "lag4", space: str = "world",
+                       jacobian_space: str | None = None, hessian_space: str | None = None, *,
+                       device: str = "cpu") -> xr.Dataset:
+        """Values, Jacobians and Hessians at ``points`` (N, 3) as a Dataset; see :func:`vdbflow.sample_hessian`."""
+        return operation("sample_hessian")(self, points, mode=mode, space=space, jacobian_space=jacobian_space,
+                              hessian_space=hessian_space, device=device)
+
+    def stencil_inside(self, points: Any, mode: str = "linear", space: str = "world") -> np.ndarray:
+        """(N,) bool: points whose ``mode`` stencil reads only active voxels (or tiles), so that their
+        values and Jacobians mix in no background; see :func:`vdbflow.ops.coverage.stencil_inside`."""
+        return operation("stencil_inside")(self, points, mode, space)
+
+    def to_dataset(self) -> xr.Dataset:
+        """This volume as an xarray Dataset: leaves, active-voxel values with i, j, k coordinates,
+        tiles; see :func:`vdbflow.io.volumes.to_dataset`."""
+        return operation("to_dataset")(self)
+
+    def to_zarr(self, path: str, *, overwrite: bool = False) -> None:
+        """Write this volume to a Zarr store (read back with :func:`vdbflow.open_zarr`)."""
+        operation("to_zarr")(self, path, overwrite=overwrite)
+
+    def to_nvdb(self, path: str, name: str | None = None, codec: str = "none") -> None:
+        """Write this volume as a NanoVDB value grid (``codec``: none, zip or blosc); volumes in the
+        index layout are written with their values spread over whole leaves."""
+        operation("save")(path, {name or self.name: self}, codec=codec)
+
+    def __repr__(self) -> str:
+        layout = "index" if self.index_layout else "per-leaf"
+        return (f"<vdbflow.Volume {self.name!r}: {self.value_type.name}, {layout} layout, {self.leaf_count} leaves, "
+                f"{self.active_voxel_count} active voxels, {self.tile_count} tiles, voxel size "
+                f"{np.round(self.voxel_size, 6).tolist()}>")
+
+
+def _cast_values(values: Any, vt: ValueType, what: str, shape: tuple[int, ...]) -> np.ndarray:
+    """``values`` broadcast to ``shape`` in the volume's dtype, refusing lossy casts."""
+    arr = np.asarray(values)
+    if arr.dtype.kind not in "iufb":
+        raise VolumeError(f"expected numeric {what}, got dtype {arr.dtype}")
+    if shape[-1] == 1 and arr.ndim == len(shape) - 1 + 0 and arr.shape == shape[:-1]:
+        arr = arr[..., None]
+    try:
+        arr = np.broadcast_to(arr, shape)
+    except ValueError:
+        raise VolumeError(f"expected {what} of shape {shape} (or broadcastable), got {np.shape(values)}") from None
+    out = arr.astype(vt.dtype)
+    with np.errstate(invalid="ignore"):
+        same = (out == arr) | (np.isnan(arr) if arr.dtype.kind == "f" else False)
+        if arr.dtype.kind == "f" and vt.dtype.kind == "f":
+            same = same | np.isclose(out, arr, rtol=1e-6, atol=0)  # float64 -> float32 rounding is fine
+    if not np.all(same):
+        raise VolumeError(f"expected {what} representable as {vt.dtype}, got {arr.ravel()[~np.ravel(same)][0]!r}")
+    return np.ascontiguousarray(out)

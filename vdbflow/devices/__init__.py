@@ -1,0 +1,23 @@
+"""Sampling backends: ``cpu`` (the compiled extension) and ``cuda`` (CuPy + NVRTC), both running
+the kernels in kernels/."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vdbflow.errors import DeviceError
+
+DEVICES = ("cpu", "cuda", "auto")
+
+
+def is_cupy_array(x: Any) -> bool:
+    return type(x).__module__.split(".")[0] == "cupy"
+
+
+def resolve_device(device: str, points: Any) -> str:
+    """``"cpu"`` or ``"cuda"``. ``"auto"`` follows the points: CuPy arrays run on the GPU."""
+    if device not in DEVICES:
+        raise DeviceError(f"expected device 'cpu', 'cuda' or 'auto', got {device!r}")
+    if device == "auto":
+        return "cuda" if is_cupy_array(points) else "cpu"
+    return device

@@ -1,0 +1,159 @@
+"""Cutting a volume's leaves into partitions along a Morton curve, with halos and point routing.
+
+Pure functions of arrays, shared by the client (planning, routing) and the workers.
+Shapes: leaf keys (L, 3) int = origin >> 3; points (N, 3); partitions P.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from vdbflow import _core
+from vdbflow.core.transform import Transform
+from vdbflow.core.volume import Topology
+from vdbflow.errors import VolumeError
+
+MORTON_BITS = _core.MORTON_BITS  # per axis (kernels/vdbflow/route.h)
+BLOCK_SHIFT = _core.ROUTE_BLOCK_SHIFT  # background-shortcut blocks: leaf keys >> BLOCK_SHIFT
+
+
+def morton(keys: np.ndarray, origin: np.ndarray, shift: int) -> np.ndarray:
+    """Morton codes (uint64) of leaf keys (n, 3), taken relative to ``origin`` and coarsened by
+    ``shift`` bits so that the key range fits 21 bits per axis (keys outside clamp to the ends).
+    Computed by the kernels' own ``morton_code``, the function routing uses."""
+    keys = np.ascontiguousarray(keys, np.int64).reshape(-1, 3)
+    return _core.morton_codes(keys, np.ascontiguousarray(origin, np.int64), int(shift))
+
+
+@dataclass(frozen=True)
+class Router:
+    """Where points go: the Morton frame and the first code of partitions 1 .. P-1 (small enough to
+    ship with every routing task)."""
+
+    origin: np.ndarray
+    shift: int
+    boundaries: np.ndarray  # (P - 1,) uint64
+
+    @property
+    def partitions(self) -> int:
+        return len(self.boundaries) + 1
+
+    def partition_of_keys(self, keys: np.ndarray) -> np.ndarray:
+        """Partition (int64) that answers points whose base cell is in leaf ``keys`` (n, 3)."""
+        return np.searchsorted(self.boundaries, morton(keys, self.origin, self.shift), side="right").astype(np.int64)
+
+    def route(self, points: np.ndarray, transform: Transform, space: str,
+              near: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Points grouped by partition, in one pass of the kernels (``route_points``, route.h).
+
+        Each point goes to the owner of its base cell's leaf slot, empty or not; the base cell comes
+        from the kernels' own index mapping, so routing and sampling agree to the last bit.  Non-finite
+        points and points outside the int32 index range go to partition 0 (any partition answers them
+        alike: NaN or background).  With a ``near`` table (:func:`near_blocks`), points based in a
+        block far from all data are grouped apart: they read only background.
+
+        Returns ``order`` (N,) int64, the input index of each grouped point (stable within a group);
+        ``bounds`` (P + 2,) int64, group g is ``order[bounds[g]:bounds[g + 1]]`` with group 0 the
+        background-only points and group p + 1 partition p; and the points in that order (N, 3).
+        """
+        pts = np.ascontiguousarray(points)
+        if pts.dtype not in (np.float32, np.float64):
+            pts = pts.astype(np.float64)
+        return _core.route_points(pts.reshape(-1, 3), transform.kernel_parameters(), space == "world",
+                                  np.ascontiguousarray(self.origin, np.int64), int(self.shift),
+                                  np.ascontiguousarray(self.boundaries, np.uint64),
+                                  np.zeros((0, 4), np.int32) if near is None else near)
+
+
+def near_blocks(topology: Topology, stencil: tuple[int, int], max_blocks: int = 1 << 22) -> np.ndarray | None:
+    """Hash table of the blocks (leaf keys >> ROUTE_BLOCK_SHIFT: 128^3 voxels) in which a stencil
+    (``stencil`` = leaf offsets lo, hi of a stencil from its base leaf) can touch a leaf or a tile.
+    Points based anywhere else read only background.  None (no shortcut) when tiles would cover
+    more than ``max_blocks`` blocks."""
+    lo, hi = stencil
+    B = BLOCK_SHIFT
+    keys = [topology.leaf_origins.astype(np.int64) >> 3]
+    sizes = [np.ones(len(keys[0]), np.int64)]
+    if len(topology.tile_sizes):
+        keys.append(topology.tile_origins.astype(np.int64) >> 3)
+        sizes.append(topology.tile_sizes.astype(np.int64) >> 3)
+    keys, sizes = np.concatenate(keys), np.concatenate(sizes)
+    # base leaf keys whose stencil reaches [a, a + s - 1] are [a - hi, a + s - 1 - lo], per axis
+    first = (keys - hi) >> B
+    last = (keys + sizes[:, None] - 1 - lo) >> B
+    span = last - first + 1
+    if int(np.prod(span, axis=1).sum()) > max_blocks:
+        return None
+    blocks = []
+    for extent in np.unique(span, axis=0):  # items of one block extent at a time (leaves: 1 or 2 per axis)
+        rows = np.all(span == extent, axis=1)
+        grid = np.stack(np.meshgrid(*[np.arange(e) for e in extent], indexing="ij"), -1).reshape(-1, 3)
+        blocks.append((first[rows][:, None, :] + grid[None]).reshape(-1, 3))
+    blocks = np.unique(np.concatenate(blocks), axis=0) if blocks else np.zeros((0, 3), np.int64)
+    if len(blocks) == 0:
+        return np.zeros((0, 4), np.int32)  # nothing anywhere: an empty table still routes every point
+    table, _ = _core.build_table(np.ascontiguousarray(blocks, np.int32), np.zeros(len(blocks), np.int32))
+    return table
+
+
+@dataclass(frozen=True)
+class PartitionPlan:
+    """Leaves cut into P ranges of a Morton curve.
+
+    Attributes
+    ----------
+    router : where points go
+    owned : list of P int64 arrays of leaf indices (tree order) each partition owns
+    halo : list of P int64 arrays of leaf indices each partition also needs
+    stencil : (lo, hi) leaf offsets of a point's stencil relative to its base leaf
+    """
+
+    router: Router
+    owned: list[np.ndarray]
+    halo: list[np.ndarray]
+    stencil: tuple[int, int]
+
+    @property
+    def partitions(self) -> int:
+        return len(self.owned)
+
+
+def plan_partitions(topology: Topology, partitions: int, stencil_radius: int = 1) -> PartitionPlan:
+    """Balanced Morton-curve partitions of the leaves and the halo each needs.
+
+    ``stencil_radius`` is the reach of a scheme's stencil in voxels on the positive side of the base
+    cell (1 for ``linear``; higher-order schemes also reach ``stencil_radius - 1`` to the negative
+    side); the halo of a partition is every leaf a stencil of one of its base cells can touch.
+    """
+    if partitions < 1:
+        raise VolumeError(f"expected at least one partition, got {partitions}")
+    if stencil_radius < 0:
+        raise VolumeError(f"expected a stencil radius >= 0, got {stencil_radius}")
+    keys = topology.leaf_origins.astype(np.int64) >> 3
+    L = len(keys)
+    origin = keys.min(axis=0) - 1 if L else np.zeros(3, np.int64)
+    span = int((keys.max(axis=0) - origin).max()) + 2 if L else 1
+    shift = max(0, span.bit_length() - MORTON_BITS)
+    codes = morton(keys, origin, shift)
+    order = np.argsort(codes, kind="stable")
+    cuts = [int(round(L * p / partitions)) for p in range(partitions + 1)]
+    owned = [np.sort(order[cuts[p]:cuts[p + 1]]) for p in range(partitions)]
+    boundaries = np.array([codes[order[cuts[p]]] if cuts[p] < L else np.iinfo(np.uint64).max
+                           for p in range(1, partitions)], dtype=np.uint64)
+    lo, hi = -((max(stencil_radius, 1) - 1 + 7) // 8), (stencil_radius + 7) // 8
+    router = Router(origin, shift, boundaries)
+    # leaf k is needed by every partition that owns a base leaf k - o for an offset o of the stencil
+    halo: list[list[np.ndarray]] = [[] for _ in range(partitions)]
+    offsets = np.stack(np.meshgrid(*[np.arange(lo, hi + 1)] * 3, indexing="ij"), -1).reshape(-1, 3)
+    owner = np.empty(L, np.int64)
+    for p, leaves in enumerate(owned):
+        owner[leaves] = p
+    for o in offsets:
+        needed_by = router.partition_of_keys(keys - o)
+        foreign = np.nonzero(needed_by != owner)[0]
+        for p in np.unique(needed_by[foreign]):
+            halo[int(p)].append(foreign[needed_by[foreign] == p])
+    halos = [np.unique(np.concatenate(h)) if h else np.zeros(0, np.int64) for h in halo]
+    return PartitionPlan(router, owned, halos, (lo, hi))

@@ -1,0 +1,621 @@
+"""Distributed sampling: a volume's leaves partitioned across Dask workers, with halos.
+
+Each partition is a :class:`Volume` holding its own leaves plus the halo leaves its stencils reach,
+living on a worker: its own leaves come from the client (a Volume) or from the worker's own read of an
+.nvdb file, and its halo from the neighbouring partitions, as tasks that move leaves worker to worker.
+Points are routed to the partition that owns their base cell (empty leaf slots included), sampled
+there with the same kernels, and returned in input order - equal bit for bit to
+:meth:`Volume.sample_grad` on the whole volume.
+
+The forward graph streams.  Point chunks are grouped in *waves* of ``W`` consecutive chunks; for each
+wave ``w``:
+
+- ``route[w]``: one task routes the wave's points (kernels: ``route_points``) into P pieces plus the
+  background-only points, each piece its own key (``piece[w, p]``, a tuple selection);
+- ``sample[w, p]``: partition p samples its piece of the wave, on the worker that holds the partition;
+  a piece moves to that worker once, its results move once to the assembler;
+- ``assemble[w]``: the wave's results back in input order, one key per output chunk and array.
+
+No task depends on another wave, so a wave's chunks are assembled (and written, in a job) as soon as
+its own pieces are sampled, and Dask's scheduling keeps only a few waves in flight: worker memory
+depends on the chunk size and the waves in flight, not on the number of points.
+
+Task count of one call, for ``n`` chunks in ``m = ceil(n / W)`` waves over ``P`` partitions::
+
+    m * (2 * P + 3)  +  n * (1 + A)
+
+(route, piece selections, samples, assemble per wave; the point chunk and ``A`` output-chunk
+selections per chunk, ``A`` = 1 for values, 2 with Jacobians).  The default wave holds ``ceil(P / 8)``
+chunks (at least one wave per worker kept), so a call costs about 20 tasks per chunk at any P, where
+the product chunks x partitions would grow with P.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import pickle
+import tempfile
+import uuid
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from vdbflow import _core
+from vdbflow.core import tree
+from vdbflow.core.volume import Topology, Volume
+from vdbflow.distribution.plan import PartitionPlan, Router, near_blocks, plan_partitions
+from vdbflow.errors import SamplingError, VolumeError
+from vdbflow.ops.sampling import MODES, SPACES, STENCIL_RADIUS, build_dataset, check_choice, sample_grad_arrays
+
+DEFAULT_CHUNK = 1 << 20  # points per chunk when the points are a NumPy array
+
+
+def _import_dask() -> tuple[Any, Any, Any]:
+    try:
+        import dask
+        import dask.array as da
+        import distributed
+    except ImportError as err:  # pragma: no cover - dask is a dependency of this module
+        raise ImportError("vdbflow.distribute needs dask and distributed: pip install 'dask[array]' distributed") \
+            from err
+    return dask, da, distributed
+
+
+# -- tasks (small pure functions) -------------------------------------------------------------------
+def _read_leaves(path: str, grid: Any, leaves: np.ndarray) -> Volume:
+    """The given leaves of an .nvdb grid, read by the worker itself (memory-mapped, then copied)."""
+    from vdbflow.io.nanovdb import open_grid
+
+    return open_grid(path, grid, leaves=leaves).contiguous()
+
+
+def _load_spilled(path: str) -> Volume:
+    """A partition's own leaves, spilled to a file by the client (an in-memory volume made recoverable:
+    a worker that dies with it is replaced by rerunning this task elsewhere)."""
+    with open(path, "rb") as f:
+        volume = pickle.load(f)
+    if not isinstance(volume, Volume):
+        raise VolumeError(f"expected a spilled partition (a Volume) in {path}, got {type(volume).__name__}")
+    return volume
+
+
+def _hold(volume: Volume) -> Volume:
+    """A partition's own leaves carried in the task itself: the scheduler keeps them, and can rerun
+    the task if its worker dies (the fallback when no directory is shared with every worker)."""
+    return volume
+
+
+def _spill(pieces: list[Volume], client: Any, spill: str | os.PathLike | bool | None) -> list[str] | None:
+    """Write the pieces to files that every worker can read, or return None (no such directory)."""
+    if spill is False:
+        return None
+    folder = tempfile.gettempdir() if spill is None or spill is True else os.fspath(spill)
+    paths = [os.path.join(folder, f"vdbflow-partition-{uuid.uuid4().hex}.pkl") for _ in pieces]
+    try:
+        for piece, path in zip(pieces, paths, strict=True):
+            with open(path, "wb") as f:
+                pickle.dump(piece, f, protocol=pickle.HIGHEST_PROTOCOL)
+        seen = client.run(os.path.isfile, paths[0]) if paths else {}
+    except OSError as err:
+        _remove_files(paths)
+        if spill is None:
+            return None
+        raise VolumeError(f"expected a writable spill directory {folder!r} for the partitions, got: {err}") from None
+    if all(seen.values()):
+        return paths
+    _remove_files(paths)
+    if spill is None:  # the workers run elsewhere: carry the pieces in the tasks instead
+        return None
+    lost = sorted(w for w, ok in seen.items() if not ok)
+    raise VolumeError(f"expected a spill directory {folder!r} that every worker can read, but {len(lost)} worker(s) "
+                      f"cannot see it: {lost[:3]}")
+
+
+def _remove_files(paths: list[str] | tuple[str, ...]) -> None:
+    for path in paths:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+
+
+def _extract(volume: Volume, leaves: np.ndarray) -> Volume:
+    """Some leaves of a partition, to be sent to a neighbour as its halo."""
+    return volume.select_leaves(leaves)
+
+
+def _merge(owned: Volume, *halo_pieces: Volume) -> Volume:
+    """A partition's own leaves and the halo leaves received from its neighbours, in tree order."""
+    if not halo_pieces:
+        return owned
+    parts = (owned, *halo_pieces)
+    origins = np.concatenate([v.topology.leaf_origins for v in parts])
+    masks = np.concatenate([v.topology.masks for v in parts])
+    order = tree.tree_order(origins >> 3)
+    C = owned.components
+    if owned.index_layout:
+        counts = np.bitwise_count(masks).sum(axis=1).astype(np.int64)
+        data = np.concatenate([v.value_rows() for v in parts])
+        starts = np.cumsum(counts) - counts
+        rows = np.repeat(starts[order] - (np.cumsum(counts[order]) - counts[order]), counts[order]) + \
+            np.arange(int(counts.sum()))
+        data = data[rows]
+    else:
+        data = np.concatenate([v.leaf_values for v in parts])[order].reshape(-1, C)
+    t = owned.topology
+    topo = Topology(origins[order], masks[order], t.transform, t.tile_origins, t.tile_sizes)
+    return Volume(topo, data, owned.background_values, owned.tile_values, owned.value_type, owned.index_layout,
+                  owned.name, owned.component_names)
+
+
+def _route_wave(router: Router, transform: Any, space: str, near: np.ndarray | None, device: str,
+                *chunks: np.ndarray) -> tuple:
+    """Route a wave of point chunks (concatenated, in order) in one kernel pass: P pieces
+    ``(indices in the wave, points)``, then the indices of the points that read only background.
+    ``device="cuda"`` routes on this worker's GPU; the pieces travel as host arrays."""
+    pts = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+    if device == "cuda":
+        from vdbflow.devices import cuda
+
+        order, bounds, grouped = (a.get() for a in cuda.route(
+            pts, router.origin, router.shift, router.boundaries, transform.kernel_parameters(), space == "world", near))
+    else:
+        order, bounds, grouped = router.route(pts, transform, space, near)
+    pieces = tuple((order[bounds[g]:bounds[g + 1]], grouped[bounds[g]:bounds[g + 1]])
+                   for g in range(1, len(bounds) - 1))
+    return (*pieces, order[bounds[0]:bounds[1]])
+
+
+def _route_chunk(points: np.ndarray, router: Router, transform: Any, space: str, near: np.ndarray | None) -> list:
+    """One chunk's pieces as a list (reverse mode): [(indices, points)] per partition, then the
+    background-only indices."""
+    return list(_route_wave(router, transform, space, near, "cpu", np.asarray(points)))
+
+
+def _sample_piece(volume: Volume, piece: tuple, options: tuple) -> tuple:
+    """Sample one partition's piece of a wave: ``(indices in the wave, values[, jacobian[, hessian]])``."""
+    mode, space, jacobian_space, want_jacobian, device, hessian_space = options
+    index, pts = piece
+    on_gpu = device == "cuda" and len(pts)  # the partition's arrays stay cached in this worker's GPU
+    if on_gpu:
+        import cupy
+
+        pts = cupy.asarray(pts)
+    if hessian_space is not None:
+        from vdbflow.ops.hessian import sample_hessian_arrays
+
+        arrays = sample_hessian_arrays(volume, pts, mode, space=space, jacobian_space=jacobian_space,
+                                       hessian_space=hessian_space, device="cuda" if on_gpu else "cpu")
+    else:
+        arrays = sample_grad_arrays(volume, pts, mode, space=space, jacobian_space=jacobian_space,
+                                    jacobian=want_jacobian, device="cuda" if on_gpu else "cpu")
+        arrays = arrays if want_jacobian else arrays[:1]
+    return (index, *(a.get() if on_gpu else a for a in arrays))
+
+
+def _assemble_wave(sizes: tuple, outputs: tuple, background: Any, quiet: np.ndarray, *sampled: tuple) -> tuple:
+    """A wave's results in input order from its partitions' shares.  ``outputs`` gives each array's
+    (trailing shape, dtype): values first, then derivatives; background-only points get the
+    background and zero derivatives.  Returns one tuple of arrays per chunk of the wave, in order,
+    flattened: ``(values_0, jacobian_0, ..., values_1, jacobian_1, ...)`` (views of one block each)."""
+    n = int(sum(sizes))
+    blocks = [np.empty((n,) + tuple(shape), dtype) for shape, dtype in outputs]
+    blocks[0][quiet] = background
+    for block in blocks[1:]:
+        block[quiet] = 0
+    for index, *arrays in sampled:
+        for block, arr in zip(blocks, arrays, strict=True):
+            _core.scatter_rows(block, index, np.ascontiguousarray(arr, block.dtype))
+    out = []
+    start = 0
+    for size in sizes:
+        out += [block[start:start + size] for block in blocks]
+        start += size
+    return tuple(out)
+
+
+def default_wave(chunks: int, partitions: int, workers: int) -> int:
+    """Chunks per wave: ceil(P / 8) (about 20 tasks per chunk at any P), but no fewer waves than
+    workers so that every worker routes."""
+    return max(1, min(-(-partitions // 8), chunks // max(1, workers)))
+
+
+@dataclass
+class DistributedVolume:
+    """A volume partitioned across a Dask cluster.  Sample it like a :class:`Volume`; results are
+    lazy Dask-backed Datasets that compute on the current client (``compute(scheduler=dvol.client)``
+    names this volume's client when several are open)."""
+
+    client: Any
+    plan: PartitionPlan
+    partitions: list  # futures of partition volumes
+    template: Volume  # an empty volume with the value type, names, transform and background
+    leaf_bytes: int
+    near: np.ndarray | None  # table of the blocks near data (partition.near_blocks): the background shortcut
+    template_leaf_count: int = 0  # leaves of the whole volume
+    leaf_value_counts: np.ndarray | None = None  # index layout: values per leaf of the whole volume
+    halo: int = 1  # stencil radius (voxels) the halos were cut for
+    owns_cluster: bool = False
+    # the own-leaf and halo futures the partitions were built from: kept so that the scheduler can
+    # rebuild a partition lost with its worker
+    lineage: list = field(default_factory=list)
+    topology: Topology | None = None  # the whole volume's topology (on the client; values stay on the workers)
+    workers: int = 1  # workers when the volume was distributed (sets the default wave)
+    spilled: tuple[str, ...] = ()  # files of an in-memory volume's partitions (removed on close)
+
+    def __post_init__(self) -> None:
+        # the spill files go with the volume, even if it is never closed
+        self._cleanup = weakref.finalize(self, _remove_files, self.spilled) if self.spilled else None
+
+    def __repr__(self) -> str:
+        t = self.template
+        state = "closed" if self.closed else f"client {self.client.scheduler.address}"
+        return (f"<DistributedVolume {t.name!r} {t.value_type.name}, {self.template_leaf_count:,} leaves in "
+                f"{self.plan.partitions} partitions (halo {self.halo}) on {self.workers} worker(s), {state}>")
+
+    @property
+    def closed(self) -> bool:
+        return getattr(self, "_closed", False)
+
+    def __enter__(self) -> DistributedVolume:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _sample(self, points: Any, mode: str, space: str, jacobian_space: str | None, want_jacobian: bool,
+                device: str = "cpu", wave: int | None = None, hessian_space: str | None = None):
+        dask, da, _ = _import_dask()
+        from dask.highlevelgraph import HighLevelGraph
+
+        check_choice(mode, MODES, "mode")
+        check_choice(space, SPACES, "space")
+        jacobian_space = space if jacobian_space is None else check_choice(jacobian_space, SPACES, "jacobian_space")
+        vt = self.template.value_type
+        if mode != "closest" and not vt.is_float:
+            raise SamplingError(f"expected mode='closest' for {vt.name} data, got mode={mode!r}")
+        if STENCIL_RADIUS[mode] > self.halo:
+            raise SamplingError(f"mode {mode!r} reaches {STENCIL_RADIUS[mode]} voxels, but this volume was distributed "
+                                f"with halo={self.halo}: distribute(..., halo={STENCIL_RADIUS[mode]})")
+        if not isinstance(points, da.Array):
+            arr = np.asarray(points)
+            if arr.ndim != 2 or arr.shape[1] != 3:
+                from vdbflow.errors import PointsError
+
+                raise PointsError(f"expected points of shape (N, 3), got {arr.shape}")
+            points = arr
+        if points.ndim != 2 or points.shape[1] != 3:
+            from vdbflow.errors import PointsError
+
+            raise PointsError(f"expected points of shape (N, 3), got {points.shape}")
+        if isinstance(points, da.Array):
+            points = points.rechunk({1: 3})
+        C = self.template.components
+        vshape = () if C == 1 else (C,)
+        outputs = [(vshape, vt.dtype)]
+        if want_jacobian:
+            outputs.append((vshape + (3,), vt.jacobian_dtype))
+        if hessian_space is not None:
+            outputs.append((vshape + (3, 3), vt.jacobian_dtype))
+        if device not in ("cpu", "cuda"):
+            raise SamplingError(f"expected device 'cpu' or 'cuda' (one GPU per worker), got {device!r}")
+        options = (mode, space, jacobian_space, want_jacobian, device, hessian_space)
+        if isinstance(points, da.Array):
+            chunks, sizes = list(points.to_delayed().ravel()), points.chunks[0]
+        else:  # NumPy points: each wave's chunks travel inside its routing task, sent once to one worker
+            step = DEFAULT_CHUNK
+            chunks = [points[s:s + step] for s in range(0, len(points), step)] or [points[:0]]
+            sizes = tuple(len(c) for c in chunks)
+        W = wave or default_wave(len(chunks), self.plan.partitions, self.workers)
+        if W < 1:
+            raise SamplingError(f"expected wave >= 1 (chunks per wave), got {wave}")
+        delayed = dask.delayed
+        P = self.plan.partitions
+        token = dask.base.tokenize(self.partitions[0].key if self.partitions else None, options,
+                                   points.name if isinstance(points, da.Array) else uuid.uuid4().hex, W)
+        where = self.client.who_has(self.partitions)
+        home = [list(where.get(f.key) or ()) or None for f in self.partitions]
+        names = [f"vdbflow-{kind}-{token}" for kind in ("values", "jacobian", "hessian")[:len(outputs)]]
+        layers: list[dict] = [{} for _ in outputs]
+        done_waves = []
+        for w, first in enumerate(range(0, len(chunks), W)):
+            members = chunks[first:first + W]
+            route = delayed(_route_wave, pure=False, nout=P + 1)(self.plan.router, self.template.transform, space,
+                                                                 self.near, device, *members,
+                                                                 dask_key_name=f"vdbflow-route-{token}-{w}")
+            pieces = [route[g] for g in range(P + 1)]
+            sampled = []
+            for p, part in enumerate(self.partitions):
+                # run where the partition lives (a piece moves, never a partition); anywhere once that worker is gone
+                with dask.annotate(workers=home[p], allow_other_workers=True):
+                    sampled.append(delayed(_sample_piece, pure=False)(
+                        part, pieces[p], options, dask_key_name=f"vdbflow-sample-{token}-{w}-{p}"))
+            done = delayed(_assemble_wave, pure=False)(
+                sizes[first:first + W], tuple(outputs), self.template.background, pieces[P], *sampled,
+                dask_key_name=f"vdbflow-assemble-{token}-{w}")
+            done_waves.append(done)
+            for i in range(len(members)):
+                for k, (shape, _) in enumerate(outputs):
+                    layers[k][(names[k], first + i) + (0,) * len(shape)] = \
+                        (operator.getitem, done.key, len(outputs) * i + k)
+        arrays = []
+        for name, layer, (shape, dtype) in zip(names, layers, outputs, strict=True):
+            graph = HighLevelGraph.from_collections(name, layer, dependencies=done_waves)
+            arrays.append(da.Array(graph, name, chunks=(tuple(sizes),) + tuple((d,) for d in shape), dtype=dtype))
+        return points, arrays, jacobian_space
+
+    def sample(self, points: Any, mode: str = "linear", space: str = "world", *, device: str = "cpu",
+               wave: int | None = None):
+        """Values at ``points`` (N, 3), NumPy or Dask (chunked along N); a Dask-backed Dataset.
+        ``device="cuda"`` samples on each worker's GPU (e.g. a ``dask_cuda.LocalCUDACluster``);
+        ``wave`` is the number of point chunks routed together (default: see the module docstring)."""
+        pts, (values,), _ = self._sample(points, mode, space, None, False, device, wave)
+        return build_dataset(self.template, pts, values, None, mode, space, None)
+
+    def sample_grad(self, points: Any, mode: str = "linear", space: str = "world", jacobian_space: str | None = None,
+                    *, device: str = "cpu", wave: int | None = None):
+        """Values and Jacobians at ``points``; the same Dataset layout as :meth:`Volume.sample_grad`,
+        Dask-backed and chunked like the points (1,048,576 points per chunk for NumPy points)."""
+        pts, (values, jac), jspace = self._sample(points, mode, space, jacobian_space, True, device, wave)
+        return build_dataset(self.template, pts, values, jac, mode, space, jspace)
+
+    def sample_hessian(self, points: Any, mode: str = "lag4", space: str = "world", jacobian_space: str | None = None,
+                       hessian_space: str | None = None, *, device: str = "cpu", wave: int | None = None):
+        """Values, Jacobians and Hessians at ``points``; the Dataset of :meth:`Volume.sample_hessian`,
+        Dask-backed, equal to it bit for bit."""
+        from vdbflow.ops.hessian import add_hessian, check_request
+
+        jspace, hspace = check_request(self.template.value_type, mode, space, jacobian_space, hessian_space)
+        pts, (values, jac, hess), jspace = self._sample(points, mode, space, jspace, True, device, wave, hspace)
+        ds = build_dataset(self.template, pts, values, jac, mode, space, jspace)
+        return add_hessian(ds, self.template, hess, hspace)
+
+    def sample_grad_vjp(self, points: Any, adj_value: Any, adj_jacobian: Any = None, mode: str = "linear",
+                        space: str = "index", jacobian_space: str | None = None) -> DistributedVJP:
+        """Reverse mode across the cluster: each partition differentiates its points against its
+        own and halo leaves; the halo copies' adjoints travel back to the owning partitions and are
+        added there in partition order.  Equal to :func:`vdbflow.sample_grad_vjp` up to the order of
+        the float additions (the data adjoint is a sum over points)."""
+        return _vjp(self, points, adj_value, adj_jacobian, mode, space, jacobian_space)
+
+    def stats(self) -> list[dict[str, Any]]:
+        """Per partition: owned leaves, halo leaves, halo bytes and the worker holding it."""
+        where = self.client.who_has(self.partitions)
+        return [{"partition": p, "owned_leaves": len(self.plan.owned[p]), "halo_leaves": len(self.plan.halo[p]),
+                 "halo_bytes": len(self.plan.halo[p]) * self.leaf_bytes,
+                 "worker": (where.get(f.key) or ["?"])[0]} for p, f in enumerate(self.partitions)]
+
+    def close(self) -> None:
+        """Release the partitions (and the embedded cluster, if this volume started it).  Idempotent."""
+        if self.closed:
+            return
+        self._closed = True
+        for f in (*self.partitions, *self.lineage):
+            f.release()
+        if self._cleanup is not None:
+            self._cleanup()
+        if self.owns_cluster:
+            cluster = self.client.cluster
+            self.client.close()
+            if cluster is not None:
+                cluster.close()
+
+
+def distribute(source: Volume | str | os.PathLike, client: Any = None, partitions: int | None = None,
+               halo: int = 1, *, grid: int | str | None = None,
+               spill: str | os.PathLike | bool | None = None) -> DistributedVolume:
+    """Partition ``source`` (a Volume, or an .nvdb path whose leaves each worker reads itself)
+    across a Dask cluster.
+
+    ``client`` is a ``distributed.Client``; by default the current one (``distributed.get_client``)
+    when there is one, else an embedded ``LocalCluster`` of processes sized to the machine, closed with
+    the volume (``close()``, or use the volume as a context manager).  ``partitions`` defaults to the
+    number of workers; ``halo`` is the stencil radius in voxels (1 for ``linear``).
+
+    Partitions survive the loss of a worker: the scheduler rebuilds them elsewhere.  A file's leaves
+    are read again; an in-memory Volume's pieces are spilled to files in ``spill`` (a directory every
+    worker reads; default: the temporary directory, used when every worker sees it), removed on
+    ``close()``, or - with ``spill=False``, or when no worker sees the default - carried inside the
+    tasks, where the scheduler keeps them (simple, but the whole volume passes through the scheduler).
+    """
+    _, _, distributed = _import_dask()
+    owns = False
+    if client is None:
+        try:
+            client = distributed.get_client()
+        except ValueError:  # no client in this process
+            owns = True
+            cluster = distributed.LocalCluster(n_workers=os.cpu_count() or 1, threads_per_worker=1, processes=True,
+                                               dashboard_address="127.0.0.1:0")
+            client = distributed.Client(cluster)
+    if isinstance(source, Volume):
+        whole, loader_source = source, None
+    else:
+        from vdbflow.io.nanovdb import open_grid
+
+        whole = open_grid(source, grid)  # values stay in the mapped file: only the topology is read
+        if not isinstance(whole, Volume):
+            raise VolumeError("expected a value grid to distribute; attach values to index grids with with_data")
+        loader_source = (os.fspath(source), grid)
+    P = partitions or max(1, len(client.scheduler_info()["workers"]))
+    plan = plan_partitions(whole.topology, P, halo)
+    # 1. each partition's own leaves: sent from the client, or read by a worker from the file
+    # spread the partitions over the workers round-robin (loosely: they are rebuilt elsewhere on loss)
+    addresses = sorted(client.scheduler_info(n_workers=-1)["workers"])
+
+    def place(p: int) -> dict[str, Any]:
+        return {"workers": [addresses[p % len(addresses)]], "allow_other_workers": True} if addresses else {}
+
+    spilled: list[str] | None = None
+    if loader_source is None:
+        pieces = [whole.select_leaves(plan.owned[p]) for p in range(P)]
+        spilled = _spill(pieces, client, spill)
+        if spilled is not None:
+            owned = [client.submit(_load_spilled, spilled[p], pure=False, **place(p)) for p in range(P)]
+        else:
+            owned = [client.submit(_hold, pieces[p], pure=False, **place(p)) for p in range(P)]
+        del pieces
+    else:
+        owned = [client.submit(_read_leaves, *loader_source, plan.owned[p], pure=False, **place(p))
+                 for p in range(P)]
+    # 2. halo exchange: each owner extracts the leaves a neighbour needs; they travel worker to worker
+    owner = np.empty(whole.leaf_count, np.int64)
+    local = np.empty(whole.leaf_count, np.int64)
+    for p, leaves in enumerate(plan.owned):
+        owner[leaves] = p
+        local[leaves] = np.arange(len(leaves))
+    parts, lineage = [], list(owned)
+    for p in range(P):
+        pieces = []
+        for q in np.unique(owner[plan.halo[p]]):
+            from_q = plan.halo[p][owner[plan.halo[p]] == q]
+            pieces.append(client.submit(_extract, owned[int(q)], local[from_q], pure=False, **place(int(q))))
+        parts.append(client.submit(_merge, owned[p], *pieces, pure=False, **place(p)))  # stays with its own leaves
+        lineage.extend(pieces)
+    distributed.wait(parts)
+    for f in parts:
+        if f.status == "error":
+            f.result()  # raises the partition's own error (e.g. an unreadable file) here, not at sampling
+    template = whole.select_leaves(np.zeros(0, np.int64))
+    leaf_bytes = 512 * whole.components * whole.dtype.itemsize + 64
+    # blocks near data, for the background shortcut (cut for the halo's stencil: any allowed mode fits)
+    near = near_blocks(whole.topology, plan.stencil)
+    counts = np.bitwise_count(whole.topology.masks).sum(axis=1).astype(np.int64)
+    workers = max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
+    return DistributedVolume(client, plan, parts, template, leaf_bytes, near, whole.leaf_count, counts, halo, owns,
+                             lineage, whole.topology, workers, tuple(spilled or ()))
+
+
+# -- reverse mode ---------------------------------------------------------------------------------------
+def _vjp_partition(volume: Volume, p: int, options: tuple, own_local: np.ndarray, send: dict, n_chunks: int,
+                   *inputs: Any) -> tuple:
+    """Reverse mode of this partition's points (every chunk, in chunk order).  Returns the point
+    adjoints per chunk, the adjoint rows of its own leaves, the rows of halo leaves to send back to
+    each owner, and its tile and background adjoints."""
+    from vdbflow.ops.vjp import sample_grad_vjp
+
+    mode, space, jacobian_space = options
+    routed, adj_values, adj_jacobians = inputs[:n_chunks], inputs[n_chunks:2 * n_chunks], inputs[2 * n_chunks:]
+    index = [routed[c][p][0] for c in range(n_chunks)]
+    pts = np.concatenate([routed[c][p][1] for c in range(n_chunks)])
+    a_val = np.concatenate([np.asarray(adj_values[c])[index[c]] for c in range(n_chunks)])
+    a_jac = None if adj_jacobians[0] is None else \
+        np.concatenate([np.asarray(adj_jacobians[c])[index[c]] for c in range(n_chunks)])
+    r = sample_grad_vjp(volume, pts, a_val, a_jac, mode, space, jacobian_space)
+    sizes = np.cumsum([0] + [len(i) for i in index])
+    per_chunk = [(index[c], r.points[sizes[c]:sizes[c + 1]]) for c in range(n_chunks)]
+    data = np.asarray(r.voxel_data).reshape(len(r.voxel_data), -1)
+    rows_of = volume.topology.leaf_rows
+    own = data[rows_of(own_local, volume.index_layout)]
+    outgoing = {q: data[rows_of(local, volume.index_layout)] for q, local in send.items()}
+    C = data.shape[1]
+    return per_chunk, own, outgoing, np.asarray(r.tile_values).reshape(-1, C), np.asarray(r.background).reshape(C)
+
+
+def _owner_rows(q: int, mine: tuple, targets: dict, *neighbours: tuple) -> np.ndarray:
+    """Adjoint rows of partition q's own leaves: its own shares, then what the halo copies held by
+    its neighbours received, added in partition order (deterministic)."""
+    rows = mine[1].copy()
+    for p_result, dst in zip(neighbours, targets.values(), strict=True):
+        rows[dst] += p_result[2][q]
+    return rows
+
+
+def _sum_small(which: int, *results: tuple) -> np.ndarray:
+    """Tile (3) or background (4) adjoints added over partitions in partition order."""
+    total = results[0][which].copy()
+    for r in results[1:]:
+        total += r[which]
+    return total
+
+
+def _point_adjoints(c: int, n: int, dtype: Any, *results: tuple) -> np.ndarray:
+    out = np.zeros((n, 3), dtype)
+    for r in results:
+        index, adj = r[0][c]
+        out[index] = adj
+    return out
+
+
+@dataclass
+class DistributedVJP:
+    """Adjoints of a distributed reverse-mode call, distributed like the volume.
+
+    ``owned[p]`` is a future of the adjoint rows of partition p's own leaves; ``points`` a Dask
+    array chunked like the points; ``tile_values`` and ``background`` futures of small arrays."""
+
+    dvol: DistributedVolume
+    owned: list
+    tile_values: Any
+    background: Any
+    points: Any
+
+    def voxel_data(self, topology: Topology) -> np.ndarray:
+        """Gather the voxel-data adjoint into the whole volume's layout (rows of ``topology``)."""
+        C = self.dvol.template.components
+        index_layout = self.dvol.template.index_layout
+        rows_total = topology.value_count if index_layout else topology.leaf_count * 512
+        out = np.zeros((rows_total, C), self.dvol.template.dtype)
+        for p, fut in enumerate(self.owned):
+            out[topology.leaf_rows(self.dvol.plan.owned[p], index_layout)] = fut.result()
+        return out[:, 0] if C == 1 else out
+
+
+def _vjp(dvol: DistributedVolume, points: Any, adj_value: Any, adj_jacobian: Any, mode: str, space: str,
+         jacobian_space: str | None) -> DistributedVJP:
+    dask, da, _ = _import_dask()
+    check_choice(mode, MODES, "mode")
+    check_choice(space, SPACES, "space")
+    jacobian_space = space if jacobian_space is None else check_choice(jacobian_space, SPACES, "jacobian_space")
+    if not isinstance(points, da.Array):
+        points = da.from_array(np.asarray(points), chunks=(DEFAULT_CHUNK, 3))
+    points = points.rechunk({1: 3})
+    rows = points.chunks[0]
+    to_dask = lambda a: a if a is None or isinstance(a, da.Array) else da.from_array(np.asarray(a))  # noqa: E731
+    adj_value, adj_jacobian = to_dask(adj_value), to_dask(adj_jacobian)
+    adj_value = adj_value.rechunk((rows,) + adj_value.shape[1:])
+    if adj_jacobian is not None:
+        adj_jacobian = adj_jacobian.rechunk((rows,) + adj_jacobian.shape[1:])
+    delayed = dask.delayed
+    plan, P = dvol.plan, dvol.plan.partitions
+    chunks = points.to_delayed().ravel()
+    routed = [delayed(_route_chunk, pure=True)(chunk, plan.router, dvol.template.transform, space, None)
+              for chunk in chunks]
+    vals = list(adj_value.to_delayed().ravel())
+    jacs = [None] * len(chunks) if adj_jacobian is None else list(adj_jacobian.to_delayed().ravel())
+    # which local leaves each partition owns, and which halo leaves it returns to which owner
+    owner = np.empty(dvol.template_leaf_count, np.int64)
+    for p, leaves in enumerate(plan.owned):
+        owner[leaves] = p
+    counts = dvol.leaf_value_counts
+    results, sends, targets = [], [], [{} for _ in range(P)]
+    for p in range(P):
+        local_globals = np.union1d(plan.owned[p], plan.halo[p])
+        own_local = np.searchsorted(local_globals, plan.owned[p])
+        send = {}
+        for q in np.unique(owner[plan.halo[p]]):
+            leaves = plan.halo[p][owner[plan.halo[p]] == q]
+            send[int(q)] = np.searchsorted(local_globals, leaves)
+            # rows of those leaves inside q's own-leaf block
+            owned_q = plan.owned[int(q)]
+            block_counts = counts[owned_q] if dvol.template.index_layout else np.full(len(owned_q), 512)
+            starts = np.cumsum(block_counts) - block_counts
+            pos = np.searchsorted(owned_q, leaves)
+            targets[int(q)][p] = np.concatenate([np.arange(starts[k], starts[k] + block_counts[k]) for k in pos])
+        sends.append(send)
+        results.append(delayed(_vjp_partition, pure=True)(dvol.partitions[p], p, (mode, space, jacobian_space),
+                                                          own_local, send, len(chunks), *routed, *vals, *jacs))
+    owned = [delayed(_owner_rows, pure=True)(q, results[q], dict(sorted(targets[q].items())),
+                                             *[results[p] for p in sorted(targets[q])]) for q in range(P)]
+    tiles = delayed(_sum_small, pure=True)(3, *results)
+    background = delayed(_sum_small, pure=True)(4, *results)
+    R = dvol.template.value_type.jacobian_dtype
+    parts = [da.from_delayed(delayed(_point_adjoints, pure=True)(c, n, R, *results), shape=(n, 3), dtype=R)
+             for c, n in enumerate(rows)]
+    client = dvol.client
+    owned_f = client.compute(owned)
+    tiles_f, bg_f = client.compute([tiles, background])
+    return DistributedVJP(dvol, owned_f, tiles_f, bg_f, da.concatenate(parts, axis=0))

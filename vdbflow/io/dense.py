@@ -1,0 +1,200 @@
+"""Dense arrays (.npy, NetCDF, Zarr) to sparse .nvdb volumes, one block of 8-aligned slabs at a time.
+
+Only the active voxels accumulate; at most one ``block`` of the dense array is in memory at once.
+Axis order: the first three dims are i, j, k (x, y, z); xarray variables with dims named x, y, z
+(in any order) are transposed to (x, y, z). A fourth dim holds components (vec3 / vec4). Several
+``variables`` of equal shape are stacked as components (u, v, w -> vec3).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vdbflow.core.volume import Volume
+from vdbflow.errors import VolumeError
+
+log = logging.getLogger("vdbflow.convert")
+
+_XYZ = ("x", "y", "z")
+
+
+def _regular_axis(coord: np.ndarray, name: str) -> tuple[float, float] | None:
+    """(origin, spacing) of an evenly spaced 1-D coordinate, or None."""
+    c = np.asarray(coord, np.float64)
+    if c.ndim != 1 or len(c) < 2:
+        return None
+    step = np.diff(c)
+    if not np.allclose(step, step[0], rtol=1e-6, atol=0) or step[0] == 0:
+        raise VolumeError(f"expected an evenly spaced coordinate {name!r} to place voxels, got spacings from "
+                          f"{step.min():.6g} to {step.max():.6g}")
+    return float(c[0]), float(step[0])
+
+
+class DenseSource:
+    """A dense (X, Y, Z) or (X, Y, Z, C) array read block by block along X."""
+
+    def __init__(self, shape: tuple[int, ...], read: Callable[[int, int], np.ndarray], dtype: np.dtype,
+                 origin: tuple[float, float, float] | None = None,
+                 voxel_size: tuple[float, float, float] | None = None, names: Sequence[str] | None = None,
+                 mask: Callable[[int, int], np.ndarray] | None = None, units: str | None = None):
+        if len(shape) not in (3, 4):
+            raise VolumeError(f"expected a dense array of shape (X, Y, Z) or (X, Y, Z, C), got {tuple(shape)}")
+        self.shape, self.read, self.dtype = tuple(shape), read, np.dtype(dtype)
+        self.origin, self.voxel_size, self.names, self.mask, self.units = origin, voxel_size, names, mask, units
+        self.variables: tuple[str, ...] = ()  # the dataset variables read (NetCDF / Zarr)
+
+    @property
+    def components(self) -> int:
+        return 1 if len(self.shape) == 3 else self.shape[3]
+
+    def blocks(self, slab: int) -> Iterator[tuple[int, np.ndarray, np.ndarray | None]]:
+        for x0 in range(0, self.shape[0], slab):
+            x1 = min(x0 + slab, self.shape[0])
+            yield x0, self.read(x0, x1), (self.mask(x0, x1) if self.mask is not None else None)
+
+
+def open_dense(path: str | Path, variables: Sequence[str] = (), mask_variable: str | None = None) -> DenseSource:
+    """A :class:`DenseSource` over an .npy file, or variables of a NetCDF / Zarr dataset (via xarray)."""
+    path = Path(path)
+    if not path.exists():
+        raise VolumeError(f"expected a dense input file, found nothing at {path}")
+    if path.suffix.lower() == ".npy":
+        if variables or mask_variable:
+            raise VolumeError("--variable and --mask-variable select variables of NetCDF / Zarr inputs, not .npy")
+        try:
+            arr = np.load(path, mmap_mode="r")
+        except (ValueError, OSError) as err:
+            raise VolumeError(f"cannot read {path} as a .npy array: {err}") from None
+        return DenseSource(arr.shape, lambda a, b: np.asarray(arr[a:b]), arr.dtype)
+    import xarray as xr
+
+    try:
+        ds = xr.open_zarr(path) if path.suffix.lower() == ".zarr" or path.is_dir() else xr.open_dataset(path,
+                                                                                                          chunks={})
+    except Exception as err:  # the backends raise many kinds for unreadable files
+        raise VolumeError(f"cannot open {path} as a NetCDF or Zarr dataset: {err}") from None
+    names = list(variables) or [v for v in ds.data_vars if ds[v].ndim >= 3][:1]
+    if not names:
+        raise VolumeError(f"expected a variable with 3 dims in {path}, found {list(ds.data_vars)}")
+    missing = [v for v in names if v not in ds.data_vars]
+    if missing:
+        raise VolumeError(f"variables {missing} are not in {path} (it has {list(ds.data_vars)})")
+    arrays = [_spatial(ds[v]) for v in names]
+    dims = arrays[0].dims
+    for v, a in zip(names, arrays, strict=True):
+        if a.dims != dims or a.shape != arrays[0].shape:
+            raise VolumeError(f"expected variables of equal dims and shape, got {names[0]} {dict(arrays[0].sizes)} "
+                              f"and {v} {dict(a.sizes)}")
+    if len(arrays) > 1 and len(dims) != 3:
+        raise VolumeError(f"expected 3-dim variables to stack as components, got dims {dims}")
+    origin, size = [], []
+    for d in dims[:3]:
+        reg = _regular_axis(ds[d].values, d) if d in ds.coords else None
+        origin.append(reg[0] if reg else 0.0)
+        size.append(reg[1] if reg else 1.0)
+    shape = arrays[0].shape + ((len(arrays),) if len(arrays) > 1 else ())
+
+    def read(a: int, b: int) -> np.ndarray:
+        blocks = [np.asarray(arr.isel({dims[0]: slice(a, b)}).values) for arr in arrays]
+        return blocks[0] if len(blocks) == 1 else np.stack(blocks, axis=-1)
+
+    mask = None
+    if mask_variable is not None:
+        if mask_variable not in ds.data_vars:
+            raise VolumeError(f"mask variable {mask_variable!r} is not in {path} (it has {list(ds.data_vars)})")
+        m = _spatial(ds[mask_variable])
+        if m.dims != dims[:3]:
+            raise VolumeError(f"expected the mask on dims {dims[:3]}, got {m.dims}")
+
+        def mask(a: int, b: int) -> np.ndarray:
+            return np.asarray(m.isel({dims[0]: slice(a, b)}).values).astype(bool)
+
+    source = DenseSource(shape, read, np.result_type(*[a.dtype for a in arrays]), tuple(origin), tuple(size),
+                         names if len(names) > 1 else None, mask, ds[names[0]].attrs.get("units"))
+    source.variables = tuple(names)
+    return source
+
+
+def _spatial(var: Any) -> Any:
+    """``var`` with x, y, z dims first in that order when it has them."""
+    if all(d in var.dims for d in _XYZ):
+        rest = [d for d in var.dims if d not in _XYZ]
+        var = var.transpose(*_XYZ, *rest)
+    if var.ndim not in (3, 4):
+        raise VolumeError(f"expected a variable with 3 dims (or 4 with components), got {var.name!r} with dims "
+                          f"{var.dims}")
+    return var
+
+
+def default_name(source: DenseSource, variables: Sequence[str] = ()) -> str:
+    """The grid name ``vdbflow convert`` gives without ``--name``: the name of the one variable read,
+    else ``velocity`` for a vec3 grid and ``density`` for any other."""
+    chosen = tuple(variables) or source.variables
+    if len(chosen) == 1:
+        return chosen[0]
+    return "velocity" if source.components == 3 else "density"
+
+
+def convert(source: DenseSource, threshold: float | None = None, background: float = 0.0,
+            dtype: str | None = None, voxel_size: Sequence[float] | None = None,
+            origin: Sequence[float] | None = None, slab: int = 64, name: str = "density",
+            progress: Callable[[int, int], None] | None = None) -> Volume:
+    """A sparse Volume of the voxels of ``source`` that are active: where the mask is set, else where
+    ``|value|`` (vector norm) exceeds ``threshold``, else where the value differs from ``background``.
+
+    ``slab`` (a multiple of 8) X-planes are dense at a time.
+    """
+    if slab < 8 or slab % 8:
+        raise VolumeError(f"expected a slab of a positive multiple of 8 planes, got {slab}")
+    C = source.components
+    out_dtype = np.dtype(dtype) if dtype else (np.dtype(np.float64) if source.dtype == np.float64 else
+                                               np.dtype(np.float32))
+    if C not in (1, 3, 4):
+        raise VolumeError(f"expected 1, 3 or 4 components to write a value grid, got {C}")
+    coords, values = [], []
+    for x0, block, mask in source.blocks(slab):
+        block = np.asarray(block)
+        if block.shape[1:] != source.shape[1:]:
+            raise VolumeError(f"expected blocks of shape (n,) + {source.shape[1:]}, got {block.shape}")
+        if mask is not None:
+            active = mask
+        else:
+            finite = np.isfinite(block) if C == 1 else np.isfinite(block).all(axis=-1)
+            if threshold is not None:
+                mag = np.abs(block) if C == 1 else np.linalg.norm(block, axis=-1)
+                active = finite & (mag > threshold)
+            else:
+                differs = block != background if C == 1 else (block != background).any(axis=-1)
+                active = finite & differs
+        idx = np.argwhere(active)
+        if len(idx):
+            values.append(block[tuple(idx.T)].astype(out_dtype))
+            idx[:, 0] += x0
+            coords.append(idx.astype(np.int32))
+        if progress is not None:
+            progress(min(x0 + slab, source.shape[0]), source.shape[0])
+    ijk = np.concatenate(coords) if coords else np.zeros((0, 3), np.int32)
+    vals = np.concatenate(values) if values else np.zeros((0,) if C == 1 else (0, C), out_dtype)
+    size = tuple(voxel_size) if voxel_size is not None else (source.voxel_size or (1.0, 1.0, 1.0))
+    org = tuple(origin) if origin is not None else (source.origin or (0.0, 0.0, 0.0))
+    vol = Volume.from_voxels(ijk, vals, background=background, transform=_transform(size, org), name=name,
+                             component_names=source.names)
+    vol.units = source.units
+    return vol
+
+
+def _transform(voxel_size: Sequence[float], origin: Sequence[float]) -> np.ndarray:
+    if len(voxel_size) == 1:
+        voxel_size = tuple(voxel_size) * 3
+    if len(voxel_size) != 3 or len(origin) != 3:
+        raise VolumeError(f"expected 3 voxel sizes and 3 origin coordinates, got {list(voxel_size)} and "
+                          f"{list(origin)}")
+    M = np.eye(4)
+    M[:3, :3] = np.diag(np.asarray(voxel_size, np.float64))
+    M[:3, 3] = origin
+    return M

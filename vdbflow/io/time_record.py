@@ -1,0 +1,28 @@
+"""A time step's time, stored in its .nvdb file as a blind data record named ``vdbflow.time`` holding
+UTF-8 JSON ``{"time": t}`` (written by :func:`vdbflow.synthetic.unsteady.write_series`, read by
+:func:`vdbflow.open_series` when no ``times=`` are given)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from vdbflow.io.nanovdb import BlindData
+
+TIME_RECORD = "vdbflow.time"
+
+
+def time_record(t: float) -> BlindData:
+    """The blind data record of time ``t``."""
+    return BlindData(TIME_RECORD, 0, 0, 0, 1, json.dumps({"time": float(t)}).encode("utf-8"))
+
+
+def record_time(blind_data: Any) -> float | None:
+    """The time held by a grid's blind data records, or None when there is no readable time record."""
+    for r in blind_data or ():
+        if r.name == TIME_RECORD:
+            try:
+                return float(json.loads(r.data.decode("utf-8"))["time"])
+            except (UnicodeDecodeError, ValueError, KeyError, TypeError):
+                return None
+    return None

@@ -1,0 +1,409 @@
+"""The ``vdbflow`` command line.
+
+Results (plans, summaries, tables) go to stdout; errors, warnings and ``-v`` logs go to stderr,
+one unwrapped line each, so they survive pipes and log files.  Messages are printed as plain
+text, never as rich markup (``pip install "vdbflow[tables]"`` keeps its brackets).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def _version() -> str:
+    from vdbflow.version import __version__
+
+    return __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="vdbflow", prog_name="vdbflow")
+def main() -> None:
+    """Sample values and Jacobians from sparse NanoVDB-style volumes."""
+
+
+def _stdout() -> Console:
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def _stderr() -> Console:
+    """Messages to stderr: plain text, not wrapped (a long path stays one line in a log)."""
+    from rich.console import Console
+
+    return Console(stderr=True, soft_wrap=True, highlight=False)
+
+
+def _say(kind: str, message: str, style: str = "red") -> None:
+    """``kind: message`` on stderr; the message is text, never markup."""
+    from rich.text import Text
+
+    _stderr().print(Text.assemble((f"{kind}:", style), " ", message))
+
+
+def _logging(verbose: int) -> None:
+    """Log to stderr, one unwrapped line per record: vdbflow's at -v (INFO) and -vv (DEBUG, and Dask's)."""
+    import distributed  # noqa: F401 - sets its loggers up on import; ours come after
+
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler], force=True)
+    logging.getLogger("vdbflow").setLevel(level)
+    for name in ("distributed", "dask_jobqueue", "dask_cuda"):
+        logging.getLogger(name).setLevel(logging.INFO if verbose > 1 else logging.ERROR)
+
+
+def _rows_table(title: str | None, rows: list[tuple[str, str]], sections: tuple[int, ...] = ()) -> Any:
+    """A two-column table (key, value) whose values are text (not markup), wrapped to the terminal."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=title, show_header=False)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")
+    for n, (key, value) in enumerate(rows):
+        if n in sections:
+            table.add_section()
+        table.add_row(Text(key), Text(value))
+    return table
+
+
+def _print_plan(plan: Any, console: Console) -> None:
+    from vdbflow.jobs.runner import REFERENCE_POINTS_PER_S, human_bytes, human_seconds
+
+    cfg = plan.config
+    rows = []
+    for g in plan.grids:
+        if g.active_voxels < 0:
+            rows.append((f"grid {g.name!r}", g.source))
+            continue
+        voxels = f"{g.active_voxels:,} active voxels" + (f", {g.leaves:,} leaves" if g.leaves >= 0 else " (about)")
+        rows.append((f"grid {g.name!r}", f"{g.value_type}, {voxels}; {g.source}"))
+    count = f"{plan.point_count:,}" if plan.point_count is not None else "counted when read"
+    chunks = f" in {plan.point_chunks} chunk(s)" if plan.point_chunks else ""
+    rows.append(("points", f"{count} ({cfg.points.kind}, {cfg.points.space} space){chunks}"))
+    rows.append(("sampling", f"mode {cfg.sampling.mode} (halo {plan.halo} voxel(s)), outputs "
+                             f"{', '.join(cfg.sampling.outputs)}, device {cfg.sampling.device}"))
+    if plan.output_bytes is not None:
+        rows.append(("size", f"about {human_bytes(plan.output_bytes)} of results before compression "
+                             f"({plan.bytes_per_point} bytes a point); {'about ' if plan.seconds >= 1 else ''}"
+                             f"{human_seconds(plan.seconds)} of "
+                             f"sampling + writing at {REFERENCE_POINTS_PER_S / 1e6:g} M points/s (the demo's "
+                             "rate on one workstation; yours depends on the workers)"))
+    rows.append(("limits", f"{cfg.limits.max_points:,} points, {cfg.limits.max_output_bytes} of results "
+                           "(limits.max_points, limits.max_output_bytes; --force runs larger jobs)"))
+    rows.append(("partitions", plan.partitions))
+    rows.append(("cluster", plan.cluster))
+    rows.append(("output", f"{cfg.output.path} ({cfg.output.resolved_format}, overwrite {cfg.output.overwrite})"))
+    rows += [("note", note) for note in plan.notes]
+    console.print(_rows_table("vdbflow run: plan (nothing has run)", rows))
+    for warning in plan.warnings:
+        _say("warning", f"{warning} (a dry run goes on; the run would stop here)", "yellow")
+    if plan.job_script:
+        console.print("SLURM job script (one per job; the scheduler address is filled in at run time):",
+                      style="bold", markup=False)
+        click.echo(plan.job_script)  # verbatim: rich would wrap the worker command at the terminal's width
+
+
+def _print_summary(result: Any, console: Console) -> None:
+    from vdbflow.jobs.runner import ANALYTIC_CHECK_PER_CHUNK
+
+    t = result.timings
+    rows = [("points", f"{result.points:,}"), ("grids", ", ".join(result.grids)),
+            ("partitions / workers", f"{result.partitions} / {result.workers}"),
+            ("throughput", f"{result.throughput / 1e6:.2f} M points/s (sampling + writing)"),
+            ("time", f"{t['total_s']:.1f} s total: cluster {t['cluster_s']:.1f} s, distribute "
+                     f"{t['distribute_s']:.1f} s, sample + write {t['sample_and_write_s']:.1f} s")]
+    if result.worker_seconds:
+        steps = ", ".join(f"{k} {v:.2f}" for k, v in result.worker_seconds.items() if v > 0.0005)
+        rows.append(("worker time (s)", f"{steps} (compute on {result.workers} worker(s), by Dask's task stream)"))
+    if result.analytic_error is not None:
+        rows.append(("max |J - J_exact|", f"{result.analytic_error:.3g} over {result.analytic_points:,} interior "
+                                          "points checked (analytic Jacobian of the synthetic field; up to "
+                                          f"{ANALYTIC_CHECK_PER_CHUNK:,} points a chunk)"))
+    rows.append(("output", str(result.output)))
+    console.print(_rows_table("vdbflow run: summary", rows))
+
+
+def _run(config_path: str, overrides: tuple[str, ...], dry_run: bool, verbose: int, force: bool = False) -> None:
+    from vdbflow.errors import VdbflowError
+    from vdbflow.jobs.config import ConfigError, load_config
+    from vdbflow.jobs.runner import plan_job, run_job
+
+    console = _stdout()
+    _logging(verbose)
+    try:
+        cfg = load_config(config_path, overrides)
+        if dry_run:
+            _print_plan(plan_job(cfg, force, dry_run=True), console)
+            return
+        result = run_job(cfg, console, force=force)
+    except ConfigError as err:
+        _say("config error", str(err))
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        _say("interrupted", "no result was published")
+        raise SystemExit(130) from None
+    except VdbflowError as err:
+        _say("error", str(err))
+        raise SystemExit(1) from None
+    except Exception as err:  # a worker's or a library's failure: say what, keep the trace for -vv
+        logging.getLogger("vdbflow").debug("the job failed", exc_info=True)
+        _say("the job failed", f"{type(err).__name__}: {err}; no result was published"
+             + ("" if verbose > 1 else " (-vv shows the traceback)"))
+        raise SystemExit(1) from None
+    _print_summary(result, console)
+
+
+_SET_HELP = "Override a config key, e.g. --set points.count=1000000 (the value is read as YAML). Repeatable."
+
+
+@main.command()
+@click.argument("config", type=click.Path(dir_okay=False))
+@click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help=_SET_HELP)
+@click.option("--dry-run", is_flag=True,
+              help="Validate the config, print the plan (and the SLURM job script); run nothing. Input files "
+                   "that are not here are warnings.")
+@click.option("--force", is_flag=True, help="Run a job larger than the config's limits (limits.max_points, "
+              "limits.max_output_bytes).")
+@click.option("-v", "--verbose", count=True, help="Log progress to stderr (-vv: also Dask's own logs).")
+def run(config: str, overrides: tuple[str, ...], dry_run: bool, force: bool, verbose: int) -> None:
+    """Run the batch job described by CONFIG (YAML): sample a volume at points on a Dask cluster and
+    write the result (Zarr or NetCDF).  Exit code 2: the config or its inputs are wrong; nothing ran."""
+    _run(config, overrides, dry_run, verbose, force)
+
+
+@main.command()
+@click.argument("target", required=False, default=".", type=click.Path())
+@click.option("--dry-run", is_flag=True, help="Say what would be done; touch nothing.")
+@click.option("--force", is_flag=True, help="Also remove leftovers whose writer cannot be checked (another host, "
+              "or written before vdbflow recorded writers).")
+def clean(target: str, dry_run: bool, force: bool) -> None:
+    """Remove what killed runs left next to an output: partial results (.NAME.partial-*) and input
+    snapshots (.NAME.input-*) whose writer has exited, and put back an earlier result a kill set aside
+    mid-swap (.NAME.replaced-*).  Files of a running job are kept.
+
+    TARGET is a job config (.yaml: its output.path), an output path, or a directory holding outputs
+    (default: the current directory).  Exit code 2: TARGET cannot be read."""
+    from vdbflow.jobs.config import ConfigError, load_config
+    from vdbflow.jobs.output import tidy
+    from vdbflow.jobs.results import not_a_result
+
+    path = Path(target)
+    try:
+        if path.suffix.lower() in (".yaml", ".yml") and path.is_file():
+            lines = tidy(load_config(path).output.path.absolute(), force=force, dry_run=dry_run)
+        elif path.is_dir() and not path.is_symlink() and not_a_result(path) is not None:
+            lines = tidy(directory=path.absolute(), force=force, dry_run=dry_run)
+        else:
+            lines = tidy(path.absolute(), force=force, dry_run=dry_run)
+    except ConfigError as err:
+        _say("config error", str(err))
+        raise SystemExit(2) from None
+    for line in lines:
+        click.echo(line)
+    if not lines:
+        click.echo(f"nothing to clean at {target}")
+
+
+def demo_config() -> Path:
+    """configs/demo.yaml: installed next to the package, or in the source tree."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "configs" / "demo.yaml", here.parent / "configs" / "demo.yaml"):
+        if candidate.is_file():
+            return candidate
+    raise click.ClickException("configs/demo.yaml is not installed with this copy of vdbflow")
+
+
+@main.command()
+@click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help=_SET_HELP)
+@click.option("--dry-run", is_flag=True, help="Print the plan only.")
+@click.option("-v", "--verbose", count=True, help="Log progress to stderr.")
+def demo(overrides: tuple[str, ...], dry_run: bool, verbose: int) -> None:
+    """Write a synthetic Taylor-Green vortex to .nvdb and run configs/demo.yaml on it (an embedded
+    LocalCluster; results in ./vdbflow-demo/)."""
+    path = demo_config()
+    click.echo(f"vdbflow {_version()} demo: running {path}")
+    _run(str(path), overrides, dry_run, verbose)
+
+
+class _ConvertCommand(click.Command):
+    """``--voxel-size`` takes three values like ``--origin``, or one for cubic voxels (``--voxel-size 0.1``
+    is read as ``--voxel-size 0.1 0.1 0.1``)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        def numbers(values: list[str]) -> int:
+            n = 0
+            for text in values:
+                try:
+                    float(text)
+                except ValueError:
+                    break
+                n += 1
+            return n
+
+        args, out, i = list(args), [], 0
+        while i < len(args):
+            if args[i] == "--":
+                out += args[i:]
+                break
+            if args[i].startswith("--voxel-size="):
+                args[i:i + 1] = ["--voxel-size", args[i].partition("=")[2]]
+            if args[i] == "--voxel-size" and numbers(args[i + 1:i + 4]) == 2:
+                raise click.BadParameter(f"expected 1 or 3 numbers (DX or DX DY DZ), got 2: {args[i + 1:i + 3]}",
+                                         ctx, param_hint="'--voxel-size'")
+            if args[i] == "--voxel-size" and numbers(args[i + 1:i + 4]) == 1:
+                out += ["--voxel-size", *[args[i + 1]] * 3]
+                i += 2
+                continue
+            out.append(args[i])
+            i += 1
+        return super().parse_args(ctx, out)
+
+
+@main.command(cls=_ConvertCommand)
+@click.argument("source", type=click.Path(exists=True))
+@click.argument("output", type=click.Path(dir_okay=False))
+@click.option("--variable", "variables", multiple=True,
+              help="NetCDF/Zarr variable(s); several (u, v, w) become one vec3 grid. Default: the first 3-D one.")
+@click.option("--threshold", type=float, default=None,
+              help="Active where |value| (vector norm) > THRESHOLD. Default: where value != background.")
+@click.option("--mask-variable", default=None, help="A NetCDF/Zarr variable: active where it is non-zero.")
+@click.option("--background", type=float, default=0.0, show_default=True, help="Value of inactive voxels.")
+@click.option("--voxel-size", type=float, nargs=3, default=None, metavar="DX [DY DZ]",
+              help="World size of a voxel along x, y, z (one value: cubic voxels). Default: the coordinates' "
+                   "spacing, else 1.")
+@click.option("--origin", type=float, nargs=3, default=None, metavar="X Y Z",
+              help="World position of voxel (0, 0, 0).")
+@click.option("--dtype", type=click.Choice(["float32", "float64"]), default=None, help="Stored value type.")
+@click.option("--name", default=None, help="Grid name. Default: the variable's name, else 'velocity' for a "
+              "vec3 grid and 'density' otherwise.")
+@click.option("--codec", type=click.Choice(["none", "zip", "blosc"]), default="none", show_default=True)
+@click.option("--slab", type=click.IntRange(8, None), default=64, show_default=True,
+              help="X-planes held dense at a time (a multiple of 8).")
+@click.option("--overwrite", is_flag=True, help="Replace OUTPUT if it exists.")
+def convert(source: str, output: str, variables: tuple[str, ...], threshold: float | None,
+            mask_variable: str | None, background: float, voxel_size: tuple[float, float, float] | None,
+            origin: tuple[float, float, float] | None, dtype: str | None, name: str | None, codec: str, slab: int,
+            overwrite: bool) -> None:
+    """Convert a dense array (SOURCE: .npy, NetCDF or Zarr) to a sparse .nvdb grid (OUTPUT), one slab at a time."""
+    import numpy as np
+    from rich.progress import Progress
+
+    from vdbflow.errors import VdbflowError
+    from vdbflow.io.dense import convert as to_volume
+    from vdbflow.io.dense import default_name, open_dense
+    from vdbflow.jobs.output import partial_path
+
+    out = Path(output)
+    if out.exists() and not overwrite:
+        _say("error", f"{out} exists (pass --overwrite to replace it)")
+        raise SystemExit(2)
+    try:
+        src = open_dense(source, variables, mask_variable)
+        grid_name = name or default_name(src, variables)
+        console = _stderr()
+        with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
+            task = bar.add_task("converting", total=src.shape[0])
+            vol = to_volume(src, threshold, background, dtype, voxel_size, origin, slab, grid_name,
+                            progress=lambda done, total: bar.update(task, completed=done))
+        tmp = partial_path(out.absolute())
+        try:
+            vol.to_nvdb(str(tmp), codec=codec)
+            os.replace(tmp, out)
+        finally:
+            tmp.unlink(missing_ok=True)
+    except VdbflowError as err:
+        _say("error", str(err))
+        raise SystemExit(2) from None
+    dense = int(np.prod(src.shape[:3]))
+    click.echo(f"wrote {out}: grid {grid_name!r}, {vol.value_type.name}, {vol.active_voxel_count:,} active voxels "
+               f"of {dense:,} ({vol.active_voxel_count / max(dense, 1):.1%}), {vol.leaf_count:,} leaves")
+
+
+def _grid_rows(g: Any) -> list[tuple[str, str]]:
+    """One grid of ``vdbflow info``, as (key, value) rows."""
+    (i0, i1), (w0, w1) = g.index_bbox, g.world_bbox
+    return [
+        (f"grid {g.index}", repr(g.name) if g.name else "(unnamed)"),
+        ("type", f"{g.grid_type}, class {g.grid_class}"),
+        ("active voxels", f"{g.active_voxel_count:,}"),
+        ("nodes", f"{g.leaf_count:,} leaves, {g.lower_count:,} lower, {g.upper_count:,} upper"),
+        ("tiles", "/".join(f"{c:,}" for c in g.tile_counts) + " (lower/upper/root: 8³/128³/4096³ voxels)"),
+        ("index bbox", f"{list(i0)} .. {list(i1)}"),
+        ("world bbox", f"{[float(f'{v:.6g}') for v in w0]} .. {[float(f'{v:.6g}') for v in w1]}"),
+        ("voxel size", " ".join(f"{v:.6g}" for v in g.voxel_size)),
+        ("stored", f"{g.grid_size:,} bytes, codec {g.codec}, NanoVDB {g.version}"),
+    ]
+
+
+def _json_value(value: Any) -> Any:
+    """GridInfo fields as JSON: arrays and tuples as lists, bytes as hex."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    if isinstance(value, (bytes, bytearray)):
+        return value.hex()
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if hasattr(value, "__dataclass_fields__"):
+        return _json_value({k: getattr(value, k) for k in value.__dataclass_fields__})
+    return str(value)
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (a list: path and grids of each file, or its "
+              "error) instead of tables.")
+def info(paths: tuple[str, ...], as_json: bool) -> None:
+    """List the grids of NanoVDB (.nvdb) files.  Exit code 2: a file could not be read (the others are
+    still listed)."""
+    import json
+
+    from vdbflow.errors import NanoVDBError
+    from vdbflow.io.nanovdb import list_grids
+    from vdbflow.io.volumes import check_nanovdb_file
+
+    console, failed, listing = _stdout(), False, []
+    for path in paths:
+        try:
+            check_nanovdb_file(path)
+            grids = list_grids(path)
+        except NanoVDBError as err:
+            failed = True
+            if as_json:
+                listing.append({"path": path, "error": str(err)})
+            else:
+                _say("error", str(err) if path in str(err) else f"{path}: {err}")
+            continue
+        if as_json:
+            listing.append({"path": path, "grids": [_json_value(g) for g in grids]})
+            continue
+        rows, sections = [], []
+        for g in grids:
+            sections.append(len(rows))
+            rows += _grid_rows(g)
+        click.echo(f"{path}: {len(grids)} grid(s)")  # a path is not wrapped
+        console.print(_rows_table(None, rows, tuple(sections[1:])))
+    if as_json:
+        click.echo(json.dumps(listing, indent=2))
+    if failed:
+        raise SystemExit(2)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,684 @@
+"""The job config of ``vdbflow run``: one pydantic model, read from YAML with line numbers in errors.
+
+A config names a volume (an .nvdb file or a synthetic flow field), the points to sample (a file or
+a generator), what to compute, the cluster, and where the result goes::
+
+    volume:   {synthetic: {field: taylor_green, resolution: 64}}
+    points:   {kind: random, count: 1000000, seed: 0}
+    sampling: {mode: linear, outputs: [value, jacobian, q_criterion]}
+    cluster:  {kind: local}
+    output:   {path: result.zarr, overwrite: always}
+
+Relative paths are taken relative to the current directory.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from vdbflow.errors import VdbflowError
+from vdbflow.ops.sampling import MODES
+
+DERIVED = ("divergence", "vorticity", "vorticity_magnitude", "strain_rate", "rotation_rate", "q_criterion",
+           "lambda2", "swirling_strength", "helicity")
+SECOND = ("hessian", "laplacian")  # second derivatives (Volume.sample_hessian): any float grid
+OUTPUTS = ("value", "jacobian", *DERIVED, *SECOND, "inside")  # inside: the stencil reads only active voxels
+SYNTHETIC_FIELDS = ("taylor_green", "abc", "burgers", "linear")
+
+Vec3 = tuple[float, float, float]
+Count = Annotated[int, Field(ge=1)]
+
+
+def _matching(regex: str, example: str) -> AfterValidator:
+    """A string check that names what was expected."""
+
+    def check(v: str) -> str:
+        if not re.fullmatch(regex, v, flags=re.IGNORECASE):
+            raise ValueError(f"expected {example}, got {v!r}")
+        return v
+
+    return AfterValidator(check)
+
+
+Address = Annotated[str, _matching(r"(tcp|tls|ucx|inproc|ws|wss)://[^\s/]+(:\d+)?/?",
+                                   "a scheduler address like 'tcp://host:8786'")]
+Walltime = Annotated[str, _matching(r"(\d+-)?\d{1,3}:\d{2}(:\d{2})?",
+                                    "a SLURM walltime like '01:30:00' or '2-00:00:00'")]
+MemorySize = Annotated[str, _matching(r"\d+(\.\d+)?\s*([KMGT]i?B|[KMGT])", "a memory size like '64GB' or '512GiB'")]
+
+
+class ConfigError(VdbflowError, ValueError):
+    """A job config is malformed: unknown keys, wrong types, impossible values or missing files."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
+
+
+# -- volume -----------------------------------------------------------------------------------------------
+
+
+class SyntheticVolume(_Model):
+    """A flow field with an analytic Jacobian, stored on the voxels of a spherical shell."""
+
+    field: Literal["taylor_green", "abc", "burgers", "linear"] = Field(
+        description="taylor_green | abc | burgers | linear (u = A x + b)")
+    resolution: int = Field(64, ge=8, le=4096, description="voxels per edge of the bounding cube")
+    extent: float = Field(2 * math.pi, gt=0, description="edge of the cube [0, extent]^3 in world units")
+    shell: tuple[float, float] = Field((0.35, 0.5), description="inner and outer radius, fractions of the edge")
+    params: dict[str, float | list[float] | list[list[float]]] = Field(
+        default_factory=dict, description="the generator's keyword arguments (k, amplitude, circulation, matrix...)")
+    dtype: Literal["float32", "float64"] = "float32"
+    write: Path | None = Field(None, description="also write the field to this .nvdb; workers then read it")
+
+    @field_validator("shell")
+    @classmethod
+    def _shell(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not 0 <= v[0] < v[1]:
+            raise ValueError(f"expected 0 <= inner < outer, got {list(v)}")
+        return v
+
+
+class VolumeSpec(_Model):
+    """An .nvdb ``path`` with optional ``grids`` (names; default the first grid), or ``synthetic``."""
+
+    path: Path | None = None
+    grids: list[str] | None = None
+    synthetic: SyntheticVolume | None = None
+    snapshot: bool = Field(True, description="read a private copy of 'path' (a reflink where the filesystem "
+                                              "allows), so no other process can truncate what the job maps")
+
+    @field_validator("grids", mode="before")
+    @classmethod
+    def _one_grid(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _one_source(self) -> VolumeSpec:
+        if (self.path is None) == (self.synthetic is None):
+            raise ValueError("expected exactly one of 'path' (an .nvdb file) or 'synthetic', got "
+                             + ("both" if self.path is not None else "neither"))
+        if self.grids is not None and self.path is None:
+            raise ValueError("'grids' selects grids of an .nvdb 'path'; a synthetic volume has one grid")
+        if not self.snapshot and self.path is None:
+            raise ValueError("'snapshot' is about an .nvdb 'path'; a synthetic volume is not read from a file")
+        if self.grids is not None and len(set(self.grids)) != len(self.grids):
+            raise ValueError(f"expected distinct grid names, got {self.grids}")
+        return self
+
+
+# -- points -----------------------------------------------------------------------------------------------
+
+
+class _Points(_Model):
+    space: Literal["world", "index"] = Field("world", description="coordinates of the points")
+    chunk: int = Field(262_144, ge=1, description="points per Dask chunk")
+
+
+class FilePoints(_Points):
+    """Points from a file: .npy (N, 3), .csv / .parquet (three columns), .zarr (an (N, 3) array)."""
+
+    kind: Literal["file"]
+    path: Path
+    columns: tuple[str, str, str] | None = Field(None, description="csv/parquet columns; default x y z or i j k")
+    array: str | None = Field(None, description="the array inside a Zarr group")
+
+    @field_validator("path")
+    @classmethod
+    def _suffix(cls, v: Path) -> Path:
+        if v.suffix.lower() not in (".npy", ".csv", ".parquet", ".zarr"):
+            raise ValueError(f"expected a .npy, .csv, .parquet or .zarr file, got {v.name!r}")
+        return v
+
+
+class RandomPoints(_Points):
+    """Uniform random points inside the active voxels (or the active leaves' 8^3 boxes)."""
+
+    kind: Literal["random"]
+    count: int = Field(ge=1)
+    inside: Literal["voxels", "leaves"] = "voxels"
+    seed: int = 0
+
+
+class GridPoints(_Points):
+    """A regular lattice of ``shape`` points spanning ``bounds`` (default: the volume's bounding box)."""
+
+    kind: Literal["grid"]
+    shape: tuple[Count, Count, Count]
+    bounds: tuple[Vec3, Vec3] | None = None
+
+
+class PlanePoints(_Points):
+    """A slice plane ``origin + s u + t v`` for s, t in [0, 1], ``resolution`` (ns, nt) points."""
+
+    kind: Literal["plane"]
+    origin: Vec3
+    u: Vec3
+    v: Vec3
+    resolution: tuple[Count, Count]
+
+    @model_validator(mode="after")
+    def _spans(self) -> PlanePoints:
+        cross = (self.u[1] * self.v[2] - self.u[2] * self.v[1], self.u[2] * self.v[0] - self.u[0] * self.v[2],
+                 self.u[0] * self.v[1] - self.u[1] * self.v[0])
+        if not any(cross):
+            raise ValueError(f"expected u and v to span a plane, got parallel u={list(self.u)}, v={list(self.v)}")
+        return self
+
+
+class LinePoints(_Points):
+    """``count`` points evenly spaced from ``start`` to ``end`` (both included)."""
+
+    kind: Literal["line"]
+    start: Vec3
+    end: Vec3
+    count: int = Field(ge=1)
+
+
+PointsSpec = Annotated[FilePoints | RandomPoints | GridPoints | PlanePoints | LinePoints, Field(discriminator="kind")]
+
+
+# -- sampling, cluster, output ----------------------------------------------------------------------------
+
+
+class SamplingSpec(_Model):
+    mode: Literal[tuple(MODES)] = "linear"  # type: ignore[valid-type]
+    jacobian_space: Literal["world", "index"] | None = Field(None, description="default: the points' space")
+    outputs: list[Literal[OUTPUTS]] = Field(["value", "jacobian"])  # type: ignore[valid-type]
+    device: Literal["cpu", "cuda"] = "cpu"
+
+    @field_validator("outputs")
+    @classmethod
+    def _some(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("expected at least one output")
+        return list(dict.fromkeys(v))
+
+
+DashboardAddress = Annotated[str, _matching(r"(\[[0-9a-f:]+\]|[\w.-]*):\d{1,5}",
+                                            "true, false or a 'host:port' like '127.0.0.1:8787' or '0.0.0.0:8787'")]
+
+
+class _Cluster(_Model):
+    dashboard: bool | DashboardAddress = Field(
+        True, description="true: serve the Dask dashboard on 127.0.0.1 (a free port); 'host:port': there "
+                          "('0.0.0.0:8787' exposes it to the network); false: no HTTP server at all")
+
+    @property
+    def dashboard_address(self) -> str | None:
+        """Where a scheduler started by the job serves its dashboard, or None for none."""
+        if self.dashboard is False:
+            return None
+        return "127.0.0.1:0" if self.dashboard is True else self.dashboard
+
+
+class LocalClusterSpec(_Cluster):
+    """An embedded ``distributed.LocalCluster`` of worker processes, sized to the machine by default."""
+
+    kind: Literal["local"]
+    workers: int | None = Field(None, ge=1)
+    threads_per_worker: int = Field(1, ge=1)
+    memory_limit: str | None = Field(None, description="per worker, e.g. '4GiB'; default: machine / workers")
+
+
+class AddressClusterSpec(_Cluster):
+    """An existing scheduler, e.g. ``tcp://head-node:8786``."""
+
+    kind: Literal["address"]
+    address: Address
+
+
+class CudaClusterSpec(_Cluster):
+    """``dask_cuda.LocalCUDACluster``: one worker per GPU (``pip install "vdbflow[gpu]"``)."""
+
+    kind: Literal["cuda"]
+    devices: list[int] | None = Field(None, description="CUDA_VISIBLE_DEVICES; default all")
+    rmm_pool_size: str | None = None
+
+
+# SLURMCluster arguments the job sets itself (besides the section's own keys)
+_SLURM_RESERVED = {"name", "scheduler", "scheduler_options", "dashboard_address", "n_workers", "asynchronous",
+                   "job_cls", "loop"}
+
+
+class SlurmAdapt(_Model):
+    """``cluster.adapt``: dask-jobqueue's adaptive scaling, in whole jobs."""
+
+    minimum_jobs: int = Field(0, ge=0)
+    maximum_jobs: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _range(self) -> SlurmAdapt:
+        if self.minimum_jobs > self.maximum_jobs:
+            raise ValueError(f"expected minimum_jobs <= maximum_jobs, got {self.minimum_jobs} > {self.maximum_jobs}")
+        return self
+
+
+class SlurmClusterSpec(_Cluster):
+    """``dask_jobqueue.SLURMCluster``: ``jobs`` batch jobs, each running ``processes`` workers."""
+
+    kind: Literal["slurm"]
+    queue: str
+    account: str | None = None
+    walltime: Walltime = "01:00:00"
+    cores: int = Field(ge=1)
+    memory: MemorySize
+    processes: int = Field(1, ge=1)
+    jobs: int = Field(1, ge=1)
+    job_extra_directives: list[str] = Field(default_factory=list, description="extra #SBATCH lines")
+    job_script_prologue: list[str] = Field(default_factory=list, description="shell lines before the worker")
+    interface: str | None = None
+    local_directory: str | None = None
+    python: str | None = Field(None, description="the Python the workers run (default: the one running "
+                                                 "`vdbflow run`); e.g. 'python' after a prologue activates a venv")
+    jobqueue_options: dict[str, Any] = Field(
+        default_factory=dict, description="other keyword arguments of dask_jobqueue.SLURMCluster (worker_extra_args, "
+                                          "log_directory, death_timeout, job_directives_skip, ...)")
+    adapt: SlurmAdapt | None = Field(None, description="scale between minimum_jobs and maximum_jobs with the work "
+                                                       "(instead of a fixed number of 'jobs')")
+    wait_for_workers: int = Field(1, ge=1, description="workers to wait for before the job starts sampling")
+    wait_timeout: float = Field(3600.0, gt=0, description="seconds to wait for them (e.g. 600, '30min', '2h')")
+
+    @field_validator("wait_timeout", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|sec|min|m|h)?\s*", v, flags=re.IGNORECASE)
+            if m is None:
+                raise ValueError(f"expected seconds or a duration like '600s', '30min' or '2h', got {v!r}")
+            scale = {"": 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600}[(m.group(2) or "").lower()]
+            return float(m.group(1)) * scale
+        return v
+
+    @field_validator("jobqueue_options")
+    @classmethod
+    def _not_named(cls, v: dict[str, Any]) -> dict[str, Any]:
+        named = sorted(set(v) & (set(cls.model_fields) | _SLURM_RESERVED))
+        if named:
+            raise ValueError(f"expected only options without a key of their own here, got {named} (set "
+                             + ("them" if len(named) > 1 else "it") + " in the cluster section itself"
+                             + ("; 'n_workers' is 'jobs'" if "n_workers" in named else "") + ")")
+        return v
+
+    @model_validator(mode="after")
+    def _divisible(self) -> SlurmClusterSpec:
+        if self.cores % self.processes:
+            raise ValueError(f"expected cores divisible by processes, got cores={self.cores}, "
+                             f"processes={self.processes}")
+        if self.adapt is not None and "jobs" in self.model_fields_set:
+            raise ValueError("expected either 'jobs' (a fixed number) or 'adapt' (a range), got both")
+        jobs, key = (self.adapt.maximum_jobs, "adapt.maximum_jobs") if self.adapt is not None else (self.jobs, "jobs")
+        if self.wait_for_workers > jobs * self.processes:
+            raise ValueError(f"expected wait_for_workers <= {jobs * self.processes} ({key} {jobs} x processes "
+                             f"{self.processes}), got {self.wait_for_workers}")
+        return self
+
+
+ClusterSpec = Annotated[LocalClusterSpec | AddressClusterSpec | CudaClusterSpec | SlurmClusterSpec,
+                        Field(discriminator="kind")]
+
+
+class OutputSpec(_Model):
+    path: Path
+    format: Literal["zarr", "netcdf"] | None = Field(None, description="default: netcdf for .nc, else zarr")
+    chunk: int | None = Field(None, ge=1, description="points per stored chunk; default: the points' chunk")
+    overwrite: Literal["never", "always"] = "never"
+
+    @property
+    def resolved_format(self) -> str:
+        if self.format is not None:
+            return self.format
+        return "netcdf" if self.path.suffix.lower() in (".nc", ".nc4", ".netcdf") else "zarr"
+
+
+ByteSize = Annotated[int, Field(ge=0)] | MemorySize
+
+
+def bytes_of(size: int | str) -> int:
+    """``'64GiB'`` -> 68719476736 (K, M, G, T are powers of 1000, Ki.. of 1024); ints pass."""
+    if isinstance(size, int):
+        return size
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT])(i?)B?", size.strip(), flags=re.IGNORECASE)
+    if m is None:
+        raise ConfigError(f"expected a size like '64GB' or '512GiB', got {size!r}")
+    power = "KMGT".index(m.group(2).upper()) + 1
+    return int(float(m.group(1)) * (1024 if m.group(3) else 1000) ** power)
+
+
+class LimitsSpec(_Model):
+    """How large a job may be before ``vdbflow run`` refuses it (raise these, or run with ``--force``)."""
+
+    max_points: int = Field(1_000_000_000, ge=1, description="points sampled")
+    max_output_bytes: ByteSize = Field("1TB", description="estimated size of the result before compression")
+
+
+class JobConfig(_Model):
+    """A whole ``vdbflow run`` job."""
+
+    volume: VolumeSpec
+    points: PointsSpec
+    sampling: SamplingSpec = SamplingSpec()
+    partitions: int | None = Field(None, ge=1, description="default: one per worker")
+    cluster: ClusterSpec = LocalClusterSpec(kind="local")
+    output: OutputSpec
+    limits: LimitsSpec = LimitsSpec()
+    _where: dict = PrivateAttr(default_factory=dict)  # key path -> "(file, line N)", for later checks
+
+    def where(self, dotted: str) -> str:
+        """`` (FILE, line N)`` where the key was given, or ``""``."""
+        return self._where.get(tuple(dotted.split(".")), "")
+
+
+# -- reading ----------------------------------------------------------------------------------------------
+
+
+MAX_CONFIG_BYTES = 1 << 20  # a job config is a few hundred bytes; anything this large is not one
+MAX_CONFIG_NODES = 10_000  # scalars, lists and mappings once aliases are expanded
+
+
+def _expanded_nodes(root: yaml.Node, source: str) -> int:
+    """Nodes of ``root`` with every alias expanded, counted without expanding (each node once).
+
+    Raises :class:`ConfigError` for a recursive alias or more than ``MAX_CONFIG_NODES`` nodes: an
+    alias bomb (nested aliases, a few hundred bytes that expand to billions of nodes) fails here.
+    """
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            raise ConfigError(f"{source}: expected a tree of keys, found a recursive alias at line "
+                              f"{node.start_mark.line + 1} (an anchor used inside itself)")
+        if isinstance(node, yaml.MappingNode):
+            children = [child for pair in node.value for child in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = node.value
+        else:
+            children = []
+        active.add(key)
+        total = 1
+        for child in children:
+            total += size(child)
+            if total > MAX_CONFIG_NODES:
+                raise ConfigError(f"{source}: expected at most {MAX_CONFIG_NODES:,} keys and values with aliases "
+                                  f"expanded, found more under line {node.start_mark.line + 1} (nested aliases "
+                                  "multiply: a YAML alias bomb?)")
+        active.discard(key)
+        sizes[key] = total
+        return total
+
+    return size(root)
+
+
+def _compose(text: str, source: str) -> yaml.Node | None:
+    """The YAML node graph of ``text``, refused when too large or when its aliases expand too far."""
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{source}: expected a config of at most {MAX_CONFIG_BYTES:,} bytes, got {len(text):,}")
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{source} is not valid YAML: {err}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: expected a config, found YAML nested too deeply to read") from None
+    if node is not None:
+        _expanded_nodes(node, source)
+    return node
+
+
+def _line_map(node: yaml.Node, path: tuple = (), out: dict | None = None) -> dict[tuple, int]:
+    """Key path -> 1-based line of every mapping key and sequence item under ``node``."""
+    out = {} if out is None else out
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            p = path + (key.value,)
+            out[p] = key.start_mark.line + 1
+            _line_map(value, p, out)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            out[path + (i,)] = item.start_mark.line + 1
+            _line_map(item, path + (i,), out)
+    return out
+
+
+def _put(raw: dict, dotted: str, value: Any, label: str) -> None:
+    """Set the key path ``dotted`` (``points.count``) of ``raw`` to ``value``, making mappings on the way."""
+    keys = dotted.split(".")
+    if not all(keys):
+        raise ConfigError(f"expected {label} key.path=value with non-empty keys, got {dotted!r}")
+    node = raw
+    for k in keys[:-1]:
+        child = node.get(k)
+        if child is None:
+            child = node[k] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"{label} {dotted}: {k!r} holds {type(child).__name__}, not a mapping")
+        node = child
+    node[keys[-1]] = value
+
+
+def _set(raw: dict, dotted: str, text: str) -> None:
+    """Apply one ``--set key.path=value`` (the value parsed as YAML) to ``raw``."""
+    if not all(dotted.split(".")):
+        raise ConfigError(f"expected --set key.path=value with non-empty keys, got {dotted!r}")
+    _compose(text, f"--set {dotted}")
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"--set {dotted}: the value {text!r} is not valid YAML ({err})") from None
+    _put(raw, dotted, value, "--set")
+
+
+def _plain(value: Any, where: str) -> Any:
+    """A Python value as the YAML loader would give it: paths as strings, tuples as lists."""
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, dict):
+        return {str(k): _plain(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v, where) for v in value]
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:  # a NumPy scalar
+        return value.item()
+    raise ConfigError(f"{where}: expected a config value (str, number, bool, path, list or mapping), got "
+                      f"{type(value).__name__}")
+
+
+_UNION_TAGS = {"points": ("file", "random", "grid", "plane", "line"), "cluster": ("local", "address", "cuda", "slurm")}
+
+
+def _describe(loc: tuple, lines: dict[tuple, int], overridden: dict[tuple, str], source: str) -> str:
+    """``key.path (file, line N)`` for a pydantic error location."""
+    # pydantic puts the union tag into the location ('points', 'random', 'count'): the YAML has none
+    path = [part for i, part in enumerate(loc) if not (i == 1 and part in _UNION_TAGS.get(loc[0], ()))]
+    key = ".".join(str(p) for p in path) or "(top level)"
+    for n in range(len(path), 0, -1):
+        if tuple(path[:n]) in overridden:
+            return f"{key} (from {overridden[tuple(path[:n])]})"
+        if tuple(path[:n]) in lines:
+            return f"{key} ({source}, line {lines[tuple(path[:n])]})"
+    return key
+
+
+def _message(err: dict) -> str:
+    kind, msg = err["type"], err["msg"]
+    if kind == "extra_forbidden":
+        return "unknown key"
+    if kind == "missing":
+        return "missing required key"
+    if kind == "union_tag_invalid":
+        return msg.replace("Input tag", "kind").replace("found using 'kind' does not match any of the expected tags:",
+                                                        "is not one of")
+    if kind == "union_tag_not_found":
+        return "missing 'kind' (it selects which form this section takes)"
+    if kind == "value_error":
+        return msg.removeprefix("Value error, ")
+    return f"{msg}, got {err.get('input')!r}" if "input" in err and not isinstance(err["input"], dict) else msg
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
+                text: str | None = None, values: Mapping[str, Any] | None = None,
+                data: Mapping[str, Any] | None = None) -> JobConfig:
+    """Read and validate a job config from a YAML file (or YAML ``text``, or a mapping ``data``), with
+    ``--set`` style ``overrides`` (``"points.count=1000"``, the value read as YAML) and then ``values``
+    (``{"points.count": 1000}``, Python values by dotted key path).
+
+    Raises :class:`ConfigError` naming every bad key, with its line in the file.
+    """
+    source = "<text>" if path is None else str(path)
+    if data is not None:
+        if path is not None or text is not None:
+            raise ConfigError("expected one of a config path, YAML text or a mapping, got more than one")
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"expected a mapping of sections (volume, points, ...), got {type(data).__name__}")
+        source, raw, node = "<mapping>", _plain(dict(data), "config"), None
+    else:
+        if text is None:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    text = f.read(MAX_CONFIG_BYTES + 1)  # enough to refuse an oversized file without reading it all
+            except FileNotFoundError:
+                raise ConfigError(f"expected a config file, found nothing at {source}") from None
+            except (IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
+                raise ConfigError(f"cannot read the config file {source}: {err}") from None
+        node = _compose(text, source)  # first: refuses alias bombs before anything expands them
+        try:
+            raw = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{source} is not valid YAML: {err}") from None
+    raw = {} if raw is None else raw
+    if not isinstance(raw, dict):
+        raise ConfigError(f"expected a mapping of sections (volume, points, ...) in {source}, "
+                          f"got {type(raw).__name__}")
+    lines = _line_map(node) if node is not None else {}
+    overridden: dict[tuple, str] = {}
+    for item in overrides:
+        dotted, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"expected --set key.path=value, got {item!r}")
+        _set(raw, dotted.strip(), value)
+        overridden[tuple(dotted.strip().split("."))] = "--set"
+    for dotted, value in (values or {}).items():
+        _put(raw, dotted, _plain(value, dotted), "override")
+        overridden[tuple(dotted.split("."))] = "an override"
+    try:
+        cfg = JobConfig.model_validate(raw)
+    except ValidationError as err:
+        problems = [f"  {_describe(e['loc'], lines, overridden, source)}: {_message(e)}" for e in err.errors()]
+        raise ConfigError(f"{len(problems)} problem(s) in the job config {source}:\n" + "\n".join(problems)) from None
+    cfg._where.update({k: f" ({source}, line {n})" for k, n in lines.items()})
+    cfg._where.update({k: f" (from {how})" for k, how in overridden.items()})
+    return cfg
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why ``path`` cannot be created, or None: its nearest existing ancestor must be a writable directory."""
+    parent = path.absolute().parent
+    while not parent.exists():
+        if parent.is_symlink():
+            return f"{parent} is a dangling symbolic link (to {os.readlink(parent)})"
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{parent} is a file, not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"the directory {parent} is not writable"
+    return None
+
+
+def _output_problems(cfg: JobConfig) -> list[str]:
+    """Where the result goes: a path that can be written, and replaced only if it holds an earlier result."""
+    from vdbflow.jobs.results import not_a_result
+
+    out = cfg.output.path
+    key = f"output.path{cfg.where('output.path')}"
+    if out.is_symlink():
+        dangling = "" if out.exists() else " (dangling)"
+        return [f"{key}: expected a path to write the result at, found a symbolic link{dangling} to "
+                f"{os.readlink(out)} at {out}; give the path it should point to instead"]
+    problem = _unwritable(out)
+    if problem is not None:
+        return [f"{key}: cannot write {out}: {problem}"]
+    real, cwd = out.resolve(), Path.cwd().resolve()
+    if real == cwd or real in cwd.parents:
+        return [f"{key}: expected a path for the result, got {out}, the current directory or one of its parents"]
+    inputs = [("volume.path", cfg.volume.path), ("points.path", getattr(cfg.points, "path", None)),
+              ("volume.synthetic.write", cfg.volume.synthetic.write if cfg.volume.synthetic else None)]
+    for name, path in inputs:
+        if path is not None and (path.resolve() == real or real in path.resolve().parents):
+            return [f"{key}: expected a path for the result apart from the inputs, got {out}, which is or holds "
+                    f"{name} ({path})"]
+    if not (out.exists() or out.is_symlink()):
+        return []
+    if cfg.output.overwrite == "never":
+        return [f"{key}: {out} exists and output.overwrite is 'never' (set output.overwrite: always to replace "
+                "an earlier result)"]
+    what = not_a_result(out)
+    if what is not None:
+        return [f"{key}: output.overwrite 'always' replaces only an earlier vdbflow result; {out} is {what}. "
+                "Nothing was touched: choose another path, or move it away yourself"]
+    return []
+
+
+def missing_inputs(cfg: JobConfig) -> list[str]:
+    """The input files the config names that are not there, one line each."""
+    missing = []
+    if cfg.volume.path is not None and not cfg.volume.path.is_file():
+        missing.append(f"volume.path{cfg.where('volume.path')}: expected an .nvdb file, found nothing at "
+                       f"{cfg.volume.path}")
+    if isinstance(cfg.points, FilePoints) and not cfg.points.path.exists():
+        missing.append(f"points.path{cfg.where('points.path')}: expected a points file, found nothing at "
+                       f"{cfg.points.path}")
+    return missing
+
+
+def check_inputs(cfg: JobConfig, missing_ok: bool = False) -> list[str]:
+    """Check what validation of the YAML alone cannot: input files exist, outputs may be written.
+
+    Raises :class:`ConfigError` listing every problem.  With ``missing_ok`` (a dry run) input files
+    that are not there are returned as warnings instead.
+    """
+    missing = missing_inputs(cfg)
+    problems = [] if missing_ok else list(missing)
+    problems += _output_problems(cfg)
+    write = cfg.volume.synthetic.write if cfg.volume.synthetic else None
+    if write is not None:
+        where = f"volume.synthetic.write{cfg.where('volume.synthetic.write')}"
+        if write.is_dir():
+            problems.append(f"{where}: expected a path for an .nvdb file, found a directory at {write}")
+        elif (problem := _unwritable(write)) is not None:
+            problems.append(f"{where}: cannot write {write}: {problem}")
+    if cfg.output.resolved_format == "netcdf" and cfg.output.path.suffix.lower() == ".zarr":
+        problems.append(f"output.format{cfg.where('output.format')}: netcdf was asked for a path ending in .zarr "
+                        f"({cfg.output.path})")
+    derived = [o for o in cfg.sampling.outputs if o in DERIVED or o in SECOND]
+    if derived and cfg.sampling.mode == "closest":
+        problems.append(f"sampling.outputs{cfg.where('sampling.outputs')}: {derived} need derivatives, which mode "
+                        "'closest' does not give")
+    if problems:
+        raise ConfigError("the job cannot start:\n" + "\n".join(f"  {p}" for p in problems))
+    return missing if missing_ok else []
+
+
+def dump_config(cfg: JobConfig) -> str:
+    """The resolved config as YAML (stored with every result)."""
+    return yaml.safe_dump(cfg.model_dump(mode="json", exclude_none=True), sort_keys=False)

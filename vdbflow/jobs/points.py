@@ -1,0 +1,271 @@
+"""Sample points for batch jobs, as lazy Dask arrays: generated chunk by chunk on the workers (random
+inside active voxels, lattice, slice plane, line) or read from .npy / .csv / .parquet / .zarr files.
+
+Every generator is a pure function of (spec, chunk index): the same config gives the same points
+whatever the cluster, and no chunk is built on the client.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vdbflow.core.transform import Transform
+from vdbflow.errors import PointsError
+from vdbflow.jobs.config import FilePoints, GridPoints, LinePoints, PlanePoints, RandomPoints
+
+
+@dataclass
+class PointSet:
+    """(N, 3) float64 points as a Dask array, and attrs describing how they were made.  Planes and
+    lattices also give the ``shape`` their points unravel to (C order) and the names of its ``dims``:
+    results are stored on those dims."""
+
+    points: Any
+    attrs: dict[str, Any] = field(default_factory=dict)
+    shape: tuple[int, ...] | None = None
+    dims: tuple[str, ...] = ("point",)
+
+    @property
+    def count(self) -> int:
+        return int(self.points.shape[0])
+
+
+def _chunks(n: int, chunk: int) -> tuple[int, ...]:
+    full, rest = divmod(n, chunk)
+    return (chunk,) * full + ((rest,) if rest else ())
+
+
+def _lazy(n: int, chunk: int, fn: Any, *args: Any) -> Any:
+    """A Dask (n, 3) array whose block b is ``fn(b, start, stop, *args)``: one task per block, named
+    ``vdbflow-points-*`` (the job summary counts their time as point generation)."""
+    import dask
+    import dask.array as da
+    from dask.base import tokenize
+    from dask.delayed import Delayed
+    from dask.highlevelgraph import HighLevelGraph
+
+    sizes = _chunks(n, chunk)
+    if not sizes:
+        return da.zeros((0, 3), dtype=np.float64, chunks=(1, 3))
+    shared = [dask.delayed(a) if isinstance(a, np.ndarray) else a for a in args]  # one graph key each
+    refs = [a.key if isinstance(a, Delayed) else a for a in shared]
+    name = f"vdbflow-points-{tokenize(fn, n, chunk, *args)}"
+    starts = np.cumsum((0,) + sizes)
+    layer = {(name, b, 0): (fn, b, int(starts[b]), int(starts[b + 1]), *refs) for b in range(len(sizes))}
+    graph = HighLevelGraph.from_collections(name, layer,
+                                            dependencies=[a for a in shared if isinstance(a, Delayed)])
+    return da.Array(graph, name, chunks=(sizes, (3,)), dtype=np.float64)
+
+
+# -- random points inside active voxels ---------------------------------------------------------------
+
+
+def _random_in_voxels(block: int, start: int, stop: int, seed: int, origins: np.ndarray, masks: np.ndarray,
+                      leaf_end: np.ndarray, transform: Transform | None) -> np.ndarray:
+    """Points uniform inside the active voxels: a uniform voxel rank, found by the kernels'
+    rank-select over the masks (``active_voxels_at``), plus a uniform offset in the voxel."""
+    from vdbflow import _core
+
+    rng = np.random.default_rng([seed, block])
+    ijk = _core.active_voxels_at(np.ascontiguousarray(origins, np.int32), np.ascontiguousarray(masks, np.uint64),
+                                 leaf_end, rng.integers(0, leaf_end[-1], stop - start))
+    pts = rng.uniform(-0.5, 0.5, (stop - start, 3))
+    pts += ijk
+    return pts if transform is None else transform.apply(pts)
+
+
+def _random_in_leaves(block: int, start: int, stop: int, seed: int, origins: np.ndarray,
+                      transform: Transform | None) -> np.ndarray:
+    rng = np.random.default_rng([seed, block])
+    leaf = rng.integers(0, len(origins), stop - start)
+    pts = origins[leaf] - 0.5 + rng.uniform(0.0, 8.0, (len(leaf), 3))
+    return pts if transform is None else transform.apply(pts)
+
+
+# -- lattices -----------------------------------------------------------------------------------------
+
+
+def _lattice(block: int, start: int, stop: int, lo: np.ndarray, hi: np.ndarray, shape: np.ndarray) -> np.ndarray:
+    idx = np.unravel_index(np.arange(start, stop), tuple(shape))
+    steps = np.where(shape > 1, (hi - lo) / np.maximum(shape - 1, 1), 0.0)
+    return lo + np.stack(idx, axis=1) * steps
+
+
+def _plane(block: int, start: int, stop: int, origin: np.ndarray, axes: np.ndarray, shape: np.ndarray) -> np.ndarray:
+    s, t = np.unravel_index(np.arange(start, stop), tuple(shape))
+    fs = s / max(shape[0] - 1, 1)
+    ft = t / max(shape[1] - 1, 1)
+    return origin + fs[:, None] * axes[0] + ft[:, None] * axes[1]
+
+
+def _line(block: int, start: int, stop: int, a: np.ndarray, b: np.ndarray, count: int) -> np.ndarray:
+    f = np.arange(start, stop) / max(count - 1, 1)
+    return a + f[:, None] * (b - a)
+
+
+def plane(origin: Any, u: Any, v: Any, resolution: tuple[int, int], *, keep_shape: bool = False) -> np.ndarray:
+    """(ns * nt, 3) points ``origin + s u + t v``, s and t evenly in [0, 1], s-major; with
+    ``keep_shape`` (ns, nt, 3), which ``sample``/``sample_grad`` keep as two dims of the result."""
+    shape = np.asarray(resolution, np.int64)
+    if shape.shape != (2,) or shape.min() < 1:
+        raise PointsError(f"expected a plane resolution (ns, nt) of positive counts, got {resolution}")
+    pts = _plane(0, 0, int(shape.prod()), np.asarray(origin, np.float64), np.asarray([u, v], np.float64), shape)
+    return pts.reshape(int(shape[0]), int(shape[1]), 3) if keep_shape else pts
+
+
+def line(start: Any, end: Any, count: int) -> np.ndarray:
+    """(count, 3) points evenly spaced from ``start`` to ``end`` (both included)."""
+    if count < 1:
+        raise PointsError(f"expected a positive point count, got {count}")
+    return _line(0, 0, count, np.asarray(start, np.float64), np.asarray(end, np.float64), count)
+
+
+# -- files --------------------------------------------------------------------------------------------
+
+
+def _npy_rows(block: int, start: int, stop: int, path: str) -> np.ndarray:
+    return np.asarray(np.load(path, mmap_mode="r")[start:stop], dtype=np.float64)
+
+
+def _file_points(spec: FilePoints) -> Any:
+    import dask.array as da
+
+    path, suffix = spec.path, spec.path.suffix.lower()
+    if suffix == ".npy":
+        try:
+            arr = np.load(path, mmap_mode="r")
+        except (ValueError, OSError) as err:
+            raise PointsError(f"points.path: expected a .npy array, cannot read {path}: {err}") from None
+        _check_shape(arr.shape, arr.dtype, path)
+        return _lazy(arr.shape[0], spec.chunk, _npy_rows, str(path.resolve()))
+    if suffix == ".zarr":
+        try:
+            arr = da.from_zarr(str(path), component=spec.array)
+        except Exception as err:  # zarr raises several kinds for a missing or malformed store
+            where = f" (array {spec.array!r})" if spec.array else ""
+            raise PointsError(f"points.path: expected a Zarr array of shape (N, 3) at {path}{where}: {err}") from None
+        _check_shape(arr.shape, arr.dtype, path)
+        return arr.astype(np.float64).rechunk((spec.chunk, 3))
+    try:
+        import dask.dataframe as dd
+    except ImportError:
+        raise PointsError("reading .csv / .parquet points needs dask's dataframe support: "
+                          "pip install \"vdbflow[tables]\"") from None
+
+    columns = _table_columns(spec)
+    try:
+        frame = dd.read_csv(str(path)) if suffix == ".csv" else dd.read_parquet(str(path))
+    except Exception as err:  # pandas / pyarrow parse errors
+        raise PointsError(f"points.path: cannot read {path}: {err}") from None
+    arr = frame[columns].to_dask_array(lengths=True)
+    _check_shape(arr.shape, arr.dtype, path)
+    return arr.astype(np.float64).rechunk((spec.chunk, 3))
+
+
+def _check_shape(shape: tuple, dtype: np.dtype, path: Path) -> None:
+    if len(shape) != 2 or shape[1] != 3:
+        raise PointsError(f"points.path: expected points of shape (N, 3) in {path}, got {tuple(shape)}")
+    if not (np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.integer)):
+        raise PointsError(f"points.path: expected numeric points in {path}, got dtype {dtype}")
+
+
+def _table_columns(spec: FilePoints) -> list[str]:
+    """The three coordinate columns of a .csv / .parquet file, checked against its header."""
+    columns = list(spec.columns or (("x", "y", "z") if spec.space == "world" else ("i", "j", "k")))
+    try:
+        if spec.path.suffix.lower() == ".csv":
+            import pandas as pd
+
+            have = list(pd.read_csv(spec.path, nrows=0).columns)
+        else:
+            import pyarrow.parquet as pq
+
+            have = list(pq.read_schema(spec.path).names)
+    except ImportError:
+        raise PointsError("reading .csv / .parquet points needs dask's dataframe support: "
+                          "pip install \"vdbflow[tables]\"") from None
+    except Exception as err:  # pandas / pyarrow parse errors
+        raise PointsError(f"points.path: cannot read {spec.path}: {err}") from None
+    missing = [c for c in columns if c not in have]
+    if missing:
+        raise PointsError(f"points.columns: expected columns {columns} in {spec.path}, missing {missing} "
+                          f"(it has {have})")
+    return columns
+
+
+def file_point_count(spec: FilePoints) -> int | None:
+    """The number of points in a .npy or .zarr file without reading it (None for csv/parquet, whose
+    header is checked)."""
+    if spec.path.suffix.lower() == ".npy":
+        try:
+            arr = np.load(spec.path, mmap_mode="r")
+        except (ValueError, OSError) as err:
+            raise PointsError(f"points.path: expected a .npy array, cannot read {spec.path}: {err}") from None
+        _check_shape(arr.shape, arr.dtype, spec.path)
+        return int(arr.shape[0])
+    if spec.path.suffix.lower() == ".zarr":
+        return int(_file_points(spec).shape[0])
+    _table_columns(spec)
+    return None
+
+
+# -- entry point --------------------------------------------------------------------------------------
+
+
+def generated_count(spec: Any) -> int | None:
+    """Points a generator makes (None: read from a file)."""
+    if isinstance(spec, (RandomPoints, LinePoints)):
+        return spec.count
+    if isinstance(spec, GridPoints):
+        return int(np.prod(spec.shape))
+    if isinstance(spec, PlanePoints):
+        return int(np.prod(spec.resolution))
+    return None
+
+
+def make_points(spec: Any, topology: Any, bbox: np.ndarray | None = None) -> PointSet:
+    """The points of a config's ``points`` section for a volume of ``topology``; ``bbox`` (2, 3) is
+    the volume's bounding box in the points' space (the default bounds of a lattice)."""
+    attrs: dict[str, Any] = {"points_kind": spec.kind, "point_space": spec.space}
+    if isinstance(spec, FilePoints):
+        attrs["points_file"] = str(spec.path)
+        return PointSet(_file_points(spec), attrs)
+    if isinstance(spec, RandomPoints):
+        if topology.active_voxel_count == 0:
+            raise PointsError("points: expected a volume with active voxels to draw random points in, got none")
+        to_world = topology.transform if spec.space == "world" else None
+        origins = topology.leaf_origins.astype(np.int64)
+        attrs.update(points_seed=spec.seed, points_inside=spec.inside)
+        if spec.inside == "voxels":
+            live = np.bitwise_count(topology.masks).sum(axis=1) > 0
+            leaf_end = np.cumsum(np.bitwise_count(topology.masks[live]).sum(axis=1, dtype=np.int64))
+            pts = _lazy(spec.count, spec.chunk, _random_in_voxels, spec.seed, np.ascontiguousarray(origins[live]),
+                        np.ascontiguousarray(topology.masks[live]), leaf_end,
+                        to_world)
+        else:
+            pts = _lazy(spec.count, spec.chunk, _random_in_leaves, spec.seed, origins, to_world)
+        return PointSet(pts, attrs)
+    if isinstance(spec, GridPoints):
+        bounds = np.asarray(spec.bounds if spec.bounds is not None else bbox, dtype=np.float64)
+        if bounds is None or bounds.shape != (2, 3):
+            raise PointsError("points.bounds: expected [[x0, y0, z0], [x1, y1, z1]] (the volume has no bounding box)")
+        shape = np.asarray(spec.shape, np.int64)
+        attrs.update(points_bounds=bounds.tolist())
+        dims = tuple(f"lattice_{a}" for a in ("xyz" if spec.space == "world" else "ijk"))
+        return PointSet(_lazy(int(shape.prod()), spec.chunk, _lattice, bounds[0], bounds[1], shape), attrs,
+                        tuple(int(n) for n in spec.shape), dims)
+    if isinstance(spec, PlanePoints):
+        axes = np.asarray([spec.u, spec.v], np.float64)
+        shape = np.asarray(spec.resolution, np.int64)
+        attrs.update(plane_origin=list(spec.origin), plane_u=list(spec.u), plane_v=list(spec.v))
+        return PointSet(_lazy(int(shape.prod()), spec.chunk, _plane, np.asarray(spec.origin, np.float64), axes,
+                              shape), attrs, tuple(int(n) for n in spec.resolution), ("plane_s", "plane_t"))
+    if isinstance(spec, LinePoints):
+        attrs.update(line_start=list(spec.start), line_end=list(spec.end))
+        return PointSet(_lazy(spec.count, spec.chunk, _line, np.asarray(spec.start, np.float64),
+                              np.asarray(spec.end, np.float64), spec.count), attrs)
+    raise PointsError(f"expected a points spec, got {type(spec).__name__}")

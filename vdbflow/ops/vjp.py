@@ -1,0 +1,125 @@
+"""Reverse mode of sampling: vector-Jacobian products to voxel data, tiles, background and points.
+
+The adjoint math lives in kernels/vdbflow/adjoint.h (CPU and GPU from the same source).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from vdbflow.core.volume import Volume
+from vdbflow.devices import resolve_device
+from vdbflow.errors import PointsError, SamplingError
+from vdbflow.ops.sampling import MODES, SPACES, check_choice, prepare_points  # noqa: F401
+
+
+@dataclass(frozen=True)
+class SampleGradVJP:
+    """Adjoints of ``sum(adj_value * value + adj_jacobian * jacobian)`` with respect to the inputs.
+
+    Attributes
+    ----------
+    voxel_data : like ``vol.voxel_data`` ((n,) or (n, C), the volume's float dtype)
+    tile_values : (T,) or (T, C)
+    background : scalar or (C,)
+    points : (N, 3), in the points' space
+    """
+
+    voxel_data: Any
+    tile_values: Any
+    background: Any
+    points: Any
+
+    def __repr__(self) -> str:
+        """Shapes and dtypes, not the arrays: ``SampleGradVJP(voxel_data (n, 3) float32, ...)``."""
+        def brief(a: Any) -> str:
+            shape = tuple(getattr(a, "shape", ()))
+            where = "" if isinstance(a, (np.ndarray, np.generic)) else f" {type(a).__module__.split('.')[0]}"
+            return f"{shape} {getattr(a, 'dtype', type(a).__name__)}{where}"
+
+        fields = ("voxel_data", "tile_values", "background", "points")
+        return f"SampleGradVJP({', '.join(f'{k} {brief(getattr(self, k))}' for k in fields)})"
+
+
+def _adjoint_array(xp: Any, arr: Any, shape: tuple[int, ...], dtype: np.dtype, what: str) -> Any:
+    a = xp.asarray(arr)
+    if a.dtype.kind not in "iuf":
+        raise PointsError(f"expected a numeric {what}, got dtype {a.dtype}")
+    if tuple(a.shape) != shape:
+        hint = " [component, axis]" if what == "adj_jacobian" else ""
+        raise PointsError(f"expected {what} of shape {shape}{hint}, got {tuple(a.shape)}")
+    return xp.ascontiguousarray(a, dtype=dtype)
+
+
+def sample_grad_vjp(
+    vol: Volume,
+    points: Any,
+    adj_value: Any,
+    adj_jacobian: Any = None,
+    mode: str = "linear",
+    space: str = "index",
+    jacobian_space: str | None = None,
+    *,
+    device: str = "cpu",
+) -> SampleGradVJP:
+    """Reverse mode of :func:`vdbflow.sample_grad_arrays` at ``points`` (N, 3).
+
+    ``adj_value`` is (N,) / (N, C) and ``adj_jacobian`` (N, 3) / (N, C, 3) (in ``jacobian_space``,
+    default ``space``), the upstream adjoints of the values and Jacobians.  Each cell corner sends
+    ``W_o adj_value + adj_jacobian . grad W_o`` to what it read (a voxel, a tile or the
+    background); the point adjoint includes the second-order term through the Jacobian.  With
+    ``space="world"`` the point adjoint is mapped by the transpose of the inverse transform.
+
+    Determinism: on the CPU the result does not depend on the thread count (shares are summed in
+    point order); on the GPU they are added with float64 atomics, whose order may vary in the last
+    bits from run to run.
+    """
+    check_choice(mode, ("closest", "linear"), "mode (reverse mode)")
+    check_choice(space, SPACES, "space")
+    jacobian_space = space if jacobian_space is None else check_choice(jacobian_space, SPACES, "jacobian_space")
+    vt = vol.value_type
+    if not vt.is_float:
+        raise SamplingError(f"expected float32 or float64 data for reverse mode, got {vt.name}")
+    device = resolve_device(device, points)
+    vol = vol.contiguous()  # adjoint rows follow the contiguous value array
+    pts = prepare_points(vol, points, device, space)
+    if device == "cuda":
+        import cupy as xp
+    else:
+        xp = np
+    N, C = pts.shape[0], vol.components
+    R = vt.jacobian_dtype
+    vshape = (N,) if C == 1 else (N, C)
+    jshape = (N, 3) if C == 1 else (N, C, 3)
+    a_val = _adjoint_array(xp, adj_value, vshape, R, "adj_value")
+    a_jac = None if adj_jacobian is None else _adjoint_array(xp, adj_jacobian, jshape, R, "adj_jacobian")
+    k = vol.kernel_arrays()
+    value_rows, tile_rows = len(k.values), len(k.tile_values)
+    accumulator = xp.zeros((value_rows + tile_rows + 1, C), np.float64)
+    adj_points = xp.zeros((N, 3), R)
+    if N:
+        xform = vol.transform.kernel_parameters()
+        if device == "cuda":
+            from vdbflow.devices import cuda
+
+            cuda.sample_vjp(vol, pts, MODES[mode], xform, space == "world", jacobian_space == "world", a_val,
+                            a_jac, accumulator, adj_points)
+        else:
+            from vdbflow import _core
+
+            _core.sample_vjp(list(k.tables), k.masks, k.prefix, k.leaf_offset, k.values, k.tile_values,
+                             k.background, C, k.index_layout, pts, xform, space == "world",
+                             jacobian_space == "world", MODES[mode], a_val, a_jac, accumulator, adj_points)
+    acc = accumulator.astype(vt.dtype)
+    data = acc[:value_rows]
+    tiles = acc[value_rows:value_rows + tile_rows]
+    bg = acc[-1]
+    if C == 1:
+        data, tiles, bg = data[:, 0], tiles[:, 0], bg[0]
+    return SampleGradVJP(voxel_data=data, tile_values=tiles, background=bg, points=adj_points)
+
+
+__all__ = ["SampleGradVJP", "sample_grad_vjp"]
