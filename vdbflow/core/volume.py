@@ -288,7 +288,7 @@ class Topology:
         the leaf's active voxels (from ``leaf_offset``) in the index layout."""
         leaves = np.asarray(leaves, dtype=np.int64)
         if not index_layout:
-            return (leaves[:, None] * 512 + np.arange(512)).ravel()
+            return (leaves[:, None] * tree.LEAF_VOXELS + np.arange(tree.LEAF_VOXELS)).ravel()
         counts = np.bitwise_count(self.masks[leaves]).sum(axis=1).astype(np.int64)
         first_in_block = np.cumsum(counts) - counts
         return np.repeat(self.leaf_offset[leaves] - first_in_block, counts) + np.arange(int(counts.sum()))
@@ -387,16 +387,18 @@ class Volume:
             if index_layout or self._leaf_values_at.shape != (topology.leaf_count,):
                 raise VolumeError("expected one value offset per leaf of a per-leaf layout volume")
             if len(self._leaf_values_at) and (self._leaf_values_at.min() < 0 or
-                                              self._leaf_values_at.max() > data.size - 512 * C):
+                                              self._leaf_values_at.max() > data.size - tree.LEAF_VOXELS * C):
                 raise VolumeError(f"expected leaf value offsets inside the value array of {data.size} elements, "
-                                  f"got [{self._leaf_values_at.min()}, {self._leaf_values_at.max()}] + {512 * C}")
+                                  f"got [{self._leaf_values_at.min()}, {self._leaf_values_at.max()}] "
+                                  f"+ {tree.LEAF_VOXELS * C}")
         elif data.ndim != 2 or data.shape[1] != C:
             raise VolumeError(f"expected values of shape (rows, {C}), got {data.shape}")
         elif index_layout and len(data) < topology.value_count:
             raise VolumeError(f"expected at least {topology.value_count} value rows for the index layout, "
                               f"got {len(data)}")
-        elif not index_layout and len(data) != 512 * topology.leaf_count:
-            raise VolumeError(f"expected {512 * topology.leaf_count} value rows (512 per leaf), got {len(data)}")
+        elif not index_layout and len(data) != tree.LEAF_VOXELS * topology.leaf_count:
+            raise VolumeError(f"expected {tree.LEAF_VOXELS * topology.leaf_count} value rows "
+                              f"({tree.LEAF_VOXELS} per leaf), got {len(data)}")
         if tile_values.shape != (topology.tile_count, C) or background.shape != (C,):
             raise VolumeError(f"expected tile values ({topology.tile_count}, {C}) and a background ({C},), "
                               f"got {tile_values.shape} and {background.shape}")
@@ -516,11 +518,12 @@ class Volume:
             else:
                 on[:xs, :Y, :Z] = active[x0:x0 + xs]
             # (8, ny, 8, nz, 8) -> (ny, nz, 8, 8, 8): one row of 512 per leaf in voxel-offset order
-            leaf_bits = on.reshape(8, ny, 8, nz, 8).transpose(1, 3, 0, 2, 4).reshape(ny * nz, 512)
+            leaf_bits = on.reshape(8, ny, 8, nz, 8).transpose(1, 3, 0, 2, 4).reshape(ny * nz, tree.LEAF_VOXELS)
             keep = leaf_bits.any(axis=1)
             if not keep.any():
                 continue
-            leaf_vals = slab.reshape(8, ny, 8, nz, 8, C).transpose(1, 3, 0, 2, 4, 5).reshape(ny * nz, 512, C)
+            leaf_vals = slab.reshape(8, ny, 8, nz, 8, C).transpose(1, 3, 0, 2, 4, 5)
+            leaf_vals = leaf_vals.reshape(ny * nz, tree.LEAF_VOXELS, C)
             jy, jz = np.divmod(np.nonzero(keep)[0], nz)
             origins.append(np.stack([np.full(len(jy), x0), jy * 8, jz * 8], axis=1))
             masks.append(tree.masks_from_bits(leaf_bits[keep]))
@@ -623,11 +626,12 @@ class Volume:
             return self._data
         if self._contiguous_cache is None:
             C, flat = self.components, self._data.reshape(-1)
-            out = np.empty((self.leaf_count * 512, C), self.dtype)
-            span = np.arange(512 * C)
+            out = np.empty((self.leaf_count * tree.LEAF_VOXELS, C), self.dtype)
+            span = np.arange(tree.LEAF_VOXELS * C)
             for start in range(0, self.leaf_count, 4096):
                 at = self._leaf_values_at[start:start + 4096]
-                out[start * 512:(start + len(at)) * 512] = flat[at[:, None] + span].reshape(-1, C)
+                rows = slice(start * tree.LEAF_VOXELS, (start + len(at)) * tree.LEAF_VOXELS)
+                out[rows] = flat[at[:, None] + span].reshape(-1, C)
             out.setflags(write=False)
             self._contiguous_cache = out
         return self._contiguous_cache
@@ -646,15 +650,15 @@ class Volume:
         if self.index_layout:
             raise VolumeError("expected a per-leaf layout volume for leaf_values, got the index layout")
         if self._leaf_values_at is None:
-            return self._data.reshape(self.leaf_count, 512, self.components)
+            return self._data.reshape(self.leaf_count, tree.LEAF_VOXELS, self.components)
         at = self._leaf_values_at
         C, flat = self.components, self._data.reshape(-1)
         if len(at) > 1 and np.all(np.diff(at) == at[1] - at[0]) and at[1] > at[0]:
             item = flat.itemsize
-            return np.lib.stride_tricks.as_strided(flat[at[0]:], shape=(len(at), 512, C),
+            return np.lib.stride_tricks.as_strided(flat[at[0]:], shape=(len(at), tree.LEAF_VOXELS, C),
                                                    strides=(int(at[1] - at[0]) * item, C * item, item),
                                                    writeable=False)
-        return self.value_rows().reshape(self.leaf_count, 512, C)
+        return self.value_rows().reshape(self.leaf_count, tree.LEAF_VOXELS, C)
 
     def active_voxels(self) -> np.ndarray:
         return self.topology.active_voxels()
