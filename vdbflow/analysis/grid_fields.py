@@ -62,12 +62,60 @@ def _on_voxels(vol: Volume, values: np.ndarray, name: str,
 
 
 def gradient_field(vol: Volume, scheme: str = "fd4", *, distributed: Any = None, device: str = "cpu") -> Volume:
-    """The world-space Jacobian at every active voxel with centred differences (``fd2``, ``fd4``,
-    ``fd6``, ``fd8``), as an index-layout volume on ``vol``'s topology with C x 3 channels named
-    ``d<component>/d<axis>`` (tiles read 0).  ``distributed`` (a :class:`DistributedVolume` of
-    ``vol``) computes it on the cluster, with the same result; ``device="cuda"`` on the GPU (CuPy).
-    :func:`split_channels` turns the
-    channels into vec3 volumes that .nvdb files can hold."""
+    """The world-space Jacobian at every active voxel, as a new volume on the same voxels.
+
+    The derivatives are centred differences at the voxel centres (``fd2``, ``fd4``, ``fd6``,
+    ``fd8``: orders 2 to 8), taken along the world axes.  Differences that reach past the active
+    voxels read what the volume holds there (inactive voxels' values, tiles or the background).
+
+    Parameters
+    ----------
+    vol : Volume
+        A float32 or float64 volume with C components.
+    scheme : {"fd2", "fd4", "fd6", "fd8"}, default ``"fd4"``
+        The centred-difference scheme.
+    distributed : DistributedVolume, optional
+        A :class:`~vdbflow.DistributedVolume` of ``vol``: computes the field on its cluster, with the
+        same result.
+    device : {"cpu", "cuda"}, default ``"cpu"``
+        Where the kernels run; ``"cuda"`` needs CuPy and a GPU.
+
+    Returns
+    -------
+    Volume
+        An index-layout volume on ``vol``'s topology named ``vol.name + "_jacobian"``, with C x 3
+        channels per active voxel named ``d<component>/d<axis>`` (``d/dx, d/dy, d/dz`` for scalar
+        data), in the Jacobian dtype (float32 for float32 data); tiles read 0 (the gradient of a
+        constant).  Units ``vol.units / vol.length_units`` (simplified) when the volume has both,
+        and the same ``length_units``.
+
+    Raises
+    ------
+    SamplingError
+        An unknown ``scheme`` or ``device``, or integer data.
+    DeviceError
+        ``device="cuda"`` without CuPy or a GPU.
+
+    See Also
+    --------
+    hessian_field, derived_field
+    vdbflow.split_channels : turns the channels into vec3 volumes that .nvdb files can hold.
+
+    Examples
+    --------
+    ``1 + 2 i + 3 j`` on voxels 0.5 m wide has the world gradient ``(4, 6, 0)`` per metre:
+
+    >>> import numpy as np
+    >>> import vdbflow
+    >>> i, j, k = np.meshgrid(np.arange(8), np.arange(8), np.arange(8), indexing="ij")
+    >>> vol = vdbflow.Volume.from_dense(1.0 + 2.0 * i + 3.0 * j, voxel_size=0.5)
+    >>> vol.units, vol.length_units = "K", "m"
+    >>> grad = vdbflow.gradient_field(vol, "fd2")
+    >>> grad.name, grad.component_names, grad.units, grad.active_voxel_count
+    ('value_jacobian', ('d/dx', 'd/dy', 'd/dz'), 'K/m', 512)
+    >>> grad.sample([[1.5, 1.5, 1.5]])["value_jacobian"].values.tolist()  # at voxel (3, 3, 3)
+    [[4.0, 6.0, 0.0]]
+    """
     jac = _grid_jacobian(vol, scheme, distributed, device)
     C = vol.components
     names = [f"d{c}/d{a}" for c in vol.component_names for a in "xyz"] if C > 1 else ["d/dx", "d/dy", "d/dz"]
@@ -103,10 +151,43 @@ def _grid_hessian(vol: Volume, scheme: str, dvol: Any = None, device: str = "cpu
 
 
 def hessian_field(vol: Volume, scheme: str = "fd4", *, distributed: Any = None, device: str = "cpu") -> Volume:
-    """The world-space Hessian at every active voxel from centred second differences (``fd2``,
-    ``fd4``, ``fd6``, ``fd8``), as an index-layout volume on ``vol``'s topology with C x 6 channels
-    ``d2<component>/d<a>d<b>`` in the order xx, yy, zz, xy, xz, yz (the Hessian is symmetric; tiles
-    read 0)."""
+    """The world-space Hessian at every active voxel, as a new volume on the same voxels.
+
+    The second derivatives are centred second differences at the voxel centres (``fd2``, ``fd4``,
+    ``fd6``, ``fd8``; diagonal-direction stencils for the mixed terms), mapped to the world axes.
+
+    Parameters
+    ----------
+    vol : Volume
+        A float32 or float64 volume with C components.
+    scheme : {"fd2", "fd4", "fd6", "fd8"}, default ``"fd4"``
+        The centred-difference scheme.
+    distributed : DistributedVolume, optional
+        A :class:`~vdbflow.DistributedVolume` of ``vol``: computes the field on its cluster.
+    device : {"cpu", "cuda"}, default ``"cpu"``
+        Where the kernels run; ``"cuda"`` needs CuPy and a GPU.
+
+    Returns
+    -------
+    Volume
+        An index-layout volume on ``vol``'s topology named ``vol.name + "_hessian"``, with C x 6
+        channels ``d2<component>/d<a>d<b>`` in the order xx, yy, zz, xy, xz, yz (the Hessian is
+        symmetric; tiles read 0).  Units ``vol.units / vol.length_units²`` (simplified) when the
+        volume has both.
+
+    Raises
+    ------
+    SamplingError
+        An unknown ``scheme`` or ``device``, or integer data.
+    DeviceError
+        ``device="cuda"`` without CuPy or a GPU.
+
+    See Also
+    --------
+    gradient_field : first derivatives.
+    derived_field : ``"laplacian"``, the trace of this Hessian.
+    vdbflow.sample_hessian : Hessians at arbitrary points.
+    """
     hess = _grid_hessian(vol, scheme, distributed, device)
     C = vol.components
     channels = np.stack([hess[:, :, a, b] for a, b in HESSIAN_PAIRS], axis=-1).reshape(len(hess), 6 * C)
@@ -120,10 +201,49 @@ def hessian_field(vol: Volume, scheme: str = "fd4", *, distributed: Any = None, 
 
 def derived_field(vol: Volume, quantity: str, scheme: str = "fd4", *, distributed: Any = None,
                   device: str = "cpu") -> Volume:
-    """A derived quantity at every active voxel, as a volume on the same voxels: a scalar of a vec3
-    field (any one-channel function of :mod:`vdbflow.flow`, e.g. ``"q_criterion"``, ``"lambda2"``,
-    ``"divergence"``, ``"vorticity_magnitude"``), or ``"laplacian"`` of any float field (one channel
-    per component, from the node second differences of ``scheme``)."""
+    """A derived quantity at every active voxel, as a new volume on the same voxels.
+
+    Either a scalar of a vec3 field - any one-channel function of :mod:`vdbflow.flow` applied to the
+    world-space Jacobian that :func:`gradient_field` computes with ``scheme`` - or the Laplacian of
+    any float field, from the node second differences of ``scheme``.
+
+    Parameters
+    ----------
+    vol : Volume
+        A float32 or float64 volume: vec3 (3 components) for the :mod:`vdbflow.flow` quantities, any
+        number of components for ``"laplacian"``.
+    quantity : str
+        ``"laplacian"``, or the name of a one-channel function of :mod:`vdbflow.flow`, e.g.
+        ``"q_criterion"``, ``"lambda2"``, ``"divergence"``, ``"vorticity_magnitude"`` (not
+        ``"vorticity"``, ``"strain_rate"``, ``"rotation_rate"`` or ``"helicity"``).
+    scheme : {"fd2", "fd4", "fd6", "fd8"}, default ``"fd4"``
+        The centred-difference scheme.
+    distributed : DistributedVolume, optional
+        A :class:`~vdbflow.DistributedVolume` of ``vol``: computes the derivatives on its cluster.
+    device : {"cpu", "cuda"}, default ``"cpu"``
+        Where the kernels run; ``"cuda"`` needs CuPy and a GPU.
+
+    Returns
+    -------
+    Volume
+        An index-layout volume on ``vol``'s topology (tiles read 0) named ``quantity``: one channel
+        per active voxel for the flow quantities; for ``"laplacian"`` one channel per component of
+        ``vol`` (named like them), in units ``vol.units / vol.length_units²`` when the volume has
+        both.
+
+    Raises
+    ------
+    SamplingError
+        A quantity that is neither ``"laplacian"`` nor a scalar of :mod:`vdbflow.flow`, a flow
+        quantity of a volume that is not vec3, an unknown ``scheme`` or ``device``, or integer data.
+    DeviceError
+        ``device="cuda"`` without CuPy or a GPU.
+
+    See Also
+    --------
+    q_criterion_field : ``derived_field(vol, "q_criterion")``.
+    gradient_field, hessian_field
+    """
     if quantity == "laplacian":
         hess = _grid_hessian(vol, scheme, distributed, device)
         lap = np.trace(hess, axis1=-2, axis2=-1)
@@ -143,5 +263,55 @@ def derived_field(vol: Volume, quantity: str, scheme: str = "fd4", *, distribute
 
 
 def q_criterion_field(vol: Volume, scheme: str = "fd4", *, distributed: Any = None, device: str = "cpu") -> Volume:
-    """Q-criterion at every active voxel (see :func:`derived_field`)."""
+    """The Q-criterion of a velocity field at every active voxel, as a new volume on the same voxels.
+
+    ``Q = (|Omega|² - |S|²) / 2`` (Frobenius norms of the rotation and strain rates) of the
+    world-space velocity gradient from centred differences; Q > 0 where rotation dominates strain.
+    The same as ``derived_field(vol, "q_criterion", ...)``.
+
+    Parameters
+    ----------
+    vol : Volume
+        A vec3 float32 or float64 velocity volume.
+    scheme : {"fd2", "fd4", "fd6", "fd8"}, default ``"fd4"``
+        The centred-difference scheme of the gradient.
+    distributed : DistributedVolume, optional
+        A :class:`~vdbflow.DistributedVolume` of ``vol``: computes the gradient on its cluster.
+    device : {"cpu", "cuda"}, default ``"cpu"``
+        Where the kernels run; ``"cuda"`` needs CuPy and a GPU.
+
+    Returns
+    -------
+    Volume
+        An index-layout scalar volume named ``"q_criterion"`` on ``vol``'s topology (tiles read 0),
+        in the Jacobian dtype.  Q is in (velocity units / length units)², e.g. 1/s² for m/s over
+        m; unlike :func:`gradient_field`, this does not fill in the result's ``units``.
+
+    Raises
+    ------
+    SamplingError
+        A volume that is not vec3 float data, or an unknown ``scheme`` or ``device``.
+    DeviceError
+        ``device="cuda"`` without CuPy or a GPU.
+
+    See Also
+    --------
+    derived_field : the other scalars of :mod:`vdbflow.flow`.
+    vdbflow.flow.q_criterion : Q from a sampled Jacobian.
+
+    Examples
+    --------
+    A solid-body rotation ``u = (-y, x, 0)`` about the volume's centre is pure rotation, Q = 1:
+
+    >>> import numpy as np
+    >>> import vdbflow
+    >>> i, j, k = np.meshgrid(np.arange(8.0), np.arange(8.0), np.arange(8.0), indexing="ij")
+    >>> u = np.stack([3.5 - j, i - 3.5, np.zeros_like(k)], axis=-1)
+    >>> vel = vdbflow.Volume.from_dense(u, active=np.ones(i.shape, bool), name="velocity")
+    >>> q = vdbflow.q_criterion_field(vel, "fd2")
+    >>> q.name, q.components, q.active_voxel_count
+    ('q_criterion', 1, 512)
+    >>> q.sample([[3.0, 4.0, 3.0]], space="index")["q_criterion"].values.tolist()
+    [1.0]
+    """
     return derived_field(vol, "q_criterion", scheme, distributed=distributed, device=device)

@@ -442,12 +442,69 @@ class Volume:
         name: str = "value",
         component_names: Sequence[str] | None = None,
     ) -> Volume:
-        """A per-leaf volume holding ``values`` (n,) or (n, C) at voxels ``ijk`` (n, 3).
+        """A volume holding values at a list of voxels.
 
-        The given voxels are active; other voxels of their leaves, and everything else outside
-        tiles, read ``background``.  ``tiles`` is ``(origins (T, 3), sizes (T,), values (T,) or
-        (T, C))`` with sizes 8, 128 or 4096.  ``transform`` is a (4, 4) index-to-world matrix;
-        alternatively give ``voxel_size`` (scalar or 3 values) and ``origin``.
+        The result has the per-leaf layout (512 values per 8 x 8 x 8 leaf).  The given voxels are
+        active; other voxels of their leaves, and everything else outside tiles, read
+        ``background``.
+
+        Parameters
+        ----------
+        ijk : array_like, shape (n, 3)
+            Integer index coordinates of the voxels (floats holding whole numbers are accepted),
+            inside the int32 range; each voxel at most once.
+        values : array_like, shape (n,) or (n, C)
+            One value, or one row of C components, per voxel: int32, int64, uint32, float32 or
+            float64; the dtype and C make the volume's value type.
+        background : scalar or array_like of shape (C,), default 0
+            The value everywhere nothing else is stored; must be representable in the values' dtype.
+        transform : Transform or array_like of shape (4, 4), optional
+            The index-to-world matrix (world space in the volume's length units).  Give either this
+            or ``voxel_size``/``origin``; with neither, index and world space coincide.
+        voxel_size : float or sequence of 3 floats, optional
+            Positive voxel edge lengths in world units (default 1).
+        origin : sequence of 3 floats, optional
+            World position of voxel (0, 0, 0) (default the origin).
+        tiles : tuple, optional
+            ``(origins (T, 3), sizes (T,), values (T,) or (T, C))``: constant cubes of 8, 128 or 4096
+            voxels per side (the sizes of NanoVDB's leaf, lower and upper nodes).
+        name : str, default ``"value"``
+            The volume's name: the variable name of its sampled Datasets.
+        component_names : sequence of str, optional
+            C distinct names of the components (default ``x, y, z, w`` for up to 4, else ``c0, c1, ...``).
+
+        Returns
+        -------
+        Volume
+            A per-leaf layout volume; its ``units`` and ``length_units`` are None until set.
+
+        Raises
+        ------
+        VolumeError
+            ``ijk`` or ``values`` of the wrong shape or dtype, a voxel given twice, coordinates
+            outside int32, a background or tile values the dtype cannot hold, tiles of another size,
+            both ``transform`` and ``voxel_size``/``origin``, or a bad voxel size or origin.
+
+        See Also
+        --------
+        from_dense : a volume from a dense array.
+        from_active : an index-layout topology, for values attached later.
+
+        Examples
+        --------
+        Three voxels, two of them in the leaf at the origin and one in the next leaf along i,
+        with voxels 0.5 units wide:
+
+        >>> import numpy as np
+        >>> import vdbflow
+        >>> ijk = np.array([[0, 0, 0], [1, 0, 0], [9, 0, 0]])
+        >>> vol = vdbflow.Volume.from_voxels(ijk, np.array([1.0, 2.0, 5.0], np.float32), voxel_size=0.5)
+        >>> vol
+        <vdbflow.Volume 'value': float32, per-leaf layout, 2 leaves, 3 active voxels, 0 tiles, ...>
+        >>> vol.voxel_size.tolist()
+        [0.5, 0.5, 0.5]
+        >>> vol.sample([[0.25, 0.0, 0.0]])["value"].values.tolist()  # world x = 0.25: halfway from voxel 0 to 1
+        [1.5]
         """
         coords = _as_coordinates(ijk)
         vals = np.asarray(values)
@@ -484,12 +541,57 @@ class Volume:
         name: str = "value",
         component_names: Sequence[str] | None = None,
     ) -> Volume:
-        """A per-leaf volume from a dense (X, Y, Z) or (X, Y, Z, C) array.
+        """A volume from a dense array.
 
-        Voxel (i, j, k) sits at ``origin + (i, j, k) * voxel_size`` in world space.  ``active`` is
-        an (X, Y, Z) boolean mask; by default voxels whose value differs from ``background`` are
-        active.  Leaves without an active voxel are dropped; sampling is unaffected, as inactive
-        voxels hold their values.  Works one slab of 8 x-planes at a time.
+        The result has the per-leaf layout.  Voxel (i, j, k) of the array is voxel (i, j, k) of the
+        volume, at ``origin + (i, j, k) * voxel_size`` in world space.  Leaves without an active
+        voxel are dropped; sampling is unaffected, as inactive voxels hold their values.  Works one
+        slab of 8 x-planes at a time.
+
+        Parameters
+        ----------
+        array : array_like, shape (X, Y, Z) or (X, Y, Z, C)
+            Non-empty values indexed ``[i, j, k]`` or ``[i, j, k, component]``: int32, int64, uint32,
+            float32 or float64.
+        voxel_size : float or sequence of 3 floats, default 1.0
+            Positive voxel edge lengths in world units (the volume's length units).
+        origin : sequence of 3 floats, default (0, 0, 0)
+            World position of voxel (0, 0, 0).
+        background : scalar or array_like of shape (C,), default 0
+            The value outside the leaves; must be representable in the array's dtype.
+        active : array_like of bool, shape (X, Y, Z), optional
+            Which voxels are active; by default those whose value differs from ``background`` (in
+            any component).
+        name : str, default ``"value"``
+            The volume's name: the variable name of its sampled Datasets.
+        component_names : sequence of str, optional
+            C distinct names of the components (default ``x, y, z, w`` for up to 4, else ``c0, c1, ...``).
+
+        Returns
+        -------
+        Volume
+            A per-leaf layout volume; its ``units`` and ``length_units`` are None until set.
+
+        Raises
+        ------
+        VolumeError
+            An empty array or one of another rank or dtype, an ``active`` mask of another shape or a
+            non-boolean one, a background the dtype cannot hold, or a bad voxel size or origin.
+
+        See Also
+        --------
+        from_voxels : a volume from a list of voxels.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import vdbflow
+        >>> i, j, k = np.meshgrid(np.arange(8), np.arange(8), np.arange(8), indexing="ij")
+        >>> vol = vdbflow.Volume.from_dense(1.0 + 2.0 * i + 3.0 * j, voxel_size=0.5, origin=(10.0, 0.0, 0.0))
+        >>> vol.leaf_count, vol.active_voxel_count, vol.dtype
+        (1, 512, dtype('float64'))
+        >>> vol.sample([[10.5, 0.5, 0.0]])["value"].values.tolist()  # voxel (1, 1, 0): 1 + 2 + 3
+        [6.0]
         """
         arr = np.asarray(array)
         if arr.ndim not in (3, 4) or 0 in arr.shape:
@@ -713,21 +815,117 @@ class Volume:
     # -- sampling -----------------------------------------------------------------------------
     def sample(self, points: Any, mode: str = "linear", space: str = "world", *, device: str = "cpu",
                dims: Any = None) -> xr.Dataset:
-        """Values at ``points`` (N, 3) or (..., 3), NumPy, CuPy or Dask (lazy), as a Dataset whose
-        point dims follow the points' shape; see :func:`vdbflow.sample`."""
+        """Values of this volume at points, as an xarray Dataset; the same as :func:`vdbflow.sample`.
+
+        Parameters
+        ----------
+        points : array_like, shape (N, 3) or (..., 3)
+            NumPy, CuPy or Dask (a lazy result) points: world space (length units) by default, index
+            space (voxels, voxel centres at integers) with ``space="index"``.
+        mode : str, default ``"linear"``
+            The interpolation scheme (``"closest"`` for integer data).
+        space : {"world", "index"}, default ``"world"``
+            The space of ``points``.
+        device : {"cpu", "cuda", "auto"}, default ``"cpu"``
+            Where the kernels run.
+        dims : str or sequence of str, optional
+            Names of the points' leading dims.
+
+        Returns
+        -------
+        xarray.Dataset
+            Variable ``self.name`` with the points' leading dims (``point`` for (N, 3) points), plus
+            ``component`` for multi-component data; the point positions as coordinates.
+
+        Raises
+        ------
+        PointsError, SamplingError, DeviceError
+            As :func:`vdbflow.sample`.
+
+        See Also
+        --------
+        vdbflow.sample : the full description.
+        """
         return operation("sample")(self, points, mode=mode, space=space, device=device, dims=dims)
 
     def sample_grad(self, points: Any, mode: str = "linear", space: str = "world",
                     jacobian_space: str | None = None, *, device: str = "cpu", dims: Any = None) -> xr.Dataset:
-        """Values and Jacobians at ``points`` (N, 3) or (..., 3), NumPy, CuPy or Dask (lazy), as a
-        Dataset; see :func:`vdbflow.sample_grad`."""
+        """Values and Jacobians of this volume at points, as an xarray Dataset; the same as
+        :func:`vdbflow.sample_grad`.
+
+        Parameters
+        ----------
+        points : array_like, shape (N, 3) or (..., 3)
+            NumPy, CuPy or Dask (a lazy result) points: world space (length units) by default, index
+            space (voxels, voxel centres at integers) with ``space="index"``.
+        mode : str, default ``"linear"``
+            The interpolation scheme (``"closest"`` for integer data, whose Jacobian is 0).
+        space : {"world", "index"}, default ``"world"``
+            The space of ``points``.
+        jacobian_space : {"index", "world"}, optional
+            The axes of the derivative, per voxel or per length unit; default ``space``.
+        device : {"cpu", "cuda", "auto"}, default ``"cpu"``
+            Where the kernels run.
+        dims : str or sequence of str, optional
+            Names of the points' leading dims.
+
+        Returns
+        -------
+        xarray.Dataset
+            Variables ``self.name`` and ``self.name + "_jacobian"`` (leading dims, then
+            ``component`` for multi-component data, then ``axis``), with
+            ``jacobian[c, a] = d value[c] / d axis[a]`` in units of ``self.units`` per voxel or per
+            length unit.
+
+        Raises
+        ------
+        PointsError, SamplingError, DeviceError
+            As :func:`vdbflow.sample_grad`.
+
+        See Also
+        --------
+        vdbflow.sample_grad : the full description, with an example.
+        """
         return operation("sample_grad")(self, points, mode=mode, space=space, jacobian_space=jacobian_space,
                                         device=device, dims=dims)
 
     def sample_hessian(self, points: Any, mode: str = "lag4", space: str = "world",
                        jacobian_space: str | None = None, hessian_space: str | None = None, *,
                        device: str = "cpu") -> xr.Dataset:
-        """Values, Jacobians and Hessians at ``points`` (N, 3) as a Dataset; see :func:`vdbflow.sample_hessian`."""
+        """Values, Jacobians and Hessians of this volume at points, as an xarray Dataset; the same as
+        :func:`vdbflow.sample_hessian`.
+
+        Parameters
+        ----------
+        points : array_like, shape (N, 3)
+            NumPy or CuPy points: world space (length units) by default, index space (voxels, voxel
+            centres at integers) with ``space="index"``.
+        mode : str, default ``"lag4"``
+            Any interpolation scheme but ``"closest"``.
+        space : {"world", "index"}, default ``"world"``
+            The space of ``points``.
+        jacobian_space : {"index", "world"}, optional
+            The axes of the Jacobian; default ``space``.
+        hessian_space : {"index", "world"}, optional
+            The axes of the Hessian, per voxel² or per length unit²; default ``jacobian_space``.
+        device : {"cpu", "cuda", "auto"}, default ``"cpu"``
+            Where the kernels run.
+
+        Returns
+        -------
+        xarray.Dataset
+            The variables of :meth:`sample_grad` plus ``self.name + "_hessian"``, dims
+            ``(point, axis, axis2)`` or ``(point, component, axis, axis2)``.
+
+        Raises
+        ------
+        SamplingError, PointsError, DeviceError
+            As :func:`vdbflow.sample_hessian` (integer data has no Hessian).
+
+        See Also
+        --------
+        vdbflow.sample_hessian : the full description, with an example.
+        """
         return operation("sample_hessian")(self, points, mode=mode, space=space, jacobian_space=jacobian_space,
                               hessian_space=hessian_space, device=device)
 

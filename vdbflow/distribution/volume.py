@@ -407,19 +407,51 @@ class DistributedVolume:
 def distribute(source: Volume | str | os.PathLike, client: Any = None, partitions: int | None = None,
                halo: int = 1, *, grid: int | str | None = None,
                spill: str | os.PathLike | bool | None = None) -> DistributedVolume:
-    """Partition ``source`` (a Volume, or an .nvdb path whose leaves each worker reads itself)
-    across a Dask cluster.
+    """Partition a volume across a Dask cluster, for sampling in parallel.
 
-    ``client`` is a ``distributed.Client``; by default the current one (``distributed.get_client``)
-    when there is one, else an embedded ``LocalCluster`` of processes sized to the machine, closed with
-    the volume (``close()``, or use the volume as a context manager).  ``partitions`` defaults to the
-    number of workers; ``halo`` is the stencil radius in voxels (1 for ``linear``).
+    Each partition holds its own leaves plus a halo of neighbouring leaves, so that a stencil near
+    a partition's edge reads the same voxels as on the whole volume.  Partitions survive the loss
+    of a worker: the scheduler rebuilds them elsewhere.  A file's leaves are read again; an
+    in-memory Volume's pieces are spilled to files in ``spill``, removed on ``close()``, or carried
+    inside the tasks (below).
 
-    Partitions survive the loss of a worker: the scheduler rebuilds them elsewhere.  A file's leaves
-    are read again; an in-memory Volume's pieces are spilled to files in ``spill`` (a directory every
-    worker reads; default: the temporary directory, used when every worker sees it), removed on
-    ``close()``, or - with ``spill=False``, or when no worker sees the default - carried inside the
-    tasks, where the scheduler keeps them (simple, but the whole volume passes through the scheduler).
+    Parameters
+    ----------
+    source : Volume, str or os.PathLike
+        A Volume, or an .nvdb path whose leaves each worker reads itself (a value grid).
+    client : distributed.Client, optional
+        The cluster to use; by default the current client (``distributed.get_client``) when there
+        is one, else an embedded ``LocalCluster`` of processes sized to the machine, closed with
+        the volume (``close()``, or use the volume as a context manager).
+    partitions : int, optional
+        The number of partitions; default the number of workers.
+    halo : int, default 1
+        The stencil radius in voxels (1 for ``linear``; see ``vdbflow.ops.sampling.STENCIL_RADIUS``
+        for the other modes).
+    grid : int or str, optional
+        The grid of an .nvdb ``source`` (index or name; default the first).
+    spill : str, os.PathLike or bool, optional
+        For an in-memory Volume: a directory every worker reads, for the partitions' pieces.
+        Default: the temporary directory, used when every worker sees it.  With ``spill=False``, or
+        when no worker sees the default, the pieces are carried inside the tasks, where the
+        scheduler keeps them (simple, but the whole volume passes through the scheduler).
+
+    Returns
+    -------
+    DistributedVolume
+        The partitioned volume: its ``sample``, ``sample_grad`` and ``sample_hessian`` take (N, 3)
+        points and return Dask-backed Datasets in the layout of a :class:`~vdbflow.Volume`'s.
+
+    Raises
+    ------
+    VolumeError
+        An .nvdb ``source`` whose grid is an index grid, fewer than one partition, a negative
+        halo, or a ``spill`` directory given explicitly that cannot be written or that a worker
+        cannot read.
+    NanoVDBError
+        An .nvdb ``source`` that cannot be read, or lacks ``grid``.
+    ImportError
+        Dask or distributed is not installed.
     """
     _, _, distributed = _import_dask()
     owns = False

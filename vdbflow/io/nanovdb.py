@@ -990,7 +990,35 @@ def open_grid(data: str | os.PathLike | bytes | np.ndarray, grid: int | str | No
 
 
 def list_grids(data: str | os.PathLike | bytes | np.ndarray) -> list[GridInfo]:
-    """One :class:`GridInfo` per grid of a .nvdb file or buffer (headers only, nodes not decoded)."""
+    """What each grid of a .nvdb file or buffer is, from the headers alone (nodes are not decoded).
+
+    Parameters
+    ----------
+    data : str, os.PathLike, bytes or numpy.ndarray
+        A .nvdb file path (memory-mapped), or bytes or a uint8 array holding a file or grid
+        buffers back to back.  Compressed payloads (zip, blosc) are decompressed to read their
+        headers.
+
+    Returns
+    -------
+    list of GridInfo
+        One :class:`GridInfo` per grid, in file order: index, name, grid type and class, node and
+        tile counts, active voxel count, the index bounding box (inclusive, voxels) and world
+        bounding box (length units), the (4, 4) index-to-world matrix, voxel size, codec, version,
+        size in bytes and checksum.
+
+    Raises
+    ------
+    NanoVDBError
+        A malformed, truncated, empty or unsupported file or buffer.
+    OSError
+        A path that cannot be read (e.g. FileNotFoundError).
+
+    See Also
+    --------
+    vdbflow.open : read a grid.
+    save : write grids.
+    """
     infos = []
     for n, g in enumerate(_grids(data)):
         buf, meta = g.buffer, g.meta
@@ -1260,7 +1288,65 @@ def _find_rows(table: np.ndarray, query: np.ndarray) -> np.ndarray:
 
 def save(path: str | os.PathLike, grids: dict[str, Volume | Topology], codec: str = "none") -> None:
     """Write grids to one .nvdb file: value grids for Volumes, OnIndex grids for Topologies.
-    ``codec`` is ``"none"``, ``"zip"`` or ``"blosc"``."""
+
+    Volumes in the index layout are written with their values spread over whole leaves
+    (background elsewhere).  Units, length units and component names travel in a
+    ``vdbflow.metadata`` blind data record (plain bytes to other NanoVDB tools), beside the
+    blind data records a volume read from a file brought along.  The file is written under a
+    temporary name and then renamed, so a reader never sees it half written.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to write (replaced if it exists).
+    grids : dict of str to Volume or Topology
+        Grid name (under 256 bytes of UTF-8) -> what to write, in file order.  Volumes must have a
+        value type NanoVDB can hold (the nine of ``vdbflow.VALUE_TYPES``): float32, float64,
+        int32, int64 or uint32 scalars, or vec3 or vec4 of float32 or float64.
+    codec : {"none", "zip", "blosc"}, default ``"none"``
+        Compression of each grid's payload (``"blosc"`` needs numcodecs).  Uncompressed files can
+        be read in part (``vdbflow.open(..., bbox=...)``) without reading the rest.
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    NanoVDBError
+        An unknown codec, no grids, a value type with no NanoVDB grid type (e.g. 9 components), or
+        a grid name that is too long.
+
+    See Also
+    --------
+    vdbflow.open : read a grid back.
+    list_grids : the grids of a file, from the headers.
+    Volume.to_nvdb : write one volume.
+
+    Examples
+    --------
+    A round trip through a temporary directory; the units come back with the values:
+
+    >>> import os
+    >>> import tempfile
+    >>> import numpy as np
+    >>> import vdbflow
+    >>> ijk = np.array([[i, j, k] for i in range(4) for j in range(4) for k in range(4)])
+    >>> vol = vdbflow.Volume.from_voxels(ijk, (2 * ijk[:, 0] + 3 * ijk[:, 1]).astype(np.float32), voxel_size=0.5)
+    >>> vol.units, vol.length_units = "K", "m"
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = os.path.join(tmp, "ramp.nvdb")
+    ...     vdbflow.save(path, {"temperature": vol}, codec="zip")
+    ...     info = vdbflow.list_grids(path)
+    ...     back = vdbflow.open(path, "temperature")
+    ...     value = back.sample([[0.75, 0.625, 1.0]])["temperature"].values.tolist()
+    ...     units = back.units, back.length_units
+    ...     del back
+    >>> [(g.name, g.grid_type, g.active_voxel_count, g.codec) for g in info]
+    [('temperature', 'Float', 64, 'zip')]
+    >>> value, units
+    ([6.75], ('K', 'm'))
+    """
     if codec not in fmt.CODEC_IDS:
         raise NanoVDBError(f"expected codec 'none', 'zip' or 'blosc', got {codec!r}")
     if not grids:

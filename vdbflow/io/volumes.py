@@ -113,7 +113,32 @@ def to_zarr(vol: Volume, path: str | os.PathLike, *, overwrite: bool = False, ch
 
 
 def open_zarr(path: str | os.PathLike) -> Volume:
-    """A volume written by :func:`to_zarr` (or ``Volume.to_zarr``)."""
+    """Read a volume that :func:`to_zarr` (or ``Volume.to_zarr``) wrote.
+
+    The store keeps the tree, not a dense box (module docstring); it is read whole.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The Zarr store (a directory).
+
+    Returns
+    -------
+    Volume
+        The stored volume in the index layout: values of the active voxels, tiles, background,
+        the index-to-world transform, name, component names, ``units`` and ``length_units``.
+
+    Raises
+    ------
+    VolumeError
+        A path that cannot be opened as a Zarr store, or a store that is not a vdbflow volume
+        (other ``format`` attr, missing variables, a bad ``index_to_world``, or a value count that
+        does not match the active voxels).
+
+    See Also
+    --------
+    vdbflow.open : opens .nvdb files and Zarr stores alike.
+    """
     import xarray as xr
 
     try:
@@ -153,12 +178,47 @@ def _openvdb_hint(where: str) -> str:
 
 def open_volume(data: str | os.PathLike | bytes | np.ndarray, grid: int | str | None = None,
                 **kwargs: Any) -> Volume | Topology:
-    """``vdbflow.open``: a grid of a .nvdb file or buffer (:func:`vdbflow.nanovdb.open_grid`, which
-    takes ``bbox``, ``leaves`` and ``checksum``), or the volume of a Zarr store written by
-    :func:`to_zarr` (a ``.zarr`` path or any directory).
+    """Open a volume: ``vdbflow.open``, a grid of a .nvdb file or buffer, or a Zarr store.
 
-    Raises :class:`~vdbflow.NanoVDBError` for an OpenVDB ``.vdb`` file (saying how to convert it) and
-    :class:`~vdbflow.VolumeError` for a directory that is not a stored volume (saying what it is).
+    A .nvdb file is memory-mapped: for an uncompressed one, the values stay in the mapped file and
+    are read from disk when touched.  A Zarr store written by :func:`to_zarr` (a ``.zarr`` path or any
+    directory) is read whole.
+
+    Parameters
+    ----------
+    data : str, os.PathLike, bytes or numpy.ndarray
+        A .nvdb file path, a Zarr store path, or the bytes of a .nvdb file or grid buffer.
+    grid : int or str, optional
+        Which grid of a .nvdb file (index or name; default the first).  For a Zarr store only
+        None, 0 or the name of its one volume.
+    **kwargs
+        For .nvdb data, passed to :func:`vdbflow.io.nanovdb.open_grid`: ``bbox`` (inclusive index
+        coordinates ``((i0, j0, k0), (i1, j1, k1))``) or ``leaves`` (leaf indices in tree order) to
+        load part of the grid, and ``checksum`` (verify the grid's checksum, default True).
+
+    Returns
+    -------
+    Volume or Topology
+        A :class:`~vdbflow.Volume` for value grids and Zarr stores (index layout), an index-layout
+        :class:`~vdbflow.Topology` for NanoVDB Index / OnIndex grids (attach values with
+        ``with_data``).  Units, length units and component names come back when the file or
+        store records them.
+
+    Raises
+    ------
+    NanoVDBError
+        An OpenVDB ``.vdb`` file or buffer (saying how to convert it), a malformed, truncated or
+        unsupported .nvdb file, a ``grid`` it lacks, a ``bbox`` of another shape, or a checksum
+        that does not match.
+    VolumeError
+        A directory that is not a stored volume (saying what it is), a missing ``.zarr`` path, or
+        ``bbox``/``leaves``/``checksum`` or another ``grid`` given for a Zarr store.
+
+    See Also
+    --------
+    vdbflow.list_grids : the grids of a file, from the headers.
+    vdbflow.save : write .nvdb files.
+    vdbflow.open_zarr : read a Zarr store.
     """
     from vdbflow.io.nanovdb import open_grid
 
@@ -195,9 +255,32 @@ def check_nanovdb_file(path: str | os.PathLike) -> None:
 
 
 def split_channels(vol: Volume, size: int = 3) -> dict[str, Volume]:
-    """Groups of ``size`` channels of ``vol`` as separate volumes on the same voxels, by name: a
-    vec3 field's 9-channel gradient becomes the gradients of u, v and w as three vec3 volumes
-    (what .nvdb files can hold: ``vdbflow.save(path, split_channels(grad))``)."""
+    """Split a many-channel volume into volumes of ``size`` channels each, on the same voxels.
+
+    A vec3 field's 9-channel gradient (:func:`vdbflow.gradient_field`) becomes the gradients of
+    u, v and w as three vec3 volumes - what .nvdb files can hold:
+    ``vdbflow.save(path, split_channels(grad))``.
+
+    Parameters
+    ----------
+    vol : Volume
+        A volume whose channel count is a multiple of ``size``.
+    size : int, default 3
+        Channels per part.
+
+    Returns
+    -------
+    dict of str to Volume
+        Index-layout volumes in channel order, each named ``vol.name + "_" + stem`` - the stem the
+        text before ``/`` of the group's channel names when they all have one (``"du"`` of
+        ``du/dx``), else the group's number - with the group's component names and ``vol``'s
+        ``units`` and ``length_units``.
+
+    Raises
+    ------
+    VolumeError
+        A channel count that ``size`` does not divide.
+    """
     C = vol.components
     if C % size:
         raise VolumeError(f"expected a channel count divisible by {size}, got {C}")

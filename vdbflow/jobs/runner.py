@@ -737,21 +737,43 @@ def run(config: str | os.PathLike | Mapping[str, Any] | JobConfig, client: Any =
         overrides: Mapping[str, Any] | None = None, force: bool = False, **settings: Any) -> JobResult:
     """Run a batch job, as ``vdbflow run`` does, from Python (a notebook, Airflow, cron).
 
-    ``config`` is a YAML path, a mapping of sections or a :class:`~vdbflow.config.JobConfig`.  Keys are
-    overridden by dotted path, in ``overrides`` or as keywords, with ``__`` for the dot where the path
-    is not a Python name::
+    The job samples its volumes at its points and publishes the outputs it asks for (values,
+    Jacobians, derived quantities) at its output path, as Zarr or NetCDF, once complete.  Keys of
+    the config are overridden by dotted path, in ``overrides`` or as keywords, with ``__`` for the
+    dot where the path is not a Python name::
 
         vdbflow.run("job.yaml", overrides={"points.count": 1000})
         vdbflow.run("job.yaml", **{"output.path": "x.zarr"})
         vdbflow.run("job.yaml", output__path="x.zarr", points__count=1000)
 
-    ``client`` (a ``distributed.Client``) runs the job on its cluster instead of starting the config's;
-    it stays open.  ``force`` runs a job beyond ``limits``.  Returns the :class:`JobResult`: the
-    ``output`` path, point count, timings and, for synthetic fields, the analytic error.
+    Parameters
+    ----------
+    config : str, os.PathLike, mapping or JobConfig
+        A YAML path, a mapping of sections or a :class:`~vdbflow.config.JobConfig`.
+    client : distributed.Client, optional
+        Runs the job on its cluster instead of starting the config's; it stays open.
+    overrides : mapping of str to object, optional
+        Values by dotted key path, e.g. ``{"points.count": 1000}``.
+    force : bool, default False
+        Run a job beyond the config's ``limits``.
+    **settings
+        More overrides, ``__`` standing for the dot (``output__path="x.zarr"``); they win over
+        ``overrides``.
 
-    Raises :class:`~vdbflow.config.ConfigError` for a bad config or inputs (nothing ran: the CLI's exit
-    code 2), :class:`InputError` for an input changed since the plan, and :class:`JobError` (with
-    the original error as ``__cause__``) for anything that failed while the job ran.
+    Returns
+    -------
+    JobResult
+        The ``output`` path, point count, partitions, workers, grids, timings and, for synthetic
+        fields, the analytic error.
+
+    Raises
+    ------
+    ConfigError
+        A bad config or inputs (nothing ran: the CLI's exit code 2).
+    InputError
+        An input changed since the plan.
+    JobError
+        Anything that failed while the job ran, with the original error as ``__cause__``.
     """
     from vdbflow.jobs.config import load_config
 

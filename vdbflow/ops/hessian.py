@@ -53,12 +53,55 @@ def sample_hessian_arrays(
     hessian_space: str | None = None,
     device: str = "cpu",
 ) -> tuple[Any, Any, Any]:
-    """Values (N[, C]), Jacobians (N[, C], 3) and Hessians (N[, C], 3, 3) at ``points`` (N, 3), as arrays.
+    """Values, Jacobians and Hessians at points, as raw arrays.
 
-    ``out`` is an optional ``(values, jacobian, hessian)`` triple of buffers (any may be None).
-    Hessians have the Jacobian dtype (float32 for float data, float64 for double data) and are
-    symmetric; ``hessian_space`` (default: ``jacobian_space``, itself defaulting to ``space``) is
-    ``"index"`` (per voxel²) or ``"world"`` (per length unit²).
+    The Hessian is ``H[n, c, a, b] = d² value[c] / d a d b`` of the interpolant of ``mode`` (module
+    docstring: which schemes, and how the node-difference schemes take it); it is symmetric.
+
+    Parameters
+    ----------
+    vol : Volume
+        A volume of float32 or float64 data (any number of components C).
+    points : (N, 3) float32/float64 (integers are taken as float64), NumPy or CuPy
+        Point coordinates, in index space (voxels, voxel centres at integers) unless
+        ``space="world"`` (the volume's length units).
+    mode : str, default ``"lag4"``
+        Any sampling mode but ``"closest"`` (``HESSIAN_MODES``).
+    out : tuple of three arrays or None, optional
+        ``(values, jacobian, hessian)`` buffers to write into; any may be None.  Each must have the
+        shape and dtype of the result below, be C-contiguous, and live where the kernels run.
+    space : {"index", "world"}, default ``"index"``
+        The space of ``points``.
+    jacobian_space : {"index", "world"}, optional
+        The axes of the Jacobian; default ``space``.
+    hessian_space : {"index", "world"}, optional
+        The axes of the Hessian: ``"index"`` (per voxel²) or ``"world"`` (per length unit²,
+        ``M⁻ᵀ · H_index · M⁻¹``); default ``jacobian_space``.
+    device : {"cpu", "cuda", "auto"}, default ``"cpu"``
+        Where the kernels run; ``"auto"`` follows the points (CuPy points run on the GPU).
+
+    Returns
+    -------
+    values : (N,) or (N, C), the volume's dtype
+    jacobian : (N, 3) or (N, C, 3)
+        The Jacobian dtype: float32 for float data, float64 for double data.
+    hessian : (N, 3, 3) or (N, C, 3, 3)
+        The Jacobian dtype; symmetric in its last two axes.
+
+    Raises
+    ------
+    SamplingError
+        ``mode="closest"`` or an unknown mode or space, or integer data.
+    PointsError
+        Points of the wrong shape or dtype.
+    ShapeError
+        ``out`` that is not a triple, or buffers of the wrong shape, dtype or array type.
+    DeviceError
+        An unknown ``device``, or ``"cuda"`` without CuPy or a GPU.
+
+    See Also
+    --------
+    sample_hessian : the same as an xarray Dataset.
     """
     jacobian_space, hessian_space = check_request(vol.value_type, mode, space, jacobian_space, hessian_space)
     vt = vol.value_type
@@ -101,12 +144,72 @@ def sample_hessian_arrays(
 def sample_hessian(vol: Volume, points: Any, mode: str = "lag4", space: str = "world",
                    jacobian_space: str | None = None, hessian_space: str | None = None, *,
                    device: str = "cpu") -> xr.Dataset:
-    """Values, Jacobians and Hessians at ``points`` (N, 3) as a Dataset.
+    """Values, Jacobians and Hessians of a volume at points, as an xarray Dataset.
 
-    Variables as :func:`vdbflow.sample_grad`, plus ``vol.name + "_hessian"`` with dims
-    ``(point, component, axis, axis2)`` (scalar data: ``(point, axis, axis2)``),
-    ``hessian[c, a, b] = d² value[c] / d a d b``, labelled like the Jacobian's axes in
-    ``hessian_space`` (default: ``jacobian_space``, itself defaulting to ``space``).
+    The Hessian ``hessian[c, a, b] = d² value[c] / d a d b`` is the second derivative of the
+    interpolant of ``mode`` (module docstring), symmetric in ``a`` and ``b``.
+
+    Parameters
+    ----------
+    vol : Volume
+        A volume of float32 or float64 data.
+    points : array_like, shape (N, 3)
+        Point coordinates, float32/float64 or integers (taken as float64), NumPy or CuPy: world space
+        (the volume's length units) by default, index space (voxels, voxel centres at integers)
+        with ``space="index"``.
+    mode : str, default ``"lag4"``
+        Any sampling mode but ``"closest"``.
+    space : {"world", "index"}, default ``"world"``
+        The space of ``points``.
+    jacobian_space : {"index", "world"}, optional
+        The axes of the Jacobian; default ``space``.
+    hessian_space : {"index", "world"}, optional
+        The axes of the Hessian: per voxel² (index) or per length unit² (world); default
+        ``jacobian_space``.
+    device : {"cpu", "cuda", "auto"}, default ``"cpu"``
+        Where the kernels run (see :func:`vdbflow.sample`).
+
+    Returns
+    -------
+    xarray.Dataset
+        The variables of :func:`vdbflow.sample_grad`, plus ``vol.name + "_hessian"`` with dims
+        ``(point, component, axis, axis2)`` (scalar data: ``(point, axis, axis2)``), labelled like
+        the Jacobian's axes in ``hessian_space`` (``haxis, haxis2`` instead of ``axis, axis2`` when
+        the Hessian and Jacobian spaces differ), in the Jacobian's dtype.  Units
+        ``vol.units / length²`` with length ``vol.length_units`` (world) or ``voxel`` (index), where
+        both are known.
+
+    Raises
+    ------
+    SamplingError
+        ``mode="closest"``, an unknown mode or space, or integer data.
+    PointsError
+        Points of the wrong shape or dtype.
+    DeviceError
+        An unknown ``device``, or ``"cuda"`` without CuPy or a GPU.
+
+    See Also
+    --------
+    sample_hessian_arrays : the same as raw arrays.
+    vdbflow.sample_grad : values and Jacobians only.
+    vdbflow.flow.laplacian : the trace of the Hessian.
+
+    Examples
+    --------
+    ``f = i² + i j`` (plus 1, so that every voxel differs from the background and is active) has
+    the Hessian ``[[2, 1, 0], [1, 0, 0], [0, 0, 0]]``, which the cubic ``lag4`` scheme reproduces:
+
+    >>> import numpy as np
+    >>> import vdbflow
+    >>> i, j, k = np.meshgrid(np.arange(8), np.arange(8), np.arange(8), indexing="ij")
+    >>> vol = vdbflow.Volume.from_dense(1.0 + i * i + i * j)
+    >>> ds = vdbflow.sample_hessian(vol, [[3.5, 3.25, 4.0]], space="index")
+    >>> ds["value_hessian"].dims
+    ('point', 'axis', 'axis2')
+    >>> (np.round(ds["value_hessian"].values[0], 6) + 0.0).tolist()
+    [[2.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    >>> (np.round(ds["value_jacobian"].values[0], 6) + 0.0).tolist()  # (2 i + j, i, 0)
+    [10.25, 3.5, 0.0]
     """
     jacobian_space = space if jacobian_space is None else jacobian_space
     hessian_space = jacobian_space if hessian_space is None else hessian_space

@@ -135,8 +135,11 @@ def sample_grad_arrays(
 
     Parameters
     ----------
+    vol : Volume
+        The volume to sample.
     uvw : (N, 3) float32/float64 (integers are taken as float64), NumPy or CuPy
         Point coordinates, in index space (voxel centres at integers) unless ``space="world"``.
+    space : ``"index"`` (the default here) or ``"world"`` (the volume's length units): the space of ``uvw``.
     mode : ``"linear"`` (trilinear, Warp-exact), ``"closest"``, or a higher-order scheme: ``"lag4"``,
         ``"lag6"``, ``"lag8"`` (Lagrange), ``"fd4"``, ``"fd6"`` (centred differences at the nodes,
         interpolated linearly), ``"fd2"``, ``"fd8"``, ``"fd4lag4"``, ``"catmull_rom"`` (JHTDB's M1Q4),
@@ -153,6 +156,15 @@ def sample_grad_arrays(
     values : (N,) for scalar data or (N, C), the volume's dtype
     jacobian : (N, 3) or (N, C, 3) with ``J[n, c, a] = d value[c] / d axis[a]``; float32 for float
         data, float64 for double and integer data (integers: closest only, Jacobian 0).
+
+    Raises
+    ------
+    PointsError : points of the wrong shape or dtype, or non-finite points for integer data.
+    SamplingError : an unknown mode, space, jacobian_space or point_order; a mode other than closest
+        for integer data.
+    ShapeError : ``out`` buffers of the wrong shape, dtype, array type or layout, or overlapping
+        each other or the points.
+    DeviceError : an unknown device, or ``"cuda"`` without CuPy or a GPU.
     """
     check_choice(mode, MODES, "mode")
     check_choice(space, SPACES, "space")
@@ -371,25 +383,166 @@ def _sample_any(vol: Volume, points: Any, mode: str, space: str, jacobian_space:
 
 def sample(vol: Volume, points: Any, mode: str = "linear", space: str = "world", *,
            device: str = "cpu", dims: Any = None) -> xr.Dataset:
-    """Values at ``points`` as a Dataset: variable ``vol.name`` with dims ``(point,)`` or
-    ``(point, component)``, point positions as coordinates ``x, y, z`` (``i, j, k`` in index space).
+    """Values of a volume at points, as an xarray Dataset.
 
-    ``points`` is (N, 3), or (..., 3) with a shape that the result keeps - a plane (ny, nx, 3), a
-    lattice (nz, ny, nx, 3) - on dims ``dims`` (default ``point_0, point_1, ...``; a DataArray of
-    points brings its own dims and coordinates).  NumPy, CuPy or Dask: Dask points give a lazy
-    Dataset, sampled block by block when computed."""
+    Each point is interpolated with ``mode`` from the voxels around it; outside the volume's leaves
+    and tiles they read the background.  ``points`` is (N, 3), or (..., 3) with a shape
+    that the result keeps - a plane (ny, nx, 3), a lattice (nz, ny, nx, 3).  NumPy, CuPy or Dask:
+    Dask points give a lazy Dataset, sampled block by block when computed.
+
+    Parameters
+    ----------
+    vol : Volume
+        The volume to sample.  Integer data is read with ``mode="closest"`` only.
+    points : array_like, shape (N, 3) or (..., 3)
+        Point coordinates, float16/32/64 or integers (taken as float64): NumPy, CuPy, Dask, or a
+        DataArray whose last dim holds the three coordinates (it brings its own dims and
+        coordinates).  World space (the volume's length units) by default; with ``space="index"``
+        index space, in voxels, voxel centres at integer coordinates.
+    mode : str, default ``"linear"``
+        The interpolation scheme: ``"linear"`` (trilinear), ``"closest"`` or a higher-order
+        scheme; :func:`sample_grad_arrays` lists them all.
+    space : {"world", "index"}, default ``"world"``
+        The space of ``points``.
+    device : {"cpu", "cuda", "auto"}, default ``"cpu"``
+        Where the kernels run: ``"cuda"`` needs CuPy and an NVIDIA GPU (the result then holds CuPy
+        arrays), ``"auto"`` follows the points (CuPy points run on the GPU).
+    dims : str or sequence of str, optional
+        Names of the points' leading dims, one per leading axis and distinct, none of them a name
+        the result uses itself (``component``, ``axis``, ``x``, ``y``, ``z``, ``i``, ``j``, ``k``).
+        Default: ``("point",)`` for (N, 3) points, ``point_0, point_1, ...`` for (..., 3) points,
+        the DataArray's own dims for a DataArray.
+
+    Returns
+    -------
+    xarray.Dataset
+        Variable ``vol.name``, dims ``dims`` (scalar data) or ``dims + ("component",)``, in the
+        volume's dtype, with attr ``units`` = ``vol.units`` where the volume has units.
+        Coordinates: the point positions as float64 ``x, y, z`` (world space, in
+        ``vol.length_units``) or ``i, j, k`` (index space, units ``"voxel"``); ``point``
+        (0 .. N-1) for (N, 3) points; ``component`` (``vol.component_names``) for multi-component
+        data.  Attrs after CF-1.10 (docs/results.md): ``Conventions``, ``featureType`` (one point
+        dim), ``value_type``, ``layout``, ``index_to_world`` (the 4 x 4 matrix as 16 numbers, row by
+        row), ``sampling_mode`` and ``point_space``.
+
+    Raises
+    ------
+    PointsError
+        Points of the wrong shape or dtype, Dask points of unknown chunk sizes, ``dims`` that do
+        not fit, or - for integer data, which has no NaN - points that are not finite.
+    SamplingError
+        An unknown ``mode`` or ``space``, or a mode other than ``"closest"`` for integer data.
+    DeviceError
+        An unknown ``device``, or ``"cuda"`` without CuPy or a GPU.
+
+    See Also
+    --------
+    sample_grad : values and Jacobians.
+    vdbflow.sample_hessian : values, Jacobians and Hessians.
+    sample_grad_arrays : the same sampling on raw arrays, no Dataset.
+
+    Examples
+    --------
+    A 4 x 4 x 4 block of voxels holding ``2 i + 3 j`` (all in the 8 x 8 x 8 leaf at the origin); a
+    point outside that leaf reads the background, 0:
+
+    >>> import numpy as np
+    >>> import vdbflow
+    >>> ijk = np.array([[i, j, k] for i in range(4) for j in range(4) for k in range(4)])
+    >>> vol = vdbflow.Volume.from_voxels(ijk, (2 * ijk[:, 0] + 3 * ijk[:, 1]).astype(np.float32))
+    >>> ds = vdbflow.sample(vol, [[1.5, 1.25, 2.0], [10.0, 10.0, 10.0]], space="index")
+    >>> ds["value"].dims, ds["value"].dtype
+    (('point',), dtype('float32'))
+    >>> ds["value"].values.tolist()
+    [6.75, 0.0]
+    >>> ds["i"].values.tolist(), ds["i"].attrs["units"]
+    ([1.5, 10.0], 'voxel')
+
+    A plane of 2 x 3 points, an array of shape (2, 3, 3), keeps its shape:
+
+    >>> plane = np.stack(np.meshgrid([1.0, 2.0], [0.0, 1.0, 2.0], [1.0], indexing="ij"), axis=-1)[:, :, 0]
+    >>> vdbflow.sample(vol, plane, space="index", dims=("row", "col"))["value"].values.tolist()
+    [[2.0, 5.0, 8.0], [4.0, 7.0, 10.0]]
+    """
     return _sample_any(vol, points, mode, space, None, device, False, dims)
 
 
 def sample_grad(vol: Volume, points: Any, mode: str = "linear", space: str = "world",
                 jacobian_space: str | None = None, *, device: str = "cpu", dims: Any = None) -> xr.Dataset:
-    """Values and Jacobians at ``points`` (N, 3) or (..., 3) as a Dataset (see :func:`sample` for the
-    points' shapes, dims and Dask points).
+    """Values and Jacobians of a volume at points, as an xarray Dataset.
 
-    Variables ``vol.name`` (dims ``(point,)`` / ``(point, component)``) and ``vol.name + "_jacobian"``
-    (dims ``(point, axis)`` / ``(point, component, axis)``), ``jacobian[c, a] = d value[c] / d axis[a]``;
-    ``axis`` is labelled ``i j k`` in index space, ``x y z`` in world space (``jacobian_space``,
-    default ``space``).  Units: ``vol.units`` and, for the Jacobian, ``vol.units / length`` simplified
-    by pint (docs/results.md).
+    The Jacobian is the derivative of the interpolant of ``mode`` itself,
+    ``jacobian[c, a] = d value[c] / d axis[a]``, taken along the index axes or the world axes
+    (``jacobian_space``).  Points are given as for :func:`sample`: (N, 3), or (..., 3) with a shape
+    the result keeps, as NumPy, CuPy or Dask (a lazy Dataset) arrays.
+
+    Parameters
+    ----------
+    vol : Volume
+        The volume to sample.  Integer data is read with ``mode="closest"`` only (Jacobian 0).
+    points : array_like, shape (N, 3) or (..., 3)
+        Point coordinates (see :func:`sample`): world space (the volume's length units) by default,
+        index space (voxels, voxel centres at integer coordinates) with ``space="index"``.
+    mode : str, default ``"linear"``
+        The interpolation scheme (:func:`sample_grad_arrays` lists them).
+    space : {"world", "index"}, default ``"world"``
+        The space of ``points``.
+    jacobian_space : {"index", "world"}, optional
+        The axes of the derivative: ``"index"`` (per voxel) or ``"world"`` (per length unit,
+        ``J_index . M^-1`` for the index-to-world matrix ``M``).  Default: ``space``.
+    device : {"cpu", "cuda", "auto"}, default ``"cpu"``
+        Where the kernels run (see :func:`sample`).
+    dims : str or sequence of str, optional
+        Names of the points' leading dims (see :func:`sample`).
+
+    Returns
+    -------
+    xarray.Dataset
+        Everything :func:`sample` returns, plus ``vol.name + "_jacobian"`` with dims
+        ``dims + ("axis",)`` (scalar data) or ``dims + ("component", "axis")``; the ``axis``
+        coordinate is labelled ``i, j, k`` in index space and ``x, y, z`` in world space.  Dtype
+        float32 for float32 data, float64 for float64 and integer data.  Units ``vol.units /
+        length``, simplified by pint, with length ``vol.length_units`` (world) or ``voxel`` (index)
+        (docs/results.md); attrs ``convention`` and ``jacobian_space`` say which derivative it is.
+
+    Raises
+    ------
+    PointsError
+        Points of the wrong shape or dtype, or non-finite points for integer data (see
+        :func:`sample`).
+    SamplingError
+        An unknown ``mode``, ``space`` or ``jacobian_space``, or a mode other than ``"closest"`` for
+        integer data.
+    DeviceError
+        An unknown ``device``, or ``"cuda"`` without CuPy or a GPU.
+
+    See Also
+    --------
+    sample : values only.
+    sample_grad_arrays : values and Jacobians as raw arrays.
+    vdbflow.sample_hessian : second derivatives as well.
+    vdbflow.flow : quantities of a velocity gradient (vorticity, Q-criterion, ...).
+
+    Examples
+    --------
+    The linear field ``2 i + 3 j`` has the index-space Jacobian ``[2, 3, 0]`` wherever the
+    trilinear stencil stays inside its 4 x 4 x 4 voxels; with a voxel size of 0.5 m the
+    world-space Jacobian is twice that, per metre:
+
+    >>> import numpy as np
+    >>> import vdbflow
+    >>> ijk = np.array([[i, j, k] for i in range(4) for j in range(4) for k in range(4)])
+    >>> vol = vdbflow.Volume.from_voxels(ijk, 2.0 * ijk[:, 0] + 3.0 * ijk[:, 1], voxel_size=0.5)
+    >>> vol.units, vol.length_units = "K", "m"
+    >>> ds = vdbflow.sample_grad(vol, [[1.5, 1.25, 2.0]], space="index")
+    >>> ds["value_jacobian"].dims
+    ('point', 'axis')
+    >>> ds["axis"].values.tolist(), ds["value_jacobian"].values.tolist(), ds["value_jacobian"].attrs["units"]
+    (['i', 'j', 'k'], [[2.0, 3.0, 0.0]], 'K/voxel')
+    >>> ds = vdbflow.sample_grad(vol, [[0.75, 0.625, 1.0]])  # the same point, in metres
+    >>> ds["axis"].values.tolist(), ds["value_jacobian"].values.tolist(), ds["value_jacobian"].attrs["units"]
+    (['x', 'y', 'z'], [[4.0, 6.0, 0.0]], 'K/m')
+    >>> ds["value"].values.tolist()
+    [6.75]
     """
     return _sample_any(vol, points, mode, space, jacobian_space, device, True, dims)

@@ -65,10 +65,11 @@ def sample_grad_vjp(
     *,
     device: str = "cpu",
 ) -> SampleGradVJP:
-    """Reverse mode of :func:`vdbflow.sample_grad_arrays` at ``points`` (N, 3).
+    """Reverse mode of :func:`vdbflow.sample_grad_arrays`: vector-Jacobian products at points.
 
-    ``adj_value`` is (N,) / (N, C) and ``adj_jacobian`` (N, 3) / (N, C, 3) (in ``jacobian_space``,
-    default ``space``), the upstream adjoints of the values and Jacobians.  Each cell corner sends
+    Given upstream adjoints of the sampled values and Jacobians, returns the adjoints of
+    ``sum(adj_value * value + adj_jacobian * jacobian)`` with respect to the voxel data, the tile
+    values, the background and the points.  Each cell corner sends
     ``W_o adj_value + adj_jacobian . grad W_o`` to what it read (a voxel, a tile or the
     background); the point adjoint includes the second-order term through the Jacobian.  With
     ``space="world"`` the point adjoint is mapped by the transpose of the inverse transform.
@@ -76,6 +77,48 @@ def sample_grad_vjp(
     Determinism: on the CPU the result does not depend on the thread count (shares are summed in
     point order); on the GPU they are added with float64 atomics, whose order may vary in the last
     bits from run to run.
+
+    Parameters
+    ----------
+    vol : Volume
+        A volume of float32 or float64 data, C components.
+    points : (N, 3) float32/float64 (integers are taken as float64), NumPy or CuPy
+        Point coordinates, in index space (voxels, voxel centres at integers) unless
+        ``space="world"`` (the volume's length units).
+    adj_value : array_like, (N,) or (N, C)
+        Upstream adjoint of the values (numeric; cast to the Jacobian dtype).
+    adj_jacobian : array_like, (N, 3) or (N, C, 3), optional
+        Upstream adjoint of the Jacobians, ``[point, component, axis]``, in ``jacobian_space``;
+        None when only the values feed the loss.
+    mode : {"linear", "closest"}, default ``"linear"``
+        The sampling mode (reverse mode has these two).
+    space : {"index", "world"}, default ``"index"``
+        The space of ``points``.
+    jacobian_space : {"index", "world"}, optional
+        The axes of the Jacobian being differentiated; default ``space``.
+    device : {"cpu", "cuda", "auto"}, default ``"cpu"``
+        Where the kernels run; ``"auto"`` follows the points (CuPy points run on the GPU).
+
+    Returns
+    -------
+    SampleGradVJP
+        ``voxel_data`` shaped like ``vol.voxel_data`` ((n,) or (n, C)), ``tile_values`` (T,) or
+        (T, C) and ``background`` (a scalar or (C,)), all in the volume's dtype and summed in
+        float64; ``points`` (N, 3) in the Jacobian dtype, in the points' space.
+
+    Raises
+    ------
+    SamplingError
+        A mode other than ``"linear"`` or ``"closest"``, an unknown space, or integer data.
+    PointsError
+        Points, ``adj_value`` or ``adj_jacobian`` of the wrong shape or a non-numeric dtype.
+    DeviceError
+        An unknown ``device``, or ``"cuda"`` without CuPy or a GPU.
+
+    See Also
+    --------
+    vdbflow.sample_grad_arrays : the forward mode.
+    vdbflow.autograd : sampling as a differentiable PyTorch function, built on this.
     """
     check_choice(mode, ("closest", "linear"), "mode (reverse mode)")
     check_choice(space, SPACES, "space")

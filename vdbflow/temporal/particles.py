@@ -306,18 +306,64 @@ def _status_attrs() -> dict[str, Any]:
 def advect(source: Any, seeds: Any, t0: float, t1: float, dt: float, method: str = "rk4", mode: str = "linear", *,
            save_every: int = 1, with_velocity: bool = False, with_jacobian: bool = False,
            time: str = "linear") -> xr.Dataset:
-    """Trajectories of particles from ``seeds`` (N, 3) or (..., 3), world units, flattened in C order,
-    at ``t0`` to ``t1`` (backwards when ``t1 < t0``) with steps of at most ``dt``.
+    """Trajectories of particles through a velocity field, in world space.
 
-    ``source``: a Volume (steady), a VolumeSeries (interpolated in time with ``time``), a
-    DistributedVolume, or an analytic field (:mod:`vdbflow.synthetic`, :mod:`vdbflow.unsteady`).
-    ``mode``: the sampling scheme.  Positions are kept every ``save_every`` steps and at ``t1``.
+    The particles start at ``seeds`` at time ``t0`` and are integrated to ``t1`` (backwards when
+    ``t1 < t0``) with ``n = ceil(|t1 - t0| / dt)`` equal steps of at most ``dt``.  A particle stops
+    the first time a stage point is non-finite, samples a non-finite value or its ``mode`` stencil
+    leaves the active voxels (module docstring).
 
-    Returns a Dataset: ``position`` (particle, time, axis) float64, NaN after a particle stopped;
-    ``status`` (particle) int8 (0 active, 1 left the data, 2 non-finite; module docstring);
-    ``end_time`` (particle), the time of its last valid position; with ``with_velocity``
-    ``velocity`` (particle, time, component) and with ``with_jacobian`` ``velocity_jacobian``
-    (particle, time, component, axis) = d u_c / d x_a, both at the stored positions.
+    Parameters
+    ----------
+    source : Volume, VolumeSeries, DistributedVolume or analytic field
+        A vec3 velocity: a Volume (steady), a VolumeSeries (interpolated in time with ``time``), a
+        DistributedVolume, or an analytic field (:mod:`vdbflow.synthetic`, :mod:`vdbflow.unsteady`).
+        Velocity in length units per time unit.
+    seeds : array_like, shape (N, 3) or (..., 3)
+        Start positions in world space (the volume's length units), at least one; flattened in C
+        order to the ``particle`` dim.
+    t0, t1 : float
+        Start and end times (finite; inside the series' times for a VolumeSeries).
+    dt : float
+        The largest time step, > 0.
+    method : {"euler", "rk2", "rk4"}, default ``"rk4"``
+        The explicit Runge-Kutta integrator.
+    mode : str, default ``"linear"``
+        The sampling scheme (see :func:`vdbflow.sample`).
+    save_every : int, default 1
+        Keep positions every ``save_every`` steps (and always at ``t1``).
+    with_velocity : bool, default False
+        Also return the velocity at the stored positions.
+    with_jacobian : bool, default False
+        Also return the world-space velocity Jacobian at the stored positions.
+    time : {"none", "linear", "pchip"}, default ``"linear"``
+        Interpolation in time between the steps of a VolumeSeries.
+
+    Returns
+    -------
+    xarray.Dataset
+        ``position`` (particle, time, axis) float64, in length units, NaN after a particle
+        stopped; ``status`` (particle) int8 (0 active, 1 left the data, 2 non-finite);
+        ``end_time`` (particle), the time of its last valid position; with ``with_velocity`` the
+        velocity, named after the source's volume (``velocity`` for an analytic field), dims
+        (particle, time, component), and with ``with_jacobian`` ``<name>_jacobian``
+        (particle, time, component, axis) = d u_c / d x_a, both at
+        the stored positions, in the source's units (per length unit).  Attrs record the method,
+        mode, times, step and number of sample calls.
+
+    Raises
+    ------
+    SamplingError
+        An unknown ``method``, ``mode`` or ``time``, a source that is not a vec3 velocity of a known
+        kind, or ``save_every`` < 1.
+    TimeError
+        Non-finite ``t0`` or ``t1``, ``dt`` <= 0, or times outside a series.
+    PointsError
+        Seeds that are not a non-empty (..., 3) numeric array.
+
+    See Also
+    --------
+    ftle : finite-time Lyapunov exponents of the same flow.
     """
     src = _as_source(source, mode, time)
     pts = _seeds(seeds)
@@ -369,19 +415,63 @@ def _largest_stretch(F: np.ndarray) -> np.ndarray:
 
 def ftle(source: Any, seeds: Any, t0: float, T: float, dt: float | None = None, *, method: str = "variational",
          integrator: str = "rk4", mode: str = "linear", time: str = "linear", dims: Any = None) -> xr.Dataset:
-    """Finite-time Lyapunov exponents ``log(sqrt(lambda_max(F^T F))) / |T|`` of the flow map from
-    ``t0`` to ``t0 + T`` (backward for T < 0) at ``seeds`` (N, 3) or a lattice (..., 3), whose shape
-    the result keeps (dims as in :func:`vdbflow.sample`).  ``dt`` defaults to ``|T| / 100``.
+    """Finite-time Lyapunov exponents of the flow map from ``t0`` to ``t0 + T``.
 
-    ``method="variational"`` integrates dF/dt = J(x(t), t) F with the sampled Jacobians alongside
-    each particle (the same ``integrator``), F(t0) = I.  ``method="finite_difference"`` takes F from
-    the final positions of neighbouring seeds (numpy.gradient along each lattice dim, one-sided at the
-    edges) through the lattice's own directions: ``F = P G^+`` with ``P`` and ``G`` the gradients of
-    the final and initial positions along the lattice dims - for a plane of seeds, the stretching
-    within the plane.  Seeds whose particle stops (``status`` != 0) get NaN (and, for
-    finite_difference, so do their neighbours).
+    FTLE = ``log(sqrt(lambda_max(F^T F))) / |T|``, with F the gradient of the flow map (backward
+    for T < 0).  ``method="variational"`` integrates dF/dt = J(x(t), t) F with the sampled
+    Jacobians alongside each particle (the same ``integrator``), F(t0) = I.
+    ``method="finite_difference"`` takes F from the final positions of neighbouring seeds
+    (numpy.gradient along each lattice dim, one-sided at the edges) through the lattice's own
+    directions: ``F = P G^+`` with ``P`` and ``G`` the gradients of the final and initial positions
+    along the lattice dims - for a plane of seeds, the stretching within the plane.  Seeds whose
+    particle stops (``status`` != 0) get NaN (and, for finite_difference, so do their neighbours).
 
-    Returns a Dataset with ``ftle`` (1/time units), ``status`` and ``final_position`` (..., axis).
+    Parameters
+    ----------
+    source : Volume, VolumeSeries, DistributedVolume or analytic field
+        A vec3 velocity, as for :func:`advect`.
+    seeds : array_like, shape (N, 3) or (..., 3)
+        Start positions in world space (length units); a lattice (..., 3) keeps its shape in the
+        result.  ``finite_difference`` needs a lattice of at most 3 dims with at least 2 seeds
+        along each.
+    t0 : float
+        Start time.
+    T : float
+        Integration time, finite and nonzero (negative: backward).
+    dt : float, optional
+        The largest time step; default ``|T| / 100``.
+    method : {"variational", "finite_difference"}, default ``"variational"``
+        How F is found (above).
+    integrator : {"euler", "rk2", "rk4"}, default ``"rk4"``
+        The Runge-Kutta integrator of the particles (and of F).
+    mode : str, default ``"linear"``
+        The sampling scheme (see :func:`vdbflow.sample`).
+    time : {"none", "linear", "pchip"}, default ``"linear"``
+        Interpolation in time between the steps of a VolumeSeries.
+    dims : str or sequence of str, optional
+        Names of the seeds' leading dims (as in :func:`vdbflow.sample`).
+
+    Returns
+    -------
+    xarray.Dataset
+        On the seeds' leading dims: ``ftle`` float64, per unit of time (no ``units`` attr),
+        ``status`` int8 (as in :func:`advect`), and ``final_position`` (..., axis), the position at
+        ``t0 + T`` in length units; coordinates ``x, y, z`` (the seeds at ``t0``) and ``axis``.
+
+    Raises
+    ------
+    SamplingError
+        An unknown ``method``, ``integrator``, ``mode`` or ``time``, or a source that is not a vec3
+        velocity of a known kind.
+    TimeError
+        A non-finite or zero ``T``, a non-finite ``t0``, ``dt`` <= 0, or times outside a series.
+    PointsError
+        Seeds that are not a non-empty (..., 3) numeric array, or not a lattice fit for
+        ``finite_difference``.
+
+    See Also
+    --------
+    advect : the trajectories themselves.
     """
     from vdbflow.ops.sampling import points_in
 

@@ -357,10 +357,42 @@ def pchip_combine(g: np.ndarray, tk: np.ndarray, t: np.ndarray,
 
 def open_series(paths_or_glob: str | os.PathLike | Sequence[str | os.PathLike | Volume], times: Any = None,
                 grid: int | str | None = None, *, cache: int = 4) -> VolumeSeries:
-    """A :class:`VolumeSeries` of .nvdb files (or Zarr stores, or Volumes): a glob pattern (files in
-    name order) or a sequence in time order.  ``times`` (T,), strictly increasing; by default each
-    step's ``vdbflow.time`` record (written by :func:`vdbflow.unsteady.write_series`), steps then
-    ordered by time.  Only headers and that record are read here; values when sampled."""
+    """A time series of volumes, read lazily, for sampling in space and time.
+
+    Only headers and the time records are read here; a step's values are read when a sample needs
+    them.  Every step must share the first one's value type, component count and index-to-world
+    transform (see :class:`VolumeSeries`).
+
+    Parameters
+    ----------
+    paths_or_glob : str, os.PathLike or sequence of str, os.PathLike or Volume
+        .nvdb files (or Zarr stores, or Volumes): a glob pattern (files in name order) or a
+        sequence in time order.
+    times : array_like, shape (T,), optional
+        The time of each step (the series' time units, e.g. s), finite and strictly increasing.
+        By default each step's ``vdbflow.time`` record (written by
+        :func:`vdbflow.unsteady.write_series`), steps then ordered by time.
+    grid : int or str, optional
+        The grid of each .nvdb file to read (index or name; default the first).
+    cache : int, default 4
+        How many steps stay open at once (least recently used first out; ``pchip`` needs 4).
+
+    Returns
+    -------
+    VolumeSeries
+        T steps at ``times``; sample with its ``sample``, ``sample_grad`` or
+        ``sample_grad_arrays`` at ``(points, t)``, or pass it to :func:`vdbflow.advect`.
+
+    Raises
+    ------
+    VolumeError
+        A pattern that matches no file, an empty sequence, or ``cache`` < 1.
+    TimeError
+        Steps without a time record when ``times`` is not given, or ``times`` that do not match
+        the steps in number, are not finite or are not strictly increasing.
+    NanoVDBError
+        A file that is not a readable .nvdb file, or that lacks ``grid``.
+    """
     if isinstance(paths_or_glob, (str, os.PathLike)):
         pattern = os.fspath(paths_or_glob)
         sources: list[Any] = sorted(_glob.glob(pattern))
