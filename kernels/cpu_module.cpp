@@ -18,6 +18,7 @@
 #include <nanobind/stl/vector.h>
 #endif
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
@@ -29,6 +30,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #if defined(__SSE2__) && defined(__x86_64__)
@@ -36,7 +38,9 @@
 #define VDBFLOW_HAVE_STREAM_STORE 1
 #endif
 
+#include "vdbflow/abi.h"
 #include "vdbflow/adjoint.h"
+#include "vdbflow/coverage.h"
 #include "vdbflow/hessian.h"
 #include "vdbflow/route.h"
 #include "vdbflow/sample.h"
@@ -45,7 +49,8 @@
 using namespace vdbflow;
 
 // The entry points of one compilation of the kernel section.  Arguments travel as the section's
-// own structs (SampleArgs, GridGradientArgs), laid out alike in every compilation.
+// own structs (SampleArgs, GridGradientArgs: a KernelAbi record and the call's arrays), laid out
+// alike in every compilation.
 struct VdbflowCpuKernels {
   void (*sample)(const void* args);         // values, Jacobians, or the reverse mode
   void (*hessian)(const void* args);        // values, Jacobians and Hessians
@@ -55,9 +60,6 @@ struct VdbflowCpuKernels {
 namespace {
 
 // ---- kernel section: compiled once per CPU target ------------------------------------------------
-
-// Value dtypes the kernels take.
-enum ValueKind { KIND_F32 = 0, KIND_F64 = 1, KIND_I32 = 2, KIND_I64 = 3, KIND_U32 = 4 };
 
 // Copies n elements with non-temporal stores where the CPU has them.
 template <class E>
@@ -103,22 +105,10 @@ constexpr i64 SCATTERED_MIN_POINTS = 16384;  // below this the volume's hot part
 constexpr double COHERENT_FRACTION = 0.5;    // neighbour pairs sharing a leaf, above which points are coherent
 
 struct SampleArgs {
-  HashTable tables[LEVEL_COUNT];
-  const u64* masks;
-  const u16* prefix;
-  const i64* leaf_offset;
-  const i64* leaf_values_at;  // null: contiguous per-leaf values
-  const void* values;
-  const void* tile_values;
-  const void* background;
-  int components;
-  int index_layout;
-  int value_kind;  // ValueKind of values, tile values and background
+  KernelAbi k;  // the grid, its transform, the mode and the spaces (abi.h)
   const void* points;
   bool points_double;
   i64 n;
-  PointTransform xf;
-  int mode;
   void* out_values;
   void* out_jacobian;  // nullptr: values only
   int order;           // ORDER_AUTO, ORDER_COHERENT or ORDER_SCATTERED: how the points lie in space
@@ -126,11 +116,9 @@ struct SampleArgs {
   bool adjoint = false;
   const void* adj_values = nullptr;    // (N, C) R
   const void* adj_jacobian = nullptr;  // (N, C, 3) R or null
-  double* accumulator = nullptr;       // (value_rows + tile_rows + 1, C)
+  double* accumulator = nullptr;       // (k.value_rows + k.tile_rows + 1, C)
   void* adj_points = nullptr;          // (N, 3) R
-  AdjointRows rows{0, 0};
   // sample_hessian
-  bool hessian_world = false;
   void* out_hessian = nullptr;  // (N, C, 3, 3) R
 };
 
@@ -143,7 +131,9 @@ constexpr i64 ADJOINT_CHUNK = 1 << 14;
 template <class T, int NC, class P>
 void run_adjoint(const GridView<T>& g, const SampleArgs& a) {
   typedef typename RealOf<T>::type R;
-  const int C = a.components;
+  const int C = a.k.components;
+  const PointTransform xf = abi_transform(a.k);
+  const AdjointRows rows{a.k.value_rows, a.k.tile_rows};
   const P* pts = (const P*)a.points;
   const R* adj_v = (const R*)a.adj_values;
   const R* adj_j = (const R*)a.adj_jacobian;
@@ -166,7 +156,7 @@ void run_adjoint(const GridView<T>& g, const SampleArgs& a) {
           row[(size_t)(k * 8 + o)] = r;
           share[(size_t)((k * 8 + o) * C + c)] = (double)x;
         };
-        adjoint_point<T, NC>(g, a.rows, a.xf, p, a.mode, adj_v + i * C, adj_j ? adj_j + i * 3 * C : nullptr, sink,
+        adjoint_point<T, NC>(g, rows, xf, p, a.k.mode, adj_v + i * C, adj_j ? adj_j + i * 3 * C : nullptr, sink,
                              adj_p + 3 * i, cache);
       }
     }
@@ -204,23 +194,22 @@ double leaf_coherence(const P* pts, const PointTransform& xf, i64 n) {
 template <class T, int NC, class P>
 void run(const SampleArgs& a) {
   typedef typename RealOf<T>::type R;
-  const GridView<T> g = make_grid_view(a.tables, a.masks, a.prefix, a.leaf_offset,
-                                       a.adjoint ? (const i64*)nullptr : a.leaf_values_at, (const T*)a.values,
-                                       (const T*)a.tile_values, (const T*)a.background, a.components,
-                                       a.index_layout);
+  const GridView<T> g = abi_grid<T>(a.k, a.adjoint);
   if (a.adjoint) {
     run_adjoint<T, NC, P>(g, a);
     return;
   }
-  const int C = a.components;
+  const PointTransform xf = abi_transform(a.k);
+  const int mode = a.k.mode;
+  const int C = a.k.components;
   const P* pts = (const P*)a.points;
   T* out_v = (T*)a.out_values;
   R* out_j = (R*)a.out_jacobian;
   const bool want_jacobian = out_j != nullptr;
   const i64 n = a.n;
-  const bool scattered = a.mode <= MODE_LINEAR && (a.order == ORDER_SCATTERED ||
+  const bool scattered = mode <= MODE_LINEAR && (a.order == ORDER_SCATTERED ||
                          (a.order == ORDER_AUTO && n >= SCATTERED_MIN_POINTS &&
-                          leaf_coherence(pts, a.xf, n) < COHERENT_FRACTION));
+                          leaf_coherence(pts, xf, n) < COHERENT_FRACTION));
   auto load = [&](i64 i, double p[3]) {
     p[0] = (double)pts[3 * i];
     p[1] = (double)pts[3 * i + 1];
@@ -234,7 +223,7 @@ void run(const SampleArgs& a) {
 #pragma omp for schedule(dynamic, 8192)
       for (i64 i = 0; i < n; ++i) {
         load(i, p);
-        sample_point<T, NC>(g, a.xf, p, a.mode, want_jacobian, out_v + i * C,
+        sample_point<T, NC>(g, xf, p, mode, want_jacobian, out_v + i * C,
                             want_jacobian ? out_j + i * 3 * C : nullptr, cache);
       }
     } else {
@@ -251,12 +240,12 @@ void run(const SampleArgs& a) {
         const i64 first = b * BATCH, count = (n - first) < BATCH ? (n - first) : BATCH;
         for (i64 k = 0; k < count; ++k) {
           load(first + k, p);
-          locate_cell<T, NC>(g, a.xf, p, a.mode, cells[k], cache);
+          locate_cell<T, NC>(g, xf, p, mode, cells[k], cache);
           prefetch_corners(cells[k], C);
         }
         for (i64 k = 0; k < count; ++k) {
           const i64 i = first + k;
-          evaluate_cell<T, NC>(g, a.xf, cells[k], want_jacobian, v, want_jacobian ? j : nullptr);
+          evaluate_cell<T, NC>(g, xf, cells[k], want_jacobian, v, want_jacobian ? j : nullptr);
           stream_store(out_v + i * C, v, C);
           if (want_jacobian) stream_store(out_j + i * 3 * C, j, 3 * C);
         }
@@ -270,7 +259,7 @@ void run(const SampleArgs& a) {
 
 template <class T, class P>
 void dispatch_components(const SampleArgs& a) {
-  switch (a.components) {
+  switch (a.k.components) {
     case 1: run<T, 1, P>(a); break;
     case 3: run<T, 3, P>(a); break;
     case 4: run<T, 4, P>(a); break;
@@ -290,10 +279,9 @@ void dispatch_points(const SampleArgs& a) {
 template <class T, int NC, class P>
 void run_hessian(const SampleArgs& a) {
   typedef typename RealOf<T>::type R;
-  const GridView<T> g = make_grid_view(a.tables, a.masks, a.prefix, a.leaf_offset, a.leaf_values_at,
-                                       (const T*)a.values, (const T*)a.tile_values, (const T*)a.background,
-                                       a.components, a.index_layout);
-  const int C = a.components;
+  const GridView<T> g = abi_grid<T>(a.k);
+  const PointTransform xf = abi_transform(a.k);
+  const int C = a.k.components;
   const P* pts = (const P*)a.points;
   T* out_v = (T*)a.out_values;
   R* out_j = (R*)a.out_jacobian;
@@ -304,7 +292,7 @@ void run_hessian(const SampleArgs& a) {
 #pragma omp for schedule(dynamic, 1024)
     for (i64 i = 0; i < a.n; ++i) {
       const double p[3] = {(double)pts[3 * i], (double)pts[3 * i + 1], (double)pts[3 * i + 2]};
-      sample_point_hessian<T, NC>(g, a.xf, p, a.mode, a.hessian_world, out_v + i * C, out_j ? out_j + i * 3 * C : nullptr,
+      sample_point_hessian<T, NC>(g, xf, p, a.k.mode, a.k.hessian_world != 0, out_v + i * C, out_j ? out_j + i * 3 * C : nullptr,
                                   out_h + i * 9 * C, cache);
     }
   }
@@ -312,7 +300,7 @@ void run_hessian(const SampleArgs& a) {
 
 template <class T, class P>
 void dispatch_hessian(const SampleArgs& a) {
-  switch (a.components) {
+  switch (a.k.components) {
     case 1: run_hessian<T, 1, P>(a); break;
     case 3: run_hessian<T, 3, P>(a); break;
     case 4: run_hessian<T, 4, P>(a); break;
@@ -361,29 +349,17 @@ void dispatch_grid_gradient(const GridView<T>& g, const PointTransform& xf, cons
 }
 
 struct GridGradientArgs {
-  HashTable tables[LEVEL_COUNT];
-  const u64* masks;
-  const u16* prefix;
-  const i64* leaf_offset;
-  const i64* leaf_values_at;  // null: contiguous per-leaf values
-  const void* values;
-  const void* tile_values;
-  const void* background;
-  int components;
-  int index_layout;
-  int value_kind;  // KIND_F32 or KIND_F64
+  KernelAbi k;  // the grid, its transform; k.mode is the scheme (fd2 .. fd8)
   const int32_t* origins;
   const i64* first_row;
   i64 leaves;
-  int scheme;
-  PointTransform xf;
   void* out_jacobian;
 };
 
 // Entry points (called without the GIL; arguments checked by the module).
 void sample_entry(const void* args) {
   const SampleArgs& a = *(const SampleArgs*)args;
-  switch (a.value_kind) {
+  switch (a.k.value_kind) {
     case KIND_F32: dispatch_points<float>(a); break;
     case KIND_F64: dispatch_points<double>(a); break;
     case KIND_I32: dispatch_points<int32_t>(a); break;
@@ -394,7 +370,7 @@ void sample_entry(const void* args) {
 
 void hessian_entry(const void* args) {
   const SampleArgs& a = *(const SampleArgs*)args;
-  if (a.value_kind == KIND_F32) {
+  if (a.k.value_kind == KIND_F32) {
     if (a.points_double) dispatch_hessian<float, double>(a);
     else dispatch_hessian<float, float>(a);
   } else {
@@ -405,15 +381,13 @@ void hessian_entry(const void* args) {
 
 template <class T>
 void grid_gradient_typed(const GridGradientArgs& a) {
-  const GridView<T> g = make_grid_view(a.tables, a.masks, a.prefix, a.leaf_offset, a.leaf_values_at,
-                                       (const T*)a.values, (const T*)a.tile_values, (const T*)a.background,
-                                       a.components, a.index_layout);
-  dispatch_grid_gradient<T>(g, a.xf, a.origins, a.first_row, a.leaves, a.scheme, a.out_jacobian);
+  const GridView<T> g = abi_grid<T>(a.k);
+  dispatch_grid_gradient<T>(g, abi_transform(a.k), a.origins, a.first_row, a.leaves, a.k.mode, a.out_jacobian);
 }
 
 void grid_gradient_entry(const void* args) {
   const GridGradientArgs& a = *(const GridGradientArgs*)args;
-  if (a.value_kind == KIND_F32) grid_gradient_typed<float>(a);
+  if (a.k.value_kind == KIND_F32) grid_gradient_typed<float>(a);
   else grid_gradient_typed<double>(a);
 }
 
@@ -592,205 +566,240 @@ bool is(const Array& arr) {
   return arr.dtype() == nb::dtype<T>();
 }
 
-SampleArgs common_args(const std::vector<IntTable>& tables, const InArray& masks, const InArray& prefix,
-                       const InArray& leaf_offset, const InArray& values, const InArray& tile_values,
-                       const InArray& background, int components, bool index_layout, const InArray& points,
-                       const nb::ndarray<const double, nb::shape<12>, nb::c_contig, nb::device::cpu>& xform,
-                       bool points_world, bool jacobian_world, int mode) {
-  if (tables.size() != LEVEL_COUNT) throw std::invalid_argument("expected 3 hash tables");
-  if (components < 1 || components > MAX_COMPONENTS)
+// The record of one call (abi.h), from the bytes Python built (vdbflow.core.kernel.KernelGrid).
+// Python checked the arrays the pointers point into when it built the record, once per volume;
+// here the record's own fields are checked again, cheaply, before any kernel reads through them.
+KernelAbi read_abi(const nb::bytes& record) {
+  if (record.size() != sizeof(KernelAbi))
+    throw std::invalid_argument("expected a kernel record of " + std::to_string(sizeof(KernelAbi)) + " bytes, got " +
+                                std::to_string(record.size()));
+  KernelAbi a;
+  std::memcpy(&a, record.c_str(), sizeof(KernelAbi));
+  if (a.components < 1 || a.components > MAX_COMPONENTS)
     throw std::invalid_argument("components must be in [1, " + std::to_string(MAX_COMPONENTS) + "]");
-  if (!(is<float>(points) || is<double>(points)) || points.ndim() != 2 || points.shape(1) != 3)
-    throw std::invalid_argument("points must be (N, 3) float32 or float64");
-  if (values.dtype() != tile_values.dtype() || values.dtype() != background.dtype())
-    throw std::invalid_argument("values, tile values and background must share one dtype");
-  if (mode < MODE_CLOSEST || mode > SCHEME_LAST) throw std::invalid_argument("unknown sampling mode");
-  SampleArgs a;
-  for (int l = 0; l < LEVEL_COUNT; ++l) a.tables[l] = as_table(tables[l]);
-  a.masks = (const u64*)masks.data();
-  a.prefix = (const u16*)prefix.data();
-  a.leaf_offset = (const i64*)leaf_offset.data();
-  a.leaf_values_at = nullptr;
-  a.values = values.data();
-  a.tile_values = tile_values.data();
-  a.background = background.data();
-  a.components = components;
-  a.index_layout = index_layout ? 1 : 0;
-  a.points = points.data();
-  a.points_double = is<double>(points);
-  a.n = (i64)points.shape(0);
-  a.xf = make_point_transform(xform.data(), points_world, jacobian_world);
-  a.mode = mode;
-  a.out_values = nullptr;
-  a.out_jacobian = nullptr;
-  a.order = ORDER_COHERENT;
-  a.value_kind = KIND_F32;  // set by the caller
+  if (a.value_kind < KIND_F32 || a.value_kind > KIND_U32) throw std::invalid_argument("unknown value kind");
+  if (a.mode < MODE_CLOSEST || a.mode > SCHEME_LAST) throw std::invalid_argument("unknown sampling mode");
+  if (a.index_layout != 0 && a.index_layout != 1) throw std::invalid_argument("index_layout must be 0 or 1");
+  if (a.values == nullptr || a.background == nullptr || (a.tile_rows > 0 && a.tile_values == nullptr))
+    throw std::invalid_argument("the kernel record lacks its value arrays");
+  for (int l = 0; l < LEVEL_COUNT; ++l)
+    if (a.tables[l] == nullptr ? a.table_masks[l] != 0 : ((a.table_masks[l] + 1ull) & a.table_masks[l]) != 0)
+      throw std::invalid_argument("hash table masks must be capacity - 1 with a power-of-two capacity");
   return a;
 }
 
-void sample(std::vector<IntTable> tables, InArray masks, InArray prefix, InArray leaf_offset,
-            InArray values, InArray tile_values, InArray background, int components, bool index_layout,
-            InArray points, nb::ndarray<const double, nb::shape<12>, nb::c_contig, nb::device::cpu> xform,
-            bool points_world, bool jacobian_world, int mode, AnyArray out_values,
-            std::optional<AnyArray> out_jacobian, int order,
-            std::optional<nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>> leaf_values_at) {
-  SampleArgs a = common_args(tables, masks, prefix, leaf_offset, values, tile_values, background, components,
-                             index_layout, points, xform, points_world, jacobian_world, mode);
-  if (leaf_values_at) {
-    if (index_layout || leaf_values_at->shape(0) != masks.shape(0))
-      throw std::invalid_argument("leaf_values_at: one offset per leaf, per-leaf layout only");
-    const i64 extent = (i64)(values.size()) - 512 * components;
-    for (size_t l = 0; l < leaf_values_at->shape(0); ++l)
-      if (leaf_values_at->data()[l] < 0 || leaf_values_at->data()[l] > extent)
-        throw std::invalid_argument("leaf_values_at points outside the values");
-    a.leaf_values_at = (const i64*)leaf_values_at->data();
-  }
-  if (values.dtype() != out_values.dtype()) throw std::invalid_argument("values and output must share one dtype");
+template <class Array>
+bool is_kind(const Array& arr, int kind) {
+  return kind == KIND_F32 ? is<float>(arr) : kind == KIND_F64 ? is<double>(arr) : kind == KIND_I32 ? is<int32_t>(arr)
+         : kind == KIND_I64 ? is<int64_t>(arr) : is<uint32_t>(arr);
+}
+
+// Of the value kind's accumulation type (float32, or float64 for float64 data).
+template <class Array>
+bool is_real_of(const Array& arr, int kind) {
+  return kind == KIND_F64 ? is<double>(arr) : is<float>(arr);
+}
+
+SampleArgs call_args(const KernelAbi& k, const InArray& points) {
+  if (!(is<float>(points) || is<double>(points)) || points.ndim() != 2 || points.shape(1) != 3)
+    throw std::invalid_argument("points must be (N, 3) float32 or float64");
+  SampleArgs a;
+  a.k = k;
+  a.points = points.data();
+  a.points_double = is<double>(points);
+  a.n = (i64)points.shape(0);
+  a.out_values = nullptr;
+  a.out_jacobian = nullptr;
+  a.order = ORDER_COHERENT;
+  return a;
+}
+
+void sample(nb::bytes record, InArray points, AnyArray out_values, std::optional<AnyArray> out_jacobian, int order) {
+  SampleArgs a = call_args(read_abi(record), points);
+  const int C = a.k.components, kind = a.k.value_kind;
+  if (!is_kind(out_values, kind)) throw std::invalid_argument("values and output must share one dtype");
   a.out_values = out_values.data();
   a.out_jacobian = out_jacobian ? out_jacobian->data() : nullptr;
   if (order < ORDER_AUTO || order > ORDER_SCATTERED) throw std::invalid_argument("order must be 0, 1 or 2");
   a.order = order;
-  if (out_values.size() != (size_t)a.n * components)
-    throw std::invalid_argument("out_values must hold N * C entries");
-  if (a.out_jacobian && out_jacobian->size() != (size_t)a.n * components * 3)
+  if (out_values.size() != (size_t)a.n * C) throw std::invalid_argument("out_values must hold N * C entries");
+  if (a.out_jacobian && out_jacobian->size() != (size_t)a.n * C * 3)
     throw std::invalid_argument("out_jacobian must hold N * C * 3 entries");
-
-  if (is<float>(values)) {
-    if (a.out_jacobian && !is<float>(*out_jacobian)) throw std::invalid_argument("jacobian must be float32");
-    a.value_kind = KIND_F32;
-  } else if (is<double>(values)) {
-    if (a.out_jacobian && !is<double>(*out_jacobian)) throw std::invalid_argument("jacobian must be float64");
-    a.value_kind = KIND_F64;
-  } else {
-    if (mode != MODE_CLOSEST || a.out_jacobian)
-      throw std::invalid_argument("integer data supports closest values only");
-    if (is<int32_t>(values)) a.value_kind = KIND_I32;
-    else if (is<int64_t>(values)) a.value_kind = KIND_I64;
-    else if (is<uint32_t>(values)) a.value_kind = KIND_U32;
-    else throw std::invalid_argument("unsupported value dtype");
+  if (kind == KIND_F32 || kind == KIND_F64) {
+    if (a.out_jacobian && !is_real_of(*out_jacobian, kind))
+      throw std::invalid_argument(kind == KIND_F32 ? "jacobian must be float32" : "jacobian must be float64");
+  } else if (a.k.mode != MODE_CLOSEST || a.out_jacobian) {
+    throw std::invalid_argument("integer data supports closest values only");
   }
   nb::gil_scoped_release release;
   active->sample(&a);
 }
 
-void sample_hessian(std::vector<IntTable> tables, InArray masks, InArray prefix, InArray leaf_offset,
-                    InArray values, InArray tile_values, InArray background, int components, bool index_layout,
-                    InArray points, nb::ndarray<const double, nb::shape<12>, nb::c_contig, nb::device::cpu> xform,
-                    bool points_world, bool jacobian_world, bool hessian_world, int mode, AnyArray out_values,
-                    std::optional<AnyArray> out_jacobian, AnyArray out_hessian,
-                    std::optional<nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>>
-                        leaf_values_at) {
-  SampleArgs a = common_args(tables, masks, prefix, leaf_offset, values, tile_values, background, components,
-                             index_layout, points, xform, points_world, jacobian_world, mode);
-  if (!has_hessian(mode)) throw std::invalid_argument("this mode has no second derivative");
-  if (leaf_values_at) {
-    if (index_layout || leaf_values_at->shape(0) != masks.shape(0))
-      throw std::invalid_argument("leaf_values_at: one offset per leaf, per-leaf layout only");
-    const i64 extent = (i64)(values.size()) - 512 * components;
-    for (size_t l = 0; l < leaf_values_at->shape(0); ++l)
-      if (leaf_values_at->data()[l] < 0 || leaf_values_at->data()[l] > extent)
-        throw std::invalid_argument("leaf_values_at points outside the values");
-    a.leaf_values_at = (const i64*)leaf_values_at->data();
-  }
-  if (values.dtype() != out_values.dtype()) throw std::invalid_argument("values and output must share one dtype");
-  if (out_values.size() != (size_t)a.n * components) throw std::invalid_argument("out_values must hold N * C entries");
-  if (out_jacobian && out_jacobian->size() != (size_t)a.n * components * 3)
+void sample_hessian(nb::bytes record, InArray points, AnyArray out_values, std::optional<AnyArray> out_jacobian,
+                    AnyArray out_hessian) {
+  SampleArgs a = call_args(read_abi(record), points);
+  const int C = a.k.components, kind = a.k.value_kind;
+  if (!has_hessian(a.k.mode)) throw std::invalid_argument("this mode has no second derivative");
+  if (kind != KIND_F32 && kind != KIND_F64) throw std::invalid_argument("Hessians need float32 or float64 data");
+  if (!is_kind(out_values, kind)) throw std::invalid_argument("values and output must share one dtype");
+  if (out_values.size() != (size_t)a.n * C) throw std::invalid_argument("out_values must hold N * C entries");
+  if (out_jacobian && out_jacobian->size() != (size_t)a.n * C * 3)
     throw std::invalid_argument("out_jacobian must hold N * C * 3 entries");
-  if (out_hessian.size() != (size_t)a.n * components * 9)
-    throw std::invalid_argument("out_hessian must hold N * C * 9 entries");
+  if (out_hessian.size() != (size_t)a.n * C * 9) throw std::invalid_argument("out_hessian must hold N * C * 9 entries");
+  if (!is_real_of(out_hessian, kind)) throw std::invalid_argument("the Hessian buffer must have the Jacobian dtype");
+  if (out_jacobian && !is_real_of(*out_jacobian, kind)) throw std::invalid_argument("the Jacobian buffer has the wrong dtype");
   a.out_values = out_values.data();
   a.out_jacobian = out_jacobian ? out_jacobian->data() : nullptr;
-  const bool single = is<float>(values);
-  if (!single && !is<double>(values)) throw std::invalid_argument("Hessians need float32 or float64 data");
-  if (single ? !is<float>(out_hessian) : !is<double>(out_hessian))
-    throw std::invalid_argument("the Hessian buffer must have the Jacobian dtype");
-  if (out_jacobian && (single ? !is<float>(*out_jacobian) : !is<double>(*out_jacobian)))
-    throw std::invalid_argument("the Jacobian buffer has the wrong dtype");
-  a.value_kind = single ? KIND_F32 : KIND_F64;
-  a.hessian_world = hessian_world;
   a.out_hessian = out_hessian.data();
   nb::gil_scoped_release release;
   active->hessian(&a);
 }
 
-// Reverse mode: accumulator (value_rows + tiles + 1, C) float64 receives the corner shares
-// (voxel rows, then tile rows, then the background); adj_points (N, 3) the point adjoints.
-void sample_vjp(std::vector<IntTable> tables, InArray masks, InArray prefix, InArray leaf_offset,
-                InArray values, InArray tile_values, InArray background, int components, bool index_layout,
-                InArray points, nb::ndarray<const double, nb::shape<12>, nb::c_contig, nb::device::cpu> xform,
-                bool points_world, bool jacobian_world, int mode, InArray adj_values,
-                std::optional<InArray> adj_jacobian,
+// Reverse mode: accumulator (value_rows + tile_rows + 1, C) float64 receives the corner shares
+// (voxel rows, then tile rows, then the background); adj_points (N, 3) the point adjoints.  The
+// record must describe contiguous values (leaf_values_at is not read).
+void sample_vjp(nb::bytes record, InArray points, InArray adj_values, std::optional<InArray> adj_jacobian,
                 nb::ndarray<double, nb::ndim<2>, nb::c_contig, nb::device::cpu> accumulator, AnyArray adj_points) {
-  SampleArgs a = common_args(tables, masks, prefix, leaf_offset, values, tile_values, background, components,
-                             index_layout, points, xform, points_world, jacobian_world, mode);
-  if (mode > MODE_LINEAR) throw std::invalid_argument("reverse mode supports closest and linear");
-  const bool single = is<float>(values);
-  if (!single && !is<double>(values)) throw std::invalid_argument("reverse mode needs float32 or float64 data");
-  auto real_ok = [&](const auto& arr) { return single ? is<float>(arr) : is<double>(arr); };
-  if (!real_ok(adj_values) || adj_values.size() != (size_t)a.n * components)
+  SampleArgs a = call_args(read_abi(record), points);
+  const int C = a.k.components, kind = a.k.value_kind;
+  if (a.k.mode > MODE_LINEAR) throw std::invalid_argument("reverse mode supports closest and linear");
+  if (kind != KIND_F32 && kind != KIND_F64) throw std::invalid_argument("reverse mode needs float32 or float64 data");
+  if (!is_real_of(adj_values, kind) || adj_values.size() != (size_t)a.n * C)
     throw std::invalid_argument("adj_values must be (N, C) of the data's float type");
-  if (adj_jacobian && (!real_ok(*adj_jacobian) || adj_jacobian->size() != (size_t)a.n * components * 3))
+  if (adj_jacobian && (!is_real_of(*adj_jacobian, kind) || adj_jacobian->size() != (size_t)a.n * C * 3))
     throw std::invalid_argument("adj_jacobian must be (N, C, 3) of the data's float type");
-  if (!real_ok(adj_points) || adj_points.size() != (size_t)a.n * 3)
+  if (!is_real_of(adj_points, kind) || adj_points.size() != (size_t)a.n * 3)
     throw std::invalid_argument("adj_points must be (N, 3) of the data's float type");
-  const i64 tile_rows = (i64)(tile_values.size() / components);
-  const i64 value_rows = (i64)(values.size() / components);
-  if (accumulator.shape(0) != (size_t)(value_rows + tile_rows + 1) || accumulator.shape(1) != (size_t)components)
+  if (accumulator.shape(0) != (size_t)(a.k.value_rows + a.k.tile_rows + 1) || accumulator.shape(1) != (size_t)C)
     throw std::invalid_argument("accumulator must be (value rows + tile rows + 1, C)");
   a.adjoint = true;
   a.adj_values = adj_values.data();
   a.adj_jacobian = adj_jacobian ? adj_jacobian->data() : nullptr;
   a.accumulator = accumulator.data();
   a.adj_points = adj_points.data();
-  a.rows = AdjointRows{value_rows, tile_rows};
-  a.value_kind = single ? KIND_F32 : KIND_F64;
   nb::gil_scoped_release release;
   active->sample(&a);
 }
 
-void grid_gradient(std::vector<IntTable> tables, InArray masks, InArray prefix, InArray leaf_offset, InArray values,
-                   InArray tile_values, InArray background, int components, bool index_layout,
-                   nb::ndarray<const int32_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> leaf_origins,
+// Node Jacobians of every active voxel with the record's scheme (its mode: fd2 .. fd8), rows in
+// OnIndex order; the record's jacobian_world picks the Jacobian's axes.
+void grid_gradient(nb::bytes record, nb::ndarray<const int32_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> leaf_origins,
                    nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> first_row,
-                   nb::ndarray<const double, nb::shape<12>, nb::c_contig, nb::device::cpu> xform, bool jacobian_world,
-                   int scheme, AnyArray out_jacobian,
-                   std::optional<nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>> leaf_values_at) {
-  if (tables.size() != LEVEL_COUNT) throw std::invalid_argument("expected 3 hash tables");
-  if (!is_node_fd(scheme)) throw std::invalid_argument("grid gradients take fd2, fd4, fd6 or fd8");
-  if (components < 1 || components > MAX_COMPONENTS) throw std::invalid_argument("bad component count");
-  const i64 leaves = (i64)leaf_origins.shape(0);
-  if (leaf_origins.shape(1) != 3 || (i64)masks.shape(0) != leaves || (i64)first_row.shape(0) != leaves)
-    throw std::invalid_argument("leaf origins (L, 3), masks (L, 8) and first rows (L,) must agree");
+                   AnyArray out_jacobian) {
   GridGradientArgs a;
-  for (int l = 0; l < LEVEL_COUNT; ++l) a.tables[l] = as_table(tables[l]);
-  a.leaf_values_at = nullptr;
-  if (leaf_values_at) {
-    if (index_layout || (i64)leaf_values_at->shape(0) != leaves)
-      throw std::invalid_argument("leaf_values_at: one offset per leaf, per-leaf layout only");
-    a.leaf_values_at = (const i64*)leaf_values_at->data();
-  }
-  if (is<float>(values)) a.value_kind = KIND_F32;
-  else if (is<double>(values)) a.value_kind = KIND_F64;
-  else throw std::invalid_argument("grid gradients need float32 or float64 values");
-  if (a.value_kind == KIND_F32 ? !is<float>(out_jacobian) : !is<double>(out_jacobian))
-    throw std::invalid_argument("the Jacobian must have the values' float dtype");
-  a.masks = (const u64*)masks.data();
-  a.prefix = (const u16*)prefix.data();
-  a.leaf_offset = (const i64*)leaf_offset.data();
-  a.values = values.data();
-  a.tile_values = tile_values.data();
-  a.background = background.data();
-  a.components = components;
-  a.index_layout = index_layout ? 1 : 0;
+  a.k = read_abi(record);
+  if (!is_node_fd(a.k.mode)) throw std::invalid_argument("grid gradients take fd2, fd4, fd6 or fd8");
+  if (a.k.value_kind != KIND_F32 && a.k.value_kind != KIND_F64)
+    throw std::invalid_argument("grid gradients need float32 or float64 values");
+  const i64 leaves = (i64)leaf_origins.shape(0);
+  if (leaf_origins.shape(1) != 3 || (i64)first_row.shape(0) != leaves)
+    throw std::invalid_argument("leaf origins (L, 3) and first rows (L,) must agree");
+  if (!is_real_of(out_jacobian, a.k.value_kind)) throw std::invalid_argument("the Jacobian must have the values' float dtype");
   a.origins = leaf_origins.data();
   a.first_row = (const i64*)first_row.data();
   a.leaves = leaves;
-  a.scheme = scheme;
-  a.xf = make_point_transform(xform.data(), 0, jacobian_world);
   a.out_jacobian = out_jacobian.data();
   nb::gil_scoped_release release;
   active->grid_gradient(&a);
 }
+
+// The grid of a topology alone (coverage reads tables and masks, never values).
+GridView<float> topology_view(const std::vector<IntTable>& tables, const nb::ndarray<const uint64_t, nb::ndim<2>,
+                              nb::c_contig, nb::device::cpu>& masks) {
+  if (tables.size() != LEVEL_COUNT) throw std::invalid_argument("expected 3 hash tables");
+  if (masks.shape(1) != 8) throw std::invalid_argument("masks must be (L, 8)");
+  HashTable t[LEVEL_COUNT];
+  for (int l = 0; l < LEVEL_COUNT; ++l) t[l] = as_table(tables[l]);
+  return make_grid_view<float>(t, (const u64*)masks.data(), nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 0);
+}
+
+// coverage.h: (N,) bool, whether each point's `mode` stencil reads only defined voxels.
+nb::ndarray<nb::numpy, bool, nb::ndim<1>> stencil_inside(
+    std::vector<IntTable> tables, nb::ndarray<const uint64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> masks,
+    nb::ndarray<const double, nb::ndim<2>, nb::c_contig, nb::device::cpu> points,
+    nb::ndarray<const double, nb::shape<TRANSFORM_PARAMETERS>, nb::c_contig, nb::device::cpu> xform, bool points_world,
+    int mode) {
+  const GridView<float> g = topology_view(tables, masks);
+  if (points.shape(1) != 3) throw std::invalid_argument("points must be (N, 3) float64");
+  if (mode < MODE_CLOSEST || mode > SCHEME_LAST) throw std::invalid_argument("unknown sampling mode");
+  const PointTransform xf = make_point_transform(xform.data(), points_world, 0);
+  const i64 n = (i64)points.shape(0);
+  bool* out = new bool[n > 0 ? n : 1];
+  const double* p = points.data();
+  int lo, taps;
+  stencil_taps(mode, lo, taps);
+  {
+    nb::gil_scoped_release release;
+#pragma omp parallel
+    {
+      LeafCache cache;
+#pragma omp for schedule(dynamic, 4096)
+      for (i64 i = 0; i < n; ++i) out[i] = stencil_inside_point(g, xf, p + 3 * i, mode, lo, taps, cache);
+    }
+  }
+  nb::capsule owner(out, [](void* q) noexcept { delete[] (bool*)q; });
+  return nb::ndarray<nb::numpy, bool, nb::ndim<1>>(out, {(size_t)n}, owner);
+}
+
+// coverage.h: (M,) bool, whether each voxel (M, 3) is active in a leaf or inside a tile.
+nb::ndarray<nb::numpy, bool, nb::ndim<1>> defined_voxels(
+    std::vector<IntTable> tables, nb::ndarray<const uint64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> masks,
+    nb::ndarray<const int64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> ijk) {
+  const GridView<float> g = topology_view(tables, masks);
+  if (ijk.shape(1) != 3) throw std::invalid_argument("ijk must be (M, 3) int64");
+  const size_t n = ijk.shape(0);
+  bool* out = new bool[n > 0 ? n : 1];
+  const int64_t* v = ijk.data();
+  LeafCache cache;
+  for (size_t i = 0; i < n; ++i) out[i] = voxel_defined(g, v[3 * i], v[3 * i + 1], v[3 * i + 2], cache);
+  nb::capsule owner(out, [](void* q) noexcept { delete[] (bool*)q; });
+  return nb::ndarray<nb::numpy, bool, nb::ndim<1>>(out, {n}, owner);
+}
+
+// grid.h's tile slot code of each tile index (encode_tile).
+nb::ndarray<nb::numpy, int32_t, nb::ndim<1>> encode_tiles(
+    nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> tiles) {
+  const size_t n = tiles.shape(0);
+  int32_t* out = new int32_t[n > 0 ? n : 1];
+  for (size_t i = 0; i < n; ++i) {
+    if (tiles.data()[i] < 0) throw std::invalid_argument("tile indices must be >= 0");
+    out[i] = encode_tile(tiles.data()[i]);
+  }
+  nb::capsule owner(out, [](void* q) noexcept { delete[] (int32_t*)q; });
+  return nb::ndarray<nb::numpy, int32_t, nb::ndim<1>>(out, {n}, owner);
+}
+
+// grid.h's in-leaf offset (voxel_offset: the bit of the active mask) of each voxel (N, 3).
+nb::ndarray<nb::numpy, int64_t, nb::ndim<1>> voxel_offsets(
+    nb::ndarray<const int64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> ijk) {
+  if (ijk.shape(1) != 3) throw std::invalid_argument("ijk must be (N, 3) int64");
+  const size_t n = ijk.shape(0);
+  int64_t* out = new int64_t[n > 0 ? n : 1];
+  const int64_t* v = ijk.data();
+  for (size_t i = 0; i < n; ++i) out[i] = voxel_offset((int)v[3 * i], (int)v[3 * i + 1], (int)v[3 * i + 2]);
+  nb::capsule owner(out, [](void* q) noexcept { delete[] (int64_t*)q; });
+  return nb::ndarray<nb::numpy, int64_t, nb::ndim<1>>(out, {n}, owner);
+}
+
+// KernelAbi's fields for Python's record dtype: (name, NumPy format, byte offset, element count).
+static_assert(std::is_standard_layout<KernelAbi>::value, "KernelAbi must be plain data");
+#define VDBFLOW_ABI_FIELD(name, fmt, elem) \
+  nb::make_tuple(#name, fmt, offsetof(KernelAbi, name), sizeof(((KernelAbi*)nullptr)->name) / sizeof(elem))
+nb::tuple abi_fields() {
+  return nb::make_tuple(
+      VDBFLOW_ABI_FIELD(tables, "u8", u64), VDBFLOW_ABI_FIELD(table_masks, "u4", u32),
+      VDBFLOW_ABI_FIELD(components, "i4", int), VDBFLOW_ABI_FIELD(masks, "u8", u64),
+      VDBFLOW_ABI_FIELD(prefix, "u8", u64), VDBFLOW_ABI_FIELD(leaf_offset, "u8", u64),
+      VDBFLOW_ABI_FIELD(leaf_values_at, "u8", u64), VDBFLOW_ABI_FIELD(values, "u8", u64),
+      VDBFLOW_ABI_FIELD(tile_values, "u8", u64), VDBFLOW_ABI_FIELD(background, "u8", u64),
+      VDBFLOW_ABI_FIELD(value_rows, "i8", i64), VDBFLOW_ABI_FIELD(tile_rows, "i8", i64),
+      VDBFLOW_ABI_FIELD(index_layout, "i4", int), VDBFLOW_ABI_FIELD(value_kind, "i4", int),
+      VDBFLOW_ABI_FIELD(xform, "f8", double), VDBFLOW_ABI_FIELD(mode, "i4", int),
+      VDBFLOW_ABI_FIELD(points_world, "i4", int), VDBFLOW_ABI_FIELD(jacobian_world, "i4", int),
+      VDBFLOW_ABI_FIELD(hessian_world, "i4", int));
+}
+#undef VDBFLOW_ABI_FIELD
+
 
 void set_num_threads(int threads) {
 #ifdef _OPENMP
@@ -1007,26 +1016,41 @@ NB_MODULE(_core, m) {
   m.attr("CPU_TARGETS_SUPPORTED") = nb::tuple(runnable);
   m.def("build_table", &build_table, nb::arg("keys"), nb::arg("slots"));
   m.def("table_lookup", &table_lookup, nb::arg("table"), nb::arg("keys"));
-  m.def("sample", &sample, nb::arg("tables"), nb::arg("masks"), nb::arg("prefix"), nb::arg("leaf_offset"),
-        nb::arg("values"), nb::arg("tile_values"), nb::arg("background"), nb::arg("components"),
-        nb::arg("index_layout"), nb::arg("points"), nb::arg("xform"), nb::arg("points_world"),
-        nb::arg("jacobian_world"), nb::arg("mode"), nb::arg("out_values"), nb::arg("out_jacobian").none(), nb::arg("order") = (int)ORDER_AUTO,
-        nb::arg("leaf_values_at").none() = nb::none());
-  m.def("sample_hessian", &sample_hessian, nb::arg("tables"), nb::arg("masks"), nb::arg("prefix"),
-        nb::arg("leaf_offset"), nb::arg("values"), nb::arg("tile_values"), nb::arg("background"),
-        nb::arg("components"), nb::arg("index_layout"), nb::arg("points"), nb::arg("xform"), nb::arg("points_world"),
-        nb::arg("jacobian_world"), nb::arg("hessian_world"), nb::arg("mode"), nb::arg("out_values"),
-        nb::arg("out_jacobian").none(), nb::arg("out_hessian"), nb::arg("leaf_values_at").none() = nb::none());
-  m.def("sample_vjp", &sample_vjp, nb::arg("tables"), nb::arg("masks"), nb::arg("prefix"), nb::arg("leaf_offset"),
-        nb::arg("values"), nb::arg("tile_values"), nb::arg("background"), nb::arg("components"),
-        nb::arg("index_layout"), nb::arg("points"), nb::arg("xform"), nb::arg("points_world"),
-        nb::arg("jacobian_world"), nb::arg("mode"), nb::arg("adj_values"), nb::arg("adj_jacobian").none(),
-        nb::arg("accumulator"), nb::arg("adj_points"));
-  m.def("grid_gradient", &grid_gradient, nb::arg("tables"), nb::arg("masks"), nb::arg("prefix"),
-        nb::arg("leaf_offset"), nb::arg("values"), nb::arg("tile_values"), nb::arg("background"),
-        nb::arg("components"), nb::arg("index_layout"), nb::arg("leaf_origins"), nb::arg("first_row"),
-        nb::arg("xform"), nb::arg("jacobian_world"), nb::arg("scheme"), nb::arg("out_jacobian"),
-        nb::arg("leaf_values_at").none() = nb::none());
+  // sampling: a kernel record (abi.h, built by vdbflow.core.kernel) and the call's arrays
+  m.def("sample", &sample, nb::arg("record"), nb::arg("points"), nb::arg("out_values"),
+        nb::arg("out_jacobian").none(), nb::arg("order") = (int)ORDER_AUTO);
+  m.def("sample_hessian", &sample_hessian, nb::arg("record"), nb::arg("points"), nb::arg("out_values"),
+        nb::arg("out_jacobian").none(), nb::arg("out_hessian"));
+  m.def("sample_vjp", &sample_vjp, nb::arg("record"), nb::arg("points"), nb::arg("adj_values"),
+        nb::arg("adj_jacobian").none(), nb::arg("accumulator"), nb::arg("adj_points"));
+  m.def("grid_gradient", &grid_gradient, nb::arg("record"), nb::arg("leaf_origins"), nb::arg("first_row"),
+        nb::arg("out_jacobian"));
+  m.def("stencil_inside", &stencil_inside, nb::arg("tables"), nb::arg("masks"), nb::arg("points"), nb::arg("xform"),
+        nb::arg("points_world"), nb::arg("mode"), "Whether each point's stencil reads only defined voxels (coverage.h).");
+  m.def("defined_voxels", &defined_voxels, nb::arg("tables"), nb::arg("masks"), nb::arg("ijk"),
+        "Whether each voxel is active in a leaf or inside a tile (coverage.h).");
+  m.def("encode_tiles", &encode_tiles, nb::arg("tiles"), "Table slot codes of tile indices (grid.h encode_tile).");
+  m.def("voxel_offsets", &voxel_offsets, nb::arg("ijk"), "In-leaf offsets of voxels (grid.h voxel_offset).");
+  // facts of the kernels, read by vdbflow.core.kernel
+  m.attr("LEAF_DIM") = LEAF_DIM;
+  m.attr("LEAF_VOXELS") = LEAF_VOXELS;
+  m.attr("LEVEL_SHIFTS") = nb::make_tuple(level_shift(0), level_shift(1), level_shift(2));
+  m.attr("TILE_SIZES") = nb::make_tuple(level_size(0), level_size(1), level_size(2));
+  static_assert(LEVEL_COUNT == 3, "LEVEL_SHIFTS and TILE_SIZES list three levels");
+  m.attr("TILE_BASE") = TILE_BASE;
+  m.attr("SLOT_NOT_FOUND") = SLOT_NOT_FOUND;
+  nb::list transform_names;
+  for (const char* name : TRANSFORM_PARAMETER_NAMES) transform_names.append(name);
+  m.attr("TRANSFORM_PARAMETERS") = nb::tuple(transform_names);
+  m.attr("ABI_SIZE") = sizeof(KernelAbi);
+  m.attr("ABI_FIELDS") = abi_fields();
+  nb::dict kinds;
+  kinds["float32"] = (int)KIND_F32;
+  kinds["float64"] = (int)KIND_F64;
+  kinds["int32"] = (int)KIND_I32;
+  kinds["int64"] = (int)KIND_I64;
+  kinds["uint32"] = (int)KIND_U32;
+  m.attr("VALUE_KINDS") = kinds;
   m.def("route_points", &route_points, nb::arg("points"), nb::arg("xform"), nb::arg("points_world"), nb::arg("origin"),
         nb::arg("shift"), nb::arg("boundaries"), nb::arg("near_blocks"),
         "Partition of each point and a stable counting sort: (order, bounds (P + 2), sorted points).");

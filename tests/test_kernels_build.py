@@ -18,21 +18,31 @@ from vdbflow.devices import cuda as cuda_backend
 KERNELS = cuda_backend.kernel_dir()
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
+@pytest.mark.skipif(shutil.which("nvcc") is None or shutil.which("c++filt") is None,
+                    reason="nvcc or c++filt is not on the PATH")
 def test_cuda_entry_points_compile_to_ptx(tmp_path):
+    """sample.cu compiles with nvcc, with every template instance the CUDA backend asks NVRTC for
+    (its name expressions) instantiated explicitly, and each instance is an entry of the PTX."""
+    names = cuda_backend.name_expressions()
+    wrapper = tmp_path / "instances.cu"
+    wrapper.write_text('#include "sample.cu"\n' + "".join(f"void* vdbflow_instance_{i} = (void*)&{name};\n"
+                                                          for i, name in enumerate(names)))
     out = tmp_path / "sample.ptx"
     result = subprocess.run(
-        ["nvcc", "-ptx", "-arch=sm_90", "-std=c++17", f"-I{KERNELS}", str(KERNELS / "sample.cu"), "-o", str(out)],
-        capture_output=True, text=True, timeout=300,
+        ["nvcc", "-ptx", "-arch=sm_90", "-std=c++17", f"-I{KERNELS}", str(wrapper), "-o", str(out)],
+        capture_output=True, text=True, timeout=600,
     )
     assert result.returncode == 0, result.stderr
-    entries = set(re.findall(r"\.entry\s+(\w+)", out.read_text()))
-    # every entry the CUDA backend may ask for exists in the PTX
+    mangled = re.findall(r"\.entry\s+(\w+)", out.read_text())
+    demangled = subprocess.run(["c++filt"], input="\n".join(mangled), capture_output=True, text=True).stdout
+    entries = {line.split("(")[0].removeprefix("void ") for line in demangled.splitlines()}
+    # every instance the CUDA backend may ask for exists in the PTX
     wanted = {cuda_backend.entry_name(np.dtype(dt), c) for dt in (np.float32, np.float64) for c in (1, 3, 4, 9)}
     wanted |= {cuda_backend.entry_name(np.dtype(dt), 1) for dt in (np.int32, np.int64, np.uint32)}
     wanted |= {cuda_backend.vjp_entry_name(np.dtype(dt), c) for dt in (np.float32, np.float64) for c in (1, 3, 4, 9)}
     wanted |= {cuda_backend.hessian_entry_name(np.dtype(dt), c) for dt in (np.float32, np.float64) for c in (1, 3, 4)}
-    assert wanted <= entries, wanted - entries
+    assert wanted <= set(names), wanted - set(names)
+    assert set(names) | {"vdbflow_route_partition"} <= entries, set(names) - entries
 
 
 def test_cpu_extension_is_built_from_kernels():
@@ -80,11 +90,14 @@ def test_cuda_source_compiles_with_nvrtc():
     """The run-time path: the same NVRTC that CuPy uses compiles sample.cu with the backend's options."""
     nvrtc = pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
     prog = nvrtc.createProgram((KERNELS / "sample.cu").read_text(), "sample.cu", [], [])
+    for name in cuda_backend.name_expressions():  # what CuPy's RawModule(name_expressions=...) does
+        nvrtc.addNameExpression(prog, name)
     try:
         nvrtc.compileProgram(prog, [*cuda_backend.nvrtc_options(), "--gpu-architecture=compute_90"])
     except Exception as err:  # the log says why
         pytest.fail(f"NVRTC failed: {err}\n{nvrtc.getProgramLog(prog)}")
-    assert ".entry vdbflow_sample_f32_c3" in nvrtc.getPTX(prog).decode()
+    lowered = nvrtc.getLoweredName(prog, cuda_backend.entry_name(np.dtype(np.float32), 3))
+    assert f".entry {lowered}" in nvrtc.getPTX(prog).decode()
 
 
 # --- CPU targets: a portable baseline, and the point loops compiled again for wider vector units ---

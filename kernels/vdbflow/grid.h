@@ -44,16 +44,23 @@ typedef unsigned long long u64;
 typedef unsigned int u32;
 typedef unsigned short u16;
 
+// Leaves: LEAF_DIM^3 voxels (Python reads these facts from the CPU extension: vdbflow.core.kernel).
+constexpr int LEAF_DIM = 8;
+constexpr int LEAF_VOXELS = LEAF_DIM * LEAF_DIM * LEAF_DIM;
+
 // Slot codes stored in a table entry: >= 0 is a leaf slot, TILE_BASE - t is tile t.
 constexpr int SLOT_EMPTY = -2147483647 - 1;  // INT_MIN: unused table entry
 constexpr int SLOT_NOT_FOUND = -1;           // lookup miss (never stored)
-VDB_HD int encode_tile(int tile) { return -2 - tile; }
-VDB_HD int decode_tile(int slot) { return -2 - slot; }
+constexpr int TILE_BASE = -2;
+VDB_HD int encode_tile(int tile) { return TILE_BASE - tile; }
+VDB_HD int decode_tile(int slot) { return TILE_BASE - slot; }
 VDB_HD bool is_tile_slot(int slot) { return slot <= -2 && slot != SLOT_EMPTY; }
 
 // Leaf / tile levels: the shift from voxel coordinates to the table key.
 constexpr int LEVEL_COUNT = 3;
 VDB_HD int level_shift(int level) { return level == 0 ? 3 : (level == 1 ? 7 : 12); }
+// Edge in voxels of a tile of each level (8, 128, 4096).
+VDB_HD int level_size(int level) { return 1 << level_shift(level); }
 
 VDB_HD u32 hash_coord(int x, int y, int z) {
   u32 h = (u32)x * 0x8da6b343u ^ (u32)y * 0xd8163841u ^ (u32)z * 0xcb1ab31fu;

@@ -42,6 +42,14 @@ struct PointTransform {
 };
 
 // From 12 doubles: the world-to-index linear part (row major), then the index-to-world translation.
+constexpr int TRANSFORM_PARAMETERS = 12;
+#ifndef VDB_DEVICE_COMPILE
+// The parameters by name, in order (Python's Transform.kernel_parameters is built from these):
+// w2i_RC is row R, column C of the world-to-index matrix; i2w_tA the index-to-world translation.
+constexpr const char* TRANSFORM_PARAMETER_NAMES[TRANSFORM_PARAMETERS] = {
+    "w2i_00", "w2i_01", "w2i_02", "w2i_10", "w2i_11", "w2i_12", "w2i_20", "w2i_21", "w2i_22",
+    "i2w_t0", "i2w_t1", "i2w_t2"};
+#endif
 VDB_HD PointTransform make_point_transform(const double* params, int points_world, int jacobian_world) {
   PointTransform xf;
   for (int e = 0; e < 9; ++e) xf.inv[e] = params[e];

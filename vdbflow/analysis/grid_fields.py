@@ -37,7 +37,7 @@ def _grid_jacobian(vol: Volume, scheme: str, dvol: Any = None, device: str = "cp
         _, jac = sample_grad_arrays(vol, pts, scheme, space="index", jacobian_space="world", device="cuda")
         jac = jac.get()
     elif device == "cpu":  # the same per-node kernel, looping over the leaves' active voxels directly
-        jac = cpu.grid_gradient(vol, MODES[scheme], vol.transform.kernel_parameters(), True)
+        jac = cpu.grid_gradient(vol.kernel_arrays(), vol.topology.leaf_origins, MODES[scheme], True)
         if vol.components == 1:
             jac = jac[:, 0, :]
     else:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from vdbflow.core import kernel
 from vdbflow.errors import VolumeError
 
 
@@ -119,9 +120,9 @@ class Transform:
         return p @ self._inverse[:3, :3].T + self._inverse[:3, 3]
 
     def kernel_parameters(self) -> np.ndarray:
-        """(12,) float64: world-to-index linear part (row major) then the index-to-world translation,
-        the layout of ``PointTransform`` in kernels/vdbflow/sample.h."""
-        return np.concatenate([self._inverse[:3, :3].ravel(), self._matrix[:3, 3]]).astype(np.float64)
+        """(12,) float64 parameters of the kernels' ``PointTransform`` (kernels/vdbflow/sample.h), in
+        the order the kernels name them (``vdbflow.core.kernel.TRANSFORM_PARAMETERS``)."""
+        return kernel.transform_parameters(self._matrix, self._inverse)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Transform) and np.array_equal(self._matrix, other._matrix)

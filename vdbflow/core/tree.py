@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import numpy as np
 
-LEAF_DIM = 8
-LEAF_VOXELS = 512
-TILE_SIZES = (8, 128, 4096)  # level 0 (lower-node tile), 1 (upper-node tile), 2 (root tile)
-LEVEL_SHIFTS = (3, 7, 12)
+from vdbflow.core import kernel
+
+# facts of the kernels (grid.h, read through vdbflow.core.kernel)
+LEAF_DIM = kernel.LEAF_DIM
+LEAF_VOXELS = kernel.LEAF_VOXELS
+TILE_SIZES = kernel.TILE_SIZES  # level 0 (lower-node tile), 1 (upper-node tile), 2 (root tile)
+LEVEL_SHIFTS = kernel.LEVEL_SHIFTS
 
 
 def voxel_offsets(ijk: np.ndarray) -> np.ndarray:
-    """Offset of voxels (N, 3) int32 inside their leaf, (N,) int64 in [0, 512)."""
-    local = (ijk & 7).astype(np.int64)
-    return (local[:, 0] << 6) | (local[:, 1] << 3) | local[:, 2]
+    """Offset of voxels (N, 3) int32 inside their leaf, (N,) int64 in [0, 512): the kernels'
+    ``voxel_offset``."""
+    return kernel.voxel_offsets(ijk)
 
 
 def tree_order(leaf_keys: np.ndarray) -> np.ndarray:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from vdbflow import _core
-from vdbflow.core import tree
+from vdbflow.core import kernel, tree
+from vdbflow.core.kernel import KernelArrays
 from vdbflow.core.transform import Transform
 from vdbflow.core.value_types import ValueType, value_type_for
 from vdbflow.errors import VolumeError
@@ -68,22 +68,6 @@ def _build_table(keys: np.ndarray, slots: np.ndarray, what: str) -> np.ndarray:
     if repeated >= 0:
         raise VolumeError(f"expected one {what} per key, got a second one at key {keys[repeated].tolist()}")
     return table
-
-
-@dataclass(frozen=True)
-class KernelArrays:
-    """What the kernels read, in the layout of ``GridView`` (kernels/vdbflow/grid.h)."""
-
-    tables: tuple[np.ndarray, np.ndarray, np.ndarray]
-    masks: np.ndarray
-    prefix: np.ndarray
-    leaf_offset: np.ndarray
-    values: np.ndarray
-    tile_values: np.ndarray
-    background: np.ndarray
-    components: int
-    index_layout: bool
-    leaf_values_at: np.ndarray | None = None  # per-leaf layout: element offset of each leaf's values
 
 
 class Topology:
@@ -199,9 +183,9 @@ class Topology:
                 f"expected tile origins that are multiples of the tile size, got {origins[t].tolist()} "
                 f"for a tile of {sizes[t]}"
             )
-        leaf_keys = self.leaf_origins >> 3
+        leaf_keys = self.leaf_origins >> kernel.LEAF_SHIFT
         tiles = np.arange(len(origins), dtype=np.int32)
-        tile_codes = -2 - tiles  # encode_tile in grid.h
+        tile_codes = kernel.encode_tiles(tiles)
         tables = []
         level_keys = []
         for level, (size, shift) in enumerate(zip(tree.TILE_SIZES, tree.LEVEL_SHIFTS, strict=True)):
@@ -337,11 +321,11 @@ def _leaves_of(ijk: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Leaf origins (L, 3) in tree order, leaf slot (n,) and in-leaf offset (n,) of voxels (n, 3)."""
     if len(ijk) == 0:
         return np.zeros((0, 3), np.int32), np.zeros(0, np.int64), np.zeros(0, np.int64)
-    keys, inverse = np.unique(ijk >> 3, axis=0, return_inverse=True)
+    keys, inverse = np.unique(ijk >> kernel.LEAF_SHIFT, axis=0, return_inverse=True)
     order = tree.tree_order(keys)
     rank = np.empty(len(order), np.int64)
     rank[order] = np.arange(len(order))
-    return (keys[order] << 3).astype(np.int32), rank[inverse.ravel()], tree.voxel_offsets(ijk)
+    return (keys[order] << kernel.LEAF_SHIFT).astype(np.int32), rank[inverse.ravel()], tree.voxel_offsets(ijk)
 
 
 def _split_tiles(tiles: Any, with_values: bool) -> tuple[np.ndarray | None, np.ndarray | None, Any]:
@@ -774,9 +758,15 @@ class Volume:
         return vals[:, 0] if self.components == 1 else vals
 
     def kernel_arrays(self) -> KernelArrays:
-        t = self.topology
-        return KernelArrays(t.tables, t.masks, t.prefix, t.leaf_offset, self._data, self._tile_values,
-                            self._background, self.components, self.index_layout, self._leaf_values_at)
+        """What the kernels read of this volume (made once, then kept: its ``device_cache`` holds each
+        device's kernel record)."""
+        k = self.device_cache.get("kernel_arrays")
+        if k is None:
+            t = self.topology
+            k = self.device_cache["kernel_arrays"] = KernelArrays(
+                t.tables, t.masks, t.prefix, t.leaf_offset, self._data, self._tile_values, self._background,
+                self.components, self.index_layout, self._leaf_values_at, t.transform.kernel_parameters())
+        return k
 
     def select_leaves(self, leaves: Any) -> Volume:
         """A volume with only the given leaves (indices in tree order), all tiles and the same

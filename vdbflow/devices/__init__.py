@@ -3,6 +3,7 @@ the kernels in kernels/."""
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
 from vdbflow.errors import DeviceError
@@ -12,6 +13,18 @@ DEVICES = ("cpu", "cuda", "auto")
 
 def is_cupy_array(x: Any) -> bool:
     return type(x).__module__.split(".")[0] == "cupy"
+
+
+def backend(device: str) -> ModuleType:
+    """The backend module of a resolved device: ``vdbflow.devices.cpu`` or ``vdbflow.devices.cuda``
+    (imported on first use: the CUDA backend needs CuPy only when called)."""
+    if device == "cuda":
+        from vdbflow.devices import cuda
+
+        return cuda
+    from vdbflow.devices import cpu
+
+    return cpu
 
 
 def resolve_device(device: str, points: Any) -> str:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from vdbflow import _core
-from vdbflow.core.volume import Volume
+from vdbflow.core import kernel
+from vdbflow.core.kernel import KernelArrays
+from vdbflow.errors import DeviceError
 
 # The kernels' CPU target, chosen at import: the widest compiled one this CPU runs (e.g. x86-64-v3 over the
 # portable x86-64 baseline), "native" for a VDBFLOW_NATIVE build; VDBFLOW_CPU_TARGET=baseline|<target>
@@ -16,29 +18,43 @@ CPU_TARGETS: tuple[str, ...] = tuple(_core.CPU_TARGETS)
 ORDERS = {"auto": _core.ORDER_AUTO, "coherent": _core.ORDER_COHERENT, "scattered": _core.ORDER_SCATTERED}
 
 
-def sample(vol: Volume, points: np.ndarray, mode: int, xform: np.ndarray, points_world: bool,
-           jacobian_world: bool, out_values: np.ndarray, out_jacobian: np.ndarray | None,
-           point_order: str = "auto") -> None:
+def sample(k: KernelArrays, points: np.ndarray, mode: int, points_world: bool, jacobian_world: bool,
+           out_values: np.ndarray, out_jacobian: np.ndarray | None, point_order: str = "auto") -> None:
     """Fills ``out_values`` (N, C) and, when given, ``out_jacobian`` (N, C, 3) for ``points`` (N, 3).
 
     ``point_order`` picks the loop: ``coherent`` (plain), ``scattered`` (prefetching, streaming
     stores) or ``auto`` (measured on a sample of neighbouring points).  Results are identical.
     """
-    k = vol.kernel_arrays()
-    _core.sample(list(k.tables), k.masks, k.prefix, k.leaf_offset, k.values, k.tile_values, k.background,
-                 k.components, k.index_layout, points, xform, points_world, jacobian_world, mode,
-                 out_values, out_jacobian, ORDERS[point_order], k.leaf_values_at)
+    record = kernel.host_record(k).call(mode, points_world, jacobian_world)
+    _core.sample(record.tobytes(), points, out_values, out_jacobian, ORDERS[point_order])
 
 
-def grid_gradient(vol: Volume, scheme: int, xform: np.ndarray, jacobian_world: bool) -> np.ndarray:
-    """(n_active, C, 3) Jacobians of an fd2/fd4/fd6 ``scheme`` at every active voxel, rows in
-    ``active_voxels()`` order."""
-    k = vol.kernel_arrays()
-    t = vol.topology
-    counts = np.bitwise_count(t.masks).sum(axis=1).astype(np.int64)
+def sample_hessian(k: KernelArrays, points: np.ndarray, mode: int, points_world: bool, jacobian_world: bool,
+                   hessian_world: bool, out_values: np.ndarray, out_jacobian: np.ndarray | None,
+                   out_hessian: np.ndarray) -> None:
+    """Fills ``out_values`` (N, C), ``out_jacobian`` (N, C, 3) when given and ``out_hessian`` (N, C, 3, 3)."""
+    record = kernel.host_record(k).call(mode, points_world, jacobian_world, hessian_world)
+    _core.sample_hessian(record.tobytes(), points, out_values, out_jacobian, out_hessian)
+
+
+def sample_vjp(k: KernelArrays, points: np.ndarray, mode: int, points_world: bool, jacobian_world: bool,
+               adj_values: np.ndarray, adj_jacobian: np.ndarray | None, accumulator: np.ndarray,
+               adj_points: np.ndarray) -> None:
+    """Reverse mode: corner shares added to ``accumulator`` (value rows + tile rows + 1, C) float64 in
+    point order (deterministic), point adjoints into ``adj_points`` (N, 3).  ``k`` holds contiguous values."""
+    if k.leaf_values_at is not None:
+        raise DeviceError("expected the kernel arrays of a contiguous volume for reverse mode (Volume.contiguous())")
+    record = kernel.host_record(k).call(mode, points_world, jacobian_world)
+    _core.sample_vjp(record.tobytes(), points, adj_values, adj_jacobian, accumulator, adj_points)
+
+
+def grid_gradient(k: KernelArrays, leaf_origins: np.ndarray, scheme: int, jacobian_world: bool) -> np.ndarray:
+    """(n_active, C, 3) Jacobians of an fd2/fd4/fd6/fd8 ``scheme`` at every active voxel of the leaves
+    at ``leaf_origins`` (L, 3), rows in ``active_voxels()`` order (float data only)."""
+    counts = np.bitwise_count(k.masks).sum(axis=1).astype(np.int64)
     first_row = np.cumsum(counts) - counts
-    out = np.empty((int(counts.sum()), vol.components, 3), vol.value_type.jacobian_dtype)
-    _core.grid_gradient(list(k.tables), k.masks, k.prefix, k.leaf_offset, k.values, k.tile_values, k.background,
-                        k.components, k.index_layout, t.leaf_origins, first_row, xform, jacobian_world, scheme, out,
-                        k.leaf_values_at)
+    rec = kernel.host_record(k)
+    out = np.empty((int(counts.sum()), k.components, 3), rec.arrays.values.dtype)
+    record = rec.call(scheme, False, jacobian_world)
+    _core.grid_gradient(record.tobytes(), np.ascontiguousarray(leaf_origins, np.int32), first_row, out)
     return out

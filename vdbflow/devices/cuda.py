@@ -1,21 +1,27 @@
-"""CUDA backend: kernels/sample.cu compiled at run time by CuPy (NVRTC); takes and returns CuPy
-arrays.  Device copies of a volume's arrays are cached on the volume."""
+"""CUDA backend: kernels/sample.cu compiled at run time by CuPy (NVRTC), its template entry points
+instantiated through name expressions; takes a volume's KernelArrays and CuPy arrays.  Device
+copies of the kernel arrays and their kernel records (abi.h) are cached in ``KernelArrays.device_cache``."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from vdbflow.core.volume import Volume
+from vdbflow.core import kernel
+from vdbflow.core.kernel import KernelArrays, KernelRecord
 from vdbflow.errors import DeviceError
 
 THREADS_PER_BLOCK = 256
 NULL = np.uint64(0)  # a null device pointer as a kernel argument
-_TYPE_TAGS = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64", np.dtype(np.int32): "i32",
-              np.dtype(np.int64): "i64", np.dtype(np.uint32): "u32"}
+# C++ types of the value dtypes, as the name expressions of the templates in sample.cu spell them
+_CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double", np.dtype(np.int32): "int",
+           np.dtype(np.int64): "long long", np.dtype(np.uint32): "unsigned int"}
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+VALUE_DTYPES = tuple(_CTYPES)
 
 
 def kernel_dir() -> Path:
@@ -27,12 +33,35 @@ def kernel_dir() -> Path:
     raise DeviceError(f"expected kernels/sample.cu next to the vdbflow package, found none under {here}")
 
 
+def _instance(template: str, dtype: np.dtype, components: int, fixed: tuple[int, ...]) -> str:
+    """Name expression of a template instance in sample.cu: the component count is fixed at compile
+    time for float data with one of ``fixed`` components, and read at run time (0) otherwise."""
+    dt = np.dtype(dtype)
+    nc = components if dt in FLOAT_DTYPES and components in fixed else 0
+    return f"vdbflow::{template}<{_CTYPES[dt]}, {nc}>"
+
+
 def entry_name(dtype: np.dtype, components: int) -> str:
-    """Name of the extern "C" entry point in sample.cu for this value type."""
-    tag = _TYPE_TAGS[np.dtype(dtype)]
-    if tag in ("f32", "f64") and components in (1, 3, 4):
-        return f"vdbflow_sample_{tag}_c{components}"
-    return f"vdbflow_sample_{tag}_cn"
+    """Name expression of the sampling entry point (values and Jacobians) for this value type."""
+    return _instance("sample_kernel", dtype, components, (1, 3, 4))
+
+
+def hessian_entry_name(dtype: np.dtype, components: int) -> str:
+    """Name expression of the Hessian entry point (float data only)."""
+    return _instance("hessian_kernel", dtype, components, (1, 3))
+
+
+def vjp_entry_name(dtype: np.dtype, components: int) -> str:
+    """Name expression of the reverse-mode entry point (float data only)."""
+    return _instance("vjp_kernel", dtype, components, (1, 3, 4))
+
+
+def name_expressions() -> tuple[str, ...]:
+    """Every template instance the backend may call, compiled together by NVRTC."""
+    names = {entry_name(dt, c) for dt in VALUE_DTYPES for c in (1, 3, 4, 0)}
+    names |= {hessian_entry_name(dt, c) for dt in FLOAT_DTYPES for c in (1, 3, 0)}
+    names |= {vjp_entry_name(dt, c) for dt in FLOAT_DTYPES for c in (1, 3, 4, 0)}
+    return tuple(sorted(names))
 
 
 def nvrtc_options() -> tuple[str, ...]:
@@ -57,27 +86,50 @@ def cupy_module() -> Any:
 def _raw_module(device_id: int) -> Any:
     cupy = cupy_module()
     source = (kernel_dir() / "sample.cu").read_text()
-    return cupy.RawModule(code=source, options=nvrtc_options(), backend="nvrtc")
+    return cupy.RawModule(code=source, options=nvrtc_options(), backend="nvrtc", name_expressions=name_expressions())
 
 
-def _device_arrays(vol: Volume) -> tuple:
+def _function(name: str) -> Any:
+    return _raw_module(cupy_module().cuda.runtime.getDevice()).get_function(name)
+
+
+def _device_record(k: KernelArrays) -> KernelRecord:
+    """The record of ``k`` on the current GPU: device copies of the (checked) host arrays and a record
+    pointing into them, made once and kept in ``k.device_cache``."""
     cupy = cupy_module()
     key = ("cuda", cupy.cuda.runtime.getDevice())
-    cached = vol.device_cache.get(key)
-    if cached is None:
-        k = vol.kernel_arrays()
-        tables = tuple(cupy.asarray(t) if len(t) else NULL for t in k.tables)
-        masks_for = tuple(np.uint32(len(t) - 1) if len(t) else np.uint32(0) for t in k.tables)
-        one = lambda a: cupy.asarray(a if a.size else np.zeros(1, a.dtype))  # noqa: E731
-        at = NULL if k.leaf_values_at is None else cupy.asarray(k.leaf_values_at)
-        cached = (tables, masks_for, one(k.masks), one(k.prefix), one(k.leaf_offset), at, one(k.values),
-                  one(k.tile_values), one(k.background))
-        vol.device_cache[key] = cached
-    return cached
+    rec = k.device_cache.get(key)
+    if rec is None:
+        host = kernel.host_record(k).arrays
+        dev = dataclasses.replace(
+            host, tables=tuple(cupy.asarray(t) for t in host.tables), masks=cupy.asarray(host.masks),
+            prefix=cupy.asarray(host.prefix), leaf_offset=cupy.asarray(host.leaf_offset),
+            values=cupy.asarray(host.values), tile_values=cupy.asarray(host.tile_values),
+            background=cupy.asarray(host.background),
+            leaf_values_at=None if host.leaf_values_at is None else cupy.asarray(host.leaf_values_at),
+            device_cache={})
+        rec = k.device_cache[key] = KernelRecord(dev, kernel.make_record(dev))
+    return rec
 
 
-def sample(vol: Volume, points: Any, mode: int, xform: np.ndarray, points_world: bool,
-           jacobian_world: bool, out_values: Any, out_jacobian: Any | None, point_order: str = "auto") -> None:
+def _call_record(k: KernelArrays, mode: int, points_world: bool, jacobian_world: bool,
+                 hessian_world: bool = False) -> tuple[KernelRecord, Any]:
+    """The device record and a device copy of one call's record bytes (kept per option set)."""
+    rec = _device_record(k)
+    options = (int(mode), bool(points_world), bool(jacobian_world), bool(hessian_world))
+    call = rec.arrays.device_cache.get(options)
+    if call is None:
+        raw = np.frombuffer(rec.call(*options).tobytes(), np.uint8)
+        call = rec.arrays.device_cache[options] = cupy_module().asarray(raw)
+    return rec, call
+
+
+def _blocks(n: int) -> int:
+    return min((n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK, 65535 * 8)
+
+
+def sample(k: KernelArrays, points: Any, mode: int, points_world: bool, jacobian_world: bool, out_values: Any,
+           out_jacobian: Any | None, point_order: str = "auto") -> None:
     """Fills CuPy ``out_values`` (N, C) and optional ``out_jacobian`` (N, C, 3) for CuPy points.
     (``point_order`` is a CPU hint; the GPU hides latency with its many threads.)"""
     cupy = cupy_module()
@@ -85,71 +137,42 @@ def sample(vol: Volume, points: Any, mode: int, xform: np.ndarray, points_world:
     if n == 0:
         return
     pts = cupy.ascontiguousarray(points, dtype=cupy.float64)
-    tables, tmasks, masks, prefix, leaf_offset, leaf_values_at, values, tile_values, background = _device_arrays(vol)
-    kernel = _raw_module(cupy.cuda.runtime.getDevice()).get_function(entry_name(vol.dtype, vol.components))
-    blocks = min((n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK, 65535 * 8)
-    kernel(
-        (blocks,), (THREADS_PER_BLOCK,),
-        (tables[0], tmasks[0], tables[1], tmasks[1], tables[2], tmasks[2], masks, prefix, leaf_offset,
-         leaf_values_at, values, tile_values, background, np.int32(vol.components), np.int32(vol.index_layout),
-         pts, np.int64(n),
-         cupy.asarray(xform), np.int32(points_world), np.int32(jacobian_world), np.int32(mode), out_values,
-         NULL if out_jacobian is None else out_jacobian),
-    )
+    rec, call = _call_record(k, mode, points_world, jacobian_world)
+    kernel_fn = _function(entry_name(rec.arrays.values.dtype, k.components))
+    kernel_fn((_blocks(n),), (THREADS_PER_BLOCK,),
+              (call, pts, np.int64(n), out_values, NULL if out_jacobian is None else out_jacobian))
 
 
-def hessian_entry_name(dtype: np.dtype, components: int) -> str:
-    """Name of the Hessian entry point in sample.cu (float data only)."""
-    tag = _TYPE_TAGS[np.dtype(dtype)]
-    return f"vdbflow_hessian_{tag}_c{components}" if components in (1, 3) else f"vdbflow_hessian_{tag}_cn"
-
-
-def sample_hessian(vol: Volume, points: Any, mode: int, xform: np.ndarray, points_world: bool, jacobian_world: bool,
-                   hessian_world: bool, out_values: Any, out_jacobian: Any, out_hessian: Any) -> None:
+def sample_hessian(k: KernelArrays, points: Any, mode: int, points_world: bool, jacobian_world: bool,
+                   hessian_world: bool, out_values: Any, out_jacobian: Any | None, out_hessian: Any) -> None:
     """Fills CuPy ``out_values`` (N, C), ``out_jacobian`` (N, C, 3) and ``out_hessian`` (N, C, 3, 3)."""
     cupy = cupy_module()
     n = points.shape[0]
     if n == 0:
         return
     pts = cupy.ascontiguousarray(points, dtype=cupy.float64)
-    tables, tmasks, masks, prefix, leaf_offset, leaf_values_at, values, tile_values, background = _device_arrays(vol)
-    name = hessian_entry_name(vol.dtype, vol.components)
-    kernel = _raw_module(cupy.cuda.runtime.getDevice()).get_function(name)
-    blocks = min((n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK, 65535 * 8)
-    kernel(
-        (blocks,), (THREADS_PER_BLOCK,),
-        (tables[0], tmasks[0], tables[1], tmasks[1], tables[2], tmasks[2], masks, prefix, leaf_offset,
-         leaf_values_at, values, tile_values, background, np.int32(vol.components), np.int32(vol.index_layout),
-         pts, np.int64(n), cupy.asarray(xform), np.int32(points_world), np.int32(jacobian_world),
-         np.int32(hessian_world), np.int32(mode), out_values, out_jacobian, out_hessian),
-    )
+    rec, call = _call_record(k, mode, points_world, jacobian_world, hessian_world)
+    kernel_fn = _function(hessian_entry_name(rec.arrays.values.dtype, k.components))
+    kernel_fn((_blocks(n),), (THREADS_PER_BLOCK,),
+              (call, pts, np.int64(n), out_values, NULL if out_jacobian is None else out_jacobian, out_hessian))
 
 
-def vjp_entry_name(dtype: np.dtype, components: int) -> str:
-    """Name of the reverse-mode entry point in sample.cu (float data only)."""
-    tag = _TYPE_TAGS[np.dtype(dtype)]
-    return f"vdbflow_vjp_{tag}_c{components}" if components in (1, 3, 4) else f"vdbflow_vjp_{tag}_cn"
-
-
-def sample_vjp(vol: Volume, points: Any, mode: int, xform: np.ndarray, points_world: bool, jacobian_world: bool,
-               adj_values: Any, adj_jacobian: Any | None, accumulator: Any, adj_points: Any) -> None:
-    """Reverse mode on the GPU: float64 atomics into ``accumulator`` (rows, C); ``adj_points`` (N, 3)."""
+def sample_vjp(k: KernelArrays, points: Any, mode: int, points_world: bool, jacobian_world: bool, adj_values: Any,
+               adj_jacobian: Any | None, accumulator: Any, adj_points: Any) -> None:
+    """Reverse mode on the GPU: float64 atomics into ``accumulator`` (rows, C); ``adj_points`` (N, 3).
+    ``k`` holds contiguous values (the accumulator's rows follow them)."""
+    if k.leaf_values_at is not None:
+        raise DeviceError("expected the kernel arrays of a contiguous volume for reverse mode (Volume.contiguous())")
     cupy = cupy_module()
     n = points.shape[0]
+    if n == 0:
+        return
     pts = cupy.ascontiguousarray(points, dtype=cupy.float64)
-    vol = vol.contiguous()  # reverse mode accumulates into contiguous rows
-    tables, tmasks, masks, prefix, leaf_offset, _, values, tile_values, background = _device_arrays(vol)
-    k = vol.kernel_arrays()
-    kernel = _raw_module(cupy.cuda.runtime.getDevice()).get_function(vjp_entry_name(vol.dtype, vol.components))
-    blocks = min((n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK, 65535 * 8)
-    kernel(
-        (blocks,), (THREADS_PER_BLOCK,),
-        (tables[0], tmasks[0], tables[1], tmasks[1], tables[2], tmasks[2], masks, prefix, leaf_offset, values,
-         tile_values, background, np.int32(vol.components), np.int32(vol.index_layout), np.int64(len(k.values)),
-         np.int64(len(k.tile_values)), pts, np.int64(n), cupy.asarray(xform), np.int32(points_world),
-         np.int32(jacobian_world), np.int32(mode), adj_values, NULL if adj_jacobian is None else adj_jacobian,
-         accumulator, adj_points),
-    )
+    rec, call = _call_record(k, mode, points_world, jacobian_world)
+    kernel_fn = _function(vjp_entry_name(rec.arrays.values.dtype, k.components))
+    kernel_fn((_blocks(n),), (THREADS_PER_BLOCK,),
+              (call, pts, np.int64(n), adj_values, NULL if adj_jacobian is None else adj_jacobian, accumulator,
+               adj_points))
 
 
 def route(points: Any, origin: np.ndarray, shift: int, boundaries: np.ndarray, xform: np.ndarray,
@@ -165,9 +188,8 @@ def route(points: Any, origin: np.ndarray, shift: int, boundaries: np.ndarray, x
         table = NULL if near is None or len(near) == 0 else cupy.asarray(near)
         mask = np.uint32(0) if near is None or len(near) == 0 else np.uint32(len(near) - 1)
         bounds_dev = cupy.asarray(boundaries if len(boundaries) else np.zeros(1, np.uint64))
-        kernel = _raw_module(cupy.cuda.runtime.getDevice()).get_function("vdbflow_route_partition")
-        blocks = min((n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK, 65535 * 8)
-        kernel((blocks,), (THREADS_PER_BLOCK,),
+        route_fn = _function("vdbflow_route_partition")
+        route_fn((_blocks(n),), (THREADS_PER_BLOCK,),
                (pts, np.int64(n), cupy.asarray(xform), np.int32(points_world), cupy.asarray(origin, cupy.int64),
                 np.int32(shift), bounds_dev, np.int32(P), table, mask, part))
     group = part[:n] + 1  # 0: background-only, p + 1: partition p

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vdbflow.devices import resolve_device
+from vdbflow.devices import backend, resolve_device
 from vdbflow.errors import SamplingError, ShapeError
 from vdbflow.ops.sampling import MODES, SPACES, build_dataset, check_choice, check_out, prepare_points
 
@@ -125,19 +125,8 @@ def sample_hessian_arrays(
     hess = xp.empty(lead + (3, 3), vt.jacobian_dtype) if hess is None else hess
     if N == 0:
         return values, jac, hess
-    xform = vol.transform.kernel_parameters()
-    if on_gpu:
-        from vdbflow.devices import cuda
-
-        cuda.sample_hessian(vol, pts, MODES[mode], xform, space == "world", jacobian_space == "world",
-                            hessian_space == "world", values, jac, hess)
-    else:
-        from vdbflow import _core
-
-        k = vol.kernel_arrays()
-        _core.sample_hessian(list(k.tables), k.masks, k.prefix, k.leaf_offset, k.values, k.tile_values, k.background,
-                             k.components, k.index_layout, pts, xform, space == "world", jacobian_space == "world",
-                             hessian_space == "world", MODES[mode], values, jac, hess, k.leaf_values_at)
+    backend(device).sample_hessian(vol.kernel_arrays(), pts, MODES[mode], space == "world",
+                                   jacobian_space == "world", hessian_space == "world", values, jac, hess)
     return values, jac, hess
 
 

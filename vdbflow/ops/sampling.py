@@ -8,16 +8,15 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from vdbflow import _core
+from vdbflow.core import kernel
 from vdbflow.core.volume import Volume
 from vdbflow.devices import is_cupy_array, resolve_device
 from vdbflow.errors import PointsError, SamplingError, ShapeError
 
-# Facts of the kernels, read from them (kernels/vdbflow/schemes.h: MODE_NAMES, stencil_reach):
-# the mode codes, and each mode's reach in voxels on the positive side of the base cell (the negative
-# side reaches one voxel less) - the distributed halo must be at least this wide.
-MODES: dict[str, int] = dict(_core.MODES)
-STENCIL_RADIUS: dict[str, int] = dict(_core.STENCIL_REACH)
+# Facts of the kernels (vdbflow.core.kernel, read from kernels/vdbflow/schemes.h): the mode codes, and
+# each mode's reach in voxels on the positive side of the base cell; importable from here as well.
+MODES: dict[str, int] = kernel.MODES
+STENCIL_RADIUS: dict[str, int] = kernel.STENCIL_RADIUS
 POINT_ORDERS = ("auto", "coherent", "scattered")
 SPACES = ("index", "world")
 AXIS_LABELS = {"index": ("i", "j", "k"), "world": ("x", "y", "z")}
@@ -205,9 +204,10 @@ def sample_grad_arrays(
         return values, jac
     kernel_jac = jac if (jacobian and vt.is_float) else None
     if jacobian and not vt.is_float:
+        assert jac is not None  # made above
         jac[...] = 0
-    _backend(device).sample(vol, points, MODES[mode], vol.transform.kernel_parameters(), space == "world",
-                            jacobian_space == "world", values, kernel_jac, point_order)
+    _backend(device).sample(vol.kernel_arrays(), points, MODES[mode], space == "world", jacobian_space == "world",
+                            values, kernel_jac, point_order)
     return values, jac
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from vdbflow.core.volume import Volume
-from vdbflow.devices import resolve_device
+from vdbflow.devices import backend, resolve_device
 from vdbflow.errors import PointsError, SamplingError
 from vdbflow.ops.sampling import MODES, SPACES, check_choice, prepare_points  # noqa: F401
 
@@ -144,18 +144,8 @@ def sample_grad_vjp(
     accumulator = xp.zeros((value_rows + tile_rows + 1, C), np.float64)
     adj_points = xp.zeros((N, 3), R)
     if N:
-        xform = vol.transform.kernel_parameters()
-        if device == "cuda":
-            from vdbflow.devices import cuda
-
-            cuda.sample_vjp(vol, pts, MODES[mode], xform, space == "world", jacobian_space == "world", a_val,
-                            a_jac, accumulator, adj_points)
-        else:
-            from vdbflow import _core
-
-            _core.sample_vjp(list(k.tables), k.masks, k.prefix, k.leaf_offset, k.values, k.tile_values,
-                             k.background, C, k.index_layout, pts, xform, space == "world",
-                             jacobian_space == "world", MODES[mode], a_val, a_jac, accumulator, adj_points)
+        backend(device).sample_vjp(k, pts, MODES[mode], space == "world", jacobian_space == "world", a_val, a_jac,
+                                   accumulator, adj_points)
     acc = accumulator.astype(vt.dtype)
     data = acc[:value_rows]
     tiles = acc[value_rows:value_rows + tile_rows]

@@ -1,0 +1,62 @@
+// vdbflow/coverage.h - which voxels hold data, and which points have their whole stencil on them.
+//
+// A voxel is defined when it is an active voxel of a leaf or lies inside a tile of any level; every
+// other voxel reads the background.  A point's stencil is inside when every voxel its mode reads is
+// defined: the voxel that closest rounds to (half away from zero, as locate_cell), or the taps
+// lo .. lo+n-1 of the mode's axis weights along each axis from the base cell floor(u) (as
+// sample_point_scheme; the full tensor product of taps, whatever the weights at this point).  The
+// point is mapped to index space with the sampler's own transform.
+#pragma once
+#include "schemes.h"
+
+namespace vdbflow {
+
+// Active voxel of a leaf, or inside a tile of any level.
+template <class T>
+VDB_HD bool voxel_defined(const GridView<T>& g, i64 i, i64 j, i64 k, LeafCache& cache) {
+  if (!in_index_range(i, j, k)) return false;
+  const int x = (int)i, y = (int)j, z = (int)k;
+  const int slot = leaf_slot(g, x, y, z, cache);
+  if (slot >= 0) {
+    const int offset = voxel_offset(x, y, z);
+    return (g.masks[(i64)slot * 8 + (offset >> 6)] >> (offset & 63)) & 1ull;
+  }
+  if (is_tile_slot(slot)) return true;
+  for (int level = 1; level < LEVEL_COUNT; ++level) {
+    const int s = level_shift(level);
+    if (is_tile_slot(table_find(g.tables[level], x >> s, y >> s, z >> s))) return true;
+  }
+  return false;
+}
+
+// The taps a mode reads along each axis, as offsets lo .. lo + n - 1 from the base cell.
+VDB_HD void stencil_taps(int mode, int& lo, int& n) {
+  if (mode == MODE_CLOSEST) {
+    lo = 0;
+    n = 1;
+    return;
+  }
+  AxisWeights a;
+  axis_weights(mode, 0.5, a);
+  lo = a.lo;
+  n = a.n;
+}
+
+// Whether every voxel the stencil of `mode` (taps lo .. lo + n - 1: stencil_taps) reads at point p is
+// defined; false for non-finite points.
+template <class T>
+VDB_HD bool stencil_inside_point(const GridView<T>& g, const PointTransform& xf, const double p[3], int mode,
+                                 int lo, int n, LeafCache& cache) {
+  double u[3];
+  to_index_space(xf, p, u);
+  if (!finite3(u)) return false;
+  i64 b[3];
+  for (int a = 0; a < 3; ++a) b[a] = clamp_far(mode == MODE_CLOSEST ? round(u[a]) : floor(u[a]));
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j)
+      for (int k = 0; k < n; ++k)
+        if (!voxel_defined(g, b[0] + lo + i, b[1] + lo + j, b[2] + lo + k, cache)) return false;
+  return true;
+}
+
+}  // namespace vdbflow
