@@ -55,6 +55,7 @@ struct VdbflowCpuKernels {
   void (*sample)(const void* args);         // values, Jacobians, or the reverse mode
   void (*hessian)(const void* args);        // values, Jacobians and Hessians
   void (*grid_gradient)(const void* args);  // node Jacobians of every active voxel
+  void (*stencil_inside)(const void* args); // coverage: whether each point's stencil reads only defined voxels
 };
 
 namespace {
@@ -391,7 +392,30 @@ void grid_gradient_entry(const void* args) {
   else grid_gradient_typed<double>(a);
 }
 
-const VdbflowCpuKernels KERNELS = {&sample_entry, &hessian_entry, &grid_gradient_entry};
+// Coverage (coverage.h) runs in the same compilation as sampling: its index mapping then rounds alike to the
+// last bit (a wider target contracts the transform's products into FMAs).
+struct CoverageArgs {
+  KernelAbi k;  // tables, masks, transform, mode and points_world are read
+  const double* points;
+  i64 n;
+  bool* out;
+};
+
+void stencil_inside_entry(const void* args) {
+  const CoverageArgs& a = *(const CoverageArgs*)args;
+  const GridView<float> g = abi_grid<float>(a.k);
+  const PointTransform xf = abi_transform(a.k);
+  int lo, taps;
+  stencil_taps(a.k.mode, lo, taps);
+#pragma omp parallel
+  {
+    LeafCache cache;
+#pragma omp for schedule(dynamic, 4096)
+    for (i64 i = 0; i < a.n; ++i) a.out[i] = stencil_inside_point(g, xf, a.points + 3 * i, a.k.mode, lo, taps, cache);
+  }
+}
+
+const VdbflowCpuKernels KERNELS = {&sample_entry, &hessian_entry, &grid_gradient_entry, &stencil_inside_entry};
 
 }  // namespace
 
@@ -722,23 +746,27 @@ nb::ndarray<nb::numpy, bool, nb::ndim<1>> stencil_inside(
   const GridView<float> g = topology_view(tables, masks);
   if (points.shape(1) != 3) throw std::invalid_argument("points must be (N, 3) float64");
   if (mode < MODE_CLOSEST || mode > SCHEME_LAST) throw std::invalid_argument("unknown sampling mode");
-  const PointTransform xf = make_point_transform(xform.data(), points_world, 0);
-  const i64 n = (i64)points.shape(0);
-  bool* out = new bool[n > 0 ? n : 1];
-  const double* p = points.data();
-  int lo, taps;
-  stencil_taps(mode, lo, taps);
+  CoverageArgs a;
+  std::memset(&a.k, 0, sizeof(KernelAbi));
+  for (int l = 0; l < LEVEL_COUNT; ++l) {
+    a.k.tables[l] = g.tables[l].entries;
+    a.k.table_masks[l] = g.tables[l].mask;
+  }
+  a.k.masks = g.masks;
+  a.k.components = 1;
+  for (int e = 0; e < TRANSFORM_PARAMETERS; ++e) a.k.xform[e] = xform.data()[e];
+  a.k.mode = mode;
+  a.k.points_world = points_world ? 1 : 0;
+  a.n = (i64)points.shape(0);
+  a.points = points.data();
+  bool* out = new bool[a.n > 0 ? a.n : 1];
+  a.out = out;
   {
     nb::gil_scoped_release release;
-#pragma omp parallel
-    {
-      LeafCache cache;
-#pragma omp for schedule(dynamic, 4096)
-      for (i64 i = 0; i < n; ++i) out[i] = stencil_inside_point(g, xf, p + 3 * i, mode, lo, taps, cache);
-    }
+    active->stencil_inside(&a);
   }
   nb::capsule owner(out, [](void* q) noexcept { delete[] (bool*)q; });
-  return nb::ndarray<nb::numpy, bool, nb::ndim<1>>(out, {(size_t)n}, owner);
+  return nb::ndarray<nb::numpy, bool, nb::ndim<1>>(out, {(size_t)a.n}, owner);
 }
 
 // coverage.h: (M,) bool, whether each voxel (M, 3) is active in a leaf or inside a tile.

@@ -29,6 +29,31 @@ VDB_HD bool voxel_defined(const GridView<T>& g, i64 i, i64 j, i64 k, LeafCache& 
   return false;
 }
 
+// Whether voxels (x, y, z0 .. z0 + n - 1) are all defined, a leaf-aligned run at a time: in a leaf the
+// run is a range of bits of one mask word; any other 8^3 block is defined or not as a whole (a tile
+// of any level covers whole blocks), so its first voxel answers for the run.
+template <class T>
+VDB_HD bool row_defined(const GridView<T>& g, i64 x, i64 y, i64 z0, int n, LeafCache& cache) {
+  const i64 end = z0 + n;
+  for (i64 z = z0; z < end;) {
+    const i64 block_end = (z & ~(i64)(LEAF_DIM - 1)) + LEAF_DIM;
+    const i64 run_end = end < block_end ? end : block_end;
+    // int32 limits are block boundaries: a block is wholly inside the index range or wholly outside
+    if (!in_index_range(x, y, z)) return false;
+    const int slot = leaf_slot(g, (int)x, (int)y, (int)z, cache);
+    if (slot >= 0) {
+      const int first = voxel_offset((int)x, (int)y, (int)z);
+      const int count = (int)(run_end - z);
+      const u64 want = (count == 64 ? ~0ull : ((1ull << count) - 1ull)) << (first & 63);
+      if ((g.masks[(i64)slot * 8 + (first >> 6)] & want) != want) return false;
+    } else if (!voxel_defined(g, x, y, z, cache)) {
+      return false;
+    }
+    z = run_end;
+  }
+  return true;
+}
+
 // The taps a mode reads along each axis, as offsets lo .. lo + n - 1 from the base cell.
 VDB_HD void stencil_taps(int mode, int& lo, int& n) {
   if (mode == MODE_CLOSEST) {
@@ -54,8 +79,7 @@ VDB_HD bool stencil_inside_point(const GridView<T>& g, const PointTransform& xf,
   for (int a = 0; a < 3; ++a) b[a] = clamp_far(mode == MODE_CLOSEST ? round(u[a]) : floor(u[a]));
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < n; ++j)
-      for (int k = 0; k < n; ++k)
-        if (!voxel_defined(g, b[0] + lo + i, b[1] + lo + j, b[2] + lo + k, cache)) return false;
+      if (!row_defined(g, b[0] + lo + i, b[1] + lo + j, b[2] + lo, n, cache)) return false;
   return true;
 }
 
