@@ -88,6 +88,7 @@ def test_record_layout_is_the_extensions():
     spans = sorted((off, off + dt.fields[name][0].itemsize) for name, (_, off) in
                    ((n, dt.fields[n][:2]) for n in dt.names))
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False)) and spans[-1][1] <= dt.itemsize
+    assert sum(b - a for a, b in spans) == dt.itemsize  # every byte of KernelAbi is an exported field
     assert dt["xform"].shape == (len(kernel.TRANSFORM_PARAMETERS),) and dt["tables"].shape == (3,)
     # the options of a call land where the kernels read them: the mode field switches the scheme
     ijk = np.stack(np.meshgrid(*[np.arange(-4, 5)] * 3, indexing="ij"), -1).reshape(-1, 3)

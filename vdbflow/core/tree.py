@@ -15,6 +15,12 @@ LEAF_DIM = kernel.LEAF_DIM
 LEAF_VOXELS = kernel.LEAF_VOXELS
 TILE_SIZES = kernel.TILE_SIZES  # level 0 (lower-node tile), 1 (upper-node tile), 2 (root tile)
 LEVEL_SHIFTS = kernel.LEVEL_SHIFTS
+LEAF_SHIFT = kernel.LEAF_SHIFT  # leaf key = voxel >> LEAF_SHIFT
+# in-leaf coordinates (LEAF_VOXELS, 3) of each voxel offset, the inverse of the kernels' voxel_offset
+_LOCAL = np.stack(np.meshgrid(*[np.arange(LEAF_DIM)] * 3, indexing="ij"), axis=-1).reshape(-1, 3)
+LOCAL_COORDINATES = np.empty_like(_LOCAL, dtype=np.int32)
+LOCAL_COORDINATES[kernel.voxel_offsets(_LOCAL)] = _LOCAL
+LOCAL_COORDINATES.setflags(write=False)
 
 
 def voxel_offsets(ijk: np.ndarray) -> np.ndarray:
@@ -30,12 +36,14 @@ def tree_order(leaf_keys: np.ndarray) -> np.ndarray:
     lexicographic in i, j, k), then the child index in the upper node (32^3), then the child index in
     the lower node (16^3).  Matches the voxel order of Warp's index grids.
     """
-    origin = leaf_keys.astype(np.int64) << 3
-    root = origin >> 12
-    upper = (origin >> 7) & 31
-    lower = (origin >> 3) & 15
-    child = (((upper[:, 0] << 10) | (upper[:, 1] << 5) | upper[:, 2]) << 12) | (
-        (lower[:, 0] << 8) | (lower[:, 1] << 4) | lower[:, 2]
+    s0, s1, s2 = LEVEL_SHIFTS  # leaf, lower-node and upper-node shifts: 3, 7, 12
+    lower_bits, upper_bits = s1 - s0, s2 - s1  # children per axis: 16 and 32
+    origin = leaf_keys.astype(np.int64) << s0
+    root = origin >> s2
+    upper = (origin >> s1) & ((1 << upper_bits) - 1)
+    lower = (origin >> s0) & ((1 << lower_bits) - 1)
+    child = (((upper[:, 0] << 2 * upper_bits) | (upper[:, 1] << upper_bits) | upper[:, 2]) << 3 * lower_bits) | (
+        (lower[:, 0] << 2 * lower_bits) | (lower[:, 1] << lower_bits) | lower[:, 2]
     )
     return np.lexsort((child, root[:, 2], root[:, 1], root[:, 0]))
 
@@ -65,8 +73,7 @@ def word_prefix(masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def active_coordinates(leaf_origins: np.ndarray, masks: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
     """(n, 3) int32 coordinates of active voxels, leaf by leaf, by mask bit (OnIndex order)."""
     parts = []
-    offs = np.arange(LEAF_VOXELS)
-    local = np.stack([offs >> 6, (offs >> 3) & 7, offs & 7], axis=1).astype(np.int32)
+    local = LOCAL_COORDINATES
     for start in range(0, len(masks), chunk):
         bits = bits_from_masks(masks[start:start + chunk])
         leaf, off = np.nonzero(bits)

@@ -1,7 +1,7 @@
 """Cutting a volume's leaves into partitions along a Morton curve, with halos and point routing.
 
 Pure functions of arrays, shared by the client (planning, routing) and the workers.
-Shapes: leaf keys (L, 3) int = origin >> 3; points (N, 3); partitions P.
+Shapes: leaf keys (L, 3) int = origin >> LEAF_SHIFT (3); points (N, 3); partitions P.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vdbflow import _core
+from vdbflow.core.kernel import LEAF_SHIFT
 from vdbflow.core.transform import Transform
 from vdbflow.core.volume import Topology
 from vdbflow.errors import VolumeError
@@ -74,11 +75,11 @@ def near_blocks(topology: Topology, stencil: tuple[int, int], max_blocks: int = 
     more than ``max_blocks`` blocks."""
     lo, hi = stencil
     B = BLOCK_SHIFT
-    keys = [topology.leaf_origins.astype(np.int64) >> 3]
+    keys = [topology.leaf_origins.astype(np.int64) >> LEAF_SHIFT]
     sizes = [np.ones(len(keys[0]), np.int64)]
     if len(topology.tile_sizes):
-        keys.append(topology.tile_origins.astype(np.int64) >> 3)
-        sizes.append(topology.tile_sizes.astype(np.int64) >> 3)
+        keys.append(topology.tile_origins.astype(np.int64) >> LEAF_SHIFT)
+        sizes.append(topology.tile_sizes.astype(np.int64) >> LEAF_SHIFT)
     keys, sizes = np.concatenate(keys), np.concatenate(sizes)
     # base leaf keys whose stencil reaches [a, a + s - 1] are [a - hi, a + s - 1 - lo], per axis
     first = (keys - hi) >> B
@@ -131,7 +132,7 @@ def plan_partitions(topology: Topology, partitions: int, stencil_radius: int = 1
         raise VolumeError(f"expected at least one partition, got {partitions}")
     if stencil_radius < 0:
         raise VolumeError(f"expected a stencil radius >= 0, got {stencil_radius}")
-    keys = topology.leaf_origins.astype(np.int64) >> 3
+    keys = topology.leaf_origins.astype(np.int64) >> LEAF_SHIFT
     L = len(keys)
     origin = keys.min(axis=0) - 1 if L else np.zeros(3, np.int64)
     span = int((keys.max(axis=0) - origin).max()) + 2 if L else 1

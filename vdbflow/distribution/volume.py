@@ -134,7 +134,7 @@ def _merge(owned: Volume, *halo_pieces: Volume) -> Volume:
     parts = (owned, *halo_pieces)
     origins = np.concatenate([v.topology.leaf_origins for v in parts])
     masks = np.concatenate([v.topology.masks for v in parts])
-    order = tree.tree_order(origins >> 3)
+    order = tree.tree_order(origins >> tree.LEAF_SHIFT)
     C = owned.components
     if owned.index_layout:
         counts = np.bitwise_count(masks).sum(axis=1).astype(np.int64)
