@@ -47,6 +47,7 @@ def client():
 # -- vdbflow.run ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_run_a_yaml_path_with_dotted_overrides(tmp_path, client, monkeypatch):
     """Keyword overrides by dotted path (``**{"output.path": ...}``) and with ``__`` for the dot; the
     given client is used (no cluster is started) and left open."""
@@ -62,7 +63,7 @@ def test_run_a_yaml_path_with_dotted_overrides(tmp_path, client, monkeypatch):
     ds = xr.open_zarr(result.output)
     assert ds.sizes["point"] == 2_500 and {"velocity", "velocity_jacobian", "divergence"} <= set(ds.data_vars)
     assert not (tmp_path / "result.zarr").exists()
-    assert client.submit(lambda: 7).result() == 7  # still open
+    assert client.submit(lambda: 7).result(timeout=60) == 7  # still open
 
 
 def test_run_a_mapping_with_an_overrides_dict(tmp_path, client):
@@ -74,6 +75,7 @@ def test_run_a_mapping_with_an_overrides_dict(tmp_path, client):
     assert again.points == 50 and xr.open_zarr(again.output).sizes["point"] == 50
 
 
+@pytest.mark.slow
 def test_run_a_jobconfig_and_start_its_own_cluster(tmp_path):
     cfg = load_config(data=job(tmp_path))
     result = vdbflow.run(cfg, points__count=1_000)
@@ -213,6 +215,7 @@ def dask_setup(worker):
 """
 
 
+@pytest.mark.slow
 def test_a_worker_killed_while_the_cluster_starts_is_retried(tmp_path, monkeypatch, caplog):
     import dask
 
@@ -224,7 +227,7 @@ def test_a_worker_killed_while_the_cluster_starts_is_retried(tmp_path, monkeypat
             dask.config.set({"distributed.worker.preload": [str(preload)]}), clusters.open_cluster(spec) as client:
         assert (tmp_path / "died").exists()  # a worker did die during the start
         client.wait_for_workers(2, timeout=30)
-        assert client.submit(lambda: 42).result() == 42
+        assert client.submit(lambda: 42).result(timeout=60) == 42
     retries = [r.getMessage() for r in caplog.records if "starting it again" in r.getMessage()]
     assert len(retries) == 1 and "attempt 2 of 3" in retries[0] and "Nanny failed to start" in retries[0]
 

@@ -95,6 +95,7 @@ def test_workers_read_their_leaves_from_an_nvdb_file(rng, client, tmp_path):
         dvol.close()
 
 
+@pytest.mark.slow
 def test_task_count_is_chunks_plus_partitions_times_waves(rng, client):
     """100 chunks x 64 partitions: m (2P + 3) + n (1 + 2) tasks for m waves (module docstring), far
     below the product, and no task of one wave depends on another wave's points."""
@@ -164,37 +165,39 @@ def _start(args, **kw):
 
 @pytest.fixture
 def scheduler_and_workers(tmp_path):
-    """A real engine: `dask scheduler` and two `dask worker` processes on 127.0.0.1."""
-    import socket
+    """A real engine: `dask scheduler` and two `dask worker` processes on 127.0.0.1. The scheduler picks
+    its own free port (--port 0) and writes its address to a scheduler file, which the workers and the
+    client read: no port is chosen here and released for another process to take."""
+    import json
     import time
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    address = f"tcp://127.0.0.1:{port}"
-    procs = [_start(["distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", str(port),
-                     "--dashboard-address", ":0"])]
-    procs += [_start(["distributed.cli.dask_worker", address, "--nthreads", "1", "--no-dashboard",
-                      "--local-directory", str(tmp_path / f"w{k}")]) for k in range(2)]
+    scheduler_file = tmp_path / "scheduler.json"
+    procs = [_start(["distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0",
+                     "--dashboard-address", ":0", "--scheduler-file", str(scheduler_file)])]
+    procs += [_start(["distributed.cli.dask_worker", "--scheduler-file", str(scheduler_file), "--nthreads", "1",
+                      "--no-dashboard", "--local-directory", str(tmp_path / f"w{k}")]) for k in range(2)]
     try:
-        deadline = time.time() + 60
-        while True:
+        deadline = time.monotonic() + 60
+        while True:  # the scheduler writes the file once it listens
             try:
-                c = distributed.Client(address, timeout=5)
-                c.wait_for_workers(2, timeout=max(1, deadline - time.time()))
+                address = json.loads(scheduler_file.read_text())["address"]
                 break
-            except (OSError, TimeoutError):
-                if time.time() > deadline:
-                    raise
-                time.sleep(0.5)
-        yield c, procs
-        c.close()
+            except (OSError, ValueError, KeyError):  # not there yet, or not yet complete
+                if procs[0].poll() is not None:
+                    pytest.fail(f"the scheduler exited (code {procs[0].returncode}) before it wrote its address")
+                if time.monotonic() > deadline:
+                    pytest.fail(f"the scheduler did not write its address to {scheduler_file} within 60 s")
+                time.sleep(0.05)
+        with distributed.Client(address, timeout=30) as c:
+            c.wait_for_workers(2, timeout=60)
+            yield c, procs
     finally:
         for p in procs:
             p.kill()
             p.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_separate_scheduler_and_worker_processes(rng, tmp_path, scheduler_and_workers):
     client, _ = scheduler_and_workers
     ijk, vol = volume(rng, 3)
@@ -208,21 +211,56 @@ def test_separate_scheduler_and_worker_processes(rng, tmp_path, scheduler_and_wo
     assert len({s["worker"] for s in dvol.stats()}) == 2
 
 
-def test_a_worker_killed_mid_computation(rng, tmp_path, scheduler_and_workers):
-    """Partitions read from a file are reloadable: killing a worker loses nothing."""
+def _gated(pts, started, release):
+    """``pts`` with its first chunk held back: the task that passes that chunk on creates the file
+    ``started`` and waits (two minutes at most) until the file ``release`` exists, so a computation of
+    these points is certainly running, and unfinished, until the test creates ``release``. Run again
+    after its worker was killed, the task finds ``release`` and does not wait."""
+    started, release = str(started), str(release)
+
+    def gate(block, block_info=None):
+        import os
+        import time
+
+        if block_info is not None and block_info[0]["chunk-location"][0] == 0 and not os.path.exists(release):
+            open(started, "w").close()
+            deadline = time.monotonic() + 120
+            while not os.path.exists(release) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return block
+
+    return pts.map_blocks(gate, meta=np.empty((0, 3), pts.dtype))
+
+
+def _wait_until_started(started, future, seconds=120):
+    """Wait (with a deadline) for the gate task of ``_gated`` to be running."""
     import time
 
+    deadline = time.monotonic() + seconds
+    while not started.exists():
+        if future.done():
+            pytest.fail(f"the computation ended before its gate task ran: {future}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"the gate task did not start within {seconds} s: {future}")
+        time.sleep(0.01)
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_computation(rng, tmp_path, scheduler_and_workers):
+    """Partitions read from a file are reloadable: killing a worker loses nothing."""
     client, procs = scheduler_and_workers
     ijk, vol = volume(rng, 3)
     path = tmp_path / "field.nvdb"
     vol.to_nvdb(str(path))
     dvol = distribute(str(path), client, 6)
     pts = da.from_array(probe_points(rng, ijk, 100_000), chunks=(1_000, 3))
-    future = client.compute(dvol.sample_grad(pts, space="index")["value_jacobian"].data)
-    while not any(client.processing().values()):
-        time.sleep(0.01)  # wait until tasks are running
+    started, release = tmp_path / "started", tmp_path / "release"
+    future = client.compute(dvol.sample_grad(_gated(pts, started, release), space="index")["value_jacobian"].data)
+    _wait_until_started(started, future)  # tasks are running, and the gate keeps the result from completing
     assert not future.done()
     procs[1].kill()  # one of the two workers, mid-computation
+    procs[1].wait(timeout=30)
+    release.touch()
     got = future.result(timeout=120)
     np.testing.assert_array_equal(got, vol.sample_grad(pts.compute(), space="index")["value_jacobian"].values)
 
@@ -261,6 +299,7 @@ def test_reverse_mode_matches_single_process(rng, client, components, index_layo
         dvol.close()
 
 
+@pytest.mark.slow
 def test_eight_worker_processes_17_partitions_64_chunks(rng):
     """The largest layout this machine allows: 8 worker processes, 17 partitions, 64 point chunks in
     several waves - bit for bit against one process, values and Jacobians."""
@@ -298,12 +337,12 @@ def test_default_client_context_manager_and_repr(rng, client):
 
 
 @pytest.mark.parametrize("spill", [None, False])
+@pytest.mark.slow
 def test_in_memory_volume_survives_five_worker_kills(rng, tmp_path, spill):
     """An in-memory volume's partitions have a lineage (spilled files, or pieces carried in the tasks):
     a worker killed mid-computation, five times in a row, changes nothing in the results."""
     import os
     import signal
-    import time
 
     ijk, vol = volume(rng, 3)
     pts = da.from_array(probe_points(rng, ijk, 20_000), chunks=(500, 3))
@@ -313,15 +352,18 @@ def test_in_memory_volume_survives_five_worker_kills(rng, tmp_path, spill):
         dvol = distribute(vol, client, 4, spill=spill)
         try:
             assert bool(dvol.spilled) == (spill is None)  # the temporary directory is shared here
-            for _ in range(5 if spill is None else 2):  # the default path five times, the fallback twice
+            for k in range(5 if spill is None else 2):  # the default path five times, the fallback twice
                 client.wait_for_workers(2, timeout=60)
                 holders = {w for s in dvol.stats() for w in [s["worker"]] if w != "?"}
                 victim = sorted(holders)[0]
-                future = client.compute(dvol.sample_grad(pts, space="index")["value_jacobian"].data)
-                while not any(client.processing().values()):
-                    time.sleep(0.01)
+                started, release = tmp_path / f"started{k}", tmp_path / f"release{k}"
+                gated = _gated(pts, started, release)
+                future = client.compute(dvol.sample_grad(gated, space="index")["value_jacobian"].data)
+                _wait_until_started(started, future)  # running, and held unfinished by the gate
+                assert not future.done()
                 pid = client.run(os.getpid, workers=[victim])[victim]
                 os.kill(pid, signal.SIGKILL)  # the nanny starts a fresh, empty worker
+                release.touch()
                 np.testing.assert_array_equal(future.result(timeout=180), want)
                 del future
         finally:

@@ -119,6 +119,7 @@ def test_output_size_limit(tmp_path):
     assert result.exit_code == 2 and "limits.max_output_bytes" in said(result), result.output
 
 
+@pytest.mark.slow
 def test_the_planned_size_is_the_stored_size(tmp_path):
     """The plan's bytes a point are those of the variables written (before compression)."""
     from vdbflow.jobs.runner import plan_job
@@ -217,7 +218,7 @@ def test_a_kill_between_the_renames_is_recovered_and_reported(tmp_path):
     final = fake_result(tmp_path / "r.zarr", "old")
     new = fake_result(tmp_path / "new", "new")
     proc = subprocess.Popen([sys.executable, "-c", KILL_BETWEEN_RENAMES, str(final), str(new)])
-    assert proc.wait() == -signal.SIGKILL
+    assert proc.wait(timeout=120) == -signal.SIGKILL  # it kills itself between the renames
     assert not final.exists()
     (aside,) = [item for item in leftovers(final) if item.kind == "replaced"]
     assert aside.pid == proc.pid and aside.host == HOST and aside.writer_gone is True
@@ -230,6 +231,7 @@ def test_a_kill_between_the_renames_is_recovered_and_reported(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["r.zarr"]  # the finished partial of the killed run went too
 
 
+@pytest.mark.slow
 def test_the_next_run_restores_a_result_set_aside(tmp_path):
     """A rerun restores the earlier result before it starts (and says so), then replaces it properly."""
     cfg_path = write_config(tmp_path / "job.yaml", base_config(tmp_path, output={
@@ -333,6 +335,7 @@ def test_an_unwritable_parent_exits_2(tmp_path):
 
 # -- item 15: the dashboard ------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_dashboard_on_localhost_by_default_and_off_means_off():
     from vdbflow.jobs.clusters import open_cluster
 
@@ -373,6 +376,7 @@ def _nvdb_job(tmp_path: Path, **volume) -> tuple[Path, Path, vdbflow.Volume]:
     return write_config(tmp_path / "job.yaml", cfg), nvdb, vol
 
 
+@pytest.mark.slow
 def test_a_truncated_input_cannot_crash_the_job(tmp_path, monkeypatch):
     """Another process truncates the .nvdb just as the job reads it: the job reads its private snapshot
     and finishes with the right values (mapped in place, reading would have hit SIGBUS)."""

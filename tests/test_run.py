@@ -46,6 +46,7 @@ def invoke(*args: str):
     return CliRunner(env={"COLUMNS": "250"}).invoke(main, list(args), catch_exceptions=False)
 
 
+@pytest.mark.slow
 def test_run_linear_field_end_to_end(tmp_path):
     """A linear field u = A x: trilinear sampling is exact wherever the stencil is active, so the
     stored Jacobian equals A there, divergence equals trace(A) and vorticity the curl of A x."""
@@ -90,6 +91,7 @@ def test_run_linear_field_end_to_end(tmp_path):
     assert not list(tmp_path.glob(".result.zarr.*"))  # nothing partial left behind
 
 
+@pytest.mark.slow
 def test_run_in_index_space(tmp_path):
     """Points and Jacobians in index space: J_index = A h (h the voxel size), and the stored analytic
     error is measured in that space too."""
@@ -117,6 +119,7 @@ def test_run_in_index_space(tmp_path):
     assert ds.attrs["analytic_jacobian_max_error"] < 2e-5
 
 
+@pytest.mark.slow
 def test_run_taylor_green_from_nvdb_to_netcdf_with_two_grids(tmp_path):
     """An .nvdb with two grids sampled at a slice plane into NetCDF; values against the in-memory
     volume, the stored checksum against the file."""
@@ -147,6 +150,7 @@ def test_run_taylor_green_from_nvdb_to_netcdf_with_two_grids(tmp_path):
     assert json.loads(ds.attrs["input_sha256"]) == {"velocity": digest, "speed": digest}
 
 
+@pytest.mark.slow
 def test_run_points_from_files(tmp_path):
     """Points read from .npy, .csv, .parquet and .zarr come back as the result's coordinates."""
     pd = pytest.importorskip("pandas")
@@ -173,6 +177,7 @@ def test_run_points_from_files(tmp_path):
         np.testing.assert_array_equal(ds["velocity_jacobian"].values, expect["velocity_jacobian"].values)
 
 
+@pytest.mark.slow
 def test_overwrite_always_replaces_and_set_overrides(tmp_path):
     cfg_path = write_config(tmp_path / "job.yaml", base_config(tmp_path))
     assert invoke("run", str(cfg_path)).exit_code == 0
@@ -212,19 +217,52 @@ def _running_partial(tmp_path: Path) -> list[Path]:
     return [p for p in tmp_path.glob(".result.zarr.partial-*/velocity/*") if not p.name.startswith(".")]
 
 
+# a worker preload: once a chunk of the result's velocity is written, a worker that finishes writing a
+# chunk creates the marker file and stops (for two minutes at most), so the run is certainly mid-write,
+# and cannot finish, when the test kills it
+STALL_AFTER_A_WRITE = """
+import glob
+import time
+
+from distributed import WorkerPlugin
+
+
+class StallAfterAWrite(WorkerPlugin):
+    def transition(self, key, start, finish, **kwargs):
+        name = key[0] if isinstance(key, tuple) else key
+        if finish == "memory" and str(name).startswith("store-map") and glob.glob({chunks!r}):
+            open({marker!r}, "a").close()
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                time.sleep(0.05)
+
+
+async def dask_setup(worker):
+    await worker.plugin_add(StallAfterAWrite(), name="stall-after-a-write")
+"""
+
+
+@pytest.mark.slow
 def test_interrupted_run_leaves_no_result_and_rerun_succeeds(tmp_path):
     cfg = base_config(tmp_path)
     cfg["points"] = {"kind": "random", "count": 2_000_000, "chunk": 20_000}
     cfg["volume"]["synthetic"]["resolution"] = 24
     cfg_path = write_config(tmp_path / "job.yaml", cfg)
-    proc = subprocess.Popen([sys.executable, "-m", "vdbflow.jobs.cli", "run", str(cfg_path)], cwd=tmp_path,
+    marker = tmp_path / "mid-write"
+    preload = tmp_path / "stall_after_a_write.py"
+    chunks = str(tmp_path / ".result.zarr.partial-*" / "velocity" / "*")  # what _running_partial finds
+    preload.write_text(STALL_AFTER_A_WRITE.format(marker=str(marker), chunks=chunks))
+    env = {**os.environ, "DASK_DISTRIBUTED__WORKER__PRELOAD": json.dumps([str(preload)])}
+    proc = subprocess.Popen([sys.executable, "-m", "vdbflow.jobs.cli", "run", str(cfg_path)], cwd=tmp_path, env=env,
                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
-        while not _running_partial(tmp_path):
+        while not marker.exists():  # created by a worker once a chunk was written (and it stopped)
             assert proc.poll() is None, "the run ended before it was interrupted"
-            assert time.monotonic() < deadline, "the run never started writing"
+            assert time.monotonic() < deadline, "no worker wrote a chunk of the result within 120 s"
             time.sleep(0.05)
+        assert _running_partial(tmp_path), "a worker said it wrote a chunk, but the partial store holds none"
+        assert proc.poll() is None, "the run ended before it was interrupted"
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the client and its cluster's processes, mid-write
         proc.wait()
@@ -240,6 +278,7 @@ def test_interrupted_run_leaves_no_result_and_rerun_succeeds(tmp_path):
     assert ds.sizes["point"] == 10_000 and np.isfinite(ds["velocity"].values).all()
 
 
+@pytest.mark.slow
 def test_run_on_an_existing_scheduler_address(tmp_path):
     """cluster.kind: address - a scheduler started outside the job (here a LocalCluster of processes)."""
     import distributed
@@ -258,6 +297,7 @@ def test_run_on_an_existing_scheduler_address(tmp_path):
     np.testing.assert_allclose(ds["divergence"].values[inside], np.trace(MATRIX), atol=5e-4)
 
 
+@pytest.mark.slow
 def test_a_failing_task_exits_1_and_publishes_nothing(tmp_path, monkeypatch):
     """A task that fails on a worker mid-run: exit code 1, the error shown, the partial store removed."""
     import dask
@@ -286,6 +326,7 @@ def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml"]
 
 
+@pytest.mark.slow
 def test_demo_config_runs(tmp_path, monkeypatch):
     """configs/demo.yaml itself (smaller through --set), via `vdbflow demo`."""
     monkeypatch.chdir(tmp_path)
