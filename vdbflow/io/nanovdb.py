@@ -27,6 +27,8 @@ from vdbflow.io import nanovdb_format as fmt
 
 MAX_GRID_BYTES = 1 << 40  # refuse absurd sizes before allocating anything
 MAX_VALUE_COUNT = 1 << 48  # index grids: values an external array may hold (keeps index sums far from 2**63)
+MAX_BLIND_COUNT = 1 << 16  # blind data records a grid may have
+MAX_NAME_BYTES = 1 << 20  # a grid name in a file's metadata
 _EMPTY_CHECKSUM = 0xFFFFFFFFFFFFFFFF  # "no checksum" (NanoVDB's Checksum::EMPTY64)
 
 
@@ -94,14 +96,15 @@ class _GridSource:
 
 def _grid_header(buf: np.ndarray, base: int) -> dict[str, Any]:
     _need(buf, base, fmt.GRID_SIZE + fmt.TREE_SIZE, "grid header")
-    magic, checksum, version, flags, gindex, gcount, gsize = _unpack(buf, base, "<QQIIIIQ", "grid header")
+    magic, checksum, version, flags, gindex, gcount, gsize = _unpack(buf, base, fmt.GRID_HEAD_FORMAT, "grid header")
     if magic not in fmt.GRID_MAGICS:
         raise NanoVDBError(f"expected a NanoVDB grid magic at byte {base}, found 0x{magic:016x}")
     major, minor, patch = fmt.version_parts(version)
     if major != fmt.MAJOR_VERSION:
-        raise NanoVDBError(f"expected NanoVDB major version 32 at byte {base + 16}, found {major}.{minor}.{patch}")
+        raise NanoVDBError(f"expected NanoVDB major version 32 at byte {base + fmt.GRID_OFF_VERSION}, "
+                           f"found {major}.{minor}.{patch}")
     if gsize < fmt.GRID_SIZE + fmt.TREE_SIZE or gsize > MAX_GRID_BYTES:
-        raise NanoVDBError(f"grid size {gsize} at byte {base + 32} is not a plausible grid size")
+        raise NanoVDBError(f"grid size {gsize} at byte {base + fmt.GRID_OFF_GRID_SIZE} is not a plausible grid size")
     _need(buf, base, gsize, "grid")
     raw_name = bytes(buf[base + fmt.GRID_OFF_NAME: base + fmt.GRID_OFF_NAME + fmt.GRID_NAME_SIZE])
     name = raw_name.split(b"\0", 1)[0].decode("utf-8", "replace")
@@ -113,10 +116,10 @@ def _grid_header(buf: np.ndarray, base: int) -> dict[str, Any]:
     blind_offset, blind_count = _unpack(buf, base + fmt.GRID_OFF_BLIND_OFFSET, "<qI", "blind metadata")
     data1 = _unpack(buf, base + fmt.GRID_OFF_DATA1, "<Q", "grid data1")[0]
     t = base + fmt.GRID_SIZE
-    node_offsets = _unpack(buf, t, "<4Q", "tree node offsets")
-    node_counts = _unpack(buf, t + 32, "<3I", "tree node counts")
-    tile_counts = _unpack(buf, t + 44, "<3I", "tree tile counts")
-    voxel_count = _unpack(buf, t + 56, "<Q", "tree voxel count")[0]
+    node_offsets = _unpack(buf, t + fmt.TREE_OFF_NODE_OFFSETS, "<4Q", "tree node offsets")
+    node_counts = _unpack(buf, t + fmt.TREE_OFF_NODE_COUNTS, "<3I", "tree node counts")
+    tile_counts = _unpack(buf, t + fmt.TREE_OFF_TILE_COUNTS, "<3I", "tree tile counts")
+    voxel_count = _unpack(buf, t + fmt.TREE_OFF_VOXEL_COUNT, "<Q", "tree voxel count")[0]
     index_to_world = np.eye(4)
     index_to_world[:3, :3] = mat.reshape(3, 3)
     index_to_world[:3, 3] = vec
@@ -158,21 +161,21 @@ class _Checksums:
 
 def _checksum_rules(buf: np.ndarray, base: int, h: dict[str, Any], layout: fmt.GridLayout) -> _Checksums:
     end = base + h["grid_size"]
-    head_end = base + fmt.GRID_SIZE + fmt.TREE_SIZE
+    head_start, head_end = base + fmt.CHECKSUM_HEAD_START, base + fmt.GRID_SIZE + fmt.TREE_SIZE
     if h["version"] > fmt.CHECKSUM_OLD_RULES_LAST:
-        return _Checksums(((base + 16, head_end),),
+        return _Checksums(((head_start, head_end),),
                           ((f"bytes [{head_end}, {end}) in 4 KiB blocks", lambda: _blocked_crc(buf, head_end, end)),))
     t = h["tree"]
     offs, counts = h["node_offsets"], h["node_counts"]
     upper = t + offs[2]
     if counts[2] == 0:  # no nodes: versions differ on where the head stops, and there is no tail
-        spans = {(base + 16, end)}
+        spans = {(head_start, end)}
         if h["blind_count"]:
-            spans.add((base + 16, min(end, base + max(h["blind_offset"], 16))))
+            spans.add((head_start, min(end, base + max(h["blind_offset"], fmt.CHECKSUM_HEAD_START))))
         root = t + offs[3]
-        if root + fmt.ROOT_OFF_TABLE_SIZE + 4 <= end:
+        if root + fmt.ROOT_OFF_TABLE_SIZE + 4 <= end:  # the table size (u32) lies inside the grid
             table = int(struct.unpack_from("<I", buf, root + fmt.ROOT_OFF_TABLE_SIZE)[0])
-            spans.add((base + 16, min(end, root + layout.root_size + table * layout.root_tile_size)))
+            spans.add((head_start, min(end, root + layout.root_size + table * layout.root_tile_size)))
         return _Checksums(tuple(sorted(spans)), ())
     inner = [(t + offs[2], counts[2], layout.upper_size), (t + offs[1], counts[1], layout.lower_size)]
     nodes = f"the {counts[2]} upper, {counts[1]} lower and {counts[0]} leaf nodes, one CRC32 each,"
@@ -181,8 +184,8 @@ def _checksum_rules(buf: np.ndarray, base: int, h: dict[str, Any], layout: fmt.G
     def leaves(whole: bool) -> list[tuple[int, int, int]]:
         if layout.leaf_kind != "fpn":
             return [(t + offs[0], counts[0], layout.leaf_size)]
-        addrs = _fpn_leaf_addresses(buf, t + offs[0], counts[0], end, t + 32)  # FpN: sizes differ
-        return [(int(a), 1, 96 + 64 * (1 << (int(buf[a + 15]) >> 5)) if whole else 96) for a in addrs]
+        addrs = _fpn_leaf_addresses(buf, t + offs[0], counts[0], end, t + fmt.TREE_OFF_LEAF_COUNT)  # sizes differ
+        return [(int(a), 1, _fpn_leaf_size(buf, a) if whole else fmt.FPN_LEAF_FIXED_SIZE) for a in addrs]
 
     def per_node(width: int, whole: bool = True) -> Any:
         def crc() -> int | None:
@@ -204,15 +207,16 @@ def _checksum_rules(buf: np.ndarray, base: int, h: dict[str, Any], layout: fmt.G
     if layout.leaf_kind == "fpn":
         tails += [(nodes + " (FpN leaves' first 96 bytes)", per_node(w, False)) for w in (4, 8)]
     tails.append((f"bytes [{upper}, {end}) in 4 KiB blocks", lambda: _blocked_crc(buf, upper, end)))
-    return _Checksums(((base + 16, min(max(upper, base + 16), end)),), tuple(tails))
+    return _Checksums(((head_start, min(max(upper, head_start), end)),), tuple(tails))
 
 
 def _head_as_if(buf: np.ndarray, base: int, start: int, stop: int, index_count: tuple[int, int]) -> int:
     """The head CRC32 over [start, stop) with the grid index and count (bytes 24-32) replaced."""
-    if stop < base + 32:
+    index_at, count_end = base + fmt.GRID_OFF_INDEX, base + fmt.GRID_OFF_GRID_SIZE  # the grid size follows them
+    if stop < count_end:
         return _crc(buf, start, stop)
-    crc = zlib.crc32(struct.pack("<II", *index_count), _crc(buf, start, base + 24))
-    return _crc(buf, base + 32, stop, crc)
+    crc = zlib.crc32(struct.pack("<II", *index_count), _crc(buf, start, index_at))
+    return _crc(buf, count_end, stop, crc)
 
 
 def _verify_checksum(buf: np.ndarray, base: int, h: dict[str, Any], layout: fmt.GridLayout, tail: bool,
@@ -237,8 +241,9 @@ def _verify_checksum(buf: np.ndarray, base: int, h: dict[str, Any], layout: fmt.
             start, stop = rules.head_spans[0]
             raise NanoVDBError(
                 f"checksum mismatch in grid {h['name']!r} (NanoVDB {version}): bytes [{start}, {stop}) have CRC32 "
-                f"0x{_crc(buf, start, stop):08x}, the head half of the checksum at byte {base + 8} records "
-                f"0x{want_head:08x} (open with checksum=False to read a grid whose writer left a stale checksum)")
+                f"0x{_crc(buf, start, stop):08x}, the head half of the checksum at byte "
+                f"{base + fmt.GRID_OFF_CHECKSUM} records 0x{want_head:08x} (open with checksum=False to read a grid "
+                f"whose writer left a stale checksum)")
     if tail and want_tail != fmt.EMPTY_CRC32 and rules.tails:
         found = []
         for what, crc in rules.tails:
@@ -250,7 +255,8 @@ def _verify_checksum(buf: np.ndarray, base: int, h: dict[str, Any], layout: fmt.
         raise NanoVDBError(
             f"checksum mismatch in grid {h['name']!r} (NanoVDB {version}): {what} have CRC32 "
             f"{'(out of bounds)' if got is None else f'0x{got:08x}'}, the tail half of the checksum at byte "
-            f"{base + 12} records 0x{want_tail:08x} (open with checksum=False to read it anyway)")
+            f"{base + fmt.GRID_OFF_CHECKSUM + 4} records 0x{want_tail:08x} "
+            f"(open with checksum=False to read it anyway)")
 
 
 def _layout_of(header: dict[str, Any], base: int) -> fmt.GridLayout:
@@ -301,21 +307,31 @@ def _node_index(parents: np.ndarray, offsets: np.ndarray, fields: np.ndarray, st
     return index
 
 
+def _fpn_log2_bits(buf: np.ndarray, addr: int) -> int:
+    """log2 of the bit width of the FpN leaf at ``addr`` (bits 5-7 of its flags byte)."""
+    return int(buf[addr + fmt.LEAF_OFF_FLAGS]) >> fmt.FPN_FLAGS_LOG2_SHIFT
+
+
+def _fpn_leaf_size(buf: np.ndarray, addr: int) -> int:
+    """Bytes of the FpN leaf at ``addr``: the fixed part, then 64 bytes of codes per bit of its width."""
+    return fmt.FPN_LEAF_FIXED_SIZE + fmt.FPN_CODE_BYTES_PER_BIT * (1 << _fpn_log2_bits(buf, addr))
+
+
 def _fpn_leaf_addresses(buf: np.ndarray, start: int, count: int, end: int, count_at: int) -> np.ndarray:
     """Byte addresses of ``count`` FpN leaves packed from ``start``: each is 96 bytes followed by
     64 x its bit width (1, 2, 4, 8 or 16; log2 in bits 5-7 of the flags byte at 15) of codes."""
     addrs = np.empty(count, np.int64)
     pos = start
     for k in range(count):
-        if pos + 96 > end:
+        if pos + fmt.FPN_LEAF_FIXED_SIZE > end:
             raise NanoVDBError(f"FpN leaf {k} of the {count} the node count at byte {count_at} gives starts at byte "
                                f"{pos}, but the grid ends at byte {end}")
-        log2 = int(buf[pos + 15]) >> 5
+        log2 = _fpn_log2_bits(buf, pos)
         if log2 > fmt.FPN_MAX_LOG2_BITS:
-            raise NanoVDBError(f"FpN leaf {k} at byte {pos} gives a bit width of 2^{log2} (flags at byte {pos + 15}); "
-                               f"expected 1, 2, 4, 8 or 16 bits")
+            raise NanoVDBError(f"FpN leaf {k} at byte {pos} gives a bit width of 2^{log2} (flags at byte "
+                               f"{pos + fmt.LEAF_OFF_FLAGS}); expected 1, 2, 4, 8 or 16 bits")
         addrs[k] = pos
-        pos += 96 + 64 * (1 << log2)
+        pos += _fpn_leaf_size(buf, pos)
     if pos > end:
         raise NanoVDBError(f"the codes of FpN leaf {count - 1} at byte {addrs[-1]} run to byte {pos}, past the "
                            f"grid's end (byte {end})")
@@ -352,29 +368,29 @@ def _leaf_floats(buf: np.ndarray, addrs: np.ndarray, layout: fmt.GridLayout) -> 
     def at(start: int, stop: int, rows: np.ndarray = addrs) -> np.ndarray:
         return buf[rows[:, None] + np.arange(start, stop)]
 
-    n = len(addrs)
+    n, voxels, codes_at = len(addrs), tree.LEAF_VOXELS, fmt.FP_LEAF_OFF_CODES
     if layout.leaf_kind == "half":
-        return np.ascontiguousarray(at(96, 96 + 1024)).view("<f2").astype(np.float32).reshape(-1, 1)
-    codes = np.empty((n, 512), np.float32)
-    if layout.leaf_kind == "fp4":
-        raw = at(96, 96 + 256)
-        codes[:] = np.stack([raw & 15, raw >> 4], axis=2).reshape(n, 512)
+        return np.ascontiguousarray(at(codes_at, codes_at + 2 * voxels)).view("<f2").astype(np.float32).reshape(-1, 1)
+    codes = np.empty((n, voxels), np.float32)
+    if layout.leaf_kind == "fp4":  # two codes a byte, the first in the low nibble
+        raw = at(codes_at, codes_at + voxels // 2)
+        codes[:] = np.stack([raw & 15, raw >> 4], axis=2).reshape(n, voxels)
     elif layout.leaf_kind == "fp8":
-        codes[:] = at(96, 96 + 512)
+        codes[:] = at(codes_at, codes_at + voxels)
     elif layout.leaf_kind == "fp16":
-        codes[:] = np.ascontiguousarray(at(96, 96 + 1024)).view("<u2")
+        codes[:] = np.ascontiguousarray(at(codes_at, codes_at + 2 * voxels)).view("<u2")
     else:  # FpN: per leaf bit width, codes packed least significant bit first
-        log2 = buf[addrs + 15] >> 5
+        log2 = buf[addrs + fmt.LEAF_OFF_FLAGS] >> fmt.FPN_FLAGS_LOG2_SHIFT
         for b in np.unique(log2):
             sel = np.nonzero(log2 == b)[0]
             bits = 1 << int(b)
-            raw = np.ascontiguousarray(at(96, 96 + 64 * bits, addrs[sel]))
+            raw = np.ascontiguousarray(at(codes_at, codes_at + fmt.FPN_CODE_BYTES_PER_BIT * bits, addrs[sel]))
             if bits == 16:
                 codes[sel] = raw.view("<u2")
             elif bits == 8:
                 codes[sel] = raw
             else:
-                unpacked = np.unpackbits(raw, axis=1, bitorder="little").reshape(len(sel), 512, bits)
+                unpacked = np.unpackbits(raw, axis=1, bitorder="little").reshape(len(sel), voxels, bits)
                 codes[sel] = unpacked @ (1 << np.arange(bits))
     head = np.ascontiguousarray(at(fmt.FP_LEAF_OFF_MINIMUM, fmt.FP_LEAF_OFF_QUANTUM + 4)).view("<f4")
     minimum, quantum = head[:, 0:1], head[:, 1:2]
@@ -397,9 +413,10 @@ def _child_positions(bits: np.ndarray, log2: int) -> np.ndarray:
 def _key_to_origin(keys: np.ndarray) -> np.ndarray:
     """Root keys (k | j << 21 | i << 42 of coordinates >> 12 as unsigned) -> (n, 3) int32 origins."""
     keys = keys.astype(np.uint64)
-    mask = np.uint64((1 << 21) - 1)
-    parts = [(keys >> np.uint64(s)) & mask for s in (42, 21, 0)]
-    return (np.stack(parts, axis=1).astype(np.uint32) << np.uint32(12)).view(np.int32)
+    bits = fmt.ROOT_KEY_BITS
+    mask = np.uint64((1 << bits) - 1)
+    parts = [(keys >> np.uint64(s)) & mask for s in (2 * bits, bits, 0)]
+    return (np.stack(parts, axis=1).astype(np.uint32) << np.uint32(fmt.UPPER_LOG2)).view(np.int32)
 
 
 def _overlaps(origins: np.ndarray, size: int, bbox: np.ndarray | None) -> np.ndarray:
@@ -415,7 +432,7 @@ def _read_blind_data(buf: np.ndarray, base: int, h: dict[str, Any]) -> tuple[Bli
     if count == 0:
         return ()
     end = base + h["grid_size"]
-    if count > (1 << 16):
+    if count > MAX_BLIND_COUNT:
         raise NanoVDBError(f"blind data count {count} at byte {base + fmt.GRID_OFF_BLIND_COUNT} is absurd")
     records = []
     for b in range(count):
@@ -424,12 +441,13 @@ def _read_blind_data(buf: np.ndarray, base: int, h: dict[str, Any]) -> tuple[Bli
             raise NanoVDBError(f"blind metadata {b} at offset {offset} + {b} x {fmt.BLIND_META_SIZE} (offset read at "
                                f"byte {base + fmt.GRID_OFF_BLIND_OFFSET}) lies outside the grid, bytes [{base}, {end})")
         data_offset, value_count, value_size, semantic, data_class, data_type = _unpack(
-            buf, at, "<qQIIII", "blind metadata")
+            buf, at, fmt.BLIND_META_FORMAT, "blind metadata")
         start, nbytes = at + data_offset, value_count * value_size
         if value_size == 0 or nbytes > MAX_GRID_BYTES or start < base or start + nbytes > end:
             raise NanoVDBError(f"blind data {b} (metadata at byte {at}) of {value_count} x {value_size} bytes "
                                f"at offset {data_offset} from there lies outside the grid, bytes [{base}, {end})")
-        raw_name = bytes(buf[at + 32: at + 32 + 256]).split(b"\0", 1)[0].decode("utf-8", "replace")
+        name_at = at + fmt.BLIND_META_OFF_NAME
+        raw_name = bytes(buf[name_at: name_at + fmt.BLIND_NAME_SIZE]).split(b"\0", 1)[0].decode("utf-8", "replace")
         records.append(BlindData(raw_name, semantic, data_class, data_type, value_size,
                                  bytes(buf[start:start + nbytes])))
     return tuple(records)
@@ -506,128 +524,219 @@ def _decode_grid(buf: np.ndarray, base: int, bbox: np.ndarray | None = None,
     return h, obj
 
 
-def _decode_nodes(buf: np.ndarray, base: int, bbox: np.ndarray | None,
-                  leaf_subset: np.ndarray | None) -> tuple[dict[str, Any], Any]:
-    """Decode one grid into a Volume (value grids) or a Topology (index grids).  ``bbox`` (inclusive
-    index box) or ``leaf_subset`` (indices in tree order) restrict the leaves and tiles read: nodes outside
-    are never touched, which for a memory-mapped file means never read from disk."""
-    h = _grid_header(buf, base)
-    layout = _layout_of(h, base)
+def _column(rows: np.ndarray, offset: int, dtype: str) -> np.ndarray:
+    """One little-endian field (at ``offset`` in every row of the (n, size) uint8 ``rows``) as (n,)."""
+    width = np.dtype(dtype).itemsize
+    return np.ascontiguousarray(rows[:, offset:offset + width]).view(dtype)[:, 0]
+
+
+def _mask_bits(rows: np.ndarray, offset: int, size: int) -> np.ndarray:
+    """The bits of the ``size``-byte mask at ``offset`` of a node (size,) or of rows of nodes (n, size)."""
+    return np.unpackbits(rows[..., offset:offset + size], axis=-1, bitorder="little")
+
+
+def _kept_tiles(values: np.ndarray, active: np.ndarray, layout: fmt.GridLayout, background: np.ndarray) -> np.ndarray:
+    """Which tiles (values (n, C), active states (n,)) vdbflow keeps: those with a value index (index
+    grids), the active ones (Mask and Boolean grids), those whose value differs from the background."""
+    if layout.is_index:
+        return values[:, 0] != 0
+    if layout.is_topology:
+        return active
+    with np.errstate(invalid="ignore"):
+        return np.any(values != background, axis=1)
+
+
+@dataclass
+class _TileParts:
+    """Tiles gathered level by level (root, upper nodes, lower nodes): for each, its origin, size,
+    value and the byte address of that value (for messages about it)."""
+
+    origins: list[np.ndarray] = field(default_factory=list)
+    sizes: list[np.ndarray] = field(default_factory=list)
+    values: list[np.ndarray] = field(default_factory=list)
+    at: list[np.ndarray] = field(default_factory=list)
+
+    def add(self, origins: np.ndarray, size: int, values: np.ndarray, at: np.ndarray) -> None:
+        self.origins.append(origins)
+        self.sizes.append(np.full(len(values), size))
+        self.values.append(values)
+        self.at.append(at)
+
+    def within(self, bbox: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Origins (int32), sizes (int32), values and value addresses of the tiles that meet ``bbox``."""
+        origins = np.concatenate(self.origins).astype(np.int32)
+        sizes = np.concatenate(self.sizes).astype(np.int32)
+        values, at = np.concatenate(self.values), np.concatenate(self.at)
+        near = np.ones(len(origins), bool)
+        for size in tree.TILE_SIZES:
+            of_size = sizes == size
+            near[of_size] = _overlaps(origins[of_size], size, bbox)
+        return origins[near], sizes[near], values[near], at[near]
+
+
+@dataclass(frozen=True)
+class _Root:
+    """A grid's root node: its address, background value and table of entries (a tile or an upper node
+    each), with the origin, child offset, value, active state and byte address of every entry."""
+
+    address: int
+    background: np.ndarray
+    origins: np.ndarray
+    child: np.ndarray
+    values: np.ndarray
+    active: np.ndarray
+    entry_at: np.ndarray
+
+
+@dataclass(frozen=True)
+class _ChildRefs:
+    """The children one level of internal nodes points to: each child's parent address, the offset read
+    from the parent's table, the byte that offset was read at, and the child's origin."""
+
+    parents: np.ndarray
+    offsets: np.ndarray
+    fields: np.ndarray
+    origins: np.ndarray
+
+
+@dataclass(frozen=True)
+class _Leaves:
+    """The leaves read, in tree order: their origins, their indices in the grid's leaf array, the byte
+    address of every leaf of that array and, when all leaves have one size (not FpN), its (n, size) rows."""
+
+    buf: np.ndarray
+    origins: np.ndarray
+    index: np.ndarray
+    addrs: np.ndarray
+    nodes: np.ndarray | None
+
+    def columns(self, start: int, stop: int) -> np.ndarray:
+        """Bytes [start, stop) of every leaf read, copied once into a contiguous array."""
+        if self.nodes is None:
+            return self.buf[self.addrs[self.index][:, None] + np.arange(start, stop)]
+        cols = self.nodes[:, start:stop]
+        n_leaf = len(self.nodes)
+        in_place = len(self.index) == n_leaf and np.array_equal(self.index, np.arange(n_leaf))
+        return np.ascontiguousarray(cols) if in_place else np.take(cols, self.index, axis=0)
+
+
+def _grid_end(h: dict[str, Any], base: int) -> int:
+    """The byte after the grid at ``base``, once every node array's offset is checked to lie before it."""
     end = base + h["grid_size"]
     t = h["tree"]
-    leaf_off, lower_off, upper_off, root_off = h["node_offsets"]
-    n_leaf, n_lower, n_upper = h["node_counts"]
-    for what, off in (("leaf", leaf_off), ("lower", lower_off), ("upper", upper_off), ("root", root_off)):
+    for what, off in zip(("leaf", "lower", "upper", "root"), h["node_offsets"], strict=True):
         if t + off > end:
             raise NanoVDBError(f"the {what} node offset at byte {t} points past the grid's end (byte {end})")
-    gbuf = buf[:end]
-    root = t + root_off
+    return end
+
+
+def _read_root(gbuf: np.ndarray, h: dict[str, Any], layout: fmt.GridLayout) -> _Root:
+    """The root node: its background and its table of tiles and upper-node children."""
+    root = h["tree"] + h["node_offsets"][3]
     table_size = _unpack(gbuf, root + fmt.ROOT_OFF_TABLE_SIZE, "<I", "root table size")[0]
-    tiles = _node_rows(gbuf, root + layout.root_size, table_size, layout.root_tile_size, "root tile")
-    bg_raw = gbuf[root + layout.root_off_background: root + layout.root_off_background + layout.value_size]
+    entries = _node_rows(gbuf, root + layout.root_size, table_size, layout.root_tile_size, "root tile")
+    bg_at = root + layout.root_off_background
+    bg_raw = gbuf[bg_at: bg_at + layout.value_size]
     if len(bg_raw) != layout.value_size:
-        raise NanoVDBError(f"the root background at byte {root + layout.root_off_background} lies past the grid's "
-                           f"end (byte {end})")
-    background = _values(bg_raw[None], layout)[0]
+        raise NanoVDBError(f"the root background at byte {bg_at} lies past the grid's end (byte {len(gbuf)})")
+    values = entries[:, layout.root_tile_off_value: layout.root_tile_off_value + layout.value_size]
+    return _Root(address=root, background=_values(bg_raw[None], layout)[0],
+                 origins=_key_to_origin(_column(entries, fmt.ROOT_TILE_OFF_KEY, "<u8")),
+                 child=_column(entries, fmt.ROOT_TILE_OFF_CHILD, "<i8"), values=_values(values, layout),
+                 active=_column(entries, fmt.ROOT_TILE_OFF_STATE, "<u4") != 0,
+                 entry_at=root + layout.root_size + np.arange(table_size, dtype=np.int64) * layout.root_tile_size)
 
-    keys = np.ascontiguousarray(tiles[:, 0:8]).view("<u8")[:, 0]
-    child = np.ascontiguousarray(tiles[:, 8:16]).view("<i8")[:, 0]
-    tile_values = _values(tiles[:, layout.root_tile_off_value: layout.root_tile_off_value + layout.value_size],
-                          layout)
-    root_origins = _key_to_origin(keys)
 
-    def keep_tile(values: np.ndarray, active: np.ndarray) -> np.ndarray:
-        if layout.is_index:
-            return values[:, 0] != 0
-        if layout.is_topology:  # Mask / Boolean: a tile is part of the topology when active
-            return active
-        with np.errstate(invalid="ignore"):
-            return np.any(values != background, axis=1)
+def _root_tiles(root: _Root, layout: fmt.GridLayout, tiles: _TileParts) -> None:
+    """Adds the root's tiles (the entries without a child) that are kept to ``tiles``."""
+    keep = (root.child == 0) & _kept_tiles(root.values, root.active, layout, root.background)
+    tiles.add(root.origins[keep], fmt.UPPER_DIM, root.values[keep], root.entry_at[keep] + layout.root_tile_off_value)
 
-    tile_origin_parts, tile_size_parts, tile_value_parts, tile_at_parts = [], [], [], []
-    is_tile = child == 0
-    root_active = np.ascontiguousarray(tiles[:, fmt.TILE_STATE_ROOT:fmt.TILE_STATE_ROOT + 4]).view("<u4")[:, 0] != 0
-    sel = is_tile & keep_tile(tile_values, root_active)
-    root_tile_at = root + layout.root_size + np.arange(table_size, dtype=np.int64) * layout.root_tile_size
-    tile_origin_parts.append(root_origins[sel])
-    tile_size_parts.append(np.full(int(sel.sum()), 4096))
-    tile_value_parts.append(tile_values[sel])
-    tile_at_parts.append(root_tile_at[sel] + layout.root_tile_off_value)
 
-    # upper nodes
-    uppers = _node_rows(gbuf, t + upper_off, n_upper, layout.upper_size, "upper node")
-    u_index = _node_index(np.full(int((~is_tile).sum()), root), child[~is_tile],
-                          root_tile_at[~is_tile] + fmt.ROOT_TILE_OFF_CHILD, t + upper_off, n_upper,
-                          layout.upper_size, "upper", "root tile", t + 40)
-    u_origin = root_origins[~is_tile]
-    near = _overlaps(u_origin, 4096, bbox)
-    u_index, u_origin = u_index[near], u_origin[near]
-    lower_parent, lower_offs, lower_fields, lower_origin = [], [], [], []
-    for k, ui in enumerate(u_index):
+def _joined(parts: list[np.ndarray], shape: tuple[int, ...] = (0,)) -> np.ndarray:
+    """The parts concatenated; an empty int64 array of ``shape`` when there are none."""
+    return np.concatenate(parts) if parts else np.zeros(shape, np.int64)
+
+
+def _read_upper_nodes(gbuf: np.ndarray, h: dict[str, Any], layout: fmt.GridLayout, root: _Root,
+                      bbox: np.ndarray | None, tiles: _TileParts) -> _ChildRefs:
+    """The upper nodes the root points to that meet ``bbox``, one by one: their kept tiles go to
+    ``tiles``; returns the lower nodes they point to."""
+    t, start, count = h["tree"], h["tree"] + h["node_offsets"][2], h["node_counts"][2]
+    uppers = _node_rows(gbuf, start, count, layout.upper_size, "upper node")
+    linked = root.child != 0
+    index = _node_index(np.full(int(linked.sum()), root.address), root.child[linked],
+                        root.entry_at[linked] + fmt.ROOT_TILE_OFF_CHILD, start, count, layout.upper_size,
+                        "upper", "root tile", t + fmt.TREE_OFF_UPPER_COUNT)
+    origins = root.origins[linked]
+    near = _overlaps(origins, fmt.UPPER_DIM, bbox)
+    parents, offsets, fields, child_origins = [], [], [], []
+    stride, table_at = layout.table_stride, layout.upper_off_table
+    for ui, origin in zip(index[near], origins[near], strict=True):
         node = uppers[ui]
-        addr = t + upper_off + int(ui) * layout.upper_size
-        cmask = np.unpackbits(node[fmt.UPPER_OFF_CHILD_MASK: fmt.UPPER_OFF_CHILD_MASK + 4096], bitorder="little")
-        table = node[layout.upper_off_table: layout.upper_off_table + 32768 * layout.table_stride]
-        table = table.reshape(32768, layout.table_stride)
-        kids = np.nonzero(cmask)[0]
-        offs = np.ascontiguousarray(table[kids, :8]).view("<i8")[:, 0]
-        lower_parent.append(np.full(len(kids), addr, np.int64))
-        lower_offs.append(offs)
-        lower_fields.append(addr + layout.upper_off_table + kids.astype(np.int64) * layout.table_stride)
-        lower_origin.append(u_origin[k] + (_child_positions(kids, fmt.UPPER_DIM_LOG2) << 7))
-        non = np.nonzero(cmask == 0)[0]
+        addr = start + int(ui) * layout.upper_size
+        table = node[table_at: table_at + fmt.UPPER_CHILDREN * stride].reshape(fmt.UPPER_CHILDREN, stride)
+        child_mask = _mask_bits(node, fmt.UPPER_OFF_CHILD_MASK, fmt.UPPER_MASK_SIZE)
+        kids = np.nonzero(child_mask)[0]
+        parents.append(np.full(len(kids), addr, np.int64))
+        offsets.append(_column(table[kids], 0, "<i8"))
+        fields.append(addr + table_at + kids.astype(np.int64) * stride)
+        child_origins.append(origin + (_child_positions(kids, fmt.UPPER_DIM_LOG2) << fmt.LOWER_LOG2))
+        non = np.nonzero(child_mask == 0)[0]
         vals = _values(table[non, :layout.value_size], layout)
-        vmask = np.unpackbits(node[fmt.UPPER_OFF_VALUE_MASK: fmt.UPPER_OFF_VALUE_MASK + 4096], bitorder="little")
-        keep = keep_tile(vals, vmask[non].astype(bool))
-        tile_origin_parts.append(u_origin[k] + (_child_positions(non[keep], fmt.UPPER_DIM_LOG2) << 7))
-        tile_size_parts.append(np.full(int(keep.sum()), 128))
-        tile_value_parts.append(vals[keep])
-        tile_at_parts.append(addr + layout.upper_off_table + non[keep].astype(np.int64) * layout.table_stride)
+        value_mask = _mask_bits(node, fmt.UPPER_OFF_VALUE_MASK, fmt.UPPER_MASK_SIZE)
+        keep = _kept_tiles(vals, value_mask[non].astype(bool), layout, root.background)
+        tiles.add(origin + (_child_positions(non[keep], fmt.UPPER_DIM_LOG2) << fmt.LOWER_LOG2), fmt.LOWER_DIM,
+                  vals[keep], addr + table_at + non[keep].astype(np.int64) * stride)
+    return _ChildRefs(_joined(parents), _joined(offsets), _joined(fields), _joined(child_origins, (0, 3)))
 
-    def joined(parts: list, shape: tuple = (0,)) -> np.ndarray:
-        return np.concatenate(parts) if parts else np.zeros(shape, np.int64)
 
-    # lower nodes, all at once
-    lowers = _node_rows(gbuf, t + lower_off, n_lower, layout.lower_size, "lower node")
-    l_index = _node_index(joined(lower_parent), joined(lower_offs), joined(lower_fields), t + lower_off, n_lower,
-                          layout.lower_size, "lower", "upper node", t + 36)
-    lower_addr_a = t + lower_off + l_index * layout.lower_size
-    lower_origin_a = joined(lower_origin, (0, 3))
-    near = _overlaps(lower_origin_a, 128, bbox)
-    l_index, lower_addr_a, lower_origin_a = l_index[near], lower_addr_a[near], lower_origin_a[near]
-    rows = lowers[l_index]
-    cmask = np.unpackbits(rows[:, fmt.LOWER_OFF_CHILD_MASK: fmt.LOWER_OFF_CHILD_MASK + 512], axis=1,
-                          bitorder="little")
-    table = rows[:, layout.lower_off_table: layout.lower_off_table + 4096 * layout.table_stride]
-    table = table.reshape(len(rows), 4096, layout.table_stride)
-    node, kid = np.nonzero(cmask)
-    offs = np.ascontiguousarray(table[node, kid, :8]).view("<i8")[:, 0]
-    leaf_parent = lower_addr_a[node]
-    leaf_fields = leaf_parent + layout.lower_off_table + kid.astype(np.int64) * layout.table_stride
-    leaf_origin = lower_origin_a[node] + (_child_positions(kid, fmt.LOWER_DIM_LOG2) << 3)
-    node, non = np.nonzero(cmask == 0)
+def _read_lower_nodes(gbuf: np.ndarray, h: dict[str, Any], layout: fmt.GridLayout, refs: _ChildRefs,
+                      background: np.ndarray, bbox: np.ndarray | None, tiles: _TileParts) -> _ChildRefs:
+    """The lower nodes ``refs`` point to that meet ``bbox``, all at once: their kept tiles go to
+    ``tiles``; returns the leaves they point to."""
+    t, start, count = h["tree"], h["tree"] + h["node_offsets"][1], h["node_counts"][1]
+    lowers = _node_rows(gbuf, start, count, layout.lower_size, "lower node")
+    index = _node_index(refs.parents, refs.offsets, refs.fields, start, count, layout.lower_size, "lower",
+                        "upper node", t + fmt.TREE_OFF_LOWER_COUNT)
+    addrs = start + index * layout.lower_size
+    near = _overlaps(refs.origins, fmt.LOWER_DIM, bbox)
+    index, addrs, origins = index[near], addrs[near], refs.origins[near]
+    rows = lowers[index]
+    stride, table_at = layout.table_stride, layout.lower_off_table
+    table = rows[:, table_at: table_at + fmt.LOWER_CHILDREN * stride].reshape(len(rows), fmt.LOWER_CHILDREN, stride)
+    child_mask = _mask_bits(rows, fmt.LOWER_OFF_CHILD_MASK, fmt.LOWER_MASK_SIZE)
+    node, kid = np.nonzero(child_mask)
+    leaves = _ChildRefs(addrs[node], _column(table[node, kid], 0, "<i8"),
+                        addrs[node] + table_at + kid.astype(np.int64) * stride,
+                        origins[node] + (_child_positions(kid, fmt.LOWER_DIM_LOG2) << fmt.LEAF_LOG2))
+    node, non = np.nonzero(child_mask == 0)
     vals = _values(table[node, non, :layout.value_size], layout)
-    vmask = np.unpackbits(rows[:, fmt.LOWER_OFF_VALUE_MASK: fmt.LOWER_OFF_VALUE_MASK + 512], axis=1, bitorder="little")
-    keep = keep_tile(vals, vmask[node, non].astype(bool))
-    tile_origin_parts.append(lower_origin_a[node[keep]] + (_child_positions(non[keep], fmt.LOWER_DIM_LOG2) << 3))
-    tile_size_parts.append(np.full(int(keep.sum()), 8))
-    tile_value_parts.append(vals[keep])
-    tile_at_parts.append(lower_addr_a[node[keep]] + layout.lower_off_table
-                         + non[keep].astype(np.int64) * layout.table_stride)
+    value_mask = _mask_bits(rows, fmt.LOWER_OFF_VALUE_MASK, fmt.LOWER_MASK_SIZE)
+    keep = _kept_tiles(vals, value_mask[node, non].astype(bool), layout, background)
+    tiles.add(origins[node[keep]] + (_child_positions(non[keep], fmt.LOWER_DIM_LOG2) << fmt.LEAF_LOG2), fmt.LEAF_DIM,
+              vals[keep], addrs[node[keep]] + table_at + non[keep].astype(np.int64) * stride)
+    return leaves
 
-    # leaves (FpN leaves differ in size: they are found by walking the packed array)
+
+def _read_leaves(gbuf: np.ndarray, h: dict[str, Any], layout: fmt.GridLayout, refs: _ChildRefs, end: int,
+                 bbox: np.ndarray | None, leaf_subset: np.ndarray | None) -> _Leaves:
+    """The leaves ``refs`` point to, in tree order, less those outside ``bbox`` or not in ``leaf_subset``
+    (FpN leaves differ in size: they are found by walking the packed array)."""
+    t, start, count = h["tree"], h["tree"] + h["node_offsets"][0], h["node_counts"][0]
+    count_at = t + fmt.TREE_OFF_LEAF_COUNT
     if layout.leaf_kind == "fpn":
-        leaf_addrs = _fpn_leaf_addresses(gbuf, t + leaf_off, n_leaf, end, t + 32)
-        f_index = _node_index_among(leaf_parent, offs, leaf_fields, leaf_addrs, "leaf", "lower node", t + 32)
-        leaf_nodes = None
+        addrs = _fpn_leaf_addresses(gbuf, start, count, end, count_at)
+        index = _node_index_among(refs.parents, refs.offsets, refs.fields, addrs, "leaf", "lower node", count_at)
+        nodes = None
     else:
-        leaf_nodes = _node_rows(gbuf, t + leaf_off, n_leaf, layout.leaf_size, "leaf")
-        f_index = _node_index(leaf_parent, offs, leaf_fields, t + leaf_off, n_leaf, layout.leaf_size, "leaf",
-                              "lower node", t + 32)
-        leaf_addrs = t + leaf_off + np.arange(n_leaf, dtype=np.int64) * layout.leaf_size
-    order = tree.tree_order(leaf_origin >> 3)
-    f_index, leaf_origin = f_index[order], leaf_origin[order]
-    keep = _overlaps(leaf_origin, 8, bbox)
+        nodes = _node_rows(gbuf, start, count, layout.leaf_size, "leaf")
+        index = _node_index(refs.parents, refs.offsets, refs.fields, start, count, layout.leaf_size, "leaf",
+                            "lower node", count_at)
+        addrs = start + np.arange(count, dtype=np.int64) * layout.leaf_size
+    order = tree.tree_order(refs.origins >> fmt.LEAF_LOG2)
+    index, origins = index[order], refs.origins[order]
+    keep = _overlaps(origins, fmt.LEAF_DIM, bbox)
     if leaf_subset is not None:
         chosen = np.zeros(len(keep), bool)
         wanted = np.asarray(leaf_subset, dtype=np.int64)
@@ -635,96 +744,114 @@ def _decode_nodes(buf: np.ndarray, base: int, bbox: np.ndarray | None,
             raise NanoVDBError(f"expected leaf indices in [0, {len(keep)}), got {wanted.min()}..{wanted.max()}")
         chosen[wanted] = True
         keep &= chosen
-    f_index, leaf_origin = f_index[keep], leaf_origin[keep]
-    in_place = len(f_index) == n_leaf and np.array_equal(f_index, np.arange(n_leaf))
+    return _Leaves(gbuf, origins[keep], index[keep], addrs, nodes)
 
-    def leaf_columns(start: int, stop: int) -> np.ndarray:
-        """Bytes [start, stop) of every kept leaf, copied once into a contiguous array."""
-        if leaf_nodes is None:
-            return gbuf[leaf_addrs[f_index][:, None] + np.arange(start, stop)]
-        cols = leaf_nodes[:, start:stop]
-        return np.ascontiguousarray(cols) if in_place else np.take(cols, f_index, axis=0)
 
-    lrows_head = leaf_columns(0, 96 if layout.is_index else fmt.LEAF_OFF_VALUE_MASK + 64)
-    masks = np.ascontiguousarray(lrows_head[:, fmt.LEAF_OFF_VALUE_MASK: fmt.LEAF_OFF_VALUE_MASK + 64]).view("<u8")
-    masks = masks.astype(np.uint64).reshape(-1, 8)
-
-    tile_origins = np.concatenate(tile_origin_parts).astype(np.int32)
-    tile_sizes = np.concatenate(tile_size_parts).astype(np.int32)
-    tile_vals = np.concatenate(tile_value_parts)
-    tile_at = np.concatenate(tile_at_parts)
-    near = np.ones(len(tile_origins), bool)
-    for size in tree.TILE_SIZES:
-        of_size = tile_sizes == size
-        near[of_size] = _overlaps(tile_origins[of_size], size, bbox)
-    tile_origins, tile_sizes, tile_vals, tile_at = tile_origins[near], tile_sizes[near], tile_vals[near], tile_at[near]
+def _grid_transform(h: dict[str, Any], base: int) -> Transform:
+    """The grid's index-to-world map as a Transform (a map that is not one is a NanoVDBError)."""
     try:
-        transform = Transform(h["index_to_world"])
+        return Transform(h["index_to_world"])
     except VolumeError as err:
         raise NanoVDBError(f"the index-to-world map at byte {base + fmt.GRID_OFF_MAP + fmt.MAP_OFF_MATD} of grid "
                            f"{h['name']!r} is not usable: {err}") from None
-    if layout.is_index:
-        offsets = np.ascontiguousarray(lrows_head[:, fmt.INDEX_LEAF_OFF_OFFSET: fmt.INDEX_LEAF_OFF_OFFSET + 8])
-        first = offsets.view("<u8")[:, 0].astype(np.uint64)  # compared unsigned, without sums: no wrap-around
-        value_count = int(h["value_count"])
-        if value_count > MAX_VALUE_COUNT:
-            raise NanoVDBError(f"value count {value_count} at byte {base + fmt.GRID_OFF_DATA1} of grid "
-                               f"{h['name']!r} is not plausible (at most {MAX_VALUE_COUNT})")
-        if layout.grid_type == fmt.GRID_TYPE_INDEX:
-            # ValueIndex: all 512 voxels of a leaf are indexed, active or not
-            masks_for_index = np.full_like(masks, np.iinfo(np.uint64).max)
-        else:
-            masks_for_index = masks
-        counts = np.bitwise_count(masks_for_index).sum(axis=1).astype(np.uint64)
-        vc = np.uint64(value_count)
-        # a leaf's values [first, first + count) lie in [1, value_count): index 0 is the background
-        bad = (first > vc) | (counts > vc - np.minimum(first, vc)) | ((counts > 0) & (first < 1))
+
+
+def _index_topology(h: dict[str, Any], base: int, layout: fmt.GridLayout, leaves: _Leaves, head: np.ndarray,
+                    masks: np.ndarray, tiles: tuple[np.ndarray, ...], transform: Transform) -> Topology:
+    """An Index / OnIndex grid as an index-layout Topology, once every leaf's value range and every
+    tile's value index is checked against the grid's value count."""
+    tile_origins, tile_sizes, tile_vals, tile_at = tiles
+    first = _column(head, fmt.INDEX_LEAF_OFF_OFFSET, "<u8").astype(np.uint64)  # compared unsigned: no wrap-around
+    value_count = int(h["value_count"])
+    if value_count > MAX_VALUE_COUNT:
+        raise NanoVDBError(f"value count {value_count} at byte {base + fmt.GRID_OFF_DATA1} of grid "
+                           f"{h['name']!r} is not plausible (at most {MAX_VALUE_COUNT})")
+    if layout.grid_type == fmt.GRID_TYPE_INDEX:
+        # ValueIndex: all 512 voxels of a leaf are indexed, active or not
+        masks = np.full_like(masks, np.iinfo(np.uint64).max)
+    counts = np.bitwise_count(masks).sum(axis=1).astype(np.uint64)
+    vc = np.uint64(value_count)
+    # a leaf's values [first, first + count) lie in [1, value_count): index 0 is the background
+    bad = (first > vc) | (counts > vc - np.minimum(first, vc)) | ((counts > 0) & (first < 1))
+    if np.any(bad):
+        k = int(np.argmax(bad))
+        leaf_at = h["tree"] + h["node_offsets"][0] + int(leaves.index[k]) * layout.leaf_size
+        at = leaf_at + fmt.INDEX_LEAF_OFF_OFFSET
+        raise NanoVDBError(
+            f"the leaf at byte {leaf_at} of grid {h['name']!r} says its {int(counts[k])} "
+            f"values start at index {int(first[k])} (byte {at}); expected them within [1, {value_count}), the "
+            f"value count at byte {base + fmt.GRID_OFF_DATA1}")
+    if len(tile_vals):
+        bad = tile_vals[:, 0] >= np.uint64(max(value_count, 1))
         if np.any(bad):
             k = int(np.argmax(bad))
-            at = t + leaf_off + int(f_index[k]) * layout.leaf_size + fmt.INDEX_LEAF_OFF_OFFSET
             raise NanoVDBError(
-                f"the leaf at byte {at - fmt.INDEX_LEAF_OFF_OFFSET} of grid {h['name']!r} says its {int(counts[k])} "
-                f"values start at index {int(first[k])} (byte {at}); expected them within [1, {value_count}), the "
-                f"value count at byte {base + fmt.GRID_OFF_DATA1}")
-        if len(tile_vals):
-            bad = tile_vals[:, 0] >= np.uint64(max(value_count, 1))
-            if np.any(bad):
-                k = int(np.argmax(bad))
-                raise NanoVDBError(
-                    f"a tile at byte {int(tile_at[k])} of grid {h['name']!r} holds value index "
-                    f"{int(tile_vals[k, 0])}; expected one below the value count {value_count} "
-                    f"(byte {base + fmt.GRID_OFF_DATA1})")
-        first = np.where(first > 0, first - np.uint64(1), np.uint64(0)).astype(np.int64)
-        topo = Topology(leaf_origin.astype(np.int32), masks_for_index, transform, tile_origins, tile_sizes,
-                        leaf_offset=first, value_count=max(value_count - 1, 0),
-                        tile_value_index=tile_vals[:, 0].astype(np.int64) - 1)
-        return h, topo
-    if layout.is_topology:
-        return h, Topology(leaf_origin.astype(np.int32), masks, transform, tile_origins, tile_sizes)
-    if layout.is_quantised:  # decoded to float32 copies
-        topo = Topology(leaf_origin.astype(np.int32), masks, transform, tile_origins, tile_sizes)
+                f"a tile at byte {int(tile_at[k])} of grid {h['name']!r} holds value index "
+                f"{int(tile_vals[k, 0])}; expected one below the value count {value_count} "
+                f"(byte {base + fmt.GRID_OFF_DATA1})")
+    first = np.where(first > 0, first - np.uint64(1), np.uint64(0)).astype(np.int64)
+    return Topology(leaves.origins.astype(np.int32), masks, transform, tile_origins, tile_sizes,
+                    leaf_offset=first, value_count=max(value_count - 1, 0),
+                    tile_value_index=tile_vals[:, 0].astype(np.int64) - 1)
+
+
+def _value_volume(gbuf: np.ndarray, h: dict[str, Any], layout: fmt.GridLayout, leaves: _Leaves, background: np.ndarray,
+                  topo: Topology, tile_vals: np.ndarray) -> Volume:
+    """A value grid as a Volume: quantised values decoded to float32 copies, plain values left where
+    they are (a flat view of the leaf array and each leaf's element offset into it)."""
+    if layout.is_quantised:
         vt = value_type_for(np.dtype(np.float32), 1)
-        return h, Volume(topo, _leaf_floats(gbuf, leaf_addrs[f_index], layout),
-                         np.asarray(background, np.float32).reshape(1),
-                         np.ascontiguousarray(tile_vals.reshape(-1, 1), np.float32), vt, False, h["name"] or "value")
-    # values stay where they are: a flat view of the leaf array and each leaf's element offset
+        return Volume(topo, _leaf_floats(gbuf, leaves.addrs[leaves.index], layout),
+                      np.asarray(background, np.float32).reshape(1),
+                      np.ascontiguousarray(tile_vals.reshape(-1, 1), np.float32), vt, False, h["name"] or "value")
     item = layout.dtype.itemsize
-    start = t + leaf_off
-    flat = gbuf[start: start + n_leaf * layout.leaf_size].view(layout.dtype)
-    values_at = (f_index * layout.leaf_size + layout.leaf_off_table) // item
-    topo = Topology(leaf_origin.astype(np.int32), masks, transform, tile_origins, tile_sizes)
+    start, count = h["tree"] + h["node_offsets"][0], h["node_counts"][0]
+    flat = gbuf[start: start + count * layout.leaf_size].view(layout.dtype)
+    values_at = (leaves.index * layout.leaf_size + layout.leaf_off_table) // item
     vt = value_type_for(layout.dtype, layout.components)
-    vol = Volume(topo, flat, np.ascontiguousarray(background, vt.dtype),
-                 np.ascontiguousarray(tile_vals.reshape(-1, layout.components), vt.dtype), vt, False,
-                 h["name"] or "value", leaf_values_at=values_at)
-    return h, vol
+    return Volume(topo, flat, np.ascontiguousarray(background, vt.dtype),
+                  np.ascontiguousarray(tile_vals.reshape(-1, layout.components), vt.dtype), vt, False,
+                  h["name"] or "value", leaf_values_at=values_at)
+
+
+def _decode_nodes(buf: np.ndarray, base: int, bbox: np.ndarray | None,
+                  leaf_subset: np.ndarray | None) -> tuple[dict[str, Any], Any]:
+    """Decode one grid into a Volume (value grids) or a Topology (index grids).  ``bbox`` (inclusive
+    index box) or ``leaf_subset`` (indices in tree order) restrict the leaves and tiles read: nodes outside
+    are never touched, which for a memory-mapped file means never read from disk.
+
+    Level by level: the root's table, the upper nodes it points to, the lower nodes those point to (their
+    tiles gathered on the way), then the leaves, whose masks and values make the result."""
+    h = _grid_header(buf, base)
+    layout = _layout_of(h, base)
+    end = _grid_end(h, base)
+    gbuf = buf[:end]
+    tiles = _TileParts()
+    root = _read_root(gbuf, h, layout)
+    _root_tiles(root, layout, tiles)
+    lower_refs = _read_upper_nodes(gbuf, h, layout, root, bbox, tiles)
+    leaf_refs = _read_lower_nodes(gbuf, h, layout, lower_refs, root.background, bbox, tiles)
+    leaves = _read_leaves(gbuf, h, layout, leaf_refs, end, bbox, leaf_subset)
+    # the leaves' heads: bbox, flags and value mask (and for index grids the value offset and prefix sums)
+    head = leaves.columns(0, layout.leaf_size if layout.is_index else fmt.LEAF_OFF_VALUE_MASK + fmt.LEAF_MASK_SIZE)
+    mask_bytes = np.ascontiguousarray(head[:, fmt.LEAF_OFF_VALUE_MASK: fmt.LEAF_OFF_VALUE_MASK + fmt.LEAF_MASK_SIZE])
+    masks = mask_bytes.view("<u8").astype(np.uint64).reshape(-1, 8)
+    tile_parts = tiles.within(bbox)
+    tile_origins, tile_sizes, tile_vals, _ = tile_parts
+    transform = _grid_transform(h, base)
+    if layout.is_index:
+        return h, _index_topology(h, base, layout, leaves, head, masks, tile_parts, transform)
+    topo = Topology(leaves.origins.astype(np.int32), masks, transform, tile_origins, tile_sizes)
+    if layout.is_topology:
+        return h, topo
+    return h, _value_volume(gbuf, h, layout, leaves, root.background, topo, tile_vals)
 
 
 # ------------------------------------------------------------------------------------------------
 # files: segments of (header, metadata + names, grid payloads)
 ZIP_MAX_RATIO = 1032  # deflate never expands more than 1032:1 (zlib's documented bound)
 BLOSC_MAX_CHUNK = 1 << 30  # NanoVDB writes blosc grids in chunks of at most 1 GiB, each with its own size
-BLOSC_HEADER_SIZE = 16  # version, versionlz, flags, typesize (u8 each), nbytes, blocksize, cbytes (u32 each)
+ZIP_SLACK = 4096  # and a few bytes more (the stream's header and last block)
 _INFLATE_STEP = 1 << 24  # zip output produced per step
 
 
@@ -755,16 +882,17 @@ def _blosc_frame_size(buf: np.ndarray, at: int, size: int, residual: int) -> int
     """The uncompressed size a blosc frame's 16-byte header declares, checked before anything is
     decompressed: at most the ``residual`` bytes of the grid still to come, and the frame must fill
     exactly its chunk of ``size`` bytes."""
-    if size < BLOSC_HEADER_SIZE:
+    if size < fmt.BLOSC_HEADER_SIZE:
         raise NanoVDBError(f"blosc chunk at byte {at} has {size} bytes, expected at least a "
-                           f"{BLOSC_HEADER_SIZE}-byte header")
-    nbytes, _blocksize, cbytes = _unpack(buf, at + 4, "<III", "blosc header")
+                           f"{fmt.BLOSC_HEADER_SIZE}-byte header")
+    nbytes, _blocksize, cbytes = _unpack(buf, at + fmt.BLOSC_OFF_NBYTES, "<III", "blosc header")
     if not 0 < nbytes <= residual:
-        raise NanoVDBError(f"blosc chunk at byte {at} declares {nbytes} uncompressed bytes (at byte {at + 4}), "
-                           f"expected between 1 and the {residual} bytes left of the grid")
+        raise NanoVDBError(f"blosc chunk at byte {at} declares {nbytes} uncompressed bytes "
+                           f"(at byte {at + fmt.BLOSC_OFF_NBYTES}), expected between 1 and the {residual} bytes left "
+                           f"of the grid")
     if cbytes != size:
-        raise NanoVDBError(f"blosc chunk at byte {at} declares {cbytes} compressed bytes (at byte {at + 12}), "
-                           f"but its chunk holds {size}")
+        raise NanoVDBError(f"blosc chunk at byte {at} declares {cbytes} compressed bytes "
+                           f"(at byte {at + fmt.BLOSC_OFF_CBYTES}), but its chunk holds {size}")
     return nbytes
 
 
@@ -773,7 +901,7 @@ def _decompress(src: _GridSource, expected: int) -> np.ndarray:
     ``expected`` bytes, stopping at the first byte a lying payload would write beyond them."""
     if src.codec == "zip":
         (at, size, _), = src.chunks
-        if expected > ZIP_MAX_RATIO * size + 4096:
+        if expected > ZIP_MAX_RATIO * size + ZIP_SLACK:
             raise NanoVDBError(f"zip payload at byte {at} of {size} bytes cannot inflate to the declared "
                                f"{expected} bytes (deflate expands at most {ZIP_MAX_RATIO}:1)")
         out = np.empty(expected, np.uint8)  # pages are only touched as they are written
@@ -804,12 +932,13 @@ def _chunks(buf: np.ndarray, pos: int, codec: str, grid_size: int, name: str) ->
         size = _unpack(buf, pos, "<Q", "compressed chunk size")[0]
         if size > MAX_GRID_BYTES:
             raise NanoVDBError(f"compressed chunk size {size} at byte {pos} is absurd")
-        _need(buf, pos + 8, size, f"compressed grid {name!r}")
+        at = pos + fmt.CHUNK_SIZE_BYTES
+        _need(buf, at, size, f"compressed grid {name!r}")
         if codec == "zip":
-            return [(pos + 8, size, grid_size)]
-        nbytes = _blosc_frame_size(buf, pos + 8, size, residual)
-        chunks.append((pos + 8, size, nbytes))
-        pos += 8 + size
+            return [(at, size, grid_size)]
+        nbytes = _blosc_frame_size(buf, at, size, residual)
+        chunks.append((at, size, nbytes))
+        pos = at + size
         residual -= nbytes
         if residual == 0:
             return chunks
@@ -820,24 +949,26 @@ def _segments(buf: np.ndarray, file_name: str | None) -> list[tuple[dict[str, An
     out: list[tuple[dict[str, Any], _GridSource]] = []
     pos = 0
     while pos < len(buf):
-        magic, version, count, codec_id = _unpack(buf, pos, "<QIHH", "file header")
+        magic, version, count, codec_id = _unpack(buf, pos, fmt.FILE_HEADER_FORMAT, "file header")
         if magic not in fmt.FILE_MAGICS:
             raise NanoVDBError(f"expected a NanoVDB file header at byte {pos}, found magic 0x{magic:016x}")
         major, minor, patch = fmt.version_parts(version)
         if major != fmt.MAJOR_VERSION:
-            raise NanoVDBError(f"unsupported NanoVDB file version {major}.{minor}.{patch} at byte {pos + 8} "
-                               f"(vdbflow reads major version 32)")
+            raise NanoVDBError(f"unsupported NanoVDB file version {major}.{minor}.{patch} at byte "
+                               f"{pos + fmt.FILE_OFF_VERSION} (vdbflow reads major version 32)")
         codec = fmt.CODECS.get(codec_id)
         if codec is None:
-            raise NanoVDBError(f"unknown codec {codec_id} at byte {pos + 14} (expected 0 none, 1 zip, 2 blosc)")
+            raise NanoVDBError(f"unknown codec {codec_id} at byte {pos + fmt.FILE_OFF_CODEC} "
+                               f"(expected 0 none, 1 zip, 2 blosc)")
         if count == 0:
-            raise NanoVDBError(f"file segment at byte {pos} holds no grids (grid count at byte {pos + 12})")
+            raise NanoVDBError(f"file segment at byte {pos} holds no grids "
+                               f"(grid count at byte {pos + fmt.FILE_OFF_GRID_COUNT})")
         meta_pos = pos + fmt.FILE_HEADER_SIZE
         metas = []
         for _ in range(count):
             gsize, fsize, _key, voxels, gtype, gclass = _unpack(buf, meta_pos, "<QQQQII", "grid metadata")
-            name_size = _unpack(buf, meta_pos + 136, "<I", "grid metadata")[0]
-            if gsize > MAX_GRID_BYTES or fsize > MAX_GRID_BYTES or name_size > 1 << 20:
+            name_size = _unpack(buf, meta_pos + fmt.FILE_META_OFF_NAME_SIZE, "<I", "grid metadata")[0]
+            if gsize > MAX_GRID_BYTES or fsize > MAX_GRID_BYTES or name_size > MAX_NAME_BYTES:
                 raise NanoVDBError(f"grid metadata at byte {meta_pos} gives absurd sizes "
                                    f"(grid {gsize}, file {fsize}, name {name_size} bytes)")
             if gsize < fmt.GRID_SIZE + fmt.TREE_SIZE:
@@ -876,9 +1007,9 @@ def _sources(data: str | os.PathLike | bytes | np.ndarray) -> list[tuple[dict[st
         buf, name = _map_file(data), os.fspath(data)
     else:
         buf, name = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data, None
-    if len(buf) < 8:
+    if len(buf) < fmt.MAGIC_SIZE:
         raise NanoVDBError(f"expected a NanoVDB file header or grid at byte 0, but the buffer ends at byte {len(buf)}")
-    magic = struct.unpack_from("<Q", buf, 0)[0]
+    magic = struct.unpack_from("<Q", buf, fmt.GRID_OFF_MAGIC)[0]  # a grid's and a file's magic alike
     if magic == fmt.MAGIC_GRID or (magic == fmt.MAGIC_NUMBER and _looks_like_grid(buf)):
         return _raw_grids(buf, name)
     return _segments(buf, name)
@@ -889,8 +1020,8 @@ def _looks_like_grid(buf: np.ndarray) -> bool:
     reads as major 32 and bytes 8..12 do not (a file keeps its version at byte 8)."""
     if len(buf) < fmt.GRID_SIZE:
         return False
-    file_version = struct.unpack_from("<I", buf, 8)[0]
-    grid_version = struct.unpack_from("<I", buf, 16)[0]
+    file_version = struct.unpack_from("<I", buf, fmt.FILE_OFF_VERSION)[0]
+    grid_version = struct.unpack_from("<I", buf, fmt.GRID_OFF_VERSION)[0]
     return fmt.version_parts(grid_version)[0] == fmt.MAJOR_VERSION and \
         fmt.version_parts(file_version)[0] != fmt.MAJOR_VERSION
 
@@ -1023,7 +1154,7 @@ def list_grids(data: str | os.PathLike | bytes | np.ndarray) -> list[GridInfo]:
     for n, g in enumerate(_grids(data)):
         buf, meta = g.buffer, g.meta
         h = _grid_header(buf, g.offset)
-        bbox = _unpack(buf, h["tree"] + h["node_offsets"][3], "<6i", "root bbox")
+        bbox = _unpack(buf, h["tree"] + h["node_offsets"][3] + fmt.ROOT_OFF_BBOX, "<6i", "root bbox")
         wb = h["world_bbox"]
         infos.append(GridInfo(
             index=n, name=h["name"], grid_type=fmt.GRID_TYPE_NAMES.get(h["grid_type"], str(h["grid_type"])),
@@ -1039,8 +1170,6 @@ def list_grids(data: str | os.PathLike | bytes | np.ndarray) -> list[GridInfo]:
 
 # ------------------------------------------------------------------------------------------------
 # writing
-_FLAG_HAS_BBOX, _FLAG_BREADTH_FIRST = 2, 32
-_CLASS_UNKNOWN, _CLASS_INDEX = 0, 8
 
 
 def _put(buf: np.ndarray, offset: int, form: str, *values: Any) -> None:
@@ -1075,174 +1204,287 @@ def _child_index(origins: np.ndarray, parent_log2: int, child_log2: int) -> np.n
     return (c[:, 0] << (2 * parent_log2)) | (c[:, 1] << parent_log2) | c[:, 2]
 
 
-def _encode_grid(obj: Volume | Topology, name: str, grid_index: int, grid_count: int) -> bytes:
-    """One NanoVDB grid buffer (value grid for a Volume, OnIndex grid for a Topology)."""
-    if isinstance(obj, Topology):
-        topo, layout = obj, fmt.LAYOUTS[fmt.GRID_TYPE_ON_INDEX]
-        background = np.zeros((1,), np.uint64)
-        leaf_values = None
-        tile_values = (topo.tile_value_index + 1 if topo.tile_value_index is not None
-                       else np.zeros(topo.tile_count, np.int64)).astype(np.uint64).reshape(-1, 1)
-        value_count = topo.value_count + 1
-    else:
-        vol = obj
-        gtype = fmt.GRID_TYPE_OF_VALUE_TYPE.get(vol.value_type.name)
-        if gtype is None:
-            raise NanoVDBError(f"value type {vol.value_type.name} has no NanoVDB grid type "
-                               f"(NanoVDB value grids hold scalars, vec3 and vec4)")
-        topo, layout = vol.topology, fmt.LAYOUTS[gtype]
-        background = vol.background_values
-        tile_values = vol.tile_values
-        if vol.index_layout:  # spread the active values over whole leaves, background elsewhere
-            leaf_values = np.empty((vol.leaf_count * 512, vol.components), vol.dtype)
-            leaf_values[:] = background
-            bits = tree.bits_from_masks(topo.masks).ravel()
-            leaf_values[np.nonzero(bits)[0]] = vol.value_rows()[:vol.active_voxel_count]
-        else:
-            leaf_values = vol.value_rows()
-        value_count = 0
-    raw_name = name.encode("utf-8")
-    if len(raw_name) >= fmt.GRID_NAME_SIZE:
-        raise NanoVDBError(f"grid name of {len(raw_name)} bytes is too long (at most {fmt.GRID_NAME_SIZE - 1})")
+def _aligned(n: int) -> int:
+    """``n`` rounded up to NanoVDB's data alignment (32 bytes)."""
+    return (n + fmt.DATA_ALIGNMENT - 1) // fmt.DATA_ALIGNMENT * fmt.DATA_ALIGNMENT
 
+
+@dataclass(frozen=True)
+class _GridContents:
+    """What a grid being written holds: its topology, node layout, background, per-leaf values (None for
+    an index grid), tile values, and the value count of its data1 field (index grids; 0 otherwise)."""
+
+    topo: Topology
+    layout: fmt.GridLayout
+    background: np.ndarray
+    leaf_values: np.ndarray | None
+    tile_values: np.ndarray
+    value_count: int
+
+
+def _grid_contents(obj: Volume | Topology) -> _GridContents:
+    """A Volume as a value grid (index-layout values spread over whole leaves, the background elsewhere),
+    a Topology as an OnIndex grid (value indices shifted by one: index 0 is the background)."""
+    if isinstance(obj, Topology):
+        tile_values = (obj.tile_value_index + 1 if obj.tile_value_index is not None
+                       else np.zeros(obj.tile_count, np.int64)).astype(np.uint64).reshape(-1, 1)
+        return _GridContents(obj, fmt.LAYOUTS[fmt.GRID_TYPE_ON_INDEX], np.zeros((1,), np.uint64), None, tile_values,
+                             obj.value_count + 1)
+    vol = obj
+    gtype = fmt.GRID_TYPE_OF_VALUE_TYPE.get(vol.value_type.name)
+    if gtype is None:
+        raise NanoVDBError(f"value type {vol.value_type.name} has no NanoVDB grid type "
+                           f"(NanoVDB value grids hold scalars, vec3 and vec4)")
+    background = vol.background_values
+    if vol.index_layout:  # spread the active values over whole leaves, background elsewhere
+        leaf_values = np.empty((vol.leaf_count * tree.LEAF_VOXELS, vol.components), vol.dtype)
+        leaf_values[:] = background
+        bits = tree.bits_from_masks(vol.topology.masks).ravel()
+        leaf_values[np.nonzero(bits)[0]] = vol.value_rows()[:vol.active_voxel_count]
+    else:
+        leaf_values = vol.value_rows()
+    return _GridContents(vol.topology, fmt.LAYOUTS[gtype], background, leaf_values, vol.tile_values, 0)
+
+
+@dataclass(frozen=True)
+class _NodePlan:
+    """The nodes of a grid being written: the leaves (in the topology's tree order), the lower and upper
+    nodes that hold them and the tiles, in tree order (by parent, then child index), each child's parent,
+    and which tiles sit where (8^3 in lower nodes, 128^3 in upper nodes, 4096^3 in the root)."""
+
+    leaf_origins: np.ndarray  # (L, 3) int64
+    tile_origins: np.ndarray  # (T, 3) int64
+    lower_tiles: np.ndarray  # (T,) bool, and the same for the next two
+    upper_tiles: np.ndarray
+    root_tiles: np.ndarray
+    upper_keys: np.ndarray  # (U, 3) origin >> 12
+    lower_keys: np.ndarray  # (N, 3) origin >> 7
+    lower_parent: np.ndarray  # (N,) upper node of each lower node
+    leaf_parent: np.ndarray  # (L,) lower node of each leaf
+
+    @property
+    def upper_origins(self) -> np.ndarray:
+        return self.upper_keys << fmt.UPPER_LOG2
+
+    @property
+    def lower_origins(self) -> np.ndarray:
+        return self.lower_keys << fmt.LOWER_LOG2
+
+    @property
+    def counts(self) -> tuple[int, int, int]:
+        """Nodes per level: leaves, lower and upper nodes."""
+        return len(self.leaf_origins), len(self.lower_keys), len(self.upper_keys)
+
+
+def _plan_nodes(topo: Topology) -> _NodePlan:
+    """The internal nodes ``topo`` needs: an upper node per 4096^3 block holding leaves or 8^3 / 128^3
+    tiles, a lower node per 128^3 block holding leaves or 8^3 tiles."""
     leaf_origins = topo.leaf_origins.astype(np.int64)
     t_origins = topo.tile_origins.astype(np.int64)
     t_sizes = topo.tile_sizes
-    # upper nodes: the 4096-blocks of leaves, 8^3 and 128^3 tiles; root tiles: the 4096^3 tiles
-    t8, t128, t4096 = (t_sizes == 8), (t_sizes == 128), (t_sizes == 4096)
-    upper_keys_all = np.concatenate([leaf_origins, t_origins[t8 | t128]]) >> 12
+    t8, t128, t4096 = (t_sizes == fmt.LEAF_DIM), (t_sizes == fmt.LOWER_DIM), (t_sizes == fmt.UPPER_DIM)
+    upper_keys_all = np.concatenate([leaf_origins, t_origins[t8 | t128]]) >> fmt.UPPER_LOG2
     upper_keys = np.unique(upper_keys_all, axis=0) if len(upper_keys_all) else np.zeros((0, 3), np.int64)
-    lower_keys_all = np.concatenate([leaf_origins, t_origins[t8]]) >> 7
+    lower_keys_all = np.concatenate([leaf_origins, t_origins[t8]]) >> fmt.LOWER_LOG2
     lower_keys = np.unique(lower_keys_all, axis=0) if len(lower_keys_all) else np.zeros((0, 3), np.int64)
-    # tree order for internal nodes: by parent, then child index
-    u_order = np.lexsort((upper_keys[:, 2], upper_keys[:, 1], upper_keys[:, 0]))
-    upper_keys = upper_keys[u_order]
-    lower_origin = lower_keys << 7
-    lower_parent = _find_rows(upper_keys, lower_keys >> 5)
-    l_order = np.lexsort((_child_index(lower_origin, 5, 7), lower_parent))
-    lower_keys, lower_origin, lower_parent = lower_keys[l_order], lower_origin[l_order], lower_parent[l_order]
-    leaf_parent = _find_rows(lower_keys, leaf_origins >> 7)
+    upper_keys = upper_keys[np.lexsort((upper_keys[:, 2], upper_keys[:, 1], upper_keys[:, 0]))]
+    lower_parent = _find_rows(upper_keys, lower_keys >> fmt.UPPER_DIM_LOG2)
+    lower_child = _child_index(lower_keys << fmt.LOWER_LOG2, fmt.UPPER_DIM_LOG2, fmt.LOWER_LOG2)
+    l_order = np.lexsort((lower_child, lower_parent))
+    lower_keys, lower_parent = lower_keys[l_order], lower_parent[l_order]
     # leaves are already in tree order (Topology keeps them so)
+    leaf_parent = _find_rows(lower_keys, leaf_origins >> fmt.LOWER_LOG2)
+    return _NodePlan(leaf_origins, t_origins, t8, t128, t4096, upper_keys, lower_keys, lower_parent, leaf_parent)
 
-    n_up, n_low, n_leaf = len(upper_keys), len(lower_keys), len(leaf_origins)
-    root_tiles = t_origins[t4096]
-    n_root = n_up + len(root_tiles)
+
+@dataclass(frozen=True)
+class _GridOffsets:
+    """Byte offsets in a grid being written: root, upper, lower and leaf node arrays, the blind metadata,
+    each blind record's data, and the grid's size."""
+
+    root: int
+    upper: int
+    lower: int
+    leaf: int
+    blind: int
+    blind_data: tuple[int, ...]
+    size: int
+
+
+def _plan_offsets(layout: fmt.GridLayout, plan: _NodePlan, blind: tuple[BlindData, ...]) -> _GridOffsets:
+    """Grid and tree headers, the root and its table (an entry per upper node and per root tile), the
+    node arrays upper to leaf, then the blind metadata and each record's data, 32-byte aligned."""
+    n_leaf, n_low, n_up = plan.counts
+    n_root = n_up + int(plan.root_tiles.sum())
     off_root = fmt.GRID_SIZE + fmt.TREE_SIZE
     off_upper = off_root + layout.root_size + n_root * layout.root_tile_size
     off_lower = off_upper + n_up * layout.upper_size
     off_leaf = off_lower + n_low * layout.lower_size
-    blind = tuple(r for r in getattr(obj, "blind_data", ()) or () if r.name != METADATA_NAME)
-    blind += tuple(r for r in (_metadata_record(obj),) if r is not None)
     off_blind = off_leaf + n_leaf * layout.leaf_size
     blind_at, pos = [], off_blind + len(blind) * fmt.BLIND_META_SIZE
     for record in blind:
-        pos = (pos + 31) // 32 * 32
+        pos = _aligned(pos)
         blind_at.append(pos)
         pos += len(record.data)
-    size = (pos + 31) // 32 * 32
-    buf = np.zeros(size, np.uint8)
-    for b, record in enumerate(blind):
-        at = off_blind + b * fmt.BLIND_META_SIZE
-        _put(buf, at, "<qQIIII", blind_at[b] - at, record.value_count, record.value_size, record.semantic,
-             record.data_class, record.data_type)
-        name_bytes = record.name.encode("utf-8")[:255]
-        buf[at + 32: at + 32 + len(name_bytes)] = np.frombuffer(name_bytes, np.uint8)
-        buf[blind_at[b]: blind_at[b] + len(record.data)] = np.frombuffer(record.data, np.uint8)
-    bg_bytes = _value_bytes(background, layout)[0]
-    tile_bytes = _value_bytes(tile_values, layout) if len(tile_values) else np.zeros((0, layout.value_size), np.uint8)
+    return _GridOffsets(off_root, off_upper, off_lower, off_leaf, off_blind, tuple(blind_at), _aligned(pos))
 
-    # leaves
-    leaves = buf[off_leaf:off_blind].reshape(n_leaf, layout.leaf_size)
-    bb_min, bb_dif = _leaf_bboxes(leaf_origins, topo.masks)
-    leaves[:, 0:12] = bb_min.astype("<i4").view(np.uint8).reshape(n_leaf, 12)
-    leaves[:, 12:15] = bb_dif
-    leaves[:, 15] = 0  # flags
-    m = fmt.LEAF_OFF_VALUE_MASK
-    leaves[:, m:m + 64] = np.ascontiguousarray(topo.masks.astype("<u8")).view(np.uint8).reshape(n_leaf, 64)
+
+def _blind_records(obj: Volume | Topology) -> tuple[BlindData, ...]:
+    """The blind data to write: ``obj``'s records, then its ``vdbflow.metadata`` record made afresh."""
+    blind = tuple(r for r in getattr(obj, "blind_data", ()) or () if r.name != METADATA_NAME)
+    return blind + tuple(r for r in (_metadata_record(obj),) if r is not None)
+
+
+def _write_blind_data(buf: np.ndarray, off: _GridOffsets, blind: tuple[BlindData, ...]) -> None:
+    """A metadata record per blind record (its data offset relative to the record), then the data."""
+    for b, record in enumerate(blind):
+        at = off.blind + b * fmt.BLIND_META_SIZE
+        _put(buf, at, fmt.BLIND_META_FORMAT, off.blind_data[b] - at, record.value_count, record.value_size,
+             record.semantic, record.data_class, record.data_type)
+        name_bytes = record.name.encode("utf-8")[:fmt.BLIND_NAME_SIZE - 1]
+        buf[at + fmt.BLIND_META_OFF_NAME: at + fmt.BLIND_META_OFF_NAME + len(name_bytes)] = \
+            np.frombuffer(name_bytes, np.uint8)
+        buf[off.blind_data[b]: off.blind_data[b] + len(record.data)] = np.frombuffer(record.data, np.uint8)
+
+
+def _write_leaves(buf: np.ndarray, off: _GridOffsets, plan: _NodePlan, contents: _GridContents) -> None:
+    """Each leaf: its active bbox, flags (0) and value mask, then its 512 values, or (index grids) its
+    first value index and the prefix sums of its mask words."""
+    layout, topo = contents.layout, contents.topo
+    n_leaf = plan.counts[0]
+    leaves = buf[off.leaf:off.blind].reshape(n_leaf, layout.leaf_size)
+    bb_min, bb_dif = _leaf_bboxes(plan.leaf_origins, topo.masks)
+    at = fmt.LEAF_OFF_BBOX_MIN
+    leaves[:, at:at + 12] = bb_min.astype("<i4").view(np.uint8).reshape(n_leaf, 12)
+    leaves[:, fmt.LEAF_OFF_BBOX_DIF:fmt.LEAF_OFF_BBOX_DIF + 3] = bb_dif
+    leaves[:, fmt.LEAF_OFF_FLAGS] = 0
+    at = fmt.LEAF_OFF_VALUE_MASK
+    leaves[:, at:at + fmt.LEAF_MASK_SIZE] = np.ascontiguousarray(topo.masks.astype("<u8")).view(np.uint8).reshape(
+        n_leaf, fmt.LEAF_MASK_SIZE)
     if layout.is_index:
         at = fmt.INDEX_LEAF_OFF_OFFSET
         leaves[:, at:at + 8] = (topo.leaf_offset + 1).astype("<u8").view(np.uint8).reshape(n_leaf, 8)
         prefix = topo.prefix.astype(np.uint64)
         packed = np.zeros(n_leaf, np.uint64)
         for w in range(1, 8):
-            packed |= prefix[:, w] << np.uint64(9 * (w - 1))
+            packed |= prefix[:, w] << np.uint64(fmt.INDEX_PREFIX_BITS * (w - 1))
         at = fmt.INDEX_LEAF_OFF_PREFIX
         leaves[:, at:at + 8] = packed.astype("<u8").view(np.uint8).reshape(n_leaf, 8)
     else:
-        table = _value_bytes(leaf_values, layout).reshape(n_leaf, 512 * layout.value_size)
-        leaves[:, layout.leaf_off_table: layout.leaf_off_table + 512 * layout.value_size] = table
+        width = tree.LEAF_VOXELS * layout.value_size
+        table = _value_bytes(contents.leaf_values, layout).reshape(n_leaf, width)
+        leaves[:, layout.leaf_off_table: layout.leaf_off_table + width] = table
 
-    # lower nodes
-    lowers = buf[off_lower:off_leaf].reshape(n_low, layout.lower_size)
-    ltable = lowers[:, layout.lower_off_table: layout.lower_off_table + 4096 * layout.table_stride]
-    ltable = ltable.reshape(n_low, 4096, layout.table_stride)
+
+def _write_lower_nodes(buf: np.ndarray, off: _GridOffsets, layout: fmt.GridLayout, plan: _NodePlan,
+                       bg_bytes: np.ndarray, tile_bytes: np.ndarray) -> None:
+    """Each lower node: its bbox, a table entry per child (the offset of a leaf, an 8^3 tile's value or
+    the background), and the masks of which entries are leaves (child) and tiles (value)."""
+    n_leaf, n_low, _ = plan.counts
+    lowers = buf[off.lower:off.leaf].reshape(n_low, layout.lower_size)
+    stride = layout.table_stride
+    ltable = lowers[:, layout.lower_off_table: layout.lower_off_table + fmt.LOWER_CHILDREN * stride]
+    ltable = ltable.reshape(n_low, fmt.LOWER_CHILDREN, stride)
     ltable[:, :, :layout.value_size] = bg_bytes
-    lowers[:, 0:12] = lower_origin.astype("<i4").view(np.uint8).reshape(n_low, 12)
-    lowers[:, 12:24] = (lower_origin + 127).astype("<i4").view(np.uint8).reshape(n_low, 12)
-    child = _child_index(leaf_origins, 4, 3)
-    leaf_addr = off_leaf + np.arange(n_leaf, dtype=np.int64) * layout.leaf_size
-    lower_addr = off_lower + np.arange(n_low, dtype=np.int64) * layout.lower_size
-    rel = (leaf_addr - lower_addr[leaf_parent]).astype("<i8")
-    ltable[leaf_parent, child, :8] = rel.view(np.uint8).reshape(-1, 8)
-    cmask = np.zeros((n_low, 4096), bool)
-    cmask[leaf_parent, child] = True
-    sel = np.nonzero(t8)[0]
-    tparent = _find_rows(lower_keys, t_origins[sel] >> 7)
-    tchild = _child_index(t_origins[sel], 4, 3)
+    lower_origin = plan.lower_origins
+    lowers[:, fmt.NODE_OFF_BBOX_MIN:fmt.NODE_OFF_BBOX_MIN + 12] = \
+        lower_origin.astype("<i4").view(np.uint8).reshape(n_low, 12)
+    lowers[:, fmt.NODE_OFF_BBOX_MAX:fmt.NODE_OFF_BBOX_MAX + 12] = \
+        (lower_origin + fmt.LOWER_DIM - 1).astype("<i4").view(np.uint8).reshape(n_low, 12)
+    child = _child_index(plan.leaf_origins, fmt.LOWER_DIM_LOG2, fmt.LEAF_LOG2)
+    leaf_addr = off.leaf + np.arange(n_leaf, dtype=np.int64) * layout.leaf_size
+    lower_addr = off.lower + np.arange(n_low, dtype=np.int64) * layout.lower_size
+    rel = (leaf_addr - lower_addr[plan.leaf_parent]).astype("<i8")
+    ltable[plan.leaf_parent, child, :fmt.TABLE_CHILD_SIZE] = rel.view(np.uint8).reshape(-1, fmt.TABLE_CHILD_SIZE)
+    cmask = np.zeros((n_low, fmt.LOWER_CHILDREN), bool)
+    cmask[plan.leaf_parent, child] = True
+    sel = np.nonzero(plan.lower_tiles)[0]
+    tparent = _find_rows(plan.lower_keys, plan.tile_origins[sel] >> fmt.LOWER_LOG2)
+    tchild = _child_index(plan.tile_origins[sel], fmt.LOWER_DIM_LOG2, fmt.LEAF_LOG2)
     ltable[tparent, tchild, :layout.value_size] = tile_bytes[sel]
-    vmask = np.zeros((n_low, 4096), bool)
+    vmask = np.zeros((n_low, fmt.LOWER_CHILDREN), bool)
     vmask[tparent, tchild] = True
-    lowers[:, fmt.LOWER_OFF_VALUE_MASK: fmt.LOWER_OFF_VALUE_MASK + 512] = np.packbits(vmask, axis=1, bitorder="little")
-    lowers[:, fmt.LOWER_OFF_CHILD_MASK: fmt.LOWER_OFF_CHILD_MASK + 512] = np.packbits(cmask, axis=1, bitorder="little")
+    at = fmt.LOWER_OFF_VALUE_MASK
+    lowers[:, at:at + fmt.LOWER_MASK_SIZE] = np.packbits(vmask, axis=1, bitorder="little")
+    at = fmt.LOWER_OFF_CHILD_MASK
+    lowers[:, at:at + fmt.LOWER_MASK_SIZE] = np.packbits(cmask, axis=1, bitorder="little")
 
-    # upper nodes
-    upper_origin = upper_keys << 12
-    upper_addr = off_upper + np.arange(n_up, dtype=np.int64) * layout.upper_size
-    sel128 = np.nonzero(t128)[0]
-    t128_parent = _find_rows(upper_keys, t_origins[sel128] >> 12)
+
+def _write_upper_nodes(buf: np.ndarray, off: _GridOffsets, layout: fmt.GridLayout, plan: _NodePlan,
+                       bg_bytes: np.ndarray, tile_bytes: np.ndarray) -> None:
+    """Each upper node, one by one: its bbox, a table entry per child (the offset of a lower node, a
+    128^3 tile's value or the background), and its child and value masks."""
+    _, n_low, n_up = plan.counts
+    upper_origin, lower_origin = plan.upper_origins, plan.lower_origins
+    upper_addr = off.upper + np.arange(n_up, dtype=np.int64) * layout.upper_size
+    lower_addr = off.lower + np.arange(n_low, dtype=np.int64) * layout.lower_size
+    sel128 = np.nonzero(plan.upper_tiles)[0]
+    t128_parent = _find_rows(plan.upper_keys, plan.tile_origins[sel128] >> fmt.UPPER_LOG2)
+    stride = layout.table_stride
     for u in range(n_up):
         node = buf[upper_addr[u]: upper_addr[u] + layout.upper_size]
-        node[0:12] = upper_origin[u].astype("<i4").view(np.uint8)
-        node[12:24] = (upper_origin[u] + 4095).astype("<i4").view(np.uint8)
-        table = node[layout.upper_off_table: layout.upper_off_table + 32768 * layout.table_stride]
-        table = table.reshape(32768, layout.table_stride)
+        node[fmt.NODE_OFF_BBOX_MIN:fmt.NODE_OFF_BBOX_MIN + 12] = upper_origin[u].astype("<i4").view(np.uint8)
+        node[fmt.NODE_OFF_BBOX_MAX:fmt.NODE_OFF_BBOX_MAX + 12] = \
+            (upper_origin[u] + fmt.UPPER_DIM - 1).astype("<i4").view(np.uint8)
+        table = node[layout.upper_off_table: layout.upper_off_table + fmt.UPPER_CHILDREN * stride]
+        table = table.reshape(fmt.UPPER_CHILDREN, stride)
         table[:, :layout.value_size] = bg_bytes
-        kids = np.nonzero(lower_parent == u)[0]
-        kid_index = _child_index(lower_origin[kids], 5, 7)
-        table[kid_index, :8] = (lower_addr[kids] - upper_addr[u]).astype("<i8").view(np.uint8).reshape(-1, 8)
+        kids = np.nonzero(plan.lower_parent == u)[0]
+        kid_index = _child_index(lower_origin[kids], fmt.UPPER_DIM_LOG2, fmt.LOWER_LOG2)
+        table[kid_index, :fmt.TABLE_CHILD_SIZE] = (lower_addr[kids] - upper_addr[u]).astype("<i8").view(
+            np.uint8).reshape(-1, fmt.TABLE_CHILD_SIZE)
         mine = sel128[t128_parent == u]
-        tile_index = _child_index(t_origins[mine], 5, 7)
+        tile_index = _child_index(plan.tile_origins[mine], fmt.UPPER_DIM_LOG2, fmt.LOWER_LOG2)
         table[tile_index, :layout.value_size] = tile_bytes[mine]
-        cm = np.zeros(32768, bool)
+        cm = np.zeros(fmt.UPPER_CHILDREN, bool)
         cm[kid_index] = True
-        vm = np.zeros(32768, bool)
+        vm = np.zeros(fmt.UPPER_CHILDREN, bool)
         vm[tile_index] = True
-        node[fmt.UPPER_OFF_VALUE_MASK: fmt.UPPER_OFF_VALUE_MASK + 4096] = np.packbits(vm, bitorder="little")
-        node[fmt.UPPER_OFF_CHILD_MASK: fmt.UPPER_OFF_CHILD_MASK + 4096] = np.packbits(cm, bitorder="little")
+        at = fmt.UPPER_OFF_VALUE_MASK
+        node[at: at + fmt.UPPER_MASK_SIZE] = np.packbits(vm, bitorder="little")
+        at = fmt.UPPER_OFF_CHILD_MASK
+        node[at: at + fmt.UPPER_MASK_SIZE] = np.packbits(cm, bitorder="little")
 
-    # root: children first (by key order of their origins), then 4096^3 tiles
+
+def _root_key(origin: np.ndarray) -> int:
+    """A root table key: the origin's coordinates >> 12 as unsigned, k | j << 21 | i << 42."""
+    u = np.asarray(origin, np.int64).astype(np.int32).view(np.uint32).astype(np.uint64) >> np.uint64(fmt.UPPER_LOG2)
+    return int(u[2]) | (int(u[1]) << fmt.ROOT_KEY_BITS) | (int(u[0]) << 2 * fmt.ROOT_KEY_BITS)
+
+
+def _write_root(buf: np.ndarray, off: _GridOffsets, layout: fmt.GridLayout, plan: _NodePlan, topo: Topology,
+                bg_bytes: np.ndarray, tile_bytes: np.ndarray) -> None:
+    """The root: the index bbox, table size and background, then its table: the upper nodes (in key
+    order of their origins), then the 4096^3 tiles (active)."""
+    n_up = plan.counts[2]
+    upper_addr = off.upper + np.arange(n_up, dtype=np.int64) * layout.upper_size
+    sel4096 = np.nonzero(plan.root_tiles)[0]
     box = topo.index_bbox
     lo, hi = (box[0], box[1]) if box is not None else (np.zeros(3, np.int64), np.full(3, -1, np.int64))
-    _put(buf, off_root, "<6iI", *[int(x) for x in lo], *[int(x) for x in hi], n_root)
-    buf[off_root + layout.root_off_background: off_root + layout.root_off_background + layout.value_size] = bg_bytes
-    entries = [(o, upper_addr[u] - off_root, 0, bg_bytes) for u, o in enumerate(upper_origin)]
-    sel4096 = np.nonzero(t4096)[0]
-    entries += [(t_origins[t], 0, 1, tile_bytes[t]) for t in sel4096]
+    _put(buf, off.root + fmt.ROOT_OFF_BBOX, "<6iI", *[int(x) for x in lo], *[int(x) for x in hi], n_up + len(sel4096))
+    at = off.root + layout.root_off_background
+    buf[at: at + layout.value_size] = bg_bytes
+    entries = [(o, upper_addr[u] - off.root, 0, bg_bytes) for u, o in enumerate(plan.upper_origins)]
+    entries += [(plan.tile_origins[t], 0, 1, tile_bytes[t]) for t in sel4096]
     for e, (origin, child_off, state, value) in enumerate(entries):
-        at = off_root + layout.root_size + e * layout.root_tile_size
-        u = np.asarray(origin, np.int64).astype(np.int32).view(np.uint32).astype(np.uint64) >> np.uint64(12)
-        key = int(u[2]) | (int(u[1]) << 21) | (int(u[0]) << 42)
-        _put(buf, at, "<QqI", key, int(child_off), state)
+        at = off.root + layout.root_size + e * layout.root_tile_size
+        _put(buf, at + fmt.ROOT_TILE_OFF_KEY, "<QqI", _root_key(origin), int(child_off), state)
         buf[at + layout.root_tile_off_value: at + layout.root_tile_off_value + layout.value_size] = value
 
-    # tree and grid headers
+
+def _write_headers(buf: np.ndarray, off: _GridOffsets, plan: _NodePlan, contents: _GridContents, raw_name: bytes,
+                   grid_class: str | None, n_blind: int, grid_index: int, grid_count: int) -> None:
+    """The tree header (node offsets from it, node and tile counts, active voxels) and the grid header
+    (magic, version, flags, position, size, name, map, bboxes, voxel size, class, type, blind data,
+    value count); the checksum is written last, by :func:`_write_checksum`."""
+    layout, topo = contents.layout, contents.topo
     t = fmt.GRID_SIZE
-    _put(buf, t, "<4Q3I3IQ", off_leaf - t, off_lower - t, off_upper - t, off_root - t, n_leaf, n_low, n_up,
-         int(t8.sum()), int(t128.sum()), int(t4096.sum()), topo.active_voxel_count)
+    _put(buf, t, fmt.TREE_FORMAT, off.leaf - t, off.lower - t, off.upper - t, off.root - t, *plan.counts,
+         int(plan.lower_tiles.sum()), int(plan.upper_tiles.sum()), int(plan.root_tiles.sum()), topo.active_voxel_count)
     M = topo.transform.index_to_world
     Minv = topo.transform.world_to_index
-    _put(buf, 0, "<QQIIIIQ", fmt.MAGIC_GRID, _EMPTY_CHECKSUM, fmt.WRITE_VERSION, _FLAG_HAS_BBOX | _FLAG_BREADTH_FIRST,
-         grid_index, grid_count, size)
+    _put(buf, fmt.GRID_OFF_MAGIC, fmt.GRID_HEAD_FORMAT, fmt.MAGIC_GRID, _EMPTY_CHECKSUM, fmt.WRITE_VERSION,
+         fmt.GRID_FLAG_HAS_BBOX | fmt.GRID_FLAG_BREADTH_FIRST, grid_index, grid_count, off.size)
     buf[fmt.GRID_OFF_NAME: fmt.GRID_OFF_NAME + len(raw_name)] = np.frombuffer(raw_name, np.uint8)
     m = fmt.GRID_OFF_MAP
     _put(buf, m + fmt.MAP_OFF_MATF, "<9f", *M[:3, :3].ravel())
@@ -1253,22 +1495,51 @@ def _encode_grid(obj: Volume | Topology, name: str, grid_index: int, grid_count:
     _put(buf, m + fmt.MAP_OFF_INVMATD, "<9d", *Minv[:3, :3].ravel())
     _put(buf, m + fmt.MAP_OFF_VECD, "<3d", *M[:3, 3])
     _put(buf, m + fmt.MAP_OFF_TAPERD, "<d", 1.0)
-    wb = topo.world_bbox if box is not None else np.zeros((2, 3))
+    wb = topo.world_bbox if topo.index_bbox is not None else np.zeros((2, 3))
     _put(buf, fmt.GRID_OFF_WORLD_BBOX, "<6d", *wb.ravel())
     _put(buf, fmt.GRID_OFF_VOXEL_SIZE, "<3d", *topo.voxel_size)
-    class_code = {name: code for code, name in fmt.GRID_CLASSES.items()}.get(getattr(obj, "grid_class", None))
-    if class_code is None or class_code == _CLASS_UNKNOWN:
-        class_code = _CLASS_INDEX if layout.is_index else _CLASS_UNKNOWN
+    class_code = {name: code for code, name in fmt.GRID_CLASSES.items()}.get(grid_class)
+    if class_code is None or class_code == fmt.GRID_CLASS_UNKNOWN:
+        class_code = fmt.GRID_CLASS_INDEX if layout.is_index else fmt.GRID_CLASS_UNKNOWN
     _put(buf, fmt.GRID_OFF_CLASS, "<II", class_code, layout.grid_type)
-    _put(buf, fmt.GRID_OFF_BLIND_OFFSET, "<qI", off_blind if blind else 0, len(blind))
-    _put(buf, fmt.GRID_OFF_DATA0, "<IQQ", 0, value_count, 0)
-    # the full checksum by the 32.6.0 rules: head over the grid, tree, root and root tiles, tail over
-    # the CRC32s (u32) of every node; a grid without nodes has no tail
-    head = _crc(buf, 16, off_upper)
-    arrays = [(off_upper, n_up, layout.upper_size), (off_lower, n_low, layout.lower_size),
-              (off_leaf, n_leaf, layout.leaf_size)]
+    _put(buf, fmt.GRID_OFF_BLIND_OFFSET, "<qI", off.blind if n_blind else 0, n_blind)
+    _put(buf, fmt.GRID_OFF_DATA0, "<IQQ", 0, contents.value_count, 0)
+
+
+def _write_checksum(buf: np.ndarray, off: _GridOffsets, layout: fmt.GridLayout, plan: _NodePlan) -> None:
+    """The full checksum by the 32.6.0 rules: head over the grid, tree, root and root tiles, tail over
+    the CRC32s (u32) of every node; a grid without nodes has no tail."""
+    n_leaf, n_low, n_up = plan.counts
+    head = _crc(buf, fmt.CHECKSUM_HEAD_START, off.upper)
+    arrays = [(off.upper, n_up, layout.upper_size), (off.lower, n_low, layout.lower_size),
+              (off.leaf, n_leaf, layout.leaf_size)]
     tail = zlib.crc32(_node_crcs(buf, arrays).astype("<u4").tobytes()) & 0xFFFFFFFF if n_up else fmt.EMPTY_CRC32
     _put(buf, fmt.GRID_OFF_CHECKSUM, "<II", head, tail)
+
+
+def _encode_grid(obj: Volume | Topology, name: str, grid_index: int, grid_count: int) -> bytes:
+    """One NanoVDB grid buffer (value grid for a Volume, OnIndex grid for a Topology): the nodes are
+    planned, the bytes laid out, then written leaves first and the headers and checksum last."""
+    contents = _grid_contents(obj)
+    raw_name = name.encode("utf-8")
+    if len(raw_name) >= fmt.GRID_NAME_SIZE:
+        raise NanoVDBError(f"grid name of {len(raw_name)} bytes is too long (at most {fmt.GRID_NAME_SIZE - 1})")
+    layout = contents.layout
+    plan = _plan_nodes(contents.topo)
+    blind = _blind_records(obj)
+    off = _plan_offsets(layout, plan, blind)
+    buf = np.zeros(off.size, np.uint8)
+    _write_blind_data(buf, off, blind)
+    bg_bytes = _value_bytes(contents.background, layout)[0]
+    tile_values = contents.tile_values
+    tile_bytes = _value_bytes(tile_values, layout) if len(tile_values) else np.zeros((0, layout.value_size), np.uint8)
+    _write_leaves(buf, off, plan, contents)
+    _write_lower_nodes(buf, off, layout, plan, bg_bytes, tile_bytes)
+    _write_upper_nodes(buf, off, layout, plan, bg_bytes, tile_bytes)
+    _write_root(buf, off, layout, plan, contents.topo, bg_bytes, tile_bytes)
+    _write_headers(buf, off, plan, contents, raw_name, getattr(obj, "grid_class", None), len(blind), grid_index,
+                   grid_count)
+    _write_checksum(buf, off, layout, plan)
     return buf.tobytes()
 
 
@@ -1370,13 +1641,13 @@ def save(path: str | os.PathLike, grids: dict[str, Volume | Topology], codec: st
         raw_name = name.encode("utf-8") + b"\0"
         topo = obj if isinstance(obj, Topology) else obj.topology
         box = topo.index_bbox if topo.index_bbox is not None else np.zeros((2, 3), np.int64)
-        meta = struct.pack("<QQQQII6d6i3dI4I3IHHI", len(grid), len(payload), 0, h["voxel_count"], h["grid_type"],
+        meta = struct.pack(fmt.FILE_METADATA_FORMAT, len(grid), len(payload), 0, h["voxel_count"], h["grid_type"],
                            h["grid_class"], *h["world_bbox"], *[int(x) for x in box.ravel()], *h["voxel_size"],
                            len(raw_name), *h["node_counts"], 1, *h["tile_counts"],
                            fmt.CODEC_IDS[codec], 0, fmt.WRITE_VERSION)
         metas.append(meta + raw_name)
         payloads.append(payload)
-    header = struct.pack("<QIHH", fmt.MAGIC_FILE, fmt.WRITE_VERSION, len(grids), fmt.CODEC_IDS[codec])
+    header = struct.pack(fmt.FILE_HEADER_FORMAT, fmt.MAGIC_FILE, fmt.WRITE_VERSION, len(grids), fmt.CODEC_IDS[codec])
     tmp = f"{os.fspath(path)}.tmp-{os.getpid()}"
     with open(tmp, "wb") as fh:
         fh.write(header)

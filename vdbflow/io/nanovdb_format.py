@@ -15,6 +15,7 @@ MAGIC_NUMBER = 0x304244566F6E614E  # "NanoVDB0": legacy magic of grids and files
 MAGIC_GRID = 0x314244566F6E614E  # "NanoVDB1": a grid
 MAGIC_FILE = 0x324244566F6E614E  # "NanoVDB2": a file segment
 GRID_MAGICS = (MAGIC_NUMBER, MAGIC_GRID)
+MAGIC_SIZE = 8  # a u64 at byte 0 of grids and file segments
 FILE_MAGICS = (MAGIC_NUMBER, MAGIC_FILE)
 
 MAJOR_VERSION = 32
@@ -38,14 +39,27 @@ def version_parts(version: int) -> tuple[int, int, int]:
     return version >> 21, (version >> 10) & 0x7FF, version & 0x3FF
 
 
-# file segment
+# file segment: a header, then per grid its metadata (176 bytes) and name, then the grids' payloads
 FILE_HEADER_SIZE = 16  # magic u64, version u32, grid count u16, codec u16
+FILE_HEADER_FORMAT = "<QIHH"
+FILE_OFF_MAGIC, FILE_OFF_VERSION, FILE_OFF_GRID_COUNT, FILE_OFF_CODEC = 0, 8, 12, 14
 FILE_METADATA_SIZE = 176
+# grid size, file size, name key, voxel count (u64 each), grid type, class (u32), world bbox (6 f64), index
+# bbox (6 i32), voxel size (3 f64), name size (u32) at 136, node counts (4 u32), tile counts (3 u32), codec,
+# padding (u16 each), version (u32)
+FILE_METADATA_FORMAT = "<QQQQII6d6i3dI4I3IHHI"
+FILE_META_OFF_NAME_SIZE = 136
+# a compressed payload: chunks, each after its size (u64); zip one chunk per grid, blosc one per GiB or less
+CHUNK_SIZE_BYTES = 8
+# a c-blosc 1 frame's header: version, versionlz, flags, typesize (u8 each), nbytes, blocksize, cbytes (u32)
+BLOSC_HEADER_SIZE = 16
+BLOSC_OFF_NBYTES, BLOSC_OFF_CBYTES = 4, 12
 CODECS = {0: "none", 1: "zip", 2: "blosc"}
 CODEC_IDS = {name: code for code, name in CODECS.items()}
 
 # GridData
 GRID_SIZE = 672
+DATA_ALIGNMENT = 32  # grids, and blind data inside a grid, start and end on 32-byte boundaries
 GRID_OFF_MAGIC, GRID_OFF_CHECKSUM, GRID_OFF_VERSION, GRID_OFF_FLAGS = 0, 8, 16, 20
 GRID_OFF_INDEX, GRID_OFF_COUNT, GRID_OFF_GRID_SIZE, GRID_OFF_NAME = 24, 28, 32, 40
 GRID_NAME_SIZE = 256
@@ -55,21 +69,42 @@ MAP_OFF_MATD, MAP_OFF_INVMATD, MAP_OFF_VECD, MAP_OFF_TAPERD = 88, 160, 232, 256
 GRID_OFF_WORLD_BBOX, GRID_OFF_VOXEL_SIZE, GRID_OFF_CLASS, GRID_OFF_TYPE = 560, 608, 632, 636
 GRID_OFF_BLIND_OFFSET, GRID_OFF_BLIND_COUNT = 640, 648
 GRID_OFF_DATA0, GRID_OFF_DATA1, GRID_OFF_DATA2 = 652, 656, 664
+GRID_HEAD_FORMAT = "<QQIIIIQ"  # magic, checksum, version, flags, grid index, grid count, grid size
+GRID_FLAG_HAS_BBOX, GRID_FLAG_BREADTH_FIRST = 2, 32
+GRID_CLASS_UNKNOWN, GRID_CLASS_INDEX = 0, 8
+# the checksum's head and the node CRCs start after the magic and the checksum itself
+CHECKSUM_HEAD_START = GRID_OFF_VERSION
 
 # TreeData, right after the grid
 TREE_SIZE = 64  # node offsets u64[4] (leaf, lower, upper, root), node counts u32[3], tile counts u32[3], voxels u64
+TREE_FORMAT = "<4Q3I3IQ"
+TREE_OFF_NODE_OFFSETS, TREE_OFF_NODE_COUNTS, TREE_OFF_TILE_COUNTS, TREE_OFF_VOXEL_COUNT = 0, 32, 44, 56
+TREE_OFF_LEAF_COUNT, TREE_OFF_LOWER_COUNT, TREE_OFF_UPPER_COUNT = 32, 36, 40
 
 # RootData: bbox (6 x i32), table size u32 at 24, then background ...; a root tile: key u64, child i64, state u32
-ROOT_OFF_TABLE_SIZE = 24
+ROOT_OFF_BBOX, ROOT_OFF_TABLE_SIZE = 0, 24
 ROOT_TILE_OFF_KEY, ROOT_TILE_OFF_CHILD, ROOT_TILE_OFF_STATE = 0, 8, 16
+ROOT_KEY_BITS = 21  # a root key packs i, j, k >> 12 (as unsigned) in 21 bits each: k | j << 21 | i << 42
 
-# internal nodes: bbox (24 bytes), flags u64 at 24, value mask at 32, child mask after it
+# node extents: voxels per axis (log2) of a leaf, a lower node and an upper node
+LEAF_LOG2, LOWER_LOG2, UPPER_LOG2 = 3, 7, 12
+LEAF_DIM, LOWER_DIM, UPPER_DIM = 1 << LEAF_LOG2, 1 << LOWER_LOG2, 1 << UPPER_LOG2  # 8, 128, 4096
+
+# internal nodes: bbox min and max (3 x i32 each), flags u64 at 24, value mask at 32, child mask after it, then
+# (at the layout's table offset) one table entry per child: a child offset (i64) or a tile value
+NODE_OFF_BBOX_MIN, NODE_OFF_BBOX_MAX = 0, 12
 UPPER_DIM_LOG2, LOWER_DIM_LOG2 = 5, 4  # children per axis: 32 and 16
-UPPER_OFF_VALUE_MASK, UPPER_OFF_CHILD_MASK = 32, 32 + 4096
-LOWER_OFF_VALUE_MASK, LOWER_OFF_CHILD_MASK = 32, 32 + 512
-# leaves: bbox min (3 x i32), bbox dif + flags u32 at 12, value mask (64 bytes) at 16
-LEAF_OFF_BBOX_MIN, LEAF_OFF_VALUE_MASK = 0, 16
-INDEX_LEAF_OFF_OFFSET, INDEX_LEAF_OFF_PREFIX = 80, 88
+UPPER_CHILDREN, LOWER_CHILDREN = 1 << 3 * UPPER_DIM_LOG2, 1 << 3 * LOWER_DIM_LOG2  # 32768 and 4096
+UPPER_MASK_SIZE, LOWER_MASK_SIZE = UPPER_CHILDREN // 8, LOWER_CHILDREN // 8  # bytes: 4096 and 512
+UPPER_OFF_VALUE_MASK, UPPER_OFF_CHILD_MASK = 32, 32 + UPPER_MASK_SIZE
+LOWER_OFF_VALUE_MASK, LOWER_OFF_CHILD_MASK = 32, 32 + LOWER_MASK_SIZE
+TABLE_CHILD_SIZE = 8  # a table entry's child offset: i64 from the node's own address
+# leaves: bbox min (3 x i32), bbox dif (3 x u8) at 12, flags (u8) at 15, value mask (64 bytes) at 16
+LEAF_VOXELS = 1 << 3 * LEAF_LOG2  # 512
+LEAF_MASK_SIZE = LEAF_VOXELS // 8  # 64 bytes
+LEAF_OFF_BBOX_MIN, LEAF_OFF_BBOX_DIF, LEAF_OFF_FLAGS, LEAF_OFF_VALUE_MASK = 0, 12, 15, 16
+INDEX_LEAF_OFF_OFFSET, INDEX_LEAF_OFF_PREFIX = 80, 88  # first value index (u64), prefix sums (u64)
+INDEX_PREFIX_BITS = 9  # prefix sums of the active voxels of mask words 1..7, 9 bits each
 
 GRID_CLASSES = {0: "unknown", 1: "level set", 2: "fog volume", 3: "staggered", 4: "point index", 5: "point data",
                 6: "topology", 7: "voxel volume", 8: "index grid", 9: "tensor grid"}
@@ -152,10 +187,16 @@ LAYOUTS: dict[int, GridLayout] = {
 }
 GRID_TYPE_OF_VALUE_TYPE = {lay.value_type: gt for gt, lay in LAYOUTS.items() if lay.leaf_kind == "plain"}
 FP_LEAF_OFF_MINIMUM, FP_LEAF_OFF_QUANTUM = 80, 84
+FP_LEAF_OFF_CODES = 96  # Half, Fp4/8/16/N: the values (binary16) or codes start here
+FPN_LEAF_FIXED_SIZE = 96  # an FpN leaf: these 96 bytes, then its codes
+FPN_CODE_BYTES_PER_BIT = LEAF_VOXELS // 8  # a leaf's codes take 64 bytes per bit of its width
 FPN_MAX_LOG2_BITS = 4  # FpN bit widths 1, 2, 4, 8, 16 (flags bits 5-7 hold log2)
-TILE_STATE_ROOT = 16
+FPN_FLAGS_LOG2_SHIFT = 5
+TILE_STATE_ROOT = ROOT_TILE_OFF_STATE  # (an older name)
 GRID_TYPE_INDEX, GRID_TYPE_ON_INDEX = 19, 20
 
 # GridBlindMetaData (288 bytes): data offset i64 (from this record), value count u64, value size u32,
 # semantic u32, data class u32, data type u32, name char[256]
 BLIND_META_SIZE = 288
+BLIND_META_FORMAT = "<qQIIII"
+BLIND_META_OFF_NAME, BLIND_NAME_SIZE = 32, 256
