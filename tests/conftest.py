@@ -13,5 +13,5 @@ def rng():
 
 
 def f32_tolerance(values) -> float:
-    """Agreement with Warp for float32 data: 32 * eps_f32 * max|v| (DESIGN.md)."""
+    """Agreement with Warp for float32 data: 32 * eps_f32 * max|v| (docs/design.md)."""
     return 32 * float(np.finfo(np.float32).eps) * max(1.0, float(np.abs(values).max()))

@@ -1,7 +1,7 @@
 """A deliberately simple NumPy reference sampler: the oracle for vdbflow's kernels.
 
 It knows nothing of leaves, masks or hash tables: a dict from voxel to value, a list of tiles and
-a background, and the formulas of DESIGN.md summed corner by corner in float64.
+a background, and the formulas of docs/design.md summed corner by corner in float64.
 """
 
 from __future__ import annotations

@@ -182,7 +182,7 @@ VDB_HD void evaluate_cell(const GridView<T>& g, const PointTransform& xf, const 
   const R fx = cell.f[0], fy = cell.f[1], fz = cell.f[2];
 
   // Trilinear value and gradient by successive linear interpolation along z, y, x.  This is the
-  // same polynomial as sum_o W_o v_o and sum_o v_o (x) dW_o (DESIGN.md), evaluated in fewer flops.
+  // same polynomial as sum_o W_o v_o and sum_o v_o (x) dW_o (docs/design.md), evaluated in fewer flops.
   constexpr int CMAX = NC > 0 ? NC : MAX_COMPONENTS;
   R acc[CMAX];
   Jacobian<R, CMAX> J;

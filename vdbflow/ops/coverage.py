@@ -1,7 +1,7 @@
 """Which voxels hold data, and which points have their whole stencil on them.
 
 Next to the boundary of the active region a stencil reads background for the missing voxels, so
-values and gradients there mix data and background (DESIGN.md). :func:`stencil_inside` finds the
+values and gradients there mix data and background (docs/design.md). :func:`stencil_inside` finds the
 points whose result is free of that: every voxel their scheme reads is an active voxel of a leaf or
 lies inside a tile.  Both questions are answered by the kernels (kernels/vdbflow/coverage.h), with
 the sampler's own index mapping and rounding.
