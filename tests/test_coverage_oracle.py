@@ -21,8 +21,9 @@ def _pair(ijk, transform, tiles=None):
     """The same data over two backgrounds."""
     rng = np.random.default_rng(3)
     data = rng.uniform(-1, 1, len(ijk))
-    return tuple(vdbflow.Volume.from_voxels(ijk, data, background=b, transform=transform, tiles=tiles)
-                 for b in (0.0, 1000.0))
+    return tuple(
+        vdbflow.Volume.from_voxels(ijk, data, background=b, transform=transform, tiles=tiles) for b in (0.0, 1000.0)
+    )
 
 
 def test_closest_at_negative_half_integers_in_index_and_world_space():
@@ -30,9 +31,24 @@ def test_closest_at_negative_half_integers_in_index_and_world_space():
     M = np.diag([0.1, 0.3, 0.7, 1.0])
     M[:3, 3] = [0.3, -0.1, 0.05]  # world points of half-integers that round differently by a last bit
     vols = _pair(ijk, M)
-    halves = np.array([[-2.5, 0, 0], [-1.5, 0, 0], [-0.5, 0, 0], [0.5, 0, 0], [2.5, 1.5, -3.5], [3.5, 0.5, -4.5],
-                       [0, -0.5, 0], [0, -1.5, 0], [-5.5, -5, -5], [-6.5, -5, -5], [-4.5, -5.5, -4.5],
-                       [-2.4999999999999996, 0, 0], [-0.49999999999999994, 0, 0], [-1.5000000000000002, 0, 0]])
+    halves = np.array(
+        [
+            [-2.5, 0, 0],
+            [-1.5, 0, 0],
+            [-0.5, 0, 0],
+            [0.5, 0, 0],
+            [2.5, 1.5, -3.5],
+            [3.5, 0.5, -4.5],
+            [0, -0.5, 0],
+            [0, -1.5, 0],
+            [-5.5, -5, -5],
+            [-6.5, -5, -5],
+            [-4.5, -5.5, -4.5],
+            [-2.4999999999999996, 0, 0],
+            [-0.49999999999999994, 0, 0],
+            [-1.5000000000000002, 0, 0],
+        ]
+    )
     for space, pts in (("index", halves), ("world", vols[0].transform.apply(halves))):
         got = stencil_inside(vols[0], pts, "closest", space=space)
         a, b = (v.sample(pts, "closest", space=space)["value"].values for v in vols)
@@ -58,7 +74,8 @@ def test_inside_exactly_where_the_background_cannot_reach_the_sample(rng, mode):
     got = stencil_inside(vols[0], pts, mode)
     a, b = (vdbflow.sample_grad_arrays(v, pts, mode, space="world") for v in vols)
     unchanged = np.all(a[0] == b[0], axis=tuple(range(1, a[0].ndim))) & np.all(
-        (a[1] == b[1]).reshape(len(pts), -1), axis=1)
+        (a[1] == b[1]).reshape(len(pts), -1), axis=1
+    )
     assert got.any() and not got.all()
     assert unchanged[got].all(), f"{mode}: background reached {int((~unchanged[got]).sum())} inside points"
     if mode not in NODE_DIFFERENCES:

@@ -14,7 +14,7 @@ from vdbflow.core.value_types import value_type_for
 
 def test_tree_facts_agree_with_each_other():
     assert kernel.LEAF_DIM == 1 << kernel.LEVEL_SHIFTS[0] == 1 << kernel.LEAF_SHIFT
-    assert kernel.LEAF_VOXELS == kernel.LEAF_DIM ** 3
+    assert kernel.LEAF_VOXELS == kernel.LEAF_DIM**3
     assert kernel.TILE_SIZES == tuple(1 << s for s in kernel.LEVEL_SHIFTS)
     assert kernel.LEVEL_SHIFTS == tuple(sorted(kernel.LEVEL_SHIFTS))
     from vdbflow.ops import sampling
@@ -29,8 +29,12 @@ def test_a_voxel_written_at_its_offset_is_read_back_by_sampling(rng):
     origins = origins[vdbflow.core.tree.tree_order(origins >> kernel.LEAF_SHIFT)]  # a Topology's order
     ijk = np.concatenate([o + rng.integers(0, kernel.LEAF_DIM, (40, 3)) for o in origins])
     ijk = np.unique(ijk, axis=0)
-    leaf = np.array([int(np.argmax(np.all(o == (p >> kernel.LEAF_SHIFT << kernel.LEAF_SHIFT), axis=1)))
-                     for p, o in zip(ijk, [origins] * len(ijk), strict=True)])
+    leaf = np.array(
+        [
+            int(np.argmax(np.all(o == (p >> kernel.LEAF_SHIFT << kernel.LEAF_SHIFT), axis=1)))
+            for p, o in zip(ijk, [origins] * len(ijk), strict=True)
+        ]
+    )
     offset = kernel.voxel_offsets(ijk)
     assert offset.dtype == np.int64 and offset.min() >= 0 and offset.max() < kernel.LEAF_VOXELS
     rows = leaf * kernel.LEAF_VOXELS + offset
@@ -41,8 +45,14 @@ def test_a_voxel_written_at_its_offset_is_read_back_by_sampling(rng):
     bits[rows] = True
     masks = vdbflow.core.tree.masks_from_bits(bits.reshape(len(origins), kernel.LEAF_VOXELS))
     topo = vdbflow.Topology(origins, masks)
-    vol = vdbflow.Volume(topo, data, np.zeros(1, np.float32), np.zeros((0, 1), np.float32),
-                         value_type_for(np.dtype(np.float32), 1), False)
+    vol = vdbflow.Volume(
+        topo,
+        data,
+        np.zeros(1, np.float32),
+        np.zeros((0, 1), np.float32),
+        value_type_for(np.dtype(np.float32), 1),
+        False,
+    )
     got = vdbflow.sample_grad_arrays(vol, ijk.astype(np.float64), "closest", jacobian=False)[0]
     np.testing.assert_array_equal(got, np.arange(len(ijk)))
     # the mask bit of the offset is the voxel's active bit
@@ -56,8 +66,9 @@ def test_tile_codes_round_trip_through_the_tables_to_sampled_values():
     origins = np.array([[8 * 3, 0, 0], [-8, -8, -8], [128, 0, 0], [-256, 128, 0], [4096, 0, 0], [-4096, 0, 4096]])
     sizes = np.array([8, 8, 128, 128, 4096, 4096])
     values = np.arange(10, 16, dtype=np.float32)
-    vol = vdbflow.Volume.from_voxels(np.zeros((1, 3), int), np.ones(1, np.float32), background=-1.0,
-                                     tiles=(origins, sizes, values))
+    vol = vdbflow.Volume.from_voxels(
+        np.zeros((1, 3), int), np.ones(1, np.float32), background=-1.0, tiles=(origins, sizes, values)
+    )
     topo = vol.topology
     for level, shift in enumerate(kernel.LEVEL_SHIFTS):
         sel = topo.tile_sizes == kernel.TILE_SIZES[level]
@@ -85,8 +96,9 @@ def test_transform_layout_maps_points_as_the_matrix_does(rng):
 def test_record_layout_is_the_extensions():
     dt = kernel.ABI_DTYPE
     assert dt.itemsize == _core.ABI_SIZE
-    spans = sorted((off, off + dt.fields[name][0].itemsize) for name, (_, off) in
-                   ((n, dt.fields[n][:2]) for n in dt.names))
+    spans = sorted(
+        (off, off + dt.fields[name][0].itemsize) for name, (_, off) in ((n, dt.fields[n][:2]) for n in dt.names)
+    )
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False)) and spans[-1][1] <= dt.itemsize
     assert sum(b - a for a, b in spans) == dt.itemsize  # every byte of KernelAbi is an exported field
     assert dt["xform"].shape == (len(kernel.TRANSFORM_PARAMETERS),) and dt["tables"].shape == (3,)

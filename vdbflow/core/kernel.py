@@ -39,12 +39,13 @@ SLOT_NOT_FOUND: int = int(_core.SLOT_NOT_FOUND)  # a table lookup's miss
 TRANSFORM_PARAMETERS: tuple[str, ...] = tuple(_core.TRANSFORM_PARAMETERS)
 
 # abi.h: the record's dtype, from the offsets the extension reports (offsetof)
-ABI_DTYPE: np.dtype = np.dtype({
+_ABI_SPEC: Any = {  # NumPy reads the offsets: a dtype laid out as the struct
     "names": [f[0] for f in _core.ABI_FIELDS],
     "formats": [f"<{f[1]}" if f[3] == 1 else (f"<{f[1]}", (f[3],)) for f in _core.ABI_FIELDS],
     "offsets": [f[2] for f in _core.ABI_FIELDS],
     "itemsize": int(_core.ABI_SIZE),
-})
+}
+ABI_DTYPE: np.dtype = np.dtype(_ABI_SPEC)
 VALUE_KINDS: dict[str, int] = dict(_core.VALUE_KINDS)  # value dtype name -> abi.h ValueKind
 
 
@@ -122,7 +123,7 @@ def _checked_host_arrays(k: KernelArrays) -> KernelArrays:
     def plain(a: np.ndarray, dtype: Any) -> np.ndarray:
         return np.ascontiguousarray(a, np.dtype(dtype).newbyteorder("="))
 
-    tables = tuple(plain(t, np.int32) for t in k.tables)
+    tables = (plain(k.tables[0], np.int32), plain(k.tables[1], np.int32), plain(k.tables[2], np.int32))
     for t in tables:
         if len(t) and (t.ndim != 2 or t.shape[1] != 4 or len(t) & (len(t) - 1)):
             raise VolumeError(f"expected (capacity, 4) hash tables with a power-of-two capacity, got {t.shape}")
@@ -131,8 +132,10 @@ def _checked_host_arrays(k: KernelArrays) -> KernelArrays:
     prefix, leaf_offset = plain(k.prefix, np.uint16), plain(k.leaf_offset, np.int64)
     values, tiles, background = plain(k.values, kind), plain(k.tile_values, kind), plain(k.background, kind)
     if masks.shape != (L, 8) or prefix.shape != (L, 8) or leaf_offset.shape != (L,):
-        raise VolumeError(f"expected masks and prefix counts (L, 8) and leaf offsets (L,), got {masks.shape}, "
-                          f"{prefix.shape} and {leaf_offset.shape}")
+        raise VolumeError(
+            f"expected masks and prefix counts (L, 8) and leaf offsets (L,), got {masks.shape}, "
+            f"{prefix.shape} and {leaf_offset.shape}"
+        )
     if background.size != C or tiles.size % C or (k.leaf_values_at is None and values.size % C):
         raise VolumeError(f"expected values, tile values and a background of {C} components each")
     at = None
@@ -147,9 +150,19 @@ def _checked_host_arrays(k: KernelArrays) -> KernelArrays:
     xform = IDENTITY_PARAMETERS if k.xform is None else plain(k.xform, np.float64)
     if xform.shape != (len(TRANSFORM_PARAMETERS),):
         raise VolumeError(f"expected {len(TRANSFORM_PARAMETERS)} transform parameters, got shape {xform.shape}")
-    return dataclasses.replace(k, tables=tables, masks=masks, prefix=prefix, leaf_offset=leaf_offset, values=values,
-                               tile_values=tiles, background=background, leaf_values_at=at, xform=xform,
-                               device_cache={})
+    return dataclasses.replace(
+        k,
+        tables=tables,
+        masks=masks,
+        prefix=prefix,
+        leaf_offset=leaf_offset,
+        values=values,
+        tile_values=tiles,
+        background=background,
+        leaf_values_at=at,
+        xform=xform,
+        device_cache={},
+    )
 
 
 class KernelRecord:
@@ -160,8 +173,9 @@ class KernelRecord:
         self.arrays = arrays
         self.record = record
 
-    def call(self, mode: int, points_world: bool = False, jacobian_world: bool = False,
-             hessian_world: bool = False) -> np.ndarray:
+    def call(
+        self, mode: int, points_world: bool = False, jacobian_world: bool = False, hessian_world: bool = False
+    ) -> np.ndarray:
         """() ABI_DTYPE record of one call."""
         r = self.record.copy()
         r["mode"], r["points_world"] = mode, int(points_world)

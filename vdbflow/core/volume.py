@@ -213,7 +213,7 @@ class Topology:
                         f"expected tiles that do not overlap leaves or other tiles, got a {tree.TILE_SIZES[level]}^3 "
                         f"tile over the node at {k.tolist()}"
                     )
-        return tuple(tables)
+        return tables[0], tables[1], tables[2]
 
     # -- sizes and bounds ---------------------------------------------------------------------
     @property

@@ -18,8 +18,16 @@ CPU_TARGETS: tuple[str, ...] = tuple(_core.CPU_TARGETS)
 ORDERS = {"auto": _core.ORDER_AUTO, "coherent": _core.ORDER_COHERENT, "scattered": _core.ORDER_SCATTERED}
 
 
-def sample(k: KernelArrays, points: np.ndarray, mode: int, points_world: bool, jacobian_world: bool,
-           out_values: np.ndarray, out_jacobian: np.ndarray | None, point_order: str = "auto") -> None:
+def sample(
+    k: KernelArrays,
+    points: np.ndarray,
+    mode: int,
+    points_world: bool,
+    jacobian_world: bool,
+    out_values: np.ndarray,
+    out_jacobian: np.ndarray | None,
+    point_order: str = "auto",
+) -> None:
     """Fills ``out_values`` (N, C) and, when given, ``out_jacobian`` (N, C, 3) for ``points`` (N, 3).
 
     ``point_order`` picks the loop: ``coherent`` (plain), ``scattered`` (prefetching, streaming
@@ -29,17 +37,33 @@ def sample(k: KernelArrays, points: np.ndarray, mode: int, points_world: bool, j
     _core.sample(record.tobytes(), points, out_values, out_jacobian, ORDERS[point_order])
 
 
-def sample_hessian(k: KernelArrays, points: np.ndarray, mode: int, points_world: bool, jacobian_world: bool,
-                   hessian_world: bool, out_values: np.ndarray, out_jacobian: np.ndarray | None,
-                   out_hessian: np.ndarray) -> None:
+def sample_hessian(
+    k: KernelArrays,
+    points: np.ndarray,
+    mode: int,
+    points_world: bool,
+    jacobian_world: bool,
+    hessian_world: bool,
+    out_values: np.ndarray,
+    out_jacobian: np.ndarray | None,
+    out_hessian: np.ndarray,
+) -> None:
     """Fills ``out_values`` (N, C), ``out_jacobian`` (N, C, 3) when given and ``out_hessian`` (N, C, 3, 3)."""
     record = kernel.host_record(k).call(mode, points_world, jacobian_world, hessian_world)
     _core.sample_hessian(record.tobytes(), points, out_values, out_jacobian, out_hessian)
 
 
-def sample_vjp(k: KernelArrays, points: np.ndarray, mode: int, points_world: bool, jacobian_world: bool,
-               adj_values: np.ndarray, adj_jacobian: np.ndarray | None, accumulator: np.ndarray,
-               adj_points: np.ndarray) -> None:
+def sample_vjp(
+    k: KernelArrays,
+    points: np.ndarray,
+    mode: int,
+    points_world: bool,
+    jacobian_world: bool,
+    adj_values: np.ndarray,
+    adj_jacobian: np.ndarray | None,
+    accumulator: np.ndarray,
+    adj_points: np.ndarray,
+) -> None:
     """Reverse mode: corner shares added to ``accumulator`` (value rows + tile rows + 1, C) float64 in
     point order (deterministic), point adjoints into ``adj_points`` (N, 3).  ``k`` holds contiguous values."""
     if k.leaf_values_at is not None:

@@ -18,8 +18,13 @@ from vdbflow.errors import DeviceError
 THREADS_PER_BLOCK = 256
 NULL = np.uint64(0)  # a null device pointer as a kernel argument
 # C++ types of the value dtypes, as the name expressions of the templates in sample.cu spell them
-_CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double", np.dtype(np.int32): "int",
-           np.dtype(np.int64): "long long", np.dtype(np.uint32): "unsigned int"}
+_CTYPES = {
+    np.dtype(np.float32): "float",
+    np.dtype(np.float64): "double",
+    np.dtype(np.int32): "int",
+    np.dtype(np.int64): "long long",
+    np.dtype(np.uint32): "unsigned int",
+}
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 VALUE_DTYPES = tuple(_CTYPES)
 
@@ -102,18 +107,24 @@ def _device_record(k: KernelArrays) -> KernelRecord:
     if rec is None:
         host = kernel.host_record(k).arrays
         dev = dataclasses.replace(
-            host, tables=tuple(cupy.asarray(t) for t in host.tables), masks=cupy.asarray(host.masks),
-            prefix=cupy.asarray(host.prefix), leaf_offset=cupy.asarray(host.leaf_offset),
-            values=cupy.asarray(host.values), tile_values=cupy.asarray(host.tile_values),
+            host,
+            tables=tuple(cupy.asarray(t) for t in host.tables),
+            masks=cupy.asarray(host.masks),
+            prefix=cupy.asarray(host.prefix),
+            leaf_offset=cupy.asarray(host.leaf_offset),
+            values=cupy.asarray(host.values),
+            tile_values=cupy.asarray(host.tile_values),
             background=cupy.asarray(host.background),
             leaf_values_at=None if host.leaf_values_at is None else cupy.asarray(host.leaf_values_at),
-            device_cache={})
+            device_cache={},
+        )
         rec = k.device_cache[key] = KernelRecord(dev, kernel.make_record(dev))
     return rec
 
 
-def _call_record(k: KernelArrays, mode: int, points_world: bool, jacobian_world: bool,
-                 hessian_world: bool = False) -> tuple[KernelRecord, Any]:
+def _call_record(
+    k: KernelArrays, mode: int, points_world: bool, jacobian_world: bool, hessian_world: bool = False
+) -> tuple[KernelRecord, Any]:
     """The device record and a device copy of one call's record bytes (kept per option set)."""
     rec = _device_record(k)
     options = (int(mode), bool(points_world), bool(jacobian_world), bool(hessian_world))
@@ -128,8 +139,16 @@ def _blocks(n: int) -> int:
     return min((n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK, 65535 * 8)
 
 
-def sample(k: KernelArrays, points: Any, mode: int, points_world: bool, jacobian_world: bool, out_values: Any,
-           out_jacobian: Any | None, point_order: str = "auto") -> None:
+def sample(
+    k: KernelArrays,
+    points: Any,
+    mode: int,
+    points_world: bool,
+    jacobian_world: bool,
+    out_values: Any,
+    out_jacobian: Any | None,
+    point_order: str = "auto",
+) -> None:
     """Fills CuPy ``out_values`` (N, C) and optional ``out_jacobian`` (N, C, 3) for CuPy points.
     (``point_order`` is a CPU hint; the GPU hides latency with its many threads.)"""
     cupy = cupy_module()
@@ -139,12 +158,24 @@ def sample(k: KernelArrays, points: Any, mode: int, points_world: bool, jacobian
     pts = cupy.ascontiguousarray(points, dtype=cupy.float64)
     rec, call = _call_record(k, mode, points_world, jacobian_world)
     kernel_fn = _function(entry_name(rec.arrays.values.dtype, k.components))
-    kernel_fn((_blocks(n),), (THREADS_PER_BLOCK,),
-              (call, pts, np.int64(n), out_values, NULL if out_jacobian is None else out_jacobian))
+    kernel_fn(
+        (_blocks(n),),
+        (THREADS_PER_BLOCK,),
+        (call, pts, np.int64(n), out_values, NULL if out_jacobian is None else out_jacobian),
+    )
 
 
-def sample_hessian(k: KernelArrays, points: Any, mode: int, points_world: bool, jacobian_world: bool,
-                   hessian_world: bool, out_values: Any, out_jacobian: Any | None, out_hessian: Any) -> None:
+def sample_hessian(
+    k: KernelArrays,
+    points: Any,
+    mode: int,
+    points_world: bool,
+    jacobian_world: bool,
+    hessian_world: bool,
+    out_values: Any,
+    out_jacobian: Any | None,
+    out_hessian: Any,
+) -> None:
     """Fills CuPy ``out_values`` (N, C), ``out_jacobian`` (N, C, 3) and ``out_hessian`` (N, C, 3, 3)."""
     cupy = cupy_module()
     n = points.shape[0]
@@ -153,12 +184,24 @@ def sample_hessian(k: KernelArrays, points: Any, mode: int, points_world: bool, 
     pts = cupy.ascontiguousarray(points, dtype=cupy.float64)
     rec, call = _call_record(k, mode, points_world, jacobian_world, hessian_world)
     kernel_fn = _function(hessian_entry_name(rec.arrays.values.dtype, k.components))
-    kernel_fn((_blocks(n),), (THREADS_PER_BLOCK,),
-              (call, pts, np.int64(n), out_values, NULL if out_jacobian is None else out_jacobian, out_hessian))
+    kernel_fn(
+        (_blocks(n),),
+        (THREADS_PER_BLOCK,),
+        (call, pts, np.int64(n), out_values, NULL if out_jacobian is None else out_jacobian, out_hessian),
+    )
 
 
-def sample_vjp(k: KernelArrays, points: Any, mode: int, points_world: bool, jacobian_world: bool, adj_values: Any,
-               adj_jacobian: Any | None, accumulator: Any, adj_points: Any) -> None:
+def sample_vjp(
+    k: KernelArrays,
+    points: Any,
+    mode: int,
+    points_world: bool,
+    jacobian_world: bool,
+    adj_values: Any,
+    adj_jacobian: Any | None,
+    accumulator: Any,
+    adj_points: Any,
+) -> None:
     """Reverse mode on the GPU: float64 atomics into ``accumulator`` (rows, C); ``adj_points`` (N, 3).
     ``k`` holds contiguous values (the accumulator's rows follow them)."""
     if k.leaf_values_at is not None:
@@ -170,13 +213,22 @@ def sample_vjp(k: KernelArrays, points: Any, mode: int, points_world: bool, jaco
     pts = cupy.ascontiguousarray(points, dtype=cupy.float64)
     rec, call = _call_record(k, mode, points_world, jacobian_world)
     kernel_fn = _function(vjp_entry_name(rec.arrays.values.dtype, k.components))
-    kernel_fn((_blocks(n),), (THREADS_PER_BLOCK,),
-              (call, pts, np.int64(n), adj_values, NULL if adj_jacobian is None else adj_jacobian, accumulator,
-               adj_points))
+    kernel_fn(
+        (_blocks(n),),
+        (THREADS_PER_BLOCK,),
+        (call, pts, np.int64(n), adj_values, NULL if adj_jacobian is None else adj_jacobian, accumulator, adj_points),
+    )
 
 
-def route(points: Any, origin: np.ndarray, shift: int, boundaries: np.ndarray, xform: np.ndarray,
-          points_world: bool, near: np.ndarray | None) -> tuple[Any, Any, Any]:
+def route(
+    points: Any,
+    origin: np.ndarray,
+    shift: int,
+    boundaries: np.ndarray,
+    xform: np.ndarray,
+    points_world: bool,
+    near: np.ndarray | None,
+) -> tuple[Any, Any, Any]:
     """Routing on the GPU (``vdbflow_route_partition``, route.h) and a stable grouping by partition
     with CuPy: ``(order, bounds (P + 2,), grouped points)`` as CuPy arrays, as the CPU's ``route_points``."""
     cupy = cupy_module()
@@ -189,9 +241,23 @@ def route(points: Any, origin: np.ndarray, shift: int, boundaries: np.ndarray, x
         mask = np.uint32(0) if near is None or len(near) == 0 else np.uint32(len(near) - 1)
         bounds_dev = cupy.asarray(boundaries if len(boundaries) else np.zeros(1, np.uint64))
         route_fn = _function("vdbflow_route_partition")
-        route_fn((_blocks(n),), (THREADS_PER_BLOCK,),
-               (pts, np.int64(n), cupy.asarray(xform), np.int32(points_world), cupy.asarray(origin, cupy.int64),
-                np.int32(shift), bounds_dev, np.int32(P), table, mask, part))
+        route_fn(
+            (_blocks(n),),
+            (THREADS_PER_BLOCK,),
+            (
+                pts,
+                np.int64(n),
+                cupy.asarray(xform),
+                np.int32(points_world),
+                cupy.asarray(origin, cupy.int64),
+                np.int32(shift),
+                bounds_dev,
+                np.int32(P),
+                table,
+                mask,
+                part,
+            ),
+        )
     group = part[:n] + 1  # 0: background-only, p + 1: partition p
     order = cupy.argsort(group, kind="stable")
     counts = cupy.bincount(group, minlength=P + 1)

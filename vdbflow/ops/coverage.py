@@ -40,8 +40,14 @@ def stencil_inside(vol: Any, points: Any, mode: str = "linear", space: str = "wo
     if pts.ndim != 2 or pts.shape[1] != 3:
         raise PointsError(f"expected points of shape (N, 3), got {pts.shape}")
     topology = getattr(vol, "topology", vol)
-    return _core.stencil_inside(list(topology.tables), topology.masks, np.ascontiguousarray(pts),
-                                topology.transform.kernel_parameters(), space == "world", MODES[mode])
+    return _core.stencil_inside(
+        list(topology.tables),
+        topology.masks,
+        np.ascontiguousarray(pts),
+        topology.transform.kernel_parameters(),
+        space == "world",
+        MODES[mode],
+    )
 
 
 class InsideCheck:
@@ -62,5 +68,6 @@ class InsideCheck:
         pts = np.ascontiguousarray(points, np.float64)
         if pts.ndim != 2 or pts.shape[1] != 3:
             raise PointsError(f"expected points of shape (N, 3), got {pts.shape}")
-        return _core.stencil_inside(list(self.topology.tables), self.topology.masks, pts, self.xform,
-                                    space == "world", MODES[self.mode])
+        return _core.stencil_inside(
+            list(self.topology.tables), self.topology.masks, pts, self.xform, space == "world", MODES[self.mode]
+        )
