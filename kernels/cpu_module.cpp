@@ -133,7 +133,6 @@ template <class T, int NC, class P>
 void run_adjoint(const GridView<T>& g, const SampleArgs& a) {
   typedef typename RealOf<T>::type R;
   const int C = a.k.components;
-  const PointTransform xf = abi_transform(a.k);
   const AdjointRows rows{a.k.value_rows, a.k.tile_rows};
   const P* pts = (const P*)a.points;
   const R* adj_v = (const R*)a.adj_values;
@@ -147,6 +146,7 @@ void run_adjoint(const GridView<T>& g, const SampleArgs& a) {
     const i64 count = (n - first) < chunk ? (n - first) : chunk;
 #pragma omp parallel
     {
+      const PointTransform xf = abi_transform(a.k);  // each thread's own copy
       LeafCache cache;
 #pragma omp for schedule(static, 256)
       for (i64 k = 0; k < count; ++k) {
@@ -200,7 +200,7 @@ void run(const SampleArgs& a) {
     run_adjoint<T, NC, P>(g, a);
     return;
   }
-  const PointTransform xf = abi_transform(a.k);
+  const PointTransform xf_shared = abi_transform(a.k);  // for the coherence probe; threads take copies
   const int mode = a.k.mode;
   const int C = a.k.components;
   const P* pts = (const P*)a.points;
@@ -210,7 +210,7 @@ void run(const SampleArgs& a) {
   const i64 n = a.n;
   const bool scattered = mode <= MODE_LINEAR && (a.order == ORDER_SCATTERED ||
                          (a.order == ORDER_AUTO && n >= SCATTERED_MIN_POINTS &&
-                          leaf_coherence(pts, xf, n) < COHERENT_FRACTION));
+                          leaf_coherence(pts, xf_shared, n) < COHERENT_FRACTION));
   auto load = [&](i64 i, double p[3]) {
     p[0] = (double)pts[3 * i];
     p[1] = (double)pts[3 * i + 1];
@@ -218,6 +218,7 @@ void run(const SampleArgs& a) {
   };
 #pragma omp parallel
   {
+    const PointTransform xf = xf_shared;  // each thread's own copy: kept in registers and its stack
     LeafCache cache;
     double p[3];
     if (!scattered) {
@@ -281,7 +282,6 @@ template <class T, int NC, class P>
 void run_hessian(const SampleArgs& a) {
   typedef typename RealOf<T>::type R;
   const GridView<T> g = abi_grid<T>(a.k);
-  const PointTransform xf = abi_transform(a.k);
   const int C = a.k.components;
   const P* pts = (const P*)a.points;
   T* out_v = (T*)a.out_values;
@@ -289,6 +289,7 @@ void run_hessian(const SampleArgs& a) {
   R* out_h = (R*)a.out_hessian;
 #pragma omp parallel
   {
+    const PointTransform xf = abi_transform(a.k);  // each thread's own copy
     LeafCache cache;
 #pragma omp for schedule(dynamic, 1024)
     for (i64 i = 0; i < a.n; ++i) {
@@ -404,11 +405,11 @@ struct CoverageArgs {
 void stencil_inside_entry(const void* args) {
   const CoverageArgs& a = *(const CoverageArgs*)args;
   const GridView<float> g = abi_grid<float>(a.k);
-  const PointTransform xf = abi_transform(a.k);
   int lo, taps;
   stencil_taps(a.k.mode, lo, taps);
 #pragma omp parallel
   {
+    const PointTransform xf = abi_transform(a.k);  // each thread's own copy
     LeafCache cache;
 #pragma omp for schedule(dynamic, 4096)
     for (i64 i = 0; i < a.n; ++i) a.out[i] = stencil_inside_point(g, xf, a.points + 3 * i, a.k.mode, lo, taps, cache);
