@@ -37,6 +37,7 @@ def test_value_gradient_is_the_jacobian(field):
     np.testing.assert_allclose(grad.numpy(), jac[:, 1, :].detach().numpy(), atol=1e-12)
 
 
+@pytest.mark.slow
 def test_trains_a_field(rng):
     """A few steps of gradient descent fit voxel data to a target Jacobian."""
     ijk = np.argwhere(np.ones((8, 8, 8), bool))

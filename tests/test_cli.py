@@ -82,6 +82,7 @@ def test_install_hints_keep_their_brackets(tmp_path, monkeypatch):
         assert result.exit_code == 0 and '"vdbflow[gpu]"' in result.stdout, result.stdout  # in the plan's table
 
 
+@pytest.mark.slow
 def test_verbose_logs_go_to_stderr_and_the_summary_to_stdout(tmp_path):
     result = invoke("run", small_job(tmp_path), "-v")
     assert result.exit_code == 0, result.output

@@ -6,9 +6,12 @@ four - a write + read round trip keeps voxels and values).  No crash, no other e
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "fuzz_nvdb.py"
 
 
+@pytest.mark.slow
 def test_two_thousand_seeded_mutants():
     spec = importlib.util.spec_from_file_location("fuzz_nvdb", SCRIPT)
     fuzz = importlib.util.module_from_spec(spec)

@@ -283,6 +283,7 @@ def test_laplacian_quantity_and_grid_fields_on_the_taylor_green_shell(rng):
     np.testing.assert_allclose(laplacian.voxel_data[inside], -3 * u, atol=2e-3)
 
 
+@pytest.mark.slow
 def test_job_writes_hessians_and_laplacians(tmp_path):
     """`sampling.outputs: [hessian, laplacian]` in a job: the stored Hessians equal single-process
     sample_hessian at the same points, and the Laplacian of Taylor-Green is -3u where the stencil is inside."""

@@ -20,6 +20,7 @@ KERNELS = cuda_backend.kernel_dir()
 
 @pytest.mark.skipif(shutil.which("nvcc") is None or shutil.which("c++filt") is None,
                     reason="nvcc or c++filt is not on the PATH")
+@pytest.mark.slow
 def test_cuda_entry_points_compile_to_ptx(tmp_path):
     """sample.cu compiles with nvcc, with every template instance the CUDA backend asks NVRTC for
     (its name expressions) instantiated explicitly, and each instance is an entry of the PTX."""

@@ -16,6 +16,8 @@ from vdbflow import _core
 from vdbflow.devices import cuda as cuda_backend
 from vdbflow.ops.sampling import MODES
 
+pytestmark = pytest.mark.slow  # builds and runs a sanitized driver
+
 HARNESS = cuda_backend.kernel_dir().parent / "tests" / "harness" / "sanitized_sample.cpp"
 if not HARNESS.is_file():  # an installed package: the harness lives next to this file
     from pathlib import Path

@@ -331,6 +331,7 @@ def fuzz_bases(rng, tmp_path):
     return [bytearray((tmp_path / n).read_bytes()) for n in ("v.nvdb", "w.nvdb", "i.nvdb", "z.nvdb")]
 
 
+@pytest.mark.slow
 def test_mutation_fuzz(rng, tmp_path):
     """2,400 mutated files (truncations, bit flips, field overwrites) either load consistently or raise
     NanoVDBError - nothing else."""

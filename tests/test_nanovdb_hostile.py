@@ -347,6 +347,7 @@ def open_every_grid(buf: bytes) -> None:
         vdbflow.open(buf, grid=g)
 
 
+@pytest.mark.slow
 def test_every_corruption_names_a_byte(tmp_path):
     """Header, metadata, tree, root and node fields overwritten with 0, 0x7FFFFFFF and 0xFFFFFFFF
     (checksums cleared, so every check is reached), and truncations at many lengths: each file opens

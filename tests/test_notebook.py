@@ -19,6 +19,7 @@ def test_committed_notebook_has_no_outputs():
     assert code and all(not c.outputs and c.execution_count is None for c in code)
 
 
+@pytest.mark.slow
 def test_notebook_executes(tmp_path):
     nb = nbformat.read(NOTEBOOK, as_version=4)
     shutil.copy(NOTEBOOK, tmp_path)

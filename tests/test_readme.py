@@ -42,6 +42,7 @@ def test_the_readme_has_runnable_blocks():
     assert len(blocks("python")) >= 8 and len(blocks("bash")) >= 2
 
 
+@pytest.mark.slow
 def test_python_blocks_run_in_order(demo_folder, monkeypatch):
     import matplotlib
 
@@ -58,6 +59,7 @@ def test_python_blocks_run_in_order(demo_folder, monkeypatch):
     plt.close("all")
 
 
+@pytest.mark.slow
 def test_bash_blocks_run(demo_folder):
     env = {**os.environ, "MPLBACKEND": "Agg", "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     ran = 0
