@@ -23,11 +23,16 @@ KERNELS = cuda_backend.kernel_dir()
 @pytest.mark.slow
 def test_cuda_entry_points_compile_to_ptx(tmp_path):
     """sample.cu compiles with nvcc, with every template instance the CUDA backend asks NVRTC for
-    (its name expressions) instantiated explicitly, and each instance is an entry of the PTX."""
+    (its name expressions) instantiated explicitly, and each instance is an entry of the PTX; the
+    device side lays the kernel record out byte for byte as the CPU extension reports it."""
     names = cuda_backend.name_expressions()
+    # the device compilation lays KernelAbi out as the CPU extension does (its exported offsets)
+    layout = [f"static_assert(sizeof(vdbflow::KernelAbi) == {_core.ABI_SIZE}, \"KernelAbi size\");\n"]
+    layout += [f"static_assert(offsetof(vdbflow::KernelAbi, {name}) == {offset}, \"KernelAbi::{name}\");\n"
+               for name, _, offset, _ in _core.ABI_FIELDS]
     wrapper = tmp_path / "instances.cu"
-    wrapper.write_text('#include "sample.cu"\n' + "".join(f"void* vdbflow_instance_{i} = (void*)&{name};\n"
-                                                          for i, name in enumerate(names)))
+    wrapper.write_text('#include <cstddef>\n#include "sample.cu"\n' + "".join(layout) + "".join(
+        f"void* vdbflow_instance_{i} = (void*)&{name};\n" for i, name in enumerate(names)))
     out = tmp_path / "sample.ptx"
     result = subprocess.run(
         ["nvcc", "-ptx", "-arch=sm_90", "-std=c++17", f"-I{KERNELS}", str(wrapper), "-o", str(out)],
