@@ -1,13 +1,15 @@
 // A test-only driver of the sampling headers, built with the undefined-behaviour sanitizer by
 // tests/test_kernels_sanitized.py.  It reads a grid's kernel arrays from raw files, places the value
 // array at a chosen byte misalignment (as a memory-mapped .nvdb file does), samples the points and
-// prints values and Jacobians, one point per line.
+// prints values and Jacobians, one point per line.  The grid reaches the sampler as the kernels' one
+// argument record (vdbflow/abi.h KernelAbi), as in the CPU extension and the CUDA entry points.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "vdbflow/abi.h"
 #include "vdbflow/schemes.h"
 
 using namespace vdbflow;
@@ -27,12 +29,14 @@ static std::vector<char> slurp(const std::string& path) {
 
 template <class T>
 static int run(const std::string& dir, int shift, int mode, int C, int index_layout, int world) {
+  KernelAbi abi;
+  std::memset(&abi, 0, sizeof(abi));
   std::vector<char> tables[LEVEL_COUNT];
-  HashTable ht[LEVEL_COUNT];
   for (int l = 0; l < LEVEL_COUNT; ++l) {
     tables[l] = slurp(dir + "/table" + std::to_string(l));
     const size_t rows = tables[l].size() / 16;
-    ht[l] = rows ? HashTable{(const int*)tables[l].data(), (u32)(rows - 1)} : HashTable{nullptr, 0};
+    abi.tables[l] = rows ? (const int*)tables[l].data() : nullptr;
+    abi.table_masks[l] = rows ? (u32)(rows - 1) : 0;
   }
   std::vector<char> masks = slurp(dir + "/masks"), prefix = slurp(dir + "/prefix");
   std::vector<char> offsets = slurp(dir + "/leaf_offset"), tiles = slurp(dir + "/tile_values");
@@ -43,11 +47,21 @@ static int run(const std::string& dir, int shift, int mode, int C, int index_lay
   char* base = storage.data() + (64 - ((size_t)storage.data() % 64)) % 64;
   if (base + shift + raw.size() > storage.data() + storage.size()) return 3;
   std::memcpy(base + shift, raw.data(), raw.size());
-  const GridView<T> g = make_grid_view<T>(ht, (const u64*)masks.data(), (const u16*)prefix.data(),
-                                          (const i64*)offsets.data(), nullptr, (const T*)(base + shift),
-                                          (const T*)tiles.data(), (const T*)background.data(), C, index_layout);
+  abi.masks = (const u64*)masks.data();
+  abi.prefix = (const u16*)prefix.data();
+  abi.leaf_offset = (const i64*)offsets.data();
+  abi.values = base + shift;
+  abi.tile_values = tiles.data();
+  abi.background = background.data();
+  abi.components = C;
+  abi.index_layout = index_layout;
   std::vector<char> params = slurp(dir + "/transform");
-  const PointTransform xf = make_point_transform((const double*)params.data(), world, world);
+  if (params.size() != sizeof(abi.xform)) return 3;
+  std::memcpy(abi.xform, params.data(), sizeof(abi.xform));
+  abi.mode = mode;
+  abi.points_world = abi.jacobian_world = world;
+  const GridView<T> g = abi_grid<T>(abi);
+  const PointTransform xf = abi_transform(abi);
   const double* p = (const double*)points.data();
   const size_t n = points.size() / (3 * sizeof(double));
   typedef typename RealOf<T>::type R;
@@ -55,7 +69,7 @@ static int run(const std::string& dir, int shift, int mode, int C, int index_lay
   std::vector<R> jacobian(3 * C);
   LeafCache cache;
   for (size_t i = 0; i < n; ++i) {
-    sample_point<T, 0>(g, xf, p + 3 * i, mode, true, value.data(), jacobian.data(), cache);
+    sample_point<T, 0>(g, xf, p + 3 * i, abi.mode, true, value.data(), jacobian.data(), cache);
     for (int c = 0; c < C; ++c) std::printf("%.17g ", (double)value[c]);
     for (int e = 0; e < 3 * C; ++e) std::printf("%.17g ", (double)jacobian[e]);
     std::printf("\n");
