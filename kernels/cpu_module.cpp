@@ -605,6 +605,7 @@ KernelAbi read_abi(const nb::bytes& record) {
   if (a.value_kind < KIND_F32 || a.value_kind > KIND_U32) throw std::invalid_argument("unknown value kind");
   if (a.mode < MODE_CLOSEST || a.mode > SCHEME_LAST) throw std::invalid_argument("unknown sampling mode");
   if (a.index_layout != 0 && a.index_layout != 1) throw std::invalid_argument("index_layout must be 0 or 1");
+  if (a.value_rows < 0 || a.tile_rows < 0) throw std::invalid_argument("row counts must be >= 0");
   if (a.values == nullptr || a.background == nullptr || (a.tile_rows > 0 && a.tile_values == nullptr))
     throw std::invalid_argument("the kernel record lacks its value arrays");
   for (int l = 0; l < LEVEL_COUNT; ++l)

@@ -208,5 +208,5 @@ def host_record(k: KernelArrays) -> KernelRecord:
     rec = k.device_cache.get("cpu")
     if rec is None:
         arrays = _checked_host_arrays(k)
-        rec = k.device_cache["cpu"] = KernelRecord(arrays, make_record(arrays))
+        rec = k.device_cache.setdefault("cpu", KernelRecord(arrays, make_record(arrays)))  # one, if threads race
     return rec

@@ -33,8 +33,10 @@ def sample(
     ``point_order`` picks the loop: ``coherent`` (plain), ``scattered`` (prefetching, streaming
     stores) or ``auto`` (measured on a sample of neighbouring points).  Results are identical.
     """
-    record = kernel.host_record(k).call(mode, points_world, jacobian_world)
-    _core.sample(record.tobytes(), points, out_values, out_jacobian, ORDERS[point_order])
+    rec = kernel.host_record(k)  # held for the call: the record points into its arrays
+    _core.sample(
+        rec.call(mode, points_world, jacobian_world).tobytes(), points, out_values, out_jacobian, ORDERS[point_order]
+    )
 
 
 def sample_hessian(
@@ -49,8 +51,14 @@ def sample_hessian(
     out_hessian: np.ndarray,
 ) -> None:
     """Fills ``out_values`` (N, C), ``out_jacobian`` (N, C, 3) when given and ``out_hessian`` (N, C, 3, 3)."""
-    record = kernel.host_record(k).call(mode, points_world, jacobian_world, hessian_world)
-    _core.sample_hessian(record.tobytes(), points, out_values, out_jacobian, out_hessian)
+    rec = kernel.host_record(k)  # held for the call: the record points into its arrays
+    _core.sample_hessian(
+        rec.call(mode, points_world, jacobian_world, hessian_world).tobytes(),
+        points,
+        out_values,
+        out_jacobian,
+        out_hessian,
+    )
 
 
 def sample_vjp(
@@ -68,8 +76,15 @@ def sample_vjp(
     point order (deterministic), point adjoints into ``adj_points`` (N, 3).  ``k`` holds contiguous values."""
     if k.leaf_values_at is not None:
         raise DeviceError("expected the kernel arrays of a contiguous volume for reverse mode (Volume.contiguous())")
-    record = kernel.host_record(k).call(mode, points_world, jacobian_world)
-    _core.sample_vjp(record.tobytes(), points, adj_values, adj_jacobian, accumulator, adj_points)
+    rec = kernel.host_record(k)  # held for the call: the record points into its arrays
+    _core.sample_vjp(
+        rec.call(mode, points_world, jacobian_world).tobytes(),
+        points,
+        adj_values,
+        adj_jacobian,
+        accumulator,
+        adj_points,
+    )
 
 
 def grid_gradient(k: KernelArrays, leaf_origins: np.ndarray, scheme: int, jacobian_world: bool) -> np.ndarray:

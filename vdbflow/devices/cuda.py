@@ -118,7 +118,7 @@ def _device_record(k: KernelArrays) -> KernelRecord:
             leaf_values_at=None if host.leaf_values_at is None else cupy.asarray(host.leaf_values_at),
             device_cache={},
         )
-        rec = k.device_cache[key] = KernelRecord(dev, kernel.make_record(dev))
+        rec = k.device_cache.setdefault(key, KernelRecord(dev, kernel.make_record(dev)))  # one, if threads race
     return rec
 
 
@@ -131,7 +131,7 @@ def _call_record(
     call = rec.arrays.device_cache.get(options)
     if call is None:
         raw = np.frombuffer(rec.call(*options).tobytes(), np.uint8)
-        call = rec.arrays.device_cache[options] = cupy_module().asarray(raw)
+        call = rec.arrays.device_cache.setdefault(options, cupy_module().asarray(raw))
     return rec, call
 
 
