@@ -94,7 +94,7 @@ def active_bbox(leaf_origins: np.ndarray, masks: np.ndarray, chunk: int = 1 << 1
         origins = leaf_origins[start:start + chunk].astype(np.int64)
         for axis in range(3):
             others = tuple(a for a in range(1, 4) if a != axis + 1)
-            occupied = bits.any(axis=others)  # (L, 8)
+            occupied = np.asarray(bits.any(axis=others))  # (L, 8)
             has = occupied.any(axis=1)
             if not has.any():
                 continue

@@ -29,7 +29,7 @@ def registry() -> Any:
     """vdbflow's pint ``UnitRegistry`` (made on first use: about 0.3 s), with ``voxel`` defined."""
     import pint
 
-    reg = pint.UnitRegistry()
+    reg: Any = pint.UnitRegistry()
     reg.define("voxel = [index_length]")
     return reg
 
@@ -105,13 +105,14 @@ def normalize(units: str | None) -> str | None:
     return _format(q)
 
 
-def _combine(parts: list[tuple[str, int]], fallback: str) -> str | None:
+def _combine(parts: list[tuple[str | None, int]], fallback: str | None) -> str | None:
     texts = [_known(t) for t, _ in parts]
-    if any(t is None for t in texts):
+    if any(t is None for t in texts) or fallback is None:
         return None
     reg = registry()
     q = reg.Quantity(1)
     for text, (_, exponent) in zip(texts, parts, strict=True):
+        assert text is not None  # checked above
         parsed = _parse(text)
         if parsed is None:
             _warn(text)

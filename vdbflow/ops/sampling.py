@@ -225,7 +225,7 @@ def points_in(points: Any, dims: Any) -> tuple[Any, tuple[int, ...], tuple[str, 
     coords: dict[str, Any] = {}
     if isinstance(points, xr.DataArray):
         lead_dims = points.dims[:-1]
-        coords = {name: c.variable for name, c in points.coords.items()
+        coords = {str(name): c.variable for name, c in points.coords.items()
                   if name not in points.dims[-1:] and set(c.dims) <= set(lead_dims)}
         dims = lead_dims if dims is None else dims
         points = points.data
@@ -282,15 +282,16 @@ def build_dataset(vol: Volume, points: Any, values: Any, jac: Any, mode: str, sp
     length = _u.normalize(vol.length_units) if space == "world" else "voxel"
     if pts.ndim == len(dims) + 1 and tuple(pts.shape[:-1]) == lead:
         for a, label in enumerate(AXIS_LABELS[space]):
-            attrs = {"long_name": f"{label} coordinate of the point ({space} space)"}
+            attrs: dict[str, Any] = {"long_name": f"{label} coordinate of the point ({space} space)"}
             if length:
                 attrs["units"] = length
             coords[label] = (dims, pts[..., a].astype(np.float64), attrs)
     common = {"sampling_mode": mode, "point_space": space}
     units = _u.normalize(vol.units)
-    value_attrs = {"long_name": vol.name, **({"units": units} if units else {}), **common}
-    data_vars = {vol.name: (vdims, values, value_attrs)}
+    value_attrs: dict[str, Any] = {"long_name": vol.name, **({"units": units} if units else {}), **common}
+    data_vars: dict[str, Any] = {vol.name: (vdims, values, value_attrs)}
     if jac is not None:
+        assert jacobian_space is not None  # given with every Jacobian
         coords["axis"] = ("axis", _labels(AXIS_LABELS[jacobian_space]),
                           {"long_name": f"axis of the derivative ({jacobian_space} space)"})
         jname = f"{vol.name}_jacobian"
