@@ -129,3 +129,30 @@ def test_kernel_arrays_are_kept_and_records_are_not_pickled():
     kernel.host_record(k)
     assert "cpu" in k.device_cache
     assert pickle.loads(pickle.dumps(k)).device_cache == {}
+
+
+def test_records_point_into_checked_copies_of_unusual_arrays(rng):
+    """Big-endian, strided kernel arrays are copied once into the kernels' layout; results are the same."""
+    import dataclasses
+
+    from vdbflow.devices import cpu
+
+    ijk = np.unique(rng.integers(-10, 10, (800, 3)), axis=0)
+    vol = vdbflow.Volume.from_voxels(ijk, rng.standard_normal((len(ijk), 3)).astype(np.float32))
+    k = vol.kernel_arrays()
+    odd = dataclasses.replace(
+        k,
+        values=np.repeat(k.values.astype(">f4"), 2, axis=0)[::2],
+        masks=np.asfortranarray(k.masks),
+        background=k.background.astype(">f4"),
+        tile_values=k.tile_values.astype(">f4"),
+        device_cache={},
+    )
+    assert not odd.values.flags.c_contiguous and not odd.values.dtype.isnative
+    pts = rng.uniform(-12, 12, (300, 3))
+    want = vdbflow.sample_grad_arrays(vol, pts, "lag4")
+    got = np.empty((300, 3), np.float32), np.empty((300, 3, 3), np.float32)
+    cpu.sample(odd, pts, kernel.MODES["lag4"], False, False, *got)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    assert kernel.host_record(odd).arrays.values.flags.c_contiguous
