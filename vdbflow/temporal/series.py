@@ -73,7 +73,7 @@ class VolumeSeries:
         self._reference: Volume | None = None  # the first step opened: the grid all steps must share
         self._reference_step = -1
         self._same_topology: dict[int, bool] = {}
-        self._inside: dict[tuple[int, str], Any] = {}  # per open step and mode: its InsideCheck (leaf masks)
+        self._inside: dict[tuple[int, str], Any] = {}  # per open step and mode: its InsideCheck
         self.opened = 0  # steps read so far (a step evicted and needed again counts again)
 
     def __len__(self) -> int:
