@@ -159,7 +159,7 @@ def _as_source(source: Any, mode: str, time: str) -> _Source:
         return _VolumeSource(source, mode)
     if isinstance(source, VolumeSeries):
         return _SeriesSource(source, mode, time)
-    dist = sys.modules.get("vdbflow.distributed")
+    dist = sys.modules.get("vdbflow.distribution.volume")
     if dist is not None and isinstance(source, dist.DistributedVolume):
         return _DistributedSource(source, mode)
     if isinstance(source, FlowField):
