@@ -1,0 +1,103 @@
+"""vdbflow CPU kernels (compiled from kernels/)"""
+
+from collections.abc import Sequence
+from typing import Annotated
+
+import numpy
+from numpy.typing import NDArray
+
+
+CPU_TARGET: str
+
+CPU_TARGET_FLAGS: str
+
+CPU_TARGETS: tuple
+
+CPU_TARGETS_SUPPORTED: tuple
+
+def build_table(keys: Annotated[NDArray[numpy.int32], dict(shape=(None, None), order='C', device='cpu', writable=False)], slots: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> tuple: ...
+
+def table_lookup(table: Annotated[NDArray[numpy.int32], dict(shape=(None, None), order='C', device='cpu', writable=False)], keys: Annotated[NDArray[numpy.int32], dict(shape=(None, None), order='C', device='cpu', writable=False)]) -> Annotated[NDArray[numpy.int32], dict(shape=(None,))]: ...
+
+def sample(record: bytes, points: Annotated[NDArray, dict(order='C', device='cpu', writable=False)], out_values: Annotated[NDArray, dict(order='C', device='cpu')], out_jacobian: Annotated[NDArray, dict(order='C', device='cpu')] | None, order: int = 0) -> None: ...
+
+def sample_hessian(record: bytes, points: Annotated[NDArray, dict(order='C', device='cpu', writable=False)], out_values: Annotated[NDArray, dict(order='C', device='cpu')], out_jacobian: Annotated[NDArray, dict(order='C', device='cpu')] | None, out_hessian: Annotated[NDArray, dict(order='C', device='cpu')]) -> None: ...
+
+def sample_vjp(record: bytes, points: Annotated[NDArray, dict(order='C', device='cpu', writable=False)], adj_values: Annotated[NDArray, dict(order='C', device='cpu', writable=False)], adj_jacobian: Annotated[NDArray, dict(order='C', device='cpu', writable=False)] | None, accumulator: Annotated[NDArray[numpy.float64], dict(shape=(None, None), order='C', device='cpu')], adj_points: Annotated[NDArray, dict(order='C', device='cpu')]) -> None: ...
+
+def grid_gradient(record: bytes, leaf_origins: Annotated[NDArray[numpy.int32], dict(shape=(None, None), order='C', device='cpu', writable=False)], first_row: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], out_jacobian: Annotated[NDArray, dict(order='C', device='cpu')]) -> None: ...
+
+def stencil_inside(tables: Sequence[Annotated[NDArray[numpy.int32], dict(shape=(None, None), order='C', device='cpu', writable=False)]], masks: Annotated[NDArray[numpy.uint64], dict(shape=(None, None), order='C', device='cpu', writable=False)], points: Annotated[NDArray[numpy.float64], dict(shape=(None, None), order='C', device='cpu', writable=False)], xform: Annotated[NDArray[numpy.float64], dict(shape=(12), order='C', device='cpu', writable=False)], points_world: bool, mode: int) -> Annotated[NDArray[numpy.bool_], dict(shape=(None,))]:
+    """Whether each point's stencil reads only defined voxels (coverage.h)."""
+
+def defined_voxels(tables: Sequence[Annotated[NDArray[numpy.int32], dict(shape=(None, None), order='C', device='cpu', writable=False)]], masks: Annotated[NDArray[numpy.uint64], dict(shape=(None, None), order='C', device='cpu', writable=False)], ijk: Annotated[NDArray[numpy.int64], dict(shape=(None, None), order='C', device='cpu', writable=False)]) -> Annotated[NDArray[numpy.bool_], dict(shape=(None,))]:
+    """Whether each voxel is active in a leaf or inside a tile (coverage.h)."""
+
+def encode_tiles(tiles: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> Annotated[NDArray[numpy.int32], dict(shape=(None,))]:
+    """Table slot codes of tile indices (grid.h encode_tile)."""
+
+def voxel_offsets(ijk: Annotated[NDArray[numpy.int64], dict(shape=(None, None), order='C', device='cpu', writable=False)]) -> Annotated[NDArray[numpy.int64], dict(shape=(None,))]:
+    """In-leaf offsets of voxels (grid.h voxel_offset)."""
+
+LEAF_DIM: int
+
+LEAF_VOXELS: int
+
+LEVEL_SHIFTS: tuple
+
+TILE_SIZES: tuple
+
+TILE_BASE: int
+
+SLOT_NOT_FOUND: int
+
+TRANSFORM_PARAMETERS: tuple
+
+ABI_SIZE: int
+
+ABI_FIELDS: tuple
+
+VALUE_KINDS: dict
+
+def route_points(points: Annotated[NDArray, dict(order='C', device='cpu', writable=False)], xform: Annotated[NDArray[numpy.float64], dict(shape=(12), order='C', device='cpu', writable=False)], points_world: bool, origin: Annotated[NDArray[numpy.int64], dict(shape=(3), order='C', device='cpu', writable=False)], shift: int, boundaries: Annotated[NDArray[numpy.uint64], dict(shape=(None,), order='C', device='cpu', writable=False)], near_blocks: Annotated[NDArray[numpy.int32], dict(shape=(None, None), order='C', device='cpu', writable=False)]) -> tuple:
+    """
+    Partition of each point and a stable counting sort: (order, bounds (P + 2), sorted points).
+    """
+
+def scatter_rows(dst: Annotated[NDArray, dict(order='C', device='cpu')], index: Annotated[NDArray, dict(order='C', device='cpu', writable=False)], src: Annotated[NDArray, dict(order='C', device='cpu', writable=False)]) -> None: ...
+
+def active_voxels_at(origins: Annotated[NDArray[numpy.int32], dict(shape=(None, None), order='C', device='cpu', writable=False)], masks: Annotated[NDArray[numpy.uint64], dict(shape=(None, None), order='C', device='cpu', writable=False)], leaf_end: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], rank: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> Annotated[NDArray[numpy.int32], dict(shape=(None, None))]: ...
+
+def morton_codes(keys: Annotated[NDArray[numpy.int64], dict(shape=(None, None), order='C', device='cpu', writable=False)], origin: Annotated[NDArray[numpy.int64], dict(shape=(3), order='C', device='cpu', writable=False)], shift: int) -> Annotated[NDArray[numpy.uint64], dict(shape=(None,))]: ...
+
+MORTON_BITS: int
+
+ROUTE_BACKGROUND: int
+
+ROUTE_BLOCK_SHIFT: int
+
+def set_num_threads(threads: int) -> None:
+    """Threads of the CPU kernels (OpenMP)."""
+
+def get_max_threads() -> int:
+    """Threads the CPU kernels use."""
+
+ORDER_AUTO: int
+
+ORDER_COHERENT: int
+
+ORDER_SCATTERED: int
+
+MODE_CLOSEST: int
+
+MODE_LINEAR: int
+
+MAX_COMPONENTS: int
+
+SCHEME_LAST: int
+
+MODES: dict
+
+STENCIL_REACH: dict
+
+OPENMP: bool
