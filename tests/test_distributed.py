@@ -212,21 +212,23 @@ def test_separate_scheduler_and_worker_processes(rng, tmp_path, scheduler_and_wo
 
 
 def _gated(pts, started, release):
-    """``pts`` with its first chunk held back: the task that passes that chunk on creates the file
-    ``started`` and waits (two minutes at most) until the file ``release`` exists, so a computation of
-    these points is certainly running, and unfinished, until the test creates ``release``. Run again
-    after its worker was killed, the task finds ``release`` and does not wait."""
+    """``pts`` passed through a gate: the first chunk's task to run creates the file ``started`` and
+    waits (two minutes at most) until the file ``release`` exists, so a computation of these points is
+    certainly running, and unfinished, until the test creates ``release``. The other chunks pass, and
+    so does that task when it runs again (its worker killed)."""
     started, release = str(started), str(release)
 
-    def gate(block, block_info=None):
+    def gate(block):
         import os
         import time
 
-        if block_info is not None and block_info[0]["chunk-location"][0] == 0 and not os.path.exists(release):
-            open(started, "w").close()
-            deadline = time.monotonic() + 120
-            while not os.path.exists(release) and time.monotonic() < deadline:
-                time.sleep(0.01)
+        try:
+            os.close(os.open(started, os.O_CREAT | os.O_EXCL | os.O_WRONLY))  # the first task to get here
+        except FileExistsError:
+            return block
+        deadline = time.monotonic() + 120
+        while not os.path.exists(release) and time.monotonic() < deadline:
+            time.sleep(0.01)
         return block
 
     return pts.map_blocks(gate, meta=np.empty((0, 3), pts.dtype))
