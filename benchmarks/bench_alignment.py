@@ -41,20 +41,29 @@ def main() -> None:
         mapped = vdbflow.open(path)
         aligned = mapped.kernel_arrays().values.ctypes.data % 4 == 0
         key = "aligned" if aligned else "misaligned"
-        out[f"sample in place, {key} (s)"] = best_of(lambda m=mapped: m.sample_grad(points, space="index"),
-                                                    args.repeat)
+        out[f"sample in place, {key} (s)"] = best_of(lambda m=mapped: m.sample_grad(points, space="index"), args.repeat)
         if not aligned:
+
             def copy_then_sample(m=mapped):
-                copied = vdbflow.Volume(m.topology, np.array(m.leaf_values).reshape(-1, m.components),
-                                        m.kernel_arrays().background.copy(), m.kernel_arrays().tile_values.copy(),
-                                        m.value_type, False, m.name, m.component_names)
+                copied = vdbflow.Volume(
+                    m.topology,
+                    np.array(m.leaf_values).reshape(-1, m.components),
+                    m.kernel_arrays().background.copy(),
+                    m.kernel_arrays().tile_values.copy(),
+                    m.value_type,
+                    False,
+                    m.name,
+                    m.component_names,
+                )
                 return copied.sample_grad(points, space="index")
+
             out["copy values + sample (s)"] = best_of(copy_then_sample, args.repeat)
         del mapped
         os.remove(path)
     out["misaligned / aligned"] = out["sample in place, misaligned (s)"] / out["sample in place, aligned (s)"]
-    out["copy + sample / in place (misaligned)"] = (out["copy values + sample (s)"]
-                                                    / out["sample in place, misaligned (s)"])
+    out["copy + sample / in place (misaligned)"] = (
+        out["copy values + sample (s)"] / out["sample in place, misaligned (s)"]
+    )
     print(json.dumps({k: round(v, 4) for k, v in out.items()}, indent=1))
 
 

@@ -91,10 +91,13 @@ def main() -> None:
     vol = synthetic.flow_volume(synthetic.taylor_green(), 160)
     lo, hi = vol.topology.index_bbox
     pts = np.random.default_rng(0).uniform(lo, hi + 1, (N, 3))
-    inside = vol.active_voxels()[np.random.default_rng(2).integers(0, vol.topology.active_voxel_count, N)] + \
-        np.random.default_rng(3).random((N, 3))
-    print(f"vdbflow {vdbflow.__version__}, {platform.processor() or platform.machine()}, "
-          f"{vol.leaf_count} leaves, {N:,} points")
+    inside = vol.active_voxels()[
+        np.random.default_rng(2).integers(0, vol.topology.active_voxel_count, N)
+    ] + np.random.default_rng(3).random((N, 3))
+    print(
+        f"vdbflow {vdbflow.__version__}, {platform.processor() or platform.machine()}, "
+        f"{vol.leaf_count} leaves, {N:,} points"
+    )
     report: dict = {"points": N}
 
     # routing against sampling, one process, 2 threads
@@ -118,6 +121,7 @@ def main() -> None:
         held = worker_points(client, N, lo, hi)
         for P in (8, 2, 17):
             with vdbflow.distribute(vol, client, P) as dvol:
+
                 def gather(dvol=dvol):
                     ds = dvol.sample_grad(pts, space="index")
                     dask.compute(ds["velocity"].data, ds["velocity_jacobian"].data)
@@ -130,10 +134,17 @@ def main() -> None:
                 stream()
                 moved = (sum(client.run(_sent_bytes).values()) - before) / N
                 rg, rs = statistics.median(tg) / t1, statistics.median(ts) / t1
-                print(f"P={P:2d}: gather {rg:.2f}x one process ({spread(tg)}); stream {rs:.2f}x ({spread(ts)}); "
-                      f"{moved:.1f} bytes/point between workers (a point and its results: {24 + 12 + 36})")
-                report[f"P{P}"] = {"gather_ratio": rg, "stream_ratio": rs, "gather_s": tg, "stream_s": ts,
-                                   "bytes_per_point": moved}
+                print(
+                    f"P={P:2d}: gather {rg:.2f}x one process ({spread(tg)}); stream {rs:.2f}x ({spread(ts)}); "
+                    f"{moved:.1f} bytes/point between workers (a point and its results: {24 + 12 + 36})"
+                )
+                report[f"P{P}"] = {
+                    "gather_ratio": rg,
+                    "stream_ratio": rs,
+                    "gather_s": tg,
+                    "stream_s": ts,
+                    "bytes_per_point": moved,
+                }
     finally:
         client.close()
         lc.close()
@@ -153,8 +164,10 @@ def main() -> None:
             client.close()
             lc.close()
     growth = peaks[4 * N] / peaks[N]
-    print(f"peak worker RSS: {peaks[N] / 2**20:.0f} MiB for {N:,} points, {peaks[4 * N] / 2**20:.0f} MiB for "
-          f"{4 * N:,} ({growth:.2f}x)")
+    print(
+        f"peak worker RSS: {peaks[N] / 2**20:.0f} MiB for {N:,} points, {peaks[4 * N] / 2**20:.0f} MiB for "
+        f"{4 * N:,} ({growth:.2f}x)"
+    )
     report["peak_rss"] = {str(k): v for k, v in peaks.items()}
     if args.json:
         with open(args.json, "w") as f:

@@ -35,8 +35,10 @@ def main() -> None:
     print(f"np.gradient (2nd order, dense {n}^3): {n**3 / t_np / 1e6:8.2f} M voxels/s")
     for scheme in ("fd2", "fd4", "fd6"):
         t = best_of(lambda scheme=scheme: vdbflow.gradient_field(vol, scheme), args.repeat)
-        print(f"gradient_field {scheme} (active voxels):    {voxels / t / 1e6:8.2f} M voxels/s "
-              f"({(voxels / t) / (n**3 / t_np):.2f}x np.gradient per voxel)")
+        print(
+            f"gradient_field {scheme} (active voxels):    {voxels / t / 1e6:8.2f} M voxels/s "
+            f"({(voxels / t) / (n**3 / t_np):.2f}x np.gradient per voxel)"
+        )
 
     pts = rng.uniform(0, n / 2 - 1, (args.points, 3))
     times = {}

@@ -38,13 +38,14 @@ def main() -> None:
         th = best_of(lambda mode=mode: sample_hessian_arrays(vol, pts, mode), args.repeat)
         print(f"{mode:<12} {args.points / tg / 1e6:9.2f} M/s {args.points / th / 1e6:12.2f} M/s {tg / th:7.3f}")
     voxels = vol.active_voxel_count
-    t_np = best_of(lambda: [np.gradient(g, axis=(0, 1, 2)) for g in np.gradient(dense, axis=(0, 1, 2))],
-                   args.repeat)
+    t_np = best_of(lambda: [np.gradient(g, axis=(0, 1, 2)) for g in np.gradient(dense, axis=(0, 1, 2))], args.repeat)
     print(f"np.gradient twice (dense {n}^3, 2nd order): {n**3 / t_np / 1e6:8.2f} M voxels/s")
     for scheme in ("fd2", "fd4", "fd6", "fd8"):
         t = best_of(lambda scheme=scheme: vdbflow.hessian_field(vol, scheme), args.repeat)
-        print(f"hessian_field {scheme}: {voxels / t / 1e6:8.2f} M voxels/s "
-              f"({(voxels / t) / (n**3 / t_np):.2f}x np.gradient twice per voxel)")
+        print(
+            f"hessian_field {scheme}: {voxels / t / 1e6:8.2f} M voxels/s "
+            f"({(voxels / t) / (n**3 / t_np):.2f}x np.gradient twice per voxel)"
+        )
 
 
 if __name__ == "__main__":

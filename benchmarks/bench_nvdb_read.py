@@ -34,14 +34,21 @@ def build_volume(megabytes: float) -> Volume:
     local = np.stack(np.meshgrid(*[np.arange(8)] * 3, indexing="ij"), -1).reshape(512, 3)
     data = np.empty((len(origins) * 512, 3), np.float32)
     for start in range(0, len(origins), 4096):  # in slabs, to keep the peak memory down
-        o = origins[start:start + 4096]
+        o = origins[start : start + 4096]
         ijk = (o[:, None, :] + local[None]).reshape(-1, 3).astype(np.float32) * 0.05
-        data[start * 512:(start + len(o)) * 512] = np.stack(
-            [np.sin(ijk[:, 0]) * np.cos(ijk[:, 1]), np.cos(ijk[:, 1]) * ijk[:, 2], np.sin(ijk[:, 2])], 1)
+        data[start * 512 : (start + len(o)) * 512] = np.stack(
+            [np.sin(ijk[:, 0]) * np.cos(ijk[:, 1]), np.cos(ijk[:, 1]) * ijk[:, 2], np.sin(ijk[:, 2])], 1
+        )
     topo = Topology(origins, masks, Transform.from_voxel_size(0.05))
-    return Volume(topo, data, np.zeros(3, np.float32), np.zeros((0, 3), np.float32), VALUE_TYPES["vec3f"],
-                  index_layout=False, name="velocity")
-
+    return Volume(
+        topo,
+        data,
+        np.zeros(3, np.float32),
+        np.zeros((0, 3), np.float32),
+        VALUE_TYPES["vec3f"],
+        index_layout=False,
+        name="velocity",
+    )
 
 
 def main() -> None:
@@ -77,12 +84,20 @@ def main() -> None:
         t_raw = best_of(raw, args.repeat)
         t_map = best_of(open_and_map, args.repeat)
         t_sum = best_of(open_and_sum, args.repeat)
-        results[codec] = {"size_mb": size_mb, "cat_mb_s": size_mb / t_raw, "open_map_mb_s": size_mb / t_map,
-                          "open_sum_mb_s": size_mb / t_sum, "ratio_map": t_raw / t_map, "ratio_sum": t_raw / t_sum}
+        results[codec] = {
+            "size_mb": size_mb,
+            "cat_mb_s": size_mb / t_raw,
+            "open_map_mb_s": size_mb / t_map,
+            "open_sum_mb_s": size_mb / t_sum,
+            "ratio_map": t_raw / t_map,
+            "ratio_sum": t_raw / t_sum,
+        }
         r = results[codec]
-        print(f"{codec:<6} {size_mb:>8.1f} MB  cat {r['cat_mb_s']:>7.0f} MB/s   "
-              f"open+map {r['open_map_mb_s']:>7.0f} MB/s ({r['ratio_map']:.2f}x)   "
-              f"open+sum {r['open_sum_mb_s']:>7.0f} MB/s ({r['ratio_sum']:.2f}x)")
+        print(
+            f"{codec:<6} {size_mb:>8.1f} MB  cat {r['cat_mb_s']:>7.0f} MB/s   "
+            f"open+map {r['open_map_mb_s']:>7.0f} MB/s ({r['ratio_map']:.2f}x)   "
+            f"open+sum {r['open_sum_mb_s']:>7.0f} MB/s ({r['ratio_sum']:.2f}x)"
+        )
         os.remove(path)
     if args.json:
         with open(args.json, "w") as fh:

@@ -60,8 +60,9 @@ def warp_runner(dense: np.ndarray, points: np.ndarray):
     volume = wp.Volume.load_from_numpy(dense, bg_value=(0.0, 0.0, 0.0), device="cpu")
 
     @wp.kernel
-    def sample_grad_kernel(vid: wp.uint64, p: wp.array(dtype=wp.vec3), out: wp.array(dtype=wp.vec3),
-                           jac: wp.array(dtype=wp.mat33)):
+    def sample_grad_kernel(
+        vid: wp.uint64, p: wp.array(dtype=wp.vec3), out: wp.array(dtype=wp.vec3), jac: wp.array(dtype=wp.mat33)
+    ):
         i = wp.tid()
         g = wp.mat33()
         out[i] = wp.volume_sample_grad(vid, p[i], wp.Volume.LINEAR, g, dtype=wp.vec3)
@@ -87,11 +88,17 @@ def main() -> None:
     parser.add_argument("--no-warp", action="store_true", help="skip warp-lang (e.g. on a GPU machine without it)")
     parser.add_argument("--json", help="write the results to this file")
     parser.add_argument("--cpu-target", help="kernels to run: baseline or one of vdbflow._core.CPU_TARGETS")
-    parser.add_argument("--all-targets", action="store_true",
-                        help="measure every compiled CPU target this CPU runs, one process each, without warp-lang")
+    parser.add_argument(
+        "--all-targets",
+        action="store_true",
+        help="measure every compiled CPU target this CPU runs, one process each, without warp-lang",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="--all-targets: interleaved rounds per target")
-    parser.add_argument("--cpu-time", action="store_true",
-                        help="one thread, timed by its CPU time (steady on a shared machine); CPU only")
+    parser.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="one thread, timed by its CPU time (steady on a shared machine); CPU only",
+    )
     args = parser.parse_args()
     if args.all_targets:
         compare_targets(args)
@@ -102,8 +109,10 @@ def main() -> None:
     from vdbflow import _core
 
     if args.cpu_target and args.cpu_target not in ("baseline", _core.CPU_TARGET):
-        raise SystemExit(f"CPU target {args.cpu_target} did not load (compiled: {', '.join(_core.CPU_TARGETS)}; "
-                         f"this CPU runs: {', '.join(_core.CPU_TARGETS_SUPPORTED)})")
+        raise SystemExit(
+            f"CPU target {args.cpu_target} did not load (compiled: {', '.join(_core.CPU_TARGETS)}; "
+            f"this CPU runs: {', '.join(_core.CPU_TARGETS_SUPPORTED)})"
+        )
     timer = best_of
     if args.cpu_time:
         if args.device != "cpu":
@@ -118,10 +127,15 @@ def main() -> None:
     random_pts = (rng.random((args.points, 3)) * (RES - 1)).astype(np.float32)
     sorted_pts = sort_by_leaf(random_pts)
 
-    results: dict[str, float | str | int] = {"points": args.points, "device": args.device,
-                                             "cpu_count": os.cpu_count() or 0, "machine": platform.processor(),
-                                             "cpu_target": _core.CPU_TARGET, "cpu_target_flags": _core.CPU_TARGET_FLAGS,
-                                             "timing": "thread CPU time, 1 thread" if args.cpu_time else "wall clock"}
+    results: dict[str, float | str | int] = {
+        "points": args.points,
+        "device": args.device,
+        "cpu_count": os.cpu_count() or 0,
+        "machine": platform.processor(),
+        "cpu_target": _core.CPU_TARGET,
+        "cpu_target_flags": _core.CPU_TARGET_FLAGS,
+        "timing": "thread CPU time, 1 thread" if args.cpu_time else "wall clock",
+    }
     xp = np
     if args.device == "cuda":
         import cupy as xp  # noqa: F811
@@ -150,13 +164,16 @@ def main() -> None:
             results[f"ratio_{label}"] = results[f"vdbflow_{label}_samples_per_s"] * tw / len(pts)
             v, j = outputs[label]
             scale = 32 * np.finfo(np.float32).eps * np.abs(dense).max()
-            results[f"max_abs_diff_{label}"] = float(max(np.abs(v - w_out.numpy()).max(),
-                                                         np.abs(j - w_jac.numpy()).max()))
+            results[f"max_abs_diff_{label}"] = float(
+                max(np.abs(v - w_out.numpy()).max(), np.abs(j - w_jac.numpy()).max())
+            )
             assert results[f"max_abs_diff_{label}"] <= scale * 8, "vdbflow and warp disagree"
 
     threads = "1 CPU thread, by its CPU time" if args.cpu_time else f"{results['cpu_count']} CPU threads"
-    print(f"vec3f linear sample_grad, {args.points:,} points, fully active {RES}^3, "
-          f"device={args.device}, {threads}, CPU kernels {_core.CPU_TARGET}")
+    print(
+        f"vec3f linear sample_grad, {args.points:,} points, fully active {RES}^3, "
+        f"device={args.device}, {threads}, CPU kernels {_core.CPU_TARGET}"
+    )
     print(f"{'points':<8} {'vdbflow [M/s]':>14} {'warp-lang CPU [M/s]':>20} {'ratio':>7}")
     for label in ("random", "sorted"):
         v = results[f"vdbflow_{label}_samples_per_s"] / 1e6
@@ -181,15 +198,32 @@ def compare_targets(args: argparse.Namespace) -> None:
             for target in targets:
                 out = os.path.join(tmp, f"{target}-{r}.json")
                 ask = "baseline" if target == _core.CPU_TARGETS[0] else target
-                subprocess.run([sys.executable, *(["-S"] if sys.flags.no_site else []), __file__,
-                                "--points", str(args.points), "--repeat", str(args.repeat), "--no-warp",
-                                *(["--cpu-time"] if args.cpu_time else []), "--cpu-target", ask, "--json", out],
-                               check=True, stdout=subprocess.DEVNULL)
+                subprocess.run(
+                    [
+                        sys.executable,
+                        *(["-S"] if sys.flags.no_site else []),
+                        __file__,
+                        "--points",
+                        str(args.points),
+                        "--repeat",
+                        str(args.repeat),
+                        "--no-warp",
+                        *(["--cpu-time"] if args.cpu_time else []),
+                        "--cpu-target",
+                        ask,
+                        "--json",
+                        out,
+                    ],
+                    check=True,
+                    stdout=subprocess.DEVNULL,
+                )
                 with open(out) as fh:
                     runs[target].append(json.load(fh))
     threads = "1 CPU thread, by its CPU time" if args.cpu_time else f"{os.cpu_count()} CPU threads"
-    print(f"vec3f linear sample_grad, {args.points:,} points, {threads}, "
-          f"{args.rounds} rounds of best-of-{args.repeat}: median (min-max) [M samples/s]")
+    print(
+        f"vec3f linear sample_grad, {args.points:,} points, {threads}, "
+        f"{args.rounds} rounds of best-of-{args.repeat}: median (min-max) [M samples/s]"
+    )
     base = targets[0]
     summary: dict[str, dict[str, float]] = {}
     print(f"{'target':<12} {'random':>22} {'sorted':>22} {'vs ' + base:>18}")

@@ -21,8 +21,9 @@ CONSTANT = re.compile(r"^(\w+): (\w+) = .*$")
 def generate() -> str:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "_core.pyi"
-        subprocess.run([sys.executable, "-m", "nanobind.stubgen", "-q", "-m", "vdbflow._core", "-o", str(out)],
-                       check=True)
+        subprocess.run(
+            [sys.executable, "-m", "nanobind.stubgen", "-q", "-m", "vdbflow._core", "-o", str(out)], check=True
+        )
         text = out.read_text()
     lines = [CONSTANT.sub(r"\1: \2", line) for line in text.splitlines()]
     return "\n".join(lines).rstrip() + "\n"

@@ -41,8 +41,31 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-BOUNDARY = (0, 1, 2, 7, 8, 255, 256, 511, 512, 513, 4095, 4096, 2**15, 2**16 - 1, 2**31 - 1, 2**31, 2**32 - 1,
-            2**32, 2**48, 2**62, 2**63 - 1, 2**63, 2**64 - 1)
+BOUNDARY = (
+    0,
+    1,
+    2,
+    7,
+    8,
+    255,
+    256,
+    511,
+    512,
+    513,
+    4095,
+    4096,
+    2**15,
+    2**16 - 1,
+    2**31 - 1,
+    2**31,
+    2**32 - 1,
+    2**32,
+    2**48,
+    2**62,
+    2**63 - 1,
+    2**63,
+    2**64 - 1,
+)
 FORMATS = {"B": 1, "H": 2, "I": 4, "i": 4, "Q": 8, "q": 8}
 
 
@@ -55,13 +78,28 @@ def seed_files(folder: Path) -> list[bytes]:
     ijk = np.unique(rng.integers(-12, 20, (180, 3)), axis=0)
     tiles = (np.array([[128, 0, 0], [-8, 64, 0]]), np.array([128, 8]))
     grids: list[dict] = []
-    for dtype, C in ((np.float32, 1), (np.float64, 1), (np.int32, 1), (np.float32, 3), (np.float64, 3),
-                     (np.float32, 4), (np.uint32, 1)):
+    for dtype, C in (
+        (np.float32, 1),
+        (np.float64, 1),
+        (np.int32, 1),
+        (np.float32, 3),
+        (np.float64, 3),
+        (np.float32, 4),
+        (np.uint32, 1),
+    ):
         data = (rng.standard_normal((len(ijk), C)) * 10).astype(dtype)
         tile_values = np.ones((2, C), dtype)
-        grids.append({"field": vdbflow.Volume.from_voxels(ijk, data[:, 0] if C == 1 else data, 1,
-                                                          tiles=(*tiles, tile_values[:, 0] if C == 1 else tile_values),
-                                                          voxel_size=0.5)})
+        grids.append(
+            {
+                "field": vdbflow.Volume.from_voxels(
+                    ijk,
+                    data[:, 0] if C == 1 else data,
+                    1,
+                    tiles=(*tiles, tile_values[:, 0] if C == 1 else tile_values),
+                    voxel_size=0.5,
+                )
+            }
+        )
     topo = vdbflow.Volume.from_active(ijk, tiles=tiles)
     grids.append({"index": topo})
     grids.append({"vel": topo.with_data(rng.standard_normal((topo.value_count, 3)).astype(np.float32))})
@@ -120,9 +158,19 @@ def fields(buf: bytes) -> list[tuple[int, str]]:
         out += [(meta, "Q"), (meta + 8, "Q"), (meta + 24, "Q"), (meta + 32, "I"), (meta + 36, "I"), (meta + 136, "I")]
         meta += fmt.FILE_METADATA_SIZE + _u(buf, meta + 136, "I")
     for g in grid_starts(buf):
-        out += [(g + 8, "Q"), (g + 16, "I"), (g + 20, "I"), (g + 24, "I"), (g + 28, "I"), (g + 32, "Q"),
-                (g + fmt.GRID_OFF_CLASS, "I"), (g + fmt.GRID_OFF_TYPE, "I"), (g + fmt.GRID_OFF_BLIND_OFFSET, "q"),
-                (g + fmt.GRID_OFF_BLIND_COUNT, "I"), (g + fmt.GRID_OFF_DATA1, "Q")]
+        out += [
+            (g + 8, "Q"),
+            (g + 16, "I"),
+            (g + 20, "I"),
+            (g + 24, "I"),
+            (g + 28, "I"),
+            (g + 32, "Q"),
+            (g + fmt.GRID_OFF_CLASS, "I"),
+            (g + fmt.GRID_OFF_TYPE, "I"),
+            (g + fmt.GRID_OFF_BLIND_OFFSET, "q"),
+            (g + fmt.GRID_OFF_BLIND_COUNT, "I"),
+            (g + fmt.GRID_OFF_DATA1, "Q"),
+        ]
         t = g + fmt.GRID_SIZE
         out += [(t + 8 * k, "Q") for k in range(4)] + [(t + 32 + 4 * k, "I") for k in range(6)] + [(t + 56, "Q")]
         layout = fmt.LAYOUTS.get(_u(buf, g + fmt.GRID_OFF_TYPE, "I"))
@@ -136,8 +184,10 @@ def fields(buf: bytes) -> list[tuple[int, str]]:
         for k in range(min(tiles, 64)):
             tile = root + layout.root_size + k * layout.root_tile_size
             out += [(tile, "Q"), (tile + 8, "q"), (tile + 16, "I")]
-        for level, size, table in ((2, layout.upper_size, layout.upper_off_table),
-                                   (1, layout.lower_size, layout.lower_off_table)):
+        for level, size, table in (
+            (2, layout.upper_size, layout.upper_off_table),
+            (1, layout.lower_size, layout.lower_off_table),
+        ):
             for n in range(min(counts[level], 8)):
                 node = t + offsets[level] + n * size
                 out += [(node + 4 * k, "i") for k in range(6)] + [(node + 24, "Q")]
@@ -161,12 +211,13 @@ def mutate(seed: bytes, rng: np.random.Generator) -> bytes:
     buf = bytearray(seed)
     known = fields(seed)
     for _ in range(int(rng.integers(1, 4))):
-        kind = rng.choice(["field", "flip", "span", "truncate", "splice", "extend"],
-                          p=[0.6, 0.15, 0.1, 0.05, 0.05, 0.05])
+        kind = rng.choice(
+            ["field", "flip", "span", "truncate", "splice", "extend"], p=[0.6, 0.15, 0.1, 0.05, 0.05, 0.05]
+        )
         if kind == "field" and known:
             at, form = known[int(rng.integers(len(known)))]
             width = FORMATS[form]
-            old = int.from_bytes(buf[at:at + width], "little")
+            old = int.from_bytes(buf[at : at + width], "little")
             choice = rng.integers(5)
             if choice == 0:
                 new = int(rng.choice(BOUNDARY))
@@ -178,7 +229,7 @@ def mutate(seed: bytes, rng: np.random.Generator) -> bytes:
                 new = len(buf) + int(rng.integers(-64, 64))
             else:
                 new = int(rng.integers(0, 2**63)) >> int(rng.integers(0, 63))
-            buf[at:at + width] = (new % (1 << (8 * width))).to_bytes(width, "little")
+            buf[at : at + width] = (new % (1 << (8 * width))).to_bytes(width, "little")
         elif kind == "flip" and buf:
             for _ in range(int(rng.integers(1, 9))):
                 at = int(rng.integers(len(buf)))
@@ -187,20 +238,25 @@ def mutate(seed: bytes, rng: np.random.Generator) -> bytes:
             at = int(rng.integers(len(buf)))
             n = int(min(len(buf) - at, rng.integers(1, 64)))
             fill = rng.choice(["zero", "ones", "random"])
-            buf[at:at + n] = (bytes(n) if fill == "zero" else b"\xff" * n if fill == "ones"
-                              else rng.integers(0, 256, n, dtype=np.uint8).tobytes())
+            buf[at : at + n] = (
+                bytes(n)
+                if fill == "zero"
+                else b"\xff" * n
+                if fill == "ones"
+                else rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+            )
         elif kind == "truncate" and len(buf) > 1:
-            del buf[int(rng.integers(len(buf))):]
+            del buf[int(rng.integers(len(buf))) :]
         elif kind == "splice" and len(buf) > 16:
             a, b = sorted(int(x) for x in rng.integers(0, len(buf), 2))
             dest = int(rng.integers(len(buf)))
-            buf[dest:dest + (b - a)] = buf[a:b]
+            buf[dest : dest + (b - a)] = buf[a:b]
         elif kind == "extend":
             buf += rng.integers(0, 256, int(rng.integers(1, 300)), dtype=np.uint8).tobytes()
     if rng.random() < 0.75:  # clear grid checksums ("none") so that the mutation is read further
         for g in grid_starts(bytes(buf)):
             if g + 16 <= len(buf):
-                buf[g + 8:g + 16] = b"\xff" * 8
+                buf[g + 8 : g + 16] = b"\xff" * 8
     return bytes(buf)
 
 
@@ -296,9 +352,20 @@ def sanitized_package(build: Path) -> dict[str, str]:
     pkg = build / "pkg"
     if not (pkg / "vdbflow").is_dir():
         flags = "-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g"
-        subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build / "cmake"), f"-DCMAKE_CXX_FLAGS={flags}",
-                        f"-Dnanobind_DIR={nanobind.cmake_dir()}", f"-DPython_EXECUTABLE={sys.executable}",
-                        "-DCMAKE_BUILD_TYPE=RelWithDebInfo"], check=True)
+        subprocess.run(
+            [
+                "cmake",
+                "-S",
+                str(ROOT),
+                "-B",
+                str(build / "cmake"),
+                f"-DCMAKE_CXX_FLAGS={flags}",
+                f"-Dnanobind_DIR={nanobind.cmake_dir()}",
+                f"-DPython_EXECUTABLE={sys.executable}",
+                "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
+            ],
+            check=True,
+        )
         subprocess.run(["cmake", "--build", str(build / "cmake"), "-j", str(os.cpu_count() or 1)], check=True)
         shutil.copytree(ROOT / "vdbflow", pkg / "vdbflow", ignore=shutil.ignore_patterns("_core*", "__pycache__"))
         shutil.copytree(ROOT / "kernels", pkg / "vdbflow" / "kernels")
@@ -311,14 +378,25 @@ def sanitized_package(build: Path) -> dict[str, str]:
     # workers run with `python -S`: no .pth files, so an editable install of vdbflow cannot shadow the
     # sanitized copy; the site-packages folders are named explicitly instead
     site = [sysconfig.get_paths()[k] for k in ("purelib", "platlib")]
-    return {"PYTHONPATH": os.pathsep.join([str(pkg), *dict.fromkeys(site)]), "VDBFLOW_FUZZ_PYTHON_FLAGS": "-S",
-            "LD_PRELOAD": f"{asan}:{ubsan}",
-            "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1:allocator_may_return_null=1",
-            "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
+    return {
+        "PYTHONPATH": os.pathsep.join([str(pkg), *dict.fromkeys(site)]),
+        "VDBFLOW_FUZZ_PYTHON_FLAGS": "-S",
+        "LD_PRELOAD": f"{asan}:{ubsan}",
+        "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1:allocator_may_return_null=1",
+        "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1",
+    }
 
 
-def campaign(cases: int, batch: int, seed: int, jobs: int, memory_gib: float | None, env_extra: dict[str, str],
-             report: Path | None, roundtrip_every: int = 1) -> Counter:
+def campaign(
+    cases: int,
+    batch: int,
+    seed: int,
+    jobs: int,
+    memory_gib: float | None,
+    env_extra: dict[str, str],
+    report: Path | None,
+    roundtrip_every: int = 1,
+) -> Counter:
     """Runs ``cases`` mutants in subprocess batches; returns the count per outcome."""
     counts: Counter = Counter()
     bugs: list[dict] = []
@@ -330,10 +408,22 @@ def campaign(cases: int, batch: int, seed: int, jobs: int, memory_gib: float | N
         n = min(batch, cases - first)
         env = {**os.environ, **env_extra}
         proc = subprocess.Popen(
-            [sys.executable, *env_extra.get("VDBFLOW_FUZZ_PYTHON_FLAGS", "").split(), __file__, "--worker", str(seed),
-             str(first), str(n), str(lines), str(roundtrip_every)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
-            preexec_fn=None if limit is None else lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+            [
+                sys.executable,
+                *env_extra.get("VDBFLOW_FUZZ_PYTHON_FLAGS", "").split(),
+                __file__,
+                "--worker",
+                str(seed),
+                str(first),
+                str(n),
+                str(lines),
+                str(roundtrip_every),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env,
+            preexec_fn=None if limit is None else lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)),
+        )
         return proc, lines, first, n
 
     def finish(proc: subprocess.Popen, lines: Path, first: int, n: int) -> None:
@@ -348,8 +438,9 @@ def campaign(cases: int, batch: int, seed: int, jobs: int, memory_gib: float | N
             case = first + len(done)
             kind = "sanitizer" if ("runtime error" in text or "Sanitizer" in text) else "crash"
             counts[kind] += 1
-            bugs.append({"seed": seed, "case": case, "outcome": kind,
-                         "detail": f"exit {proc.returncode}: {text[-3000:]}"})
+            bugs.append(
+                {"seed": seed, "case": case, "outcome": kind, "detail": f"exit {proc.returncode}: {text[-3000:]}"}
+            )
             if case + 1 < first + n:  # go on after the case that died
                 running.append(start_range(case + 1, first + n))
 
@@ -367,8 +458,11 @@ def campaign(cases: int, batch: int, seed: int, jobs: int, memory_gib: float | N
             proc, lines, first, n = running.pop(0)
             finish(proc, lines, first, n)
             total = sum(counts.values())
-            print(f"\r{total:,}/{cases:,} cases: " + ", ".join(f"{k} {v:,}" for k, v in sorted(counts.items())),
-                  end="", flush=True)
+            print(
+                f"\r{total:,}/{cases:,} cases: " + ", ".join(f"{k} {v:,}" for k, v in sorted(counts.items())),
+                end="",
+                flush=True,
+            )
         print()
     finally:
         shutil.rmtree(folder, ignore_errors=True)

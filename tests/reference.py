@@ -17,8 +17,9 @@ class ReferenceVolume:
         self.voxels = {tuple(int(c) for c in p): values[n] for n, p in enumerate(np.asarray(ijk))}
         self.background = np.broadcast_to(np.asarray(background, dtype=np.float64), (self.components,))
         # tiles: (origin (3,), size, value (C,))
-        self.tiles = [(np.asarray(o), int(s), np.broadcast_to(np.asarray(v, np.float64), (self.components,)))
-                      for o, s, v in tiles]
+        self.tiles = [
+            (np.asarray(o), int(s), np.broadcast_to(np.asarray(v, np.float64), (self.components,))) for o, s, v in tiles
+        ]
         self.matrix = np.eye(4) if transform is None else np.asarray(transform, dtype=np.float64)
 
     def read(self, i, j, k):

@@ -39,8 +39,10 @@ def job(tmp_path: Path, **sections) -> dict:
 def client():
     import distributed
 
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc, \
-            distributed.Client(lc) as c:
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc,
+        distributed.Client(lc) as c,
+    ):
         yield c
 
 
@@ -69,9 +71,14 @@ def test_run_a_yaml_path_with_dotted_overrides(tmp_path, client, monkeypatch):
 def test_run_a_mapping_with_an_overrides_dict(tmp_path, client):
     result = vdbflow.run(job(tmp_path), client=client, overrides={"points.count": 1_200, "output.overwrite": "always"})
     assert result.points == 1_200
-    again = vdbflow.run(job(tmp_path), client=client, overrides={"points": {"kind": "line", "start": [0, 3, 3],
-                                                                           "end": [6, 3, 3], "count": 50},
-                                                                "output.overwrite": "always"})
+    again = vdbflow.run(
+        job(tmp_path),
+        client=client,
+        overrides={
+            "points": {"kind": "line", "start": [0, 3, 3], "end": [6, 3, 3], "count": 50},
+            "output.overwrite": "always",
+        },
+    )
     assert again.points == 50 and xr.open_zarr(again.output).sizes["point"] == 50
 
 
@@ -140,10 +147,15 @@ def test_open_a_zarr_volume_store(tmp_path):
 def test_open_says_what_a_directory_is(tmp_path):
     xr.Dataset({"a": ("x", np.zeros(3))}).to_zarr(tmp_path / "other.zarr", zarr_format=2)
     xr.Dataset({"a": ("x", np.zeros(3))}, attrs={"title": "vdbflow run result"}).to_zarr(
-        tmp_path / "result.zarr", zarr_format=2)
+        tmp_path / "result.zarr", zarr_format=2
+    )
     (tmp_path / "plain").mkdir()
-    for name, text in (("other.zarr", "without the attrs of a stored volume"), ("result.zarr", "run result"),
-                       ("plain", "without Zarr metadata"), ("absent.zarr", "found nothing")):
+    for name, text in (
+        ("other.zarr", "without the attrs of a stored volume"),
+        ("result.zarr", "run result"),
+        ("plain", "without Zarr metadata"),
+        ("absent.zarr", "found nothing"),
+    ):
         with pytest.raises(vdbflow.VolumeError, match=text):
             vdbflow.open(tmp_path / name)
 
@@ -166,8 +178,12 @@ HEAVY = ("xarray", "pandas", "dask", "distributed")
 
 
 def _modules_after(code: str) -> set[str]:
-    out = subprocess.run([sys.executable, "-c", code + "\nimport sys\nprint(' '.join(sorted(sys.modules)))"],
-                         capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code + "\nimport sys\nprint(' '.join(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     return set(out)
 
 
@@ -195,8 +211,9 @@ def test_lazy_names_resolve_and_the_accessor_is_registered_whoever_imports_xarra
             raise SystemExit("no AttributeError")
     """)
     subprocess.run([sys.executable, "-c", code], check=True)
-    subprocess.run([sys.executable, "-c", "import xarray as xr, vdbflow; assert hasattr(xr.Dataset, 'vdbflow')"],
-                   check=True)
+    subprocess.run(
+        [sys.executable, "-c", "import xarray as xr, vdbflow; assert hasattr(xr.Dataset, 'vdbflow')"], check=True
+    )
 
 
 # -- a local cluster whose worker dies while it starts is started again -----------------------------------
@@ -223,8 +240,11 @@ def test_a_worker_killed_while_the_cluster_starts_is_retried(tmp_path, monkeypat
     preload.write_text(DIE_ONCE.format(marker=str(tmp_path / "died")))
     monkeypatch.setattr(clusters, "START_BACKOFF_S", 0.1)
     spec = LocalClusterSpec(kind="local", workers=2, dashboard=False)
-    with caplog.at_level(logging.WARNING, logger="vdbflow.cluster"), \
-            dask.config.set({"distributed.worker.preload": [str(preload)]}), clusters.open_cluster(spec) as client:
+    with (
+        caplog.at_level(logging.WARNING, logger="vdbflow.cluster"),
+        dask.config.set({"distributed.worker.preload": [str(preload)]}),
+        clusters.open_cluster(spec) as client,
+    ):
         assert (tmp_path / "died").exists()  # a worker did die during the start
         client.wait_for_workers(2, timeout=30)
         assert client.submit(lambda: 42).result(timeout=60) == 42
@@ -243,15 +263,20 @@ def test_cluster_start_attempts_are_bounded(monkeypatch, caplog):
 
     monkeypatch.setattr(distributed, "LocalCluster", never)
     monkeypatch.setattr(clusters, "START_BACKOFF_S", 0.0)
-    with pytest.raises(clusters.ClusterError, match="failed 3 times.*Nanny failed to start"), \
-            caplog.at_level(logging.WARNING, logger="vdbflow.cluster"):
+    with (
+        pytest.raises(clusters.ClusterError, match="failed 3 times.*Nanny failed to start"),
+        caplog.at_level(logging.WARNING, logger="vdbflow.cluster"),
+    ):
         with clusters.open_cluster(LocalClusterSpec(kind="local", workers=1, dashboard=False)):
             pass
     assert len(calls) == clusters.START_ATTEMPTS == 3
     assert sum("starting it again" in r.getMessage() for r in caplog.records) == 2
     # a mistake in the config is not retried
-    monkeypatch.setattr(distributed, "LocalCluster", lambda **kw: calls.append(kw) or (_ for _ in ()).throw(
-        ValueError("bad memory_limit")))
+    monkeypatch.setattr(
+        distributed,
+        "LocalCluster",
+        lambda **kw: calls.append(kw) or (_ for _ in ()).throw(ValueError("bad memory_limit")),
+    )
     with pytest.raises(ValueError, match="bad memory_limit"):
         with clusters.open_cluster(LocalClusterSpec(kind="local", workers=1, dashboard=False)):
             pass
@@ -289,10 +314,14 @@ class _StandInJobqueue:
 
 
 def _slurm_spec(**keys):
-    cfg = load_config(data={"volume": {"synthetic": {"field": "abc"}}, "points": {"kind": "random", "count": 1},
-                            "output": {"path": "x.zarr"},
-                            "cluster": {"kind": "slurm", "queue": "q", "cores": 4, "memory": "8GB",
-                                        "dashboard": False, **keys}})
+    cfg = load_config(
+        data={
+            "volume": {"synthetic": {"field": "abc"}},
+            "points": {"kind": "random", "count": 1},
+            "output": {"path": "x.zarr"},
+            "cluster": {"kind": "slurm", "queue": "q", "cores": 4, "memory": "8GB", "dashboard": False, **keys},
+        }
+    )
     return cfg.cluster
 
 
@@ -300,10 +329,16 @@ def test_slurm_adapt_and_a_wait_that_times_out(monkeypatch):
     fake = _StandInJobqueue()
     monkeypatch.setattr(clusters, "_jobqueue", lambda: fake)
     monkeypatch.setattr(clusters, "_job_options", lambda spec: {})
-    spec = _slurm_spec(adapt={"minimum_jobs": 0, "maximum_jobs": 3}, wait_timeout=0.5,
-                       jobqueue_options={"log_directory": "logs", "death_timeout": 120})
-    with pytest.raises(clusters.ClusterError, match=r"expected 1 worker\(s\) within cluster.wait_timeout \(0.5 s\), "
-                                                    r"got 0"):
+    spec = _slurm_spec(
+        adapt={"minimum_jobs": 0, "maximum_jobs": 3},
+        wait_timeout=0.5,
+        jobqueue_options={"log_directory": "logs", "death_timeout": 120},
+    )
+    with pytest.raises(
+        clusters.ClusterError,
+        match=r"expected 1 worker\(s\) within cluster.wait_timeout \(0.5 s\), "
+        r"got 0",
+    ):
         with clusters.open_cluster(spec):
             pass
     assert fake.calls["adapt"] == {"minimum_jobs": 0, "maximum_jobs": 3}
@@ -321,13 +356,16 @@ def test_slurm_jobs_are_waited_for(monkeypatch):
     assert fake.calls["scale"][0] == 2
 
 
-@pytest.mark.parametrize("keys,text", [
-    ({"jobs": 2, "adapt": {"maximum_jobs": 4}}, "either 'jobs'"),
-    ({"adapt": {"minimum_jobs": 5, "maximum_jobs": 4}}, "minimum_jobs <= maximum_jobs"),
-    ({"wait_for_workers": 3}, "wait_for_workers <= 1"),
-    ({"wait_timeout": "soon"}, "duration like"),
-    ({"jobqueue_options": {"queue": "other", "n_workers": 2}}, "'n_workers' is 'jobs'"),
-])
+@pytest.mark.parametrize(
+    "keys,text",
+    [
+        ({"jobs": 2, "adapt": {"maximum_jobs": 4}}, "either 'jobs'"),
+        ({"adapt": {"minimum_jobs": 5, "maximum_jobs": 4}}, "minimum_jobs <= maximum_jobs"),
+        ({"wait_for_workers": 3}, "wait_for_workers <= 1"),
+        ({"wait_timeout": "soon"}, "duration like"),
+        ({"jobqueue_options": {"queue": "other", "n_workers": 2}}, "'n_workers' is 'jobs'"),
+    ],
+)
 def test_slurm_section_errors(keys, text):
     with pytest.raises(ConfigError, match=text):
         _slurm_spec(**keys)
@@ -370,8 +408,9 @@ def test_distributed_volume_repr_is_short(client):
 
 
 def test_license_matches_pyproject_and_py_typed_is_shipped():
-    declared = re.search(r'^license\s*=\s*(?:\{\s*text\s*=\s*)?"([^"]+)"', (REPO / "pyproject.toml").read_text(),
-                         flags=re.MULTILINE)
+    declared = re.search(
+        r'^license\s*=\s*(?:\{\s*text\s*=\s*)?"([^"]+)"', (REPO / "pyproject.toml").read_text(), flags=re.MULTILINE
+    )
     assert declared is not None and declared.group(1) == "Apache-2.0"
     text = (REPO / "LICENSE").read_text()
     assert "Apache License" in text and "Version 2.0, January 2004" in text and "END OF TERMS AND CONDITIONS" in text

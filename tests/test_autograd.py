@@ -14,8 +14,9 @@ def field(rng):
     ijk = np.argwhere(np.ones((6, 6, 6), bool)) - 2
     topo = vdbflow.Volume.from_active(ijk)
     data = torch.tensor(rng.standard_normal((topo.active_voxel_count, 3)), dtype=torch.float64, requires_grad=True)
-    pts = torch.tensor(np.array([[0.3, 0.6, 0.2], [1.7, -0.4, 2.25], [-1.2, 0.1, 0.9]]), dtype=torch.float64,
-                       requires_grad=True)
+    pts = torch.tensor(
+        np.array([[0.3, 0.6, 0.2], [1.7, -0.4, 2.25], [-1.2, 0.1, 0.9]]), dtype=torch.float64, requires_grad=True
+    )
     bg = torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64, requires_grad=True)
     return topo, pts, data, bg
 

@@ -21,8 +21,9 @@ def test_wrong_point_shapes(vec4, shape):
         vec4.sample_grad(np.zeros(shape), space="index")
 
 
-@pytest.mark.parametrize("points", [np.zeros((2, 3), complex), np.zeros((2, 3), bool),
-                                    np.array([["a", "b", "c"]]), np.zeros((2, 3), object)])
+@pytest.mark.parametrize(
+    "points", [np.zeros((2, 3), complex), np.zeros((2, 3), bool), np.array([["a", "b", "c"]]), np.zeros((2, 3), object)]
+)
 def test_wrong_point_dtypes(vec4, points):
     with pytest.raises(vdbflow.PointsError, match="expected float16/32/64 or integer points, got dtype"):
         vdbflow.sample_grad_arrays(vec4, points)
@@ -32,8 +33,9 @@ def test_wrong_point_dtypes(vec4, points):
 def test_big_endian_and_half_points_are_the_same_numbers(vec4, dtype):
     pts = np.array([[0.5, 0.25, 0.75], [1.0, 0.5, 0.0], [0.0, 0.0, 0.5]])
     got = vdbflow.sample_grad_arrays(vec4, pts.astype(dtype), space="index")
-    want = vdbflow.sample_grad_arrays(vec4, pts.astype(np.dtype(dtype).newbyteorder("=")).astype(np.float64),
-                                      space="index")
+    want = vdbflow.sample_grad_arrays(
+        vec4, pts.astype(np.dtype(dtype).newbyteorder("=")).astype(np.float64), space="index"
+    )
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
 
@@ -56,8 +58,9 @@ def test_out_buffers_that_overlap_the_points_or_each_other(vec4):
     with pytest.raises(vdbflow.ShapeError, match="overlap in memory"):
         vdbflow.sample_grad_arrays(vec4, np.zeros((2, 3)), out=(block[:8].reshape(2, 4), block[:24].reshape(2, 4, 3)))
     # buffers beside the points in one block are fine, and the points are read unchanged
-    got, _ = vdbflow.sample_grad_arrays(vec4, points, out=(block[8:16].reshape(2, 4), None), space="index",
-                                        jacobian=False)
+    got, _ = vdbflow.sample_grad_arrays(
+        vec4, points, out=(block[8:16].reshape(2, 4), None), space="index", jacobian=False
+    )
     np.testing.assert_array_equal(got, vec4.sample(np.zeros((2, 3)), space="index")["value"].values)
 
 
@@ -78,8 +81,9 @@ def test_topology_offsets_the_kernels_would_trust(vec4):
     ok = vdbflow.Topology(origins, masks, leaf_offset=[1], value_count=513)  # NanoVDB: row 0 is the background
     assert ok.with_data(np.arange(513, dtype=np.float32)).sample([[0, 0, 1]], "closest", "index")["value"] == 2
     with pytest.raises(vdbflow.VolumeError, match="tile value indices"):
-        vdbflow.Topology(origins, masks, None, [[4096, 0, 0]], [8], leaf_offset=[0], value_count=512,
-                         tile_value_index=[512])
+        vdbflow.Topology(
+            origins, masks, None, [[4096, 0, 0]], [8], leaf_offset=[0], value_count=512, tile_value_index=[512]
+        )
 
 
 def test_transforms_whose_inverse_overflows_are_refused():
@@ -113,10 +117,17 @@ def test_nan_points_are_an_error_for_integer_data():
 
 
 def test_coordinates_outside_int32_read_background(vec4):
-    pts = np.array([
-        [3e9, 0, 0], [-3e9, 5, 5], [1e300, -1e300, 0], [0, 0, 2147483647.5],
-        [-2147483648.5, 0, 0], [2147483647.0, 0.25, 0.0], [9.2e18, 9.3e18, -9.3e18],
-    ])
+    pts = np.array(
+        [
+            [3e9, 0, 0],
+            [-3e9, 5, 5],
+            [1e300, -1e300, 0],
+            [0, 0, 2147483647.5],
+            [-2147483648.5, 0, 0],
+            [2147483647.0, 0.25, 0.0],
+            [9.2e18, 9.3e18, -9.3e18],
+        ]
+    )
     for mode in ("linear", "closest"):
         v, j = vdbflow.sample_grad_arrays(vec4, pts, mode)
         np.testing.assert_array_equal(v, np.full((len(pts), 4), -1.0))

@@ -46,10 +46,12 @@ def invoke(*args, columns: int = 80):
 
 
 def small_job(tmp_path: Path, **sections) -> Path:
-    cfg = {"volume": {"synthetic": {"field": "taylor_green", "resolution": 16}},
-           "points": {"kind": "random", "count": 2_000, "chunk": 1_000},
-           "cluster": {"kind": "local", "workers": 1, "dashboard": False},
-           "output": {"path": str(tmp_path / "result.zarr")}}
+    cfg = {
+        "volume": {"synthetic": {"field": "taylor_green", "resolution": 16}},
+        "points": {"kind": "random", "count": 2_000, "chunk": 1_000},
+        "cluster": {"kind": "local", "workers": 1, "dashboard": False},
+        "output": {"path": str(tmp_path / "result.zarr")},
+    }
     cfg.update(sections)
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -73,7 +75,7 @@ def test_install_hints_keep_their_brackets(tmp_path, monkeypatch):
     # a dry run goes on without the job script, and says why
     result = invoke("run", small_job(tmp_path, cluster=slurm), "--dry-run")
     assert result.exit_code == 0 and "nothing has run" in result.stdout
-    assert 'warning: cluster' in result.stderr and 'pip install "vdbflow[slurm]"' in result.stderr
+    assert "warning: cluster" in result.stderr and 'pip install "vdbflow[slurm]"' in result.stderr
     assert "#SBATCH" not in result.stdout
     if importlib.util.find_spec("dask_cuda") is None:
         result = invoke("run", small_job(tmp_path, cluster={"kind": "cuda", "dashboard": False}))
@@ -88,16 +90,20 @@ def test_verbose_logs_go_to_stderr_and_the_summary_to_stdout(tmp_path):
     assert result.exit_code == 0, result.output
     assert "summary" in result.stdout and "2,000" in result.stdout
     logs = [line for line in result.stderr.splitlines() if " INFO vdbflow.run: " in line]
-    assert any("writing 2000 points to" in line and line.rstrip().endswith("when complete)") for line in logs), \
+    assert any("writing 2000 points to" in line and line.rstrip().endswith("when complete)") for line in logs), (
         result.stderr
+    )
     assert "INFO" not in result.stdout
 
 
 def test_templates_dry_run_as_the_readme_says_with_inputs_missing():
     """`vdbflow run configs/X.yaml --dry-run` where the templates' inputs are not: exit 0, a plan on
     stdout, each missing input a warning on stderr (a run would stop there: exit 2)."""
-    for template, missing in (("slurm", ("volume.path", "points.path")), ("cuda", ("volume.path",)),
-                              ("remote", ("volume.path",))):
+    for template, missing in (
+        ("slurm", ("volume.path", "points.path")),
+        ("cuda", ("volume.path",)),
+        ("remote", ("volume.path",)),
+    ):
         path = REPO / "configs" / f"{template}.yaml"
         if template == "slurm" and importlib.util.find_spec("dask_jobqueue") is None:
             missing += ("cluster",)
@@ -115,7 +121,7 @@ def test_slurm_dry_run_prints_the_job_script_verbatim(tmp_path):
     pytest.importorskip("dask_jobqueue")
     result = invoke("run", REPO / "configs" / "slurm.yaml", "--dry-run")
     assert result.exit_code == 0, result.output
-    script = result.stdout[result.stdout.index("#!/usr/bin/env bash"):]
+    script = result.stdout[result.stdout.index("#!/usr/bin/env bash") :]
     worker = [line for line in script.splitlines() if "distributed.cli.dask_worker" in line]
     assert len(worker) == 1 and len(worker[0]) > 80
     assert worker[0].startswith("python -m distributed.cli.dask_worker tcp://<scheduler address>:8786 ")

@@ -24,8 +24,21 @@ def blob(shape=(40, 24, 16)):
 def test_convert_npy_threshold_keeps_exactly_the_voxels_above_it(tmp_path):
     dense = blob()
     np.save(tmp_path / "d.npy", dense)
-    result = invoke("convert", tmp_path / "d.npy", tmp_path / "d.nvdb", "--threshold", 0.5, "--voxel-size", 0.25,
-                    "--origin", 1, 2, 3, "--name", "rho")
+    result = invoke(
+        "convert",
+        tmp_path / "d.npy",
+        tmp_path / "d.nvdb",
+        "--threshold",
+        0.5,
+        "--voxel-size",
+        0.25,
+        "--origin",
+        1,
+        2,
+        3,
+        "--name",
+        "rho",
+    )
     assert result.exit_code == 0, result.output
     vol = vdbflow.open(tmp_path / "d.nvdb")
     expect = np.argwhere(dense > 0.5)
@@ -45,12 +58,24 @@ def test_convert_netcdf_vector_from_three_variables_with_coordinates(tmp_path):
     x, y, z = 0.5 + 0.1 * np.arange(nx), -1 + 0.1 * np.arange(ny), 2 + 0.1 * np.arange(nz)
     comps = {c: rng.normal(size=(nz, ny, nx)).astype(np.float32) for c in "uvw"}
     keep = rng.random((nz, ny, nx)) < 0.3
-    ds = xr.Dataset({c: (("z", "y", "x"), np.where(keep, a, 0)) for c, a in comps.items()},
-                    coords={"x": x, "y": y, "z": z})
+    ds = xr.Dataset(
+        {c: (("z", "y", "x"), np.where(keep, a, 0)) for c, a in comps.items()}, coords={"x": x, "y": y, "z": z}
+    )
     ds["u"].attrs["units"] = "m/s"
     ds.to_netcdf(tmp_path / "f.nc", engine="h5netcdf")
-    result = invoke("convert", tmp_path / "f.nc", tmp_path / "f.nvdb", "--variable", "u", "--variable", "v",
-                    "--variable", "w", "--slab", 8)
+    result = invoke(
+        "convert",
+        tmp_path / "f.nc",
+        tmp_path / "f.nvdb",
+        "--variable",
+        "u",
+        "--variable",
+        "v",
+        "--variable",
+        "w",
+        "--slab",
+        8,
+    )
     assert result.exit_code == 0, result.output
     vol = vdbflow.open(tmp_path / "f.nvdb")
     assert vol.components == 3 and vol.name == "velocity"
@@ -71,9 +96,9 @@ def test_convert_zarr_with_mask_variable(tmp_path):
     mask = np.zeros(dense.shape, bool)
     mask[2:6, 3:9, 1:4] = True
     xr.Dataset({"rho": (("i", "j", "k"), dense), "m": (("i", "j", "k"), mask.astype(np.uint8))}).to_zarr(
-        tmp_path / "f.zarr", zarr_format=2)
-    result = invoke("convert", tmp_path / "f.zarr", tmp_path / "f.nvdb", "--variable", "rho",
-                    "--mask-variable", "m")
+        tmp_path / "f.zarr", zarr_format=2
+    )
+    result = invoke("convert", tmp_path / "f.zarr", tmp_path / "f.nvdb", "--variable", "rho", "--mask-variable", "m")
     assert result.exit_code == 0, result.output
     vol = vdbflow.open(tmp_path / "f.nvdb")
     assert vol.active_voxel_count == mask.sum()
@@ -102,8 +127,9 @@ def test_convert_errors(tmp_path):
     result = invoke("convert", tmp_path / "d.npy", tmp_path / "exists.nvdb")
     assert result.exit_code == 2 and "--overwrite" in result.output
     assert (tmp_path / "exists.nvdb").read_bytes() == b"x"
-    xr.Dataset({"a": (("x", "y", "z"), np.ones((8, 8, 8)))},
-               coords={"x": np.r_[0, 1, 2, 4, 5, 6, 7, 8]}).to_netcdf(tmp_path / "u.nc", engine="h5netcdf")
+    xr.Dataset({"a": (("x", "y", "z"), np.ones((8, 8, 8)))}, coords={"x": np.r_[0, 1, 2, 4, 5, 6, 7, 8]}).to_netcdf(
+        tmp_path / "u.nc", engine="h5netcdf"
+    )
     result = invoke("convert", tmp_path / "u.nc", tmp_path / "o.nvdb")
     assert result.exit_code == 2 and "evenly spaced" in result.output
     result = invoke("convert", tmp_path / "u.nc", tmp_path / "o.nvdb", "--variable", "b")
@@ -115,10 +141,12 @@ def test_convert_errors(tmp_path):
 
 def test_voxel_size_takes_three_values_like_origin_or_one(tmp_path):
     np.save(tmp_path / "d.npy", blob((16, 16, 16)))
-    cases = [(["--voxel-size", 0.1, 0.1, 0.2], [0.1, 0.1, 0.2]),
-             (["--voxel-size", 0.5], [0.5, 0.5, 0.5]),
-             (["--voxel-size=0.25"], [0.25, 0.25, 0.25]),
-             (["--voxel-size", 2, 3, 4, "--origin", 1, 2, 3], [2, 3, 4])]
+    cases = [
+        (["--voxel-size", 0.1, 0.1, 0.2], [0.1, 0.1, 0.2]),
+        (["--voxel-size", 0.5], [0.5, 0.5, 0.5]),
+        (["--voxel-size=0.25"], [0.25, 0.25, 0.25]),
+        (["--voxel-size", 2, 3, 4, "--origin", 1, 2, 3], [2, 3, 4]),
+    ]
     for args, size in cases:
         # options before and after the arguments: the one-value form is told apart from SOURCE by being a number
         files = [tmp_path / "d.npy", tmp_path / "d.nvdb"]
@@ -139,8 +167,12 @@ def test_default_grid_names(tmp_path):
     np.save(tmp_path / "v.npy", field)
     np.save(tmp_path / "s.npy", field[..., 0])
     xr.Dataset({"temperature": (("x", "y", "z"), field[..., 0])}).to_netcdf(tmp_path / "t.nc", engine="h5netcdf")
-    for source, args, name in (("v.npy", [], "velocity"), ("s.npy", [], "density"), ("t.nc", [], "temperature"),
-                               ("t.nc", ["--name", "T"], "T")):
+    for source, args, name in (
+        ("v.npy", [], "velocity"),
+        ("s.npy", [], "density"),
+        ("t.nc", [], "temperature"),
+        ("t.nc", ["--name", "T"], "T"),
+    ):
         result = invoke("convert", tmp_path / source, tmp_path / "o.nvdb", "--overwrite", *args)
         assert result.exit_code == 0, result.output
         assert vdbflow.list_grids(tmp_path / "o.nvdb")[0].name == name and f"grid {name!r}" in result.stdout

@@ -46,12 +46,17 @@ def test_linear_field_of_ones_is_one_exactly_where_inside(rng):
 
 
 def test_tiles_count_as_defined_and_bad_input():
-    vol = vdbflow.Volume.from_voxels(np.zeros((1, 3), int), np.ones(1, np.float32),
-                                     tiles=(np.array([[128, 0, 0], [8, 0, 0]]), np.array([128, 8]), np.ones(2)))
-    assert defined_voxels(vol.topology, np.array([[200, 5, 5], [9, 1, 1], [0, 0, 0], [1, 0, 0], [-1, 0, 0]])).tolist() \
-        == [True, True, True, False, False]
-    np.testing.assert_array_equal(vol.stencil_inside(np.array([[150.2, 3.5, 4.0], [np.nan, 0, 0]]), space="index"),
-                                  [True, False])
+    vol = vdbflow.Volume.from_voxels(
+        np.zeros((1, 3), int),
+        np.ones(1, np.float32),
+        tiles=(np.array([[128, 0, 0], [8, 0, 0]]), np.array([128, 8]), np.ones(2)),
+    )
+    assert defined_voxels(
+        vol.topology, np.array([[200, 5, 5], [9, 1, 1], [0, 0, 0], [1, 0, 0], [-1, 0, 0]])
+    ).tolist() == [True, True, True, False, False]
+    np.testing.assert_array_equal(
+        vol.stencil_inside(np.array([[150.2, 3.5, 4.0], [np.nan, 0, 0]]), space="index"), [True, False]
+    )
     with pytest.raises(vdbflow.SamplingError, match="expected a mode"):
         vol.stencil_inside(np.zeros((1, 3)), mode="cubic")
     with pytest.raises(vdbflow.PointsError, match=r"\(N, 3\)"):
@@ -63,8 +68,20 @@ def test_closest_agrees_with_closest_sampling_at_negative_half_integers(rng):
     returns 1 exactly where stencil_inside(mode="closest") says its voxel is active."""
     ijk = np.array([[-2, 0, 0], [-1, 0, 0], [3, 1, -4], [0, -1, 0]])
     vol = vdbflow.Volume.from_voxels(ijk, np.ones(len(ijk), np.float32), background=0.0)
-    halves = np.array([[-2.5, 0, 0], [-1.5, 0, 0], [-0.5, 0, 0], [0.5, 0, 0], [2.5, 1.5, -3.5], [3.5, 0.5, -4.5],
-                       [0, -0.5, 0], [0, -1.5, 0], [-2.4999999999999996, 0, 0], [-0.49999999999999994, 0, 0]])
+    halves = np.array(
+        [
+            [-2.5, 0, 0],
+            [-1.5, 0, 0],
+            [-0.5, 0, 0],
+            [0.5, 0, 0],
+            [2.5, 1.5, -3.5],
+            [3.5, 0.5, -4.5],
+            [0, -0.5, 0],
+            [0, -1.5, 0],
+            [-2.4999999999999996, 0, 0],
+            [-0.49999999999999994, 0, 0],
+        ]
+    )
     pts = np.concatenate([halves, ijk[rng.integers(0, len(ijk), 400)] + rng.uniform(-0.6, 0.6, (400, 3)).round(1)])
     got = vdbflow.ops.coverage.stencil_inside(vol, pts, "closest", space="index")
     want = vol.sample(pts, "closest", space="index")["value"].values == 1

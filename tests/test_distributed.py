@@ -14,8 +14,10 @@ from vdbflow.distribution.volume import distribute  # noqa: E402
 
 @pytest.fixture(scope="module")
 def client():
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                  dashboard_address=":0") as cluster, distributed.Client(cluster) as c:
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster,
+        distributed.Client(cluster) as c,
+    ):
         yield c
 
 
@@ -34,12 +36,16 @@ def stress_points(rng, vol, ijk, n=600):
     """Random points, leaf faces, integer planes, empty leaf slots beside leaves, tiles, far points."""
     plan = plan_partitions(vol.topology, 8)
     faces = vol.topology.leaf_origins[np.concatenate([o[:3] for o in plan.owned])].astype(float)
-    return np.concatenate([
-        probe_points(rng, ijk, n),
-        faces - 0.5, faces + [7.5, 7.5, 7.5], faces - [8.25, 0, 0],  # across partition and leaf borders
-        rng.uniform(120, 260, (50, 3)) * [1, 0.5, 0.5],  # a 128^3 tile and its border
-        [[-4.5, 66.0, 3.0], [np.nan, 0, 0], [3e9, 0, 0]],
-    ])
+    return np.concatenate(
+        [
+            probe_points(rng, ijk, n),
+            faces - 0.5,
+            faces + [7.5, 7.5, 7.5],
+            faces - [8.25, 0, 0],  # across partition and leaf borders
+            rng.uniform(120, 260, (50, 3)) * [1, 0.5, 0.5],  # a 128^3 tile and its border
+            [[-4.5, 66.0, 3.0], [np.nan, 0, 0], [3e9, 0, 0]],
+        ]
+    )
 
 
 @pytest.mark.parametrize("partitions", [1, 2, 3, 8, 17])
@@ -172,10 +178,36 @@ def scheduler_and_workers(tmp_path):
     import time
 
     scheduler_file = tmp_path / "scheduler.json"
-    procs = [_start(["distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0",
-                     "--dashboard-address", ":0", "--scheduler-file", str(scheduler_file)])]
-    procs += [_start(["distributed.cli.dask_worker", "--scheduler-file", str(scheduler_file), "--nthreads", "1",
-                      "--no-dashboard", "--local-directory", str(tmp_path / f"w{k}")]) for k in range(2)]
+    procs = [
+        _start(
+            [
+                "distributed.cli.dask_scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--dashboard-address",
+                ":0",
+                "--scheduler-file",
+                str(scheduler_file),
+            ]
+        )
+    ]
+    procs += [
+        _start(
+            [
+                "distributed.cli.dask_worker",
+                "--scheduler-file",
+                str(scheduler_file),
+                "--nthreads",
+                "1",
+                "--no-dashboard",
+                "--local-directory",
+                str(tmp_path / f"w{k}"),
+            ]
+        )
+        for k in range(2)
+    ]
     try:
         deadline = time.monotonic() + 60
         while True:  # the scheduler writes the file once it listens
@@ -206,8 +238,9 @@ def test_separate_scheduler_and_worker_processes(rng, tmp_path, scheduler_and_wo
     dvol = distribute(str(path), client, 4)
     pts = stress_points(rng, vol, ijk)
     got = dvol.sample_grad(pts, space="index").compute(scheduler=client)
-    np.testing.assert_array_equal(got["value_jacobian"].values,
-                                  vol.sample_grad(pts, space="index")["value_jacobian"].values)
+    np.testing.assert_array_equal(
+        got["value_jacobian"].values, vol.sample_grad(pts, space="index")["value_jacobian"].values
+    )
     assert len({s["worker"] for s in dvol.stats()}) == 2
 
 
@@ -294,8 +327,9 @@ def test_reverse_mode_matches_single_process(rng, client, components, index_layo
         got = dvol.sample_grad_vjp(da.from_array(pts, chunks=(500, 3)), a_val, a_jac)
         np.testing.assert_allclose(got.voxel_data(vol.topology), want.voxel_data, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(got.background.result(), np.reshape(want.background, -1), rtol=1e-12, atol=1e-12)
-        np.testing.assert_allclose(got.tile_values.result().reshape(np.shape(want.tile_values)), want.tile_values,
-                                   rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(
+            got.tile_values.result().reshape(np.shape(want.tile_values)), want.tile_values, rtol=1e-12, atol=1e-12
+        )
         np.testing.assert_array_equal(got.points.compute(), want.points)
     finally:
         dvol.close()
@@ -308,8 +342,12 @@ def test_eight_worker_processes_17_partitions_64_chunks(rng):
     ijk, vol = volume(rng, 3)
     pts = np.concatenate([stress_points(rng, vol, ijk), probe_points(rng, ijk, 60_000)])
     want = vol.sample_grad(pts, space="index")
-    with distributed.LocalCluster(n_workers=8, threads_per_worker=1, processes=True, dashboard_address=None,
-                                  memory_limit="1GiB") as cluster, distributed.Client(cluster) as client:
+    with (
+        distributed.LocalCluster(
+            n_workers=8, threads_per_worker=1, processes=True, dashboard_address=None, memory_limit="1GiB"
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
         with distribute(vol, client, 17) as dvol:
             assert dvol.workers == 8
             points = da.from_array(pts, chunks=(-(-len(pts) // 64), 3))
@@ -349,8 +387,12 @@ def test_in_memory_volume_survives_five_worker_kills(rng, tmp_path, spill):
     ijk, vol = volume(rng, 3)
     pts = da.from_array(probe_points(rng, ijk, 20_000), chunks=(500, 3))
     want = vol.sample_grad(pts.compute(), space="index")["value_jacobian"].values
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                                  local_directory=str(tmp_path)) as cluster, distributed.Client(cluster) as client:
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, local_directory=str(tmp_path)
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
         dvol = distribute(vol, client, 4, spill=spill)
         try:
             assert bool(dvol.spilled) == (spill is None)  # the temporary directory is shared here

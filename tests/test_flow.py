@@ -10,8 +10,9 @@ from vdbflow.analysis import flow
 
 
 def as_jacobian(J, units=None):
-    da = xr.DataArray(J, dims=("point", "component", "axis"),
-                      coords={"component": ["x", "y", "z"], "axis": ["x", "y", "z"]})
+    da = xr.DataArray(
+        J, dims=("point", "component", "axis"), coords={"component": ["x", "y", "z"], "axis": ["x", "y", "z"]}
+    )
     if units:
         da.attrs["units"] = units
     return da
@@ -52,7 +53,7 @@ def test_lambda2_and_swirling_strength_of_simple_motions():
     rotation = np.array([[0, -w, 0], [w, 0, 0], [0, 0, 0]], float)
     strain = np.diag([a, b, c])
     J = as_jacobian(np.stack([rotation, strain]))
-    np.testing.assert_allclose(flow.lambda2(J).values, [-w**2, sorted([a * a, b * b, c * c])[1]])
+    np.testing.assert_allclose(flow.lambda2(J).values, [-(w**2), sorted([a * a, b * b, c * c])[1]])
     np.testing.assert_allclose(flow.swirling_strength(J).values, [w, 0.0], atol=1e-12)
 
 

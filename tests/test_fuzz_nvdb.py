@@ -16,8 +16,9 @@ def test_two_thousand_seeded_mutants():
     spec = importlib.util.spec_from_file_location("fuzz_nvdb", SCRIPT)
     fuzz = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fuzz)
-    counts = fuzz.campaign(2000, batch=1000, seed=2026, jobs=1, memory_gib=4.0, env_extra={}, report=None,
-                           roundtrip_every=4)
+    counts = fuzz.campaign(
+        2000, batch=1000, seed=2026, jobs=1, memory_gib=4.0, env_extra={}, report=None, roundtrip_every=4
+    )
     assert sum(counts.values()) == 2000, counts
     assert counts["inconsistent"] == counts["error"] == counts["crash"] == counts["sanitizer"] == 0, counts
     # the campaign reaches both sides: mutants the reader refuses and mutants it accepts

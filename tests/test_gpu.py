@@ -16,14 +16,26 @@ except Exception:  # no driver
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not HAVE_GPU, reason="needs an NVIDIA GPU")]
 
 
-@pytest.mark.parametrize(("dtype", "components", "index"), [
-    (np.float32, 1, False), (np.float32, 3, False), (np.float32, 4, True), (np.float64, 3, False),
-    (np.float64, 9, True), (np.int32, 1, False), (np.int64, 1, True), (np.uint32, 1, False),
-])
+@pytest.mark.parametrize(
+    ("dtype", "components", "index"),
+    [
+        (np.float32, 1, False),
+        (np.float32, 3, False),
+        (np.float32, 4, True),
+        (np.float64, 3, False),
+        (np.float64, 9, True),
+        (np.int32, 1, False),
+        (np.int64, 1, True),
+        (np.uint32, 1, False),
+    ],
+)
 def test_cuda_matches_cpu(rng, dtype, components, index):
     ijk, values = random_sparse_voxels(rng, components=components, dtype=dtype)
-    tiles = (np.array([[256, 0, 0], [-4096, 4096, 0]]), np.array([128, 4096]),
-             np.ones((2, components) if components > 1 else 2, dtype))
+    tiles = (
+        np.array([[256, 0, 0], [-4096, 4096, 0]]),
+        np.array([128, 4096]),
+        np.ones((2, components) if components > 1 else 2, dtype),
+    )
     if index:
         topo = vdbflow.Volume.from_active(ijk, tiles=tiles[:2])
         order = {tuple(p): n for n, p in enumerate(ijk.tolist())}
@@ -49,8 +61,7 @@ def test_cuda_world_space_dataset(rng):
     pts = vol.transform.apply(ijk[:200] + 0.3)
     ds_cpu = vol.sample_grad(pts)
     ds_gpu = vol.sample_grad(pts, device="cuda")
-    np.testing.assert_allclose(cupy.asnumpy(ds_gpu["value_jacobian"].data), ds_cpu["value_jacobian"].values,
-                               atol=1e-4)
+    np.testing.assert_allclose(cupy.asnumpy(ds_gpu["value_jacobian"].data), ds_cpu["value_jacobian"].values, atol=1e-4)
     nan = vdbflow.sample_grad_arrays(vol, cupy.asarray([[np.nan, 0, 0]]), device="cuda")[0]
     assert bool(cupy.isnan(nan).all())
 
@@ -84,8 +95,10 @@ def test_distributed_on_gpu_workers(rng):
         def make_cluster():
             return LocalCUDACluster(n_workers=1)
     except ImportError:
+
         def make_cluster():
             return distributed.LocalCluster(n_workers=1, processes=False)
+
     ijk, values = random_sparse_voxels(rng, n_leaves=30, components=3, dtype=np.float32)
     vol = vdbflow.Volume.from_voxels(ijk, values, 0.0)
     pts = probe_points(rng, ijk, 2000)
@@ -104,8 +117,12 @@ def test_gradient_field_on_the_gpu_matches_cpu(scheme):
 
     vol = synthetic.flow_volume(synthetic.abc_flow(), resolution=32)
     cpu, gpu = vdbflow.gradient_field(vol, scheme), vdbflow.gradient_field(vol, scheme, device="cuda")
-    np.testing.assert_allclose(gpu.active_values(), cpu.active_values(), rtol=0,
-                               atol=8 * np.finfo(np.float32).eps * np.abs(cpu.active_values()).max())
+    np.testing.assert_allclose(
+        gpu.active_values(),
+        cpu.active_values(),
+        rtol=0,
+        atol=8 * np.finfo(np.float32).eps * np.abs(cpu.active_values()).max(),
+    )
 
 
 @pytest.mark.parametrize("partitions", [1, 5, 17])
@@ -122,8 +139,15 @@ def test_cuda_routing_matches_cpu_routing(rng, partitions):
     r = plan.router
     for space in ("index", "world"):
         want = r.route(pts, vol.transform, space, near)
-        got = cuda.route(cupy.asarray(pts), r.origin, r.shift, r.boundaries, vol.transform.kernel_parameters(),
-                         space == "world", near)
+        got = cuda.route(
+            cupy.asarray(pts),
+            r.origin,
+            r.shift,
+            r.boundaries,
+            vol.transform.kernel_parameters(),
+            space == "world",
+            near,
+        )
         for w, g in zip(want, got, strict=True):
             np.testing.assert_array_equal(g.get(), w)
 

@@ -53,8 +53,10 @@ def test_taylor_green_vorticity_divergence_and_q_on_the_grid():
 def test_distributed_gradient_field_equals_single_process(rng, tmp_path):
     distributed = pytest.importorskip("distributed")
     vol = synthetic.flow_volume(synthetic.abc_flow(), resolution=24, dtype=np.float64)
-    with distributed.LocalCluster(n_workers=2, processes=False, dashboard_address=":0") as cl, \
-            distributed.Client(cl) as client:
+    with (
+        distributed.LocalCluster(n_workers=2, processes=False, dashboard_address=":0") as cl,
+        distributed.Client(cl) as client,
+    ):
         dvol = vdbflow.distribute(vol, client, 5, halo=vdbflow.ops.sampling.STENCIL_RADIUS["fd4"])
         a = vdbflow.gradient_field(vol, "fd4")
         b = vdbflow.gradient_field(vol, "fd4", distributed=dvol)

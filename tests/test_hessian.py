@@ -34,6 +34,7 @@ def poly_terms(rng, max_degree_per_axis, total=None, n=6):
 def poly(terms):
     def f(x, y, z):
         return sum(c * x**p * y**q * z**r for c, (p, q, r) in terms)
+
     return f
 
 
@@ -52,8 +53,19 @@ def poly_hessian(terms, x):
 
 
 # scheme -> (degree per axis, total degree) of the polynomials whose Hessian it reproduces exactly
-EXACT = {"lag4": (3, None), "lag6": (5, None), "lag8": (7, None), "catmull_rom": (2, 2), "bspline3": (2, 2),
-         "m2q8": (5, 5), "fd2": (2, 2), "fd4": (3, 3), "fd6": (3, 3), "fd8": (3, 3), "fd4lag4": (5, 5)}
+EXACT = {
+    "lag4": (3, None),
+    "lag6": (5, None),
+    "lag8": (7, None),
+    "catmull_rom": (2, 2),
+    "bspline3": (2, 2),
+    "m2q8": (5, 5),
+    "fd2": (2, 2),
+    "fd4": (3, 3),
+    "fd6": (3, 3),
+    "fd8": (3, 3),
+    "fd4lag4": (5, 5),
+}
 
 
 @pytest.mark.parametrize("mode", sorted(EXACT))
@@ -78,8 +90,10 @@ def test_linear_has_the_mixed_terms_of_the_trilinear_interpolant(rng):
 
 
 def smooth(k=0.3):
-    return (lambda x, y, z: np.sin(k * x + 0.2) * np.cos(k * y - 0.1) * np.sin(k * z + 0.4),
-            lambda x: _smooth_hessian(x, k))
+    return (
+        lambda x, y, z: np.sin(k * x + 0.2) * np.cos(k * y - 0.1) * np.sin(k * z + 0.4),
+        lambda x: _smooth_hessian(x, k),
+    )
 
 
 def _smooth_hessian(x, k):
@@ -96,8 +110,19 @@ def _smooth_hessian(x, k):
 
 
 # scheme -> order of its Hessian between nodes (at nodes for the node-difference schemes)
-ORDERS = {"lag4": 2, "lag6": 4, "lag8": 6, "m2q8": 4, "catmull_rom": 1, "bspline3": 2,
-          "fd2": 2, "fd4": 4, "fd6": 6, "fd8": 8, "fd4lag4": 4}
+ORDERS = {
+    "lag4": 2,
+    "lag6": 4,
+    "lag8": 6,
+    "m2q8": 4,
+    "catmull_rom": 1,
+    "bspline3": 2,
+    "fd2": 2,
+    "fd4": 4,
+    "fd6": 6,
+    "fd8": 8,
+    "fd4lag4": 4,
+}
 
 
 @pytest.mark.parametrize("mode", sorted(ORDERS))
@@ -121,8 +146,7 @@ def test_measured_convergence_orders(rng, mode):
 
 @pytest.mark.parametrize("mode", HESSIAN_MODES)
 def test_symmetric_and_equal_to_finite_differences_of_the_jacobian(rng, mode):
-    vol = dense_volume(lambda x, y, z: np.stack([np.sin(0.3 * x) * y, np.cos(0.2 * y + z), x * z * 0.05]),
-                       components=3)
+    vol = dense_volume(lambda x, y, z: np.stack([np.sin(0.3 * x) * y, np.cos(0.2 * y + z), x * z * 0.05]), components=3)
     pts = rng.uniform(2, 8, (50, 3))
     _, J, H = sample_hessian_arrays(vol, pts, mode)
     np.testing.assert_array_equal(H, np.swapaxes(H, -1, -2))
@@ -142,9 +166,15 @@ def test_symmetric_and_equal_to_finite_differences_of_the_jacobian(rng, mode):
 def test_taylor_green_laplacian_is_minus_three_u(rng):
     """u = (sin x cos y cos z, -cos x sin y cos z, 0) has Laplacian -3u."""
     h = 2 * np.pi / 64
-    tg = dense_volume(lambda x, y, z: np.stack([np.sin(h * x) * np.cos(h * y) * np.cos(h * z),
-                                                -np.cos(h * x) * np.sin(h * y) * np.cos(h * z), 0 * x]),
-                      -8, 40, components=3, transform=vdbflow.Transform.from_voxel_size(h))
+    tg = dense_volume(
+        lambda x, y, z: np.stack(
+            [np.sin(h * x) * np.cos(h * y) * np.cos(h * z), -np.cos(h * x) * np.sin(h * y) * np.cos(h * z), 0 * x]
+        ),
+        -8,
+        40,
+        components=3,
+        transform=vdbflow.Transform.from_voxel_size(h),
+    )
     pts = rng.uniform(0.2, 1.4, (100, 3))
     for mode, tol in (("lag6", 1e-5), ("m2q8", 1e-4), ("fd6", 5e-3), ("fd4lag4", 5e-3), ("lag4", 5e-3)):
         ds = tg.sample_hessian(pts, mode)
@@ -172,8 +202,7 @@ def test_world_space_hessians_under_a_sheared_transform(rng):
         np.testing.assert_allclose(ds["value_hessian"].values, np.broadcast_to(A, (40, 3, 3)), atol=1e-8)
         _, _, Hi = sample_hessian_arrays(vol, pts, mode, space="world", jacobian_space="index")
         inv = xf.world_to_index[:3, :3]
-        np.testing.assert_allclose(np.einsum("ra,nrs,sb->nab", inv, Hi, inv), ds["value_hessian"].values,
-                                   atol=1e-10)
+        np.testing.assert_allclose(np.einsum("ra,nrs,sb->nab", inv, Hi, inv), ds["value_hessian"].values, atol=1e-10)
     assert ds["value_hessian"].dims == ("point", "axis", "axis2")
     assert list(ds["axis2"].values) == ["x", "y", "z"]
 
@@ -182,17 +211,24 @@ def test_m2q8_is_the_quintic_hermite_spline_of_its_definition(rng):
     """Along one axis m2q8 is the degree-5 polynomial on [0, 1] matching value, first and second
     derivative at both nodes, the derivatives from 6th-order centred differences (radius 3)."""
     samples = rng.standard_normal(30)
-    vol = vdbflow.Volume.from_voxels(np.stack([np.arange(30), np.zeros(30, int), np.zeros(30, int)], 1),
-                                     samples, background=0.0)
+    vol = vdbflow.Volume.from_voxels(
+        np.stack([np.arange(30), np.zeros(30, int), np.zeros(30, int)], 1), samples, background=0.0
+    )
     d1 = np.array([-1 / 60, 9 / 60, -45 / 60, 0, 45 / 60, -9 / 60, 1 / 60])
     d2 = np.array([1 / 90, -3 / 20, 3 / 2, -49 / 18, 3 / 2, -3 / 20, 1 / 90])
     for base in (10, 17):
         f0, f1 = samples[base], samples[base + 1]
-        g0, g1 = d1 @ samples[base - 3:base + 4], d1 @ samples[base - 2:base + 5]
-        c0, c1 = d2 @ samples[base - 3:base + 4], d2 @ samples[base - 2:base + 5]
+        g0, g1 = d1 @ samples[base - 3 : base + 4], d1 @ samples[base - 2 : base + 5]
+        c0, c1 = d2 @ samples[base - 3 : base + 4], d2 @ samples[base - 2 : base + 5]
         # solve for the quintic a0..a5 from the six conditions
-        rows = [[1, 0, 0, 0, 0, 0], [0, 1, 0, 0, 0, 0], [0, 0, 2, 0, 0, 0],
-                [1, 1, 1, 1, 1, 1], [0, 1, 2, 3, 4, 5], [0, 0, 2, 6, 12, 20]]
+        rows = [
+            [1, 0, 0, 0, 0, 0],
+            [0, 1, 0, 0, 0, 0],
+            [0, 0, 2, 0, 0, 0],
+            [1, 1, 1, 1, 1, 1],
+            [0, 1, 2, 3, 4, 5],
+            [0, 0, 2, 6, 12, 20],
+        ]
         a = np.linalg.solve(np.array(rows, float), [f0, g0, c0, f1, g1, c1])
         for t in (0.0, 0.3, 0.75):
             pts = np.array([[base + t, 0.0, 0.0]])
@@ -200,8 +236,9 @@ def test_m2q8_is_the_quintic_hermite_spline_of_its_definition(rng):
             powers = t ** np.arange(6)
             assert v[0] == pytest.approx(a @ powers, abs=1e-12)
             assert J[0, 0] == pytest.approx(a[1:] @ (np.arange(1, 6) * t ** np.arange(5)), abs=1e-12)
-            assert H[0, 0, 0] == pytest.approx(a[2:] @ (np.arange(2, 6) * np.arange(1, 5) * t ** np.arange(4)),
-                                               abs=1e-11)
+            assert H[0, 0, 0] == pytest.approx(
+                a[2:] @ (np.arange(2, 6) * np.arange(1, 5) * t ** np.arange(4)), abs=1e-11
+            )
 
 
 def test_fd8_gradient_is_eighth_order_at_nodes(rng):
@@ -211,8 +248,14 @@ def test_fd8_gradient_is_eighth_order_at_nodes(rng):
         vol = dense_volume(f, -12, int(12 / k) + 12)
         pts = np.round(rng.uniform(0.2, 0.8, (30, 3)) * (12 / k))
         _, J = vdbflow.sample_grad_arrays(vol, pts, "fd8")
-        want = np.stack([k * np.cos(k * pts[:, 0]) * np.cos(k * pts[:, 1]),
-                         -k * np.sin(k * pts[:, 0]) * np.sin(k * pts[:, 1]), k * np.cos(k * pts[:, 2])], 1)
+        want = np.stack(
+            [
+                k * np.cos(k * pts[:, 0]) * np.cos(k * pts[:, 1]),
+                -k * np.sin(k * pts[:, 0]) * np.sin(k * pts[:, 1]),
+                k * np.cos(k * pts[:, 2]),
+            ],
+            1,
+        )
         errs.append(np.abs(J - want).max() / k)
     assert np.log2(errs[0] / errs[1]) > 7.5
 
@@ -240,8 +283,10 @@ def test_distributed_hessians_equal_single_process_bit_for_bit(rng):
     vol = vdbflow.Volume.from_voxels(ijk, values.astype(np.float64), 0.5, voxel_size=0.25)
     lo, hi = ijk.min(0) - 2, ijk.max(0) + 2
     pts = da.from_array(rng.uniform(lo, hi, (3000, 3)) * 0.25, chunks=(700, 3))
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as c, \
-            distributed.Client(c) as client:
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as c,
+        distributed.Client(c) as client,
+    ):
         with vdbflow.distribute(vol, client, 5, halo=5) as dvol:
             for mode in ("lag4", "m2q8", "fd6", "fd8"):
                 got = dvol.sample_hessian(pts, mode, jacobian_space="index").compute()
@@ -251,8 +296,10 @@ def test_distributed_hessians_equal_single_process_bit_for_bit(rng):
                 assert got["value_hessian"].dims == want["value_hessian"].dims
             with pytest.raises(vdbflow.SamplingError, match="second derivative"):
                 dvol.sample_hessian(pts, "closest")
-            np.testing.assert_array_equal(vdbflow.hessian_field(vol, "fd4", distributed=dvol).voxel_data,
-                                          vdbflow.hessian_field(vol, "fd4").voxel_data)
+            np.testing.assert_array_equal(
+                vdbflow.hessian_field(vol, "fd4", distributed=dvol).voxel_data,
+                vdbflow.hessian_field(vol, "fd4").voxel_data,
+            )
 
 
 def test_laplacian_quantity_and_grid_fields_on_the_taylor_green_shell(rng):
@@ -295,8 +342,14 @@ def test_job_writes_hessians_and_laplacians(tmp_path):
     from vdbflow.jobs.cli import main
 
     cfg = {
-        "volume": {"synthetic": {"field": "taylor_green", "resolution": 64, "dtype": "float64",
-                                 "write": str(tmp_path / "tg.nvdb")}},
+        "volume": {
+            "synthetic": {
+                "field": "taylor_green",
+                "resolution": 64,
+                "dtype": "float64",
+                "write": str(tmp_path / "tg.nvdb"),
+            }
+        },
         "points": {"kind": "random", "count": 6_000, "chunk": 2_000, "seed": 5},
         "sampling": {"mode": "lag4", "outputs": ["value", "hessian", "laplacian", "inside"]},
         "cluster": {"kind": "local", "workers": 2, "dashboard": False},

@@ -38,12 +38,14 @@ def _tree(path: Path) -> list[str]:
 
 def _dead_pid() -> int:
     """The pid of a process that has exited (and been reaped)."""
-    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
-                          check=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
     return int(proc.stdout)
 
 
 # -- item 8: YAML alias bombs ----------------------------------------------------------------------------
+
 
 def _bomb(levels: int = 9) -> str:
     lines = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
@@ -76,11 +78,13 @@ def test_recursive_alias_and_bomb_in_set_are_refused(tmp_path):
 
 
 def test_modest_aliases_still_work_and_huge_files_are_refused(tmp_path):
-    cfg = load_config(text=textwrap.dedent("""\
+    cfg = load_config(
+        text=textwrap.dedent("""\
         volume: {synthetic: {field: abc, resolution: 16, shell: &shell [0.1, 0.4]}}
         points: {kind: grid, shape: &s [4, 4, 4]}
         output: {path: o.zarr}
-        """))
+        """)
+    )
     assert cfg.volume.synthetic.shell == (0.1, 0.4) and cfg.points.shape == (4, 4, 4)
     big = tmp_path / "big.yaml"
     big.write_text("# " + "x" * (2 << 20) + "\n")
@@ -89,6 +93,7 @@ def test_modest_aliases_still_work_and_huge_files_are_refused(tmp_path):
 
 
 # -- item 9: how large a job is, and limits ---------------------------------------------------------------
+
 
 def test_a_trillion_points_is_refused_unless_forced(tmp_path):
     cfg_path = write_config(tmp_path / "job.yaml", base_config(tmp_path))
@@ -102,11 +107,13 @@ def test_a_trillion_points_is_refused_unless_forced(tmp_path):
     assert result.exit_code == 0, result.output
     assert "allowed by --force" in said(result) and "96.0 TB" in said(result) and "days" in said(result)
     # a config may raise its own limits
-    result = invoke("run", str(cfg_path), "--set", "points.count=2000000000", "--set", "limits.max_points=3e9",
-                    "--dry-run")
+    result = invoke(
+        "run", str(cfg_path), "--set", "points.count=2000000000", "--set", "limits.max_points=3e9", "--dry-run"
+    )
     assert result.exit_code == 2 and "limits.max_points" in said(result)  # '3e9' is a string in YAML 1.1
-    result = invoke("run", str(cfg_path), "--set", "points.count=2000000000", "--set",
-                    "limits.max_points=3000000000", "--dry-run")
+    result = invoke(
+        "run", str(cfg_path), "--set", "points.count=2000000000", "--set", "limits.max_points=3000000000", "--dry-run"
+    )
     assert result.exit_code == 0, result.output
 
 
@@ -136,6 +143,7 @@ def test_the_planned_size_is_the_stored_size(tmp_path):
 
 
 # -- item 10: overwrite: always replaces only an earlier vdbflow result ------------------------------------
+
 
 def test_overwrite_always_refuses_what_is_not_a_result(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -234,8 +242,10 @@ def test_a_kill_between_the_renames_is_recovered_and_reported(tmp_path):
 @pytest.mark.slow
 def test_the_next_run_restores_a_result_set_aside(tmp_path):
     """A rerun restores the earlier result before it starts (and says so), then replaces it properly."""
-    cfg_path = write_config(tmp_path / "job.yaml", base_config(tmp_path, output={
-        "path": str(tmp_path / "result.zarr"), "overwrite": "always"}))
+    cfg_path = write_config(
+        tmp_path / "job.yaml",
+        base_config(tmp_path, output={"path": str(tmp_path / "result.zarr"), "overwrite": "always"}),
+    )
     assert invoke("run", str(cfg_path), "--set", "points.count=100").exit_code == 0
     aside = tmp_path / f".result.zarr.replaced-0123abcd-{_dead_pid()}@{HOST}"
     os.replace(tmp_path / "result.zarr", aside)
@@ -265,6 +275,7 @@ def test_publish_exchanges_in_one_step_on_linux(tmp_path, monkeypatch):
 
 
 # -- item 12: leftovers of killed runs ------------------------------------------------------------------
+
 
 def test_clean_removes_only_what_dead_writers_left(tmp_path):
     final = tmp_path / "r.zarr"
@@ -303,6 +314,7 @@ def test_clean_takes_a_config(tmp_path):
 
 # -- item 13: path problems found in the plan --------------------------------------------------------------
 
+
 def test_path_problems_exit_2_before_anything_runs(tmp_path):
     (tmp_path / "a-file").write_text("x")
     os.symlink(tmp_path / "nowhere.zarr", tmp_path / "dangling.zarr")
@@ -311,8 +323,10 @@ def test_path_problems_exit_2_before_anything_runs(tmp_path):
         ({"output": {"path": str(tmp_path / "dangling.zarr")}}, "symbolic link (dangling)"),
         ({"output": {"path": str(tmp_path / "dangling-dir" / "r.zarr")}}, "is a dangling symbolic link"),
         ({"output": {"path": str(tmp_path / "a-file" / "deeper" / "r.zarr")}}, "a-file is a file, not a directory"),
-        ({"volume": {"synthetic": {"field": "abc", "write": str(tmp_path / "a-file" / "v.nvdb")}}},
-         "volume.synthetic.write"),
+        (
+            {"volume": {"synthetic": {"field": "abc", "write": str(tmp_path / "a-file" / "v.nvdb")}}},
+            "volume.synthetic.write",
+        ),
     ]
     before = _tree(tmp_path)
     for patch, text in cases:
@@ -334,6 +348,7 @@ def test_an_unwritable_parent_exits_2(tmp_path):
 
 
 # -- item 15: the dashboard ------------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_dashboard_on_localhost_by_default_and_off_means_off():
@@ -365,6 +380,7 @@ def test_dashboard_addresses_in_the_config():
 
 
 # -- item 6: inputs read through a private snapshot --------------------------------------------------------
+
 
 def _nvdb_job(tmp_path: Path, **volume) -> tuple[Path, Path, vdbflow.Volume]:
     vol = synthetic.flow_volume(synthetic.taylor_green(), resolution=24)

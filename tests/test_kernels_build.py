@@ -18,8 +18,9 @@ from vdbflow.devices import cuda as cuda_backend
 KERNELS = cuda_backend.kernel_dir()
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None or shutil.which("c++filt") is None,
-                    reason="nvcc or c++filt is not on the PATH")
+@pytest.mark.skipif(
+    shutil.which("nvcc") is None or shutil.which("c++filt") is None, reason="nvcc or c++filt is not on the PATH"
+)
 @pytest.mark.slow
 def test_cuda_entry_points_compile_to_ptx(tmp_path):
     """sample.cu compiles with nvcc, with every template instance the CUDA backend asks NVRTC for
@@ -27,16 +28,23 @@ def test_cuda_entry_points_compile_to_ptx(tmp_path):
     device side lays the kernel record out byte for byte as the CPU extension reports it."""
     names = cuda_backend.name_expressions()
     # the device compilation lays KernelAbi out as the CPU extension does (its exported offsets)
-    layout = [f"static_assert(sizeof(vdbflow::KernelAbi) == {_core.ABI_SIZE}, \"KernelAbi size\");\n"]
-    layout += [f"static_assert(offsetof(vdbflow::KernelAbi, {name}) == {offset}, \"KernelAbi::{name}\");\n"
-               for name, _, offset, _ in _core.ABI_FIELDS]
+    layout = [f'static_assert(sizeof(vdbflow::KernelAbi) == {_core.ABI_SIZE}, "KernelAbi size");\n']
+    layout += [
+        f'static_assert(offsetof(vdbflow::KernelAbi, {name}) == {offset}, "KernelAbi::{name}");\n'
+        for name, _, offset, _ in _core.ABI_FIELDS
+    ]
     wrapper = tmp_path / "instances.cu"
-    wrapper.write_text('#include <cstddef>\n#include "sample.cu"\n' + "".join(layout) + "".join(
-        f"void* vdbflow_instance_{i} = (void*)&{name};\n" for i, name in enumerate(names)))
+    wrapper.write_text(
+        '#include <cstddef>\n#include "sample.cu"\n'
+        + "".join(layout)
+        + "".join(f"void* vdbflow_instance_{i} = (void*)&{name};\n" for i, name in enumerate(names))
+    )
     out = tmp_path / "sample.ptx"
     result = subprocess.run(
         ["nvcc", "-ptx", "-arch=sm_90", "-std=c++17", f"-I{KERNELS}", str(wrapper), "-o", str(out)],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr
     mangled = re.findall(r"\.entry\s+(\w+)", out.read_text())
@@ -73,13 +81,14 @@ def test_stencil_reach_is_what_sampling_reads(rng):
         for step, changes in ((reach, True), (reach + 1, False)):
             bumped = base.copy()
             bumped[np.all(ijk == (step, 0, 0), axis=1)] += 1.0
-            got = np.concatenate(vdbflow.sample_grad_arrays(vdbflow.Volume.from_voxels(ijk, bumped), point, mode),
-                                 axis=None)
+            got = np.concatenate(
+                vdbflow.sample_grad_arrays(vdbflow.Volume.from_voxels(ijk, bumped), point, mode), axis=None
+            )
             assert (got != ref).any() == changes, (mode, step)
 
 
 def test_hash_tables_find_every_key(rng):
-    keys = np.unique(rng.integers(-2**28, 2**28, (5000, 3)), axis=0).astype(np.int32)
+    keys = np.unique(rng.integers(-(2**28), 2**28, (5000, 3)), axis=0).astype(np.int32)
     slots = np.arange(len(keys), dtype=np.int32)
     table, repeated = _core.build_table(keys, slots)
     assert repeated == -1 and len(table) >= 2 * len(keys)
@@ -88,8 +97,9 @@ def test_hash_tables_find_every_key(rng):
     slot_of = {tuple(k): s for k, s in zip(keys.tolist(), slots.tolist(), strict=True)}
     expect = [slot_of.get(tuple(m), -1) for m in shifted.tolist()]
     np.testing.assert_array_equal(_core.table_lookup(table, shifted), expect)
-    assert _core.build_table(np.concatenate([keys, keys[3:4]]), np.arange(len(keys) + 1, dtype=np.int32))[1] \
-        == len(keys)
+    assert _core.build_table(np.concatenate([keys, keys[3:4]]), np.arange(len(keys) + 1, dtype=np.int32))[1] == len(
+        keys
+    )
 
 
 def test_cuda_source_compiles_with_nvrtc():
@@ -145,8 +155,13 @@ def _probe(tmp_path, target: str) -> tuple[str, dict[str, np.ndarray]]:
     path = tmp_path / f"{target}.npz"
     env = {**os.environ, "VDBFLOW_CPU_TARGET": target}
     flags = ["-S"] if sys.flags.no_site else []
-    result = subprocess.run([sys.executable, *flags, "-W", "error::RuntimeWarning", "-c", TARGET_PROBE, str(path)],
-                            capture_output=True, text=True, env=env, timeout=600)
+    result = subprocess.run(
+        [sys.executable, *flags, "-W", "error::RuntimeWarning", "-c", TARGET_PROBE, str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     with np.load(path) as f:
         return result.stdout.split()[0], dict(f)

@@ -32,10 +32,21 @@ def driver(tmp_path_factory):
     exe = tmp_path_factory.mktemp("ubsan") / "sanitized_sample"
     # the flags of the kernels that run (CMakeLists.txt; _core.CPU_TARGET_FLAGS: the -march of the target
     # dispatched to, none for the portable baseline), so that FMA contraction and results agree bit for bit
-    flags = ["-std=c++17", "-O3", *shlex.split(_core.CPU_TARGET_FLAGS), "-fno-math-errno", "-g",
-             "-fsanitize=undefined,float-cast-overflow", "-fno-sanitize-recover=all"]
-    result = subprocess.run(["g++", *flags, f"-I{cuda_backend.kernel_dir()}", str(HARNESS), "-o", str(exe)],
-                            capture_output=True, text=True, timeout=300)
+    flags = [
+        "-std=c++17",
+        "-O3",
+        *shlex.split(_core.CPU_TARGET_FLAGS),
+        "-fno-math-errno",
+        "-g",
+        "-fsanitize=undefined,float-cast-overflow",
+        "-fno-sanitize-recover=all",
+    ]
+    result = subprocess.run(
+        ["g++", *flags, f"-I{cuda_backend.kernel_dir()}", str(HARNESS), "-o", str(exe)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if result.returncode != 0 and "sanitizer" in result.stderr and "cannot find" in result.stderr:
         pytest.skip(f"libubsan is not installed: {result.stderr[:200]}")
     assert result.returncode == 0, result.stderr
@@ -57,8 +68,12 @@ def _dump(vol: vdbflow.Volume, points: np.ndarray, folder) -> None:
 
 
 def _run(driver, folder, kind: str, shift: int, mode: str, C: int, index_layout: bool, world: bool) -> np.ndarray:
-    result = subprocess.run([str(driver), str(folder), kind, str(shift), str(MODES[mode]), str(C),
-                             str(int(index_layout)), str(int(world))], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [str(driver), str(folder), kind, str(shift), str(MODES[mode]), str(C), str(int(index_layout)), str(int(world))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0 and "runtime error" not in result.stderr, result.stderr[-2000:]
     return np.array([[float(x) for x in line.split()] for line in result.stdout.splitlines()])
 

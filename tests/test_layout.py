@@ -114,7 +114,7 @@ def test_no_import_cycle(graph):
         stack.append(m)
         for t in sorted(edges[m]):
             if state.get(t) == 1:
-                cycle = stack[stack.index(t):] + [t]
+                cycle = stack[stack.index(t) :] + [t]
                 pytest.fail("import cycle: " + " -> ".join(cycle))
             if t not in state:
                 visit(t)
@@ -132,14 +132,21 @@ def test_no_private_name_crosses_a_module(graph):
         for target, names, line in imports:
             if target.rpartition(".")[2].startswith("_") and target not in PRIVATE_MODULES_ALLOWED:
                 crossing.append(f"{module}:{line} imports private module {target}")
-            crossing += [f"{module}:{line} imports {target}.{n}" for n in names if n.startswith("_")
-                         and not n.startswith("__") and f"{target}.{n}" not in PRIVATE_MODULES_ALLOWED]
+            crossing += [
+                f"{module}:{line} imports {target}.{n}"
+                for n in names
+                if n.startswith("_") and not n.startswith("__") and f"{target}.{n}" not in PRIVATE_MODULES_ALLOWED
+            ]
     modules = _modules()
     for module, tree in modules.items():
         # attributes read with a leading underscore on anything but self/cls, e.g. vol._data
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
-                    and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+            ):
                 owner = _defines_attribute(tree, node.attr)
                 if not owner:
                     crossing.append(f"{module}:{node.lineno} reads .{node.attr}, defined elsewhere")

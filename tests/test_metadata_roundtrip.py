@@ -30,8 +30,8 @@ def blind_records(raw: bytes) -> list[tuple[str, int, int, int, int, bytes]]:
         for b in range(count):
             at = base + offset + 288 * b
             data_offset, n, size, semantic, cls, dtype = struct.unpack_from("<qQIIII", raw, at)
-            name = raw[at + 32: at + 288].split(b"\0", 1)[0].decode()
-            out.append((name, semantic, cls, dtype, size, raw[at + data_offset: at + data_offset + n * size]))
+            name = raw[at + 32 : at + 288].split(b"\0", 1)[0].decode()
+            out.append((name, semantic, cls, dtype, size, raw[at + data_offset : at + data_offset + n * size]))
         return out
     raise AssertionError("no grid found")
 
@@ -62,8 +62,9 @@ def test_the_record_is_plain_json_bytes_to_other_readers(tg, tmp_path):
 
 
 def test_other_blind_data_is_kept_and_the_record_is_not_doubled(tg, tmp_path):
-    weights = vdbflow.BlindData("weights", semantic=0, data_class=1, data_type=1, value_size=4,
-                                data=np.arange(6, dtype=np.float32).tobytes())
+    weights = vdbflow.BlindData(
+        "weights", semantic=0, data_class=1, data_type=1, value_size=4, data=np.arange(6, dtype=np.float32).tobytes()
+    )
     vol = tg.select_leaves(np.arange(tg.leaf_count))
     vol.blind_data = (weights,)
     a, b = tmp_path / "a.nvdb", tmp_path / "b.nvdb"
@@ -105,13 +106,15 @@ def test_metadata_survives_a_job(tmp_path):
     from vdbflow.jobs.config import load_config
     from vdbflow.jobs.runner import run_job
 
-    cfg = load_config(data={
-        "volume": {"synthetic": {"field": "taylor_green", "resolution": 20, "write": str(tmp_path / "tg.nvdb")}},
-        "points": {"kind": "random", "count": 3000, "chunk": 1000, "seed": 1},
-        "sampling": {"mode": "linear", "outputs": ["value", "jacobian", "q_criterion", "vorticity_magnitude"]},
-        "cluster": {"kind": "local", "workers": 1, "dashboard": False},
-        "output": {"path": str(tmp_path / "result.zarr")},
-    })
+    cfg = load_config(
+        data={
+            "volume": {"synthetic": {"field": "taylor_green", "resolution": 20, "write": str(tmp_path / "tg.nvdb")}},
+            "points": {"kind": "random", "count": 3000, "chunk": 1000, "seed": 1},
+            "sampling": {"mode": "linear", "outputs": ["value", "jacobian", "q_criterion", "vorticity_magnitude"]},
+            "cluster": {"kind": "local", "workers": 1, "dashboard": False},
+            "output": {"path": str(tmp_path / "result.zarr")},
+        }
+    )
     run_job(cfg, progress=False)
     ds = xr.open_zarr(tmp_path / "result.zarr")
     assert list(ds["component"].values) == ["u", "v", "w"]

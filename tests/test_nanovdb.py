@@ -21,9 +21,17 @@ ASSETS = {  # file: value type
     "tests/assets/torus.nvdb": "float32",
     "examples/assets/rocks.nvdb": "float32",
 }
-TYPES = {"int32": (np.int32, 1), "int64": (np.int64, 1), "uint32": (np.uint32, 1), "float32": (np.float32, 1),
-         "float64": (np.float64, 1), "vec3f": (np.float32, 3), "vec3d": (np.float64, 3), "vec4f": (np.float32, 4),
-         "vec4d": (np.float64, 4)}
+TYPES = {
+    "int32": (np.int32, 1),
+    "int64": (np.int64, 1),
+    "uint32": (np.uint32, 1),
+    "float32": (np.float32, 1),
+    "float64": (np.float64, 1),
+    "vec3f": (np.float32, 3),
+    "vec3d": (np.float64, 3),
+    "vec4f": (np.float32, 4),
+    "vec4d": (np.float64, 4),
+}
 
 
 def warp_load(path):
@@ -131,8 +139,11 @@ def tiled_volume(rng, type_name):
     dtype, C = TYPES[type_name]
     ijk, values = random_sparse_voxels(rng, n_leaves=6, components=C, dtype=dtype)
     shape = (4, C) if C > 1 else (4,)
-    tiles = (np.array([[256, 0, 0], [-4096, 4096, 0], [512, 8, 16], [-8, -8, -200]]), np.array([128, 4096, 8, 8]),
-             (rng.standard_normal(shape) * 10).astype(dtype))
+    tiles = (
+        np.array([[256, 0, 0], [-4096, 4096, 0], [512, 8, 16], [-8, -8, -200]]),
+        np.array([128, 4096, 8, 8]),
+        (rng.standard_normal(shape) * 10).astype(dtype),
+    )
     return ijk, vdbflow.Volume.from_voxels(ijk, values, 0, rotated_anisotropic(), tiles=tiles, name=f"g_{type_name}")
 
 
@@ -142,8 +153,9 @@ def test_files_written_by_vdbflow_load_in_warp(rng, tmp_path, type_name, codec):
     ijk, vol = tiled_volume(rng, type_name)
     path = tmp_path / "out.nvdb"
     vol.to_nvdb(str(path), codec=codec)
-    pts = np.concatenate([probe_points(rng, ijk, 100),
-                          [[300.5, 5, 5], [-3000, 5000, 7], [515, 9, 17.5], [-4.5, -3.5, -196.25]]]).astype(np.float32)
+    pts = np.concatenate(
+        [probe_points(rng, ijk, 100), [[300.5, 5, 5], [-3000, 5000, 7], [515, 9, 17.5], [-4.5, -3.5, -196.25]]]
+    ).astype(np.float32)
     compare_with_warp(vol, warp_load(path), type_name, pts)
     back = vdbflow.open(path)
     assert back.name == vol.name and back.tile_count == vol.tile_count
@@ -179,7 +191,10 @@ def test_several_grids_names_and_classes(rng, tmp_path):
     vdbflow.save(path, {"velocity": a, "density": b, "cells": topo}, codec="zip")
     infos = vdbflow.list_grids(path)
     assert [(g.name, g.grid_type, g.grid_class) for g in infos] == [
-        ("velocity", "Vec3f", "unknown"), ("density", "Double", "fog volume"), ("cells", "OnIndex", "index grid")]
+        ("velocity", "Vec3f", "unknown"),
+        ("density", "Double", "fog volume"),
+        ("cells", "OnIndex", "index grid"),
+    ]
     assert vdbflow.open(path, "density").grid_class == "fog volume"
     assert isinstance(vdbflow.open(path, 2), vdbflow.Topology)
     with pytest.raises(vdbflow.NanoVDBError, match="grid names"):
@@ -201,8 +216,9 @@ def test_raw_grid_buffer_and_segments(rng, tmp_path):
     both = tmp_path / "ab.nvdb"
     both.write_bytes((tmp_path / "a.nvdb").read_bytes() + (tmp_path / "b.nvdb").read_bytes())
     assert [g.name for g in vdbflow.list_grids(both)] == ["a", "b"]
-    np.testing.assert_array_equal(vdbflow.sample_grad_arrays(vdbflow.open(both, "b"), pts)[0],
-                                  vdbflow.sample_grad_arrays(vol, pts)[0])
+    np.testing.assert_array_equal(
+        vdbflow.sample_grad_arrays(vdbflow.open(both, "b"), pts)[0], vdbflow.sample_grad_arrays(vol, pts)[0]
+    )
 
 
 def test_subsets_by_bbox_and_leaves(rng, tmp_path):
@@ -212,8 +228,9 @@ def test_subsets_by_bbox_and_leaves(rng, tmp_path):
     part = vdbflow.open(path, bbox=box)
     assert 0 < part.leaf_count < full.leaf_count
     inside = rng.uniform(1, 39, (2000, 3))
-    np.testing.assert_array_equal(vdbflow.sample_grad_arrays(part, inside)[0],
-                                  vdbflow.sample_grad_arrays(full, inside)[0])
+    np.testing.assert_array_equal(
+        vdbflow.sample_grad_arrays(part, inside)[0], vdbflow.sample_grad_arrays(full, inside)[0]
+    )
     chosen = [0, 5, 7]
     some = vdbflow.open(path, leaves=chosen)
     np.testing.assert_array_equal(some.topology.leaf_origins, full.topology.leaf_origins[chosen])
@@ -372,8 +389,10 @@ def test_blind_data_and_class_survive_round_trips(rng, tmp_path):
     _, vol = tiled_volume(rng, "float32")
     vol.grid_class = "level set"
     payload = np.arange(10, dtype=np.float32).tobytes()
-    vol.blind_data = (vdbflow.BlindData("weights", semantic=0, data_class=1, data_type=1, value_size=4, data=payload),
-                      vdbflow.BlindData("tag", 0, 1, 0, 1, b"hello"))
+    vol.blind_data = (
+        vdbflow.BlindData("weights", semantic=0, data_class=1, data_type=1, value_size=4, data=payload),
+        vdbflow.BlindData("tag", 0, 1, 0, 1, b"hello"),
+    )
     path = tmp_path / "blind.nvdb"
     vol.to_nvdb(str(path))
     back = vdbflow.open(path)
@@ -399,8 +418,10 @@ def test_value_index_grids(rng, tmp_path):
     index_topo = vdbflow.open(bytes(data))
     values = rng.standard_normal(topo.value_count)
     pts = rng.uniform(-8, 7, (300, 3))
-    np.testing.assert_array_equal(vdbflow.sample_grad_arrays(index_topo.with_data(values, 0), pts)[0],
-                                  vdbflow.sample_grad_arrays(topo.with_data(values, 0), pts)[0])
+    np.testing.assert_array_equal(
+        vdbflow.sample_grad_arrays(index_topo.with_data(values, 0), pts)[0],
+        vdbflow.sample_grad_arrays(topo.with_data(values, 0), pts)[0],
+    )
 
 
 def test_values_stay_in_the_mapped_file(rng, tmp_path):
@@ -416,7 +437,8 @@ def test_values_stay_in_the_mapped_file(rng, tmp_path):
     for a, b in zip(vdbflow.sample_grad_arrays(mapped, pts), vdbflow.sample_grad_arrays(vol, pts), strict=True):
         np.testing.assert_array_equal(a, b)
     adj = rng.standard_normal((len(pts), 3))
-    np.testing.assert_array_equal(vdbflow.sample_grad_vjp(mapped, pts, adj).voxel_data,
-                                  vdbflow.sample_grad_vjp(vol, pts, adj).voxel_data)
+    np.testing.assert_array_equal(
+        vdbflow.sample_grad_vjp(mapped, pts, adj).voxel_data, vdbflow.sample_grad_vjp(vol, pts, adj).voxel_data
+    )
     part = vdbflow.open(path, leaves=[1, 3])  # a subset views the same mapping, leaf by leaf
     np.testing.assert_array_equal(part.leaf_values, vol.leaf_values[[1, 3]])

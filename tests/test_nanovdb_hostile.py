@@ -108,9 +108,11 @@ def test_child_offsets_that_would_wrap_are_refused(index_file, child):
     # the first child entry of each level: a root tile, the upper and lower nodes' first child slots
     ucm = np.unpackbits(np.frombuffer(index_file, np.uint8, 4096, upper + 32 + 4096), bitorder="little")
     lcm = np.unpackbits(np.frombuffer(index_file, np.uint8, 512, lower + 32 + 512), bitorder="little")
-    fields = [root + lay.root_size + 8,
-              upper + lay.upper_off_table + int(np.argmax(ucm)) * lay.table_stride,
-              lower + lay.lower_off_table + int(np.argmax(lcm)) * lay.table_stride]
+    fields = [
+        root + lay.root_size + 8,
+        upper + lay.upper_off_table + int(np.argmax(ucm)) * lay.table_stride,
+        lower + lay.lower_off_table + int(np.argmax(lcm)) * lay.table_stride,
+    ]
     for field in fields:
         bad = no_checksum(index_file.copy(), g)
         struct.pack_into("<q", bad, field, child)
@@ -121,8 +123,13 @@ def test_child_offsets_that_would_wrap_are_refused(index_file, child):
 def test_node_array_offsets_and_counts_near_two_to_the_64(index_file):
     g, _, _ = leaf_layout(index_file)
     t = g + 672
-    for at, form, value in ((t, "<Q", EMPTY), (t, "<Q", (1 << 63) - 1), (t + 24, "<Q", EMPTY - 600),
-                            (t + 32, "<I", 0xFFFFFFFF), (t + 36, "<I", 0xFFFFFFFF)):
+    for at, form, value in (
+        (t, "<Q", EMPTY),
+        (t, "<Q", (1 << 63) - 1),
+        (t + 24, "<Q", EMPTY - 600),
+        (t + 32, "<I", 0xFFFFFFFF),
+        (t + 36, "<I", 0xFFFFFFFF),
+    ):
         bad = no_checksum(index_file.copy(), g)
         struct.pack_into(form, bad, at, value)
         with pytest.raises(vdbflow.NanoVDBError, match="byte"):
@@ -137,9 +144,16 @@ def test_blind_data_offsets_that_would_wrap_are_refused(tmp_path):
     g = grid_start(data)
     meta = g + struct.unpack_from("<q", data, g + 640)[0]
     assert vdbflow.open(bytes(data)).blind_data[0].data == np.arange(8, dtype=np.float32).tobytes()
-    cases = [(g + 640, "<q", (1 << 63) - 1), (g + 640, "<q", -(1 << 63)), (g + 648, "<I", 0xFFFFFFFF),
-             (meta, "<q", (1 << 63) - 1), (meta, "<q", -(1 << 63)), (meta + 8, "<Q", EMPTY),
-             (meta + 8, "<Q", 1 << 62), (meta + 16, "<I", 0xFFFFFFFF)]
+    cases = [
+        (g + 640, "<q", (1 << 63) - 1),
+        (g + 640, "<q", -(1 << 63)),
+        (g + 648, "<I", 0xFFFFFFFF),
+        (meta, "<q", (1 << 63) - 1),
+        (meta, "<q", -(1 << 63)),
+        (meta + 8, "<Q", EMPTY),
+        (meta + 8, "<Q", 1 << 62),
+        (meta + 16, "<I", 0xFFFFFFFF),
+    ]
     for at, form, value in cases:
         bad = no_checksum(data.copy(), g)
         struct.pack_into(form, bad, at, value)
@@ -196,8 +210,9 @@ def test_zip_bomb_stops_at_the_declared_size(tmp_path):
     assert declared < 1 << 20
     bomb = with_payload(data, at, [zlib.compress(bytes(20 << 20), 9)])
     assert len(bomb) < 100_000
-    with pytest.raises(vdbflow.NanoVDBError, match=f"zip payload at byte {at + 8} inflates to more than the "
-                                                   f"declared {declared} bytes"):
+    with pytest.raises(
+        vdbflow.NanoVDBError, match=f"zip payload at byte {at + 8} inflates to more than the declared {declared} bytes"
+    ):
         vdbflow.open(bomb)
     assert peak_bytes(lambda: vdbflow.open(bomb)) < 4 * declared + (1 << 20)  # not 20 MB
 
@@ -254,7 +269,7 @@ def test_blosc_grid_in_frames_of_any_size(tmp_path):
     up to the grid read the same."""
     data, at, declared = compressed_file(tmp_path, "blosc")
     plain, _, _ = compressed_file(tmp_path, "none")  # the same grid, uncompressed
-    grid = bytes(plain[grid_start(plain):])
+    grid = bytes(plain[grid_start(plain) :])
     assert len(grid) == declared
     cuts = [0, 100, 5000, declared - 7, declared]
     frames = [blosc.compress(grid[a:b], typesize=1) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
@@ -267,25 +282,26 @@ def test_blosc_grids_in_chunks_of_at_most_one_gib(tmp_path, monkeypatch):
     spans many frames, each of which decompresses (python-blosc, independently) to its slice."""
     from vdbflow.io import nanovdb
 
-    vol = vdbflow.Volume.from_voxels(np.argwhere(np.ones((8, 8, 24), bool)),
-                                     np.arange(8 * 8 * 24, dtype=np.float32), -1.0)
+    vol = vdbflow.Volume.from_voxels(
+        np.argwhere(np.ones((8, 8, 24), bool)), np.arange(8 * 8 * 24, dtype=np.float32), -1.0
+    )
     vol.to_nvdb(str(tmp_path / "plain.nvdb"))
     plain = (tmp_path / "plain.nvdb").read_bytes()
-    grid = plain[grid_start(plain):]
+    grid = plain[grid_start(plain) :]
     monkeypatch.setattr(nanovdb, "BLOSC_MAX_CHUNK", 4096)
     vol.to_nvdb(str(tmp_path / "chunked.nvdb"), codec="blosc")
     data = (tmp_path / "chunked.nvdb").read_bytes()
     pos, parts = grid_start(data), []
     while pos < len(data):
         size = struct.unpack_from("<Q", data, pos)[0]
-        parts.append(blosc.decompress(data[pos + 8: pos + 8 + size]))
+        parts.append(blosc.decompress(data[pos + 8 : pos + 8 + size]))
         pos += 8 + size
     assert len(parts) == -(-len(grid) // 4096) and b"".join(parts) == grid
     assert struct.unpack_from("<Q", data, 24)[0] == len(data) - grid_start(data)  # file size: all chunks
     back = vdbflow.open(data)
     np.testing.assert_array_equal(back.leaf_values, vol.leaf_values)
     with pytest.raises(vdbflow.NanoVDBError, match="byte"):  # one chunk missing
-        vdbflow.open(data[:pos - 8 - size])
+        vdbflow.open(data[: pos - 8 - size])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -294,15 +310,22 @@ def walk_bases(tmp_path) -> dict[str, bytes]:
     """Files whose structure the walk corrupts: a value grid with tiles and blind data, an index grid,
     two grids in one segment, and zip and blosc copies."""
     ijk = np.concatenate([np.argwhere(np.ones((8, 8, 8), bool)), [[600, 5, 5], [-40, 9, 1000]]])
-    tiles = (np.array([[256, 0, 0], [-4096, 4096, 0], [512, 8, 16]]), np.array([128, 4096, 8]),
-             np.array([3.0, 4.0, 5.0], np.float32))
+    tiles = (
+        np.array([[256, 0, 0], [-4096, 4096, 0], [512, 8, 16]]),
+        np.array([128, 4096, 8]),
+        np.array([3.0, 4.0, 5.0], np.float32),
+    )
     vol = vdbflow.Volume.from_voxels(ijk, np.arange(len(ijk), dtype=np.float32), -1.0, tiles=tiles, name="v")
     vol.blind_data = (vdbflow.BlindData("w", 0, 1, 1, 4, np.arange(5, dtype=np.float32).tobytes()),)
     topo = vdbflow.Volume.from_active(ijk)
     out = {}
-    for name, grids, codec in (("value", {"v": vol}, "none"), ("index", {"i": topo}, "none"),
-                               ("two", {"v": vol, "i": topo}, "none"), ("zip", {"v": vol}, "zip"),
-                               ("blosc", {"i": topo}, "blosc")):
+    for name, grids, codec in (
+        ("value", {"v": vol}, "none"),
+        ("index", {"i": topo}, "none"),
+        ("two", {"v": vol, "i": topo}, "none"),
+        ("zip", {"v": vol}, "zip"),
+        ("blosc", {"i": topo}, "blosc"),
+    ):
         vdbflow.save(tmp_path / f"{name}.nvdb", grids, codec=codec)
         out[name] = (tmp_path / f"{name}.nvdb").read_bytes()
     return out

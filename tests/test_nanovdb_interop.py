@@ -24,14 +24,16 @@ def nodes(grid: bytes) -> list[bytes]:
     lay = fmt.LAYOUTS[gtype]
     leaf, lower, upper, _ = (672 + o for o in struct.unpack_from("<4Q", grid, 672))
     n_leaf, n_lower, n_upper = struct.unpack_from("<3I", grid, 704)
-    return ([grid[upper + k * lay.upper_size: upper + (k + 1) * lay.upper_size] for k in range(n_upper)]
-            + [grid[lower + k * lay.lower_size: lower + (k + 1) * lay.lower_size] for k in range(n_lower)]
-            + [grid[leaf + k * lay.leaf_size: leaf + (k + 1) * lay.leaf_size] for k in range(n_leaf)])
+    return (
+        [grid[upper + k * lay.upper_size : upper + (k + 1) * lay.upper_size] for k in range(n_upper)]
+        + [grid[lower + k * lay.lower_size : lower + (k + 1) * lay.lower_size] for k in range(n_lower)]
+        + [grid[leaf + k * lay.leaf_size : leaf + (k + 1) * lay.leaf_size] for k in range(n_leaf)]
+    )
 
 
 def head_old(grid: bytes) -> int:
     """Up to 32.6.0: bytes 16 up to the first upper node (grid, tree, root, root tiles)."""
-    return zlib.crc32(grid[16: 672 + struct.unpack_from("<Q", grid, 688)[0]])
+    return zlib.crc32(grid[16 : 672 + struct.unpack_from("<Q", grid, 688)[0]])
 
 
 def tail_old(grid: bytes, width: int = 4) -> int:
@@ -53,7 +55,7 @@ def blocked(data: bytes) -> int:
 
 def tail_new(grid: bytes) -> int:
     """After 32.6.0: the 4 KiB blocks of everything after the tree."""
-    return blocked(grid[736: struct.unpack_from("<Q", grid, 32)[0]])
+    return blocked(grid[736 : struct.unpack_from("<Q", grid, 32)[0]])
 
 
 def with_checksum(grid: bytes, head: int, tail: int) -> bytes:
@@ -76,11 +78,16 @@ def file_bytes(tmp_path, grids: dict, codec: str = "none", name: str = "f.nvdb")
 
 def only_grid(data: bytes) -> bytes:
     """The grid of a one-grid, uncompressed file."""
-    return data[16 + 176 + struct.unpack_from("<I", data, 16 + 136)[0]:]
+    return data[16 + 176 + struct.unpack_from("<I", data, 16 + 136)[0] :]
 
 
-def segment(grids: list[bytes], codec: str = "none", version: tuple[int, int, int] = (32, 6, 0),
-            names: list[str] | None = None, sizes: list[int] | None = None) -> bytes:
+def segment(
+    grids: list[bytes],
+    codec: str = "none",
+    version: tuple[int, int, int] = (32, 6, 0),
+    names: list[str] | None = None,
+    sizes: list[int] | None = None,
+) -> bytes:
     """One file segment as NanoVDB's writer lays it out: header, metadata + names, payloads (zip: one
     u64-sized stream; blosc: u64-sized frames of at most 1 GiB)."""
     v = (version[0] << 21) | (version[1] << 10) | version[2]
@@ -208,8 +215,9 @@ def test_multi_segment_files(tmp_path, codecs):
     """Segments written one after another (as NanoVDB's writeGrids and fVDB do, one grid each) list
     and open every grid."""
     vols = [sample_volume(seed, f"g{seed}") for seed in range(len(codecs))]
-    data = b"".join(file_bytes(tmp_path, {v.name: v}, c, f"{k}.nvdb") for k, (v, c) in enumerate(zip(vols, codecs,
-                                                                                                      strict=True)))
+    data = b"".join(
+        file_bytes(tmp_path, {v.name: v}, c, f"{k}.nvdb") for k, (v, c) in enumerate(zip(vols, codecs, strict=True))
+    )
     infos = vdbflow.list_grids(data)
     assert [(i.name, i.codec) for i in infos] == [(v.name, c) for v, c in zip(vols, codecs, strict=True)]
     for k, v in enumerate(vols):
@@ -230,7 +238,7 @@ def test_file_size_in_metadata_counts_the_whole_payload(tmp_path, codec):
         file_sizes.append(struct.unpack_from("<Q", data, pos + 8)[0])
         pos += 176 + struct.unpack_from("<I", data, pos + 136)[0]
     assert pos + sum(file_sizes) == len(data)
-    second = data[pos + file_sizes[0]:]  # grid "b" by skipping grid "a"
+    second = data[pos + file_sizes[0] :]  # grid "b" by skipping grid "a"
     if codec == "none":
         raw = second
     elif codec == "zip":
@@ -271,4 +279,4 @@ def test_segment_built_here_matches_vdbflows_writer(tmp_path):
         written = file_bytes(tmp_path, {"density": vol}, codec)
         grid = only_grid(file_bytes(tmp_path, {"density": vol}, name="plain.nvdb"))
         built = segment([grid], codec)
-        assert built[:16] == written[:16] and built[16 + 168:] == written[16 + 168:]
+        assert built[:16] == written[:16] and built[16 + 168 :] == written[16 + 168 :]

@@ -24,21 +24,25 @@ def source_volume() -> vdbflow.Volume:
     ijk = np.concatenate(blocks)
     scale = np.repeat([1.0, 100.0, 0.0, 1e-3], [len(b) for b in blocks])
     values = (rng.standard_normal(len(ijk)) * scale + 3.0).astype(np.float32)
-    tiles = (np.array([[256, 0, 0], [-4096, 4096, 0], [512, 8, 16]]), np.array([128, 4096, 8]),
-             np.array([1.5, -2.25, 7.0], np.float32))
+    tiles = (
+        np.array([[256, 0, 0], [-4096, 4096, 0], [512, 8, 16]]),
+        np.array([128, 4096, 8]),
+        np.array([1.5, -2.25, 7.0], np.float32),
+    )
     return vdbflow.Volume.from_voxels(ijk, values, 0.5, tiles=tiles, name="src")
 
 
 def float_grid(tmp_path) -> bytes:
     source_volume().to_nvdb(str(tmp_path / "src.nvdb"))
     data = (tmp_path / "src.nvdb").read_bytes()
-    return data[16 + 176 + struct.unpack_from("<I", data, 16 + 136)[0]:]
+    return data[16 + 176 + struct.unpack_from("<I", data, 16 + 136)[0] :]
 
 
 # ---------------------------------------------------------------------------------------------
 # leaf encoders: Float leaf bytes -> (new leaf bytes, expected float32 values or None)
 def quantiser(bits_of_leaf):
     """Fp4/8/16/N: minimum and quantum in float32, codes rounded; FpN takes its width per leaf."""
+
     def encode(leaf: bytes, k: int, fixed: int | None):
         v = np.frombuffer(leaf, "<f4", 512, 96)
         bits = fixed or bits_of_leaf(k)
@@ -56,9 +60,11 @@ def quantiser(bits_of_leaf):
         elif bits == 8:
             body = codes.astype(np.uint8).tobytes()
         else:  # bit-packed, least significant bits first
-            body = np.packbits(((codes[:, None] >> np.arange(bits)) & 1).astype(np.uint8).ravel(),
-                               bitorder="little").tobytes()
+            body = np.packbits(
+                ((codes[:, None] >> np.arange(bits)) & 1).astype(np.uint8).ravel(), bitorder="little"
+            ).tobytes()
         return bytes(head) + body, expected
+
     return encode
 
 
@@ -76,9 +82,15 @@ def boolean_leaf(leaf: bytes, k: int, fixed):
     return leaf[:80] + leaf[16:80] + bytes(16), None  # value bits: here the active mask again
 
 
-ENCODERS = {"Fp4": (quantiser(None), 4), "Fp8": (quantiser(None), 8), "Fp16": (quantiser(None), 16),
-            "FpN": (quantiser(lambda k: (1, 2, 4, 8, 16)[k % 5]), None), "Half": (half_leaf, None),
-            "Mask": (mask_leaf, None), "Boolean": (boolean_leaf, None)}
+ENCODERS = {
+    "Fp4": (quantiser(None), 4),
+    "Fp8": (quantiser(None), 8),
+    "Fp16": (quantiser(None), 16),
+    "FpN": (quantiser(lambda k: (1, 2, 4, 8, 16)[k % 5]), None),
+    "Half": (half_leaf, None),
+    "Mask": (mask_leaf, None),
+    "Boolean": (boolean_leaf, None),
+}
 
 
 def tile_value(kind: str, raw4: bytes) -> bytes:
@@ -103,7 +115,7 @@ def transcode(grid: bytes, kind: str, bad_fpn_width: bool = False) -> tuple[byte
     start = t + leaf_off
     new_leaves, expected = [], []
     for k in range(n_leaf):
-        leaf, want = encode(bytes(g[start + k * FLOAT_LEAF: start + (k + 1) * FLOAT_LEAF]), k, fixed)
+        leaf, want = encode(bytes(g[start + k * FLOAT_LEAF : start + (k + 1) * FLOAT_LEAF]), k, fixed)
         new_leaves.append(leaf)
         expected.append(want)
     if bad_fpn_width:
@@ -112,26 +124,26 @@ def transcode(grid: bytes, kind: str, bad_fpn_width: bool = False) -> tuple[byte
     # lower nodes: child offsets to the moved leaves, tile values converted
     for j in range(n_lower):
         node = t + lower_off + j * LOWER
-        child = np.unpackbits(np.frombuffer(bytes(g[node + 544: node + 1056]), np.uint8), bitorder="little")
+        child = np.unpackbits(np.frombuffer(bytes(g[node + 544 : node + 1056]), np.uint8), bitorder="little")
         for n in range(4096):
             slot = node + 1088 + 8 * n
             if child[n]:
                 k = (node + struct.unpack_from("<q", g, slot)[0] - start) // FLOAT_LEAF
                 struct.pack_into("<q", g, slot, start + int(where[k]) - node)
             else:
-                g[slot: slot + 4] = tile_value(kind, bytes(g[slot: slot + 4]))
+                g[slot : slot + 4] = tile_value(kind, bytes(g[slot : slot + 4]))
     for u in range(n_upper):
         node = t + upper_off + u * UPPER
-        child = np.unpackbits(np.frombuffer(bytes(g[node + 4128: node + 8224]), np.uint8), bitorder="little")
+        child = np.unpackbits(np.frombuffer(bytes(g[node + 4128 : node + 8224]), np.uint8), bitorder="little")
         for n in np.nonzero(child == 0)[0]:
             slot = node + 8256 + 8 * int(n)
-            g[slot: slot + 4] = tile_value(kind, bytes(g[slot: slot + 4]))
+            g[slot : slot + 4] = tile_value(kind, bytes(g[slot : slot + 4]))
     root = t + root_off
-    g[root + 28: root + 32] = tile_value(kind, bytes(g[root + 28: root + 32]))
+    g[root + 28 : root + 32] = tile_value(kind, bytes(g[root + 28 : root + 32]))
     for e in range(struct.unpack_from("<I", g, root + 24)[0]):
         tile = root + 64 + 32 * e
         if struct.unpack_from("<q", g, tile + 8)[0] == 0:
-            g[tile + 20: tile + 24] = tile_value(kind, bytes(g[tile + 20: tile + 24]))
+            g[tile + 20 : tile + 24] = tile_value(kind, bytes(g[tile + 20 : tile + 24]))
     body = b"".join(new_leaves)
     size = (start + len(body) + 31) // 32 * 32
     out = bytearray(bytes(g[:start]) + body + bytes(size - start - len(body)))
@@ -140,8 +152,8 @@ def transcode(grid: bytes, kind: str, bad_fpn_width: bool = False) -> tuple[byte
     struct.pack_into("<qI", out, 640, 0, 0)
     # checksum: head over [16, first upper node), tail over the CRC32s of every node as built
     upper = t + upper_off
-    nodes = [out[upper + u * UPPER: upper + (u + 1) * UPPER] for u in range(n_upper)]
-    nodes += [out[t + lower_off + j * LOWER: t + lower_off + (j + 1) * LOWER] for j in range(n_lower)]
+    nodes = [out[upper + u * UPPER : upper + (u + 1) * UPPER] for u in range(n_upper)]
+    nodes += [out[t + lower_off + j * LOWER : t + lower_off + (j + 1) * LOWER] for j in range(n_lower)]
     nodes += new_leaves
     tail = zlib.crc32(b"".join(zlib.crc32(bytes(n)).to_bytes(4, "little") for n in nodes))
     struct.pack_into("<II", out, 8, zlib.crc32(bytes(out[16:upper])), tail)
@@ -164,10 +176,13 @@ def test_quantised_and_half_grids_read_as_float32(tmp_path, kind):
         assert np.all(err <= np.ptp(src.leaf_values.reshape(-1, 512), axis=1) / 2 + 1e-3)
     # tiles and background: float32 (Half: rounded through binary16)
     rounding = np.float16 if kind == "Half" else np.float32
+
     def tiles_of(v: vdbflow.Volume) -> dict:
         t = v.topology
-        return {(tuple(o), int(n)): float(x) for o, n, x in zip(t.tile_origins, t.tile_sizes, v._tile_values.ravel(),
-                                                                 strict=True)}
+        return {
+            (tuple(o), int(n)): float(x)
+            for o, n, x in zip(t.tile_origins, t.tile_sizes, v._tile_values.ravel(), strict=True)
+        }
 
     assert tiles_of(vol) == {key: float(rounding(x)) for key, x in tiles_of(src).items()}
     # sampling equals a float32 volume built from the expected values of every leaf voxel (inactive
@@ -180,8 +195,9 @@ def test_quantised_and_half_grids_read_as_float32(tmp_path, kind):
     rng = np.random.default_rng(1)
     pts = np.concatenate([act + rng.uniform(-0.7, 0.7, act.shape), rng.uniform(-20, 600, (300, 3))])
     for mode in ("closest", "linear"):
-        for a, b in zip(vdbflow.sample_grad_arrays(vol, pts, mode), vdbflow.sample_grad_arrays(ref, pts, mode),
-                        strict=True):
+        for a, b in zip(
+            vdbflow.sample_grad_arrays(vol, pts, mode), vdbflow.sample_grad_arrays(ref, pts, mode), strict=True
+        ):
             np.testing.assert_array_equal(a, b)
 
 

@@ -23,8 +23,9 @@ def test_committed_notebook_has_no_outputs():
 def test_notebook_executes(tmp_path):
     nb = nbformat.read(NOTEBOOK, as_version=4)
     shutil.copy(NOTEBOOK, tmp_path)
-    nbclient.NotebookClient(nb, timeout=240, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    nbclient.NotebookClient(
+        nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     images = [o for o in outputs if "image/png" in o.get("data", {})]

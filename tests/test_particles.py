@@ -48,14 +48,21 @@ def abc_box():
     axis = np.arange(n) * h
     grid = np.stack(np.meshgrid(axis, axis, axis, indexing="ij"), axis=-1)
     values = synthetic.abc_flow().velocity(grid.reshape(-1, 3)).reshape(grid.shape)
-    return vdbflow.Volume.from_dense(values, voxel_size=h, active=np.ones(grid.shape[:3], bool), name="velocity",
-                                     component_names=("u", "v", "w"))
+    return vdbflow.Volume.from_dense(
+        values, voxel_size=h, active=np.ones(grid.shape[:3], bool), name="velocity", component_names=("u", "v", "w")
+    )
 
 
 def abc_reference(seeds, T):
     f = synthetic.abc_flow()
-    sol = solve_ivp(lambda t, y: f.velocity(y.reshape(-1, 3)).ravel(), (0, T), seeds.ravel(), method="DOP853",
-                    rtol=1e-13, atol=1e-13)
+    sol = solve_ivp(
+        lambda t, y: f.velocity(y.reshape(-1, 3)).ravel(),
+        (0, T),
+        seeds.ravel(),
+        method="DOP853",
+        rtol=1e-13,
+        atol=1e-13,
+    )
     return sol.y[:, -1].reshape(-1, 3)
 
 
@@ -70,8 +77,9 @@ def test_solid_body_rotation_matches_the_closed_form(rotation_shell, rng):
         np.testing.assert_allclose(ds.position.values[:, s], exact, rtol=0, atol=1e-6)
     # rk4's error in a rotation is a phase error of (h |omega|)^5 / 120 per step: bound it
     radius = np.linalg.norm(seeds - CENTRE, axis=1).max()
-    err = np.abs(ds.position.values[:, -1] - (CENTRE + (seeds - CENTRE) @ rodrigues(OMEGA, np.linalg.norm(OMEGA)
-                                                                                      * 3.0).T)).max()
+    err = np.abs(
+        ds.position.values[:, -1] - (CENTRE + (seeds - CENTRE) @ rodrigues(OMEGA, np.linalg.norm(OMEGA) * 3.0).T)
+    ).max()
     assert err < 2 * radius * 60 * (0.05 * np.linalg.norm(OMEGA)) ** 5 / 120
 
 
@@ -85,16 +93,20 @@ def test_abc_trajectories_match_solve_ivp(abc_box, rng):
     np.testing.assert_allclose(ds.position.values, analytic.position.values, rtol=0, atol=2e-7)
 
 
-@pytest.mark.parametrize("method, dts, order", [("rk4", (0.2, 0.1, 0.05), 4), ("rk2", (0.1, 0.05, 0.025), 2),
-                                                ("euler", (0.05, 0.025, 0.0125), 1)])
+@pytest.mark.parametrize(
+    "method, dts, order",
+    [("rk4", (0.2, 0.1, 0.05), 4), ("rk2", (0.1, 0.05, 0.025), 2), ("euler", (0.05, 0.025, 0.0125), 1)],
+)
 def test_measured_convergence_order_in_dt(abc_box, method, dts, order, rng):
     """Final-position error against solve_ivp on the analytic ABC velocity, the field sampled with
     JHTDB's M2Q8 on a 48^3 box (trajectory error from sampling ~1e-9, below every integration error
     here; with lag6, ~1e-8, rk4's last order drops to ~3.7)."""
     seeds = np.pi + rng.uniform(-0.5, 0.5, (8, 3))
     ref = abc_reference(seeds, 1.0)
-    errors = [np.abs(vdbflow.advect(abc_box, seeds, 0.0, 1.0, dt, method, "m2q8").position.values[:, -1] - ref).max()
-              for dt in dts]
+    errors = [
+        np.abs(vdbflow.advect(abc_box, seeds, 0.0, 1.0, dt, method, "m2q8").position.values[:, -1] - ref).max()
+        for dt in dts
+    ]
     orders = np.log2(np.array(errors[:-1]) / np.array(errors[1:]))
     assert np.all(np.abs(orders - order) < 0.3), (errors, orders)
 
@@ -109,8 +121,9 @@ def test_backward_integration_returns_to_the_seeds(abc_box, rng):
 
 def test_velocity_and_jacobian_along_paths_are_the_samples_at_the_positions(rotation_shell, rng):
     seeds = shell_seeds(rng, 10)
-    ds = vdbflow.advect(rotation_shell, seeds, 0.0, 1.0, 0.1, "rk2", "linear", with_velocity=True,
-                        with_jacobian=True, save_every=3)
+    ds = vdbflow.advect(
+        rotation_shell, seeds, 0.0, 1.0, 0.1, "rk2", "linear", with_velocity=True, with_jacobian=True, save_every=3
+    )
     assert ds.velocity.dims == ("particle", "time", "component")
     assert ds.velocity_jacobian.dims == ("particle", "time", "component", "axis")
     pos = ds.position.values.reshape(-1, 3)
@@ -146,8 +159,8 @@ def test_particles_leaving_the_shell_stop_with_status_1(method, nodes, rng):
     for p in range(len(seeds)):
         k = _last_valid_step(vol, seeds[p], e, h, n, nodes, "linear")
         assert ds.end_time.values[p] == pytest.approx(k * h)
-        np.testing.assert_allclose(pos[p, :k + 1], seeds[p] + np.arange(k + 1)[:, None] * h * e, atol=1e-12)
-        assert np.all(np.isnan(pos[p, k + 1:]))
+        np.testing.assert_allclose(pos[p, : k + 1], seeds[p] + np.arange(k + 1)[:, None] * h * e, atol=1e-12)
+        assert np.all(np.isnan(pos[p, k + 1 :]))
     # every stored position is in the data
     stored = pos.reshape(-1, 3)
     stored = stored[np.isfinite(stored).all(axis=1)]
@@ -189,13 +202,13 @@ def gyre_oracle(seeds, T):
 
     def rhs(t, y):
         p = np.zeros((n, 3))
-        p[:, :2] = y[:2 * n].reshape(n, 2)
-        F = y[2 * n:].reshape(n, 2, 2)
+        p[:, :2] = y[: 2 * n].reshape(n, 2)
+        F = y[2 * n :].reshape(n, 2, 2)
         return np.concatenate([f.velocity(p, t)[:, :2].ravel(), (f.jacobian(p, t)[:, :2, :2] @ F).ravel()])
 
     y0 = np.concatenate([seeds[..., :2].reshape(-1), np.tile(np.eye(2).ravel(), n)])
     y = solve_ivp(rhs, (0.0, T), y0, method="DOP853", rtol=1e-11, atol=1e-12).y[:, -1]
-    return y[:2 * n].reshape(lead + (2,)), y[2 * n:].reshape(lead + (2, 2))
+    return y[: 2 * n].reshape(lead + (2,)), y[2 * n :].reshape(lead + (2, 2))
 
 
 def ftle_of(F, T):
@@ -250,8 +263,9 @@ def test_ftle_of_a_linear_saddle_is_its_largest_rate():
     n, h = 16, 0.25
     axis = np.arange(n) * h - 1.875
     grid = np.stack(np.meshgrid(axis, axis, axis, indexing="ij"), axis=-1)
-    vol = vdbflow.Volume.from_dense(grid @ A.T, voxel_size=h, origin=(-1.875,) * 3, name="velocity",
-                                    active=np.ones((n, n, n), bool))
+    vol = vdbflow.Volume.from_dense(
+        grid @ A.T, voxel_size=h, origin=(-1.875,) * 3, name="velocity", active=np.ones((n, n, n), bool)
+    )
     seeds = np.array([[0.01, 0.2, -0.3], [0.05, -0.5, 0.5]])
     fwd = vdbflow.ftle(vol, seeds, 0.0, 1.0, 0.01)
     np.testing.assert_allclose(fwd.ftle.values, 1.0, atol=1e-9)
@@ -263,8 +277,10 @@ def test_ftle_of_a_linear_saddle_is_its_largest_rate():
 def test_distributed_advection_equals_single_process_bit_for_bit(rotation_shell, rng):
     distributed = pytest.importorskip("distributed")
     seeds = np.concatenate([shell_seeds(rng, 20), shell_seeds(rng, 4, 0.3), [[np.nan, 1.0, 1.0]]])
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster,
+        distributed.Client(cluster) as client,
+    ):
         dvol = vdbflow.distribute(rotation_shell, client, partitions=3, halo=1)
         try:
             got = vdbflow.advect(dvol, seeds, 0.0, 2.0, 0.2, "rk4", "linear", with_jacobian=True)
@@ -341,8 +357,14 @@ def test_decaying_taylor_green_from_files_matches_solve_ivp(tmp_path, rng):
     series = vdbflow.open_series(str(tmp_path / "*.nvdb"), cache=2)
     seeds = np.column_stack([rng.uniform(0.3, 2.8, 10), rng.uniform(0.3, 2.8, 10), np.zeros(10)])
     ds = vdbflow.advect(series, seeds, 0.0, 2.0, 0.05, "rk4", "lag4", time="linear", save_every=40)
-    sol = solve_ivp(lambda t, y: f.velocity(y.reshape(-1, 3), t).ravel(), (0.0, 2.0), seeds.ravel(), method="DOP853",
-                    rtol=1e-12, atol=1e-12)
+    sol = solve_ivp(
+        lambda t, y: f.velocity(y.reshape(-1, 3), t).ravel(),
+        (0.0, 2.0),
+        seeds.ravel(),
+        method="DOP853",
+        rtol=1e-12,
+        atol=1e-12,
+    )
     assert np.all(ds.status.values == 0)
     np.testing.assert_allclose(ds.position.values[:, -1], sol.y[:, -1].reshape(-1, 3), rtol=0, atol=2e-4)
     assert series.opened == len(times) and len(series.open_steps) <= 2

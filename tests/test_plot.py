@@ -47,8 +47,7 @@ def test_slice_plot_of_a_field_component_and_derived_quantities(plane_ds):
     assert [a.get_title() for a in axes] == ["velocity u", "vorticity_magnitude", "q_criterion"]
     assert axes[0].get_xlabel() == "x [m]" and axes[0].get_ylabel() == "y [m]"
     bars = [a for a in fig.axes if a not in axes]
-    assert [b.get_ylabel() for b in bars] == ["velocity u [m/s]", "vorticity_magnitude [1/s]",
-                                              "q_criterion [1/s^2]"]
+    assert [b.get_ylabel() for b in bars] == ["velocity u [m/s]", "vorticity_magnitude [1/s]", "q_criterion [1/s^2]"]
     # the image holds the sampled values on the (s, t) grid, and Q changes sign: a diverging map
     img = axes[2].collections[0]
     q = plane_ds.vdbflow.q_criterion().values.reshape(RES)
@@ -66,8 +65,9 @@ def test_jacobian_grid_has_one_labelled_panel_per_component_and_axis(plane_ds):
     assert len(bars) == 1 and bars[0].get_ylabel() == "∂velocity/∂axis [1/s]"
     assert panels[6].get_xlabel() == "x [m]" and panels[0].get_ylabel() == "y [m]"
     J = plane_ds["velocity_jacobian"].values
-    np.testing.assert_allclose(np.asarray(panels[1].collections[0].get_array()).ravel(),
-                               J[:, 0, 1].reshape(RES).ravel(), rtol=1e-6)  # du/dy in row u, column y
+    np.testing.assert_allclose(
+        np.asarray(panels[1].collections[0].get_array()).ravel(), J[:, 0, 1].reshape(RES).ravel(), rtol=1e-6
+    )  # du/dy in row u, column y
     assert fig.get_suptitle() == "Jacobian of velocity (linear)"
 
 
@@ -111,14 +111,20 @@ def test_plane_sampled_with_its_shape_plots_without_a_shape(plane_ds):
     assert shaped["velocity_jacobian"].dims == ("s", "t", "component", "axis") and shaped["x"].dims == ("s", "t")
     ax = shaped.vdbflow.plot.slice("q_criterion")
     png_bytes(ax.figure)
-    np.testing.assert_allclose(np.asarray(ax.collections[0].get_array()).reshape(RES),
-                               plane_ds.vdbflow.q_criterion().values.reshape(RES), rtol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(ax.collections[0].get_array()).reshape(RES),
+        plane_ds.vdbflow.q_criterion().values.reshape(RES),
+        rtol=1e-6,
+    )
     assert ax.get_xlabel() == "x [m]" and ax.get_ylabel() == "y [m]"
     fig = shaped.vdbflow.plot.jacobian_grid()
     png_bytes(fig)
     panels = [a for a in fig.axes if a.get_title()]
-    np.testing.assert_allclose(np.asarray(panels[1].collections[0].get_array()).ravel(),
-                               plane_ds["velocity_jacobian"].values[:, 0, 1], rtol=1e-6)  # du/dy
+    np.testing.assert_allclose(
+        np.asarray(panels[1].collections[0].get_array()).ravel(),
+        plane_ds["velocity_jacobian"].values[:, 0, 1],
+        rtol=1e-6,
+    )  # du/dy
     with pytest.raises(vdbflow.SamplingError, match=r"expected shape=\(40, 30\)"):
         shaped.vdbflow.plot.slice("q_criterion", shape=(30, 40))
     with pytest.raises(vdbflow.SamplingError, match="one point dim"):

@@ -30,9 +30,14 @@ def demo_folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("readme")
     (folder / "configs").symlink_to(REPO / "configs")
     env = {**os.environ, "MPLBACKEND": "Agg"}
-    result = subprocess.run([sys.executable, "-m", "vdbflow.jobs.cli", "run", "configs/demo.yaml",
-                             "--set", "points.count=20000"], cwd=folder, env=env, capture_output=True, text=True,
-                            timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "vdbflow.jobs.cli", "run", "configs/demo.yaml", "--set", "points.count=20000"],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert (folder / "vdbflow-demo" / "taylor_green.nvdb").is_file()
     return folder
@@ -68,9 +73,10 @@ def test_bash_blocks_run(demo_folder):
             continue
         for command in (c for c in code.splitlines() if c.strip() and not c.startswith("#")):
             if shlex.split(command)[0] == "vdbflow":  # the installed command, in this interpreter
-                command = f"{shlex.quote(sys.executable)} -m vdbflow.jobs.cli {command[len('vdbflow '):]}"
-            result = subprocess.run(command, shell=True, cwd=demo_folder, env=env, capture_output=True, text=True,
-                                    timeout=600)
+                command = f"{shlex.quote(sys.executable)} -m vdbflow.jobs.cli {command[len('vdbflow ') :]}"
+            result = subprocess.run(
+                command, shell=True, cwd=demo_folder, env=env, capture_output=True, text=True, timeout=600
+            )
             assert result.returncode == 0, f"README.md line {line}: {command}\n{result.stdout}\n{result.stderr}"
             ran += 1
     assert ran >= 5

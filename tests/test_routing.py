@@ -50,7 +50,7 @@ def test_partitions_match_the_numpy_oracle(rng, partitions, space):
     np.testing.assert_array_equal(got[clear], want[clear])
     # stable: inside each group, input order; grouped points are the points in that order
     for g in range(len(bounds) - 1):
-        assert np.all(np.diff(order[bounds[g]:bounds[g + 1]]) > 0)
+        assert np.all(np.diff(order[bounds[g] : bounds[g + 1]]) > 0)
     np.testing.assert_array_equal(grouped, pts[order])
     assert sorted(order.tolist()) == list(range(len(pts)))
 
@@ -59,11 +59,16 @@ def test_background_shortcut_only_takes_background_points(rng):
     ijk, vol = volume(rng)
     plan = plan_partitions(vol.topology, 5, stencil_radius=1)
     near = near_blocks(vol.topology, plan.stencil)
-    pts = np.concatenate([probe_points(rng, ijk, 2_000), rng.uniform(-2000, 2000, (20_000, 3)),
-                          rng.uniform(100, 280, (2_000, 3)),  # in and around the 128^3 tile
-                          [[np.nan, 0, 0], [3e9, 0, 0]]])
+    pts = np.concatenate(
+        [
+            probe_points(rng, ijk, 2_000),
+            rng.uniform(-2000, 2000, (20_000, 3)),
+            rng.uniform(100, 280, (2_000, 3)),  # in and around the 128^3 tile
+            [[np.nan, 0, 0], [3e9, 0, 0]],
+        ]
+    )
     order, bounds, _ = plan.router.route(pts, vol.transform, "index", near)
-    quiet = order[bounds[0]:bounds[1]]
+    quiet = order[bounds[0] : bounds[1]]
     assert len(quiet) > 10_000  # most far points are answered without a partition
     for mode in ("linear", "closest"):
         ds = vol.sample_grad(pts[quiet], mode, space="index")

@@ -66,8 +66,9 @@ def test_run_linear_field_end_to_end(tmp_path):
     inside = ds["stencil_inside"].values
     np.testing.assert_array_equal(inside, vol.stencil_inside(world))
     assert inside[interior].all() and inside.sum() > interior.sum()  # the analytic test is conservative
-    np.testing.assert_allclose(ds["velocity_jacobian"].values[inside], np.broadcast_to(MATRIX, (inside.sum(), 3, 3)),
-                               atol=2e-4)  # exact (to float32) wherever the stencil reads only data
+    np.testing.assert_allclose(
+        ds["velocity_jacobian"].values[inside], np.broadcast_to(MATRIX, (inside.sum(), 3, 3)), atol=2e-4
+    )  # exact (to float32) wherever the stencil reads only data
     assert interior.sum() > 5_000
     A = np.asarray(MATRIX)
     J = ds["velocity_jacobian"].values[interior]
@@ -75,13 +76,13 @@ def test_run_linear_field_end_to_end(tmp_path):
     np.testing.assert_allclose(ds["velocity"].values[interior], world[interior] @ A.T, atol=2e-4)
     np.testing.assert_allclose(ds["divergence"].values[interior], np.trace(A), atol=5e-4)
     curl = [A[2, 1] - A[1, 2], A[0, 2] - A[2, 0], A[1, 0] - A[0, 1]]
-    np.testing.assert_allclose(ds["vorticity"].values[interior], np.broadcast_to(curl, (interior.sum(), 3)),
-                               atol=5e-4)
+    np.testing.assert_allclose(ds["vorticity"].values[interior], np.broadcast_to(curl, (interior.sum(), 3)), atol=5e-4)
     # the summary's analytic error is the same figure over the points whose stencil reads only active
     # voxels (stencil_inside, as the stored flag says), and it is stored with the provenance
     assert ds.attrs["analytic_interior_points"] == inside.sum()
     assert ds.attrs["analytic_jacobian_max_error"] == pytest.approx(
-        np.abs(ds["velocity_jacobian"].values[inside] - A).max(), rel=1e-6, abs=1e-7)
+        np.abs(ds["velocity_jacobian"].values[inside] - A).max(), rel=1e-6, abs=1e-7
+    )
     # provenance: the config round-trips, versions and timings are there
     stored = load_config(text=ds.attrs["vdbflow_config"])
     assert stored.model_dump() == load_config(cfg_path).model_dump()
@@ -102,8 +103,13 @@ def test_run_in_index_space(tmp_path):
     ds = xr.open_zarr(tmp_path / "result.zarr")
     assert list(ds["axis"].values) == ["i", "j", "k"]
     # the lattice keeps its shape: dim lattice_i follows i, and so on
-    assert dict(ds["velocity_jacobian"].sizes) == {"lattice_i": 12, "lattice_j": 10, "lattice_k": 8, "component": 3,
-                                                    "axis": 3}
+    assert dict(ds["velocity_jacobian"].sizes) == {
+        "lattice_i": 12,
+        "lattice_j": 10,
+        "lattice_k": 8,
+        "component": 3,
+        "axis": 3,
+    }
     assert ds["i"].dims == ("lattice_i", "lattice_j", "lattice_k") and "points_shape" not in ds.attrs
     np.testing.assert_allclose(ds["i"].values[:, 0, 0], np.linspace(0, 31, 12))
     np.testing.assert_allclose(np.ptp(ds["i"].values, axis=(1, 2)), 0)  # i is constant across lattice_j, lattice_k
@@ -114,8 +120,9 @@ def test_run_in_index_space(tmp_path):
     np.testing.assert_allclose(idx.max(axis=0), [31, 31, 31])
     inside = ds["stencil_inside"].values
     h = 2 * np.pi / 32
-    np.testing.assert_allclose(ds["velocity_jacobian"].values[inside], np.broadcast_to(np.asarray(MATRIX) * h,
-                               (inside.sum(), 3, 3)), atol=2e-5)
+    np.testing.assert_allclose(
+        ds["velocity_jacobian"].values[inside], np.broadcast_to(np.asarray(MATRIX) * h, (inside.sum(), 3, 3)), atol=2e-5
+    )
     assert ds.attrs["analytic_jacobian_max_error"] < 2e-5
 
 
@@ -124,14 +131,25 @@ def test_run_taylor_green_from_nvdb_to_netcdf_with_two_grids(tmp_path):
     """An .nvdb with two grids sampled at a slice plane into NetCDF; values against the in-memory
     volume, the stored checksum against the file."""
     tg = synthetic.flow_volume(synthetic.taylor_green(), resolution=24)
-    speed = vdbflow.Volume.from_voxels(tg.active_voxels(), np.linalg.norm(tg.active_values(), axis=1),
-                                       transform=tg.index_to_world, name="speed")
+    speed = vdbflow.Volume.from_voxels(
+        tg.active_voxels(), np.linalg.norm(tg.active_values(), axis=1), transform=tg.index_to_world, name="speed"
+    )
     nvdb = tmp_path / "flow.nvdb"
     vdbflow.save(nvdb, {"velocity": tg, "speed": speed})
-    plane = {"kind": "plane", "origin": [0.5, 0.5, 3.0], "u": [5.0, 0.0, 0.0], "v": [0.0, 5.0, 0.5],
-             "resolution": [40, 30], "chunk": 500}
-    cfg = base_config(tmp_path, volume={"path": str(nvdb), "grids": ["velocity", "speed"]}, points=plane,
-                      output={"path": str(tmp_path / "slice.nc")})
+    plane = {
+        "kind": "plane",
+        "origin": [0.5, 0.5, 3.0],
+        "u": [5.0, 0.0, 0.0],
+        "v": [0.0, 5.0, 0.5],
+        "resolution": [40, 30],
+        "chunk": 500,
+    }
+    cfg = base_config(
+        tmp_path,
+        volume={"path": str(nvdb), "grids": ["velocity", "speed"]},
+        points=plane,
+        output={"path": str(tmp_path / "slice.nc")},
+    )
     cfg["sampling"] = {"mode": "linear", "outputs": ["value", "jacobian"]}
     result = invoke("run", str(write_config(tmp_path / "job.yaml", cfg)))
     assert result.exit_code == 0, result.output
@@ -162,9 +180,14 @@ def test_run_points_from_files(tmp_path):
     xr.DataArray(pts, dims=("n", "c")).to_dataset(name="probes").to_zarr(tmp_path / "p.zarr", zarr_format=2)
     vol = synthetic.flow_volume(synthetic.abc_flow(), resolution=24)
     expect = vol.sample_grad(pts)
-    for i, spec in enumerate([{"path": "p.npy"}, {"path": "p.csv"},
-                              {"path": "p.parquet", "columns": ["px", "py", "pz"]},
-                              {"path": "p.zarr", "array": "probes"}]):
+    for i, spec in enumerate(
+        [
+            {"path": "p.npy"},
+            {"path": "p.csv"},
+            {"path": "p.parquet", "columns": ["px", "py", "pz"]},
+            {"path": "p.zarr", "array": "probes"},
+        ]
+    ):
         spec = {"kind": "file", "chunk": 1000, **spec, "path": str(tmp_path / spec["path"])}
         out = tmp_path / f"r{i}.zarr"
         cfg = base_config(tmp_path, points=spec, output={"path": str(out)})
@@ -253,8 +276,14 @@ def test_interrupted_run_leaves_no_result_and_rerun_succeeds(tmp_path):
     chunks = str(tmp_path / ".result.zarr.partial-*" / "velocity" / "*")  # what _running_partial finds
     preload.write_text(STALL_AFTER_A_WRITE.format(marker=str(marker), chunks=chunks))
     env = {**os.environ, "DASK_DISTRIBUTED__WORKER__PRELOAD": json.dumps([str(preload)])}
-    proc = subprocess.Popen([sys.executable, "-m", "vdbflow.jobs.cli", "run", str(cfg_path)], cwd=tmp_path, env=env,
-                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vdbflow.jobs.cli", "run", str(cfg_path)],
+        cwd=tmp_path,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 120
         while not marker.exists():  # created by a worker once a chunk was written (and it stopped)
@@ -292,7 +321,8 @@ def test_run_on_an_existing_scheduler_address(tmp_path):
     ds = xr.open_zarr(tmp_path / "result.zarr")
     np.testing.assert_allclose(ds["x"].values, np.linspace(0.5, 5.8, 500), rtol=0, atol=1e-12)
     inside = ~np.isnan(ds["divergence"].values) & synthetic.shell_interior(
-        np.stack([ds[c].values for c in "xyz"], 1), 32, 2 * np.pi, 0.35, 0.5, 1)
+        np.stack([ds[c].values for c in "xyz"], 1), 32, 2 * np.pi, 0.35, 0.5, 1
+    )
     assert inside.sum() > 10  # the line crosses the shell twice (22 of its points lie well inside)
     np.testing.assert_allclose(ds["divergence"].values[inside], np.trace(MATRIX), atol=5e-4)
 
@@ -330,8 +360,9 @@ def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path):
 def test_demo_config_runs(tmp_path, monkeypatch):
     """configs/demo.yaml itself (smaller through --set), via `vdbflow demo`."""
     monkeypatch.chdir(tmp_path)
-    result = invoke("demo", "--set", "points.count=50000", "--set", "volume.synthetic.resolution=32",
-                    "--set", "cluster.workers=2")
+    result = invoke(
+        "demo", "--set", "points.count=50000", "--set", "volume.synthetic.resolution=32", "--set", "cluster.workers=2"
+    )
     assert result.exit_code == 0, result.output
     ds = xr.open_zarr(tmp_path / "vdbflow-demo" / "result.zarr")
     assert {"velocity", "velocity_jacobian", "q_criterion", "vorticity_magnitude"} <= set(ds.data_vars)
@@ -359,9 +390,17 @@ def test_cluster_templates_dry_run(tmp_path, template):
     assert "nothing has run" in result.output
     if template == "slurm":
         out = result.output
-        for line in ("#SBATCH -p compute", "#SBATCH -A flowlab", "#SBATCH -t 02:00:00", "#SBATCH --exclusive",
-                     "#SBATCH --cpus-per-task=32", "module load python/3.11", "--nworkers 8", "--nthreads 4",
-                     "distributed.cli.dask_worker tcp://<scheduler address>:8786"):
+        for line in (
+            "#SBATCH -p compute",
+            "#SBATCH -A flowlab",
+            "#SBATCH -t 02:00:00",
+            "#SBATCH --exclusive",
+            "#SBATCH --cpus-per-task=32",
+            "module load python/3.11",
+            "--nworkers 8",
+            "--nthreads 4",
+            "distributed.cli.dask_worker tcp://<scheduler address>:8786",
+        ):
             assert line in out, (line, out)
     if template == "cuda":
         assert "LocalCUDACluster" in result.output and "134,217,728" in result.output
@@ -372,8 +411,13 @@ def test_cluster_templates_dry_run(tmp_path, template):
 # -- bad configs: exit code 2, a message naming the key (and line), nothing written ----------------------
 
 BAD = [
-    ("unknown key", {"volume": {"synthetic": {"field": "abc", "resolutoin": 32}}},
-     "volume.synthetic.resolutoin", "unknown key", "resolutoin:"),
+    (
+        "unknown key",
+        {"volume": {"synthetic": {"field": "abc", "resolutoin": 32}}},
+        "volume.synthetic.resolutoin",
+        "unknown key",
+        "resolutoin:",
+    ),
     ("wrong type", {"points": {"kind": "random", "count": "many"}}, "points.count", "integer", "count:"),
     ("bad choice", {"sampling": {"mode": "cubic"}}, "sampling.mode", "'cubic'", None),
     ("bad kind", {"points": {"kind": "sphere", "count": 5}}, "points", "'sphere'", None),
@@ -381,12 +425,22 @@ BAD = [
     ("missing volume file", {"volume": {"path": "nowhere.nvdb"}}, "volume.path", "nowhere.nvdb", "path: nowhere"),
     ("missing points file", {"points": {"kind": "file", "path": "nowhere.npy"}}, "points.path", "nowhere.npy", None),
     ("both sources", {"volume": {"path": "a.nvdb", "synthetic": {"field": "abc"}}}, "volume", "both", None),
-    ("slurm walltime", {"cluster": {"kind": "slurm", "queue": "q", "cores": 4, "memory": "8GB",
-                                    "walltime": "soon"}}, "cluster.walltime", "walltime", None),
+    (
+        "slurm walltime",
+        {"cluster": {"kind": "slurm", "queue": "q", "cores": 4, "memory": "8GB", "walltime": "soon"}},
+        "cluster.walltime",
+        "walltime",
+        None,
+    ),
     ("bad address", {"cluster": {"kind": "address", "address": "localhost"}}, "cluster.address", "tcp://", None),
     ("generator params", {"volume": {"synthetic": {"field": "linear"}}}, "volume.synthetic.params", "matrix", None),
-    ("derived of closest", {"sampling": {"mode": "closest", "outputs": ["q_criterion"]}}, "sampling.outputs",
-     "closest", None),
+    (
+        "derived of closest",
+        {"sampling": {"mode": "closest", "outputs": ["q_criterion"]}},
+        "sampling.outputs",
+        "closest",
+        None,
+    ),
 ]
 
 
@@ -435,6 +489,13 @@ def test_bad_config_files_and_overrides(tmp_path):
     vol = vdbflow.Volume.from_voxels(np.zeros((1, 3), int), np.ones(1, np.float32), name="rho")
     vdbflow.save(tmp_path / "s.nvdb", {"rho": vol})
     for sets, text in ((["volume.grids=[velocity]"], "not in"), ([], "vec3")):
-        result = invoke("run", str(good), "--set", f"volume={{path: {tmp_path / 's.nvdb'}}}",
-                        *[a for s in sets for a in ("--set", s)], "--set", "output.path=other.zarr")
+        result = invoke(
+            "run",
+            str(good),
+            "--set",
+            f"volume={{path: {tmp_path / 's.nvdb'}}}",
+            *[a for s in sets for a in ("--set", s)],
+            "--set",
+            "output.path=other.zarr",
+        )
         assert result.exit_code == 2 and text in result.output, result.output

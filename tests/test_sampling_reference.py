@@ -18,9 +18,10 @@ def build(layout, ijk, values, background, tiles=None, transform=None):
     return topo.with_data(values[perm], background, None if tiles is None else tiles[2])
 
 
-@pytest.mark.parametrize(("layout", "components"),
-                         [("per-leaf", 1), ("per-leaf", 3), ("per-leaf", 4), ("index", 1), ("index", 3),
-                          ("index", 4), ("index", 9)])
+@pytest.mark.parametrize(
+    ("layout", "components"),
+    [("per-leaf", 1), ("per-leaf", 3), ("per-leaf", 4), ("index", 1), ("index", 3), ("index", 4), ("index", 9)],
+)
 @pytest.mark.parametrize("mode", ["linear", "closest"])
 def test_float64_matches_reference(rng, layout, components, mode):
     ijk, values = random_sparse_voxels(rng, components=components)
@@ -61,11 +62,22 @@ def test_tiles_of_every_level(rng, layout):
     vol = build(layout, ijk, values, bg, tiles=tiles)
     ref = ReferenceVolume(ijk, values, bg, tiles=list(zip(*tiles, strict=True)))
     # points across tile borders, in the middle of tiles, and at their corners
-    centres = np.array([[20.0, 4, 4], [-20, 4, 4], [190, 60, 60], [-200, -200, 64], [6000, 100, 100],
-                        [-6000, 6000, 100]])
-    borders = np.array([[15.5, 3.2, 3.7], [23.6, 7.5, 7.2], [127.3, 0.4, 0.5], [255.5, 127.5, 127.5],
-                        [-0.5, -0.5, 0.5], [4095.5, 0.5, 4095.5], [-4096.5, 4095.5, 0.5], [-128.5, -128.5, 64],
-                        [16.0, 8.0, 8.0]])
+    centres = np.array(
+        [[20.0, 4, 4], [-20, 4, 4], [190, 60, 60], [-200, -200, 64], [6000, 100, 100], [-6000, 6000, 100]]
+    )
+    borders = np.array(
+        [
+            [15.5, 3.2, 3.7],
+            [23.6, 7.5, 7.2],
+            [127.3, 0.4, 0.5],
+            [255.5, 127.5, 127.5],
+            [-0.5, -0.5, 0.5],
+            [4095.5, 0.5, 4095.5],
+            [-4096.5, 4095.5, 0.5],
+            [-128.5, -128.5, 64],
+            [16.0, 8.0, 8.0],
+        ]
+    )
     pts = np.concatenate([centres, borders, probe_points(rng, ijk, 50)])
     for mode in ("linear", "closest"):
         got_v, got_j = vdbflow.sample_grad_arrays(vol, pts, mode)
@@ -80,8 +92,7 @@ def test_index_layout_inactive_voxels_read_background(rng):
     ijk = np.array([[0, 0, 0], [1, 1, 1], [7, 7, 7]])
     topo = vdbflow.Volume.from_active(ijk)
     vol = topo.with_data(np.array([1.0, 2.0, 3.0]), background=-5.0)
-    v, _ = vdbflow.sample_grad_arrays(vol, np.array([[0, 0, 0], [1, 1, 1], [7, 7, 7], [0, 0, 1], [3, 3, 3]]),
-                                      "closest")
+    v, _ = vdbflow.sample_grad_arrays(vol, np.array([[0, 0, 0], [1, 1, 1], [7, 7, 7], [0, 0, 1], [3, 3, 3]]), "closest")
     np.testing.assert_array_equal(v, [1.0, 2.0, 3.0, -5.0, -5.0])
     ref = ReferenceVolume(ijk, [1.0, 2.0, 3.0], -5.0)
     pts = rng.uniform(-1, 9, (200, 3))
@@ -156,8 +167,10 @@ def test_point_order_loops_agree_bit_for_bit(rng, components):
     scattered = probe_points(rng, ijk, 8_000).astype(np.float32)
     coherent = scattered[np.argsort(scattered[:, 0], kind="stable")]
     for pts in (scattered, coherent):
-        results = {order: vdbflow.sample_grad_arrays(vol, pts, point_order=order)
-                   for order in ("auto", "coherent", "scattered")}
+        results = {
+            order: vdbflow.sample_grad_arrays(vol, pts, point_order=order)
+            for order in ("auto", "coherent", "scattered")
+        }
         for order in ("auto", "scattered"):
             np.testing.assert_array_equal(results[order][0], results["coherent"][0])
             np.testing.assert_array_equal(results[order][1], results["coherent"][1])

@@ -33,10 +33,13 @@ def test_interpolating_schemes_are_exact_on_polynomials(rng, mode, degree):
         return sum(coef[a] * x[:, a] ** degree for a in range(3)) + x[:, 0] * x[:, 1] * x[:, 2]
 
     def grad(x):
-        return np.stack([degree * coef[a] * x[:, a] ** (degree - 1) + np.prod(np.delete(x, a, axis=1), axis=1)
-                         for a in range(3)], axis=1)
+        return np.stack(
+            [degree * coef[a] * x[:, a] ** (degree - 1) + np.prod(np.delete(x, a, axis=1), axis=1) for a in range(3)],
+            axis=1,
+        )
 
     if mode == "catmull_rom":  # exact on quadratics only
+
         def poly(x):  # noqa: F811
             return coef[0] * x[:, 0] ** 2 + coef[1] * x[:, 1] * x[:, 2] + coef[2] * x[:, 2]
 
@@ -51,8 +54,19 @@ def test_interpolating_schemes_are_exact_on_polynomials(rng, mode, degree):
     np.testing.assert_allclose(j, grad(pts), atol=1e-8 * scale)
 
 
-@pytest.mark.parametrize(("mode", "order"), [("linear", 1), ("lag4", 3), ("lag6", 5), ("fd4", 2), ("fd6", 2),
-                                             ("fd4lag4", 4), ("catmull_rom", 2), ("bspline3", 2)])
+@pytest.mark.parametrize(
+    ("mode", "order"),
+    [
+        ("linear", 1),
+        ("lag4", 3),
+        ("lag6", 5),
+        ("fd4", 2),
+        ("fd6", 2),
+        ("fd4lag4", 4),
+        ("catmull_rom", 2),
+        ("bspline3", 2),
+    ],
+)
 def test_measured_convergence_order_of_the_gradient(rng, mode, order):
     """Fit the slope of log(max |J - J_exact|) against log(h) over a refinement."""
     pts_unit = rng.uniform(0.3, 0.7, (300, 3))  # inside the block, away from its margins
@@ -85,8 +99,9 @@ def test_jacobian_is_continuous_across_cell_faces(rng, mode):
 
 def test_schemes_read_background_and_tiles_like_linear(rng):
     ijk = np.argwhere(np.ones((6, 6, 6), bool))
-    vol = vdbflow.Volume.from_voxels(ijk, np.ones(len(ijk)), background=1.0,
-                                     tiles=(np.array([[8, 0, 0]]), np.array([8]), np.array([1.0])))
+    vol = vdbflow.Volume.from_voxels(
+        ijk, np.ones(len(ijk)), background=1.0, tiles=(np.array([[8, 0, 0]]), np.array([8]), np.array([1.0]))
+    )
     pts = rng.uniform(-3, 14, (300, 3))
     for mode in STENCIL_RADIUS:
         v, j = vdbflow.sample_grad_arrays(vol, pts, mode)
@@ -100,8 +115,10 @@ def test_distributed_needs_a_wide_enough_halo(rng):
 
     vol = grid_volume(smooth, 20, 0.1)
     pts = rng.uniform(0, 19, (2000, 3))
-    with distributed.LocalCluster(n_workers=2, processes=False, dashboard_address=":0") as cl, \
-            distributed.Client(cl) as client:
+    with (
+        distributed.LocalCluster(n_workers=2, processes=False, dashboard_address=":0") as cl,
+        distributed.Client(cl) as client,
+    ):
         narrow = distribute(vol, client, 5)
         with pytest.raises(vdbflow.SamplingError, match="halo=4"):
             narrow.sample_grad(pts, "lag8", space="index")

@@ -18,8 +18,13 @@ def test_unsteady_jacobian_is_the_derivative_of_the_velocity(field, rng):
     t = rng.uniform(0, 10, 200)
     J = field.jacobian(p, t)
     e = 1e-6
-    fd = np.stack([(field.velocity(p + e * np.eye(3)[a], t) - field.velocity(p - e * np.eye(3)[a], t)) / (2 * e)
-                   for a in range(3)], axis=2)
+    fd = np.stack(
+        [
+            (field.velocity(p + e * np.eye(3)[a], t) - field.velocity(p - e * np.eye(3)[a], t)) / (2 * e)
+            for a in range(3)
+        ],
+        axis=2,
+    )
     np.testing.assert_allclose(J, fd, atol=1e-8)
     assert np.abs(np.trace(J, axis1=1, axis2=2)).max() < 1e-12
     assert np.all(field.velocity(p, t)[:, 2] == 0) and np.all(J[:, :, 2] == 0)
@@ -30,10 +35,12 @@ def test_double_gyre_matches_shadden_2005():
     f = unsteady.double_gyre()
     p = np.array([[0.25, 0.0, 0.0], [1.5, 0.5, 0.0], [0.5, 0.75, 0.3]])
     x, y = p[:, 0], p[:, 1]
-    np.testing.assert_allclose(f.velocity(p, 0.0)[:, 0], -np.pi * 0.1 * np.sin(np.pi * x) * np.cos(np.pi * y),
-                               atol=1e-15)
-    np.testing.assert_allclose(f.velocity(p, 0.0)[:, 1], np.pi * 0.1 * np.cos(np.pi * x) * np.sin(np.pi * y),
-                               atol=1e-15)
+    np.testing.assert_allclose(
+        f.velocity(p, 0.0)[:, 0], -np.pi * 0.1 * np.sin(np.pi * x) * np.cos(np.pi * y), atol=1e-15
+    )
+    np.testing.assert_allclose(
+        f.velocity(p, 0.0)[:, 1], np.pi * 0.1 * np.cos(np.pi * x) * np.sin(np.pi * y), atol=1e-15
+    )
     # period 10: omega = 2 pi / 10
     np.testing.assert_allclose(f.velocity(p, 2.5), f.velocity(p, 12.5), atol=1e-14)
     assert not np.allclose(f.velocity(p, 2.5), f.velocity(p, 7.5))
@@ -49,8 +56,11 @@ def test_write_series_round_trips_values_and_times(tmp_path):
     f = unsteady.double_gyre()
     times = [0.0, 0.5, 1.25]
     paths = unsteady.write_series(f, tmp_path, times, voxel_size=1 / 16, pad=2)
-    assert [p.rsplit("/", 1)[1] for p in paths] == ["double_gyre_0000.nvdb", "double_gyre_0001.nvdb",
-                                                    "double_gyre_0002.nvdb"]
+    assert [p.rsplit("/", 1)[1] for p in paths] == [
+        "double_gyre_0000.nvdb",
+        "double_gyre_0001.nvdb",
+        "double_gyre_0002.nvdb",
+    ]
     for path, t in zip(paths, times, strict=True):
         vol = vdbflow.open(path)
         assert vol.units == "m/s" and vol.component_names == ("u", "v", "w")
@@ -71,8 +81,9 @@ def box_volume(values_at, dtype=np.float64):
     axis = np.arange(N_BOX) * H
     grid = np.stack(np.meshgrid(axis, axis, axis, indexing="ij"), axis=-1)
     vals = values_at(grid.reshape(-1, 3)).reshape(grid.shape).astype(dtype)
-    return vdbflow.Volume.from_dense(vals, voxel_size=H, active=np.ones(grid.shape[:3], bool), name="velocity",
-                                     component_names=("u", "v", "w"))
+    return vdbflow.Volume.from_dense(
+        vals, voxel_size=H, active=np.ones(grid.shape[:3], bool), name="velocity", component_names=("u", "v", "w")
+    )
 
 
 def interior_points(rng, n):
@@ -119,8 +130,7 @@ def test_linear_in_time_is_exact_for_fields_linear_in_t(rng):
         np.testing.assert_allclose(jac, A0[None] + t[:, None, None] * A1[None], rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("g", [np.sin, np.exp, lambda t: np.where(t < 1.2, t * t, 2.0 - t)],
-                         ids=["sin", "exp", "kink"])
+@pytest.mark.parametrize("g", [np.sin, np.exp, lambda t: np.where(t < 1.2, t * t, 2.0 - t)], ids=["sin", "exp", "kink"])
 def test_pchip_equals_scipy_pchip_over_the_series(g, rng):
     """u(x, t) = (A0 x + c0) g(t): sampled exactly in space, so the series' PCHIP in time must equal
     scipy's PchipInterpolator through the step values - interior intervals (four steps) and the first
@@ -162,12 +172,12 @@ def test_nearest_step_and_step_times_are_exact(rng):
     per_step = [vdbflow.sample_grad_arrays(v, p, "linear", space="world")[0] for v in vols]
     # none: the nearest step; a tie (t = 0.5, 1.75) goes to the earlier step
     for t, k in ((0.2, 0), (0.5, 0), (0.51, 1), (1.75, 1), (1.76, 2), (2.5, 2)):
-        np.testing.assert_array_equal(series.sample_grad_arrays(p, t, "linear", "none", jacobian=False)[0],
-                                      per_step[k])
+        np.testing.assert_array_equal(series.sample_grad_arrays(p, t, "linear", "none", jacobian=False)[0], per_step[k])
     for time in ("linear", "pchip"):
         for k, t in enumerate(times):
-            np.testing.assert_array_equal(series.sample_grad_arrays(p, t, "linear", time, jacobian=False)[0],
-                                          per_step[k])
+            np.testing.assert_array_equal(
+                series.sample_grad_arrays(p, t, "linear", time, jacobian=False)[0], per_step[k]
+            )
 
 
 def test_dataset_carries_time(rng):
@@ -178,8 +188,9 @@ def test_dataset_carries_time(rng):
     ds = series.sample_grad(p, 0.25)
     assert ds.time.ndim == 0 and float(ds.time) == 0.25 and ds.attrs["time_interpolation"] == "linear"
     assert ds.velocity.dims == ("point_0", "point_1", "component")
-    np.testing.assert_allclose(ds.velocity.values, linear_in_space_and_time(p.reshape(-1, 3), 0.25).reshape(3, 4, 3),
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        ds.velocity.values, linear_in_space_and_time(p.reshape(-1, 3), 0.25).reshape(3, 4, 3), atol=1e-12
+    )
     t = rng.uniform(0, 2, (3, 4))
     ds = series.sample(p, t, time="none")
     assert ds.time.dims == ("point_0", "point_1")
@@ -206,8 +217,11 @@ def test_series_errors_say_what_was_expected(tmp_path, rng):
         series.sample(p, 0.5, time="cubic")
     other = vdbflow.Volume.from_dense(np.ones((8, 8, 8, 3)), voxel_size=0.5, name="velocity")
     mixed = vdbflow.open_series([vols[0], other], [0.0, 1.0])
-    with pytest.raises(vdbflow.VolumeError, match=r"expected step 1 \(t=1\) on the grid of step 0 \(t=0\): "
-                                                  r"index-to-world"):
+    with pytest.raises(
+        vdbflow.VolumeError,
+        match=r"expected step 1 \(t=1\) on the grid of step 0 \(t=0\): "
+        r"index-to-world",
+    ):
         mixed.sample(p, 0.5)
     single = vdbflow.Volume.from_dense(np.ones((8, 8, 8, 3), np.float32), voxel_size=H, name="velocity")
     with pytest.raises(vdbflow.VolumeError, match="value type vec3d, got vec3f"):
@@ -221,8 +235,9 @@ def test_series_errors_say_what_was_expected(tmp_path, rng):
     with pytest.raises(vdbflow.TimeError, match="expected times=... or steps holding"):
         vdbflow.open_series([tmp_path / "step.zarr"])
     zarr_series = vdbflow.open_series([tmp_path / "step.zarr", vols[1]], [0.0, 1.0])
-    np.testing.assert_allclose(zarr_series.sample_grad_arrays(p, 0.25, jacobian=False)[0],
-                               linear_in_space_and_time(p, 0.25), atol=1e-12)
+    np.testing.assert_allclose(
+        zarr_series.sample_grad_arrays(p, 0.25, jacobian=False)[0], linear_in_space_and_time(p, 0.25), atol=1e-12
+    )
 
 
 @pytest.mark.parametrize("time", ["linear", "pchip"])
@@ -240,7 +255,15 @@ def test_jacobians_are_the_derivative_of_the_interpolated_values(time, rng):
     t = rng.uniform(0, 3.2, 100)
     _, jac = series.sample_grad_arrays(p, t, "linear", time)
     e = 1e-6
-    fd = np.stack([(series.sample_grad_arrays(p + e * np.eye(3)[a], t, "linear", time, jacobian=False)[0]
-                    - series.sample_grad_arrays(p - e * np.eye(3)[a], t, "linear", time, jacobian=False)[0]) / (2 * e)
-                   for a in range(3)], axis=2)
+    fd = np.stack(
+        [
+            (
+                series.sample_grad_arrays(p + e * np.eye(3)[a], t, "linear", time, jacobian=False)[0]
+                - series.sample_grad_arrays(p - e * np.eye(3)[a], t, "linear", time, jacobian=False)[0]
+            )
+            / (2 * e)
+            for a in range(3)
+        ],
+        axis=2,
+    )
     np.testing.assert_allclose(jac, fd, rtol=0, atol=1e-7)

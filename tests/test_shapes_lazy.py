@@ -46,8 +46,9 @@ def test_dask_points_give_a_lazy_dataset(tg, pts):
 
 
 def test_values_only_and_scalar_fields_stay_lazy(tg, pts):
-    speed = vdbflow.Volume.from_voxels(tg.active_voxels(), np.linalg.norm(tg.active_values(), axis=1),
-                                       transform=tg.index_to_world, name="speed")
+    speed = vdbflow.Volume.from_voxels(
+        tg.active_voxels(), np.linalg.norm(tg.active_values(), axis=1), transform=tg.index_to_world, name="speed"
+    )
     dpts = da.from_array(pts, chunks=(250, 3))
     with dask.config.set(scheduler=_no_compute):
         values_only = tg.sample(dpts)
@@ -94,8 +95,11 @@ def test_a_lazy_lattice_keeps_its_shape_and_chunks(tg):
 
 def test_a_dataarray_of_points_brings_its_dims_and_coords(tg):
     s = np.linspace(0, 1, 5)
-    pts = xr.DataArray(np.stack([1 + 4 * s, np.full(5, 3.0), np.full(5, 3.0)], axis=1), dims=("s", "xyz"),
-                       coords={"s": s, "label": ("s", list("abcde"))})
+    pts = xr.DataArray(
+        np.stack([1 + 4 * s, np.full(5, 3.0), np.full(5, 3.0)], axis=1),
+        dims=("s", "xyz"),
+        coords={"s": s, "label": ("s", list("abcde"))},
+    )
     ds = tg.sample_grad(pts)
     assert ds["velocity"].dims == ("s", "component") and ds.attrs["featureType"] == "point"
     np.testing.assert_array_equal(ds["s"].values, s)
@@ -124,10 +128,12 @@ def test_shapes_and_dims_that_do_not_fit_are_refused(tg):
 
 
 def test_integer_data_from_dask_points(tg, pts):
-    labels = vdbflow.Volume.from_voxels(tg.active_voxels(), np.arange(tg.active_voxel_count, dtype=np.int32),
-                                        transform=tg.index_to_world, name="label")
+    labels = vdbflow.Volume.from_voxels(
+        tg.active_voxels(), np.arange(tg.active_voxel_count, dtype=np.int32), transform=tg.index_to_world, name="label"
+    )
     ds = labels.sample_grad(da.from_array(pts, chunks=(400, 3)), mode="closest")
-    np.testing.assert_array_equal(ds["label"].values, vdbflow.sample_grad_arrays(labels, pts, "closest",
-                                                                                 space="world")[0])
+    np.testing.assert_array_equal(
+        ds["label"].values, vdbflow.sample_grad_arrays(labels, pts, "closest", space="world")[0]
+    )
     with pytest.raises(vdbflow.SamplingError, match="mode='closest'"):
         labels.sample_grad(da.from_array(pts, chunks=(400, 3)))

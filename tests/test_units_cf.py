@@ -20,8 +20,17 @@ def same_units(a: str, b: str) -> bool:
     return qa.dimensionality == qb.dimensionality and np.isclose((qa / qb).to_reduced_units().magnitude, 1.0)
 
 
-@pytest.mark.parametrize("given, simplest", [("m/s/m", "1/s"), ("(m/s/m)^2", "1/s^2"), ("dimensionless", "1"),
-                                             ("1", "1"), ("m/m", "1"), ("m/s m/s/m", "m/s^2")])
+@pytest.mark.parametrize(
+    "given, simplest",
+    [
+        ("m/s/m", "1/s"),
+        ("(m/s/m)^2", "1/s^2"),
+        ("dimensionless", "1"),
+        ("1", "1"),
+        ("m/m", "1"),
+        ("m/s m/s/m", "m/s^2"),
+    ],
+)
 def test_normalize_simplifies(given, simplest):
     assert U.normalize(given) == simplest
     assert same_units(U.normalize(given), given.replace("^", "**"))
@@ -80,8 +89,9 @@ def test_sampled_units_are_simplified(tg, pts):
 
 
 def test_dimensionless_is_1_and_unknown_is_absent(tg, pts):
-    height = vdbflow.Volume.from_voxels(tg.active_voxels(), np.ones(tg.active_voxel_count), transform=tg.index_to_world,
-                                        name="height")
+    height = vdbflow.Volume.from_voxels(
+        tg.active_voxels(), np.ones(tg.active_voxel_count), transform=tg.index_to_world, name="height"
+    )
     ds = height.sample_grad(pts)
     assert "units" not in ds["height"].attrs and "units" not in ds["height_jacobian"].attrs
     assert "units" not in ds["x"].attrs
@@ -142,8 +152,9 @@ def test_zarr_writes_raise_no_unstable_specification_warning(tg, pts, tmp_path):
     for store in ("v3.zarr", "v2.zarr"):
         back = xr.open_zarr(tmp_path / store, consolidated=False)
         assert list(back["component"].values) == ["u", "v", "w"] and list(back["axis"].values) == ["x", "y", "z"]
-        np.testing.assert_array_equal(back["velocity_jacobian"].sel(component="v", axis="x").values,
-                                      ds["velocity_jacobian"].values[:, 1, 0])
+        np.testing.assert_array_equal(
+            back["velocity_jacobian"].sel(component="v", axis="x").values, ds["velocity_jacobian"].values[:, 1, 0]
+        )
     assert vdbflow.open_zarr(tmp_path / "volume2.zarr").component_names == ("u", "v", "w")
 
 

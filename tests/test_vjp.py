@@ -59,8 +59,10 @@ def test_point_adjoint_against_finite_differences(rng, components):
         a_val, a_jac = rng.standard_normal(vshape), rng.standard_normal(jshape)
         got = vdbflow.sample_grad_vjp(vol, p[None], a_val, a_jac).points[0]
         h = 1e-6
-        fd = [(loss(vol, (p + h * e)[None], a_val, a_jac) - loss(vol, (p - h * e)[None], a_val, a_jac)) / (2 * h)
-              for e in np.eye(3)]
+        fd = [
+            (loss(vol, (p + h * e)[None], a_val, a_jac) - loss(vol, (p - h * e)[None], a_val, a_jac)) / (2 * h)
+            for e in np.eye(3)
+        ]
         np.testing.assert_allclose(got, fd, atol=1e-6, rtol=1e-6)
 
 
@@ -76,8 +78,9 @@ def test_data_adjoint_against_finite_differences(rng):
             bumped[row, c] += 1.0  # the loss is linear in the data: a unit step is exact
             delta = loss(topo.with_data(bumped, vol.background), pts, a_val, a_jac) - loss(vol, pts, a_val, a_jac)
             np.testing.assert_allclose(got.voxel_data[row, c], delta, atol=1e-9)
-    bg_step = loss(topo.with_data(data, vol.background + np.array([0, 1.0, 0])), pts, a_val, a_jac) \
-        - loss(vol, pts, a_val, a_jac)
+    bg_step = loss(topo.with_data(data, vol.background + np.array([0, 1.0, 0])), pts, a_val, a_jac) - loss(
+        vol, pts, a_val, a_jac
+    )
     np.testing.assert_allclose(got.background[1], bg_step, atol=1e-9)
 
 
@@ -90,14 +93,18 @@ def test_sum_identity_with_tiles(rng, layout):
         topo = vdbflow.Volume.from_active(ijk, tiles=tiles)
         vol = topo.with_data(rng.standard_normal(topo.active_voxel_count), 0.75, tile_values=[2.0, -3.0])
     else:
-        vol = vdbflow.Volume.from_voxels(ijk, rng.standard_normal(len(ijk)), 0.75,
-                                         tiles=(*tiles, np.array([2.0, -3.0])))
+        vol = vdbflow.Volume.from_voxels(
+            ijk, rng.standard_normal(len(ijk)), 0.75, tiles=(*tiles, np.array([2.0, -3.0]))
+        )
     pts = np.concatenate([probe_points(rng, ijk, 200), [[63.5, 3.2, 4.1], [-60.2, 5.5, 5.5], [-127.5, 0.5, 0.5]]])
     for mode in ("linear", "closest"):
         values, _ = vdbflow.sample_grad_arrays(vol, pts, mode)
         got = vdbflow.sample_grad_vjp(vol, pts, np.ones(len(pts)), mode=mode)
-        total = np.sum(vol.voxel_data * got.voxel_data) + np.sum(np.array([2.0, -3.0]) * got.tile_values) \
+        total = (
+            np.sum(vol.voxel_data * got.voxel_data)
+            + np.sum(np.array([2.0, -3.0]) * got.tile_values)
             + 0.75 * got.background
+        )
         np.testing.assert_allclose(total, values.sum(), rtol=1e-12)
         assert got.tile_values[0] != 0 and got.tile_values[1] != 0
         if mode == "closest":
@@ -116,8 +123,11 @@ def test_world_space_point_adjoint_with_sheared_transform(rng):
         a_val, a_jac = rng.standard_normal((1, 3)), rng.standard_normal((1, 3, 3))
         got = vdbflow.sample_grad_vjp(vol, p[None], a_val, a_jac, space="world").points[0]
         h = 1e-6
-        fd = [(loss(vol, (p + h * e)[None], a_val, a_jac, "world") -
-               loss(vol, (p - h * e)[None], a_val, a_jac, "world")) / (2 * h) for e in np.eye(3)]
+        fd = [
+            (loss(vol, (p + h * e)[None], a_val, a_jac, "world") - loss(vol, (p - h * e)[None], a_val, a_jac, "world"))
+            / (2 * h)
+            for e in np.eye(3)
+        ]
         np.testing.assert_allclose(got, fd, atol=2e-6, rtol=1e-6)
 
 

@@ -10,8 +10,7 @@ from vdbflow.core import tree
 
 def test_from_voxels_properties(rng):
     ijk, values = random_sparse_voxels(rng, n_leaves=7, components=3)
-    vol = vdbflow.Volume.from_voxels(ijk, values, background=(1, 2, 3), voxel_size=(0.5, 1.0, 2.0),
-                                     origin=(10, 20, 30))
+    vol = vdbflow.Volume.from_voxels(ijk, values, background=(1, 2, 3), voxel_size=(0.5, 1.0, 2.0), origin=(10, 20, 30))
     assert vol.dtype == np.float64 and vol.components == 3 and vol.value_type.name == "vec3d"
     assert vol.leaf_count == len(np.unique(ijk >> 3, axis=0))
     assert vol.active_voxel_count == len(ijk)
@@ -114,7 +113,8 @@ def test_transforms():
 def test_tile_validation():
     ijk = np.array([[0, 0, 0]])
     make = lambda origins, sizes: vdbflow.Volume.from_voxels(  # noqa: E731
-        ijk, [1.0], tiles=(np.array(origins), np.array(sizes), np.zeros(len(sizes))))
+        ijk, [1.0], tiles=(np.array(origins), np.array(sizes), np.zeros(len(sizes)))
+    )
     assert make([[8, 0, 0], [128, 0, 0], [4096, 0, 0]], [8, 128, 4096]).tile_count == 3
     with pytest.raises(vdbflow.VolumeError, match="8, 128 or 4096"):
         make([[16, 0, 0]], [16])

@@ -12,8 +12,9 @@ def sparse_volume(rng, C=3, tiles=True):
     ijk = np.argwhere(rng.random((20, 20, 20)) < 0.3) - 6
     vals = rng.standard_normal((len(ijk), C)).astype(np.float32)
     t = (np.array([[64, 0, 0], [128, 128, 0]]), np.array([8, 128]), rng.standard_normal((2, C))) if tiles else None
-    vol = vdbflow.Volume.from_voxels(ijk, vals if C > 1 else vals[:, 0], background=0.5, voxel_size=0.2,
-                                     origin=(1, -2, 3), tiles=t, name="velocity")
+    vol = vdbflow.Volume.from_voxels(
+        ijk, vals if C > 1 else vals[:, 0], background=0.5, voxel_size=0.2, origin=(1, -2, 3), tiles=t, name="velocity"
+    )
     vol.units, vol.length_units = "m/s", "m"
     return vol
 

@@ -9,9 +9,15 @@ import vdbflow
 wo = pytest.importorskip("warp_oracle")
 
 TYPES = {  # name: (dtype, components)
-    "int32": (np.int32, 1), "int64": (np.int64, 1), "uint32": (np.uint32, 1),
-    "float32": (np.float32, 1), "float64": (np.float64, 1),
-    "vec3f": (np.float32, 3), "vec3d": (np.float64, 3), "vec4f": (np.float32, 4), "vec4d": (np.float64, 4),
+    "int32": (np.int32, 1),
+    "int64": (np.int64, 1),
+    "uint32": (np.uint32, 1),
+    "float32": (np.float32, 1),
+    "float64": (np.float64, 1),
+    "vec3f": (np.float32, 3),
+    "vec3d": (np.float64, 3),
+    "vec4f": (np.float32, 4),
+    "vec4d": (np.float64, 4),
 }
 
 

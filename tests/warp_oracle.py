@@ -1,6 +1,5 @@
 """Build the same volume in warp-lang (CPU) and sample it there: a differential oracle."""
 
-
 import functools
 
 import numpy as np
@@ -12,12 +11,28 @@ wp.config.quiet = True
 wp.init()
 
 WARP_TYPES = {
-    "int32": wp.int32, "int64": wp.int64, "uint32": wp.uint32, "float32": wp.float32, "float64": wp.float64,
-    "vec3f": wp.vec3f, "vec3d": wp.vec3d, "vec4f": wp.vec4f, "vec4d": wp.vec4d,
+    "int32": wp.int32,
+    "int64": wp.int64,
+    "uint32": wp.uint32,
+    "float32": wp.float32,
+    "float64": wp.float64,
+    "vec3f": wp.vec3f,
+    "vec3d": wp.vec3d,
+    "vec4f": wp.vec4f,
+    "vec4d": wp.vec4d,
 }
 LENGTH = {"vec3f": 3, "vec3d": 3, "vec4f": 4, "vec4d": 4}
-SCALAR = {"int32": wp.int32, "int64": wp.int64, "uint32": wp.uint32, "float32": wp.float32, "float64": wp.float64,
-          "vec3f": wp.float32, "vec3d": wp.float64, "vec4f": wp.float32, "vec4d": wp.float64}
+SCALAR = {
+    "int32": wp.int32,
+    "int64": wp.int64,
+    "uint32": wp.uint32,
+    "float32": wp.float32,
+    "float64": wp.float64,
+    "vec3f": wp.float32,
+    "vec3d": wp.float64,
+    "vec4f": wp.float32,
+    "vec4d": wp.float64,
+}
 
 
 def _grad_type(type_name):
@@ -51,9 +66,15 @@ def _sample_kernel(type_name, with_grad):
     grad_t = _grad_type(type_name)
 
     if with_grad:
+
         @wp.kernel(module="unique")
-        def sample_grad(vid: wp.uint64, pts: wp.array(dtype=wp.vec3), mode: int, out: wp.array(dtype=dtype),
-                        jac: wp.array(dtype=grad_t)):
+        def sample_grad(
+            vid: wp.uint64,
+            pts: wp.array(dtype=wp.vec3),
+            mode: int,
+            out: wp.array(dtype=dtype),
+            jac: wp.array(dtype=grad_t),
+        ):
             t = wp.tid()
             g = grad_t()
             out[t] = wp.volume_sample_grad(vid, pts[t], mode, g, dtype=dtype)
@@ -75,8 +96,15 @@ def _index_kernel(type_name):
     grad_t = _grad_type(type_name)
 
     @wp.kernel(module="unique")
-    def sample_index(vid: wp.uint64, pts: wp.array(dtype=wp.vec3), mode: int, data: wp.array(dtype=dtype),
-                     bg: dtype, out: wp.array(dtype=dtype), jac: wp.array(dtype=grad_t)):
+    def sample_index(
+        vid: wp.uint64,
+        pts: wp.array(dtype=wp.vec3),
+        mode: int,
+        data: wp.array(dtype=dtype),
+        bg: dtype,
+        out: wp.array(dtype=dtype),
+        jac: wp.array(dtype=grad_t),
+    ):
         t = wp.tid()
         g = grad_t()
         out[t] = wp.volume_sample_grad_index(vid, pts[t], mode, data, bg, g)
@@ -98,17 +126,26 @@ def warp_value_volume(type_name, ijk, values, background, matrix=None):
     dtype = WARP_TYPES[type_name]
     leaves = np.unique((np.asarray(ijk) >> 3) << 3, axis=0).astype(np.int32)
     bg = _warp_value(type_name, background)
-    vol = wp.Volume.allocate_by_tiles(wp.array(leaves, dtype=wp.vec3i, device="cpu"), bg_value=bg, device="cpu",
-                                      **_transform_args(matrix))
-    wp.launch(_store_kernel(type_name), dim=len(ijk),
-              inputs=[vol.id, wp.array(np.asarray(ijk, np.int32), dtype=wp.vec3i, device="cpu"),
-                      wp.array(np.asarray(values), dtype=dtype, device="cpu")], device="cpu")
+    vol = wp.Volume.allocate_by_tiles(
+        wp.array(leaves, dtype=wp.vec3i, device="cpu"), bg_value=bg, device="cpu", **_transform_args(matrix)
+    )
+    wp.launch(
+        _store_kernel(type_name),
+        dim=len(ijk),
+        inputs=[
+            vol.id,
+            wp.array(np.asarray(ijk, np.int32), dtype=wp.vec3i, device="cpu"),
+            wp.array(np.asarray(values), dtype=dtype, device="cpu"),
+        ],
+        device="cpu",
+    )
     return vol
 
 
 def warp_index_volume(ijk, matrix=None):
-    return wp.Volume.allocate_by_voxels(wp.array(np.asarray(ijk, np.int32), dtype=wp.vec3i, device="cpu"),
-                                        device="cpu", **_transform_args(matrix))
+    return wp.Volume.allocate_by_voxels(
+        wp.array(np.asarray(ijk, np.int32), dtype=wp.vec3i, device="cpu"), device="cpu", **_transform_args(matrix)
+    )
 
 
 def warp_sample(vol, type_name, points, mode):
@@ -137,8 +174,12 @@ def warp_sample_index(vol, type_name, points, mode, voxel_data, background):
     jac = wp.zeros(n, dtype=grad_t, device="cpu")
     bg = _warp_value(type_name, background)
     m = wp.Volume.LINEAR if mode == "linear" else wp.Volume.CLOSEST
-    wp.launch(kernel, dim=n, inputs=[vol.id, pts, m, wp.array(np.asarray(voxel_data), dtype=dtype, device="cpu"),
-                                     bg, out, jac], device="cpu")
+    wp.launch(
+        kernel,
+        dim=n,
+        inputs=[vol.id, pts, m, wp.array(np.asarray(voxel_data), dtype=dtype, device="cpu"), bg, out, jac],
+        device="cpu",
+    )
     return out.numpy(), jac.numpy()
 
 
@@ -148,8 +189,14 @@ def _index_tape_kernel(type_name):
     grad_t = _grad_type(type_name)
 
     @wp.kernel(module="unique")
-    def sample_index(vid: wp.uint64, pts: wp.array(dtype=wp.vec3), data: wp.array(dtype=dtype),
-                     bg: wp.array(dtype=dtype), out: wp.array(dtype=dtype), jac: wp.array(dtype=grad_t)):
+    def sample_index(
+        vid: wp.uint64,
+        pts: wp.array(dtype=wp.vec3),
+        data: wp.array(dtype=dtype),
+        bg: wp.array(dtype=dtype),
+        out: wp.array(dtype=dtype),
+        jac: wp.array(dtype=grad_t),
+    ):
         t = wp.tid()
         g = grad_t()
         out[t] = wp.volume_sample_grad_index(vid, pts[t], wp.Volume.LINEAR, data, bg[0], g)
@@ -172,8 +219,10 @@ def warp_index_vjp(vol, type_name, points, voxel_data, background, adj_value, ad
     tape = wp.Tape()
     with tape:
         wp.launch(kernel, dim=n, inputs=[vol.id, pts, data, bg, out, jac], device="cpu")
-    tape.backward(grads={
-        out: wp.array(np.asarray(adj_value), dtype=dtype, device="cpu"),
-        jac: wp.array(np.asarray(adj_jacobian), dtype=grad_t, device="cpu"),
-    })
+    tape.backward(
+        grads={
+            out: wp.array(np.asarray(adj_value), dtype=dtype, device="cpu"),
+            jac: wp.array(np.asarray(adj_jacobian), dtype=grad_t, device="cpu"),
+        }
+    )
     return data.grad.numpy(), bg.grad.numpy()[0], pts.grad.numpy()

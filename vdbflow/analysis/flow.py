@@ -39,12 +39,26 @@ def _attrs(long_name: str, units: str | None, formula: str) -> dict[str, str]:
     return {"long_name": long_name, **({"units": units} if units else {}), "formula": formula}
 
 
-def _apply(fn: Any, jac: xr.DataArray, out_core: tuple[str, ...], name: str, long_name: str, units: str | None,
-           formula: str, out_sizes: dict[str, int] | None = None) -> xr.DataArray:
+def _apply(
+    fn: Any,
+    jac: xr.DataArray,
+    out_core: tuple[str, ...],
+    name: str,
+    long_name: str,
+    units: str | None,
+    formula: str,
+    out_sizes: dict[str, int] | None = None,
+) -> xr.DataArray:
     _check(jac)
-    out = xr.apply_ufunc(fn, jac, input_core_dims=[list(CORE)], output_core_dims=[list(out_core)],
-                         dask="parallelized", output_dtypes=[np.result_type(jac.dtype, np.float32)],
-                         dask_gufunc_kwargs={"output_sizes": out_sizes or {}})
+    out = xr.apply_ufunc(
+        fn,
+        jac,
+        input_core_dims=[list(CORE)],
+        output_core_dims=[list(out_core)],
+        dask="parallelized",
+        output_dtypes=[np.result_type(jac.dtype, np.float32)],
+        dask_gufunc_kwargs={"output_sizes": out_sizes or {}},
+    )
     out.name = name
     out.attrs = _attrs(long_name, units, formula)
     return out
@@ -64,36 +78,72 @@ def _vorticity(J: np.ndarray) -> np.ndarray:
 
 def divergence(jac: xr.DataArray) -> xr.DataArray:
     """div u = trace(J)."""
-    return _apply(lambda J: np.trace(J, axis1=-2, axis2=-1), jac, (), "divergence", "velocity divergence",
-                  _units(jac), "du_x/dx + du_y/dy + du_z/dz")
+    return _apply(
+        lambda J: np.trace(J, axis1=-2, axis2=-1),
+        jac,
+        (),
+        "divergence",
+        "velocity divergence",
+        _units(jac),
+        "du_x/dx + du_y/dy + du_z/dz",
+    )
 
 
 def vorticity(jac: xr.DataArray) -> xr.DataArray:
     """omega = curl u, dims (..., axis): a vector along the Jacobian's axes (x y z, or i j k), so it
     sits in one Dataset with the velocity, whose ``component`` labels (u v w) differ."""
-    out = _apply(_vorticity, jac, ("axis",), "vorticity", "vorticity", _units(jac),
-                 "(dw/dy - dv/dz, du/dz - dw/dx, dv/dx - du/dy)", {"axis": 3})
+    out = _apply(
+        _vorticity,
+        jac,
+        ("axis",),
+        "vorticity",
+        "vorticity",
+        _units(jac),
+        "(dw/dy - dv/dz, du/dz - dw/dx, dv/dx - du/dy)",
+        {"axis": 3},
+    )
     return out.assign_coords(axis=jac["axis"].values)
 
 
 def vorticity_magnitude(jac: xr.DataArray) -> xr.DataArray:
     """|omega|."""
-    return _apply(lambda J: np.linalg.norm(_vorticity(J), axis=-1), jac, (), "vorticity_magnitude",
-                  "vorticity magnitude", _units(jac), "|curl u|")
+    return _apply(
+        lambda J: np.linalg.norm(_vorticity(J), axis=-1),
+        jac,
+        (),
+        "vorticity_magnitude",
+        "vorticity magnitude",
+        _units(jac),
+        "|curl u|",
+    )
 
 
 def strain_rate(jac: xr.DataArray) -> xr.DataArray:
     """S = (J + J^T) / 2, dims (..., component, axis)."""
-    return _apply(_sym, jac, CORE, "strain_rate", "strain-rate tensor", _units(jac), "S = (J + J^T) / 2",
-                  {"component": 3, "axis": 3}).assign_coords(component=jac["component"].values,
-                                                              axis=jac["axis"].values)
+    return _apply(
+        _sym,
+        jac,
+        CORE,
+        "strain_rate",
+        "strain-rate tensor",
+        _units(jac),
+        "S = (J + J^T) / 2",
+        {"component": 3, "axis": 3},
+    ).assign_coords(component=jac["component"].values, axis=jac["axis"].values)
 
 
 def rotation_rate(jac: xr.DataArray) -> xr.DataArray:
     """Omega = (J - J^T) / 2, dims (..., component, axis)."""
-    return _apply(_skew, jac, CORE, "rotation_rate", "rotation-rate tensor", _units(jac), "Omega = (J - J^T) / 2",
-                  {"component": 3, "axis": 3}).assign_coords(component=jac["component"].values,
-                                                              axis=jac["axis"].values)
+    return _apply(
+        _skew,
+        jac,
+        CORE,
+        "rotation_rate",
+        "rotation-rate tensor",
+        _units(jac),
+        "Omega = (J - J^T) / 2",
+        {"component": 3, "axis": 3},
+    ).assign_coords(component=jac["component"].values, axis=jac["axis"].values)
 
 
 def q_criterion(jac: xr.DataArray) -> xr.DataArray:
@@ -165,8 +215,15 @@ def swirling_strength(jac: xr.DataArray) -> xr.DataArray:
     def ci(J: np.ndarray) -> np.ndarray:
         return np.abs(np.linalg.eigvals(J).imag).max(axis=-1)
 
-    return _apply(ci, jac, (), "swirling_strength", "swirling strength", _units(jac),
-                  "|Im(lambda)| of the complex eigenvalues of J")
+    return _apply(
+        ci,
+        jac,
+        (),
+        "swirling_strength",
+        "swirling strength",
+        _units(jac),
+        "|Im(lambda)| of the complex eigenvalues of J",
+    )
 
 
 def laplacian(hessian: xr.DataArray) -> xr.DataArray:
@@ -175,8 +232,13 @@ def laplacian(hessian: xr.DataArray) -> xr.DataArray:
     dims = [d for d in hessian.dims if d.endswith("axis") or d.endswith("axis2")][-2:]
     if len(dims) != 2 or hessian.sizes[dims[0]] != 3 or hessian.sizes[dims[1]] != 3:
         raise SamplingError(f"expected a Hessian DataArray with 3 x 3 dims ('axis', 'axis2'), got dims {hessian.dims}")
-    out = xr.apply_ufunc(lambda H: np.trace(H, axis1=-2, axis2=-1), hessian, input_core_dims=[dims],
-                         dask="parallelized", output_dtypes=[hessian.dtype])
+    out = xr.apply_ufunc(
+        lambda H: np.trace(H, axis1=-2, axis2=-1),
+        hessian,
+        input_core_dims=[dims],
+        dask="parallelized",
+        output_dtypes=[hessian.dtype],
+    )
     out.name = "laplacian"
     out.attrs = _attrs("Laplacian", _u.normalize(hessian.attrs.get("units")), "d2/dx2 + d2/dy2 + d2/dz2")
     return out
@@ -185,8 +247,10 @@ def laplacian(hessian: xr.DataArray) -> xr.DataArray:
 def helicity(velocity: xr.DataArray, jac: xr.DataArray) -> xr.DataArray:
     """Helicity density u . omega."""
     omega = vorticity(jac)
-    out = (velocity.rename({"component": "c"}).assign_coords(c=[0, 1, 2]) *
-           omega.rename({"axis": "c"}).assign_coords(c=[0, 1, 2])).sum("c")
+    out = (
+        velocity.rename({"component": "c"}).assign_coords(c=[0, 1, 2])
+        * omega.rename({"axis": "c"}).assign_coords(c=[0, 1, 2])
+    ).sum("c")
     out.name = "helicity"
     out.attrs = _attrs("helicity density", _u.multiply(velocity.attrs.get("units"), _units(jac)), "u . curl u")
     return out

@@ -45,20 +45,21 @@ def _grid_jacobian(vol: Volume, scheme: str, dvol: Any = None, device: str = "cp
     return jac
 
 
-def _on_voxels(vol: Volume, values: np.ndarray, name: str,
-               component_names: list[str] | None = None) -> Volume:
+def _on_voxels(vol: Volume, values: np.ndarray, name: str, component_names: list[str] | None = None) -> Volume:
     """An index-layout volume holding ``values`` (one row per active voxel, ``active_voxels()``
     order) on ``vol``'s topology; tiles read the background 0 (the gradient of a constant)."""
     t = vol.topology
     rows_follow_voxels = t.value_count == t.active_voxel_count and np.array_equal(
-        t.leaf_offset, tree.word_prefix(t.masks)[1])
+        t.leaf_offset, tree.word_prefix(t.masks)[1]
+    )
     if rows_follow_voxels:
         if t.tile_count:
             t = Topology(t.leaf_origins, t.masks, t.transform, t.tile_origins, t.tile_sizes)
         return t.with_data(values, background=0, name=name, component_names=component_names)
     # an index grid from a file whose value rows do not follow its active voxels: a fresh topology
-    return Volume.from_active(vol.active_voxels(), vol.transform).with_data(values, background=0, name=name,
-                                                            component_names=component_names)
+    return Volume.from_active(vol.active_voxels(), vol.transform).with_data(
+        values, background=0, name=name, component_names=component_names
+    )
 
 
 def gradient_field(vol: Volume, scheme: str = "fd4", *, distributed: Any = None, device: str = "cpu") -> Volume:
@@ -199,8 +200,9 @@ def hessian_field(vol: Volume, scheme: str = "fd4", *, distributed: Any = None, 
     return out
 
 
-def derived_field(vol: Volume, quantity: str, scheme: str = "fd4", *, distributed: Any = None,
-                  device: str = "cpu") -> Volume:
+def derived_field(
+    vol: Volume, quantity: str, scheme: str = "fd4", *, distributed: Any = None, device: str = "cpu"
+) -> Volume:
     """A derived quantity at every active voxel, as a new volume on the same voxels.
 
     Either a scalar of a vec3 field - any one-channel function of :mod:`vdbflow.flow` applied to the
@@ -247,15 +249,21 @@ def derived_field(vol: Volume, quantity: str, scheme: str = "fd4", *, distribute
     if quantity == "laplacian":
         hess = _grid_hessian(vol, scheme, distributed, device)
         lap = np.trace(hess, axis1=-2, axis2=-1)
-        out = _on_voxels(vol, lap if vol.components > 1 else lap[:, 0], "laplacian",
-                         list(vol.component_names) if vol.components > 1 else None)
+        out = _on_voxels(
+            vol,
+            lap if vol.components > 1 else lap[:, 0],
+            "laplacian",
+            list(vol.component_names) if vol.components > 1 else None,
+        )
         if vol.units and vol.length_units:
             out.units, out.length_units = units.divide(vol.units, units.power(vol.length_units, 2)), vol.length_units
         return out
     fn = getattr(flow, quantity, None)
     if vol.components != 3 or fn is None or quantity in ("vorticity", "strain_rate", "rotation_rate", "helicity"):
-        raise SamplingError(f"expected a vec3 volume and a scalar quantity of vdbflow.flow, got {vol.components} "
-                            f"components and {quantity!r}")
+        raise SamplingError(
+            f"expected a vec3 volume and a scalar quantity of vdbflow.flow, got {vol.components} "
+            f"components and {quantity!r}"
+        )
     jac = _grid_jacobian(vol, scheme, distributed, device)
     da = xr.DataArray(jac, dims=("point", "component", "axis"))
     values = np.asarray(fn(da).values)

@@ -51,8 +51,9 @@ def _plane(ds: xr.Dataset, var: Any, shape: Sequence[int] | None) -> tuple[xr.Da
     if len(dims) == 2:
         sizes = (ds.sizes[dims[0]], ds.sizes[dims[1]])
         if shape is not None and tuple(int(n) for n in shape) != sizes:
-            raise SamplingError(f"expected shape={sizes} (the sizes of the point dims {dims}) or none, "
-                                f"got {tuple(shape)}")
+            raise SamplingError(
+                f"expected shape={sizes} (the sizes of the point dims {dims}) or none, got {tuple(shape)}"
+            )
         return _flat(ds, dims), (None if var is None else _flat(var, dims)), sizes
     if len(dims) != 1:
         raise SamplingError(f"expected points on a plane: two point dims, or one with shape=(ns, nt); got dims {dims}")
@@ -65,8 +66,10 @@ def _plane_shape(ds: xr.Dataset, shape: Sequence[int] | None) -> tuple[int, int]
     if shape is None:
         stored = ds.attrs.get("points_shape")  # results of vdbflow run before points kept their shape
         if stored is None:
-            raise SamplingError("expected the plane's shape: pass shape=(ns, nt) (points in s-major order), or "
-                                "sample at points of shape (ns, nt, 3)")
+            raise SamplingError(
+                "expected the plane's shape: pass shape=(ns, nt) (points in s-major order), or "
+                "sample at points of shape (ns, nt, 3)"
+            )
         shape = json.loads(stored) if isinstance(stored, str) else stored
     shape = tuple(int(n) for n in shape)
     if len(shape) != 2 or shape[0] * shape[1] != ds.sizes["point"]:
@@ -82,8 +85,10 @@ def _variable(ds: xr.Dataset, var: str | xr.DataArray) -> xr.DataArray:
         return ds[var]
     if var in DERIVED_SCALARS or var == "vorticity":
         return getattr(ds.vdbflow, var)()
-    raise SamplingError(f"expected a variable of the Dataset ({list(ds.data_vars)}) or a derived quantity "
-                        f"({', '.join(DERIVED_SCALARS)}), got {var!r}")
+    raise SamplingError(
+        f"expected a variable of the Dataset ({list(ds.data_vars)}) or a derived quantity "
+        f"({', '.join(DERIVED_SCALARS)}), got {var!r}"
+    )
 
 
 def _label(da: xr.DataArray, name: str | None = None) -> str:
@@ -107,8 +112,15 @@ def _coord_label(ds: xr.Dataset, name: str) -> str:
     return name + (f" [{units}]" if units else "")
 
 
-def _image(ax: Any, ds: xr.Dataset, values: np.ndarray, shape: tuple[int, int], cmap: str, vmin: float | None,
-           vmax: float | None) -> Any:
+def _image(
+    ax: Any,
+    ds: xr.Dataset,
+    values: np.ndarray,
+    shape: tuple[int, int],
+    cmap: str,
+    vmin: float | None,
+    vmax: float | None,
+) -> Any:
     (sname, S), (tname, T) = _plane_axes(ds, shape)
     mesh = ax.pcolormesh(S, T, values.reshape(shape), cmap=cmap, vmin=vmin, vmax=vmax, shading="nearest")
     ax.set_xlabel(_coord_label(ds, sname))
@@ -130,10 +142,19 @@ def _limits(values: np.ndarray, symmetric: bool, robust: bool = False) -> tuple[
     return float(lo), float(hi)
 
 
-def slice_plot(ds: xr.Dataset, var: str | xr.DataArray, *, component: str | int | None = None,
-               shape: Sequence[int] | None = None, ax: Any = None, cmap: str | None = None,
-               symmetric: bool | None = None, robust: bool = False, title: str | None = None,
-               colorbar: bool = True) -> Any:
+def slice_plot(
+    ds: xr.Dataset,
+    var: str | xr.DataArray,
+    *,
+    component: str | int | None = None,
+    shape: Sequence[int] | None = None,
+    ax: Any = None,
+    cmap: str | None = None,
+    symmetric: bool | None = None,
+    robust: bool = False,
+    title: str | None = None,
+    colorbar: bool = True,
+) -> Any:
     """An image of ``var`` (a data variable, or a derived quantity such as ``"q_criterion"``) over
     a slice plane of (ns, nt) points; vector variables need ``component`` (a label or a position;
     ``"magnitude"`` for the norm). ``robust``: colour limits from the 2nd-98th percentiles.
@@ -144,8 +165,10 @@ def slice_plot(ds: xr.Dataset, var: str | xr.DataArray, *, component: str | int 
     extra = [d for d in da.dims if d != "point"]
     if extra:
         if len(extra) != 1:
-            raise SamplingError(f"expected a scalar or vector variable, {name} has dims {da.dims}; select one "
-                                "entry first (e.g. ds['velocity_jacobian'].sel(component='u', axis='x'))")
+            raise SamplingError(
+                f"expected a scalar or vector variable, {name} has dims {da.dims}; select one "
+                "entry first (e.g. ds['velocity_jacobian'].sel(component='u', axis='x'))"
+            )
         dim = extra[0]
         if component is None:
             raise SamplingError(f"{name} is a vector (dim {dim!r}: {list(da[dim].values)}): pass component=")
@@ -170,9 +193,16 @@ def slice_plot(ds: xr.Dataset, var: str | xr.DataArray, *, component: str | int 
     return ax
 
 
-def jacobian_grid(ds: xr.Dataset, var: str | None = None, *, shape: Sequence[int] | None = None,
-                  cmap: str = "RdBu_r", share_limits: bool = True, robust: bool = False,
-                  panel_size: float = 2.6) -> Any:
+def jacobian_grid(
+    ds: xr.Dataset,
+    var: str | None = None,
+    *,
+    shape: Sequence[int] | None = None,
+    cmap: str = "RdBu_r",
+    share_limits: bool = True,
+    robust: bool = False,
+    panel_size: float = 2.6,
+) -> Any:
     """Component x axis panels of a Jacobian over a slice plane: row c, column a shows
     ``d value[c] / d axis[a]`` with a colour bar in the Jacobian's units. Colour limits are
     symmetric and shared by all panels (``share_limits``); ``robust`` takes them from the 2nd-98th
@@ -194,9 +224,15 @@ def jacobian_grid(ds: xr.Dataset, var: str | None = None, *, shape: Sequence[int
     if comps == [None]:
         values = values[:, None, :]
     lo, hi = _limits(values, True, robust) if share_limits else (None, None)
-    fig, axes = plt.subplots(len(comps), len(axes_labels), figsize=(panel_size * len(axes_labels) + 1.2,
-                                                                     panel_size * len(comps) + 0.6),
-                             layout="constrained", squeeze=False, sharex=True, sharey=True)
+    fig, axes = plt.subplots(
+        len(comps),
+        len(axes_labels),
+        figsize=(panel_size * len(axes_labels) + 1.2, panel_size * len(comps) + 0.6),
+        layout="constrained",
+        squeeze=False,
+        sharex=True,
+        sharey=True,
+    )
     units = J.attrs.get("units")
     for c, comp in enumerate(comps):
         for a, axis in enumerate(axes_labels):
@@ -218,8 +254,16 @@ def jacobian_grid(ds: xr.Dataset, var: str | None = None, *, shape: Sequence[int
     return fig
 
 
-def line_plot(ds: xr.Dataset, var: str | xr.DataArray, *, component: str | int | None = None,
-              axis: str | None = None, ax: Any = None, label: str | None = None, **line_kwargs: Any) -> Any:
+def line_plot(
+    ds: xr.Dataset,
+    var: str | xr.DataArray,
+    *,
+    component: str | int | None = None,
+    axis: str | None = None,
+    ax: Any = None,
+    label: str | None = None,
+    **line_kwargs: Any,
+) -> Any:
     """``var`` (or its ``component`` / Jacobian entry ``component``, ``axis``) along the points,
     against the distance from the first point. Returns the Axes (call again on it to compare)."""
     plt = _pyplot()
@@ -237,7 +281,8 @@ def line_plot(ds: xr.Dataset, var: str | xr.DataArray, *, component: str | int |
             raise SamplingError(f"{da.name} has an axis dim {list(da['axis'].values)}: pass axis=")
         sel["axis"] = axis
     picked = da.sel({k: v for k, v in sel.items() if not isinstance(v, int)}).isel(
-        {k: v for k, v in sel.items() if isinstance(v, int)})
+        {k: v for k, v in sel.items() if isinstance(v, int)}
+    )
     names = [c for c in ("x", "y", "z", "i", "j", "k") if c in ds.coords and ds[c].dims == dims][:3]
     pts = np.stack([np.asarray(ds[c].values, np.float64) for c in names], axis=1)
     distance = np.linalg.norm(pts - pts[0], axis=1)
@@ -248,10 +293,15 @@ def line_plot(ds: xr.Dataset, var: str | xr.DataArray, *, component: str | int |
         what = f"∂{what.removesuffix('_jacobian')}[{sel.get('component', '')}]/∂{sel['axis']}".replace("[]", "")
     elif "component" in sel:
         what = f"{what} {sel['component']}"
-    ax.plot(distance, np.asarray(picked.values, np.float64), label=label or da.attrs.get("sampling_mode", what),
-            **line_kwargs)
-    ax.set_xlabel("distance along the line" + (f" [{ds[names[0]].attrs['units']}]"
-                                                if ds[names[0]].attrs.get("units") else ""))
+    ax.plot(
+        distance,
+        np.asarray(picked.values, np.float64),
+        label=label or da.attrs.get("sampling_mode", what),
+        **line_kwargs,
+    )
+    ax.set_xlabel(
+        "distance along the line" + (f" [{ds[names[0]].attrs['units']}]" if ds[names[0]].attrs.get("units") else "")
+    )
     ax.set_ylabel(_label(da, what))
     return ax
 

@@ -58,8 +58,11 @@ class Transform:
         cls, voxel_size: float | Sequence[float] = 1.0, origin: Sequence[float] = (0.0, 0.0, 0.0)
     ) -> Transform:
         """Axis-aligned map: voxel ``(i, j, k)`` at ``origin + (i, j, k) * voxel_size``."""
-        size = np.broadcast_to(np.asarray(voxel_size, dtype=np.float64), (3,)) if np.ndim(voxel_size) == 0 \
+        size = (
+            np.broadcast_to(np.asarray(voxel_size, dtype=np.float64), (3,))
+            if np.ndim(voxel_size) == 0
             else np.asarray(voxel_size, dtype=np.float64)
+        )
         if size.shape != (3,):
             raise VolumeError(f"expected a scalar voxel size or 3 values, got shape {size.shape}")
         if not np.all(np.isfinite(size)) or np.any(size <= 0):
@@ -86,8 +89,9 @@ class Transform:
             if isinstance(transform, Transform):
                 return transform
             return cls(transform)
-        return cls.from_voxel_size(1.0 if voxel_size is None else voxel_size,
-                                   (0.0, 0.0, 0.0) if origin is None else origin)
+        return cls.from_voxel_size(
+            1.0 if voxel_size is None else voxel_size, (0.0, 0.0, 0.0) if origin is None else origin
+        )
 
     @property
     def index_to_world(self) -> np.ndarray:

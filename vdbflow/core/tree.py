@@ -75,7 +75,7 @@ def active_coordinates(leaf_origins: np.ndarray, masks: np.ndarray, chunk: int =
     parts = []
     local = LOCAL_COORDINATES
     for start in range(0, len(masks), chunk):
-        bits = bits_from_masks(masks[start:start + chunk])
+        bits = bits_from_masks(masks[start : start + chunk])
         leaf, off = np.nonzero(bits)
         parts.append(leaf_origins[start + leaf] + local[off])
     if not parts:
@@ -90,8 +90,8 @@ def active_bbox(leaf_origins: np.ndarray, masks: np.ndarray, chunk: int = 1 << 1
     found = False
     idx = np.arange(LEAF_DIM)
     for start in range(0, len(masks), chunk):
-        bits = bits_from_masks(masks[start:start + chunk]).reshape(-1, 8, 8, 8)
-        origins = leaf_origins[start:start + chunk].astype(np.int64)
+        bits = bits_from_masks(masks[start : start + chunk]).reshape(-1, 8, 8, 8)
+        origins = leaf_origins[start : start + chunk].astype(np.int64)
         for axis in range(3):
             others = tuple(a for a in range(1, 4) if a != axis + 1)
             occupied = np.asarray(bits.any(axis=others))  # (L, 8)

@@ -63,8 +63,11 @@ def _parse(text: str) -> Any:
 
 
 def _warn(text: str) -> None:
-    warnings.warn(f"expected a unit string pint can read, got {text!r}: kept as given (not simplified or checked)",
-                  UnitsWarning, stacklevel=3)
+    warnings.warn(
+        f"expected a unit string pint can read, got {text!r}: kept as given (not simplified or checked)",
+        UnitsWarning,
+        stacklevel=3,
+    )
 
 
 def _bare(q: Any) -> bool:
@@ -146,5 +149,8 @@ def same(a: str | None, b: str | None) -> bool:
     qa, qb = _parse(ta), _parse(tb)
     if qa is None or qb is None:
         return ta == tb
-    return bool(qa.dimensionality == qb.dimensionality and abs((qa / qb).to_reduced_units().magnitude - 1) < 1e-12
-                and (qa / qb).to_reduced_units().unitless)
+    return bool(
+        qa.dimensionality == qb.dimensionality
+        and abs((qa / qb).to_reduced_units().magnitude - 1) < 1e-12
+        and (qa / qb).to_reduced_units().unitless
+    )

@@ -59,9 +59,7 @@ def value_type_for(dtype: np.dtype, components: int) -> ValueType:
     """
     dtype = np.dtype(dtype)
     if dtype not in SCALAR_DTYPES:
-        raise VolumeError(
-            f"expected values of dtype int32, int64, uint32, float32 or float64, got {dtype}"
-        )
+        raise VolumeError(f"expected values of dtype int32, int64, uint32, float32 or float64, got {dtype}")
     for vt in VALUE_TYPES.values():
         if vt.dtype == dtype and vt.components == components:
             return vt

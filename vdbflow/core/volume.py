@@ -57,9 +57,7 @@ def _as_coordinates(ijk: Any, what: str = "ijk") -> np.ndarray:
         else:
             arr = arr.astype(np.int64)
     if arr.size and (arr.min() < INT32_MIN or arr.max() > INT32_MAX):
-        raise VolumeError(
-            f"expected {what} inside the int32 index range, got values in [{arr.min()}, {arr.max()}]"
-        )
+        raise VolumeError(f"expected {what} inside the int32 index range, got values in [{arr.min()}, {arr.max()}]")
     return np.ascontiguousarray(arr, dtype=np.int32)
 
 
@@ -110,8 +108,7 @@ class Topology:
         self.leaf_origins = origins
         self.masks = masks
         self.transform = transform if transform is not None else Transform.identity()
-        self.tile_origins = _as_coordinates(np.zeros((0, 3)) if tile_origins is None else tile_origins,
-                                            "tile origins")
+        self.tile_origins = _as_coordinates(np.zeros((0, 3)) if tile_origins is None else tile_origins, "tile origins")
         self.tile_sizes = np.ascontiguousarray(np.zeros(0) if tile_sizes is None else tile_sizes, dtype=np.int32)
         self.grid_class = "unknown"  # NanoVDB grid class, kept for .nvdb round trips
         self.blind_data: tuple = ()  # NanoVDB blind data records, kept for .nvdb round trips
@@ -130,12 +127,17 @@ class Topology:
         if tile_value_index is not None:
             self.tile_value_index = np.ascontiguousarray(tile_value_index, dtype=np.int64)
             if self.tile_value_index.shape != (len(self.tile_sizes),):
-                raise VolumeError(f"expected one tile value index per tile ({len(self.tile_sizes)}), "
-                                  f"got shape {self.tile_value_index.shape}")
-            if len(self.tile_value_index) and (self.tile_value_index.min() < -1
-                                               or self.tile_value_index.max() >= self.value_count):
-                raise VolumeError(f"expected tile value indices in [-1, {self.value_count}) (-1: the background), "
-                                  f"got [{self.tile_value_index.min()}, {self.tile_value_index.max()}]")
+                raise VolumeError(
+                    f"expected one tile value index per tile ({len(self.tile_sizes)}), "
+                    f"got shape {self.tile_value_index.shape}"
+                )
+            if len(self.tile_value_index) and (
+                self.tile_value_index.min() < -1 or self.tile_value_index.max() >= self.value_count
+            ):
+                raise VolumeError(
+                    f"expected tile value indices in [-1, {self.value_count}) (-1: the background), "
+                    f"got [{self.tile_value_index.min()}, {self.tile_value_index.max()}]"
+                )
             self.tile_value_index.setflags(write=False)
         self._freeze()
 
@@ -165,8 +167,15 @@ class Topology:
             )
 
     def _freeze(self) -> None:
-        for arr in (self.leaf_origins, self.masks, self.tile_origins, self.tile_sizes, self.prefix,
-                    self.leaf_offset, *self.tables):
+        for arr in (
+            self.leaf_origins,
+            self.masks,
+            self.tile_origins,
+            self.tile_sizes,
+            self.prefix,
+            self.leaf_offset,
+            *self.tables,
+        ):
             arr.setflags(write=False)
 
     def _build_tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -258,8 +267,9 @@ class Topology:
         if box is None:
             return None
         lo, hi = box[0].astype(np.float64), box[1].astype(np.float64) + 1.0
-        corners = np.array([[(lo, hi)[a][0], (lo, hi)[b][1], (lo, hi)[c][2]]
-                            for a in (0, 1) for b in (0, 1) for c in (0, 1)])
+        corners = np.array(
+            [[(lo, hi)[a][0], (lo, hi)[b][1], (lo, hi)[c][2]] for a in (0, 1) for b in (0, 1) for c in (0, 1)]
+        )
         world = self.transform.apply(corners)
         return np.stack([world.min(axis=0), world.max(axis=0)])
 
@@ -303,18 +313,20 @@ class Topology:
             if np.any(index >= rows):
                 raise VolumeError(f"expected tile value rows below {rows}, got {int(index.max())}")
             bg = np.broadcast_to(np.asarray(background, dtype=data.dtype), data.shape[1:])
-            tile_values = np.where((index >= 0).reshape((-1,) + (1,) * (data.ndim - 1)),
-                                   data[np.maximum(index, 0)], bg)
-        return Volume._assemble(self, data, background, tile_values, index_layout=True, name=name,
-                                component_names=component_names)
+            tile_values = np.where((index >= 0).reshape((-1,) + (1,) * (data.ndim - 1)), data[np.maximum(index, 0)], bg)
+        return Volume._assemble(
+            self, data, background, tile_values, index_layout=True, name=name, component_names=component_names
+        )
 
     def to_nvdb(self, path: str, name: str = "index", codec: str = "none") -> None:
         """Write this topology as a NanoVDB OnIndex grid (see :func:`vdbflow.save`)."""
         operation("save")(path, {name: self}, codec=codec)
 
     def __repr__(self) -> str:
-        return (f"<vdbflow.Topology: {self.leaf_count} leaves, {self.active_voxel_count} active voxels, "
-                f"{self.tile_count} tiles>")
+        return (
+            f"<vdbflow.Topology: {self.leaf_count} leaves, {self.active_voxel_count} active voxels, "
+            f"{self.tile_count} tiles>"
+        )
 
 
 def _leaves_of(ijk: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -346,9 +358,18 @@ class Volume:
     ``Topology.with_data``).  Sampling: :meth:`sample`, :meth:`sample_grad`.
     """
 
-    def __init__(self, topology: Topology, data: np.ndarray, background: np.ndarray, tile_values: np.ndarray,
-                 value_type: ValueType, index_layout: bool, name: str = "value",
-                 component_names: Sequence[str] | None = None, leaf_values_at: np.ndarray | None = None):
+    def __init__(
+        self,
+        topology: Topology,
+        data: np.ndarray,
+        background: np.ndarray,
+        tile_values: np.ndarray,
+        value_type: ValueType,
+        index_layout: bool,
+        name: str = "value",
+        component_names: Sequence[str] | None = None,
+        leaf_values_at: np.ndarray | None = None,
+    ):
         """``data`` is (rows, C), or - with ``leaf_values_at`` (L,) - a flat array in which leaf l's 512
         values start at element ``leaf_values_at[l]`` (values left in place inside a mapped file)."""
         self.topology = topology
@@ -356,8 +377,11 @@ class Volume:
         self.index_layout = bool(index_layout)
         self.name = name
         C = value_type.components
-        names = tuple(component_names) if component_names is not None else (
-            DEFAULT_COMPONENT_NAMES[:C] if C <= 4 else tuple(f"c{c}" for c in range(C)))
+        names = (
+            tuple(component_names)
+            if component_names is not None
+            else (DEFAULT_COMPONENT_NAMES[:C] if C <= 4 else tuple(f"c{c}" for c in range(C)))
+        )
         if len(names) != C or len(set(names)) != C:
             raise VolumeError(f"expected {C} distinct component names, got {list(names)}")
         self.component_names = names
@@ -370,22 +394,30 @@ class Volume:
         if self._leaf_values_at is not None:
             if index_layout or self._leaf_values_at.shape != (topology.leaf_count,):
                 raise VolumeError("expected one value offset per leaf of a per-leaf layout volume")
-            if len(self._leaf_values_at) and (self._leaf_values_at.min() < 0 or
-                                              self._leaf_values_at.max() > data.size - tree.LEAF_VOXELS * C):
-                raise VolumeError(f"expected leaf value offsets inside the value array of {data.size} elements, "
-                                  f"got [{self._leaf_values_at.min()}, {self._leaf_values_at.max()}] "
-                                  f"+ {tree.LEAF_VOXELS * C}")
+            if len(self._leaf_values_at) and (
+                self._leaf_values_at.min() < 0 or self._leaf_values_at.max() > data.size - tree.LEAF_VOXELS * C
+            ):
+                raise VolumeError(
+                    f"expected leaf value offsets inside the value array of {data.size} elements, "
+                    f"got [{self._leaf_values_at.min()}, {self._leaf_values_at.max()}] "
+                    f"+ {tree.LEAF_VOXELS * C}"
+                )
         elif data.ndim != 2 or data.shape[1] != C:
             raise VolumeError(f"expected values of shape (rows, {C}), got {data.shape}")
         elif index_layout and len(data) < topology.value_count:
-            raise VolumeError(f"expected at least {topology.value_count} value rows for the index layout, "
-                              f"got {len(data)}")
+            raise VolumeError(
+                f"expected at least {topology.value_count} value rows for the index layout, got {len(data)}"
+            )
         elif not index_layout and len(data) != tree.LEAF_VOXELS * topology.leaf_count:
-            raise VolumeError(f"expected {tree.LEAF_VOXELS * topology.leaf_count} value rows "
-                              f"({tree.LEAF_VOXELS} per leaf), got {len(data)}")
+            raise VolumeError(
+                f"expected {tree.LEAF_VOXELS * topology.leaf_count} value rows "
+                f"({tree.LEAF_VOXELS} per leaf), got {len(data)}"
+            )
         if tile_values.shape != (topology.tile_count, C) or background.shape != (C,):
-            raise VolumeError(f"expected tile values ({topology.tile_count}, {C}) and a background ({C},), "
-                              f"got {tile_values.shape} and {background.shape}")
+            raise VolumeError(
+                f"expected tile values ({topology.tile_count}, {C}) and a background ({C},), "
+                f"got {tile_values.shape} and {background.shape}"
+            )
             self._leaf_values_at.setflags(write=False)
         self._contiguous_cache: np.ndarray | None = None
         self._background = background
@@ -399,8 +431,16 @@ class Volume:
 
     # -- constructors -------------------------------------------------------------------------
     @classmethod
-    def _assemble(cls, topology: Topology, data: np.ndarray, background: Any, tile_values: Any,
-                  index_layout: bool, name: str, component_names: Sequence[str] | None) -> Volume:
+    def _assemble(
+        cls,
+        topology: Topology,
+        data: np.ndarray,
+        background: Any,
+        tile_values: Any,
+        index_layout: bool,
+        name: str,
+        component_names: Sequence[str] | None,
+    ) -> Volume:
         """Checks and normalises values (rows of C), background (C,) and tile values (T, C)."""
         C = 1 if data.ndim == 1 else data.shape[1]
         vt = value_type_for(data.dtype, C)
@@ -587,8 +627,9 @@ class Volume:
         if active is not None:
             active = np.asarray(active)
             if active.shape != arr.shape[:3] or active.dtype != bool:
-                raise VolumeError(f"expected a boolean active mask of shape {arr.shape[:3]}, got "
-                                  f"{active.dtype} {active.shape}")
+                raise VolumeError(
+                    f"expected a boolean active mask of shape {arr.shape[:3]}, got {active.dtype} {active.shape}"
+                )
         transform = Transform.from_voxel_size(voxel_size, origin)
         X, Y, Z = arr.shape[:3]
         ny, nz = -(-Y // 8), -(-Z // 8)
@@ -597,12 +638,12 @@ class Volume:
             slab = np.empty((8, ny * 8, nz * 8, C), vt.dtype)
             slab[:] = bg
             xs = min(8, X - x0)
-            slab[:xs, :Y, :Z] = arr4[x0:x0 + xs]
+            slab[:xs, :Y, :Z] = arr4[x0 : x0 + xs]
             on = np.zeros((8, ny * 8, nz * 8), bool)
             if active is None:
-                on[:xs, :Y, :Z] = np.any(arr4[x0:x0 + xs] != bg, axis=3)
+                on[:xs, :Y, :Z] = np.any(arr4[x0 : x0 + xs] != bg, axis=3)
             else:
-                on[:xs, :Y, :Z] = active[x0:x0 + xs]
+                on[:xs, :Y, :Z] = active[x0 : x0 + xs]
             # (8, ny, 8, nz, 8) -> (ny, nz, 8, 8, 8): one row of 512 per leaf in voxel-offset order
             leaf_bits = on.reshape(8, ny, 8, nz, 8).transpose(1, 3, 0, 2, 4).reshape(ny * nz, tree.LEAF_VOXELS)
             keep = leaf_bits.any(axis=1)
@@ -621,8 +662,11 @@ class Volume:
             mask_arr = np.concatenate(masks)[order]
             data = np.concatenate(blocks)[order].reshape(-1, C)
         else:
-            leaf_origins, mask_arr, data = np.zeros((0, 3), np.int32), np.zeros((0, 8), np.uint64), \
-                np.zeros((0, C), vt.dtype)
+            leaf_origins, mask_arr, data = (
+                np.zeros((0, 3), np.int32),
+                np.zeros((0, 8), np.uint64),
+                np.zeros((0, C), vt.dtype),
+            )
         topo = Topology(leaf_origins, mask_arr, transform)
         return cls._assemble(topo, data, bg, None, False, name, component_names)
 
@@ -715,7 +759,7 @@ class Volume:
             out = np.empty((self.leaf_count * tree.LEAF_VOXELS, C), self.dtype)
             span = np.arange(tree.LEAF_VOXELS * C)
             for start in range(0, self.leaf_count, 4096):
-                at = self._leaf_values_at[start:start + 4096]
+                at = self._leaf_values_at[start : start + 4096]
                 rows = slice(start * tree.LEAF_VOXELS, (start + len(at)) * tree.LEAF_VOXELS)
                 out[rows] = flat[at[:, None] + span].reshape(-1, C)
             out.setflags(write=False)
@@ -741,9 +785,12 @@ class Volume:
         C, flat = self.components, self._data.reshape(-1)
         if len(at) > 1 and np.all(np.diff(at) == at[1] - at[0]) and at[1] > at[0]:
             item = flat.itemsize
-            return np.lib.stride_tricks.as_strided(flat[at[0]:], shape=(len(at), tree.LEAF_VOXELS, C),
-                                                   strides=(int(at[1] - at[0]) * item, C * item, item),
-                                                   writeable=False)
+            return np.lib.stride_tricks.as_strided(
+                flat[at[0] :],
+                shape=(len(at), tree.LEAF_VOXELS, C),
+                strides=(int(at[1] - at[0]) * item, C * item, item),
+                writeable=False,
+            )
         return self.value_rows().reshape(self.leaf_count, tree.LEAF_VOXELS, C)
 
     def active_voxels(self) -> np.ndarray:
@@ -764,8 +811,18 @@ class Volume:
         if k is None:
             t = self.topology
             k = self.device_cache["kernel_arrays"] = KernelArrays(
-                t.tables, t.masks, t.prefix, t.leaf_offset, self._data, self._tile_values, self._background,
-                self.components, self.index_layout, self._leaf_values_at, t.transform.kernel_parameters())
+                t.tables,
+                t.masks,
+                t.prefix,
+                t.leaf_offset,
+                self._data,
+                self._tile_values,
+                self._background,
+                self.components,
+                self.index_layout,
+                self._leaf_values_at,
+                t.transform.kernel_parameters(),
+            )
         return k
 
     def select_leaves(self, leaves: Any) -> Volume:
@@ -786,8 +843,16 @@ class Volume:
             data = np.ascontiguousarray(self.leaf_values[idx]).reshape(-1, C)
         else:
             data = self._data[t.leaf_rows(idx, True)]
-        vol = Volume(topo, data, self._background, self._tile_values, self.value_type, self.index_layout,
-                     self.name, self.component_names)
+        vol = Volume(
+            topo,
+            data,
+            self._background,
+            self._tile_values,
+            self.value_type,
+            self.index_layout,
+            self.name,
+            self.component_names,
+        )
         vol.grid_class, vol.blind_data = self.grid_class, self.blind_data
         vol.units, vol.length_units = self.units, self.length_units
         return vol
@@ -796,15 +861,24 @@ class Volume:
         """This volume with its values in one contiguous in-memory array (itself when they already are)."""
         if self._leaf_values_at is None:
             return self
-        vol = Volume(self.topology, self.value_rows(), self._background, self._tile_values, self.value_type,
-                     self.index_layout, self.name, self.component_names)
+        vol = Volume(
+            self.topology,
+            self.value_rows(),
+            self._background,
+            self._tile_values,
+            self.value_type,
+            self.index_layout,
+            self.name,
+            self.component_names,
+        )
         vol.grid_class, vol.blind_data = self.grid_class, self.blind_data
         vol.units, vol.length_units = self.units, self.length_units
         return vol
 
     # -- sampling -----------------------------------------------------------------------------
-    def sample(self, points: Any, mode: str = "linear", space: str = "world", *, device: str = "cpu",
-               dims: Any = None) -> xr.Dataset:
+    def sample(
+        self, points: Any, mode: str = "linear", space: str = "world", *, device: str = "cpu", dims: Any = None
+    ) -> xr.Dataset:
         """Values of this volume at points, as an xarray Dataset; the same as :func:`vdbflow.sample`.
 
         Parameters
@@ -838,8 +912,16 @@ class Volume:
         """
         return operation("sample")(self, points, mode=mode, space=space, device=device, dims=dims)
 
-    def sample_grad(self, points: Any, mode: str = "linear", space: str = "world",
-                    jacobian_space: str | None = None, *, device: str = "cpu", dims: Any = None) -> xr.Dataset:
+    def sample_grad(
+        self,
+        points: Any,
+        mode: str = "linear",
+        space: str = "world",
+        jacobian_space: str | None = None,
+        *,
+        device: str = "cpu",
+        dims: Any = None,
+    ) -> xr.Dataset:
         """Values and Jacobians of this volume at points, as an xarray Dataset; the same as
         :func:`vdbflow.sample_grad`.
 
@@ -876,12 +958,20 @@ class Volume:
         --------
         vdbflow.sample_grad : the full description, with an example.
         """
-        return operation("sample_grad")(self, points, mode=mode, space=space, jacobian_space=jacobian_space,
-                                        device=device, dims=dims)
+        return operation("sample_grad")(
+            self, points, mode=mode, space=space, jacobian_space=jacobian_space, device=device, dims=dims
+        )
 
-    def sample_hessian(self, points: Any, mode: str = "lag4", space: str = "world",
-                       jacobian_space: str | None = None, hessian_space: str | None = None, *,
-                       device: str = "cpu") -> xr.Dataset:
+    def sample_hessian(
+        self,
+        points: Any,
+        mode: str = "lag4",
+        space: str = "world",
+        jacobian_space: str | None = None,
+        hessian_space: str | None = None,
+        *,
+        device: str = "cpu",
+    ) -> xr.Dataset:
         """Values, Jacobians and Hessians of this volume at points, as an xarray Dataset; the same as
         :func:`vdbflow.sample_hessian`.
 
@@ -916,8 +1006,15 @@ class Volume:
         --------
         vdbflow.sample_hessian : the full description, with an example.
         """
-        return operation("sample_hessian")(self, points, mode=mode, space=space, jacobian_space=jacobian_space,
-                              hessian_space=hessian_space, device=device)
+        return operation("sample_hessian")(
+            self,
+            points,
+            mode=mode,
+            space=space,
+            jacobian_space=jacobian_space,
+            hessian_space=hessian_space,
+            device=device,
+        )
 
     def stencil_inside(self, points: Any, mode: str = "linear", space: str = "world") -> np.ndarray:
         """(N,) bool: points whose ``mode`` stencil reads only active voxels (or tiles), so that their
@@ -940,9 +1037,11 @@ class Volume:
 
     def __repr__(self) -> str:
         layout = "index" if self.index_layout else "per-leaf"
-        return (f"<vdbflow.Volume {self.name!r}: {self.value_type.name}, {layout} layout, {self.leaf_count} leaves, "
-                f"{self.active_voxel_count} active voxels, {self.tile_count} tiles, voxel size "
-                f"{np.round(self.voxel_size, 6).tolist()}>")
+        return (
+            f"<vdbflow.Volume {self.name!r}: {self.value_type.name}, {layout} layout, {self.leaf_count} leaves, "
+            f"{self.active_voxel_count} active voxels, {self.tile_count} tiles, voxel size "
+            f"{np.round(self.voxel_size, 6).tolist()}>"
+        )
 
 
 def _cast_values(values: Any, vt: ValueType, what: str, shape: tuple[int, ...]) -> np.ndarray:

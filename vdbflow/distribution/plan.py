@@ -45,8 +45,9 @@ class Router:
         """Partition (int64) that answers points whose base cell is in leaf ``keys`` (n, 3)."""
         return np.searchsorted(self.boundaries, morton(keys, self.origin, self.shift), side="right").astype(np.int64)
 
-    def route(self, points: np.ndarray, transform: Transform, space: str,
-              near: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def route(
+        self, points: np.ndarray, transform: Transform, space: str, near: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Points grouped by partition, in one pass of the kernels (``route_points``, route.h).
 
         Each point goes to the owner of its base cell's leaf slot, empty or not; the base cell comes
@@ -62,10 +63,15 @@ class Router:
         pts = np.ascontiguousarray(points)
         if pts.dtype not in (np.float32, np.float64):
             pts = pts.astype(np.float64)
-        return _core.route_points(pts.reshape(-1, 3), transform.kernel_parameters(), space == "world",
-                                  np.ascontiguousarray(self.origin, np.int64), int(self.shift),
-                                  np.ascontiguousarray(self.boundaries, np.uint64),
-                                  np.zeros((0, 4), np.int32) if near is None else near)
+        return _core.route_points(
+            pts.reshape(-1, 3),
+            transform.kernel_parameters(),
+            space == "world",
+            np.ascontiguousarray(self.origin, np.int64),
+            int(self.shift),
+            np.ascontiguousarray(self.boundaries, np.uint64),
+            np.zeros((0, 4), np.int32) if near is None else near,
+        )
 
 
 def near_blocks(topology: Topology, stencil: tuple[int, int], max_blocks: int = 1 << 22) -> np.ndarray | None:
@@ -140,9 +146,11 @@ def plan_partitions(topology: Topology, partitions: int, stencil_radius: int = 1
     codes = morton(keys, origin, shift)
     order = np.argsort(codes, kind="stable")
     cuts = [int(round(L * p / partitions)) for p in range(partitions + 1)]
-    owned = [np.sort(order[cuts[p]:cuts[p + 1]]) for p in range(partitions)]
-    boundaries = np.array([codes[order[cuts[p]]] if cuts[p] < L else np.iinfo(np.uint64).max
-                           for p in range(1, partitions)], dtype=np.uint64)
+    owned = [np.sort(order[cuts[p] : cuts[p + 1]]) for p in range(partitions)]
+    boundaries = np.array(
+        [codes[order[cuts[p]]] if cuts[p] < L else np.iinfo(np.uint64).max for p in range(1, partitions)],
+        dtype=np.uint64,
+    )
     lo, hi = -((max(stencil_radius, 1) - 1 + 7) // 8), (stencil_radius + 7) // 8
     router = Router(origin, shift, boundaries)
     # leaf k is needed by every partition that owns a base leaf k - o for an offset o of the stencil

@@ -59,8 +59,9 @@ def _import_dask() -> tuple[Any, Any, Any]:
         import dask.array as da
         import distributed
     except ImportError as err:  # pragma: no cover - dask is a dependency of this module
-        raise ImportError("vdbflow.distribute needs dask and distributed: pip install 'dask[array]' distributed") \
-            from err
+        raise ImportError(
+            "vdbflow.distribute needs dask and distributed: pip install 'dask[array]' distributed"
+        ) from err
     return dask, da, distributed
 
 
@@ -110,8 +111,10 @@ def _spill(pieces: list[Volume], client: Any, spill: str | os.PathLike | bool | 
     if spill is None:  # the workers run elsewhere: carry the pieces in the tasks instead
         return None
     lost = sorted(w for w, ok in seen.items() if not ok)
-    raise VolumeError(f"expected a spill directory {folder!r} that every worker can read, but {len(lost)} worker(s) "
-                      f"cannot see it: {lost[:3]}")
+    raise VolumeError(
+        f"expected a spill directory {folder!r} that every worker can read, but {len(lost)} worker(s) "
+        f"cannot see it: {lost[:3]}"
+    )
 
 
 def _remove_files(paths: list[str] | tuple[str, ...]) -> None:
@@ -140,19 +143,29 @@ def _merge(owned: Volume, *halo_pieces: Volume) -> Volume:
         counts = np.bitwise_count(masks).sum(axis=1).astype(np.int64)
         data = np.concatenate([v.value_rows() for v in parts])
         starts = np.cumsum(counts) - counts
-        rows = np.repeat(starts[order] - (np.cumsum(counts[order]) - counts[order]), counts[order]) + \
-            np.arange(int(counts.sum()))
+        rows = np.repeat(starts[order] - (np.cumsum(counts[order]) - counts[order]), counts[order]) + np.arange(
+            int(counts.sum())
+        )
         data = data[rows]
     else:
         data = np.concatenate([v.leaf_values for v in parts])[order].reshape(-1, C)
     t = owned.topology
     topo = Topology(origins[order], masks[order], t.transform, t.tile_origins, t.tile_sizes)
-    return Volume(topo, data, owned.background_values, owned.tile_values, owned.value_type, owned.index_layout,
-                  owned.name, owned.component_names)
+    return Volume(
+        topo,
+        data,
+        owned.background_values,
+        owned.tile_values,
+        owned.value_type,
+        owned.index_layout,
+        owned.name,
+        owned.component_names,
+    )
 
 
-def _route_wave(router: Router, transform: Any, space: str, near: np.ndarray | None, device: str,
-                *chunks: np.ndarray) -> tuple:
+def _route_wave(
+    router: Router, transform: Any, space: str, near: np.ndarray | None, device: str, *chunks: np.ndarray
+) -> tuple:
     """Route a wave of point chunks (concatenated, in order) in one kernel pass: P pieces
     ``(indices in the wave, points)``, then the indices of the points that read only background.
     ``device="cuda"`` routes on this worker's GPU; the pieces travel as host arrays."""
@@ -160,13 +173,24 @@ def _route_wave(router: Router, transform: Any, space: str, near: np.ndarray | N
     if device == "cuda":
         from vdbflow.devices import cuda
 
-        order, bounds, grouped = (a.get() for a in cuda.route(
-            pts, router.origin, router.shift, router.boundaries, transform.kernel_parameters(), space == "world", near))
+        order, bounds, grouped = (
+            a.get()
+            for a in cuda.route(
+                pts,
+                router.origin,
+                router.shift,
+                router.boundaries,
+                transform.kernel_parameters(),
+                space == "world",
+                near,
+            )
+        )
     else:
         order, bounds, grouped = router.route(pts, transform, space, near)
-    pieces = tuple((order[bounds[g]:bounds[g + 1]], grouped[bounds[g]:bounds[g + 1]])
-                   for g in range(1, len(bounds) - 1))
-    return (*pieces, order[bounds[0]:bounds[1]])
+    pieces = tuple(
+        (order[bounds[g] : bounds[g + 1]], grouped[bounds[g] : bounds[g + 1]]) for g in range(1, len(bounds) - 1)
+    )
+    return (*pieces, order[bounds[0] : bounds[1]])
 
 
 def _route_chunk(points: np.ndarray, router: Router, transform: Any, space: str, near: np.ndarray | None) -> list:
@@ -187,11 +211,25 @@ def _sample_piece(volume: Volume, piece: tuple, options: tuple) -> tuple:
     if hessian_space is not None:
         from vdbflow.ops.hessian import sample_hessian_arrays
 
-        arrays = sample_hessian_arrays(volume, pts, mode, space=space, jacobian_space=jacobian_space,
-                                       hessian_space=hessian_space, device="cuda" if on_gpu else "cpu")
+        arrays = sample_hessian_arrays(
+            volume,
+            pts,
+            mode,
+            space=space,
+            jacobian_space=jacobian_space,
+            hessian_space=hessian_space,
+            device="cuda" if on_gpu else "cpu",
+        )
     else:
-        arrays = sample_grad_arrays(volume, pts, mode, space=space, jacobian_space=jacobian_space,
-                                    jacobian=want_jacobian, device="cuda" if on_gpu else "cpu")
+        arrays = sample_grad_arrays(
+            volume,
+            pts,
+            mode,
+            space=space,
+            jacobian_space=jacobian_space,
+            jacobian=want_jacobian,
+            device="cuda" if on_gpu else "cpu",
+        )
         arrays = arrays if want_jacobian else arrays[:1]
     return (index, *(a.get() if on_gpu else a for a in arrays))
 
@@ -212,7 +250,7 @@ def _assemble_wave(sizes: tuple, outputs: tuple, background: Any, quiet: np.ndar
     out = []
     start = 0
     for size in sizes:
-        out += [block[start:start + size] for block in blocks]
+        out += [block[start : start + size] for block in blocks]
         start += size
     return tuple(out)
 
@@ -253,8 +291,10 @@ class DistributedVolume:
     def __repr__(self) -> str:
         t = self.template
         state = "closed" if self.closed else f"client {self.client.scheduler.address}"
-        return (f"<DistributedVolume {t.name!r} {t.value_type.name}, {self.template_leaf_count:,} leaves in "
-                f"{self.plan.partitions} partitions (halo {self.halo}) on {self.workers} worker(s), {state}>")
+        return (
+            f"<DistributedVolume {t.name!r} {t.value_type.name}, {self.template_leaf_count:,} leaves in "
+            f"{self.plan.partitions} partitions (halo {self.halo}) on {self.workers} worker(s), {state}>"
+        )
 
     @property
     def closed(self) -> bool:
@@ -266,8 +306,17 @@ class DistributedVolume:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _sample(self, points: Any, mode: str, space: str, jacobian_space: str | None, want_jacobian: bool,
-                device: str = "cpu", wave: int | None = None, hessian_space: str | None = None):
+    def _sample(
+        self,
+        points: Any,
+        mode: str,
+        space: str,
+        jacobian_space: str | None,
+        want_jacobian: bool,
+        device: str = "cpu",
+        wave: int | None = None,
+        hessian_space: str | None = None,
+    ):
         dask, da, _ = _import_dask()
         from dask.highlevelgraph import HighLevelGraph
 
@@ -278,8 +327,10 @@ class DistributedVolume:
         if mode != "closest" and not vt.is_float:
             raise SamplingError(f"expected mode='closest' for {vt.name} data, got mode={mode!r}")
         if STENCIL_RADIUS[mode] > self.halo:
-            raise SamplingError(f"mode {mode!r} reaches {STENCIL_RADIUS[mode]} voxels, but this volume was distributed "
-                                f"with halo={self.halo}: distribute(..., halo={STENCIL_RADIUS[mode]})")
+            raise SamplingError(
+                f"mode {mode!r} reaches {STENCIL_RADIUS[mode]} voxels, but this volume was distributed "
+                f"with halo={self.halo}: distribute(..., halo={STENCIL_RADIUS[mode]})"
+            )
         if not isinstance(points, da.Array):
             arr = np.asarray(points)
             if arr.ndim != 2 or arr.shape[1] != 3:
@@ -307,63 +358,102 @@ class DistributedVolume:
             chunks, sizes = list(points.to_delayed().ravel()), points.chunks[0]
         else:  # NumPy points: each wave's chunks travel inside its routing task, sent once to one worker
             step = DEFAULT_CHUNK
-            chunks = [points[s:s + step] for s in range(0, len(points), step)] or [points[:0]]
+            chunks = [points[s : s + step] for s in range(0, len(points), step)] or [points[:0]]
             sizes = tuple(len(c) for c in chunks)
         W = wave or default_wave(len(chunks), self.plan.partitions, self.workers)
         if W < 1:
             raise SamplingError(f"expected wave >= 1 (chunks per wave), got {wave}")
         delayed = dask.delayed
         P = self.plan.partitions
-        token = dask.base.tokenize(self.partitions[0].key if self.partitions else None, options,
-                                   points.name if isinstance(points, da.Array) else uuid.uuid4().hex, W)
+        token = dask.base.tokenize(
+            self.partitions[0].key if self.partitions else None,
+            options,
+            points.name if isinstance(points, da.Array) else uuid.uuid4().hex,
+            W,
+        )
         where = self.client.who_has(self.partitions)
         home = [list(where.get(f.key) or ()) or None for f in self.partitions]
-        names = [f"vdbflow-{kind}-{token}" for kind in ("values", "jacobian", "hessian")[:len(outputs)]]
+        names = [f"vdbflow-{kind}-{token}" for kind in ("values", "jacobian", "hessian")[: len(outputs)]]
         layers: list[dict] = [{} for _ in outputs]
         done_waves = []
         for w, first in enumerate(range(0, len(chunks), W)):
-            members = chunks[first:first + W]
-            route = delayed(_route_wave, pure=False, nout=P + 1)(self.plan.router, self.template.transform, space,
-                                                                 self.near, device, *members,
-                                                                 dask_key_name=f"vdbflow-route-{token}-{w}")
+            members = chunks[first : first + W]
+            route = delayed(_route_wave, pure=False, nout=P + 1)(
+                self.plan.router,
+                self.template.transform,
+                space,
+                self.near,
+                device,
+                *members,
+                dask_key_name=f"vdbflow-route-{token}-{w}",
+            )
             pieces = [route[g] for g in range(P + 1)]
             sampled = []
             for p, part in enumerate(self.partitions):
                 # run where the partition lives (a piece moves, never a partition); anywhere once that worker is gone
                 with dask.annotate(workers=home[p], allow_other_workers=True):
-                    sampled.append(delayed(_sample_piece, pure=False)(
-                        part, pieces[p], options, dask_key_name=f"vdbflow-sample-{token}-{w}-{p}"))
+                    sampled.append(
+                        delayed(_sample_piece, pure=False)(
+                            part, pieces[p], options, dask_key_name=f"vdbflow-sample-{token}-{w}-{p}"
+                        )
+                    )
             done = delayed(_assemble_wave, pure=False)(
-                sizes[first:first + W], tuple(outputs), self.template.background, pieces[P], *sampled,
-                dask_key_name=f"vdbflow-assemble-{token}-{w}")
+                sizes[first : first + W],
+                tuple(outputs),
+                self.template.background,
+                pieces[P],
+                *sampled,
+                dask_key_name=f"vdbflow-assemble-{token}-{w}",
+            )
             done_waves.append(done)
             for i in range(len(members)):
                 for k, (shape, _) in enumerate(outputs):
-                    layers[k][(names[k], first + i) + (0,) * len(shape)] = \
-                        (operator.getitem, done.key, len(outputs) * i + k)
+                    layers[k][(names[k], first + i) + (0,) * len(shape)] = (
+                        operator.getitem,
+                        done.key,
+                        len(outputs) * i + k,
+                    )
         arrays = []
         for name, layer, (shape, dtype) in zip(names, layers, outputs, strict=True):
             graph = HighLevelGraph.from_collections(name, layer, dependencies=done_waves)
             arrays.append(da.Array(graph, name, chunks=(tuple(sizes),) + tuple((d,) for d in shape), dtype=dtype))
         return points, arrays, jacobian_space
 
-    def sample(self, points: Any, mode: str = "linear", space: str = "world", *, device: str = "cpu",
-               wave: int | None = None):
+    def sample(
+        self, points: Any, mode: str = "linear", space: str = "world", *, device: str = "cpu", wave: int | None = None
+    ):
         """Values at ``points`` (N, 3), NumPy or Dask (chunked along N); a Dask-backed Dataset.
         ``device="cuda"`` samples on each worker's GPU (e.g. a ``dask_cuda.LocalCUDACluster``);
         ``wave`` is the number of point chunks routed together (default: see the module docstring)."""
         pts, (values,), _ = self._sample(points, mode, space, None, False, device, wave)
         return build_dataset(self.template, pts, values, None, mode, space, None)
 
-    def sample_grad(self, points: Any, mode: str = "linear", space: str = "world", jacobian_space: str | None = None,
-                    *, device: str = "cpu", wave: int | None = None):
+    def sample_grad(
+        self,
+        points: Any,
+        mode: str = "linear",
+        space: str = "world",
+        jacobian_space: str | None = None,
+        *,
+        device: str = "cpu",
+        wave: int | None = None,
+    ):
         """Values and Jacobians at ``points``; the same Dataset layout as :meth:`Volume.sample_grad`,
         Dask-backed and chunked like the points (1,048,576 points per chunk for NumPy points)."""
         pts, (values, jac), jspace = self._sample(points, mode, space, jacobian_space, True, device, wave)
         return build_dataset(self.template, pts, values, jac, mode, space, jspace)
 
-    def sample_hessian(self, points: Any, mode: str = "lag4", space: str = "world", jacobian_space: str | None = None,
-                       hessian_space: str | None = None, *, device: str = "cpu", wave: int | None = None):
+    def sample_hessian(
+        self,
+        points: Any,
+        mode: str = "lag4",
+        space: str = "world",
+        jacobian_space: str | None = None,
+        hessian_space: str | None = None,
+        *,
+        device: str = "cpu",
+        wave: int | None = None,
+    ):
         """Values, Jacobians and Hessians at ``points``; the Dataset of :meth:`Volume.sample_hessian`,
         Dask-backed, equal to it bit for bit."""
         from vdbflow.ops.hessian import add_hessian, check_request
@@ -373,8 +463,15 @@ class DistributedVolume:
         ds = build_dataset(self.template, pts, values, jac, mode, space, jspace)
         return add_hessian(ds, self.template, hess, hspace)
 
-    def sample_grad_vjp(self, points: Any, adj_value: Any, adj_jacobian: Any = None, mode: str = "linear",
-                        space: str = "index", jacobian_space: str | None = None) -> DistributedVJP:
+    def sample_grad_vjp(
+        self,
+        points: Any,
+        adj_value: Any,
+        adj_jacobian: Any = None,
+        mode: str = "linear",
+        space: str = "index",
+        jacobian_space: str | None = None,
+    ) -> DistributedVJP:
         """Reverse mode across the cluster: each partition differentiates its points against its
         own and halo leaves; the halo copies' adjoints travel back to the owning partitions and are
         added there in partition order.  Equal to :func:`vdbflow.sample_grad_vjp` up to the order of
@@ -384,9 +481,16 @@ class DistributedVolume:
     def stats(self) -> list[dict[str, Any]]:
         """Per partition: owned leaves, halo leaves, halo bytes and the worker holding it."""
         where = self.client.who_has(self.partitions)
-        return [{"partition": p, "owned_leaves": len(self.plan.owned[p]), "halo_leaves": len(self.plan.halo[p]),
-                 "halo_bytes": len(self.plan.halo[p]) * self.leaf_bytes,
-                 "worker": (where.get(f.key) or ["?"])[0]} for p, f in enumerate(self.partitions)]
+        return [
+            {
+                "partition": p,
+                "owned_leaves": len(self.plan.owned[p]),
+                "halo_leaves": len(self.plan.halo[p]),
+                "halo_bytes": len(self.plan.halo[p]) * self.leaf_bytes,
+                "worker": (where.get(f.key) or ["?"])[0],
+            }
+            for p, f in enumerate(self.partitions)
+        ]
 
     def close(self) -> None:
         """Release the partitions (and the embedded cluster, if this volume started it).  Idempotent."""
@@ -404,9 +508,15 @@ class DistributedVolume:
                 cluster.close()
 
 
-def distribute(source: Volume | str | os.PathLike, client: Any = None, partitions: int | None = None,
-               halo: int = 1, *, grid: int | str | None = None,
-               spill: str | os.PathLike | bool | None = None) -> DistributedVolume:
+def distribute(
+    source: Volume | str | os.PathLike,
+    client: Any = None,
+    partitions: int | None = None,
+    halo: int = 1,
+    *,
+    grid: int | str | None = None,
+    spill: str | os.PathLike | bool | None = None,
+) -> DistributedVolume:
     """Partition a volume across a Dask cluster, for sampling in parallel.
 
     Each partition holds its own leaves plus a halo of neighbouring leaves, so that a stencil near
@@ -460,8 +570,9 @@ def distribute(source: Volume | str | os.PathLike, client: Any = None, partition
             client = distributed.get_client()
         except ValueError:  # no client in this process
             owns = True
-            cluster = distributed.LocalCluster(n_workers=os.cpu_count() or 1, threads_per_worker=1, processes=True,
-                                               dashboard_address="127.0.0.1:0")
+            cluster = distributed.LocalCluster(
+                n_workers=os.cpu_count() or 1, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0"
+            )
             client = distributed.Client(cluster)
     if isinstance(source, Volume):
         whole, loader_source = source, None
@@ -491,8 +602,7 @@ def distribute(source: Volume | str | os.PathLike, client: Any = None, partition
             owned = [client.submit(_hold, pieces[p], pure=False, **place(p)) for p in range(P)]
         del pieces
     else:
-        owned = [client.submit(_read_leaves, *loader_source, plan.owned[p], pure=False, **place(p))
-                 for p in range(P)]
+        owned = [client.submit(_read_leaves, *loader_source, plan.owned[p], pure=False, **place(p)) for p in range(P)]
     # 2. halo exchange: each owner extracts the leaves a neighbour needs; they travel worker to worker
     owner = np.empty(whole.leaf_count, np.int64)
     local = np.empty(whole.leaf_count, np.int64)
@@ -517,28 +627,46 @@ def distribute(source: Volume | str | os.PathLike, client: Any = None, partition
     near = near_blocks(whole.topology, plan.stencil)
     counts = np.bitwise_count(whole.topology.masks).sum(axis=1).astype(np.int64)
     workers = max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
-    return DistributedVolume(client, plan, parts, template, leaf_bytes, near, whole.leaf_count, counts, halo, owns,
-                             lineage, whole.topology, workers, tuple(spilled or ()))
+    return DistributedVolume(
+        client,
+        plan,
+        parts,
+        template,
+        leaf_bytes,
+        near,
+        whole.leaf_count,
+        counts,
+        halo,
+        owns,
+        lineage,
+        whole.topology,
+        workers,
+        tuple(spilled or ()),
+    )
 
 
 # -- reverse mode ---------------------------------------------------------------------------------------
-def _vjp_partition(volume: Volume, p: int, options: tuple, own_local: np.ndarray, send: dict, n_chunks: int,
-                   *inputs: Any) -> tuple:
+def _vjp_partition(
+    volume: Volume, p: int, options: tuple, own_local: np.ndarray, send: dict, n_chunks: int, *inputs: Any
+) -> tuple:
     """Reverse mode of this partition's points (every chunk, in chunk order).  Returns the point
     adjoints per chunk, the adjoint rows of its own leaves, the rows of halo leaves to send back to
     each owner, and its tile and background adjoints."""
     from vdbflow.ops.vjp import sample_grad_vjp
 
     mode, space, jacobian_space = options
-    routed, adj_values, adj_jacobians = inputs[:n_chunks], inputs[n_chunks:2 * n_chunks], inputs[2 * n_chunks:]
+    routed, adj_values, adj_jacobians = inputs[:n_chunks], inputs[n_chunks : 2 * n_chunks], inputs[2 * n_chunks :]
     index = [routed[c][p][0] for c in range(n_chunks)]
     pts = np.concatenate([routed[c][p][1] for c in range(n_chunks)])
     a_val = np.concatenate([np.asarray(adj_values[c])[index[c]] for c in range(n_chunks)])
-    a_jac = None if adj_jacobians[0] is None else \
-        np.concatenate([np.asarray(adj_jacobians[c])[index[c]] for c in range(n_chunks)])
+    a_jac = (
+        None
+        if adj_jacobians[0] is None
+        else np.concatenate([np.asarray(adj_jacobians[c])[index[c]] for c in range(n_chunks)])
+    )
     r = sample_grad_vjp(volume, pts, a_val, a_jac, mode, space, jacobian_space)
     sizes = np.cumsum([0] + [len(i) for i in index])
-    per_chunk = [(index[c], r.points[sizes[c]:sizes[c + 1]]) for c in range(n_chunks)]
+    per_chunk = [(index[c], r.points[sizes[c] : sizes[c + 1]]) for c in range(n_chunks)]
     data = np.asarray(r.voxel_data).reshape(len(r.voxel_data), -1)
     rows_of = volume.topology.leaf_rows
     own = data[rows_of(own_local, volume.index_layout)]
@@ -596,8 +724,15 @@ class DistributedVJP:
         return out[:, 0] if C == 1 else out
 
 
-def _vjp(dvol: DistributedVolume, points: Any, adj_value: Any, adj_jacobian: Any, mode: str, space: str,
-         jacobian_space: str | None) -> DistributedVJP:
+def _vjp(
+    dvol: DistributedVolume,
+    points: Any,
+    adj_value: Any,
+    adj_jacobian: Any,
+    mode: str,
+    space: str,
+    jacobian_space: str | None,
+) -> DistributedVJP:
     dask, da, _ = _import_dask()
     check_choice(mode, MODES, "mode")
     check_choice(space, SPACES, "space")
@@ -614,8 +749,9 @@ def _vjp(dvol: DistributedVolume, points: Any, adj_value: Any, adj_jacobian: Any
     delayed = dask.delayed
     plan, P = dvol.plan, dvol.plan.partitions
     chunks = points.to_delayed().ravel()
-    routed = [delayed(_route_chunk, pure=True)(chunk, plan.router, dvol.template.transform, space, None)
-              for chunk in chunks]
+    routed = [
+        delayed(_route_chunk, pure=True)(chunk, plan.router, dvol.template.transform, space, None) for chunk in chunks
+    ]
     vals = list(adj_value.to_delayed().ravel())
     jacs = [None] * len(chunks) if adj_jacobian is None else list(adj_jacobian.to_delayed().ravel())
     # which local leaves each partition owns, and which halo leaves it returns to which owner
@@ -638,15 +774,32 @@ def _vjp(dvol: DistributedVolume, points: Any, adj_value: Any, adj_jacobian: Any
             pos = np.searchsorted(owned_q, leaves)
             targets[int(q)][p] = np.concatenate([np.arange(starts[k], starts[k] + block_counts[k]) for k in pos])
         sends.append(send)
-        results.append(delayed(_vjp_partition, pure=True)(dvol.partitions[p], p, (mode, space, jacobian_space),
-                                                          own_local, send, len(chunks), *routed, *vals, *jacs))
-    owned = [delayed(_owner_rows, pure=True)(q, results[q], dict(sorted(targets[q].items())),
-                                             *[results[p] for p in sorted(targets[q])]) for q in range(P)]
+        results.append(
+            delayed(_vjp_partition, pure=True)(
+                dvol.partitions[p],
+                p,
+                (mode, space, jacobian_space),
+                own_local,
+                send,
+                len(chunks),
+                *routed,
+                *vals,
+                *jacs,
+            )
+        )
+    owned = [
+        delayed(_owner_rows, pure=True)(
+            q, results[q], dict(sorted(targets[q].items())), *[results[p] for p in sorted(targets[q])]
+        )
+        for q in range(P)
+    ]
     tiles = delayed(_sum_small, pure=True)(3, *results)
     background = delayed(_sum_small, pure=True)(4, *results)
     R = dvol.template.value_type.jacobian_dtype
-    parts = [da.from_delayed(delayed(_point_adjoints, pure=True)(c, n, R, *results), shape=(n, 3), dtype=R)
-             for c, n in enumerate(rows)]
+    parts = [
+        da.from_delayed(delayed(_point_adjoints, pure=True)(c, n, R, *results), shape=(n, 3), dtype=R)
+        for c, n in enumerate(rows)
+    ]
     client = dvol.client
     owned_f = client.compute(owned)
     tiles_f, bg_f = client.compute([tiles, background])

@@ -30,18 +30,27 @@ def _regular_axis(coord: np.ndarray, name: str) -> tuple[float, float] | None:
         return None
     step = np.diff(c)
     if not np.allclose(step, step[0], rtol=1e-6, atol=0) or step[0] == 0:
-        raise VolumeError(f"expected an evenly spaced coordinate {name!r} to place voxels, got spacings from "
-                          f"{step.min():.6g} to {step.max():.6g}")
+        raise VolumeError(
+            f"expected an evenly spaced coordinate {name!r} to place voxels, got spacings from "
+            f"{step.min():.6g} to {step.max():.6g}"
+        )
     return float(c[0]), float(step[0])
 
 
 class DenseSource:
     """A dense (X, Y, Z) or (X, Y, Z, C) array read block by block along X."""
 
-    def __init__(self, shape: tuple[int, ...], read: Callable[[int, int], np.ndarray], dtype: np.dtype,
-                 origin: tuple[float, float, float] | None = None,
-                 voxel_size: tuple[float, float, float] | None = None, names: Sequence[str] | None = None,
-                 mask: Callable[[int, int], np.ndarray] | None = None, units: str | None = None):
+    def __init__(
+        self,
+        shape: tuple[int, ...],
+        read: Callable[[int, int], np.ndarray],
+        dtype: np.dtype,
+        origin: tuple[float, float, float] | None = None,
+        voxel_size: tuple[float, float, float] | None = None,
+        names: Sequence[str] | None = None,
+        mask: Callable[[int, int], np.ndarray] | None = None,
+        units: str | None = None,
+    ):
         if len(shape) not in (3, 4):
             raise VolumeError(f"expected a dense array of shape (X, Y, Z) or (X, Y, Z, C), got {tuple(shape)}")
         self.shape, self.read, self.dtype = tuple(shape), read, np.dtype(dtype)
@@ -74,8 +83,7 @@ def open_dense(path: str | Path, variables: Sequence[str] = (), mask_variable: s
     import xarray as xr
 
     try:
-        ds = xr.open_zarr(path) if path.suffix.lower() == ".zarr" or path.is_dir() else xr.open_dataset(path,
-                                                                                                          chunks={})
+        ds = xr.open_zarr(path) if path.suffix.lower() == ".zarr" or path.is_dir() else xr.open_dataset(path, chunks={})
     except Exception as err:  # the backends raise many kinds for unreadable files
         raise VolumeError(f"cannot open {path} as a NetCDF or Zarr dataset: {err}") from None
     names = list(variables) or [v for v in ds.data_vars if ds[v].ndim >= 3][:1]
@@ -88,8 +96,10 @@ def open_dense(path: str | Path, variables: Sequence[str] = (), mask_variable: s
     dims = arrays[0].dims
     for v, a in zip(names, arrays, strict=True):
         if a.dims != dims or a.shape != arrays[0].shape:
-            raise VolumeError(f"expected variables of equal dims and shape, got {names[0]} {dict(arrays[0].sizes)} "
-                              f"and {v} {dict(a.sizes)}")
+            raise VolumeError(
+                f"expected variables of equal dims and shape, got {names[0]} {dict(arrays[0].sizes)} "
+                f"and {v} {dict(a.sizes)}"
+            )
     if len(arrays) > 1 and len(dims) != 3:
         raise VolumeError(f"expected 3-dim variables to stack as components, got dims {dims}")
     origin, size = [], []
@@ -114,8 +124,16 @@ def open_dense(path: str | Path, variables: Sequence[str] = (), mask_variable: s
         def mask(a: int, b: int) -> np.ndarray:
             return np.asarray(m.isel({dims[0]: slice(a, b)}).values).astype(bool)
 
-    source = DenseSource(shape, read, np.result_type(*[a.dtype for a in arrays]), tuple(origin), tuple(size),
-                         names if len(names) > 1 else None, mask, ds[names[0]].attrs.get("units"))
+    source = DenseSource(
+        shape,
+        read,
+        np.result_type(*[a.dtype for a in arrays]),
+        tuple(origin),
+        tuple(size),
+        names if len(names) > 1 else None,
+        mask,
+        ds[names[0]].attrs.get("units"),
+    )
     source.variables = tuple(names)
     return source
 
@@ -126,8 +144,9 @@ def _spatial(var: Any) -> Any:
         rest = [d for d in var.dims if d not in _XYZ]
         var = var.transpose(*_XYZ, *rest)
     if var.ndim not in (3, 4):
-        raise VolumeError(f"expected a variable with 3 dims (or 4 with components), got {var.name!r} with dims "
-                          f"{var.dims}")
+        raise VolumeError(
+            f"expected a variable with 3 dims (or 4 with components), got {var.name!r} with dims {var.dims}"
+        )
     return var
 
 
@@ -140,10 +159,17 @@ def default_name(source: DenseSource, variables: Sequence[str] = ()) -> str:
     return "velocity" if source.components == 3 else "density"
 
 
-def convert(source: DenseSource, threshold: float | None = None, background: float = 0.0,
-            dtype: str | None = None, voxel_size: Sequence[float] | None = None,
-            origin: Sequence[float] | None = None, slab: int = 64, name: str = "density",
-            progress: Callable[[int, int], None] | None = None) -> Volume:
+def convert(
+    source: DenseSource,
+    threshold: float | None = None,
+    background: float = 0.0,
+    dtype: str | None = None,
+    voxel_size: Sequence[float] | None = None,
+    origin: Sequence[float] | None = None,
+    slab: int = 64,
+    name: str = "density",
+    progress: Callable[[int, int], None] | None = None,
+) -> Volume:
     """A sparse Volume of the voxels of ``source`` that are active: where the mask is set, else where
     ``|value|`` (vector norm) exceeds ``threshold``, else where the value differs from ``background``.
 
@@ -152,8 +178,9 @@ def convert(source: DenseSource, threshold: float | None = None, background: flo
     if slab < 8 or slab % 8:
         raise VolumeError(f"expected a slab of a positive multiple of 8 planes, got {slab}")
     C = source.components
-    out_dtype = np.dtype(dtype) if dtype else (np.dtype(np.float64) if source.dtype == np.float64 else
-                                               np.dtype(np.float32))
+    out_dtype = (
+        np.dtype(dtype) if dtype else (np.dtype(np.float64) if source.dtype == np.float64 else np.dtype(np.float32))
+    )
     if C not in (1, 3, 4):
         raise VolumeError(f"expected 1, 3 or 4 components to write a value grid, got {C}")
     coords, values = [], []
@@ -182,8 +209,9 @@ def convert(source: DenseSource, threshold: float | None = None, background: flo
     vals = np.concatenate(values) if values else np.zeros((0,) if C == 1 else (0, C), out_dtype)
     size = tuple(voxel_size) if voxel_size is not None else (source.voxel_size or (1.0, 1.0, 1.0))
     org = tuple(origin) if origin is not None else (source.origin or (0.0, 0.0, 0.0))
-    vol = Volume.from_voxels(ijk, vals, background=background, transform=_transform(size, org), name=name,
-                             component_names=source.names)
+    vol = Volume.from_voxels(
+        ijk, vals, background=background, transform=_transform(size, org), name=name, component_names=source.names
+    )
     vol.units = source.units
     return vol
 
@@ -192,8 +220,7 @@ def _transform(voxel_size: Sequence[float], origin: Sequence[float]) -> np.ndarr
     if len(voxel_size) == 1:
         voxel_size = tuple(voxel_size) * 3
     if len(voxel_size) != 3 or len(origin) != 3:
-        raise VolumeError(f"expected 3 voxel sizes and 3 origin coordinates, got {list(voxel_size)} and "
-                          f"{list(origin)}")
+        raise VolumeError(f"expected 3 voxel sizes and 3 origin coordinates, got {list(voxel_size)} and {list(origin)}")
     M = np.eye(4)
     M[:3, :3] = np.diag(np.asarray(voxel_size, np.float64))
     M[:3, 3] = origin

@@ -101,12 +101,13 @@ def _grid_header(buf: np.ndarray, base: int) -> dict[str, Any]:
         raise NanoVDBError(f"expected a NanoVDB grid magic at byte {base}, found 0x{magic:016x}")
     major, minor, patch = fmt.version_parts(version)
     if major != fmt.MAJOR_VERSION:
-        raise NanoVDBError(f"expected NanoVDB major version 32 at byte {base + fmt.GRID_OFF_VERSION}, "
-                           f"found {major}.{minor}.{patch}")
+        raise NanoVDBError(
+            f"expected NanoVDB major version 32 at byte {base + fmt.GRID_OFF_VERSION}, found {major}.{minor}.{patch}"
+        )
     if gsize < fmt.GRID_SIZE + fmt.TREE_SIZE or gsize > MAX_GRID_BYTES:
         raise NanoVDBError(f"grid size {gsize} at byte {base + fmt.GRID_OFF_GRID_SIZE} is not a plausible grid size")
     _need(buf, base, gsize, "grid")
-    raw_name = bytes(buf[base + fmt.GRID_OFF_NAME: base + fmt.GRID_OFF_NAME + fmt.GRID_NAME_SIZE])
+    raw_name = bytes(buf[base + fmt.GRID_OFF_NAME : base + fmt.GRID_OFF_NAME + fmt.GRID_NAME_SIZE])
     name = raw_name.split(b"\0", 1)[0].decode("utf-8", "replace")
     mat = np.array(_unpack(buf, base + fmt.GRID_OFF_MAP + fmt.MAP_OFF_MATD, "<9d", "map"))
     vec = np.array(_unpack(buf, base + fmt.GRID_OFF_MAP + fmt.MAP_OFF_VECD, "<3d", "map"))
@@ -123,11 +124,29 @@ def _grid_header(buf: np.ndarray, base: int) -> dict[str, Any]:
     index_to_world = np.eye(4)
     index_to_world[:3, :3] = mat.reshape(3, 3)
     index_to_world[:3, 3] = vec
-    return dict(magic=magic, checksum=checksum, version=version, flags=flags, grid_index=gindex, grid_count=gcount,
-                grid_size=gsize, name=name, index_to_world=index_to_world, world_bbox=world_bbox,
-                voxel_size=voxel_size, grid_class=gclass, grid_type=gtype, blind_offset=blind_offset,
-                blind_count=blind_count, value_count=data1, tree=t, node_offsets=node_offsets,
-                node_counts=node_counts, tile_counts=tile_counts, voxel_count=voxel_count)
+    return dict(
+        magic=magic,
+        checksum=checksum,
+        version=version,
+        flags=flags,
+        grid_index=gindex,
+        grid_count=gcount,
+        grid_size=gsize,
+        name=name,
+        index_to_world=index_to_world,
+        world_bbox=world_bbox,
+        voxel_size=voxel_size,
+        grid_class=gclass,
+        grid_type=gtype,
+        blind_offset=blind_offset,
+        blind_count=blind_count,
+        value_count=data1,
+        tree=t,
+        node_offsets=node_offsets,
+        node_counts=node_counts,
+        tile_counts=tile_counts,
+        voxel_count=voxel_count,
+    )
 
 
 def _crc(buf: np.ndarray, start: int, stop: int, crc: int = 0) -> int:
@@ -147,8 +166,10 @@ def _blocked_crc(buf: np.ndarray, start: int, stop: int) -> int:
 
 def _node_crcs(buf: np.ndarray, arrays: list[tuple[int, int, int]]) -> np.ndarray:
     """CRC32 of every node of the (start, count, size) arrays, upper, lower then leaf."""
-    return np.array([_crc(buf, start + k * size, start + (k + 1) * size)
-                     for start, count, size in arrays for k in range(count)], np.uint64)
+    return np.array(
+        [_crc(buf, start + k * size, start + (k + 1) * size) for start, count, size in arrays for k in range(count)],
+        np.uint64,
+    )
 
 
 @dataclass(frozen=True)
@@ -163,8 +184,10 @@ def _checksum_rules(buf: np.ndarray, base: int, h: dict[str, Any], layout: fmt.G
     end = base + h["grid_size"]
     head_start, head_end = base + fmt.CHECKSUM_HEAD_START, base + fmt.GRID_SIZE + fmt.TREE_SIZE
     if h["version"] > fmt.CHECKSUM_OLD_RULES_LAST:
-        return _Checksums(((head_start, head_end),),
-                          ((f"bytes [{head_end}, {end}) in 4 KiB blocks", lambda: _blocked_crc(buf, head_end, end)),))
+        return _Checksums(
+            ((head_start, head_end),),
+            ((f"bytes [{head_end}, {end}) in 4 KiB blocks", lambda: _blocked_crc(buf, head_end, end)),),
+        )
     t = h["tree"]
     offs, counts = h["node_offsets"], h["node_counts"]
     upper = t + offs[2]
@@ -198,6 +221,7 @@ def _checksum_rules(buf: np.ndarray, base: int, h: dict[str, Any], layout: fmt.G
                     return None
                 cache[whole] = _node_crcs(buf, arrays)
             return zlib.crc32(cache[whole].astype(f"<u{width}").tobytes()) & 0xFFFFFFFF
+
         return crc
 
     # the per-node CRCs were kept as u32 (current NanoVDB, CUDA) or as 8-byte uint_fast32_t (older
@@ -219,8 +243,9 @@ def _head_as_if(buf: np.ndarray, base: int, start: int, stop: int, index_count: 
     return _crc(buf, count_end, stop, crc)
 
 
-def _verify_checksum(buf: np.ndarray, base: int, h: dict[str, Any], layout: fmt.GridLayout, tail: bool,
-                     position: tuple[int, int]) -> None:
+def _verify_checksum(
+    buf: np.ndarray, base: int, h: dict[str, Any], layout: fmt.GridLayout, tail: bool, position: tuple[int, int]
+) -> None:
     """Checks a grid's checksum by the rules of its version: the head (low half) unless 0xFFFFFFFF,
     and with ``tail`` the tail (high half) unless 0xFFFFFFFF.  NanoVDB rewrites a grid's index and
     count (bytes 24-32) when it moves a grid between buffers, so a head is also accepted for the grid
@@ -235,7 +260,8 @@ def _verify_checksum(buf: np.ndarray, base: int, h: dict[str, Any], layout: fmt.
         alternatives = {(0, 1), position} - {(h["grid_index"], h["grid_count"])}
         for start, stop in rules.head_spans:
             if _crc(buf, start, stop) == want_head or any(
-                    _head_as_if(buf, base, start, stop, alt) == want_head for alt in alternatives):
+                _head_as_if(buf, base, start, stop, alt) == want_head for alt in alternatives
+            ):
                 break
         else:
             start, stop = rules.head_spans[0]
@@ -243,7 +269,8 @@ def _verify_checksum(buf: np.ndarray, base: int, h: dict[str, Any], layout: fmt.
                 f"checksum mismatch in grid {h['name']!r} (NanoVDB {version}): bytes [{start}, {stop}) have CRC32 "
                 f"0x{_crc(buf, start, stop):08x}, the head half of the checksum at byte "
                 f"{base + fmt.GRID_OFF_CHECKSUM} records 0x{want_head:08x} (open with checksum=False to read a grid "
-                f"whose writer left a stale checksum)")
+                f"whose writer left a stale checksum)"
+            )
     if tail and want_tail != fmt.EMPTY_CRC32 and rules.tails:
         found = []
         for what, crc in rules.tails:
@@ -256,7 +283,8 @@ def _verify_checksum(buf: np.ndarray, base: int, h: dict[str, Any], layout: fmt.
             f"checksum mismatch in grid {h['name']!r} (NanoVDB {version}): {what} have CRC32 "
             f"{'(out of bounds)' if got is None else f'0x{got:08x}'}, the tail half of the checksum at byte "
             f"{base + fmt.GRID_OFF_CHECKSUM + 4} records 0x{want_tail:08x} "
-            f"(open with checksum=False to read it anyway)")
+            f"(open with checksum=False to read it anyway)"
+        )
 
 
 def _layout_of(header: dict[str, Any], base: int) -> fmt.GridLayout:
@@ -276,18 +304,29 @@ def _layout_of(header: dict[str, Any], base: int) -> fmt.GridLayout:
 def _node_rows(buf: np.ndarray, start: int, count: int, size: int, what: str) -> np.ndarray:
     """(count, size) uint8 view of a contiguous node array."""
     _need(buf, start, count * size, f"{what} array")
-    return buf[start:start + count * size].reshape(count, size)
+    return buf[start : start + count * size].reshape(count, size)
 
 
-def _node_index(parents: np.ndarray, offsets: np.ndarray, fields: np.ndarray, start: int, count: int, size: int,
-                what: str, parent: str, count_at: int) -> np.ndarray:
+def _node_index(
+    parents: np.ndarray,
+    offsets: np.ndarray,
+    fields: np.ndarray,
+    start: int,
+    count: int,
+    size: int,
+    what: str,
+    parent: str,
+    count_at: int,
+) -> np.ndarray:
     """Index of each child (parent address + offset read from the file at byte ``fields``) in its node
     array; a child that points anywhere else (outside the array, between nodes, or into another level -
     which is how an offset could loop) is an error.  Offsets are range-checked before they are added,
     so no sum can wrap around."""
     if len(offsets) > count:
-        raise NanoVDBError(f"{len(offsets)} {what} nodes are referenced by {parent}s, but the node count at "
-                           f"byte {count_at} says the grid has {count}")
+        raise NanoVDBError(
+            f"{len(offsets)} {what} nodes are referenced by {parent}s, but the node count at "
+            f"byte {count_at} says the grid has {count}"
+        )
     parents = np.asarray(parents, np.int64)
     offsets = np.asarray(offsets, np.int64)
     end = start + count * size
@@ -324,26 +363,40 @@ def _fpn_leaf_addresses(buf: np.ndarray, start: int, count: int, end: int, count
     pos = start
     for k in range(count):
         if pos + fmt.FPN_LEAF_FIXED_SIZE > end:
-            raise NanoVDBError(f"FpN leaf {k} of the {count} the node count at byte {count_at} gives starts at byte "
-                               f"{pos}, but the grid ends at byte {end}")
+            raise NanoVDBError(
+                f"FpN leaf {k} of the {count} the node count at byte {count_at} gives starts at byte "
+                f"{pos}, but the grid ends at byte {end}"
+            )
         log2 = _fpn_log2_bits(buf, pos)
         if log2 > fmt.FPN_MAX_LOG2_BITS:
-            raise NanoVDBError(f"FpN leaf {k} at byte {pos} gives a bit width of 2^{log2} (flags at byte "
-                               f"{pos + fmt.LEAF_OFF_FLAGS}); expected 1, 2, 4, 8 or 16 bits")
+            raise NanoVDBError(
+                f"FpN leaf {k} at byte {pos} gives a bit width of 2^{log2} (flags at byte "
+                f"{pos + fmt.LEAF_OFF_FLAGS}); expected 1, 2, 4, 8 or 16 bits"
+            )
         addrs[k] = pos
         pos += _fpn_leaf_size(buf, pos)
     if pos > end:
-        raise NanoVDBError(f"the codes of FpN leaf {count - 1} at byte {addrs[-1]} run to byte {pos}, past the "
-                           f"grid's end (byte {end})")
+        raise NanoVDBError(
+            f"the codes of FpN leaf {count - 1} at byte {addrs[-1]} run to byte {pos}, past the grid's end (byte {end})"
+        )
     return addrs
 
 
-def _node_index_among(parents: np.ndarray, offsets: np.ndarray, fields: np.ndarray, addrs: np.ndarray, what: str,
-                      parent: str, count_at: int) -> np.ndarray:
+def _node_index_among(
+    parents: np.ndarray,
+    offsets: np.ndarray,
+    fields: np.ndarray,
+    addrs: np.ndarray,
+    what: str,
+    parent: str,
+    count_at: int,
+) -> np.ndarray:
     """Like :func:`_node_index` for nodes of different sizes at the known byte addresses ``addrs``."""
     if len(offsets) > len(addrs):
-        raise NanoVDBError(f"{len(offsets)} {what} nodes are referenced by {parent}s, but the node count at "
-                           f"byte {count_at} says the grid has {len(addrs)}")
+        raise NanoVDBError(
+            f"{len(offsets)} {what} nodes are referenced by {parent}s, but the node count at "
+            f"byte {count_at} says the grid has {len(addrs)}"
+        )
     parents, offsets = np.asarray(parents, np.int64), np.asarray(offsets, np.int64)
     lo, hi = (int(addrs[0]), int(addrs[-1]) + 1) if len(addrs) else (0, 0)
     bad = (offsets < lo - parents) | (offsets >= hi - parents)  # bounds are small: no overflow
@@ -356,7 +409,8 @@ def _node_index_among(parents: np.ndarray, offsets: np.ndarray, fields: np.ndarr
         k = int(np.argmax(bad))
         raise NanoVDBError(
             f"a {parent} child offset points to byte {int(parents[k]) + int(offsets[k])} (offset read at byte "
-            f"{int(fields[k])}), which is not the start of one of the {len(addrs)} {what} nodes")
+            f"{int(fields[k])}), which is not the start of one of the {len(addrs)} {what} nodes"
+        )
     if len(np.unique(index)) != len(index):
         raise NanoVDBError(f"a {what} node at bytes [{lo}, {hi}) has more than one parent")
     return index
@@ -365,6 +419,7 @@ def _node_index_among(parents: np.ndarray, offsets: np.ndarray, fields: np.ndarr
 def _leaf_floats(buf: np.ndarray, addrs: np.ndarray, layout: fmt.GridLayout) -> np.ndarray:
     """(leaves x 512, 1) float32 values of Half or Fp4/8/16/N leaves at ``addrs``: binary16 widened, or
     code * quantum + minimum in float32 (each operation rounded to float32, as NanoVDB's host code)."""
+
     def at(start: int, stop: int, rows: np.ndarray = addrs) -> np.ndarray:
         return buf[rows[:, None] + np.arange(start, stop)]
 
@@ -438,18 +493,24 @@ def _read_blind_data(buf: np.ndarray, base: int, h: dict[str, Any]) -> tuple[Bli
     for b in range(count):
         at = base + offset + b * fmt.BLIND_META_SIZE
         if at < base or at + fmt.BLIND_META_SIZE > end:
-            raise NanoVDBError(f"blind metadata {b} at offset {offset} + {b} x {fmt.BLIND_META_SIZE} (offset read at "
-                               f"byte {base + fmt.GRID_OFF_BLIND_OFFSET}) lies outside the grid, bytes [{base}, {end})")
+            raise NanoVDBError(
+                f"blind metadata {b} at offset {offset} + {b} x {fmt.BLIND_META_SIZE} (offset read at "
+                f"byte {base + fmt.GRID_OFF_BLIND_OFFSET}) lies outside the grid, bytes [{base}, {end})"
+            )
         data_offset, value_count, value_size, semantic, data_class, data_type = _unpack(
-            buf, at, fmt.BLIND_META_FORMAT, "blind metadata")
+            buf, at, fmt.BLIND_META_FORMAT, "blind metadata"
+        )
         start, nbytes = at + data_offset, value_count * value_size
         if value_size == 0 or nbytes > MAX_GRID_BYTES or start < base or start + nbytes > end:
-            raise NanoVDBError(f"blind data {b} (metadata at byte {at}) of {value_count} x {value_size} bytes "
-                               f"at offset {data_offset} from there lies outside the grid, bytes [{base}, {end})")
+            raise NanoVDBError(
+                f"blind data {b} (metadata at byte {at}) of {value_count} x {value_size} bytes "
+                f"at offset {data_offset} from there lies outside the grid, bytes [{base}, {end})"
+            )
         name_at = at + fmt.BLIND_META_OFF_NAME
-        raw_name = bytes(buf[name_at: name_at + fmt.BLIND_NAME_SIZE]).split(b"\0", 1)[0].decode("utf-8", "replace")
-        records.append(BlindData(raw_name, semantic, data_class, data_type, value_size,
-                                 bytes(buf[start:start + nbytes])))
+        raw_name = bytes(buf[name_at : name_at + fmt.BLIND_NAME_SIZE]).split(b"\0", 1)[0].decode("utf-8", "replace")
+        records.append(
+            BlindData(raw_name, semantic, data_class, data_type, value_size, bytes(buf[start : start + nbytes]))
+        )
     return tuple(records)
 
 
@@ -468,8 +529,9 @@ def _metadata_record(obj: Volume | Topology) -> BlindData | None:
         if getattr(obj, key, None):
             meta[key] = str(getattr(obj, key))
     names = getattr(obj, "component_names", None)
-    if names is not None and tuple(names) != (("x", "y", "z", "w")[:len(names)] if len(names) <= 4 else
-                                              tuple(f"c{c}" for c in range(len(names)))):
+    if names is not None and tuple(names) != (
+        ("x", "y", "z", "w")[: len(names)] if len(names) <= 4 else tuple(f"c{c}" for c in range(len(names)))
+    ):
         meta["component_names"] = [str(n) for n in names]
     if not meta:
         return None
@@ -494,22 +556,35 @@ def _apply_metadata(obj: Volume | Topology, records: tuple[BlindData, ...], base
             names = meta.get("component_names")
             if names is not None:
                 components = getattr(obj, "components", None)
-                if components is None or not isinstance(names, list) or len(names) != components or \
-                        len(set(map(str, names))) != len(names):
+                if (
+                    components is None
+                    or not isinstance(names, list)
+                    or len(names) != components
+                    or len(set(map(str, names))) != len(names)
+                ):
                     raise ValueError(f"component names {names!r} for {components} component(s)")
                 obj.component_names = tuple(str(n) for n in names)
             for key in ("units", "length_units"):
                 if meta.get(key) is not None:
                     setattr(obj, key, str(meta[key]))
         except (UnicodeDecodeError, ValueError) as err:
-            warnings.warn(f"expected {METADATA_NAME} blind data of the grid at byte {base} to hold a UTF-8 JSON "
-                          f"object of units and component names, got {err}; ignored", UserWarning, stacklevel=4)
+            warnings.warn(
+                f"expected {METADATA_NAME} blind data of the grid at byte {base} to hold a UTF-8 JSON "
+                f"object of units and component names, got {err}; ignored",
+                UserWarning,
+                stacklevel=4,
+            )
     return rest
 
 
-def _decode_grid(buf: np.ndarray, base: int, bbox: np.ndarray | None = None,
-                 leaf_subset: np.ndarray | None = None, checksum: bool = True,
-                 position: tuple[int, int] = (0, 1)) -> tuple[dict[str, Any], Any]:
+def _decode_grid(
+    buf: np.ndarray,
+    base: int,
+    bbox: np.ndarray | None = None,
+    leaf_subset: np.ndarray | None = None,
+    checksum: bool = True,
+    position: tuple[int, int] = (0, 1),
+) -> tuple[dict[str, Any], Any]:
     """Decode the grid at ``base`` after checking its checksum (``checksum``; the tail only when the
     whole grid is read, since it covers every node)."""
     if checksum:
@@ -527,12 +602,12 @@ def _decode_grid(buf: np.ndarray, base: int, bbox: np.ndarray | None = None,
 def _column(rows: np.ndarray, offset: int, dtype: str) -> np.ndarray:
     """One little-endian field (at ``offset`` in every row of the (n, size) uint8 ``rows``) as (n,)."""
     width = np.dtype(dtype).itemsize
-    return np.ascontiguousarray(rows[:, offset:offset + width]).view(dtype)[:, 0]
+    return np.ascontiguousarray(rows[:, offset : offset + width]).view(dtype)[:, 0]
 
 
 def _mask_bits(rows: np.ndarray, offset: int, size: int) -> np.ndarray:
     """The bits of the ``size``-byte mask at ``offset`` of a node (size,) or of rows of nodes (n, size)."""
-    return np.unpackbits(rows[..., offset:offset + size], axis=-1, bitorder="little")
+    return np.unpackbits(rows[..., offset : offset + size], axis=-1, bitorder="little")
 
 
 def _kept_tiles(values: np.ndarray, active: np.ndarray, layout: fmt.GridLayout, background: np.ndarray) -> np.ndarray:
@@ -636,15 +711,19 @@ def _read_root(gbuf: np.ndarray, h: dict[str, Any], layout: fmt.GridLayout) -> _
     table_size = _unpack(gbuf, root + fmt.ROOT_OFF_TABLE_SIZE, "<I", "root table size")[0]
     entries = _node_rows(gbuf, root + layout.root_size, table_size, layout.root_tile_size, "root tile")
     bg_at = root + layout.root_off_background
-    bg_raw = gbuf[bg_at: bg_at + layout.value_size]
+    bg_raw = gbuf[bg_at : bg_at + layout.value_size]
     if len(bg_raw) != layout.value_size:
         raise NanoVDBError(f"the root background at byte {bg_at} lies past the grid's end (byte {len(gbuf)})")
-    values = entries[:, layout.root_tile_off_value: layout.root_tile_off_value + layout.value_size]
-    return _Root(address=root, background=_values(bg_raw[None], layout)[0],
-                 origins=_key_to_origin(_column(entries, fmt.ROOT_TILE_OFF_KEY, "<u8")),
-                 child=_column(entries, fmt.ROOT_TILE_OFF_CHILD, "<i8"), values=_values(values, layout),
-                 active=_column(entries, fmt.ROOT_TILE_OFF_STATE, "<u4") != 0,
-                 entry_at=root + layout.root_size + np.arange(table_size, dtype=np.int64) * layout.root_tile_size)
+    values = entries[:, layout.root_tile_off_value : layout.root_tile_off_value + layout.value_size]
+    return _Root(
+        address=root,
+        background=_values(bg_raw[None], layout)[0],
+        origins=_key_to_origin(_column(entries, fmt.ROOT_TILE_OFF_KEY, "<u8")),
+        child=_column(entries, fmt.ROOT_TILE_OFF_CHILD, "<i8"),
+        values=_values(values, layout),
+        active=_column(entries, fmt.ROOT_TILE_OFF_STATE, "<u4") != 0,
+        entry_at=root + layout.root_size + np.arange(table_size, dtype=np.int64) * layout.root_tile_size,
+    )
 
 
 def _root_tiles(root: _Root, layout: fmt.GridLayout, tiles: _TileParts) -> None:
@@ -658,16 +737,25 @@ def _joined(parts: list[np.ndarray], shape: tuple[int, ...] = (0,)) -> np.ndarra
     return np.concatenate(parts) if parts else np.zeros(shape, np.int64)
 
 
-def _read_upper_nodes(gbuf: np.ndarray, h: dict[str, Any], layout: fmt.GridLayout, root: _Root,
-                      bbox: np.ndarray | None, tiles: _TileParts) -> _ChildRefs:
+def _read_upper_nodes(
+    gbuf: np.ndarray, h: dict[str, Any], layout: fmt.GridLayout, root: _Root, bbox: np.ndarray | None, tiles: _TileParts
+) -> _ChildRefs:
     """The upper nodes the root points to that meet ``bbox``, one by one: their kept tiles go to
     ``tiles``; returns the lower nodes they point to."""
     t, start, count = h["tree"], h["tree"] + h["node_offsets"][2], h["node_counts"][2]
     uppers = _node_rows(gbuf, start, count, layout.upper_size, "upper node")
     linked = root.child != 0
-    index = _node_index(np.full(int(linked.sum()), root.address), root.child[linked],
-                        root.entry_at[linked] + fmt.ROOT_TILE_OFF_CHILD, start, count, layout.upper_size,
-                        "upper", "root tile", t + fmt.TREE_OFF_UPPER_COUNT)
+    index = _node_index(
+        np.full(int(linked.sum()), root.address),
+        root.child[linked],
+        root.entry_at[linked] + fmt.ROOT_TILE_OFF_CHILD,
+        start,
+        count,
+        layout.upper_size,
+        "upper",
+        "root tile",
+        t + fmt.TREE_OFF_UPPER_COUNT,
+    )
     origins = root.origins[linked]
     near = _overlaps(origins, fmt.UPPER_DIM, bbox)
     parents, offsets, fields, child_origins = [], [], [], []
@@ -675,7 +763,7 @@ def _read_upper_nodes(gbuf: np.ndarray, h: dict[str, Any], layout: fmt.GridLayou
     for ui, origin in zip(index[near], origins[near], strict=True):
         node = uppers[ui]
         addr = start + int(ui) * layout.upper_size
-        table = node[table_at: table_at + fmt.UPPER_CHILDREN * stride].reshape(fmt.UPPER_CHILDREN, stride)
+        table = node[table_at : table_at + fmt.UPPER_CHILDREN * stride].reshape(fmt.UPPER_CHILDREN, stride)
         child_mask = _mask_bits(node, fmt.UPPER_OFF_CHILD_MASK, fmt.UPPER_MASK_SIZE)
         kids = np.nonzero(child_mask)[0]
         parents.append(np.full(len(kids), addr, np.int64))
@@ -683,44 +771,78 @@ def _read_upper_nodes(gbuf: np.ndarray, h: dict[str, Any], layout: fmt.GridLayou
         fields.append(addr + table_at + kids.astype(np.int64) * stride)
         child_origins.append(origin + (_child_positions(kids, fmt.UPPER_DIM_LOG2) << fmt.LOWER_LOG2))
         non = np.nonzero(child_mask == 0)[0]
-        vals = _values(table[non, :layout.value_size], layout)
+        vals = _values(table[non, : layout.value_size], layout)
         value_mask = _mask_bits(node, fmt.UPPER_OFF_VALUE_MASK, fmt.UPPER_MASK_SIZE)
         keep = _kept_tiles(vals, value_mask[non].astype(bool), layout, root.background)
-        tiles.add(origin + (_child_positions(non[keep], fmt.UPPER_DIM_LOG2) << fmt.LOWER_LOG2), fmt.LOWER_DIM,
-                  vals[keep], addr + table_at + non[keep].astype(np.int64) * stride)
+        tiles.add(
+            origin + (_child_positions(non[keep], fmt.UPPER_DIM_LOG2) << fmt.LOWER_LOG2),
+            fmt.LOWER_DIM,
+            vals[keep],
+            addr + table_at + non[keep].astype(np.int64) * stride,
+        )
     return _ChildRefs(_joined(parents), _joined(offsets), _joined(fields), _joined(child_origins, (0, 3)))
 
 
-def _read_lower_nodes(gbuf: np.ndarray, h: dict[str, Any], layout: fmt.GridLayout, refs: _ChildRefs,
-                      background: np.ndarray, bbox: np.ndarray | None, tiles: _TileParts) -> _ChildRefs:
+def _read_lower_nodes(
+    gbuf: np.ndarray,
+    h: dict[str, Any],
+    layout: fmt.GridLayout,
+    refs: _ChildRefs,
+    background: np.ndarray,
+    bbox: np.ndarray | None,
+    tiles: _TileParts,
+) -> _ChildRefs:
     """The lower nodes ``refs`` point to that meet ``bbox``, all at once: their kept tiles go to
     ``tiles``; returns the leaves they point to."""
     t, start, count = h["tree"], h["tree"] + h["node_offsets"][1], h["node_counts"][1]
     lowers = _node_rows(gbuf, start, count, layout.lower_size, "lower node")
-    index = _node_index(refs.parents, refs.offsets, refs.fields, start, count, layout.lower_size, "lower",
-                        "upper node", t + fmt.TREE_OFF_LOWER_COUNT)
+    index = _node_index(
+        refs.parents,
+        refs.offsets,
+        refs.fields,
+        start,
+        count,
+        layout.lower_size,
+        "lower",
+        "upper node",
+        t + fmt.TREE_OFF_LOWER_COUNT,
+    )
     addrs = start + index * layout.lower_size
     near = _overlaps(refs.origins, fmt.LOWER_DIM, bbox)
     index, addrs, origins = index[near], addrs[near], refs.origins[near]
     rows = lowers[index]
     stride, table_at = layout.table_stride, layout.lower_off_table
-    table = rows[:, table_at: table_at + fmt.LOWER_CHILDREN * stride].reshape(len(rows), fmt.LOWER_CHILDREN, stride)
+    table = rows[:, table_at : table_at + fmt.LOWER_CHILDREN * stride].reshape(len(rows), fmt.LOWER_CHILDREN, stride)
     child_mask = _mask_bits(rows, fmt.LOWER_OFF_CHILD_MASK, fmt.LOWER_MASK_SIZE)
     node, kid = np.nonzero(child_mask)
-    leaves = _ChildRefs(addrs[node], _column(table[node, kid], 0, "<i8"),
-                        addrs[node] + table_at + kid.astype(np.int64) * stride,
-                        origins[node] + (_child_positions(kid, fmt.LOWER_DIM_LOG2) << fmt.LEAF_LOG2))
+    leaves = _ChildRefs(
+        addrs[node],
+        _column(table[node, kid], 0, "<i8"),
+        addrs[node] + table_at + kid.astype(np.int64) * stride,
+        origins[node] + (_child_positions(kid, fmt.LOWER_DIM_LOG2) << fmt.LEAF_LOG2),
+    )
     node, non = np.nonzero(child_mask == 0)
-    vals = _values(table[node, non, :layout.value_size], layout)
+    vals = _values(table[node, non, : layout.value_size], layout)
     value_mask = _mask_bits(rows, fmt.LOWER_OFF_VALUE_MASK, fmt.LOWER_MASK_SIZE)
     keep = _kept_tiles(vals, value_mask[node, non].astype(bool), layout, background)
-    tiles.add(origins[node[keep]] + (_child_positions(non[keep], fmt.LOWER_DIM_LOG2) << fmt.LEAF_LOG2), fmt.LEAF_DIM,
-              vals[keep], addrs[node[keep]] + table_at + non[keep].astype(np.int64) * stride)
+    tiles.add(
+        origins[node[keep]] + (_child_positions(non[keep], fmt.LOWER_DIM_LOG2) << fmt.LEAF_LOG2),
+        fmt.LEAF_DIM,
+        vals[keep],
+        addrs[node[keep]] + table_at + non[keep].astype(np.int64) * stride,
+    )
     return leaves
 
 
-def _read_leaves(gbuf: np.ndarray, h: dict[str, Any], layout: fmt.GridLayout, refs: _ChildRefs, end: int,
-                 bbox: np.ndarray | None, leaf_subset: np.ndarray | None) -> _Leaves:
+def _read_leaves(
+    gbuf: np.ndarray,
+    h: dict[str, Any],
+    layout: fmt.GridLayout,
+    refs: _ChildRefs,
+    end: int,
+    bbox: np.ndarray | None,
+    leaf_subset: np.ndarray | None,
+) -> _Leaves:
     """The leaves ``refs`` point to, in tree order, less those outside ``bbox`` or not in ``leaf_subset``
     (FpN leaves differ in size: they are found by walking the packed array)."""
     t, start, count = h["tree"], h["tree"] + h["node_offsets"][0], h["node_counts"][0]
@@ -731,8 +853,9 @@ def _read_leaves(gbuf: np.ndarray, h: dict[str, Any], layout: fmt.GridLayout, re
         nodes = None
     else:
         nodes = _node_rows(gbuf, start, count, layout.leaf_size, "leaf")
-        index = _node_index(refs.parents, refs.offsets, refs.fields, start, count, layout.leaf_size, "leaf",
-                            "lower node", count_at)
+        index = _node_index(
+            refs.parents, refs.offsets, refs.fields, start, count, layout.leaf_size, "leaf", "lower node", count_at
+        )
         addrs = start + np.arange(count, dtype=np.int64) * layout.leaf_size
     order = tree.tree_order(refs.origins >> fmt.LEAF_LOG2)
     index, origins = index[order], refs.origins[order]
@@ -752,20 +875,32 @@ def _grid_transform(h: dict[str, Any], base: int) -> Transform:
     try:
         return Transform(h["index_to_world"])
     except VolumeError as err:
-        raise NanoVDBError(f"the index-to-world map at byte {base + fmt.GRID_OFF_MAP + fmt.MAP_OFF_MATD} of grid "
-                           f"{h['name']!r} is not usable: {err}") from None
+        raise NanoVDBError(
+            f"the index-to-world map at byte {base + fmt.GRID_OFF_MAP + fmt.MAP_OFF_MATD} of grid "
+            f"{h['name']!r} is not usable: {err}"
+        ) from None
 
 
-def _index_topology(h: dict[str, Any], base: int, layout: fmt.GridLayout, leaves: _Leaves, head: np.ndarray,
-                    masks: np.ndarray, tiles: tuple[np.ndarray, ...], transform: Transform) -> Topology:
+def _index_topology(
+    h: dict[str, Any],
+    base: int,
+    layout: fmt.GridLayout,
+    leaves: _Leaves,
+    head: np.ndarray,
+    masks: np.ndarray,
+    tiles: tuple[np.ndarray, ...],
+    transform: Transform,
+) -> Topology:
     """An Index / OnIndex grid as an index-layout Topology, once every leaf's value range and every
     tile's value index is checked against the grid's value count."""
     tile_origins, tile_sizes, tile_vals, tile_at = tiles
     first = _column(head, fmt.INDEX_LEAF_OFF_OFFSET, "<u8").astype(np.uint64)  # compared unsigned: no wrap-around
     value_count = int(h["value_count"])
     if value_count > MAX_VALUE_COUNT:
-        raise NanoVDBError(f"value count {value_count} at byte {base + fmt.GRID_OFF_DATA1} of grid "
-                           f"{h['name']!r} is not plausible (at most {MAX_VALUE_COUNT})")
+        raise NanoVDBError(
+            f"value count {value_count} at byte {base + fmt.GRID_OFF_DATA1} of grid "
+            f"{h['name']!r} is not plausible (at most {MAX_VALUE_COUNT})"
+        )
     if layout.grid_type == fmt.GRID_TYPE_INDEX:
         # ValueIndex: all 512 voxels of a leaf are indexed, active or not
         masks = np.full_like(masks, np.iinfo(np.uint64).max)
@@ -780,7 +915,8 @@ def _index_topology(h: dict[str, Any], base: int, layout: fmt.GridLayout, leaves
         raise NanoVDBError(
             f"the leaf at byte {leaf_at} of grid {h['name']!r} says its {int(counts[k])} "
             f"values start at index {int(first[k])} (byte {at}); expected them within [1, {value_count}), the "
-            f"value count at byte {base + fmt.GRID_OFF_DATA1}")
+            f"value count at byte {base + fmt.GRID_OFF_DATA1}"
+        )
     if len(tile_vals):
         bad = tile_vals[:, 0] >= np.uint64(max(value_count, 1))
         if np.any(bad):
@@ -788,34 +924,63 @@ def _index_topology(h: dict[str, Any], base: int, layout: fmt.GridLayout, leaves
             raise NanoVDBError(
                 f"a tile at byte {int(tile_at[k])} of grid {h['name']!r} holds value index "
                 f"{int(tile_vals[k, 0])}; expected one below the value count {value_count} "
-                f"(byte {base + fmt.GRID_OFF_DATA1})")
+                f"(byte {base + fmt.GRID_OFF_DATA1})"
+            )
     first = np.where(first > 0, first - np.uint64(1), np.uint64(0)).astype(np.int64)
-    return Topology(leaves.origins.astype(np.int32), masks, transform, tile_origins, tile_sizes,
-                    leaf_offset=first, value_count=max(value_count - 1, 0),
-                    tile_value_index=tile_vals[:, 0].astype(np.int64) - 1)
+    return Topology(
+        leaves.origins.astype(np.int32),
+        masks,
+        transform,
+        tile_origins,
+        tile_sizes,
+        leaf_offset=first,
+        value_count=max(value_count - 1, 0),
+        tile_value_index=tile_vals[:, 0].astype(np.int64) - 1,
+    )
 
 
-def _value_volume(gbuf: np.ndarray, h: dict[str, Any], layout: fmt.GridLayout, leaves: _Leaves, background: np.ndarray,
-                  topo: Topology, tile_vals: np.ndarray) -> Volume:
+def _value_volume(
+    gbuf: np.ndarray,
+    h: dict[str, Any],
+    layout: fmt.GridLayout,
+    leaves: _Leaves,
+    background: np.ndarray,
+    topo: Topology,
+    tile_vals: np.ndarray,
+) -> Volume:
     """A value grid as a Volume: quantised values decoded to float32 copies, plain values left where
     they are (a flat view of the leaf array and each leaf's element offset into it)."""
     if layout.is_quantised:
         vt = value_type_for(np.dtype(np.float32), 1)
-        return Volume(topo, _leaf_floats(gbuf, leaves.addrs[leaves.index], layout),
-                      np.asarray(background, np.float32).reshape(1),
-                      np.ascontiguousarray(tile_vals.reshape(-1, 1), np.float32), vt, False, h["name"] or "value")
+        return Volume(
+            topo,
+            _leaf_floats(gbuf, leaves.addrs[leaves.index], layout),
+            np.asarray(background, np.float32).reshape(1),
+            np.ascontiguousarray(tile_vals.reshape(-1, 1), np.float32),
+            vt,
+            False,
+            h["name"] or "value",
+        )
     item = layout.dtype.itemsize
     start, count = h["tree"] + h["node_offsets"][0], h["node_counts"][0]
-    flat = gbuf[start: start + count * layout.leaf_size].view(layout.dtype)
+    flat = gbuf[start : start + count * layout.leaf_size].view(layout.dtype)
     values_at = (leaves.index * layout.leaf_size + layout.leaf_off_table) // item
     vt = value_type_for(layout.dtype, layout.components)
-    return Volume(topo, flat, np.ascontiguousarray(background, vt.dtype),
-                  np.ascontiguousarray(tile_vals.reshape(-1, layout.components), vt.dtype), vt, False,
-                  h["name"] or "value", leaf_values_at=values_at)
+    return Volume(
+        topo,
+        flat,
+        np.ascontiguousarray(background, vt.dtype),
+        np.ascontiguousarray(tile_vals.reshape(-1, layout.components), vt.dtype),
+        vt,
+        False,
+        h["name"] or "value",
+        leaf_values_at=values_at,
+    )
 
 
-def _decode_nodes(buf: np.ndarray, base: int, bbox: np.ndarray | None,
-                  leaf_subset: np.ndarray | None) -> tuple[dict[str, Any], Any]:
+def _decode_nodes(
+    buf: np.ndarray, base: int, bbox: np.ndarray | None, leaf_subset: np.ndarray | None
+) -> tuple[dict[str, Any], Any]:
     """Decode one grid into a Volume (value grids) or a Topology (index grids).  ``bbox`` (inclusive
     index box) or ``leaf_subset`` (indices in tree order) restrict the leaves and tiles read: nodes outside
     are never touched, which for a memory-mapped file means never read from disk.
@@ -834,7 +999,7 @@ def _decode_nodes(buf: np.ndarray, base: int, bbox: np.ndarray | None,
     leaves = _read_leaves(gbuf, h, layout, leaf_refs, end, bbox, leaf_subset)
     # the leaves' heads: bbox, flags and value mask (and for index grids the value offset and prefix sums)
     head = leaves.columns(0, layout.leaf_size if layout.is_index else fmt.LEAF_OFF_VALUE_MASK + fmt.LEAF_MASK_SIZE)
-    mask_bytes = np.ascontiguousarray(head[:, fmt.LEAF_OFF_VALUE_MASK: fmt.LEAF_OFF_VALUE_MASK + fmt.LEAF_MASK_SIZE])
+    mask_bytes = np.ascontiguousarray(head[:, fmt.LEAF_OFF_VALUE_MASK : fmt.LEAF_OFF_VALUE_MASK + fmt.LEAF_MASK_SIZE])
     masks = mask_bytes.view("<u8").astype(np.uint64).reshape(-1, 8)
     tile_parts = tiles.within(bbox)
     tile_origins, tile_sizes, tile_vals, _ = tile_parts
@@ -866,7 +1031,7 @@ def _inflate(payload: bytes, out: np.ndarray, where: int) -> None:
             step = inflater.decompress(tail, min(_INFLATE_STEP, expected - pos + 1))  # never 0: 0 = unbounded
             if pos + len(step) > expected:
                 raise NanoVDBError(f"zip payload at byte {where} inflates to more than the declared {expected} bytes")
-            out[pos:pos + len(step)] = np.frombuffer(step, np.uint8)
+            out[pos : pos + len(step)] = np.frombuffer(step, np.uint8)
             pos += len(step)
             tail = inflater.unconsumed_tail
             if not step and not tail:
@@ -874,8 +1039,10 @@ def _inflate(payload: bytes, out: np.ndarray, where: int) -> None:
     except zlib.error as err:
         raise NanoVDBError(f"zip payload at byte {where} does not inflate after {pos} bytes: {err}") from None
     if not inflater.eof or pos != expected:
-        raise NanoVDBError(f"zip payload at byte {where} inflates to {pos} bytes"
-                           f"{'' if inflater.eof else ' and then ends mid-stream'}, expected {expected}")
+        raise NanoVDBError(
+            f"zip payload at byte {where} inflates to {pos} bytes"
+            f"{'' if inflater.eof else ' and then ends mid-stream'}, expected {expected}"
+        )
 
 
 def _blosc_frame_size(buf: np.ndarray, at: int, size: int, residual: int) -> int:
@@ -883,16 +1050,21 @@ def _blosc_frame_size(buf: np.ndarray, at: int, size: int, residual: int) -> int
     decompressed: at most the ``residual`` bytes of the grid still to come, and the frame must fill
     exactly its chunk of ``size`` bytes."""
     if size < fmt.BLOSC_HEADER_SIZE:
-        raise NanoVDBError(f"blosc chunk at byte {at} has {size} bytes, expected at least a "
-                           f"{fmt.BLOSC_HEADER_SIZE}-byte header")
+        raise NanoVDBError(
+            f"blosc chunk at byte {at} has {size} bytes, expected at least a {fmt.BLOSC_HEADER_SIZE}-byte header"
+        )
     nbytes, _blocksize, cbytes = _unpack(buf, at + fmt.BLOSC_OFF_NBYTES, "<III", "blosc header")
     if not 0 < nbytes <= residual:
-        raise NanoVDBError(f"blosc chunk at byte {at} declares {nbytes} uncompressed bytes "
-                           f"(at byte {at + fmt.BLOSC_OFF_NBYTES}), expected between 1 and the {residual} bytes left "
-                           f"of the grid")
+        raise NanoVDBError(
+            f"blosc chunk at byte {at} declares {nbytes} uncompressed bytes "
+            f"(at byte {at + fmt.BLOSC_OFF_NBYTES}), expected between 1 and the {residual} bytes left "
+            f"of the grid"
+        )
     if cbytes != size:
-        raise NanoVDBError(f"blosc chunk at byte {at} declares {cbytes} compressed bytes "
-                           f"(at byte {at + fmt.BLOSC_OFF_CBYTES}), but its chunk holds {size}")
+        raise NanoVDBError(
+            f"blosc chunk at byte {at} declares {cbytes} compressed bytes "
+            f"(at byte {at + fmt.BLOSC_OFF_CBYTES}), but its chunk holds {size}"
+        )
     return nbytes
 
 
@@ -900,12 +1072,14 @@ def _decompress(src: _GridSource, expected: int) -> np.ndarray:
     """A compressed grid's bytes: its zip stream or blosc chunks decompressed into exactly
     ``expected`` bytes, stopping at the first byte a lying payload would write beyond them."""
     if src.codec == "zip":
-        (at, size, _), = src.chunks
+        ((at, size, _),) = src.chunks
         if expected > ZIP_MAX_RATIO * size + ZIP_SLACK:
-            raise NanoVDBError(f"zip payload at byte {at} of {size} bytes cannot inflate to the declared "
-                               f"{expected} bytes (deflate expands at most {ZIP_MAX_RATIO}:1)")
+            raise NanoVDBError(
+                f"zip payload at byte {at} of {size} bytes cannot inflate to the declared "
+                f"{expected} bytes (deflate expands at most {ZIP_MAX_RATIO}:1)"
+            )
         out = np.empty(expected, np.uint8)  # pages are only touched as they are written
-        _inflate(bytes(src.buffer[at:at + size]), out, at)
+        _inflate(bytes(src.buffer[at : at + size]), out, at)
         return out
     from numcodecs import Blosc  # c-blosc 1 frames, as NanoVDB writes them (numcodecs comes with zarr)
 
@@ -915,7 +1089,7 @@ def _decompress(src: _GridSource, expected: int) -> np.ndarray:
     for at, size, want in src.chunks:
         # straight into the frame's slice of the grid: `want` bytes, what its header declares (_chunks)
         try:
-            frame_codec.decode(src.buffer[at:at + size], out=out[pos:pos + want])
+            frame_codec.decode(src.buffer[at : at + size], out=out[pos : pos + want])
         except Exception as err:
             raise NanoVDBError(f"blosc chunk at byte {at} does not decompress: {err}") from None
         pos += want
@@ -954,30 +1128,46 @@ def _segments(buf: np.ndarray, file_name: str | None) -> list[tuple[dict[str, An
             raise NanoVDBError(f"expected a NanoVDB file header at byte {pos}, found magic 0x{magic:016x}")
         major, minor, patch = fmt.version_parts(version)
         if major != fmt.MAJOR_VERSION:
-            raise NanoVDBError(f"unsupported NanoVDB file version {major}.{minor}.{patch} at byte "
-                               f"{pos + fmt.FILE_OFF_VERSION} (vdbflow reads major version 32)")
+            raise NanoVDBError(
+                f"unsupported NanoVDB file version {major}.{minor}.{patch} at byte "
+                f"{pos + fmt.FILE_OFF_VERSION} (vdbflow reads major version 32)"
+            )
         codec = fmt.CODECS.get(codec_id)
         if codec is None:
-            raise NanoVDBError(f"unknown codec {codec_id} at byte {pos + fmt.FILE_OFF_CODEC} "
-                               f"(expected 0 none, 1 zip, 2 blosc)")
+            raise NanoVDBError(
+                f"unknown codec {codec_id} at byte {pos + fmt.FILE_OFF_CODEC} (expected 0 none, 1 zip, 2 blosc)"
+            )
         if count == 0:
-            raise NanoVDBError(f"file segment at byte {pos} holds no grids "
-                               f"(grid count at byte {pos + fmt.FILE_OFF_GRID_COUNT})")
+            raise NanoVDBError(
+                f"file segment at byte {pos} holds no grids (grid count at byte {pos + fmt.FILE_OFF_GRID_COUNT})"
+            )
         meta_pos = pos + fmt.FILE_HEADER_SIZE
         metas = []
         for _ in range(count):
             gsize, fsize, _key, voxels, gtype, gclass = _unpack(buf, meta_pos, "<QQQQII", "grid metadata")
             name_size = _unpack(buf, meta_pos + fmt.FILE_META_OFF_NAME_SIZE, "<I", "grid metadata")[0]
             if gsize > MAX_GRID_BYTES or fsize > MAX_GRID_BYTES or name_size > MAX_NAME_BYTES:
-                raise NanoVDBError(f"grid metadata at byte {meta_pos} gives absurd sizes "
-                                   f"(grid {gsize}, file {fsize}, name {name_size} bytes)")
+                raise NanoVDBError(
+                    f"grid metadata at byte {meta_pos} gives absurd sizes "
+                    f"(grid {gsize}, file {fsize}, name {name_size} bytes)"
+                )
             if gsize < fmt.GRID_SIZE + fmt.TREE_SIZE:
-                raise NanoVDBError(f"grid metadata at byte {meta_pos} gives a grid size of {gsize} bytes, expected "
-                                   f"at least {fmt.GRID_SIZE + fmt.TREE_SIZE}")
+                raise NanoVDBError(
+                    f"grid metadata at byte {meta_pos} gives a grid size of {gsize} bytes, expected "
+                    f"at least {fmt.GRID_SIZE + fmt.TREE_SIZE}"
+                )
             _need(buf, meta_pos + fmt.FILE_METADATA_SIZE, name_size, "grid name")
-            name = bytes(buf[meta_pos + fmt.FILE_METADATA_SIZE: meta_pos + fmt.FILE_METADATA_SIZE + name_size])
-            metas.append(dict(grid_size=gsize, file_size=fsize, name=name.split(b"\0", 1)[0].decode("utf-8", "replace"),
-                              codec=codec, version=f"{major}.{minor}.{patch}", meta_offset=meta_pos))
+            name = bytes(buf[meta_pos + fmt.FILE_METADATA_SIZE : meta_pos + fmt.FILE_METADATA_SIZE + name_size])
+            metas.append(
+                dict(
+                    grid_size=gsize,
+                    file_size=fsize,
+                    name=name.split(b"\0", 1)[0].decode("utf-8", "replace"),
+                    codec=codec,
+                    version=f"{major}.{minor}.{patch}",
+                    meta_offset=meta_pos,
+                )
+            )
             meta_pos += fmt.FILE_METADATA_SIZE + name_size
         pos = meta_pos
         for meta in metas:
@@ -1022,8 +1212,10 @@ def _looks_like_grid(buf: np.ndarray) -> bool:
         return False
     file_version = struct.unpack_from("<I", buf, fmt.FILE_OFF_VERSION)[0]
     grid_version = struct.unpack_from("<I", buf, fmt.GRID_OFF_VERSION)[0]
-    return fmt.version_parts(grid_version)[0] == fmt.MAJOR_VERSION and \
-        fmt.version_parts(file_version)[0] != fmt.MAJOR_VERSION
+    return (
+        fmt.version_parts(grid_version)[0] == fmt.MAJOR_VERSION
+        and fmt.version_parts(file_version)[0] != fmt.MAJOR_VERSION
+    )
 
 
 def _raw_grids(buf: np.ndarray, name: str | None) -> list[tuple[dict[str, Any], _GridSource]]:
@@ -1033,15 +1225,19 @@ def _raw_grids(buf: np.ndarray, name: str | None) -> list[tuple[dict[str, Any], 
     while pos < len(buf):
         h = _grid_header(buf, pos)
         major, minor, patch = fmt.version_parts(h["version"])
-        out.append((dict(grid_size=h["grid_size"], name=h["name"], codec="none", version=f"{major}.{minor}.{patch}"),
-                    _GridSource(buf, pos, "none", name)))
+        out.append(
+            (
+                dict(grid_size=h["grid_size"], name=h["name"], codec="none", version=f"{major}.{minor}.{patch}"),
+                _GridSource(buf, pos, "none", name),
+            )
+        )
         pos += h["grid_size"]
     return out
 
 
 def _grid_buffer(meta: dict[str, Any], src: _GridSource) -> tuple[np.ndarray, int]:
     if src.codec == "none":  # the grid may not reach past the bytes its metadata gives it
-        return src.buffer[:src.offset + meta["grid_size"]], src.offset
+        return src.buffer[: src.offset + meta["grid_size"]], src.offset
     return _decompress(src, meta["grid_size"]), 0
 
 
@@ -1067,11 +1263,14 @@ def _payload_grids(meta: dict[str, Any], src: _GridSource) -> list[_Grid]:
         after = starts[-1] + h["grid_size"]
         if after == end:
             break
-        if end - after < fmt.GRID_SIZE + fmt.TREE_SIZE or \
-                struct.unpack_from("<Q", buf, after)[0] not in fmt.GRID_MAGICS:
+        if (
+            end - after < fmt.GRID_SIZE + fmt.TREE_SIZE
+            or struct.unpack_from("<Q", buf, after)[0] not in fmt.GRID_MAGICS
+        ):
             raise NanoVDBError(
                 f"the grid at byte {starts[-1]}{where} ends at byte {after}, but its file metadata gives "
-                f"{meta['grid_size']} bytes (to byte {end}) and no further grid starts there")
+                f"{meta['grid_size']} bytes (to byte {end}) and no further grid starts there"
+            )
         starts.append(after)
     if len(starts) == 1:
         return [_Grid(meta, buf, offset, (0, 1))]
@@ -1091,8 +1290,11 @@ def _grids(data: str | os.PathLike | bytes | np.ndarray) -> Iterator[_Grid]:
 def _select(data: str | os.PathLike | bytes | np.ndarray, grid: int | str | None) -> _Grid:
     seen = []
     for n, g in enumerate(_grids(data)):
-        if grid is None or (isinstance(grid, str) and g.meta["name"] == grid) or \
-                (isinstance(grid, (int, np.integer)) and not isinstance(grid, bool) and n == grid):
+        if (
+            grid is None
+            or (isinstance(grid, str) and g.meta["name"] == grid)
+            or (isinstance(grid, (int, np.integer)) and not isinstance(grid, bool) and n == grid)
+        ):
             return g
         seen.append(g.meta["name"])
     if isinstance(grid, (int, np.integer)):
@@ -1100,8 +1302,14 @@ def _select(data: str | os.PathLike | bytes | np.ndarray, grid: int | str | None
     raise NanoVDBError(f"expected one of the grid names {seen}, got {grid!r}")
 
 
-def open_grid(data: str | os.PathLike | bytes | np.ndarray, grid: int | str | None = None, *,
-              bbox: Any = None, leaves: Any = None, checksum: bool = True) -> Volume | Topology:
+def open_grid(
+    data: str | os.PathLike | bytes | np.ndarray,
+    grid: int | str | None = None,
+    *,
+    bbox: Any = None,
+    leaves: Any = None,
+    checksum: bool = True,
+) -> Volume | Topology:
     """A grid of a .nvdb file (path) or of an in-memory buffer: a :class:`Volume` for value grids, an
     index-layout :class:`Topology` for Index / OnIndex grids (attach values with ``with_data``).
 
@@ -1156,15 +1364,27 @@ def list_grids(data: str | os.PathLike | bytes | np.ndarray) -> list[GridInfo]:
         h = _grid_header(buf, g.offset)
         bbox = _unpack(buf, h["tree"] + h["node_offsets"][3] + fmt.ROOT_OFF_BBOX, "<6i", "root bbox")
         wb = h["world_bbox"]
-        infos.append(GridInfo(
-            index=n, name=h["name"], grid_type=fmt.GRID_TYPE_NAMES.get(h["grid_type"], str(h["grid_type"])),
-            grid_class=fmt.GRID_CLASSES.get(h["grid_class"], str(h["grid_class"])),
-            leaf_count=h["node_counts"][0], lower_count=h["node_counts"][1], upper_count=h["node_counts"][2],
-            tile_counts=tuple(h["tile_counts"]), active_voxel_count=h["voxel_count"],
-            index_bbox=(tuple(bbox[:3]), tuple(bbox[3:])), world_bbox=(tuple(wb[:3]), tuple(wb[3:])),
-            index_to_world=h["index_to_world"], voxel_size=tuple(h["voxel_size"]), codec=meta["codec"],
-            version=meta["version"], grid_size=h["grid_size"], checksum=h["checksum"],
-        ))
+        infos.append(
+            GridInfo(
+                index=n,
+                name=h["name"],
+                grid_type=fmt.GRID_TYPE_NAMES.get(h["grid_type"], str(h["grid_type"])),
+                grid_class=fmt.GRID_CLASSES.get(h["grid_class"], str(h["grid_class"])),
+                leaf_count=h["node_counts"][0],
+                lower_count=h["node_counts"][1],
+                upper_count=h["node_counts"][2],
+                tile_counts=tuple(h["tile_counts"]),
+                active_voxel_count=h["voxel_count"],
+                index_bbox=(tuple(bbox[:3]), tuple(bbox[3:])),
+                world_bbox=(tuple(wb[:3]), tuple(wb[3:])),
+                index_to_world=h["index_to_world"],
+                voxel_size=tuple(h["voxel_size"]),
+                codec=meta["codec"],
+                version=meta["version"],
+                grid_size=h["grid_size"],
+                checksum=h["checksum"],
+            )
+        )
     return infos
 
 
@@ -1226,21 +1446,27 @@ def _grid_contents(obj: Volume | Topology) -> _GridContents:
     """A Volume as a value grid (index-layout values spread over whole leaves, the background elsewhere),
     a Topology as an OnIndex grid (value indices shifted by one: index 0 is the background)."""
     if isinstance(obj, Topology):
-        tile_values = (obj.tile_value_index + 1 if obj.tile_value_index is not None
-                       else np.zeros(obj.tile_count, np.int64)).astype(np.uint64).reshape(-1, 1)
-        return _GridContents(obj, fmt.LAYOUTS[fmt.GRID_TYPE_ON_INDEX], np.zeros((1,), np.uint64), None, tile_values,
-                             obj.value_count + 1)
+        tile_values = (
+            (obj.tile_value_index + 1 if obj.tile_value_index is not None else np.zeros(obj.tile_count, np.int64))
+            .astype(np.uint64)
+            .reshape(-1, 1)
+        )
+        return _GridContents(
+            obj, fmt.LAYOUTS[fmt.GRID_TYPE_ON_INDEX], np.zeros((1,), np.uint64), None, tile_values, obj.value_count + 1
+        )
     vol = obj
     gtype = fmt.GRID_TYPE_OF_VALUE_TYPE.get(vol.value_type.name)
     if gtype is None:
-        raise NanoVDBError(f"value type {vol.value_type.name} has no NanoVDB grid type "
-                           f"(NanoVDB value grids hold scalars, vec3 and vec4)")
+        raise NanoVDBError(
+            f"value type {vol.value_type.name} has no NanoVDB grid type "
+            f"(NanoVDB value grids hold scalars, vec3 and vec4)"
+        )
     background = vol.background_values
     if vol.index_layout:  # spread the active values over whole leaves, background elsewhere
         leaf_values = np.empty((vol.leaf_count * tree.LEAF_VOXELS, vol.components), vol.dtype)
         leaf_values[:] = background
         bits = tree.bits_from_masks(vol.topology.masks).ravel()
-        leaf_values[np.nonzero(bits)[0]] = vol.value_rows()[:vol.active_voxel_count]
+        leaf_values[np.nonzero(bits)[0]] = vol.value_rows()[: vol.active_voxel_count]
     else:
         leaf_values = vol.value_rows()
     return _GridContents(vol.topology, fmt.LAYOUTS[gtype], background, leaf_values, vol.tile_values, 0)
@@ -1339,12 +1565,22 @@ def _write_blind_data(buf: np.ndarray, off: _GridOffsets, blind: tuple[BlindData
     """A metadata record per blind record (its data offset relative to the record), then the data."""
     for b, record in enumerate(blind):
         at = off.blind + b * fmt.BLIND_META_SIZE
-        _put(buf, at, fmt.BLIND_META_FORMAT, off.blind_data[b] - at, record.value_count, record.value_size,
-             record.semantic, record.data_class, record.data_type)
-        name_bytes = record.name.encode("utf-8")[:fmt.BLIND_NAME_SIZE - 1]
-        buf[at + fmt.BLIND_META_OFF_NAME: at + fmt.BLIND_META_OFF_NAME + len(name_bytes)] = \
-            np.frombuffer(name_bytes, np.uint8)
-        buf[off.blind_data[b]: off.blind_data[b] + len(record.data)] = np.frombuffer(record.data, np.uint8)
+        _put(
+            buf,
+            at,
+            fmt.BLIND_META_FORMAT,
+            off.blind_data[b] - at,
+            record.value_count,
+            record.value_size,
+            record.semantic,
+            record.data_class,
+            record.data_type,
+        )
+        name_bytes = record.name.encode("utf-8")[: fmt.BLIND_NAME_SIZE - 1]
+        buf[at + fmt.BLIND_META_OFF_NAME : at + fmt.BLIND_META_OFF_NAME + len(name_bytes)] = np.frombuffer(
+            name_bytes, np.uint8
+        )
+        buf[off.blind_data[b] : off.blind_data[b] + len(record.data)] = np.frombuffer(record.data, np.uint8)
 
 
 def _write_leaves(buf: np.ndarray, off: _GridOffsets, plan: _NodePlan, contents: _GridContents) -> None:
@@ -1352,66 +1588,81 @@ def _write_leaves(buf: np.ndarray, off: _GridOffsets, plan: _NodePlan, contents:
     first value index and the prefix sums of its mask words."""
     layout, topo = contents.layout, contents.topo
     n_leaf = plan.counts[0]
-    leaves = buf[off.leaf:off.blind].reshape(n_leaf, layout.leaf_size)
+    leaves = buf[off.leaf : off.blind].reshape(n_leaf, layout.leaf_size)
     bb_min, bb_dif = _leaf_bboxes(plan.leaf_origins, topo.masks)
     at = fmt.LEAF_OFF_BBOX_MIN
-    leaves[:, at:at + 12] = bb_min.astype("<i4").view(np.uint8).reshape(n_leaf, 12)
-    leaves[:, fmt.LEAF_OFF_BBOX_DIF:fmt.LEAF_OFF_BBOX_DIF + 3] = bb_dif
+    leaves[:, at : at + 12] = bb_min.astype("<i4").view(np.uint8).reshape(n_leaf, 12)
+    leaves[:, fmt.LEAF_OFF_BBOX_DIF : fmt.LEAF_OFF_BBOX_DIF + 3] = bb_dif
     leaves[:, fmt.LEAF_OFF_FLAGS] = 0
     at = fmt.LEAF_OFF_VALUE_MASK
-    leaves[:, at:at + fmt.LEAF_MASK_SIZE] = np.ascontiguousarray(topo.masks.astype("<u8")).view(np.uint8).reshape(
-        n_leaf, fmt.LEAF_MASK_SIZE)
+    leaves[:, at : at + fmt.LEAF_MASK_SIZE] = (
+        np.ascontiguousarray(topo.masks.astype("<u8")).view(np.uint8).reshape(n_leaf, fmt.LEAF_MASK_SIZE)
+    )
     if layout.is_index:
         at = fmt.INDEX_LEAF_OFF_OFFSET
-        leaves[:, at:at + 8] = (topo.leaf_offset + 1).astype("<u8").view(np.uint8).reshape(n_leaf, 8)
+        leaves[:, at : at + 8] = (topo.leaf_offset + 1).astype("<u8").view(np.uint8).reshape(n_leaf, 8)
         prefix = topo.prefix.astype(np.uint64)
         packed = np.zeros(n_leaf, np.uint64)
         for w in range(1, 8):
             packed |= prefix[:, w] << np.uint64(fmt.INDEX_PREFIX_BITS * (w - 1))
         at = fmt.INDEX_LEAF_OFF_PREFIX
-        leaves[:, at:at + 8] = packed.astype("<u8").view(np.uint8).reshape(n_leaf, 8)
+        leaves[:, at : at + 8] = packed.astype("<u8").view(np.uint8).reshape(n_leaf, 8)
     else:
         width = tree.LEAF_VOXELS * layout.value_size
         table = _value_bytes(contents.leaf_values, layout).reshape(n_leaf, width)
-        leaves[:, layout.leaf_off_table: layout.leaf_off_table + width] = table
+        leaves[:, layout.leaf_off_table : layout.leaf_off_table + width] = table
 
 
-def _write_lower_nodes(buf: np.ndarray, off: _GridOffsets, layout: fmt.GridLayout, plan: _NodePlan,
-                       bg_bytes: np.ndarray, tile_bytes: np.ndarray) -> None:
+def _write_lower_nodes(
+    buf: np.ndarray,
+    off: _GridOffsets,
+    layout: fmt.GridLayout,
+    plan: _NodePlan,
+    bg_bytes: np.ndarray,
+    tile_bytes: np.ndarray,
+) -> None:
     """Each lower node: its bbox, a table entry per child (the offset of a leaf, an 8^3 tile's value or
     the background), and the masks of which entries are leaves (child) and tiles (value)."""
     n_leaf, n_low, _ = plan.counts
-    lowers = buf[off.lower:off.leaf].reshape(n_low, layout.lower_size)
+    lowers = buf[off.lower : off.leaf].reshape(n_low, layout.lower_size)
     stride = layout.table_stride
-    ltable = lowers[:, layout.lower_off_table: layout.lower_off_table + fmt.LOWER_CHILDREN * stride]
+    ltable = lowers[:, layout.lower_off_table : layout.lower_off_table + fmt.LOWER_CHILDREN * stride]
     ltable = ltable.reshape(n_low, fmt.LOWER_CHILDREN, stride)
-    ltable[:, :, :layout.value_size] = bg_bytes
+    ltable[:, :, : layout.value_size] = bg_bytes
     lower_origin = plan.lower_origins
-    lowers[:, fmt.NODE_OFF_BBOX_MIN:fmt.NODE_OFF_BBOX_MIN + 12] = \
+    lowers[:, fmt.NODE_OFF_BBOX_MIN : fmt.NODE_OFF_BBOX_MIN + 12] = (
         lower_origin.astype("<i4").view(np.uint8).reshape(n_low, 12)
-    lowers[:, fmt.NODE_OFF_BBOX_MAX:fmt.NODE_OFF_BBOX_MAX + 12] = \
+    )
+    lowers[:, fmt.NODE_OFF_BBOX_MAX : fmt.NODE_OFF_BBOX_MAX + 12] = (
         (lower_origin + fmt.LOWER_DIM - 1).astype("<i4").view(np.uint8).reshape(n_low, 12)
+    )
     child = _child_index(plan.leaf_origins, fmt.LOWER_DIM_LOG2, fmt.LEAF_LOG2)
     leaf_addr = off.leaf + np.arange(n_leaf, dtype=np.int64) * layout.leaf_size
     lower_addr = off.lower + np.arange(n_low, dtype=np.int64) * layout.lower_size
     rel = (leaf_addr - lower_addr[plan.leaf_parent]).astype("<i8")
-    ltable[plan.leaf_parent, child, :fmt.TABLE_CHILD_SIZE] = rel.view(np.uint8).reshape(-1, fmt.TABLE_CHILD_SIZE)
+    ltable[plan.leaf_parent, child, : fmt.TABLE_CHILD_SIZE] = rel.view(np.uint8).reshape(-1, fmt.TABLE_CHILD_SIZE)
     cmask = np.zeros((n_low, fmt.LOWER_CHILDREN), bool)
     cmask[plan.leaf_parent, child] = True
     sel = np.nonzero(plan.lower_tiles)[0]
     tparent = _find_rows(plan.lower_keys, plan.tile_origins[sel] >> fmt.LOWER_LOG2)
     tchild = _child_index(plan.tile_origins[sel], fmt.LOWER_DIM_LOG2, fmt.LEAF_LOG2)
-    ltable[tparent, tchild, :layout.value_size] = tile_bytes[sel]
+    ltable[tparent, tchild, : layout.value_size] = tile_bytes[sel]
     vmask = np.zeros((n_low, fmt.LOWER_CHILDREN), bool)
     vmask[tparent, tchild] = True
     at = fmt.LOWER_OFF_VALUE_MASK
-    lowers[:, at:at + fmt.LOWER_MASK_SIZE] = np.packbits(vmask, axis=1, bitorder="little")
+    lowers[:, at : at + fmt.LOWER_MASK_SIZE] = np.packbits(vmask, axis=1, bitorder="little")
     at = fmt.LOWER_OFF_CHILD_MASK
-    lowers[:, at:at + fmt.LOWER_MASK_SIZE] = np.packbits(cmask, axis=1, bitorder="little")
+    lowers[:, at : at + fmt.LOWER_MASK_SIZE] = np.packbits(cmask, axis=1, bitorder="little")
 
 
-def _write_upper_nodes(buf: np.ndarray, off: _GridOffsets, layout: fmt.GridLayout, plan: _NodePlan,
-                       bg_bytes: np.ndarray, tile_bytes: np.ndarray) -> None:
+def _write_upper_nodes(
+    buf: np.ndarray,
+    off: _GridOffsets,
+    layout: fmt.GridLayout,
+    plan: _NodePlan,
+    bg_bytes: np.ndarray,
+    tile_bytes: np.ndarray,
+) -> None:
     """Each upper node, one by one: its bbox, a table entry per child (the offset of a lower node, a
     128^3 tile's value or the background), and its child and value masks."""
     _, n_low, n_up = plan.counts
@@ -1422,28 +1673,30 @@ def _write_upper_nodes(buf: np.ndarray, off: _GridOffsets, layout: fmt.GridLayou
     t128_parent = _find_rows(plan.upper_keys, plan.tile_origins[sel128] >> fmt.UPPER_LOG2)
     stride = layout.table_stride
     for u in range(n_up):
-        node = buf[upper_addr[u]: upper_addr[u] + layout.upper_size]
-        node[fmt.NODE_OFF_BBOX_MIN:fmt.NODE_OFF_BBOX_MIN + 12] = upper_origin[u].astype("<i4").view(np.uint8)
-        node[fmt.NODE_OFF_BBOX_MAX:fmt.NODE_OFF_BBOX_MAX + 12] = \
+        node = buf[upper_addr[u] : upper_addr[u] + layout.upper_size]
+        node[fmt.NODE_OFF_BBOX_MIN : fmt.NODE_OFF_BBOX_MIN + 12] = upper_origin[u].astype("<i4").view(np.uint8)
+        node[fmt.NODE_OFF_BBOX_MAX : fmt.NODE_OFF_BBOX_MAX + 12] = (
             (upper_origin[u] + fmt.UPPER_DIM - 1).astype("<i4").view(np.uint8)
-        table = node[layout.upper_off_table: layout.upper_off_table + fmt.UPPER_CHILDREN * stride]
+        )
+        table = node[layout.upper_off_table : layout.upper_off_table + fmt.UPPER_CHILDREN * stride]
         table = table.reshape(fmt.UPPER_CHILDREN, stride)
-        table[:, :layout.value_size] = bg_bytes
+        table[:, : layout.value_size] = bg_bytes
         kids = np.nonzero(plan.lower_parent == u)[0]
         kid_index = _child_index(lower_origin[kids], fmt.UPPER_DIM_LOG2, fmt.LOWER_LOG2)
-        table[kid_index, :fmt.TABLE_CHILD_SIZE] = (lower_addr[kids] - upper_addr[u]).astype("<i8").view(
-            np.uint8).reshape(-1, fmt.TABLE_CHILD_SIZE)
+        table[kid_index, : fmt.TABLE_CHILD_SIZE] = (
+            (lower_addr[kids] - upper_addr[u]).astype("<i8").view(np.uint8).reshape(-1, fmt.TABLE_CHILD_SIZE)
+        )
         mine = sel128[t128_parent == u]
         tile_index = _child_index(plan.tile_origins[mine], fmt.UPPER_DIM_LOG2, fmt.LOWER_LOG2)
-        table[tile_index, :layout.value_size] = tile_bytes[mine]
+        table[tile_index, : layout.value_size] = tile_bytes[mine]
         cm = np.zeros(fmt.UPPER_CHILDREN, bool)
         cm[kid_index] = True
         vm = np.zeros(fmt.UPPER_CHILDREN, bool)
         vm[tile_index] = True
         at = fmt.UPPER_OFF_VALUE_MASK
-        node[at: at + fmt.UPPER_MASK_SIZE] = np.packbits(vm, bitorder="little")
+        node[at : at + fmt.UPPER_MASK_SIZE] = np.packbits(vm, bitorder="little")
         at = fmt.UPPER_OFF_CHILD_MASK
-        node[at: at + fmt.UPPER_MASK_SIZE] = np.packbits(cm, bitorder="little")
+        node[at : at + fmt.UPPER_MASK_SIZE] = np.packbits(cm, bitorder="little")
 
 
 def _root_key(origin: np.ndarray) -> int:
@@ -1452,8 +1705,15 @@ def _root_key(origin: np.ndarray) -> int:
     return int(u[2]) | (int(u[1]) << fmt.ROOT_KEY_BITS) | (int(u[0]) << 2 * fmt.ROOT_KEY_BITS)
 
 
-def _write_root(buf: np.ndarray, off: _GridOffsets, layout: fmt.GridLayout, plan: _NodePlan, topo: Topology,
-                bg_bytes: np.ndarray, tile_bytes: np.ndarray) -> None:
+def _write_root(
+    buf: np.ndarray,
+    off: _GridOffsets,
+    layout: fmt.GridLayout,
+    plan: _NodePlan,
+    topo: Topology,
+    bg_bytes: np.ndarray,
+    tile_bytes: np.ndarray,
+) -> None:
     """The root: the index bbox, table size and background, then its table: the upper nodes (in key
     order of their origins), then the 4096^3 tiles (active)."""
     n_up = plan.counts[2]
@@ -1463,29 +1723,60 @@ def _write_root(buf: np.ndarray, off: _GridOffsets, layout: fmt.GridLayout, plan
     lo, hi = (box[0], box[1]) if box is not None else (np.zeros(3, np.int64), np.full(3, -1, np.int64))
     _put(buf, off.root + fmt.ROOT_OFF_BBOX, "<6iI", *[int(x) for x in lo], *[int(x) for x in hi], n_up + len(sel4096))
     at = off.root + layout.root_off_background
-    buf[at: at + layout.value_size] = bg_bytes
+    buf[at : at + layout.value_size] = bg_bytes
     entries = [(o, upper_addr[u] - off.root, 0, bg_bytes) for u, o in enumerate(plan.upper_origins)]
     entries += [(plan.tile_origins[t], 0, 1, tile_bytes[t]) for t in sel4096]
     for e, (origin, child_off, state, value) in enumerate(entries):
         at = off.root + layout.root_size + e * layout.root_tile_size
         _put(buf, at + fmt.ROOT_TILE_OFF_KEY, "<QqI", _root_key(origin), int(child_off), state)
-        buf[at + layout.root_tile_off_value: at + layout.root_tile_off_value + layout.value_size] = value
+        buf[at + layout.root_tile_off_value : at + layout.root_tile_off_value + layout.value_size] = value
 
 
-def _write_headers(buf: np.ndarray, off: _GridOffsets, plan: _NodePlan, contents: _GridContents, raw_name: bytes,
-                   grid_class: str | None, n_blind: int, grid_index: int, grid_count: int) -> None:
+def _write_headers(
+    buf: np.ndarray,
+    off: _GridOffsets,
+    plan: _NodePlan,
+    contents: _GridContents,
+    raw_name: bytes,
+    grid_class: str | None,
+    n_blind: int,
+    grid_index: int,
+    grid_count: int,
+) -> None:
     """The tree header (node offsets from it, node and tile counts, active voxels) and the grid header
     (magic, version, flags, position, size, name, map, bboxes, voxel size, class, type, blind data,
     value count); the checksum is written last, by :func:`_write_checksum`."""
     layout, topo = contents.layout, contents.topo
     t = fmt.GRID_SIZE
-    _put(buf, t, fmt.TREE_FORMAT, off.leaf - t, off.lower - t, off.upper - t, off.root - t, *plan.counts,
-         int(plan.lower_tiles.sum()), int(plan.upper_tiles.sum()), int(plan.root_tiles.sum()), topo.active_voxel_count)
+    _put(
+        buf,
+        t,
+        fmt.TREE_FORMAT,
+        off.leaf - t,
+        off.lower - t,
+        off.upper - t,
+        off.root - t,
+        *plan.counts,
+        int(plan.lower_tiles.sum()),
+        int(plan.upper_tiles.sum()),
+        int(plan.root_tiles.sum()),
+        topo.active_voxel_count,
+    )
     M = topo.transform.index_to_world
     Minv = topo.transform.world_to_index
-    _put(buf, fmt.GRID_OFF_MAGIC, fmt.GRID_HEAD_FORMAT, fmt.MAGIC_GRID, _EMPTY_CHECKSUM, fmt.WRITE_VERSION,
-         fmt.GRID_FLAG_HAS_BBOX | fmt.GRID_FLAG_BREADTH_FIRST, grid_index, grid_count, off.size)
-    buf[fmt.GRID_OFF_NAME: fmt.GRID_OFF_NAME + len(raw_name)] = np.frombuffer(raw_name, np.uint8)
+    _put(
+        buf,
+        fmt.GRID_OFF_MAGIC,
+        fmt.GRID_HEAD_FORMAT,
+        fmt.MAGIC_GRID,
+        _EMPTY_CHECKSUM,
+        fmt.WRITE_VERSION,
+        fmt.GRID_FLAG_HAS_BBOX | fmt.GRID_FLAG_BREADTH_FIRST,
+        grid_index,
+        grid_count,
+        off.size,
+    )
+    buf[fmt.GRID_OFF_NAME : fmt.GRID_OFF_NAME + len(raw_name)] = np.frombuffer(raw_name, np.uint8)
     m = fmt.GRID_OFF_MAP
     _put(buf, m + fmt.MAP_OFF_MATF, "<9f", *M[:3, :3].ravel())
     _put(buf, m + fmt.MAP_OFF_INVMATF, "<9f", *Minv[:3, :3].ravel())
@@ -1511,8 +1802,11 @@ def _write_checksum(buf: np.ndarray, off: _GridOffsets, layout: fmt.GridLayout, 
     the CRC32s (u32) of every node; a grid without nodes has no tail."""
     n_leaf, n_low, n_up = plan.counts
     head = _crc(buf, fmt.CHECKSUM_HEAD_START, off.upper)
-    arrays = [(off.upper, n_up, layout.upper_size), (off.lower, n_low, layout.lower_size),
-              (off.leaf, n_leaf, layout.leaf_size)]
+    arrays = [
+        (off.upper, n_up, layout.upper_size),
+        (off.lower, n_low, layout.lower_size),
+        (off.leaf, n_leaf, layout.leaf_size),
+    ]
     tail = zlib.crc32(_node_crcs(buf, arrays).astype("<u4").tobytes()) & 0xFFFFFFFF if n_up else fmt.EMPTY_CRC32
     _put(buf, fmt.GRID_OFF_CHECKSUM, "<II", head, tail)
 
@@ -1537,8 +1831,9 @@ def _encode_grid(obj: Volume | Topology, name: str, grid_index: int, grid_count:
     _write_lower_nodes(buf, off, layout, plan, bg_bytes, tile_bytes)
     _write_upper_nodes(buf, off, layout, plan, bg_bytes, tile_bytes)
     _write_root(buf, off, layout, plan, contents.topo, bg_bytes, tile_bytes)
-    _write_headers(buf, off, plan, contents, raw_name, getattr(obj, "grid_class", None), len(blind), grid_index,
-                   grid_count)
+    _write_headers(
+        buf, off, plan, contents, raw_name, getattr(obj, "grid_class", None), len(blind), grid_index, grid_count
+    )
     _write_checksum(buf, off, layout, plan)
     return buf.tobytes()
 
@@ -1551,8 +1846,8 @@ def _find_rows(table: np.ndarray, query: np.ndarray) -> np.ndarray:
     _, inverse = np.unique(rows, axis=0, return_inverse=True)
     inverse = inverse.ravel()
     position = np.full(int(inverse.max()) + 1, -1, np.int64)
-    position[inverse[:len(table)]] = np.arange(len(table))
-    found = position[inverse[len(table):]]
+    position[inverse[: len(table)]] = np.arange(len(table))
+    found = position[inverse[len(table) :]]
     assert np.all(found >= 0), "a node's parent is missing"
     return found
 
@@ -1633,7 +1928,7 @@ def save(path: str | os.PathLike, grids: dict[str, Volume | Topology], codec: st
             frame_codec = Blosc(cname="lz4", clevel=9, shuffle=Blosc.SHUFFLE)
             words = np.frombuffer(grid, np.uint32 if len(grid) % 4 == 0 else np.uint8)  # typesize 4: 32-bit values
             step = BLOSC_MAX_CHUNK // words.itemsize
-            frames = [bytes(frame_codec.encode(words[at:at + step])) for at in range(0, len(words), step)]
+            frames = [bytes(frame_codec.encode(words[at : at + step])) for at in range(0, len(words), step)]
             payload = b"".join(struct.pack("<Q", len(f)) + f for f in frames)
         else:
             payload = grid
@@ -1641,10 +1936,25 @@ def save(path: str | os.PathLike, grids: dict[str, Volume | Topology], codec: st
         raw_name = name.encode("utf-8") + b"\0"
         topo = obj if isinstance(obj, Topology) else obj.topology
         box = topo.index_bbox if topo.index_bbox is not None else np.zeros((2, 3), np.int64)
-        meta = struct.pack(fmt.FILE_METADATA_FORMAT, len(grid), len(payload), 0, h["voxel_count"], h["grid_type"],
-                           h["grid_class"], *h["world_bbox"], *[int(x) for x in box.ravel()], *h["voxel_size"],
-                           len(raw_name), *h["node_counts"], 1, *h["tile_counts"],
-                           fmt.CODEC_IDS[codec], 0, fmt.WRITE_VERSION)
+        meta = struct.pack(
+            fmt.FILE_METADATA_FORMAT,
+            len(grid),
+            len(payload),
+            0,
+            h["voxel_count"],
+            h["grid_type"],
+            h["grid_class"],
+            *h["world_bbox"],
+            *[int(x) for x in box.ravel()],
+            *h["voxel_size"],
+            len(raw_name),
+            *h["node_counts"],
+            1,
+            *h["tile_counts"],
+            fmt.CODEC_IDS[codec],
+            0,
+            fmt.WRITE_VERSION,
+        )
         metas.append(meta + raw_name)
         payloads.append(payload)
     header = struct.pack(fmt.FILE_HEADER_FORMAT, fmt.MAGIC_FILE, fmt.WRITE_VERSION, len(grids), fmt.CODEC_IDS[codec])

@@ -106,13 +106,48 @@ LEAF_OFF_BBOX_MIN, LEAF_OFF_BBOX_DIF, LEAF_OFF_FLAGS, LEAF_OFF_VALUE_MASK = 0, 1
 INDEX_LEAF_OFF_OFFSET, INDEX_LEAF_OFF_PREFIX = 80, 88  # first value index (u64), prefix sums (u64)
 INDEX_PREFIX_BITS = 9  # prefix sums of the active voxels of mask words 1..7, 9 bits each
 
-GRID_CLASSES = {0: "unknown", 1: "level set", 2: "fog volume", 3: "staggered", 4: "point index", 5: "point data",
-                6: "topology", 7: "voxel volume", 8: "index grid", 9: "tensor grid"}
+GRID_CLASSES = {
+    0: "unknown",
+    1: "level set",
+    2: "fog volume",
+    3: "staggered",
+    4: "point index",
+    5: "point data",
+    6: "topology",
+    7: "voxel volume",
+    8: "index grid",
+    9: "tensor grid",
+}
 
-GRID_TYPE_NAMES = {0: "Unknown", 1: "Float", 2: "Double", 3: "Int16", 4: "Int32", 5: "Int64", 6: "Vec3f",
-                   7: "Vec3d", 8: "Mask", 9: "Half", 10: "UInt32", 11: "Boolean", 12: "RGBA8", 13: "Fp4",
-                   14: "Fp8", 15: "Fp16", 16: "FpN", 17: "Vec4f", 18: "Vec4d", 19: "Index", 20: "OnIndex",
-                   21: "IndexMask", 22: "OnIndexMask", 23: "PointIndex", 24: "Vec3u8", 25: "Vec3u16", 26: "UInt8"}
+GRID_TYPE_NAMES = {
+    0: "Unknown",
+    1: "Float",
+    2: "Double",
+    3: "Int16",
+    4: "Int32",
+    5: "Int64",
+    6: "Vec3f",
+    7: "Vec3d",
+    8: "Mask",
+    9: "Half",
+    10: "UInt32",
+    11: "Boolean",
+    12: "RGBA8",
+    13: "Fp4",
+    14: "Fp8",
+    15: "Fp16",
+    16: "FpN",
+    17: "Vec4f",
+    18: "Vec4d",
+    19: "Index",
+    20: "OnIndex",
+    21: "IndexMask",
+    22: "OnIndexMask",
+    23: "PointIndex",
+    24: "Vec3u8",
+    25: "Vec3u16",
+    26: "UInt8",
+}
 
 
 @dataclass(frozen=True)
@@ -160,7 +195,8 @@ def _layout(gt, vt, dtype, c, *numbers, kind="plain"):
 
 
 LAYOUTS: dict[int, GridLayout] = {
-    lay.grid_type: lay for lay in (
+    lay.grid_type: lay
+    for lay in (
         _layout(1, "float32", "<f4", 1, 28, 64, 8, 20, 32, 8256, 270400, 1088, 33856, 96, 2144),
         _layout(2, "float64", "<f8", 1, 32, 96, 8, 24, 32, 8256, 270400, 1088, 33856, 128, 4224),
         _layout(4, "int32", "<i4", 1, 28, 64, 8, 20, 32, 8256, 270400, 1088, 33856, 96, 2144),

@@ -44,13 +44,23 @@ def to_dataset(vol: Volume) -> xr.Dataset:
             "tile_values": (("tile", "channel"), np.asarray(vol.tile_values).reshape(t.tile_count, vol.components)),
             "background": (("channel",), np.asarray(vol.background_values).reshape(-1)),
         },
-        coords={**{c: ("voxel", ijk[:, a], {"long_name": f"{c} index of the voxel", "units": "voxel"})
-                   for a, c in enumerate("ijk")},
-                # variable-length strings: a type Zarr v3 specifies, unlike fixed-width unicode
-                "channel": np.array(channels, dtype=object), "xyz": np.array(["x", "y", "z"], dtype=object)},
+        coords={
+            **{
+                c: ("voxel", ijk[:, a], {"long_name": f"{c} index of the voxel", "units": "voxel"})
+                for a, c in enumerate("ijk")
+            },
+            # variable-length strings: a type Zarr v3 specifies, unlike fixed-width unicode
+            "channel": np.array(channels, dtype=object),
+            "xyz": np.array(["x", "y", "z"], dtype=object),
+        },
         # index_to_world: the 4x4 matrix as 16 numbers, row by row - as in sampled results
-        attrs={"format": FORMAT, "name": vol.name, "index_to_world": np.asarray(vol.index_to_world, np.float64).ravel(),
-               "value_type": vol.value_type.name, **{f"volume_{k}": v for k, v in _units(vol).items()}},
+        attrs={
+            "format": FORMAT,
+            "name": vol.name,
+            "index_to_world": np.asarray(vol.index_to_world, np.float64).ravel(),
+            "value_type": vol.value_type.name,
+            **{f"volume_{k}": v for k, v in _units(vol).items()},
+        },
     )
     if vol.length_units:
         ds.attrs["length_units"] = vol.length_units
@@ -79,8 +89,9 @@ def _index_to_world(attrs: dict) -> np.ndarray:
 def from_dataset(ds: xr.Dataset) -> Volume:
     """The volume a :func:`to_dataset` Dataset (or a Zarr store of one) holds, in the index layout."""
     if ds.attrs.get("format") != FORMAT:
-        raise VolumeError(f"expected a Dataset written by vdbflow (attrs format={FORMAT!r}), got "
-                          f"format={ds.attrs.get('format')!r}")
+        raise VolumeError(
+            f"expected a Dataset written by vdbflow (attrs format={FORMAT!r}), got format={ds.attrs.get('format')!r}"
+        )
     need = ("values", "leaf_origins", "masks", "tile_origins", "tile_sizes", "tile_values", "background")
     missing = [v for v in need if v not in ds.variables]
     if missing:
@@ -89,17 +100,27 @@ def from_dataset(ds: xr.Dataset) -> Volume:
         matrix = _index_to_world(ds.attrs)
     except (KeyError, ValueError, TypeError) as err:
         raise VolumeError(f"expected an index_to_world attr holding a 4x4 matrix: {err}") from None
-    topology = Topology(np.asarray(ds["leaf_origins"].values), np.asarray(ds["masks"].values, np.uint64),
-                        Transform(matrix), np.asarray(ds["tile_origins"].values), np.asarray(ds["tile_sizes"].values))
+    topology = Topology(
+        np.asarray(ds["leaf_origins"].values),
+        np.asarray(ds["masks"].values, np.uint64),
+        Transform(matrix),
+        np.asarray(ds["tile_origins"].values),
+        np.asarray(ds["tile_sizes"].values),
+    )
     values = np.asarray(ds["values"].values)
     if values.shape[0] != topology.active_voxel_count:
-        raise VolumeError(f"expected one value row per active voxel ({topology.active_voxel_count}), got "
-                          f"{values.shape[0]}")
+        raise VolumeError(
+            f"expected one value row per active voxel ({topology.active_voxel_count}), got {values.shape[0]}"
+        )
     C = values.shape[1]
     squeeze = (lambda a: a[..., 0]) if C == 1 else (lambda a: a)
-    vol = topology.with_data(squeeze(values), squeeze(np.asarray(ds["background"].values)),
-                             squeeze(np.asarray(ds["tile_values"].values)), name=str(ds.attrs.get("name", "value")),
-                             component_names=[str(c) for c in ds["channel"].values])
+    vol = topology.with_data(
+        squeeze(values),
+        squeeze(np.asarray(ds["background"].values)),
+        squeeze(np.asarray(ds["tile_values"].values)),
+        name=str(ds.attrs.get("name", "value")),
+        component_names=[str(c) for c in ds["channel"].values],
+    )
     vol.units = ds.attrs.get("volume_units")
     vol.length_units = ds.attrs.get("length_units")
     return vol
@@ -164,20 +185,25 @@ def _zarr_kind(path: Path) -> str | None:
     if attrs.get("format") == FORMAT:
         return None
     if attrs.get("title") == "vdbflow run result":
-        return ("a vdbflow run result (values sampled at points), not a volume: read it with "
-                f"xarray.open_zarr({str(path)!r})")
+        return (
+            "a vdbflow run result (values sampled at points), not a volume: read it with "
+            f"xarray.open_zarr({str(path)!r})"
+        )
     return f"a Zarr store without the attrs of a stored volume (format={attrs.get('format')!r}, expected {FORMAT!r})"
 
 
 def _openvdb_hint(where: str) -> str:
-    return (f"{where} is an OpenVDB file (magic 0x56444220 at byte 0), which vdbflow does not read: convert it to "
-            "NanoVDB first with OpenVDB's nanovdb_convert tool (`nanovdb_convert FILE.vdb FILE.nvdb`, `-g NAME` for "
-            "one grid; built with OpenVDB's NANOVDB_BUILD_TOOLS), then vdbflow.open the .nvdb. Dense arrays (.npy, "
-            "NetCDF, Zarr) convert with `vdbflow convert`")
+    return (
+        f"{where} is an OpenVDB file (magic 0x56444220 at byte 0), which vdbflow does not read: convert it to "
+        "NanoVDB first with OpenVDB's nanovdb_convert tool (`nanovdb_convert FILE.vdb FILE.nvdb`, `-g NAME` for "
+        "one grid; built with OpenVDB's NANOVDB_BUILD_TOOLS), then vdbflow.open the .nvdb. Dense arrays (.npy, "
+        "NetCDF, Zarr) convert with `vdbflow convert`"
+    )
 
 
-def open_volume(data: str | os.PathLike | bytes | np.ndarray, grid: int | str | None = None,
-                **kwargs: Any) -> Volume | Topology:
+def open_volume(
+    data: str | os.PathLike | bytes | np.ndarray, grid: int | str | None = None, **kwargs: Any
+) -> Volume | Topology:
     """Open a volume: ``vdbflow.open``, a grid of a .nvdb file or buffer, or a Zarr store.
 
     A .nvdb file is memory-mapped: for an uncompressed one, the values stay in the mapped file and
@@ -229,8 +255,9 @@ def open_volume(data: str | os.PathLike | bytes | np.ndarray, grid: int | str | 
                 raise VolumeError(f"expected a Zarr store of a volume, found nothing at {path}")
             what = _zarr_kind(path)
             if what is not None:
-                raise VolumeError(f"expected a volume store written by vdbflow (Volume.to_zarr) at {path}, "
-                                  f"found {what}")
+                raise VolumeError(
+                    f"expected a volume store written by vdbflow (Volume.to_zarr) at {path}, found {what}"
+                )
             if kwargs:
                 raise VolumeError(f"{sorted(kwargs)} apply to .nvdb files; a Zarr store is read whole")
             vol = open_zarr(path)
@@ -292,12 +319,19 @@ def split_channels(vol: Volume, size: int = 3) -> dict[str, Volume]:
         group = names[cols]
         stem = group[0].split("/")[0] if all("/" in n for n in group) else f"{g}"
         name = f"{vol.name}_{stem}"
-        part = vol.topology.with_data(values[:, cols], np.asarray(vol.background_values).reshape(-1)[cols],
-                                      np.asarray(vol.tile_values).reshape(vol.tile_count, C)[:, cols],
-                                      name=name, component_names=group) \
-            if vol.topology.value_count == vol.active_voxel_count else \
-            Volume.from_active(vol.active_voxels(), vol.transform).with_data(values[:, cols], name=name,
-                                                                              component_names=group)
+        part = (
+            vol.topology.with_data(
+                values[:, cols],
+                np.asarray(vol.background_values).reshape(-1)[cols],
+                np.asarray(vol.tile_values).reshape(vol.tile_count, C)[:, cols],
+                name=name,
+                component_names=group,
+            )
+            if vol.topology.value_count == vol.active_voxel_count
+            else Volume.from_active(vol.active_voxels(), vol.transform).with_data(
+                values[:, cols], name=name, component_names=group
+            )
+        )
         part.units, part.length_units = vol.units, vol.length_units
         out[name] = part
     return out

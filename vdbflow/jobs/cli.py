@@ -93,16 +93,31 @@ def _print_plan(plan: Any, console: Console) -> None:
     count = f"{plan.point_count:,}" if plan.point_count is not None else "counted when read"
     chunks = f" in {plan.point_chunks} chunk(s)" if plan.point_chunks else ""
     rows.append(("points", f"{count} ({cfg.points.kind}, {cfg.points.space} space){chunks}"))
-    rows.append(("sampling", f"mode {cfg.sampling.mode} (halo {plan.halo} voxel(s)), outputs "
-                             f"{', '.join(cfg.sampling.outputs)}, device {cfg.sampling.device}"))
+    rows.append(
+        (
+            "sampling",
+            f"mode {cfg.sampling.mode} (halo {plan.halo} voxel(s)), outputs "
+            f"{', '.join(cfg.sampling.outputs)}, device {cfg.sampling.device}",
+        )
+    )
     if plan.output_bytes is not None:
-        rows.append(("size", f"about {human_bytes(plan.output_bytes)} of results before compression "
-                             f"({plan.bytes_per_point} bytes a point); {'about ' if plan.seconds >= 1 else ''}"
-                             f"{human_seconds(plan.seconds)} of "
-                             f"sampling + writing at {REFERENCE_POINTS_PER_S / 1e6:g} M points/s (the demo's "
-                             "rate on one workstation; yours depends on the workers)"))
-    rows.append(("limits", f"{cfg.limits.max_points:,} points, {cfg.limits.max_output_bytes} of results "
-                           "(limits.max_points, limits.max_output_bytes; --force runs larger jobs)"))
+        rows.append(
+            (
+                "size",
+                f"about {human_bytes(plan.output_bytes)} of results before compression "
+                f"({plan.bytes_per_point} bytes a point); {'about ' if plan.seconds >= 1 else ''}"
+                f"{human_seconds(plan.seconds)} of "
+                f"sampling + writing at {REFERENCE_POINTS_PER_S / 1e6:g} M points/s (the demo's "
+                "rate on one workstation; yours depends on the workers)",
+            )
+        )
+    rows.append(
+        (
+            "limits",
+            f"{cfg.limits.max_points:,} points, {cfg.limits.max_output_bytes} of results "
+            "(limits.max_points, limits.max_output_bytes; --force runs larger jobs)",
+        )
+    )
     rows.append(("partitions", plan.partitions))
     rows.append(("cluster", plan.cluster))
     rows.append(("output", f"{cfg.output.path} ({cfg.output.resolved_format}, overwrite {cfg.output.overwrite})"))
@@ -111,8 +126,11 @@ def _print_plan(plan: Any, console: Console) -> None:
     for warning in plan.warnings:
         _say("warning", f"{warning} (a dry run goes on; the run would stop here)", "yellow")
     if plan.job_script:
-        console.print("SLURM job script (one per job; the scheduler address is filled in at run time):",
-                      style="bold", markup=False)
+        console.print(
+            "SLURM job script (one per job; the scheduler address is filled in at run time):",
+            style="bold",
+            markup=False,
+        )
         click.echo(plan.job_script)  # verbatim: rich would wrap the worker command at the terminal's width
 
 
@@ -120,18 +138,29 @@ def _print_summary(result: Any, console: Console) -> None:
     from vdbflow.jobs.runner import ANALYTIC_CHECK_PER_CHUNK
 
     t = result.timings
-    rows = [("points", f"{result.points:,}"), ("grids", ", ".join(result.grids)),
-            ("partitions / workers", f"{result.partitions} / {result.workers}"),
-            ("throughput", f"{result.throughput / 1e6:.2f} M points/s (sampling + writing)"),
-            ("time", f"{t['total_s']:.1f} s total: cluster {t['cluster_s']:.1f} s, distribute "
-                     f"{t['distribute_s']:.1f} s, sample + write {t['sample_and_write_s']:.1f} s")]
+    rows = [
+        ("points", f"{result.points:,}"),
+        ("grids", ", ".join(result.grids)),
+        ("partitions / workers", f"{result.partitions} / {result.workers}"),
+        ("throughput", f"{result.throughput / 1e6:.2f} M points/s (sampling + writing)"),
+        (
+            "time",
+            f"{t['total_s']:.1f} s total: cluster {t['cluster_s']:.1f} s, distribute "
+            f"{t['distribute_s']:.1f} s, sample + write {t['sample_and_write_s']:.1f} s",
+        ),
+    ]
     if result.worker_seconds:
         steps = ", ".join(f"{k} {v:.2f}" for k, v in result.worker_seconds.items() if v > 0.0005)
         rows.append(("worker time (s)", f"{steps} (compute on {result.workers} worker(s), by Dask's task stream)"))
     if result.analytic_error is not None:
-        rows.append(("max |J - J_exact|", f"{result.analytic_error:.3g} over {result.analytic_points:,} interior "
-                                          "points checked (analytic Jacobian of the synthetic field; up to "
-                                          f"{ANALYTIC_CHECK_PER_CHUNK:,} points a chunk)"))
+        rows.append(
+            (
+                "max |J - J_exact|",
+                f"{result.analytic_error:.3g} over {result.analytic_points:,} interior "
+                "points checked (analytic Jacobian of the synthetic field; up to "
+                f"{ANALYTIC_CHECK_PER_CHUNK:,} points a chunk)",
+            )
+        )
     rows.append(("output", str(result.output)))
     console.print(_rows_table("vdbflow run: summary", rows))
 
@@ -160,8 +189,11 @@ def _run(config_path: str, overrides: tuple[str, ...], dry_run: bool, verbose: i
         raise SystemExit(1) from None
     except Exception as err:  # a worker's or a library's failure: say what, keep the trace for -vv
         logging.getLogger("vdbflow").debug("the job failed", exc_info=True)
-        _say("the job failed", f"{type(err).__name__}: {err}; no result was published"
-             + ("" if verbose > 1 else " (-vv shows the traceback)"))
+        _say(
+            "the job failed",
+            f"{type(err).__name__}: {err}; no result was published"
+            + ("" if verbose > 1 else " (-vv shows the traceback)"),
+        )
         raise SystemExit(1) from None
     _print_summary(result, console)
 
@@ -172,11 +204,17 @@ _SET_HELP = "Override a config key, e.g. --set points.count=1000000 (the value i
 @main.command()
 @click.argument("config", type=click.Path(dir_okay=False))
 @click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help=_SET_HELP)
-@click.option("--dry-run", is_flag=True,
-              help="Validate the config, print the plan (and the SLURM job script); run nothing. Input files "
-                   "that are not here are warnings.")
-@click.option("--force", is_flag=True, help="Run a job larger than the config's limits (limits.max_points, "
-              "limits.max_output_bytes).")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Validate the config, print the plan (and the SLURM job script); run nothing. Input files "
+    "that are not here are warnings.",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Run a job larger than the config's limits (limits.max_points, limits.max_output_bytes).",
+)
 @click.option("-v", "--verbose", count=True, help="Log progress to stderr (-vv: also Dask's own logs).")
 def run(config: str, overrides: tuple[str, ...], dry_run: bool, force: bool, verbose: int) -> None:
     """Run the batch job described by CONFIG (YAML): sample a volume at points on a Dask cluster and
@@ -187,8 +225,12 @@ def run(config: str, overrides: tuple[str, ...], dry_run: bool, force: bool, ver
 @main.command()
 @click.argument("target", required=False, default=".", type=click.Path())
 @click.option("--dry-run", is_flag=True, help="Say what would be done; touch nothing.")
-@click.option("--force", is_flag=True, help="Also remove leftovers whose writer cannot be checked (another host, "
-              "or written before vdbflow recorded writers).")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Also remove leftovers whose writer cannot be checked (another host, "
+    "or written before vdbflow recorded writers).",
+)
 def clean(target: str, dry_run: bool, force: bool) -> None:
     """Remove what killed runs left next to an output: partial results (.NAME.partial-*) and input
     snapshots (.NAME.input-*) whose writer has exited, and put back an earlier result a kill set aside
@@ -259,11 +301,14 @@ class _ConvertCommand(click.Command):
                 out += args[i:]
                 break
             if args[i].startswith("--voxel-size="):
-                args[i:i + 1] = ["--voxel-size", args[i].partition("=")[2]]
-            if args[i] == "--voxel-size" and numbers(args[i + 1:i + 4]) == 2:
-                raise click.BadParameter(f"expected 1 or 3 numbers (DX or DX DY DZ), got 2: {args[i + 1:i + 3]}",
-                                         ctx, param_hint="'--voxel-size'")
-            if args[i] == "--voxel-size" and numbers(args[i + 1:i + 4]) == 1:
+                args[i : i + 1] = ["--voxel-size", args[i].partition("=")[2]]
+            if args[i] == "--voxel-size" and numbers(args[i + 1 : i + 4]) == 2:
+                raise click.BadParameter(
+                    f"expected 1 or 3 numbers (DX or DX DY DZ), got 2: {args[i + 1 : i + 3]}",
+                    ctx,
+                    param_hint="'--voxel-size'",
+                )
+            if args[i] == "--voxel-size" and numbers(args[i + 1 : i + 4]) == 1:
                 out += ["--voxel-size", *[args[i + 1]] * 3]
                 i += 2
                 continue
@@ -275,28 +320,59 @@ class _ConvertCommand(click.Command):
 @main.command(cls=_ConvertCommand)
 @click.argument("source", type=click.Path(exists=True))
 @click.argument("output", type=click.Path(dir_okay=False))
-@click.option("--variable", "variables", multiple=True,
-              help="NetCDF/Zarr variable(s); several (u, v, w) become one vec3 grid. Default: the first 3-D one.")
-@click.option("--threshold", type=float, default=None,
-              help="Active where |value| (vector norm) > THRESHOLD. Default: where value != background.")
+@click.option(
+    "--variable",
+    "variables",
+    multiple=True,
+    help="NetCDF/Zarr variable(s); several (u, v, w) become one vec3 grid. Default: the first 3-D one.",
+)
+@click.option(
+    "--threshold",
+    type=float,
+    default=None,
+    help="Active where |value| (vector norm) > THRESHOLD. Default: where value != background.",
+)
 @click.option("--mask-variable", default=None, help="A NetCDF/Zarr variable: active where it is non-zero.")
 @click.option("--background", type=float, default=0.0, show_default=True, help="Value of inactive voxels.")
-@click.option("--voxel-size", type=float, nargs=3, default=None, metavar="DX [DY DZ]",
-              help="World size of a voxel along x, y, z (one value: cubic voxels). Default: the coordinates' "
-                   "spacing, else 1.")
-@click.option("--origin", type=float, nargs=3, default=None, metavar="X Y Z",
-              help="World position of voxel (0, 0, 0).")
+@click.option(
+    "--voxel-size",
+    type=float,
+    nargs=3,
+    default=None,
+    metavar="DX [DY DZ]",
+    help="World size of a voxel along x, y, z (one value: cubic voxels). Default: the coordinates' spacing, else 1.",
+)
+@click.option("--origin", type=float, nargs=3, default=None, metavar="X Y Z", help="World position of voxel (0, 0, 0).")
 @click.option("--dtype", type=click.Choice(["float32", "float64"]), default=None, help="Stored value type.")
-@click.option("--name", default=None, help="Grid name. Default: the variable's name, else 'velocity' for a "
-              "vec3 grid and 'density' otherwise.")
+@click.option(
+    "--name",
+    default=None,
+    help="Grid name. Default: the variable's name, else 'velocity' for a vec3 grid and 'density' otherwise.",
+)
 @click.option("--codec", type=click.Choice(["none", "zip", "blosc"]), default="none", show_default=True)
-@click.option("--slab", type=click.IntRange(8, None), default=64, show_default=True,
-              help="X-planes held dense at a time (a multiple of 8).")
+@click.option(
+    "--slab",
+    type=click.IntRange(8, None),
+    default=64,
+    show_default=True,
+    help="X-planes held dense at a time (a multiple of 8).",
+)
 @click.option("--overwrite", is_flag=True, help="Replace OUTPUT if it exists.")
-def convert(source: str, output: str, variables: tuple[str, ...], threshold: float | None,
-            mask_variable: str | None, background: float, voxel_size: tuple[float, float, float] | None,
-            origin: tuple[float, float, float] | None, dtype: str | None, name: str | None, codec: str, slab: int,
-            overwrite: bool) -> None:
+def convert(
+    source: str,
+    output: str,
+    variables: tuple[str, ...],
+    threshold: float | None,
+    mask_variable: str | None,
+    background: float,
+    voxel_size: tuple[float, float, float] | None,
+    origin: tuple[float, float, float] | None,
+    dtype: str | None,
+    name: str | None,
+    codec: str,
+    slab: int,
+    overwrite: bool,
+) -> None:
     """Convert a dense array (SOURCE: .npy, NetCDF or Zarr) to a sparse .nvdb grid (OUTPUT), one slab at a time."""
     import numpy as np
     from rich.progress import Progress
@@ -316,8 +392,17 @@ def convert(source: str, output: str, variables: tuple[str, ...], threshold: flo
         console = _stderr()
         with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
             task = bar.add_task("converting", total=src.shape[0])
-            vol = to_volume(src, threshold, background, dtype, voxel_size, origin, slab, grid_name,
-                            progress=lambda done, total: bar.update(task, completed=done))
+            vol = to_volume(
+                src,
+                threshold,
+                background,
+                dtype,
+                voxel_size,
+                origin,
+                slab,
+                grid_name,
+                progress=lambda done, total: bar.update(task, completed=done),
+            )
         tmp = partial_path(out.absolute())
         try:
             vol.to_nvdb(str(tmp), codec=codec)
@@ -328,8 +413,10 @@ def convert(source: str, output: str, variables: tuple[str, ...], threshold: flo
         _say("error", str(err))
         raise SystemExit(2) from None
     dense = int(np.prod(src.shape[:3]))
-    click.echo(f"wrote {out}: grid {grid_name!r}, {vol.value_type.name}, {vol.active_voxel_count:,} active voxels "
-               f"of {dense:,} ({vol.active_voxel_count / max(dense, 1):.1%}), {vol.leaf_count:,} leaves")
+    click.echo(
+        f"wrote {out}: grid {grid_name!r}, {vol.value_type.name}, {vol.active_voxel_count:,} active voxels "
+        f"of {dense:,} ({vol.active_voxel_count / max(dense, 1):.1%}), {vol.leaf_count:,} leaves"
+    )
 
 
 def _grid_rows(g: Any) -> list[tuple[str, str]]:
@@ -367,8 +454,12 @@ def _json_value(value: Any) -> Any:
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (a list: path and grids of each file, or its "
-              "error) instead of tables.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print JSON (a list: path and grids of each file, or its error) instead of tables.",
+)
 def info(paths: tuple[str, ...], as_json: bool) -> None:
     """List the grids of NanoVDB (.nvdb) files.  Exit code 2: a file could not be read (the others are
     still listed)."""

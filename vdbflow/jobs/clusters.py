@@ -41,11 +41,19 @@ def _local_workers(spec: LocalClusterSpec) -> int:
 
 
 def _slurm_options(spec: SlurmClusterSpec) -> dict[str, Any]:
-    options = {"queue": spec.queue, "account": spec.account, "walltime": spec.walltime, "cores": spec.cores,
-               "memory": spec.memory, "processes": spec.processes,
-               "job_extra_directives": list(spec.job_extra_directives),
-               "job_script_prologue": list(spec.job_script_prologue), "interface": spec.interface,
-               "local_directory": spec.local_directory, "python": spec.python}
+    options = {
+        "queue": spec.queue,
+        "account": spec.account,
+        "walltime": spec.walltime,
+        "cores": spec.cores,
+        "memory": spec.memory,
+        "processes": spec.processes,
+        "job_extra_directives": list(spec.job_extra_directives),
+        "job_script_prologue": list(spec.job_script_prologue),
+        "interface": spec.interface,
+        "local_directory": spec.local_directory,
+        "python": spec.python,
+    }
     return {**{k: v for k, v in options.items() if v is not None}, **spec.jobqueue_options}
 
 
@@ -58,8 +66,12 @@ def _jobqueue() -> Any:
 
 
 def _parameters(*functions: Any) -> set[str]:
-    return {name for f in functions for name, p in inspect.signature(f).parameters.items()
-            if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and name != "self"}
+    return {
+        name
+        for f in functions
+        for name, p in inspect.signature(f).parameters.items()
+        if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and name != "self"
+    }
 
 
 def _job_options(spec: SlurmClusterSpec) -> dict[str, Any]:
@@ -72,8 +84,10 @@ def _job_options(spec: SlurmClusterSpec) -> dict[str, Any]:
     job = _parameters(SLURMJob.__init__, Job.__init__)
     unknown = sorted(set(spec.jobqueue_options) - job - _parameters(JobQueueCluster.__init__))
     if unknown:
-        raise ConfigError(f"cluster.jobqueue_options: {unknown} are not options of dask_jobqueue.SLURMCluster "
-                          f"(its job options: {', '.join(sorted(job - {'scheduler', 'name'}))})")
+        raise ConfigError(
+            f"cluster.jobqueue_options: {unknown} are not options of dask_jobqueue.SLURMCluster "
+            f"(its job options: {', '.join(sorted(job - {'scheduler', 'name'}))})"
+        )
     return {k: v for k, v in _slurm_options(spec).items() if k in job}
 
 
@@ -95,25 +109,33 @@ def slurm_job_script(spec: SlurmClusterSpec, scheduler: str = SCHEDULER_PLACEHOL
 def describe_cluster(spec: Any) -> str:
     """One line saying what the job will run on."""
     if isinstance(spec, LocalClusterSpec):
-        return (f"embedded LocalCluster: {_local_workers(spec)} worker process(es) x {spec.threads_per_worker} "
-                f"thread(s){', ' + spec.memory_limit + ' each' if spec.memory_limit else ''}")
+        return (
+            f"embedded LocalCluster: {_local_workers(spec)} worker process(es) x {spec.threads_per_worker} "
+            f"thread(s){', ' + spec.memory_limit + ' each' if spec.memory_limit else ''}"
+        )
     if isinstance(spec, AddressClusterSpec):
         return f"existing scheduler at {spec.address}"
     if isinstance(spec, CudaClusterSpec):
         try:
             import dask_cuda  # noqa: F401
+
             note = ""
         except ImportError:
-            note = " (dask-cuda is not installed here: pip install \"vdbflow[gpu]\")"
+            note = ' (dask-cuda is not installed here: pip install "vdbflow[gpu]")'
         devices = ",".join(map(str, spec.devices)) if spec.devices else "all"
         return f"dask-cuda LocalCUDACluster, one worker per GPU (devices {devices}){note}"
     if isinstance(spec, SlurmClusterSpec):
-        jobs = (f"{spec.adapt.minimum_jobs} to {spec.adapt.maximum_jobs} job(s) as the work needs"
-                if spec.adapt is not None else f"{spec.jobs} job(s)")
-        return (f"SLURM: {jobs} on queue {spec.queue!r}"
-                f"{' account ' + repr(spec.account) if spec.account else ''}, {spec.cores} cores, {spec.memory}, "
-                f"{spec.processes} worker process(es) each, walltime {spec.walltime}; starts when "
-                f"{spec.wait_for_workers} worker(s) are up (waits up to {spec.wait_timeout:g} s)")
+        jobs = (
+            f"{spec.adapt.minimum_jobs} to {spec.adapt.maximum_jobs} job(s) as the work needs"
+            if spec.adapt is not None
+            else f"{spec.jobs} job(s)"
+        )
+        return (
+            f"SLURM: {jobs} on queue {spec.queue!r}"
+            f"{' account ' + repr(spec.account) if spec.account else ''}, {spec.cores} cores, {spec.memory}, "
+            f"{spec.processes} worker process(es) each, walltime {spec.walltime}; starts when "
+            f"{spec.wait_for_workers} worker(s) are up (waits up to {spec.wait_timeout:g} s)"
+        )
     raise ConfigError(f"expected a cluster section, got {type(spec).__name__}")
 
 
@@ -173,9 +195,11 @@ def _wait_for_workers(client: Any, spec: SlurmClusterSpec) -> None:
         client.wait_for_workers(spec.wait_for_workers, timeout=spec.wait_timeout)
     except (TimeoutError, asyncio.TimeoutError):
         arrived = len(client.scheduler_info(n_workers=-1)["workers"])
-        raise ClusterError(f"expected {spec.wait_for_workers} worker(s) within cluster.wait_timeout "
-                           f"({spec.wait_timeout:g} s), got {arrived}: are the SLURM jobs still queued or did they "
-                           "fail? (squeue --me; the jobs' output files say why a worker exited)") from None
+        raise ClusterError(
+            f"expected {spec.wait_for_workers} worker(s) within cluster.wait_timeout "
+            f"({spec.wait_timeout:g} s), got {arrived}: are the SLURM jobs still queued or did they "
+            "fail? (squeue --me; the jobs' output files say why a worker exited)"
+        ) from None
 
 
 def _start_with_retries(spec: Any, distributed: Any) -> Any:
@@ -190,11 +214,20 @@ def _start_with_retries(spec: Any, distributed: Any) -> Any:
             if not retry:
                 raise
             if attempt == START_ATTEMPTS:
-                raise ClusterError(f"expected the cluster ({describe_cluster(spec)}) to start, it failed "
-                                   f"{START_ATTEMPTS} times; the last time: {type(err).__name__}: {err}") from err
+                raise ClusterError(
+                    f"expected the cluster ({describe_cluster(spec)}) to start, it failed "
+                    f"{START_ATTEMPTS} times; the last time: {type(err).__name__}: {err}"
+                ) from err
             wait = START_BACKOFF_S * 2 ** (attempt - 1)
-            log.warning("the cluster did not start (%s: %s; did a worker die while starting?): starting it again "
-                        "in %g s (attempt %d of %d)", type(err).__name__, err, wait, attempt + 1, START_ATTEMPTS)
+            log.warning(
+                "the cluster did not start (%s: %s; did a worker die while starting?): starting it again "
+                "in %g s (attempt %d of %d)",
+                type(err).__name__,
+                err,
+                wait,
+                attempt + 1,
+                START_ATTEMPTS,
+            )
             time.sleep(wait)
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -207,8 +240,13 @@ def _start(spec: Any, distributed: Any) -> Any:
     show = {"dashboard": spec.dashboard_address is not None}
     cluster = None
     if isinstance(spec, LocalClusterSpec):
-        kwargs: dict[str, Any] = {"n_workers": _local_workers(spec), "threads_per_worker": spec.threads_per_worker,
-                                  "processes": True, "dashboard_address": dashboard, "scheduler_kwargs": show}
+        kwargs: dict[str, Any] = {
+            "n_workers": _local_workers(spec),
+            "threads_per_worker": spec.threads_per_worker,
+            "processes": True,
+            "dashboard_address": dashboard,
+            "scheduler_kwargs": show,
+        }
         if spec.memory_limit:
             kwargs["memory_limit"] = spec.memory_limit
         cluster = distributed.LocalCluster(**kwargs)
@@ -226,9 +264,9 @@ def _start(spec: Any, distributed: Any) -> Any:
     elif isinstance(spec, SlurmClusterSpec):
         jobqueue = _jobqueue()
         _job_options(spec)  # refuses options this dask-jobqueue does not take
-        cluster = jobqueue.SLURMCluster(name="vdbflow-worker", scheduler_options={"dashboard_address": dashboard,
-                                                                                  **show},
-                                        **_slurm_options(spec))
+        cluster = jobqueue.SLURMCluster(
+            name="vdbflow-worker", scheduler_options={"dashboard_address": dashboard, **show}, **_slurm_options(spec)
+        )
         try:
             if spec.adapt is not None:
                 cluster.adapt(minimum_jobs=spec.adapt.minimum_jobs, maximum_jobs=spec.adapt.maximum_jobs)

@@ -36,8 +36,17 @@ from pydantic import (
 from vdbflow.errors import VdbflowError
 from vdbflow.ops.sampling import MODES
 
-DERIVED = ("divergence", "vorticity", "vorticity_magnitude", "strain_rate", "rotation_rate", "q_criterion",
-           "lambda2", "swirling_strength", "helicity")
+DERIVED = (
+    "divergence",
+    "vorticity",
+    "vorticity_magnitude",
+    "strain_rate",
+    "rotation_rate",
+    "q_criterion",
+    "lambda2",
+    "swirling_strength",
+    "helicity",
+)
 SECOND = ("hessian", "laplacian")  # second derivatives (Volume.sample_hessian): any float grid
 OUTPUTS = ("value", "jacobian", *DERIVED, *SECOND, "inside")  # inside: the stencil reads only active voxels
 SYNTHETIC_FIELDS = ("taylor_green", "abc", "burgers", "linear")
@@ -57,10 +66,12 @@ def _matching(regex: str, example: str) -> AfterValidator:
     return AfterValidator(check)
 
 
-Address = Annotated[str, _matching(r"(tcp|tls|ucx|inproc|ws|wss)://[^\s/]+(:\d+)?/?",
-                                   "a scheduler address like 'tcp://host:8786'")]
-Walltime = Annotated[str, _matching(r"(\d+-)?\d{1,3}:\d{2}(:\d{2})?",
-                                    "a SLURM walltime like '01:30:00' or '2-00:00:00'")]
+Address = Annotated[
+    str, _matching(r"(tcp|tls|ucx|inproc|ws|wss)://[^\s/]+(:\d+)?/?", "a scheduler address like 'tcp://host:8786'")
+]
+Walltime = Annotated[
+    str, _matching(r"(\d+-)?\d{1,3}:\d{2}(:\d{2})?", "a SLURM walltime like '01:30:00' or '2-00:00:00'")
+]
 MemorySize = Annotated[str, _matching(r"\d+(\.\d+)?\s*([KMGT]i?B|[KMGT])", "a memory size like '64GB' or '512GiB'")]
 
 
@@ -79,12 +90,14 @@ class SyntheticVolume(_Model):
     """A flow field with an analytic Jacobian, stored on the voxels of a spherical shell."""
 
     field: Literal["taylor_green", "abc", "burgers", "linear"] = Field(
-        description="taylor_green | abc | burgers | linear (u = A x + b)")
+        description="taylor_green | abc | burgers | linear (u = A x + b)"
+    )
     resolution: int = Field(64, ge=8, le=4096, description="voxels per edge of the bounding cube")
     extent: float = Field(2 * math.pi, gt=0, description="edge of the cube [0, extent]^3 in world units")
     shell: tuple[float, float] = Field((0.35, 0.5), description="inner and outer radius, fractions of the edge")
     params: dict[str, float | list[float] | list[list[float]]] = Field(
-        default_factory=dict, description="the generator's keyword arguments (k, amplitude, circulation, matrix...)")
+        default_factory=dict, description="the generator's keyword arguments (k, amplitude, circulation, matrix...)"
+    )
     dtype: Literal["float32", "float64"] = "float32"
     write: Path | None = Field(None, description="also write the field to this .nvdb; workers then read it")
 
@@ -102,8 +115,11 @@ class VolumeSpec(_Model):
     path: Path | None = None
     grids: list[str] | None = None
     synthetic: SyntheticVolume | None = None
-    snapshot: bool = Field(True, description="read a private copy of 'path' (a reflink where the filesystem "
-                                              "allows), so no other process can truncate what the job maps")
+    snapshot: bool = Field(
+        True,
+        description="read a private copy of 'path' (a reflink where the filesystem "
+        "allows), so no other process can truncate what the job maps",
+    )
 
     @field_validator("grids", mode="before")
     @classmethod
@@ -113,8 +129,10 @@ class VolumeSpec(_Model):
     @model_validator(mode="after")
     def _one_source(self) -> VolumeSpec:
         if (self.path is None) == (self.synthetic is None):
-            raise ValueError("expected exactly one of 'path' (an .nvdb file) or 'synthetic', got "
-                             + ("both" if self.path is not None else "neither"))
+            raise ValueError(
+                "expected exactly one of 'path' (an .nvdb file) or 'synthetic', got "
+                + ("both" if self.path is not None else "neither")
+            )
         if self.grids is not None and self.path is None:
             raise ValueError("'grids' selects grids of an .nvdb 'path'; a synthetic volume has one grid")
         if not self.snapshot and self.path is None:
@@ -176,8 +194,11 @@ class PlanePoints(_Points):
 
     @model_validator(mode="after")
     def _spans(self) -> PlanePoints:
-        cross = (self.u[1] * self.v[2] - self.u[2] * self.v[1], self.u[2] * self.v[0] - self.u[0] * self.v[2],
-                 self.u[0] * self.v[1] - self.u[1] * self.v[0])
+        cross = (
+            self.u[1] * self.v[2] - self.u[2] * self.v[1],
+            self.u[2] * self.v[0] - self.u[0] * self.v[2],
+            self.u[0] * self.v[1] - self.u[1] * self.v[0],
+        )
         if not any(cross):
             raise ValueError(f"expected u and v to span a plane, got parallel u={list(self.u)}, v={list(self.v)}")
         return self
@@ -212,14 +233,20 @@ class SamplingSpec(_Model):
         return list(dict.fromkeys(v))
 
 
-DashboardAddress = Annotated[str, _matching(r"(\[[0-9a-f:]+\]|[\w.-]*):\d{1,5}",
-                                            "true, false or a 'host:port' like '127.0.0.1:8787' or '0.0.0.0:8787'")]
+DashboardAddress = Annotated[
+    str,
+    _matching(
+        r"(\[[0-9a-f:]+\]|[\w.-]*):\d{1,5}", "true, false or a 'host:port' like '127.0.0.1:8787' or '0.0.0.0:8787'"
+    ),
+]
 
 
 class _Cluster(_Model):
     dashboard: bool | DashboardAddress = Field(
-        True, description="true: serve the Dask dashboard on 127.0.0.1 (a free port); 'host:port': there "
-                          "('0.0.0.0:8787' exposes it to the network); false: no HTTP server at all")
+        True,
+        description="true: serve the Dask dashboard on 127.0.0.1 (a free port); 'host:port': there "
+        "('0.0.0.0:8787' exposes it to the network); false: no HTTP server at all",
+    )
 
     @property
     def dashboard_address(self) -> str | None:
@@ -254,8 +281,16 @@ class CudaClusterSpec(_Cluster):
 
 
 # SLURMCluster arguments the job sets itself (besides the section's own keys)
-_SLURM_RESERVED = {"name", "scheduler", "scheduler_options", "dashboard_address", "n_workers", "asynchronous",
-                   "job_cls", "loop"}
+_SLURM_RESERVED = {
+    "name",
+    "scheduler",
+    "scheduler_options",
+    "dashboard_address",
+    "n_workers",
+    "asynchronous",
+    "job_cls",
+    "loop",
+}
 
 
 class SlurmAdapt(_Model):
@@ -286,13 +321,20 @@ class SlurmClusterSpec(_Cluster):
     job_script_prologue: list[str] = Field(default_factory=list, description="shell lines before the worker")
     interface: str | None = None
     local_directory: str | None = None
-    python: str | None = Field(None, description="the Python the workers run (default: the one running "
-                                                 "`vdbflow run`); e.g. 'python' after a prologue activates a venv")
+    python: str | None = Field(
+        None,
+        description="the Python the workers run (default: the one running "
+        "`vdbflow run`); e.g. 'python' after a prologue activates a venv",
+    )
     jobqueue_options: dict[str, Any] = Field(
-        default_factory=dict, description="other keyword arguments of dask_jobqueue.SLURMCluster (worker_extra_args, "
-                                          "log_directory, death_timeout, job_directives_skip, ...)")
-    adapt: SlurmAdapt | None = Field(None, description="scale between minimum_jobs and maximum_jobs with the work "
-                                                       "(instead of a fixed number of 'jobs')")
+        default_factory=dict,
+        description="other keyword arguments of dask_jobqueue.SLURMCluster (worker_extra_args, "
+        "log_directory, death_timeout, job_directives_skip, ...)",
+    )
+    adapt: SlurmAdapt | None = Field(
+        None,
+        description="scale between minimum_jobs and maximum_jobs with the work (instead of a fixed number of 'jobs')",
+    )
     wait_for_workers: int = Field(1, ge=1, description="workers to wait for before the job starts sampling")
     wait_timeout: float = Field(3600.0, gt=0, description="seconds to wait for them (e.g. 600, '30min', '2h')")
 
@@ -312,27 +354,35 @@ class SlurmClusterSpec(_Cluster):
     def _not_named(cls, v: dict[str, Any]) -> dict[str, Any]:
         named = sorted(set(v) & (set(cls.model_fields) | _SLURM_RESERVED))
         if named:
-            raise ValueError(f"expected only options without a key of their own here, got {named} (set "
-                             + ("them" if len(named) > 1 else "it") + " in the cluster section itself"
-                             + ("; 'n_workers' is 'jobs'" if "n_workers" in named else "") + ")")
+            raise ValueError(
+                f"expected only options without a key of their own here, got {named} (set "
+                + ("them" if len(named) > 1 else "it")
+                + " in the cluster section itself"
+                + ("; 'n_workers' is 'jobs'" if "n_workers" in named else "")
+                + ")"
+            )
         return v
 
     @model_validator(mode="after")
     def _divisible(self) -> SlurmClusterSpec:
         if self.cores % self.processes:
-            raise ValueError(f"expected cores divisible by processes, got cores={self.cores}, "
-                             f"processes={self.processes}")
+            raise ValueError(
+                f"expected cores divisible by processes, got cores={self.cores}, processes={self.processes}"
+            )
         if self.adapt is not None and "jobs" in self.model_fields_set:
             raise ValueError("expected either 'jobs' (a fixed number) or 'adapt' (a range), got both")
         jobs, key = (self.adapt.maximum_jobs, "adapt.maximum_jobs") if self.adapt is not None else (self.jobs, "jobs")
         if self.wait_for_workers > jobs * self.processes:
-            raise ValueError(f"expected wait_for_workers <= {jobs * self.processes} ({key} {jobs} x processes "
-                             f"{self.processes}), got {self.wait_for_workers}")
+            raise ValueError(
+                f"expected wait_for_workers <= {jobs * self.processes} ({key} {jobs} x processes "
+                f"{self.processes}), got {self.wait_for_workers}"
+            )
         return self
 
 
-ClusterSpec = Annotated[LocalClusterSpec | AddressClusterSpec | CudaClusterSpec | SlurmClusterSpec,
-                        Field(discriminator="kind")]
+ClusterSpec = Annotated[
+    LocalClusterSpec | AddressClusterSpec | CudaClusterSpec | SlurmClusterSpec, Field(discriminator="kind")
+]
 
 
 class OutputSpec(_Model):
@@ -407,8 +457,10 @@ def _expanded_nodes(root: yaml.Node, source: str) -> int:
         if key in sizes:
             return sizes[key]
         if key in active:
-            raise ConfigError(f"{source}: expected a tree of keys, found a recursive alias at line "
-                              f"{node.start_mark.line + 1} (an anchor used inside itself)")
+            raise ConfigError(
+                f"{source}: expected a tree of keys, found a recursive alias at line "
+                f"{node.start_mark.line + 1} (an anchor used inside itself)"
+            )
         if isinstance(node, yaml.MappingNode):
             children = [child for pair in node.value for child in pair]
         elif isinstance(node, yaml.SequenceNode):
@@ -420,9 +472,11 @@ def _expanded_nodes(root: yaml.Node, source: str) -> int:
         for child in children:
             total += size(child)
             if total > MAX_CONFIG_NODES:
-                raise ConfigError(f"{source}: expected at most {MAX_CONFIG_NODES:,} keys and values with aliases "
-                                  f"expanded, found more under line {node.start_mark.line + 1} (nested aliases "
-                                  "multiply: a YAML alias bomb?)")
+                raise ConfigError(
+                    f"{source}: expected at most {MAX_CONFIG_NODES:,} keys and values with aliases "
+                    f"expanded, found more under line {node.start_mark.line + 1} (nested aliases "
+                    "multiply: a YAML alias bomb?)"
+                )
         active.discard(key)
         sizes[key] = total
         return total
@@ -500,8 +554,9 @@ def _plain(value: Any, where: str) -> Any:
         return value
     if hasattr(value, "item") and getattr(value, "ndim", None) == 0:  # a NumPy scalar
         return value.item()
-    raise ConfigError(f"{where}: expected a config value (str, number, bool, path, list or mapping), got "
-                      f"{type(value).__name__}")
+    raise ConfigError(
+        f"{where}: expected a config value (str, number, bool, path, list or mapping), got {type(value).__name__}"
+    )
 
 
 _UNION_TAGS = {"points": ("file", "random", "grid", "plane", "line"), "cluster": ("local", "address", "cuda", "slurm")}
@@ -527,8 +582,9 @@ def _message(err: dict) -> str:
     if kind == "missing":
         return "missing required key"
     if kind == "union_tag_invalid":
-        return msg.replace("Input tag", "kind").replace("found using 'kind' does not match any of the expected tags:",
-                                                        "is not one of")
+        return msg.replace("Input tag", "kind").replace(
+            "found using 'kind' does not match any of the expected tags:", "is not one of"
+        )
     if kind == "union_tag_not_found":
         return "missing 'kind' (it selects which form this section takes)"
     if kind == "value_error":
@@ -536,9 +592,13 @@ def _message(err: dict) -> str:
     return f"{msg}, got {err.get('input')!r}" if "input" in err and not isinstance(err["input"], dict) else msg
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
-                text: str | None = None, values: Mapping[str, Any] | None = None,
-                data: Mapping[str, Any] | None = None) -> JobConfig:
+def load_config(
+    path: str | Path | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    text: str | None = None,
+    values: Mapping[str, Any] | None = None,
+    data: Mapping[str, Any] | None = None,
+) -> JobConfig:
     """Read and validate a job config from a YAML file (or YAML ``text``, or a mapping ``data``), with
     ``--set`` style ``overrides`` (``"points.count=1000"``, the value read as YAML) and then ``values``
     (``{"points.count": 1000}``, Python values by dotted key path).
@@ -568,8 +628,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
             raise ConfigError(f"{source} is not valid YAML: {err}") from None
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
-        raise ConfigError(f"expected a mapping of sections (volume, points, ...) in {source}, "
-                          f"got {type(raw).__name__}")
+        raise ConfigError(f"expected a mapping of sections (volume, points, ...) in {source}, got {type(raw).__name__}")
     lines = _line_map(node) if node is not None else {}
     overridden: dict[tuple, str] = {}
     for item in overrides:
@@ -613,29 +672,40 @@ def _output_problems(cfg: JobConfig) -> list[str]:
     key = f"output.path{cfg.where('output.path')}"
     if out.is_symlink():
         dangling = "" if out.exists() else " (dangling)"
-        return [f"{key}: expected a path to write the result at, found a symbolic link{dangling} to "
-                f"{os.readlink(out)} at {out}; give the path it should point to instead"]
+        return [
+            f"{key}: expected a path to write the result at, found a symbolic link{dangling} to "
+            f"{os.readlink(out)} at {out}; give the path it should point to instead"
+        ]
     problem = _unwritable(out)
     if problem is not None:
         return [f"{key}: cannot write {out}: {problem}"]
     real, cwd = out.resolve(), Path.cwd().resolve()
     if real == cwd or real in cwd.parents:
         return [f"{key}: expected a path for the result, got {out}, the current directory or one of its parents"]
-    inputs = [("volume.path", cfg.volume.path), ("points.path", getattr(cfg.points, "path", None)),
-              ("volume.synthetic.write", cfg.volume.synthetic.write if cfg.volume.synthetic else None)]
+    inputs = [
+        ("volume.path", cfg.volume.path),
+        ("points.path", getattr(cfg.points, "path", None)),
+        ("volume.synthetic.write", cfg.volume.synthetic.write if cfg.volume.synthetic else None),
+    ]
     for name, path in inputs:
         if path is not None and (path.resolve() == real or real in path.resolve().parents):
-            return [f"{key}: expected a path for the result apart from the inputs, got {out}, which is or holds "
-                    f"{name} ({path})"]
+            return [
+                f"{key}: expected a path for the result apart from the inputs, got {out}, which is or holds "
+                f"{name} ({path})"
+            ]
     if not (out.exists() or out.is_symlink()):
         return []
     if cfg.output.overwrite == "never":
-        return [f"{key}: {out} exists and output.overwrite is 'never' (set output.overwrite: always to replace "
-                "an earlier result)"]
+        return [
+            f"{key}: {out} exists and output.overwrite is 'never' (set output.overwrite: always to replace "
+            "an earlier result)"
+        ]
     what = not_a_result(out)
     if what is not None:
-        return [f"{key}: output.overwrite 'always' replaces only an earlier vdbflow result; {out} is {what}. "
-                "Nothing was touched: choose another path, or move it away yourself"]
+        return [
+            f"{key}: output.overwrite 'always' replaces only an earlier vdbflow result; {out} is {what}. "
+            "Nothing was touched: choose another path, or move it away yourself"
+        ]
     return []
 
 
@@ -643,11 +713,13 @@ def missing_inputs(cfg: JobConfig) -> list[str]:
     """The input files the config names that are not there, one line each."""
     missing = []
     if cfg.volume.path is not None and not cfg.volume.path.is_file():
-        missing.append(f"volume.path{cfg.where('volume.path')}: expected an .nvdb file, found nothing at "
-                       f"{cfg.volume.path}")
+        missing.append(
+            f"volume.path{cfg.where('volume.path')}: expected an .nvdb file, found nothing at {cfg.volume.path}"
+        )
     if isinstance(cfg.points, FilePoints) and not cfg.points.path.exists():
-        missing.append(f"points.path{cfg.where('points.path')}: expected a points file, found nothing at "
-                       f"{cfg.points.path}")
+        missing.append(
+            f"points.path{cfg.where('points.path')}: expected a points file, found nothing at {cfg.points.path}"
+        )
     return missing
 
 
@@ -668,12 +740,16 @@ def check_inputs(cfg: JobConfig, missing_ok: bool = False) -> list[str]:
         elif (problem := _unwritable(write)) is not None:
             problems.append(f"{where}: cannot write {write}: {problem}")
     if cfg.output.resolved_format == "netcdf" and cfg.output.path.suffix.lower() == ".zarr":
-        problems.append(f"output.format{cfg.where('output.format')}: netcdf was asked for a path ending in .zarr "
-                        f"({cfg.output.path})")
+        problems.append(
+            f"output.format{cfg.where('output.format')}: netcdf was asked for a path ending in .zarr "
+            f"({cfg.output.path})"
+        )
     derived = [o for o in cfg.sampling.outputs if o in DERIVED or o in SECOND]
     if derived and cfg.sampling.mode == "closest":
-        problems.append(f"sampling.outputs{cfg.where('sampling.outputs')}: {derived} need derivatives, which mode "
-                        "'closest' does not give")
+        problems.append(
+            f"sampling.outputs{cfg.where('sampling.outputs')}: {derived} need derivatives, which mode "
+            "'closest' does not give"
+        )
     if problems:
         raise ConfigError("the job cannot start:\n" + "\n".join(f"  {p}" for p in problems))
     return missing if missing_ok else []

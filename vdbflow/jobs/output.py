@@ -38,8 +38,10 @@ class OutputError(VdbflowError, RuntimeError):
 
 
 _KINDS = ("partial", "replaced", "input")
-_LEFTOVER = re.compile(r"\.(?P<name>.+)\.(?P<kind>partial|replaced|input)-(?P<token>[0-9a-f]{8})"
-                       r"(?:-(?P<pid>\d+)@(?P<host>.+))?")
+_LEFTOVER = re.compile(
+    r"\.(?P<name>.+)\.(?P<kind>partial|replaced|input)-(?P<token>[0-9a-f]{8})"
+    r"(?:-(?P<pid>\d+)@(?P<host>.+))?"
+)
 
 
 def _tag() -> str:
@@ -95,8 +97,9 @@ def _leftover(path: Path) -> Leftover | None:
     if m is None:
         return None
     pid = m.group("pid")
-    return Leftover(path, path.parent / m.group("name"), m.group("kind"), None if pid is None else int(pid),
-                    m.group("host"))
+    return Leftover(
+        path, path.parent / m.group("name"), m.group("kind"), None if pid is None else int(pid), m.group("host")
+    )
 
 
 def _mtime(path: Path) -> float:
@@ -132,8 +135,9 @@ def stale_partials(final: Path) -> list[Path]:
     return [item.path for item in leftovers(final) if item.kind == "partial"]
 
 
-def tidy(final: Path | None = None, directory: Path | None = None, force: bool = False,
-         dry_run: bool = False) -> list[str]:
+def tidy(
+    final: Path | None = None, directory: Path | None = None, force: bool = False, dry_run: bool = False
+) -> list[str]:
     """Deal with the leftovers of killed jobs at ``final`` (or at every output in ``directory``).
 
     A partial store or input snapshot whose writer has exited is removed; an earlier result set aside
@@ -146,29 +150,41 @@ def tidy(final: Path | None = None, directory: Path | None = None, force: bool =
     restored: set[Path] = set()
     for item in reversed(leftovers(final, directory)):  # newest first: the newest set-aside result is restored
         gone = item.writer_gone
-        what = {"partial": "the partial result", "replaced": "the earlier result set aside",
-                "input": "the input snapshot"}[item.kind]
+        what = {
+            "partial": "the partial result",
+            "replaced": "the earlier result set aside",
+            "input": "the input snapshot",
+        }[item.kind]
         if gone is False:
             report.append(f"kept {item.path}: {what} of a running job ({item.writer})")
             continue
         if gone is None and not force:
-            report.append(f"kept {item.path}: {what} of {item.writer}, which cannot be checked from here "
-                          "(vdbflow clean --force removes it)")
+            report.append(
+                f"kept {item.path}: {what} of {item.writer}, which cannot be checked from here "
+                "(vdbflow clean --force removes it)"
+            )
             continue
         verb = "would " if dry_run else ""
-        if item.kind == "replaced" and item.final not in restored and not (
-                item.final.exists() or item.final.is_symlink()):
+        if (
+            item.kind == "replaced"
+            and item.final not in restored
+            and not (item.final.exists() or item.final.is_symlink())
+        ):
             if not dry_run:
                 os.replace(item.path, item.final)
             restored.add(item.final)
-            report.append(f"{verb}{'restore' if dry_run else 'restored'} {item.final} from {item.path}: a run "
-                          f"({item.writer}) was killed while replacing it, after it set the earlier result aside")
+            report.append(
+                f"{verb}{'restore' if dry_run else 'restored'} {item.final} from {item.path}: a run "
+                f"({item.writer}) was killed while replacing it, after it set the earlier result aside"
+            )
             continue
         if not dry_run:
             _remove(item.path)
         why = "of an interrupted run" if item.kind != "replaced" else "of a run killed after publishing"
-        report.append(f"{verb}{'remove' if dry_run else 'removed'} {item.path}: {what} {why} ({item.writer}, "
-                      f"{'exited' if gone else 'not checked'})")
+        report.append(
+            f"{verb}{'remove' if dry_run else 'removed'} {item.path}: {what} {why} ({item.writer}, "
+            f"{'exited' if gone else 'not checked'})"
+        )
     return report
 
 
@@ -251,12 +267,15 @@ def publish(target: Path, final: Path, overwrite: str) -> None:
     :func:`tidy` puts back should the job be killed between the two renames."""
     if final.exists() or final.is_symlink():
         if overwrite != "always":
-            raise OutputError(f"{final} appeared while the job ran and output.overwrite is 'never'; the result "
-                              f"is kept at {target}")
+            raise OutputError(
+                f"{final} appeared while the job ran and output.overwrite is 'never'; the result is kept at {target}"
+            )
         problem = not_a_result(final)
         if problem is not None:
-            raise OutputError(f"expected an earlier vdbflow result at {final} to replace, found {problem}; it is "
-                              f"left as it is, and the new result is kept at {target}")
+            raise OutputError(
+                f"expected an earlier vdbflow result at {final} to replace, found {problem}; it is "
+                f"left as it is, and the new result is kept at {target}"
+            )
         if _renameat2(target, final, _RENAME_EXCHANGE):
             _remove(target)  # now the earlier result
             return
@@ -268,8 +287,9 @@ def publish(target: Path, final: Path, overwrite: str) -> None:
         try:
             done = _renameat2(target, final, _RENAME_NOREPLACE)
         except FileExistsError:
-            raise OutputError(f"{final} appeared while the job was publishing; the result is kept at {target}") \
-                from None
+            raise OutputError(
+                f"{final} appeared while the job was publishing; the result is kept at {target}"
+            ) from None
         if not done:
             os.replace(target, final)
 

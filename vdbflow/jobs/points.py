@@ -56,30 +56,42 @@ def _lazy(n: int, chunk: int, fn: Any, *args: Any) -> Any:
     name = f"vdbflow-points-{tokenize(fn, n, chunk, *args)}"
     starts = np.cumsum((0,) + sizes)
     layer = {(name, b, 0): (fn, b, int(starts[b]), int(starts[b + 1]), *refs) for b in range(len(sizes))}
-    graph = HighLevelGraph.from_collections(name, layer,
-                                            dependencies=[a for a in shared if isinstance(a, Delayed)])
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=[a for a in shared if isinstance(a, Delayed)])
     return da.Array(graph, name, chunks=(sizes, (3,)), dtype=np.float64)
 
 
 # -- random points inside active voxels ---------------------------------------------------------------
 
 
-def _random_in_voxels(block: int, start: int, stop: int, seed: int, origins: np.ndarray, masks: np.ndarray,
-                      leaf_end: np.ndarray, transform: Transform | None) -> np.ndarray:
+def _random_in_voxels(
+    block: int,
+    start: int,
+    stop: int,
+    seed: int,
+    origins: np.ndarray,
+    masks: np.ndarray,
+    leaf_end: np.ndarray,
+    transform: Transform | None,
+) -> np.ndarray:
     """Points uniform inside the active voxels: a uniform voxel rank, found by the kernels'
     rank-select over the masks (``active_voxels_at``), plus a uniform offset in the voxel."""
     from vdbflow import _core
 
     rng = np.random.default_rng([seed, block])
-    ijk = _core.active_voxels_at(np.ascontiguousarray(origins, np.int32), np.ascontiguousarray(masks, np.uint64),
-                                 leaf_end, rng.integers(0, leaf_end[-1], stop - start))
+    ijk = _core.active_voxels_at(
+        np.ascontiguousarray(origins, np.int32),
+        np.ascontiguousarray(masks, np.uint64),
+        leaf_end,
+        rng.integers(0, leaf_end[-1], stop - start),
+    )
     pts = rng.uniform(-0.5, 0.5, (stop - start, 3))
     pts += ijk
     return pts if transform is None else transform.apply(pts)
 
 
-def _random_in_leaves(block: int, start: int, stop: int, seed: int, origins: np.ndarray,
-                      transform: Transform | None) -> np.ndarray:
+def _random_in_leaves(
+    block: int, start: int, stop: int, seed: int, origins: np.ndarray, transform: Transform | None
+) -> np.ndarray:
     rng = np.random.default_rng([seed, block])
     leaf = rng.integers(0, len(origins), stop - start)
     pts = origins[leaf] - 0.5 + rng.uniform(0.0, 8.0, (len(leaf), 3))
@@ -153,8 +165,9 @@ def _file_points(spec: FilePoints) -> Any:
     try:
         import dask.dataframe as dd
     except ImportError:
-        raise PointsError("reading .csv / .parquet points needs dask's dataframe support: "
-                          "pip install \"vdbflow[tables]\"") from None
+        raise PointsError(
+            'reading .csv / .parquet points needs dask\'s dataframe support: pip install "vdbflow[tables]"'
+        ) from None
 
     columns = _table_columns(spec)
     try:
@@ -186,14 +199,16 @@ def _table_columns(spec: FilePoints) -> list[str]:
 
             have = list(pq.read_schema(spec.path).names)
     except ImportError:
-        raise PointsError("reading .csv / .parquet points needs dask's dataframe support: "
-                          "pip install \"vdbflow[tables]\"") from None
+        raise PointsError(
+            'reading .csv / .parquet points needs dask\'s dataframe support: pip install "vdbflow[tables]"'
+        ) from None
     except Exception as err:  # pandas / pyarrow parse errors
         raise PointsError(f"points.path: cannot read {spec.path}: {err}") from None
     missing = [c for c in columns if c not in have]
     if missing:
-        raise PointsError(f"points.columns: expected columns {columns} in {spec.path}, missing {missing} "
-                          f"(it has {have})")
+        raise PointsError(
+            f"points.columns: expected columns {columns} in {spec.path}, missing {missing} (it has {have})"
+        )
     return columns
 
 
@@ -243,9 +258,16 @@ def make_points(spec: Any, topology: Any, bbox: np.ndarray | None = None) -> Poi
         if spec.inside == "voxels":
             live = np.bitwise_count(topology.masks).sum(axis=1) > 0
             leaf_end = np.cumsum(np.bitwise_count(topology.masks[live]).sum(axis=1, dtype=np.int64))
-            pts = _lazy(spec.count, spec.chunk, _random_in_voxels, spec.seed, np.ascontiguousarray(origins[live]),
-                        np.ascontiguousarray(topology.masks[live]), leaf_end,
-                        to_world)
+            pts = _lazy(
+                spec.count,
+                spec.chunk,
+                _random_in_voxels,
+                spec.seed,
+                np.ascontiguousarray(origins[live]),
+                np.ascontiguousarray(topology.masks[live]),
+                leaf_end,
+                to_world,
+            )
         else:
             pts = _lazy(spec.count, spec.chunk, _random_in_leaves, spec.seed, origins, to_world)
         return PointSet(pts, attrs)
@@ -256,16 +278,33 @@ def make_points(spec: Any, topology: Any, bbox: np.ndarray | None = None) -> Poi
         shape = np.asarray(spec.shape, np.int64)
         attrs.update(points_bounds=bounds.tolist())
         dims = tuple(f"lattice_{a}" for a in ("xyz" if spec.space == "world" else "ijk"))
-        return PointSet(_lazy(int(shape.prod()), spec.chunk, _lattice, bounds[0], bounds[1], shape), attrs,
-                        tuple(int(n) for n in spec.shape), dims)
+        return PointSet(
+            _lazy(int(shape.prod()), spec.chunk, _lattice, bounds[0], bounds[1], shape),
+            attrs,
+            tuple(int(n) for n in spec.shape),
+            dims,
+        )
     if isinstance(spec, PlanePoints):
         axes = np.asarray([spec.u, spec.v], np.float64)
         shape = np.asarray(spec.resolution, np.int64)
         attrs.update(plane_origin=list(spec.origin), plane_u=list(spec.u), plane_v=list(spec.v))
-        return PointSet(_lazy(int(shape.prod()), spec.chunk, _plane, np.asarray(spec.origin, np.float64), axes,
-                              shape), attrs, tuple(int(n) for n in spec.resolution), ("plane_s", "plane_t"))
+        return PointSet(
+            _lazy(int(shape.prod()), spec.chunk, _plane, np.asarray(spec.origin, np.float64), axes, shape),
+            attrs,
+            tuple(int(n) for n in spec.resolution),
+            ("plane_s", "plane_t"),
+        )
     if isinstance(spec, LinePoints):
         attrs.update(line_start=list(spec.start), line_end=list(spec.end))
-        return PointSet(_lazy(spec.count, spec.chunk, _line, np.asarray(spec.start, np.float64),
-                              np.asarray(spec.end, np.float64), spec.count), attrs)
+        return PointSet(
+            _lazy(
+                spec.count,
+                spec.chunk,
+                _line,
+                np.asarray(spec.start, np.float64),
+                np.asarray(spec.end, np.float64),
+                spec.count,
+            ),
+            attrs,
+        )
     raise PointsError(f"expected a points spec, got {type(spec).__name__}")

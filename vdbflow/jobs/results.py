@@ -28,12 +28,16 @@ def not_a_result(path: Path) -> str | None:
             attrs = json.loads((path / ".zattrs").read_text())
         except (OSError, ValueError):
             entries = sorted(e.name for e in path.iterdir())
-            return f"a directory that is not a Zarr store written by vdbflow (it holds {entries[:5]}" + \
-                (f" and {len(entries) - 5} more)" if len(entries) > 5 else ")")
+            return f"a directory that is not a Zarr store written by vdbflow (it holds {entries[:5]}" + (
+                f" and {len(entries) - 5} more)" if len(entries) > 5 else ")"
+            )
         if not _marked(attrs):
             return "a Zarr store without vdbflow's attributes (title, vdbflow_config)"
-        others = sorted(e.name for e in path.iterdir() if not (
-            e.name in ZARR_METADATA or (e.is_dir() and not e.is_symlink() and (e / ".zarray").is_file())))
+        others = sorted(
+            e.name
+            for e in path.iterdir()
+            if not (e.name in ZARR_METADATA or (e.is_dir() and not e.is_symlink() and (e / ".zarray").is_file()))
+        )
         if others:
             return f"a vdbflow result that holds other files too: {others[:5]}"
         return None

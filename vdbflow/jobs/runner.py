@@ -92,9 +92,11 @@ class FileIdentity:
         except FileNotFoundError:
             raise InputError(f"expected the input {self.path} {when}, found nothing there") from None
         if now != self:
-            raise InputError(f"expected the input {self.path} as the plan saw it ({self.size:,} bytes, inode "
-                             f"{self.inode}, mtime {self.mtime_ns} ns) {when}, found {now.size:,} bytes, inode "
-                             f"{now.inode}, mtime {now.mtime_ns} ns: another process changed it")
+            raise InputError(
+                f"expected the input {self.path} as the plan saw it ({self.size:,} bytes, inode "
+                f"{self.inode}, mtime {self.mtime_ns} ns) {when}, found {now.size:,} bytes, inode "
+                f"{now.inode}, mtime {now.mtime_ns} ns: another process changed it"
+            )
 
 
 # how long a job takes, for the plan: configs/demo.yaml at 8M points sampled and wrote 2.0-2.3 M points/s
@@ -178,13 +180,17 @@ def _limits(plan: JobPlan) -> list[str]:
     """The job's size against ``limits``: what is too large, and how to allow it."""
     cfg, problems = plan.config, []
     if plan.point_count is not None and plan.point_count > cfg.limits.max_points:
-        problems.append(f"points{cfg.where('points')}: {plan.point_count:,} points, more than limits.max_points "
-                        f"({cfg.limits.max_points:,})")
+        problems.append(
+            f"points{cfg.where('points')}: {plan.point_count:,} points, more than limits.max_points "
+            f"({cfg.limits.max_points:,})"
+        )
     cap = bytes_of(cfg.limits.max_output_bytes)
     if plan.output_bytes is not None and plan.output_bytes > cap:
-        problems.append(f"output{cfg.where('output')}: about {human_bytes(plan.output_bytes)} of results "
-                        f"({plan.bytes_per_point} bytes a point), more than limits.max_output_bytes "
-                        f"({human_bytes(cap)})")
+        problems.append(
+            f"output{cfg.where('output')}: about {human_bytes(plan.output_bytes)} of results "
+            f"({plan.bytes_per_point} bytes a point), more than limits.max_output_bytes "
+            f"({human_bytes(cap)})"
+        )
     return problems
 
 
@@ -194,8 +200,14 @@ def _synthetic_estimate(cfg: JobConfig) -> GridPlan:
     voxels = int(4.0 / 3.0 * np.pi * (outer**3 - inner**3) * s.resolution**3)
     comps = 3 if s.field != "linear" else len(s.params.get("matrix", [[0] * 3] * 3))
     where = f" (written to {s.write})" if s.write else ""
-    return GridPlan("velocity", f"vec{comps}{'f' if s.dtype == 'float32' else 'd'}", comps, -1, voxels,
-                    f"synthetic {s.field}, {s.resolution}^3 box, shell {list(s.shell)}{where}")
+    return GridPlan(
+        "velocity",
+        f"vec{comps}{'f' if s.dtype == 'float32' else 'd'}",
+        comps,
+        -1,
+        voxels,
+        f"synthetic {s.field}, {s.resolution}^3 box, shell {list(s.shell)}{where}",
+    )
 
 
 def _nvdb_grids(cfg: JobConfig) -> list[GridPlan]:
@@ -218,8 +230,7 @@ def _nvdb_grids(cfg: JobConfig) -> list[GridPlan]:
         if g.grid_type in ("Index", "OnIndex"):
             raise ConfigError(f"volume.grids: {n!r} is an {g.grid_type} grid (no values to sample)")
         components = 3 if g.grid_type.startswith("Vec3") else 4 if g.grid_type.startswith("Vec4") else 1
-        plans.append(GridPlan(n, g.grid_type, components, g.leaf_count, g.active_voxel_count,
-                              str(cfg.volume.path)))
+        plans.append(GridPlan(n, g.grid_type, components, g.leaf_count, g.active_voxel_count, str(cfg.volume.path)))
     return plans
 
 
@@ -240,19 +251,24 @@ def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False) -> JobP
     if cfg.volume.synthetic:
         grids = [_synthetic_estimate(cfg)]
     elif volume_missing:  # a dry run: the sizes assume vec3f grids
-        grids = [GridPlan(n, "Vec3f", 3, -1, -1, f"not read: {cfg.volume.path} is not here (sizes assume vec3f)")
-                 for n in cfg.volume.grids or ["(the first grid)"]]
+        grids = [
+            GridPlan(n, "Vec3f", 3, -1, -1, f"not read: {cfg.volume.path} is not here (sizes assume vec3f)")
+            for n in cfg.volume.grids or ["(the first grid)"]
+        ]
     else:
         grids = _nvdb_grids(cfg)
     derived = [o for o in cfg.sampling.outputs if o in DERIVED]
     for g in grids if not volume_missing else ():
         floating = g.value_type.lower().startswith(("vec", "float", "double"))
         if cfg.sampling.mode != "closest" and not floating:
-            raise ConfigError(f"sampling.mode: {cfg.sampling.mode!r} needs float data; grid {g.name!r} holds "
-                              f"{g.value_type} (use mode: closest)")
+            raise ConfigError(
+                f"sampling.mode: {cfg.sampling.mode!r} needs float data; grid {g.name!r} holds "
+                f"{g.value_type} (use mode: closest)"
+            )
         if derived and g.components != 3:
-            raise ConfigError(f"sampling.outputs: {derived} need a vec3 field; grid {g.name!r} has "
-                              f"{g.components} component(s)")
+            raise ConfigError(
+                f"sampling.outputs: {derived} need a vec3 field; grid {g.name!r} has {g.components} component(s)"
+            )
     if isinstance(cfg.points, FilePoints) and not cfg.points.path.exists():
         count = None  # a dry run: counted when the file is there
     elif isinstance(cfg.points, FilePoints):
@@ -280,22 +296,47 @@ def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False) -> JobP
     inputs = {}
     if cfg.volume.path is not None and not volume_missing:
         inputs["volume.path"] = FileIdentity.of(cfg.volume.path)
-        how = ("copied to a private snapshot next to the output first (a reflink where the filesystem allows, "
-               "else a copy), so no other process can truncate what the job maps") if cfg.volume.snapshot else \
-            "memory-mapped in place (volume.snapshot: false): the job must not run while another process rewrites it"
+        how = (
+            (
+                "copied to a private snapshot next to the output first (a reflink where the filesystem allows, "
+                "else a copy), so no other process can truncate what the job maps"
+            )
+            if cfg.volume.snapshot
+            else (
+                "memory-mapped in place (volume.snapshot: false): the job must not run while another process "
+                "rewrites it"
+            )
+        )
         notes.append(f"{cfg.volume.path} ({human_bytes(inputs['volume.path'].size)}) is {how}")
-    plan = JobPlan(cfg, grids, count, chunks, str(cfg.partitions) if cfg.partitions else "one per worker",
-                   cluster, halo, script, notes, _bytes_per_point(cfg, grids), inputs, warnings)
+    plan = JobPlan(
+        cfg,
+        grids,
+        count,
+        chunks,
+        str(cfg.partitions) if cfg.partitions else "one per worker",
+        cluster,
+        halo,
+        script,
+        notes,
+        _bytes_per_point(cfg, grids),
+        inputs,
+        warnings,
+    )
     problems = _limits(plan)
     if problems and not force:
-        raise ConfigError("the job is larger than its limits:\n" + "\n".join(f"  {p}" for p in problems)
-                          + "\n  (raise limits.max_points / limits.max_output_bytes in the config, or run with "
-                          "--force)")
+        raise ConfigError(
+            "the job is larger than its limits:\n"
+            + "\n".join(f"  {p}" for p in problems)
+            + "\n  (raise limits.max_points / limits.max_output_bytes in the config, or run with "
+            "--force)"
+        )
     notes += [f"{p}: allowed by --force" for p in problems]
     free = _free_bytes(cfg.output.path)
     if plan.output_bytes is not None and free is not None and plan.output_bytes > free:
-        notes.append(f"the result (about {human_bytes(plan.output_bytes)} before compression) may not fit in the "
-                     f"{human_bytes(free)} free where {cfg.output.path} goes")
+        notes.append(
+            f"the result (about {human_bytes(plan.output_bytes)} before compression) may not fit in the "
+            f"{human_bytes(free)} free where {cfg.output.path} goes"
+        )
     return plan
 
 
@@ -327,8 +368,14 @@ def _versions() -> dict[str, str]:
 
     from vdbflow.version import __version__
 
-    return {"vdbflow": __version__, "dask": dask.__version__, "distributed": distributed.__version__,
-            "xarray": xr.__version__, "numpy": np.__version__, "python": platform.python_version()}
+    return {
+        "vdbflow": __version__,
+        "dask": dask.__version__,
+        "distributed": distributed.__version__,
+        "xarray": xr.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+    }
 
 
 def _build_volumes(cfg: JobConfig, grids: list[str]) -> tuple[dict[str, Any], Any]:
@@ -368,9 +415,14 @@ def _inside(pts: Any, topology: Any, cfg: JobConfig) -> Any:
     import dask.array as da
 
     shared = dask.delayed(topology)
-    blocks = [da.from_delayed(dask.delayed(_inside_block, pure=True)(block, shared, cfg.sampling.mode,
-                                                                     cfg.points.space), shape=(n,), dtype=bool)
-              for block, n in zip(pts.to_delayed().ravel(), pts.chunks[0], strict=True)]
+    blocks = [
+        da.from_delayed(
+            dask.delayed(_inside_block, pure=True)(block, shared, cfg.sampling.mode, cfg.points.space),
+            shape=(n,),
+            dtype=bool,
+        )
+        for block, n in zip(pts.to_delayed().ravel(), pts.chunks[0], strict=True)
+    ]
     return da.concatenate(blocks) if blocks else da.zeros((0,), dtype=bool)
 
 
@@ -386,8 +438,11 @@ def _grid_dataset(dvol: Any, pts: Any, cfg: JobConfig, prefix: str, topology: An
         ds = dvol.sample(pts, sp.mode, cfg.points.space, device=sp.device)
     name = dvol.template.name
     jac = ds.get(f"{name}_jacobian")
-    keep = [v for v, o in ((name, "value"), (f"{name}_jacobian", "jacobian"), (f"{name}_hessian", "hessian"))
-            if o in sp.outputs]
+    keep = [
+        v
+        for v, o in ((name, "value"), (f"{name}_jacobian", "jacobian"), (f"{name}_hessian", "hessian"))
+        if o in sp.outputs
+    ]
     out = ds[keep]
     if "laplacian" in sp.outputs:
         out[f"{prefix}laplacian"] = flow.laplacian(ds[f"{name}_hessian"])
@@ -398,9 +453,15 @@ def _grid_dataset(dvol: Any, pts: Any, cfg: JobConfig, prefix: str, topology: An
             da_ = getattr(flow, quantity)(jac)
         out[f"{prefix}{quantity}"] = da_
     if "inside" in sp.outputs:
-        out[f"{prefix}stencil_inside"] = xr.DataArray(_inside(pts.rechunk({1: 3}), topology, cfg), dims="point", attrs={
-            "long_name": f"the {sp.mode} stencil of the point reads only active voxels of {dvol.template.name}",
-            "flag_values": np.array([0, 1], np.int8), "flag_meanings": "reads_background all_data"})
+        out[f"{prefix}stencil_inside"] = xr.DataArray(
+            _inside(pts.rechunk({1: 3}), topology, cfg),
+            dims="point",
+            attrs={
+                "long_name": f"the {sp.mode} stencil of the point reads only active voxels of {dvol.template.name}",
+                "flag_values": np.array([0, 1], np.int8),
+                "flag_meanings": "reads_background all_data",
+            },
+        )
     return out, jac
 
 
@@ -429,8 +490,9 @@ def _shaped(ds: xr.Dataset, shape: tuple[int, ...], dims: tuple[str, ...], chunk
 ANALYTIC_CHECK_PER_CHUNK = 65_536  # points of each chunk compared with a synthetic field's analytic Jacobian
 
 
-def _analytic_error(jac: Any, pts: Any, analytic: Any, cfg: JobConfig, index_to_world: np.ndarray,
-                    topology: Any) -> Any:
+def _analytic_error(
+    jac: Any, pts: Any, analytic: Any, cfg: JobConfig, index_to_world: np.ndarray, topology: Any
+) -> Any:
     """Lazy (chunks, 2) array: max |J - J_exact| over the interior points of each chunk (at most
     ``ANALYTIC_CHECK_PER_CHUNK`` evenly spaced points of it), and their count.  Interior points are
     those whose stencil reads only active voxels (:func:`vdbflow.coverage.stencil_inside`), where the
@@ -457,15 +519,25 @@ def _analytic_error(jac: Any, pts: Any, analytic: Any, cfg: JobConfig, index_to_
         return np.array([[np.max(err[inside], initial=0.0), inside.sum()]])
 
     shared = dask.delayed(topology)
-    blocks = [dask.delayed(block_error, pure=True)(J, P, shared)
-              for J, P in zip(jac.data.to_delayed().ravel(), pts.rechunk({1: 3}).to_delayed().ravel(), strict=True)]
+    blocks = [
+        dask.delayed(block_error, pure=True)(J, P, shared)
+        for J, P in zip(jac.data.to_delayed().ravel(), pts.rechunk({1: 3}).to_delayed().ravel(), strict=True)
+    ]
     return dask.delayed(np.concatenate, pure=True)(blocks)
 
 
 # steps of a job's graph, by the prefix of their task keys (dask.utils.key_split)
 STEPS = {
-    "points": ("vdbflow-points", "from-zarr", "open_dataset", "original-array", "getter", "read_csv", "read_parquet",
-               "rechunk"),
+    "points": (
+        "vdbflow-points",
+        "from-zarr",
+        "open_dataset",
+        "original-array",
+        "getter",
+        "read_csv",
+        "read_parquet",
+        "rechunk",
+    ),
     "routing": ("vdbflow-route",),
     "sampling": ("vdbflow-sample", "vdbflow-assemble", "vdbflow-values", "vdbflow-jacobian", "getitem"),
     "writing": ("store-map", "store", "to_zarr", "to_netcdf", "finalize", "_finalize_store"),
@@ -500,8 +572,15 @@ class _DaskRichBar:
         from distributed.diagnostics.progressbar import TextProgressBar
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        progress = Progress(TextColumn("sampling + writing"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("tasks"), TimeElapsedColumn(), console=console, transient=False)
+        progress = Progress(
+            TextColumn("sampling + writing"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("tasks"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
         task = progress.add_task("run", total=None)
 
         class Bar(TextProgressBar):
@@ -565,12 +644,16 @@ def _snapshot(identity: FileIdentity, final: Path, stop: threading.Event | None 
                         dst.write(view[:n])
             identity.check(src.fileno(), "after it was copied")
         if (copied := target.stat().st_size) != identity.size:
-            raise InputError(f"expected a {identity.size:,}-byte copy of {identity.path}, got {copied:,} bytes: "
-                             "another process changed it while it was copied")
+            raise InputError(
+                f"expected a {identity.size:,}-byte copy of {identity.path}, got {copied:,} bytes: "
+                "another process changed it while it was copied"
+            )
     except OSError as err:
         target.unlink(missing_ok=True)
-        raise InputError(f"cannot make a private snapshot of {identity.path} at {target}: {err} "
-                         "(volume.snapshot: false reads the file in place instead)") from None
+        raise InputError(
+            f"cannot make a private snapshot of {identity.path} at {target}: {err} "
+            "(volume.snapshot: false reads the file in place instead)"
+        ) from None
     except BaseException:
         target.unlink(missing_ok=True)
         raise
@@ -578,8 +661,9 @@ def _snapshot(identity: FileIdentity, final: Path, stop: threading.Event | None 
 
 
 @contextlib.contextmanager
-def _volume_file(cfg: JobConfig, plan: JobPlan, final: Path,
-                 pool: concurrent.futures.Executor) -> Iterator[concurrent.futures.Future]:
+def _volume_file(
+    cfg: JobConfig, plan: JobPlan, final: Path, pool: concurrent.futures.Executor
+) -> Iterator[concurrent.futures.Future]:
     """The .nvdb file the job reads, as a future of (path or None, its sha256 if known already): a
     snapshot (unless ``volume.snapshot`` is false) made in ``pool`` while the cluster starts, and
     removed afterwards."""
@@ -595,8 +679,13 @@ def _volume_file(cfg: JobConfig, plan: JobPlan, final: Path,
     def make() -> tuple[Path, str | None]:
         t0 = time.perf_counter()
         path, digest = _snapshot(plan.inputs["volume.path"], final, stop)
-        log.info("reading %s through a private snapshot %s (%s in %.2f s)", cfg.volume.path, path,
-                 "copied" if digest else "reflinked", time.perf_counter() - t0)
+        log.info(
+            "reading %s through a private snapshot %s (%s in %.2f s)",
+            cfg.volume.path,
+            path,
+            "copied" if digest else "reflinked",
+            time.perf_counter() - t0,
+        )
         return path, digest
 
     future = pool.submit(make)
@@ -608,8 +697,9 @@ def _volume_file(cfg: JobConfig, plan: JobPlan, final: Path,
             future.result()[0].unlink(missing_ok=True)
 
 
-def run_job(cfg: JobConfig, console: Any = None, progress: bool = True, force: bool = False,
-            client: Any = None) -> JobResult:
+def run_job(
+    cfg: JobConfig, console: Any = None, progress: bool = True, force: bool = False, client: Any = None
+) -> JobResult:
     """Run a job: start its cluster, distribute the volume, sample, write; return the summary.
 
     ``force`` runs a job larger than ``cfg.limits``.  A ``client`` (``distributed.Client``) runs the
@@ -627,11 +717,16 @@ def run_job(cfg: JobConfig, console: Any = None, progress: bool = True, force: b
     for line in tidy(final):
         log.warning("%s", line)
     if cfg.output.overwrite == "never" and (final.exists() or final.is_symlink()):
-        raise ConfigError(f"output.path{cfg.where('output.path')}: {final} holds the earlier result restored "
-                          "just now, and output.overwrite is 'never'")
+        raise ConfigError(
+            f"output.path{cfg.where('output.path')}: {final} holds the earlier result restored "
+            "just now, and output.overwrite is 'never'"
+        )
     final.parent.mkdir(parents=True, exist_ok=True)
-    with concurrent.futures.ThreadPoolExecutor(1) as hasher, _volume_file(cfg, plan, final, hasher) as reading, \
-            (contextlib.nullcontext(client) if client is not None else open_cluster(cfg.cluster)) as client:
+    with (
+        concurrent.futures.ThreadPoolExecutor(1) as hasher,
+        _volume_file(cfg, plan, final, hasher) as reading,
+        contextlib.nullcontext(client) if client is not None else open_cluster(cfg.cluster) as client,
+    ):
         timings["cluster_s"] = time.perf_counter() - t_start
         dashboard = client.dashboard_link if cfg.cluster.dashboard else None
         workers = len(client.scheduler_info(n_workers=-1)["workers"])
@@ -646,8 +741,9 @@ def run_job(cfg: JobConfig, console: Any = None, progress: bool = True, force: b
         hashes: dict[Path, concurrent.futures.Future] = {}
         for src in sources.values():
             if isinstance(src, tuple) and Path(src[0]) not in hashes:
-                hashes[Path(src[0])] = hasher.submit(lambda p: volume_sha256 if p == volume_file and volume_sha256
-                                                     else _sha256(p), Path(src[0]))
+                hashes[Path(src[0])] = hasher.submit(
+                    lambda p: volume_sha256 if p == volume_file and volume_sha256 else _sha256(p), Path(src[0])
+                )
         checksum = {name: hashes[Path(src[0])] for name, src in sources.items() if isinstance(src, tuple)}
         dvols = {}
         try:
@@ -658,8 +754,12 @@ def run_job(cfg: JobConfig, console: Any = None, progress: bool = True, force: b
                     dvols[name] = distribute(src, client, cfg.partitions, plan.halo)
             first = next(iter(dvols.values()))
             timings["distribute_s"] = time.perf_counter() - t0
-            log.info("distributed %d grid(s) over %d partition(s) in %.2f s", len(dvols), len(first.partitions),
-                     timings["distribute_s"])
+            log.info(
+                "distributed %d grid(s) over %d partition(s) in %.2f s",
+                len(dvols),
+                len(first.partitions),
+                timings["distribute_s"],
+            )
             topology = first.topology  # random points are drawn inside the first grid
             bbox = topology.world_bbox if cfg.points.space == "world" else topology.index_bbox
             point_set = make_points(cfg.points, topology, bbox)
@@ -673,17 +773,22 @@ def run_job(cfg: JobConfig, console: Any = None, progress: bool = True, force: b
                     errors = _analytic_error(jac, pts, analytic, cfg, dvol.template.index_to_world, dvol.topology)
             ds = xr.merge(parts, compat="override", join="override", combine_attrs="override")
             chunk = cfg.output.chunk or cfg.points.chunk
-            ds = ds.chunk({"point": chunk}) if point_set.shape is None else \
-                _shaped(ds, point_set.shape, point_set.dims, chunk)
+            ds = (
+                ds.chunk({"point": chunk})
+                if point_set.shape is None
+                else _shaped(ds, point_set.shape, point_set.dims, chunk)
+            )
             ds.attrs.update(point_set.attrs)
             ds.attrs["source"] = f"vdbflow {_versions()['vdbflow']}"
-            ds.attrs.update({
-                "title": "vdbflow run result",
-                "vdbflow_config": dump_config(cfg),
-                "versions": _versions(),
-                "grids": [g.name for g in plan.grids],
-                "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            })
+            ds.attrs.update(
+                {
+                    "title": "vdbflow run result",
+                    "vdbflow_config": dump_config(cfg),
+                    "versions": _versions(),
+                    "grids": [g.name for g in plan.grids],
+                    "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                }
+            )
             target = partial_path(final)
             log.info("writing %d points to %s (published at %s when complete)", point_set.count, target, final)
             t0 = time.perf_counter()
@@ -692,16 +797,25 @@ def run_job(cfg: JobConfig, console: Any = None, progress: bool = True, force: b
                 from distributed import get_task_stream
 
                 with get_task_stream(client) as stream:
-                    futures = client.compute([write] + ([errors] if errors is not None else []),
-                                             optimize_graph=False)
+                    futures = client.compute([write] + ([errors] if errors is not None else []), optimize_graph=False)
                     if progress and console is not None and console.is_terminal:
                         _DaskRichBar(futures, client, console)
                     results = client.gather(futures)
                 timings["sample_and_write_s"] = time.perf_counter() - t0
-                result = JobResult(final, point_set.count, len(first.partitions), workers, list(dvols),
-                                   timings, worker_time_by_step(stream.data), dashboard=dashboard)
-                provenance: dict[str, Any] = {"input_sha256": {k: f.result() for k, f in checksum.items()},
-                                              "timings_s": {}}
+                result = JobResult(
+                    final,
+                    point_set.count,
+                    len(first.partitions),
+                    workers,
+                    list(dvols),
+                    timings,
+                    worker_time_by_step(stream.data),
+                    dashboard=dashboard,
+                )
+                provenance: dict[str, Any] = {
+                    "input_sha256": {k: f.result() for k, f in checksum.items()},
+                    "timings_s": {},
+                }
                 if errors is not None:
                     e = np.asarray(results[1])
                     result.analytic_points = int(e[:, 1].sum())
@@ -733,8 +847,14 @@ class JobError(VdbflowError, RuntimeError):
     """A job failed while it ran (a task, a worker or a library); no result was published."""
 
 
-def run(config: str | os.PathLike | Mapping[str, Any] | JobConfig, client: Any = None, *,
-        overrides: Mapping[str, Any] | None = None, force: bool = False, **settings: Any) -> JobResult:
+def run(
+    config: str | os.PathLike | Mapping[str, Any] | JobConfig,
+    client: Any = None,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    force: bool = False,
+    **settings: Any,
+) -> JobResult:
     """Run a batch job, as ``vdbflow run`` does, from Python (a notebook, Airflow, cron).
 
     The job samples its volumes at its points and publishes the outputs it asks for (values,
@@ -779,8 +899,7 @@ def run(config: str | os.PathLike | Mapping[str, Any] | JobConfig, client: Any =
 
     values = {**(overrides or {}), **{key.replace("__", "."): value for key, value in settings.items()}}
     if isinstance(config, JobConfig):
-        cfg = load_config(data=config.model_dump(mode="json", exclude_unset=True), values=values) if values \
-            else config
+        cfg = load_config(data=config.model_dump(mode="json", exclude_unset=True), values=values) if values else config
     elif isinstance(config, Mapping):
         cfg = load_config(data=config, values=values)
     elif isinstance(config, (str, os.PathLike)):

@@ -26,19 +26,22 @@ if TYPE_CHECKING:
 HESSIAN_MODES = tuple(m for m in MODES if m != "closest")
 
 
-def check_request(value_type: Any, mode: str, space: str, jacobian_space: str | None,
-                  hessian_space: str | None) -> tuple[str, str]:
+def check_request(
+    value_type: Any, mode: str, space: str, jacobian_space: str | None, hessian_space: str | None
+) -> tuple[str, str]:
     """Refuses what has no Hessian (``closest``, integer data); returns the resolved
     ``(jacobian_space, hessian_space)`` (defaults: ``space``, then ``jacobian_space``)."""
     if mode not in HESSIAN_MODES:
-        raise SamplingError(f"expected a mode with a second derivative, one of {', '.join(map(repr, HESSIAN_MODES))}; "
-                            f"got {mode!r}")
+        raise SamplingError(
+            f"expected a mode with a second derivative, one of {', '.join(map(repr, HESSIAN_MODES))}; got {mode!r}"
+        )
     check_choice(space, SPACES, "space")
     jacobian_space = space if jacobian_space is None else check_choice(jacobian_space, SPACES, "jacobian_space")
     hessian_space = jacobian_space if hessian_space is None else check_choice(hessian_space, SPACES, "hessian_space")
     if not value_type.is_float:
-        raise SamplingError(f"expected float32 or float64 data for Hessians, got {value_type.name} (integers are not "
-                            "interpolated)")
+        raise SamplingError(
+            f"expected float32 or float64 data for Hessians, got {value_type.name} (integers are not interpolated)"
+        )
     return jacobian_space, hessian_space
 
 
@@ -125,14 +128,30 @@ def sample_hessian_arrays(
     hess = xp.empty(lead + (3, 3), vt.jacobian_dtype) if hess is None else hess
     if N == 0:
         return values, jac, hess
-    backend(device).sample_hessian(vol.kernel_arrays(), pts, MODES[mode], space == "world",
-                                   jacobian_space == "world", hessian_space == "world", values, jac, hess)
+    backend(device).sample_hessian(
+        vol.kernel_arrays(),
+        pts,
+        MODES[mode],
+        space == "world",
+        jacobian_space == "world",
+        hessian_space == "world",
+        values,
+        jac,
+        hess,
+    )
     return values, jac, hess
 
 
-def sample_hessian(vol: Volume, points: Any, mode: str = "lag4", space: str = "world",
-                   jacobian_space: str | None = None, hessian_space: str | None = None, *,
-                   device: str = "cpu") -> xr.Dataset:
+def sample_hessian(
+    vol: Volume,
+    points: Any,
+    mode: str = "lag4",
+    space: str = "world",
+    jacobian_space: str | None = None,
+    hessian_space: str | None = None,
+    *,
+    device: str = "cpu",
+) -> xr.Dataset:
     """Values, Jacobians and Hessians of a volume at points, as an xarray Dataset.
 
     The Hessian ``hessian[c, a, b] = d² value[c] / d a d b`` is the second derivative of the
@@ -202,8 +221,9 @@ def sample_hessian(vol: Volume, points: Any, mode: str = "lag4", space: str = "w
     """
     jacobian_space = space if jacobian_space is None else jacobian_space
     hessian_space = jacobian_space if hessian_space is None else hessian_space
-    values, jac, hess = sample_hessian_arrays(vol, points, mode, space=space, jacobian_space=jacobian_space,
-                                              hessian_space=hessian_space, device=device)
+    values, jac, hess = sample_hessian_arrays(
+        vol, points, mode, space=space, jacobian_space=jacobian_space, hessian_space=hessian_space, device=device
+    )
     ds = build_dataset(vol, points, values, jac, mode, space, jacobian_space)
     return add_hessian(ds, vol, hess, hessian_space)
 
@@ -220,7 +240,7 @@ def add_hessian(ds: xr.Dataset, vol: Volume, hess: Any, hessian_space: str) -> x
     attrs = {
         "long_name": f"Hessian of {vol.name}",
         "convention": f"{hname}[{'component, ' if vol.components > 1 else ''}axis, axis2] = "
-                      f"d2 {vol.name}{'[component]' if vol.components > 1 else ''} / d axis d axis2",
+        f"d2 {vol.name}{'[component]' if vol.components > 1 else ''} / d axis d axis2",
         "hessian_space": hessian_space,
         "sampling_mode": ds.attrs.get("sampling_mode"),
     }

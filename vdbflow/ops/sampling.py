@@ -98,8 +98,14 @@ def prepare_points(vol: Volume, points: Any, device: str, space: str = "index") 
     return points
 
 
-def check_out(arr: Any, expected: tuple[int, ...], dtype: np.dtype, on_gpu: bool, what: str,
-               transposed: tuple[int, ...] | None = None) -> Any:
+def check_out(
+    arr: Any,
+    expected: tuple[int, ...],
+    dtype: np.dtype,
+    on_gpu: bool,
+    what: str,
+    transposed: tuple[int, ...] | None = None,
+) -> Any:
     if arr is None:
         return None
     if is_cupy_array(arr) != on_gpu:
@@ -172,8 +178,9 @@ def sample_grad_arrays(
     device = resolve_device(device, uvw)
     vt = vol.value_type
     if mode != "closest" and not vt.is_float:
-        raise SamplingError(f"expected mode='closest' for {vt.name} data (integers are not interpolated), "
-                            f"got mode={mode!r}")
+        raise SamplingError(
+            f"expected mode='closest' for {vt.name} data (integers are not interpolated), got mode={mode!r}"
+        )
     points = prepare_points(vol, uvw, device, space)
     on_gpu = device == "cuda"
     if on_gpu:
@@ -184,18 +191,25 @@ def sample_grad_arrays(
     vshape = (N,) if C == 1 else (N, C)
     jshape = (N, 3) if C == 1 else (N, C, 3)
     if out is not None and (not isinstance(out, (tuple, list)) or len(out) != 2):
-        raise ShapeError(f"expected out=(values, jacobian), a pair of arrays or None, got {type(out).__name__}"
-                         + (f" of length {len(out)}" if isinstance(out, (tuple, list)) else ""))
+        raise ShapeError(
+            f"expected out=(values, jacobian), a pair of arrays or None, got {type(out).__name__}"
+            + (f" of length {len(out)}" if isinstance(out, (tuple, list)) else "")
+        )
     out_values, out_jac = (None, None) if out is None else out
     values = check_out(out_values, vshape, vt.dtype, on_gpu, "values")
-    jac = check_out(out_jac, jshape, vt.jacobian_dtype, on_gpu, "jacobian",
-                     transposed=None if C == 1 else (N, 3, C)) if jacobian else None
+    jac = (
+        check_out(out_jac, jshape, vt.jacobian_dtype, on_gpu, "jacobian", transposed=None if C == 1 else (N, 3, C))
+        if jacobian
+        else None
+    )
     if values is not None and jac is not None and xp.may_share_memory(values, jac):
         raise ShapeError("expected separate values and jacobian buffers, got two that overlap in memory")
     for buffer, what in ((values, "values"), (jac, "jacobian")):
         if buffer is not None and xp.may_share_memory(buffer, points):
-            raise ShapeError(f"expected a {what} buffer apart from the points, got one that overlaps them in memory "
-                             "(the kernels would overwrite points before reading them)")
+            raise ShapeError(
+                f"expected a {what} buffer apart from the points, got one that overlaps them in memory "
+                "(the kernels would overwrite points before reading them)"
+            )
     if values is None:
         values = xp.empty(vshape, vt.dtype)
     if jacobian and jac is None:
@@ -206,8 +220,16 @@ def sample_grad_arrays(
     if jacobian and not vt.is_float:
         assert jac is not None  # made above
         jac[...] = 0
-    _backend(device).sample(vol.kernel_arrays(), points, MODES[mode], space == "world", jacobian_space == "world",
-                            values, kernel_jac, point_order)
+    _backend(device).sample(
+        vol.kernel_arrays(),
+        points,
+        MODES[mode],
+        space == "world",
+        jacobian_space == "world",
+        values,
+        kernel_jac,
+        point_order,
+    )
     return values, jac
 
 
@@ -225,8 +247,11 @@ def points_in(points: Any, dims: Any) -> tuple[Any, tuple[int, ...], tuple[str, 
     coords: dict[str, Any] = {}
     if isinstance(points, xr.DataArray):
         lead_dims = points.dims[:-1]
-        coords = {str(name): c.variable for name, c in points.coords.items()
-                  if name not in points.dims[-1:] and set(c.dims) <= set(lead_dims)}
+        coords = {
+            str(name): c.variable
+            for name, c in points.coords.items()
+            if name not in points.dims[-1:] and set(c.dims) <= set(lead_dims)
+        }
         dims = lead_dims if dims is None else dims
         points = points.data
     if not (is_dask(points) or is_cupy_array(points)):
@@ -245,8 +270,10 @@ def points_in(points: Any, dims: Any) -> tuple[Any, tuple[int, ...], tuple[str, 
         raise PointsError(f"expected {len(lead)} distinct dim names for points of shape {shape}, got {list(dims)}")
     clash = sorted(set(dims) & set(_RESERVED_DIMS))
     if clash:
-        raise PointsError(f"expected point dims named apart from the result's own names {list(_RESERVED_DIMS)}, "
-                          f"got {clash} (e.g. dims=('point_z', 'point_y', 'point_x'))")
+        raise PointsError(
+            f"expected point dims named apart from the result's own names {list(_RESERVED_DIMS)}, "
+            f"got {clash} (e.g. dims=('point_z', 'point_y', 'point_x'))"
+        )
     return points, lead, dims, coords
 
 
@@ -256,9 +283,18 @@ def _labels(names: Any) -> np.ndarray:
     return np.array([str(n) for n in names], dtype=object)
 
 
-def build_dataset(vol: Volume, points: Any, values: Any, jac: Any, mode: str, space: str,
-             jacobian_space: str | None, *, dims: tuple[str, ...] | None = None,
-             point_coords: dict[str, Any] | None = None) -> xr.Dataset:
+def build_dataset(
+    vol: Volume,
+    points: Any,
+    values: Any,
+    jac: Any,
+    mode: str,
+    space: str,
+    jacobian_space: str | None,
+    *,
+    dims: tuple[str, ...] | None = None,
+    point_coords: dict[str, Any] | None = None,
+) -> xr.Dataset:
     """The result Dataset of ``values`` (*lead[, C]) and ``jac`` (*lead[, C], 3) at ``points``
     (*lead, 3), with CF attrs (docs/results.md).  ``dims`` names the leading dims (default
     ``("point",)`` for (N, 3) points)."""
@@ -271,7 +307,7 @@ def build_dataset(vol: Volume, points: Any, values: Any, jac: Any, mode: str, sp
         pts = points  # stays lazy: coordinates are computed with the values, never gathered here
     else:
         pts = np.asarray(points)
-    lead = tuple(values.shape[:1] if dims is None else values.shape[:len(dims)])
+    lead = tuple(values.shape[:1] if dims is None else values.shape[: len(dims)])
     dims = ("point",) if dims is None else tuple(dims)
     vdims = dims if C == 1 else dims + ("component",)
     coords: dict[str, Any] = dict(point_coords or {})
@@ -292,19 +328,26 @@ def build_dataset(vol: Volume, points: Any, values: Any, jac: Any, mode: str, sp
     data_vars: dict[str, Any] = {vol.name: (vdims, values, value_attrs)}
     if jac is not None:
         assert jacobian_space is not None  # given with every Jacobian
-        coords["axis"] = ("axis", _labels(AXIS_LABELS[jacobian_space]),
-                          {"long_name": f"axis of the derivative ({jacobian_space} space)"})
+        coords["axis"] = (
+            "axis",
+            _labels(AXIS_LABELS[jacobian_space]),
+            {"long_name": f"axis of the derivative ({jacobian_space} space)"},
+        )
         jname = f"{vol.name}_jacobian"
         comp = "[component]" if C > 1 else ""
         jlength = _u.normalize(vol.length_units) if jacobian_space == "world" else "voxel"
         junits = _u.divide(units, jlength)
-        data_vars[jname] = (vdims + ("axis",), jac, {
-            "long_name": f"Jacobian of {vol.name}",
-            **({"units": junits} if junits else {}),
-            "convention": f"{jname}[{'component, ' if C > 1 else ''}axis] = d {vol.name}{comp} / d axis",
-            "jacobian_space": jacobian_space,
-            **common,
-        })
+        data_vars[jname] = (
+            vdims + ("axis",),
+            jac,
+            {
+                "long_name": f"Jacobian of {vol.name}",
+                **({"units": junits} if junits else {}),
+                "convention": f"{jname}[{'component, ' if C > 1 else ''}axis] = d {vol.name}{comp} / d axis",
+                "jacobian_space": jacobian_space,
+                **common,
+            },
+        )
     attrs = {
         "Conventions": CONVENTIONS,
         **({"featureType": "point"} if len(dims) == 1 else {}),
@@ -317,12 +360,14 @@ def build_dataset(vol: Volume, points: Any, values: Any, jac: Any, mode: str, sp
     return xr.Dataset(data_vars, coords=coords, attrs=attrs)
 
 
-def _sample_block(block: np.ndarray, vol: Volume, mode: str, space: str, jacobian_space: str, device: str,
-                  jacobian: bool) -> tuple[Any, Any]:
+def _sample_block(
+    block: np.ndarray, vol: Volume, mode: str, space: str, jacobian_space: str, device: str, jacobian: bool
+) -> tuple[Any, Any]:
     """Values and Jacobians of one block of points (..., 3), shaped like the block."""
     lead = block.shape[:-1]
-    values, jac = sample_grad_arrays(vol, block.reshape(-1, 3), mode, space=space, jacobian_space=jacobian_space,
-                                     device=device, jacobian=jacobian)
+    values, jac = sample_grad_arrays(
+        vol, block.reshape(-1, 3), mode, space=space, jacobian_space=jacobian_space, device=device, jacobian=jacobian
+    )
     return values.reshape(lead + values.shape[1:]), None if jac is None else jac.reshape(lead + jac.shape[1:])
 
 
@@ -330,8 +375,9 @@ def _pick(pair: tuple[Any, Any], which: int) -> Any:
     return pair[which]
 
 
-def _sample_lazy(vol: Volume, points: Any, mode: str, space: str, jacobian_space: str, device: str,
-                 jacobian: bool) -> tuple[Any, Any]:
+def _sample_lazy(
+    vol: Volume, points: Any, mode: str, space: str, jacobian_space: str, device: str, jacobian: bool
+) -> tuple[Any, Any]:
     """Dask arrays of values (*lead[, C]) and Jacobians (*lead[, C], 3): one task per block of the
     points (chunked along the leading dims), nothing computed here."""
     import dask
@@ -342,48 +388,77 @@ def _sample_lazy(vol: Volume, points: Any, mode: str, space: str, jacobian_space
     check_choice(jacobian_space, SPACES, "jacobian_space")
     vt = vol.value_type
     if mode != "closest" and not vt.is_float:
-        raise SamplingError(f"expected mode='closest' for {vt.name} data (integers are not interpolated), "
-                            f"got mode={mode!r}")
+        raise SamplingError(
+            f"expected mode='closest' for {vt.name} data (integers are not interpolated), got mode={mode!r}"
+        )
     if points.dtype.kind not in "iuf":
         raise PointsError(f"expected float16/32/64 or integer points, got dtype {points.dtype}")
     pts = points.rechunk({points.ndim - 1: 3})
     lead = pts.ndim - 1
     meta = np.empty((0,) * lead, object)
     shared = dask.delayed(vol, name=f"vdbflow-volume-{id(vol):x}-{dask.base.tokenize(vol.name, vol.leaf_count)}")
-    both = da.map_blocks(_sample_block, pts, shared, mode, space, jacobian_space, device, jacobian,
-                         drop_axis=lead, meta=meta, token="vdbflow-sample-local")
+    both = da.map_blocks(
+        _sample_block,
+        pts,
+        shared,
+        mode,
+        space,
+        jacobian_space,
+        device,
+        jacobian,
+        drop_axis=lead,
+        meta=meta,
+        token="vdbflow-sample-local",
+    )
     C = vol.components
     vextra = () if C == 1 else ((C,),)
-    values = da.map_blocks(_pick, both, 0, dtype=vt.dtype, chunks=both.chunks + vextra,
-                           new_axis=list(range(lead, lead + len(vextra))) or None,
-                           meta=np.empty((0,) * (lead + len(vextra)), vt.dtype), token="vdbflow-values-local")
+    values = da.map_blocks(
+        _pick,
+        both,
+        0,
+        dtype=vt.dtype,
+        chunks=both.chunks + vextra,
+        new_axis=list(range(lead, lead + len(vextra))) or None,
+        meta=np.empty((0,) * (lead + len(vextra)), vt.dtype),
+        token="vdbflow-values-local",
+    )
     jac = None
     if jacobian:
         jextra = vextra + ((3,),)
-        jac = da.map_blocks(_pick, both, 1, dtype=vt.jacobian_dtype, chunks=both.chunks + jextra,
-                            new_axis=list(range(lead, lead + len(jextra))),
-                            meta=np.empty((0,) * (lead + len(jextra)), vt.jacobian_dtype),
-                            token="vdbflow-jacobian-local")
+        jac = da.map_blocks(
+            _pick,
+            both,
+            1,
+            dtype=vt.jacobian_dtype,
+            chunks=both.chunks + jextra,
+            new_axis=list(range(lead, lead + len(jextra))),
+            meta=np.empty((0,) * (lead + len(jextra)), vt.jacobian_dtype),
+            token="vdbflow-jacobian-local",
+        )
     return values, jac
 
 
-def _sample_any(vol: Volume, points: Any, mode: str, space: str, jacobian_space: str | None, device: str,
-                jacobian: bool, dims: Any) -> xr.Dataset:
+def _sample_any(
+    vol: Volume, points: Any, mode: str, space: str, jacobian_space: str | None, device: str, jacobian: bool, dims: Any
+) -> xr.Dataset:
     jspace = space if jacobian_space is None else jacobian_space
     pts, lead, dims, coords = points_in(points, dims)
     if is_dask(pts):
         values, jac = _sample_lazy(vol, pts, mode, space, jspace, device, jacobian)
     else:
-        values, jac = sample_grad_arrays(vol, pts.reshape(-1, 3), mode, space=space, jacobian_space=jspace,
-                                         device=device, jacobian=jacobian)
+        values, jac = sample_grad_arrays(
+            vol, pts.reshape(-1, 3), mode, space=space, jacobian_space=jspace, device=device, jacobian=jacobian
+        )
         values = values.reshape(lead + values.shape[1:])
         jac = None if jac is None else jac.reshape(lead + jac.shape[1:])
-    return build_dataset(vol, pts, values, jac, mode, space, jspace if jacobian else None, dims=dims,
-                    point_coords=coords)
+    return build_dataset(
+        vol, pts, values, jac, mode, space, jspace if jacobian else None, dims=dims, point_coords=coords
+    )
 
 
-def sample(vol: Volume, points: Any, mode: str = "linear", space: str = "world", *,
-           device: str = "cpu", dims: Any = None) -> xr.Dataset:
+def sample(
+    vol: Volume, points: Any, mode: str = "linear", space: str = "world", *, device: str = "cpu", dims: Any = None
+) -> xr.Dataset:
     """Values of a volume at points, as an xarray Dataset.
 
     Each point is interpolated with ``mode`` from the voxels around it; outside the volume's leaves
@@ -468,8 +543,16 @@ def sample(vol: Volume, points: Any, mode: str = "linear", space: str = "world",
     return _sample_any(vol, points, mode, space, None, device, False, dims)
 
 
-def sample_grad(vol: Volume, points: Any, mode: str = "linear", space: str = "world",
-                jacobian_space: str | None = None, *, device: str = "cpu", dims: Any = None) -> xr.Dataset:
+def sample_grad(
+    vol: Volume,
+    points: Any,
+    mode: str = "linear",
+    space: str = "world",
+    jacobian_space: str | None = None,
+    *,
+    device: str = "cpu",
+    dims: Any = None,
+) -> xr.Dataset:
     """Values and Jacobians of a volume at points, as an xarray Dataset.
 
     The Jacobian is the derivative of the interpolant of ``mode`` itself,

@@ -35,6 +35,7 @@ class SampleGradVJP:
 
     def __repr__(self) -> str:
         """Shapes and dtypes, not the arrays: ``SampleGradVJP(voxel_data (n, 3) float32, ...)``."""
+
         def brief(a: Any) -> str:
             shape = tuple(getattr(a, "shape", ()))
             where = "" if isinstance(a, (np.ndarray, np.generic)) else f" {type(a).__module__.split('.')[0]}"
@@ -144,11 +145,12 @@ def sample_grad_vjp(
     accumulator = xp.zeros((value_rows + tile_rows + 1, C), np.float64)
     adj_points = xp.zeros((N, 3), R)
     if N:
-        backend(device).sample_vjp(k, pts, MODES[mode], space == "world", jacobian_space == "world", a_val, a_jac,
-                                   accumulator, adj_points)
+        backend(device).sample_vjp(
+            k, pts, MODES[mode], space == "world", jacobian_space == "world", a_val, a_jac, accumulator, adj_points
+        )
     acc = accumulator.astype(vt.dtype)
     data = acc[:value_rows]
-    tiles = acc[value_rows:value_rows + tile_rows]
+    tiles = acc[value_rows : value_rows + tile_rows]
     bg = acc[-1]
     if C == 1:
         data, tiles, bg = data[:, 0], tiles[:, 0], bg[0]

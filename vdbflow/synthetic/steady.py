@@ -50,8 +50,9 @@ def abc_flow(a: float = 1.0, b: float = np.sqrt(2.0 / 3.0), c: float = np.sqrt(1
 
     def velocity(p: np.ndarray) -> np.ndarray:
         x, y, z = p.T
-        return np.stack([a * np.sin(z) + c * np.cos(y), b * np.sin(x) + a * np.cos(z),
-                         c * np.sin(y) + b * np.cos(x)], axis=1)
+        return np.stack(
+            [a * np.sin(z) + c * np.cos(y), b * np.sin(x) + a * np.cos(z), c * np.sin(y) + b * np.cos(x)], axis=1
+        )
 
     def jacobian(p: np.ndarray) -> np.ndarray:
         x, y, z = p.T
@@ -80,8 +81,11 @@ def burgers_vortex(circulation: float = 2.0, strain: float = 1.0, core_radius: f
         safe = np.where(small, 1.0, r2)
         g = np.where(small, G / (2 * np.pi * d2) * (1 - s / 2), -G / (2 * np.pi) * np.expm1(-s) / safe)
         # dg/dr / r = G/(2 pi) [2 e^-s / (d2 r^2) + 2 expm1(-s) / r^4]
-        slope = np.where(small, -G / (2 * np.pi * d2 * d2) * (1 - 2 * s / 3),
-                         G / np.pi * (np.exp(-s) / (d2 * safe) + np.expm1(-s) / (safe * safe)))
+        slope = np.where(
+            small,
+            -G / (2 * np.pi * d2 * d2) * (1 - 2 * s / 3),
+            G / np.pi * (np.exp(-s) / (d2 * safe) + np.expm1(-s) / (safe * safe)),
+        )
         return g, slope
 
     def velocity(p: np.ndarray) -> np.ndarray:
@@ -132,8 +136,9 @@ def shell_voxels(resolution: int, inner: float = 0.35, outer: float = 0.5) -> np
     return np.concatenate(parts).astype(np.int32) if parts else np.zeros((0, 3), np.int32)
 
 
-def shell_interior(world: np.ndarray, resolution: int, extent: float, inner: float, outer: float,
-                   stencil_radius: int) -> np.ndarray:
+def shell_interior(
+    world: np.ndarray, resolution: int, extent: float, inner: float, outer: float, stencil_radius: int
+) -> np.ndarray:
     """(N,) bool: points whose whole stencil (``stencil_radius`` voxels each way) lies on active
     voxels of :func:`flow_volume`'s shell - where sampling error is discretisation error alone."""
     h = extent / resolution
@@ -143,23 +148,39 @@ def shell_interior(world: np.ndarray, resolution: int, extent: float, inner: flo
     return (r >= inner * resolution + margin) & (r <= outer * resolution - margin)
 
 
-def flow_volume(field: FlowField, resolution: int = 64, extent: float = 2 * np.pi,
-                dtype: np.dtype | type = np.float32, inner: float = 0.35, outer: float = 0.5) -> Volume:
+def flow_volume(
+    field: FlowField,
+    resolution: int = 64,
+    extent: float = 2 * np.pi,
+    dtype: np.dtype | type = np.float32,
+    inner: float = 0.35,
+    outer: float = 0.5,
+) -> Volume:
     """A sparse vec3 volume of ``field`` sampled at voxel centres of a shell inside the cube
     ``[0, extent]^3`` split into ``resolution`` voxels per edge."""
     ijk = shell_voxels(resolution, inner, outer)
     voxel_size = extent / resolution
     world = (ijk + 0.5) * voxel_size
     values = field.velocity(world).astype(dtype)
-    vol = Volume.from_voxels(ijk, values, background=0.0, voxel_size=voxel_size,
-                             origin=(0.5 * voxel_size,) * 3, name="velocity",
-                             component_names=("u", "v", "w") if values.shape[1] == 3 else None)
+    vol = Volume.from_voxels(
+        ijk,
+        values,
+        background=0.0,
+        voxel_size=voxel_size,
+        origin=(0.5 * voxel_size,) * 3,
+        name="velocity",
+        component_names=("u", "v", "w") if values.shape[1] == 3 else None,
+    )
     vol.units, vol.length_units = "m/s", "m"  # nondimensional fields, labelled in SI for the plots
     return vol
 
 
-FIELDS: dict[str, Callable[..., FlowField]] = {"taylor_green": taylor_green, "abc": abc_flow,
-                                               "burgers": burgers_vortex, "linear": linear_field}
+FIELDS: dict[str, Callable[..., FlowField]] = {
+    "taylor_green": taylor_green,
+    "abc": abc_flow,
+    "burgers": burgers_vortex,
+    "linear": linear_field,
+}
 
 
 def make_field(name: str, **params: object) -> FlowField:

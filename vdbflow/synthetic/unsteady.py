@@ -69,9 +69,11 @@ def double_gyre(A: float = 0.1, eps: float = 0.25, omega: float = 2 * np.pi / 10
         sf, cf, sy, cy = np.sin(pf), np.cos(pf), np.sin(py), np.cos(py)
         k = np.pi * np.pi * A
         z = np.zeros_like(sf)
-        rows = [[-k * cf * fx * cy, k * sf * sy, z],
-                [-k * sf * fx * fx * sy + np.pi * A * cf * fxx * sy, k * cf * fx * cy, z],
-                [z, z, z]]
+        rows = [
+            [-k * cf * fx * cy, k * sf * sy, z],
+            [-k * sf * fx * fx * sy + np.pi * A * cf * fxx * sy, k * cf * fx * cy, z],
+            [z, z, z],
+        ]
         return _stack_jacobian(rows)
 
     return UnsteadyField("double_gyre", velocity, jacobian, (0.0, 0.0, 0.0), (2.0, 1.0, 0.0))
@@ -103,9 +105,16 @@ def decaying_taylor_green(k: float = 1.0, amplitude: float = 1.0, nu: float = 0.
     return UnsteadyField("taylor_green_decaying", velocity, jacobian, (0.0, 0.0, 0.0), (edge, edge, 0.0))
 
 
-def field_volume(field: UnsteadyField, t: float, voxel_size: float, *, pad: int = 4,
-                 dtype: np.dtype | type = np.float64, lo: Sequence[float] | None = None,
-                 hi: Sequence[float] | None = None) -> Volume:
+def field_volume(
+    field: UnsteadyField,
+    t: float,
+    voxel_size: float,
+    *,
+    pad: int = 4,
+    dtype: np.dtype | type = np.float64,
+    lo: Sequence[float] | None = None,
+    hi: Sequence[float] | None = None,
+) -> Volume:
     """A dense vec3 volume of ``field`` at time ``t``: voxel centres on the lattice ``lo + i h``
     covering ``[lo, hi]`` (default the field's box) plus ``pad`` voxels each way, all active, so
     that stencils of up to ``pad`` voxels at the box's edges read data.  Its time is stored in a
@@ -121,16 +130,31 @@ def field_volume(field: UnsteadyField, t: float, voxel_size: float, *, pad: int 
     axes = [origin[a] + h * np.arange(counts[a]) for a in range(3)]
     grid = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, 3)
     values = field.velocity(grid, t).astype(dtype).reshape(tuple(counts) + (3,))
-    vol = Volume.from_dense(values, voxel_size=h, origin=tuple(origin), active=np.ones(tuple(counts), bool),
-                            name="velocity", component_names=("u", "v", "w"))
+    vol = Volume.from_dense(
+        values,
+        voxel_size=h,
+        origin=tuple(origin),
+        active=np.ones(tuple(counts), bool),
+        name="velocity",
+        component_names=("u", "v", "w"),
+    )
     vol.units, vol.length_units = "m/s", "m"  # nondimensional fields, labelled in SI like vdbflow.synthetic
     vol.blind_data = tuple(vol.blind_data) + (time_record(t),)
     return vol
 
 
-def write_series(field: UnsteadyField, directory: str | os.PathLike, times: Sequence[float], voxel_size: float,
-                 *, pad: int = 4, dtype: np.dtype | type = np.float64, prefix: str | None = None,
-                 lo: Sequence[float] | None = None, hi: Sequence[float] | None = None) -> list[str]:
+def write_series(
+    field: UnsteadyField,
+    directory: str | os.PathLike,
+    times: Sequence[float],
+    voxel_size: float,
+    *,
+    pad: int = 4,
+    dtype: np.dtype | type = np.float64,
+    prefix: str | None = None,
+    lo: Sequence[float] | None = None,
+    hi: Sequence[float] | None = None,
+) -> list[str]:
     """Write ``field`` at each of ``times`` as ``{prefix}_{k:04d}.nvdb`` in ``directory`` (created if
     missing) with :func:`field_volume`; returns the paths in time order."""
     os.makedirs(directory, exist_ok=True)
@@ -143,5 +167,7 @@ def write_series(field: UnsteadyField, directory: str | os.PathLike, times: Sequ
     return paths
 
 
-UNSTEADY_FIELDS: dict[str, Callable[..., UnsteadyField]] = {"double_gyre": double_gyre,
-                                                           "taylor_green_decaying": decaying_taylor_green}
+UNSTEADY_FIELDS: dict[str, Callable[..., UnsteadyField]] = {
+    "double_gyre": double_gyre,
+    "taylor_green_decaying": decaying_taylor_green,
+}

@@ -82,8 +82,15 @@ class _VolumeSource(_Source):
     def sample(self, points: np.ndarray, t: float, jacobian: bool) -> tuple[np.ndarray, np.ndarray | None]:
         from vdbflow.ops.sampling import sample_grad_arrays
 
-        u, J = sample_grad_arrays(self.vol, points, self.mode, space="world", jacobian_space="world",
-                                  jacobian=jacobian, point_order=_point_order(len(points)))
+        u, J = sample_grad_arrays(
+            self.vol,
+            points,
+            self.mode,
+            space="world",
+            jacobian_space="world",
+            jacobian=jacobian,
+            point_order=_point_order(len(points)),
+        )
         return u.astype(np.float64), None if J is None else J.astype(np.float64)
 
 
@@ -101,9 +108,16 @@ class _SeriesSource(_VolumeSource):
         return self.series.stencil_inside(points, t, self.mode, self.time)
 
     def sample(self, points: np.ndarray, t: float, jacobian: bool) -> tuple[np.ndarray, np.ndarray | None]:
-        return self.series.sample_grad_arrays(points, t, self.mode, self.time, space="world",
-                                              jacobian_space="world", jacobian=jacobian,
-                                              point_order=_point_order(len(points)))
+        return self.series.sample_grad_arrays(
+            points,
+            t,
+            self.mode,
+            self.time,
+            space="world",
+            jacobian_space="world",
+            jacobian=jacobian,
+            point_order=_point_order(len(points)),
+        )
 
 
 class _DistributedSource(_VolumeSource):
@@ -166,16 +180,29 @@ def _as_source(source: Any, mode: str, time: str) -> _Source:
         return _AnalyticSource(source, unsteady=False)
     if isinstance(source, UnsteadyField):
         return _AnalyticSource(source, unsteady=True)
-    raise SamplingError(f"expected a Volume, VolumeSeries, DistributedVolume or analytic field to advect through, "
-                        f"got {type(source).__name__}")
+    raise SamplingError(
+        f"expected a Volume, VolumeSeries, DistributedVolume or analytic field to advect through, "
+        f"got {type(source).__name__}"
+    )
 
 
 class _Run:
     """Particles integrated from t0 to t1: positions (and optionally velocities, Jacobians) at saved
     steps, status, end time and (variational) the flow-map gradient."""
 
-    def __init__(self, src: _Source, seeds: np.ndarray, t0: float, t1: float, dt: float, method: str,
-                 save_every: int, with_velocity: bool, with_jacobian: bool, variational: bool):
+    def __init__(
+        self,
+        src: _Source,
+        seeds: np.ndarray,
+        t0: float,
+        t1: float,
+        dt: float,
+        method: str,
+        save_every: int,
+        with_velocity: bool,
+        with_jacobian: bool,
+        variational: bool,
+    ):
         if method not in TABLEAUS:
             raise SamplingError(f"expected method to be one of {', '.join(map(repr, TABLEAUS))}, got {method!r}")
         if not (math.isfinite(t0) and math.isfinite(t1)):
@@ -187,8 +214,10 @@ class _Run:
         if src.time_range is not None:
             lo, hi = src.time_range
             if not (lo <= min(t0, t1) and max(t0, t1) <= hi):
-                raise TimeError(f"expected the integration [{min(t0, t1):g}, {max(t0, t1):g}] inside the series' "
-                                f"times [{lo:g}, {hi:g}], got t0={t0:g}, t1={t1:g}")
+                raise TimeError(
+                    f"expected the integration [{min(t0, t1):g}, {max(t0, t1):g}] inside the series' "
+                    f"times [{lo:g}, {hi:g}], got t0={t0:g}, t1={t1:g}"
+                )
         self.src, self.method = src, method
         T = t1 - t0
         self.n = max(1, math.ceil(abs(T) / dt - 1e-9)) if T != 0 else 0
@@ -299,13 +328,27 @@ def _seeds(seeds: Any) -> np.ndarray:
 
 
 def _status_attrs() -> dict[str, Any]:
-    return {"long_name": "particle status", "flag_values": np.array([ACTIVE, LEFT_DATA, NON_FINITE], np.int8),
-            "flag_meanings": STATUS_MEANINGS}
+    return {
+        "long_name": "particle status",
+        "flag_values": np.array([ACTIVE, LEFT_DATA, NON_FINITE], np.int8),
+        "flag_meanings": STATUS_MEANINGS,
+    }
 
 
-def advect(source: Any, seeds: Any, t0: float, t1: float, dt: float, method: str = "rk4", mode: str = "linear", *,
-           save_every: int = 1, with_velocity: bool = False, with_jacobian: bool = False,
-           time: str = "linear") -> xr.Dataset:
+def advect(
+    source: Any,
+    seeds: Any,
+    t0: float,
+    t1: float,
+    dt: float,
+    method: str = "rk4",
+    mode: str = "linear",
+    *,
+    save_every: int = 1,
+    with_velocity: bool = False,
+    with_jacobian: bool = False,
+    time: str = "linear",
+) -> xr.Dataset:
     """Trajectories of particles through a velocity field, in world space.
 
     The particles start at ``seeds`` at time ``t0`` and are integrated to ``t1`` (backwards when
@@ -367,8 +410,18 @@ def advect(source: Any, seeds: Any, t0: float, t1: float, dt: float, method: str
     """
     src = _as_source(source, mode, time)
     pts = _seeds(seeds)
-    run = _Run(src, pts.reshape(-1, 3), float(t0), float(t1), float(dt), method, save_every, with_velocity,
-               with_jacobian, variational=False)
+    run = _Run(
+        src,
+        pts.reshape(-1, 3),
+        float(t0),
+        float(t1),
+        float(dt),
+        method,
+        save_every,
+        with_velocity,
+        with_jacobian,
+        variational=False,
+    )
     N = run.position.shape[0]
     from vdbflow.core import units as _u
 
@@ -386,19 +439,40 @@ def advect(source: Any, seeds: Any, t0: float, t1: float, dt: float, method: str
         "end_time": (("particle",), run.end_time, {"long_name": "time of the last valid position"}),
     }
     if run.velocity is not None or run.jacobian is not None:
-        coords["component"] = ("component", np.array(src.component_names, object),
-                               {"long_name": f"component of {src.name}"})
+        coords["component"] = (
+            "component",
+            np.array(src.component_names, object),
+            {"long_name": f"component of {src.name}"},
+        )
     if run.velocity is not None:
-        data[src.name] = (("particle", "time", "component"), run.velocity,
-                          {"long_name": f"{src.name} along the path", **({"units": vunits} if vunits else {})})
+        data[src.name] = (
+            ("particle", "time", "component"),
+            run.velocity,
+            {"long_name": f"{src.name} along the path", **({"units": vunits} if vunits else {})},
+        )
     if run.jacobian is not None:
         junits = _u.divide(vunits, length)
-        data[f"{src.name}_jacobian"] = (("particle", "time", "component", "axis"), run.jacobian, {
-            "long_name": f"Jacobian of {src.name} along the path", **({"units": junits} if junits else {}),
-            "convention": f"{src.name}_jacobian[component, axis] = d {src.name}[component] / d axis"})
-    attrs = {"method": method, "sampling_mode": mode, "source": src.kind, "t0": run.t0, "t1": run.t1,
-             "dt": run.h, "steps": run.n, "save_every": int(save_every), "seed_shape": np.array(pts.shape[:-1]),
-             "sample_calls": run.evaluations}
+        data[f"{src.name}_jacobian"] = (
+            ("particle", "time", "component", "axis"),
+            run.jacobian,
+            {
+                "long_name": f"Jacobian of {src.name} along the path",
+                **({"units": junits} if junits else {}),
+                "convention": f"{src.name}_jacobian[component, axis] = d {src.name}[component] / d axis",
+            },
+        )
+    attrs = {
+        "method": method,
+        "sampling_mode": mode,
+        "source": src.kind,
+        "t0": run.t0,
+        "t1": run.t1,
+        "dt": run.h,
+        "steps": run.n,
+        "save_every": int(save_every),
+        "seed_shape": np.array(pts.shape[:-1]),
+        "sample_calls": run.evaluations,
+    }
     if src.kind == "series":
         attrs["time_interpolation"] = time
     return xr.Dataset(data, coords=coords, attrs=attrs)
@@ -413,8 +487,19 @@ def _largest_stretch(F: np.ndarray) -> np.ndarray:
     return out
 
 
-def ftle(source: Any, seeds: Any, t0: float, T: float, dt: float | None = None, *, method: str = "variational",
-         integrator: str = "rk4", mode: str = "linear", time: str = "linear", dims: Any = None) -> xr.Dataset:
+def ftle(
+    source: Any,
+    seeds: Any,
+    t0: float,
+    T: float,
+    dt: float | None = None,
+    *,
+    method: str = "variational",
+    integrator: str = "rk4",
+    mode: str = "linear",
+    time: str = "linear",
+    dims: Any = None,
+) -> xr.Dataset:
     """Finite-time Lyapunov exponents of the flow map from ``t0`` to ``t0 + T``.
 
     FTLE = ``log(sqrt(lambda_max(F^T F))) / |T|``, with F the gradient of the flow map (backward
@@ -482,12 +567,24 @@ def ftle(source: Any, seeds: Any, t0: float, T: float, dt: float | None = None, 
     pts, lead, dims_, _ = points_in(_seeds(seeds), dims)
     pts = np.asarray(pts, np.float64)
     if method == "finite_difference" and (len(lead) > 3 or min(lead) < 2):
-        raise PointsError(f"expected a lattice of seeds (..., 3) with at least 2 seeds along each of at most 3 "
-                          f"dims for method='finite_difference', got shape {pts.shape}")
+        raise PointsError(
+            f"expected a lattice of seeds (..., 3) with at least 2 seeds along each of at most 3 "
+            f"dims for method='finite_difference', got shape {pts.shape}"
+        )
     src = _as_source(source, mode, time)
     step = abs(T) / 100 if dt is None else float(dt)
-    run = _Run(src, pts.reshape(-1, 3), float(t0), float(t0) + float(T), step, integrator, 1_000_000_000, False,
-               False, variational=method == "variational")
+    run = _Run(
+        src,
+        pts.reshape(-1, 3),
+        float(t0),
+        float(t0) + float(T),
+        step,
+        integrator,
+        1_000_000_000,
+        False,
+        False,
+        variational=method == "variational",
+    )
     final = run.position[:, -1].reshape(lead + (3,))
     if method == "variational":
         F = run.F.reshape(lead + (3, 3))
@@ -509,9 +606,20 @@ def ftle(source: Any, seeds: Any, t0: float, T: float, dt: float | None = None, 
     data = {
         "ftle": (dims_, value, {"long_name": "finite-time Lyapunov exponent", "method": method}),
         "status": (dims_, run.status.reshape(lead), _status_attrs()),
-        "final_position": (dims_ + ("axis",), final, {"long_name": "position at t0 + T",
-                                                      **({"units": length} if length else {})}),
+        "final_position": (
+            dims_ + ("axis",),
+            final,
+            {"long_name": "position at t0 + T", **({"units": length} if length else {})},
+        ),
     }
-    attrs = {"t0": float(t0), "T": float(T), "method": method, "integrator": integrator, "sampling_mode": mode,
-             "dt": run.h, "steps": run.n, "source": src.kind}
+    attrs = {
+        "t0": float(t0),
+        "T": float(T),
+        "method": method,
+        "integrator": integrator,
+        "sampling_mode": mode,
+        "dt": run.h,
+        "steps": run.n,
+        "source": src.kind,
+    }
     return xr.Dataset(data, coords=coords, attrs=attrs)

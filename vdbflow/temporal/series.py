@@ -49,8 +49,13 @@ class VolumeSeries:
     :meth:`sample_grad_arrays` at ``(points, t)``.
     """
 
-    def __init__(self, sources: Sequence[str | os.PathLike | Volume], times: Sequence[float],
-                 grid: int | str | None = None, cache: int = 4):
+    def __init__(
+        self,
+        sources: Sequence[str | os.PathLike | Volume],
+        times: Sequence[float],
+        grid: int | str | None = None,
+        cache: int = 4,
+    ):
         self._sources = list(sources)
         t = np.array(times, dtype=np.float64).ravel()
         if len(self._sources) == 0:
@@ -61,8 +66,10 @@ class VolumeSeries:
             raise TimeError(f"expected finite times, got {t[~np.isfinite(t)][:3].tolist()}")
         if len(t) > 1 and np.any(np.diff(t) <= 0):
             k = int(np.argmax(np.diff(t) <= 0)) + 1
-            raise TimeError(f"expected strictly increasing times, got times[{k}] = {float(t[k])!r} after "
-                            f"times[{k - 1}] = {float(t[k - 1])!r}")
+            raise TimeError(
+                f"expected strictly increasing times, got times[{k}] = {float(t[k])!r} after "
+                f"times[{k - 1}] = {float(t[k - 1])!r}"
+            )
         if int(cache) < 1:
             raise VolumeError(f"expected cache >= 1 open steps, got {cache}")
         t.setflags(write=False)
@@ -80,8 +87,10 @@ class VolumeSeries:
         return len(self.times)
 
     def __repr__(self) -> str:
-        return (f"<vdbflow.VolumeSeries of {len(self)} steps, t in [{self.times[0]:g}, {self.times[-1]:g}], "
-                f"open steps {sorted(self._open)}>")
+        return (
+            f"<vdbflow.VolumeSeries of {len(self)} steps, t in [{self.times[0]:g}, {self.times[-1]:g}], "
+            f"open steps {sorted(self._open)}>"
+        )
 
     @property
     def open_steps(self) -> tuple[int, ...]:
@@ -128,12 +137,16 @@ class VolumeSeries:
         if vol.value_type.name != ref.value_type.name:
             raise VolumeError(f"expected {where}: value type {ref.value_type.name}, got {vol.value_type.name}")
         if vol.transform != ref.transform:
-            raise VolumeError(f"expected {where}: index-to-world {ref.index_to_world.tolist()}, "
-                              f"got {vol.index_to_world.tolist()}")
+            raise VolumeError(
+                f"expected {where}: index-to-world {ref.index_to_world.tolist()}, got {vol.index_to_world.tolist()}"
+            )
         a, b = vol.topology, ref.topology
         self._same_topology[k] = a is b or (
-            np.array_equal(a.leaf_origins, b.leaf_origins) and np.array_equal(a.masks, b.masks)
-            and np.array_equal(a.tile_origins, b.tile_origins) and np.array_equal(a.tile_sizes, b.tile_sizes))
+            np.array_equal(a.leaf_origins, b.leaf_origins)
+            and np.array_equal(a.masks, b.masks)
+            and np.array_equal(a.tile_origins, b.tile_origins)
+            and np.array_equal(a.tile_sizes, b.tile_sizes)
+        )
 
     @property
     def template(self) -> Volume:
@@ -151,8 +164,10 @@ class VolumeSeries:
         T = self.times
         bad = ~(np.isfinite(t) & (t >= T[0]) & (t <= T[-1]))
         if np.any(bad):
-            raise TimeError(f"expected times in [{T[0]:g}, {T[-1]:g}] (the series' first and last steps), got "
-                            f"{int(bad.sum())} outside, e.g. {float(t[bad][0])!r}")
+            raise TimeError(
+                f"expected times in [{T[0]:g}, {T[-1]:g}] (the series' first and last steps), got "
+                f"{int(bad.sum())} outside, e.g. {float(t[bad][0])!r}"
+            )
         n = len(T)
         if n == 1:
             return np.zeros((len(t), 1), np.int64)
@@ -166,8 +181,9 @@ class VolumeSeries:
         steps = np.stack([i - 1, i, i + 1, i + 2], axis=1)
         return np.where((steps >= 0) & (steps < n), steps, -1)
 
-    def stencil_inside(self, points: Any, t: Any, mode: str = "linear", time: str = "linear",
-                       space: str = "world") -> np.ndarray:
+    def stencil_inside(
+        self, points: Any, t: Any, mode: str = "linear", time: str = "linear", space: str = "world"
+    ) -> np.ndarray:
         """(N,) bool: points (N, 3) whose ``mode`` stencil reads only active voxels in every step the
         interpolation at ``t`` (scalar or (N,)) reads; see :func:`vdbflow.coverage.stencil_inside`."""
         from vdbflow.ops.coverage import InsideCheck
@@ -201,9 +217,18 @@ class VolumeSeries:
             raise TimeError(f"expected a scalar time or one per point (shape {lead}), got shape {tt.shape}") from None
 
     # -- sampling -------------------------------------------------------------------------------
-    def sample_grad_arrays(self, points: Any, t: Any, mode: str = "linear", time: str = "linear", *,
-                           space: str = "world", jacobian_space: str | None = None,
-                           jacobian: bool = True, point_order: str = "auto") -> tuple[np.ndarray, np.ndarray | None]:
+    def sample_grad_arrays(
+        self,
+        points: Any,
+        t: Any,
+        mode: str = "linear",
+        time: str = "linear",
+        *,
+        space: str = "world",
+        jacobian_space: str | None = None,
+        jacobian: bool = True,
+        point_order: str = "auto",
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         """Values (N,) / (N, C) and Jacobians (N, 3) / (N, C, 3), float64, at points (N, 3) and times
         ``t`` (scalar or (N,)), interpolated in time with ``time`` (module docstring).  ``point_order``:
         see :func:`vdbflow.sample_grad_arrays`."""
@@ -223,8 +248,15 @@ class VolumeSeries:
         gathered = np.full((N, steps.shape[1], D), np.nan)
         for s in np.unique(steps[steps >= 0]):
             rows, slots = np.nonzero(steps == s)
-            vals, jac = sample_grad_arrays(self.volume(s), pts[rows], mode, space=space, jacobian_space=jacobian_space,
-                                           jacobian=jacobian, point_order=point_order)
+            vals, jac = sample_grad_arrays(
+                self.volume(s),
+                pts[rows],
+                mode,
+                space=space,
+                jacobian_space=jacobian_space,
+                jacobian=jacobian,
+                point_order=point_order,
+            )
             gathered[rows, slots, :C] = vals.reshape(len(rows), C)
             if jacobian:
                 gathered[rows, slots, C:] = jac.reshape(len(rows), 3 * C)
@@ -234,8 +266,7 @@ class VolumeSeries:
         jac_out = out[:, C:].reshape(vshape + (3,)) if jacobian else None
         return values, jac_out
 
-    def _interpolate(self, g: np.ndarray, steps: np.ndarray, t: np.ndarray, time: str,
-                     components: int) -> np.ndarray:
+    def _interpolate(self, g: np.ndarray, steps: np.ndarray, t: np.ndarray, time: str, components: int) -> np.ndarray:
         """Combine the gathered (N, K, D) step values (C components, then 3 C Jacobian entries when
         D = 4 C) at times t (N,)."""
         if steps.shape[1] == 1:
@@ -252,8 +283,17 @@ class VolumeSeries:
         value, grad = pchip_combine(g[:, :, :C], tk, t, g[:, :, C:].reshape(len(g), 4, C, 3))
         return np.concatenate([value, grad.reshape(len(g), 3 * C)], axis=1)
 
-    def build_dataset(self, points: Any, t: Any, mode: str, time: str, space: str, jacobian_space: str | None,
-                 jacobian: bool, dims: Any) -> Any:
+    def build_dataset(
+        self,
+        points: Any,
+        t: Any,
+        mode: str,
+        time: str,
+        space: str,
+        jacobian_space: str | None,
+        jacobian: bool,
+        dims: Any,
+    ) -> Any:
         from vdbflow.ops.sampling import build_dataset, is_dask, points_in
 
         pts, lead, dims_, coords = points_in(points, dims)
@@ -262,12 +302,14 @@ class VolumeSeries:
         pts = np.asarray(pts)
         tt = self._times_for(t, lead)
         jspace = space if jacobian_space is None else jacobian_space
-        values, jac = self.sample_grad_arrays(pts.reshape(-1, 3), tt, mode, time, space=space,
-                                              jacobian_space=jspace, jacobian=jacobian)
+        values, jac = self.sample_grad_arrays(
+            pts.reshape(-1, 3), tt, mode, time, space=space, jacobian_space=jspace, jacobian=jacobian
+        )
         values = values.reshape(lead + values.shape[1:])
         jac = None if jac is None else jac.reshape(lead + jac.shape[1:])
-        ds = build_dataset(self.template, pts, values, jac, mode, space, jspace if jacobian else None, dims=dims_,
-                      point_coords=coords)
+        ds = build_dataset(
+            self.template, pts, values, jac, mode, space, jspace if jacobian else None, dims=dims_, point_coords=coords
+        )
         tattrs = {"long_name": "time", "standard_name": "time", "time_interpolation": time}
         if np.ndim(t) == 0:
             ds = ds.assign_coords(time=((), float(t), tattrs))
@@ -278,15 +320,25 @@ class VolumeSeries:
             ds[name].attrs["time_interpolation"] = time
         return ds
 
-    def sample(self, points: Any, t: Any, mode: str = "linear", time: str = "linear", space: str = "world", *,
-               dims: Any = None) -> Any:
+    def sample(
+        self, points: Any, t: Any, mode: str = "linear", time: str = "linear", space: str = "world", *, dims: Any = None
+    ) -> Any:
         """Values at ``points`` (N, 3) or (..., 3) and times ``t`` (scalar, or one per point) as a
         Dataset laid out like :func:`vdbflow.sample`'s, with a ``time`` coordinate (scalar or on the
         point dims); values are float64 (interpolated in time)."""
         return self.build_dataset(points, t, mode, time, space, None, False, dims)
 
-    def sample_grad(self, points: Any, t: Any, mode: str = "linear", time: str = "linear", space: str = "world",
-                    jacobian_space: str | None = None, *, dims: Any = None) -> Any:
+    def sample_grad(
+        self,
+        points: Any,
+        t: Any,
+        mode: str = "linear",
+        time: str = "linear",
+        space: str = "world",
+        jacobian_space: str | None = None,
+        *,
+        dims: Any = None,
+    ) -> Any:
         """Values and Jacobians at ``(points, t)`` as a Dataset laid out like
         :func:`vdbflow.sample_grad`'s, with a ``time`` coordinate."""
         return self.build_dataset(points, t, mode, time, space, jacobian_space, True, dims)
@@ -312,12 +364,16 @@ def _pchip_edge(h0: np.ndarray, h1: np.ndarray, m0: np.ndarray, m1: np.ndarray):
     c1 = np.broadcast_to(-h0 / (h0 + h1), d.shape)
     wrong = np.sign(d) != np.sign(m0)
     big = (np.sign(m0) != np.sign(m1)) & (np.abs(d) > 3 * np.abs(m0))
-    return (np.where(wrong, 0.0, np.where(big, 3 * m0, d)), np.where(wrong, 0.0, np.where(big, 3.0, c0)),
-            np.where(wrong | big, 0.0, c1))
+    return (
+        np.where(wrong, 0.0, np.where(big, 3 * m0, d)),
+        np.where(wrong, 0.0, np.where(big, 3.0, c0)),
+        np.where(wrong | big, 0.0, c1),
+    )
 
 
-def pchip_combine(g: np.ndarray, tk: np.ndarray, t: np.ndarray,
-                  grad: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+def pchip_combine(
+    g: np.ndarray, tk: np.ndarray, t: np.ndarray, grad: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray | None]:
     """Monotone cubic Hermite at times ``t`` (N,) from values ``g`` (N, 4, C) at times ``tk`` (N, 4)
     (``t_{i-1}, t_i, t_{i+1}, t_{i+2}``; NaN where the series has no such step), on ``[t_i, t_{i+1}]``.
 
@@ -334,11 +390,19 @@ def pchip_combine(g: np.ndarray, tk: np.ndarray, t: np.ndarray,
     with np.errstate(invalid="ignore", divide="ignore"):
         # each slope and its coefficients on the secants (m0, m1, m2)
         i1, e1 = _pchip_interior(h0, h1, m0, m1), _pchip_edge(h1, h2, m1, m2)
-        d1 = [np.where(has_l, a, np.where(has_r, b, c)) for a, b, c in
-              zip((i1[0], i1[1], i1[2], zero), (e1[0], zero, e1[1], e1[2]), (m1, zero, one, zero), strict=True)]
+        d1 = [
+            np.where(has_l, a, np.where(has_r, b, c))
+            for a, b, c in zip(
+                (i1[0], i1[1], i1[2], zero), (e1[0], zero, e1[1], e1[2]), (m1, zero, one, zero), strict=True
+            )
+        ]
         i2, e2 = _pchip_interior(h1, h2, m1, m2), _pchip_edge(h1, h0, m1, m0)
-        d2 = [np.where(has_r, a, np.where(has_l, b, c)) for a, b, c in
-              zip((i2[0], zero, i2[1], i2[2]), (e2[0], e2[2], e2[1], zero), (m1, zero, one, zero), strict=True)]
+        d2 = [
+            np.where(has_r, a, np.where(has_l, b, c))
+            for a, b, c in zip(
+                (i2[0], zero, i2[1], i2[2]), (e2[0], e2[2], e2[1], zero), (m1, zero, one, zero), strict=True
+            )
+        ]
     s = ((t - tk[:, 1]) / (tk[:, 2] - tk[:, 1]))[:, None]
     s2, s3 = s * s, s * s * s
     b00, b10, b01, b11 = 2 * s3 - 3 * s2 + 1, s3 - 2 * s2 + s, -2 * s3 + 3 * s2, s3 - s2
@@ -355,8 +419,13 @@ def pchip_combine(g: np.ndarray, tk: np.ndarray, t: np.ndarray,
     return value, gradient
 
 
-def open_series(paths_or_glob: str | os.PathLike | Sequence[str | os.PathLike | Volume], times: Any = None,
-                grid: int | str | None = None, *, cache: int = 4) -> VolumeSeries:
+def open_series(
+    paths_or_glob: str | os.PathLike | Sequence[str | os.PathLike | Volume],
+    times: Any = None,
+    grid: int | str | None = None,
+    *,
+    cache: int = 4,
+) -> VolumeSeries:
     """A time series of volumes, read lazily, for sampling in space and time.
 
     Only headers and the time records are read here; a step's values are read when a sample needs
@@ -414,11 +483,16 @@ def open_series(paths_or_glob: str | os.PathLike | Sequence[str | os.PathLike | 
 
                 head = open_grid(src, grid, leaves=np.zeros(0, np.int64), checksum=False)
                 found.append(record_time(head.blind_data))
-        missing = [os.fspath(s) if not isinstance(s, Volume) else repr(s) for s, t in zip(sources, found, strict=True)
-                   if t is None]
+        missing = [
+            os.fspath(s) if not isinstance(s, Volume) else repr(s)
+            for s, t in zip(sources, found, strict=True)
+            if t is None
+        ]
         if missing:
-            raise TimeError(f"expected times=... or steps holding a {TIME_RECORD!r} record (vdbflow.synthetic.unsteady."
-                            f"write_series writes one), got {len(missing)} without, e.g. {missing[0]}")
+            raise TimeError(
+                f"expected times=... or steps holding a {TIME_RECORD!r} record (vdbflow.synthetic.unsteady."
+                f"write_series writes one), got {len(missing)} without, e.g. {missing[0]}"
+            )
         order = np.argsort(np.asarray(found), kind="stable")
         sources = [sources[k] for k in order]
         times = [found[k] for k in order]
