@@ -146,7 +146,7 @@ _bind_volume_operations()
 
 
 class _RegisterAccessor(importlib.abc.MetaPathFinder):
-    """Imports ``vdbflow.flow`` (the ``ds.vdbflow`` accessor) right after xarray is imported."""
+    """Imports ``vdbflow.analysis.flow`` (the ``ds.vdbflow`` accessor) right after xarray is imported."""
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         if fullname != "xarray":

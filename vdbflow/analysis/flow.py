@@ -3,7 +3,7 @@
 Each function takes the Jacobian DataArray of :meth:`Volume.sample_grad` (dims ``(..., component,
 axis)`` with 3 x 3 entries) and returns a DataArray with ``long_name``, ``units`` and ``formula``
 attrs; Dask-backed inputs stay lazy (computed chunk by chunk along the points). Units are composed
-and simplified by pint (:mod:`vdbflow.units`): a Jacobian in ``m/s/m`` gives vorticity in ``1/s`` and
+and simplified by pint (:mod:`vdbflow.core.units`): a Jacobian in ``m/s/m`` gives vorticity in ``1/s`` and
 Q in ``1/s^2``; without Jacobian units the results carry none (no ``units`` attr, never ``""``).
 CF has no standard names for these quantities in general, so none are set.  The same functions
 are reachable as ``ds.vdbflow.<name>()`` on a sample_grad Dataset.
@@ -274,45 +274,45 @@ class VdbflowAccessor:
 
     @property
     def plot(self) -> Any:
-        """Plots of this Dataset: ``.slice(var)``, ``.jacobian_grid()``, ``.line(var)`` (vdbflow.plot)."""
+        """Plots of this Dataset: ``.slice(var)``, ``.jacobian_grid()``, ``.line(var)`` (vdbflow.analysis.plot)."""
         from vdbflow.analysis.plot import PlotMethods
 
         return PlotMethods(self._ds)
 
     def divergence(self) -> xr.DataArray:
-        """Divergence tr(J) of this Dataset's Jacobian (see :func:`vdbflow.flow.divergence`)."""
+        """Divergence tr(J) of this Dataset's Jacobian (see :func:`vdbflow.analysis.flow.divergence`)."""
         return divergence(self._jacobian())
 
     def vorticity(self) -> xr.DataArray:
-        """Vorticity curl u, dims (..., axis) (see :func:`vdbflow.flow.vorticity`)."""
+        """Vorticity curl u, dims (..., axis) (see :func:`vdbflow.analysis.flow.vorticity`)."""
         return vorticity(self._jacobian())
 
     def vorticity_magnitude(self) -> xr.DataArray:
-        """|curl u| (see :func:`vdbflow.flow.vorticity_magnitude`)."""
+        """|curl u| (see :func:`vdbflow.analysis.flow.vorticity_magnitude`)."""
         return vorticity_magnitude(self._jacobian())
 
     def strain_rate(self) -> xr.DataArray:
-        """Strain-rate tensor S = (J + Jᵀ)/2 (see :func:`vdbflow.flow.strain_rate`)."""
+        """Strain-rate tensor S = (J + Jᵀ)/2 (see :func:`vdbflow.analysis.flow.strain_rate`)."""
         return strain_rate(self._jacobian())
 
     def rotation_rate(self) -> xr.DataArray:
-        """Rotation-rate tensor Ω = (J − Jᵀ)/2 (see :func:`vdbflow.flow.rotation_rate`)."""
+        """Rotation-rate tensor Ω = (J − Jᵀ)/2 (see :func:`vdbflow.analysis.flow.rotation_rate`)."""
         return rotation_rate(self._jacobian())
 
     def q_criterion(self) -> xr.DataArray:
-        """Q = (|Ω|² − |S|²)/2, positive in vortex cores (see :func:`vdbflow.flow.q_criterion`)."""
+        """Q = (|Ω|² − |S|²)/2, positive in vortex cores (see :func:`vdbflow.analysis.flow.q_criterion`)."""
         return q_criterion(self._jacobian())
 
     def lambda2(self) -> xr.DataArray:
-        """λ2: the middle eigenvalue of S² + Ω², negative in vortex cores (:func:`vdbflow.flow.lambda2`)."""
+        """λ2: the middle eigenvalue of S² + Ω², negative in vortex cores (:func:`vdbflow.analysis.flow.lambda2`)."""
         return lambda2(self._jacobian())
 
     def swirling_strength(self) -> xr.DataArray:
-        """Imaginary part of J's complex eigenvalues (:func:`vdbflow.flow.swirling_strength`)."""
+        """Imaginary part of J's complex eigenvalues (:func:`vdbflow.analysis.flow.swirling_strength`)."""
         return swirling_strength(self._jacobian())
 
     def helicity(self) -> xr.DataArray:
-        """Helicity density u · curl u (see :func:`vdbflow.flow.helicity`)."""
+        """Helicity density u · curl u (see :func:`vdbflow.analysis.flow.helicity`)."""
         return helicity(self._velocity(), self._jacobian())
 
     def laplacian(self) -> xr.DataArray:

@@ -205,17 +205,17 @@ def derived_field(
 ) -> Volume:
     """A derived quantity at every active voxel, as a new volume on the same voxels.
 
-    Either a scalar of a vec3 field - any one-channel function of :mod:`vdbflow.flow` applied to the
+    Either a scalar of a vec3 field - any one-channel function of :mod:`vdbflow.analysis.flow` applied to the
     world-space Jacobian that :func:`gradient_field` computes with ``scheme`` - or the Laplacian of
     any float field, from the node second differences of ``scheme``.
 
     Parameters
     ----------
     vol : Volume
-        A float32 or float64 volume: vec3 (3 components) for the :mod:`vdbflow.flow` quantities, any
+        A float32 or float64 volume: vec3 (3 components) for the :mod:`vdbflow.analysis.flow` quantities, any
         number of components for ``"laplacian"``.
     quantity : str
-        ``"laplacian"``, or the name of a one-channel function of :mod:`vdbflow.flow`, e.g.
+        ``"laplacian"``, or the name of a one-channel function of :mod:`vdbflow.analysis.flow`, e.g.
         ``"q_criterion"``, ``"lambda2"``, ``"divergence"``, ``"vorticity_magnitude"`` (not
         ``"vorticity"``, ``"strain_rate"``, ``"rotation_rate"`` or ``"helicity"``).
     scheme : {"fd2", "fd4", "fd6", "fd8"}, default ``"fd4"``
@@ -236,7 +236,7 @@ def derived_field(
     Raises
     ------
     SamplingError
-        A quantity that is neither ``"laplacian"`` nor a scalar of :mod:`vdbflow.flow`, a flow
+        A quantity that is neither ``"laplacian"`` nor a scalar of :mod:`vdbflow.analysis.flow`, a flow
         quantity of a volume that is not vec3, an unknown ``scheme`` or ``device``, or integer data.
     DeviceError
         ``device="cuda"`` without CuPy or a GPU.
@@ -261,7 +261,7 @@ def derived_field(
     fn = getattr(flow, quantity, None)
     if vol.components != 3 or fn is None or quantity in ("vorticity", "strain_rate", "rotation_rate", "helicity"):
         raise SamplingError(
-            f"expected a vec3 volume and a scalar quantity of vdbflow.flow, got {vol.components} "
+            f"expected a vec3 volume and a scalar quantity of vdbflow.analysis.flow, got {vol.components} "
             f"components and {quantity!r}"
         )
     jac = _grid_jacobian(vol, scheme, distributed, device)
@@ -304,8 +304,8 @@ def q_criterion_field(vol: Volume, scheme: str = "fd4", *, distributed: Any = No
 
     See Also
     --------
-    derived_field : the other scalars of :mod:`vdbflow.flow`.
-    vdbflow.flow.q_criterion : Q from a sampled Jacobian.
+    derived_field : the other scalars of :mod:`vdbflow.analysis.flow`.
+    vdbflow.analysis.flow.q_criterion : Q from a sampled Jacobian.
 
     Examples
     --------

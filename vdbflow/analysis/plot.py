@@ -3,7 +3,7 @@
 The helpers take a Dataset from :meth:`Volume.sample_grad` (or a ``vdbflow run`` result) whose
 points form a slice plane - sampled at (ns, nt, 3) points, so that its values lie on two point dims,
 or flat (N, 3) points with ``shape=(ns, nt)`` (s-major) - or a line (``line_plot``), and label every
-panel with its variable, component, axis and units. Also reachable as ``ds.vdbflow.plot.slice(...)``,
+panel with its variable, component, axis and units. Also reachable as ``ds.vdbflow.analysis.plot.slice(...)``,
 ``.jacobian_grid(...)``, ``.line(...)``.
 """
 
@@ -25,7 +25,7 @@ def _pyplot() -> Any:
     try:
         import matplotlib.pyplot as plt
     except ImportError:
-        raise SamplingError('vdbflow.plot needs matplotlib: pip install "vdbflow[plot]"') from None
+        raise SamplingError('vdbflow.analysis.plot needs matplotlib: pip install "vdbflow[plot]"') from None
     return plt
 
 
@@ -307,12 +307,12 @@ def line_plot(
 
 
 class PlotMethods:
-    """``ds.vdbflow.plot``: :func:`slice_plot`, :func:`jacobian_grid` and :func:`line_plot` on ``ds``."""
+    """``ds.vdbflow.analysis.plot``: :func:`slice_plot`, :func:`jacobian_grid` and :func:`line_plot` on ``ds``."""
 
     def __init__(self, ds: xr.Dataset):
         self._ds = ds
 
-    def slice(self, var: str | xr.DataArray, **kwargs: Any) -> Any:  # noqa: A003 - reads as ds.vdbflow.plot.slice
+    def slice(self, var: str | xr.DataArray, **kwargs: Any) -> Any:  # noqa: A003 - reads as ds.vdbflow.analysis.plot.slice
         """``var`` (a variable, or a flow quantity by name such as ``"q_criterion"``) over a slice plane;
         keyword arguments as :func:`slice_plot` (component, shape, ax, cmap, symmetric, robust, title)."""
         return slice_plot(self._ds, var, **kwargs)

@@ -1,4 +1,4 @@
-"""``vdbflow run``: a batch job from a :class:`~vdbflow.config.JobConfig` - volume, points, sampling on a
+"""``vdbflow run``: a batch job from a :class:`~vdbflow.jobs.config.JobConfig` - volume, points, sampling on a
 Dask cluster, and a result store written from the workers.
 
 :func:`plan_job` reads only headers (it backs ``--dry-run``); :func:`run_job` runs the job and returns
@@ -495,7 +495,7 @@ def _analytic_error(
 ) -> Any:
     """Lazy (chunks, 2) array: max |J - J_exact| over the interior points of each chunk (at most
     ``ANALYTIC_CHECK_PER_CHUNK`` evenly spaced points of it), and their count.  Interior points are
-    those whose stencil reads only active voxels (:func:`vdbflow.coverage.stencil_inside`), where the
+    those whose stencil reads only active voxels (:func:`vdbflow.ops.coverage.stencil_inside`), where the
     error is the scheme's own, free of the background."""
     import dask
 
@@ -704,7 +704,7 @@ def run_job(
 
     ``force`` runs a job larger than ``cfg.limits``.  A ``client`` (``distributed.Client``) runs the
     job on its cluster instead of the one ``cfg.cluster`` describes, and is left open.  Leftovers of
-    killed runs at the output are dealt with first (:func:`vdbflow.output.tidy`), each logged.
+    killed runs at the output are dealt with first (:func:`vdbflow.jobs.output.tidy`), each logged.
     """
     from vdbflow.distribution.volume import distribute
 
@@ -869,7 +869,7 @@ def run(
     Parameters
     ----------
     config : str, os.PathLike, mapping or JobConfig
-        A YAML path, a mapping of sections or a :class:`~vdbflow.config.JobConfig`.
+        A YAML path, a mapping of sections or a :class:`~vdbflow.jobs.config.JobConfig`.
     client : distributed.Client, optional
         Runs the job on its cluster instead of starting the config's; it stays open.
     overrides : mapping of str to object, optional

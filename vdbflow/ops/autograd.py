@@ -18,12 +18,12 @@ from vdbflow.ops.vjp import sample_grad_vjp
 try:
     import torch
 except ImportError as err:  # pragma: no cover - depends on the environment
-    raise ImportError("vdbflow.autograd needs PyTorch: pip install torch") from err
+    raise ImportError("vdbflow.ops.autograd needs PyTorch: pip install torch") from err
 
 
 def _numpy(t: torch.Tensor) -> np.ndarray:
     if t.device.type != "cpu":
-        raise DeviceError(f"expected CPU tensors for vdbflow.autograd, got a tensor on {t.device}")
+        raise DeviceError(f"expected CPU tensors for vdbflow.ops.autograd, got a tensor on {t.device}")
     return t.detach().numpy()
 
 

@@ -200,7 +200,7 @@ def sample_hessian(
     --------
     sample_hessian_arrays : the same as raw arrays.
     vdbflow.sample_grad : values and Jacobians only.
-    vdbflow.flow.laplacian : the trace of the Hessian.
+    vdbflow.analysis.flow.laplacian : the trace of the Hessian.
 
     Examples
     --------

@@ -605,7 +605,7 @@ def sample_grad(
     sample : values only.
     sample_grad_arrays : values and Jacobians as raw arrays.
     vdbflow.sample_hessian : second derivatives as well.
-    vdbflow.flow : quantities of a velocity gradient (vorticity, Q-criterion, ...).
+    vdbflow.analysis.flow : quantities of a velocity gradient (vorticity, Q-criterion, ...).
 
     Examples
     --------

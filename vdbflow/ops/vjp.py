@@ -119,7 +119,7 @@ def sample_grad_vjp(
     See Also
     --------
     vdbflow.sample_grad_arrays : the forward mode.
-    vdbflow.autograd : sampling as a differentiable PyTorch function, built on this.
+    vdbflow.ops.autograd : sampling as a differentiable PyTorch function, built on this.
     """
     check_choice(mode, ("closest", "linear"), "mode (reverse mode)")
     check_choice(space, SPACES, "space")

@@ -9,7 +9,7 @@ one distributed call: the streaming router sends each particle to the partition 
 
 A particle stops, with a status, the first time a stage point is non-finite or samples a non-finite
 value (``status`` 2) or the stencil of ``mode`` there leaves the active voxels (``status`` 1, see
-:func:`vdbflow.coverage.stencil_inside`); its later positions are NaN and ``end_time`` is the time of
+:func:`vdbflow.ops.coverage.stencil_inside`); its later positions are NaN and ``end_time`` is the time of
 its last valid position.  Every stored position is one where the field is defined.
 """
 
@@ -146,7 +146,7 @@ class _DistributedSource(_VolumeSource):
 
 
 class _AnalyticSource(_Source):
-    """A :class:`vdbflow.synthetic.FlowField` (steady) or :class:`vdbflow.unsteady.UnsteadyField`."""
+    """A :class:`vdbflow.synthetic.FlowField` (steady) or :class:`vdbflow.synthetic.unsteady.UnsteadyField`."""
 
     kind = "analytic"
 
@@ -360,7 +360,7 @@ def advect(
     ----------
     source : Volume, VolumeSeries, DistributedVolume or analytic field
         A vec3 velocity: a Volume (steady), a VolumeSeries (interpolated in time with ``time``), a
-        DistributedVolume, or an analytic field (:mod:`vdbflow.synthetic`, :mod:`vdbflow.unsteady`).
+        DistributedVolume, or an analytic field (:mod:`vdbflow.synthetic`, :mod:`vdbflow.synthetic.unsteady`).
         Velocity in length units per time unit.
     seeds : array_like, shape (N, 3) or (..., 3)
         Start positions in world space (the volume's length units), at least one; flattened in C

@@ -185,7 +185,7 @@ class VolumeSeries:
         self, points: Any, t: Any, mode: str = "linear", time: str = "linear", space: str = "world"
     ) -> np.ndarray:
         """(N,) bool: points (N, 3) whose ``mode`` stencil reads only active voxels in every step the
-        interpolation at ``t`` (scalar or (N,)) reads; see :func:`vdbflow.coverage.stencil_inside`."""
+        interpolation at ``t`` (scalar or (N,)) reads; see :func:`vdbflow.ops.coverage.stencil_inside`."""
         from vdbflow.ops.coverage import InsideCheck
 
         pts = np.asarray(points, np.float64)
@@ -440,7 +440,7 @@ def open_series(
     times : array_like, shape (T,), optional
         The time of each step (the series' time units, e.g. s), finite and strictly increasing.
         By default each step's ``vdbflow.time`` record (written by
-        :func:`vdbflow.unsteady.write_series`), steps then ordered by time.
+        :func:`vdbflow.synthetic.unsteady.write_series`), steps then ordered by time.
     grid : int or str, optional
         The grid of each .nvdb file to read (index or name; default the first).
     cache : int, default 4
