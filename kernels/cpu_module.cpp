@@ -56,6 +56,7 @@ struct VdbflowCpuKernels {
   void (*hessian)(const void* args);        // values, Jacobians and Hessians
   void (*grid_gradient)(const void* args);  // node Jacobians of every active voxel
   void (*stencil_inside)(const void* args); // coverage: whether each point's stencil reads only defined voxels
+  void (*route)(const void* args);           // the partition of each point and a stable sort by partition
 };
 
 namespace {
@@ -416,7 +417,80 @@ void stencil_inside_entry(const void* args) {
   }
 }
 
-const VdbflowCpuKernels KERNELS = {&sample_entry, &hessian_entry, &grid_gradient_entry, &stencil_inside_entry};
+// Routing of n points of type P (float or double): each point's partition (route.h), then a stable
+// counting sort by partition - threads take contiguous blocks, so the order within a group is the
+// input order.  Fills order (n), sorted (n, 3) and bounds (partitions + 2: group 0 is ROUTE_BACKGROUND).
+template <class P>
+void route_sorted(const RouteSpec& r, const PointTransform& xf, const P* src, i64 n, int32_t* bucket,
+                  int64_t* order, P* sorted, int64_t* bounds, int max_threads) {
+  const int buckets = r.partitions + 1;
+  std::vector<i64> counts((size_t)max_threads * buckets, 0);
+#pragma omp parallel num_threads(max_threads)
+  {
+#ifdef _OPENMP
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+#else
+    const int t = 0, nt = 1;
+#endif
+    const i64 begin = n * t / nt, end = n * (t + 1) / nt;
+    i64* mine = counts.data() + (size_t)t * buckets;
+    for (i64 i = begin; i < end; ++i) {
+      const double p[3] = {(double)src[3 * i], (double)src[3 * i + 1], (double)src[3 * i + 2]};
+      const int b = route_point(r, xf, p) + 1;
+      bucket[i] = b;
+      ++mine[b];
+    }
+#pragma omp barrier
+#pragma omp single
+    {
+      i64 running = 0;
+      for (int b = 0; b < buckets; ++b) {
+        bounds[b] = running;
+        for (int u = 0; u < nt; ++u) {
+          const i64 c = counts[(size_t)u * buckets + b];
+          counts[(size_t)u * buckets + b] = running;
+          running += c;
+        }
+      }
+      bounds[buckets] = running;
+    }
+    for (i64 i = begin; i < end; ++i) {
+      const i64 at = mine[bucket[i]]++;
+      order[at] = i;
+      sorted[3 * at] = src[3 * i];
+      sorted[3 * at + 1] = src[3 * i + 1];
+      sorted[3 * at + 2] = src[3 * i + 2];
+    }
+  }
+}
+
+// Routing runs in the same compilation as sampling, as coverage does: a point's base cell then comes out
+// alike to the last bit, and floor is one instruction on the wider targets.
+struct RouteArgs {
+  RouteSpec r;
+  double xform[12];
+  bool points_world;
+  bool points_double;
+  const void* points;
+  i64 n;
+  int32_t* bucket;
+  int64_t* order;
+  void* sorted;  // (n, 3) of the points' type
+  int64_t* bounds;
+  int threads;
+};
+
+void route_entry(const void* args) {
+  const RouteArgs& a = *(const RouteArgs*)args;
+  const PointTransform xf = make_point_transform(a.xform, a.points_world, 0);
+  if (a.points_double)
+    route_sorted(a.r, xf, (const double*)a.points, a.n, a.bucket, a.order, (double*)a.sorted, a.bounds, a.threads);
+  else
+    route_sorted(a.r, xf, (const float*)a.points, a.n, a.bucket, a.order, (float*)a.sorted, a.bounds, a.threads);
+}
+
+const VdbflowCpuKernels KERNELS = {&sample_entry, &hessian_entry, &grid_gradient_entry, &stencil_inside_entry,
+                                   &route_entry};
 
 }  // namespace
 
@@ -862,7 +936,6 @@ nb::tuple route_points(InArray points, nb::ndarray<const double, nb::shape<12>, 
   r.boundaries = (const u64*)boundaries.data();
   r.partitions = (int)boundaries.shape(0) + 1;
   r.near_blocks = as_table(near_blocks);
-  const PointTransform xf = make_point_transform(xform.data(), points_world, 0);
   const i64 n = (i64)points.shape(0);
   const int buckets = r.partitions + 1;
   const bool dbl = is<double>(points);
@@ -871,48 +944,21 @@ nb::tuple route_points(InArray points, nb::ndarray<const double, nb::shape<12>, 
   int64_t* bounds = new int64_t[buckets + 1];
   char* sorted = new char[(n > 0 ? n : 1) * 3 * item];
   std::unique_ptr<int32_t[]> bucket(new int32_t[n > 0 ? n : 1]);  // not zero-filled: every entry is written
-  const int max_threads = get_max_threads();
-  std::vector<i64> counts((size_t)max_threads * buckets, 0);
-  const char* src = (const char*)points.data();
+  RouteArgs a;
+  a.r = r;
+  std::memcpy(a.xform, xform.data(), sizeof(a.xform));
+  a.points_world = points_world;
+  a.points_double = dbl;
+  a.points = points.data();
+  a.n = n;
+  a.bucket = bucket.get();
+  a.order = order;
+  a.sorted = sorted;
+  a.bounds = bounds;
+  a.threads = get_max_threads();
   {
     nb::gil_scoped_release release;
-#pragma omp parallel num_threads(max_threads)
-    {
-#ifdef _OPENMP
-      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-#else
-      const int t = 0, nt = 1;
-#endif
-      const i64 begin = n * t / nt, end = n * (t + 1) / nt;  // contiguous blocks keep the sort stable
-      i64* mine = counts.data() + (size_t)t * buckets;
-      for (i64 i = begin; i < end; ++i) {
-        double p[3];
-        for (int a = 0; a < 3; ++a)
-          p[a] = dbl ? ((const double*)src)[3 * i + a] : (double)((const float*)src)[3 * i + a];
-        const int b = route_point(r, xf, p) + 1;
-        bucket[i] = b;
-        ++mine[b];
-      }
-#pragma omp barrier
-#pragma omp single
-      {
-        i64 running = 0;
-        for (int b = 0; b < buckets; ++b) {
-          bounds[b] = running;
-          for (int u = 0; u < nt; ++u) {
-            const i64 c = counts[(size_t)u * buckets + b];
-            counts[(size_t)u * buckets + b] = running;
-            running += c;
-          }
-        }
-        bounds[buckets] = running;
-      }
-      for (i64 i = begin; i < end; ++i) {
-        const i64 at = mine[bucket[i]]++;
-        order[at] = i;
-        std::memcpy(sorted + at * 3 * item, src + i * 3 * item, 3 * item);
-      }
-    }
+    active->route(&a);
   }
   nb::capsule own_order(order, [](void* q) noexcept { delete[] (int64_t*)q; });
   nb::capsule own_bounds(bounds, [](void* q) noexcept { delete[] (int64_t*)q; });
