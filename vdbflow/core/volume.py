@@ -804,6 +804,14 @@ class Volume:
         vals = self.value_rows()[np.nonzero(bits)[0]]
         return vals[:, 0] if self.components == 1 else vals
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the arrays this volume holds: its values (the whole mapped block for values left in
+        a file), tile values, background and its topology's masks, counts and hash tables."""
+        k = self.kernel_arrays()
+        arrays = (*k.tables, k.masks, k.prefix, k.leaf_offset, k.values, k.tile_values, k.background)
+        return int(sum(a.nbytes for a in arrays)) + int(self.topology.leaf_origins.nbytes)
+
     def kernel_arrays(self) -> KernelArrays:
         """What the kernels read of this volume (made once, then kept: its ``device_cache`` holds each
         device's kernel record)."""
