@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from dask.sizeof import sizeof
 
 from vdbflow import _core
 from vdbflow.core import tree
@@ -50,14 +51,12 @@ from vdbflow.distribution.plan import PartitionPlan, Router, near_blocks, plan_p
 from vdbflow.errors import SamplingError, VolumeError
 from vdbflow.ops.sampling import MODES, SPACES, STENCIL_RADIUS, build_dataset, check_choice, sample_grad_arrays
 
-try:  # the scheduler's size of a partition: what it weighs when it places or steals tasks that read it
-    from dask.sizeof import sizeof
 
-    @sizeof.register(Volume)
-    def _sizeof_volume(volume: Volume) -> int:
-        return volume.nbytes
-except ImportError:  # pragma: no cover - Dask is a dependency; without it distribute() says so
-    pass
+@sizeof.register(Volume)
+def _sizeof_volume(volume: Volume) -> int:
+    """The scheduler's size of a partition: what it weighs when it places or steals tasks that read it."""
+    return volume.nbytes
+
 
 DEFAULT_CHUNK = 1 << 20  # points per chunk when the points are a NumPy array
 

@@ -283,7 +283,7 @@ class VolumeSeries:
         value, grad = pchip_combine(g[:, :, :C], tk, t, g[:, :, C:].reshape(len(g), 4, C, 3))
         return np.concatenate([value, grad.reshape(len(g), 3 * C)], axis=1)
 
-    def build_dataset(
+    def _dataset(
         self,
         points: Any,
         t: Any,
@@ -326,7 +326,7 @@ class VolumeSeries:
         """Values at ``points`` (N, 3) or (..., 3) and times ``t`` (scalar, or one per point) as a
         Dataset laid out like :func:`vdbflow.sample`'s, with a ``time`` coordinate (scalar or on the
         point dims); values are float64 (interpolated in time)."""
-        return self.build_dataset(points, t, mode, time, space, None, False, dims)
+        return self._dataset(points, t, mode, time, space, None, False, dims)
 
     def sample_grad(
         self,
@@ -341,7 +341,7 @@ class VolumeSeries:
     ) -> Any:
         """Values and Jacobians at ``(points, t)`` as a Dataset laid out like
         :func:`vdbflow.sample_grad`'s, with a ``time`` coordinate."""
-        return self.build_dataset(points, t, mode, time, space, jacobian_space, True, dims)
+        return self._dataset(points, t, mode, time, space, jacobian_space, True, dims)
 
 
 def _pchip_interior(h_prev: np.ndarray, h_next: np.ndarray, m_prev: np.ndarray, m_next: np.ndarray):
