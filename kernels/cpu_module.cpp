@@ -40,6 +40,7 @@
 
 #include "vdbflow/abi.h"
 #include "vdbflow/adjoint.h"
+#include "vdbflow/advect.h"
 #include "vdbflow/coverage.h"
 #include "vdbflow/hessian.h"
 #include "vdbflow/route.h"
@@ -57,6 +58,7 @@ struct VdbflowCpuKernels {
   void (*grid_gradient)(const void* args);  // node Jacobians of every active voxel
   void (*stencil_inside)(const void* args); // coverage: whether each point's stencil reads only defined voxels
   void (*route)(const void* args);           // the partition of each point and a stable sort by partition
+  void (*advect)(const void* args);          // particle trajectories through a steady vec3 volume
 };
 
 namespace {
@@ -489,8 +491,48 @@ void route_entry(const void* args) {
     route_sorted(a.r, xf, (const float*)a.points, a.n, a.bucket, a.order, (float*)a.sorted, a.bounds, a.threads);
 }
 
+// Particle trajectories (advect.h) of n particles, OpenMP over particles: each integrates all of its steps
+// in one go, so its leaf cache follows it.
+struct AdvectArgs {
+  KernelAbi k;  // the grid, its transform (world points, world Jacobians) and the mode
+  AdvectSpec s;
+  double* x;  // (n, 3) start positions, left at the last valid position
+  i64 n;
+  double* position;  // (n, S, 3)
+  double* velocity;  // (n, S, 3) or null
+  double* jacobian;  // (n, S, 3, 3) or null
+  double* F;         // (n, 3, 3) or null
+  signed char* status;
+  i64* last_step;
+  int* evaluations;
+};
+
+template <class T>
+void run_advect(const AdvectArgs& a) {
+  const GridView<T> g = abi_grid<T>(a.k);
+  const i64 S = a.s.slots;
+#pragma omp parallel
+  {
+    const PointTransform xf = abi_transform(a.k);  // each thread's own copy
+    LeafCache cache;
+#pragma omp for schedule(dynamic, 64)
+    for (i64 i = 0; i < a.n; ++i) {
+      ParticleOut out{a.position + i * S * 3, a.velocity ? a.velocity + i * S * 3 : nullptr,
+                      a.jacobian ? a.jacobian + i * S * 9 : nullptr, a.F ? a.F + i * 9 : nullptr,
+                      a.status + i, a.last_step + i, a.evaluations + i};
+      advect_particle<T>(g, xf, a.k.mode, a.s, a.x + 3 * i, out, cache);
+    }
+  }
+}
+
+void advect_entry(const void* args) {
+  const AdvectArgs& a = *(const AdvectArgs*)args;
+  if (a.k.value_kind == KIND_F32) run_advect<float>(a);
+  else run_advect<double>(a);
+}
+
 const VdbflowCpuKernels KERNELS = {&sample_entry, &hessian_entry, &grid_gradient_entry, &stencil_inside_entry,
-                                   &route_entry};
+                                   &route_entry, &advect_entry};
 
 }  // namespace
 
@@ -803,6 +845,66 @@ void grid_gradient(nb::bytes record, nb::ndarray<const int32_t, nb::ndim<2>, nb:
   active->grid_gradient(&a);
 }
 
+// advect.h: integrates particles x (N, 3) float64 in place with the tableau (a (s, s), b (s,)) and step h over
+// the steps of save_slot (n + 1,); fills the NaN-filled outputs and status, last_step and evaluations (N,).
+using F64Out = nb::ndarray<double, nb::c_contig, nb::device::cpu>;
+void advect(nb::bytes record, nb::ndarray<double, nb::ndim<2>, nb::c_contig, nb::device::cpu> x,
+            nb::ndarray<const double, nb::ndim<2>, nb::c_contig, nb::device::cpu> a_coef,
+            nb::ndarray<const double, nb::ndim<1>, nb::c_contig, nb::device::cpu> b_coef, double h,
+            nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> save_slot, F64Out position,
+            std::optional<F64Out> velocity, std::optional<F64Out> jacobian, std::optional<F64Out> F,
+            nb::ndarray<int8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> status,
+            nb::ndarray<int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> last_step,
+            nb::ndarray<int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> evaluations) {
+  AdvectArgs a;
+  a.k = read_abi(record);
+  if (a.k.value_kind != KIND_F32 && a.k.value_kind != KIND_F64)
+    throw std::invalid_argument("particles need float32 or float64 velocity");
+  if (a.k.components != 3) throw std::invalid_argument("particles need a vec3 velocity");
+  if (a.k.mode < MODE_CLOSEST || a.k.mode > SCHEME_LAST) throw std::invalid_argument("unknown sampling mode");
+  if (!a.k.points_world || !a.k.jacobian_world) throw std::invalid_argument("particles move in world space");
+  const i64 n = (i64)x.shape(0);
+  const int stages = (int)b_coef.shape(0);
+  if (x.shape(1) != 3) throw std::invalid_argument("x must be (N, 3)");
+  if (stages < 1 || stages > MAX_STAGES || a_coef.shape(0) != (size_t)stages || a_coef.shape(1) != (size_t)stages)
+    throw std::invalid_argument("the tableau must be a (s, s) and b (s,), 1 <= s <= 4");
+  if (save_slot.shape(0) < 1) throw std::invalid_argument("save_slot must hold n + 1 entries");
+  const i64 steps = (i64)save_slot.shape(0) - 1;
+  const i64 S = position.ndim() == 3 ? (i64)position.shape(1) : -1;
+  if (S < 1 || (i64)position.shape(0) != n || position.shape(2) != 3) throw std::invalid_argument("position must be (N, S, 3)");
+  for (i64 k = 0; k <= steps; ++k)
+    if (save_slot(k) < -1 || save_slot(k) >= S) throw std::invalid_argument("save slots must lie in [-1, S)");
+  if (velocity && velocity->size() != (size_t)(n * S * 3)) throw std::invalid_argument("velocity must be (N, S, 3)");
+  if (jacobian && jacobian->size() != (size_t)(n * S * 9)) throw std::invalid_argument("jacobian must be (N, S, 3, 3)");
+  if (F && F->size() != (size_t)(n * 9)) throw std::invalid_argument("F must be (N, 3, 3)");
+  if ((i64)status.shape(0) != n || (i64)last_step.shape(0) != n || (i64)evaluations.shape(0) != n)
+    throw std::invalid_argument("status, last_step and evaluations must be (N,)");
+  a.s.stages = stages;
+  for (int i = 0; i < MAX_STAGES; ++i) {
+    a.s.b[i] = i < stages ? b_coef(i) : 0.0;
+    for (int j = 0; j < MAX_STAGES; ++j) a.s.a[i][j] = (i < stages && j < i) ? a_coef(i, j) : 0.0;
+  }
+  a.s.h = h;
+  a.s.steps = steps;
+  a.s.save_slot = (const i64*)save_slot.data();
+  a.s.slots = S;
+  stencil_taps(a.k.mode, a.s.lo, a.s.taps);
+  a.s.want_velocity = velocity.has_value();
+  a.s.want_jacobian = jacobian.has_value();
+  a.s.variational = F.has_value();
+  a.x = x.data();
+  a.n = n;
+  a.position = position.data();
+  a.velocity = velocity ? velocity->data() : nullptr;
+  a.jacobian = jacobian ? jacobian->data() : nullptr;
+  a.F = F ? F->data() : nullptr;
+  a.status = (signed char*)status.data();
+  a.last_step = (i64*)last_step.data();
+  a.evaluations = evaluations.data();
+  nb::gil_scoped_release release;
+  active->advect(&a);
+}
+
 // The grid of a topology alone (coverage reads tables and masks, never values).
 GridView<float> topology_view(const std::vector<IntTable>& tables, const nb::ndarray<const uint64_t, nb::ndim<2>,
                               nb::c_contig, nb::device::cpu>& masks) {
@@ -1099,6 +1201,10 @@ NB_MODULE(_core, m) {
         nb::arg("out_jacobian").none(), nb::arg("out_hessian"));
   m.def("sample_vjp", &sample_vjp, nb::arg("record"), nb::arg("points"), nb::arg("adj_values"),
         nb::arg("adj_jacobian").none(), nb::arg("accumulator"), nb::arg("adj_points"));
+  m.def("advect", &advect, nb::arg("record"), nb::arg("x"), nb::arg("a"), nb::arg("b"), nb::arg("h"),
+        nb::arg("save_slot"), nb::arg("position"), nb::arg("velocity").none(), nb::arg("jacobian").none(),
+        nb::arg("F").none(), nb::arg("status"), nb::arg("last_step"), nb::arg("evaluations"),
+        "Particle trajectories through a steady vec3 volume, explicit Runge-Kutta (advect.h).");
   m.def("grid_gradient", &grid_gradient, nb::arg("record"), nb::arg("leaf_origins"), nb::arg("first_row"),
         nb::arg("out_jacobian"));
   m.def("stencil_inside", &stencil_inside, nb::arg("tables"), nb::arg("masks"), nb::arg("points"), nb::arg("xform"),

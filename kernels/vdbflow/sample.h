@@ -113,6 +113,7 @@ struct Cell {
   const T* corner[8];  // corner o = (ox, oy, oz) in Warp's order: o = ox << 2 | oy << 1 | oz
   typename RealOf<T>::type f[3];
   int kind;
+  int leaf, offset;  // CELL_LINEAR: the leaf slot and base voxel offset when all 8 corners are in one leaf, else -1
 };
 
 // Phase 1 of sampling: map the point to index space and find its stencil's values.
@@ -133,6 +134,7 @@ VDB_HD void locate_cell(const GridView<T>& g, const PointTransform& xf, const do
     return;
   }
   cell.kind = CELL_LINEAR;
+  cell.leaf = -1;
   const double b0 = floor(u[0]), b1 = floor(u[1]), b2 = floor(u[2]);
   cell.f[0] = (R)(u[0] - b0);
   cell.f[1] = (R)(u[1] - b1);
@@ -144,6 +146,8 @@ VDB_HD void locate_cell(const GridView<T>& g, const PointTransform& xf, const do
     const int slot = leaf_slot(g, x, y, z, cache);
     if (slot >= 0) {  // the whole stencil is inside one leaf
       const int base = voxel_offset(x, y, z);
+      cell.leaf = slot;
+      cell.offset = base;
       if (!g.index_layout) {
         const T* p0 = g.values + leaf_values_base(g, slot) + (i64)base * C;
         const i64 sx = 64 * C, sy = 8 * C, sz = C;

@@ -97,3 +97,48 @@ def grid_gradient(k: KernelArrays, leaf_origins: np.ndarray, scheme: int, jacobi
     record = rec.call(scheme, False, jacobian_world)
     _core.grid_gradient(record.tobytes(), np.ascontiguousarray(leaf_origins, np.int32), first_row, out)
     return out
+
+
+def advect(
+    k: KernelArrays,
+    mode: int,
+    x: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    h: float,
+    save_slot: np.ndarray,
+    position: np.ndarray,
+    velocity: np.ndarray | None,
+    jacobian: np.ndarray | None,
+    F: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Particle trajectories through a steady vec3 float volume (kernels/vdbflow/advect.h).
+
+    ``x`` (N, 3) float64 start positions in world space, moved in place to each particle's last valid
+    position; ``a`` (s, s) and ``b`` (s,) the Runge-Kutta tableau, ``h`` the signed step,
+    ``save_slot`` (n + 1,) int64 the output slot of step k or -1.  Fills the NaN-filled outputs
+    ``position``/``velocity`` (N, S, 3), ``jacobian`` (N, S, 3, 3) and ``F`` (N, 3, 3) (any may be None
+    but position).  Returns ``status`` (N,) int8, ``last_step`` (N,) int64 (-1: none valid) and
+    ``evaluations`` (N,) int32, the stage points each particle sampled.
+    """
+    n = len(x)
+    status = np.empty(n, np.int8)
+    last_step = np.empty(n, np.int64)
+    evaluations = np.empty(n, np.int32)
+    rec = kernel.host_record(k)  # held for the call: the record points into its arrays
+    _core.advect(
+        rec.call(mode, True, True).tobytes(),
+        x,
+        np.ascontiguousarray(a, np.float64),
+        np.ascontiguousarray(b, np.float64),
+        float(h),
+        np.ascontiguousarray(save_slot, np.int64),
+        position,
+        velocity,
+        jacobian,
+        F,
+        status,
+        last_step,
+        evaluations,
+    )
+    return status, last_step, evaluations

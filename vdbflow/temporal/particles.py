@@ -53,6 +53,11 @@ class _Source:
     def sample(self, points: np.ndarray, t: float, jacobian: bool) -> tuple[np.ndarray, np.ndarray | None]:
         raise NotImplementedError
 
+    compiled = False  # whether ``advect`` integrates whole trajectories in the kernels
+
+    def advect(self, x: np.ndarray, *args: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
 
 def _point_order(n: int) -> str:
     """The CPU loop for n particles: below 65,536 points measuring the access pattern ("auto") costs
@@ -71,6 +76,18 @@ class _VolumeSource(_Source):
         self.vol, self.mode = vol, mode
         self._names(vol)
         self._inside = InsideCheck(vol.topology, mode)
+
+    @property
+    def compiled(self) -> bool:  # type: ignore[override]
+        return self.vol.value_type.is_float
+
+    def advect(self, x: np.ndarray, *args: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Whole trajectories in one kernel call (``vdbflow.devices.cpu.advect``): steady, so every stage
+        reads the one volume; results equal the stage-by-stage integration bit for bit."""
+        from vdbflow.devices import cpu
+        from vdbflow.ops.sampling import MODES
+
+        return cpu.advect(self.vol.kernel_arrays(), MODES[self.mode], x, *args)
 
     def _names(self, vol: Any) -> None:
         self.name, self.component_names = vol.name, tuple(vol.component_names)
@@ -96,6 +113,7 @@ class _VolumeSource(_Source):
 
 class _SeriesSource(_VolumeSource):
     kind = "series"
+    compiled = False  # type: ignore[assignment]  # stages read steps interpolated in time
 
     def __init__(self, series: Any, mode: str, time: str):
         self.series, self.mode, self.time = series, mode, time
@@ -122,6 +140,7 @@ class _SeriesSource(_VolumeSource):
 
 class _DistributedSource(_VolumeSource):
     kind = "distributed"
+    compiled = False  # type: ignore[assignment]  # each stage is one distributed call
 
     def __init__(self, dvol: Any, mode: str):
         self.dvol, self.mode = dvol, mode
@@ -238,7 +257,11 @@ class _Run:
         self.F = np.broadcast_to(np.eye(3), (N, 3, 3)).copy() if variational else None
         self.variational = variational
         self.evaluations = 0  # sample calls made (one per stage of each step, one at the end)
-        self._integrate(np.array(seeds, np.float64))
+        x = np.array(seeds, np.float64)
+        if src.compiled:
+            self._integrate_compiled(x)
+        else:
+            self._integrate(x)
 
     def _time(self, k: int) -> float:
         return self.t1 if k == self.n else self.t0 + k * self.h
@@ -274,6 +297,24 @@ class _Run:
                 u = u[good]
                 J = None if J is None else J[good]
         return ok, u, J
+
+    def _integrate_compiled(self, x: np.ndarray) -> None:
+        """All steps of every particle in the kernels (a steady volume): the same stages, checks and
+        rounding as :meth:`_integrate`."""
+        c, a, b = TABLEAUS[self.method]
+        A = np.zeros((len(c), len(c)))
+        for s, row in enumerate(a):
+            A[s, : len(row)] = row
+        save_slot = np.full(self.n + 1, -1, np.int64)
+        save_slot[self.save_steps] = np.arange(len(self.save_steps))
+        status, last, evaluations = self.src.advect(
+            x, A, np.array(b), self.h, save_slot, self.position, self.velocity, self.jacobian, self.F
+        )
+        self.status[:] = status
+        valid = last >= 0
+        self.end_time[valid] = np.where(last[valid] == self.n, self.t1, self.t0 + last[valid] * self.h)
+        # the stage-by-stage count of sample calls: a particle's sampled stages are a prefix of them all
+        self.evaluations = int(evaluations.max())
 
     def _integrate(self, x: np.ndarray) -> None:
         c, a, b = TABLEAUS[self.method]
