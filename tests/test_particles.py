@@ -304,7 +304,12 @@ def test_distributed_advection_equals_single_process_bit_for_bit(rotation_shell,
 # -- errors ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("method", "mode", "dtype"),
-    [("rk4", "linear", np.float32), ("rk2", "lag4", np.float64), ("euler", "closest", np.float32), ("rk4", "m2q8", np.float64)],
+    [
+        ("rk4", "linear", np.float32),
+        ("rk2", "lag4", np.float64),
+        ("euler", "closest", np.float32),
+        ("rk4", "m2q8", np.float64),
+    ],
 )
 def test_compiled_trajectories_equal_the_stage_by_stage_integration(method, mode, dtype, rng, monkeypatch):
     """A steady volume's particles are integrated whole in the kernels; the stage-by-stage NumPy
