@@ -11,6 +11,7 @@
 // accumulation type (float, or double for double data).
 #include "vdbflow/abi.h"
 #include "vdbflow/adjoint.h"
+#include "vdbflow/advect.h"
 #include "vdbflow/hessian.h"
 #include "vdbflow/route.h"
 #include "vdbflow/sample.h"
@@ -79,6 +80,42 @@ __global__ void vjp_kernel(const KernelAbi* abi, const double* points, i64 n,
     const double p[3] = {points[3 * i], points[3 * i + 1], points[3 * i + 2]};
     adjoint_point<T, NC>(g, rows, xf, p, mode, adj_values + i * C, adj_jacobian ? adj_jacobian + i * 3 * C : nullptr,
                          sink, adj_points + 3 * i, cache);
+  }
+}
+
+// Particle trajectories through a steady vec3 volume (advect.h), one thread per particle: x (n, 3) float64
+// is moved in place; a (stages, stages) and b (stages,) are the tableau (device arrays), save_slot (steps + 1,)
+// the output slot of each step or -1; position (n, slots, 3), velocity (n, slots, 3), jacobian
+// (n, slots, 3, 3) and F (n, 3, 3) are NaN-filled by the caller (null when not asked for).
+template <class T>
+__global__ void advect_kernel(const KernelAbi* abi, const double* a_coef, const double* b_coef, int stages, double h,
+                              const i64* save_slot, i64 steps, i64 slots, double* x, i64 n, double* position,
+                              double* velocity, double* jacobian, double* F, signed char* status, i64* last_step,
+                              int* evaluations) {
+  const KernelAbi& k = *abi;
+  const GridView<T> g = abi_grid<T>(k);
+  const PointTransform xf = abi_transform(k);
+  AdvectSpec s;
+  s.stages = stages;
+  for (int i = 0; i < MAX_STAGES; ++i) {
+    s.b[i] = i < stages ? b_coef[i] : 0.0;
+    for (int j = 0; j < MAX_STAGES; ++j) s.a[i][j] = (i < stages && j < i) ? a_coef[i * stages + j] : 0.0;
+  }
+  s.h = h;
+  s.steps = steps;
+  s.save_slot = save_slot;
+  s.slots = slots;
+  stencil_taps(k.mode, s.lo, s.taps);
+  s.want_velocity = velocity != nullptr;
+  s.want_jacobian = jacobian != nullptr;
+  s.variational = F != nullptr;
+  LeafCache cache;
+  const i64 stride = (i64)blockDim.x * gridDim.x;
+  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    ParticleOut out{position + i * slots * 3, velocity ? velocity + i * slots * 3 : nullptr,
+                    jacobian ? jacobian + i * slots * 9 : nullptr, F ? F + i * 9 : nullptr, status + i, last_step + i,
+                    evaluations + i};
+    advect_particle<T>(g, xf, k.mode, s, x + 3 * i, out, cache);
   }
 }
 

@@ -406,3 +406,10 @@ def test_decaying_taylor_green_from_files_matches_solve_ivp(tmp_path, rng):
     assert np.all(ds.status.values == 0)
     np.testing.assert_allclose(ds.position.values[:, -1], sol.y[:, -1].reshape(-1, 3), rtol=0, atol=2e-4)
     assert series.opened == len(times) and len(series.open_steps) <= 2
+
+
+def test_particles_on_an_unknown_device_or_a_series_on_the_gpu_are_refused(rotation_shell, gyre_series):
+    with pytest.raises(vdbflow.DeviceError, match="expected device 'cpu' or 'cuda', got 'tpu'"):
+        vdbflow.advect(rotation_shell, [[3.0, 3.0, 0.5]], 0.0, 1.0, 0.1, device="tpu")
+    with pytest.raises(vdbflow.DeviceError, match="expected a float Volume for device='cuda'.*VolumeSeries"):
+        vdbflow.ftle(gyre_series, [[0.5, 0.5, 0.0]], 0.0, 1.0, device="cuda")

@@ -61,9 +61,15 @@ def vjp_entry_name(dtype: np.dtype, components: int) -> str:
     return _instance("vjp_kernel", dtype, components, (1, 3, 4))
 
 
+def advect_entry_name(dtype: np.dtype) -> str:
+    """Name expression of the particle entry point (vec3 float data)."""
+    return f"vdbflow::advect_kernel<{_CTYPES[np.dtype(dtype)]}>"
+
+
 def name_expressions() -> tuple[str, ...]:
     """Every template instance the backend may call, compiled together by NVRTC."""
     names = {entry_name(dt, c) for dt in VALUE_DTYPES for c in (1, 3, 4, 0)}
+    names |= {advect_entry_name(dt) for dt in FLOAT_DTYPES}
     names |= {hessian_entry_name(dt, c) for dt in FLOAT_DTYPES for c in (1, 3, 0)}
     names |= {vjp_entry_name(dt, c) for dt in FLOAT_DTYPES for c in (1, 3, 4, 0)}
     return tuple(sorted(names))
@@ -263,3 +269,57 @@ def route(
     counts = cupy.bincount(group, minlength=P + 1)
     bounds = cupy.concatenate([cupy.zeros(1, cupy.int64), cupy.cumsum(counts)])
     return order.astype(cupy.int64), bounds, pts[order]
+
+
+def advect(
+    k: KernelArrays,
+    mode: int,
+    x: Any,
+    a: np.ndarray,
+    b: np.ndarray,
+    h: float,
+    save_slot: np.ndarray,
+    position: Any,
+    velocity: Any | None,
+    jacobian: Any | None,
+    F: Any | None,
+) -> tuple[Any, Any, Any]:
+    """Particle trajectories on the GPU (kernels/vdbflow/advect.h), as :func:`vdbflow.devices.cpu.advect`
+    with CuPy arrays: ``x`` (N, 3) float64 moved in place, NaN-filled outputs; returns CuPy ``status``
+    (N,) int8, ``last_step`` (N,) int64 and ``evaluations`` (N,) int32."""
+    cupy = cupy_module()
+    n = x.shape[0]
+    status = cupy.empty(n, cupy.int8)
+    last_step = cupy.empty(n, cupy.int64)
+    evaluations = cupy.empty(n, cupy.int32)
+    if n == 0:
+        return status, last_step, evaluations
+    rec, call = _call_record(k, mode, True, True)
+    A = cupy.asarray(np.ascontiguousarray(a, np.float64))
+    B = cupy.asarray(np.ascontiguousarray(b, np.float64))
+    slots = cupy.asarray(np.ascontiguousarray(save_slot, np.int64))
+    kernel_fn = _function(advect_entry_name(rec.arrays.values.dtype))
+    kernel_fn(
+        (_blocks(n),),
+        (THREADS_PER_BLOCK,),
+        (
+            call,
+            A,
+            B,
+            np.int32(len(B)),
+            np.float64(h),
+            slots,
+            np.int64(len(save_slot) - 1),
+            np.int64(position.shape[1]),
+            x,
+            np.int64(n),
+            position,
+            NULL if velocity is None else velocity,
+            NULL if jacobian is None else jacobian,
+            NULL if F is None else F,
+            status,
+            last_step,
+            evaluations,
+        ),
+    )
+    return status, last_step, evaluations

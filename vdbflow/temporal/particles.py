@@ -23,7 +23,7 @@ import numpy as np
 import xarray as xr
 
 from vdbflow.core.volume import Volume
-from vdbflow.errors import PointsError, SamplingError, TimeError
+from vdbflow.errors import DeviceError, PointsError, SamplingError, TimeError
 from vdbflow.ops.coverage import InsideCheck
 
 ACTIVE, LEFT_DATA, NON_FINITE = 0, 1, 2
@@ -71,9 +71,9 @@ def _check_vec3(components: int, what: str) -> None:
 
 
 class _VolumeSource(_Source):
-    def __init__(self, vol: Volume, mode: str):
+    def __init__(self, vol: Volume, mode: str, device: str = "cpu"):
         _check_vec3(vol.components, "volume")
-        self.vol, self.mode = vol, mode
+        self.vol, self.mode, self.device = vol, mode, device
         self._names(vol)
         self._inside = InsideCheck(vol.topology, mode)
 
@@ -84,10 +84,24 @@ class _VolumeSource(_Source):
     def advect(self, x: np.ndarray, *args: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Whole trajectories in one kernel call (``vdbflow.devices.cpu.advect``): steady, so every stage
         reads the one volume; results equal the stage-by-stage integration bit for bit."""
-        from vdbflow.devices import cpu
         from vdbflow.ops.sampling import MODES
 
-        return cpu.advect(self.vol.kernel_arrays(), MODES[self.mode], x, *args)
+        k, mode = self.vol.kernel_arrays(), MODES[self.mode]
+        if self.device == "cpu":
+            from vdbflow.devices import cpu
+
+            return cpu.advect(k, mode, x, *args)
+        import cupy
+
+        from vdbflow.devices import cuda
+
+        a, b, h, save_slot, *outputs = args
+        on_gpu = [None if arr is None else cupy.asarray(arr) for arr in (x, *outputs)]
+        status, last_step, evaluations = cuda.advect(k, mode, on_gpu[0], a, b, h, save_slot, *on_gpu[1:])
+        for host, dev in zip((x, *outputs), on_gpu, strict=True):
+            if host is not None:
+                host[...] = dev.get()
+        return status.get(), last_step.get(), evaluations.get()
 
     def _names(self, vol: Any) -> None:
         self.name, self.component_names = vol.name, tuple(vol.component_names)
@@ -178,7 +192,7 @@ class _AnalyticSource(_Source):
         return u, np.asarray(self.field.jacobian(*args), np.float64) if jacobian else None
 
 
-def _as_source(source: Any, mode: str, time: str) -> _Source:
+def _as_source(source: Any, mode: str, time: str, device: str = "cpu") -> _Source:
     from vdbflow.ops.sampling import MODES
     from vdbflow.synthetic.steady import FlowField
     from vdbflow.synthetic.unsteady import UnsteadyField
@@ -188,8 +202,18 @@ def _as_source(source: Any, mode: str, time: str) -> _Source:
         raise SamplingError(f"expected mode to be one of {', '.join(map(repr, MODES))}, got {mode!r}")
     if time not in TIME_MODES:
         raise SamplingError(f"expected time to be one of {', '.join(map(repr, TIME_MODES))}, got {time!r}")
+    if device not in ("cpu", "cuda"):
+        raise DeviceError(f"expected device 'cpu' or 'cuda', got {device!r}")
+    if device == "cuda" and not (isinstance(source, Volume) and source.value_type.is_float):
+        raise DeviceError(
+            f"expected a float Volume for device='cuda' (whole trajectories on the GPU), got {type(source).__name__}"
+        )
     if isinstance(source, Volume):
-        return _VolumeSource(source, mode)
+        if device == "cuda":
+            from vdbflow.devices import cuda
+
+            cuda.cupy_module()  # a clear DeviceError without CuPy or a GPU
+        return _VolumeSource(source, mode, device)
     if isinstance(source, VolumeSeries):
         return _SeriesSource(source, mode, time)
     dist = sys.modules.get("vdbflow.distribution.volume")
@@ -389,6 +413,7 @@ def advect(
     with_velocity: bool = False,
     with_jacobian: bool = False,
     time: str = "linear",
+    device: str = "cpu",
 ) -> xr.Dataset:
     """Trajectories of particles through a velocity field, in world space.
 
@@ -422,6 +447,9 @@ def advect(
         Also return the world-space velocity Jacobian at the stored positions.
     time : {"none", "linear", "pchip"}, default ``"linear"``
         Interpolation in time between the steps of a VolumeSeries.
+    device : {"cpu", "cuda"}, default ``"cpu"``
+        Where the trajectories through a float Volume are integrated ("cuda": one GPU thread a
+        particle, CuPy).  Series, distributed and analytic sources run on the CPU.
 
     Returns
     -------
@@ -444,12 +472,15 @@ def advect(
         Non-finite ``t0`` or ``t1``, ``dt`` <= 0, or times outside a series.
     PointsError
         Seeds that are not a non-empty (..., 3) numeric array.
+    DeviceError
+        An unknown ``device``, or ``"cuda"`` for a source other than a float Volume, or without CuPy
+        and a GPU.
 
     See Also
     --------
     ftle : finite-time Lyapunov exponents of the same flow.
     """
-    src = _as_source(source, mode, time)
+    src = _as_source(source, mode, time, device)
     pts = _seeds(seeds)
     run = _Run(
         src,
@@ -540,6 +571,7 @@ def ftle(
     mode: str = "linear",
     time: str = "linear",
     dims: Any = None,
+    device: str = "cpu",
 ) -> xr.Dataset:
     """Finite-time Lyapunov exponents of the flow map from ``t0`` to ``t0 + T``.
 
@@ -576,6 +608,8 @@ def ftle(
         Interpolation in time between the steps of a VolumeSeries.
     dims : str or sequence of str, optional
         Names of the seeds' leading dims (as in :func:`vdbflow.sample`).
+    device : {"cpu", "cuda"}, default ``"cpu"``
+        Where the particles (and F) are integrated through a float Volume, as for :func:`advect`.
 
     Returns
     -------
@@ -594,6 +628,8 @@ def ftle(
     PointsError
         Seeds that are not a non-empty (..., 3) numeric array, or not a lattice fit for
         ``finite_difference``.
+    DeviceError
+        As for :func:`advect`.
 
     See Also
     --------
@@ -612,7 +648,7 @@ def ftle(
             f"expected a lattice of seeds (..., 3) with at least 2 seeds along each of at most 3 "
             f"dims for method='finite_difference', got shape {pts.shape}"
         )
-    src = _as_source(source, mode, time)
+    src = _as_source(source, mode, time, device)
     step = abs(T) / 100 if dt is None else float(dt)
     run = _Run(
         src,
