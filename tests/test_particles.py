@@ -413,3 +413,14 @@ def test_particles_on_an_unknown_device_or_a_series_on_the_gpu_are_refused(rotat
         vdbflow.advect(rotation_shell, [[3.0, 3.0, 0.5]], 0.0, 1.0, 0.1, device="tpu")
     with pytest.raises(vdbflow.DeviceError, match="expected a float Volume for device='cuda'.*VolumeSeries"):
         vdbflow.ftle(gyre_series, [[0.5, 0.5, 0.0]], 0.0, 1.0, device="cuda")
+
+
+def test_advect_with_ftle_is_the_variational_ftle_of_the_same_run(abc_box, rng):
+    seeds = rng.uniform(2.0, 4.0, (12, 3))
+    ds = vdbflow.advect(abc_box, seeds, 0.0, 0.8, 0.05, "rk4", "lag4", save_every=4, with_ftle=True)
+    want = vdbflow.ftle(abc_box, seeds, 0.0, 0.8, 0.05, mode="lag4")
+    np.testing.assert_array_equal(ds.position.values[:, -1], want.final_position.values)
+    np.testing.assert_array_equal(ds.ftle.values, want.ftle.values)
+    assert ds.ftle.dims == ("particle",) and np.isfinite(ds.ftle.values).all()
+    with pytest.raises(vdbflow.TimeError, match="expected t1 != t0 for with_ftle"):
+        vdbflow.advect(abc_box, seeds, 0.5, 0.5, 0.05, with_ftle=True)

@@ -20,6 +20,7 @@ import vdbflow
 from vdbflow import synthetic
 from vdbflow.jobs.cli import main
 from vdbflow.jobs.config import load_config
+from vdbflow.jobs.points import plane
 
 REPO = Path(__file__).resolve().parents[1]
 MATRIX = [[0.5, -1.0, 2.0], [1.5, 0.25, -0.75], [-2.0, 1.0, 0.125]]
@@ -372,6 +373,17 @@ def test_demo_config_runs(tmp_path, monkeypatch):
     assert "max |J - J_exact|" in result.output
 
 
+def test_particles_config_runs(tmp_path, monkeypatch):
+    """configs/particles.yaml itself (smaller through --set): an FTLE field on its plane of seeds."""
+    monkeypatch.chdir(tmp_path)
+    small = ["--set", "points.resolution=[40, 30]", "--set", "volume.synthetic.resolution=32"]
+    result = invoke("run", str(REPO / "configs" / "particles.yaml"), *small, "--set", "cluster.workers=2")
+    assert result.exit_code == 0, result.output
+    ds = xr.open_zarr(tmp_path / "vdbflow-particles" / "ftle.zarr")
+    assert ds.ftle.dims == ("plane_s", "plane_t") and ds.position.sizes["time"] == 5
+    assert (ds.status == 0).all() and np.isfinite(ds.ftle).all()  # the box holds every particle for t <= 1
+
+
 @pytest.mark.parametrize("template", ["slurm", "cuda", "remote"])
 def test_cluster_templates_dry_run(tmp_path, template):
     """Each template validates; its input paths are pointed at files made here."""
@@ -434,6 +446,9 @@ BAD = [
     ),
     ("bad address", {"cluster": {"kind": "address", "address": "localhost"}}, "cluster.address", "tcp://", None),
     ("generator params", {"volume": {"synthetic": {"field": "linear"}}}, "volume.synthetic.params", "matrix", None),
+    ("advect dt", {"advect": {"t1": 1.0, "dt": 0}}, "advect.dt", "greater than 0", "dt: 0"),
+    ("advect ftle at t0", {"advect": {"t1": 0.0, "dt": 0.1, "outputs": ["ftle"]}}, "advect", "t1 != t0", None),
+    ("advect output", {"advect": {"t1": 1.0, "dt": 0.1, "outputs": ["pressure"]}}, "advect.outputs", "pressure", None),
     (
         "derived of closest",
         {"sampling": {"mode": "closest", "outputs": ["q_criterion"]}},
@@ -458,6 +473,66 @@ def test_bad_configs_exit_2_naming_the_key(tmp_path, monkeypatch, name, patch, k
         number = next(n for n, text in enumerate(cfg_path.read_text().splitlines(), 1) if line in text)
         assert f"line {number})" in result.output, result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml"]
+
+
+@pytest.mark.parametrize("written", [True, False], ids=["from-file", "in-memory"])
+def test_particle_job_writes_the_trajectories_of_advect(tmp_path, written):
+    """``advect:`` jobs: seeds from a plane, one task a chunk on the workers; the store holds, bit for
+    bit, what vdbflow.advect gives on the same volume and seeds, on the plane's dims, with provenance."""
+    synth = {"field": "abc", "resolution": 24, "shell": [0.0, 0.9]}
+    if written:
+        synth["write"] = str(tmp_path / "abc.nvdb")
+    cfg = base_config(
+        tmp_path,
+        volume={"synthetic": synth},
+        points={
+            "kind": "plane",
+            "origin": [1.0, 1.5, 3.0],
+            "u": [4.0, 0, 0],
+            "v": [0, 3.0, 0],
+            "resolution": [30, 20],
+            "chunk": 250,
+        },
+        sampling={"mode": "lag4"},
+        advect={"t0": 0.5, "t1": 1.7, "dt": 0.1, "save_every": 4, "outputs": ["velocity", "jacobian", "ftle"]},
+    )
+    result = invoke("run", str(write_config(tmp_path / "job.yaml", cfg)))
+    assert result.exit_code == 0, result.output
+    assert "600 x 12 steps" in result.output and "particle-steps/s" in result.output
+    ds = xr.open_zarr(tmp_path / "result.zarr")
+    assert ds.position.dims == ("plane_s", "plane_t", "time", "axis") and ds.position.shape == (30, 20, 4, 3)
+    vol = synthetic.flow_volume(synthetic.abc_flow(), 24, 2 * np.pi, np.float32, 0.0, 0.9)
+    seeds = plane([1.0, 1.5, 3.0], [4.0, 0, 0], [0, 3.0, 0], (30, 20), keep_shape=True)
+    np.testing.assert_array_equal(np.stack([ds[c].values for c in "xyz"], axis=-1), seeds)  # seeds kept as coords
+    want = vdbflow.advect(
+        vol, seeds, 0.5, 1.7, 0.1, "rk4", "lag4", save_every=4, with_velocity=True, with_jacobian=True, with_ftle=True
+    )
+    np.testing.assert_array_equal(ds.time.values, want.time.values)
+    for got, expected in (
+        (ds.position, want.position),
+        (ds.status, want.status),
+        (ds.end_time, want.end_time),
+        (ds.velocity, want.velocity),
+        (ds.velocity_jacobian, want.velocity_jacobian),
+        (ds.ftle, want.ftle),
+    ):
+        np.testing.assert_array_equal(got.values.reshape(expected.shape), expected.values)
+    assert {0, 1} <= set(np.unique(ds.status.values).tolist())  # some particles leave the shell's box
+    assert ds.attrs["steps"] == 12 and ds.attrs["method"] == "rk4" and ds.attrs["sampling_mode"] == "lag4"
+    assert load_config(text=ds.attrs["vdbflow_config"]).advect.outputs == ["velocity", "jacobian", "ftle"]
+    sha = json.loads(ds.attrs["input_sha256"]) if written else ds.attrs["input_sha256"]
+    if written:
+        assert sha["velocity"] == hashlib.sha256((tmp_path / "abc.nvdb").read_bytes()).hexdigest()
+    assert json.loads(ds.attrs["worker_seconds_by_step"])["advection"] > 0
+
+
+def test_particle_job_refuses_a_scalar_grid(tmp_path):
+    vol = vdbflow.Volume.from_dense(np.ones((8, 8, 8), np.float32), name="density")
+    vdbflow.save(tmp_path / "d.nvdb", {"density": vol})
+    cfg = base_config(tmp_path, volume={"path": str(tmp_path / "d.nvdb")}, advect={"t1": 1.0, "dt": 0.1})
+    result = invoke("run", str(write_config(tmp_path / "job.yaml", cfg)))
+    assert result.exit_code == 2, result.output
+    assert "expected a vec3 float velocity grid" in result.output and "density" in result.output
 
 
 def test_bad_config_files_and_overrides(tmp_path):

@@ -93,14 +93,34 @@ def _print_plan(plan: Any, console: Console) -> None:
     count = f"{plan.point_count:,}" if plan.point_count is not None else "counted when read"
     chunks = f" in {plan.point_chunks} chunk(s)" if plan.point_chunks else ""
     rows.append(("points", f"{count} ({cfg.points.kind}, {cfg.points.space} space){chunks}"))
-    rows.append(
-        (
-            "sampling",
-            f"mode {cfg.sampling.mode} (halo {plan.halo} voxel(s)), outputs "
-            f"{', '.join(cfg.sampling.outputs)}, device {cfg.sampling.device}",
+    if cfg.advect is None:
+        rows.append(
+            (
+                "sampling",
+                f"mode {cfg.sampling.mode} (halo {plan.halo} voxel(s)), outputs "
+                f"{', '.join(cfg.sampling.outputs)}, device {cfg.sampling.device}",
+            )
         )
-    )
-    if plan.output_bytes is not None:
+    else:
+        a = cfg.advect
+        rows.append(
+            (
+                "advection",
+                f"the points are seeds: {a.method}, mode {cfg.sampling.mode}, t {a.t0:g} -> {a.t1:g}, dt {a.dt:g}, "
+                f"positions every {a.save_every} step(s); outputs position, status, end_time"
+                + "".join(f", {o}" for o in a.outputs)
+                + f"; one task a chunk of seeds, device {cfg.sampling.device}",
+            )
+        )
+    if plan.output_bytes is not None and cfg.advect is not None:
+        rows.append(
+            (
+                "size",
+                f"about {human_bytes(plan.output_bytes)} of results before compression "
+                f"({plan.bytes_per_point} bytes a particle)",
+            )
+        )
+    elif plan.output_bytes is not None:
         rows.append(
             (
                 "size",
@@ -118,7 +138,8 @@ def _print_plan(plan: Any, console: Console) -> None:
             "(limits.max_points, limits.max_output_bytes; --force runs larger jobs)",
         )
     )
-    rows.append(("partitions", plan.partitions))
+    if cfg.advect is None:
+        rows.append(("partitions", plan.partitions))
     rows.append(("cluster", plan.cluster))
     rows.append(("output", f"{cfg.output.path} ({cfg.output.resolved_format}, overwrite {cfg.output.overwrite})"))
     rows += [("note", note) for note in plan.notes]
@@ -138,17 +159,29 @@ def _print_summary(result: Any, console: Console) -> None:
     from vdbflow.jobs.runner import ANALYTIC_CHECK_PER_CHUNK
 
     t = result.timings
-    rows = [
-        ("points", f"{result.points:,}"),
-        ("grids", ", ".join(result.grids)),
-        ("partitions / workers", f"{result.partitions} / {result.workers}"),
-        ("throughput", f"{result.throughput / 1e6:.2f} M points/s (sampling + writing)"),
-        (
-            "time",
-            f"{t['total_s']:.1f} s total: cluster {t['cluster_s']:.1f} s, distribute "
-            f"{t['distribute_s']:.1f} s, sample + write {t['sample_and_write_s']:.1f} s",
-        ),
-    ]
+    if result.steps is None:
+        rows = [
+            ("points", f"{result.points:,}"),
+            ("grids", ", ".join(result.grids)),
+            ("partitions / workers", f"{result.partitions} / {result.workers}"),
+            ("throughput", f"{result.throughput / 1e6:.2f} M points/s (sampling + writing)"),
+            (
+                "time",
+                f"{t['total_s']:.1f} s total: cluster {t['cluster_s']:.1f} s, distribute "
+                f"{t['distribute_s']:.1f} s, sample + write {t['sample_and_write_s']:.1f} s",
+            ),
+        ]
+    else:
+        rows = [
+            ("particles", f"{result.points:,} x {result.steps:,} steps"),
+            ("grid / workers", f"{', '.join(result.grids)} / {result.workers}"),
+            ("throughput", f"{result.throughput / 1e6:.2f} M particle-steps/s (advection + writing)"),
+            (
+                "time",
+                f"{t['total_s']:.1f} s total: cluster {t['cluster_s']:.1f} s, open and seed "
+                f"{t['distribute_s']:.1f} s, advect + write {t['sample_and_write_s']:.1f} s",
+            ),
+        ]
     if result.worker_seconds:
         steps = ", ".join(f"{k} {v:.2f}" for k, v in result.worker_seconds.items() if v > 0.0005)
         rows.append(("worker time (s)", f"{steps} (compute on {result.workers} worker(s), by Dask's task stream)"))

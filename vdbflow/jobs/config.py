@@ -9,7 +9,8 @@ a generator), what to compute, the cluster, and where the result goes::
     cluster:  {kind: local}
     output:   {path: result.zarr, overwrite: always}
 
-Relative paths are taken relative to the current directory.
+With an ``advect:`` section (``{t1: 2.0, dt: 0.01, outputs: [ftle]}``) the points are seeds of particle
+trajectories instead (:class:`AdvectSpec`).  Relative paths are taken relative to the current directory.
 """
 
 from __future__ import annotations
@@ -233,6 +234,43 @@ class SamplingSpec(_Model):
         return list(dict.fromkeys(v))
 
 
+PARTICLE_OUTPUTS = ("velocity", "jacobian", "ftle")  # besides position, status and end_time, always written
+
+
+class AdvectSpec(_Model):
+    """Particle trajectories instead of samples: the points are seeds, advected through the (steady,
+    vec3 float) volume with ``sampling.mode`` (:func:`vdbflow.advect`).  Each chunk of seeds is one
+    task that integrates its particles whole through the volume (memory-mapped from its file on each
+    worker, or sent once to each worker when synthetic), then writes its rows of the store."""
+
+    t0: float = Field(0.0, description="start time")
+    t1: float = Field(description="end time (before t0: backward)")
+    dt: float = Field(gt=0, description="the largest time step")
+    method: Literal["euler", "rk2", "rk4"] = "rk4"
+    save_every: int = Field(1, ge=1, description="keep positions every this many steps (and at t1)")
+    outputs: list[Literal[PARTICLE_OUTPUTS]] = Field(  # type: ignore[valid-type]
+        default_factory=list, description="velocity, jacobian (at the kept positions), ftle (over [t0, t1])"
+    )
+
+    @model_validator(mode="after")
+    def _times(self) -> AdvectSpec:
+        if not (math.isfinite(self.t0) and math.isfinite(self.t1) and math.isfinite(self.dt)):
+            raise ValueError(f"expected finite t0, t1 and dt, got t0={self.t0}, t1={self.t1}, dt={self.dt}")
+        if "ftle" in self.outputs and self.t1 == self.t0:
+            raise ValueError(f"expected t1 != t0 for the ftle output, got t0 = t1 = {self.t0}")
+        steps = math.ceil(abs(self.t1 - self.t0) / self.dt - 1e-9)
+        if steps > MAX_PARTICLE_STEPS:
+            raise ValueError(f"expected at most {MAX_PARTICLE_STEPS:,} steps, got {steps:,} (|t1 - t0| / dt)")
+        return self
+
+    @field_validator("outputs")
+    @classmethod
+    def _once(cls, v: list[str]) -> list[str]:
+        return list(dict.fromkeys(v))
+
+
+MAX_PARTICLE_STEPS = 10_000_000
+
 DashboardAddress = Annotated[
     str,
     _matching(
@@ -425,6 +463,7 @@ class JobConfig(_Model):
     volume: VolumeSpec
     points: PointsSpec
     sampling: SamplingSpec = SamplingSpec()
+    advect: AdvectSpec | None = Field(None, description="particle trajectories from the points as seeds")
     partitions: int | None = Field(None, ge=1, description="default: one per worker")
     cluster: ClusterSpec = LocalClusterSpec(kind="local")
     output: OutputSpec

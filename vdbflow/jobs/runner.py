@@ -27,6 +27,7 @@ import xarray as xr
 
 from vdbflow import synthetic
 from vdbflow.analysis import flow
+from vdbflow.core.volume import Volume
 from vdbflow.errors import NanoVDBError, PointsError, VdbflowError, VolumeError
 from vdbflow.jobs.clusters import MissingExtraError, describe_cluster, open_cluster, slurm_job_script
 from vdbflow.jobs.config import (
@@ -157,7 +158,14 @@ _PER_COMPONENT = {"hessian": 9, "laplacian": 1}  # second derivatives: entries p
 
 
 def _bytes_per_point(cfg: JobConfig, grids: list[GridPlan]) -> int:
-    """Bytes of the result per point before compression: coordinates, then each grid's outputs."""
+    """Bytes of the result per point before compression: coordinates, then each grid's outputs (for a
+    particle job, a seed's kept positions and outputs)."""
+    if cfg.advect is not None:
+        from vdbflow.temporal.particles import step_plan
+
+        kept = len(step_plan(cfg.advect.t0, cfg.advect.t1, cfg.advect.dt, cfg.advect.save_every)[3])
+        per_kept = 3 * 8 + 3 * 8 * ("velocity" in cfg.advect.outputs) + 9 * 8 * ("jacobian" in cfg.advect.outputs)
+        return kept * per_kept + 1 + 8 + 8 * ("ftle" in cfg.advect.outputs)  # status, end time, FTLE
     total = 8 + 3 * 8  # the int64 point index and float64 coordinates
     for g in grids:
         name = g.value_type.lower()
@@ -257,7 +265,7 @@ def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False) -> JobP
         ]
     else:
         grids = _nvdb_grids(cfg)
-    derived = [o for o in cfg.sampling.outputs if o in DERIVED]
+    derived = [o for o in cfg.sampling.outputs if o in DERIVED] if cfg.advect is None else []  # advect: unused
     for g in grids if not volume_missing else ():
         floating = g.value_type.lower().startswith(("vec", "float", "double"))
         if cfg.sampling.mode != "closest" and not floating:
@@ -268,6 +276,20 @@ def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False) -> JobP
         if derived and g.components != 3:
             raise ConfigError(
                 f"sampling.outputs: {derived} need a vec3 field; grid {g.name!r} has {g.components} component(s)"
+            )
+    if cfg.advect is not None:
+        if len(grids) != 1:
+            raise ConfigError(
+                f"advect{cfg.where('advect')}: expected one velocity grid to advect through (volume.grids: "
+                f"[name]), got {len(grids)}: {', '.join(g.name for g in grids)}"
+            )
+        g = grids[0]
+        if not volume_missing and (
+            g.components != 3 or not g.value_type.lower().startswith(("vec3", "vec3f", "vec3d"))
+        ):
+            raise ConfigError(
+                f"advect{cfg.where('advect')}: expected a vec3 float velocity grid, grid {g.name!r} holds "
+                f"{g.value_type} with {g.components} component(s)"
             )
     if isinstance(cfg.points, FilePoints) and not cfg.points.path.exists():
         count = None  # a dry run: counted when the file is there
@@ -465,17 +487,20 @@ def _grid_dataset(dvol: Any, pts: Any, cfg: JobConfig, prefix: str, topology: An
     return out, jac
 
 
-def _shaped(ds: xr.Dataset, shape: tuple[int, ...], dims: tuple[str, ...], chunk: int) -> xr.Dataset:
-    """``ds`` with its ``point`` dim unravelled (C order) into ``dims`` of ``shape`` - a plane's (s, t), a
-    lattice's (x, y, z) - chunked along the first of them, about ``chunk`` points a chunk; lazy."""
+def _shaped(
+    ds: xr.Dataset, shape: tuple[int, ...], dims: tuple[str, ...], chunk: int, dim: str = "point"
+) -> xr.Dataset:
+    """``ds`` with its ``dim`` (``point``, or a particle job's ``particle``) unravelled (C order) into
+    ``dims`` of ``shape`` - a plane's (s, t), a lattice's (x, y, z) - chunked along the first of them,
+    about ``chunk`` points a chunk; lazy."""
     rows = max(1, chunk // max(1, int(np.prod(shape[1:]))))
     variables = {}
     for name, var in ds.variables.items():
-        if name == "point":
+        if name == dim:
             continue
-        if "point" in var.dims:
-            if var.dims[0] != "point":
-                raise OutputError(f"expected 'point' first in the dims of {name}, got {var.dims}")
+        if dim in var.dims:
+            if var.dims[0] != dim:
+                raise OutputError(f"expected {dim!r} first in the dims of {name}, got {var.dims}")
             data = var.data.reshape(tuple(shape) + var.shape[1:])
             if hasattr(data, "rechunk"):
                 data = data.rechunk((rows,) + tuple(shape[1:]) + var.shape[1:])
@@ -542,7 +567,39 @@ STEPS = {
     "sampling": ("vdbflow-sample", "vdbflow-assemble", "vdbflow-values", "vdbflow-jacobian", "getitem"),
     "writing": ("store-map", "store", "to_zarr", "to_netcdf", "finalize", "_finalize_store"),
     "analytic check": ("block_error",),
+    "advection": ("vdbflow-advect",),
 }
+
+
+def _particle_job(
+    cfg: JobConfig, client: Any, sources: dict[str, Any], timings: dict[str, float]
+) -> tuple[xr.Dataset, Any]:
+    """The lazy result of an ``advect:`` job and its seeds (:mod:`vdbflow.jobs.particles`): the volume is
+    opened here for its topology and names (memory-mapped), and by each worker for its tasks."""
+    from vdbflow.io.volumes import open_volume
+    from vdbflow.jobs.particles import particle_dataset
+
+    t0 = time.perf_counter()
+    ((name, src),) = sources.items()
+    if isinstance(src, tuple):
+        template = open_volume(src[0], src[1])
+        source: Any = (str(src[0]), src[1])
+    else:
+        template = src
+        source = client.scatter(src, broadcast=True)  # one copy a worker, sent once
+    if not isinstance(template, Volume):
+        raise ConfigError(f"advect: expected a grid of values to advect through, got an index grid {name!r}")
+    topology = template.topology
+    bbox = topology.world_bbox if cfg.points.space == "world" else topology.index_bbox
+    point_set = make_points(cfg.points, topology, bbox)
+    seeds = point_set.points
+    if cfg.points.space == "index":  # particles move in world space
+        import dask.array as da
+
+        seeds = da.map_blocks(topology.transform.apply, seeds, dtype=np.float64)
+    timings["distribute_s"] = time.perf_counter() - t0
+    ds = particle_dataset(cfg, source, template, seeds)
+    return ds, point_set
 
 
 def step_of(key: Any) -> str:
@@ -608,10 +665,12 @@ class JobResult:
     analytic_error: float | None = None
     analytic_points: int | None = None
     dashboard: str | None = None
+    steps: int | None = None  # a particle job's integration steps (its points are seeds)
 
     @property
     def throughput(self) -> float:
-        return self.points / max(self.timings["sample_and_write_s"], 1e-9)
+        """Points (a particle job: particle-steps) per second of sampling (advection) and writing."""
+        return self.points * (self.steps or 1) / max(self.timings["sample_and_write_s"], 1e-9)
 
 
 _FICLONE = 0x40049409  # Linux ioctl: the destination shares the source's blocks (btrfs, XFS, bcachefs...)
@@ -747,36 +806,42 @@ def run_job(
         checksum = {name: hashes[Path(src[0])] for name, src in sources.items() if isinstance(src, tuple)}
         dvols = {}
         try:
-            for name, src in sources.items():
+            if cfg.advect is not None:
+                ds, point_set = _particle_job(cfg, client, sources, timings)
+                partitions, errors = 0, None
+            for name, src in sources.items() if cfg.advect is None else ():
                 if isinstance(src, tuple):
                     dvols[name] = distribute(src[0], client, cfg.partitions, plan.halo, grid=src[1])
                 else:
                     dvols[name] = distribute(src, client, cfg.partitions, plan.halo)
-            first = next(iter(dvols.values()))
-            timings["distribute_s"] = time.perf_counter() - t0
-            log.info(
-                "distributed %d grid(s) over %d partition(s) in %.2f s",
-                len(dvols),
-                len(first.partitions),
-                timings["distribute_s"],
-            )
-            topology = first.topology  # random points are drawn inside the first grid
-            bbox = topology.world_bbox if cfg.points.space == "world" else topology.index_bbox
-            point_set = make_points(cfg.points, topology, bbox)
-            pts = point_set.points
-            parts, errors = [], None
-            for name, dvol in dvols.items():
-                prefix = "" if len(dvols) == 1 else f"{name}_"
-                ds_g, jac = _grid_dataset(dvol, pts, cfg, prefix, dvol.topology)
-                parts.append(ds_g)
-                if analytic is not None and jac is not None:
-                    errors = _analytic_error(jac, pts, analytic, cfg, dvol.template.index_to_world, dvol.topology)
-            ds = xr.merge(parts, compat="override", join="override", combine_attrs="override")
+            if cfg.advect is None:
+                first = next(iter(dvols.values()))
+                partitions = len(first.partitions)
+                timings["distribute_s"] = time.perf_counter() - t0
+                log.info(
+                    "distributed %d grid(s) over %d partition(s) in %.2f s",
+                    len(dvols),
+                    partitions,
+                    timings["distribute_s"],
+                )
+                topology = first.topology  # random points are drawn inside the first grid
+                bbox = topology.world_bbox if cfg.points.space == "world" else topology.index_bbox
+                point_set = make_points(cfg.points, topology, bbox)
+                pts = point_set.points
+                parts, errors = [], None
+                for name, dvol in dvols.items():
+                    prefix = "" if len(dvols) == 1 else f"{name}_"
+                    ds_g, jac = _grid_dataset(dvol, pts, cfg, prefix, dvol.topology)
+                    parts.append(ds_g)
+                    if analytic is not None and jac is not None:
+                        errors = _analytic_error(jac, pts, analytic, cfg, dvol.template.index_to_world, dvol.topology)
+                ds = xr.merge(parts, compat="override", join="override", combine_attrs="override")
             chunk = cfg.output.chunk or cfg.points.chunk
+            dim = "point" if cfg.advect is None else "particle"
             ds = (
-                ds.chunk({"point": chunk})
+                ds.chunk({dim: chunk})
                 if point_set.shape is None
-                else _shaped(ds, point_set.shape, point_set.dims, chunk)
+                else _shaped(ds, point_set.shape, point_set.dims, chunk, dim)
             )
             ds.attrs.update(point_set.attrs)
             ds.attrs["source"] = f"vdbflow {_versions()['vdbflow']}"
@@ -805,12 +870,13 @@ def run_job(
                 result = JobResult(
                     final,
                     point_set.count,
-                    len(first.partitions),
+                    partitions,
                     workers,
-                    list(dvols),
+                    list(sources),
                     timings,
                     worker_time_by_step(stream.data),
                     dashboard=dashboard,
+                    steps=None if cfg.advect is None else int(ds.attrs["steps"]),
                 )
                 provenance: dict[str, Any] = {
                     "input_sha256": {k: f.result() for k, f in checksum.items()},

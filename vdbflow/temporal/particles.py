@@ -229,6 +229,20 @@ def _as_source(source: Any, mode: str, time: str, device: str = "cpu") -> _Sourc
     )
 
 
+def step_plan(t0: float, t1: float, dt: float, save_every: int = 1) -> tuple[int, float, np.ndarray, np.ndarray]:
+    """The steps of an integration from ``t0`` to ``t1``: ``n = ceil(|t1 - t0| / dt)`` equal steps of
+    ``h = (t1 - t0) / n`` (signed); the saved steps (every ``save_every``-th, and always the last)
+    and their times (the last one exactly ``t1``).  Returns ``(n, h, save_steps (S,), times (S,))``."""
+    T = t1 - t0
+    n = max(1, math.ceil(abs(T) / dt - 1e-9)) if T != 0 else 0
+    h = T / n if n else 0.0
+    saves = list(range(0, n + 1, int(save_every)))
+    if saves[-1] != n:
+        saves.append(n)  # the end is always kept
+    times = [float(t1) if k == n else float(t0) + k * h for k in saves]
+    return n, h, np.array(saves), np.array(times)
+
+
 class _Run:
     """Particles integrated from t0 to t1: positions (and optionally velocities, Jacobians) at saved
     steps, status, end time and (variational) the flow-map gradient."""
@@ -262,17 +276,11 @@ class _Run:
                     f"times [{lo:g}, {hi:g}], got t0={t0:g}, t1={t1:g}"
                 )
         self.src, self.method = src, method
-        T = t1 - t0
-        self.n = max(1, math.ceil(abs(T) / dt - 1e-9)) if T != 0 else 0
-        self.h = T / self.n if self.n else 0.0
         self.t0, self.t1 = float(t0), float(t1)
-        saves = list(range(0, self.n + 1, int(save_every)))
-        if saves[-1] != self.n:
-            saves.append(self.n)  # the end is always kept
-        self.save_steps = np.array(saves)
+        self.n, self.h, self.save_steps, self.times = step_plan(t0, t1, dt, save_every)
+        saves = self.save_steps.tolist()
         self._slot = {k: s for s, k in enumerate(saves)}
         N, S = len(seeds), len(saves)
-        self.times = np.array([self._time(k) for k in saves])
         self.position = np.full((N, S, 3), np.nan)
         self.velocity = np.full((N, S, 3), np.nan) if with_velocity else None
         self.jacobian = np.full((N, S, 3, 3), np.nan) if with_jacobian else None
@@ -414,6 +422,7 @@ def advect(
     with_jacobian: bool = False,
     time: str = "linear",
     device: str = "cpu",
+    with_ftle: bool = False,
 ) -> xr.Dataset:
     """Trajectories of particles through a velocity field, in world space.
 
@@ -450,6 +459,9 @@ def advect(
     device : {"cpu", "cuda"}, default ``"cpu"``
         Where the trajectories through a float Volume are integrated ("cuda": one GPU thread a
         particle, CuPy).  Series, distributed and analytic sources run on the CPU.
+    with_ftle : bool, default False
+        Also integrate the flow-map gradient along each path (the variational equation, as
+        :func:`ftle`) and return each particle's FTLE over ``[t0, t1]``.
 
     Returns
     -------
@@ -460,7 +472,8 @@ def advect(
         velocity, named after the source's volume (``velocity`` for an analytic field), dims
         (particle, time, component), and with ``with_jacobian`` ``<name>_jacobian``
         (particle, time, component, axis) = d u_c / d x_a, both at
-        the stored positions, in the source's units (per length unit).  Attrs record the method,
+        the stored positions, in the source's units (per length unit); with ``with_ftle`` ``ftle``
+        (particle), per unit of time, NaN for a particle that stopped.  Attrs record the method,
         mode, times, step and number of sample calls.
 
     Raises
@@ -482,6 +495,8 @@ def advect(
     """
     src = _as_source(source, mode, time, device)
     pts = _seeds(seeds)
+    if with_ftle and not (math.isfinite(t1 - t0) and t1 != t0):
+        raise TimeError(f"expected t1 != t0 for with_ftle (an FTLE needs a nonzero time), got t0 = t1 = {t0!r}")
     run = _Run(
         src,
         pts.reshape(-1, 3),
@@ -492,7 +507,7 @@ def advect(
         save_every,
         with_velocity,
         with_jacobian,
-        variational=False,
+        variational=with_ftle,
     )
     N = run.position.shape[0]
     from vdbflow.core import units as _u
@@ -533,6 +548,8 @@ def advect(
                 "convention": f"{src.name}_jacobian[component, axis] = d {src.name}[component] / d axis",
             },
         )
+    if run.F is not None:
+        data["ftle"] = (("particle",), _ftle_of(run.F, float(t1) - float(t0)), _FTLE_ATTRS)
     attrs = {
         "method": method,
         "sampling_mode": mode,
@@ -557,6 +574,15 @@ def _largest_stretch(F: np.ndarray) -> np.ndarray:
     C = np.einsum("...ca,...cb->...ab", F[good], F[good])
     out[good] = np.linalg.eigvalsh(C)[..., -1]
     return out
+
+
+_FTLE_ATTRS = {"long_name": "finite-time Lyapunov exponent", "method": "variational"}
+
+
+def _ftle_of(F: np.ndarray, T: float) -> np.ndarray:
+    """log(sqrt(lambda_max(F^T F))) / |T| of (..., 3, 3) flow-map gradients (NaN where F is)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log(_largest_stretch(F)) / (2 * abs(T))
 
 
 def ftle(
@@ -672,8 +698,7 @@ def ftle(
         F = np.full(lead + (3, 3), np.nan)
         good = np.isfinite(P).all(axis=(-2, -1))
         F[good] = P[good] @ np.linalg.pinv(G[good])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        value = np.log(_largest_stretch(F)) / (2 * abs(T))
+    value = _ftle_of(F, T)
     from vdbflow.core import units as _u
 
     coords: dict[str, Any] = {"axis": ("axis", np.array(["x", "y", "z"], object), {"long_name": "axis (world space)"})}
@@ -681,7 +706,7 @@ def ftle(
         coords[label] = (dims_, pts[..., a], {"long_name": f"{label} of the seed at t0"})
     length = _u.normalize(src.length_units)
     data = {
-        "ftle": (dims_, value, {"long_name": "finite-time Lyapunov exponent", "method": method}),
+        "ftle": (dims_, value, {**_FTLE_ATTRS, "method": method}),
         "status": (dims_, run.status.reshape(lead), _status_attrs()),
         "final_position": (
             dims_ + ("axis",),

@@ -1,0 +1,159 @@
+"""The particle section of a job (``advect:``): seeds from the points section, trajectories to the store.
+
+Each chunk of seeds is one task, ``vdbflow-advect-*``, that advects its particles whole through the
+volume (:func:`vdbflow.advect`: on a worker's CPU, in the compiled kernels) and returns their rows of
+every output; the store is written chunk by chunk as the tasks finish.  Particles never meet, so
+there is no traffic between workers and a worker holds one chunk of results at a time.  The volume is
+memory-mapped from its file on each worker (opened once per worker process), or, for a synthetic
+field without a file, sent to every worker once.  A volume too large for one worker is advected
+from Python through a :class:`~vdbflow.DistributedVolume` instead (``vdbflow.advect(dvol, ...)``).
+
+Outputs, on ``(particle, time, axis)`` - or the seeds' plane or lattice dims for ``particle``:
+``position``, ``status``, ``end_time``, and as asked ``<name>`` (velocity), ``<name>_jacobian`` and
+``ftle``; each as :func:`vdbflow.advect` returns it.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from vdbflow.core import units
+from vdbflow.core.volume import Volume
+from vdbflow.errors import VolumeError
+from vdbflow.temporal.particles import STATUS_MEANINGS, advect, step_plan
+
+OPEN_VOLUMES_PER_WORKER = 2  # volumes kept open in a worker process between tasks
+
+
+@functools.lru_cache(maxsize=OPEN_VOLUMES_PER_WORKER)
+def _opened(path: str, grid: str | int | None) -> Volume:
+    from vdbflow.io.volumes import open_volume
+
+    vol = open_volume(path, grid)
+    if not isinstance(vol, Volume):
+        raise VolumeError(f"expected a grid of values to advect through in {path}, got an index grid")
+    return vol
+
+
+def _advect_chunk(source: Any, seeds: np.ndarray, settings: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    """One chunk's particles: position (n, S, 3), status (n,), end_time (n,), then as asked velocity
+    (n, S, 3), Jacobian (n, S, 3, 3) and FTLE (n,)."""
+    vol = _opened(*source) if isinstance(source, tuple) else source
+    outputs = settings["outputs"]
+    ds = advect(
+        vol,
+        np.asarray(seeds, np.float64).reshape(-1, 3),
+        settings["t0"],
+        settings["t1"],
+        settings["dt"],
+        settings["method"],
+        settings["mode"],
+        save_every=settings["save_every"],
+        with_velocity="velocity" in outputs,
+        with_jacobian="jacobian" in outputs,
+        with_ftle="ftle" in outputs,
+        device=settings["device"],
+    )
+    names = ["position", "status", "end_time"]
+    names += [
+        v for v, o in ((vol.name, "velocity"), (f"{vol.name}_jacobian", "jacobian"), ("ftle", "ftle")) if o in outputs
+    ]
+    return tuple(ds[v].values for v in names)
+
+
+def particle_dataset(cfg: Any, source: Any, template: Volume, seeds: Any) -> xr.Dataset:
+    """The lazy result of a particle job: ``seeds`` a Dask (N, 3) array, ``source`` the Volume (or a
+    future of it) or ``(path, grid)`` workers open, ``template`` the volume (names and units)."""
+    import dask
+    import dask.array as da
+    from dask.base import tokenize
+
+    spec, mode = cfg.advect, cfg.sampling.mode
+    if template.components != 3 or not template.value_type.is_float:
+        raise VolumeError(
+            f"advect: expected a vec3 float velocity grid, got {template.name!r} with "
+            f"{template.components} component(s) of {template.value_type.name}"
+        )
+    n, h, save_steps, times = step_plan(spec.t0, spec.t1, spec.dt, spec.save_every)
+    S = len(times)
+    settings = {
+        "t0": spec.t0,
+        "t1": spec.t1,
+        "dt": spec.dt,
+        "method": spec.method,
+        "mode": mode,
+        "save_every": spec.save_every,
+        "outputs": list(spec.outputs),
+        "device": cfg.sampling.device,
+    }
+    name = template.name
+    shapes: list[tuple[str, tuple[int, ...], Any, tuple[str, ...]]] = [
+        ("position", (S, 3), np.float64, ("time", "axis")),
+        ("status", (), np.int8, ()),
+        ("end_time", (), np.float64, ()),
+    ]
+    if "velocity" in spec.outputs:
+        shapes.append((name, (S, 3), np.float64, ("time", "component")))
+    if "jacobian" in spec.outputs:
+        shapes.append((f"{name}_jacobian", (S, 3, 3), np.float64, ("time", "component", "axis")))
+    if "ftle" in spec.outputs:
+        shapes.append(("ftle", (), np.float64, ()))
+    token = tokenize(source, settings, seeds.name)
+    columns: list[list[Any]] = [[] for _ in shapes]
+    for b, (block, rows) in enumerate(zip(seeds.to_delayed().ravel(), seeds.chunks[0], strict=True)):
+        parts = dask.delayed(_advect_chunk, nout=len(shapes), pure=True)(
+            source, block, settings, dask_key_name=f"vdbflow-advect-{token}-{b}"
+        )
+        for column, part, (_, shape, dtype, _) in zip(columns, parts, shapes, strict=True):
+            column.append(da.from_delayed(part, (rows, *shape), dtype=dtype))
+    length = units.normalize(template.length_units)
+    lattrs = {"units": length} if length else {}
+    vunits = units.normalize(template.units)
+    attrs: dict[str, dict[str, Any]] = {
+        "position": {"long_name": "particle position", **lattrs},
+        "status": {
+            "long_name": "particle status",
+            "flag_values": np.array([0, 1, 2], np.int8),
+            "flag_meanings": STATUS_MEANINGS,
+        },
+        "end_time": {"long_name": "time of the last valid position"},
+        name: {"long_name": f"{name} along the path", **({"units": vunits} if vunits else {})},
+        f"{name}_jacobian": {
+            "long_name": f"Jacobian of {name} along the path",
+            "convention": f"{name}_jacobian[component, axis] = d {name}[component] / d axis",
+        },
+        "ftle": {"long_name": "finite-time Lyapunov exponent over [t0, t1]", "method": "variational"},
+    }
+    junits = units.divide(vunits, length)
+    if junits:
+        attrs[f"{name}_jacobian"]["units"] = junits
+    data = {
+        var: (("particle", *dims), da.concatenate(column), attrs[var])
+        for column, (var, _, _, dims) in zip(columns, shapes, strict=True)
+    }
+    coords: dict[str, Any] = {
+        "time": ("time", times, {"long_name": "time", "standard_name": "time"}),
+        "axis": ("axis", np.array(["x", "y", "z"], object), {"long_name": "axis (world space)"}),
+    }
+    for a, label in enumerate("xyz"):
+        coords[label] = ("particle", seeds[:, a], {"long_name": f"{label} of the seed at t0", **lattrs})
+    if "velocity" in spec.outputs or "jacobian" in spec.outputs:
+        coords["component"] = ("component", np.array(template.component_names, object), {})
+    return xr.Dataset(
+        data,
+        coords=coords,
+        attrs={
+            "featureType": "trajectory",
+            "method": spec.method,
+            "sampling_mode": mode,
+            "t0": spec.t0,
+            "t1": spec.t1,
+            "dt": h,
+            "steps": n,
+            "save_every": spec.save_every,
+        },
+    )
