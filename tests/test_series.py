@@ -267,3 +267,46 @@ def test_jacobians_are_the_derivative_of_the_interpolated_values(time, rng):
         axis=2,
     )
     np.testing.assert_allclose(jac, fd, rtol=0, atol=1e-7)
+
+
+# -- distributed ---------------------------------------------------------------------------------------
+def test_distributed_series_shares_one_plan_per_topology_and_equals_the_series(tmp_path, rng):
+    """Steps distributed as they are needed, at most ``cache`` at once; steps with the same topology
+    share one partition plan (so each point goes to the same partition at every step); samples, pchip
+    included, and advected particles equal the single-process series bit for bit."""
+    distributed = pytest.importorskip("distributed")
+    times = [0.0, 0.5, 1.0, 1.5, 2.0]
+    paths = unsteady.write_series(unsteady.double_gyre(), tmp_path, times, voxel_size=1 / 16, pad=2)
+    # one more step on another grid: its own plan
+    sparse = vdbflow.open(paths[-1])
+    keep = sparse.topology.leaf_origins[:, 0] < 16
+    other = sparse.select_leaves(np.nonzero(keep)[0])
+    sources = [*paths, other]
+    all_times = [*times, 2.5]
+    series = vdbflow.open_series(sources, all_times)
+    p = np.column_stack([rng.uniform(0.1, 1.9, 400), rng.uniform(0.1, 0.9, 400), np.zeros(400)])
+    t = rng.uniform(0.0, 2.5, 400)
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as lc,
+        distributed.Client(lc) as client,
+        vdbflow.distribute(series, client, partitions=3, halo=2) as dseries,
+    ):
+        assert isinstance(dseries, vdbflow.DistributedSeries) and dseries.distributed == 0
+        for time in ("none", "linear", "pchip"):
+            got = dseries.sample_grad_arrays(p, t, "lag4", time)
+            want = series.sample_grad_arrays(p, t, "lag4", time)
+            np.testing.assert_array_equal(got[0], want[0])
+            np.testing.assert_array_equal(got[1], want[1])
+        assert len(dseries._distributed) <= 2 and dseries.distributed > len(all_times)  # evicted and redone
+        plans = {k: dseries.step(k).plan for k in (0, 1)}
+        assert plans[0] is plans[1]  # the same topology: one plan
+        assert dseries.step(5).plan is not plans[0] and len(dseries._plans) == 2
+        seeds = np.column_stack([rng.uniform(0.2, 1.8, 30), rng.uniform(0.2, 0.8, 30), np.zeros(30)])
+        got = vdbflow.advect(dseries, seeds, 0.1, 0.9, 0.2, "rk4", "linear", time="pchip")
+        want = vdbflow.advect(series, seeds, 0.1, 0.9, 0.2, "rk4", "linear", time="pchip")
+        np.testing.assert_array_equal(got.position.values, want.position.values)
+        np.testing.assert_array_equal(got.status.values, want.status.values)
+        assert "distributed steps" in repr(dseries)
+        with pytest.raises(vdbflow.VolumeError, match="a plan of this volume's"):
+            vdbflow.distribute(other, client, partitions=3, halo=2, plan=plans[0])
+    assert not dseries._distributed  # closed with the block

@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from vdbflow.ops.sampling import sample, sample_grad, sample_grad_arrays
     from vdbflow.ops.vjp import SampleGradVJP, sample_grad_vjp
     from vdbflow.temporal.particles import advect, ftle
-    from vdbflow.temporal.series import VolumeSeries, open_series
+    from vdbflow.temporal.series import DistributedSeries, VolumeSeries, open_series
 
 # public name -> (module, attribute); imported on first access by __getattr__
 _LAZY = {
@@ -59,6 +59,7 @@ _LAZY = {
     "UnitsWarning": ("core.units", "UnitsWarning"),
     "VALUE_TYPES": ("core.value_types", "VALUE_TYPES"),
     "VolumeSeries": ("temporal.series", "VolumeSeries"),
+    "DistributedSeries": ("temporal.series", "DistributedSeries"),
     "ValueType": ("core.value_types", "ValueType"),
     "Volume": ("core.volume", "Volume"),
     "advect": ("temporal.particles", "advect"),
@@ -179,6 +180,7 @@ __all__ = [
     "ConfigError",
     "VALUE_TYPES",
     "DeviceError",
+    "DistributedSeries",
     "DistributedVolume",
     "GridInfo",
     "InputError",

@@ -127,6 +127,12 @@ class PartitionPlan:
         return len(self.owned)
 
 
+def leaf_stencil(stencil_radius: int) -> tuple[int, int]:
+    """(lo, hi) leaf offsets, relative to a point's base leaf, that a stencil of ``stencil_radius``
+    voxels (``plan_partitions``) can touch."""
+    return -((max(stencil_radius, 1) - 1 + 7) // 8), (stencil_radius + 7) // 8
+
+
 def plan_partitions(topology: Topology, partitions: int, stencil_radius: int = 1) -> PartitionPlan:
     """Balanced Morton-curve partitions of the leaves and the halo each needs.
 
@@ -151,7 +157,7 @@ def plan_partitions(topology: Topology, partitions: int, stencil_radius: int = 1
         [codes[order[cuts[p]]] if cuts[p] < L else np.iinfo(np.uint64).max for p in range(1, partitions)],
         dtype=np.uint64,
     )
-    lo, hi = -((max(stencil_radius, 1) - 1 + 7) // 8), (stencil_radius + 7) // 8
+    lo, hi = leaf_stencil(stencil_radius)
     router = Router(origin, shift, boundaries)
     # leaf k is needed by every partition that owns a base leaf k - o for an offset o of the stencil
     halo: list[list[np.ndarray]] = [[] for _ in range(partitions)]

@@ -47,7 +47,7 @@ from dask.sizeof import sizeof
 from vdbflow import _core
 from vdbflow.core import tree
 from vdbflow.core.volume import Topology, Volume
-from vdbflow.distribution.plan import PartitionPlan, Router, near_blocks, plan_partitions
+from vdbflow.distribution.plan import PartitionPlan, Router, leaf_stencil, near_blocks, plan_partitions
 from vdbflow.errors import SamplingError, VolumeError
 from vdbflow.ops.sampling import MODES, SPACES, STENCIL_RADIUS, build_dataset, check_choice, sample_grad_arrays
 
@@ -510,10 +510,31 @@ class DistributedVolume:
         if self._cleanup is not None:
             self._cleanup()
         if self.owns_cluster:
-            cluster = self.client.cluster
-            self.client.close()
-            if cluster is not None:
-                cluster.close()
+            close_client(self.client)
+
+
+def resolve_client(client: Any = None) -> tuple[Any, bool]:
+    """``client``; else the current client (``distributed.get_client``); else the client of a new
+    embedded ``LocalCluster`` of processes sized to the machine.  Returns it and whether it is new
+    (then its owner closes it, and its cluster, with :func:`close_client`)."""
+    if client is not None:
+        return client, False
+    _, _, distributed = _import_dask()
+    try:
+        return distributed.get_client(), False
+    except ValueError:  # no client in this process
+        cluster = distributed.LocalCluster(
+            n_workers=os.cpu_count() or 1, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0"
+        )
+        return distributed.Client(cluster), True
+
+
+def close_client(client: Any) -> None:
+    """Close a client that :func:`resolve_client` started, and its cluster."""
+    cluster = client.cluster
+    client.close()
+    if cluster is not None:
+        cluster.close()
 
 
 def distribute(
@@ -524,7 +545,8 @@ def distribute(
     *,
     grid: int | str | None = None,
     spill: str | os.PathLike | bool | None = None,
-) -> DistributedVolume:
+    plan: PartitionPlan | None = None,
+) -> Any:
     """Partition a volume across a Dask cluster, for sampling in parallel.
 
     Each partition holds its own leaves plus a halo of neighbouring leaves, so that a stencil near
@@ -553,35 +575,35 @@ def distribute(
         Default: the temporary directory, used when every worker sees it.  With ``spill=False``, or
         when no worker sees the default, the pieces are carried inside the tasks, where the
         scheduler keeps them (simple, but the whole volume passes through the scheduler).
+    plan : PartitionPlan, optional
+        Partitions made already (``dvol.plan`` of a volume with the same topology and ``halo``):
+        volumes that share a plan route every point to the same partition, placed on the same
+        worker.  A :class:`~vdbflow.VolumeSeries` shares one plan among the steps that share a
+        topology.
 
     Returns
     -------
-    DistributedVolume
+    DistributedVolume or DistributedSeries
         The partitioned volume: its ``sample``, ``sample_grad`` and ``sample_hessian`` take (N, 3)
-        points and return Dask-backed Datasets in the layout of a :class:`~vdbflow.Volume`'s.
+        points and return Dask-backed Datasets in the layout of a :class:`~vdbflow.Volume`'s.  For a
+        VolumeSeries ``source``, its :meth:`~vdbflow.VolumeSeries.distribute`: a series whose steps
+        are distributed as they are needed.
 
     Raises
     ------
     VolumeError
         An .nvdb ``source`` whose grid is an index grid, fewer than one partition, a negative
-        halo, or a ``spill`` directory given explicitly that cannot be written or that a worker
-        cannot read.
+        halo, a ``spill`` directory given explicitly that cannot be written or that a worker
+        cannot read, or a ``plan`` made for another topology, partition count or halo.
     NanoVDBError
         An .nvdb ``source`` that cannot be read, or lacks ``grid``.
     ImportError
         Dask or distributed is not installed.
     """
+    if not isinstance(source, (Volume, str, os.PathLike)) and hasattr(source, "distribute"):
+        return source.distribute(client, partitions, halo, spill=spill)  # a VolumeSeries
     _, _, distributed = _import_dask()
-    owns = False
-    if client is None:
-        try:
-            client = distributed.get_client()
-        except ValueError:  # no client in this process
-            owns = True
-            cluster = distributed.LocalCluster(
-                n_workers=os.cpu_count() or 1, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0"
-            )
-            client = distributed.Client(cluster)
+    client, owns = resolve_client(client)
     if isinstance(source, Volume):
         whole, loader_source = source, None
     else:
@@ -591,8 +613,23 @@ def distribute(
         if not isinstance(whole, Volume):
             raise VolumeError("expected a value grid to distribute; attach values to index grids with with_data")
         loader_source = (os.fspath(source), grid)
-    P = partitions or max(1, len(client.scheduler_info()["workers"]))
-    plan = plan_partitions(whole.topology, P, halo)
+    if plan is None:
+        P = partitions or max(1, len(client.scheduler_info()["workers"]))
+        plan = plan_partitions(whole.topology, P, halo)
+    else:
+        P = plan.partitions
+        leaves = sum(len(o) for o in plan.owned)
+        if (
+            leaves != whole.leaf_count
+            or (partitions is not None and partitions != P)
+            or plan.stencil != leaf_stencil(halo)
+        ):
+            raise VolumeError(
+                f"expected a plan of this volume's {whole.leaf_count:,} leaves"
+                + (f" in {partitions} partitions" if partitions is not None else "")
+                + f" for halo {halo} (leaf stencil {leaf_stencil(halo)}), got one of {leaves:,} leaves in {P} "
+                f"partitions with leaf stencil {plan.stencil}"
+            )
     # 1. each partition's own leaves: sent from the client, or read by a worker from the file
     # spread the partitions over the workers round-robin (loosely: they are rebuilt elsewhere on loss)
     addresses = sorted(client.scheduler_info(n_workers=-1)["workers"])

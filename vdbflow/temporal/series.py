@@ -140,13 +140,7 @@ class VolumeSeries:
             raise VolumeError(
                 f"expected {where}: index-to-world {ref.index_to_world.tolist()}, got {vol.index_to_world.tolist()}"
             )
-        a, b = vol.topology, ref.topology
-        self._same_topology[k] = a is b or (
-            np.array_equal(a.leaf_origins, b.leaf_origins)
-            and np.array_equal(a.masks, b.masks)
-            and np.array_equal(a.tile_origins, b.tile_origins)
-            and np.array_equal(a.tile_sizes, b.tile_sizes)
-        )
+        self._same_topology[k] = same_topology(vol.topology, ref.topology)
 
     @property
     def template(self) -> Volume:
@@ -232,8 +226,6 @@ class VolumeSeries:
         """Values (N,) / (N, C) and Jacobians (N, 3) / (N, C, 3), float64, at points (N, 3) and times
         ``t`` (scalar or (N,)), interpolated in time with ``time`` (module docstring).  ``point_order``:
         see :func:`vdbflow.sample_grad_arrays`."""
-        from vdbflow.ops.sampling import sample_grad_arrays
-
         pts = np.asarray(points)
         if pts.ndim != 2 or pts.shape[1] != 3:
             raise PointsError(f"expected points of shape (N, 3), got {pts.shape}")
@@ -248,15 +240,7 @@ class VolumeSeries:
         gathered = np.full((N, steps.shape[1], D), np.nan)
         for s in np.unique(steps[steps >= 0]):
             rows, slots = np.nonzero(steps == s)
-            vals, jac = sample_grad_arrays(
-                self.volume(s),
-                pts[rows],
-                mode,
-                space=space,
-                jacobian_space=jacobian_space,
-                jacobian=jacobian,
-                point_order=point_order,
-            )
+            vals, jac = self._step_arrays(int(s), pts[rows], mode, space, jacobian_space, jacobian, point_order)
             gathered[rows, slots, :C] = vals.reshape(len(rows), C)
             if jacobian:
                 gathered[rows, slots, C:] = jac.reshape(len(rows), 3 * C)
@@ -265,6 +249,43 @@ class VolumeSeries:
         values = out[:, :C].reshape(vshape)
         jac_out = out[:, C:].reshape(vshape + (3,)) if jacobian else None
         return values, jac_out
+
+    def _step_arrays(
+        self,
+        k: int,
+        points: np.ndarray,
+        mode: str,
+        space: str,
+        jacobian_space: str | None,
+        jacobian: bool,
+        point_order: str,
+    ) -> tuple[Any, Any]:
+        """Values and Jacobians of step ``k`` at points (M, 3), as :func:`vdbflow.sample_grad_arrays`."""
+        from vdbflow.ops.sampling import sample_grad_arrays
+
+        return sample_grad_arrays(
+            self.volume(k),
+            points,
+            mode,
+            space=space,
+            jacobian_space=jacobian_space,
+            jacobian=jacobian,
+            point_order=point_order,
+        )
+
+    def distribute(
+        self,
+        client: Any = None,
+        partitions: int | None = None,
+        halo: int = 1,
+        *,
+        spill: str | os.PathLike | bool | None = None,
+        cache: int = 2,
+    ) -> DistributedSeries:
+        """This series with its steps distributed across a Dask cluster (:class:`DistributedSeries`);
+        ``client``, ``partitions``, ``halo`` and ``spill`` as for :func:`vdbflow.distribute`, ``cache``
+        the steps kept distributed at once."""
+        return DistributedSeries(self, client, partitions, halo, spill=spill, cache=cache)
 
     def _interpolate(self, g: np.ndarray, steps: np.ndarray, t: np.ndarray, time: str, components: int) -> np.ndarray:
         """Combine the gathered (N, K, D) step values (C components, then 3 C Jacobian entries when
@@ -342,6 +363,124 @@ class VolumeSeries:
         """Values and Jacobians at ``(points, t)`` as a Dataset laid out like
         :func:`vdbflow.sample_grad`'s, with a ``time`` coordinate."""
         return self._dataset(points, t, mode, time, space, jacobian_space, True, dims)
+
+
+class DistributedSeries(VolumeSeries):
+    """A :class:`VolumeSeries` whose steps are sampled on a Dask cluster: each step is distributed
+    (:func:`vdbflow.distribute`) when a sample first needs it, and at most ``cache`` steps stay
+    distributed (least recently used first out, its partitions released).  Steps that share a
+    topology share one partition plan, so a point goes to the same partition - and worker - at every
+    step.  Sampling, interpolation in time and :func:`vdbflow.advect` work as on the series, with
+    the same results bit for bit; the client reads only the steps' topologies (values stay in the
+    memory-mapped files, or, for in-memory steps, go to the workers).
+    """
+
+    def __init__(
+        self,
+        series: VolumeSeries,
+        client: Any = None,
+        partitions: int | None = None,
+        halo: int = 1,
+        *,
+        spill: str | os.PathLike | bool | None = None,
+        cache: int = 2,
+    ):
+        if int(cache) < 1:
+            raise VolumeError(f"expected cache >= 1 distributed steps, got {cache}")
+        super().__init__(series._sources, series.times, series.grid, series.cache)
+        from vdbflow.distribution.volume import resolve_client
+
+        client, self._owns_client = resolve_client(client)  # one cluster for every step
+        self.client, self.partitions, self.halo, self.spill = client, partitions, int(halo), spill
+        self.distributed_cache = int(cache)
+        self._distributed: OrderedDict[int, Any] = OrderedDict()
+        self._plans: list[tuple[Any, Any]] = []  # (topology, plan) of each distinct topology so far
+        self.distributed = 0  # steps distributed so far (an evicted step needed again counts again)
+
+    def __repr__(self) -> str:
+        return (
+            f"<vdbflow.DistributedSeries of {len(self)} steps, t in [{self.times[0]:g}, {self.times[-1]:g}], "
+            f"distributed steps {sorted(self._distributed)}, {len(self._plans)} partition plan(s)>"
+        )
+
+    def _plan_for(self, topology: Any) -> Any:
+        for known, plan in self._plans:
+            if known is topology or same_topology(known, topology):
+                return plan
+        return None
+
+    def step(self, k: int) -> Any:
+        """Step ``k`` as a :class:`~vdbflow.DistributedVolume` (distributed now if it is not)."""
+        from vdbflow.distribution.volume import distribute
+
+        k = int(k)
+        if k in self._distributed:
+            self._distributed.move_to_end(k)
+            return self._distributed[k]
+        vol = self.volume(k)  # checks the grid; the values stay in the mapped file
+        src = self._sources[k]
+        plan = self._plan_for(vol.topology)
+        source = src if isinstance(src, Volume) else os.fspath(src)
+        kw = {"grid": self.grid} if not isinstance(src, Volume) else {}
+        dvol = distribute(source, self.client, self.partitions, self.halo, spill=self.spill, plan=plan, **kw)
+        if plan is None:
+            self._plans.append((vol.topology, dvol.plan))
+        self.distributed += 1
+        self._distributed[k] = dvol
+        while len(self._distributed) > self.distributed_cache:
+            _, gone = self._distributed.popitem(last=False)
+            gone.close()
+        return dvol
+
+    def _step_arrays(
+        self,
+        k: int,
+        points: np.ndarray,
+        mode: str,
+        space: str,
+        jacobian_space: str | None,
+        jacobian: bool,
+        point_order: str,
+    ) -> tuple[Any, Any]:
+        import dask
+
+        dvol = self.step(k)
+        name = dvol.template.name
+        if jacobian:
+            ds = dvol.sample_grad(points, mode, space, jacobian_space)
+            values, jac = dask.compute(ds[name].data, ds[f"{name}_jacobian"].data, scheduler=self.client)
+            return np.asarray(values), np.asarray(jac)
+        (values,) = dask.compute(dvol.sample(points, mode, space)[name].data, scheduler=self.client)
+        return np.asarray(values), None
+
+    def distribute(self, *args: Any, **kwargs: Any) -> DistributedSeries:
+        raise VolumeError("expected a VolumeSeries to distribute, got a DistributedSeries (distributed already)")
+
+    def close(self) -> None:
+        """Release every distributed step (and the embedded cluster, if this series started it).  Idempotent."""
+        while self._distributed:
+            self._distributed.popitem(last=False)[1].close()
+        if self._owns_client:
+            from vdbflow.distribution.volume import close_client
+
+            self._owns_client = False
+            close_client(self.client)
+
+    def __enter__(self) -> DistributedSeries:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def same_topology(a: Any, b: Any) -> bool:
+    """Whether two topologies have the same leaves, masks and tiles (the same active voxels)."""
+    return a is b or (
+        np.array_equal(a.leaf_origins, b.leaf_origins)
+        and np.array_equal(a.masks, b.masks)
+        and np.array_equal(a.tile_origins, b.tile_origins)
+        and np.array_equal(a.tile_sizes, b.tile_sizes)
+    )
 
 
 def _pchip_interior(h_prev: np.ndarray, h_next: np.ndarray, m_prev: np.ndarray, m_next: np.ndarray):
