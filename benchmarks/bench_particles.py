@@ -6,9 +6,10 @@ ratio of particle-steps/s to points sampled/s is at most 0.25 when stepping cost
 
 - one process: ``vdbflow.advect`` on the Volume (whole trajectories in the kernels) against
   ``sample_grad_arrays`` (values only, as a step needs) of the seeds, 2 kernel threads;
-- distributed: a LocalCluster of 2 worker processes x 1 thread, 8 partitions: ``vdbflow.advect`` on the
-  DistributedVolume (each stage one streaming distributed call) against ``DistributedVolume.sample``
-  of the seeds computed back to the client.
+- distributed: a LocalCluster of 2 worker processes x 1 thread, 8 partitions with a halo of one leaf
+  (``--halo 8``: a step's stage points stay in their partition's data): ``vdbflow.advect`` on the
+  DistributedVolume (a step at a time, each partition integrating its particles' step in the kernels)
+  against ``DistributedVolume.sample`` of the seeds computed back to the client.
 
     python benchmarks/bench_particles.py [--points N] [--steps S] [--repeat R] [--no-distributed]
 """
@@ -56,7 +57,7 @@ def report(label: str, n: int, steps: int, t_sample: list[float], t_advect: list
     rate_a = n * steps / statistics.median(t_advect)
     ratios = sorted((n * steps / ta) / (n / ts) for ts, ta in zip(t_sample, t_advect, strict=True))
     print(
-        f"{label:<14} sample {rate_s / 1e6:7.2f} M points/s   advect {rate_a / 1e6:7.2f} M particle-steps/s   "
+        f"{label:<22} sample {rate_s / 1e6:7.2f} M points/s   advect {rate_a / 1e6:7.2f} M particle-steps/s   "
         f"ratio {rate_a / rate_s:.3f} (runs {ratios[0]:.3f}-{ratios[-1]:.3f})"
     )
 
@@ -67,6 +68,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--size", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--halo", type=int, default=8, help="halo of the partitions, voxels")
     parser.add_argument("--no-distributed", action="store_true")
     args = parser.parse_args()
     n, steps = args.points, args.steps
@@ -96,13 +98,13 @@ def main() -> None:
         distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc,
         distributed.Client(lc) as client,
     ):
-        dvol = vdbflow.distribute(vol, client, partitions=8)
+        dvol = vdbflow.distribute(vol, client, partitions=8, halo=args.halo)
         try:
             t_sample, t_advect = [], []
             for _ in range(args.repeat):
                 t_sample += timed(lambda: dask.compute(dvol.sample(seeds, "linear", "world")["velocity"].data), 1)
                 t_advect += timed(lambda: advect(dvol), 1)
-            report("distributed", n, steps, t_sample, t_advect)
+            report(f"distributed, halo {args.halo}", n, steps, t_sample, t_advect)
         finally:
             dvol.close()
 

@@ -847,6 +847,7 @@ void grid_gradient(nb::bytes record, nb::ndarray<const int32_t, nb::ndim<2>, nb:
 
 // advect.h: integrates particles x (N, 3) float64 in place with the tableau (a (s, s), b (s,)) and step h over
 // the steps of save_slot (n + 1,); fills the NaN-filled outputs and status, last_step and evaluations (N,).
+// F (N, 3, 3) holds each particle's starting flow-map gradient; validate_end = false leaves x_n unchecked.
 using F64Out = nb::ndarray<double, nb::c_contig, nb::device::cpu>;
 void advect(nb::bytes record, nb::ndarray<double, nb::ndim<2>, nb::c_contig, nb::device::cpu> x,
             nb::ndarray<const double, nb::ndim<2>, nb::c_contig, nb::device::cpu> a_coef,
@@ -855,7 +856,7 @@ void advect(nb::bytes record, nb::ndarray<double, nb::ndim<2>, nb::c_contig, nb:
             std::optional<F64Out> velocity, std::optional<F64Out> jacobian, std::optional<F64Out> F,
             nb::ndarray<int8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> status,
             nb::ndarray<int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> last_step,
-            nb::ndarray<int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> evaluations) {
+            nb::ndarray<int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> evaluations, bool validate_end) {
   AdvectArgs a;
   a.k = read_abi(record);
   if (a.k.value_kind != KIND_F32 && a.k.value_kind != KIND_F64)
@@ -892,6 +893,7 @@ void advect(nb::bytes record, nb::ndarray<double, nb::ndim<2>, nb::c_contig, nb:
   a.s.want_velocity = velocity.has_value();
   a.s.want_jacobian = jacobian.has_value();
   a.s.variational = F.has_value();
+  a.s.validate_end = validate_end;
   a.x = x.data();
   a.n = n;
   a.position = position.data();
@@ -1204,6 +1206,7 @@ NB_MODULE(_core, m) {
   m.def("advect", &advect, nb::arg("record"), nb::arg("x"), nb::arg("a"), nb::arg("b"), nb::arg("h"),
         nb::arg("save_slot"), nb::arg("position"), nb::arg("velocity").none(), nb::arg("jacobian").none(),
         nb::arg("F").none(), nb::arg("status"), nb::arg("last_step"), nb::arg("evaluations"),
+        nb::arg("validate_end") = true,
         "Particle trajectories through a steady vec3 volume, explicit Runge-Kutta (advect.h).");
   m.def("grid_gradient", &grid_gradient, nb::arg("record"), nb::arg("leaf_origins"), nb::arg("first_row"),
         nb::arg("out_jacobian"));

@@ -91,7 +91,7 @@ template <class T>
 __global__ void advect_kernel(const KernelAbi* abi, const double* a_coef, const double* b_coef, int stages, double h,
                               const i64* save_slot, i64 steps, i64 slots, double* x, i64 n, double* position,
                               double* velocity, double* jacobian, double* F, signed char* status, i64* last_step,
-                              int* evaluations) {
+                              int* evaluations, int validate_end) {
   const KernelAbi& k = *abi;
   const GridView<T> g = abi_grid<T>(k);
   const PointTransform xf = abi_transform(k);
@@ -109,6 +109,7 @@ __global__ void advect_kernel(const KernelAbi* abi, const double* a_coef, const 
   s.want_velocity = velocity != nullptr;
   s.want_jacobian = jacobian != nullptr;
   s.variational = F != nullptr;
+  s.validate_end = validate_end;
   LeafCache cache;
   const i64 stride = (i64)blockDim.x * gridDim.x;
   for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {

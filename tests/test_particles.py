@@ -274,9 +274,26 @@ def test_ftle_of_a_linear_saddle_is_its_largest_rate():
 
 
 # -- distributed -------------------------------------------------------------------------------------
-def test_distributed_advection_equals_single_process_bit_for_bit(rotation_shell, rng):
+def test_distributed_advection_equals_single_process_bit_for_bit(rotation_shell, rng, monkeypatch):
+    """Each step in the partitions' kernels, particles re-routed every step; a step that leaves its
+    partition's leaves and halo is redone stage by stage through the whole volume (both happen here)."""
+    from vdbflow.temporal import particles
+
     distributed = pytest.importorskip("distributed")
     seeds = np.concatenate([shell_seeds(rng, 20), shell_seeds(rng, 4, 0.3), [[np.nan, 1.0, 1.0]]])
+    calls = {"partitioned": 0, "redone": 0}
+    step, redo = particles._DistributedSource.step, particles._Run._step
+
+    def counted_step(self, *args):
+        calls["partitioned"] += 1
+        return step(self, *args)
+
+    def counted_redo(self, alive, *args):
+        calls["redone"] += len(alive)
+        return redo(self, alive, *args)
+
+    monkeypatch.setattr(particles._DistributedSource, "step", counted_step)
+    monkeypatch.setattr(particles._Run, "_step", counted_redo)
     with (
         distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster,
         distributed.Client(cluster) as client,
@@ -287,6 +304,8 @@ def test_distributed_advection_equals_single_process_bit_for_bit(rotation_shell,
             got_ftle = vdbflow.ftle(dvol, seeds[:6], 0.0, 1.0, 0.25)
         finally:
             dvol.close()
+    assert calls["partitioned"] == 11 + 5  # one distributed call a step (10 + the end), and 4 + 1 for the FTLE
+    assert 0 < calls["redone"] < 25 * 11 // 4  # some steps left their partition; most did not
     want = vdbflow.advect(rotation_shell, seeds, 0.0, 2.0, 0.2, "rk4", "linear", with_jacobian=True)
     assert got.attrs["source"] == "distributed" and got.attrs["sample_calls"] == want.attrs["sample_calls"]
     np.testing.assert_array_equal(got.status.values, want.status.values)

@@ -29,6 +29,7 @@ struct AdvectSpec {
   int lo, taps;                     // the mode's stencil taps (coverage.h stencil_taps)
   int want_velocity, want_jacobian; // outputs at the saved positions
   int variational;                  // integrate F
+  int validate_end;                 // 0: stop at x_n without checking or sampling it (a step of many)
 };
 
 // Where one particle's results go (null pointers for outputs not asked for).
@@ -36,7 +37,7 @@ struct ParticleOut {
   double* position;   // (S, 3), NaN-filled by the caller
   double* velocity;   // (S, 3) or null
   double* jacobian;   // (S, 3, 3) or null
-  double* F;          // (3, 3) or null
+  double* F;          // (3, 3) or null: the flow-map gradient at x_0 on entry (the identity at t0), at the end on exit
   signed char* status;
   i64* last_step;     // the last step k whose position is valid (-1: none)
   int* evaluations;   // stage points sampled
@@ -112,15 +113,18 @@ VDB_HD void matmul3(const double A[9], const double B[9], double C[9]) {
 }
 
 // Integrates one particle from x (updated in place) over steps 0 .. n of s (see the file comment).
+// last_step is the last step whose position was checked valid; with validate_end = 0 and status
+// active, x holds x_n unchecked.
 template <class T>
 VDB_HD void advect_particle(const GridView<T>& g, const PointTransform& xf, int mode, const AdvectSpec& s,
                             double x[3], const ParticleOut& out, LeafCache& cache) {
   double k[MAX_STAGES][3], kF[MAX_STAGES][9], F[9], J[9];
   const bool var = s.variational != 0;
-  for (int e = 0; e < 9; ++e) F[e] = (e % 4 == 0) ? 1.0 : 0.0;
+  for (int e = 0; e < 9; ++e) F[e] = var ? out.F[e] : 0.0;
   int status = PARTICLE_ACTIVE, evaluations = 0;
   i64 last = -1;
   for (i64 step = 0; step <= s.steps; ++step) {
+    if (step == s.steps && !s.validate_end) break;  // x_n is the next call's first position
     const i64 slot = s.save_slot[step];
     const bool saved = slot >= 0;
     status = evaluate_stage(g, xf, mode, s.lo, s.taps, x, var || (saved && s.want_jacobian), k[0], J, evaluations,

@@ -111,14 +111,18 @@ def advect(
     velocity: np.ndarray | None,
     jacobian: np.ndarray | None,
     F: np.ndarray | None,
+    validate_end: bool = True,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Particle trajectories through a steady vec3 float volume (kernels/vdbflow/advect.h).
 
-    ``x`` (N, 3) float64 start positions in world space, moved in place to each particle's last valid
-    position; ``a`` (s, s) and ``b`` (s,) the Runge-Kutta tableau, ``h`` the signed step,
+    ``x`` (N, 3) float64 start positions in world space, moved in place (a stopped particle's stays at
+    its last valid position); ``a`` (s, s) and ``b`` (s,) the Runge-Kutta tableau, ``h`` the signed step,
     ``save_slot`` (n + 1,) int64 the output slot of step k or -1.  Fills the NaN-filled outputs
-    ``position``/``velocity`` (N, S, 3), ``jacobian`` (N, S, 3, 3) and ``F`` (N, 3, 3) (any may be None
-    but position).  Returns ``status`` (N,) int8, ``last_step`` (N,) int64 (-1: none valid) and
+    ``position``/``velocity`` (N, S, 3) and ``jacobian`` (N, S, 3, 3) (any may be None but position);
+    ``F`` (N, 3, 3), when given, holds each particle's flow-map gradient at its start (the identity at
+    t0) and receives it at the end (NaN for a stopped particle).  With ``validate_end`` False the
+    last position x_n is left unchecked (one step of many: the next call checks it).  Returns
+    ``status`` (N,) int8, ``last_step`` (N,) int64 (-1: none valid) and
     ``evaluations`` (N,) int32, the stage points each particle sampled.
     """
     n = len(x)
@@ -140,5 +144,6 @@ def advect(
         status,
         last_step,
         evaluations,
+        validate_end,
     )
     return status, last_step, evaluations

@@ -283,6 +283,7 @@ def advect(
     velocity: Any | None,
     jacobian: Any | None,
     F: Any | None,
+    validate_end: bool = True,
 ) -> tuple[Any, Any, Any]:
     """Particle trajectories on the GPU (kernels/vdbflow/advect.h), as :func:`vdbflow.devices.cpu.advect`
     with CuPy arrays: ``x`` (N, 3) float64 moved in place, NaN-filled outputs; returns CuPy ``status``
@@ -320,6 +321,7 @@ def advect(
             status,
             last_step,
             evaluations,
+            np.int32(validate_end),
         ),
     )
     return status, last_step, evaluations

@@ -4,8 +4,11 @@
 
 Integrators (explicit Runge-Kutta, ``h = (t1 - t0) / n`` with ``n = ceil(|t1 - t0| / dt)``):
 ``euler`` (first order), ``rk2`` (the explicit midpoint rule, second order), ``rk4`` (the classical
-fourth-order method).  Every stage samples all live particles in one call (for a DistributedVolume,
-one distributed call: the streaming router sends each particle to the partition owning its cell).
+fourth-order method).  Three engines give the same trajectories bit for bit: through a steady float
+Volume, whole trajectories in the kernels (``kernels/vdbflow/advect.h``); through a DistributedVolume,
+a step at a time, the particles routed to the partitions owning their cells and stepped there in the
+kernels (a step that leaves its partition's leaves and halo is redone stage by stage); otherwise stage
+by stage, every stage sampling all live particles in one call.
 
 A particle stops, with a status, the first time a stage point is non-finite or samples a non-finite
 value (``status`` 2) or the stencil of ``mode`` there leaves the active voxels (``status`` 1, see
@@ -54,6 +57,7 @@ class _Source:
         raise NotImplementedError
 
     compiled = False  # whether ``advect`` integrates whole trajectories in the kernels
+    partitioned = False  # whether ``step`` integrates a step of every particle in its partition
 
     def advect(self, x: np.ndarray, *args: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         raise NotImplementedError
@@ -152,9 +156,102 @@ class _SeriesSource(_VolumeSource):
         )
 
 
+def _advect_piece(
+    volume: Volume,
+    x: np.ndarray,
+    F: np.ndarray | None,
+    A: np.ndarray,
+    B: np.ndarray,
+    h: float,
+    last: bool,
+    want_velocity: bool,
+    want_jacobian: bool,
+    mode: int,
+) -> tuple:
+    """One step of a partition's particles, on its worker (a task of :meth:`_DistributedSource.step`):
+    status, whether x_k was valid, x_{k+1}, the velocity and Jacobian at x_k (as asked), F at
+    x_{k+1} and the stage points sampled.  The last step (``last``) only checks and samples x_k."""
+    from vdbflow.devices import cpu
+
+    m = len(x)
+    x = np.array(x, np.float64)
+    position = np.full((m, 1, 3), np.nan)
+    velocity = np.full((m, 1, 3), np.nan) if want_velocity else None
+    jacobian = np.full((m, 1, 3, 3), np.nan) if want_jacobian else None
+    F = None if F is None else np.array(F, np.float64)
+    save_slot = np.array([0] if last else [0, -1], np.int64)
+    status, last_step, evaluations = cpu.advect(
+        volume.kernel_arrays(), mode, x, A, B, h, save_slot, position, velocity, jacobian, F, validate_end=last
+    )
+    u = None if velocity is None else velocity[:, 0]
+    J = None if jacobian is None else jacobian[:, 0]
+    return status, last_step >= 0, x, u, J, F, evaluations
+
+
 class _DistributedSource(_VolumeSource):
     kind = "distributed"
-    compiled = False  # type: ignore[assignment]  # each stage is one distributed call
+    compiled = False  # type: ignore[assignment]  # the steps are partitioned instead
+    partitioned = True
+
+    def step(
+        self,
+        x: np.ndarray,
+        F: np.ndarray | None,
+        A: np.ndarray,
+        B: np.ndarray,
+        h: float,
+        last: bool,
+        want_velocity: bool,
+        want_jacobian: bool,
+    ) -> tuple:
+        """A step of particles x (M, 3): each partition integrates the particles whose cell it owns
+        (:func:`_advect_piece`, on the partition's worker).  Returns, in input order, status (M,)
+        int8, x_k valid (M,) bool, x_{k+1} (M, 3), velocity (M, 3) and Jacobian (M, 3, 3) at x_k (or
+        None), F (M, 3, 3) (or None) and the stage points sampled (M,).  A status of ``LEFT_DATA``
+        only says the step left the partition's data."""
+        from vdbflow.ops.sampling import MODES
+
+        dvol = self.dvol
+        m = len(x)
+        order, bounds, grouped = dvol.plan.router.route(x, dvol.template.transform, "world")
+        status = np.full(m, LEFT_DATA, np.int8)  # the background-only group (none without a near table)
+        valid = np.zeros(m, bool)
+        x_next = np.array(x, np.float64)
+        u = np.full((m, 3), np.nan) if want_velocity else None
+        J = np.full((m, 3, 3), np.nan) if want_jacobian else None
+        F_next = None if F is None else np.array(F, np.float64)
+        sampled = np.zeros(m, np.int64)
+        pieces, futures = [], []
+        for p in range(dvol.plan.partitions):
+            rows = order[bounds[p + 1] : bounds[p + 2]]
+            if len(rows):
+                pieces.append(rows)
+                futures.append(
+                    dvol.client.submit(
+                        _advect_piece,
+                        dvol.partitions[p],
+                        grouped[bounds[p + 1] : bounds[p + 2]],
+                        None if F is None else F[rows],
+                        A,
+                        B,
+                        h,
+                        last,
+                        want_velocity,
+                        want_jacobian,
+                        MODES[self.mode],
+                        pure=False,
+                    )
+                )
+        for rows, result in zip(pieces, dvol.client.gather(futures), strict=True):
+            status[rows], valid[rows], x_next[rows] = result[0], result[1], result[2]
+            if u is not None:
+                u[rows] = result[3]
+            if J is not None:
+                J[rows] = result[4]
+            if F_next is not None:
+                F_next[rows] = result[5]
+            sampled[rows] = result[6]
+        return status, valid, x_next, u, J, F_next, sampled
 
     def __init__(self, dvol: Any, mode: str):
         self.dvol, self.mode = dvol, mode
@@ -288,12 +385,18 @@ class _Run:
         self.end_time = np.full(N, np.nan)
         self.F = np.broadcast_to(np.eye(3), (N, 3, 3)).copy() if variational else None
         self.variational = variational
-        self.evaluations = 0  # sample calls made (one per stage of each step, one at the end)
+        self.sampled = np.zeros(N, np.int64)  # stage points each particle sampled
         x = np.array(seeds, np.float64)
         if src.compiled:
             self._integrate_compiled(x)
+        elif src.partitioned:
+            self._integrate_partitioned(x)
         else:
             self._integrate(x)
+        if self.F is not None:
+            self.F[self.status != ACTIVE] = np.nan
+        # sample calls of the stage-by-stage engine: each particle's sampled stages are a prefix of them
+        self.evaluations = int(self.sampled.max(initial=0))
 
     def _time(self, k: int) -> float:
         return self.t1 if k == self.n else self.t0 + k * self.h
@@ -317,7 +420,7 @@ class _Run:
         u = np.empty((0, 3))
         J = np.empty((0, 3, 3)) if jacobian else None
         if ok.any():
-            self.evaluations += 1
+            self.sampled[idx[ok]] += 1
             u, J = self.src.sample(y if every else y[ok], t, jacobian)
             good = np.isfinite(u).all(axis=1)
             if J is not None:
@@ -333,61 +436,108 @@ class _Run:
     def _integrate_compiled(self, x: np.ndarray) -> None:
         """All steps of every particle in the kernels (a steady volume): the same stages, checks and
         rounding as :meth:`_integrate`."""
-        c, a, b = TABLEAUS[self.method]
-        A = np.zeros((len(c), len(c)))
-        for s, row in enumerate(a):
-            A[s, : len(row)] = row
+        A, B = self._tableau()
         save_slot = np.full(self.n + 1, -1, np.int64)
         save_slot[self.save_steps] = np.arange(len(self.save_steps))
         status, last, evaluations = self.src.advect(
-            x, A, np.array(b), self.h, save_slot, self.position, self.velocity, self.jacobian, self.F
+            x, A, B, self.h, save_slot, self.position, self.velocity, self.jacobian, self.F
         )
         self.status[:] = status
         valid = last >= 0
         self.end_time[valid] = np.where(last[valid] == self.n, self.t1, self.t0 + last[valid] * self.h)
-        # the stage-by-stage count of sample calls: a particle's sampled stages are a prefix of them all
-        self.evaluations = int(evaluations.max())
+        self.sampled[:] = evaluations
 
-    def _integrate(self, x: np.ndarray) -> None:
+    def _tableau(self) -> tuple[np.ndarray, np.ndarray]:
+        """The method's stage coefficients (s, s) and weights (s,) as the kernels take them."""
         c, a, b = TABLEAUS[self.method]
+        A = np.zeros((len(c), len(c)))
+        for s, row in enumerate(a):
+            A[s, : len(row)] = row
+        return A, np.array(b)
+
+    def _integrate_partitioned(self, x: np.ndarray) -> None:
+        """A step at a time through a DistributedVolume: the live particles are routed to the partitions
+        owning their cells, and each partition integrates its particles' step in the kernels, as
+        :meth:`_integrate_compiled` does.  A particle whose step leaves its partition's data (its leaves
+        and halo) is stepped again stage by stage through the whole volume (:meth:`_step`); the results
+        are the same, bit for bit."""
+        A, B = self._tableau()
         alive = np.arange(len(x))
         for k in range(self.n + 1):
-            tk = self._time(k)
-            slot = self._slot.get(k)
-            # stage 1 at x_k validates x_k: stored only once its stencil is known to be in the data
-            need_j = self.variational or (slot is not None and self.jacobian is not None)
-            ok, u, J = self._evaluate(alive, x[alive], tk, need_j)
-            alive = alive[ok]
-            self.end_time[alive] = tk
+            tk, slot, last = self._time(k), self._slot.get(k), k == self.n
+            want_velocity = slot is not None and self.velocity is not None
+            want_jacobian = slot is not None and self.jacobian is not None
+            F = None if self.F is None else self.F[alive]
+            status, valid, x_next, u, J, F_next, sampled = self.src.step(
+                x[alive], F, A, B, self.h, last, want_velocity, want_jacobian
+            )
+            redo = status == LEFT_DATA  # left the partition's data: maybe not the volume's
+            done, kept = alive[~redo], ~redo
+            ok = kept & valid  # x_k checked valid
+            self.sampled[done] += sampled[kept]
+            self.end_time[alive[ok]] = tk
             if slot is not None:
-                self.position[alive, slot] = x[alive]
-                if self.velocity is not None:
-                    self.velocity[alive, slot] = u
-                if self.jacobian is not None:
-                    self.jacobian[alive, slot] = J
-            if k == self.n or len(alive) == 0:
+                self.position[alive[ok], slot] = x[alive[ok]]
+                if want_velocity:
+                    self.velocity[alive[ok], slot] = u[ok]
+                if want_jacobian:
+                    self.jacobian[alive[ok], slot] = J[ok]
+            self.status[done] = status[kept]
+            going = kept & (status == ACTIVE)
+            if not last:
+                x[alive[going]] = x_next[going]
+                if self.F is not None:
+                    self.F[alive[going]] = F_next[going]
+            redone = self._step(alive[redo], x, k) if redo.any() else alive[:0]
+            alive = np.sort(np.concatenate([alive[going], redone]))
+            if len(alive) == 0:
                 break
-            ks, kf = [u], []
+
+    def _integrate(self, x: np.ndarray) -> None:
+        alive = np.arange(len(x))
+        for k in range(self.n + 1):
+            alive = self._step(alive, x, k)
+            if len(alive) == 0:
+                break
+
+    def _step(self, alive: np.ndarray, x: np.ndarray, k: int) -> np.ndarray:
+        """Step k of particles ``alive`` (sorted), stage by stage: checks x_k, stores it, and (before
+        the last step) moves x and F on to step k + 1.  Returns the particles still going."""
+        c, a, b = TABLEAUS[self.method]
+        tk = self._time(k)
+        slot = self._slot.get(k)
+        # stage 1 at x_k validates x_k: stored only once its stencil is known to be in the data
+        need_j = self.variational or (slot is not None and self.jacobian is not None)
+        ok, u, J = self._evaluate(alive, x[alive], tk, need_j)
+        alive = alive[ok]
+        self.end_time[alive] = tk
+        if slot is not None:
+            self.position[alive, slot] = x[alive]
+            if self.velocity is not None:
+                self.velocity[alive, slot] = u
+            if self.jacobian is not None:
+                self.jacobian[alive, slot] = J
+        if k == self.n or len(alive) == 0:
+            return alive
+        ks, kf = [u], []
+        if self.variational:
+            kf.append(J @ self.F[alive])
+        cur = alive
+        for s in range(1, len(c)):
+            y = x[cur] + self.h * sum(coef * ks[j] for j, coef in enumerate(a[s]) if coef)
+            ok, u, J = self._evaluate(cur, y, tk + c[s] * self.h, self.variational)
+            if not ok.all():  # particles that stopped leave the stage arrays
+                cur = cur[ok]
+                ks = [kk[ok] for kk in ks]
+                kf = [kk[ok] for kk in kf]
+            ks.append(u)
             if self.variational:
-                kf.append(J @ self.F[alive])
-            cur = alive
-            for s in range(1, len(c)):
-                y = x[cur] + self.h * sum(coef * ks[j] for j, coef in enumerate(a[s]) if coef)
-                ok, u, J = self._evaluate(cur, y, tk + c[s] * self.h, self.variational)
-                if not ok.all():  # particles that stopped leave the stage arrays
-                    cur = cur[ok]
-                    ks = [kk[ok] for kk in ks]
-                    kf = [kk[ok] for kk in kf]
-                ks.append(u)
-                if self.variational:
-                    Fs = self.F[cur] + self.h * sum(coef * kf[j] for j, coef in enumerate(a[s]) if coef)
-                    kf.append(J @ Fs)
-            x[cur] = x[cur] + self.h * sum(w * kk for w, kk in zip(b, ks, strict=True) if w)
-            if self.variational:
-                self.F[cur] = self.F[cur] + self.h * sum(w * kk for w, kk in zip(b, kf, strict=True) if w)
-            alive = cur
-        if self.F is not None:
-            self.F[self.status != ACTIVE] = np.nan
+                Fs = self.F[cur] + self.h * sum(coef * kf[j] for j, coef in enumerate(a[s]) if coef)
+                kf.append(J @ Fs)
+        x[cur] = x[cur] + self.h * sum(w * kk for w, kk in zip(b, ks, strict=True) if w)
+        if self.variational:
+            self.F[cur] = self.F[cur] + self.h * sum(w * kk for w, kk in zip(b, kf, strict=True) if w)
+        return cur
 
 
 def _seeds(seeds: Any) -> np.ndarray:
@@ -434,8 +584,10 @@ def advect(
     Parameters
     ----------
     source : Volume, VolumeSeries, DistributedVolume or analytic field
-        A vec3 velocity: a Volume (steady), a VolumeSeries (interpolated in time with ``time``), a
-        DistributedVolume, or an analytic field (:mod:`vdbflow.synthetic`, :mod:`vdbflow.synthetic.unsteady`).
+        A vec3 velocity: a Volume (steady), a VolumeSeries or DistributedSeries (interpolated in time
+        with ``time``), a DistributedVolume (a halo of one leaf, ``distribute(..., halo=8)``, keeps
+        most steps inside their partition), or an analytic field (:mod:`vdbflow.synthetic`,
+        :mod:`vdbflow.synthetic.unsteady`).
         Velocity in length units per time unit.
     seeds : array_like, shape (N, 3) or (..., 3)
         Start positions in world space (the volume's length units), at least one; flattened in C
