@@ -447,6 +447,7 @@ BAD = [
     ("bad address", {"cluster": {"kind": "address", "address": "localhost"}}, "cluster.address", "tcp://", None),
     ("generator params", {"volume": {"synthetic": {"field": "linear"}}}, "volume.synthetic.params", "matrix", None),
     ("advect dt", {"advect": {"t1": 1.0, "dt": 0}}, "advect.dt", "greater than 0", "dt: 0"),
+    ("series unadvected", {"volume": {"series": {"paths": "s/*.nvdb"}}}, "advect", "volume.series", None),
     ("advect ftle at t0", {"advect": {"t1": 0.0, "dt": 0.1, "outputs": ["ftle"]}}, "advect", "t1 != t0", None),
     ("advect output", {"advect": {"t1": 1.0, "dt": 0.1, "outputs": ["pressure"]}}, "advect.outputs", "pressure", None),
     (
@@ -524,6 +525,46 @@ def test_particle_job_writes_the_trajectories_of_advect(tmp_path, written):
     if written:
         assert sha["velocity"] == hashlib.sha256((tmp_path / "abc.nvdb").read_bytes()).hexdigest()
     assert json.loads(ds.attrs["worker_seconds_by_step"])["advection"] > 0
+
+
+def test_particle_job_through_a_series_in_time(tmp_path):
+    """volume.series: the double gyre as files; one task a chunk opens the series on its worker and
+    advects through space and time (pchip): the store equals vdbflow.advect on the series, bit for bit."""
+    from vdbflow.synthetic import unsteady
+
+    times = np.arange(0.0, 3.01, 0.25)
+    unsteady.write_series(unsteady.double_gyre(), tmp_path / "gyre", times, voxel_size=1 / 16, pad=2)
+    cfg = base_config(
+        tmp_path,
+        volume={"series": {"paths": str(tmp_path / "gyre" / "*.nvdb"), "cache": 4}},
+        points={
+            "kind": "plane",
+            "origin": [0.05, 0.05, 0.0],
+            "u": [1.9, 0, 0],
+            "v": [0, 0.9, 0],
+            "resolution": [24, 12],
+            "chunk": 100,
+        },
+        sampling={"mode": "lag4"},
+        advect={"t0": 0.5, "t1": 2.5, "dt": 0.1, "save_every": 5, "outputs": ["velocity", "ftle"], "time": "pchip"},
+    )
+    result = invoke("run", str(write_config(tmp_path / "job.yaml", cfg)))
+    assert result.exit_code == 0, result.output
+    ds = xr.open_zarr(tmp_path / "result.zarr")
+    seeds = plane([0.05, 0.05, 0.0], [1.9, 0, 0], [0, 0.9, 0], (24, 12), keep_shape=True)
+    series = vdbflow.open_series(str(tmp_path / "gyre" / "*.nvdb"))
+    want = vdbflow.advect(
+        series, seeds, 0.5, 2.5, 0.1, "rk4", "lag4", save_every=5, with_velocity=True, with_ftle=True, time="pchip"
+    )
+    for var in ("position", "status", "end_time", "velocity", "ftle"):
+        np.testing.assert_array_equal(ds[var].values.reshape(want[var].shape), want[var].values)
+    assert (ds.status == 0).all() and np.isfinite(ds.ftle).all()  # the gyre's box is invariant
+    sha = json.loads(ds.attrs["input_sha256"])
+    assert len(sha) == len(times) and all(len(v) == 64 for v in sha.values())
+    # t1 beyond the series: refused before any task runs, exit 2
+    bad = write_config(tmp_path / "bad.yaml", {**cfg, "advect": {**cfg["advect"], "t1": 4.0}})
+    result = invoke("run", str(bad), "--set", f"output.path={tmp_path / 'bad.zarr'}")
+    assert result.exit_code == 2 and "inside the series' times [0, 3]" in result.output, result.output
 
 
 def test_particle_job_refuses_a_scalar_grid(tmp_path):

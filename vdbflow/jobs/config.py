@@ -10,7 +10,8 @@ a generator), what to compute, the cluster, and where the result goes::
     output:   {path: result.zarr, overwrite: always}
 
 With an ``advect:`` section (``{t1: 2.0, dt: 0.01, outputs: [ftle]}``) the points are seeds of particle
-trajectories instead (:class:`AdvectSpec`).  Relative paths are taken relative to the current directory.
+trajectories instead (:class:`AdvectSpec`), through a volume or a ``volume.series`` of files
+(:class:`SeriesVolume`).  Relative paths are taken relative to the current directory.
 """
 
 from __future__ import annotations
@@ -110,12 +111,31 @@ class SyntheticVolume(_Model):
         return v
 
 
+class SeriesVolume(_Model):
+    """A time series of .nvdb files (one a step), for particle jobs: advected through in space and time."""
+
+    paths: str | list[Path] = Field(description="a glob pattern (files in name order), or the files in time order")
+    times: list[float] | None = Field(None, description="the time of each file; default its vdbflow.time record")
+    grid: str | None = Field(None, description="the grid of each file (default the first)")
+    cache: int = Field(4, ge=1, description="steps open at once in each worker (pchip reads 4)")
+
+    def files(self) -> list[Path]:
+        """The files, in time order as given (a glob's matches in name order)."""
+        if isinstance(self.paths, str):
+            import glob
+
+            return [Path(p) for p in sorted(glob.glob(self.paths))]
+        return list(self.paths)
+
+
 class VolumeSpec(_Model):
-    """An .nvdb ``path`` with optional ``grids`` (names; default the first grid), or ``synthetic``."""
+    """An .nvdb ``path`` with optional ``grids`` (names; default the first grid), ``synthetic``, or a
+    ``series`` of files (particle jobs)."""
 
     path: Path | None = None
     grids: list[str] | None = None
     synthetic: SyntheticVolume | None = None
+    series: SeriesVolume | None = None
     snapshot: bool = Field(
         True,
         description="read a private copy of 'path' (a reflink where the filesystem "
@@ -129,15 +149,16 @@ class VolumeSpec(_Model):
 
     @model_validator(mode="after")
     def _one_source(self) -> VolumeSpec:
-        if (self.path is None) == (self.synthetic is None):
+        given = [k for k in ("path", "synthetic", "series") if getattr(self, k) is not None]
+        if len(given) != 1:
             raise ValueError(
-                "expected exactly one of 'path' (an .nvdb file) or 'synthetic', got "
-                + ("both" if self.path is not None else "neither")
+                "expected exactly one of 'path' (an .nvdb file), 'synthetic' or 'series', got "
+                + ("neither" if not given else "both " + " and ".join(map(repr, given)))
             )
         if self.grids is not None and self.path is None:
-            raise ValueError("'grids' selects grids of an .nvdb 'path'; a synthetic volume has one grid")
+            raise ValueError("'grids' selects grids of an .nvdb 'path' (a series names its grid in series.grid)")
         if not self.snapshot and self.path is None:
-            raise ValueError("'snapshot' is about an .nvdb 'path'; a synthetic volume is not read from a file")
+            raise ValueError("'snapshot' is about an .nvdb 'path'; only a path is snapshotted")
         if self.grids is not None and len(set(self.grids)) != len(self.grids):
             raise ValueError(f"expected distinct grid names, got {self.grids}")
         return self
@@ -251,6 +272,7 @@ class AdvectSpec(_Model):
     outputs: list[Literal[PARTICLE_OUTPUTS]] = Field(  # type: ignore[valid-type]
         default_factory=list, description="velocity, jacobian (at the kept positions), ftle (over [t0, t1])"
     )
+    time: Literal["none", "linear", "pchip"] = Field("linear", description="interpolation in time (volume.series)")
 
     @model_validator(mode="after")
     def _times(self) -> AdvectSpec:
@@ -469,6 +491,16 @@ class JobConfig(_Model):
     output: OutputSpec
     limits: LimitsSpec = LimitsSpec()
     _where: dict = PrivateAttr(default_factory=dict)  # key path -> "(file, line N)", for later checks
+
+    @model_validator(mode="after")
+    def _series_are_advected(self) -> JobConfig:
+        if self.volume.series is not None and self.advect is None:
+            raise ValueError(
+                "expected an 'advect' section with volume.series (a series is advected through in time), got none"
+            )
+        if self.volume.series is not None and self.sampling.device != "cpu":
+            raise ValueError("expected sampling.device 'cpu' with volume.series (series are advected on the CPU)")
+        return self
 
     def where(self, dotted: str) -> str:
         """`` (FILE, line N)`` where the key was given, or ``""``."""
@@ -755,6 +787,13 @@ def missing_inputs(cfg: JobConfig) -> list[str]:
         missing.append(
             f"volume.path{cfg.where('volume.path')}: expected an .nvdb file, found nothing at {cfg.volume.path}"
         )
+    series = cfg.volume.series
+    if series is not None:
+        files = series.files()
+        where = f"volume.series.paths{cfg.where('volume.series.paths')}"
+        if not files:
+            missing.append(f"{where}: expected .nvdb files, found none matching {series.paths!r}")
+        missing += [f"{where}: expected an .nvdb file, found nothing at {f}" for f in files if not f.is_file()]
     if isinstance(cfg.points, FilePoints) and not cfg.points.path.exists():
         missing.append(
             f"points.path{cfg.where('points.path')}: expected a points file, found nothing at {cfg.points.path}"

@@ -16,6 +16,7 @@ Outputs, on ``(particle, time, axis)`` - or the seeds' plane or lattice dims for
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,8 +26,29 @@ from vdbflow.core import units
 from vdbflow.core.volume import Volume
 from vdbflow.errors import VolumeError
 from vdbflow.temporal.particles import STATUS_MEANINGS, advect, step_plan
+from vdbflow.temporal.series import VolumeSeries, open_series
 
 OPEN_VOLUMES_PER_WORKER = 2  # volumes kept open in a worker process between tasks
+
+
+@dataclass(frozen=True)
+class SeriesFiles:
+    """A series of .nvdb files as the tasks open it (:func:`vdbflow.open_series`): paths in time order,
+    their times (None: each file's time record), the grid and the steps kept open per worker."""
+
+    paths: tuple[str, ...]
+    times: tuple[float, ...] | None
+    grid: str | None
+    cache: int
+
+    def open(self) -> VolumeSeries:
+        times = None if self.times is None else list(self.times)
+        return open_series(list(self.paths), times, self.grid, cache=self.cache)
+
+
+@functools.lru_cache(maxsize=OPEN_VOLUMES_PER_WORKER)
+def _opened_series(files: SeriesFiles) -> VolumeSeries:
+    return files.open()
 
 
 @functools.lru_cache(maxsize=OPEN_VOLUMES_PER_WORKER)
@@ -42,7 +64,10 @@ def _opened(path: str, grid: str | int | None) -> Volume:
 def _advect_chunk(source: Any, seeds: np.ndarray, settings: dict[str, Any]) -> tuple[np.ndarray, ...]:
     """One chunk's particles: position (n, S, 3), status (n,), end_time (n,), then as asked velocity
     (n, S, 3), Jacobian (n, S, 3, 3) and FTLE (n,)."""
-    vol = _opened(*source) if isinstance(source, tuple) else source
+    if isinstance(source, SeriesFiles):
+        vol: Any = _opened_series(source)
+    else:
+        vol = _opened(*source) if isinstance(source, tuple) else source
     outputs = settings["outputs"]
     ds = advect(
         vol,
@@ -56,18 +81,19 @@ def _advect_chunk(source: Any, seeds: np.ndarray, settings: dict[str, Any]) -> t
         with_velocity="velocity" in outputs,
         with_jacobian="jacobian" in outputs,
         with_ftle="ftle" in outputs,
+        time=settings["time"],
         device=settings["device"],
     )
+    name = vol.template.name if isinstance(vol, VolumeSeries) else vol.name
     names = ["position", "status", "end_time"]
-    names += [
-        v for v, o in ((vol.name, "velocity"), (f"{vol.name}_jacobian", "jacobian"), ("ftle", "ftle")) if o in outputs
-    ]
+    names += [v for v, o in ((name, "velocity"), (f"{name}_jacobian", "jacobian"), ("ftle", "ftle")) if o in outputs]
     return tuple(ds[v].values for v in names)
 
 
 def particle_dataset(cfg: Any, source: Any, template: Volume, seeds: Any) -> xr.Dataset:
     """The lazy result of a particle job: ``seeds`` a Dask (N, 3) array, ``source`` the Volume (or a
-    future of it) or ``(path, grid)`` workers open, ``template`` the volume (names and units)."""
+    future of it), ``(path, grid)`` or the :class:`SeriesFiles` workers open, ``template`` the volume
+    (a series: its first step; names and units)."""
     import dask
     import dask.array as da
     from dask.base import tokenize
@@ -88,6 +114,7 @@ def particle_dataset(cfg: Any, source: Any, template: Volume, seeds: Any) -> xr.
         "mode": mode,
         "save_every": spec.save_every,
         "outputs": list(spec.outputs),
+        "time": spec.time,
         "device": cfg.sampling.device,
     }
     name = template.name

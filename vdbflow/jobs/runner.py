@@ -28,7 +28,7 @@ import xarray as xr
 from vdbflow import synthetic
 from vdbflow.analysis import flow
 from vdbflow.core.volume import Volume
-from vdbflow.errors import NanoVDBError, PointsError, VdbflowError, VolumeError
+from vdbflow.errors import NanoVDBError, PointsError, TimeError, VdbflowError, VolumeError
 from vdbflow.jobs.clusters import MissingExtraError, describe_cluster, open_cluster, slurm_job_script
 from vdbflow.jobs.config import (
     DERIVED,
@@ -221,24 +221,29 @@ def _synthetic_estimate(cfg: JobConfig) -> GridPlan:
 def _nvdb_grids(cfg: JobConfig) -> list[GridPlan]:
     from vdbflow.io.nanovdb import list_grids
 
+    series = cfg.volume.series
+    path = cfg.volume.path if series is None else series.files()[0]  # a series: its first file
+    key = "volume.path" if series is None else "volume.series.paths"
     try:
-        infos = list_grids(cfg.volume.path)
+        infos = list_grids(path)
     except NanoVDBError as err:
-        raise ConfigError(f"volume.path: {err}") from None
+        raise ConfigError(f"{key}: {err}") from None
     by_name = {g.name: g for g in infos}
     if not infos:
-        raise ConfigError(f"volume.path: {cfg.volume.path} holds no grids")
-    names = cfg.volume.grids or [infos[0].name]
+        raise ConfigError(f"{key}: {path} holds no grids")
+    names = cfg.volume.grids or ([series.grid] if series is not None and series.grid else [infos[0].name])
     missing = [n for n in names if n not in by_name]
     if missing:
-        raise ConfigError(f"volume.grids: {missing} not in {cfg.volume.path} (it has {list(by_name)})")
+        grids_key = "volume.grids" if series is None else "volume.series.grid"
+        raise ConfigError(f"{grids_key}: {missing} not in {path} (it has {list(by_name)})")
     plans = []
     for n in names:
         g = by_name[n]
         if g.grid_type in ("Index", "OnIndex"):
             raise ConfigError(f"volume.grids: {n!r} is an {g.grid_type} grid (no values to sample)")
         components = 3 if g.grid_type.startswith("Vec3") else 4 if g.grid_type.startswith("Vec4") else 1
-        plans.append(GridPlan(n, g.grid_type, components, g.leaf_count, g.active_voxel_count, str(cfg.volume.path)))
+        where = str(path) if series is None else f"series of {len(series.files())} files, {path} first"
+        plans.append(GridPlan(n, g.grid_type, components, g.leaf_count, g.active_voxel_count, where))
     return plans
 
 
@@ -250,7 +255,9 @@ def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False) -> JobP
     dask-jobqueue are ``warnings`` of the plan instead of errors.
     """
     warnings = check_inputs(cfg, missing_ok=dry_run)
-    volume_missing = cfg.volume.path is not None and not cfg.volume.path.is_file()
+    volume_missing = (cfg.volume.path is not None and not cfg.volume.path.is_file()) or (
+        cfg.volume.series is not None and not all(f.is_file() for f in cfg.volume.series.files() or [Path()])
+    )
     if cfg.volume.synthetic:
         try:
             synthetic.make_field(cfg.volume.synthetic.field, **cfg.volume.synthetic.params)
@@ -330,6 +337,11 @@ def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False) -> JobP
             )
         )
         notes.append(f"{cfg.volume.path} ({human_bytes(inputs['volume.path'].size)}) is {how}")
+    if cfg.volume.series is not None and not volume_missing:
+        notes.append(
+            f"the series' {len(cfg.volume.series.files())} files are memory-mapped in place by each worker: "
+            "the job must not run while another process rewrites them"
+        )
     plan = JobPlan(
         cfg,
         grids,
@@ -404,6 +416,13 @@ def _build_volumes(cfg: JobConfig, grids: list[str]) -> tuple[dict[str, Any], An
     """Volumes by grid name (a Volume, or the .nvdb path workers read) and the analytic field, if any."""
     from vdbflow.io.nanovdb import save
 
+    from vdbflow.jobs.particles import SeriesFiles
+
+    series = cfg.volume.series
+    if series is not None:
+        times = None if series.times is None else tuple(series.times)
+        files = SeriesFiles(tuple(str(f) for f in series.files()), times, series.grid, series.cache)
+        return {grids[0]: files}, None
     s = cfg.volume.synthetic
     if s is None:
         return {name: (cfg.volume.path, name) for name in grids}, None
@@ -579,11 +598,27 @@ def _particle_job(
     from vdbflow.io.volumes import open_volume
     from vdbflow.jobs.particles import particle_dataset
 
+    from vdbflow.jobs.particles import SeriesFiles
+
     t0 = time.perf_counter()
     ((name, src),) = sources.items()
-    if isinstance(src, tuple):
+    if isinstance(src, SeriesFiles):
+        try:
+            series = src.open()
+            template = series.template
+        except (VolumeError, TimeError, NanoVDBError) as err:
+            raise ConfigError(f"volume.series{cfg.where('volume.series')}: {err}") from None
+        lo, hi = float(series.times[0]), float(series.times[-1])
+        a = cfg.advect
+        if not (lo <= min(a.t0, a.t1) and max(a.t0, a.t1) <= hi):
+            raise ConfigError(
+                f"advect{cfg.where('advect')}: expected t0 and t1 inside the series' times [{lo:g}, {hi:g}], "
+                f"got t0={a.t0:g}, t1={a.t1:g}"
+            )
+        source: Any = src
+    elif isinstance(src, tuple):
         template = open_volume(src[0], src[1])
-        source: Any = (str(src[0]), src[1])
+        source = (str(src[0]), src[1])
     else:
         template = src
         source = client.scatter(src, broadcast=True)  # one copy a worker, sent once
@@ -804,6 +839,8 @@ def run_job(
                     lambda p: volume_sha256 if p == volume_file and volume_sha256 else _sha256(p), Path(src[0])
                 )
         checksum = {name: hashes[Path(src[0])] for name, src in sources.items() if isinstance(src, tuple)}
+        if cfg.volume.series is not None:  # each file of the series
+            checksum = {f: hasher.submit(_sha256, Path(f)) for src in sources.values() for f in src.paths}
         dvols = {}
         try:
             if cfg.advect is not None:
