@@ -415,7 +415,6 @@ def _versions() -> dict[str, str]:
 def _build_volumes(cfg: JobConfig, grids: list[str]) -> tuple[dict[str, Any], Any]:
     """Volumes by grid name (a Volume, or the .nvdb path workers read) and the analytic field, if any."""
     from vdbflow.io.nanovdb import save
-
     from vdbflow.jobs.particles import SeriesFiles
 
     series = cfg.volume.series
@@ -596,9 +595,7 @@ def _particle_job(
     """The lazy result of an ``advect:`` job and its seeds (:mod:`vdbflow.jobs.particles`): the volume is
     opened here for its topology and names (memory-mapped), and by each worker for its tasks."""
     from vdbflow.io.volumes import open_volume
-    from vdbflow.jobs.particles import particle_dataset
-
-    from vdbflow.jobs.particles import SeriesFiles
+    from vdbflow.jobs.particles import SeriesFiles, particle_dataset
 
     t0 = time.perf_counter()
     ((name, src),) = sources.items()
