@@ -413,7 +413,8 @@ def _versions() -> dict[str, str]:
 
 
 def _build_volumes(cfg: JobConfig, grids: list[str]) -> tuple[dict[str, Any], Any]:
-    """Volumes by grid name (a Volume, or the .nvdb path workers read) and the analytic field, if any."""
+    """Volumes by grid name (a Volume, the .nvdb path workers read, or a series' SeriesFiles) and the
+    analytic field, if any."""
     from vdbflow.io.nanovdb import save
     from vdbflow.jobs.particles import SeriesFiles
 

@@ -191,7 +191,16 @@ def _advect_piece(
 class _DistributedSource(_VolumeSource):
     kind = "distributed"
     compiled = False  # type: ignore[assignment]  # the steps are partitioned instead
-    partitioned = True
+
+    def __init__(self, dvol: Any, mode: str):
+        self.dvol, self.mode = dvol, mode
+        _check_vec3(dvol.template.components, "volume")
+        self._names(dvol.template)
+        self._inside = InsideCheck(dvol.topology, mode)
+
+    @property
+    def partitioned(self) -> bool:  # type: ignore[override]
+        return self.dvol.template.value_type.is_float  # the kernels advect float data
 
     def step(
         self,
@@ -252,12 +261,6 @@ class _DistributedSource(_VolumeSource):
                 F_next[rows] = result[5]
             sampled[rows] = result[6]
         return status, valid, x_next, u, J, F_next, sampled
-
-    def __init__(self, dvol: Any, mode: str):
-        self.dvol, self.mode = dvol, mode
-        _check_vec3(dvol.template.components, "volume")
-        self._names(dvol.template)
-        self._inside = InsideCheck(dvol.topology, mode)
 
     def inside(self, points: np.ndarray, t: float) -> np.ndarray:
         return self._inside(points)
