@@ -841,15 +841,15 @@ def run_job(
             checksum = {f: hasher.submit(_sha256, Path(f)) for src in sources.values() for f in src.paths}
         dvols = {}
         try:
-            if cfg.advect is not None:
+            if cfg.advect is not None:  # particles: one task a chunk of seeds, through the whole volume
                 ds, point_set = _particle_job(cfg, client, sources, timings)
                 partitions, errors = 0, None
-            for name, src in sources.items() if cfg.advect is None else ():
-                if isinstance(src, tuple):
-                    dvols[name] = distribute(src[0], client, cfg.partitions, plan.halo, grid=src[1])
-                else:
-                    dvols[name] = distribute(src, client, cfg.partitions, plan.halo)
-            if cfg.advect is None:
+            else:  # samples: the volumes partitioned across the workers
+                for name, src in sources.items():
+                    if isinstance(src, tuple):
+                        dvols[name] = distribute(src[0], client, cfg.partitions, plan.halo, grid=src[1])
+                    else:
+                        dvols[name] = distribute(src, client, cfg.partitions, plan.halo)
                 first = next(iter(dvols.values()))
                 partitions = len(first.partitions)
                 timings["distribute_s"] = time.perf_counter() - t0
