@@ -5,7 +5,8 @@ volume (:func:`vdbflow.advect`: on a worker's CPU, in the compiled kernels) and 
 every output; the store is written chunk by chunk as the tasks finish.  Particles never meet, so
 there is no traffic between workers and a worker holds one chunk of results at a time.  The volume is
 memory-mapped from its file on each worker (opened once per worker process), or, for a synthetic
-field without a file, sent to every worker once.  A volume too large for one worker is advected
+field without a file, sent to every worker once; a ``volume.series`` of files is opened once per
+worker too, its steps read as the particles' times need them.  A volume too large for one worker is advected
 from Python through a :class:`~vdbflow.DistributedVolume` instead (``vdbflow.advect(dvol, ...)``).
 
 Outputs, on ``(particle, time, axis)`` - or the seeds' plane or lattice dims for ``particle``:
