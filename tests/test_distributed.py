@@ -301,7 +301,7 @@ def test_a_worker_killed_mid_computation(rng, tmp_path, scheduler_and_workers):
 
 
 def test_background_only_points_skip_the_partitions(rng):
-    from vdbflow.distribution.volume import _route_chunk as _route
+    from vdbflow.distribution.volume import _route_wave
 
     ijk, vol = volume(rng, 3)
     plan = plan_partitions(vol.topology, 4)
@@ -309,7 +309,7 @@ def test_background_only_points_skip_the_partitions(rng):
     near_leaf = vol.active_voxels()[:3] + 0.5
     in_tile = np.array([[200.0, 60.0, 60.0]])  # inside the 128^3 tile
     pts = np.concatenate([empty, near_leaf, in_tile])
-    routed = _route(pts, plan.router, vol.transform, "index", near_blocks(vol.topology, plan.stencil))
+    routed = _route_wave(plan.router, vol.transform, "index", near_blocks(vol.topology, plan.stencil), "cpu", pts)
     assert sorted(routed[-1].tolist()) == [0, 1]
     assert sum(len(idx) for idx, _ in routed[:-1]) == 4
 
@@ -331,6 +331,43 @@ def test_reverse_mode_matches_single_process(rng, client, components, index_layo
             got.tile_values.result().reshape(np.shape(want.tile_values)), want.tile_values, rtol=1e-12, atol=1e-12
         )
         np.testing.assert_array_equal(got.points.compute(), want.points)
+    finally:
+        dvol.close()
+
+
+def test_reverse_mode_streams_wave_by_wave(rng, client):
+    """Reverse mode is the forward mode's streaming graph: a wave's point adjoints need only its own
+    routing and partition tasks, and each partition's data adjoints are folded over the waves in order
+    (a fold reads the previous fold and its own wave's piece), never gathered from every chunk at once."""
+    from dask.core import flatten
+
+    from vdbflow.distribution.volume import vjp_graph
+
+    ijk, vol = volume(rng, 3)
+    pts = probe_points(rng, ijk, 3000)
+    a_val = rng.standard_normal((len(pts), 3))
+    dvol = distribute(vol, client, 3)
+    try:
+        points = da.from_array(pts, chunks=(500, 3))
+        owned, _, _, waves = vjp_graph(dvol, points, a_val, None, "linear", "index", None)
+        n_waves = -(-len(pts) // 500)
+        assert len(waves) == n_waves > 2  # one chunk a wave at 3 partitions
+
+        def task_keys(obj, kind):
+            graph = obj.__dask_graph__().cull(set(flatten(obj.__dask_keys__())))
+            return sorted(str(k) for k in graph if str(k).startswith(f"vdbflow-{kind}-"))
+
+        first = task_keys(waves[0][1], "vjp")
+        assert len(task_keys(waves[0][1], "route")) == 1 and len([k for k in first if "points" not in k]) == 3
+        assert all(k.endswith(("-0-0", "-0-1", "-0-2", "-0")) for k in first)  # wave 0's tasks only
+        folds = task_keys(owned[0], "fold")  # owner 0's rows: its own folds, and its halo partners'
+        partitions = {k.rsplit("-", 1)[1] for k in folds}
+        assert "0" in partitions and len(folds) == n_waves * len(partitions)  # one fold a wave each
+        got = dvol.sample_grad_vjp(points, a_val)
+        want = vdbflow.sample_grad_vjp(vol, pts, a_val)
+        np.testing.assert_array_equal(got.points.blocks[0].compute(), want.points[:500])
+        np.testing.assert_array_equal(got.points.compute(), want.points)
+        np.testing.assert_allclose(got.voxel_data(vol.topology), want.voxel_data, rtol=1e-12, atol=1e-12)
     finally:
         dvol.close()
 

@@ -28,6 +28,10 @@ Task count of one call, for ``n`` chunks in ``m = ceil(n / W)`` waves over ``P``
 selections per chunk, ``A`` = 1 for values, 2 with Jacobians).  The default wave holds ``ceil(P / 8)``
 chunks (at least one wave per worker kept), so a call costs about 20 tasks per chunk at any P, where
 the product chunks x partitions would grow with P.
+
+Reverse mode (:meth:`DistributedVolume.sample_grad_vjp`, :func:`vjp_graph`) streams through the same
+waves: per wave and partition one task differentiates the piece and one folds its data adjoints into
+the partition's running total, in wave order; per wave one task puts the point adjoints back in order.
 """
 
 from __future__ import annotations
@@ -199,12 +203,6 @@ def _route_wave(
         (order[bounds[g] : bounds[g + 1]], grouped[bounds[g] : bounds[g + 1]]) for g in range(1, len(bounds) - 1)
     )
     return (*pieces, order[bounds[0] : bounds[1]])
-
-
-def _route_chunk(points: np.ndarray, router: Router, transform: Any, space: str, near: np.ndarray | None) -> list:
-    """One chunk's pieces as a list (reverse mode): [(indices, points)] per partition, then the
-    background-only indices."""
-    return list(_route_wave(router, transform, space, near, "cpu", np.asarray(points)))
 
 
 def _sample_piece(volume: Volume, piece: tuple, options: tuple) -> tuple:
@@ -480,10 +478,11 @@ class DistributedVolume:
         space: str = "index",
         jacobian_space: str | None = None,
     ) -> DistributedVJP:
-        """Reverse mode across the cluster: each partition differentiates its points against its
-        own and halo leaves; the halo copies' adjoints travel back to the owning partitions and are
+        """Reverse mode across the cluster, streamed wave by wave like the forward mode: each partition
+        differentiates its points against its own and halo leaves and folds the data adjoints over
+        the waves in order; the halo copies' adjoints travel back to the owning partitions and are
         added there in partition order.  Equal to :func:`vdbflow.sample_grad_vjp` up to the order of
-        the float additions (the data adjoint is a sum over points)."""
+        the float additions (the data adjoint is a sum over points); the graph runs when called."""
         return _vjp(self, points, adj_value, adj_jacobian, mode, space, jacobian_space)
 
     def stats(self) -> list[dict[str, Any]]:
@@ -691,33 +690,57 @@ def distribute(
 
 
 # -- reverse mode ---------------------------------------------------------------------------------------
-def _vjp_partition(
-    volume: Volume, p: int, options: tuple, own_local: np.ndarray, send: dict, n_chunks: int, *inputs: Any
+def _vjp_piece(
+    volume: Volume, piece: tuple, options: tuple, own_local: np.ndarray, send: dict, n_chunks: int, *inputs: Any
 ) -> tuple:
-    """Reverse mode of this partition's points (every chunk, in chunk order).  Returns the point
-    adjoints per chunk, the adjoint rows of its own leaves, the rows of halo leaves to send back to
-    each owner, and its tile and background adjoints."""
+    """Reverse mode of one partition's piece of a wave.  ``inputs``: the wave's value adjoints per
+    chunk, then its Jacobian adjoints per chunk (or Nones).  Returns ``(indices in the wave, point
+    adjoints)``, the adjoint rows of the partition's own leaves, the rows of its halo leaves for each
+    owner, and its tile and background adjoints."""
     from vdbflow.ops.vjp import sample_grad_vjp
 
     mode, space, jacobian_space = options
-    routed, adj_values, adj_jacobians = inputs[:n_chunks], inputs[n_chunks : 2 * n_chunks], inputs[2 * n_chunks :]
-    index = [routed[c][p][0] for c in range(n_chunks)]
-    pts = np.concatenate([routed[c][p][1] for c in range(n_chunks)])
-    a_val = np.concatenate([np.asarray(adj_values[c])[index[c]] for c in range(n_chunks)])
-    a_jac = (
-        None
-        if adj_jacobians[0] is None
-        else np.concatenate([np.asarray(adj_jacobians[c])[index[c]] for c in range(n_chunks)])
-    )
+    index, pts = piece
+    adj_values, adj_jacobians = inputs[:n_chunks], inputs[n_chunks:]
+    a_val = np.concatenate([np.asarray(a) for a in adj_values])[index]
+    a_jac = None if adj_jacobians[0] is None else np.concatenate([np.asarray(a) for a in adj_jacobians])[index]
     r = sample_grad_vjp(volume, pts, a_val, a_jac, mode, space, jacobian_space)
-    sizes = np.cumsum([0] + [len(i) for i in index])
-    per_chunk = [(index[c], r.points[sizes[c] : sizes[c + 1]]) for c in range(n_chunks)]
     data = np.asarray(r.voxel_data).reshape(len(r.voxel_data), -1)
     rows_of = volume.topology.leaf_rows
     own = data[rows_of(own_local, volume.index_layout)]
     outgoing = {q: data[rows_of(local, volume.index_layout)] for q, local in send.items()}
     C = data.shape[1]
-    return per_chunk, own, outgoing, np.asarray(r.tile_values).reshape(-1, C), np.asarray(r.background).reshape(C)
+    return (
+        (index, r.points),
+        own,
+        outgoing,
+        np.asarray(r.tile_values).reshape(-1, C),
+        np.asarray(r.background).reshape(C),
+    )
+
+
+def _fold(total: tuple | None, wave: tuple) -> tuple:
+    """A partition's data adjoints summed over its waves, in wave order (deterministic): the running
+    ``total`` plus one wave's :func:`_vjp_piece` (its point adjoints are left out)."""
+    if total is None:
+        return (None, *wave[1:])
+    own, outgoing, tiles, background = total[1:]
+    return (
+        None,
+        own + wave[1],
+        {q: rows + wave[2][q] for q, rows in outgoing.items()},
+        tiles + wave[3],
+        background + wave[4],
+    )
+
+
+def _wave_point_adjoints(sizes: tuple, dtype: Any, *pieces: tuple) -> tuple:
+    """A wave's point adjoints in input order, one (n, 3) array per chunk (views of one block)."""
+    block = np.empty((int(sum(sizes)), 3), dtype)
+    for (index, adj), *_ in pieces:
+        _core.scatter_rows(block, index, np.ascontiguousarray(adj, dtype))
+    starts = np.cumsum((0,) + tuple(sizes))
+    return tuple(block[starts[c] : starts[c + 1]] for c in range(len(sizes)))
 
 
 def _owner_rows(q: int, mine: tuple, targets: dict, *neighbours: tuple) -> np.ndarray:
@@ -735,14 +758,6 @@ def _sum_small(which: int, *results: tuple) -> np.ndarray:
     for r in results[1:]:
         total += r[which]
     return total
-
-
-def _point_adjoints(c: int, n: int, dtype: Any, *results: tuple) -> np.ndarray:
-    out = np.zeros((n, 3), dtype)
-    for r in results:
-        index, adj = r[0][c]
-        out[index] = adj
-    return out
 
 
 @dataclass
@@ -779,6 +794,35 @@ def _vjp(
     jacobian_space: str | None,
 ) -> DistributedVJP:
     dask, da, _ = _import_dask()
+    owned, tiles, background, waves = vjp_graph(dvol, points, adj_value, adj_jacobian, mode, space, jacobian_space)
+    # one submission of the whole graph: every task runs once, and the point adjoints stay on the
+    # workers (as futures) until they are gathered
+    P = dvol.plan.partitions
+    futures = dvol.client.compute([*owned, tiles, background, *(wave for _, wave in waves)])
+    owned_f, (tiles_f, bg_f), wave_f = futures[:P], futures[P : P + 2], futures[P + 2 :]
+    R = dvol.template.value_type.jacobian_dtype
+    parts = [
+        da.from_delayed(dask.delayed(operator.getitem, pure=True)(f, i), shape=(n, 3), dtype=R)
+        for (sizes, _), f in zip(waves, wave_f, strict=True)
+        for i, n in enumerate(sizes)
+    ]
+    return DistributedVJP(dvol, owned_f, tiles_f, bg_f, da.concatenate(parts, axis=0))
+
+
+def vjp_graph(
+    dvol: DistributedVolume,
+    points: Any,
+    adj_value: Any,
+    adj_jacobian: Any,
+    mode: str,
+    space: str,
+    jacobian_space: str | None,
+) -> tuple[list, Any, Any, list]:
+    """The reverse mode's tasks, not submitted: per partition the adjoint rows of its own leaves, the
+    tile and background adjoints, and per wave ``(chunk sizes, point adjoints)`` - a task returning
+    one (n, 3) array per chunk of the wave.  The forward mode's streaming graph, wave by wave (module
+    docstring); each partition's data adjoints are folded over the waves in wave order."""
+    dask, da, _ = _import_dask()
     check_choice(mode, MODES, "mode")
     check_choice(space, SPACES, "space")
     jacobian_space = space if jacobian_space is None else check_choice(jacobian_space, SPACES, "jacobian_space")
@@ -793,10 +837,7 @@ def _vjp(
         adj_jacobian = adj_jacobian.rechunk((rows,) + adj_jacobian.shape[1:])
     delayed = dask.delayed
     plan, P = dvol.plan, dvol.plan.partitions
-    chunks = points.to_delayed().ravel()
-    routed = [
-        delayed(_route_chunk, pure=True)(chunk, plan.router, dvol.template.transform, space, None) for chunk in chunks
-    ]
+    chunks = list(points.to_delayed().ravel())
     vals = list(adj_value.to_delayed().ravel())
     jacs = [None] * len(chunks) if adj_jacobian is None else list(adj_jacobian.to_delayed().ravel())
     # which local leaves each partition owns, and which halo leaves it returns to which owner
@@ -804,10 +845,10 @@ def _vjp(
     for p, leaves in enumerate(plan.owned):
         owner[leaves] = p
     counts = dvol.leaf_value_counts
-    results, sends, targets = [], [], [{} for _ in range(P)]
+    own_locals, sends, targets = [], [], [{} for _ in range(P)]
     for p in range(P):
         local_globals = np.union1d(plan.owned[p], plan.halo[p])
-        own_local = np.searchsorted(local_globals, plan.owned[p])
+        own_locals.append(np.searchsorted(local_globals, plan.owned[p]))
         send = {}
         for q in np.unique(owner[plan.halo[p]]):
             leaves = plan.halo[p][owner[plan.halo[p]] == q]
@@ -819,33 +860,68 @@ def _vjp(
             pos = np.searchsorted(owned_q, leaves)
             targets[int(q)][p] = np.concatenate([np.arange(starts[k], starts[k] + block_counts[k]) for k in pos])
         sends.append(send)
-        results.append(
-            delayed(_vjp_partition, pure=True)(
-                dvol.partitions[p],
-                p,
-                (mode, space, jacobian_space),
-                own_local,
-                send,
-                len(chunks),
-                *routed,
-                *vals,
-                *jacs,
+    # the streaming graph of the forward mode, wave by wave; each partition's data adjoints are folded
+    # over the waves in order, so that a wave's pieces are released once folded and its point adjoints
+    # assembled: memory depends on the waves in flight, not on the number of points
+    W = default_wave(len(chunks), P, dvol.workers)
+    token = dask.base.tokenize(
+        dvol.partitions[0].key if dvol.partitions else None,
+        mode,
+        space,
+        jacobian_space,
+        points.name,
+        adj_value.name,
+        None if adj_jacobian is None else adj_jacobian.name,
+    )
+    where = dvol.client.who_has(dvol.partitions)
+    home = [list(where.get(f.key) or ()) or None for f in dvol.partitions]
+    R = dvol.template.value_type.jacobian_dtype
+    options = (mode, space, jacobian_space)
+    totals: list[Any] = [None] * P
+    waves: list[tuple[tuple, Any]] = []  # each wave's chunk sizes and the task of its point adjoints
+    for w, first in enumerate(range(0, len(chunks), W)):
+        members = slice(first, first + W)
+        n_members = len(chunks[members])
+        route = delayed(_route_wave, pure=True, nout=P + 1)(
+            plan.router,
+            dvol.template.transform,
+            space,
+            None,
+            "cpu",
+            *chunks[members],
+            dask_key_name=f"vdbflow-route-vjp-{token}-{w}",
+        )
+        pieces = []
+        for p in range(P):
+            with dask.annotate(workers=home[p], allow_other_workers=True):
+                piece = delayed(_vjp_piece, pure=True)(
+                    dvol.partitions[p],
+                    route[p],
+                    options,
+                    own_locals[p],
+                    sends[p],
+                    n_members,
+                    *vals[members],
+                    *jacs[members],
+                    dask_key_name=f"vdbflow-vjp-{token}-{w}-{p}",
+                )
+                totals[p] = delayed(_fold, pure=True)(totals[p], piece, dask_key_name=f"vdbflow-fold-{token}-{w}-{p}")
+            pieces.append(piece)
+        sizes = points.chunks[0][members]
+        waves.append(
+            (
+                sizes,
+                delayed(_wave_point_adjoints, pure=True)(
+                    sizes, R, *pieces, dask_key_name=f"vdbflow-vjp-points-{token}-{w}"
+                ),
             )
         )
     owned = [
         delayed(_owner_rows, pure=True)(
-            q, results[q], dict(sorted(targets[q].items())), *[results[p] for p in sorted(targets[q])]
+            q, totals[q], dict(sorted(targets[q].items())), *[totals[p] for p in sorted(targets[q])]
         )
         for q in range(P)
     ]
-    tiles = delayed(_sum_small, pure=True)(3, *results)
-    background = delayed(_sum_small, pure=True)(4, *results)
-    R = dvol.template.value_type.jacobian_dtype
-    parts = [
-        da.from_delayed(delayed(_point_adjoints, pure=True)(c, n, R, *results), shape=(n, 3), dtype=R)
-        for c, n in enumerate(rows)
-    ]
-    client = dvol.client
-    owned_f = client.compute(owned)
-    tiles_f, bg_f = client.compute([tiles, background])
-    return DistributedVJP(dvol, owned_f, tiles_f, bg_f, da.concatenate(parts, axis=0))
+    tiles = delayed(_sum_small, pure=True)(3, *totals)
+    background = delayed(_sum_small, pure=True)(4, *totals)
+    return owned, tiles, background, waves
