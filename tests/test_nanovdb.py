@@ -442,3 +442,14 @@ def test_values_stay_in_the_mapped_file(rng, tmp_path):
     )
     part = vdbflow.open(path, leaves=[1, 3])  # a subset views the same mapping, leaf by leaf
     np.testing.assert_array_equal(part.leaf_values, vol.leaf_values[[1, 3]])
+
+
+def test_save_wants_a_dict_of_grids(tmp_path):
+    vol = vdbflow.Volume.from_dense(np.ones((8, 8, 8), np.float32), name="density")
+    with pytest.raises(
+        vdbflow.NanoVDBError, match=r"expected grids as a dict .* got a Volume: save\(path, \{'density': volume\}\)"
+    ):
+        vdbflow.save(tmp_path / "x.nvdb", vol)
+    with pytest.raises(vdbflow.NanoVDBError, match="expected grids as a dict .* got list"):
+        vdbflow.save(tmp_path / "x.nvdb", [vol])
+    assert not list(tmp_path.iterdir())

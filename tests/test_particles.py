@@ -364,14 +364,16 @@ def test_advect_errors_say_what_was_expected(rotation_shell, gyre_series):
         vdbflow.advect(rotation_shell, seeds, 0, 1, 0.1, mode="cubic")
     with pytest.raises(vdbflow.TimeError, match="expected a finite time step dt > 0, got -0.1"):
         vdbflow.advect(rotation_shell, seeds, 0, 1, -0.1)
-    with pytest.raises(vdbflow.TimeError, match=r"inside the series' times \[0, 5\], got t0=4, t1=6"):
+    with pytest.raises(vdbflow.TimeError, match=r"inside the series' times \[0.0, 5.0\], got t0=4.0, t1=6.0"):
         vdbflow.advect(gyre_series, seeds, 4, 6, 0.1)
     with pytest.raises(vdbflow.PointsError, match=r"expected seeds of shape \(N, 3\) or \(..., 3\)"):
         vdbflow.advect(rotation_shell, np.zeros((4, 2)), 0, 1, 0.1)
     scalar = vdbflow.Volume.from_dense(np.ones((8, 8, 8)), name="density")
     with pytest.raises(vdbflow.SamplingError, match="expected a vec3 velocity volume .* got 1 component"):
         vdbflow.advect(scalar, seeds, 0, 1, 0.1)
-    with pytest.raises(vdbflow.SamplingError, match="expected a Volume, VolumeSeries, DistributedVolume"):
+    with pytest.raises(
+        vdbflow.SamplingError, match="expected a Volume, VolumeSeries, DistributedSeries, DistributedVolume"
+    ):
         vdbflow.advect("velocity.nvdb", seeds, 0, 1, 0.1)
     with pytest.raises(vdbflow.PointsError, match="at least 2 seeds along each"):
         vdbflow.ftle(rotation_shell, np.zeros((1, 4, 3)), 0, 1, method="finite_difference")
@@ -443,3 +445,17 @@ def test_advect_with_ftle_is_the_variational_ftle_of_the_same_run(abc_box, rng):
     assert ds.ftle.dims == ("particle",) and np.isfinite(ds.ftle.values).all()
     with pytest.raises(vdbflow.TimeError, match="expected t1 != t0 for with_ftle"):
         vdbflow.advect(abc_box, seeds, 0.5, 0.5, 0.05, with_ftle=True)
+
+
+def test_times_and_steps_that_cannot_be_integrated_are_time_errors(rotation_shell):
+    seeds = [[3.0, 3.0, 0.5]]
+    with pytest.raises(vdbflow.TimeError, match="expected at most 10,000,000 steps"):
+        vdbflow.advect(rotation_shell, seeds, 0.0, 1.0, 1e-12)  # not a MemoryError from the step plan
+    with pytest.raises(vdbflow.TimeError, match="expected a real number for dt, got None"):
+        vdbflow.advect(rotation_shell, seeds, 0.0, 1.0, None)
+    with pytest.raises(vdbflow.TimeError, match="expected a real number for T, got '1'"):
+        vdbflow.ftle(rotation_shell, seeds, 0.0, "1")
+    ijk = np.stack(np.meshgrid(*[np.arange(8)] * 3, indexing="ij"), -1).reshape(-1, 3)
+    integers = vdbflow.Volume.from_voxels(ijk, np.zeros((len(ijk), 3), np.int32))
+    with pytest.raises(vdbflow.DeviceError, match="expected a float Volume for device='cuda'.*got a .*int32.* Volume"):
+        vdbflow.advect(integers, seeds, 0.0, 1.0, 0.1, "euler", "closest", device="cuda")

@@ -561,10 +561,23 @@ def test_particle_job_through_a_series_in_time(tmp_path):
     assert (ds.status == 0).all() and np.isfinite(ds.ftle).all()  # the gyre's box is invariant
     sha = json.loads(ds.attrs["input_sha256"])
     assert len(sha) == len(times) and all(len(v) == 64 for v in sha.values())
-    # t1 beyond the series: refused before any task runs, exit 2
-    bad = write_config(tmp_path / "bad.yaml", {**cfg, "advect": {**cfg["advect"], "t1": 4.0}})
-    result = invoke("run", str(bad), "--set", f"output.path={tmp_path / 'bad.zarr'}")
-    assert result.exit_code == 2 and "inside the series' times [0, 3]" in result.output, result.output
+    assert ds.attrs["time_interpolation"] == "pchip"
+    # t1 beyond the series (by a hair): refused by the plan, so by a dry run too, exit 2
+    bad = write_config(tmp_path / "bad.yaml", {**cfg, "advect": {**cfg["advect"], "t1": 3.0 + 1e-12}})
+    for extra in ((), ("--dry-run",)):
+        result = invoke("run", str(bad), "--set", f"output.path={tmp_path / 'bad.zarr'}", *extra)
+        assert result.exit_code == 2, result.output
+        assert "inside the series' times [0.0, 3.0], got t0=0.5, t1=3.000000000001" in result.output, result.output
+    result = invoke(
+        "run",
+        str(bad),
+        "--set",
+        "volume.series.times=[0, 1]",
+        "--set",
+        f"output.path={tmp_path / 'b.zarr'}",
+        "--dry-run",
+    )
+    assert result.exit_code == 2 and "one time per step (13 steps), got 2 times" in result.output, result.output
 
 
 def test_particle_job_refuses_a_scalar_grid(tmp_path):

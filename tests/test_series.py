@@ -289,7 +289,7 @@ def test_distributed_series_shares_one_plan_per_topology_and_equals_the_series(t
     with (
         distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as lc,
         distributed.Client(lc) as client,
-        vdbflow.distribute(series, client, partitions=3, halo=2) as dseries,
+        vdbflow.distribute(series, client, partitions=3, halo=2, cache=2) as dseries,
     ):
         assert isinstance(dseries, vdbflow.DistributedSeries) and dseries.distributed == 0
         for time in ("none", "linear", "pchip"):
@@ -310,3 +310,18 @@ def test_distributed_series_shares_one_plan_per_topology_and_equals_the_series(t
         with pytest.raises(vdbflow.VolumeError, match="a plan of this volume's"):
             vdbflow.distribute(other, client, partitions=3, halo=2, plan=plans[0])
     assert not dseries._distributed  # closed with the block
+
+
+def test_a_series_directory_with_files_of_another_series_is_refused(tmp_path):
+    """write_series refuses a directory that holds more files of its prefix (a glob would mix them in),
+    and open_series names both files of two steps at one time."""
+    gyre = unsteady.double_gyre()
+    unsteady.write_series(gyre, tmp_path, [0.0, 1.0, 2.0, 3.0], voxel_size=0.25, pad=1)
+    with pytest.raises(vdbflow.VolumeError, match=r"expected no other double_gyre_\*.nvdb files .* found 2"):
+        unsteady.write_series(gyre, tmp_path, [0.5, 1.5], voxel_size=0.25, pad=1)
+    unsteady.write_series(gyre, tmp_path / "other", [0.0, 1.0], voxel_size=0.25, pad=1, prefix="double_gyre")
+    (tmp_path / "other" / "double_gyre_0001.nvdb").rename(tmp_path / "double_gyre_0009.nvdb")  # t = 1 again
+    with pytest.raises(
+        vdbflow.TimeError, match=r"one step per time, got 2 or more steps at t=1.0: .*_0001.nvdb and .*_0009.nvdb"
+    ):
+        vdbflow.open_series(str(tmp_path / "*.nvdb"))

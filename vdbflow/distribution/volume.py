@@ -545,6 +545,7 @@ def distribute(
     grid: int | str | None = None,
     spill: str | os.PathLike | bool | None = None,
     plan: PartitionPlan | None = None,
+    cache: int = 4,
 ) -> Any:
     """Partition a volume across a Dask cluster, for sampling in parallel.
 
@@ -579,6 +580,8 @@ def distribute(
         volumes that share a plan route every point to the same partition, placed on the same
         worker.  A :class:`~vdbflow.VolumeSeries` shares one plan among the steps that share a
         topology.
+    cache : int, default 4
+        For a VolumeSeries ``source``: the steps kept distributed at once (``pchip`` reads 4).
 
     Returns
     -------
@@ -600,7 +603,7 @@ def distribute(
         Dask or distributed is not installed.
     """
     if not isinstance(source, (Volume, str, os.PathLike)) and hasattr(source, "distribute"):
-        return source.distribute(client, partitions, halo, spill=spill)  # a VolumeSeries
+        return source.distribute(client, partitions, halo, spill=spill, cache=cache)  # a VolumeSeries
     _, _, distributed = _import_dask()
     client, owns = resolve_client(client)
     if isinstance(source, Volume):

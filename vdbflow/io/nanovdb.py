@@ -12,7 +12,7 @@ import mmap
 import os
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -1915,6 +1915,13 @@ def save(path: str | os.PathLike, grids: dict[str, Volume | Topology], codec: st
     """
     if codec not in fmt.CODEC_IDS:
         raise NanoVDBError(f"expected codec 'none', 'zip' or 'blosc', got {codec!r}")
+    if isinstance(grids, (Volume, Topology)):
+        raise NanoVDBError(
+            f"expected grids as a dict of name -> Volume or Topology, got a {type(grids).__name__}: "
+            f"save(path, {{{grids.name if isinstance(grids, Volume) else 'name'!r}: volume}}), or volume.to_nvdb(path)"
+        )
+    if not isinstance(grids, Mapping):
+        raise NanoVDBError(f"expected grids as a dict of name -> Volume or Topology, got {type(grids).__name__}")
     if not grids:
         raise NanoVDBError("expected at least one grid to save, got none")
     payloads, metas = [], []

@@ -106,8 +106,9 @@ def _print_plan(plan: Any, console: Console) -> None:
         rows.append(
             (
                 "advection",
-                f"the points are seeds: {a.method}, mode {cfg.sampling.mode}, t {a.t0:g} -> {a.t1:g}, dt {a.dt:g}, "
-                f"positions every {a.save_every} step(s); outputs position, status, end_time"
+                f"the points are seeds: {a.method}, mode {cfg.sampling.mode}, t {a.t0!r} -> {a.t1!r}, dt {a.dt!r}"
+                + (f", time interpolation {a.time}" if cfg.volume.series is not None else "")
+                + f", positions every {a.save_every} step(s); outputs position, status, end_time"
                 + "".join(f", {o}" for o in a.outputs)
                 + f"; one task a chunk of seeds, device {cfg.sampling.device}",
             )

@@ -37,6 +37,7 @@ from pydantic import (
 
 from vdbflow.errors import VdbflowError
 from vdbflow.ops.sampling import MODES
+from vdbflow.temporal.particles import MAX_STEPS
 
 DERIVED = (
     "divergence",
@@ -114,13 +115,13 @@ class SyntheticVolume(_Model):
 class SeriesVolume(_Model):
     """A time series of .nvdb files (one a step), for particle jobs: advected through in space and time."""
 
-    paths: str | list[Path] = Field(description="a glob pattern (files in name order), or the files in time order")
+    paths: str | list[Path] = Field(description="a glob pattern or a list of files (ordered by time record)")
     times: list[float] | None = Field(None, description="the time of each file; default its vdbflow.time record")
     grid: str | None = Field(None, description="the grid of each file (default the first)")
     cache: int = Field(4, ge=1, description="steps open at once in each worker (pchip reads 4)")
 
     def files(self) -> list[Path]:
-        """The files, in time order as given (a glob's matches in name order)."""
+        """The files as given (a glob's matches in name order); open_series orders them by time."""
         if isinstance(self.paths, str):
             import glob
 
@@ -281,8 +282,8 @@ class AdvectSpec(_Model):
         if "ftle" in self.outputs and self.t1 == self.t0:
             raise ValueError(f"expected t1 != t0 for the ftle output, got t0 = t1 = {self.t0}")
         steps = math.ceil(abs(self.t1 - self.t0) / self.dt - 1e-9)
-        if steps > MAX_PARTICLE_STEPS:
-            raise ValueError(f"expected at most {MAX_PARTICLE_STEPS:,} steps, got {steps:,} (|t1 - t0| / dt)")
+        if steps > MAX_STEPS:
+            raise ValueError(f"expected at most {MAX_STEPS:,} steps, got {steps:,} (|t1 - t0| / dt)")
         return self
 
     @field_validator("outputs")
@@ -290,8 +291,6 @@ class AdvectSpec(_Model):
     def _once(cls, v: list[str]) -> list[str]:
         return list(dict.fromkeys(v))
 
-
-MAX_PARTICLE_STEPS = 10_000_000
 
 DashboardAddress = Annotated[
     str,

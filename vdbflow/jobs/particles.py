@@ -183,5 +183,6 @@ def particle_dataset(cfg: Any, source: Any, template: Volume, seeds: Any) -> xr.
             "dt": h,
             "steps": n,
             "save_every": spec.save_every,
+            **({"time_interpolation": spec.time} if isinstance(source, SeriesFiles) else {}),
         },
     )

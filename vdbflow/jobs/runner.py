@@ -247,6 +247,27 @@ def _nvdb_grids(cfg: JobConfig) -> list[GridPlan]:
     return plans
 
 
+def _series_times(cfg: JobConfig) -> tuple[float, float]:
+    """The first and last time of the job's series (headers and time records only), checked against
+    ``advect``'s ``[t0, t1]``; a ConfigError naming the key otherwise."""
+    from vdbflow.jobs.particles import SeriesFiles
+
+    s, a = cfg.volume.series, cfg.advect
+    assert s is not None and a is not None  # a series job is a particle job (JobConfig checks it)
+    files = SeriesFiles(tuple(str(f) for f in s.files()), None if s.times is None else tuple(s.times), s.grid, 1)
+    try:
+        times = files.open().times
+    except (VolumeError, TimeError, NanoVDBError) as err:
+        raise ConfigError(f"volume.series{cfg.where('volume.series')}: {err}") from None
+    lo, hi = float(times[0]), float(times[-1])
+    if not (lo <= min(a.t0, a.t1) and max(a.t0, a.t1) <= hi):
+        raise ConfigError(
+            f"advect{cfg.where('advect')}: expected t0 and t1 inside the series' times [{lo!r}, {hi!r}], "
+            f"got t0={a.t0!r}, t1={a.t1!r}"
+        )
+    return lo, hi
+
+
 def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False) -> JobPlan:
     """Check a config against its inputs and say what the job will do (and how large it is); runs nothing.
 
@@ -255,9 +276,14 @@ def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False) -> JobP
     dask-jobqueue are ``warnings`` of the plan instead of errors.
     """
     warnings = check_inputs(cfg, missing_ok=dry_run)
-    volume_missing = (cfg.volume.path is not None and not cfg.volume.path.is_file()) or (
-        cfg.volume.series is not None and not all(f.is_file() for f in cfg.volume.series.files() or [Path()])
-    )
+    series = cfg.volume.series
+    if series is not None:
+        files = series.files()
+        gone = [f for f in files if not f.is_file()]
+        missing_volume = f"{gone[0]}" if gone else (None if files else f"a file matching {series.paths!r}")
+    else:
+        missing_volume = cfg.volume.path if cfg.volume.path is not None and not cfg.volume.path.is_file() else None
+    volume_missing = missing_volume is not None
     if cfg.volume.synthetic:
         try:
             synthetic.make_field(cfg.volume.synthetic.field, **cfg.volume.synthetic.params)
@@ -267,7 +293,7 @@ def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False) -> JobP
         grids = [_synthetic_estimate(cfg)]
     elif volume_missing:  # a dry run: the sizes assume vec3f grids
         grids = [
-            GridPlan(n, "Vec3f", 3, -1, -1, f"not read: {cfg.volume.path} is not here (sizes assume vec3f)")
+            GridPlan(n, "Vec3f", 3, -1, -1, f"not read: {missing_volume} is not here (sizes assume vec3f)")
             for n in cfg.volume.grids or ["(the first grid)"]
         ]
     else:
@@ -337,10 +363,11 @@ def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False) -> JobP
             )
         )
         notes.append(f"{cfg.volume.path} ({human_bytes(inputs['volume.path'].size)}) is {how}")
-    if cfg.volume.series is not None and not volume_missing:
+    if series is not None and not volume_missing:
+        lo, hi = _series_times(cfg)
         notes.append(
-            f"the series' {len(cfg.volume.series.files())} files are memory-mapped in place by each worker: "
-            "the job must not run while another process rewrites them"
+            f"the series' {len(series.files())} files (t from {lo:g} to {hi:g}) are memory-mapped in place by "
+            "each worker: the job must not run while another process rewrites them"
         )
     plan = JobPlan(
         cfg,
@@ -600,19 +627,11 @@ def _particle_job(
 
     t0 = time.perf_counter()
     ((name, src),) = sources.items()
-    if isinstance(src, SeriesFiles):
+    if isinstance(src, SeriesFiles):  # its times were checked by plan_job
         try:
-            series = src.open()
-            template = series.template
-        except (VolumeError, TimeError, NanoVDBError) as err:
+            template = src.open().template
+        except (VolumeError, NanoVDBError) as err:
             raise ConfigError(f"volume.series{cfg.where('volume.series')}: {err}") from None
-        lo, hi = float(series.times[0]), float(series.times[-1])
-        a = cfg.advect
-        if not (lo <= min(a.t0, a.t1) and max(a.t0, a.t1) <= hi):
-            raise ConfigError(
-                f"advect{cfg.where('advect')}: expected t0 and t1 inside the series' times [{lo:g}, {hi:g}], "
-                f"got t0={a.t0:g}, t1={a.t1:g}"
-            )
         source: Any = src
     elif isinstance(src, tuple):
         template = open_volume(src[0], src[1])

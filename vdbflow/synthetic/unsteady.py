@@ -156,9 +156,24 @@ def write_series(
     hi: Sequence[float] | None = None,
 ) -> list[str]:
     """Write ``field`` at each of ``times`` as ``{prefix}_{k:04d}.nvdb`` in ``directory`` (created if
-    missing) with :func:`field_volume`; returns the paths in time order."""
+    missing) with :func:`field_volume`; returns the paths in time order.  Files of an earlier, longer
+    series of the same prefix there would join this one when the directory is globbed: they are
+    refused (a VolumeError) before anything is written."""
+    import glob
+
+    from vdbflow.errors import VolumeError
+
     os.makedirs(directory, exist_ok=True)
     stem = prefix or field.name
+    mine = {os.path.join(os.fspath(directory), f"{stem}_{k:04d}.nvdb") for k in range(len(times))}
+    stale = sorted(
+        set(glob.glob(os.path.join(glob.escape(os.fspath(directory)), f"{glob.escape(stem)}_*.nvdb"))) - mine
+    )
+    if stale:
+        raise VolumeError(
+            f"expected no other {stem}_*.nvdb files in {os.fspath(directory)} (a glob of the series would "
+            f"read them), found {len(stale)}, e.g. {stale[0]}: remove them, or write to another directory or prefix"
+        )
     paths = []
     for k, t in enumerate(times):
         path = os.path.join(os.fspath(directory), f"{stem}_{k:04d}.nvdb")

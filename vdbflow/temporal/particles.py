@@ -30,6 +30,7 @@ from vdbflow.errors import DeviceError, PointsError, SamplingError, TimeError
 from vdbflow.ops.coverage import InsideCheck
 
 ACTIVE, LEFT_DATA, NON_FINITE = 0, 1, 2
+MAX_STEPS = 10_000_000  # steps of one integration (its step plan and saved slots are held in memory)
 STATUS_MEANINGS = "active left_data non_finite"
 
 # Butcher tableaus: nodes c, stage coefficients a (lower triangular), weights b
@@ -305,9 +306,8 @@ def _as_source(source: Any, mode: str, time: str, device: str = "cpu") -> _Sourc
     if device not in ("cpu", "cuda"):
         raise DeviceError(f"expected device 'cpu' or 'cuda', got {device!r}")
     if device == "cuda" and not (isinstance(source, Volume) and source.value_type.is_float):
-        raise DeviceError(
-            f"expected a float Volume for device='cuda' (whole trajectories on the GPU), got {type(source).__name__}"
-        )
+        what = f"a {source.value_type.name} Volume" if isinstance(source, Volume) else type(source).__name__
+        raise DeviceError(f"expected a float Volume for device='cuda' (whole trajectories on the GPU), got {what}")
     if isinstance(source, Volume):
         if device == "cuda":
             from vdbflow.devices import cuda
@@ -324,7 +324,7 @@ def _as_source(source: Any, mode: str, time: str, device: str = "cpu") -> _Sourc
     if isinstance(source, UnsteadyField):
         return _AnalyticSource(source, unsteady=True)
     raise SamplingError(
-        f"expected a Volume, VolumeSeries, DistributedVolume or analytic field to advect through, "
+        f"expected a Volume, VolumeSeries, DistributedSeries, DistributedVolume or analytic field to advect through, "
         f"got {type(source).__name__}"
     )
 
@@ -335,6 +335,10 @@ def step_plan(t0: float, t1: float, dt: float, save_every: int = 1) -> tuple[int
     and their times (the last one exactly ``t1``).  Returns ``(n, h, save_steps (S,), times (S,))``."""
     T = t1 - t0
     n = max(1, math.ceil(abs(T) / dt - 1e-9)) if T != 0 else 0
+    if n > MAX_STEPS:
+        raise TimeError(
+            f"expected at most {MAX_STEPS:,} steps (|t1 - t0| / dt), got {n:,}: t0={t0!r}, t1={t1!r}, dt={dt!r}"
+        )
     h = T / n if n else 0.0
     saves = list(range(0, n + 1, int(save_every)))
     if saves[-1] != n:
@@ -372,8 +376,7 @@ class _Run:
             lo, hi = src.time_range
             if not (lo <= min(t0, t1) and max(t0, t1) <= hi):
                 raise TimeError(
-                    f"expected the integration [{min(t0, t1):g}, {max(t0, t1):g}] inside the series' "
-                    f"times [{lo:g}, {hi:g}], got t0={t0:g}, t1={t1:g}"
+                    f"expected the integration inside the series' times [{lo!r}, {hi!r}], got t0={t0!r}, t1={t1!r}"
                 )
         self.src, self.method = src, method
         self.t0, self.t1 = float(t0), float(t1)
@@ -543,6 +546,16 @@ class _Run:
         return cur
 
 
+def _real(value: Any, name: str) -> float:
+    """A time, step or interval as a float; a TimeError naming it otherwise."""
+    if isinstance(value, (str, bytes)) or value is None:
+        raise TimeError(f"expected a real number for {name}, got {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TimeError(f"expected a real number for {name}, got {value!r}") from None
+
+
 def _seeds(seeds: Any) -> np.ndarray:
     try:
         arr = np.asarray(seeds, np.float64)
@@ -650,6 +663,7 @@ def advect(
     """
     src = _as_source(source, mode, time, device)
     pts = _seeds(seeds)
+    t0, t1, dt = _real(t0, "t0"), _real(t1, "t1"), _real(dt, "dt")
     if with_ftle and not (math.isfinite(t1 - t0) and t1 != t0):
         raise TimeError(f"expected t1 != t0 for with_ftle (an FTLE needs a nonzero time), got t0 = t1 = {t0!r}")
     run = _Run(
@@ -820,6 +834,8 @@ def ftle(
 
     if method not in ("variational", "finite_difference"):
         raise SamplingError(f"expected method 'variational' or 'finite_difference', got {method!r}")
+    t0, T = _real(t0, "t0"), _real(T, "T")
+    dt = None if dt is None else _real(dt, "dt")
     if not (math.isfinite(T) and T != 0):
         raise TimeError(f"expected a finite, nonzero integration time T, got {T!r}")
     pts, lead, dims_, _ = points_in(_seeds(seeds), dims)

@@ -280,11 +280,11 @@ class VolumeSeries:
         halo: int = 1,
         *,
         spill: str | os.PathLike | bool | None = None,
-        cache: int = 2,
+        cache: int = 4,
     ) -> DistributedSeries:
         """This series with its steps distributed across a Dask cluster (:class:`DistributedSeries`);
         ``client``, ``partitions``, ``halo`` and ``spill`` as for :func:`vdbflow.distribute`, ``cache``
-        the steps kept distributed at once."""
+        the steps kept distributed at once (4: what ``pchip`` reads)."""
         return DistributedSeries(self, client, partitions, halo, spill=spill, cache=cache)
 
     def _interpolate(self, g: np.ndarray, steps: np.ndarray, t: np.ndarray, time: str, components: int) -> np.ndarray:
@@ -368,7 +368,8 @@ class VolumeSeries:
 class DistributedSeries(VolumeSeries):
     """A :class:`VolumeSeries` whose steps are sampled on a Dask cluster: each step is distributed
     (:func:`vdbflow.distribute`) when a sample first needs it, and at most ``cache`` steps stay
-    distributed (least recently used first out, its partitions released).  Steps that share a
+    distributed (default 4, what ``pchip`` reads; least recently used first out, its partitions
+    released).  Steps that share a
     topology share one partition plan, so a point goes to the same partition - and worker - at every
     step.  Sampling, interpolation in time and :func:`vdbflow.advect` work as on the series, with
     the same results bit for bit; the client reads only the steps' topologies (values stay in the
@@ -383,7 +384,7 @@ class DistributedSeries(VolumeSeries):
         halo: int = 1,
         *,
         spill: str | os.PathLike | bool | None = None,
-        cache: int = 2,
+        cache: int = 4,
     ):
         if int(cache) < 1:
             raise VolumeError(f"expected cache >= 1 distributed steps, got {cache}")
@@ -574,8 +575,8 @@ def open_series(
     Parameters
     ----------
     paths_or_glob : str, os.PathLike or sequence of str, os.PathLike or Volume
-        .nvdb files (or Zarr stores, or Volumes): a glob pattern (files in name order) or a
-        sequence in time order.
+        .nvdb files (or Zarr stores, or Volumes): a glob pattern (in name order when ``times`` is
+        given) or a sequence (in time order when ``times`` is given).
     times : array_like, shape (T,), optional
         The time of each step (the series' time units, e.g. s), finite and strictly increasing.
         By default each step's ``vdbflow.time`` record (written by
@@ -635,4 +636,12 @@ def open_series(
         order = np.argsort(np.asarray(found), kind="stable")
         sources = [sources[k] for k in order]
         times = [found[k] for k in order]
+        same = [k for k in range(1, len(times)) if times[k] == times[k - 1]]
+        if same:
+            k = same[0]
+            name = lambda src: os.fspath(src) if not isinstance(src, Volume) else repr(src)  # noqa: E731
+            raise TimeError(
+                f"expected one step per time, got {len(same) + 1} or more steps at t={times[k]!r}: "
+                f"{name(sources[k - 1])} and {name(sources[k])} (a file left from another series?)"
+            )
     return VolumeSeries(sources, times, grid=grid, cache=cache)
