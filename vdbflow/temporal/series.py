@@ -369,11 +369,11 @@ class DistributedSeries(VolumeSeries):
     """A :class:`VolumeSeries` whose steps are sampled on a Dask cluster: each step is distributed
     (:func:`vdbflow.distribute`) when a sample first needs it, and at most ``cache`` steps stay
     distributed (default 4, what ``pchip`` reads; least recently used first out, its partitions
-    released).  Steps that share a
-    topology share one partition plan, so a point goes to the same partition - and worker - at every
-    step.  Sampling, interpolation in time and :func:`vdbflow.advect` work as on the series, with
-    the same results bit for bit; the client reads only the steps' topologies (values stay in the
-    memory-mapped files, or, for in-memory steps, go to the workers).
+    released).  Steps that share a topology share one partition plan, so a point goes to the same
+    partition - and worker - at every step.  Sampling, interpolation in time and
+    :func:`vdbflow.advect` work as on the series, with the same results bit for bit; the client reads
+    only the steps' topologies (values stay in the memory-mapped files, or, for in-memory steps, go to
+    the workers).  Close it (or use it as a context manager) to release the steps.
     """
 
     def __init__(
