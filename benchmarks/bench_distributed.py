@@ -23,25 +23,15 @@ import json
 import platform
 import resource
 import statistics
-import time
 
 import numpy as np
+from timing import timed
 
 import vdbflow
 from vdbflow import _core, synthetic
 from vdbflow.distribution.plan import near_blocks, plan_partitions
 
 CHUNK = 1 << 20
-
-
-def timed(fn, repeat: int) -> list[float]:
-    fn()  # warm-up
-    out = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
 
 
 def spread(ts: list[float]) -> str:

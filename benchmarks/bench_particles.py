@@ -20,25 +20,15 @@ import argparse
 import datetime
 import platform
 import statistics
-import time
 
 import numpy as np
+from timing import timed
 
 import vdbflow
 from vdbflow import _core, synthetic
 from vdbflow.ops.sampling import sample_grad_arrays
 
 EXTENT = 2 * np.pi
-
-
-def timed(fn, repeat: int) -> list[float]:
-    fn()  # warm-up
-    out = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
 
 
 def abc_box(n: int) -> vdbflow.Volume:

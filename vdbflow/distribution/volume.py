@@ -483,7 +483,20 @@ class DistributedVolume:
         the waves in order; the halo copies' adjoints travel back to the owning partitions and are
         added there in partition order.  Equal to :func:`vdbflow.sample_grad_vjp` up to the order of
         the float additions (the data adjoint is a sum over points); the graph runs when called."""
-        return _vjp(self, points, adj_value, adj_jacobian, mode, space, jacobian_space)
+        dask, da, _ = _import_dask()
+        owned, tiles, background, waves = vjp_graph(self, points, adj_value, adj_jacobian, mode, space, jacobian_space)
+        # one submission of the whole graph: every task runs once, and the point adjoints stay on the
+        # workers (as futures) until they are gathered
+        P = self.plan.partitions
+        futures = self.client.compute([*owned, tiles, background, *(wave for _, wave in waves)])
+        owned_f, (tiles_f, bg_f), wave_f = futures[:P], futures[P : P + 2], futures[P + 2 :]
+        R = self.template.value_type.jacobian_dtype
+        parts = [
+            da.from_delayed(dask.delayed(operator.getitem, pure=True)(f, i), shape=(n, 3), dtype=R)
+            for (sizes, _), f in zip(waves, wave_f, strict=True)
+            for i, n in enumerate(sizes)
+        ]
+        return DistributedVJP(self, owned_f, tiles_f, bg_f, da.concatenate(parts, axis=0))
 
     def stats(self) -> list[dict[str, Any]]:
         """Per partition: owned leaves, halo leaves, halo bytes and the worker holding it."""
@@ -785,31 +798,6 @@ class DistributedVJP:
         for p, fut in enumerate(self.owned):
             out[topology.leaf_rows(self.dvol.plan.owned[p], index_layout)] = fut.result()
         return out[:, 0] if C == 1 else out
-
-
-def _vjp(
-    dvol: DistributedVolume,
-    points: Any,
-    adj_value: Any,
-    adj_jacobian: Any,
-    mode: str,
-    space: str,
-    jacobian_space: str | None,
-) -> DistributedVJP:
-    dask, da, _ = _import_dask()
-    owned, tiles, background, waves = vjp_graph(dvol, points, adj_value, adj_jacobian, mode, space, jacobian_space)
-    # one submission of the whole graph: every task runs once, and the point adjoints stay on the
-    # workers (as futures) until they are gathered
-    P = dvol.plan.partitions
-    futures = dvol.client.compute([*owned, tiles, background, *(wave for _, wave in waves)])
-    owned_f, (tiles_f, bg_f), wave_f = futures[:P], futures[P : P + 2], futures[P + 2 :]
-    R = dvol.template.value_type.jacobian_dtype
-    parts = [
-        da.from_delayed(dask.delayed(operator.getitem, pure=True)(f, i), shape=(n, 3), dtype=R)
-        for (sizes, _), f in zip(waves, wave_f, strict=True)
-        for i, n in enumerate(sizes)
-    ]
-    return DistributedVJP(dvol, owned_f, tiles_f, bg_f, da.concatenate(parts, axis=0))
 
 
 def vjp_graph(
