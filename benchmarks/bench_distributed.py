@@ -93,7 +93,7 @@ def main() -> None:
     # routing against sampling, one process, 2 threads
     _core.set_num_threads(2)
     plan = plan_partitions(vol.topology, 8)
-    near = near_blocks(vol.topology, plan.stencil)
+    near = near_blocks(vol.topology, plan.stencil, plan.router)
     for label, p in (("bbox", pts), ("inside", inside)):
         t_route = timed(lambda p=p: plan.router.route(p, vol.transform, "index", near), R)
         t_samp = timed(lambda p=p: vdbflow.sample_grad_arrays(vol, p, "linear", space="index"), R)

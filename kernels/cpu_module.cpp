@@ -1246,6 +1246,7 @@ NB_MODULE(_core, m) {
   m.attr("MORTON_BITS") = MORTON_BITS;
   m.attr("ROUTE_BACKGROUND") = ROUTE_BACKGROUND;
   m.attr("ROUTE_BLOCK_SHIFT") = ROUTE_BLOCK_SHIFT;
+  m.attr("ROUTE_MIXED_BLOCK") = ROUTE_MIXED_BLOCK;
   m.def("set_num_threads", &set_num_threads, nb::arg("threads"), "Threads of the CPU kernels (OpenMP).");
   m.def("get_max_threads", &get_max_threads, "Threads the CPU kernels use.");
   m.attr("ORDER_AUTO") = (int)ORDER_AUTO;

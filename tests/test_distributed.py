@@ -103,7 +103,7 @@ def test_workers_read_their_leaves_from_an_nvdb_file(rng, client, tmp_path):
 
 @pytest.mark.slow
 def test_task_count_is_chunks_plus_partitions_times_waves(rng, client):
-    """100 chunks x 64 partitions: m (2P + 3) + n (1 + 2) tasks for m waves (module docstring), far
+    """100 chunks x 64 partitions: m (2P + 2) + n (1 + 2) tasks for m waves (module docstring), far
     below the product, and no task of one wave depends on another wave's points."""
     from dask.core import get_dependencies
 
@@ -118,7 +118,7 @@ def test_task_count_is_chunks_plus_partitions_times_waves(rng, client):
             graph.update(ds["value"].data.__dask_graph__())
             m, n, P = -(-100 // W), 100, 64
             point_tasks = len(dict(pts.__dask_graph__()))  # the chunks (and dask's source array key)
-            assert len(graph) == m * (2 * P + 3) + 2 * n + point_tasks
+            assert len(graph) == m * (2 * P + 2) + 2 * n + point_tasks
             if wave is None:
                 assert len(graph) < 2_500 < 100 * 64
             # streaming: each output chunk depends on the point chunks of its own wave only
@@ -309,9 +309,13 @@ def test_background_only_points_skip_the_partitions(rng):
     near_leaf = vol.active_voxels()[:3] + 0.5
     in_tile = np.array([[200.0, 60.0, 60.0]])  # inside the 128^3 tile
     pts = np.concatenate([empty, near_leaf, in_tile])
-    routed = _route_wave(plan.router, vol.transform, "index", near_blocks(vol.topology, plan.stencil), "cpu", pts)
+    near = near_blocks(vol.topology, plan.stencil, plan.router)
+    routed = _route_wave(plan.router, vol.transform, "index", near, "cpu", pts)
+    assert len(routed) == 2 * 4 + 1  # each partition's indices, then its points, then the background's
     assert sorted(routed[-1].tolist()) == [0, 1]
-    assert sum(len(idx) for idx, _ in routed[:-1]) == 4
+    assert sum(len(idx) for idx in routed[:4]) == 4
+    for idx, piece in zip(routed[:4], routed[4:8], strict=True):
+        np.testing.assert_array_equal(piece, pts[idx])
 
 
 @pytest.mark.parametrize(("components", "index_layout", "partitions"), [(1, True, 3), (4, True, 8), (3, False, 5)])

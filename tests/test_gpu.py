@@ -134,7 +134,7 @@ def test_cuda_routing_matches_cpu_routing(rng, partitions):
     ijk, values = random_sparse_voxels(rng, components=3)
     vol = vdbflow.Volume.from_voxels(ijk, values, 0.0, voxel_size=0.5)
     plan = plan_partitions(vol.topology, partitions)
-    near = near_blocks(vol.topology, plan.stencil)
+    near = near_blocks(vol.topology, plan.stencil, plan.router)
     pts = np.concatenate([probe_points(rng, ijk, 20_000), rng.uniform(-500, 500, (20_000, 3)), [[np.nan, 0, 0]]])
     r = plan.router
     for space in ("index", "world"):

@@ -58,7 +58,7 @@ def test_partitions_match_the_numpy_oracle(rng, partitions, space):
 def test_background_shortcut_only_takes_background_points(rng):
     ijk, vol = volume(rng)
     plan = plan_partitions(vol.topology, 5, stencil_radius=1)
-    near = near_blocks(vol.topology, plan.stencil)
+    near = near_blocks(vol.topology, plan.stencil, plan.router)
     pts = np.concatenate(
         [
             probe_points(rng, ijk, 2_000),
@@ -77,6 +77,28 @@ def test_background_shortcut_only_takes_background_points(rng):
     # never a point based in a leaf or a tile, nor a non-finite one
     assert not np.isin(quiet, np.arange(2_000)).any()
     assert not np.isin(quiet, [len(pts) - 2, len(pts) - 1]).any()
+
+
+@pytest.mark.parametrize("partitions", [2, 7, 40])
+def test_blocks_of_one_partition_route_like_their_points(rng, partitions):
+    """A near block owned by one partition answers with that partition (one lookup); blocks where
+    partitions meet fall back to each point's code.  Both must agree with the oracle."""
+    keys = np.unique(rng.integers(-64, 64, (400, 3)), axis=0)  # leaves scattered over ~8^3 blocks
+    ijk = keys * 8 + rng.integers(0, 8, keys.shape)
+    vol = vdbflow.Volume.from_voxels(ijk, rng.random(len(ijk)), 0.0, voxel_size=0.5)
+    plan = plan_partitions(vol.topology, partitions)
+    near = near_blocks(vol.topology, plan.stencil, plan.router)
+    values = near[:, 3][near[:, 3] != np.iinfo(np.int32).min]
+    mixed = values == vdbflow._core.ROUTE_MIXED_BLOCK
+    assert mixed.any() and (~mixed).any()  # both kinds of block occur
+    assert values[~mixed].min() >= 0 and values[~mixed].max() < partitions
+    pts = np.concatenate([ijk + rng.random(ijk.shape), rng.uniform(-600, 600, (40_000, 3))])
+    order, bounds, _ = plan.router.route(pts, vol.transform, "index", near)
+    got = np.empty(len(pts), np.int64)
+    got[order] = np.repeat(np.arange(-1, partitions), np.diff(bounds))
+    routed = got >= 0
+    assert routed[: len(ijk)].all()  # points in leaves are never sent to the background
+    np.testing.assert_array_equal(got[routed], partition_oracle(pts, plan.router, vol.transform, "index")[routed])
 
 
 def test_routing_with_float32_points_and_empty_input(rng):

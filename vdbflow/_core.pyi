@@ -81,6 +81,8 @@ ROUTE_BACKGROUND: int
 
 ROUTE_BLOCK_SHIFT: int
 
+ROUTE_MIXED_BLOCK: int
+
 def set_num_threads(threads: int) -> None:
     """Threads of the CPU kernels (OpenMP)."""
 

@@ -42,8 +42,14 @@ VDB_HD u64 morton_code(const i64 k[3], const i64 origin[3], int shift) {
 // (about leaves / 4096 entries), so every routing task can carry it.
 constexpr int ROUTE_BLOCK_SHIFT = 4;
 
+// A near-data block's table value: the partition that owns every leaf slot of the block (Morton codes
+// are monotone in each coordinate, so the block's lowest and highest keys bound all of its codes), or
+// ROUTE_MIXED_BLOCK when partitions meet inside it and each point needs its own code.
+constexpr int ROUTE_MIXED_BLOCK = -2;
+
 // Everything routing reads: the Morton frame, the first code of partitions 1 .. P-1, and optionally
-// the table of near-data blocks (keys: leaf key >> ROUTE_BLOCK_SHIFT) for the background shortcut.
+// the table of near-data blocks (keys: leaf key >> ROUTE_BLOCK_SHIFT; values: the block's partition
+// or ROUTE_MIXED_BLOCK) for the background shortcut.
 struct RouteSpec {
   i64 origin[3];
   int shift;
@@ -84,10 +90,12 @@ VDB_HD bool base_leaf_key(const PointTransform& xf, const double p[3], i64 key[3
 VDB_HD int route_point(const RouteSpec& r, const PointTransform& xf, const double p[3]) {
   i64 k[3];
   if (!base_leaf_key(xf, p, k)) return 0;
-  if (r.near_blocks.entries != nullptr &&
-      table_find(r.near_blocks, (int)(k[0] >> ROUTE_BLOCK_SHIFT), (int)(k[1] >> ROUTE_BLOCK_SHIFT),
-                 (int)(k[2] >> ROUTE_BLOCK_SHIFT)) == SLOT_NOT_FOUND)
-    return ROUTE_BACKGROUND;
+  if (r.near_blocks.entries != nullptr) {
+    const int block = table_find(r.near_blocks, (int)(k[0] >> ROUTE_BLOCK_SHIFT), (int)(k[1] >> ROUTE_BLOCK_SHIFT),
+                                 (int)(k[2] >> ROUTE_BLOCK_SHIFT));
+    if (block == SLOT_NOT_FOUND) return ROUTE_BACKGROUND;
+    if (block >= 0) return block;  // the whole block lies in one partition
+  }
   return partition_of_code(r, morton_code(k, r.origin, r.shift));
 }
 

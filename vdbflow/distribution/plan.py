@@ -18,6 +18,7 @@ from vdbflow.errors import VolumeError
 
 MORTON_BITS = _core.MORTON_BITS  # per axis (kernels/vdbflow/route.h)
 BLOCK_SHIFT = _core.ROUTE_BLOCK_SHIFT  # background-shortcut blocks: leaf keys >> BLOCK_SHIFT
+MIXED_BLOCK = _core.ROUTE_MIXED_BLOCK  # a near block whose leaf slots belong to several partitions
 
 
 def morton(keys: np.ndarray, origin: np.ndarray, shift: int) -> np.ndarray:
@@ -74,11 +75,19 @@ class Router:
         )
 
 
-def near_blocks(topology: Topology, stencil: tuple[int, int], max_blocks: int = 1 << 22) -> np.ndarray | None:
+def near_blocks(
+    topology: Topology, stencil: tuple[int, int], router: Router | None = None, max_blocks: int = 1 << 22
+) -> np.ndarray | None:
     """Hash table of the blocks (leaf keys >> ROUTE_BLOCK_SHIFT: 128^3 voxels) in which a stencil
     (``stencil`` = leaf offsets lo, hi of a stencil from its base leaf) can touch a leaf or a tile.
     Points based anywhere else read only background.  None (no shortcut) when tiles would cover
-    more than ``max_blocks`` blocks."""
+    more than ``max_blocks`` blocks.
+
+    Each block's value is the partition of ``router`` that owns all of its leaf slots, so that
+    routing a point there is one lookup, or ``MIXED_BLOCK`` where partitions meet inside the block
+    (and for every block without a router): those points are routed by their own Morton code.  Morton
+    codes grow with each coordinate, so the block's lowest and highest leaf keys bound all of its codes.
+    """
     lo, hi = stencil
     B = BLOCK_SHIFT
     keys = [topology.leaf_origins.astype(np.int64) >> LEAF_SHIFT]
@@ -101,7 +110,12 @@ def near_blocks(topology: Topology, stencil: tuple[int, int], max_blocks: int = 
     blocks = np.unique(np.concatenate(blocks), axis=0) if blocks else np.zeros((0, 3), np.int64)
     if len(blocks) == 0:
         return np.zeros((0, 4), np.int32)  # nothing anywhere: an empty table still routes every point
-    table, _ = _core.build_table(np.ascontiguousarray(blocks, np.int32), np.zeros(len(blocks), np.int32))
+    owner = np.full(len(blocks), MIXED_BLOCK, np.int64)
+    if router is not None:
+        first_part = router.partition_of_keys(blocks << B)
+        last_part = router.partition_of_keys(((blocks + 1) << B) - 1)
+        owner = np.where(first_part == last_part, first_part, MIXED_BLOCK)
+    table, _ = _core.build_table(np.ascontiguousarray(blocks, np.int32), owner.astype(np.int32))
     return table
 
 

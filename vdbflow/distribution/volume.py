@@ -11,10 +11,12 @@ The forward graph streams.  Point chunks are grouped in *waves* of ``W`` consecu
 wave ``w``:
 
 - ``route[w]``: one task routes the wave's points (kernels: ``route_points``) into P pieces plus the
-  background-only points, each piece its own key (``piece[w, p]``, a tuple selection);
+  background-only points; each piece's points are their own key (``piece[w, p]``, a tuple selection);
 - ``sample[w, p]``: partition p samples its piece of the wave, on the worker that holds the partition;
-  a piece moves to that worker once, its results move once to the assembler;
-- ``assemble[w]``: the wave's results back in input order, one key per output chunk and array.
+  a piece's points move to that worker once, its results move once to the assembler;
+- ``assemble[w]``: the wave's results back in input order, one key per output chunk and array.  It
+  reads the piece indices from ``route[w]`` itself, so it runs on the routing worker and indices
+  never travel.
 
 No task depends on another wave, so a wave's chunks are assembled (and written, in a job) as soon as
 its own pieces are sampled, and Dask's scheduling keeps only a few waves in flight: worker memory
@@ -22,9 +24,9 @@ depends on the chunk size and the waves in flight, not on the number of points.
 
 Task count of one call, for ``n`` chunks in ``m = ceil(n / W)`` waves over ``P`` partitions::
 
-    m * (2 * P + 3)  +  n * (1 + A)
+    m * (2 * P + 2)  +  n * (1 + A)
 
-(route, piece selections, samples, assemble per wave; the point chunk and ``A`` output-chunk
+(route, point-piece selections, samples, assemble per wave; the point chunk and ``A`` output-chunk
 selections per chunk, ``A`` = 1 for values, 2 with Jacobians).  The default wave holds ``ceil(P / 8)``
 chunks (at least one wave per worker kept), so a call costs about 20 tasks per chunk at any P, where
 the product chunks x partitions would grow with P.
@@ -178,9 +180,11 @@ def _merge(owned: Volume, *halo_pieces: Volume) -> Volume:
 def _route_wave(
     router: Router, transform: Any, space: str, near: np.ndarray | None, device: str, *chunks: np.ndarray
 ) -> tuple:
-    """Route a wave of point chunks (concatenated, in order) in one kernel pass: P pieces
-    ``(indices in the wave, points)``, then the indices of the points that read only background.
-    ``device="cuda"`` routes on this worker's GPU; the pieces travel as host arrays."""
+    """Route a wave of point chunks (concatenated, in order) in one kernel pass.  Returns the P
+    partitions' indices in the wave, then their points, then the indices of the points that read only
+    background: separate outputs, so that only a piece's points travel to its partition and its
+    indices stay for the assembly.  ``device="cuda"`` routes on this worker's GPU; the pieces travel
+    as host arrays."""
     pts = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
     if device == "cuda":
         from vdbflow.devices import cuda
@@ -199,16 +203,17 @@ def _route_wave(
         )
     else:
         order, bounds, grouped = router.route(pts, transform, space, near)
-    pieces = tuple(
-        (order[bounds[g] : bounds[g + 1]], grouped[bounds[g] : bounds[g + 1]]) for g in range(1, len(bounds) - 1)
+    groups = range(1, len(bounds) - 1)
+    return (
+        *(order[bounds[g] : bounds[g + 1]] for g in groups),
+        *(grouped[bounds[g] : bounds[g + 1]] for g in groups),
+        order[bounds[0] : bounds[1]],
     )
-    return (*pieces, order[bounds[0] : bounds[1]])
 
 
-def _sample_piece(volume: Volume, piece: tuple, options: tuple) -> tuple:
-    """Sample one partition's piece of a wave: ``(indices in the wave, values[, jacobian[, hessian]])``."""
+def _sample_piece(volume: Volume, pts: np.ndarray, options: tuple) -> tuple:
+    """Sample one partition's points (n, 3) of a wave: ``(values[, jacobian[, hessian]])``."""
     mode, space, jacobian_space, want_jacobian, device, hessian_space = options
-    index, pts = piece
     on_gpu = device == "cuda" and len(pts)  # the partition's arrays stay cached in this worker's GPU
     if on_gpu:
         import cupy
@@ -237,20 +242,24 @@ def _sample_piece(volume: Volume, piece: tuple, options: tuple) -> tuple:
             device="cuda" if on_gpu else "cpu",
         )
         arrays = arrays if want_jacobian else arrays[:1]
-    return (index, *(a.get() if on_gpu else a for a in arrays))
+    return tuple(a.get() if on_gpu else a for a in arrays)
 
 
-def _assemble_wave(sizes: tuple, outputs: tuple, background: Any, quiet: np.ndarray, *sampled: tuple) -> tuple:
-    """A wave's results in input order from its partitions' shares.  ``outputs`` gives each array's
-    (trailing shape, dtype): values first, then derivatives; background-only points get the
-    background and zero derivatives.  Returns one tuple of arrays per chunk of the wave, in order,
-    flattened: ``(values_0, jacobian_0, ..., values_1, jacobian_1, ...)`` (views of one block each)."""
+def _assemble_wave(sizes: tuple, outputs: tuple, background: Any, routed: tuple, *sampled: tuple) -> tuple:
+    """A wave's results in input order from its partitions' shares.  ``routed`` is the wave's
+    :func:`_route_wave` (the indices are read on the worker that routed: the scheduler runs the
+    assembly there, where most of its input already is, and only the sampled arrays travel).
+    ``outputs`` gives each array's (trailing shape, dtype): values first, then derivatives;
+    background-only points get the background and zero derivatives.  Returns one tuple of arrays
+    per chunk of the wave, in order, flattened: ``(values_0, jacobian_0, ..., values_1, jacobian_1,
+    ...)`` (views of one block each)."""
     n = int(sum(sizes))
     blocks = [np.empty((n,) + tuple(shape), dtype) for shape, dtype in outputs]
+    quiet = routed[-1]
     blocks[0][quiet] = background
     for block in blocks[1:]:
         block[quiet] = 0
-    for index, *arrays in sampled:
+    for index, arrays in zip(routed[: len(sampled)], sampled, strict=True):
         for block, arr in zip(blocks, arrays, strict=True):
             _core.scatter_rows(block, index, np.ascontiguousarray(arr, block.dtype))
     out = []
@@ -384,7 +393,7 @@ class DistributedVolume:
         done_waves = []
         for w, first in enumerate(range(0, len(chunks), W)):
             members = chunks[first : first + W]
-            route = delayed(_route_wave, pure=False, nout=P + 1)(
+            route = delayed(_route_wave, pure=False, nout=2 * P + 1)(
                 self.plan.router,
                 self.template.transform,
                 space,
@@ -393,21 +402,20 @@ class DistributedVolume:
                 *members,
                 dask_key_name=f"vdbflow-route-{token}-{w}",
             )
-            pieces = [route[g] for g in range(P + 1)]
             sampled = []
             for p, part in enumerate(self.partitions):
                 # run where the partition lives (a piece moves, never a partition); anywhere once that worker is gone
                 with dask.annotate(workers=home[p], allow_other_workers=True):
                     sampled.append(
                         delayed(_sample_piece, pure=False)(
-                            part, pieces[p], options, dask_key_name=f"vdbflow-sample-{token}-{w}-{p}"
+                            part, route[P + p], options, dask_key_name=f"vdbflow-sample-{token}-{w}-{p}"
                         )
                     )
             done = delayed(_assemble_wave, pure=False)(
                 sizes[first : first + W],
                 tuple(outputs),
                 self.template.background,
-                pieces[P],
+                route,
                 *sampled,
                 dask_key_name=f"vdbflow-assemble-{token}-{w}",
             )
@@ -684,7 +692,7 @@ def distribute(
     template = whole.select_leaves(np.zeros(0, np.int64))
     leaf_bytes = 512 * whole.components * whole.dtype.itemsize + 64
     # blocks near data, for the background shortcut (cut for the halo's stencil: any allowed mode fits)
-    near = near_blocks(whole.topology, plan.stencil)
+    near = near_blocks(whole.topology, plan.stencil, plan.router)
     counts = np.bitwise_count(whole.topology.masks).sum(axis=1).astype(np.int64)
     workers = max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
     return DistributedVolume(
@@ -707,16 +715,22 @@ def distribute(
 
 # -- reverse mode ---------------------------------------------------------------------------------------
 def _vjp_piece(
-    volume: Volume, piece: tuple, options: tuple, own_local: np.ndarray, send: dict, n_chunks: int, *inputs: Any
+    volume: Volume,
+    index: np.ndarray,
+    pts: np.ndarray,
+    options: tuple,
+    own_local: np.ndarray,
+    send: dict,
+    n_chunks: int,
+    *inputs: Any,
 ) -> tuple:
-    """Reverse mode of one partition's piece of a wave.  ``inputs``: the wave's value adjoints per
-    chunk, then its Jacobian adjoints per chunk (or Nones).  Returns ``(indices in the wave, point
-    adjoints)``, the adjoint rows of the partition's own leaves, the rows of its halo leaves for each
-    owner, and its tile and background adjoints."""
+    """Reverse mode of one partition's piece of a wave (its indices in the wave and its points).
+    ``inputs``: the wave's value adjoints per chunk, then its Jacobian adjoints per chunk (or Nones).
+    Returns the point adjoints, the adjoint rows of the partition's own leaves, the rows of its halo
+    leaves for each owner, and its tile and background adjoints."""
     from vdbflow.ops.vjp import sample_grad_vjp
 
     mode, space, jacobian_space = options
-    index, pts = piece
     adj_values, adj_jacobians = inputs[:n_chunks], inputs[n_chunks:]
     a_val = np.concatenate([np.asarray(a) for a in adj_values])[index]
     a_jac = None if adj_jacobians[0] is None else np.concatenate([np.asarray(a) for a in adj_jacobians])[index]
@@ -727,7 +741,7 @@ def _vjp_piece(
     outgoing = {q: data[rows_of(local, volume.index_layout)] for q, local in send.items()}
     C = data.shape[1]
     return (
-        (index, r.points),
+        r.points,
         own,
         outgoing,
         np.asarray(r.tile_values).reshape(-1, C),
@@ -750,10 +764,11 @@ def _fold(total: tuple | None, wave: tuple) -> tuple:
     )
 
 
-def _wave_point_adjoints(sizes: tuple, dtype: Any, *pieces: tuple) -> tuple:
-    """A wave's point adjoints in input order, one (n, 3) array per chunk (views of one block)."""
+def _wave_point_adjoints(sizes: tuple, dtype: Any, routed: tuple, *pieces: tuple) -> tuple:
+    """A wave's point adjoints in input order, one (n, 3) array per chunk (views of one block);
+    ``routed`` is the wave's :func:`_route_wave` (the pieces' indices)."""
     block = np.empty((int(sum(sizes)), 3), dtype)
-    for (index, adj), *_ in pieces:
+    for index, (adj, *_) in zip(routed[: len(pieces)], pieces, strict=True):
         _core.scatter_rows(block, index, np.ascontiguousarray(adj, dtype))
     starts = np.cumsum((0,) + tuple(sizes))
     return tuple(block[starts[c] : starts[c + 1]] for c in range(len(sizes)))
@@ -873,7 +888,7 @@ def vjp_graph(
     for w, first in enumerate(range(0, len(chunks), W)):
         members = slice(first, first + W)
         n_members = len(chunks[members])
-        route = delayed(_route_wave, pure=True, nout=P + 1)(
+        route = delayed(_route_wave, pure=True, nout=2 * P + 1)(
             plan.router,
             dvol.template.transform,
             space,
@@ -888,6 +903,7 @@ def vjp_graph(
                 piece = delayed(_vjp_piece, pure=True)(
                     dvol.partitions[p],
                     route[p],
+                    route[P + p],
                     options,
                     own_locals[p],
                     sends[p],
@@ -903,7 +919,7 @@ def vjp_graph(
             (
                 sizes,
                 delayed(_wave_point_adjoints, pure=True)(
-                    sizes, R, *pieces, dask_key_name=f"vdbflow-vjp-points-{token}-{w}"
+                    sizes, R, route, *pieces, dask_key_name=f"vdbflow-vjp-points-{token}-{w}"
                 ),
             )
         )
