@@ -300,6 +300,33 @@ def test_a_worker_killed_mid_computation(rng, tmp_path, scheduler_and_workers):
     np.testing.assert_array_equal(got, vol.sample_grad(pts.compute(), space="index")["value_jacobian"].values)
 
 
+def test_partitions_stay_on_their_workers_and_waves_are_assembled_where_routed(rng, client):
+    """Points move to partitions, never partitions to points: after forward and reverse sampling
+    each partition is held by its first worker only, although the point pieces outweigh the small
+    partitions (Dask's optimisation drops graph annotations; the scheduler plugin places the
+    tasks).  Each wave's assembly runs on the worker that routed it, reading the indices there."""
+    ijk, vol = volume(rng, 3)
+    dvol = distribute(vol, client, 4)
+    try:
+        home = {k: set(v) for k, v in client.who_has(dvol.partitions).items()}
+        assert all(len(v) == 1 for v in home.values())
+        pts = da.from_array(np.concatenate([probe_points(rng, ijk, 10_000)] * 4), chunks=(20_000, 3))
+        for _ in range(3):
+            got = dvol.sample_grad(pts, space="index")["value_jacobian"].data.compute()
+        dvol.sample_grad_vjp(pts, np.ones((len(pts), 3))).points.compute()
+        np.testing.assert_array_equal(got, vol.sample_grad(pts.compute(), space="index")["value_jacobian"].values)
+        assert {k: set(v) for k, v in client.who_has(dvol.partitions).items()} == home
+        with distributed.get_task_stream(client) as stream:  # unoptimised: the assembly keeps its own key
+            client.compute(dvol.sample_grad(pts, space="index")["value"].data, optimize_graph=False).result()
+        where = {str(r["key"]): r["worker"] for r in stream.data}
+        assembled = [k for k in where if k.startswith("vdbflow-assemble-")]
+        assert len(assembled) == pts.numblocks[0]  # one chunk a wave at 4 partitions
+        for key in assembled:
+            assert where[key] == where[key.replace("-assemble-", "-route-")]
+    finally:
+        dvol.close()
+
+
 def test_background_only_points_skip_the_partitions(rng):
     from vdbflow.distribution.volume import _route_wave
 

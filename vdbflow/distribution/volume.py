@@ -18,6 +18,10 @@ wave ``w``:
   reads the piece indices from ``route[w]`` itself, so it runs on the routing worker and indices
   never travel.
 
+Placement is the scheduler's, set by a plugin (:mod:`vdbflow.distribution.placement`) rather than by
+graph annotations, which Dask's array optimisation drops: a sampling task runs on the worker holding
+its partition, and a wave's selections and assembly on the worker that routed it.
+
 No task depends on another wave, so a wave's chunks are assembled (and written, in a job) as soon as
 its own pieces are sampled, and Dask's scheduling keeps only a few waves in flight: worker memory
 depends on the chunk size and the waves in flight, not on the number of points.
@@ -386,8 +390,6 @@ class DistributedVolume:
             points.name if isinstance(points, da.Array) else uuid.uuid4().hex,
             W,
         )
-        where = self.client.who_has(self.partitions)
-        home = [list(where.get(f.key) or ()) or None for f in self.partitions]
         names = [f"vdbflow-{kind}-{token}" for kind in ("values", "jacobian", "hessian")[: len(outputs)]]
         layers: list[dict] = [{} for _ in outputs]
         done_waves = []
@@ -404,13 +406,12 @@ class DistributedVolume:
             )
             sampled = []
             for p, part in enumerate(self.partitions):
-                # run where the partition lives (a piece moves, never a partition); anywhere once that worker is gone
-                with dask.annotate(workers=home[p], allow_other_workers=True):
-                    sampled.append(
-                        delayed(_sample_piece, pure=False)(
-                            part, route[P + p], options, dask_key_name=f"vdbflow-sample-{token}-{w}-{p}"
-                        )
+                # runs where the partition lives (placement.py): a piece moves, never a partition
+                sampled.append(
+                    delayed(_sample_piece, pure=False)(
+                        part, route[P + p], options, dask_key_name=f"vdbflow-sample-{token}-{w}-{p}"
                     )
+                )
             done = delayed(_assemble_wave, pure=False)(
                 sizes[first : first + W],
                 tuple(outputs),
@@ -626,7 +627,10 @@ def distribute(
     if not isinstance(source, (Volume, str, os.PathLike)) and hasattr(source, "distribute"):
         return source.distribute(client, partitions, halo, spill=spill, cache=cache)  # a VolumeSeries
     _, _, distributed = _import_dask()
+    from vdbflow.distribution.placement import PARTITION_PREFIX, register
+
     client, owns = resolve_client(client)
+    register(client)
     if isinstance(source, Volume):
         whole, loader_source = source, None
     else:
@@ -678,12 +682,14 @@ def distribute(
         owner[leaves] = p
         local[leaves] = np.arange(len(leaves))
     parts, lineage = [], list(owned)
+    token = uuid.uuid4().hex
     for p in range(P):
         pieces = []
         for q in np.unique(owner[plan.halo[p]]):
             from_q = plan.halo[p][owner[plan.halo[p]] == q]
             pieces.append(client.submit(_extract, owned[int(q)], local[from_q], pure=False, **place(int(q))))
-        parts.append(client.submit(_merge, owned[p], *pieces, pure=False, **place(p)))  # stays with its own leaves
+        # stays with its own leaves; tasks that read it run there (placement.py)
+        parts.append(client.submit(_merge, owned[p], *pieces, key=f"{PARTITION_PREFIX}{token}-{p}", **place(p)))
         lineage.extend(pieces)
     distributed.wait(parts)
     for f in parts:
@@ -879,8 +885,6 @@ def vjp_graph(
         adj_value.name,
         None if adj_jacobian is None else adj_jacobian.name,
     )
-    where = dvol.client.who_has(dvol.partitions)
-    home = [list(where.get(f.key) or ()) or None for f in dvol.partitions]
     R = dvol.template.value_type.jacobian_dtype
     options = (mode, space, jacobian_space)
     totals: list[Any] = [None] * P
@@ -899,20 +903,19 @@ def vjp_graph(
         )
         pieces = []
         for p in range(P):
-            with dask.annotate(workers=home[p], allow_other_workers=True):
-                piece = delayed(_vjp_piece, pure=True)(
-                    dvol.partitions[p],
-                    route[p],
-                    route[P + p],
-                    options,
-                    own_locals[p],
-                    sends[p],
-                    n_members,
-                    *vals[members],
-                    *jacs[members],
-                    dask_key_name=f"vdbflow-vjp-{token}-{w}-{p}",
-                )
-                totals[p] = delayed(_fold, pure=True)(totals[p], piece, dask_key_name=f"vdbflow-fold-{token}-{w}-{p}")
+            piece = delayed(_vjp_piece, pure=True)(  # runs where partition p lives (placement.py)
+                dvol.partitions[p],
+                route[p],
+                route[P + p],
+                options,
+                own_locals[p],
+                sends[p],
+                n_members,
+                *vals[members],
+                *jacs[members],
+                dask_key_name=f"vdbflow-vjp-{token}-{w}-{p}",
+            )
+            totals[p] = delayed(_fold, pure=True)(totals[p], piece, dask_key_name=f"vdbflow-fold-{token}-{w}-{p}")
             pieces.append(piece)
         sizes = points.chunks[0][members]
         waves.append(
