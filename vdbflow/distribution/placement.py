@@ -9,11 +9,12 @@ loosely restricted tasks anyway).  So the restriction is set on the scheduler wh
 from where the partition is at that moment: a task that depends on exactly one partition key
 (:data:`PARTITION_PREFIX`) may run only on the worker(s) holding it.
 
-Likewise the tasks that read a wave's routing (:data:`ROUTE_PREFIX`: selecting each partition's
-points, assembling the results in input order) run where the routing was computed, as soon as it is:
-only a piece's points and its results travel, never the whole routed wave.  Dask would otherwise
-queue the selections as root tasks (a few dozen small tasks from four or fewer routing tasks), on
-whichever worker is free.
+Likewise the tasks that read a whole wave (:data:`WAVE_PREFIXES`) run where it was computed, as soon
+as it is: the selections of each partition's points and the assembly run where the wave was routed,
+and the first readers of the assembled output chunks (selections, reductions, store writes) where it
+was assembled.  So only a piece's points and its results travel, never a whole wave.  Dask would
+otherwise queue such readers as root tasks (many small tasks that depend on fewer than five tasks in
+all, e.g. the selections of four routings) on whichever worker is free.
 
 When a worker leaves, its partitions and routings are rebuilt elsewhere from their lineage, and the
 tasks restricted to it are freed to run anywhere.
@@ -26,7 +27,8 @@ from typing import Any
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 PARTITION_PREFIX = "vdbflow-partition-"
-ROUTE_PREFIX = "vdbflow-route-"
+# tasks whose output is a whole wave: routed points (forward and reverse), assembled results, point adjoints
+WAVE_PREFIXES = ("vdbflow-route-", "vdbflow-assemble-", "vdbflow-vjp-points-")
 
 
 def _partition_of(ts: Any) -> Any:
@@ -42,7 +44,7 @@ def _partition_of(ts: Any) -> Any:
 
 class PartitionPlacement(SchedulerPlugin):
     """Restricts each task that reads one partition to the workers holding that partition, and
-    each task that reads a routed wave to the worker that routed it."""
+    each task that reads a whole wave to the worker that computed it."""
 
     name = "vdbflow-partition-placement"
     idempotent = True  # one instance per scheduler, however many volumes are distributed
@@ -72,12 +74,16 @@ class PartitionPlacement(SchedulerPlugin):
     def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
         if finish == "forgotten":
             self.restricted.discard(key)
-        elif finish == "memory" and isinstance(key, str) and key.startswith(ROUTE_PREFIX):
+        elif finish == "memory" and isinstance(key, str) and key.startswith(WAVE_PREFIXES):
             # called before the scheduler places the dependents that just became ready
             ts = self.scheduler.tasks.get(key)
             if ts is not None and ts.who_has:
                 for dts in ts.dependents:
-                    if dts.state in ("waiting", "released") and _partition_of(dts) is None:
+                    if (
+                        dts.state in ("waiting", "released")
+                        and not dts.worker_restrictions
+                        and _partition_of(dts) is None
+                    ):
                         self._restrict(dts, ts)
 
     def remove_worker(self, scheduler: Any, worker: str, *, stimulus_id: str, **kwargs: Any) -> None:
