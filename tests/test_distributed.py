@@ -319,12 +319,30 @@ def test_partitions_stay_on_their_workers_and_waves_are_assembled_where_routed(r
         with distributed.get_task_stream(client) as stream:  # unoptimised: the assembly keeps its own key
             client.compute(dvol.sample_grad(pts, space="index")["value"].data, optimize_graph=False).result()
         where = {str(r["key"]): r["worker"] for r in stream.data}
-        assembled = [k for k in where if k.startswith("vdbflow-assemble-")]
+        assembled = [k for k in where if k.startswith("vdbflow-reorder-")]
         assert len(assembled) == pts.numblocks[0]  # one chunk a wave at 4 partitions
         for key in assembled:
-            assert where[key] == where[key.replace("-assemble-", "-route-")]
+            assert where[key] == where[key.replace("-reorder-", "-route-")]
     finally:
         dvol.close()
+
+
+def test_job_summaries_count_every_graph_task_in_its_step(rng, client):
+    """A job's summary splits worker time by task key (``step_of``, through Dask's ``key_split``,
+    which drops any 8-letter word that starts like a hex token: "assemble" would vanish)."""
+    from vdbflow.jobs.runner import step_of
+
+    ijk, vol = volume(rng, 3)
+    with distribute(vol, client, 3) as dvol:
+        ds = dvol.sample_grad(da.from_array(probe_points(rng, ijk, 200), chunks=(250, 3)), space="index")
+        keys = set(ds["value"].data.__dask_graph__()) | set(ds["value_jacobian"].data.__dask_graph__())
+    kinds = {}
+    for key in keys:
+        name = key[0] if isinstance(key, tuple) else key
+        if name.startswith("vdbflow-"):
+            kinds[name.split("-")[1]] = step_of(key)
+    want = {"route": "routing", "sample": "sampling", "reorder": "sampling", "values": "sampling"}
+    assert kinds == want | {"jacobian": "sampling"}
 
 
 def test_background_only_points_skip_the_partitions(rng):

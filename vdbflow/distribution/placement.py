@@ -28,7 +28,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 
 PARTITION_PREFIX = "vdbflow-partition-"
 # tasks whose output is a whole wave: routed points (forward and reverse), assembled results, point adjoints
-WAVE_PREFIXES = ("vdbflow-route-", "vdbflow-assemble-", "vdbflow-vjp-points-")
+WAVE_PREFIXES = ("vdbflow-route-", "vdbflow-reorder-", "vdbflow-vjp-points-")
 
 
 def _partition_of(ts: Any) -> Any:

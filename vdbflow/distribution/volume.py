@@ -14,7 +14,7 @@ wave ``w``:
   background-only points; each piece's points are their own key (``piece[w, p]``, a tuple selection);
 - ``sample[w, p]``: partition p samples its piece of the wave, on the worker that holds the partition;
   a piece's points move to that worker once, its results move once to the assembler;
-- ``assemble[w]``: the wave's results back in input order, one key per output chunk and array.  It
+- ``reorder[w]``: the wave's results assembled in input order, one key per output chunk and array.  It
   reads the piece indices from ``route[w]`` itself, so it runs on the routing worker and indices
   never travel.
 
@@ -30,7 +30,7 @@ Task count of one call, for ``n`` chunks in ``m = ceil(n / W)`` waves over ``P``
 
     m * (2 * P + 2)  +  n * (1 + A)
 
-(route, point-piece selections, samples, assemble per wave; the point chunk and ``A`` output-chunk
+(route, point-piece selections, samples, reorder per wave; the point chunk and ``A`` output-chunk
 selections per chunk, ``A`` = 1 for values, 2 with Jacobians).  The default wave holds ``ceil(P / 8)``
 chunks (at least one wave per worker kept), so a call costs about 20 tasks per chunk at any P, where
 the product chunks x partitions would grow with P.
@@ -419,7 +419,7 @@ class DistributedVolume:
                 self.template.background,
                 route,
                 *sampled,
-                dask_key_name=f"vdbflow-assemble-{token}-{w}",
+                dask_key_name=f"vdbflow-reorder-{token}-{w}",
             )
             done_waves.append(done)
             for i in range(len(members)):

@@ -610,7 +610,7 @@ STEPS = {
         "rechunk",
     ),
     "routing": ("vdbflow-route",),
-    "sampling": ("vdbflow-sample", "vdbflow-assemble", "vdbflow-values", "vdbflow-jacobian", "getitem"),
+    "sampling": ("vdbflow-sample", "vdbflow-reorder", "vdbflow-values", "vdbflow-jacobian", "getitem"),
     "writing": ("store-map", "store", "to_zarr", "to_netcdf", "finalize", "_finalize_store"),
     "analytic check": ("block_error",),
     "advection": ("vdbflow-advect",),
