@@ -53,12 +53,19 @@ def cluster():
     return lc, distributed.Client(lc)
 
 
-def worker_points(client, n: int, lo, hi):
-    """n random points drawn on the workers and kept there (1M-point chunks)."""
+def lazy_points(n: int, lo, hi):
+    """n random points in [lo, hi + 1) drawn by the workers, 1M-point chunks.  (Dask broadcasts NumPy
+    bounds given to ``uniform`` into whole (n, 3) arrays inside the graph: scale unit draws instead.)"""
     import dask.array as da
+
+    return lo + (hi + 1 - lo) * da.random.default_rng(1).uniform(0.0, 1.0, (n, 3), chunks=(CHUNK, 3))
+
+
+def worker_points(client, n: int, lo, hi):
+    """n random points drawn on the workers and kept there."""
     import distributed
 
-    pts = client.persist(da.random.default_rng(1).uniform(lo, hi + 1, (n, 3), chunks=(CHUNK, 3)))
+    pts = client.persist(lazy_points(n, lo, hi))
     distributed.wait(pts)
     return pts
 
@@ -145,10 +152,7 @@ def main() -> None:
         lc, client = cluster()
         try:
             with vdbflow.distribute(vol, client, 8) as dvol:
-                import dask.array as da
-
-                lazy = da.random.default_rng(1).uniform(lo, hi + 1, (n, 3), chunks=(CHUNK, 3))
-                dask.compute(*streamed(dvol, lazy))
+                dask.compute(*streamed(dvol, lazy_points(n, lo, hi)))
                 peaks[n] = max(client.run(_peak_rss).values())
         finally:
             client.close()

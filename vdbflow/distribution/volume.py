@@ -276,7 +276,10 @@ def _assemble_wave(sizes: tuple, outputs: tuple, background: Any, routed: tuple,
 
 def default_wave(chunks: int, partitions: int, workers: int) -> int:
     """Chunks per wave: ceil(P / 8) (about 20 tasks per chunk at any P), but no fewer waves than
-    workers so that every worker routes."""
+    workers so that every worker routes.  Larger waves trade memory for speed: at 8M points, P = 8,
+    2 workers, waves of 2 chunks ran 2.4x the one-process time where waves of 1 ran 2.9x, but the
+    peak worker memory grew from 0.46-0.51 GB to 0.60-0.76 GB and kept growing with the point count
+    (16M to 64M points), where waves of 1 stayed flat."""
     return max(1, min(-(-partitions // 8), chunks // max(1, workers)))
 
 
