@@ -327,6 +327,23 @@ def test_partitions_stay_on_their_workers_and_waves_are_assembled_where_routed(r
         dvol.close()
 
 
+def test_a_scheduler_without_vdbflow_still_samples(rng, client, monkeypatch):
+    """Where the scheduler cannot load the placement plugin, distribute() says so and Dask places
+    the tasks alone: the results are the same."""
+
+    def refuse(plugin, *args, **kwargs):
+        raise ModuleNotFoundError("No module named 'vdbflow'")
+
+    ijk, vol = volume(rng, 3)
+    monkeypatch.setattr(client, "register_plugin", refuse)
+    with pytest.warns(RuntimeWarning, match="partition placement"), distribute(vol, client, 3) as dvol:
+        pts = probe_points(rng, ijk, 300)
+        got = dvol.sample_grad(pts, space="index").compute()
+    np.testing.assert_array_equal(
+        got["value_jacobian"].values, vol.sample_grad(pts, space="index")["value_jacobian"].values
+    )
+
+
 def test_job_summaries_count_every_graph_task_in_its_step(rng, client):
     """A job's summary splits worker time by task key (``step_of``, through Dask's ``key_split``,
     which drops any 8-letter word that starts like a hex token: "assemble" would vanish)."""
