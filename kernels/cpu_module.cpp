@@ -32,6 +32,9 @@
 #include <string>
 #include <type_traits>
 #include <vector>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #if defined(__SSE2__) && defined(__x86_64__)
 #include <immintrin.h>
@@ -1024,6 +1027,26 @@ int get_max_threads() {
 #endif
 }
 
+// Large output buffers, 2 MiB aligned and advised for transparent huge pages as NumPy advises its own
+// large arrays: a fresh 100 MB output then costs about 50 page faults instead of 25,000 (the kernel
+// faults 4 KiB pages otherwise; measured on routing 4M points, most of the call's time outside the
+// kernels).  Released with std::free.
+void* large_alloc(size_t bytes) {
+  constexpr size_t HUGE_PAGE = size_t(1) << 21;
+  void* p;
+  if (bytes < HUGE_PAGE) {
+    p = std::malloc(bytes ? bytes : 1);
+  } else {
+    const size_t rounded = (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+    p = std::aligned_alloc(HUGE_PAGE, rounded);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (p != nullptr) madvise(p, rounded, MADV_HUGEPAGE);
+#endif
+  }
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+
 // Routing: each point's partition (route.h), then a stable counting sort by partition.  Returns the
 // permutation (input index of each sorted point), the P + 2 bucket bounds (bucket 0: background-only
 // points, bucket p + 1: partition p) and the points in sorted order (same dtype as given).
@@ -1044,10 +1067,12 @@ nb::tuple route_points(InArray points, nb::ndarray<const double, nb::shape<12>, 
   const int buckets = r.partitions + 1;
   const bool dbl = is<double>(points);
   const size_t item = dbl ? 8 : 4;
-  int64_t* order = new int64_t[n > 0 ? n : 1];
+  std::unique_ptr<void, decltype(&std::free)> order_owned(large_alloc(sizeof(int64_t) * (size_t)n), &std::free);
+  std::unique_ptr<void, decltype(&std::free)> sorted_owned(large_alloc(3 * item * (size_t)n), &std::free);
+  std::unique_ptr<void, decltype(&std::free)> bucket(large_alloc(sizeof(int32_t) * (size_t)n), &std::free);  // all written
   int64_t* bounds = new int64_t[buckets + 1];
-  char* sorted = new char[(n > 0 ? n : 1) * 3 * item];
-  std::unique_ptr<int32_t[]> bucket(new int32_t[n > 0 ? n : 1]);  // not zero-filled: every entry is written
+  int64_t* order = (int64_t*)order_owned.release();
+  char* sorted = (char*)sorted_owned.release();
   RouteArgs a;
   a.r = r;
   std::memcpy(a.xform, xform.data(), sizeof(a.xform));
@@ -1055,7 +1080,7 @@ nb::tuple route_points(InArray points, nb::ndarray<const double, nb::shape<12>, 
   a.points_double = dbl;
   a.points = points.data();
   a.n = n;
-  a.bucket = bucket.get();
+  a.bucket = (int32_t*)bucket.get();
   a.order = order;
   a.sorted = sorted;
   a.bounds = bounds;
@@ -1064,9 +1089,9 @@ nb::tuple route_points(InArray points, nb::ndarray<const double, nb::shape<12>, 
     nb::gil_scoped_release release;
     active->route(&a);
   }
-  nb::capsule own_order(order, [](void* q) noexcept { delete[] (int64_t*)q; });
+  nb::capsule own_order(order, [](void* q) noexcept { std::free(q); });
   nb::capsule own_bounds(bounds, [](void* q) noexcept { delete[] (int64_t*)q; });
-  nb::capsule own_sorted(sorted, [](void* q) noexcept { delete[] (char*)q; });
+  nb::capsule own_sorted(sorted, [](void* q) noexcept { std::free(q); });
   nb::object sorted_points;
   if (dbl)
     sorted_points = nb::cast(nb::ndarray<nb::numpy, double, nb::ndim<2>>((double*)sorted, {(size_t)n, 3}, own_sorted));
