@@ -426,6 +426,12 @@ def test_reverse_mode_streams_wave_by_wave(rng, client):
         first = task_keys(waves[0][1], "vjp")
         assert len(task_keys(waves[0][1], "route")) == 1 and len([k for k in first if "points" not in k]) == 3
         assert all(k.endswith(("-0-0", "-0-1", "-0-2", "-0")) for k in first)  # wave 0's tasks only
+        # the point adjoints read only the point-adjoint outputs of the pieces, never their data adjoints
+        from dask.core import get_dependencies
+
+        graph = dict(waves[0][1].__dask_graph__())
+        (assembly,) = [k for k in graph if str(k).startswith("vdbflow-vjp-points-")]
+        assert not [d for d in get_dependencies(graph, assembly) if str(d).startswith("vdbflow-vjp-")]
         folds = task_keys(owned[0], "fold")  # owner 0's rows: its own folds, and its halo partners'
         partitions = {k.rsplit("-", 1)[1] for k in folds}
         assert "0" in partitions and len(folds) == n_waves * len(partitions)  # one fold a wave each

@@ -736,8 +736,9 @@ def _vjp_piece(
 ) -> tuple:
     """Reverse mode of one partition's piece of a wave (its indices in the wave and its points).
     ``inputs``: the wave's value adjoints per chunk, then its Jacobian adjoints per chunk (or Nones).
-    Returns the point adjoints, the adjoint rows of the partition's own leaves, the rows of its halo
-    leaves for each owner, and its tile and background adjoints."""
+    Returns two outputs, so that assembling the point adjoints never moves the data adjoints: the
+    point adjoints (n, 3), and ``(None, own rows, halo rows per owner, tile adjoints, background
+    adjoints)`` for :func:`_fold` (the data adjoints of the partition's leaves: as large as its data)."""
     from vdbflow.ops.vjp import sample_grad_vjp
 
     mode, space, jacobian_space = options
@@ -750,8 +751,8 @@ def _vjp_piece(
     own = data[rows_of(own_local, volume.index_layout)]
     outgoing = {q: data[rows_of(local, volume.index_layout)] for q, local in send.items()}
     C = data.shape[1]
-    return (
-        r.points,
+    return r.points, (
+        None,
         own,
         outgoing,
         np.asarray(r.tile_values).reshape(-1, C),
@@ -761,7 +762,7 @@ def _vjp_piece(
 
 def _fold(total: tuple | None, wave: tuple) -> tuple:
     """A partition's data adjoints summed over its waves, in wave order (deterministic): the running
-    ``total`` plus one wave's :func:`_vjp_piece` (its point adjoints are left out)."""
+    ``total`` plus one wave's data adjoints (the second output of :func:`_vjp_piece`)."""
     if total is None:
         return (None, *wave[1:])
     own, outgoing, tiles, background = total[1:]
@@ -774,11 +775,11 @@ def _fold(total: tuple | None, wave: tuple) -> tuple:
     )
 
 
-def _wave_point_adjoints(sizes: tuple, dtype: Any, routed: tuple, *pieces: tuple) -> tuple:
+def _wave_point_adjoints(sizes: tuple, dtype: Any, routed: tuple, *pieces: np.ndarray) -> tuple:
     """A wave's point adjoints in input order, one (n, 3) array per chunk (views of one block);
     ``routed`` is the wave's :func:`_route_wave` (the pieces' indices)."""
     block = np.empty((int(sum(sizes)), 3), dtype)
-    for index, (adj, *_) in zip(routed[: len(pieces)], pieces, strict=True):
+    for index, adj in zip(routed[: len(pieces)], pieces, strict=True):
         _core.scatter_rows(block, index, np.ascontiguousarray(adj, dtype))
     starts = np.cumsum((0,) + tuple(sizes))
     return tuple(block[starts[c] : starts[c + 1]] for c in range(len(sizes)))
@@ -907,7 +908,7 @@ def vjp_graph(
         )
         pieces = []
         for p in range(P):
-            piece = delayed(_vjp_piece, pure=True)(  # runs where partition p lives (placement.py)
+            adjoints = delayed(_vjp_piece, pure=True, nout=2)(  # runs where partition p lives (placement.py)
                 dvol.partitions[p],
                 route[p],
                 route[P + p],
@@ -919,8 +920,8 @@ def vjp_graph(
                 *jacs[members],
                 dask_key_name=f"vdbflow-vjp-{token}-{w}-{p}",
             )
-            totals[p] = delayed(_fold, pure=True)(totals[p], piece, dask_key_name=f"vdbflow-fold-{token}-{w}-{p}")
-            pieces.append(piece)
+            totals[p] = delayed(_fold, pure=True)(totals[p], adjoints[1], dask_key_name=f"vdbflow-fold-{token}-{w}-{p}")
+            pieces.append(adjoints[0])
         sizes = points.chunks[0][members]
         waves.append(
             (
