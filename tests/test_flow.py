@@ -82,3 +82,16 @@ def test_wrong_shapes_are_refused():
     J = xr.DataArray(np.zeros((2, 4, 3)), dims=("point", "component", "axis"))
     with pytest.raises(vdbflow.SamplingError, match="sizes"):
         flow.q_criterion(J)
+
+
+def test_q_and_vorticity_magnitude_of_integer_and_half_jacobians():
+    """Integer and float16 Jacobians are computed in float64 / float32, against einsum and norm."""
+    J = np.array([[[0, -2, 1], [2, 0, 3], [-1, 5, 4]], [[1, 2, 3], [4, 5, 6], [7, 8, 9]]])
+    for dtype, want in ((np.int64, np.float64), (np.float16, np.float32)):
+        jac = xr.DataArray(J.astype(dtype), dims=("point", "component", "axis"))
+        q, w = flow.q_criterion(jac), flow.vorticity_magnitude(jac)
+        ref = J.astype(np.float64)
+        np.testing.assert_allclose(q.values, -0.5 * np.einsum("...ij,...ji->...", ref, ref), rtol=1e-6)
+        curl = np.stack([ref[:, 2, 1] - ref[:, 1, 2], ref[:, 0, 2] - ref[:, 2, 0], ref[:, 1, 0] - ref[:, 0, 1]], -1)
+        np.testing.assert_allclose(w.values, np.linalg.norm(curl, axis=-1), rtol=1e-6)
+        assert q.dtype == w.dtype == want

@@ -79,6 +79,7 @@ def _vorticity(J: np.ndarray) -> np.ndarray:
 def _vorticity_magnitude(J: np.ndarray) -> np.ndarray:
     """|curl u| of Jacobians (..., 3, 3) with three temporaries in all, summed in the order
     ``np.linalg.norm`` sums (w_x^2 + w_y^2) + w_z^2: worker processes pay a page fault per fresh page."""
+    J = np.asarray(J, np.result_type(J.dtype, np.float32))  # integers and float16 in float32 at least
     x = np.subtract(J[..., 2, 1], J[..., 1, 2])
     y = np.subtract(J[..., 0, 2], J[..., 2, 0])
     z = np.subtract(J[..., 1, 0], J[..., 0, 1])
@@ -91,6 +92,7 @@ def _vorticity_magnitude(J: np.ndarray) -> np.ndarray:
 def _q(J: np.ndarray) -> np.ndarray:
     """Q = (|Omega|^2 - |S|^2) / 2 = -sum_ij J_ij J_ji / 2 of Jacobians (..., 3, 3), with two
     temporaries: the diagonal squares, then each off-diagonal pair twice."""
+    J = np.asarray(J, np.result_type(J.dtype, np.float32))  # integers and float16 in float32 at least
     q = np.multiply(J[..., 0, 0], J[..., 0, 0])
     term = np.empty_like(q)
     q += np.multiply(J[..., 1, 1], J[..., 1, 1], out=term)

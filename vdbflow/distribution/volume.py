@@ -378,11 +378,10 @@ class DistributedVolume:
         options = (mode, space, jacobian_space, want_jacobian, device, hessian_space)
         if isinstance(points, da.Array):
             chunks, sizes = list(points.to_delayed().ravel()), points.chunks[0]
-        else:  # NumPy points: scattered now, client to workers directly (not through the scheduler in the graph)
+        else:  # NumPy points: each wave's chunks travel inside its routing task (recomputable if a worker dies)
             step = DEFAULT_CHUNK
-            pieces = [points[s : s + step] for s in range(0, len(points), step)] or [points[:0]]
-            sizes = tuple(len(c) for c in pieces)
-            chunks = self.client.scatter(pieces, hash=False)
+            chunks = [points[s : s + step] for s in range(0, len(points), step)] or [points[:0]]
+            sizes = tuple(len(c) for c in chunks)
         W = wave or default_wave(len(chunks), self.plan.partitions, self.workers)
         if W < 1:
             raise SamplingError(f"expected wave >= 1 (chunks per wave), got {wave}")
