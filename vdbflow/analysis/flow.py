@@ -77,16 +77,13 @@ def _vorticity(J: np.ndarray) -> np.ndarray:
 
 
 def _vorticity_magnitude(J: np.ndarray) -> np.ndarray:
-    """|curl u| of Jacobians (..., 3, 3) with three temporaries in all, summed in the order
-    ``np.linalg.norm`` sums (w_x^2 + w_y^2) + w_z^2: worker processes pay a page fault per fresh page."""
-    J = np.asarray(J, np.result_type(J.dtype, np.float32))  # integers and float16 in float32 at least
-    x = np.subtract(J[..., 2, 1], J[..., 1, 2])
-    y = np.subtract(J[..., 0, 2], J[..., 2, 0])
-    z = np.subtract(J[..., 1, 0], J[..., 0, 1])
-    np.multiply(x, x, out=x)
-    x += np.multiply(y, y, out=y)
-    x += np.multiply(z, z, out=z)
-    return np.sqrt(x, out=x)
+    """|curl u| of Jacobians (..., 3, 3) with two temporaries in all (worker processes pay a page
+    fault per fresh page), summed in the order ``np.linalg.norm`` sums: (w_x^2 + w_y^2) + w_z^2."""
+    w = _vorticity(np.asarray(J, np.result_type(J.dtype, np.float32)))  # integers, float16: float32 at least
+    np.multiply(w, w, out=w)
+    total = np.add(w[..., 0], w[..., 1])
+    total += w[..., 2]
+    return np.sqrt(total, out=total)
 
 
 def _q(J: np.ndarray) -> np.ndarray:
