@@ -199,9 +199,11 @@ def test_publish_never_replaces_what_appeared_meanwhile(tmp_path):
     final.mkdir()
     (final / "thesis.tex").write_text("precious")
     part = fake_result(partial_path(final), "new")
-    with pytest.raises(OutputError, match="left as it is, and the new result is kept at"):
+    with pytest.raises(OutputError, match="left as it is, and the complete new result is kept at") as caught:
         publish(part, final, "always")
-    assert (final / "thesis.tex").read_text() == "precious" and (part / "data" / "0").read_text() == "new"
+    (kept,) = tmp_path.glob("r.zarr.unpublished-*")
+    assert str(kept) in str(caught.value) and not part.exists()
+    assert (final / "thesis.tex").read_text() == "precious" and (kept / "data" / "0").read_text() == "new"
 
 
 # -- item 11: a kill between the two renames of the swap ------------------------------------------------
@@ -212,7 +214,7 @@ from pathlib import Path
 from vdbflow.jobs import output
 final, part = Path(sys.argv[1]), output.partial_path(Path(sys.argv[1]))
 os.rename(sys.argv[2], part)  # the finished store, named by this process as a job names it
-output._renameat2 = lambda *args: False   # the two-rename path of filesystems without renameat2
+output.renameat2 = lambda *args: False   # the two-rename path of filesystems without renameat2
 real = os.replace
 def replace_then_die(src, dst):
     real(src, dst)

@@ -230,10 +230,11 @@ def test_publish_swaps_atomically_and_never_overwrites_unasked(tmp_path):
         publish(part, final, "always")
         assert (final / "data" / "0").read_text() == content and not part.exists()
     part = fake_result(partial_path(final), "newer")
-    with pytest.raises(OutputError, match="kept at"):
+    with pytest.raises(OutputError, match="the complete result is kept at .*unpublished"):
         publish(part, final, "never")
-    assert part.exists() and (final / "data" / "0").read_text() == "new"
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([final.name, part.name])
+    (kept,) = tmp_path.glob("r.zarr.unpublished-*")
+    assert (kept / "data" / "0").read_text() == "newer" and (final / "data" / "0").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([final.name, kept.name])
 
 
 def _running_partial(tmp_path: Path) -> list[Path]:

@@ -22,6 +22,7 @@ from vdbflow.errors import (
     ShapeError,
     VdbflowError,
     VolumeError,
+    WriteError,
 )
 
 if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and IDEs
@@ -200,6 +201,7 @@ __all__ = [
     "Volume",
     "VolumeError",
     "VolumeSeries",
+    "WriteError",
     "advect",
     "derived_field",
     "distribute",

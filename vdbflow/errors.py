@@ -33,3 +33,7 @@ class NanoVDBError(VdbflowError, ValueError):
 
 class TimeError(VdbflowError, ValueError):
     """A time is outside a series or an integration, or a series' times are not strictly increasing."""
+
+
+class WriteError(VdbflowError, OSError):
+    """A file or store could not be written (a full disk, no permission); its path is as it was."""

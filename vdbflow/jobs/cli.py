@@ -7,9 +7,12 @@ text, never as rich markup (``pip install "vdbflow[tables]"`` keeps its brackets
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -199,6 +202,43 @@ def _print_summary(result: Any, console: Console) -> None:
     console.print(_rows_table("vdbflow run: summary", rows))
 
 
+class Stopped(KeyboardInterrupt):
+    """A job stopped by a signal (SIGINT, SIGTERM as ``scancel`` and ``timeout`` send, SIGHUP)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """The first SIGINT, SIGTERM or SIGHUP raises :class:`Stopped` in the main thread, so the job's
+    cleanup runs (partial store, input snapshot, cluster); later ones while it cleans up are ignored
+    with a message (SIGKILL still ends it at once)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    stopping = False
+
+    def handler(signum: int, frame: Any) -> None:
+        nonlocal stopping
+        if stopping:
+            _say("stopping", f"{signal.Signals(signum).name} again: still cleaning up (SIGKILL ends it at once)")
+            return
+        stopping = True
+        raise Stopped(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
 def _run(config_path: str, overrides: tuple[str, ...], dry_run: bool, verbose: int, force: bool = False) -> None:
     from vdbflow.errors import VdbflowError
     from vdbflow.jobs.config import ConfigError, load_config
@@ -207,17 +247,22 @@ def _run(config_path: str, overrides: tuple[str, ...], dry_run: bool, verbose: i
     console = _stdout()
     _logging(verbose)
     try:
-        cfg = load_config(config_path, overrides)
-        if dry_run:
-            _print_plan(plan_job(cfg, force, dry_run=True), console)
-            return
-        result = run_job(cfg, console, force=force)
+        with _stop_on_signals():
+            cfg = load_config(config_path, overrides)
+            if dry_run:
+                _print_plan(plan_job(cfg, force, dry_run=True), console)
+                return
+            result = run_job(cfg, console, force=force)
     except ConfigError as err:
         _say("config error", str(err))
         raise SystemExit(2) from None
-    except KeyboardInterrupt:
-        _say("interrupted", "no result was published")
-        raise SystemExit(130) from None
+    except KeyboardInterrupt as err:  # Ctrl-C, or Stopped by a signal: the cleanup has run
+        signum = err.signum if isinstance(err, Stopped) else signal.SIGINT
+        _say(
+            "interrupted" if signum == signal.SIGINT else "stopped",
+            f"by {signal.Signals(signum).name}: no result was published",
+        )
+        raise SystemExit(128 + signum) from None
     except VdbflowError as err:
         _say("error", str(err))
         raise SystemExit(1) from None
@@ -414,7 +459,6 @@ def convert(
     from vdbflow.errors import VdbflowError
     from vdbflow.io.dense import convert as to_volume
     from vdbflow.io.dense import default_name, open_dense
-    from vdbflow.jobs.output import partial_path
 
     out = Path(output)
     if out.exists() and not overwrite:
@@ -437,12 +481,7 @@ def convert(
                 grid_name,
                 progress=lambda done, total: bar.update(task, completed=done),
             )
-        tmp = partial_path(out.absolute())
-        try:
-            vol.to_nvdb(str(tmp), codec=codec)
-            os.replace(tmp, out)
-        finally:
-            tmp.unlink(missing_ok=True)
+        vol.to_nvdb(str(out), codec=codec)  # atomic: a private directory beside it, then a rename
     except VdbflowError as err:
         _say("error", str(err))
         raise SystemExit(2) from None

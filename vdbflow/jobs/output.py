@@ -3,22 +3,23 @@ to its final path only once complete, so an interrupted job never leaves a resul
 
 Every hidden file a job leaves next to its output - ``.NAME.partial-TAG`` (a result being written),
 ``.NAME.replaced-TAG`` (the earlier result during the swap), ``.NAME.input-TAG`` (a private snapshot of
-an input) - names its writer in ``TAG`` (``XXXXXXXX-PID@HOST``), so :func:`tidy` can tell a running
-job's files from those of a killed one, remove the latter and restore an earlier result that a kill
-during the swap left aside.
+an input), ``.NAME.tmp-TAG`` (the private directory of a file being saved, :mod:`vdbflow.io.atomic`) -
+names its writer in ``TAG`` (``XXXXXXXX-PID@HOST``), so :func:`tidy` can tell a running job's files
+from those of a killed one, remove the latter and restore an earlier result that a kill during the
+swap left aside.
+
+A complete result that could not be published (its output path appeared while the job ran) is moved
+to ``NAME.unpublished-XXXXXXXX``: a visible name that no cleanup ever touches.
 """
 
 from __future__ import annotations
 
-import ctypes
-import errno
 import json
 import logging
 import os
 import re
 import shutil
 import socket
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ import numpy as np
 import xarray as xr
 
 from vdbflow.errors import VdbflowError
+from vdbflow.io.atomic import RENAME_EXCHANGE, RENAME_NOREPLACE, renameat2, writer_tag
 from vdbflow.jobs.config import OutputSpec
 from vdbflow.jobs.results import not_a_result
 
@@ -37,26 +39,23 @@ class OutputError(VdbflowError, RuntimeError):
     """A result could not be written or moved into place."""
 
 
-_KINDS = ("partial", "replaced", "input")
+_KINDS = ("partial", "replaced", "input", "tmp")
+# the host is matched lazily so that the ".tmp-PID" suffix of an older vdbflow's save() inside a
+# partial path (".NAME.partial-TAG.tmp-PID") is not read as part of the host name
 _LEFTOVER = re.compile(
-    r"\.(?P<name>.+)\.(?P<kind>partial|replaced|input)-(?P<token>[0-9a-f]{8})"
-    r"(?:-(?P<pid>\d+)@(?P<host>.+))?"
+    r"\.(?P<name>.+)\.(?P<kind>partial|replaced|input|tmp)-(?P<token>[0-9a-f]{8})"
+    r"(?:-(?P<pid>\d+)@(?P<host>.+?))?(?:\.tmp-(?P<saver>\d+))?"
 )
-
-
-def _tag() -> str:
-    """``XXXXXXXX-PID@HOST``: unique, and naming the process that writes the file."""
-    return f"{uuid.uuid4().hex[:8]}-{os.getpid()}@{socket.gethostname()}"
 
 
 def partial_path(final: Path) -> Path:
     """A fresh hidden sibling of ``final`` for one attempt: ``.NAME.partial-XXXXXXXX-PID@HOST``."""
-    return final.parent / f".{final.name}.partial-{_tag()}"
+    return final.parent / f".{final.name}.partial-{writer_tag()}"
 
 
 def snapshot_path(final: Path) -> Path:
     """A fresh hidden sibling of ``final`` for a private copy of an input: ``.NAME.input-TAG``."""
-    return final.parent / f".{final.name}.input-{_tag()}"
+    return final.parent / f".{final.name}.input-{writer_tag()}"
 
 
 def _pid_alive(pid: int) -> bool:
@@ -154,6 +153,7 @@ def tidy(
             "partial": "the partial result",
             "replaced": "the earlier result set aside",
             "input": "the input snapshot",
+            "tmp": "the private directory of an unfinished save",
         }[item.kind]
         if gone is False:
             report.append(f"kept {item.path}: {what} of a running job ({item.writer})")
@@ -241,24 +241,6 @@ def add_attrs(target: Path, spec: OutputSpec, attrs: dict[str, Any]) -> None:
                 f.attrs[k] = v
 
 
-_RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
-
-
-def _renameat2(src: Path, dst: Path, flags: int) -> bool:
-    """Linux's ``renameat2``: True when done; False where the system or filesystem lacks it."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    call = getattr(libc, "renameat2", None)
-    if call is None:
-        return False
-    at_fdcwd = -100
-    if call(at_fdcwd, os.fsencode(src), at_fdcwd, os.fsencode(dst), ctypes.c_uint(flags)) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
-        return False
-    raise OSError(err, os.strerror(err), str(src), None, str(dst))
-
-
 def publish(target: Path, final: Path, overwrite: str) -> None:
     """Move a complete store from its partial path to ``final``, replacing an earlier vdbflow result
     there if ``overwrite`` is ``always`` (never anything else).  The final path holds either the old
@@ -268,30 +250,52 @@ def publish(target: Path, final: Path, overwrite: str) -> None:
     if final.exists() or final.is_symlink():
         if overwrite != "always":
             raise OutputError(
-                f"{final} appeared while the job ran and output.overwrite is 'never'; the result is kept at {target}"
+                f"{final} appeared while the job ran and output.overwrite is 'never'; the complete result "
+                f"is kept at {keep(target, final)} (vdbflow clean leaves it)"
             )
         problem = not_a_result(final)
         if problem is not None:
             raise OutputError(
                 f"expected an earlier vdbflow result at {final} to replace, found {problem}; it is "
-                f"left as it is, and the new result is kept at {target}"
+                f"left as it is, and the complete new result is kept at {keep(target, final)} (vdbflow "
+                "clean leaves it)"
             )
-        if _renameat2(target, final, _RENAME_EXCHANGE):
+        if renameat2(target, final, RENAME_EXCHANGE):
             _remove(target)  # now the earlier result
             return
-        retired = final.parent / f".{final.name}.replaced-{_tag()}"
+        retired = final.parent / f".{final.name}.replaced-{writer_tag()}"
         os.replace(final, retired)
         os.replace(target, final)
         _remove(retired)
     else:
         try:
-            done = _renameat2(target, final, _RENAME_NOREPLACE)
+            done = renameat2(target, final, RENAME_NOREPLACE)
         except FileExistsError:
             raise OutputError(
-                f"{final} appeared while the job was publishing; the result is kept at {target}"
+                f"{final} appeared while the job was publishing; the complete result is kept at "
+                f"{keep(target, final)} (vdbflow clean leaves it)"
             ) from None
         if not done:
             os.replace(target, final)
+
+
+def unpublished_path(final: Path) -> Path:
+    """A fresh visible sibling of ``final`` for a complete result that could not be published:
+    ``NAME.unpublished-XXXXXXXX`` (no leftover pattern matches it, so no cleanup removes it)."""
+    return final.parent / f"{final.name}.unpublished-{writer_tag()[:8]}"
+
+
+def keep(target: Path, final: Path) -> Path:
+    """Move the complete result at ``target`` (a partial path) to :func:`unpublished_path` and return
+    where it is now (``target`` itself if it cannot be moved)."""
+    kept = unpublished_path(final)
+    try:
+        if not renameat2(target, kept, RENAME_NOREPLACE):
+            os.rename(target, kept)
+    except OSError as err:
+        log.warning("could not move the complete result %s to %s: %s", target, kept, err)
+        return target
+    return kept
 
 
 def discard(target: Path) -> None:

@@ -460,12 +460,9 @@ def _build_volumes(cfg: JobConfig, grids: list[str]) -> tuple[dict[str, Any], An
         raise ConfigError(f"volume.synthetic: {err}") from None
     if s.write is not None:
         s.write.parent.mkdir(parents=True, exist_ok=True)
-        tmp = partial_path(s.write.absolute())
-        try:
-            save(tmp, {vol.name: vol})
-            os.replace(tmp, s.write)
-        finally:
-            tmp.unlink(missing_ok=True)
+        for line in tidy(s.write.absolute()):  # what a killed run's save left beside it
+            log.warning("%s", line)
+        save(s.write, {vol.name: vol})  # atomic: a private directory beside it, then a rename
         log.info("wrote the synthetic field to %s", s.write)
         return {vol.name: (s.write, vol.name)}, analytic
     return {vol.name: vol}, analytic
@@ -834,6 +831,7 @@ def run_job(
         )
     final.parent.mkdir(parents=True, exist_ok=True)
     with (
+        contextlib.ExitStack() as after_cluster,  # exits last: after the cluster is closed
         concurrent.futures.ThreadPoolExecutor(1) as hasher,
         _volume_file(cfg, plan, final, hasher) as reading,
         contextlib.nullcontext(client) if client is not None else open_cluster(cfg.cluster) as client,
@@ -911,6 +909,8 @@ def run_job(
             target = partial_path(final)
             log.info("writing %d points to %s (published at %s when complete)", point_set.count, target, final)
             t0 = time.perf_counter()
+            futures: list = []
+            write = None
             try:
                 write = lazy_write(ds, cfg.output, target)
                 from distributed import get_task_stream
@@ -952,15 +952,46 @@ def run_job(
                     plan.inputs["volume.path"].check(when="when the job finished")
                 publish(target, final, cfg.output.overwrite)
             except OutputError:
-                raise  # the complete result stays at its partial path, which the message names
+                raise  # the complete result was kept at an unpublished path, which the message names
             except BaseException:
+                stop_writing(client, futures, write)
                 discard(target)
+                after_cluster.callback(discard, target)  # again once an embedded cluster's workers are gone
                 raise
         finally:
             for dvol in dvols.values():
                 dvol.close()
     log.info("published %s", final)
     return result
+
+
+STOP_WAIT_S = 30.0  # how long a failed job waits for its tasks still running before it removes its partial
+
+
+def _executing_keys(dask_worker: Any) -> list:
+    """The keys of the tasks a worker is executing now (run on each worker by ``client.run``)."""
+    return [ts.key for ts in dask_worker.state.executing]
+
+
+def stop_writing(client: Any, futures: list, write: Any, wait_s: float = STOP_WAIT_S) -> None:
+    """Cancel a failed job's tasks and wait (up to ``wait_s``) until none of them still runs on a
+    worker, so that no chunk is written into the partial store after it is removed.  Cancelling only
+    tells the scheduler; a task already running goes on in its worker's thread until it returns."""
+    if not futures and write is None:
+        return
+    keys = set(write.__dask_graph__()) if write is not None else set()
+    keys.update(f.key for f in futures)
+    try:
+        client.cancel(futures, force=True)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            running = client.run(_executing_keys, on_error="ignore")
+            if not any(key in keys for found in running.values() if isinstance(found, list) for key in found):
+                return
+            time.sleep(0.05)
+        log.warning("tasks of the failed job still ran after %.0f s; its partial store is removed anyway", wait_s)
+    except Exception as err:  # a cluster already gone: nothing of it runs any more
+        log.debug("stopping the failed job's tasks: %s", err)
 
 
 class JobError(VdbflowError, RuntimeError):

@@ -1,0 +1,184 @@
+"""Files vdbflow writes appear whole or not at all, never through a planted link, and a failed write
+leaves nothing behind (issue 23, rows 2, 3 and 8)."""
+
+import errno
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_run import fake_result
+
+import vdbflow
+from vdbflow.io import atomic
+from vdbflow.jobs.output import leftovers, partial_path, publish, tidy
+
+HOST = socket.gethostname()
+
+
+def _volume() -> vdbflow.Volume:
+    ijk = np.argwhere(np.ones((8, 8, 8), bool))
+    return vdbflow.Volume.from_voxels(ijk, ijk[:, 0].astype(np.float32), name="density")
+
+
+def _dead_pid() -> int:
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(proc.stdout)
+
+
+def _listing(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_save_never_writes_through_a_link_planted_at_the_old_temporary_name(tmp_path):
+    """The old save() wrote PATH.tmp-PID with open(): a link planted there had its target overwritten
+    and the output became a link to it."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    out = tmp_path / "out.nvdb"
+    for pid in {os.getpid(), os.getppid()}:
+        (tmp_path / f"out.nvdb.tmp-{pid}").symlink_to(victim)
+    vdbflow.save(out, {"density": _volume()})
+    assert victim.read_text() == "precious"
+    assert out.is_file() and not out.is_symlink()
+    assert vdbflow.open(out).active_voxel_count == 512
+
+
+def test_save_replaces_a_link_at_the_output_itself_and_never_its_target(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    out = tmp_path / "out.nvdb"
+    out.symlink_to(victim)
+    _volume().to_nvdb(str(out))
+    assert victim.read_text() == "precious" and out.is_file() and not out.is_symlink()
+
+
+def test_a_private_directory_name_that_is_taken_is_never_used(tmp_path, monkeypatch):
+    """mkdir fails on any existing name, a link too: a planted name is passed over, never followed;
+    a name that stays taken ends in a WriteError, not a loop."""
+    victim = tmp_path / "elsewhere"
+    victim.mkdir()
+    tags = iter(["aaaaaaaa-1@h", "bbbbbbbb-1@h"])
+    monkeypatch.setattr(atomic, "writer_tag", lambda: next(tags))
+    (tmp_path / ".out.nvdb.tmp-aaaaaaaa-1@h").symlink_to(victim)
+    vdbflow.save(tmp_path / "out.nvdb", {"density": _volume()})
+    assert list(victim.iterdir()) == [] and (tmp_path / "out.nvdb").is_file()
+    assert _listing(tmp_path) == [".out.nvdb.tmp-aaaaaaaa-1@h", "elsewhere", "out.nvdb"]
+
+    monkeypatch.setattr(atomic, "writer_tag", lambda: "aaaaaaaa-1@h")
+    (tmp_path / ".again.nvdb.tmp-aaaaaaaa-1@h").symlink_to(victim)
+    with pytest.raises(vdbflow.WriteError, match="expected to write .*again.nvdb"):
+        vdbflow.save(tmp_path / "again.nvdb", {"density": _volume()})
+    assert list(victim.iterdir()) == [] and not (tmp_path / "again.nvdb").exists()
+
+
+def test_a_full_disk_leaves_nothing_and_the_old_file_as_it_was(tmp_path, monkeypatch):
+    out = tmp_path / "out.nvdb"
+    out.write_bytes(b"the earlier file")
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(atomic.os, "fsync", full)
+    with pytest.raises(vdbflow.WriteError, match="No space left on device") as caught:
+        vdbflow.save(out, {"density": _volume()})
+    assert caught.value.errno == errno.ENOSPC and isinstance(caught.value, OSError)
+    assert out.read_bytes() == b"the earlier file" and _listing(tmp_path) == ["out.nvdb"]
+
+
+def test_saved_files_get_the_permissions_of_a_plain_open(tmp_path):
+    old = os.umask(0o027)
+    try:
+        vdbflow.save(tmp_path / "out.nvdb", {"density": _volume()})
+    finally:
+        os.umask(old)
+    assert (tmp_path / "out.nvdb").stat().st_mode & 0o777 == 0o640
+
+
+def test_an_interrupted_write_leaves_nothing(tmp_path):
+    with pytest.raises(KeyboardInterrupt), atomic.atomic_file(tmp_path / "out.bin") as fh:
+        fh.write(b"half")
+        raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt), atomic.atomic_directory(tmp_path / "out.zarr") as where:
+        where.mkdir()
+        raise KeyboardInterrupt
+    assert _listing(tmp_path) == []
+
+
+def test_atomic_directory_refuses_or_exchanges(tmp_path):
+    target = tmp_path / "store"
+    with atomic.atomic_directory(target) as where:
+        where.mkdir()
+        (where / "a").write_text("1")
+    with pytest.raises(vdbflow.WriteError, match="exists"), atomic.atomic_directory(target) as where:
+        where.mkdir()
+    with atomic.atomic_directory(target, replace=True) as where:
+        where.mkdir()
+        (where / "a").write_text("2")
+    assert (target / "a").read_text() == "2" and _listing(tmp_path) == ["store"]
+
+
+# -- a killed writer's private directory, and the names an older vdbflow left --------------------------
+
+
+def test_clean_removes_what_a_killed_save_left_and_keeps_a_running_one(tmp_path):
+    dead, alive = _dead_pid(), os.getpid()
+    final = tmp_path / "field.nvdb"
+    gone = tmp_path / f".field.nvdb.tmp-0123abcd-{dead}@{HOST}"
+    running = tmp_path / f".field.nvdb.tmp-4567abcd-{alive}@{HOST}"
+    for d in (gone, running):
+        d.mkdir()
+        (d / "field.nvdb").write_bytes(b"x" * 1000)
+    lines = tidy(final)
+    assert not gone.exists() and running.exists()
+    assert any("removed" in line and "unfinished save" in line for line in lines)
+    assert any("kept" in line and "running job" in line for line in lines)
+
+
+def test_an_older_partial_save_name_is_read_with_its_writer(tmp_path):
+    """``.NAME.partial-TAG.tmp-PID`` (a synthetic.write of an older vdbflow, killed or out of space)
+    was read as host ``HOST.tmp-PID``: unknown, so kept without --force and the disk stayed full."""
+    dead = _dead_pid()
+    left = tmp_path / f".tg.nvdb.partial-0123abcd-{dead}@{HOST}.tmp-{dead}"
+    left.write_bytes(b"x" * 1000)
+    (item,) = leftovers(tmp_path / "tg.nvdb")
+    assert (item.kind, item.pid, item.host, item.writer_gone) == ("partial", dead, HOST, True)
+    tidy(tmp_path / "tg.nvdb")
+    assert not left.exists()
+
+
+def test_a_job_that_writes_its_synthetic_field_leaves_no_temporary_on_failure(tmp_path, monkeypatch):
+    from vdbflow.jobs import runner
+    from vdbflow.jobs.config import load_config
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(atomic.os, "fsync", full)
+    cfg = load_config(
+        data={
+            "volume": {"synthetic": {"field": "taylor_green", "resolution": 16, "write": str(tmp_path / "tg.nvdb")}},
+            "points": {"kind": "random", "count": 100},
+            "output": {"path": str(tmp_path / "r.zarr")},
+        }
+    )
+    with pytest.raises(vdbflow.WriteError, match="tg.nvdb"):
+        runner._build_volumes(cfg, ["velocity"])
+    assert _listing(tmp_path) == []
+
+
+# -- a result that could not be published is kept where nothing removes it -------------------------------
+
+
+def test_a_complete_result_that_could_not_be_published_survives_the_next_cleanup(tmp_path):
+    final = tmp_path / "r.zarr"
+    part = fake_result(partial_path(final), "mine")
+    fake_result(final, "theirs")  # appeared while the job ran
+    with pytest.raises(vdbflow.VdbflowError, match=r"complete result is kept at .*r\.zarr\.unpublished-"):
+        publish(part, final, "never")
+    (kept,) = tmp_path.glob("r.zarr.unpublished-*")
+    assert tidy(final, force=True) == [] and tidy(directory=tmp_path, force=True) == []
+    assert (kept / "data" / "0").read_text() == "mine" and (final / "data" / "0").read_text() == "theirs"

@@ -1,0 +1,186 @@
+"""Files published whole: written in a private directory beside the target, then renamed into place.
+
+A writer never opens a predictable name and never follows a link it did not make: it creates a
+hidden directory ``.NAME.tmp-TAG`` next to the target with ``mkdir`` (mode 0700, failing if anything
+is there), creates the file inside it with ``O_CREAT | O_EXCL | O_NOFOLLOW``, and renames it onto the
+target, which replaces a link at that path rather than writing through it.  ``TAG`` is
+``XXXXXXXX-PID@HOST`` (32 random bits, then the writer), so ``vdbflow clean`` can tell the private
+directory of a killed writer from that of a running one.  On any failure (a full disk, a signal
+raised as an exception) the directory and what it holds are removed before the error goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import shutil
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from vdbflow.errors import WriteError
+
+__all__ = [
+    "RENAME_EXCHANGE",
+    "RENAME_NOREPLACE",
+    "atomic_directory",
+    "atomic_file",
+    "create_exclusive",
+    "private_directory",
+    "renameat2",
+    "writer_tag",
+]
+
+RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2  # Linux's renameat2 flags
+
+
+def writer_tag() -> str:
+    """``XXXXXXXX-PID@HOST``: unique, and naming the process that writes the file."""
+    return f"{uuid.uuid4().hex[:8]}-{os.getpid()}@{socket.gethostname()}"
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def create_exclusive(path: str | os.PathLike, mode: int = 0o666) -> BinaryIO:
+    """``path`` opened for writing, newly made: never an existing file, never through a link."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags, mode)
+    try:
+        return os.fdopen(fd, "wb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def private_directory(target: Path) -> Path:
+    """A new directory ``.NAME.tmp-TAG`` beside ``target``, mode 0700 (``mkdir`` fails on any existing
+    name, link or not, so an attacker cannot plant it)."""
+    for _ in range(16):
+        where = target.parent / f".{target.name}.tmp-{writer_tag()}"
+        try:
+            os.mkdir(where, 0o700)
+        except FileExistsError:  # 32 random bits collided (or a name was planted): draw again
+            continue
+        return where
+    raise FileExistsError(errno.EEXIST, f"every private directory name tried beside {target} was taken")
+
+
+def renameat2(src: str | os.PathLike, dst: str | os.PathLike, flags: int) -> bool:
+    """Linux's ``renameat2``: True when done; False where the system or filesystem lacks it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    call = getattr(libc, "renameat2", None)
+    if call is None:
+        return False
+    at_fdcwd = -100
+    if call(at_fdcwd, os.fsencode(src), at_fdcwd, os.fsencode(dst), ctypes.c_uint(flags)) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(src), None, str(dst))
+
+
+def _write_error(target: Path, err: OSError) -> WriteError:
+    if isinstance(err, WriteError):
+        return err
+    what = err.strerror or str(err)
+    return WriteError(
+        err.errno or 0,
+        f"expected to write {target}, got {type(err).__name__}: {what}; {target} is as it was and nothing "
+        "was left beside it",
+    )
+
+
+def _private_or_fail(target: Path) -> Path:
+    try:
+        return private_directory(target)
+    except OSError as err:
+        raise _write_error(target, err) from err
+
+
+def _remove_tree(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        if path.is_symlink() or not path.is_dir():
+            path.unlink()
+        else:
+            shutil.rmtree(path)
+
+
+def _publish(written: Path, target: Path, replace: bool) -> None:
+    if replace:
+        os.replace(written, target)  # a link at target is replaced, not followed
+        return
+    try:  # hard-link semantics: fails when anything (a link too) appeared at target meanwhile
+        os.link(written, target, follow_symlinks=False)
+    except FileExistsError:
+        raise
+    except OSError:  # a filesystem without hard links: a check, then a rename
+        if os.path.lexists(target):
+            raise FileExistsError(f"{target} exists") from None
+        os.replace(written, target)
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike, *, replace: bool = True) -> Iterator[BinaryIO]:
+    """Write a file that appears at ``path`` whole or not at all::
+
+        with atomic_file("out.nvdb") as fh:
+            fh.write(data)
+
+    The file is made in :func:`private_directory` and renamed onto ``path`` when the block ends
+    without an error (``replace=False``: only if nothing is at ``path``); it gets the permissions a
+    plain ``open`` would give (0666 less the umask).  Any error, a ``KeyboardInterrupt`` too, removes
+    the private directory and leaves ``path`` as it was; an ``OSError`` becomes a
+    :class:`~vdbflow.errors.WriteError`.
+    """
+    target = Path(path)
+    where = _private_or_fail(target)
+    try:
+        written = where / target.name
+        with create_exclusive(written, 0o600) as fh:
+            yield fh
+            fh.flush()
+            os.fchmod(fh.fileno(), 0o666 & ~_umask())
+            os.fsync(fh.fileno())
+        _publish(written, target, replace)
+    except OSError as err:
+        raise _write_error(target, err) from err
+    finally:
+        _remove_tree(where)
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str | os.PathLike, *, replace: bool = False) -> Iterator[Path]:
+    """A directory (a Zarr store, say) that appears at ``path`` whole or not at all.
+
+    Yields a fresh path inside :func:`private_directory` for the writer to create; when the block
+    ends without an error it is renamed onto ``path``.  With ``replace=True`` an earlier directory at
+    ``path`` is exchanged with the new one in one step where Linux allows (else set aside, then
+    replaced) and removed; ``replace=False`` refuses when anything is at ``path``.  Any error removes
+    the private directory; an ``OSError`` becomes a :class:`~vdbflow.errors.WriteError`.
+    """
+    target = Path(path)
+    where = _private_or_fail(target)
+    try:
+        written = where / target.name
+        yield written
+        if not os.path.lexists(target):
+            if not renameat2(written, target, RENAME_NOREPLACE):
+                os.rename(written, target)
+        elif not replace:
+            raise FileExistsError(f"{target} exists")
+        elif not renameat2(written, target, RENAME_EXCHANGE):  # the earlier one is now at `written`
+            os.rename(target, where / f"{target.name}.old")
+            os.rename(written, target)
+    except OSError as err:
+        raise _write_error(target, err) from err
+    finally:
+        _remove_tree(where)
