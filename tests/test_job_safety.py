@@ -108,11 +108,27 @@ def test_a_trillion_points_is_refused_unless_forced(tmp_path):
     assert "allowed by --force" in said(result) and "96.0 TB" in said(result) and "days" in said(result)
     # a config may raise its own limits
     result = invoke(
-        "run", str(cfg_path), "--set", "points.count=2000000000", "--set", "limits.max_points=3e9", "--dry-run"
+        "run",
+        str(cfg_path),
+        "--set",
+        "points.count=2000000000",
+        "--set",
+        "points.chunk=262144",
+        "--set",
+        "limits.max_points=3e9",
+        "--dry-run",
     )
     assert result.exit_code == 2 and "limits.max_points" in said(result)  # '3e9' is a string in YAML 1.1
     result = invoke(
-        "run", str(cfg_path), "--set", "points.count=2000000000", "--set", "limits.max_points=3000000000", "--dry-run"
+        "run",
+        str(cfg_path),
+        "--set",
+        "points.count=2000000000",
+        "--set",
+        "points.chunk=262144",
+        "--set",
+        "limits.max_points=3000000000",
+        "--dry-run",
     )
     assert result.exit_code == 0, result.output
 

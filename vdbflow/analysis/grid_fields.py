@@ -12,7 +12,7 @@ from vdbflow.analysis import flow
 from vdbflow.core import tree, units
 from vdbflow.core.volume import Topology, Volume
 from vdbflow.devices import cpu
-from vdbflow.errors import SamplingError
+from vdbflow.errors import SamplingError, VolumeError
 from vdbflow.ops.sampling import MODES, sample_grad_arrays
 
 GRID_SCHEMES = ("fd2", "fd4", "fd6", "fd8")  # centred differences of order 2, 4, 6, 8 at the voxels
@@ -26,8 +26,10 @@ def _grid_jacobian(vol: Volume, scheme: str, dvol: Any = None, device: str = "cp
     if not vol.value_type.is_float:
         raise SamplingError(f"expected float data for a gradient field, got {vol.value_type.name}")
     if dvol is not None:
+        _check_distributed_of(vol, dvol)
         pts = vol.active_voxels().astype(np.float64)  # voxel centres: the kernels take the node differences there
         ds = dvol.sample_grad(pts, scheme, space="index", jacobian_space="world").compute(scheduler=dvol.client)
+        _check_values_of(vol, ds[vol.name].values)
         jac = ds[f"{vol.name}_jacobian"].values
     elif device == "cuda":  # the same per-node kernel on the GPU, one thread per voxel
         from vdbflow.devices.cuda import cupy_module
@@ -43,6 +45,42 @@ def _grid_jacobian(vol: Volume, scheme: str, dvol: Any = None, device: str = "cp
     else:
         raise SamplingError(f"expected device 'cpu' or 'cuda', got {device!r}")
     return jac
+
+
+def _check_distributed_of(vol: Volume, dvol: Any) -> None:
+    """Refuse a ``distributed=`` volume that is not ``vol`` distributed: its name, value type,
+    components, transform and active voxels must be ``vol``'s."""
+    from vdbflow.core.volume import same_topology
+
+    t = dvol.template
+    mine = (vol.name, vol.value_type.name, vol.components, vol.index_to_world.tolist())
+    theirs = (t.name, t.value_type.name, t.components, t.index_to_world.tolist())
+    if mine != theirs:
+        raise VolumeError(
+            f"expected distributed= to be this volume distributed (name, value type, components, "
+            f"index-to-world {mine}), got a DistributedVolume of {theirs}"
+        )
+    if dvol.topology is None or not same_topology(dvol.topology, vol.topology):
+        raise VolumeError(
+            f"expected distributed= to be this volume distributed ({vol.active_voxel_count:,} active voxels in "
+            f"{vol.leaf_count:,} leaves), got a DistributedVolume of other active voxels "
+            f"({dvol.template_leaf_count:,} leaves)"
+        )
+
+
+def _check_values_of(vol: Volume, sampled: np.ndarray) -> None:
+    """The values the distributed volume gave at ``vol``'s voxel centres must be ``vol``'s own (a
+    volume on the same voxels with other data is refused; NaN and inf neighbours are not compared)."""
+    own = vol.active_values().reshape(sampled.shape)
+    both = np.isfinite(own) & np.isfinite(sampled)
+    differ = both & (own != sampled)
+    if differ.any():
+        row = np.argwhere(differ)[0]
+        raise VolumeError(
+            f"expected distributed= to hold this volume's values, got other values at {int(differ.sum()):,} of "
+            f"{own.size:,} entries, e.g. voxel {vol.active_voxels()[row[0]].tolist()}: {own[tuple(row)]!r} here, "
+            f"{sampled[tuple(row)]!r} distributed"
+        )
 
 
 def _on_voxels(vol: Volume, values: np.ndarray, name: str, component_names: list[str] | None = None) -> Volume:
@@ -77,7 +115,7 @@ def gradient_field(vol: Volume, scheme: str = "fd4", *, distributed: Any = None,
         The centred-difference scheme.
     distributed : DistributedVolume, optional
         A :class:`~vdbflow.DistributedVolume` of ``vol``: computes the field on its cluster, with the
-        same result.
+        same result (a distributed volume of another volume is refused).
     device : {"cpu", "cuda"}, default ``"cpu"``
         Where the kernels run; ``"cuda"`` needs CuPy and a GPU.
 
@@ -94,6 +132,8 @@ def gradient_field(vol: Volume, scheme: str = "fd4", *, distributed: Any = None,
     ------
     SamplingError
         An unknown ``scheme`` or ``device``, or integer data.
+    VolumeError
+        A ``distributed`` volume that is not ``vol`` (other name, type, transform, voxels or values).
     DeviceError
         ``device="cuda"`` without CuPy or a GPU.
 
@@ -137,7 +177,9 @@ def _grid_hessian(vol: Volume, scheme: str, dvol: Any = None, device: str = "cpu
         raise SamplingError(f"expected float data for a Hessian field, got {vol.value_type.name}")
     pts = vol.active_voxels().astype(np.float64)  # voxel centres: the node Hessians themselves
     if dvol is not None:
+        _check_distributed_of(vol, dvol)
         ds = dvol.sample_hessian(pts, scheme, space="index", hessian_space="world").compute(scheduler=dvol.client)
+        _check_values_of(vol, ds[vol.name].values)
         hess = ds[f"{vol.name}_hessian"].values
     elif device in ("cpu", "cuda"):
         if device == "cuda":

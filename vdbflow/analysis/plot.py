@@ -9,7 +9,6 @@ panel with its variable, component, axis and units. Also reachable as ``ds.vdbfl
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +16,7 @@ import numpy as np
 import xarray as xr
 
 from vdbflow.errors import SamplingError
+from vdbflow.io import bounded_json
 
 DERIVED_SCALARS = ("divergence", "vorticity_magnitude", "q_criterion", "lambda2", "swirling_strength", "helicity")
 
@@ -70,8 +70,14 @@ def _plane_shape(ds: xr.Dataset, shape: Sequence[int] | None) -> tuple[int, int]
                 "expected the plane's shape: pass shape=(ns, nt) (points in s-major order), or "
                 "sample at points of shape (ns, nt, 3)"
             )
-        shape = json.loads(stored) if isinstance(stored, str) else stored
-    shape = tuple(int(n) for n in shape)
+        try:
+            shape = bounded_json.loads(stored) if isinstance(stored, str) else stored
+        except ValueError as err:
+            raise SamplingError(f"expected the points_shape attr to hold a JSON plane shape (ns, nt): {err}") from None
+    try:
+        shape = tuple(int(n) for n in shape)
+    except (TypeError, ValueError, OverflowError):
+        raise SamplingError(f"expected a plane shape (ns, nt) of two integers, got {shape!r}") from None
     if len(shape) != 2 or shape[0] * shape[1] != ds.sizes["point"]:
         raise SamplingError(f"expected a plane shape (ns, nt) with ns * nt = {ds.sizes['point']} points, got {shape}")
     return shape

@@ -1071,3 +1071,13 @@ def _cast_values(values: Any, vt: ValueType, what: str, shape: tuple[int, ...]) 
     if not np.all(same):
         raise VolumeError(f"expected {what} representable as {vt.dtype}, got {arr.ravel()[~np.ravel(same)][0]!r}")
     return np.ascontiguousarray(out)
+
+
+def same_topology(a: Any, b: Any) -> bool:
+    """Whether two topologies have the same leaves, masks and tiles (the same active voxels)."""
+    return a is b or (
+        np.array_equal(a.leaf_origins, b.leaf_origins)
+        and np.array_equal(a.masks, b.masks)
+        and np.array_equal(a.tile_origins, b.tile_origins)
+        and np.array_equal(a.tile_sizes, b.tile_sizes)
+    )

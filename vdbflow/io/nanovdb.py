@@ -24,6 +24,7 @@ from vdbflow.core.value_types import value_type_for
 from vdbflow.core.volume import Topology, Volume
 from vdbflow.errors import NanoVDBError, VolumeError
 from vdbflow.io import nanovdb_format as fmt
+from vdbflow.io.atomic import atomic_file
 
 MAX_GRID_BYTES = 1 << 40  # refuse absurd sizes before allocating anything
 MAX_VALUE_COUNT = 1 << 48  # index grids: values an external array may hold (keeps index sums far from 2**63)
@@ -542,15 +543,16 @@ def _metadata_record(obj: Volume | Topology) -> BlindData | None:
 def _apply_metadata(obj: Volume | Topology, records: tuple[BlindData, ...], base: int) -> tuple[BlindData, ...]:
     """Set ``obj``'s units and component names from its ``vdbflow.metadata`` record; the other records.
     A record that does not parse is left out with a warning (the grid itself is fine)."""
-    import json
     import warnings
+
+    from vdbflow.io import bounded_json
 
     rest = tuple(r for r in records if r.name != METADATA_NAME)
     for r in records:
         if r.name != METADATA_NAME:
             continue
         try:
-            meta = json.loads(r.data.decode("utf-8"))
+            meta = bounded_json.loads(bytes(r.data))
             if not isinstance(meta, dict):
                 raise ValueError(f"a JSON {type(meta).__name__}, not an object")
             names = meta.get("component_names")
@@ -1858,8 +1860,10 @@ def save(path: str | os.PathLike, grids: dict[str, Volume | Topology], codec: st
     Volumes in the index layout are written with their values spread over whole leaves
     (background elsewhere).  Units, length units and component names travel in a
     ``vdbflow.metadata`` blind data record (plain bytes to other NanoVDB tools), beside the
-    blind data records a volume read from a file brought along.  The file is written under a
-    temporary name and then renamed, so a reader never sees it half written.
+    blind data records a volume read from a file brought along.  The file is written in a private
+    directory beside ``path`` (``.NAME.tmp-TAG``, made with ``mkdir`` and ``O_EXCL | O_NOFOLLOW``)
+    and then renamed onto it, so a reader never sees it half written, a link planted nearby is
+    never written through, and a failed write (a full disk) leaves nothing behind.
 
     Parameters
     ----------
@@ -1882,6 +1886,8 @@ def save(path: str | os.PathLike, grids: dict[str, Volume | Topology], codec: st
     NanoVDBError
         An unknown codec, no grids, a value type with no NanoVDB grid type (e.g. 9 components), or
         a grid name that is too long.
+    WriteError
+        The file could not be written (a full disk, no permission); ``path`` is as it was.
 
     See Also
     --------
@@ -1965,11 +1971,9 @@ def save(path: str | os.PathLike, grids: dict[str, Volume | Topology], codec: st
         metas.append(meta + raw_name)
         payloads.append(payload)
     header = struct.pack(fmt.FILE_HEADER_FORMAT, fmt.MAGIC_FILE, fmt.WRITE_VERSION, len(grids), fmt.CODEC_IDS[codec])
-    tmp = f"{os.fspath(path)}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as fh:
+    with atomic_file(path) as fh:  # a private directory beside `path`, never a predictable name
         fh.write(header)
         for meta in metas:
             fh.write(meta)
         for payload in payloads:
             fh.write(payload)
-    os.replace(tmp, path)

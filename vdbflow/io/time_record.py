@@ -5,8 +5,10 @@ UTF-8 JSON ``{"time": t}`` (written by :func:`vdbflow.synthetic.unsteady.write_s
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
+from vdbflow.io import bounded_json
 from vdbflow.io.nanovdb import BlindData
 
 TIME_RECORD = "vdbflow.time"
@@ -18,11 +20,13 @@ def time_record(t: float) -> BlindData:
 
 
 def record_time(blind_data: Any) -> float | None:
-    """The time held by a grid's blind data records, or None when there is no readable time record."""
+    """The time held by a grid's blind data records, or None when there is no readable time record (not
+    UTF-8 JSON within :mod:`~vdbflow.io.bounded_json`'s limits, no ``"time"``, or not a finite number)."""
     for r in blind_data or ():
         if r.name == TIME_RECORD:
             try:
-                return float(json.loads(r.data.decode("utf-8"))["time"])
-            except (UnicodeDecodeError, ValueError, KeyError, TypeError):
+                t = float(bounded_json.loads(bytes(r.data))["time"])
+            except (ValueError, KeyError, TypeError, IndexError, OverflowError):
                 return None
+            return t if math.isfinite(t) else None
     return None

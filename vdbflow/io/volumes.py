@@ -8,16 +8,20 @@ coordinates), ``tile`` and ``channel``; the transform, names and units go in the
 
 from __future__ import annotations
 
-import json
+import errno
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from vdbflow.core import tree
 from vdbflow.core.transform import Transform
 from vdbflow.core.volume import Topology, Volume
 from vdbflow.errors import NanoVDBError, VolumeError
+from vdbflow.io import bounded_json, zarr_v2
+from vdbflow.io.atomic import atomic_directory
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -74,69 +78,135 @@ def _units(vol: Volume) -> dict[str, str]:
     return {"units": units} if units else {}
 
 
-def _index_to_world(attrs: dict) -> np.ndarray:
+def _index_to_world(attrs: Any) -> np.ndarray:
     """The 4x4 matrix of a store's ``index_to_world`` attr: 16 numbers, or JSON text of the matrix (what
     earlier vdbflow versions wrote)."""
-    raw = attrs["index_to_world"]
-    if isinstance(raw, (str, bytes)):
-        raw = json.loads(raw)
-    matrix = np.asarray(raw, np.float64)
-    if matrix.size != 16:
-        raise ValueError(f"expected 16 numbers, got {matrix.size}")
+    raw = attrs.get("index_to_world")
+    try:
+        if isinstance(raw, (str, bytes)):
+            raw = bounded_json.loads(raw)
+        matrix = np.asarray(raw, np.float64)
+    except (ValueError, TypeError, OverflowError) as err:
+        raise VolumeError(f"expected an index_to_world attr holding a 4x4 matrix, got {raw!r:.80} ({err})") from None
+    if matrix.shape not in ((16,), (4, 4)):
+        raise VolumeError(f"expected an index_to_world attr holding a 4x4 matrix, got shape {matrix.shape}")
     return matrix.reshape(4, 4)
+
+
+_VARIABLES = ("values", "leaf_origins", "masks", "tile_origins", "tile_sizes", "tile_values", "background", "channel")
+
+
+def _check_declared(attrs: Any, shapes: dict[str, tuple[int, ...]]) -> None:
+    """A stored volume's attrs and its arrays' shapes agree with one another (nothing is read)."""
+    if not isinstance(attrs, dict) or attrs.get("format") != FORMAT:
+        found = attrs.get("format") if isinstance(attrs, dict) else f"attrs of type {type(attrs).__name__}"
+        raise VolumeError(f"expected a Dataset written by vdbflow (attrs format={FORMAT!r}), got format={found!r}")
+    missing = [v for v in _VARIABLES if v not in shapes]
+    if missing:
+        raise VolumeError(f"expected variables {list(_VARIABLES)} in a stored volume, missing {missing}")
+    if len(shapes["values"]) != 2 or shapes["values"][1] < 1:
+        raise VolumeError(f"expected values of shape (voxels, channels), got {shapes['values']}")
+    (n, c), leaves, tiles = shapes["values"], shapes["masks"][:1], shapes["tile_origins"][:1]
+    expected = {
+        "leaf_origins": (*leaves, 3),
+        "masks": (*leaves, 8),
+        "tile_sizes": tiles,
+        "tile_values": (*tiles, c),
+        "tile_origins": (*tiles, 3),
+        "background": (c,),
+        "channel": (c,),
+        **{axis: (n,) for axis in "ijk" if axis in shapes},
+    }
+    wrong = {name: shapes[name] for name, shape in expected.items() if tuple(shapes[name]) != shape}
+    if wrong:
+        raise VolumeError(
+            f"expected arrays of shapes {expected} for values of shape {shapes['values']}, "
+            f"{shapes['masks']} masks and {shapes['tile_origins']} tile origins, got {wrong}"
+        )
+    if n > tree.LEAF_VOXELS * (leaves or (0,))[0]:
+        raise VolumeError(f"expected at most {tree.LEAF_VOXELS} value rows per leaf, got {n} for {leaves} leaves")
+
+
+def _text_attr(attrs: dict, key: str) -> str | None:
+    value = attrs.get(key)
+    if value is not None and not isinstance(value, str):
+        raise VolumeError(f"expected the {key} attr to be a string, got {type(value).__name__} {value!r:.80}")
+    return value
+
+
+def _volume(attrs: dict, shapes: dict[str, tuple[int, ...]], read: Callable[[str], np.ndarray]) -> Volume:
+    """The stored volume whose attrs and arrays (by name, ``read`` on demand) these are; the masks are
+    read (and must set one bit per value row) before the values."""
+    _check_declared(attrs, shapes)
+    matrix = _index_to_world(attrs)
+    rows = shapes["values"][0]
+    masks = read("masks")
+    if masks.dtype.kind not in "ui":
+        raise VolumeError(f"expected integer leaf masks, got dtype {masks.dtype}")
+    active = int(np.bitwise_count(masks.astype(np.uint64)).sum())
+    if active != rows:
+        raise VolumeError(f"expected one value row per active voxel ({active}, set in the masks), got {rows}")
+    topology = Topology(
+        read("leaf_origins"), masks.astype(np.uint64), Transform(matrix), read("tile_origins"), read("tile_sizes")
+    )
+    values = read("values")
+    squeeze = (lambda a: a[..., 0]) if values.shape[1] == 1 else (lambda a: a)
+    vol = topology.with_data(
+        squeeze(values),
+        squeeze(read("background")),
+        squeeze(read("tile_values")),
+        name=str(attrs.get("name", "value")),
+        component_names=[str(c) for c in read("channel")],
+    )
+    vol.units, vol.length_units = _text_attr(attrs, "volume_units"), _text_attr(attrs, "length_units")
+    return vol
 
 
 def from_dataset(ds: xr.Dataset) -> Volume:
     """The volume a :func:`to_dataset` Dataset (or a Zarr store of one) holds, in the index layout."""
-    if ds.attrs.get("format") != FORMAT:
-        raise VolumeError(
-            f"expected a Dataset written by vdbflow (attrs format={FORMAT!r}), got format={ds.attrs.get('format')!r}"
-        )
-    need = ("values", "leaf_origins", "masks", "tile_origins", "tile_sizes", "tile_values", "background")
-    missing = [v for v in need if v not in ds.variables]
-    if missing:
-        raise VolumeError(f"expected variables {list(need)} in a stored volume, missing {missing}")
-    try:
-        matrix = _index_to_world(ds.attrs)
-    except (KeyError, ValueError, TypeError) as err:
-        raise VolumeError(f"expected an index_to_world attr holding a 4x4 matrix: {err}") from None
-    topology = Topology(
-        np.asarray(ds["leaf_origins"].values),
-        np.asarray(ds["masks"].values, np.uint64),
-        Transform(matrix),
-        np.asarray(ds["tile_origins"].values),
-        np.asarray(ds["tile_sizes"].values),
-    )
-    values = np.asarray(ds["values"].values)
-    if values.shape[0] != topology.active_voxel_count:
-        raise VolumeError(
-            f"expected one value row per active voxel ({topology.active_voxel_count}), got {values.shape[0]}"
-        )
-    C = values.shape[1]
-    squeeze = (lambda a: a[..., 0]) if C == 1 else (lambda a: a)
-    vol = topology.with_data(
-        squeeze(values),
-        squeeze(np.asarray(ds["background"].values)),
-        squeeze(np.asarray(ds["tile_values"].values)),
-        name=str(ds.attrs.get("name", "value")),
-        component_names=[str(c) for c in ds["channel"].values],
-    )
-    vol.units = ds.attrs.get("volume_units")
-    vol.length_units = ds.attrs.get("length_units")
-    return vol
+    shapes = {str(name): tuple(ds[name].shape) for name in ds.variables}
+    return _volume(dict(ds.attrs), shapes, lambda name: np.asarray(ds[name].values))
 
 
 def to_zarr(vol: Volume, path: str | os.PathLike, *, overwrite: bool = False, chunk: int = 1 << 20) -> None:
-    """Write ``vol`` to a Zarr store (format 2), ``chunk`` voxels per chunk."""
+    """Write ``vol`` to a Zarr store (format 2), ``chunk`` voxels per chunk, every chunk written.
+
+    The store is written by :func:`~vdbflow.io.atomic.atomic_directory`: in a private directory beside
+    ``path``, renamed into place once complete, so a failed write (a full disk: a
+    :class:`~vdbflow.errors.WriteError`) leaves nothing at ``path``, and ``overwrite=True`` replaces
+    an earlier Zarr store there only then.  Raises ``FileExistsError`` when ``path`` exists and
+    ``overwrite`` is False, or when it is something other than a Zarr store (a file, a link, a
+    directory of other files)."""
+    target = Path(path)
+    _check_replaceable(target, overwrite)
     ds = to_dataset(vol)  # imports xarray
     ds = ds.chunk({"voxel": chunk, "leaf": chunk, "tile": chunk})
-    ds.to_zarr(path, mode="w" if overwrite else "w-", zarr_format=2, consolidated=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_directory(target, replace=overwrite) as new:
+        ds.to_zarr(new, mode="w-", zarr_format=2, consolidated=True, write_empty_chunks=True)
+
+
+def _check_replaceable(target: Path, overwrite: bool) -> None:
+    """Nothing at ``target``, or (with ``overwrite``) a Zarr store or an empty directory to replace."""
+    if not os.path.lexists(target):
+        return
+    if not overwrite:
+        found = "a file or directory (overwrite=True replaces a Zarr store)"
+    elif target.is_symlink() or not target.is_dir():
+        found = "a file or link, not a Zarr store"
+    else:
+        entries = {e.name for e in os.scandir(target)}
+        if not entries or entries & {".zgroup", ".zattrs", "zarr.json"}:
+            return
+        found = "a directory of other files, not a Zarr store"
+    raise FileExistsError(errno.EEXIST, f"expected no file at {target} or a store to replace, found {found}")
 
 
 def open_zarr(path: str | os.PathLike) -> Volume:
     """Read a volume that :func:`to_zarr` (or ``Volume.to_zarr``) wrote.
 
-    The store keeps the tree, not a dense box (module docstring); it is read whole.
+    The store keeps the tree, not a dense box (module docstring); it is read whole, by
+    :mod:`~vdbflow.io.zarr_v2`, after its attrs, the arrays' shapes and every chunk file are checked.
 
     Parameters
     ----------
@@ -152,36 +222,51 @@ def open_zarr(path: str | os.PathLike) -> Volume:
     Raises
     ------
     VolumeError
-        A path that cannot be opened as a Zarr store, or a store that is not a vdbflow volume
-        (other ``format`` attr, missing variables, a bad ``index_to_world``, or a value count that
-        does not match the active voxels).
+        A path that cannot be opened as a Zarr store, a format 3 store, or a store that is not a
+        vdbflow volume (other ``format`` attr, missing variables, a bad ``index_to_world``, array
+        shapes that disagree, a value count that does not match the active voxels); a missing,
+        oversized or corrupt chunk, or one that is not a regular file (a link, FIFO or device).
 
     See Also
     --------
     vdbflow.open : opens .nvdb files and Zarr stores alike.
     """
-    import xarray as xr
-
-    try:
-        ds = xr.open_zarr(path, consolidated=None)
-    except (FileNotFoundError, OSError, ValueError, KeyError) as err:
-        raise VolumeError(f"cannot open {path} as a Zarr store: {err}") from None
-    return from_dataset(ds.load())
+    root = Path(path)
+    if not root.is_dir():
+        raise VolumeError(
+            f"expected a Zarr store (a directory) at {root}, found {'a file' if root.exists() else 'nothing'}"
+        )
+    if (root / "zarr.json").exists() and not (root / ".zgroup").exists():
+        raise VolumeError(
+            f"expected a Zarr format 2 store (what Volume.to_zarr writes) at {root}, found a format 3 store "
+            "(zarr.json): vdbflow reads volumes from format 2 stores only"
+        )
+    attrs = zarr_v2.read_json(root / ".zattrs", "the store's attrs (.zattrs)")
+    names = [*_VARIABLES, *(axis for axis in "ijk" if (root / axis / ".zarray").exists())]
+    arrays = {name: zarr_v2.Array.open(root / name) for name in names if (root / name).exists()}
+    _check_declared(attrs, {name: a.shape for name, a in arrays.items()})
+    for a in arrays.values():
+        a.check_stored()  # every chunk there, before anything is read
+    return _volume(attrs, {name: a.shape for name, a in arrays.items()}, lambda name: arrays[name].read())
 
 
 def _zarr_kind(path: Path) -> str | None:
     """What the Zarr store at ``path`` holds when it is not a stored volume (None when it is one)."""
-    attrs: dict[str, Any] = {}
+    attrs: Any = {}
     for meta in (".zattrs", "zarr.json"):
-        try:
-            loaded = json.loads((path / meta).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        if not os.path.lexists(path / meta):
             continue
-        attrs = loaded.get("attributes", {}) if meta == "zarr.json" else loaded
+        try:
+            loaded = zarr_v2.read_json(path / meta, "Zarr metadata")
+        except VolumeError as err:
+            return f"a Zarr store whose {meta} cannot be read: {err}"
+        attrs = loaded.get("attributes", {}) if meta == "zarr.json" and isinstance(loaded, dict) else loaded
         break
     else:
         if not (path / ".zgroup").is_file():
             return f"a directory without Zarr metadata (no .zattrs, .zgroup or zarr.json in {path})"
+    if not isinstance(attrs, dict):
+        return f"a Zarr store whose attrs are a JSON {type(attrs).__name__}, not an object"
     if attrs.get("format") == FORMAT:
         return None
     if attrs.get("title") == "vdbflow run result":

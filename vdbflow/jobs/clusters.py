@@ -12,6 +12,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from distributed.diagnostics.plugin import WorkerPlugin
+
 from vdbflow.errors import VdbflowError
 from vdbflow.jobs.config import (
     AddressClusterSpec,
@@ -139,6 +141,38 @@ def describe_cluster(spec: Any) -> str:
     raise ConfigError(f"expected a cluster section, got {type(spec).__name__}")
 
 
+class _NoTaskTracebacks(logging.Filter):
+    """Drops a worker's "Compute Failed" reports (a failed task's error and traceback, many lines)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Compute Failed")
+
+
+class QuietTaskErrors(WorkerPlugin):
+    """A worker plugin for the job's own local workers, which share its stderr: a failed task's
+    traceback is not printed there (the job reports the error in one line; ``-vv`` shows it all)."""
+
+    name = "vdbflow-quiet-task-errors"
+
+    def setup(self, worker: Any) -> None:
+        logger = logging.getLogger("distributed.worker")
+        if not any(isinstance(f, _NoTaskTracebacks) for f in logger.filters):
+            logger.addFilter(_NoTaskTracebacks())
+
+    def teardown(self, worker: Any) -> None:
+        logger = logging.getLogger("distributed.worker")
+        for f in [f for f in logger.filters if isinstance(f, _NoTaskTracebacks)]:
+            logger.removeFilter(f)
+
+
+def _quiet_task_errors(client: Any, spec: Any) -> None:
+    """Keep the tracebacks of failed tasks off stderr for local workers, unless Dask's logs are shown
+    (``distributed`` logging at INFO or below: ``vdbflow run -vv``, or the API's default)."""
+    local = isinstance(spec, (LocalClusterSpec, CudaClusterSpec))
+    if local and logging.getLogger("distributed").getEffectiveLevel() > logging.INFO:
+        client.register_plugin(QuietTaskErrors(), name=QuietTaskErrors.name)
+
+
 def _no_http_server(scheduler: Any) -> None:
     """Stop the HTTP server a scheduler starts whatever its options (health, metrics and info pages on
     port 8787 even without a dashboard), so ``dashboard: false`` leaves no port open but Dask's own."""
@@ -181,6 +215,7 @@ def open_cluster(spec: Any) -> Iterator[Any]:
             cluster.close()
         raise
     try:
+        _quiet_task_errors(client, spec)
         if isinstance(spec, SlurmClusterSpec):
             _wait_for_workers(client, spec)  # queued jobs: the run starts with the first workers
         yield client

@@ -31,13 +31,20 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
-from vdbflow.errors import VdbflowError
+from vdbflow.errors import TimeError, VdbflowError
 from vdbflow.ops.sampling import MODES
-from vdbflow.temporal.particles import MAX_STEPS
+from vdbflow.temporal.particles import (
+    check_trajectory_memory,
+    save_every_of,
+    saved_bytes_per_step,
+    saved_steps,
+    step_count,
+)
 
 DERIVED = (
     "divergence",
@@ -56,6 +63,11 @@ SYNTHETIC_FIELDS = ("taylor_green", "abc", "burgers", "linear")
 
 Vec3 = tuple[float, float, float]
 Count = Annotated[int, Field(ge=1)]
+
+MAX_MAGNITUDE = 1e12  # extents and synthetic parameters: world sizes, values and derivatives stay finite
+MAX_SEED = 2**32 - 1  # random points' seed: numpy's legacy range, an int every output format stores
+MAX_CHUNK_POINTS = 1 << 27  # points of one chunk: one task holds them and every output (gigabytes)
+MIN_WORKER_MEMORY = 256 << 20  # a local worker's memory_limit: less than a bare worker process needs
 
 
 def _matching(regex: str, example: str) -> AfterValidator:
@@ -96,7 +108,13 @@ class SyntheticVolume(_Model):
         description="taylor_green | abc | burgers | linear (u = A x + b)"
     )
     resolution: int = Field(64, ge=8, le=4096, description="voxels per edge of the bounding cube")
-    extent: float = Field(2 * math.pi, gt=0, description="edge of the cube [0, extent]^3 in world units")
+    extent: float = Field(
+        2 * math.pi,
+        ge=1e-9,
+        le=MAX_MAGNITUDE,
+        allow_inf_nan=False,
+        description="edge of the cube [0, extent]^3 in world units",
+    )
     shell: tuple[float, float] = Field((0.35, 0.5), description="inner and outer radius, fractions of the edge")
     params: dict[str, float | list[float] | list[list[float]]] = Field(
         default_factory=dict, description="the generator's keyword arguments (k, amplitude, circulation, matrix...)"
@@ -107,8 +125,20 @@ class SyntheticVolume(_Model):
     @field_validator("shell")
     @classmethod
     def _shell(cls, v: tuple[float, float]) -> tuple[float, float]:
-        if not 0 <= v[0] < v[1]:
-            raise ValueError(f"expected 0 <= inner < outer, got {list(v)}")
+        if not 0 <= v[0] < v[1] < math.inf:
+            raise ValueError(f"expected 0 <= inner < outer, finite, got {list(v)}")
+        return v
+
+    @field_validator("params")
+    @classmethod
+    def _finite(cls, v: dict[str, Any]) -> dict[str, Any]:
+        def numbers(x: Any) -> list[float]:
+            return [y for item in x for y in numbers(item)] if isinstance(x, list) else [x]
+
+        for key, value in v.items():
+            bad = [x for x in numbers(value) if not abs(x) <= MAX_MAGNITUDE]
+            if bad:
+                raise ValueError(f"expected {key} finite, of magnitude at most {MAX_MAGNITUDE:g}, got {bad[0]!r}")
         return v
 
 
@@ -170,7 +200,7 @@ class VolumeSpec(_Model):
 
 class _Points(_Model):
     space: Literal["world", "index"] = Field("world", description="coordinates of the points")
-    chunk: int = Field(262_144, ge=1, description="points per Dask chunk")
+    chunk: int = Field(262_144, ge=1, le=MAX_CHUNK_POINTS, description="points per Dask chunk")
 
 
 class FilePoints(_Points):
@@ -195,7 +225,7 @@ class RandomPoints(_Points):
     kind: Literal["random"]
     count: int = Field(ge=1)
     inside: Literal["voxels", "leaves"] = "voxels"
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="the random generator's seed")
 
 
 class GridPoints(_Points):
@@ -281,10 +311,27 @@ class AdvectSpec(_Model):
             raise ValueError(f"expected finite t0, t1 and dt, got t0={self.t0}, t1={self.t1}, dt={self.dt}")
         if "ftle" in self.outputs and self.t1 == self.t0:
             raise ValueError(f"expected t1 != t0 for the ftle output, got t0 = t1 = {self.t0}")
-        steps = math.ceil(abs(self.t1 - self.t0) / self.dt - 1e-9)
-        if steps > MAX_STEPS:
-            raise ValueError(f"expected at most {MAX_STEPS:,} steps, got {steps:,} (|t1 - t0| / dt)")
         return self
+
+    @field_validator("dt")
+    @classmethod
+    def _step_count(cls, dt: float, info: ValidationInfo) -> float:
+        t0, t1 = info.data.get("t0"), info.data.get("t1")
+        if t0 is not None and t1 is not None and math.isfinite(t0) and math.isfinite(t1):
+            try:
+                step_count(t0, t1, dt)  # too many steps (counted without overflow), dt not > 0
+            except TimeError as err:
+                raise ValueError(str(err)) from None
+        return dt
+
+    @property
+    def steps(self) -> int:
+        """The integration's steps, ``ceil(|t1 - t0| / dt)``."""
+        return step_count(self.t0, self.t1, self.dt)
+
+    def saved_steps(self) -> int:
+        """The steps whose positions are kept (every ``save_every``-th and the last)."""
+        return saved_steps(self.steps, save_every_of(self.save_every))
 
     @field_validator("outputs")
     @classmethod
@@ -321,7 +368,34 @@ class LocalClusterSpec(_Cluster):
     kind: Literal["local"]
     workers: int | None = Field(None, ge=1)
     threads_per_worker: int = Field(1, ge=1)
-    memory_limit: str | None = Field(None, description="per worker, e.g. '4GiB'; default: machine / workers")
+    memory_limit: str | None = Field(
+        None,
+        description="per worker, e.g. '4GiB', a fraction of the machine (0.5) or 'auto'; default: machine / workers",
+    )
+
+    @field_validator("memory_limit")
+    @classmethod
+    def _memory(cls, v: str | None) -> str | None:
+        if v is None or v.strip().lower() == "auto":
+            return v
+        from dask.utils import parse_bytes
+
+        try:
+            number = float(v)
+        except ValueError:
+            number = None
+        if number is not None and 0 < number <= 1:  # dask: a fraction of the machine's memory
+            return v
+        try:
+            size = parse_bytes(v)
+        except (ValueError, TypeError, OverflowError):
+            size = None
+        if size is None or not MIN_WORKER_MEMORY <= size < 2**63:
+            raise ValueError(
+                f"expected a memory size of at least {MIN_WORKER_MEMORY >> 20} MiB per worker (e.g. '4GiB', "
+                f"4000000000), a fraction of the machine's memory in (0, 1], or 'auto', got {v!r}"
+            )
+        return v
 
 
 class AddressClusterSpec(_Cluster):
@@ -447,7 +521,9 @@ ClusterSpec = Annotated[
 class OutputSpec(_Model):
     path: Path
     format: Literal["zarr", "netcdf"] | None = Field(None, description="default: netcdf for .nc, else zarr")
-    chunk: int | None = Field(None, ge=1, description="points per stored chunk; default: the points' chunk")
+    chunk: int | None = Field(
+        None, ge=1, le=MAX_CHUNK_POINTS, description="points per stored chunk; default: the points' chunk"
+    )
     overwrite: Literal["never", "always"] = "never"
 
     @property
@@ -476,6 +552,20 @@ class LimitsSpec(_Model):
 
     max_points: int = Field(1_000_000_000, ge=1, description="points sampled")
     max_output_bytes: ByteSize = Field("1TB", description="estimated size of the result before compression")
+    max_chunks: int = Field(
+        100_000, ge=1, description="chunks of points or of the stored result (each costs Dask tasks of its own)"
+    )
+
+
+def generated_count(spec: Any) -> int | None:
+    """Points a generator makes (None: read from a file)."""
+    if isinstance(spec, (RandomPoints, LinePoints)):
+        return spec.count
+    if isinstance(spec, GridPoints):
+        return math.prod(spec.shape)  # exact: np.prod wraps around past 2**63
+    if isinstance(spec, PlanePoints):
+        return math.prod(spec.resolution)
+    return None
 
 
 class JobConfig(_Model):
@@ -490,6 +580,43 @@ class JobConfig(_Model):
     output: OutputSpec
     limits: LimitsSpec = LimitsSpec()
     _where: dict = PrivateAttr(default_factory=dict)  # key path -> "(file, line N)", for later checks
+
+    @property
+    def chunk(self) -> tuple[int, str]:
+        """The points of the smallest chunk the job makes (of points or of the stored result), and its key."""
+        if self.output.chunk is not None and self.output.chunk < self.points.chunk:
+            return self.output.chunk, "output.chunk"
+        return self.points.chunk, "points.chunk"
+
+    def chunk_problem(self, count: int | None) -> str | None:
+        """Why ``count`` points make more chunks than ``limits.max_chunks`` (each costs Dask tasks of its
+        own), or None."""
+        size, key = self.chunk
+        if count is None or -(-count // size) <= self.limits.max_chunks:
+            return None
+        return (
+            f"{key}{self.where(key)}: {-(-count // size):,} chunks ({count:,} points in chunks of {size:,}), "
+            f"more than limits.max_chunks ({self.limits.max_chunks:,}); chunks of at least "
+            f"{-(-count // self.limits.max_chunks):,} points make fewer"
+        )
+
+    @model_validator(mode="after")
+    def _sizes(self) -> JobConfig:
+        """Each particle task's saved trajectories small enough for memory."""
+        count = generated_count(self.points)
+        if self.advect is not None:
+            seeds = min(self.points.chunk, count or self.points.chunk)  # one task advects a chunk of seeds
+            outputs = self.advect.outputs
+            try:
+                check_trajectory_memory(
+                    seeds,
+                    self.advect.saved_steps(),
+                    saved_bytes_per_step("velocity" in outputs, "jacobian" in outputs),
+                    " (a smaller points.chunk: seeds per task)",
+                )
+            except TimeError as err:
+                raise ValueError(f"advect.save_every: {err}") from None
+        return self
 
     @model_validator(mode="after")
     def _series_are_advected(self) -> JobConfig:
@@ -662,6 +789,19 @@ def _message(err: dict) -> str:
     return f"{msg}, got {err.get('input')!r}" if "input" in err and not isinstance(err["input"], dict) else msg
 
 
+_KEYED = re.compile(r"(?P<key>[a-z_]+(?:\.[a-z_]+)+): (?P<rest>.*)", re.DOTALL)
+
+
+def _problem(err: dict, lines: dict[tuple, int], overridden: dict[tuple, str], source: str) -> str:
+    """One line of a validation error; a check of the whole config names its key in front of its
+    message (``points.chunk: expected ...``), and that key is where it is reported."""
+    loc, message = tuple(err["loc"]), _message(err)
+    keyed = _KEYED.fullmatch(message) if not loc else None
+    if keyed is not None:
+        loc, message = tuple(keyed["key"].split(".")), keyed["rest"]
+    return f"  {_describe(loc, lines, overridden, source)}: {message}"
+
+
 def load_config(
     path: str | Path | None = None,
     overrides: list[str] | tuple[str, ...] = (),
@@ -713,7 +853,7 @@ def load_config(
     try:
         cfg = JobConfig.model_validate(raw)
     except ValidationError as err:
-        problems = [f"  {_describe(e['loc'], lines, overridden, source)}: {_message(e)}" for e in err.errors()]
+        problems = [_problem(e, lines, overridden, source) for e in err.errors()]
         raise ConfigError(f"{len(problems)} problem(s) in the job config {source}:\n" + "\n".join(problems)) from None
     cfg._where.update({k: f" ({source}, line {n})" for k, n in lines.items()})
     cfg._where.update({k: f" (from {how})" for k, how in overridden.items()})

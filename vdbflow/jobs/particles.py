@@ -27,7 +27,7 @@ from vdbflow.core import units
 from vdbflow.core.volume import Volume
 from vdbflow.errors import VolumeError
 from vdbflow.temporal.particles import STATUS_MEANINGS, advect, step_plan
-from vdbflow.temporal.series import VolumeSeries, open_series
+from vdbflow.temporal.series import StepIdentity, VolumeSeries, open_series
 
 OPEN_VOLUMES_PER_WORKER = 2  # volumes kept open in a worker process between tasks
 
@@ -35,16 +35,26 @@ OPEN_VOLUMES_PER_WORKER = 2  # volumes kept open in a worker process between tas
 @dataclass(frozen=True)
 class SeriesFiles:
     """A series of .nvdb files as the tasks open it (:func:`vdbflow.open_series`): paths in time order,
-    their times (None: each file's time record), the grid and the steps kept open per worker."""
+    their times (None: each file's time record), the grid and the steps kept open per worker.
+
+    ``identities`` (recorded where this is made, on the client) travel with it to the workers, so a
+    file replaced or rewritten after the job started is refused wherever it is opened
+    (:class:`~vdbflow.temporal.series.StepChangedError`), and :meth:`StepIdentity.sha256` hashes
+    exactly the files the workers read."""
 
     paths: tuple[str, ...]
     times: tuple[float, ...] | None
     grid: str | None
     cache: int
+    identities: tuple[StepIdentity, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.identities:
+            object.__setattr__(self, "identities", tuple(StepIdentity.of(p) for p in self.paths))
 
     def open(self) -> VolumeSeries:
         times = None if self.times is None else list(self.times)
-        return open_series(list(self.paths), times, self.grid, cache=self.cache)
+        return open_series(list(self.paths), times, self.grid, cache=self.cache, identities=self.identities)
 
 
 @functools.lru_cache(maxsize=OPEN_VOLUMES_PER_WORKER)

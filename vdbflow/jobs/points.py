@@ -231,17 +231,6 @@ def file_point_count(spec: FilePoints) -> int | None:
 # -- entry point --------------------------------------------------------------------------------------
 
 
-def generated_count(spec: Any) -> int | None:
-    """Points a generator makes (None: read from a file)."""
-    if isinstance(spec, (RandomPoints, LinePoints)):
-        return spec.count
-    if isinstance(spec, GridPoints):
-        return int(np.prod(spec.shape))
-    if isinstance(spec, PlanePoints):
-        return int(np.prod(spec.resolution))
-    return None
-
-
 def make_points(spec: Any, topology: Any, bbox: np.ndarray | None = None) -> PointSet:
     """The points of a config's ``points`` section for a volume of ``topology``; ``bbox`` (2, 3) is
     the volume's bounding box in the points' space (the default bounds of a lattice)."""

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
+
+from vdbflow.io import zarr_v2
 
 RESULT_TITLE = "vdbflow run result"  # with a 'vdbflow_config' attr, what marks a store as vdbflow's own
 ZARR_METADATA = (".zattrs", ".zgroup", ".zmetadata")
@@ -25,7 +26,7 @@ def not_a_result(path: Path) -> str | None:
         return f"a symbolic link to {os.readlink(path)}"
     if path.is_dir():
         try:
-            attrs = json.loads((path / ".zattrs").read_text())
+            attrs = zarr_v2.read_json(path / ".zattrs", "Zarr attrs")  # bounded; never a FIFO
         except (OSError, ValueError):
             entries = sorted(e.name for e in path.iterdir())
             return f"a directory that is not a Zarr store written by vdbflow (it holds {entries[:5]}" + (

@@ -40,6 +40,7 @@ from vdbflow.jobs.config import (
     bytes_of,
     check_inputs,
     dump_config,
+    generated_count,
 )
 from vdbflow.jobs.output import (
     OutputError,
@@ -51,7 +52,7 @@ from vdbflow.jobs.output import (
     snapshot_path,
     tidy,
 )
-from vdbflow.jobs.points import file_point_count, generated_count, make_points
+from vdbflow.jobs.points import file_point_count, make_points
 from vdbflow.ops.sampling import STENCIL_RADIUS
 
 log = logging.getLogger("vdbflow.run")
@@ -103,6 +104,9 @@ class FileIdentity:
 # how long a job takes, for the plan: configs/demo.yaml at 8M points sampled and wrote 2.0-2.3 M points/s
 # on one workstation (README); a job's own rate depends on its workers, mode and outputs
 REFERENCE_POINTS_PER_S = 2.0e6
+# and Dask's cost of each chunk (its tasks: points, routing, sampling, writing): 0.1-0.2 s measured for
+# the demo's outputs on 2 shared cores, less on a workstation
+REFERENCE_SECONDS_PER_CHUNK = 0.05
 
 
 @dataclass
@@ -129,8 +133,12 @@ class JobPlan:
 
     @property
     def seconds(self) -> float | None:
-        """About how long sampling and writing take at ``REFERENCE_POINTS_PER_S``."""
-        return None if self.point_count is None else self.point_count / REFERENCE_POINTS_PER_S
+        """About how long sampling and writing take at ``REFERENCE_POINTS_PER_S`` and
+        ``REFERENCE_SECONDS_PER_CHUNK`` (the smaller of points.chunk and output.chunk)."""
+        if self.point_count is None:
+            return None
+        chunks = -(-self.point_count // self.config.chunk[0])
+        return self.point_count / REFERENCE_POINTS_PER_S + chunks * REFERENCE_SECONDS_PER_CHUNK
 
 
 def human_bytes(n: float) -> str:
@@ -192,6 +200,8 @@ def _limits(plan: JobPlan) -> list[str]:
             f"points{cfg.where('points')}: {plan.point_count:,} points, more than limits.max_points "
             f"({cfg.limits.max_points:,})"
         )
+    if (chunks := cfg.chunk_problem(plan.point_count)) is not None:
+        problems.append(chunks)
     cap = bytes_of(cfg.limits.max_output_bytes)
     if plan.output_bytes is not None and plan.output_bytes > cap:
         problems.append(
@@ -855,7 +865,7 @@ def run_job(
                 )
         checksum = {name: hashes[Path(src[0])] for name, src in sources.items() if isinstance(src, tuple)}
         if cfg.volume.series is not None:  # each file of the series
-            checksum = {f: hasher.submit(_sha256, Path(f)) for src in sources.values() for f in src.paths}
+            checksum = {i.path: hasher.submit(i.sha256) for src in sources.values() for i in src.identities}
         dvols = {}
         try:
             if cfg.advect is not None:  # particles: one task a chunk of seeds, through the whole volume

@@ -156,15 +156,21 @@ def write_series(
     hi: Sequence[float] | None = None,
 ) -> list[str]:
     """Write ``field`` at each of ``times`` as ``{prefix}_{k:04d}.nvdb`` in ``directory`` (created if
-    missing) with :func:`field_volume`; returns the paths in time order.  Files of an earlier, longer
+    missing) with :func:`field_volume`; returns the paths in time order.  ``prefix`` (default the
+    field's name) is a file name: one with a path separator is refused.  Files of an earlier, longer
     series of the same prefix there would join this one when the directory is globbed: they are
     refused (a VolumeError) before anything is written."""
     import glob
 
     from vdbflow.errors import VolumeError
 
-    os.makedirs(directory, exist_ok=True)
     stem = prefix or field.name
+    if not isinstance(stem, str) or any(c in stem for c in ("/", "\0", os.sep, os.altsep or "/")):
+        raise VolumeError(
+            f"expected a prefix that is a file name (no path separators), got {stem!r}: the files must stay "
+            f"in {os.fspath(directory)}"
+        )
+    os.makedirs(directory, exist_ok=True)
     mine = {os.path.join(os.fspath(directory), f"{stem}_{k:04d}.nvdb") for k in range(len(times))}
     stale = sorted(
         set(glob.glob(os.path.join(glob.escape(os.fspath(directory)), f"{glob.escape(stem)}_*.nvdb"))) - mine

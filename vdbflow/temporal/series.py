@@ -25,28 +25,125 @@ differ where the slopes are nonlinear in the data):
 from __future__ import annotations
 
 import glob as _glob
+import hashlib
 import os
 from collections import OrderedDict
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 
-from vdbflow.core.volume import Volume
+from vdbflow.core import units
+from vdbflow.core.volume import Volume, same_topology
 from vdbflow.errors import PointsError, SamplingError, TimeError, VolumeError
 from vdbflow.io.time_record import TIME_RECORD, record_time
 
 TIME_MODES = ("none", "linear", "pchip")
 _STEPS_NEEDED = {"none": 1, "linear": 2, "pchip": 4}
+_T = TypeVar("_T")
+
+
+class StepChangedError(VolumeError):
+    """A series step's file is not the one the series was opened with (replaced, rewritten or gone)."""
+
+
+@dataclass(frozen=True)
+class StepIdentity:
+    """What a step's file was when the series was opened (device, inode, size, modification time);
+    every later opening of the step - in this process or on a worker - checks it is still that file."""
+
+    path: str
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, path: str | os.PathLike, stat: os.stat_result | None = None) -> StepIdentity:
+        """The identity of the file at ``path`` now (or of ``stat``, an ``os.fstat`` of it)."""
+        if stat is None:
+            try:
+                stat = os.stat(path)
+            except OSError as err:
+                raise StepChangedError(f"expected a series step at {os.fspath(path)}, cannot read it: {err}") from None
+        return cls(os.fspath(path), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+    def __str__(self) -> str:
+        return f"{self.size:,} bytes, device {self.device}, inode {self.inode}, mtime {self.mtime_ns} ns"
+
+    def check(self, when: str, stat: os.stat_result | None = None) -> None:
+        """Raise :class:`StepChangedError` unless the file (or ``stat``) is still this one."""
+        try:
+            now = StepIdentity.of(self.path, stat)
+        except StepChangedError:
+            raise StepChangedError(f"expected the series step {self.path} ({self}) {when}, found none") from None
+        if now != self:
+            raise StepChangedError(
+                f"expected the series step {self.path} as the series was opened ({self}) {when}, found {now}: "
+                "another process replaced or rewrote it"
+            )
+
+    def opened(self, opener: Callable[[], _T], when: str) -> _T:
+        """``opener()``, the file checked to be this one before and after it (a file swapped in while
+        it opens is caught by the second check)."""
+        self.check(when)
+        result = opener()
+        self.check(when)
+        return result
+
+    def sha256(self) -> str:
+        """The SHA-256 of the file, read through one descriptor checked to be this file before and after."""
+        try:
+            with open(self.path, "rb") as f:
+                self.check("when it was hashed", os.fstat(f.fileno()))
+                digest = hashlib.sha256()
+                while block := f.read(1 << 24):
+                    digest.update(block)
+                self.check("when it was hashed", os.fstat(f.fileno()))
+        except OSError as err:
+            raise StepChangedError(f"expected to read the series step {self.path} ({self}), cannot: {err}") from None
+        return digest.hexdigest()
+
+
+def _identity_of(src: Any) -> StepIdentity | None:
+    return None if isinstance(src, Volume) else StepIdentity.of(src)
+
+
+def _name(src: Any) -> str:
+    return repr(src) if isinstance(src, Volume) else os.fspath(src)
+
+
+def _check_same_grid(where: str, ref: Any, vol: Any) -> None:
+    """Raise :class:`VolumeError` unless ``vol`` has ``ref``'s value type, transform, units, length
+    units and component names (``where``: which step against which)."""
+    if vol.value_type.name != ref.value_type.name:
+        raise VolumeError(f"expected {where}: value type {ref.value_type.name}, got {vol.value_type.name}")
+    if vol.transform != ref.transform:
+        raise VolumeError(
+            f"expected {where}: index-to-world {ref.index_to_world.tolist()}, got {vol.index_to_world.tolist()}"
+        )
+    for what in ("units", "length_units"):
+        a, b = getattr(ref, what), getattr(vol, what)
+        if not units.same(a, b):
+            raise VolumeError(f"expected {where}: {what} {a!r}, got {b!r} (steps are interpolated together)")
+    if tuple(vol.component_names) != tuple(ref.component_names):
+        raise VolumeError(
+            f"expected {where}: component names {list(ref.component_names)}, got {list(vol.component_names)}"
+        )
 
 
 class VolumeSeries:
     """Volumes at increasing ``times`` (s, (T,)), read lazily: a step is opened when a sample needs it
     and at most ``cache`` steps stay open (least recently used first out; pchip needs 4).
 
-    Every step must share the first one's value type, component count and index-to-world transform
-    (its active voxels may differ).  Sample with :meth:`sample`, :meth:`sample_grad` or
-    :meth:`sample_grad_arrays` at ``(points, t)``.
+    Every step must share the first one's value type, component count, component names, units,
+    length units and index-to-world transform (its active voxels may differ).  Each file step's
+    identity (:class:`StepIdentity`) is recorded when the series is made and checked whenever the
+    step is opened, here or on a worker that unpickled the series (:class:`StepChangedError`); with
+    ``check_time_records`` (times read from the steps' records) a step's record must still say its
+    time.  Sample with :meth:`sample`, :meth:`sample_grad` or :meth:`sample_grad_arrays` at
+    ``(points, t)``.
     """
 
     def __init__(
@@ -55,9 +152,15 @@ class VolumeSeries:
         times: Sequence[float],
         grid: int | str | None = None,
         cache: int = 4,
+        *,
+        identities: Sequence[StepIdentity | None] | None = None,
+        check_time_records: bool = False,
     ):
         self._sources = list(sources)
-        t = np.array(times, dtype=np.float64).ravel()
+        try:
+            t = np.array(times, dtype=np.float64).ravel()
+        except (TypeError, ValueError):
+            raise TimeError(f"expected times as real numbers, one per step, got {times!r}") from None
         if len(self._sources) == 0:
             raise VolumeError("expected at least one step in a series, got none")
         if len(t) != len(self._sources):
@@ -74,6 +177,9 @@ class VolumeSeries:
             raise VolumeError(f"expected cache >= 1 open steps, got {cache}")
         t.setflags(write=False)
         self.times = t
+        # each file step's identity, checked whenever the step is opened (recorded now unless given)
+        self._identities = list(identities) if identities is not None else [_identity_of(s) for s in self._sources]
+        self._check_time_records = bool(check_time_records)  # times came from the steps' time records
         self.grid = grid
         self.cache = int(cache)
         self._open: OrderedDict[int, Volume] = OrderedDict()
@@ -105,15 +211,17 @@ class VolumeSeries:
         if k in self._open:
             self._open.move_to_end(k)
             return self._open[k]
-        src = self._sources[k]
+        src, identity = self._sources[k], self._identities[k]
         if isinstance(src, Volume):
             vol = src
         else:
             from vdbflow.io.volumes import open_volume
 
-            vol = open_volume(src, self.grid)
+            opener = lambda: open_volume(src, self.grid)  # noqa: E731
+            vol = opener() if identity is None else identity.opened(opener, f"when step {k} was opened")
             if not isinstance(vol, Volume):
                 raise VolumeError(f"expected a value grid at step {k} ({src}), got an index grid")
+        self._check_time(k, vol)
         self._check_grid(k, vol)
         self.opened += 1
         self._open[k] = vol
@@ -127,19 +235,24 @@ class VolumeSeries:
         src = self._sources[k]
         return f"step {k} (t={self.times[k]:g}{'' if isinstance(src, Volume) else f', {os.fspath(src)}'})"
 
+    def _check_time(self, k: int, vol: Volume) -> None:
+        """A step whose time came from its time record must still hold that record."""
+        if not self._check_time_records:
+            return
+        found = record_time(vol.blind_data)
+        if found != float(self.times[k]):
+            raise TimeError(
+                f"expected {self._describe(k)} to hold a {TIME_RECORD!r} record of t={float(self.times[k])!r} "
+                f"(what the series was opened with), found {'none' if found is None else f't={found!r}'}"
+            )
+
     def _check_grid(self, k: int, vol: Volume) -> None:
         ref = self._reference
         if ref is None:
             self._reference, self._reference_step = vol, k
             self._same_topology[k] = True
             return
-        where = f"{self._describe(k)} on the grid of {self._describe(self._reference_step)}"
-        if vol.value_type.name != ref.value_type.name:
-            raise VolumeError(f"expected {where}: value type {ref.value_type.name}, got {vol.value_type.name}")
-        if vol.transform != ref.transform:
-            raise VolumeError(
-                f"expected {where}: index-to-world {ref.index_to_world.tolist()}, got {vol.index_to_world.tolist()}"
-            )
+        _check_same_grid(f"{self._describe(k)} on the grid of {self._describe(self._reference_step)}", ref, vol)
         self._same_topology[k] = same_topology(vol.topology, ref.topology)
 
     @property
@@ -388,7 +501,14 @@ class DistributedSeries(VolumeSeries):
     ):
         if int(cache) < 1:
             raise VolumeError(f"expected cache >= 1 distributed steps, got {cache}")
-        super().__init__(series._sources, series.times, series.grid, series.cache)
+        super().__init__(
+            series._sources,
+            series.times,
+            series.grid,
+            series.cache,
+            identities=series._identities,
+            check_time_records=series._check_time_records,
+        )
         from vdbflow.distribution.volume import resolve_client
 
         client, self._owns_client = resolve_client(client)  # one cluster for every step
@@ -419,11 +539,20 @@ class DistributedSeries(VolumeSeries):
             self._distributed.move_to_end(k)
             return self._distributed[k]
         vol = self.volume(k)  # checks the grid; the values stay in the mapped file
-        src = self._sources[k]
+        src, identity = self._sources[k], self._identities[k]
         plan = self._plan_for(vol.topology)
         source = src if isinstance(src, Volume) else os.fspath(src)
         kw = {"grid": self.grid} if not isinstance(src, Volume) else {}
+        when = f"when step {k} was distributed"
+        if identity is not None:
+            identity.check(when)
         dvol = distribute(source, self.client, self.partitions, self.halo, spill=self.spill, plan=plan, **kw)
+        if identity is not None:  # the workers read their leaves while distribute waited
+            try:
+                identity.check(when)
+            except StepChangedError:
+                dvol.close()
+                raise
         if plan is None:
             self._plans.append((vol.topology, dvol.plan))
         self.distributed += 1
@@ -472,16 +601,6 @@ class DistributedSeries(VolumeSeries):
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def same_topology(a: Any, b: Any) -> bool:
-    """Whether two topologies have the same leaves, masks and tiles (the same active voxels)."""
-    return a is b or (
-        np.array_equal(a.leaf_origins, b.leaf_origins)
-        and np.array_equal(a.masks, b.masks)
-        and np.array_equal(a.tile_origins, b.tile_origins)
-        and np.array_equal(a.tile_sizes, b.tile_sizes)
-    )
 
 
 def _pchip_interior(h_prev: np.ndarray, h_next: np.ndarray, m_prev: np.ndarray, m_next: np.ndarray):
@@ -565,6 +684,7 @@ def open_series(
     grid: int | str | None = None,
     *,
     cache: int = 4,
+    identities: Sequence[StepIdentity] | None = None,
 ) -> VolumeSeries:
     """A time series of volumes, read lazily, for sampling in space and time.
 
@@ -585,6 +705,10 @@ def open_series(
         The grid of each .nvdb file to read (index or name; default the first).
     cache : int, default 4
         How many steps stay open at once (least recently used first out; ``pchip`` needs 4).
+    identities : sequence of StepIdentity, optional
+        What the files must be (recorded by an earlier ``open_series``, e.g. on the client of a
+        job); default what they are now.  Every opening of a step checks its file against its
+        identity (:class:`StepChangedError` when it was replaced or rewritten).
 
     Returns
     -------
@@ -595,7 +719,10 @@ def open_series(
     Raises
     ------
     VolumeError
-        A pattern that matches no file, an empty sequence, or ``cache`` < 1.
+        A pattern that matches no file, an empty sequence, ``cache`` < 1, or steps whose value
+        type, transform, units, length units or component names differ.
+    StepChangedError
+        A file that is not the one ``identities`` names (also raised later, when a step is opened).
     TimeError
         Steps without a time record when ``times`` is not given, or ``times`` that do not match
         the steps in number, are not finite or are not strictly increasing.
@@ -611,37 +738,44 @@ def open_series(
         sources = list(paths_or_glob)
         if not sources:
             raise VolumeError("expected at least one path or Volume for a series, got an empty sequence")
-    if times is None:
-        found = []
-        for src in sources:
+    known = {i.path: i for i in identities or ()}
+    steps = [None if isinstance(s, Volume) else known.get(os.fspath(s)) or StepIdentity.of(s) for s in sources]
+    from_records = times is None
+    if from_records:
+        from vdbflow.io.nanovdb import open_grid
+
+        found: list[float | None] = []
+        first: tuple[Any, Any] | None = None  # (source, header) the other steps' headers must match
+        for src, identity in zip(sources, steps, strict=True):
             if isinstance(src, Volume):
-                found.append(record_time(src.blind_data))
+                head: Any = src
             elif os.path.isdir(src):  # a Zarr store keeps no time record
                 found.append(None)
+                continue
             else:
-                from vdbflow.io.nanovdb import open_grid
-
-                head = open_grid(src, grid, leaves=np.zeros(0, np.int64), checksum=False)
-                found.append(record_time(head.blind_data))
-        missing = [
-            os.fspath(s) if not isinstance(s, Volume) else repr(s)
-            for s, t in zip(sources, found, strict=True)
-            if t is None
-        ]
+                head = identity.opened(  # type: ignore[union-attr]
+                    lambda src=src: open_grid(src, grid, leaves=np.zeros(0, np.int64), checksum=False),
+                    "when its header was read",
+                )
+            found.append(record_time(head.blind_data))
+            if first is None:
+                first = (src, head)
+            elif isinstance(head, Volume) and isinstance(first[1], Volume):
+                _check_same_grid(f"{_name(src)} on the grid of {_name(first[0])}", first[1], head)
+        missing = [_name(s) for s, t in zip(sources, found, strict=True) if t is None]
         if missing:
             raise TimeError(
                 f"expected times=... or steps holding a {TIME_RECORD!r} record (vdbflow.synthetic.unsteady."
                 f"write_series writes one), got {len(missing)} without, e.g. {missing[0]}"
             )
         order = np.argsort(np.asarray(found), kind="stable")
-        sources = [sources[k] for k in order]
+        sources, steps = [sources[k] for k in order], [steps[k] for k in order]
         times = [found[k] for k in order]
         same = [k for k in range(1, len(times)) if times[k] == times[k - 1]]
         if same:
             k = same[0]
-            name = lambda src: os.fspath(src) if not isinstance(src, Volume) else repr(src)  # noqa: E731
             raise TimeError(
                 f"expected one step per time, got {len(same) + 1} or more steps at t={times[k]!r}: "
-                f"{name(sources[k - 1])} and {name(sources[k])} (a file left from another series?)"
+                f"{_name(sources[k - 1])} and {_name(sources[k])} (a file left from another series?)"
             )
-    return VolumeSeries(sources, times, grid=grid, cache=cache)
+    return VolumeSeries(sources, times, grid=grid, cache=cache, identities=steps, check_time_records=from_records)
