@@ -1,0 +1,77 @@
+"""The fault campaign (scripts/fault_campaign.py) in the suite: 300 seeded cases of hostile unit
+strings, metadata records, Zarr volume stores and series, each in its own process under memory and
+time limits, and a few cases of jobs under signals, concurrent runs, hostile configs and (as root)
+full disks.  Every case must end in an outcome its oracle accepts (docs/reliability.md)."""
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "fault_campaign.py"
+
+
+@pytest.fixture(scope="module")
+def campaign():
+    sys.path.insert(0, str(SCRIPT.parent))
+    spec = importlib.util.spec_from_file_location("fault_campaign", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["fault_campaign"] = module
+    spec.loader.exec_module(module)
+    yield module
+    sys.path.remove(str(SCRIPT.parent))
+
+
+def _no_bugs(bugs: list[dict]) -> str:
+    return "\n".join(f"{b['kind']} {b['seed']} {b['index']} {b['outcome']}: {b['detail'][:300]}" for b in bugs)
+
+
+@pytest.mark.slow
+def test_300_cases_of_hostile_inputs_end_as_their_oracles_accept(campaign):
+    counts, bugs = campaign.run_campaign(300, list(campaign.CHEAP), seed=2026, jobs=2, progress=False)
+    assert not bugs, _no_bugs(bugs)
+    assert sum(counts.values()) == 300
+    # the oracles are not vacuous: each kind both refused hostile inputs and read good ones back
+    assert counts["stores", "refused"] > 20 and counts["stores", "same"] > 5
+    assert counts["units", "warned"] > 20 and counts["units", "same"] > 0
+    assert counts["series", "refused"] > 5
+    assert counts["metadata", "same"] + counts["metadata", "refused"] > 10
+
+
+@pytest.mark.slow
+def test_jobs_under_signals_concurrent_runs_and_configs(campaign):
+    kinds = ["signals", "concurrent", "config"] + (["disk"] if os.geteuid() == 0 else [])
+    counts, bugs = campaign.run_campaign(4 * len(kinds), kinds, seed=7, jobs=2, progress=False)
+    assert not bugs, _no_bugs(bugs)
+    assert sum(counts.values()) == 4 * len(kinds)
+
+
+def test_the_plan_shares_cases_among_kinds(campaign):
+    order = campaign.plan(1000, list(campaign.KINDS))
+    assert len(order) == 1000 and len(set(order)) == 1000
+    shares = {k: sum(1 for kind, _ in order if kind == k) / 1000 for k in campaign.KINDS}
+    total = sum(kind.share for kind in campaign.KINDS.values())
+    for k, kind in campaign.KINDS.items():
+        assert abs(shares[k] - kind.share / total) < 0.01
+
+
+def test_the_oracles_catch_what_they_are_for(campaign, tmp_path, monkeypatch):
+    """A store reader that ignored a missing chunk would be caught as 'wrong', and a units module that
+    raised as an 'error' (not a pass)."""
+    from vdbflow.core import units
+
+    rng = np.random.default_rng(0)
+    monkeypatch.setattr(units, "normalize", lambda text: 1.5)
+    with pytest.raises(campaign.Wrong, match="gave float"):
+        campaign.case_units(rng, tmp_path)
+
+    import vdbflow
+
+    monkeypatch.setattr(campaign, "_mutate_store", lambda rng, store: ("chunk values/0 deleted", False))
+    scaled = campaign._scaled(campaign._small_volume())  # what a reader filling a missing chunk returns
+    monkeypatch.setattr(vdbflow, "open_zarr", lambda path: scaled)
+    with pytest.raises(campaign.Wrong, match="opened with other contents"):
+        campaign.case_stores(np.random.default_rng(1), tmp_path)
