@@ -454,7 +454,7 @@ def test_an_input_changed_after_the_plan_is_refused(tmp_path, monkeypatch, snaps
     monkeypatch.setattr(job, "plan_job", plan_then_truncate)
     result = invoke("run", str(cfg_path))
     assert result.exit_code == 1, result.output
-    assert "as the plan saw it" in said(result) and "another process changed it" in said(result)
+    assert "as the plan saw it" in said(result) and "another process replaced or rewrote it" in said(result)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["flow.nvdb", "job.yaml"]
 
 

@@ -29,6 +29,7 @@ from vdbflow import synthetic
 from vdbflow.analysis import flow
 from vdbflow.core.volume import Volume
 from vdbflow.errors import NanoVDBError, PointsError, TimeError, VdbflowError, VolumeError
+from vdbflow.io.identity import FileIdentity
 from vdbflow.jobs.clusters import MissingExtraError, describe_cluster, open_cluster, slurm_job_script
 from vdbflow.jobs.config import (
     DERIVED,
@@ -72,33 +73,12 @@ class InputError(VdbflowError, RuntimeError):
     """An input file changed, vanished or could not be copied between the plan and its reading."""
 
 
-@dataclass(frozen=True)
-class FileIdentity:
+class InputIdentity(FileIdentity):
     """What the plan saw of an input file; reading it later checks the file is still the same one."""
 
-    path: Path
-    device: int
-    inode: int
-    size: int
-    mtime_ns: int
-
-    @classmethod
-    def of(cls, path: Path, fd: int | None = None) -> FileIdentity:
-        st = os.stat(path) if fd is None else os.fstat(fd)
-        return cls(path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-
-    def check(self, fd: int | None = None, when: str = "") -> None:
-        """Raise :class:`InputError` unless the file (or open ``fd``) is the one the plan saw."""
-        try:
-            now = FileIdentity.of(self.path, fd)
-        except FileNotFoundError:
-            raise InputError(f"expected the input {self.path} {when}, found nothing there") from None
-        if now != self:
-            raise InputError(
-                f"expected the input {self.path} as the plan saw it ({self.size:,} bytes, inode "
-                f"{self.inode}, mtime {self.mtime_ns} ns) {when}, found {now.size:,} bytes, inode "
-                f"{now.inode}, mtime {now.mtime_ns} ns: another process changed it"
-            )
+    label = "the input"
+    seen = "the plan saw it"
+    error = InputError
 
 
 # how long a job takes, for the plan: configs/demo.yaml at 8M points sampled and wrote 2.0-2.3 M points/s
@@ -123,7 +103,7 @@ class JobPlan:
     job_script: str | None = None
     notes: list[str] = field(default_factory=list)
     bytes_per_point: int = 0
-    inputs: dict[str, FileIdentity] = field(default_factory=dict)  # by config key
+    inputs: dict[str, InputIdentity] = field(default_factory=dict)  # by config key
     warnings: list[str] = field(default_factory=list)  # a dry run's problems that a run would refuse
 
     @property
@@ -360,7 +340,7 @@ def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False) -> JobP
     notes += tidy(cfg.output.path.absolute(), dry_run=True)
     inputs = {}
     if cfg.volume.path is not None and not volume_missing:
-        inputs["volume.path"] = FileIdentity.of(cfg.volume.path)
+        inputs["volume.path"] = InputIdentity.of(cfg.volume.path)
         how = (
             (
                 "copied to a private snapshot next to the output first (a reflink where the filesystem allows, "
@@ -735,7 +715,7 @@ class JobResult:
 _FICLONE = 0x40049409  # Linux ioctl: the destination shares the source's blocks (btrfs, XFS, bcachefs...)
 
 
-def _snapshot(identity: FileIdentity, final: Path, stop: threading.Event | None = None) -> tuple[Path, str | None]:
+def _snapshot(identity: InputIdentity, final: Path, stop: threading.Event | None = None) -> tuple[Path, str | None]:
     """A private copy of an input next to the output, checked against what the plan saw: a reflink
     (no data copied) where the filesystem allows, else a copy hashed as it is made.
 
@@ -745,7 +725,7 @@ def _snapshot(identity: FileIdentity, final: Path, stop: threading.Event | None 
     digest = None
     try:
         with open(identity.path, "rb") as src:
-            identity.check(src.fileno(), "when the job started")
+            identity.check("when the job started", os.fstat(src.fileno()))
             with open(target, "xb") as dst:
                 try:
                     import fcntl
@@ -760,7 +740,7 @@ def _snapshot(identity: FileIdentity, final: Path, stop: threading.Event | None 
                             raise InputError(f"the snapshot of {identity.path} was stopped: the job ended") from None
                         digest.update(view[:n])
                         dst.write(view[:n])
-            identity.check(src.fileno(), "after it was copied")
+            identity.check("after it was copied", os.fstat(src.fileno()))
         if (copied := target.stat().st_size) != identity.size:
             raise InputError(
                 f"expected a {identity.size:,}-byte copy of {identity.path}, got {copied:,} bytes: "
@@ -788,7 +768,7 @@ def _volume_file(
     done: concurrent.futures.Future = concurrent.futures.Future()
     if cfg.volume.path is None or not cfg.volume.snapshot:
         if cfg.volume.path is not None:
-            plan.inputs["volume.path"].check(when="when the job started")
+            plan.inputs["volume.path"].check("when the job started")
         done.set_result((cfg.volume.path, None))
         yield done
         return
@@ -959,7 +939,7 @@ def run_job(
                 provenance["worker_seconds_by_step"] = {k: round(v, 4) for k, v in result.worker_seconds.items()}
                 add_attrs(target, cfg.output, provenance)
                 if volume_file is not None and not cfg.volume.snapshot:
-                    plan.inputs["volume.path"].check(when="when the job finished")
+                    plan.inputs["volume.path"].check("when the job finished")
                 publish(target, final, cfg.output.overwrite)
             except OutputError:
                 raise  # the complete result was kept at an unpublished path, which the message names

@@ -25,85 +25,34 @@ differ where the slopes are nonlinear in the data):
 from __future__ import annotations
 
 import glob as _glob
-import hashlib
 import os
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from vdbflow.core import units
 from vdbflow.core.volume import Volume, same_topology
 from vdbflow.errors import PointsError, SamplingError, TimeError, VolumeError
+from vdbflow.io.identity import FileIdentity
 from vdbflow.io.time_record import TIME_RECORD, record_time
 
 TIME_MODES = ("none", "linear", "pchip")
 _STEPS_NEEDED = {"none": 1, "linear": 2, "pchip": 4}
-_T = TypeVar("_T")
 
 
 class StepChangedError(VolumeError):
     """A series step's file is not the one the series was opened with (replaced, rewritten or gone)."""
 
 
-@dataclass(frozen=True)
-class StepIdentity:
+class StepIdentity(FileIdentity):
     """What a step's file was when the series was opened (device, inode, size, modification time);
     every later opening of the step - in this process or on a worker - checks it is still that file."""
 
-    path: str
-    device: int
-    inode: int
-    size: int
-    mtime_ns: int
-
-    @classmethod
-    def of(cls, path: str | os.PathLike, stat: os.stat_result | None = None) -> StepIdentity:
-        """The identity of the file at ``path`` now (or of ``stat``, an ``os.fstat`` of it)."""
-        if stat is None:
-            try:
-                stat = os.stat(path)
-            except OSError as err:
-                raise StepChangedError(f"expected a series step at {os.fspath(path)}, cannot read it: {err}") from None
-        return cls(os.fspath(path), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
-
-    def __str__(self) -> str:
-        return f"{self.size:,} bytes, device {self.device}, inode {self.inode}, mtime {self.mtime_ns} ns"
-
-    def check(self, when: str, stat: os.stat_result | None = None) -> None:
-        """Raise :class:`StepChangedError` unless the file (or ``stat``) is still this one."""
-        try:
-            now = StepIdentity.of(self.path, stat)
-        except StepChangedError:
-            raise StepChangedError(f"expected the series step {self.path} ({self}) {when}, found none") from None
-        if now != self:
-            raise StepChangedError(
-                f"expected the series step {self.path} as the series was opened ({self}) {when}, found {now}: "
-                "another process replaced or rewrote it"
-            )
-
-    def opened(self, opener: Callable[[], _T], when: str) -> _T:
-        """``opener()``, the file checked to be this one before and after it (a file swapped in while
-        it opens is caught by the second check)."""
-        self.check(when)
-        result = opener()
-        self.check(when)
-        return result
-
-    def sha256(self) -> str:
-        """The SHA-256 of the file, read through one descriptor checked to be this file before and after."""
-        try:
-            with open(self.path, "rb") as f:
-                self.check("when it was hashed", os.fstat(f.fileno()))
-                digest = hashlib.sha256()
-                while block := f.read(1 << 24):
-                    digest.update(block)
-                self.check("when it was hashed", os.fstat(f.fileno()))
-        except OSError as err:
-            raise StepChangedError(f"expected to read the series step {self.path} ({self}), cannot: {err}") from None
-        return digest.hexdigest()
+    label = "the series step"
+    seen = "the series was opened"
+    error = StepChangedError
 
 
 def _identity_of(src: Any) -> StepIdentity | None:
