@@ -1,5 +1,7 @@
 """``vdbflow convert``: dense .npy / NetCDF / Zarr to sparse .nvdb, one slab at a time."""
 
+import json
+
 import numpy as np
 import pytest
 import xarray as xr
@@ -183,3 +185,29 @@ def test_convert_errors_go_to_stderr(tmp_path):
     result = invoke("convert", tmp_path / "bad.npy", tmp_path / "o.nvdb")
     assert result.exit_code == 2 and "error: " in result.stderr and "(X, Y, Z)" in result.stderr
     assert result.stdout == ""
+
+
+def test_a_dense_zarr_input_whose_metadata_names_pickle_is_refused_before_zarr_decodes_it(tmp_path):
+    """numcodecs' pickle codec runs code from the store when Zarr 2 (which vdbflow supports) decodes a
+    chunk: this chunk unpickles to a call of ``open(marker, 'w')``.  Zarr 3.1 refuses the data type
+    itself; either way vdbflow refuses first, naming the codec."""
+    import pickle
+
+    marker = tmp_path / "ran"
+    store = tmp_path / "dense.zarr"
+    xr.Dataset({"v": (("x", "y", "z"), np.zeros((8, 8, 8), np.float32))}).to_zarr(store, zarr_format=2)
+    meta = json.loads((store / "v" / ".zarray").read_text())
+    meta.update(dtype="|O", compressor=None, filters=[{"id": "pickle"}])
+    (store / "v" / ".zarray").write_text(json.dumps(meta))
+    (store / ".zmetadata").unlink()
+
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    (store / "v" / "0.0.0").write_bytes(pickle.dumps(np.array([Payload()], dtype=object)))
+    with pytest.raises(vdbflow.VolumeError, match=r"found \['pickle'\]: decoding them would run code"):
+        open_dense(store, ["v"])
+    result = invoke("convert", str(store), str(tmp_path / "out.nvdb"), "--variable", "v")
+    assert result.exit_code == 2 and "would run code" in result.output
+    assert not marker.exists() and not (tmp_path / "out.nvdb").exists()

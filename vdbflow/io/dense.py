@@ -82,8 +82,13 @@ def open_dense(path: str | Path, variables: Sequence[str] = (), mask_variable: s
         return DenseSource(arr.shape, lambda a, b: np.asarray(arr[a:b]), arr.dtype)
     import xarray as xr
 
+    zarr = path.suffix.lower() == ".zarr" or path.is_dir()
+    if zarr:
+        from vdbflow.io.zarr_v2 import refuse_code_codecs
+
+        refuse_code_codecs(path)
     try:
-        ds = xr.open_zarr(path) if path.suffix.lower() == ".zarr" or path.is_dir() else xr.open_dataset(path, chunks={})
+        ds = xr.open_zarr(path) if zarr else xr.open_dataset(path, chunks={})
     except Exception as err:  # the backends raise many kinds for unreadable files
         raise VolumeError(f"cannot open {path} as a NetCDF or Zarr dataset: {err}") from None
     names = list(variables) or [v for v in ds.data_vars if ds[v].ndim >= 3][:1]

@@ -15,6 +15,7 @@ import math
 import os
 import re
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -230,3 +231,44 @@ def _unblosc(raw: bytes, size: int | None) -> bytes:
     if cbytes != len(raw) or (nbytes != size if size is not None else nbytes > _MAX_STRING_CHUNK):
         raise ValueError(f"a blosc header of {nbytes} bytes in {cbytes}, for a file of {len(raw)} bytes")
     return bytes(blosc.decompress(raw))
+
+
+_METADATA_FILES = (".zarray", ".zmetadata", "zarr.json")
+_MAX_METADATA_FILES = 10_000
+
+
+def _codec_names(meta: Any) -> Iterator[str]:
+    """Every codec id (format 2) or name (format 3) in a metadata document, at any depth."""
+    stack = [meta]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key in ("id", "name"):
+                if isinstance(item.get(key), str):
+                    yield item[key]
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def refuse_code_codecs(store: Path) -> None:
+    """Refuse (``VolumeError``) a Zarr store, of either format, whose metadata names a ``pickle`` codec:
+    decoding it runs code from the store.  For stores vdbflow hands to Zarr itself (dense inputs of
+    ``vdbflow convert``); volume stores are read by :class:`Array`, which allows no such codec."""
+    seen = 0
+    for folder, _subfolders, files in os.walk(store):  # links to directories are not followed
+        for name in _METADATA_FILES:
+            if name not in files:
+                continue
+            seen += 1
+            if seen > _MAX_METADATA_FILES:
+                raise VolumeError(
+                    f"expected at most {_MAX_METADATA_FILES:,} Zarr metadata files in {store}, found more"
+                )
+            path = Path(folder) / name
+            codecs = {c for c in _codec_names(read_json(path, "Zarr metadata")) if "pickle" in c.lower()}
+            if codecs:
+                raise VolumeError(
+                    f"expected Zarr codecs that only decode data in {path}, found {sorted(codecs)}: decoding them "
+                    "would run code from the store"
+                )
