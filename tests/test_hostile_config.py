@@ -211,3 +211,35 @@ def test_a_failed_task_is_one_line_on_stderr_and_its_traceback_only_with_vv(tmp_
     ]
     loud = subprocess.run([*run, "-vv"], capture_output=True, text=True, timeout=300)
     assert loud.returncode == 1 and "Compute Failed" in loud.stderr
+
+
+@pytest.mark.parametrize(
+    "key", ["output.path", "volume.path", "points.path", "volume.synthetic.write", "volume.series.paths"]
+)
+def test_a_path_with_a_nul_byte_is_a_config_error_naming_the_key(tmp_path, key):
+    """os functions raise a raw ValueError ("embedded null byte") on such a path, in the plan."""
+    from vdbflow.jobs.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=rf"{key.split('.')[-1]}.*expected a path without NUL bytes"):
+        load_config(data=_nul_config(tmp_path, key))
+
+
+def _nul_config(tmp_path, key: str) -> dict:
+    nul = str(tmp_path / "a\0b.nvdb")
+    cfg = {
+        "volume": {"synthetic": {"field": "taylor_green", "resolution": 16}},
+        "points": {"kind": "random", "count": 100},
+        "output": {"path": str(tmp_path / "r.zarr")},
+    }
+    if key == "output.path":
+        cfg["output"]["path"] = nul
+    elif key == "volume.path":
+        cfg["volume"] = {"path": nul}
+    elif key == "points.path":
+        cfg["points"] = {"kind": "file", "path": nul}
+    elif key == "volume.synthetic.write":
+        cfg["volume"]["synthetic"]["write"] = nul
+    else:
+        cfg["volume"] = {"series": {"paths": nul}}
+        cfg["advect"] = {"t1": 1.0, "dt": 0.1}
+    return cfg

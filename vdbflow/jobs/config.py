@@ -87,6 +87,17 @@ Address = Annotated[
 Walltime = Annotated[
     str, _matching(r"(\d+-)?\d{1,3}:\d{2}(:\d{2})?", "a SLURM walltime like '01:30:00' or '2-00:00:00'")
 ]
+
+
+def _no_nul(value: Any) -> Any:
+    """A path or pattern the system can name: no NUL byte (``os`` functions raise ValueError on it)."""
+    if "\0" in str(value):
+        raise ValueError(f"expected a path without NUL bytes, got {str(value)!r:.80}")
+    return value
+
+
+FilePath = Annotated[Path, AfterValidator(_no_nul)]
+FilePattern = Annotated[str, AfterValidator(_no_nul)]  # a glob pattern
 MemorySize = Annotated[str, _matching(r"\d+(\.\d+)?\s*([KMGT]i?B|[KMGT])", "a memory size like '64GB' or '512GiB'")]
 
 
@@ -120,7 +131,7 @@ class SyntheticVolume(_Model):
         default_factory=dict, description="the generator's keyword arguments (k, amplitude, circulation, matrix...)"
     )
     dtype: Literal["float32", "float64"] = "float32"
-    write: Path | None = Field(None, description="also write the field to this .nvdb; workers then read it")
+    write: FilePath | None = Field(None, description="also write the field to this .nvdb; workers then read it")
 
     @field_validator("shell")
     @classmethod
@@ -145,7 +156,9 @@ class SyntheticVolume(_Model):
 class SeriesVolume(_Model):
     """A time series of .nvdb files (one a step), for particle jobs: advected through in space and time."""
 
-    paths: str | list[Path] = Field(description="a glob pattern or a list of files (ordered by time record)")
+    paths: FilePattern | list[FilePath] = Field(
+        description="a glob pattern or a list of files (ordered by time record)"
+    )
     times: list[float] | None = Field(None, description="the time of each file; default its vdbflow.time record")
     grid: str | None = Field(None, description="the grid of each file (default the first)")
     cache: int = Field(4, ge=1, description="steps open at once in each worker (pchip reads 4)")
@@ -163,7 +176,7 @@ class VolumeSpec(_Model):
     """An .nvdb ``path`` with optional ``grids`` (names; default the first grid), ``synthetic``, or a
     ``series`` of files (particle jobs)."""
 
-    path: Path | None = None
+    path: FilePath | None = None
     grids: list[str] | None = None
     synthetic: SyntheticVolume | None = None
     series: SeriesVolume | None = None
@@ -207,7 +220,7 @@ class FilePoints(_Points):
     """Points from a file: .npy (N, 3), .csv / .parquet (three columns), .zarr (an (N, 3) array)."""
 
     kind: Literal["file"]
-    path: Path
+    path: FilePath
     columns: tuple[str, str, str] | None = Field(None, description="csv/parquet columns; default x y z or i j k")
     array: str | None = Field(None, description="the array inside a Zarr group")
 
@@ -519,7 +532,7 @@ ClusterSpec = Annotated[
 
 
 class OutputSpec(_Model):
-    path: Path
+    path: FilePath
     format: Literal["zarr", "netcdf"] | None = Field(None, description="default: netcdf for .nc, else zarr")
     chunk: int | None = Field(
         None, ge=1, le=MAX_CHUNK_POINTS, description="points per stored chunk; default: the points' chunk"
