@@ -1,5 +1,7 @@
 """Distributed sampling equals single-process sampling bit for bit."""
 
+import os
+
 import numpy as np
 import pytest
 from reference import probe_points, random_sparse_voxels
@@ -298,6 +300,43 @@ def test_a_worker_killed_mid_computation(rng, tmp_path, scheduler_and_workers):
     release.touch()
     got = future.result(timeout=120)
     np.testing.assert_array_equal(got, vol.sample_grad(pts.compute(), space="index")["value_jacobian"].values)
+
+
+@pytest.mark.slow
+def test_a_partition_rebuilt_after_its_file_was_replaced_is_refused(rng, tmp_path, scheduler_and_workers):
+    """A worker that dies is replaced by rereading its partition from the file: if another process
+    replaced the file meanwhile (write-and-rename), the reread is refused, never mixed in."""
+    client, procs = scheduler_and_workers
+    ijk, vol = volume(rng, 3)
+    path = tmp_path / "field.nvdb"
+    vol.to_nvdb(str(path))
+    dvol = distribute(str(path), client, 6)
+    pts = da.from_array(probe_points(rng, ijk, 100_000), chunks=(1_000, 3))
+    started, release = tmp_path / "started", tmp_path / "release"
+    future = client.compute(dvol.sample_grad(_gated(pts, started, release), space="index")["value_jacobian"].data)
+    _wait_until_started(started, future)
+    other = vdbflow.Volume.from_voxels(ijk, np.asarray(vol.active_values()) * 2, background=0.0)
+    other.to_nvdb(str(tmp_path / "new.nvdb"))
+    os.replace(tmp_path / "new.nvdb", path)  # another process replaces the file
+    procs[1].kill()
+    procs[1].wait(timeout=30)
+    release.touch()
+    with pytest.raises(vdbflow.VolumeError, match="the distributed file .* as it was distributed"):
+        future.result(timeout=120)
+
+
+def test_reading_leaves_checks_the_file_it_was_given(rng, tmp_path):
+    from vdbflow.distribution.volume import DistributedFile, _read_leaves
+
+    ijk, vol = volume(rng, 3)
+    path = tmp_path / "field.nvdb"
+    vol.to_nvdb(str(path))
+    identity = DistributedFile.of(path)
+    leaves = np.arange(vol.leaf_count)
+    assert _read_leaves(str(path), None, identity, leaves).leaf_count == vol.leaf_count
+    vol.to_nvdb(str(path))  # the same volume again: another inode, another file
+    with pytest.raises(vdbflow.VolumeError, match="another process replaced or rewrote it"):
+        _read_leaves(str(path), None, identity, leaves)
 
 
 def test_partitions_stay_on_their_workers_and_waves_are_assembled_where_routed(rng, client):

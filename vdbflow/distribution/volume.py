@@ -59,6 +59,7 @@ from vdbflow.core import tree
 from vdbflow.core.volume import Topology, Volume
 from vdbflow.distribution.plan import PartitionPlan, Router, leaf_stencil, near_blocks, plan_partitions
 from vdbflow.errors import SamplingError, VolumeError
+from vdbflow.io.identity import FileIdentity
 from vdbflow.ops.sampling import MODES, SPACES, STENCIL_RADIUS, build_dataset, check_choice, sample_grad_arrays
 
 
@@ -84,11 +85,23 @@ def _import_dask() -> tuple[Any, Any, Any]:
 
 
 # -- tasks (small pure functions) -------------------------------------------------------------------
-def _read_leaves(path: str, grid: Any, leaves: np.ndarray) -> Volume:
-    """The given leaves of an .nvdb grid, read by the worker itself (memory-mapped, then copied)."""
+class DistributedFile(FileIdentity):
+    """What a distributed .nvdb file was when it was distributed: a partition read again later (its
+    worker died) is read from that same file, or refused."""
+
+    label = "the distributed file"
+    seen = "it was distributed"
+
+
+def _read_leaves(path: str, grid: Any, identity: FileIdentity | None, leaves: np.ndarray) -> Volume:
+    """The given leaves of an .nvdb grid, read by the worker itself (memory-mapped, then copied),
+    from the file ``identity`` says it is (checked before and after)."""
     from vdbflow.io.nanovdb import open_grid
 
-    return open_grid(path, grid, leaves=leaves).contiguous()
+    def read() -> Volume:
+        return open_grid(path, grid, leaves=leaves).contiguous()
+
+    return read() if identity is None else identity.opened(read, "when a partition was read")
 
 
 def _load_spilled(path: str) -> Volume:
@@ -571,6 +584,7 @@ def distribute(
     spill: str | os.PathLike | bool | None = None,
     plan: PartitionPlan | None = None,
     cache: int = 4,
+    identity: FileIdentity | None = None,
 ) -> Any:
     """Partition a volume across a Dask cluster, for sampling in parallel.
 
@@ -607,6 +621,10 @@ def distribute(
         topology.
     cache : int, default 4
         For a VolumeSeries ``source``: the steps kept distributed at once (``pchip`` reads 4).
+    identity : FileIdentity, optional
+        For an .nvdb ``source``: what the file must be (a series step's identity, say); default what
+        it is now.  Workers check it whenever they read their leaves, also when a partition is rebuilt
+        after its worker died, so a file replaced meanwhile is refused rather than mixed in.
 
     Returns
     -------
@@ -639,10 +657,13 @@ def distribute(
     else:
         from vdbflow.io.nanovdb import open_grid
 
-        whole = open_grid(source, grid)  # values stay in the mapped file: only the topology is read
+        if identity is None:
+            identity = DistributedFile.of(source)
+        # values stay in the mapped file: only the topology is read
+        whole = identity.opened(lambda: open_grid(source, grid), "when it was distributed")
         if not isinstance(whole, Volume):
             raise VolumeError("expected a value grid to distribute; attach values to index grids with with_data")
-        loader_source = (os.fspath(source), grid)
+        loader_source = (os.fspath(source), grid, identity)
     if plan is None:
         P = partitions or max(1, len(client.scheduler_info()["workers"]))
         plan = plan_partitions(whole.topology, P, halo)

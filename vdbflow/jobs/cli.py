@@ -138,8 +138,9 @@ def _print_plan(plan: Any, console: Console) -> None:
     rows.append(
         (
             "limits",
-            f"{cfg.limits.max_points:,} points, {cfg.limits.max_output_bytes} of results "
-            "(limits.max_points, limits.max_output_bytes; --force runs larger jobs)",
+            f"{cfg.limits.max_points:,} points, {cfg.limits.max_output_bytes} of results, "
+            f"{cfg.limits.max_chunks:,} chunks (limits.max_points, limits.max_output_bytes, limits.max_chunks; "
+            "--force runs larger jobs)",
         )
     )
     if cfg.advect is None:
@@ -292,7 +293,7 @@ _SET_HELP = "Override a config key, e.g. --set points.count=1000000 (the value i
 @click.option(
     "--force",
     is_flag=True,
-    help="Run a job larger than the config's limits (limits.max_points, limits.max_output_bytes).",
+    help="Run a job larger than the config's limits (limits.max_points, limits.max_output_bytes, limits.max_chunks).",
 )
 @click.option("-v", "--verbose", count=True, help="Log progress to stderr (-vv: also Dask's own logs).")
 def run(config: str, overrides: tuple[str, ...], dry_run: bool, force: bool, verbose: int) -> None:

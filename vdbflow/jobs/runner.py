@@ -378,7 +378,7 @@ def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False) -> JobP
         raise ConfigError(
             "the job is larger than its limits:\n"
             + "\n".join(f"  {p}" for p in problems)
-            + "\n  (raise limits.max_points / limits.max_output_bytes in the config, or run with "
+            + "\n  (raise limits.max_points / limits.max_output_bytes / limits.max_chunks in the config, or run with "
             "--force)"
         )
     notes += [f"{p}: allowed by --force" for p in problems]

@@ -495,6 +495,8 @@ class DistributedSeries(VolumeSeries):
         when = f"when step {k} was distributed"
         if identity is not None:
             identity.check(when)
+        if identity is not None:
+            kw["identity"] = identity  # also checked by every worker that reads a partition of it
         dvol = distribute(source, self.client, self.partitions, self.halo, spill=self.spill, plan=plan, **kw)
         if identity is not None:  # the workers read their leaves while distribute waited
             try:
