@@ -109,3 +109,30 @@ def test_signals_raise_stopped_once_and_are_restored(capsys):
     assert caught.value.signum == signal.SIGTERM and isinstance(caught.value, KeyboardInterrupt)
     assert "SIGTERM again: still cleaning up" in capsys.readouterr().err
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_signal_while_the_result_is_published_is_deferred():
+    """Found by the fault campaign: SIGHUP just after publishing made the job say "no result was
+    published" (exit 129) about the result it had just published."""
+    from vdbflow.jobs.cli import _stop_on_signals
+
+    with _stop_on_signals() as guard:
+        guard.publishing.set()  # what run_job does right before it moves the result into place
+        os.kill(os.getpid(), signal.SIGHUP)
+        time.sleep(0.2)  # the handler runs here, and records the signal instead of raising
+    assert guard.deferred == signal.SIGHUP
+
+
+def test_run_job_sets_publishing_right_before_publishing(tmp_path, monkeypatch):
+    import threading
+
+    from vdbflow.jobs import runner
+    from vdbflow.jobs.config import load_config
+
+    seen = []
+    real_publish = runner.publish
+    monkeypatch.setattr(runner, "publish", lambda *a: (seen.append(event.is_set()), real_publish(*a)))
+    event = threading.Event()
+    cfg = load_config(data=base_config(tmp_path))
+    runner.run_job(cfg, progress=False, publishing=event)
+    assert seen == [True] and (tmp_path / "result.zarr").is_dir()

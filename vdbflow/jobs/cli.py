@@ -214,18 +214,32 @@ class Stopped(KeyboardInterrupt):
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
+class SignalGuard:
+    """How the CLI treats stop signals during a job: ``publishing`` is set by the job when it starts
+    moving its result into place, after which a signal is only recorded (in ``deferred``)."""
+
+    def __init__(self) -> None:
+        self.publishing = threading.Event()
+        self.deferred: int | None = None
+
+
 @contextlib.contextmanager
-def _stop_on_signals() -> Iterator[None]:
+def _stop_on_signals() -> Iterator[SignalGuard]:
     """The first SIGINT, SIGTERM or SIGHUP raises :class:`Stopped` in the main thread, so the job's
     cleanup runs (partial store, input snapshot, cluster); later ones while it cleans up are ignored
-    with a message (SIGKILL still ends it at once)."""
+    with a message (SIGKILL still ends it at once).  Once the job is publishing its result, a signal
+    is deferred instead: the job finishes and says so."""
+    guard = SignalGuard()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield guard
         return
     stopping = False
 
     def handler(signum: int, frame: Any) -> None:
         nonlocal stopping
+        if guard.publishing.is_set():
+            guard.deferred = signum
+            return
         if stopping:
             _say("stopping", f"{signal.Signals(signum).name} again: still cleaning up (SIGKILL ends it at once)")
             return
@@ -234,7 +248,7 @@ def _stop_on_signals() -> Iterator[None]:
 
     previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
     try:
-        yield
+        yield guard
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
@@ -248,12 +262,12 @@ def _run(config_path: str, overrides: tuple[str, ...], dry_run: bool, verbose: i
     console = _stdout()
     _logging(verbose)
     try:
-        with _stop_on_signals():
+        with _stop_on_signals() as guard:
             cfg = load_config(config_path, overrides)
             if dry_run:
                 _print_plan(plan_job(cfg, force, dry_run=True), console)
                 return
-            result = run_job(cfg, console, force=force)
+            result = run_job(cfg, console, force=force, publishing=guard.publishing)
     except ConfigError as err:
         _say("config error", str(err))
         raise SystemExit(2) from None
@@ -276,6 +290,9 @@ def _run(config_path: str, overrides: tuple[str, ...], dry_run: bool, verbose: i
         )
         raise SystemExit(1) from None
     _print_summary(result, console)
+    if guard.deferred is not None:
+        name = signal.Signals(guard.deferred).name
+        _say("note", f"{name} arrived while the result was being published: the job finished", style="yellow")
 
 
 _SET_HELP = "Override a config key, e.g. --set points.count=1000000 (the value is read as YAML). Repeatable."

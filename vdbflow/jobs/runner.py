@@ -796,9 +796,18 @@ def _volume_file(
 
 
 def run_job(
-    cfg: JobConfig, console: Any = None, progress: bool = True, force: bool = False, client: Any = None
+    cfg: JobConfig,
+    console: Any = None,
+    progress: bool = True,
+    force: bool = False,
+    client: Any = None,
+    publishing: threading.Event | None = None,
 ) -> JobResult:
     """Run a job: start its cluster, distribute the volume, sample, write; return the summary.
+
+    ``publishing`` is set just before the result is moved into place: from then on the job is
+    finishing, and a caller that turns signals into exceptions defers them (the CLI), so that a job
+    stopped at that moment never says "no result was published" about a result it published.
 
     ``force`` runs a job larger than ``cfg.limits``.  A ``client`` (``distributed.Client``) runs the
     job on its cluster instead of the one ``cfg.cluster`` describes, and is left open.  Leftovers of
@@ -940,6 +949,8 @@ def run_job(
                 add_attrs(target, cfg.output, provenance)
                 if volume_file is not None and not cfg.volume.snapshot:
                     plan.inputs["volume.path"].check("when the job finished")
+                if publishing is not None:
+                    publishing.set()
                 publish(target, final, cfg.output.overwrite)
             except OutputError:
                 raise  # the complete result was kept at an unpublished path, which the message names
