@@ -19,7 +19,7 @@ import numpy as np
 from vdbflow.core import tree
 from vdbflow.core.transform import Transform
 from vdbflow.core.volume import Topology, Volume
-from vdbflow.errors import NanoVDBError, VolumeError
+from vdbflow.errors import NanoVDBError, VolumeError, WriteError
 from vdbflow.io import bounded_json, zarr_v2
 from vdbflow.io.atomic import atomic_directory
 
@@ -174,9 +174,9 @@ def to_zarr(vol: Volume, path: str | os.PathLike, *, overwrite: bool = False, ch
     The store is written by :func:`~vdbflow.io.atomic.atomic_directory`: in a private directory beside
     ``path``, renamed into place once complete, so a failed write (a full disk: a
     :class:`~vdbflow.errors.WriteError`) leaves nothing at ``path``, and ``overwrite=True`` replaces
-    an earlier Zarr store there only then.  Raises ``FileExistsError`` when ``path`` exists and
-    ``overwrite`` is False, or when it is something other than a Zarr store (a file, a link, a
-    directory of other files)."""
+    an earlier Zarr store there only then.  Raises :class:`~vdbflow.errors.WriteError` when ``path``
+    exists and ``overwrite`` is False, or when it is something other than a Zarr store (a file, a
+    link, a directory of other files)."""
     target = Path(path)
     _check_replaceable(target, overwrite)
     ds = to_dataset(vol)  # imports xarray
@@ -199,7 +199,7 @@ def _check_replaceable(target: Path, overwrite: bool) -> None:
         if not entries or entries & {".zgroup", ".zattrs", "zarr.json"}:
             return
         found = "a directory of other files, not a Zarr store"
-    raise FileExistsError(errno.EEXIST, f"expected no file at {target} or a store to replace, found {found}")
+    raise WriteError(errno.EEXIST, f"expected no file at {target} or a store to replace, found {found}")
 
 
 def open_zarr(path: str | os.PathLike) -> Volume:
