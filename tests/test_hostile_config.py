@@ -1,6 +1,7 @@
 """Hostile and faulty job configs and API arguments (issue 23, rows 12, 13, 14, 15, 16): every one
 refused up front with vdbflow's own error naming what was expected (the CLI: exit 2 naming the key)."""
 
+import os
 import subprocess
 import sys
 
@@ -243,3 +244,21 @@ def _nul_config(tmp_path, key: str) -> dict:
         cfg["volume"] = {"series": {"paths": nul}}
         cfg["advect"] = {"t1": 1.0, "dt": 0.1}
     return cfg
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_an_output_where_no_file_can_be_made_exits_2_before_anything_runs(tmp_path):
+    """Found by the fault campaign: os.access() says /proc is writable to root (and read-only mounts
+    to anyone with the mode bits), so the plan passed and the run failed when it wrote its partial."""
+    from vdbflow.jobs.config import ConfigError, load_config
+    from vdbflow.jobs.runner import plan_job
+
+    cfg = load_config(
+        data={
+            "volume": {"synthetic": {"field": "taylor_green", "resolution": 16}},
+            "points": {"kind": "random", "count": 100},
+            "output": {"path": "/proc/x.zarr"},
+        }
+    )
+    with pytest.raises(ConfigError, match=r"output.path.*the directory /proc does not take new files"):
+        plan_job(cfg, dry_run=True)

@@ -884,6 +884,12 @@ def _unwritable(path: Path) -> str | None:
         return f"{parent} is a file, not a directory"
     if not os.access(parent, os.W_OK | os.X_OK):
         return f"the directory {parent} is not writable"
+    from vdbflow.io.atomic import private_directory
+
+    try:  # access() says yes to root everywhere, and to read-only mounts and /proc: make a directory there
+        os.rmdir(private_directory(parent / path.name))
+    except OSError as err:
+        return f"the directory {parent} does not take new files ({err.strerror or err})"
     return None
 
 
