@@ -150,10 +150,12 @@ def case_units(rng: np.random.Generator, work: Path) -> tuple[str, str]:
     from vdbflow.core import units
 
     text = hostile_unit(rng)
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as normalized:
         warnings.simplefilter("always")
         out = units.normalize(text)
-        _check_units_result(out, "normalize")
+    _check_units_result(out, "normalize")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         for result, where in (
             (units.divide(text, "m"), "divide"),
             (units.multiply(text, "1/s"), "multiply"),
@@ -165,14 +167,14 @@ def case_units(rng: np.random.Generator, work: Path) -> tuple[str, str]:
         vol.units, vol.length_units = text, str(rng.choice(["m", text]))
         ds = vol.sample_grad(np.array([[1.5, 2.25, 3.0]]), space="index")
         _check_units_result(ds[f"{vol.name}_jacobian"].attrs.get("units"), "the Jacobian's units")
-    other = [w for w in caught if not issubclass(w.category, units.UnitsWarning)]
+    other = [w for w in [*normalized, *caught] if not issubclass(w.category, units.UnitsWarning)]
     if other:
         raise Wrong(f"unexpected warning {other[0].category.__name__}: {other[0].message}")
     if text in KNOWN_UNITS:
         if out != KNOWN_UNITS[text]:
             raise Wrong(f"normalize({text!r}) gave {out!r}, expected {KNOWN_UNITS[text]!r}")
         return "same", text
-    if any(issubclass(w.category, units.UnitsWarning) for w in caught):
+    if normalized:  # normalize itself could not read it (a product or power of it may not be readable either)
         if out != text.strip():
             raise Wrong(f"an unreadable unit string must be kept as given, got {out!r} for {text[:40]!r}")
         return "warned", text[:40]
