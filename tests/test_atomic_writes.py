@@ -182,3 +182,59 @@ def test_a_complete_result_that_could_not_be_published_survives_the_next_cleanup
     (kept,) = tmp_path.glob("r.zarr.unpublished-*")
     assert tidy(final, force=True) == [] and tidy(directory=tmp_path, force=True) == []
     assert (kept / "data" / "0").read_text() == "mine" and (final / "data" / "0").read_text() == "theirs"
+
+
+def test_replacing_a_directory_without_renameat2_never_loses_the_earlier_one(tmp_path, monkeypatch):
+    """The two-rename fallback sets the earlier store aside as .NAME.replaced-TAG (which vdbflow clean
+    restores) and puts it back when the second rename fails."""
+    target = tmp_path / "store"
+    target.mkdir()
+    (target / "a").write_text("earlier")
+    monkeypatch.setattr(atomic, "renameat2", lambda *args: False)
+    real_rename = os.rename
+
+    def second_rename_fails(src, dst):
+        if Path(dst) == target and ".tmp-" in Path(src).parent.name:  # the new store, not the earlier one
+            raise OSError(errno.EIO, "I/O error")
+        real_rename(src, dst)
+
+    monkeypatch.setattr(atomic.os, "rename", second_rename_fails)
+    with pytest.raises(vdbflow.WriteError, match="I/O error"), atomic.atomic_directory(target, replace=True) as new:
+        new.mkdir()
+        (new / "a").write_text("new")
+    assert (target / "a").read_text() == "earlier" and _listing(tmp_path) == ["store"]
+    monkeypatch.setattr(atomic.os, "rename", real_rename)
+    with atomic.atomic_directory(target, replace=True) as new:
+        new.mkdir()
+        (new / "a").write_text("new")
+    assert (target / "a").read_text() == "new" and _listing(tmp_path) == ["store"]
+
+
+def test_a_long_file_name_saves_and_its_leftovers_are_found(tmp_path):
+    """A hidden sibling's name holds at most 160 bytes of NAME (the kind and writer tag need the rest
+    of 255), so a 240-byte name still saves, and cleanup still finds what a killed save left."""
+    out = tmp_path / ("v" * 236 + ".nvdb")
+    vdbflow.save(out, {"density": _volume()})
+    assert vdbflow.open(out).active_voxel_count == 512
+    left = atomic.hidden_sibling(out, "tmp")
+    left.mkdir()
+    (item,) = leftovers(out)
+    assert item.path == left and item.final == out and len(left.name.encode()) <= 255
+
+
+def test_a_rename_that_fails_while_publishing_keeps_the_complete_result(tmp_path, monkeypatch):
+    from vdbflow.jobs import output
+
+    final = fake_result(tmp_path / "r.zarr", "old")
+    part = fake_result(partial_path(final), "new")
+
+    def gone(src, dst, flags):  # the earlier result vanished between the check and the exchange
+        if flags == atomic.RENAME_EXCHANGE:
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory")
+        return False  # keep() then renames the plain way
+
+    monkeypatch.setattr(output, "renameat2", gone)
+    with pytest.raises(output.OutputError, match="kept at .*unpublished") as caught:
+        publish(part, final, "always")
+    (kept,) = tmp_path.glob("r.zarr.unpublished-*")
+    assert str(kept) in str(caught.value) and (kept / "data" / "0").read_text() == "new"

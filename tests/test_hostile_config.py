@@ -262,3 +262,18 @@ def test_an_output_where_no_file_can_be_made_exits_2_before_anything_runs(tmp_pa
     )
     with pytest.raises(ConfigError, match=r"output.path.*the directory /proc does not take new files"):
         plan_job(cfg, dry_run=True)
+
+
+@pytest.mark.parametrize("fraction", ["0.001", "1e-300"])
+def test_a_memory_fraction_too_small_for_a_worker_exits_2(tmp_path, fraction):
+    """A fraction of the machine's memory below the per-worker minimum starts workers that die."""
+    from vdbflow.jobs.config import ConfigError, load_config
+
+    cfg = {
+        "volume": {"synthetic": {"field": "taylor_green", "resolution": 16}},
+        "points": {"kind": "random", "count": 100},
+        "cluster": {"kind": "local", "workers": 1, "memory_limit": fraction},
+        "output": {"path": str(tmp_path / "r.zarr")},
+    }
+    with pytest.raises(ConfigError, match=r"cluster.memory_limit.*MiB per worker"):
+        load_config(data=cfg)

@@ -95,7 +95,7 @@ def test_a_stopped_job_leaves_nothing_and_nothing_comes_back(tmp_path, sig):
     assert left == ["input.nvdb", "job.yaml", "mid-write", "slow_writes.py"], left
 
 
-def test_signals_raise_stopped_once_and_are_restored(capsys):
+def test_signals_raise_stopped_once_and_are_restored(capfd):
     from vdbflow.jobs.cli import Stopped, _stop_on_signals
 
     before = signal.getsignal(signal.SIGTERM)
@@ -107,7 +107,7 @@ def test_signals_raise_stopped_once_and_are_restored(capsys):
             os.kill(os.getpid(), signal.SIGTERM)  # a second one while cleaning up is only reported
             time.sleep(0.1)
     assert caught.value.signum == signal.SIGTERM and isinstance(caught.value, KeyboardInterrupt)
-    assert "SIGTERM again: still cleaning up" in capsys.readouterr().err
+    assert "SIGTERM again: still cleaning up" in capfd.readouterr().err
     assert signal.getsignal(signal.SIGTERM) is before
 
 

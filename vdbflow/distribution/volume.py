@@ -59,6 +59,7 @@ from vdbflow.core import tree
 from vdbflow.core.volume import Topology, Volume
 from vdbflow.distribution.plan import PartitionPlan, Router, leaf_stencil, near_blocks, plan_partitions
 from vdbflow.errors import SamplingError, VolumeError
+from vdbflow.io.atomic import create_exclusive
 from vdbflow.io.identity import FileIdentity
 from vdbflow.ops.sampling import MODES, SPACES, STENCIL_RADIUS, build_dataset, check_choice, sample_grad_arrays
 
@@ -128,7 +129,7 @@ def _spill(pieces: list[Volume], client: Any, spill: str | os.PathLike | bool | 
     paths = [os.path.join(folder, f"vdbflow-partition-{uuid.uuid4().hex}.pkl") for _ in pieces]
     try:
         for piece, path in zip(pieces, paths, strict=True):
-            with open(path, "wb") as f:
+            with create_exclusive(path, 0o600) as f:  # new, not through a link, the owner's alone
                 pickle.dump(piece, f, protocol=pickle.HIGHEST_PROTOCOL)
         seen = client.run(os.path.isfile, paths[0]) if paths else {}
     except OSError as err:

@@ -30,8 +30,11 @@ __all__ = [
     "atomic_directory",
     "atomic_file",
     "create_exclusive",
+    "hidden_sibling",
     "private_directory",
+    "remove_tree",
     "renameat2",
+    "sibling_stem",
     "writer_tag",
 ]
 
@@ -43,10 +46,20 @@ def writer_tag() -> str:
     return f"{uuid.uuid4().hex[:8]}-{os.getpid()}@{socket.gethostname()}"
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+_MAX_STEM = 160  # bytes of NAME in a hidden sibling's name: the tag and kind take the rest of 255
+
+
+def sibling_stem(name: str) -> str:
+    """``name`` as it stands in the names of its hidden siblings: whole, or its first 160 bytes (a file
+    name has at most 255, and the sibling's kind and writer tag need theirs)."""
+    raw = name.encode("utf-8", "surrogateescape")
+    return name if len(raw) <= _MAX_STEM else raw[:_MAX_STEM].decode("utf-8", "ignore")
+
+
+def hidden_sibling(target: Path, kind: str) -> Path:
+    """A fresh hidden name beside ``target`` for a file of ``kind`` (partial, input, replaced, tmp)
+    naming its writer: ``.NAME.KIND-XXXXXXXX-PID@HOST``."""
+    return target.parent / f".{sibling_stem(target.name)}.{kind}-{writer_tag()}"
 
 
 def create_exclusive(path: str | os.PathLike, mode: int = 0o666) -> BinaryIO:
@@ -64,7 +77,7 @@ def private_directory(target: Path) -> Path:
     """A new directory ``.NAME.tmp-TAG`` beside ``target``, mode 0700 (``mkdir`` fails on any existing
     name, link or not, so an attacker cannot plant it)."""
     for _ in range(16):
-        where = target.parent / f".{target.name}.tmp-{writer_tag()}"
+        where = hidden_sibling(target, "tmp")
         try:
             os.mkdir(where, 0o700)
         except FileExistsError:  # 32 random bits collided (or a name was planted): draw again
@@ -106,7 +119,8 @@ def _private_or_fail(target: Path) -> Path:
         raise _write_error(target, err) from err
 
 
-def _remove_tree(path: Path) -> None:
+def remove_tree(path: Path) -> None:
+    """Remove a file, a link (not what it points to) or a directory tree; errors are ignored."""
     with contextlib.suppress(OSError):
         if path.is_symlink() or not path.is_dir():
             path.unlink()
@@ -145,16 +159,15 @@ def atomic_file(path: str | os.PathLike, *, replace: bool = True) -> Iterator[Bi
     where = _private_or_fail(target)
     try:
         written = where / target.name
-        with create_exclusive(written, 0o600) as fh:
+        with create_exclusive(written) as fh:  # 0666 less the umask; private in its 0700 directory
             yield fh
             fh.flush()
-            os.fchmod(fh.fileno(), 0o666 & ~_umask())
             os.fsync(fh.fileno())
         _publish(written, target, replace)
     except OSError as err:
         raise _write_error(target, err) from err
     finally:
-        _remove_tree(where)
+        remove_tree(where)
 
 
 @contextlib.contextmanager
@@ -177,10 +190,16 @@ def atomic_directory(path: str | os.PathLike, *, replace: bool = False) -> Itera
                 os.rename(written, target)
         elif not replace:
             raise FileExistsError(f"{target} exists")
-        elif not renameat2(written, target, RENAME_EXCHANGE):  # the earlier one is now at `written`
-            os.rename(target, where / f"{target.name}.old")
-            os.rename(written, target)
+        elif not renameat2(written, target, RENAME_EXCHANGE):  # else the earlier one is now at `written`
+            aside = hidden_sibling(target, "replaced")  # vdbflow clean puts it back should this be killed
+            os.rename(target, aside)
+            try:
+                os.rename(written, target)
+            except BaseException:
+                os.rename(aside, target)
+                raise
+            remove_tree(aside)
     except OSError as err:
         raise _write_error(target, err) from err
     finally:
-        _remove_tree(where)
+        remove_tree(where)

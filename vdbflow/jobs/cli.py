@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import sys
 import threading
@@ -240,8 +241,9 @@ def _stop_on_signals() -> Iterator[SignalGuard]:
         if guard.publishing.is_set():
             guard.deferred = signum
             return
-        if stopping:
-            _say("stopping", f"{signal.Signals(signum).name} again: still cleaning up (SIGKILL ends it at once)")
+        if stopping:  # os.write: a print here could re-enter a write of the interrupted main thread
+            name = signal.Signals(signum).name
+            os.write(2, f"stopping: {name} again: still cleaning up (SIGKILL ends it at once)\n".encode())
             return
         stopping = True
         raise Stopped(signum)

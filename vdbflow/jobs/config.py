@@ -398,7 +398,14 @@ class LocalClusterSpec(_Cluster):
         except ValueError:
             number = None
         if number is not None and 0 < number <= 1:  # dask: a fraction of the machine's memory
-            return v
+            from distributed.system import MEMORY_LIMIT as total  # the machine's, or its cgroup's, memory
+
+            if number * total >= MIN_WORKER_MEMORY:
+                return v
+            raise ValueError(
+                f"expected a fraction of this machine's {total / 2**30:.1f} GiB giving at least "
+                f"{MIN_WORKER_MEMORY >> 20} MiB per worker, got {v} ({number * total / 2**20:.1f} MiB)"
+            )
         try:
             size = parse_bytes(v)
         except (ValueError, TypeError, OverflowError):

@@ -14,11 +14,11 @@ to ``NAME.unpublished-XXXXXXXX``: a visible name that no cleanup ever touches.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import re
-import shutil
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +28,15 @@ import numpy as np
 import xarray as xr
 
 from vdbflow.errors import VdbflowError
-from vdbflow.io.atomic import RENAME_EXCHANGE, RENAME_NOREPLACE, renameat2, writer_tag
+from vdbflow.io.atomic import (
+    RENAME_EXCHANGE,
+    RENAME_NOREPLACE,
+    hidden_sibling,
+    remove_tree,
+    renameat2,
+    sibling_stem,
+    writer_tag,
+)
 from vdbflow.jobs.config import OutputSpec
 from vdbflow.jobs.results import not_a_result
 
@@ -50,12 +58,12 @@ _LEFTOVER = re.compile(
 
 def partial_path(final: Path) -> Path:
     """A fresh hidden sibling of ``final`` for one attempt: ``.NAME.partial-XXXXXXXX-PID@HOST``."""
-    return final.parent / f".{final.name}.partial-{writer_tag()}"
+    return hidden_sibling(final, "partial")
 
 
 def snapshot_path(final: Path) -> Path:
     """A fresh hidden sibling of ``final`` for a private copy of an input: ``.NAME.input-TAG``."""
-    return final.parent / f".{final.name}.input-{writer_tag()}"
+    return hidden_sibling(final, "input")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -111,7 +119,7 @@ def _mtime(path: Path) -> float:
 def leftovers(final: Path | None = None, directory: Path | None = None) -> list[Leftover]:
     """The hidden files jobs left next to ``final`` (or next to any output in ``directory``), oldest first."""
     where = directory if final is None else final.parent
-    pattern = "*" if final is None else f".{_glob_escape(final.name)}.*-*"
+    pattern = "*" if final is None else f".{_glob_escape(sibling_stem(final.name))}.*-*"
     found = []
     try:
         candidates = list(where.glob(pattern))
@@ -119,8 +127,13 @@ def leftovers(final: Path | None = None, directory: Path | None = None) -> list[
         return []
     for path in candidates:
         item = _leftover(path)
-        if item is not None and (final is None or item.final == final):
-            found.append(item)
+        if item is None:
+            continue
+        if final is not None:  # a long name stands shortened in its siblings' names (sibling_stem)
+            if item.final != final.parent / sibling_stem(final.name):
+                continue
+            item = dataclasses.replace(item, final=final)
+        found.append(item)
     return sorted(found, key=lambda item: _mtime(item.path))
 
 
@@ -179,20 +192,13 @@ def tidy(
             )
             continue
         if not dry_run:
-            _remove(item.path)
+            remove_tree(item.path)
         why = "of an interrupted run" if item.kind != "replaced" else "of a run killed after publishing"
         report.append(
             f"{verb}{'remove' if dry_run else 'removed'} {item.path}: {what} {why} ({item.writer}, "
             f"{'exited' if gone else 'not checked'})"
         )
     return report
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)
 
 
 def _plain_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
@@ -246,7 +252,21 @@ def publish(target: Path, final: Path, overwrite: str) -> None:
     there if ``overwrite`` is ``always`` (never anything else).  The final path holds either the old
     result or the new one, never a mixture: the two are exchanged in one step where Linux allows
     (``renameat2``); elsewhere the old one is first set aside as ``.NAME.replaced-TAG``, which
-    :func:`tidy` puts back should the job be killed between the two renames."""
+    :func:`tidy` puts back should the job be killed between the two renames.  Whatever stops the
+    move (something appeared at ``final``, a rename that fails), the complete result is kept at an
+    unpublished path, named in the :class:`OutputError`."""
+    try:
+        _move_into_place(target, final, overwrite)
+    except OutputError:
+        raise
+    except OSError as err:
+        raise OutputError(
+            f"could not move the complete result to {final} ({err}); it is kept at {keep(target, final)} "
+            "(vdbflow clean leaves it)"
+        ) from None
+
+
+def _move_into_place(target: Path, final: Path, overwrite: str) -> None:
     if final.exists() or final.is_symlink():
         if overwrite != "always":
             raise OutputError(
@@ -261,12 +281,12 @@ def publish(target: Path, final: Path, overwrite: str) -> None:
                 "clean leaves it)"
             )
         if renameat2(target, final, RENAME_EXCHANGE):
-            _remove(target)  # now the earlier result
+            remove_tree(target)  # now the earlier result
             return
-        retired = final.parent / f".{final.name}.replaced-{writer_tag()}"
+        retired = hidden_sibling(final, "replaced")
         os.replace(final, retired)
         os.replace(target, final)
-        _remove(retired)
+        remove_tree(retired)
     else:
         try:
             done = renameat2(target, final, RENAME_NOREPLACE)
@@ -292,12 +312,18 @@ def keep(target: Path, final: Path) -> Path:
     try:
         if not renameat2(target, kept, RENAME_NOREPLACE):
             os.rename(target, kept)
-    except OSError as err:
-        log.warning("could not move the complete result %s to %s: %s", target, kept, err)
+    except OSError as err:  # it stays at its partial path, which a later cleanup may remove: say so
+        log.warning(
+            "could not move the complete result %s to %s (%s): move it yourself before the next run or "
+            "vdbflow clean, which take it for the partial of an interrupted run",
+            target,
+            kept,
+            err,
+        )
         return target
     return kept
 
 
 def discard(target: Path) -> None:
     """Remove the partial store of a failed attempt."""
-    _remove(target)
+    remove_tree(target)

@@ -405,14 +405,6 @@ def _free_bytes(path: Path) -> int | None:
 # -- running ------------------------------------------------------------------------------------------------
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 24):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _versions() -> dict[str, str]:
     import dask
     import distributed
@@ -850,7 +842,8 @@ def run_job(
         for src in sources.values():
             if isinstance(src, tuple) and Path(src[0]) not in hashes:
                 hashes[Path(src[0])] = hasher.submit(
-                    lambda p: volume_sha256 if p == volume_file and volume_sha256 else _sha256(p), Path(src[0])
+                    lambda p: volume_sha256 if p == volume_file and volume_sha256 else InputIdentity.of(p).sha256(),
+                    Path(src[0]),
                 )
         checksum = {name: hashes[Path(src[0])] for name, src in sources.items() if isinstance(src, tuple)}
         if cfg.volume.series is not None:  # each file of the series
@@ -955,9 +948,11 @@ def run_job(
             except OutputError:
                 raise  # the complete result was kept at an unpublished path, which the message names
             except BaseException:
-                stop_writing(client, futures, write)
-                discard(target)
                 after_cluster.callback(discard, target)  # again once an embedded cluster's workers are gone
+                try:
+                    stop_writing(client, futures, write)
+                finally:  # also when a signal interrupts the wait
+                    discard(target)
                 raise
         finally:
             for dvol in dvols.values():
