@@ -164,3 +164,13 @@ def test_a_series_file_replaced_while_a_job_runs_fails_it_and_publishes_nothing(
     assert result.exit_code == 1, result.output
     assert paths[1] in result.output and "another process replaced or rewrote it" in result.output
     assert not (tmp_path / "result.zarr").exists()
+
+
+def test_identities_that_do_not_name_a_step_are_refused(tmp_path):
+    """Given identities must cover every step: a fresh identity for a path spelled otherwise would
+    check the file against itself."""
+    paths = _series(tmp_path)
+    recorded = [StepIdentity.of(p) for p in paths[:2]]
+    with pytest.raises(StepChangedError, match=r"found none for .*s_0002\.nvdb|found none for .*0002"):
+        vdbflow.open_series(paths, identities=recorded)
+    assert len(vdbflow.open_series(paths, identities=[StepIdentity.of(p) for p in paths])) == 3

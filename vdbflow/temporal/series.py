@@ -690,7 +690,20 @@ def open_series(
         if not sources:
             raise VolumeError("expected at least one path or Volume for a series, got an empty sequence")
     known = {i.path: i for i in identities or ()}
-    steps = [None if isinstance(s, Volume) else known.get(os.fspath(s)) or StepIdentity.of(s) for s in sources]
+
+    def identity(src: Any) -> StepIdentity | None:
+        if isinstance(src, Volume):
+            return None
+        if identities is None:
+            return StepIdentity.of(src)
+        if os.fspath(src) not in known:  # a fresh identity here would defeat the check
+            raise StepChangedError(
+                f"expected an identity recorded for every step, found none for {os.fspath(src)} (recorded: "
+                f"{sorted(known)[:3]}{' ...' if len(known) > 3 else ''})"
+            )
+        return known[os.fspath(src)]
+
+    steps = [identity(s) for s in sources]
     from_records = times is None
     if from_records:
         from vdbflow.io.nanovdb import open_grid
