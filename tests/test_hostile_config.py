@@ -277,3 +277,20 @@ def test_a_memory_fraction_too_small_for_a_worker_exits_2(tmp_path, fraction):
     }
     with pytest.raises(ConfigError, match=r"cluster.memory_limit.*MiB per worker"):
         load_config(data=cfg)
+
+
+def test_the_workers_filter_drops_task_tracebacks_and_closing_heartbeats_only():
+    """What the job's own workers do not print (they share its stderr; -vv registers no filter):
+    a failed task's traceback, and the heartbeat traceback of a worker whose scheduler closed first
+    (the fault campaign found it on stderr of a job that failed to publish)."""
+    import logging
+
+    from vdbflow.jobs.clusters import _NoTaskTracebacks
+
+    def record(msg: str) -> logging.LogRecord:
+        return logging.LogRecord("distributed.worker", logging.ERROR, __file__, 1, msg, None, None)
+
+    keep = _NoTaskTracebacks().filter
+    assert not keep(record("Compute Failed\nKey: x\nException: ..."))
+    assert not keep(record("Failed to communicate with scheduler during heartbeat."))
+    assert keep(record("Worker exceeded 95% memory budget. Restarting..."))

@@ -142,10 +142,12 @@ def describe_cluster(spec: Any) -> str:
 
 
 class _NoTaskTracebacks(logging.Filter):
-    """Drops a worker's "Compute Failed" reports (a failed task's error and traceback, many lines)."""
+    """Drops a worker's "Compute Failed" reports (a failed task's error and traceback, many lines), and
+    the traceback of a heartbeat that finds the scheduler gone (a job's cluster closing after it failed)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("Compute Failed")
+        message = str(record.msg)
+        return not message.startswith(("Compute Failed", "Failed to communicate with scheduler during heartbeat"))
 
 
 class QuietTaskErrors(WorkerPlugin):
