@@ -545,7 +545,7 @@ def test_in_memory_volume_survives_five_worker_kills(rng, tmp_path, spill):
         try:
             assert bool(dvol.spilled) == (spill is None)  # the temporary directory is shared here
             for k in range(5 if spill is None else 2):  # the default path five times, the fallback twice
-                client.wait_for_workers(2, timeout=180)  # a hang guard: a nanny restarts a worker in seconds, slower under load
+                client.wait_for_workers(2, timeout=180)  # a hang guard: a restart takes seconds, more under load
                 holders = {w for s in dvol.stats() for w in [s["worker"]] if w != "?"}
                 victim = sorted(holders)[0]
                 started, release = tmp_path / f"started{k}", tmp_path / f"release{k}"
