@@ -211,13 +211,12 @@ def hostile_json(rng: np.random.Generator) -> bytes:
 
 def case_metadata(rng: np.random.Generator, work: Path) -> tuple[str, str]:
     import vdbflow
-    from vdbflow.io import nanovdb
-    from vdbflow.io.nanovdb import METADATA_NAME, BlindData
+    from vdbflow.io.nanovdb import METADATA_NAME, BlindData, write
 
     vol = _small_volume()
     data = hostile_json(rng)
     vol.blind_data = (BlindData(METADATA_NAME, 0, 0, 0, 1, data),)
-    nanovdb._blind_records = lambda obj: tuple(obj.blind_data)  # write the hostile record as it is
+    write._blind_records = lambda obj: tuple(obj.blind_data)  # write the hostile record as it is
     path = work / "meta.nvdb"
     vdbflow.save(path, {"velocity": vol}, codec=str(rng.choice(["none", "zip"])))
     with warnings.catch_warnings():  # a bad record is ignored with a warning: the grid itself is fine
@@ -527,8 +526,8 @@ def case_config(rng: np.random.Generator, work: Path) -> tuple[str, str]:
     import distributed
 
     import vdbflow
-    from vdbflow.jobs.config import load_config
-    from vdbflow.jobs.runner import plan_job
+    from vdbflow.jobs.config_load import load_config
+    from vdbflow.jobs.plan import plan_job
 
     key = str(rng.choice(list(CONFIG_VALUES)))
     options = CONFIG_VALUES[key]

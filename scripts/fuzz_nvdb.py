@@ -129,7 +129,7 @@ def _u(buf: bytes, at: int, form: str) -> int:
 
 def grid_starts(buf: bytes) -> list[int]:
     """Byte offsets of the uncompressed grids of a file (segments of codec none)."""
-    from vdbflow.io import nanovdb_format as fmt
+    from vdbflow.io.nanovdb import format as fmt
 
     starts, pos = [], 0
     while pos + fmt.FILE_HEADER_SIZE <= len(buf):
@@ -150,7 +150,7 @@ def grid_starts(buf: bytes) -> list[int]:
 
 def fields(buf: bytes) -> list[tuple[int, str]]:
     """(byte offset, struct code) of the numbers a reader trusts: headers, node offsets, tables."""
-    from vdbflow.io import nanovdb_format as fmt
+    from vdbflow.io.nanovdb import format as fmt
 
     out: list[tuple[int, str]] = [(8, "I"), (12, "H"), (14, "H")]  # the first segment's header
     meta = fmt.FILE_HEADER_SIZE

@@ -16,7 +16,8 @@ import xarray as xr
 import vdbflow
 from vdbflow import synthetic
 from vdbflow.jobs import clusters
-from vdbflow.jobs.config import ConfigError, LocalClusterSpec, load_config
+from vdbflow.jobs.config import ConfigError, LocalClusterSpec
+from vdbflow.jobs.config_load import load_config
 from vdbflow.jobs.runner import JobError, JobResult
 
 REPO = Path(__file__).resolve().parents[1]
@@ -416,3 +417,23 @@ def test_license_matches_pyproject_and_py_typed_is_shipped():
     assert "Apache License" in text and "Version 2.0, January 2004" in text and "END OF TERMS AND CONDITIONS" in text
     assert (Path(vdbflow.__file__).parent / "py.typed").is_file()
     assert os.path.getsize(Path(vdbflow.__file__).parent / "py.typed") == 0
+
+
+def test_public_names_are_one_table():
+    """``vdbflow.__all__`` is the error types plus the lazy table, and the TYPE_CHECKING imports (for type
+    checkers) name exactly the objects of that table."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(vdbflow))
+    typing_block = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
+    declared = {}
+    for node in typing_block.body:
+        assert isinstance(node, ast.ImportFrom) and node.module.startswith("vdbflow.")
+        for alias in node.names:
+            declared[alias.asname or alias.name] = (node.module.removeprefix("vdbflow."), alias.name)
+    assert declared == vdbflow._LAZY
+    eager = [n for n in vdbflow.__all__ if n not in vdbflow._LAZY]
+    assert eager and all(issubclass(getattr(vdbflow.errors, n), vdbflow.VdbflowError | ValueError) for n in eager)
+    for name in vdbflow.__all__:
+        assert getattr(vdbflow, name) is not None

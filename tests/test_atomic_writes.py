@@ -151,8 +151,8 @@ def test_an_older_partial_save_name_is_read_with_its_writer(tmp_path):
 
 
 def test_a_job_that_writes_its_synthetic_field_leaves_no_temporary_on_failure(tmp_path, monkeypatch):
-    from vdbflow.jobs import runner
-    from vdbflow.jobs.config import load_config
+    from vdbflow.jobs import inputs
+    from vdbflow.jobs.config_load import load_config
 
     def full(fd):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -166,7 +166,7 @@ def test_a_job_that_writes_its_synthetic_field_leaves_no_temporary_on_failure(tm
         }
     )
     with pytest.raises(vdbflow.WriteError, match="tg.nvdb"):
-        runner._build_volumes(cfg, ["velocity"])
+        inputs.build_volumes(cfg, ["velocity"])
     assert _listing(tmp_path) == []
 
 

@@ -326,17 +326,17 @@ def test_a_partition_rebuilt_after_its_file_was_replaced_is_refused(rng, tmp_pat
 
 
 def test_reading_leaves_checks_the_file_it_was_given(rng, tmp_path):
-    from vdbflow.distribution.volume import DistributedFile, _read_leaves
+    from vdbflow.distribution.partitions import DistributedFile, read_leaves
 
     ijk, vol = volume(rng, 3)
     path = tmp_path / "field.nvdb"
     vol.to_nvdb(str(path))
     identity = DistributedFile.of(path)
     leaves = np.arange(vol.leaf_count)
-    assert _read_leaves(str(path), None, identity, leaves).leaf_count == vol.leaf_count
+    assert read_leaves(str(path), None, identity, leaves).leaf_count == vol.leaf_count
     vol.to_nvdb(str(path))  # the same volume again: another inode, another file
     with pytest.raises(vdbflow.VolumeError, match="another process replaced or rewrote it"):
-        _read_leaves(str(path), None, identity, leaves)
+        read_leaves(str(path), None, identity, leaves)
 
 
 def test_partitions_stay_on_their_workers_and_waves_are_assembled_where_routed(rng, client):
@@ -386,7 +386,7 @@ def test_a_scheduler_without_vdbflow_still_samples(rng, client, monkeypatch):
 def test_job_summaries_count_every_graph_task_in_its_step(rng, client):
     """A job's summary splits worker time by task key (``step_of``, through Dask's ``key_split``,
     which drops any 8-letter word that starts like a hex token: "assemble" would vanish)."""
-    from vdbflow.jobs.runner import step_of
+    from vdbflow.jobs.progress import step_of
 
     ijk, vol = volume(rng, 3)
     with distribute(vol, client, 3) as dvol:
@@ -402,7 +402,7 @@ def test_job_summaries_count_every_graph_task_in_its_step(rng, client):
 
 
 def test_background_only_points_skip_the_partitions(rng):
-    from vdbflow.distribution.volume import _route_wave
+    from vdbflow.distribution.forward import route_wave
 
     ijk, vol = volume(rng, 3)
     plan = plan_partitions(vol.topology, 4)
@@ -411,7 +411,7 @@ def test_background_only_points_skip_the_partitions(rng):
     in_tile = np.array([[200.0, 60.0, 60.0]])  # inside the 128^3 tile
     pts = np.concatenate([empty, near_leaf, in_tile])
     near = near_blocks(vol.topology, plan.stencil, plan.router)
-    routed = _route_wave(plan.router, vol.transform, "index", near, "cpu", pts)
+    routed = route_wave(plan.router, vol.transform, "index", near, "cpu", pts)
     assert len(routed) == 2 * 4 + 1  # each partition's indices, then its points, then the background's
     assert sorted(routed[-1].tolist()) == [0, 1]
     assert sum(len(idx) for idx in routed[:4]) == 4

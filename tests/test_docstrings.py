@@ -18,7 +18,7 @@ DOCTEST_MODULES = (
     "vdbflow.ops.hessian",
     "vdbflow.analysis.grid_fields",
     "vdbflow.analysis.flow",
-    "vdbflow.io.nanovdb",
+    "vdbflow.io.nanovdb.write",
 )
 
 OPTIONS = doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS

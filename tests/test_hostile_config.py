@@ -11,9 +11,9 @@ from test_run import base_config, invoke, write_config
 
 import vdbflow
 from vdbflow.errors import SamplingError, TimeError, VolumeError
-from vdbflow.jobs.config import load_config
+from vdbflow.jobs.config_load import load_config
 from vdbflow.synthetic import steady, unsteady
-from vdbflow.temporal import particles
+from vdbflow.temporal import integration, particles
 
 ADVECT = {"t1": 1.0, "dt": 0.1}
 MILLION = {"kind": "random", "count": 1_000_000, "chunk": 250_000, "seed": 0}
@@ -95,7 +95,7 @@ def test_a_lattice_too_large_to_count_in_int64_is_refused(tmp_path):
 
 
 def test_a_particle_job_whose_trajectories_exceed_memory_is_refused(tmp_path, monkeypatch):
-    monkeypatch.setattr(particles, "MAX_TRAJECTORY_BYTES", 1 << 30)
+    monkeypatch.setattr(integration, "MAX_TRAJECTORY_BYTES", 1 << 30)
     cfg = base_config(
         tmp_path,
         points={"kind": "random", "count": 2000, "chunk": 1000, "seed": 1},
@@ -152,7 +152,7 @@ def test_saved_trajectories_beyond_memory_are_refused_before_allocating(monkeypa
     message = str(err.value)
     assert "200 particles x 10,000,000 saved steps x 120 bytes = 223.5 GiB" in message
     assert "save_every" in message and "fewer seeds" in message
-    monkeypatch.setattr(particles, "MAX_TRAJECTORY_BYTES", 10_000)
+    monkeypatch.setattr(integration, "MAX_TRAJECTORY_BYTES", 10_000)
     with pytest.raises(TimeError, match="fit in 0.0 GiB .* 200 particles x 11 saved steps x 24 bytes"):
         vdbflow.advect(FIELD, seeds, 0.0, 1.0, 0.1)
     ds = vdbflow.advect(FIELD, seeds, 0.0, 1.0, 0.1, save_every=10)  # 2 saved steps: 9,600 bytes
@@ -219,7 +219,8 @@ def test_a_failed_task_is_one_line_on_stderr_and_its_traceback_only_with_vv(tmp_
 )
 def test_a_path_with_a_nul_byte_is_a_config_error_naming_the_key(tmp_path, key):
     """os functions raise a raw ValueError ("embedded null byte") on such a path, in the plan."""
-    from vdbflow.jobs.config import ConfigError, load_config
+    from vdbflow.jobs.config import ConfigError
+    from vdbflow.jobs.config_load import load_config
 
     with pytest.raises(ConfigError, match=rf"{key.split('.')[-1]}.*expected a path without NUL bytes"):
         load_config(data=_nul_config(tmp_path, key))
@@ -250,8 +251,9 @@ def _nul_config(tmp_path, key: str) -> dict:
 def test_an_output_where_no_file_can_be_made_exits_2_before_anything_runs(tmp_path):
     """Found by the fault campaign: os.access() says /proc is writable to root (and read-only mounts
     to anyone with the mode bits), so the plan passed and the run failed when it wrote its partial."""
-    from vdbflow.jobs.config import ConfigError, load_config
-    from vdbflow.jobs.runner import plan_job
+    from vdbflow.jobs.config import ConfigError
+    from vdbflow.jobs.config_load import load_config
+    from vdbflow.jobs.plan import plan_job
 
     cfg = load_config(
         data={
@@ -267,7 +269,8 @@ def test_an_output_where_no_file_can_be_made_exits_2_before_anything_runs(tmp_pa
 @pytest.mark.parametrize("fraction", ["0.001", "1e-300"])
 def test_a_memory_fraction_too_small_for_a_worker_exits_2(tmp_path, fraction):
     """A fraction of the machine's memory below the per-worker minimum starts workers that die."""
-    from vdbflow.jobs.config import ConfigError, load_config
+    from vdbflow.jobs.config import ConfigError
+    from vdbflow.jobs.config_load import load_config
 
     cfg = {
         "volume": {"synthetic": {"field": "taylor_green", "resolution": 16}},

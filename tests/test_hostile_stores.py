@@ -14,6 +14,7 @@ import xarray as xr
 import vdbflow
 from vdbflow import VolumeError
 from vdbflow.io import nanovdb
+from vdbflow.io.nanovdb import metadata
 from vdbflow.io.time_record import TIME_RECORD, record_time
 
 
@@ -310,7 +311,7 @@ def test_a_hostile_metadata_record_is_ignored_with_a_warning(vol, tmp_path, data
     vol.units = "m" * len(data)  # a record as long as the hostile one, to overwrite in place
     vdbflow.save(path, {"velocity": vol})
     raw = bytearray(path.read_bytes())
-    record = nanovdb._metadata_record(vol).data
+    record = metadata.metadata_record(vol).data
     at = raw.find(record)
     raw[at : at + len(record)] = data.ljust(len(record), b" ")[: len(record)]
     with pytest.warns(UserWarning, match="vdbflow.metadata blind data of the grid at byte .* ignored"):

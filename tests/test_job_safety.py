@@ -20,7 +20,8 @@ from test_run import base_config, fake_result, invoke, write_config
 
 import vdbflow
 from vdbflow import synthetic
-from vdbflow.jobs.config import ConfigError, LocalClusterSpec, load_config
+from vdbflow.jobs.config import ConfigError, LocalClusterSpec
+from vdbflow.jobs.config_load import load_config
 from vdbflow.jobs.output import OutputError, leftovers, partial_path, publish, tidy
 from vdbflow.jobs.results import not_a_result
 
@@ -145,7 +146,7 @@ def test_output_size_limit(tmp_path):
 @pytest.mark.slow
 def test_the_planned_size_is_the_stored_size(tmp_path):
     """The plan's bytes a point are those of the variables written (before compression)."""
-    from vdbflow.jobs.runner import plan_job
+    from vdbflow.jobs.plan import plan_job
 
     cfg = base_config(tmp_path)
     cfg["sampling"]["outputs"] += ["inside", "strain_rate", "q_criterion"]

@@ -9,7 +9,7 @@ import pytest
 from reference import probe_points, random_sparse_voxels
 
 import vdbflow
-from vdbflow.io import nanovdb_format as fmt
+from vdbflow.io.nanovdb import format as fmt
 
 wo = pytest.importorskip("warp_oracle")
 wp = wo.wp
@@ -201,6 +201,20 @@ def test_several_grids_names_and_classes(rng, tmp_path):
         vdbflow.open(path, "pressure")
     with pytest.raises(vdbflow.NanoVDBError, match=r"grid index in \[0, 3\)"):
         vdbflow.open(path, 3)
+
+
+@pytest.mark.parametrize("type_name", list(fmt.GRID_TYPE_OF_VALUE_TYPE))
+def test_listed_value_type_is_the_volumes(rng, tmp_path, type_name):
+    """list_grids gives each grid's value type, the one open_grid reads it as, so that no caller parses
+    grid type names for components and item size; an OnIndex grid (values external) has none."""
+    _, vol = tiled_volume(rng, type_name)
+    topo = vdbflow.Volume.from_active(vol.active_voxels())
+    path = tmp_path / "typed.nvdb"
+    vdbflow.save(path, {"values": vol, "cells": topo})
+    values, cells = vdbflow.list_grids(path)
+    assert values.value_type == vol.value_type == vdbflow.open(path, "values").value_type
+    assert (values.value_type.dtype, values.value_type.components) == TYPES[type_name]
+    assert cells.value_type is None
 
 
 def test_raw_grid_buffer_and_segments(rng, tmp_path):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import vdbflow
-from vdbflow.io import nanovdb_format as fmt
+from vdbflow.io.nanovdb import format as fmt
 
 EMPTY = 0xFFFFFFFFFFFFFFFF
 
@@ -280,7 +280,7 @@ def test_blosc_grid_in_frames_of_any_size(tmp_path):
 def test_blosc_grids_in_chunks_of_at_most_one_gib(tmp_path, monkeypatch):
     """NanoVDB writes a blosc grid as frames of at most 1 GiB; with the chunk size made small, a grid
     spans many frames, each of which decompresses (python-blosc, independently) to its slice."""
-    from vdbflow.io import nanovdb
+    from vdbflow.io.nanovdb import write
 
     vol = vdbflow.Volume.from_voxels(
         np.argwhere(np.ones((8, 8, 24), bool)), np.arange(8 * 8 * 24, dtype=np.float32), -1.0
@@ -288,7 +288,7 @@ def test_blosc_grids_in_chunks_of_at_most_one_gib(tmp_path, monkeypatch):
     vol.to_nvdb(str(tmp_path / "plain.nvdb"))
     plain = (tmp_path / "plain.nvdb").read_bytes()
     grid = plain[grid_start(plain) :]
-    monkeypatch.setattr(nanovdb, "BLOSC_MAX_CHUNK", 4096)
+    monkeypatch.setattr(write, "BLOSC_MAX_CHUNK", 4096)
     vol.to_nvdb(str(tmp_path / "chunked.nvdb"), codec="blosc")
     data = (tmp_path / "chunked.nvdb").read_bytes()
     pos, parts = grid_start(data), []

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import vdbflow
-from vdbflow.io import nanovdb_format as fmt
+from vdbflow.io.nanovdb import format as fmt
 
 EMPTY32 = 0xFFFFFFFF
 

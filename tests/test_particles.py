@@ -277,12 +277,12 @@ def test_ftle_of_a_linear_saddle_is_its_largest_rate():
 def test_distributed_advection_equals_single_process_bit_for_bit(rotation_shell, rng, monkeypatch):
     """Each step in the partitions' kernels, particles re-routed every step; a step that leaves its
     partition's leaves and halo is redone stage by stage through the whole volume (both happen here)."""
-    from vdbflow.temporal import particles
+    from vdbflow.temporal import integration, sources
 
     distributed = pytest.importorskip("distributed")
     seeds = np.concatenate([shell_seeds(rng, 20), shell_seeds(rng, 4, 0.3), [[np.nan, 1.0, 1.0]]])
     calls = {"partitioned": 0, "redone": 0}
-    step, redo = particles._DistributedSource.step, particles._Run._step
+    step, redo = sources.DistributedSource.step, integration.Run._step
 
     def counted_step(self, *args):
         calls["partitioned"] += 1
@@ -292,8 +292,8 @@ def test_distributed_advection_equals_single_process_bit_for_bit(rotation_shell,
         calls["redone"] += len(alive)
         return redo(self, alive, *args)
 
-    monkeypatch.setattr(particles._DistributedSource, "step", counted_step)
-    monkeypatch.setattr(particles._Run, "_step", counted_redo)
+    monkeypatch.setattr(sources.DistributedSource, "step", counted_step)
+    monkeypatch.setattr(integration.Run, "_step", counted_redo)
     with (
         distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster,
         distributed.Client(cluster) as client,
@@ -334,7 +334,7 @@ def test_compiled_trajectories_equal_the_stage_by_stage_integration(method, mode
     """A steady volume's particles are integrated whole in the kernels; the stage-by-stage NumPy
     integration (the path of series and distributed volumes) gives the same bits: positions,
     velocities, Jacobians, status, end times and the count of sample calls."""
-    from vdbflow.temporal import particles
+    from vdbflow.temporal import sources
 
     n = 32
     axis = (np.arange(n) + 0.5) * EXTENT / n
@@ -346,7 +346,7 @@ def test_compiled_trajectories_equal_the_stage_by_stage_integration(method, mode
     kw = dict(save_every=3, with_velocity=True, with_jacobian=True)
     compiled = vdbflow.advect(vol, seeds, 0.0, 1.3, 0.1, method, mode, **kw)
     compiled_ftle = vdbflow.ftle(vol, seeds[:10], 0.0, 0.6, 0.1, integrator=method, mode=mode)
-    monkeypatch.setattr(particles._VolumeSource, "compiled", False)
+    monkeypatch.setattr(sources.VolumeSource, "compiled", False)
     stagewise = vdbflow.advect(vol, seeds, 0.0, 1.3, 0.1, method, mode, **kw)
     stagewise_ftle = vdbflow.ftle(vol, seeds[:10], 0.0, 0.6, 0.1, integrator=method, mode=mode)
     assert {0, 1, 2} <= set(stagewise.status.values.tolist())

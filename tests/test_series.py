@@ -151,7 +151,7 @@ def test_pchip_equals_scipy_pchip_over_the_series(g, rng):
 def test_pchip_is_third_order_for_smooth_monotone_data():
     """Error of the four-step PCHIP against exp(t) at 0.3 of each interval falls by ~2^3 per halving
     (at mid-interval the leading slope errors cancel: fourth order there)."""
-    from vdbflow.temporal.series import pchip_combine
+    from vdbflow.temporal.interpolation import pchip_combine
 
     errors = []
     for n in (8, 16, 32, 64):

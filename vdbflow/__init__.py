@@ -37,7 +37,8 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from vdbflow.io.volumes import open_volume as open  # noqa: A004 - vdbflow.open(path) reads like xarray.open_dataset
     from vdbflow.io.volumes import open_zarr, split_channels
     from vdbflow.jobs.config import ConfigError
-    from vdbflow.jobs.runner import InputError, JobError, JobResult, run
+    from vdbflow.jobs.inputs import InputError
+    from vdbflow.jobs.runner import JobError, JobResult, run
     from vdbflow.ops.hessian import sample_hessian, sample_hessian_arrays
     from vdbflow.ops.sampling import sample, sample_grad, sample_grad_arrays
     from vdbflow.ops.vjp import SampleGradVJP, sample_grad_vjp
@@ -50,7 +51,7 @@ _LAZY = {
     "ConfigError": ("jobs.config", "ConfigError"),
     "DistributedVolume": ("distribution.volume", "DistributedVolume"),
     "GridInfo": ("io.nanovdb", "GridInfo"),
-    "InputError": ("jobs.runner", "InputError"),
+    "InputError": ("jobs.inputs", "InputError"),
     "JobError": ("jobs.runner", "JobError"),
     "JobResult": ("jobs.runner", "JobResult"),
     "SampleGradVJP": ("ops.vjp", "SampleGradVJP"),
@@ -117,36 +118,6 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *__all__, "__version__"})
 
 
-# Volume and Topology methods implemented by higher layers: bound here, at the top of the package, so
-# that vdbflow.core never imports upwards; each layer is imported on the method's first call.
-_VOLUME_OPERATIONS = {
-    "sample": ("ops.sampling", "sample"),
-    "sample_grad": ("ops.sampling", "sample_grad"),
-    "sample_hessian": ("ops.hessian", "sample_hessian"),
-    "stencil_inside": ("ops.coverage", "stencil_inside"),
-    "to_dataset": ("io.volumes", "to_dataset"),
-    "to_zarr": ("io.volumes", "to_zarr"),
-    "save": ("io.nanovdb", "save"),
-}
-
-
-def _bind_volume_operations() -> None:
-    from vdbflow.core.volume import bind_operation
-
-    def bound(module: str, attr: str) -> Any:
-        def call(*args: Any, **kwargs: Any) -> Any:
-            return getattr(importlib.import_module(f".{module}", __name__), attr)(*args, **kwargs)
-
-        call.__name__ = call.__qualname__ = attr
-        return call
-
-    for name, (module, attr) in _VOLUME_OPERATIONS.items():
-        bind_operation(name, bound(module, attr))
-
-
-_bind_volume_operations()
-
-
 class _RegisterAccessor(importlib.abc.MetaPathFinder):
     """Imports ``vdbflow.analysis.flow`` (the ``ds.vdbflow`` accessor) right after xarray is imported."""
 
@@ -176,50 +147,7 @@ if "xarray" in sys.modules:
 elif not any(isinstance(f, _RegisterAccessor) for f in sys.meta_path):
     sys.meta_path.insert(0, _RegisterAccessor())
 
-__all__ = [
-    "BlindData",
-    "ConfigError",
-    "VALUE_TYPES",
-    "DeviceError",
-    "DistributedSeries",
-    "DistributedVolume",
-    "GridInfo",
-    "InputError",
-    "JobError",
-    "JobResult",
-    "NanoVDBError",
-    "PointsError",
-    "SamplingError",
-    "SampleGradVJP",
-    "ShapeError",
-    "TimeError",
-    "Topology",
-    "Transform",
-    "UnitsWarning",
-    "ValueType",
-    "VdbflowError",
-    "Volume",
-    "VolumeError",
-    "VolumeSeries",
-    "WriteError",
-    "advect",
-    "derived_field",
-    "distribute",
-    "ftle",
-    "gradient_field",
-    "hessian_field",
-    "list_grids",
-    "open",
-    "open_series",
-    "open_zarr",
-    "q_criterion_field",
-    "run",
-    "sample",
-    "save",
-    "split_channels",
-    "sample_grad",
-    "sample_grad_arrays",
-    "sample_grad_vjp",
-    "sample_hessian",
-    "sample_hessian_arrays",
-]
+# the public names: the error types (imported above) and the lazy names; tests/test_api.py checks that the
+# TYPE_CHECKING imports above name the same objects as _LAZY
+_ERRORS = tuple(n for n, v in dict(globals()).items() if isinstance(v, type) and issubclass(v, Exception))
+__all__ = sorted([*_ERRORS, *_LAZY])

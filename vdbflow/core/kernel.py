@@ -47,6 +47,24 @@ _ABI_SPEC: Any = {  # NumPy reads the offsets: a dtype laid out as the struct
 }
 ABI_DTYPE: np.dtype = np.dtype(_ABI_SPEC)
 VALUE_KINDS: dict[str, int] = dict(_core.VALUE_KINDS)  # value dtype name -> abi.h ValueKind
+MAX_COMPONENTS: int = int(_core.MAX_COMPONENTS)  # abi.h: the most components a value may have
+
+# route.h: Morton code bits per axis, background-shortcut blocks (leaf keys >> ROUTE_BLOCK_SHIFT) and
+# the owner code of a near block whose leaf slots belong to several partitions
+MORTON_BITS: int = int(_core.MORTON_BITS)
+ROUTE_BLOCK_SHIFT: int = int(_core.ROUTE_BLOCK_SHIFT)
+ROUTE_MIXED_BLOCK: int = int(_core.ROUTE_MIXED_BLOCK)
+
+
+def build_table(keys: np.ndarray, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The kernels' hash table (capacity, 4) int32 of ``keys`` (n, 3) -> ``slots`` (n,) (grid.h), and
+    the indices of keys given more than once."""
+    return _core.build_table(np.ascontiguousarray(keys, np.int32), np.ascontiguousarray(slots, np.int32))
+
+
+def table_lookup(table: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """(n,) int32 slots of ``keys`` (n, 3) in a hash ``table`` (``SLOT_NOT_FOUND`` for a miss)."""
+    return _core.table_lookup(table, np.ascontiguousarray(keys))
 
 
 def encode_tiles(tiles: np.ndarray) -> np.ndarray:

@@ -6,9 +6,11 @@ Each NanoVDB-style value type maps to a NumPy scalar dtype and a component count
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from vdbflow.core import kernel
 from vdbflow.errors import VolumeError
 
 
@@ -45,10 +47,11 @@ VALUE_TYPES: dict[str, ValueType] = {
     )
 }
 
-SCALAR_DTYPES = tuple(np.dtype(t) for t in (np.int32, np.int64, np.uint32, np.float32, np.float64))
+# the scalar dtypes the kernels read (abi.h ValueKind), in the kernels' order
+SCALAR_DTYPES = tuple(np.dtype(name) for name in kernel.VALUE_KINDS)
 
-# Upper bound of components per voxel for the index layout (kernels' MAX_COMPONENTS).
-MAX_COMPONENTS = 64
+# Upper bound of components per voxel for the index layout: the kernels' (abi.h), re-exported here.
+MAX_COMPONENTS = kernel.MAX_COMPONENTS
 
 
 def value_type_for(dtype: np.dtype, components: int) -> ValueType:
@@ -59,10 +62,32 @@ def value_type_for(dtype: np.dtype, components: int) -> ValueType:
     """
     dtype = np.dtype(dtype)
     if dtype not in SCALAR_DTYPES:
-        raise VolumeError(f"expected values of dtype int32, int64, uint32, float32 or float64, got {dtype}")
+        names = ", ".join(d.name for d in SCALAR_DTYPES)
+        raise VolumeError(f"expected values of dtype {names}, got {dtype}")
     for vt in VALUE_TYPES.values():
         if vt.dtype == dtype and vt.components == components:
             return vt
     if not 1 <= components <= MAX_COMPONENTS:
         raise VolumeError(f"expected 1 to {MAX_COMPONENTS} components per voxel, got {components}")
     return ValueType(f"{dtype.name}x{components}", dtype, components)
+
+
+def cast_values(values: Any, vt: ValueType, what: str, shape: tuple[int, ...]) -> np.ndarray:
+    """``values`` broadcast to ``shape`` in the volume's dtype, refusing lossy casts."""
+    arr = np.asarray(values)
+    if arr.dtype.kind not in "iufb":
+        raise VolumeError(f"expected numeric {what}, got dtype {arr.dtype}")
+    if shape[-1] == 1 and arr.ndim == len(shape) - 1 + 0 and arr.shape == shape[:-1]:
+        arr = arr[..., None]
+    try:
+        arr = np.broadcast_to(arr, shape)
+    except ValueError:
+        raise VolumeError(f"expected {what} of shape {shape} (or broadcastable), got {np.shape(values)}") from None
+    out = arr.astype(vt.dtype)
+    with np.errstate(invalid="ignore"):
+        same = (out == arr) | (np.isnan(arr) if arr.dtype.kind == "f" else False)
+        if arr.dtype.kind == "f" and vt.dtype.kind == "f":
+            same = same | np.isclose(out, arr, rtol=1e-6, atol=0)  # float64 -> float32 rounding is fine
+    if not np.all(same):
+        raise VolumeError(f"expected {what} representable as {vt.dtype}, got {arr.ravel()[~np.ravel(same)][0]!r}")
+    return np.ascontiguousarray(out)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from vdbflow import _core
@@ -147,3 +149,71 @@ def advect(
         validate_end,
     )
     return status, last_step, evaluations
+
+
+def route(
+    points: np.ndarray,
+    origin: np.ndarray,
+    shift: int,
+    boundaries: np.ndarray,
+    xform: np.ndarray,
+    points_world: bool,
+    near: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Points (N, 3) grouped by partition in one pass (route.h ``route_point``): ``order`` (N,) int64
+    (input index of each grouped point, stable), ``bounds`` (P + 2,) int64 (group 0: background-only
+    points, group p + 1: partition p) and the grouped points (N, 3)."""
+    pts = np.ascontiguousarray(points)
+    if pts.dtype not in (np.float32, np.float64):
+        pts = pts.astype(np.float64)
+    return _core.route_points(
+        pts.reshape(-1, 3),
+        np.ascontiguousarray(xform, np.float64),
+        bool(points_world),
+        np.ascontiguousarray(origin, np.int64),
+        int(shift),
+        np.ascontiguousarray(boundaries, np.uint64),
+        np.zeros((0, 4), np.int32) if near is None else near,
+    )
+
+
+def morton_codes(keys: np.ndarray, origin: np.ndarray, shift: int) -> np.ndarray:
+    """(n,) uint64 Morton codes of leaf keys (n, 3) relative to ``origin``, coarsened by ``shift``
+    bits (route.h ``morton_code``: the function routing uses)."""
+    keys = np.ascontiguousarray(keys, np.int64).reshape(-1, 3)
+    return _core.morton_codes(keys, np.ascontiguousarray(origin, np.int64), int(shift))
+
+
+def stencil_inside(topology: Any, points: np.ndarray, mode: int, points_world: bool, xform: Any = None) -> np.ndarray:
+    """(N,) bool: points (N, 3) whose ``mode`` stencil reads only defined voxels of ``topology``
+    (coverage.h ``stencil_inside_point``); ``xform`` the transform's kernel parameters (default the
+    topology's)."""
+    if xform is None:
+        xform = topology.transform.kernel_parameters()
+    return _core.stencil_inside(
+        list(topology.tables),
+        topology.masks,
+        np.ascontiguousarray(points, np.float64),
+        xform,
+        bool(points_world),
+        int(mode),
+    )
+
+
+def defined_voxels(topology: Any, ijk: np.ndarray) -> np.ndarray:
+    """(M,) bool: voxels ``ijk`` (M, 3) active in a leaf or inside a tile (coverage.h ``voxel_defined``)."""
+    ijk = np.ascontiguousarray(np.asarray(ijk, np.int64).reshape(-1, 3))
+    return _core.defined_voxels(list(topology.tables), topology.masks, ijk)
+
+
+def scatter_rows(dst: np.ndarray, index: np.ndarray, src: np.ndarray) -> None:
+    """``dst[index] = src`` row by row, in parallel (``src`` is cast to ``dst``'s dtype)."""
+    _core.scatter_rows(dst, index, np.ascontiguousarray(src, dst.dtype))
+
+
+def active_voxels_at(origins: np.ndarray, masks: np.ndarray, leaf_end: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """(M, 3) coordinates of the active voxels of tree-order ranks ``ranks`` (M,): leaves at ``origins``
+    (L, 3) with ``masks`` (L, 8) and cumulative active counts ``leaf_end`` (L,) (grid.h rank-select)."""
+    return _core.active_voxels_at(
+        np.ascontiguousarray(origins, np.int32), np.ascontiguousarray(masks, np.uint64), leaf_end, ranks
+    )

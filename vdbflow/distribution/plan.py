@@ -7,26 +7,27 @@ Shapes: leaf keys (L, 3) int = origin >> LEAF_SHIFT (3); points (N, 3); partitio
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from vdbflow import _core
+from vdbflow.core import kernel
 from vdbflow.core.kernel import LEAF_SHIFT
 from vdbflow.core.transform import Transform
 from vdbflow.core.volume import Topology
+from vdbflow.devices import backend, cpu
 from vdbflow.errors import VolumeError
 
-MORTON_BITS = _core.MORTON_BITS  # per axis (kernels/vdbflow/route.h)
-BLOCK_SHIFT = _core.ROUTE_BLOCK_SHIFT  # background-shortcut blocks: leaf keys >> BLOCK_SHIFT
-MIXED_BLOCK = _core.ROUTE_MIXED_BLOCK  # a near block whose leaf slots belong to several partitions
+MORTON_BITS = kernel.MORTON_BITS  # per axis (kernels/vdbflow/route.h)
+BLOCK_SHIFT = kernel.ROUTE_BLOCK_SHIFT  # background-shortcut blocks: leaf keys >> BLOCK_SHIFT
+MIXED_BLOCK = kernel.ROUTE_MIXED_BLOCK  # a near block whose leaf slots belong to several partitions
 
 
 def morton(keys: np.ndarray, origin: np.ndarray, shift: int) -> np.ndarray:
     """Morton codes (uint64) of leaf keys (n, 3), taken relative to ``origin`` and coarsened by
     ``shift`` bits so that the key range fits 21 bits per axis (keys outside clamp to the ends).
     Computed by the kernels' own ``morton_code``, the function routing uses."""
-    keys = np.ascontiguousarray(keys, np.int64).reshape(-1, 3)
-    return _core.morton_codes(keys, np.ascontiguousarray(origin, np.int64), int(shift))
+    return cpu.morton_codes(keys, origin, shift)
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,8 @@ class Router:
         return np.searchsorted(self.boundaries, morton(keys, self.origin, self.shift), side="right").astype(np.int64)
 
     def route(
-        self, points: np.ndarray, transform: Transform, space: str, near: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        self, points: Any, transform: Transform, space: str, near: np.ndarray | None = None, device: str = "cpu"
+    ) -> tuple[Any, Any, Any]:
         """Points grouped by partition, in one pass of the kernels (``route_points``, route.h).
 
         Each point goes to the owner of its base cell's leaf slot, empty or not; the base cell comes
@@ -60,18 +61,10 @@ class Router:
         Returns ``order`` (N,) int64, the input index of each grouped point (stable within a group);
         ``bounds`` (P + 2,) int64, group g is ``order[bounds[g]:bounds[g + 1]]`` with group 0 the
         background-only points and group p + 1 partition p; and the points in that order (N, 3).
+        Arrays of ``device`` (``"cuda"``: CuPy, routed on the GPU).
         """
-        pts = np.ascontiguousarray(points)
-        if pts.dtype not in (np.float32, np.float64):
-            pts = pts.astype(np.float64)
-        return _core.route_points(
-            pts.reshape(-1, 3),
-            transform.kernel_parameters(),
-            space == "world",
-            np.ascontiguousarray(self.origin, np.int64),
-            int(self.shift),
-            np.ascontiguousarray(self.boundaries, np.uint64),
-            np.zeros((0, 4), np.int32) if near is None else near,
+        return backend(device).route(
+            points, self.origin, self.shift, self.boundaries, transform.kernel_parameters(), space == "world", near
         )
 
 
@@ -115,7 +108,7 @@ def near_blocks(
         first_part = router.partition_of_keys(blocks << B)
         last_part = router.partition_of_keys(((blocks + 1) << B) - 1)
         owner = np.where(first_part == last_part, first_part, MIXED_BLOCK)
-    table, _ = _core.build_table(np.ascontiguousarray(blocks, np.int32), owner.astype(np.int32))
+    table, _ = kernel.build_table(blocks, owner)
     return table
 
 

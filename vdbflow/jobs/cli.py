@@ -84,7 +84,7 @@ def _rows_table(title: str | None, rows: list[tuple[str, str]], sections: tuple[
 
 
 def _print_plan(plan: Any, console: Console) -> None:
-    from vdbflow.jobs.runner import REFERENCE_POINTS_PER_S, human_bytes, human_seconds
+    from vdbflow.jobs.plan import REFERENCE_POINTS_PER_S, human_bytes, human_seconds
 
     cfg = plan.config
     rows = []
@@ -258,8 +258,10 @@ def _stop_on_signals() -> Iterator[SignalGuard]:
 
 def _run(config_path: str, overrides: tuple[str, ...], dry_run: bool, verbose: int, force: bool = False) -> None:
     from vdbflow.errors import VdbflowError
-    from vdbflow.jobs.config import ConfigError, load_config
-    from vdbflow.jobs.runner import plan_job, run_job
+    from vdbflow.jobs.config import ConfigError
+    from vdbflow.jobs.config_load import load_config
+    from vdbflow.jobs.plan import plan_job
+    from vdbflow.jobs.runner import run_job
 
     console = _stdout()
     _logging(verbose)
@@ -337,7 +339,8 @@ def clean(target: str, dry_run: bool, force: bool) -> None:
 
     TARGET is a job config (.yaml: its output.path), an output path, or a directory holding outputs
     (default: the current directory).  Exit code 2: TARGET cannot be read."""
-    from vdbflow.jobs.config import ConfigError, load_config
+    from vdbflow.jobs.config import ConfigError
+    from vdbflow.jobs.config_load import load_config
     from vdbflow.jobs.output import tidy
     from vdbflow.jobs.results import not_a_result
 

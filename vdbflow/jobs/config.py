@@ -1,4 +1,6 @@
-"""The job config of ``vdbflow run``: one pydantic model, read from YAML with line numbers in errors.
+"""The job config of ``vdbflow run``: one pydantic model, :class:`JobConfig`, and :class:`ConfigError`;
+read from YAML with line numbers in errors by :mod:`~vdbflow.jobs.config_load`, its inputs and outputs
+checked by :mod:`~vdbflow.jobs.checks`.
 
 A config names a volume (an .nvdb file or a synthetic flow field), the points to sample (a file or
 a generator), what to compute, the cluster, and where the result goes::
@@ -17,34 +19,36 @@ trajectories instead (:class:`AdvectSpec`), through a volume or a ``volume.serie
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     PrivateAttr,
-    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 
+from vdbflow.core.value_types import VALUE_TYPES
+from vdbflow.devices import DEVICES
 from vdbflow.errors import TimeError, VdbflowError
-from vdbflow.ops.sampling import MODES
+from vdbflow.ops.sampling import MODES, SPACES
+from vdbflow.synthetic.steady import FIELDS
 from vdbflow.temporal.particles import (
+    TABLEAUS,
     check_trajectory_memory,
     save_every_of,
     saved_bytes_per_step,
     saved_steps,
     step_count,
 )
+from vdbflow.temporal.series import TIME_MODES
 
 DERIVED = (
     "divergence",
@@ -59,7 +63,10 @@ DERIVED = (
 )
 SECOND = ("hessian", "laplacian")  # second derivatives (Volume.sample_hessian): any float grid
 OUTPUTS = ("value", "jacobian", *DERIVED, *SECOND, "inside")  # inside: the stencil reads only active voxels
-SYNTHETIC_FIELDS = ("taylor_green", "abc", "burgers", "linear")
+SYNTHETIC_FIELDS = tuple(FIELDS)
+SYNTHETIC_DTYPES = tuple(n for n, vt in VALUE_TYPES.items() if vt.components == 1 and vt.is_float)
+SAMPLING_DEVICES = tuple(d for d in DEVICES if d != "auto")  # auto follows the points, which a job makes on the CPU
+OUTPUT_FORMATS = ("zarr", "netcdf")
 
 Vec3 = tuple[float, float, float]
 Count = Annotated[int, Field(ge=1)]
@@ -115,7 +122,7 @@ class _Model(BaseModel):
 class SyntheticVolume(_Model):
     """A flow field with an analytic Jacobian, stored on the voxels of a spherical shell."""
 
-    field: Literal["taylor_green", "abc", "burgers", "linear"] = Field(
+    field: Literal[SYNTHETIC_FIELDS] = Field(  # type: ignore[valid-type]
         description="taylor_green | abc | burgers | linear (u = A x + b)"
     )
     resolution: int = Field(64, ge=8, le=4096, description="voxels per edge of the bounding cube")
@@ -130,7 +137,7 @@ class SyntheticVolume(_Model):
     params: dict[str, float | list[float] | list[list[float]]] = Field(
         default_factory=dict, description="the generator's keyword arguments (k, amplitude, circulation, matrix...)"
     )
-    dtype: Literal["float32", "float64"] = "float32"
+    dtype: Literal[SYNTHETIC_DTYPES] = "float32"  # type: ignore[valid-type]
     write: FilePath | None = Field(None, description="also write the field to this .nvdb; workers then read it")
 
     @field_validator("shell")
@@ -212,7 +219,7 @@ class VolumeSpec(_Model):
 
 
 class _Points(_Model):
-    space: Literal["world", "index"] = Field("world", description="coordinates of the points")
+    space: Literal[SPACES] = Field("world", description="coordinates of the points")  # type: ignore[valid-type]
     chunk: int = Field(262_144, ge=1, le=MAX_CHUNK_POINTS, description="points per Dask chunk")
 
 
@@ -287,9 +294,9 @@ PointsSpec = Annotated[FilePoints | RandomPoints | GridPoints | PlanePoints | Li
 
 class SamplingSpec(_Model):
     mode: Literal[tuple(MODES)] = "linear"  # type: ignore[valid-type]
-    jacobian_space: Literal["world", "index"] | None = Field(None, description="default: the points' space")
+    jacobian_space: Literal[SPACES] | None = Field(None, description="default: the points' space")  # type: ignore[valid-type]
     outputs: list[Literal[OUTPUTS]] = Field(["value", "jacobian"])  # type: ignore[valid-type]
-    device: Literal["cpu", "cuda"] = "cpu"
+    device: Literal[SAMPLING_DEVICES] = "cpu"  # type: ignore[valid-type]
 
     @field_validator("outputs")
     @classmethod
@@ -311,12 +318,14 @@ class AdvectSpec(_Model):
     t0: float = Field(0.0, description="start time")
     t1: float = Field(description="end time (before t0: backward)")
     dt: float = Field(gt=0, description="the largest time step")
-    method: Literal["euler", "rk2", "rk4"] = "rk4"
+    method: Literal[tuple(TABLEAUS)] = "rk4"  # type: ignore[valid-type]
     save_every: int = Field(1, ge=1, description="keep positions every this many steps (and at t1)")
     outputs: list[Literal[PARTICLE_OUTPUTS]] = Field(  # type: ignore[valid-type]
         default_factory=list, description="velocity, jacobian (at the kept positions), ftle (over [t0, t1])"
     )
-    time: Literal["none", "linear", "pchip"] = Field("linear", description="interpolation in time (volume.series)")
+    time: Literal[TIME_MODES] = Field(  # type: ignore[valid-type]
+        "linear", description="interpolation in time (volume.series)"
+    )
 
     @model_validator(mode="after")
     def _times(self) -> AdvectSpec:
@@ -540,7 +549,9 @@ ClusterSpec = Annotated[
 
 class OutputSpec(_Model):
     path: FilePath
-    format: Literal["zarr", "netcdf"] | None = Field(None, description="default: netcdf for .nc, else zarr")
+    format: Literal[OUTPUT_FORMATS] | None = Field(  # type: ignore[valid-type]
+        None, description="default: netcdf for .nc, else zarr"
+    )
     chunk: int | None = Field(
         None, ge=1, le=MAX_CHUNK_POINTS, description="points per stored chunk; default: the points' chunk"
     )
@@ -648,356 +659,10 @@ class JobConfig(_Model):
             raise ValueError("expected sampling.device 'cpu' with volume.series (series are advected on the CPU)")
         return self
 
+    def record_where(self, found: Mapping[tuple, str]) -> None:
+        """Remember where keys were given (key path -> `` (FILE, line N)``), for :meth:`where`."""
+        self._where.update(found)
+
     def where(self, dotted: str) -> str:
         """`` (FILE, line N)`` where the key was given, or ``""``."""
         return self._where.get(tuple(dotted.split(".")), "")
-
-
-# -- reading ----------------------------------------------------------------------------------------------
-
-
-MAX_CONFIG_BYTES = 1 << 20  # a job config is a few hundred bytes; anything this large is not one
-MAX_CONFIG_NODES = 10_000  # scalars, lists and mappings once aliases are expanded
-
-
-def _expanded_nodes(root: yaml.Node, source: str) -> int:
-    """Nodes of ``root`` with every alias expanded, counted without expanding (each node once).
-
-    Raises :class:`ConfigError` for a recursive alias or more than ``MAX_CONFIG_NODES`` nodes: an
-    alias bomb (nested aliases, a few hundred bytes that expand to billions of nodes) fails here.
-    """
-    sizes: dict[int, int] = {}
-    active: set[int] = set()
-
-    def size(node: yaml.Node) -> int:
-        key = id(node)
-        if key in sizes:
-            return sizes[key]
-        if key in active:
-            raise ConfigError(
-                f"{source}: expected a tree of keys, found a recursive alias at line "
-                f"{node.start_mark.line + 1} (an anchor used inside itself)"
-            )
-        if isinstance(node, yaml.MappingNode):
-            children = [child for pair in node.value for child in pair]
-        elif isinstance(node, yaml.SequenceNode):
-            children = node.value
-        else:
-            children = []
-        active.add(key)
-        total = 1
-        for child in children:
-            total += size(child)
-            if total > MAX_CONFIG_NODES:
-                raise ConfigError(
-                    f"{source}: expected at most {MAX_CONFIG_NODES:,} keys and values with aliases "
-                    f"expanded, found more under line {node.start_mark.line + 1} (nested aliases "
-                    "multiply: a YAML alias bomb?)"
-                )
-        active.discard(key)
-        sizes[key] = total
-        return total
-
-    return size(root)
-
-
-def _compose(text: str, source: str) -> yaml.Node | None:
-    """The YAML node graph of ``text``, refused when too large or when its aliases expand too far."""
-    if len(text) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{source}: expected a config of at most {MAX_CONFIG_BYTES:,} bytes, got {len(text):,}")
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{source} is not valid YAML: {err}") from None
-    except RecursionError:
-        raise ConfigError(f"{source}: expected a config, found YAML nested too deeply to read") from None
-    if node is not None:
-        _expanded_nodes(node, source)
-    return node
-
-
-def _line_map(node: yaml.Node, path: tuple = (), out: dict | None = None) -> dict[tuple, int]:
-    """Key path -> 1-based line of every mapping key and sequence item under ``node``."""
-    out = {} if out is None else out
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            p = path + (key.value,)
-            out[p] = key.start_mark.line + 1
-            _line_map(value, p, out)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            out[path + (i,)] = item.start_mark.line + 1
-            _line_map(item, path + (i,), out)
-    return out
-
-
-def _put(raw: dict, dotted: str, value: Any, label: str) -> None:
-    """Set the key path ``dotted`` (``points.count``) of ``raw`` to ``value``, making mappings on the way."""
-    keys = dotted.split(".")
-    if not all(keys):
-        raise ConfigError(f"expected {label} key.path=value with non-empty keys, got {dotted!r}")
-    node = raw
-    for k in keys[:-1]:
-        child = node.get(k)
-        if child is None:
-            child = node[k] = {}
-        if not isinstance(child, dict):
-            raise ConfigError(f"{label} {dotted}: {k!r} holds {type(child).__name__}, not a mapping")
-        node = child
-    node[keys[-1]] = value
-
-
-def _set(raw: dict, dotted: str, text: str) -> None:
-    """Apply one ``--set key.path=value`` (the value parsed as YAML) to ``raw``."""
-    if not all(dotted.split(".")):
-        raise ConfigError(f"expected --set key.path=value with non-empty keys, got {dotted!r}")
-    _compose(text, f"--set {dotted}")
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ConfigError(f"--set {dotted}: the value {text!r} is not valid YAML ({err})") from None
-    _put(raw, dotted, value, "--set")
-
-
-def _plain(value: Any, where: str) -> Any:
-    """A Python value as the YAML loader would give it: paths as strings, tuples as lists."""
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    if isinstance(value, dict):
-        return {str(k): _plain(v, f"{where}.{k}") for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v, where) for v in value]
-    if value is None or isinstance(value, (str, bool, int, float)):
-        return value
-    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:  # a NumPy scalar
-        return value.item()
-    raise ConfigError(
-        f"{where}: expected a config value (str, number, bool, path, list or mapping), got {type(value).__name__}"
-    )
-
-
-_UNION_TAGS = {"points": ("file", "random", "grid", "plane", "line"), "cluster": ("local", "address", "cuda", "slurm")}
-
-
-def _describe(loc: tuple, lines: dict[tuple, int], overridden: dict[tuple, str], source: str) -> str:
-    """``key.path (file, line N)`` for a pydantic error location."""
-    # pydantic puts the union tag into the location ('points', 'random', 'count'): the YAML has none
-    path = [part for i, part in enumerate(loc) if not (i == 1 and part in _UNION_TAGS.get(loc[0], ()))]
-    key = ".".join(str(p) for p in path) or "(top level)"
-    for n in range(len(path), 0, -1):
-        if tuple(path[:n]) in overridden:
-            return f"{key} (from {overridden[tuple(path[:n])]})"
-        if tuple(path[:n]) in lines:
-            return f"{key} ({source}, line {lines[tuple(path[:n])]})"
-    return key
-
-
-def _message(err: dict) -> str:
-    kind, msg = err["type"], err["msg"]
-    if kind == "extra_forbidden":
-        return "unknown key"
-    if kind == "missing":
-        return "missing required key"
-    if kind == "union_tag_invalid":
-        return msg.replace("Input tag", "kind").replace(
-            "found using 'kind' does not match any of the expected tags:", "is not one of"
-        )
-    if kind == "union_tag_not_found":
-        return "missing 'kind' (it selects which form this section takes)"
-    if kind == "value_error":
-        return msg.removeprefix("Value error, ")
-    return f"{msg}, got {err.get('input')!r}" if "input" in err and not isinstance(err["input"], dict) else msg
-
-
-_KEYED = re.compile(r"(?P<key>[a-z_]+(?:\.[a-z_]+)+): (?P<rest>.*)", re.DOTALL)
-
-
-def _problem(err: dict, lines: dict[tuple, int], overridden: dict[tuple, str], source: str) -> str:
-    """One line of a validation error; a check of the whole config names its key in front of its
-    message (``points.chunk: expected ...``), and that key is where it is reported."""
-    loc, message = tuple(err["loc"]), _message(err)
-    keyed = _KEYED.fullmatch(message) if not loc else None
-    if keyed is not None:
-        loc, message = tuple(keyed["key"].split(".")), keyed["rest"]
-    return f"  {_describe(loc, lines, overridden, source)}: {message}"
-
-
-def load_config(
-    path: str | Path | None = None,
-    overrides: list[str] | tuple[str, ...] = (),
-    text: str | None = None,
-    values: Mapping[str, Any] | None = None,
-    data: Mapping[str, Any] | None = None,
-) -> JobConfig:
-    """Read and validate a job config from a YAML file (or YAML ``text``, or a mapping ``data``), with
-    ``--set`` style ``overrides`` (``"points.count=1000"``, the value read as YAML) and then ``values``
-    (``{"points.count": 1000}``, Python values by dotted key path).
-
-    Raises :class:`ConfigError` naming every bad key, with its line in the file.
-    """
-    source = "<text>" if path is None else str(path)
-    if data is not None:
-        if path is not None or text is not None:
-            raise ConfigError("expected one of a config path, YAML text or a mapping, got more than one")
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"expected a mapping of sections (volume, points, ...), got {type(data).__name__}")
-        source, raw, node = "<mapping>", _plain(dict(data), "config"), None
-    else:
-        if text is None:
-            try:
-                with open(path, encoding="utf-8") as f:
-                    text = f.read(MAX_CONFIG_BYTES + 1)  # enough to refuse an oversized file without reading it all
-            except FileNotFoundError:
-                raise ConfigError(f"expected a config file, found nothing at {source}") from None
-            except (IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
-                raise ConfigError(f"cannot read the config file {source}: {err}") from None
-        node = _compose(text, source)  # first: refuses alias bombs before anything expands them
-        try:
-            raw = yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{source} is not valid YAML: {err}") from None
-    raw = {} if raw is None else raw
-    if not isinstance(raw, dict):
-        raise ConfigError(f"expected a mapping of sections (volume, points, ...) in {source}, got {type(raw).__name__}")
-    lines = _line_map(node) if node is not None else {}
-    overridden: dict[tuple, str] = {}
-    for item in overrides:
-        dotted, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(f"expected --set key.path=value, got {item!r}")
-        _set(raw, dotted.strip(), value)
-        overridden[tuple(dotted.strip().split("."))] = "--set"
-    for dotted, value in (values or {}).items():
-        _put(raw, dotted, _plain(value, dotted), "override")
-        overridden[tuple(dotted.split("."))] = "an override"
-    try:
-        cfg = JobConfig.model_validate(raw)
-    except ValidationError as err:
-        problems = [_problem(e, lines, overridden, source) for e in err.errors()]
-        raise ConfigError(f"{len(problems)} problem(s) in the job config {source}:\n" + "\n".join(problems)) from None
-    cfg._where.update({k: f" ({source}, line {n})" for k, n in lines.items()})
-    cfg._where.update({k: f" (from {how})" for k, how in overridden.items()})
-    return cfg
-
-
-def _unwritable(path: Path) -> str | None:
-    """Why ``path`` cannot be created, or None: its nearest existing ancestor must be a writable directory."""
-    parent = path.absolute().parent
-    while not parent.exists():
-        if parent.is_symlink():
-            return f"{parent} is a dangling symbolic link (to {os.readlink(parent)})"
-        parent = parent.parent
-    if not parent.is_dir():
-        return f"{parent} is a file, not a directory"
-    if not os.access(parent, os.W_OK | os.X_OK):
-        return f"the directory {parent} is not writable"
-    from vdbflow.io.atomic import private_directory
-
-    try:  # access() says yes to root everywhere, and to read-only mounts and /proc: make a directory there
-        os.rmdir(private_directory(parent / path.name))
-    except OSError as err:
-        return f"the directory {parent} does not take new files ({err.strerror or err})"
-    return None
-
-
-def _output_problems(cfg: JobConfig) -> list[str]:
-    """Where the result goes: a path that can be written, and replaced only if it holds an earlier result."""
-    from vdbflow.jobs.results import not_a_result
-
-    out = cfg.output.path
-    key = f"output.path{cfg.where('output.path')}"
-    if out.is_symlink():
-        dangling = "" if out.exists() else " (dangling)"
-        return [
-            f"{key}: expected a path to write the result at, found a symbolic link{dangling} to "
-            f"{os.readlink(out)} at {out}; give the path it should point to instead"
-        ]
-    problem = _unwritable(out)
-    if problem is not None:
-        return [f"{key}: cannot write {out}: {problem}"]
-    real, cwd = out.resolve(), Path.cwd().resolve()
-    if real == cwd or real in cwd.parents:
-        return [f"{key}: expected a path for the result, got {out}, the current directory or one of its parents"]
-    inputs = [
-        ("volume.path", cfg.volume.path),
-        ("points.path", getattr(cfg.points, "path", None)),
-        ("volume.synthetic.write", cfg.volume.synthetic.write if cfg.volume.synthetic else None),
-    ]
-    for name, path in inputs:
-        if path is not None and (path.resolve() == real or real in path.resolve().parents):
-            return [
-                f"{key}: expected a path for the result apart from the inputs, got {out}, which is or holds "
-                f"{name} ({path})"
-            ]
-    if not (out.exists() or out.is_symlink()):
-        return []
-    if cfg.output.overwrite == "never":
-        return [
-            f"{key}: {out} exists and output.overwrite is 'never' (set output.overwrite: always to replace "
-            "an earlier result)"
-        ]
-    what = not_a_result(out)
-    if what is not None:
-        return [
-            f"{key}: output.overwrite 'always' replaces only an earlier vdbflow result; {out} is {what}. "
-            "Nothing was touched: choose another path, or move it away yourself"
-        ]
-    return []
-
-
-def missing_inputs(cfg: JobConfig) -> list[str]:
-    """The input files the config names that are not there, one line each."""
-    missing = []
-    if cfg.volume.path is not None and not cfg.volume.path.is_file():
-        missing.append(
-            f"volume.path{cfg.where('volume.path')}: expected an .nvdb file, found nothing at {cfg.volume.path}"
-        )
-    series = cfg.volume.series
-    if series is not None:
-        files = series.files()
-        where = f"volume.series.paths{cfg.where('volume.series.paths')}"
-        if not files:
-            missing.append(f"{where}: expected .nvdb files, found none matching {series.paths!r}")
-        missing += [f"{where}: expected an .nvdb file, found nothing at {f}" for f in files if not f.is_file()]
-    if isinstance(cfg.points, FilePoints) and not cfg.points.path.exists():
-        missing.append(
-            f"points.path{cfg.where('points.path')}: expected a points file, found nothing at {cfg.points.path}"
-        )
-    return missing
-
-
-def check_inputs(cfg: JobConfig, missing_ok: bool = False) -> list[str]:
-    """Check what validation of the YAML alone cannot: input files exist, outputs may be written.
-
-    Raises :class:`ConfigError` listing every problem.  With ``missing_ok`` (a dry run) input files
-    that are not there are returned as warnings instead.
-    """
-    missing = missing_inputs(cfg)
-    problems = [] if missing_ok else list(missing)
-    problems += _output_problems(cfg)
-    write = cfg.volume.synthetic.write if cfg.volume.synthetic else None
-    if write is not None:
-        where = f"volume.synthetic.write{cfg.where('volume.synthetic.write')}"
-        if write.is_dir():
-            problems.append(f"{where}: expected a path for an .nvdb file, found a directory at {write}")
-        elif (problem := _unwritable(write)) is not None:
-            problems.append(f"{where}: cannot write {write}: {problem}")
-    if cfg.output.resolved_format == "netcdf" and cfg.output.path.suffix.lower() == ".zarr":
-        problems.append(
-            f"output.format{cfg.where('output.format')}: netcdf was asked for a path ending in .zarr "
-            f"({cfg.output.path})"
-        )
-    derived = [o for o in cfg.sampling.outputs if o in DERIVED or o in SECOND]
-    if derived and cfg.sampling.mode == "closest":
-        problems.append(
-            f"sampling.outputs{cfg.where('sampling.outputs')}: {derived} need derivatives, which mode "
-            "'closest' does not give"
-        )
-    if problems:
-        raise ConfigError("the job cannot start:\n" + "\n".join(f"  {p}" for p in problems))
-    return missing if missing_ok else []
-
-
-def dump_config(cfg: JobConfig) -> str:
-    """The resolved config as YAML (stored with every result)."""
-    return yaml.safe_dump(cfg.model_dump(mode="json", exclude_none=True), sort_keys=False)

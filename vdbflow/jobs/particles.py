@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from vdbflow.core import units
+from vdbflow.core import schema
 from vdbflow.core.volume import Volume
 from vdbflow.errors import VolumeError
-from vdbflow.temporal.particles import STATUS_MEANINGS, advect, step_plan
+from vdbflow.temporal.particles import advect, step_plan
 from vdbflow.temporal.series import StepIdentity, VolumeSeries, open_series
 
 OPEN_VOLUMES_PER_WORKER = 2  # volumes kept open in a worker process between tasks
@@ -129,58 +129,42 @@ def particle_dataset(cfg: Any, source: Any, template: Volume, seeds: Any) -> xr.
         "device": cfg.sampling.device,
     }
     name = template.name
-    shapes: list[tuple[str, tuple[int, ...], Any, tuple[str, ...]]] = [
-        ("position", (S, 3), np.float64, ("time", "axis")),
-        ("status", (), np.int8, ()),
-        ("end_time", (), np.float64, ()),
+    shapes: list[tuple[str, tuple[int, ...], Any]] = [
+        ("position", (S, 3), np.float64),
+        ("status", (), np.int8),
+        ("end_time", (), np.float64),
     ]
     if "velocity" in spec.outputs:
-        shapes.append((name, (S, 3), np.float64, ("time", "component")))
+        shapes.append((name, (S, 3), np.float64))
     if "jacobian" in spec.outputs:
-        shapes.append((f"{name}_jacobian", (S, 3, 3), np.float64, ("time", "component", "axis")))
+        shapes.append((schema.jacobian_name(name), (S, 3, 3), np.float64))
     if "ftle" in spec.outputs:
-        shapes.append(("ftle", (), np.float64, ()))
+        shapes.append(("ftle", (), np.float64))
+    dims = schema.trajectory_dims(name)
     token = tokenize(source, settings, seeds.name)
     columns: list[list[Any]] = [[] for _ in shapes]
     for b, (block, rows) in enumerate(zip(seeds.to_delayed().ravel(), seeds.chunks[0], strict=True)):
         parts = dask.delayed(_advect_chunk, nout=len(shapes), pure=True)(
             source, block, settings, dask_key_name=f"vdbflow-advect-{token}-{b}"
         )
-        for column, part, (_, shape, dtype, _) in zip(columns, parts, shapes, strict=True):
+        for column, part, (_, shape, dtype) in zip(columns, parts, shapes, strict=True):
             column.append(da.from_delayed(part, (rows, *shape), dtype=dtype))
-    length = units.normalize(template.length_units)
-    lattrs = {"units": length} if length else {}
-    vunits = units.normalize(template.units)
-    attrs: dict[str, dict[str, Any]] = {
-        "position": {"long_name": "particle position", **lattrs},
-        "status": {
-            "long_name": "particle status",
-            "flag_values": np.array([0, 1, 2], np.int8),
-            "flag_meanings": STATUS_MEANINGS,
-        },
-        "end_time": {"long_name": "time of the last valid position"},
-        name: {"long_name": f"{name} along the path", **({"units": vunits} if vunits else {})},
-        f"{name}_jacobian": {
-            "long_name": f"Jacobian of {name} along the path",
-            "convention": f"{name}_jacobian[component, axis] = d {name}[component] / d axis",
-        },
-        "ftle": {"long_name": "finite-time Lyapunov exponent over [t0, t1]", "method": "variational"},
-    }
-    junits = units.divide(vunits, length)
-    if junits:
-        attrs[f"{name}_jacobian"]["units"] = junits
-    data = {
-        var: (("particle", *dims), da.concatenate(column), attrs[var])
-        for column, (var, _, _, dims) in zip(columns, shapes, strict=True)
-    }
+    attrs = schema.trajectory_attrs(name, template.units, template.length_units)
+    data = {}
+    for column, (var, _, _) in zip(columns, shapes, strict=True):
+        data[var] = (dims[var], da.concatenate(column), attrs[var])
     coords: dict[str, Any] = {
-        "time": ("time", times, {"long_name": "time", "standard_name": "time"}),
-        "axis": ("axis", np.array(["x", "y", "z"], object), {"long_name": "axis (world space)"}),
+        "time": ("time", times, dict(schema.TIME_ATTRS)),
+        "axis": ("axis", schema.labels(schema.AXIS_LABELS["world"]), dict(schema.WORLD_AXIS_ATTRS)),
     }
     for a, label in enumerate("xyz"):
-        coords[label] = ("particle", seeds[:, a], {"long_name": f"{label} of the seed at t0", **lattrs})
+        coords[label] = ("particle", seeds[:, a], schema.seed_coord_attrs(label, template.length_units))
     if "velocity" in spec.outputs or "jacobian" in spec.outputs:
-        coords["component"] = ("component", np.array(template.component_names, object), {})
+        coords["component"] = (
+            "component",
+            schema.labels(template.component_names),
+            {"long_name": f"component of {name}"},
+        )
     return xr.Dataset(
         data,
         coords=coords,

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from vdbflow import _core
 from vdbflow.core.kernel import MODES, STENCIL_RADIUS
+from vdbflow.devices import cpu
 from vdbflow.errors import PointsError, SamplingError
 from vdbflow.ops.sampling import SPACES
 
@@ -22,8 +22,7 @@ from vdbflow.ops.sampling import SPACES
 def defined_voxels(topology: Any, ijk: np.ndarray) -> np.ndarray:
     """(M,) bool: voxels ``ijk`` (M, 3) that are active in a leaf or inside a tile of any level
     (the kernels' ``voxel_defined``, kernels/vdbflow/coverage.h)."""
-    ijk = np.ascontiguousarray(np.asarray(ijk, np.int64).reshape(-1, 3))
-    return _core.defined_voxels(list(topology.tables), topology.masks, ijk)
+    return cpu.defined_voxels(topology, ijk)
 
 
 def stencil_inside(vol: Any, points: Any, mode: str = "linear", space: str = "world") -> np.ndarray:
@@ -40,14 +39,7 @@ def stencil_inside(vol: Any, points: Any, mode: str = "linear", space: str = "wo
     if pts.ndim != 2 or pts.shape[1] != 3:
         raise PointsError(f"expected points of shape (N, 3), got {pts.shape}")
     topology = getattr(vol, "topology", vol)
-    return _core.stencil_inside(
-        list(topology.tables),
-        topology.masks,
-        np.ascontiguousarray(pts),
-        topology.transform.kernel_parameters(),
-        space == "world",
-        MODES[mode],
-    )
+    return cpu.stencil_inside(topology, pts, MODES[mode], space == "world")
 
 
 class InsideCheck:
@@ -68,6 +60,4 @@ class InsideCheck:
         pts = np.ascontiguousarray(points, np.float64)
         if pts.ndim != 2 or pts.shape[1] != 3:
             raise PointsError(f"expected points of shape (N, 3), got {pts.shape}")
-        return _core.stencil_inside(
-            list(self.topology.tables), self.topology.masks, pts, self.xform, space == "world", MODES[self.mode]
-        )
+        return cpu.stencil_inside(self.topology, pts, MODES[self.mode], space == "world", self.xform)

@@ -12,18 +12,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
+from vdbflow.errors import ShapeError
+from vdbflow.ops.request import HESSIAN_MODES, OUTPUTS, SampleRequest
+from vdbflow.ops.sampling import sample_arrays, sample_dataset
 
-from vdbflow.devices import backend, resolve_device
-from vdbflow.errors import SamplingError, ShapeError
-from vdbflow.ops.sampling import MODES, SPACES, build_dataset, check_choice, check_out, prepare_points
+__all__ = ["HESSIAN_MODES"]  # re-exported: importable from here too
 
 if TYPE_CHECKING:
     import xarray as xr
 
     from vdbflow.core.volume import Volume
-
-HESSIAN_MODES = tuple(m for m in MODES if m != "closest")
 
 
 def check_request(
@@ -31,18 +29,9 @@ def check_request(
 ) -> tuple[str, str]:
     """Refuses what has no Hessian (``closest``, integer data); returns the resolved
     ``(jacobian_space, hessian_space)`` (defaults: ``space``, then ``jacobian_space``)."""
-    if mode not in HESSIAN_MODES:
-        raise SamplingError(
-            f"expected a mode with a second derivative, one of {', '.join(map(repr, HESSIAN_MODES))}; got {mode!r}"
-        )
-    check_choice(space, SPACES, "space")
-    jacobian_space = space if jacobian_space is None else check_choice(jacobian_space, SPACES, "jacobian_space")
-    hessian_space = jacobian_space if hessian_space is None else check_choice(hessian_space, SPACES, "hessian_space")
-    if not value_type.is_float:
-        raise SamplingError(
-            f"expected float32 or float64 data for Hessians, got {value_type.name} (integers are not interpolated)"
-        )
-    return jacobian_space, hessian_space
+    request = SampleRequest(mode, OUTPUTS, space, jacobian_space, hessian_space).for_value_type(value_type)
+    assert request.jacobian_space is not None and request.hessian_space is not None  # resolved when made
+    return request.jacobian_space, request.hessian_space
 
 
 def sample_hessian_arrays(
@@ -106,40 +95,12 @@ def sample_hessian_arrays(
     --------
     sample_hessian : the same as an xarray Dataset.
     """
-    jacobian_space, hessian_space = check_request(vol.value_type, mode, space, jacobian_space, hessian_space)
-    vt = vol.value_type
-    device = resolve_device(device, points)
-    pts = prepare_points(vol, points, device, space)
-    if device == "cuda":
-        import cupy as xp
-    else:
-        xp = np
-    N, C = pts.shape[0], vol.components
-    lead = (N,) if C == 1 else (N, C)
+    request = SampleRequest(mode, OUTPUTS, space, jacobian_space, hessian_space, device=device)
     if out is not None and (not isinstance(out, (tuple, list)) or len(out) != 3):
         raise ShapeError("expected out=(values, jacobian, hessian), a triple of arrays or None")
-    out_v, out_j, out_h = (None, None, None) if out is None else out
-    on_gpu = device == "cuda"
-    values = check_out(out_v, lead, vt.dtype, on_gpu, "values")
-    jac = check_out(out_j, lead + (3,), vt.jacobian_dtype, on_gpu, "jacobian")
-    hess = check_out(out_h, lead + (3, 3), vt.jacobian_dtype, on_gpu, "hessian")
-    values = xp.empty(lead, vt.dtype) if values is None else values
-    jac = xp.empty(lead + (3,), vt.jacobian_dtype) if jac is None else jac
-    hess = xp.empty(lead + (3, 3), vt.jacobian_dtype) if hess is None else hess
-    if N == 0:
-        return values, jac, hess
-    backend(device).sample_hessian(
-        vol.kernel_arrays(),
-        pts,
-        MODES[mode],
-        space == "world",
-        jacobian_space == "world",
-        hessian_space == "world",
-        values,
-        jac,
-        hess,
-    )
-    return values, jac, hess
+    given = {} if out is None else dict(zip(OUTPUTS, out, strict=True))
+    arrays = sample_arrays(vol, request, points, given)
+    return arrays["value"], arrays["jacobian"], arrays["hessian"]
 
 
 def sample_hessian(
@@ -219,39 +180,5 @@ def sample_hessian(
     >>> (np.round(ds["value_jacobian"].values[0], 6) + 0.0).tolist()  # (2 i + j, i, 0)
     [10.25, 3.5, 0.0]
     """
-    jacobian_space = space if jacobian_space is None else jacobian_space
-    hessian_space = jacobian_space if hessian_space is None else hessian_space
-    values, jac, hess = sample_hessian_arrays(
-        vol, points, mode, space=space, jacobian_space=jacobian_space, hessian_space=hessian_space, device=device
-    )
-    ds = build_dataset(vol, points, values, jac, mode, space, jacobian_space)
-    return add_hessian(ds, vol, hess, hessian_space)
-
-
-def add_hessian(ds: xr.Dataset, vol: Volume, hess: Any, hessian_space: str) -> xr.Dataset:
-    """``ds`` with the Hessian variable added beside its Jacobian (same leading dims, then axis, axis2)."""
-    from vdbflow.ops.sampling import AXIS_LABELS
-
-    jname, hname = f"{vol.name}_jacobian", f"{vol.name}_hessian"
-    lead = ds[jname].dims[:-1]
-    labels = list(AXIS_LABELS[hessian_space])
-    units = getattr(vol, "units", None)
-    length = getattr(vol, "length_units", None) if hessian_space == "world" else "voxel"
-    attrs = {
-        "long_name": f"Hessian of {vol.name}",
-        "convention": f"{hname}[{'component, ' if vol.components > 1 else ''}axis, axis2] = "
-        f"d2 {vol.name}{'[component]' if vol.components > 1 else ''} / d axis d axis2",
-        "hessian_space": hessian_space,
-        "sampling_mode": ds.attrs.get("sampling_mode"),
-    }
-    if units and length:
-        from vdbflow.core.units import divide, power
-
-        attrs["units"] = divide(units, power(length, 2))
-    shape = tuple(ds[jname].shape[:-1]) + (3, 3)
-    hvar = (lead + ("axis", "axis2"), hess.reshape(shape), attrs)
-    coords = {"axis2": labels}
-    if "axis" not in ds.coords or list(ds["axis"].values) != labels:  # Jacobian and Hessian spaces differ
-        hvar = (lead + ("haxis", "haxis2"), hess.reshape(shape), attrs)
-        coords = {"haxis": labels, "haxis2": labels}
-    return ds.assign_coords(coords).assign({hname: hvar})
+    request = SampleRequest(mode, OUTPUTS, space, jacobian_space, hessian_space, device=device)
+    return sample_dataset(vol, request, points)

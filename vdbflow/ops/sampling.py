@@ -8,42 +8,27 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from vdbflow.core import kernel
+from vdbflow.core import kernel, schema
 from vdbflow.core.volume import Volume
-from vdbflow.devices import is_cupy_array, resolve_device
-from vdbflow.errors import PointsError, SamplingError, ShapeError
+from vdbflow.devices import backend, is_cupy_array
+from vdbflow.errors import PointsError, ShapeError
+from vdbflow.ops.request import POINT_ORDERS, SPACES, SampleRequest, check_choice
+from vdbflow.ops.results import as_numpy, is_dask, points_in, result_dataset
+
+__all__ = [
+    "POINT_ORDERS",
+    "SPACES",
+    "SampleRequest",
+    "check_choice",
+    "is_dask",
+    "points_in",
+]  # re-exported: importable from here too
 
 # Facts of the kernels (vdbflow.core.kernel, read from kernels/vdbflow/schemes.h): the mode codes, and
 # each mode's reach in voxels on the positive side of the base cell; importable from here as well.
 MODES: dict[str, int] = kernel.MODES
 STENCIL_RADIUS: dict[str, int] = kernel.STENCIL_RADIUS
-POINT_ORDERS = ("auto", "coherent", "scattered")
-SPACES = ("index", "world")
-AXIS_LABELS = {"index": ("i", "j", "k"), "world": ("x", "y", "z")}
-
-
-def check_choice(value: str, choices: Any, what: str) -> str:
-    if value not in choices:
-        raise SamplingError(f"expected {what} to be one of {', '.join(map(repr, choices))}, got {value!r}")
-    return value
-
-
-def _backend(device: str) -> Any:
-    if device == "cuda":
-        from vdbflow.devices import cuda
-
-        return cuda
-    from vdbflow.devices import cpu
-
-    return cpu
-
-
-def _as_numpy(points: Any) -> np.ndarray:
-    """``np.asarray(points)``, ragged or non-numeric input refused with a PointsError."""
-    try:
-        return np.asarray(points)
-    except (ValueError, TypeError) as err:
-        raise PointsError(f"expected points as an (N, 3) numeric array, got {type(points).__name__}: {err}") from None
+AXIS_LABELS = schema.AXIS_LABELS
 
 
 def prepare_points(vol: Volume, points: Any, device: str, space: str = "index") -> Any:
@@ -62,7 +47,7 @@ def prepare_points(vol: Volume, points: Any, device: str, space: str = "index") 
         import cupy as xp
     else:
         xp = np
-        points = _as_numpy(points)
+        points = as_numpy(points)
     if points.ndim != 2 or points.shape[1] != 3:
         raise PointsError(f"expected points of shape (N, 3), got {tuple(points.shape)}")
     kind = points.dtype.kind
@@ -171,289 +156,163 @@ def sample_grad_arrays(
         each other or the points.
     DeviceError : an unknown device, or ``"cuda"`` without CuPy or a GPU.
     """
-    check_choice(mode, MODES, "mode")
-    check_choice(space, SPACES, "space")
-    check_choice(point_order, POINT_ORDERS, "point_order")
-    jacobian_space = space if jacobian_space is None else check_choice(jacobian_space, SPACES, "jacobian_space")
-    device = resolve_device(device, uvw)
-    vt = vol.value_type
-    if mode != "closest" and not vt.is_float:
-        raise SamplingError(
-            f"expected mode='closest' for {vt.name} data (integers are not interpolated), got mode={mode!r}"
-        )
-    points = prepare_points(vol, uvw, device, space)
-    on_gpu = device == "cuda"
-    if on_gpu:
-        import cupy as xp
-    else:
-        xp = np
-    N, C = points.shape[0], vol.components
-    vshape = (N,) if C == 1 else (N, C)
-    jshape = (N, 3) if C == 1 else (N, C, 3)
+    request = SampleRequest(
+        mode,
+        ("value", "jacobian") if jacobian else ("value",),
+        space,
+        jacobian_space,
+        device=device,
+        point_order=point_order,
+    )
     if out is not None and (not isinstance(out, (tuple, list)) or len(out) != 2):
         raise ShapeError(
             f"expected out=(values, jacobian), a pair of arrays or None, got {type(out).__name__}"
             + (f" of length {len(out)}" if isinstance(out, (tuple, list)) else "")
         )
-    out_values, out_jac = (None, None) if out is None else out
-    values = check_out(out_values, vshape, vt.dtype, on_gpu, "values")
-    jac = (
-        check_out(out_jac, jshape, vt.jacobian_dtype, on_gpu, "jacobian", transposed=None if C == 1 else (N, 3, C))
-        if jacobian
-        else None
-    )
-    if values is not None and jac is not None and xp.may_share_memory(values, jac):
-        raise ShapeError("expected separate values and jacobian buffers, got two that overlap in memory")
-    for buffer, what in ((values, "values"), (jac, "jacobian")):
-        if buffer is not None and xp.may_share_memory(buffer, points):
+    given = {} if out is None else {"value": out[0], "jacobian": out[1] if jacobian else None}
+    arrays = sample_arrays(vol, request, uvw, given)
+    return arrays["value"], arrays.get("jacobian")
+
+
+def sample_arrays(
+    vol: Volume, request: SampleRequest, points: Any, out: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The one array-level door: each of ``request.outputs`` at points (N, 3), as a dict of arrays
+    (values (N,) / (N, C), Jacobians (N[, C], 3), Hessians (N[, C], 3, 3)) on the request's device.
+
+    ``out`` may give buffers for some outputs (checked: shape, dtype, array type, layout, no
+    overlap with each other or the points); the others are made here.  Raises as
+    :func:`sample_grad_arrays` and :func:`vdbflow.sample_hessian_arrays`.
+    """
+    device = request.device_for(points)
+    request.for_value_type(vol.value_type)
+    vt = vol.value_type
+    pts = prepare_points(vol, points, device, request.space)
+    on_gpu = device == "cuda"
+    if on_gpu:
+        import cupy as xp
+    else:
+        xp = np
+    N, C = pts.shape[0], vol.components
+    shapes, dtypes = request.shapes((N,), C), request.dtypes(vt)
+    out = out or {}
+    arrays: dict[str, Any] = {}
+    for name in request.outputs:
+        transposed = (N, 3, C) if name == "jacobian" and C > 1 and not request.hessian else None
+        arrays[name] = check_out(out.get(name), shapes[name], dtypes[name], on_gpu, _plural(name), transposed)
+    given = [(name, a) for name, a in arrays.items() if a is not None]
+    for i, (name, a) in enumerate(given):
+        for other, b in given[i + 1 :]:
+            if xp.may_share_memory(a, b):
+                raise ShapeError(
+                    f"expected separate {_plural(name)} and {_plural(other)} buffers, got two that overlap in memory"
+                )
+        if xp.may_share_memory(a, pts):
             raise ShapeError(
-                f"expected a {what} buffer apart from the points, got one that overlaps them in memory "
+                f"expected a {_plural(name)} buffer apart from the points, got one that overlaps them in memory "
                 "(the kernels would overwrite points before reading them)"
             )
-    if values is None:
-        values = xp.empty(vshape, vt.dtype)
-    if jacobian and jac is None:
-        jac = xp.empty(jshape, vt.jacobian_dtype)
+    for name in request.outputs:
+        if arrays[name] is None:
+            arrays[name] = xp.empty(shapes[name], dtypes[name])
     if N == 0:
-        return values, jac
-    kernel_jac = jac if (jacobian and vt.is_float) else None
-    if jacobian and not vt.is_float:
-        assert jac is not None  # made above
-        jac[...] = 0
-    _backend(device).sample(
+        return arrays
+    points_world, jacobian_world = request.space == "world", request.jacobian_space == "world"
+    if request.hessian:
+        backend(device).sample_hessian(
+            vol.kernel_arrays(),
+            pts,
+            request.mode_code,
+            points_world,
+            jacobian_world,
+            request.hessian_space == "world",
+            arrays["value"],
+            arrays["jacobian"],
+            arrays["hessian"],
+        )
+        return arrays
+    kernel_jac = arrays["jacobian"] if (request.jacobian and vt.is_float) else None
+    if request.jacobian and not vt.is_float:
+        arrays["jacobian"][...] = 0
+    backend(device).sample(
         vol.kernel_arrays(),
-        points,
-        MODES[mode],
-        space == "world",
-        jacobian_space == "world",
-        values,
+        pts,
+        request.mode_code,
+        points_world,
+        jacobian_world,
+        arrays["value"],
         kernel_jac,
-        point_order,
+        request.point_order,
     )
-    return values, jac
+    return arrays
 
 
-CONVENTIONS = "CF-1.10"
-_RESERVED_DIMS = ("component", "axis", "x", "y", "z", "i", "j", "k")
+def _plural(name: str) -> str:
+    return "values" if name == "value" else name
 
 
-def is_dask(arr: Any) -> bool:
-    return type(arr).__module__.split(".")[0] == "dask"
-
-
-def points_in(points: Any, dims: Any) -> tuple[Any, tuple[int, ...], tuple[str, ...], dict[str, Any]]:
-    """Points of shape (..., 3) as given (NumPy, CuPy or Dask), the shape of their leading dims, the
-    names of those dims and the coordinates a DataArray of points brings along."""
-    coords: dict[str, Any] = {}
-    if isinstance(points, xr.DataArray):
-        lead_dims = points.dims[:-1]
-        coords = {
-            str(name): c.variable
-            for name, c in points.coords.items()
-            if name not in points.dims[-1:] and set(c.dims) <= set(lead_dims)
-        }
-        dims = lead_dims if dims is None else dims
-        points = points.data
-    if not (is_dask(points) or is_cupy_array(points)):
-        points = _as_numpy(points)
-    shape = tuple(points.shape)
-    if len(shape) < 2 or shape[-1] != 3:
-        raise PointsError(f"expected points of shape (N, 3) or (..., 3), got {shape}")
-    if any(not isinstance(n, (int, np.integer)) or n != n for n in shape):
-        raise PointsError(f"expected Dask points with known chunk sizes (call .compute_chunk_sizes()), got {shape}")
-    lead = shape[:-1]
-    if dims is None:
-        dims = ("point",) if len(lead) == 1 else tuple(f"point_{d}" for d in range(len(lead)))
-    else:
-        dims = (str(dims),) if isinstance(dims, str) else tuple(str(d) for d in dims)
-    if len(dims) != len(lead) or len(set(dims)) != len(dims):
-        raise PointsError(f"expected {len(lead)} distinct dim names for points of shape {shape}, got {list(dims)}")
-    clash = sorted(set(dims) & set(_RESERVED_DIMS))
-    if clash:
-        raise PointsError(
-            f"expected point dims named apart from the result's own names {list(_RESERVED_DIMS)}, "
-            f"got {clash} (e.g. dims=('point_z', 'point_y', 'point_x'))"
-        )
-    return points, lead, dims, coords
-
-
-def _labels(names: Any) -> np.ndarray:
-    """String labels as variable-length strings (object dtype): a type Zarr v3 specifies, unlike
-    fixed-width unicode."""
-    return np.array([str(n) for n in names], dtype=object)
-
-
-def build_dataset(
-    vol: Volume,
-    points: Any,
-    values: Any,
-    jac: Any,
-    mode: str,
-    space: str,
-    jacobian_space: str | None,
-    *,
-    dims: tuple[str, ...] | None = None,
-    point_coords: dict[str, Any] | None = None,
-) -> xr.Dataset:
-    """The result Dataset of ``values`` (*lead[, C]) and ``jac`` (*lead[, C], 3) at ``points``
-    (*lead, 3), with CF attrs (docs/results.md).  ``dims`` names the leading dims (default
-    ``("point",)`` for (N, 3) points)."""
-    from vdbflow.core import units as _u
-
-    C = vol.components
-    if is_cupy_array(points):
-        pts = points.get()
-    elif is_dask(points):
-        pts = points  # stays lazy: coordinates are computed with the values, never gathered here
-    else:
-        pts = np.asarray(points)
-    lead = tuple(values.shape[:1] if dims is None else values.shape[: len(dims)])
-    dims = ("point",) if dims is None else tuple(dims)
-    vdims = dims if C == 1 else dims + ("component",)
-    coords: dict[str, Any] = dict(point_coords or {})
-    if dims == ("point",) and "point" not in coords:
-        coords["point"] = ("point", np.arange(lead[0]), {"long_name": "point index"})
-    if C > 1:
-        coords["component"] = ("component", _labels(vol.component_names), {"long_name": f"component of {vol.name}"})
-    length = _u.normalize(vol.length_units) if space == "world" else "voxel"
-    if pts.ndim == len(dims) + 1 and tuple(pts.shape[:-1]) == lead:
-        for a, label in enumerate(AXIS_LABELS[space]):
-            attrs: dict[str, Any] = {"long_name": f"{label} coordinate of the point ({space} space)"}
-            if length:
-                attrs["units"] = length
-            coords[label] = (dims, pts[..., a].astype(np.float64), attrs)
-    common = {"sampling_mode": mode, "point_space": space}
-    units = _u.normalize(vol.units)
-    value_attrs: dict[str, Any] = {"long_name": vol.name, **({"units": units} if units else {}), **common}
-    data_vars: dict[str, Any] = {vol.name: (vdims, values, value_attrs)}
-    if jac is not None:
-        assert jacobian_space is not None  # given with every Jacobian
-        coords["axis"] = (
-            "axis",
-            _labels(AXIS_LABELS[jacobian_space]),
-            {"long_name": f"axis of the derivative ({jacobian_space} space)"},
-        )
-        jname = f"{vol.name}_jacobian"
-        comp = "[component]" if C > 1 else ""
-        jlength = _u.normalize(vol.length_units) if jacobian_space == "world" else "voxel"
-        junits = _u.divide(units, jlength)
-        data_vars[jname] = (
-            vdims + ("axis",),
-            jac,
-            {
-                "long_name": f"Jacobian of {vol.name}",
-                **({"units": junits} if junits else {}),
-                "convention": f"{jname}[{'component, ' if C > 1 else ''}axis] = d {vol.name}{comp} / d axis",
-                "jacobian_space": jacobian_space,
-                **common,
-            },
-        )
-    attrs = {
-        "Conventions": CONVENTIONS,
-        **({"featureType": "point"} if len(dims) == 1 else {}),
-        "value_type": vol.value_type.name,
-        "layout": "index" if vol.index_layout else "per-leaf",
-        "index_to_world": np.asarray(vol.index_to_world, np.float64).ravel(),
-        "sampling_mode": mode,
-        "point_space": space,
-    }
-    return xr.Dataset(data_vars, coords=coords, attrs=attrs)
-
-
-def _sample_block(
-    block: np.ndarray, vol: Volume, mode: str, space: str, jacobian_space: str, device: str, jacobian: bool
-) -> tuple[Any, Any]:
-    """Values and Jacobians of one block of points (..., 3), shaped like the block."""
+def _sample_block(block: np.ndarray, vol: Volume, request: SampleRequest) -> tuple:
+    """Each output of ``request`` at one block of points (..., 3), shaped like the block."""
     lead = block.shape[:-1]
-    values, jac = sample_grad_arrays(
-        vol, block.reshape(-1, 3), mode, space=space, jacobian_space=jacobian_space, device=device, jacobian=jacobian
-    )
-    return values.reshape(lead + values.shape[1:]), None if jac is None else jac.reshape(lead + jac.shape[1:])
+    arrays = sample_arrays(vol, request, block.reshape(-1, 3))
+    return tuple(arrays[name].reshape(lead + arrays[name].shape[1:]) for name in request.outputs)
 
 
-def _pick(pair: tuple[Any, Any], which: int) -> Any:
-    return pair[which]
+def _pick(arrays: tuple, which: int) -> Any:
+    return arrays[which]
 
 
-def _sample_lazy(
-    vol: Volume, points: Any, mode: str, space: str, jacobian_space: str, device: str, jacobian: bool
-) -> tuple[Any, Any]:
-    """Dask arrays of values (*lead[, C]) and Jacobians (*lead[, C], 3): one task per block of the
-    points (chunked along the leading dims), nothing computed here."""
+# task-key prefixes of the lazy graph of one volume's sampling
+LAZY_SAMPLE_KEY = "vdbflow-sample-local"
+LAZY_OUTPUT_KEYS = {
+    "value": "vdbflow-values-local",
+    "jacobian": "vdbflow-jacobian-local",
+    "hessian": "vdbflow-hessian-local",
+}
+
+
+def _sample_lazy(vol: Volume, request: SampleRequest, points: Any) -> dict[str, Any]:
+    """Dask arrays of each output (values (*lead[, C]), Jacobians (*lead[, C], 3), ...): one task per
+    block of the points (chunked along the leading dims), nothing computed here."""
     import dask
     import dask.array as da
 
-    check_choice(mode, MODES, "mode")
-    check_choice(space, SPACES, "space")
-    check_choice(jacobian_space, SPACES, "jacobian_space")
-    vt = vol.value_type
-    if mode != "closest" and not vt.is_float:
-        raise SamplingError(
-            f"expected mode='closest' for {vt.name} data (integers are not interpolated), got mode={mode!r}"
-        )
+    request.for_value_type(vol.value_type)
     if points.dtype.kind not in "iuf":
         raise PointsError(f"expected float16/32/64 or integer points, got dtype {points.dtype}")
     pts = points.rechunk({points.ndim - 1: 3})
     lead = pts.ndim - 1
     meta = np.empty((0,) * lead, object)
     shared = dask.delayed(vol, name=f"vdbflow-volume-{id(vol):x}-{dask.base.tokenize(vol.name, vol.leaf_count)}")
-    both = da.map_blocks(
-        _sample_block,
-        pts,
-        shared,
-        mode,
-        space,
-        jacobian_space,
-        device,
-        jacobian,
-        drop_axis=lead,
-        meta=meta,
-        token="vdbflow-sample-local",
-    )
-    C = vol.components
-    vextra = () if C == 1 else ((C,),)
-    values = da.map_blocks(
-        _pick,
-        both,
-        0,
-        dtype=vt.dtype,
-        chunks=both.chunks + vextra,
-        new_axis=list(range(lead, lead + len(vextra))) or None,
-        meta=np.empty((0,) * (lead + len(vextra)), vt.dtype),
-        token="vdbflow-values-local",
-    )
-    jac = None
-    if jacobian:
-        jextra = vextra + ((3,),)
-        jac = da.map_blocks(
+    both = da.map_blocks(_sample_block, pts, shared, request, drop_axis=lead, meta=meta, token=LAZY_SAMPLE_KEY)
+    shapes, dtypes = request.shapes((), vol.components), request.dtypes(vol.value_type)
+    arrays = {}
+    for k, name in enumerate(request.outputs):
+        extra = tuple((d,) for d in shapes[name])
+        arrays[name] = da.map_blocks(
             _pick,
             both,
-            1,
-            dtype=vt.jacobian_dtype,
-            chunks=both.chunks + jextra,
-            new_axis=list(range(lead, lead + len(jextra))),
-            meta=np.empty((0,) * (lead + len(jextra)), vt.jacobian_dtype),
-            token="vdbflow-jacobian-local",
+            k,
+            dtype=dtypes[name],
+            chunks=both.chunks + extra,
+            new_axis=list(range(lead, lead + len(extra))) or None,
+            meta=np.empty((0,) * (lead + len(extra)), dtypes[name]),
+            token=LAZY_OUTPUT_KEYS[name],
         )
-    return values, jac
+    return arrays
 
 
-def _sample_any(
-    vol: Volume, points: Any, mode: str, space: str, jacobian_space: str | None, device: str, jacobian: bool, dims: Any
-) -> xr.Dataset:
-    jspace = space if jacobian_space is None else jacobian_space
+def sample_dataset(vol: Volume, request: SampleRequest, points: Any, dims: Any = None) -> xr.Dataset:
+    """The Dataset of ``request`` at points (N, 3) or (..., 3) - NumPy, CuPy, Dask (a lazy result) or a
+    DataArray of points - shaped like the points: the one door of :func:`sample`, :func:`sample_grad`
+    and :func:`vdbflow.sample_hessian`."""
     pts, lead, dims, coords = points_in(points, dims)
     if is_dask(pts):
-        values, jac = _sample_lazy(vol, pts, mode, space, jspace, device, jacobian)
+        arrays = _sample_lazy(vol, request, pts)
     else:
-        values, jac = sample_grad_arrays(
-            vol, pts.reshape(-1, 3), mode, space=space, jacobian_space=jspace, device=device, jacobian=jacobian
-        )
-        values = values.reshape(lead + values.shape[1:])
-        jac = None if jac is None else jac.reshape(lead + jac.shape[1:])
-    return build_dataset(
-        vol, pts, values, jac, mode, space, jspace if jacobian else None, dims=dims, point_coords=coords
-    )
+        flat = sample_arrays(vol, request, pts.reshape(-1, 3))
+        arrays = {name: a.reshape(lead + a.shape[1:]) for name, a in flat.items()}
+    return result_dataset(vol, request, pts, arrays, dims=dims, point_coords=coords)
 
 
 def sample(
@@ -540,7 +399,7 @@ def sample(
     >>> vdbflow.sample(vol, plane, space="index", dims=("row", "col"))["value"].values.tolist()
     [[2.0, 5.0, 8.0], [4.0, 7.0, 10.0]]
     """
-    return _sample_any(vol, points, mode, space, None, device, False, dims)
+    return sample_dataset(vol, SampleRequest(mode, ("value",), space, device=device), points, dims)
 
 
 def sample_grad(
@@ -629,4 +488,6 @@ def sample_grad(
     >>> ds["value"].values.tolist()
     [6.75]
     """
-    return _sample_any(vol, points, mode, space, jacobian_space, device, True, dims)
+    return sample_dataset(
+        vol, SampleRequest(mode, ("value", "jacobian"), space, jacobian_space, device=device), points, dims
+    )

@@ -37,6 +37,8 @@ from vdbflow.core.volume import Volume, same_topology
 from vdbflow.errors import PointsError, SamplingError, TimeError, VolumeError
 from vdbflow.io.identity import FileIdentity
 from vdbflow.io.time_record import TIME_RECORD, record_time
+from vdbflow.ops.request import SampleRequest
+from vdbflow.temporal.interpolation import pchip_combine
 
 TIME_MODES = ("none", "linear", "pchip")
 _STEPS_NEEDED = {"none": 1, "linear": 2, "pchip": 4}
@@ -288,6 +290,17 @@ class VolumeSeries:
         """Values (N,) / (N, C) and Jacobians (N, 3) / (N, C, 3), float64, at points (N, 3) and times
         ``t`` (scalar or (N,)), interpolated in time with ``time`` (module docstring).  ``point_order``:
         see :func:`vdbflow.sample_grad_arrays`."""
+        outputs = ("value", "jacobian") if jacobian else ("value",)
+        request = SampleRequest(mode, outputs, space, jacobian_space, point_order=point_order)
+        arrays = self.sample_arrays(request, points, t, time)
+        return arrays["value"], arrays.get("jacobian")
+
+    def sample_arrays(self, request: SampleRequest, points: Any, t: Any, time: str = "linear") -> dict[str, np.ndarray]:
+        """Each output of ``request`` (values, Jacobians; no Hessians) at points (N, 3) and times ``t``
+        (scalar or (N,)), interpolated in time with ``time``: float64 arrays on the host, the
+        array-level door every volume-like object has."""
+        if request.hessian:
+            raise SamplingError("expected outputs ('value',) or ('value', 'jacobian') for a series, got a Hessian")
         pts = np.asarray(points)
         if pts.ndim != 2 or pts.shape[1] != 3:
             raise PointsError(f"expected points of shape (N, 3), got {pts.shape}")
@@ -298,42 +311,24 @@ class VolumeSeries:
             needed = steps[steps >= 0]
             self.volume(int(needed.min()) if needed.size else 0)
         C = self.template.components
-        D = C * (4 if jacobian else 1)
+        D = C * (4 if request.jacobian else 1)
         gathered = np.full((N, steps.shape[1], D), np.nan)
         for s in np.unique(steps[steps >= 0]):
             rows, slots = np.nonzero(steps == s)
-            vals, jac = self._step_arrays(int(s), pts[rows], mode, space, jacobian_space, jacobian, point_order)
-            gathered[rows, slots, :C] = vals.reshape(len(rows), C)
-            if jacobian:
-                gathered[rows, slots, C:] = jac.reshape(len(rows), 3 * C)
+            arrays = self._step_arrays(int(s), pts[rows], request)
+            gathered[rows, slots, :C] = arrays["value"].reshape(len(rows), C)
+            if request.jacobian:
+                gathered[rows, slots, C:] = arrays["jacobian"].reshape(len(rows), 3 * C)
         out = self._interpolate(gathered, steps, tt, time, C)
-        vshape = (N,) if C == 1 else (N, C)
-        values = out[:, :C].reshape(vshape)
-        jac_out = out[:, C:].reshape(vshape + (3,)) if jacobian else None
-        return values, jac_out
+        shapes = request.shapes((N,), C)
+        result = {"value": out[:, :C].reshape(shapes["value"])}
+        if request.jacobian:
+            result["jacobian"] = out[:, C:].reshape(shapes["jacobian"])
+        return result
 
-    def _step_arrays(
-        self,
-        k: int,
-        points: np.ndarray,
-        mode: str,
-        space: str,
-        jacobian_space: str | None,
-        jacobian: bool,
-        point_order: str,
-    ) -> tuple[Any, Any]:
-        """Values and Jacobians of step ``k`` at points (M, 3), as :func:`vdbflow.sample_grad_arrays`."""
-        from vdbflow.ops.sampling import sample_grad_arrays
-
-        return sample_grad_arrays(
-            self.volume(k),
-            points,
-            mode,
-            space=space,
-            jacobian_space=jacobian_space,
-            jacobian=jacobian,
-            point_order=point_order,
-        )
+    def _step_arrays(self, k: int, points: np.ndarray, request: SampleRequest) -> dict[str, Any]:
+        """The outputs of ``request`` from step ``k`` at points (M, 3), on the host."""
+        return self.volume(k).sample_arrays(request, points)
 
     def distribute(
         self,
@@ -366,33 +361,17 @@ class VolumeSeries:
         value, grad = pchip_combine(g[:, :, :C], tk, t, g[:, :, C:].reshape(len(g), 4, C, 3))
         return np.concatenate([value, grad.reshape(len(g), 3 * C)], axis=1)
 
-    def _dataset(
-        self,
-        points: Any,
-        t: Any,
-        mode: str,
-        time: str,
-        space: str,
-        jacobian_space: str | None,
-        jacobian: bool,
-        dims: Any,
-    ) -> Any:
-        from vdbflow.ops.sampling import build_dataset, is_dask, points_in
+    def _dataset(self, request: SampleRequest, points: Any, t: Any, time: str, dims: Any) -> Any:
+        from vdbflow.ops.results import is_dask, points_in, result_dataset
 
         pts, lead, dims_, coords = points_in(points, dims)
         if is_dask(pts):
             raise PointsError("expected NumPy points for a VolumeSeries (Dask points are not supported), got Dask")
         pts = np.asarray(pts)
         tt = self._times_for(t, lead)
-        jspace = space if jacobian_space is None else jacobian_space
-        values, jac = self.sample_grad_arrays(
-            pts.reshape(-1, 3), tt, mode, time, space=space, jacobian_space=jspace, jacobian=jacobian
-        )
-        values = values.reshape(lead + values.shape[1:])
-        jac = None if jac is None else jac.reshape(lead + jac.shape[1:])
-        ds = build_dataset(
-            self.template, pts, values, jac, mode, space, jspace if jacobian else None, dims=dims_, point_coords=coords
-        )
+        flat = self.sample_arrays(request, pts.reshape(-1, 3), tt, time)
+        arrays = {name: a.reshape(lead + a.shape[1:]) for name, a in flat.items()}
+        ds = result_dataset(self.template, request, pts, arrays, dims=dims_, point_coords=coords)
         tattrs = {"long_name": "time", "standard_name": "time", "time_interpolation": time}
         if np.ndim(t) == 0:
             ds = ds.assign_coords(time=((), float(t), tattrs))
@@ -409,7 +388,7 @@ class VolumeSeries:
         """Values at ``points`` (N, 3) or (..., 3) and times ``t`` (scalar, or one per point) as a
         Dataset laid out like :func:`vdbflow.sample`'s, with a ``time`` coordinate (scalar or on the
         point dims); values are float64 (interpolated in time)."""
-        return self._dataset(points, t, mode, time, space, None, False, dims)
+        return self._dataset(SampleRequest(mode, ("value",), space), points, t, time, dims)
 
     def sample_grad(
         self,
@@ -424,7 +403,7 @@ class VolumeSeries:
     ) -> Any:
         """Values and Jacobians at ``(points, t)`` as a Dataset laid out like
         :func:`vdbflow.sample_grad`'s, with a ``time`` coordinate."""
-        return self._dataset(points, t, mode, time, space, jacobian_space, True, dims)
+        return self._dataset(SampleRequest(mode, ("value", "jacobian"), space, jacobian_space), points, t, time, dims)
 
 
 class DistributedSeries(VolumeSeries):
@@ -513,26 +492,12 @@ class DistributedSeries(VolumeSeries):
             gone.close()
         return dvol
 
-    def _step_arrays(
-        self,
-        k: int,
-        points: np.ndarray,
-        mode: str,
-        space: str,
-        jacobian_space: str | None,
-        jacobian: bool,
-        point_order: str,
-    ) -> tuple[Any, Any]:
+    def _step_arrays(self, k: int, points: np.ndarray, request: SampleRequest) -> dict[str, Any]:
         import dask
 
-        dvol = self.step(k)
-        name = dvol.template.name
-        if jacobian:
-            ds = dvol.sample_grad(points, mode, space, jacobian_space)
-            values, jac = dask.compute(ds[name].data, ds[f"{name}_jacobian"].data, scheduler=self.client)
-            return np.asarray(values), np.asarray(jac)
-        (values,) = dask.compute(dvol.sample(points, mode, space)[name].data, scheduler=self.client)
-        return np.asarray(values), None
+        arrays = self.step(k).sample_arrays(request, points)
+        computed = dask.compute(*arrays.values(), scheduler=self.client)
+        return {name: np.asarray(a) for name, a in zip(arrays, computed, strict=True)}
 
     def distribute(self, *args: Any, **kwargs: Any) -> DistributedSeries:
         raise VolumeError("expected a VolumeSeries to distribute, got a DistributedSeries (distributed already)")
@@ -552,81 +517,6 @@ class DistributedSeries(VolumeSeries):
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def _pchip_interior(h_prev: np.ndarray, h_next: np.ndarray, m_prev: np.ndarray, m_next: np.ndarray):
-    """Fritsch-Butland slope at an interior node from the secants on either side (scipy's form), and
-    its derivatives with respect to the two secants."""
-    w1, w2 = 2 * h_next + h_prev, h_next + 2 * h_prev
-    flat = (np.sign(m_prev) != np.sign(m_next)) | (m_prev == 0) | (m_next == 0)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        d = (w1 + w2) / (w1 / m_prev + w2 / m_next)
-        c_prev = d * d * w1 / ((w1 + w2) * m_prev * m_prev)
-        c_next = d * d * w2 / ((w1 + w2) * m_next * m_next)
-    return np.where(flat, 0.0, d), np.where(flat, 0.0, c_prev), np.where(flat, 0.0, c_next)
-
-
-def _pchip_edge(h0: np.ndarray, h1: np.ndarray, m0: np.ndarray, m1: np.ndarray):
-    """Shape-preserving three-point slope at an end node (scipy's ``_edge_case``), and its
-    derivatives with respect to the secants m0 (next to the node) and m1."""
-    d = ((2 * h0 + h1) * m0 - h0 * m1) / (h0 + h1)
-    c0 = np.broadcast_to((2 * h0 + h1) / (h0 + h1), d.shape)
-    c1 = np.broadcast_to(-h0 / (h0 + h1), d.shape)
-    wrong = np.sign(d) != np.sign(m0)
-    big = (np.sign(m0) != np.sign(m1)) & (np.abs(d) > 3 * np.abs(m0))
-    return (
-        np.where(wrong, 0.0, np.where(big, 3 * m0, d)),
-        np.where(wrong, 0.0, np.where(big, 3.0, c0)),
-        np.where(wrong | big, 0.0, c1),
-    )
-
-
-def pchip_combine(
-    g: np.ndarray, tk: np.ndarray, t: np.ndarray, grad: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """Monotone cubic Hermite at times ``t`` (N,) from values ``g`` (N, 4, C) at times ``tk`` (N, 4)
-    (``t_{i-1}, t_i, t_{i+1}, t_{i+2}``; NaN where the series has no such step), on ``[t_i, t_{i+1}]``.
-
-    With ``grad`` (N, 4, C, 3), the spatial gradients of ``g``, also returns the gradient of the
-    interpolant (N, C, 3): the chain rule through the node slopes, which depend on the data."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        h = np.diff(tk, axis=1)[:, :, None]  # (N, 3, 1): h0, h1, h2
-        m = np.diff(g, axis=1) / h  # (N, 3, C): secants
-    has_l = np.isfinite(tk[:, 0])[:, None]
-    has_r = np.isfinite(tk[:, 3])[:, None]
-    h0, h1, h2 = h[:, 0], h[:, 1], h[:, 2]
-    m0, m1, m2 = m[:, 0], m[:, 1], m[:, 2]
-    zero, one = np.zeros_like(m1), np.ones_like(m1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        # each slope and its coefficients on the secants (m0, m1, m2)
-        i1, e1 = _pchip_interior(h0, h1, m0, m1), _pchip_edge(h1, h2, m1, m2)
-        d1 = [
-            np.where(has_l, a, np.where(has_r, b, c))
-            for a, b, c in zip(
-                (i1[0], i1[1], i1[2], zero), (e1[0], zero, e1[1], e1[2]), (m1, zero, one, zero), strict=True
-            )
-        ]
-        i2, e2 = _pchip_interior(h1, h2, m1, m2), _pchip_edge(h1, h0, m1, m0)
-        d2 = [
-            np.where(has_r, a, np.where(has_l, b, c))
-            for a, b, c in zip(
-                (i2[0], zero, i2[1], i2[2]), (e2[0], e2[2], e2[1], zero), (m1, zero, one, zero), strict=True
-            )
-        ]
-    s = ((t - tk[:, 1]) / (tk[:, 2] - tk[:, 1]))[:, None]
-    s2, s3 = s * s, s * s * s
-    b00, b10, b01, b11 = 2 * s3 - 3 * s2 + 1, s3 - 2 * s2 + s, -2 * s3 + 3 * s2, s3 - s2
-    value = b00 * g[:, 1] + b10 * h1 * d1[0] + b01 * g[:, 2] + b11 * h1 * d2[0]
-    if grad is None:
-        return value, None
-    with np.errstate(invalid="ignore"):
-        gm = np.diff(grad, axis=1) / h[:, :, :, None]  # (N, 3, C, 3): gradients of the secants
-        gm = np.where(np.isfinite(gm), gm, 0.0)  # secants to missing steps carry coefficient 0
-        dd1 = sum(d1[j + 1][:, :, None] * gm[:, j] for j in range(3))
-        dd2 = sum(d2[j + 1][:, :, None] * gm[:, j] for j in range(3))
-    e = (slice(None), slice(None), None)
-    gradient = b00[e] * grad[:, 1] + b01[e] * grad[:, 2] + (b10 * h1)[e] * dd1 + (b11 * h1)[e] * dd2
-    return value, gradient
 
 
 def open_series(

@@ -1,0 +1,130 @@
+"""The names and attributes of vdbflow's results, written once (docs/results.md describes them).
+
+Point samples: a variable named for the volume with the points' dims (``point``) and, for several
+components, ``component``; its Jacobian ``<name>_jacobian`` adds ``axis``, its Hessian
+``<name>_hessian`` adds ``axis, axis2`` (or ``haxis, haxis2`` where the Hessian's space is not the
+Jacobian's).  Particle trajectories (``featureType: trajectory``): ``position`` on
+``(particle, time, axis)``, ``status``, ``end_time``, the velocity and its Jacobian along the path,
+``ftle``.  The eager, lazy, distributed, particle and job paths all take their names and attrs from
+here.  Plain data and functions of strings: no xarray.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from vdbflow.core import units
+
+CONVENTIONS = "CF-1.10"
+COMPONENT = "component"
+AXIS = "axis"
+HESSIAN_AXES = ("axis", "axis2")  # the Hessian's axes when they are the Jacobian's
+OWN_HESSIAN_AXES = ("haxis", "haxis2")  # when its space differs from the Jacobian's
+AXIS_LABELS = {"index": ("i", "j", "k"), "world": ("x", "y", "z")}
+RESERVED_DIMS = (COMPONENT, AXIS, "x", "y", "z", "i", "j", "k")  # names point dims may not take
+POINT = "point"
+PARTICLE, TIME = "particle", "time"
+
+# particle status codes (kernels/vdbflow/advect.h) and their CF flag meanings
+STATUS_VALUES = (0, 1, 2)
+STATUS_MEANINGS = "active left_data non_finite"
+
+
+def jacobian_name(name: str) -> str:
+    return f"{name}_jacobian"
+
+
+def hessian_name(name: str) -> str:
+    return f"{name}_hessian"
+
+
+def labels(names: Any) -> np.ndarray:
+    """String labels as variable-length strings (object dtype): a type Zarr v3 specifies, unlike
+    fixed-width unicode."""
+    return np.array([str(n) for n in names], dtype=object)
+
+
+def length_of(length_units: str | None, space: str) -> str | None:
+    """The unit of a coordinate or derivative axis: the volume's length (world) or ``voxel`` (index)."""
+    return units.normalize(length_units) if space == "world" else "voxel"
+
+
+def jacobian_attrs(name: str, value_units: str | None, length: str | None, components: int) -> dict[str, Any]:
+    """Attrs of a Jacobian ``d name / d axis`` per ``length`` (units simplified by pint)."""
+    junits = units.divide(value_units, length)
+    comp = "[component]" if components > 1 else ""
+    jname = jacobian_name(name)
+    return {
+        "long_name": f"Jacobian of {name}",
+        **({"units": junits} if junits else {}),
+        "convention": f"{jname}[{'component, ' if components > 1 else ''}axis] = d {name}{comp} / d axis",
+    }
+
+
+def hessian_attrs(name: str, value_units: str | None, length: str | None, components: int) -> dict[str, Any]:
+    """Attrs of a Hessian ``d2 name / d axis d axis2`` (units per ``length`` squared)."""
+    comp = "[component]" if components > 1 else ""
+    attrs: dict[str, Any] = {
+        "long_name": f"Hessian of {name}",
+        "convention": f"{hessian_name(name)}[{'component, ' if components > 1 else ''}axis, axis2] = "
+        f"d2 {name}{comp} / d axis d axis2",
+    }
+    if value_units and length:
+        attrs["units"] = units.divide(value_units, units.power(length, 2))
+    return attrs
+
+
+# -- particle trajectories ----------------------------------------------------------------------
+
+
+def status_attrs() -> dict[str, Any]:
+    return {
+        "long_name": "particle status",
+        "flag_values": np.array(STATUS_VALUES, np.int8),
+        "flag_meanings": STATUS_MEANINGS,
+    }
+
+
+FTLE_ATTRS = {"long_name": "finite-time Lyapunov exponent", "method": "variational"}
+TIME_ATTRS = {"long_name": "time", "standard_name": "time"}
+WORLD_AXIS_ATTRS = {"long_name": "axis (world space)"}
+
+
+def trajectory_attrs(name: str, value_units: str | None, length_units: str | None) -> dict[str, dict[str, Any]]:
+    """Attrs of each trajectory variable: ``position``, ``status``, ``end_time``, the velocity
+    ``name`` and its Jacobian along the path, ``ftle``."""
+    length = units.normalize(length_units)
+    vunits = units.normalize(value_units)
+    lattrs = {"units": length} if length else {}
+    junits = units.divide(vunits, length)
+    return {
+        "position": {"long_name": "particle position", **lattrs},
+        "status": status_attrs(),
+        "end_time": {"long_name": "time of the last valid position"},
+        name: {"long_name": f"{name} along the path", **({"units": vunits} if vunits else {})},
+        jacobian_name(name): {
+            "long_name": f"Jacobian of {name} along the path",
+            **({"units": junits} if junits else {}),
+            "convention": f"{jacobian_name(name)}[component, axis] = d {name}[component] / d axis",
+        },
+        "ftle": dict(FTLE_ATTRS),
+    }
+
+
+def trajectory_dims(name: str) -> dict[str, tuple[str, ...]]:
+    """Dims of each trajectory variable (``particle`` first)."""
+    return {
+        "position": (PARTICLE, TIME, AXIS),
+        "status": (PARTICLE,),
+        "end_time": (PARTICLE,),
+        name: (PARTICLE, TIME, COMPONENT),
+        jacobian_name(name): (PARTICLE, TIME, COMPONENT, AXIS),
+        "ftle": (PARTICLE,),
+    }
+
+
+def seed_coord_attrs(label: str, length_units: str | None) -> dict[str, Any]:
+    length = units.normalize(length_units)
+    return {"long_name": f"{label} of the seed at t0", **({"units": length} if length else {})}

@@ -1,0 +1,108 @@
+"""What a device does: the one interface both backends (``cpu``, ``cuda``) implement.
+
+Every operation of the kernels is here once, with the same parameters on both devices; the CPU
+backend takes NumPy arrays, the CUDA backend CuPy arrays (the kernels' records and their arrays are
+put on the device by the backend).  ``KernelArrays`` (:mod:`vdbflow.core.kernel`) is a volume as the
+kernels read it; ``mode`` is a code of ``vdbflow.core.kernel.MODES``.  tests/test_devices.py checks that
+each backend defines every method with these parameters.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from vdbflow.core.kernel import KernelArrays
+
+
+class Backend(Protocol):
+    """The operations of a device (a module: ``vdbflow.devices.cpu`` or ``vdbflow.devices.cuda``)."""
+
+    def sample(
+        self,
+        k: KernelArrays,
+        points: Any,
+        mode: int,
+        points_world: bool,
+        jacobian_world: bool,
+        out_values: Any,
+        out_jacobian: Any | None,
+        point_order: str = "auto",
+    ) -> None:
+        """Fills values (N, C) and, when given, Jacobians (N, C, 3) at points (N, 3)."""
+
+    def sample_hessian(
+        self,
+        k: KernelArrays,
+        points: Any,
+        mode: int,
+        points_world: bool,
+        jacobian_world: bool,
+        hessian_world: bool,
+        out_values: Any,
+        out_jacobian: Any | None,
+        out_hessian: Any,
+    ) -> None:
+        """Fills values (N, C), Jacobians (N, C, 3) when given and Hessians (N, C, 3, 3)."""
+
+    def sample_vjp(
+        self,
+        k: KernelArrays,
+        points: Any,
+        mode: int,
+        points_world: bool,
+        jacobian_world: bool,
+        adj_values: Any,
+        adj_jacobian: Any | None,
+        accumulator: Any,
+        adj_points: Any,
+    ) -> None:
+        """Reverse mode: corner shares into ``accumulator`` (rows, C) float64, point adjoints (N, 3)."""
+
+    def grid_gradient(self, k: KernelArrays, leaf_origins: Any, scheme: int, jacobian_world: bool) -> Any:
+        """(n_active, C, 3) Jacobians of a finite-difference ``scheme`` at the active voxels of leaves."""
+
+    def advect(
+        self,
+        k: KernelArrays,
+        mode: int,
+        x: Any,
+        a: Any,
+        b: Any,
+        h: float,
+        save_slot: Any,
+        position: Any,
+        velocity: Any | None,
+        jacobian: Any | None,
+        F: Any | None,
+        validate_end: bool = True,
+    ) -> tuple[Any, Any, Any]:
+        """Particle trajectories through a steady vec3 volume: ``(status, last_step, evaluations)``."""
+
+    def route(
+        self,
+        points: Any,
+        origin: Any,
+        shift: int,
+        boundaries: Any,
+        xform: Any,
+        points_world: bool,
+        near: Any | None,
+    ) -> tuple[Any, Any, Any]:
+        """Points grouped by partition: ``(order (N,), bounds (P + 2,), grouped points (N, 3))``."""
+
+    def stencil_inside(self, topology: Any, points: Any, mode: int, points_world: bool, xform: Any = None) -> Any:
+        """(N,) bool: points whose ``mode`` stencil reads only defined voxels of ``topology``."""
+
+    def defined_voxels(self, topology: Any, ijk: Any) -> Any:
+        """(M,) bool: voxels (M, 3) active in a leaf or inside a tile."""
+
+    def scatter_rows(self, dst: Any, index: Any, src: Any) -> None:
+        """``dst[index] = src`` row by row (rows of any trailing shape)."""
+
+    def active_voxels_at(self, origins: Any, masks: Any, leaf_end: Any, ranks: Any) -> Any:
+        """(M, 3) int coordinates of the active voxels of ranks ``ranks`` (M,) in tree order."""
+
+
+OPERATIONS: tuple[str, ...] = tuple(
+    name for name in vars(Backend) if not name.startswith("_") and callable(getattr(Backend, name))
+)

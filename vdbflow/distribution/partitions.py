@@ -1,0 +1,286 @@
+"""A volume cut into partitions on a Dask cluster: each partition's own leaves (sent from the client,
+spilled to a shared file, or read by a worker from the .nvdb file), the halo leaves exchanged worker
+to worker, and the cluster a volume starts when it is given none.  Small pure functions, run as
+tasks; :func:`build_partitions` submits them."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+import uuid
+from typing import Any
+
+import numpy as np
+from dask.sizeof import sizeof
+
+from vdbflow.core import tree
+from vdbflow.core.volume import Topology, Volume
+from vdbflow.distribution.plan import PartitionPlan, leaf_stencil, near_blocks, plan_partitions
+from vdbflow.errors import VolumeError
+from vdbflow.io.atomic import create_exclusive
+from vdbflow.io.identity import FileIdentity
+
+
+@sizeof.register(Volume)
+def _sizeof_volume(volume: Volume) -> int:
+    """The scheduler's size of a partition: what it weighs when it places or steals tasks that read it."""
+    return volume.nbytes
+
+
+DEFAULT_CHUNK = 1 << 20  # points per chunk when the points are a NumPy array
+
+
+def import_dask() -> tuple[Any, Any, Any]:
+    try:
+        import dask
+        import dask.array as da
+        import distributed
+    except ImportError as err:  # pragma: no cover - dask is a dependency of this module
+        raise ImportError(
+            "vdbflow.distribute needs dask and distributed: pip install 'dask[array]' distributed"
+        ) from err
+    return dask, da, distributed
+
+
+# -- tasks (small pure functions) -------------------------------------------------------------------
+class DistributedFile(FileIdentity):
+    """What a distributed .nvdb file was when it was distributed: a partition read again later (its
+    worker died) is read from that same file, or refused."""
+
+    label = "the distributed file"
+    seen = "it was distributed"
+
+
+def read_leaves(path: str, grid: Any, identity: FileIdentity | None, leaves: np.ndarray) -> Volume:
+    """The given leaves of an .nvdb grid, read by the worker itself (memory-mapped, then copied),
+    from the file ``identity`` says it is (checked before and after)."""
+    from vdbflow.io.nanovdb import open_grid
+
+    def read() -> Volume:
+        return open_grid(path, grid, leaves=leaves).contiguous()
+
+    return read() if identity is None else identity.opened(read, "when a partition was read")
+
+
+def load_spilled(path: str) -> Volume:
+    """A partition's own leaves, spilled to a file by the client (an in-memory volume made recoverable:
+    a worker that dies with it is replaced by rerunning this task elsewhere)."""
+    with open(path, "rb") as f:
+        volume = pickle.load(f)
+    if not isinstance(volume, Volume):
+        raise VolumeError(f"expected a spilled partition (a Volume) in {path}, got {type(volume).__name__}")
+    return volume
+
+
+def hold(volume: Volume) -> Volume:
+    """A partition's own leaves carried in the task itself: the scheduler keeps them, and can rerun
+    the task if its worker dies (the fallback when no directory is shared with every worker)."""
+    return volume
+
+
+def spill_pieces(pieces: list[Volume], client: Any, spill: str | os.PathLike | bool | None) -> list[str] | None:
+    """Write the pieces to files that every worker can read, or return None (no such directory)."""
+    if spill is False:
+        return None
+    folder = tempfile.gettempdir() if spill is None or spill is True else os.fspath(spill)
+    paths = [os.path.join(folder, f"vdbflow-partition-{uuid.uuid4().hex}.pkl") for _ in pieces]
+    try:
+        for piece, path in zip(pieces, paths, strict=True):
+            with create_exclusive(path, 0o600) as f:  # new, not through a link, the owner's alone
+                pickle.dump(piece, f, protocol=pickle.HIGHEST_PROTOCOL)
+        seen = client.run(os.path.isfile, paths[0]) if paths else {}
+    except OSError as err:
+        remove_files(paths)
+        if spill is None:
+            return None
+        raise VolumeError(f"expected a writable spill directory {folder!r} for the partitions, got: {err}") from None
+    if all(seen.values()):
+        return paths
+    remove_files(paths)
+    if spill is None:  # the workers run elsewhere: carry the pieces in the tasks instead
+        return None
+    lost = sorted(w for w, ok in seen.items() if not ok)
+    raise VolumeError(
+        f"expected a spill directory {folder!r} that every worker can read, but {len(lost)} worker(s) "
+        f"cannot see it: {lost[:3]}"
+    )
+
+
+def remove_files(paths: list[str] | tuple[str, ...]) -> None:
+    for path in paths:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+
+
+def extract(volume: Volume, leaves: np.ndarray) -> Volume:
+    """Some leaves of a partition, to be sent to a neighbour as its halo."""
+    return volume.select_leaves(leaves)
+
+
+def merge(owned: Volume, *halo_pieces: Volume) -> Volume:
+    """A partition's own leaves and the halo leaves received from its neighbours, in tree order."""
+    if not halo_pieces:
+        return owned
+    parts = (owned, *halo_pieces)
+    origins = np.concatenate([v.topology.leaf_origins for v in parts])
+    masks = np.concatenate([v.topology.masks for v in parts])
+    order = tree.tree_order(origins >> tree.LEAF_SHIFT)
+    C = owned.components
+    if owned.index_layout:
+        counts = np.bitwise_count(masks).sum(axis=1).astype(np.int64)
+        data = np.concatenate([v.value_rows() for v in parts])
+        starts = np.cumsum(counts) - counts
+        rows = np.repeat(starts[order] - (np.cumsum(counts[order]) - counts[order]), counts[order]) + np.arange(
+            int(counts.sum())
+        )
+        data = data[rows]
+    else:
+        data = np.concatenate([v.leaf_values for v in parts])[order].reshape(-1, C)
+    t = owned.topology
+    topo = Topology(origins[order], masks[order], t.transform, t.tile_origins, t.tile_sizes)
+    return Volume(
+        topo,
+        data,
+        owned.background_values,
+        owned.tile_values,
+        owned.value_type,
+        owned.index_layout,
+        owned.name,
+        owned.component_names,
+    )
+
+
+def resolve_client(client: Any = None) -> tuple[Any, bool]:
+    """``client``; else the current client (``distributed.get_client``); else the client of a new
+    embedded ``LocalCluster`` of processes sized to the machine.  Returns it and whether it is new
+    (then its owner closes it, and its cluster, with :func:`close_client`)."""
+    if client is not None:
+        return client, False
+    _, _, distributed = import_dask()
+    try:
+        return distributed.get_client(), False
+    except ValueError:  # no client in this process
+        cluster = distributed.LocalCluster(
+            n_workers=os.cpu_count() or 1, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0"
+        )
+        return distributed.Client(cluster), True
+
+
+def close_client(client: Any) -> None:
+    """Close a client that :func:`resolve_client` started, and its cluster."""
+    cluster = client.cluster
+    client.close()
+    if cluster is not None:
+        cluster.close()
+
+
+def build_partitions(
+    source: Volume | str | os.PathLike,
+    client: Any,
+    owns: bool,
+    partitions: int | None,
+    halo: int,
+    grid: int | str | None,
+    spill: str | os.PathLike | bool | None,
+    plan: PartitionPlan | None,
+    identity: FileIdentity | None,
+) -> dict[str, Any]:
+    """The partitions of ``source`` on ``client``'s cluster (``owns``: started for this volume) -
+    own leaves, halo exchange - as the fields of the :class:`DistributedVolume` that holds them
+    (:func:`vdbflow.distribute`)."""
+    _, _, distributed = import_dask()
+    from vdbflow.distribution.placement import PARTITION_PREFIX, register
+
+    register(client)
+    if isinstance(source, Volume):
+        whole, loader_source = source, None
+    else:
+        from vdbflow.io.nanovdb import open_grid
+
+        if identity is None:
+            identity = DistributedFile.of(source)
+        # values stay in the mapped file: only the topology is read
+        whole = identity.opened(lambda: open_grid(source, grid), "when it was distributed")
+        if not isinstance(whole, Volume):
+            raise VolumeError("expected a value grid to distribute; attach values to index grids with with_data")
+        loader_source = (os.fspath(source), grid, identity)
+    if plan is None:
+        P = partitions or max(1, len(client.scheduler_info()["workers"]))
+        plan = plan_partitions(whole.topology, P, halo)
+    else:
+        P = plan.partitions
+        leaves = sum(len(o) for o in plan.owned)
+        if (
+            leaves != whole.leaf_count
+            or (partitions is not None and partitions != P)
+            or plan.stencil != leaf_stencil(halo)
+        ):
+            raise VolumeError(
+                f"expected a plan of this volume's {whole.leaf_count:,} leaves"
+                + (f" in {partitions} partitions" if partitions is not None else "")
+                + f" for halo {halo} (leaf stencil {leaf_stencil(halo)}), got one of {leaves:,} leaves in {P} "
+                f"partitions with leaf stencil {plan.stencil}"
+            )
+    # 1. each partition's own leaves: sent from the client, or read by a worker from the file
+    # spread the partitions over the workers round-robin (loosely: they are rebuilt elsewhere on loss)
+    addresses = sorted(client.scheduler_info(n_workers=-1)["workers"])
+
+    def place(p: int) -> dict[str, Any]:
+        return {"workers": [addresses[p % len(addresses)]], "allow_other_workers": True} if addresses else {}
+
+    spilled: list[str] | None = None
+    if loader_source is None:
+        pieces = [whole.select_leaves(plan.owned[p]) for p in range(P)]
+        spilled = spill_pieces(pieces, client, spill)
+        if spilled is not None:
+            owned = [client.submit(load_spilled, spilled[p], pure=False, **place(p)) for p in range(P)]
+        else:
+            owned = [client.submit(hold, pieces[p], pure=False, **place(p)) for p in range(P)]
+        del pieces
+    else:
+        owned = [client.submit(read_leaves, *loader_source, plan.owned[p], pure=False, **place(p)) for p in range(P)]
+    # 2. halo exchange: each owner extracts the leaves a neighbour needs; they travel worker to worker
+    owner = np.empty(whole.leaf_count, np.int64)
+    local = np.empty(whole.leaf_count, np.int64)
+    for p, leaves in enumerate(plan.owned):
+        owner[leaves] = p
+        local[leaves] = np.arange(len(leaves))
+    parts, lineage = [], list(owned)
+    token = uuid.uuid4().hex
+    for p in range(P):
+        pieces = []
+        for q in np.unique(owner[plan.halo[p]]):
+            from_q = plan.halo[p][owner[plan.halo[p]] == q]
+            pieces.append(client.submit(extract, owned[int(q)], local[from_q], pure=False, **place(int(q))))
+        # stays with its own leaves; tasks that read it run there (placement.py)
+        parts.append(client.submit(merge, owned[p], *pieces, key=f"{PARTITION_PREFIX}{token}-{p}", **place(p)))
+        lineage.extend(pieces)
+    distributed.wait(parts)
+    for f in parts:
+        if f.status == "error":
+            f.result()  # raises the partition's own error (e.g. an unreadable file) here, not at sampling
+    template = whole.select_leaves(np.zeros(0, np.int64))
+    leaf_bytes = 512 * whole.components * whole.dtype.itemsize + 64
+    # blocks near data, for the background shortcut (cut for the halo's stencil: any allowed mode fits)
+    near = near_blocks(whole.topology, plan.stencil, plan.router)
+    counts = np.bitwise_count(whole.topology.masks).sum(axis=1).astype(np.int64)
+    workers = max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
+    return {
+        "client": client,
+        "plan": plan,
+        "partitions": parts,
+        "template": template,
+        "leaf_bytes": leaf_bytes,
+        "near": near,
+        "template_leaf_count": whole.leaf_count,
+        "leaf_value_counts": counts,
+        "halo": halo,
+        "owns_cluster": owns,
+        "lineage": lineage,
+        "topology": whole.topology,
+        "workers": workers,
+        "spilled": tuple(spilled or ()),
+    }

@@ -1,0 +1,72 @@
+"""vdbflow's own blind data record, ``vdbflow.metadata``: a volume's units, length units and
+component names as UTF-8 JSON, made when a grid is written and applied when it is read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vdbflow.core.volume import Topology, Volume
+from vdbflow.io.nanovdb.records import BlindData
+
+# vdbflow's own blind data: units and component names as UTF-8 JSON, plain bytes to other tools
+# (semantic, class and type Unknown, value size 1: NanoVDB's encoding of a char array)
+METADATA_NAME = "vdbflow.metadata"
+
+
+def metadata_record(obj: Volume | Topology) -> BlindData | None:
+    """The ``vdbflow.metadata`` record of ``obj``: its units, length units and (when not the default
+    x, y, z, w) component names; None when there is nothing to store."""
+    import json
+
+    meta: dict[str, Any] = {}
+    for key in ("units", "length_units"):
+        if getattr(obj, key, None):
+            meta[key] = str(getattr(obj, key))
+    names = getattr(obj, "component_names", None)
+    if names is not None and tuple(names) != (
+        ("x", "y", "z", "w")[: len(names)] if len(names) <= 4 else tuple(f"c{c}" for c in range(len(names)))
+    ):
+        meta["component_names"] = [str(n) for n in names]
+    if not meta:
+        return None
+    data = json.dumps({"format": 1, **meta}, ensure_ascii=False).encode("utf-8")
+    return BlindData(METADATA_NAME, 0, 0, 0, 1, data)
+
+
+def apply_metadata(obj: Volume | Topology, records: tuple[BlindData, ...], base: int) -> tuple[BlindData, ...]:
+    """Set ``obj``'s units and component names from its ``vdbflow.metadata`` record; the other records.
+    A record that does not parse is left out with a warning (the grid itself is fine)."""
+    import warnings
+
+    from vdbflow.io import bounded_json
+
+    rest = tuple(r for r in records if r.name != METADATA_NAME)
+    for r in records:
+        if r.name != METADATA_NAME:
+            continue
+        try:
+            meta = bounded_json.loads(bytes(r.data))
+            if not isinstance(meta, dict):
+                raise ValueError(f"a JSON {type(meta).__name__}, not an object")
+            names = meta.get("component_names")
+            if names is not None:
+                components = getattr(obj, "components", None)
+                if (
+                    components is None
+                    or not isinstance(names, list)
+                    or len(names) != components
+                    or len(set(map(str, names))) != len(names)
+                ):
+                    raise ValueError(f"component names {names!r} for {components} component(s)")
+                obj.component_names = tuple(str(n) for n in names)
+            for key in ("units", "length_units"):
+                if meta.get(key) is not None:
+                    setattr(obj, key, str(meta[key]))
+        except (UnicodeDecodeError, ValueError) as err:
+            warnings.warn(
+                f"expected {METADATA_NAME} blind data of the grid at byte {base} to hold a UTF-8 JSON "
+                f"object of units and component names, got {err}; ignored",
+                UserWarning,
+                stacklevel=4,
+            )
+    return rest

@@ -1,0 +1,245 @@
+"""Reading a job config (:func:`load_config`): YAML composed with a bound on its size and on its aliases'
+expansion, a line map of its keys, ``--set`` and Python overrides by dotted key path, and validation
+errors worded with the key and its line; :func:`dump_config` writes a config back as YAML.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from vdbflow.jobs.config import ConfigError, JobConfig
+
+MAX_CONFIG_BYTES = 1 << 20  # a job config is a few hundred bytes; anything this large is not one
+MAX_CONFIG_NODES = 10_000  # scalars, lists and mappings once aliases are expanded
+
+
+def _expanded_nodes(root: yaml.Node, source: str) -> int:
+    """Nodes of ``root`` with every alias expanded, counted without expanding (each node once).
+
+    Raises :class:`ConfigError` for a recursive alias or more than ``MAX_CONFIG_NODES`` nodes: an
+    alias bomb (nested aliases, a few hundred bytes that expand to billions of nodes) fails here.
+    """
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            raise ConfigError(
+                f"{source}: expected a tree of keys, found a recursive alias at line "
+                f"{node.start_mark.line + 1} (an anchor used inside itself)"
+            )
+        if isinstance(node, yaml.MappingNode):
+            children = [child for pair in node.value for child in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = node.value
+        else:
+            children = []
+        active.add(key)
+        total = 1
+        for child in children:
+            total += size(child)
+            if total > MAX_CONFIG_NODES:
+                raise ConfigError(
+                    f"{source}: expected at most {MAX_CONFIG_NODES:,} keys and values with aliases "
+                    f"expanded, found more under line {node.start_mark.line + 1} (nested aliases "
+                    "multiply: a YAML alias bomb?)"
+                )
+        active.discard(key)
+        sizes[key] = total
+        return total
+
+    return size(root)
+
+
+def _compose(text: str, source: str) -> yaml.Node | None:
+    """The YAML node graph of ``text``, refused when too large or when its aliases expand too far."""
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{source}: expected a config of at most {MAX_CONFIG_BYTES:,} bytes, got {len(text):,}")
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{source} is not valid YAML: {err}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: expected a config, found YAML nested too deeply to read") from None
+    if node is not None:
+        _expanded_nodes(node, source)
+    return node
+
+
+def _line_map(node: yaml.Node, path: tuple = (), out: dict | None = None) -> dict[tuple, int]:
+    """Key path -> 1-based line of every mapping key and sequence item under ``node``."""
+    out = {} if out is None else out
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            p = path + (key.value,)
+            out[p] = key.start_mark.line + 1
+            _line_map(value, p, out)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            out[path + (i,)] = item.start_mark.line + 1
+            _line_map(item, path + (i,), out)
+    return out
+
+
+def _put(raw: dict, dotted: str, value: Any, label: str) -> None:
+    """Set the key path ``dotted`` (``points.count``) of ``raw`` to ``value``, making mappings on the way."""
+    keys = dotted.split(".")
+    if not all(keys):
+        raise ConfigError(f"expected {label} key.path=value with non-empty keys, got {dotted!r}")
+    node = raw
+    for k in keys[:-1]:
+        child = node.get(k)
+        if child is None:
+            child = node[k] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"{label} {dotted}: {k!r} holds {type(child).__name__}, not a mapping")
+        node = child
+    node[keys[-1]] = value
+
+
+def _set(raw: dict, dotted: str, text: str) -> None:
+    """Apply one ``--set key.path=value`` (the value parsed as YAML) to ``raw``."""
+    if not all(dotted.split(".")):
+        raise ConfigError(f"expected --set key.path=value with non-empty keys, got {dotted!r}")
+    _compose(text, f"--set {dotted}")
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"--set {dotted}: the value {text!r} is not valid YAML ({err})") from None
+    _put(raw, dotted, value, "--set")
+
+
+def _plain(value: Any, where: str) -> Any:
+    """A Python value as the YAML loader would give it: paths as strings, tuples as lists."""
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, dict):
+        return {str(k): _plain(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v, where) for v in value]
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:  # a NumPy scalar
+        return value.item()
+    raise ConfigError(
+        f"{where}: expected a config value (str, number, bool, path, list or mapping), got {type(value).__name__}"
+    )
+
+
+_UNION_TAGS = {"points": ("file", "random", "grid", "plane", "line"), "cluster": ("local", "address", "cuda", "slurm")}
+
+
+def _describe(loc: tuple, lines: dict[tuple, int], overridden: dict[tuple, str], source: str) -> str:
+    """``key.path (file, line N)`` for a pydantic error location."""
+    # pydantic puts the union tag into the location ('points', 'random', 'count'): the YAML has none
+    path = [part for i, part in enumerate(loc) if not (i == 1 and part in _UNION_TAGS.get(loc[0], ()))]
+    key = ".".join(str(p) for p in path) or "(top level)"
+    for n in range(len(path), 0, -1):
+        if tuple(path[:n]) in overridden:
+            return f"{key} (from {overridden[tuple(path[:n])]})"
+        if tuple(path[:n]) in lines:
+            return f"{key} ({source}, line {lines[tuple(path[:n])]})"
+    return key
+
+
+def _message(err: dict) -> str:
+    kind, msg = err["type"], err["msg"]
+    if kind == "extra_forbidden":
+        return "unknown key"
+    if kind == "missing":
+        return "missing required key"
+    if kind == "union_tag_invalid":
+        return msg.replace("Input tag", "kind").replace(
+            "found using 'kind' does not match any of the expected tags:", "is not one of"
+        )
+    if kind == "union_tag_not_found":
+        return "missing 'kind' (it selects which form this section takes)"
+    if kind == "value_error":
+        return msg.removeprefix("Value error, ")
+    return f"{msg}, got {err.get('input')!r}" if "input" in err and not isinstance(err["input"], dict) else msg
+
+
+_KEYED = re.compile(r"(?P<key>[a-z_]+(?:\.[a-z_]+)+): (?P<rest>.*)", re.DOTALL)
+
+
+def _problem(err: dict, lines: dict[tuple, int], overridden: dict[tuple, str], source: str) -> str:
+    """One line of a validation error; a check of the whole config names its key in front of its
+    message (``points.chunk: expected ...``), and that key is where it is reported."""
+    loc, message = tuple(err["loc"]), _message(err)
+    keyed = _KEYED.fullmatch(message) if not loc else None
+    if keyed is not None:
+        loc, message = tuple(keyed["key"].split(".")), keyed["rest"]
+    return f"  {_describe(loc, lines, overridden, source)}: {message}"
+
+
+def load_config(
+    path: str | Path | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    text: str | None = None,
+    values: Mapping[str, Any] | None = None,
+    data: Mapping[str, Any] | None = None,
+) -> JobConfig:
+    """Read and validate a job config from a YAML file (or YAML ``text``, or a mapping ``data``), with
+    ``--set`` style ``overrides`` (``"points.count=1000"``, the value read as YAML) and then ``values``
+    (``{"points.count": 1000}``, Python values by dotted key path).
+
+    Raises :class:`ConfigError` naming every bad key, with its line in the file.
+    """
+    source = "<text>" if path is None else str(path)
+    if data is not None:
+        if path is not None or text is not None:
+            raise ConfigError("expected one of a config path, YAML text or a mapping, got more than one")
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"expected a mapping of sections (volume, points, ...), got {type(data).__name__}")
+        source, raw, node = "<mapping>", _plain(dict(data), "config"), None
+    else:
+        if text is None:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    text = f.read(MAX_CONFIG_BYTES + 1)  # enough to refuse an oversized file without reading it all
+            except FileNotFoundError:
+                raise ConfigError(f"expected a config file, found nothing at {source}") from None
+            except (IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
+                raise ConfigError(f"cannot read the config file {source}: {err}") from None
+        node = _compose(text, source)  # first: refuses alias bombs before anything expands them
+        try:
+            raw = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{source} is not valid YAML: {err}") from None
+    raw = {} if raw is None else raw
+    if not isinstance(raw, dict):
+        raise ConfigError(f"expected a mapping of sections (volume, points, ...) in {source}, got {type(raw).__name__}")
+    lines = _line_map(node) if node is not None else {}
+    overridden: dict[tuple, str] = {}
+    for item in overrides:
+        dotted, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"expected --set key.path=value, got {item!r}")
+        _set(raw, dotted.strip(), value)
+        overridden[tuple(dotted.strip().split("."))] = "--set"
+    for dotted, value in (values or {}).items():
+        _put(raw, dotted, _plain(value, dotted), "override")
+        overridden[tuple(dotted.split("."))] = "an override"
+    try:
+        cfg = JobConfig.model_validate(raw)
+    except ValidationError as err:
+        problems = [_problem(e, lines, overridden, source) for e in err.errors()]
+        raise ConfigError(f"{len(problems)} problem(s) in the job config {source}:\n" + "\n".join(problems)) from None
+    cfg.record_where({k: f" ({source}, line {n})" for k, n in lines.items()})
+    cfg.record_where({k: f" (from {how})" for k, how in overridden.items()})
+    return cfg
+
+
+def dump_config(cfg: JobConfig) -> str:
+    """The resolved config as YAML (stored with every result)."""
+    return yaml.safe_dump(cfg.model_dump(mode="json", exclude_none=True), sort_keys=False)

@@ -1,0 +1,361 @@
+"""Planning a ``vdbflow run`` job from headers alone (it backs ``--dry-run``): :class:`JobPlan` with its
+grids (:class:`GridPlan`), point count, result size and time estimates, the ``limits`` it is checked
+against, and :func:`plan_job`, which makes it; ``human_bytes`` and ``human_seconds`` word its figures.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from vdbflow import synthetic
+from vdbflow.errors import NanoVDBError, PointsError, TimeError, VolumeError
+from vdbflow.jobs.checks import check_inputs
+from vdbflow.jobs.clusters import MissingExtraError, describe_cluster, slurm_job_script
+from vdbflow.jobs.config import (
+    DERIVED,
+    ConfigError,
+    FilePoints,
+    JobConfig,
+    SlurmClusterSpec,
+    bytes_of,
+    generated_count,
+)
+from vdbflow.jobs.inputs import InputIdentity
+from vdbflow.jobs.output import tidy
+from vdbflow.jobs.points import file_point_count
+from vdbflow.ops.sampling import STENCIL_RADIUS
+
+
+@dataclass
+class GridPlan:
+    name: str
+    value_type: str
+    components: int
+    leaves: int
+    active_voxels: int
+    source: str
+
+
+# how long a job takes, for the plan: configs/demo.yaml at 8M points sampled and wrote 2.0-2.3 M points/s
+# on one workstation (README); a job's own rate depends on its workers, mode and outputs
+REFERENCE_POINTS_PER_S = 2.0e6
+# and Dask's cost of each chunk (its tasks: points, routing, sampling, writing): 0.1-0.2 s measured for
+# the demo's outputs on 2 shared cores, less on a workstation
+REFERENCE_SECONDS_PER_CHUNK = 0.05
+
+
+@dataclass
+class JobPlan:
+    """What a job will do, from headers alone."""
+
+    config: JobConfig
+    grids: list[GridPlan]
+    point_count: int | None
+    point_chunks: int | None
+    partitions: str
+    cluster: str
+    halo: int
+    job_script: str | None = None
+    notes: list[str] = field(default_factory=list)
+    bytes_per_point: int = 0
+    inputs: dict[str, InputIdentity] = field(default_factory=dict)  # by config key
+    warnings: list[str] = field(default_factory=list)  # a dry run's problems that a run would refuse
+
+    @property
+    def output_bytes(self) -> int | None:
+        """The result's size before compression (None when the point count is known only when read)."""
+        return None if self.point_count is None else self.point_count * self.bytes_per_point
+
+    @property
+    def seconds(self) -> float | None:
+        """About how long sampling and writing take at ``REFERENCE_POINTS_PER_S`` and
+        ``REFERENCE_SECONDS_PER_CHUNK`` (the smaller of points.chunk and output.chunk)."""
+        if self.point_count is None:
+            return None
+        chunks = -(-self.point_count // self.config.chunk[0])
+        return self.point_count / REFERENCE_POINTS_PER_S + chunks * REFERENCE_SECONDS_PER_CHUNK
+
+
+def human_bytes(n: float) -> str:
+    """``1.5 GB`` (powers of 1000)."""
+    for unit in ("bytes", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:,.0f} {unit}" if unit == "bytes" else f"{n:,.1f} {unit}"
+        n /= 1000
+    return f"{n:,.1f} PB"  # pragma: no cover - the loop returns
+
+
+def human_seconds(s: float) -> str:
+    """``under 1 s``, ``45 s``, ``12 min``, ``3.5 h``, ``6.2 days``."""
+    if s < 1:
+        return "under 1 s"
+    if s < 60:
+        return f"{s:.0f} s"
+    if s < 3600:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h" if s < 86400 else f"{s / 86400:,.1f} days"
+
+
+_TENSOR_WIDTH = {"vorticity": 3, "strain_rate": 9, "rotation_rate": 9}  # other derived quantities: scalars
+_PER_COMPONENT = {"hessian": 9, "laplacian": 1}  # second derivatives: entries per value component
+
+
+def _bytes_per_point(cfg: JobConfig, grids: list[GridPlan]) -> int:
+    """Bytes of the result per point before compression: coordinates, then each grid's outputs (for a
+    particle job, a seed's kept positions and outputs)."""
+    if cfg.advect is not None:
+        from vdbflow.temporal.particles import step_plan
+
+        kept = len(step_plan(cfg.advect.t0, cfg.advect.t1, cfg.advect.dt, cfg.advect.save_every)[3])
+        per_kept = 3 * 8 + 3 * 8 * ("velocity" in cfg.advect.outputs) + 9 * 8 * ("jacobian" in cfg.advect.outputs)
+        return kept * per_kept + 1 + 8 + 8 * ("ftle" in cfg.advect.outputs)  # status, end time, FTLE
+    total = 8 + 3 * 8  # the int64 point index and float64 coordinates
+    for g in grids:
+        name = g.value_type.lower()
+        item = 8 if (name.endswith("d") or "double" in name or "64" in name) else 4
+        for out in cfg.sampling.outputs:
+            if out == "value":
+                total += g.components * item
+            elif out == "jacobian":
+                total += 3 * g.components * item
+            elif out == "inside":
+                total += 1
+            elif out in _PER_COMPONENT:
+                total += _PER_COMPONENT[out] * g.components * item
+            else:
+                total += _TENSOR_WIDTH.get(out, 1) * item
+    return total
+
+
+def _limits(plan: JobPlan) -> list[str]:
+    """The job's size against ``limits``: what is too large, and how to allow it."""
+    cfg, problems = plan.config, []
+    if plan.point_count is not None and plan.point_count > cfg.limits.max_points:
+        problems.append(
+            f"points{cfg.where('points')}: {plan.point_count:,} points, more than limits.max_points "
+            f"({cfg.limits.max_points:,})"
+        )
+    if (chunks := cfg.chunk_problem(plan.point_count)) is not None:
+        problems.append(chunks)
+    cap = bytes_of(cfg.limits.max_output_bytes)
+    if plan.output_bytes is not None and plan.output_bytes > cap:
+        problems.append(
+            f"output{cfg.where('output')}: about {human_bytes(plan.output_bytes)} of results "
+            f"({plan.bytes_per_point} bytes a point), more than limits.max_output_bytes "
+            f"({human_bytes(cap)})"
+        )
+    return problems
+
+
+def _synthetic_estimate(cfg: JobConfig) -> GridPlan:
+    s = cfg.volume.synthetic
+    inner, outer = s.shell
+    voxels = int(4.0 / 3.0 * np.pi * (outer**3 - inner**3) * s.resolution**3)
+    comps = 3 if s.field != "linear" else len(s.params.get("matrix", [[0] * 3] * 3))
+    where = f" (written to {s.write})" if s.write else ""
+    return GridPlan(
+        "velocity",
+        f"vec{comps}{'f' if s.dtype == 'float32' else 'd'}",
+        comps,
+        -1,
+        voxels,
+        f"synthetic {s.field}, {s.resolution}^3 box, shell {list(s.shell)}{where}",
+    )
+
+
+def _nvdb_grids(cfg: JobConfig) -> list[GridPlan]:
+    from vdbflow.io.nanovdb import list_grids
+
+    series = cfg.volume.series
+    path = cfg.volume.path if series is None else series.files()[0]  # a series: its first file
+    key = "volume.path" if series is None else "volume.series.paths"
+    try:
+        infos = list_grids(path)
+    except NanoVDBError as err:
+        raise ConfigError(f"{key}: {err}") from None
+    by_name = {g.name: g for g in infos}
+    if not infos:
+        raise ConfigError(f"{key}: {path} holds no grids")
+    names = cfg.volume.grids or ([series.grid] if series is not None and series.grid else [infos[0].name])
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        grids_key = "volume.grids" if series is None else "volume.series.grid"
+        raise ConfigError(f"{grids_key}: {missing} not in {path} (it has {list(by_name)})")
+    plans = []
+    for n in names:
+        g = by_name[n]
+        if g.grid_type in ("Index", "OnIndex"):
+            raise ConfigError(f"volume.grids: {n!r} is an {g.grid_type} grid (no values to sample)")
+        components = 3 if g.grid_type.startswith("Vec3") else 4 if g.grid_type.startswith("Vec4") else 1
+        where = str(path) if series is None else f"series of {len(series.files())} files, {path} first"
+        plans.append(GridPlan(n, g.grid_type, components, g.leaf_count, g.active_voxel_count, where))
+    return plans
+
+
+def _series_times(cfg: JobConfig) -> tuple[float, float]:
+    """The first and last time of the job's series (headers and time records only), checked against
+    ``advect``'s ``[t0, t1]``; a ConfigError naming the key otherwise."""
+    from vdbflow.jobs.particles import SeriesFiles
+
+    s, a = cfg.volume.series, cfg.advect
+    assert s is not None and a is not None  # a series job is a particle job (JobConfig checks it)
+    files = SeriesFiles(tuple(str(f) for f in s.files()), None if s.times is None else tuple(s.times), s.grid, 1)
+    try:
+        times = files.open().times
+    except (VolumeError, TimeError, NanoVDBError) as err:
+        raise ConfigError(f"volume.series{cfg.where('volume.series')}: {err}") from None
+    lo, hi = float(times[0]), float(times[-1])
+    if not (lo <= min(a.t0, a.t1) and max(a.t0, a.t1) <= hi):
+        raise ConfigError(
+            f"advect{cfg.where('advect')}: expected t0 and t1 inside the series' times [{lo!r}, {hi!r}], "
+            f"got t0={a.t0!r}, t1={a.t1!r}"
+        )
+    return lo, hi
+
+
+def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False) -> JobPlan:
+    """Check a config against its inputs and say what the job will do (and how large it is); runs nothing.
+
+    A job beyond ``cfg.limits`` is refused with :class:`ConfigError` unless ``force``.  With ``dry_run``
+    (``--dry-run``: a template checked where its inputs are not) missing input files and a missing
+    dask-jobqueue are ``warnings`` of the plan instead of errors.
+    """
+    warnings = check_inputs(cfg, missing_ok=dry_run)
+    series = cfg.volume.series
+    if series is not None:
+        files = series.files()
+        gone = [f for f in files if not f.is_file()]
+        missing_volume = f"{gone[0]}" if gone else (None if files else f"a file matching {series.paths!r}")
+    else:
+        missing_volume = cfg.volume.path if cfg.volume.path is not None and not cfg.volume.path.is_file() else None
+    volume_missing = missing_volume is not None
+    if cfg.volume.synthetic:
+        try:
+            synthetic.make_field(cfg.volume.synthetic.field, **cfg.volume.synthetic.params)
+        except (VolumeError, ValueError) as err:
+            raise ConfigError(f"volume.synthetic.params{cfg.where('volume.synthetic.params')}: {err}") from None
+    if cfg.volume.synthetic:
+        grids = [_synthetic_estimate(cfg)]
+    elif volume_missing:  # a dry run: the sizes assume vec3f grids
+        grids = [
+            GridPlan(n, "Vec3f", 3, -1, -1, f"not read: {missing_volume} is not here (sizes assume vec3f)")
+            for n in cfg.volume.grids or ["(the first grid)"]
+        ]
+    else:
+        grids = _nvdb_grids(cfg)
+    derived = [o for o in cfg.sampling.outputs if o in DERIVED] if cfg.advect is None else []  # advect: unused
+    for g in grids if not volume_missing else ():
+        floating = g.value_type.lower().startswith(("vec", "float", "double"))
+        if cfg.sampling.mode != "closest" and not floating:
+            raise ConfigError(
+                f"sampling.mode: {cfg.sampling.mode!r} needs float data; grid {g.name!r} holds "
+                f"{g.value_type} (use mode: closest)"
+            )
+        if derived and g.components != 3:
+            raise ConfigError(
+                f"sampling.outputs: {derived} need a vec3 field; grid {g.name!r} has {g.components} component(s)"
+            )
+    if cfg.advect is not None:
+        if len(grids) != 1:
+            raise ConfigError(
+                f"advect{cfg.where('advect')}: expected one velocity grid to advect through (volume.grids: "
+                f"[name]), got {len(grids)}: {', '.join(g.name for g in grids)}"
+            )
+        g = grids[0]
+        if not volume_missing and (
+            g.components != 3 or not g.value_type.lower().startswith(("vec3", "vec3f", "vec3d"))
+        ):
+            raise ConfigError(
+                f"advect{cfg.where('advect')}: expected a vec3 float velocity grid, grid {g.name!r} holds "
+                f"{g.value_type} with {g.components} component(s)"
+            )
+    if isinstance(cfg.points, FilePoints) and not cfg.points.path.exists():
+        count = None  # a dry run: counted when the file is there
+    elif isinstance(cfg.points, FilePoints):
+        try:
+            count = file_point_count(cfg.points)
+        except PointsError as err:
+            raise ConfigError(str(err)) from None
+    else:
+        count = generated_count(cfg.points)
+    chunks = None if count is None else -(-count // cfg.points.chunk)
+    cluster = describe_cluster(cfg.cluster)
+    script = None
+    if isinstance(cfg.cluster, SlurmClusterSpec):
+        try:
+            script = slurm_job_script(cfg.cluster)
+        except MissingExtraError as err:
+            if not dry_run:
+                raise
+            warnings.append(f"cluster{cfg.where('cluster')}: no job script shown: {err}")
+    halo = max(1, STENCIL_RADIUS[cfg.sampling.mode])
+    notes = []
+    if cfg.output.path.exists():
+        notes.append(f"{cfg.output.path} holds an earlier vdbflow result, replaced when the new one is complete")
+    notes += tidy(cfg.output.path.absolute(), dry_run=True)
+    inputs = {}
+    if cfg.volume.path is not None and not volume_missing:
+        inputs["volume.path"] = InputIdentity.of(cfg.volume.path)
+        how = (
+            (
+                "copied to a private snapshot next to the output first (a reflink where the filesystem allows, "
+                "else a copy), so no other process can truncate what the job maps"
+            )
+            if cfg.volume.snapshot
+            else (
+                "memory-mapped in place (volume.snapshot: false): the job must not run while another process "
+                "rewrites it"
+            )
+        )
+        notes.append(f"{cfg.volume.path} ({human_bytes(inputs['volume.path'].size)}) is {how}")
+    if series is not None and not volume_missing:
+        lo, hi = _series_times(cfg)
+        notes.append(
+            f"the series' {len(series.files())} files (t from {lo:g} to {hi:g}) are memory-mapped in place by "
+            "each worker: the job must not run while another process rewrites them"
+        )
+    plan = JobPlan(
+        cfg,
+        grids,
+        count,
+        chunks,
+        str(cfg.partitions) if cfg.partitions else "one per worker",
+        cluster,
+        halo,
+        script,
+        notes,
+        _bytes_per_point(cfg, grids),
+        inputs,
+        warnings,
+    )
+    problems = _limits(plan)
+    if problems and not force:
+        raise ConfigError(
+            "the job is larger than its limits:\n"
+            + "\n".join(f"  {p}" for p in problems)
+            + "\n  (raise limits.max_points / limits.max_output_bytes / limits.max_chunks in the config, or run with "
+            "--force)"
+        )
+    notes += [f"{p}: allowed by --force" for p in problems]
+    free = _free_bytes(cfg.output.path)
+    if plan.output_bytes is not None and free is not None and plan.output_bytes > free:
+        notes.append(
+            f"the result (about {human_bytes(plan.output_bytes)} before compression) may not fit in the "
+            f"{human_bytes(free)} free where {cfg.output.path} goes"
+        )
+    return plan
+
+
+def _free_bytes(path: Path) -> int | None:
+    """Free bytes on the filesystem that will hold ``path`` (its nearest existing ancestor)."""
+    place = path.absolute()
+    while not place.exists() and place != place.parent:
+        place = place.parent
+    try:
+        return shutil.disk_usage(place).free
+    except OSError:
+        return None

@@ -1,0 +1,151 @@
+"""Sampled arrays as an xarray Dataset: the one function every path uses (eager, lazy, distributed,
+series, jobs).  Names, dims and attrs come from :mod:`vdbflow.core.schema` (docs/results.md)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import xarray as xr
+
+from vdbflow.core import schema, units
+from vdbflow.devices import is_cupy_array
+from vdbflow.errors import PointsError
+from vdbflow.ops.request import SampleRequest
+
+if TYPE_CHECKING:
+    from vdbflow.core.volume import Volume
+
+CONVENTIONS = schema.CONVENTIONS
+
+
+def is_dask(arr: Any) -> bool:
+    return type(arr).__module__.split(".")[0] == "dask"
+
+
+def as_numpy(points: Any) -> np.ndarray:
+    """``np.asarray(points)``, ragged or non-numeric input refused with a PointsError."""
+    try:
+        return np.asarray(points)
+    except (ValueError, TypeError) as err:
+        raise PointsError(f"expected points as an (N, 3) numeric array, got {type(points).__name__}: {err}") from None
+
+
+def points_in(points: Any, dims: Any) -> tuple[Any, tuple[int, ...], tuple[str, ...], dict[str, Any]]:
+    """Points of shape (..., 3) as given (NumPy, CuPy or Dask), the shape of their leading dims, the
+    names of those dims and the coordinates a DataArray of points brings along."""
+    coords: dict[str, Any] = {}
+    if isinstance(points, xr.DataArray):
+        lead_dims = points.dims[:-1]
+        coords = {
+            str(name): c.variable
+            for name, c in points.coords.items()
+            if name not in points.dims[-1:] and set(c.dims) <= set(lead_dims)
+        }
+        dims = lead_dims if dims is None else dims
+        points = points.data
+    if not (is_dask(points) or is_cupy_array(points)):
+        points = as_numpy(points)
+    shape = tuple(points.shape)
+    if len(shape) < 2 or shape[-1] != 3:
+        raise PointsError(f"expected points of shape (N, 3) or (..., 3), got {shape}")
+    if any(not isinstance(n, (int, np.integer)) or n != n for n in shape):
+        raise PointsError(f"expected Dask points with known chunk sizes (call .compute_chunk_sizes()), got {shape}")
+    lead = shape[:-1]
+    if dims is None:
+        dims = (schema.POINT,) if len(lead) == 1 else tuple(f"point_{d}" for d in range(len(lead)))
+    else:
+        dims = (str(dims),) if isinstance(dims, str) else tuple(str(d) for d in dims)
+    if len(dims) != len(lead) or len(set(dims)) != len(dims):
+        raise PointsError(f"expected {len(lead)} distinct dim names for points of shape {shape}, got {list(dims)}")
+    clash = sorted(set(dims) & set(schema.RESERVED_DIMS))
+    if clash:
+        raise PointsError(
+            f"expected point dims named apart from the result's own names {list(schema.RESERVED_DIMS)}, "
+            f"got {clash} (e.g. dims=('point_z', 'point_y', 'point_x'))"
+        )
+    return points, lead, dims, coords
+
+
+def result_dataset(
+    vol: Volume,
+    request: SampleRequest,
+    points: Any,
+    arrays: dict[str, Any],
+    *,
+    dims: tuple[str, ...] | None = None,
+    point_coords: dict[str, Any] | None = None,
+) -> xr.Dataset:
+    """The result Dataset of a request's ``arrays`` (values (*lead[, C]), Jacobians (*lead[, C], 3),
+    Hessians (*lead[, C], 3, 3)) at ``points`` (*lead, 3), with CF attrs (docs/results.md).  ``vol``
+    gives the names, units and transform (a Volume, or a distributed volume's or series' template);
+    ``dims`` names the leading dims (default ``("point",)`` for (N, 3) points)."""
+    values = arrays["value"]
+    C = vol.components
+    mode, space = request.mode, request.space
+    if is_cupy_array(points):
+        pts = points.get()
+    elif is_dask(points):
+        pts = points  # stays lazy: coordinates are computed with the values, never gathered here
+    else:
+        pts = np.asarray(points)
+    lead = tuple(values.shape[:1] if dims is None else values.shape[: len(dims)])
+    dims = (schema.POINT,) if dims is None else tuple(dims)
+    vdims = dims if C == 1 else dims + (schema.COMPONENT,)
+    coords: dict[str, Any] = dict(point_coords or {})
+    if dims == (schema.POINT,) and schema.POINT not in coords:
+        coords[schema.POINT] = (schema.POINT, np.arange(lead[0]), {"long_name": "point index"})
+    if C > 1:
+        coords[schema.COMPONENT] = (
+            schema.COMPONENT,
+            schema.labels(vol.component_names),
+            {"long_name": f"component of {vol.name}"},
+        )
+    length = schema.length_of(vol.length_units, space)
+    if pts.ndim == len(dims) + 1 and tuple(pts.shape[:-1]) == lead:
+        for a, label in enumerate(schema.AXIS_LABELS[space]):
+            attrs: dict[str, Any] = {"long_name": f"{label} coordinate of the point ({space} space)"}
+            if length:
+                attrs["units"] = length
+            coords[label] = (dims, pts[..., a].astype(np.float64), attrs)
+    common = {"sampling_mode": mode, "point_space": space}
+    value_units = units.normalize(vol.units)
+    value_attrs: dict[str, Any] = {"long_name": vol.name, **({"units": value_units} if value_units else {}), **common}
+    data_vars: dict[str, Any] = {vol.name: (vdims, values, value_attrs)}
+    if "jacobian" in arrays:
+        jspace = request.jacobian_space
+        assert jspace is not None  # resolved when the request was made
+        coords[schema.AXIS] = (
+            schema.AXIS,
+            schema.labels(schema.AXIS_LABELS[jspace]),
+            {"long_name": f"axis of the derivative ({jspace} space)"},
+        )
+        jattrs = schema.jacobian_attrs(vol.name, value_units, schema.length_of(vol.length_units, jspace), C)
+        data_vars[schema.jacobian_name(vol.name)] = (
+            vdims + (schema.AXIS,),
+            arrays["jacobian"],
+            {**jattrs, "jacobian_space": jspace, **common},
+        )
+    if "hessian" in arrays:
+        hspace = request.hessian_space
+        assert hspace is not None  # resolved when the request was made
+        hlength = getattr(vol, "length_units", None) if hspace == "world" else "voxel"
+        hattrs = {
+            **schema.hessian_attrs(vol.name, getattr(vol, "units", None), hlength, C),
+            "hessian_space": hspace,
+            "sampling_mode": mode,
+        }
+        haxes = schema.HESSIAN_AXES if hspace == request.jacobian_space else schema.OWN_HESSIAN_AXES
+        labels = list(schema.AXIS_LABELS[hspace])
+        data_vars[schema.hessian_name(vol.name)] = (vdims + haxes, arrays["hessian"], hattrs)
+        coords.update({axis: labels for axis in haxes if axis != schema.AXIS})
+    attrs = {
+        "Conventions": CONVENTIONS,
+        **({"featureType": "point"} if len(dims) == 1 else {}),
+        "value_type": vol.value_type.name,
+        "layout": "index" if vol.index_layout else "per-leaf",
+        "index_to_world": np.asarray(vol.index_to_world, np.float64).ravel(),
+        "sampling_mode": mode,
+        "point_space": space,
+    }
+    return xr.Dataset(data_vars, coords=coords, attrs=attrs)

@@ -1,0 +1,309 @@
+"""Integrating particles: the Runge-Kutta tableaus, the step plan (steps, saved slots, memory
+bounds) and :class:`Run`, the particles of one integration from t0 to t1 through a velocity source
+(:mod:`vdbflow.temporal.sources`)."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import numpy as np
+
+from vdbflow.core import schema
+from vdbflow.errors import SamplingError, TimeError
+from vdbflow.temporal.sources import Source
+
+ACTIVE, LEFT_DATA, NON_FINITE = schema.STATUS_VALUES  # particle status (kernels/vdbflow/advect.h)
+MAX_STEPS = 10_000_000  # steps of one integration (its step plan and saved slots are held in memory)
+
+# Butcher tableaus: nodes c, stage coefficients a (lower triangular), weights b
+TABLEAUS: dict[str, tuple[tuple[float, ...], tuple[tuple[float, ...], ...], tuple[float, ...]]] = {
+    "euler": ((0.0,), ((),), (1.0,)),
+    "rk2": ((0.0, 0.5), ((), (0.5,)), (0.0, 1.0)),
+    "rk4": ((0.0, 0.5, 0.5, 1.0), ((), (0.5,), (0.0, 0.5), (0.0, 0.0, 1.0)), (1 / 6, 1 / 3, 1 / 3, 1 / 6)),
+}
+
+
+def step_count(t0: float, t1: float, dt: float) -> int:
+    """``n = ceil(|t1 - t0| / dt)``, the steps of an integration (0 when t1 = t0); a TimeError for
+    non-finite times, ``dt`` <= 0, or more than ``MAX_STEPS`` steps (computed without overflow)."""
+    if not (math.isfinite(t0) and math.isfinite(t1)):
+        raise TimeError(f"expected finite start and end times, got t0={t0!r}, t1={t1!r}")
+    if not (math.isfinite(dt) and dt > 0):
+        raise TimeError(f"expected a finite time step dt > 0, got {dt!r}")
+    T = abs(t1 - t0)
+    ratio = T / dt if math.isfinite(T) else math.inf  # inf: more steps than any float can count
+    if not ratio <= MAX_STEPS + 1:
+        raise TimeError(
+            f"expected at most {MAX_STEPS:,} steps (|t1 - t0| / dt), got "
+            f"{f'{ratio:.3g}' if math.isfinite(ratio) else 'more than a float can count'}: t0={t0!r}, t1={t1!r}, "
+            f"dt={dt!r}"
+        )
+    n = max(1, math.ceil(ratio - 1e-9)) if t1 != t0 else 0
+    if n > MAX_STEPS:
+        raise TimeError(
+            f"expected at most {MAX_STEPS:,} steps (|t1 - t0| / dt), got {n:,}: t0={t0!r}, t1={t1!r}, dt={dt!r}"
+        )
+    return n
+
+
+def save_every_of(value: Any) -> int:
+    """``save_every`` as an int >= 1; a SamplingError saying what it got otherwise (NaN, inf, 2.5, 'a')."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise SamplingError(f"expected save_every to be an integer >= 1, got {value!r}")
+    if not (math.isfinite(value) and value >= 1 and int(value) == value):
+        raise SamplingError(f"expected save_every to be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+# the saved trajectories of one integration (positions, velocities, Jacobians at the saved steps) are
+# held in memory: at most this fraction of the machine's memory (or DEFAULT_TRAJECTORY_BYTES where
+# the memory cannot be read); set MAX_TRAJECTORY_BYTES to an int to choose the limit yourself
+TRAJECTORY_MEMORY_FRACTION = 0.5
+DEFAULT_TRAJECTORY_BYTES = 8 << 30
+MAX_TRAJECTORY_BYTES: int | None = None
+
+
+def trajectory_bytes_limit() -> int:
+    """The most bytes the saved trajectories of one :func:`advect` may take (see ``MAX_TRAJECTORY_BYTES``)."""
+    if MAX_TRAJECTORY_BYTES is not None:
+        return int(MAX_TRAJECTORY_BYTES)
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return DEFAULT_TRAJECTORY_BYTES
+    return int(memory * TRAJECTORY_MEMORY_FRACTION) if memory > 0 else DEFAULT_TRAJECTORY_BYTES
+
+
+def saved_steps(n: int, save_every: int) -> int:
+    """How many of ``n`` steps' positions are kept: every ``save_every``-th from 0, and the last."""
+    return len(range(0, n + 1, save_every)) + (n % save_every != 0)
+
+
+def saved_bytes_per_step(with_velocity: bool, with_jacobian: bool) -> int:
+    """Bytes a particle's saved step takes: its position, and as asked velocity and Jacobian (float64)."""
+    return 8 * (3 + 3 * bool(with_velocity) + 9 * bool(with_jacobian))
+
+
+def check_trajectory_memory(particles: int, saved_steps: int, bytes_per_step: int, hint: str = "") -> None:
+    """A TimeError when ``particles`` x ``saved_steps`` x ``bytes_per_step`` exceeds
+    :func:`trajectory_bytes_limit`, saying the estimate, the limit and how to make it smaller."""
+    need, limit = particles * saved_steps * bytes_per_step, trajectory_bytes_limit()
+    if need > limit:
+        raise TimeError(
+            f"expected the saved trajectories to fit in {limit / 2**30:,.1f} GiB "
+            f"(vdbflow.temporal.integration.MAX_TRAJECTORY_BYTES sets the limit), got {particles:,} particles x "
+            f"{saved_steps:,} saved steps x {bytes_per_step} bytes = {need / 2**30:,.1f} GiB: save fewer steps "
+            f"(a larger save_every), advect fewer seeds at once{hint}, or a shorter integration"
+        )
+
+
+def step_plan(t0: float, t1: float, dt: float, save_every: int = 1) -> tuple[int, float, np.ndarray, np.ndarray]:
+    """The steps of an integration from ``t0`` to ``t1``: ``n = ceil(|t1 - t0| / dt)`` equal steps of
+    ``h = (t1 - t0) / n`` (signed); the saved steps (every ``save_every``-th, and always the last)
+    and their times (the last one exactly ``t1``).  Returns ``(n, h, save_steps (S,), times (S,))``."""
+    n = step_count(t0, t1, dt)
+    h = (t1 - t0) / n if n else 0.0
+    saves = list(range(0, n + 1, save_every_of(save_every)))
+    if saves[-1] != n:
+        saves.append(n)  # the end is always kept
+    times = [float(t1) if k == n else float(t0) + k * h for k in saves]
+    return n, h, np.array(saves), np.array(times)
+
+
+class Run:
+    """Particles integrated from t0 to t1: positions (and optionally velocities, Jacobians) at saved
+    steps, status, end time and (variational) the flow-map gradient."""
+
+    def __init__(
+        self,
+        src: Source,
+        seeds: np.ndarray,
+        t0: float,
+        t1: float,
+        dt: float,
+        method: str,
+        save_every: int,
+        with_velocity: bool,
+        with_jacobian: bool,
+        variational: bool,
+    ):
+        if method not in TABLEAUS:
+            raise SamplingError(f"expected method to be one of {', '.join(map(repr, TABLEAUS))}, got {method!r}")
+        n = step_count(t0, t1, dt)
+        save_every = save_every_of(save_every)
+        saved = saved_steps(n, save_every)
+        check_trajectory_memory(len(seeds), saved, saved_bytes_per_step(with_velocity, with_jacobian))
+        if src.time_range is not None:
+            lo, hi = src.time_range
+            if not (lo <= min(t0, t1) and max(t0, t1) <= hi):
+                raise TimeError(
+                    f"expected the integration inside the series' times [{lo!r}, {hi!r}], got t0={t0!r}, t1={t1!r}"
+                )
+        self.src, self.method = src, method
+        self.t0, self.t1 = float(t0), float(t1)
+        self.n, self.h, self.save_steps, self.times = step_plan(t0, t1, dt, save_every)
+        saves = self.save_steps.tolist()
+        self._slot = {k: s for s, k in enumerate(saves)}
+        N, S = len(seeds), len(saves)
+        self.position = np.full((N, S, 3), np.nan)
+        self.velocity = np.full((N, S, 3), np.nan) if with_velocity else None
+        self.jacobian = np.full((N, S, 3, 3), np.nan) if with_jacobian else None
+        self.status = np.zeros(N, np.int8)
+        self.end_time = np.full(N, np.nan)
+        self.F = np.broadcast_to(np.eye(3), (N, 3, 3)).copy() if variational else None
+        self.variational = variational
+        self.sampled = np.zeros(N, np.int64)  # stage points each particle sampled
+        x = np.array(seeds, np.float64)
+        if src.compiled:
+            self._integrate_compiled(x)
+        elif src.partitioned:
+            self._integrate_partitioned(x)
+        else:
+            self._integrate(x)
+        if self.F is not None:
+            self.F[self.status != ACTIVE] = np.nan
+        # sample calls of the stage-by-stage engine: each particle's sampled stages are a prefix of them
+        self.evaluations = int(self.sampled.max(initial=0))
+
+    def _time(self, k: int) -> float:
+        return self.t1 if k == self.n else self.t0 + k * self.h
+
+    def _evaluate(self, idx: np.ndarray, y: np.ndarray, t: float, jacobian: bool):
+        """Check and sample the stage points y of particles idx: (kept mask, u, J) for those kept;
+        the others get their status here."""
+        lo, hi = min(self.t0, self.t1), max(self.t0, self.t1)
+        t = min(max(t, lo), hi)  # stage times stay inside [t0, t1] despite rounding
+        finite = np.isfinite(y).all(axis=1)
+        if finite.all():
+            ok = self.src.inside(y, t)
+        else:
+            ok = finite.copy()
+            if finite.any():
+                ok[finite] = self.src.inside(y[finite], t)
+            self.status[idx[~finite]] = NON_FINITE
+        every = bool(ok.all())
+        if not every:
+            self.status[idx[finite & ~ok]] = LEFT_DATA
+        u = np.empty((0, 3))
+        J = np.empty((0, 3, 3)) if jacobian else None
+        if ok.any():
+            self.sampled[idx[ok]] += 1
+            u, J = self.src.sample(y if every else y[ok], t, jacobian)
+            good = np.isfinite(u).all(axis=1)
+            if J is not None:
+                good &= np.isfinite(J).all(axis=(1, 2))
+            if not good.all():
+                rows = np.nonzero(ok)[0]
+                self.status[idx[rows[~good]]] = NON_FINITE
+                ok[rows[~good]] = False
+                u = u[good]
+                J = None if J is None else J[good]
+        return ok, u, J
+
+    def _integrate_compiled(self, x: np.ndarray) -> None:
+        """All steps of every particle in the kernels (a steady volume): the same stages, checks and
+        rounding as :meth:`_integrate`."""
+        A, B = self._tableau()
+        save_slot = np.full(self.n + 1, -1, np.int64)
+        save_slot[self.save_steps] = np.arange(len(self.save_steps))
+        status, last, evaluations = self.src.advect(
+            x, A, B, self.h, save_slot, self.position, self.velocity, self.jacobian, self.F
+        )
+        self.status[:] = status
+        valid = last >= 0
+        self.end_time[valid] = np.where(last[valid] == self.n, self.t1, self.t0 + last[valid] * self.h)
+        self.sampled[:] = evaluations
+
+    def _tableau(self) -> tuple[np.ndarray, np.ndarray]:
+        """The method's stage coefficients (s, s) and weights (s,) as the kernels take them."""
+        c, a, b = TABLEAUS[self.method]
+        A = np.zeros((len(c), len(c)))
+        for s, row in enumerate(a):
+            A[s, : len(row)] = row
+        return A, np.array(b)
+
+    def _integrate_partitioned(self, x: np.ndarray) -> None:
+        """A step at a time through a DistributedVolume: the live particles are routed to the partitions
+        owning their cells, and each partition integrates its particles' step in the kernels, as
+        :meth:`_integrate_compiled` does.  A particle whose step leaves its partition's data (its leaves
+        and halo) is stepped again stage by stage through the whole volume (:meth:`_step`); the results
+        are the same, bit for bit."""
+        A, B = self._tableau()
+        alive = np.arange(len(x))
+        for k in range(self.n + 1):
+            tk, slot, last = self._time(k), self._slot.get(k), k == self.n
+            want_velocity = slot is not None and self.velocity is not None
+            want_jacobian = slot is not None and self.jacobian is not None
+            F = None if self.F is None else self.F[alive]
+            status, valid, x_next, u, J, F_next, sampled = self.src.step(
+                x[alive], F, A, B, self.h, last, want_velocity, want_jacobian
+            )
+            redo = status == LEFT_DATA  # left the partition's data: maybe not the volume's
+            done, kept = alive[~redo], ~redo
+            ok = kept & valid  # x_k checked valid
+            self.sampled[done] += sampled[kept]
+            self.end_time[alive[ok]] = tk
+            if slot is not None:
+                self.position[alive[ok], slot] = x[alive[ok]]
+                if want_velocity:
+                    self.velocity[alive[ok], slot] = u[ok]
+                if want_jacobian:
+                    self.jacobian[alive[ok], slot] = J[ok]
+            self.status[done] = status[kept]
+            going = kept & (status == ACTIVE)
+            if not last:
+                x[alive[going]] = x_next[going]
+                if self.F is not None:
+                    self.F[alive[going]] = F_next[going]
+            redone = self._step(alive[redo], x, k) if redo.any() else alive[:0]
+            alive = np.sort(np.concatenate([alive[going], redone]))
+            if len(alive) == 0:
+                break
+
+    def _integrate(self, x: np.ndarray) -> None:
+        alive = np.arange(len(x))
+        for k in range(self.n + 1):
+            alive = self._step(alive, x, k)
+            if len(alive) == 0:
+                break
+
+    def _step(self, alive: np.ndarray, x: np.ndarray, k: int) -> np.ndarray:
+        """Step k of particles ``alive`` (sorted), stage by stage: checks x_k, stores it, and (before
+        the last step) moves x and F on to step k + 1.  Returns the particles still going."""
+        c, a, b = TABLEAUS[self.method]
+        tk = self._time(k)
+        slot = self._slot.get(k)
+        # stage 1 at x_k validates x_k: stored only once its stencil is known to be in the data
+        need_j = self.variational or (slot is not None and self.jacobian is not None)
+        ok, u, J = self._evaluate(alive, x[alive], tk, need_j)
+        alive = alive[ok]
+        self.end_time[alive] = tk
+        if slot is not None:
+            self.position[alive, slot] = x[alive]
+            if self.velocity is not None:
+                self.velocity[alive, slot] = u
+            if self.jacobian is not None:
+                self.jacobian[alive, slot] = J
+        if k == self.n or len(alive) == 0:
+            return alive
+        ks, kf = [u], []
+        if self.variational:
+            kf.append(J @ self.F[alive])
+        cur = alive
+        for s in range(1, len(c)):
+            y = x[cur] + self.h * sum(coef * ks[j] for j, coef in enumerate(a[s]) if coef)
+            ok, u, J = self._evaluate(cur, y, tk + c[s] * self.h, self.variational)
+            if not ok.all():  # particles that stopped leave the stage arrays
+                cur = cur[ok]
+                ks = [kk[ok] for kk in ks]
+                kf = [kk[ok] for kk in kf]
+            ks.append(u)
+            if self.variational:
+                Fs = self.F[cur] + self.h * sum(coef * kf[j] for j, coef in enumerate(a[s]) if coef)
+                kf.append(J @ Fs)
+        x[cur] = x[cur] + self.h * sum(w * kk for w, kk in zip(b, ks, strict=True) if w)
+        if self.variational:
+            self.F[cur] = self.F[cur] + self.h * sum(w * kk for w, kk in zip(b, kf, strict=True) if w)
+        return cur

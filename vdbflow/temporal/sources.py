@@ -1,0 +1,231 @@
+"""Where particles read their velocity: a steady Volume (whole trajectories in the kernels), a
+VolumeSeries (stage by stage, interpolated in time), a DistributedVolume (a step at a time, in the
+partitions: :mod:`vdbflow.distribution.particle_steps`) or an analytic field.  Each gives velocity
+(M, 3) and world Jacobians (M, 3, 3), float64, at world points (M, 3) and a time."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from vdbflow.core.volume import Volume
+from vdbflow.errors import DeviceError, SamplingError
+from vdbflow.ops.coverage import InsideCheck
+from vdbflow.ops.sampling import MODES
+
+
+class Source:
+    """Velocity (M, 3) and world Jacobians (M, 3, 3), float64, at world points (M, 3) and a time."""
+
+    kind = "volume"
+    name = "velocity"
+    component_names: tuple[str, ...] = ("u", "v", "w")
+    units: str | None = None
+    length_units: str | None = None
+    time_range: tuple[float, float] | None = None
+
+    def inside(self, points: np.ndarray, t: float) -> np.ndarray:
+        return np.ones(len(points), bool)
+
+    def sample(self, points: np.ndarray, t: float, jacobian: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        raise NotImplementedError
+
+    compiled = False  # whether ``advect`` integrates whole trajectories in the kernels
+    partitioned = False  # whether ``step`` integrates a step of every particle in its partition
+
+    def advect(self, x: np.ndarray, *args: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+
+def point_order(n: int) -> str:
+    """The CPU loop for n particles: below 65,536 points measuring the access pattern ("auto") costs
+    more than it saves (results are identical either way)."""
+    return "coherent" if n < 65536 else "auto"
+
+
+def check_vec3(components: int, what: str) -> None:
+    if components != 3:
+        raise SamplingError(f"expected a vec3 velocity {what} to advect particles, got {components} component(s)")
+
+
+class VolumeSource(Source):
+    def __init__(self, vol: Volume, mode: str, device: str = "cpu"):
+        check_vec3(vol.components, "volume")
+        self.vol, self.mode, self.device = vol, mode, device
+        self._names(vol)
+        self._inside = InsideCheck(vol.topology, mode)
+
+    @property
+    def compiled(self) -> bool:  # type: ignore[override]
+        return self.vol.value_type.is_float
+
+    def advect(self, x: np.ndarray, *args: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Whole trajectories in one kernel call (``vdbflow.devices.cpu.advect``): steady, so every stage
+        reads the one volume; results equal the stage-by-stage integration bit for bit."""
+
+        k, mode = self.vol.kernel_arrays(), MODES[self.mode]
+        if self.device == "cpu":
+            from vdbflow.devices import cpu
+
+            return cpu.advect(k, mode, x, *args)
+        import cupy
+
+        from vdbflow.devices import cuda
+
+        a, b, h, save_slot, *outputs = args
+        on_gpu = [None if arr is None else cupy.asarray(arr) for arr in (x, *outputs)]
+        status, last_step, evaluations = cuda.advect(k, mode, on_gpu[0], a, b, h, save_slot, *on_gpu[1:])
+        for host, dev in zip((x, *outputs), on_gpu, strict=True):
+            if host is not None:
+                host[...] = dev.get()
+        return status.get(), last_step.get(), evaluations.get()
+
+    def _names(self, vol: Any) -> None:
+        self.name, self.component_names = vol.name, tuple(vol.component_names)
+        self.units, self.length_units = vol.units, vol.length_units
+
+    def inside(self, points: np.ndarray, t: float) -> np.ndarray:
+        return self._inside(points)
+
+    def sample(self, points: np.ndarray, t: float, jacobian: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        from vdbflow.ops.sampling import sample_grad_arrays
+
+        u, J = sample_grad_arrays(
+            self.vol,
+            points,
+            self.mode,
+            space="world",
+            jacobian_space="world",
+            jacobian=jacobian,
+            point_order=point_order(len(points)),
+        )
+        return u.astype(np.float64), None if J is None else J.astype(np.float64)
+
+
+class SeriesSource(VolumeSource):
+    kind = "series"
+    compiled = False  # type: ignore[assignment]  # stages read steps interpolated in time
+
+    def __init__(self, series: Any, mode: str, time: str):
+        self.series, self.mode, self.time = series, mode, time
+        template = series.template
+        check_vec3(template.components, "series")
+        self._names(template)
+        self.time_range = (float(series.times[0]), float(series.times[-1]))
+
+    def inside(self, points: np.ndarray, t: float) -> np.ndarray:
+        return self.series.stencil_inside(points, t, self.mode, self.time)
+
+    def sample(self, points: np.ndarray, t: float, jacobian: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        return self.series.sample_grad_arrays(
+            points,
+            t,
+            self.mode,
+            self.time,
+            space="world",
+            jacobian_space="world",
+            jacobian=jacobian,
+            point_order=point_order(len(points)),
+        )
+
+
+class DistributedSource(VolumeSource):
+    kind = "distributed"
+    compiled = False  # type: ignore[assignment]  # the steps are partitioned instead
+
+    def __init__(self, dvol: Any, mode: str):
+        self.dvol, self.mode = dvol, mode
+        check_vec3(dvol.template.components, "volume")
+        self._names(dvol.template)
+        self._inside = InsideCheck(dvol.topology, mode)
+
+    @property
+    def partitioned(self) -> bool:  # type: ignore[override]
+        return self.dvol.template.value_type.is_float  # the kernels advect float data
+
+    def step(
+        self,
+        x: np.ndarray,
+        F: np.ndarray | None,
+        A: np.ndarray,
+        B: np.ndarray,
+        h: float,
+        last: bool,
+        want_velocity: bool,
+        want_jacobian: bool,
+    ) -> tuple:
+        """A step of particles x (M, 3): each partition integrates the particles whose cell it owns
+        (:func:`advect_piece`, on the partition's worker).  Returns, in input order, status (M,)
+        int8, x_k valid (M,) bool, x_{k+1} (M, 3), velocity (M, 3) and Jacobian (M, 3, 3) at x_k (or
+        None), F (M, 3, 3) (or None) and the stage points sampled (M,).  A status of ``LEFT_DATA``
+        only says the step left the partition's data."""
+        from vdbflow.distribution.particle_steps import step_partitioned
+
+        return step_partitioned(self.dvol, x, F, A, B, h, last, want_velocity, want_jacobian, MODES[self.mode])
+
+    def inside(self, points: np.ndarray, t: float) -> np.ndarray:
+        return self._inside(points)
+
+    def sample(self, points: np.ndarray, t: float, jacobian: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        import dask
+
+        name = self.dvol.template.name
+        if jacobian:
+            ds = self.dvol.sample_grad(points, self.mode, "world", "world")
+            u, J = dask.compute(ds[name].data, ds[f"{name}_jacobian"].data, scheduler=self.dvol.client)
+            return np.asarray(u, np.float64), np.asarray(J, np.float64)
+        ds = self.dvol.sample(points, self.mode, "world")
+        (u,) = dask.compute(ds[name].data, scheduler=self.dvol.client)
+        return np.asarray(u, np.float64), None
+
+
+class AnalyticSource(Source):
+    """A :class:`vdbflow.synthetic.FlowField` (steady) or :class:`vdbflow.synthetic.unsteady.UnsteadyField`."""
+
+    kind = "analytic"
+
+    def __init__(self, field: Any, unsteady: bool):
+        self.field, self.unsteady = field, unsteady
+
+    def sample(self, points: np.ndarray, t: float, jacobian: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        args = (points, t) if self.unsteady else (points,)
+        u = np.asarray(self.field.velocity(*args), np.float64)
+        return u, np.asarray(self.field.jacobian(*args), np.float64) if jacobian else None
+
+
+def as_source(source: Any, mode: str, time: str, device: str = "cpu") -> Source:
+    from vdbflow.ops.sampling import MODES
+    from vdbflow.synthetic.steady import FlowField
+    from vdbflow.synthetic.unsteady import UnsteadyField
+    from vdbflow.temporal.series import TIME_MODES, VolumeSeries
+
+    if mode not in MODES:
+        raise SamplingError(f"expected mode to be one of {', '.join(map(repr, MODES))}, got {mode!r}")
+    if time not in TIME_MODES:
+        raise SamplingError(f"expected time to be one of {', '.join(map(repr, TIME_MODES))}, got {time!r}")
+    if device not in ("cpu", "cuda"):
+        raise DeviceError(f"expected device 'cpu' or 'cuda', got {device!r}")
+    if device == "cuda" and not (isinstance(source, Volume) and source.value_type.is_float):
+        what = f"a {source.value_type.name} Volume" if isinstance(source, Volume) else type(source).__name__
+        raise DeviceError(f"expected a float Volume for device='cuda' (whole trajectories on the GPU), got {what}")
+    if isinstance(source, Volume):
+        if device == "cuda":
+            from vdbflow.devices import cuda
+
+            cuda.cupy_module()  # a clear DeviceError without CuPy or a GPU
+        return VolumeSource(source, mode, device)
+    if isinstance(source, VolumeSeries):
+        return SeriesSource(source, mode, time)
+    dist = sys.modules.get("vdbflow.distribution.volume")
+    if dist is not None and isinstance(source, dist.DistributedVolume):
+        return DistributedSource(source, mode)
+    if isinstance(source, FlowField):
+        return AnalyticSource(source, unsteady=False)
+    if isinstance(source, UnsteadyField):
+        return AnalyticSource(source, unsteady=True)
+    raise SamplingError(
+        f"expected a Volume, VolumeSeries, DistributedSeries, DistributedVolume or analytic field to advect through, "
+        f"got {type(source).__name__}"
+    )
