@@ -12,13 +12,11 @@ import numpy as np
 
 from vdbflow.core.volume import Volume
 from vdbflow.devices import cpu
+from vdbflow.distribution import keys
 from vdbflow.distribution.plan import Router
 from vdbflow.ops.request import SampleRequest
 
 DEFAULT_CHUNK = 1 << 20  # points per chunk when the points are a NumPy array
-# task-key prefixes of the forward graph (a job's progress report groups its worker time by them)
-ROUTE_KEY, SAMPLE_KEY, REORDER_KEY = "vdbflow-route", "vdbflow-sample", "vdbflow-reorder"
-OUTPUT_KEYS = {"value": "vdbflow-values", "jacobian": "vdbflow-jacobian", "hessian": "vdbflow-hessian"}
 
 
 def route_wave(
@@ -136,7 +134,7 @@ def forward_arrays(
         points.name if isinstance(points, da.Array) else uuid.uuid4().hex,
         W,
     )
-    names = [f"{OUTPUT_KEYS[name]}-{token}" for name in request.outputs]
+    names = [f"{keys.OUTPUTS[name]}-{token}" for name in request.outputs]
     layers: list[dict] = [{} for _ in outputs]
     done_waves = []
     for w, first in enumerate(range(0, len(chunks), W)):
@@ -148,14 +146,14 @@ def forward_arrays(
             dvol.near,
             request.device,
             *members,
-            dask_key_name=f"{ROUTE_KEY}-{token}-{w}",
+            dask_key_name=f"{keys.ROUTE}-{token}-{w}",
         )
         sampled = []
         for p, part in enumerate(dvol.partitions):
             # runs where the partition lives (placement.py): a piece moves, never a partition
             sampled.append(
                 delayed(sample_piece, pure=False)(
-                    part, route[P + p], request, dask_key_name=f"{SAMPLE_KEY}-{token}-{w}-{p}"
+                    part, route[P + p], request, dask_key_name=f"{keys.SAMPLE}-{token}-{w}-{p}"
                 )
             )
         done = delayed(assemble_wave, pure=False)(
@@ -164,7 +162,7 @@ def forward_arrays(
             template.background,
             route,
             *sampled,
-            dask_key_name=f"{REORDER_KEY}-{token}-{w}",
+            dask_key_name=f"{keys.REORDER}-{token}-{w}",
         )
         done_waves.append(done)
         for i in range(len(members)):

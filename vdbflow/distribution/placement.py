@@ -26,9 +26,11 @@ from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-PARTITION_PREFIX = "vdbflow-partition-"
+from vdbflow.distribution import keys
+
+PARTITION_PREFIX = f"{keys.PARTITION}-"
 # tasks whose output is a whole wave: routed points (forward and reverse), assembled results, point adjoints
-WAVE_PREFIXES = ("vdbflow-route-", "vdbflow-reorder-", "vdbflow-vjp-points-")
+WAVE_PREFIXES = (f"{keys.ROUTE}-", f"{keys.REORDER}-", f"{keys.VJP_POINTS}-")
 
 
 def _partition_of(ts: Any) -> Any:

@@ -12,6 +12,7 @@ import numpy as np
 
 from vdbflow.core.volume import Topology, Volume
 from vdbflow.devices import cpu
+from vdbflow.distribution import keys
 from vdbflow.distribution.forward import DEFAULT_CHUNK, default_wave, route_wave
 from vdbflow.distribution.partitions import import_dask
 from vdbflow.ops.request import SPACES, check_choice
@@ -198,7 +199,7 @@ def vjp_graph(
             None,
             "cpu",
             *chunks[members],
-            dask_key_name=f"vdbflow-route-vjp-{token}-{w}",
+            dask_key_name=f"{keys.ROUTE_VJP}-{token}-{w}",
         )
         pieces = []
         for p in range(P):
@@ -212,16 +213,16 @@ def vjp_graph(
                 n_members,
                 *vals[members],
                 *jacs[members],
-                dask_key_name=f"vdbflow-vjp-{token}-{w}-{p}",
+                dask_key_name=f"{keys.VJP}-{token}-{w}-{p}",
             )
-            totals[p] = delayed(_fold, pure=True)(totals[p], adjoints[1], dask_key_name=f"vdbflow-fold-{token}-{w}-{p}")
+            totals[p] = delayed(_fold, pure=True)(totals[p], adjoints[1], dask_key_name=f"{keys.FOLD}-{token}-{w}-{p}")
             pieces.append(adjoints[0])
         sizes = points.chunks[0][members]
         waves.append(
             (
                 sizes,
                 delayed(_wave_point_adjoints, pure=True)(
-                    sizes, R, route, *pieces, dask_key_name=f"vdbflow-vjp-points-{token}-{w}"
+                    sizes, R, route, *pieces, dask_key_name=f"{keys.VJP_POINTS}-{token}-{w}"
                 ),
             )
         )

@@ -93,7 +93,7 @@ def _print_plan(plan: Any, console: Console) -> None:
             rows.append((f"grid {g.name!r}", g.source))
             continue
         voxels = f"{g.active_voxels:,} active voxels" + (f", {g.leaves:,} leaves" if g.leaves >= 0 else " (about)")
-        rows.append((f"grid {g.name!r}", f"{g.value_type}, {voxels}; {g.source}"))
+        rows.append((f"grid {g.name!r}", f"{g.grid_type}, {voxels}; {g.source}"))
     count = f"{plan.point_count:,}" if plan.point_count is not None else "counted when read"
     chunks = f" in {plan.point_chunks} chunk(s)" if plan.point_chunks else ""
     rows.append(("points", f"{count} ({cfg.points.kind}, {cfg.points.space} space){chunks}"))

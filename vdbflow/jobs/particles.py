@@ -29,6 +29,8 @@ from vdbflow.errors import VolumeError
 from vdbflow.temporal.particles import advect, step_plan
 from vdbflow.temporal.series import StepIdentity, VolumeSeries, open_series
 
+ADVECT_KEY = "vdbflow-advect"  # task-key prefix of the seed chunks (jobs.progress groups by it)
+
 OPEN_VOLUMES_PER_WORKER = 2  # volumes kept open in a worker process between tasks
 
 
@@ -145,7 +147,7 @@ def particle_dataset(cfg: Any, source: Any, template: Volume, seeds: Any) -> xr.
     columns: list[list[Any]] = [[] for _ in shapes]
     for b, (block, rows) in enumerate(zip(seeds.to_delayed().ravel(), seeds.chunks[0], strict=True)):
         parts = dask.delayed(_advect_chunk, nout=len(shapes), pure=True)(
-            source, block, settings, dask_key_name=f"vdbflow-advect-{token}-{b}"
+            source, block, settings, dask_key_name=f"{ADVECT_KEY}-{token}-{b}"
         )
         for column, part, (_, shape, dtype) in zip(columns, parts, shapes, strict=True):
             column.append(da.from_delayed(part, (rows, *shape), dtype=dtype))

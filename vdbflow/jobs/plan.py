@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from vdbflow import synthetic
+from vdbflow.core.value_types import VALUE_TYPES, ValueType, value_type_for
 from vdbflow.errors import NanoVDBError, PointsError, TimeError, VolumeError
 from vdbflow.jobs.checks import check_inputs
 from vdbflow.jobs.clusters import MissingExtraError, describe_cluster, slurm_job_script
@@ -32,12 +33,19 @@ from vdbflow.ops.sampling import STENCIL_RADIUS
 
 @dataclass
 class GridPlan:
+    """A grid the job samples: ``grid_type`` as its file names it (``"Vec3f"``, ``"Fp16"``, ...) and
+    the :class:`~vdbflow.ValueType` vdbflow reads it as."""
+
     name: str
-    value_type: str
-    components: int
+    grid_type: str
+    value_type: ValueType
     leaves: int
     active_voxels: int
     source: str
+
+    @property
+    def components(self) -> int:
+        return self.value_type.components
 
 
 # how long a job takes, for the plan: configs/demo.yaml at 8M points sampled and wrote 2.0-2.3 M points/s
@@ -115,8 +123,7 @@ def _bytes_per_point(cfg: JobConfig, grids: list[GridPlan]) -> int:
         return kept * per_kept + 1 + 8 + 8 * ("ftle" in cfg.advect.outputs)  # status, end time, FTLE
     total = 8 + 3 * 8  # the int64 point index and float64 coordinates
     for g in grids:
-        name = g.value_type.lower()
-        item = 8 if (name.endswith("d") or "double" in name or "64" in name) else 4
+        item = g.value_type.dtype.itemsize
         for out in cfg.sampling.outputs:
             if out == "value":
                 total += g.components * item
@@ -157,10 +164,11 @@ def _synthetic_estimate(cfg: JobConfig) -> GridPlan:
     voxels = int(4.0 / 3.0 * np.pi * (outer**3 - inner**3) * s.resolution**3)
     comps = 3 if s.field != "linear" else len(s.params.get("matrix", [[0] * 3] * 3))
     where = f" (written to {s.write})" if s.write else ""
+    vt = value_type_for(np.dtype(s.dtype), comps)
     return GridPlan(
         "velocity",
-        f"vec{comps}{'f' if s.dtype == 'float32' else 'd'}",
-        comps,
+        vt.name,
+        vt,
         -1,
         voxels,
         f"synthetic {s.field}, {s.resolution}^3 box, shell {list(s.shell)}{where}",
@@ -188,11 +196,10 @@ def _nvdb_grids(cfg: JobConfig) -> list[GridPlan]:
     plans = []
     for n in names:
         g = by_name[n]
-        if g.grid_type in ("Index", "OnIndex"):
+        if g.value_type is None:
             raise ConfigError(f"volume.grids: {n!r} is an {g.grid_type} grid (no values to sample)")
-        components = 3 if g.grid_type.startswith("Vec3") else 4 if g.grid_type.startswith("Vec4") else 1
         where = str(path) if series is None else f"series of {len(series.files())} files, {path} first"
-        plans.append(GridPlan(n, g.grid_type, components, g.leaf_count, g.active_voxel_count, where))
+        plans.append(GridPlan(n, g.grid_type, g.value_type, g.leaf_count, g.active_voxel_count, where))
     return plans
 
 
@@ -242,18 +249,19 @@ def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False) -> JobP
         grids = [_synthetic_estimate(cfg)]
     elif volume_missing:  # a dry run: the sizes assume vec3f grids
         grids = [
-            GridPlan(n, "Vec3f", 3, -1, -1, f"not read: {missing_volume} is not here (sizes assume vec3f)")
+            GridPlan(
+                n, "Vec3f", VALUE_TYPES["vec3f"], -1, -1, f"not read: {missing_volume} is not here (sizes assume vec3f)"
+            )
             for n in cfg.volume.grids or ["(the first grid)"]
         ]
     else:
         grids = _nvdb_grids(cfg)
     derived = [o for o in cfg.sampling.outputs if o in DERIVED] if cfg.advect is None else []  # advect: unused
     for g in grids if not volume_missing else ():
-        floating = g.value_type.lower().startswith(("vec", "float", "double"))
-        if cfg.sampling.mode != "closest" and not floating:
+        if cfg.sampling.mode != "closest" and not g.value_type.is_float:
             raise ConfigError(
                 f"sampling.mode: {cfg.sampling.mode!r} needs float data; grid {g.name!r} holds "
-                f"{g.value_type} (use mode: closest)"
+                f"{g.grid_type} (use mode: closest)"
             )
         if derived and g.components != 3:
             raise ConfigError(
@@ -266,12 +274,10 @@ def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False) -> JobP
                 f"[name]), got {len(grids)}: {', '.join(g.name for g in grids)}"
             )
         g = grids[0]
-        if not volume_missing and (
-            g.components != 3 or not g.value_type.lower().startswith(("vec3", "vec3f", "vec3d"))
-        ):
+        if not volume_missing and (g.components != 3 or not g.value_type.is_float):
             raise ConfigError(
                 f"advect{cfg.where('advect')}: expected a vec3 float velocity grid, grid {g.name!r} holds "
-                f"{g.value_type} with {g.components} component(s)"
+                f"{g.grid_type} with {g.components} component(s)"
             )
     if isinstance(cfg.points, FilePoints) and not cfg.points.path.exists():
         count = None  # a dry run: counted when the file is there

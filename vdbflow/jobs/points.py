@@ -17,6 +17,8 @@ from vdbflow.core.transform import Transform
 from vdbflow.errors import PointsError
 from vdbflow.jobs.config import FilePoints, GridPoints, LinePoints, PlanePoints, RandomPoints
 
+POINTS_KEY = "vdbflow-points"  # task-key prefix of the generated point chunks (jobs.progress groups by it)
+
 
 @dataclass
 class PointSet:
@@ -53,7 +55,7 @@ def _lazy(n: int, chunk: int, fn: Any, *args: Any) -> Any:
         return da.zeros((0, 3), dtype=np.float64, chunks=(1, 3))
     shared = [dask.delayed(a) if isinstance(a, np.ndarray) else a for a in args]  # one graph key each
     refs = [a.key if isinstance(a, Delayed) else a for a in shared]
-    name = f"vdbflow-points-{tokenize(fn, n, chunk, *args)}"
+    name = f"{POINTS_KEY}-{tokenize(fn, n, chunk, *args)}"
     starts = np.cumsum((0,) + sizes)
     layer = {(name, b, 0): (fn, b, int(starts[b]), int(starts[b + 1]), *refs) for b in range(len(sizes))}
     graph = HighLevelGraph.from_collections(name, layer, dependencies=[a for a in shared if isinstance(a, Delayed)])

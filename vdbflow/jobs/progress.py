@@ -7,10 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
-# steps of a job's graph, by the prefix of their task keys (dask.utils.key_split)
+from vdbflow.distribution import keys
+from vdbflow.jobs.particles import ADVECT_KEY
+from vdbflow.jobs.points import POINTS_KEY
+
+# steps of a job's graph, by the prefix of their task keys (dask.utils.key_split): vdbflow's own prefixes
+# are constants of the modules that make the keys; the others are Dask's and xarray's
 STEPS = {
     "points": (
-        "vdbflow-points",
+        POINTS_KEY,
         "from-zarr",
         "open_dataset",
         "original-array",
@@ -19,11 +24,11 @@ STEPS = {
         "read_parquet",
         "rechunk",
     ),
-    "routing": ("vdbflow-route",),
-    "sampling": ("vdbflow-sample", "vdbflow-reorder", "vdbflow-values", "vdbflow-jacobian", "getitem"),
+    "routing": (keys.ROUTE,),
+    "sampling": (keys.SAMPLE, keys.REORDER, *keys.OUTPUTS.values(), "getitem"),
     "writing": ("store-map", "store", "to_zarr", "to_netcdf", "finalize", "_finalize_store"),
     "analytic check": ("block_error",),
-    "advection": ("vdbflow-advect",),
+    "advection": (ADVECT_KEY,),
 }
 
 

@@ -25,6 +25,7 @@ import numpy as np
 import xarray as xr
 
 from vdbflow.analysis import flow
+from vdbflow.core import schema
 from vdbflow.core.volume import Volume
 from vdbflow.errors import NanoVDBError, VdbflowError, VolumeError
 from vdbflow.jobs.clusters import open_cluster
@@ -43,6 +44,8 @@ from vdbflow.jobs.output import (
 from vdbflow.jobs.plan import JobPlan, plan_job
 from vdbflow.jobs.points import make_points
 from vdbflow.jobs.progress import DaskRichBar, worker_time_by_step
+from vdbflow.ops.request import OUTPUTS, SampleRequest
+from vdbflow.ops.results import result_dataset
 
 log = logging.getLogger("vdbflow.run")
 
@@ -92,23 +95,20 @@ def _inside(pts: Any, topology: Any, cfg: JobConfig) -> Any:
 def _grid_dataset(dvol: Any, pts: Any, cfg: JobConfig, prefix: str, topology: Any) -> tuple[xr.Dataset, Any]:
     """The sampled variables of one grid, named for the job's outputs; and its Jacobian (or None)."""
     sp = cfg.sampling
-    want_jac = any(o == "jacobian" or o in DERIVED for o in sp.outputs)
     if any(o in SECOND for o in sp.outputs):
-        ds = dvol.sample_hessian(pts, sp.mode, cfg.points.space, sp.jacobian_space, device=sp.device)
-    elif want_jac:
-        ds = dvol.sample_grad(pts, sp.mode, cfg.points.space, sp.jacobian_space, device=sp.device)
+        outputs: tuple[str, ...] = OUTPUTS
+    elif any(o == "jacobian" or o in DERIVED for o in sp.outputs):
+        outputs = OUTPUTS[:2]
     else:
-        ds = dvol.sample(pts, sp.mode, cfg.points.space, device=sp.device)
+        outputs = OUTPUTS[:1]
+    request = SampleRequest(sp.mode, outputs, cfg.points.space, sp.jacobian_space, device=sp.device)
+    ds = result_dataset(dvol.template, request, pts, dvol.sample_arrays(request, pts))
     name = dvol.template.name
-    jac = ds.get(f"{name}_jacobian")
-    keep = [
-        v
-        for v, o in ((name, "value"), (f"{name}_jacobian", "jacobian"), (f"{name}_hessian", "hessian"))
-        if o in sp.outputs
-    ]
-    out = ds[keep]
+    variables = {"value": name, "jacobian": schema.jacobian_name(name), "hessian": schema.hessian_name(name)}
+    jac = ds.get(variables["jacobian"])
+    out = ds[[v for o, v in variables.items() if o in sp.outputs]]
     if "laplacian" in sp.outputs:
-        out[f"{prefix}laplacian"] = flow.laplacian(ds[f"{name}_hessian"])
+        out[f"{prefix}laplacian"] = flow.laplacian(ds[variables["hessian"]])
     for quantity in (o for o in sp.outputs if o in DERIVED):
         if quantity == "helicity":
             da_ = flow.helicity(ds[name], jac)

@@ -1,5 +1,7 @@
-"""Sampling entry points: array level (:func:`sample_grad_arrays`) and xarray level
-(:func:`sample`, :func:`sample_grad`).  The math runs in kernels/ through a backend."""
+"""Sampling at points: the two doors of a :class:`~vdbflow.ops.request.SampleRequest` -
+:func:`sample_arrays` (raw arrays) and :func:`sample_dataset` (an xarray Dataset, lazy for Dask
+points) - and the entry points that make one: :func:`sample_grad_arrays`, :func:`sample`,
+:func:`sample_grad`.  The math runs in kernels/ through a backend (:mod:`vdbflow.devices`)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,76 @@
+"""The backend interface: both devices implement every operation of ``vdbflow.devices.backend.Backend``
+with its parameters, and the device is chosen once, from the request and the points."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+
+import vdbflow
+from vdbflow.devices import backend, cpu, cuda
+from vdbflow.devices.backend import OPERATIONS, Backend
+from vdbflow.ops import sampling
+from vdbflow.ops.request import SampleRequest
+
+
+def _parameters(fn) -> list[tuple[str, object]]:
+    return [(p.name, p.default) for p in inspect.signature(fn).parameters.values() if p.name != "self"]
+
+
+def test_the_interface_names_every_operation_of_the_kernels():
+    assert set(OPERATIONS) == {
+        "sample",
+        "sample_hessian",
+        "sample_vjp",
+        "grid_gradient",
+        "advect",
+        "route",
+        "stencil_inside",
+        "defined_voxels",
+        "scatter_rows",
+        "active_voxels_at",
+    }
+
+
+@pytest.mark.parametrize("module", [cpu, cuda], ids=["cpu", "cuda"])
+@pytest.mark.parametrize("operation", OPERATIONS)
+def test_each_backend_implements_the_whole_interface(module, operation):
+    """Same names, same parameters and defaults, on both devices (the CUDA module imports CuPy only
+    when called, so this runs without a GPU)."""
+    fn = getattr(module, operation, None)
+    assert callable(fn), f"vdbflow.devices.{module.__name__.rsplit('.', 1)[1]} lacks {operation}"
+    assert _parameters(fn) == _parameters(getattr(Backend, operation))
+
+
+def test_the_device_is_chosen_from_the_request_and_the_points():
+    assert backend("cpu") is cpu and backend("cuda") is cuda
+    points = np.zeros((2, 3))
+    assert SampleRequest(device="auto").device_for(points) == "cpu"
+    assert SampleRequest(device="cuda").device_for(points) == "cuda"
+    with pytest.raises(vdbflow.DeviceError):
+        SampleRequest(device="gpu")
+
+
+def test_the_cpu_backend_answers_each_operation(rng):
+    """The operations beyond sampling, each against a plain NumPy answer."""
+    ijk = np.unique(rng.integers(-12, 12, (300, 3)), axis=0)
+    vol = vdbflow.Volume.from_voxels(ijk, rng.standard_normal(len(ijk)))
+    topo = vol.topology
+    # defined voxels: exactly the active ones here (no tiles)
+    probe = np.concatenate([ijk[:50], ijk[:50] + 100])
+    np.testing.assert_array_equal(cpu.defined_voxels(topo, probe), [True] * 50 + [False] * 50)
+    # the rank-select of active voxels: the tree-order list of active voxels
+    counts = np.bitwise_count(topo.masks).sum(axis=1).astype(np.int64)
+    ranks = rng.integers(0, counts.sum(), 40)
+    got = cpu.active_voxels_at(topo.leaf_origins, topo.masks, np.cumsum(counts), ranks)
+    np.testing.assert_array_equal(got, vol.active_voxels()[ranks])
+    # scatter rows
+    dst = np.zeros((6, 2), np.float32)
+    cpu.scatter_rows(dst, np.array([4, 0, 2]), np.arange(6.0).reshape(3, 2))
+    np.testing.assert_array_equal(dst[[4, 0, 2]], np.arange(6.0).reshape(3, 2))
+    assert not dst[[1, 3, 5]].any()
+    # the stencil of closest reads one voxel: inside exactly at the active voxels
+    inside = cpu.stencil_inside(topo, probe.astype(np.float64), sampling.MODES["closest"], False)
+    np.testing.assert_array_equal(inside, [True] * 50 + [False] * 50)
