@@ -222,3 +222,24 @@ def test_quantised_grid_checksums_and_bad_widths(tmp_path):
     bad, _ = transcode(float_grid(tmp_path), "FpN", bad_fpn_width=True)
     with pytest.raises(vdbflow.NanoVDBError, match=r"bit width of 2\^7 \(flags at byte \d+\)"):
         vdbflow.open(bad, checksum=False)
+
+
+def test_a_job_plans_a_quantised_grid_as_the_float32_it_reads(tmp_path):
+    """The job plan takes a grid's value type from the listing (GridInfo.value_type), not from its type
+    name: an Fp16 grid is float32 data, sampled with linear and sized 4 bytes a component."""
+    from vdbflow.jobs.config_load import load_config
+    from vdbflow.jobs.plan import plan_job
+
+    built, _ = transcode(float_grid(tmp_path), "Fp16")
+    path = tmp_path / "fp16.nvdb"
+    path.write_bytes(built)
+    info = vdbflow.list_grids(str(path))[0]
+    assert info.grid_type == "Fp16" and info.value_type == vdbflow.VALUE_TYPES["float32"]
+    text = (
+        f"volume: {{path: {path}}}\npoints: {{kind: random, count: 1000, space: index}}\n"
+        f"sampling: {{mode: linear, outputs: [value, jacobian]}}\noutput: {{path: {tmp_path / 'out.zarr'}}}\n"
+    )
+    plan = plan_job(load_config(text=text), dry_run=True)
+    (grid,) = plan.grids
+    assert grid.grid_type == "Fp16" and grid.value_type.name == "float32" and grid.components == 1
+    assert plan.bytes_per_point == 8 + 3 * 8 + 4 + 3 * 4  # point index and coordinates, value, Jacobian
