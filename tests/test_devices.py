@@ -1,4 +1,4 @@
-"""The backend interface: both devices implement every operation of ``vdbflow.devices.backend.Backend``
+"""The backend interface: both devices implement every operation of ``vdbflow.devices.interface.Backend``
 with its parameters, and the device is chosen once, from the request and the points."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 import vdbflow
 from vdbflow.devices import backend, cpu, cuda
-from vdbflow.devices.backend import OPERATIONS, Backend
+from vdbflow.devices.interface import OPERATIONS, Backend
 from vdbflow.ops import sampling
 from vdbflow.ops.request import SampleRequest
 
@@ -74,3 +74,16 @@ def test_the_cpu_backend_answers_each_operation(rng):
     # the stencil of closest reads one voxel: inside exactly at the active voxels
     inside = cpu.stencil_inside(topo, probe.astype(np.float64), sampling.MODES["closest"], False)
     np.testing.assert_array_equal(inside, [True] * 50 + [False] * 50)
+
+
+def test_the_backend_function_is_not_shadowed_by_a_submodule():
+    """``vdbflow.devices.backend`` stays the function once every submodule is imported."""
+    import importlib
+    import pkgutil
+
+    import vdbflow.devices as devices
+
+    for info in pkgutil.iter_modules(devices.__path__):
+        if info.name != "cuda" or importlib.util.find_spec("cupy") is not None:
+            importlib.import_module(f"vdbflow.devices.{info.name}")
+    assert callable(devices.backend) and devices.backend("cpu") is cpu
