@@ -62,8 +62,8 @@ def value_type_for(dtype: np.dtype, components: int) -> ValueType:
     """
     dtype = np.dtype(dtype)
     if dtype not in SCALAR_DTYPES:
-        names = ", ".join(d.name for d in SCALAR_DTYPES)
-        raise VolumeError(f"expected values of dtype {names}, got {dtype}")
+        names = [d.name for d in sorted(SCALAR_DTYPES, key=lambda d: (d.kind == "f", d.kind == "u", d.itemsize))]
+        raise VolumeError(f"expected values of dtype {', '.join(names[:-1])} or {names[-1]}, got {dtype}")
     for vt in VALUE_TYPES.values():
         if vt.dtype == dtype and vt.components == components:
             return vt
