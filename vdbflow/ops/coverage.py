@@ -14,16 +14,37 @@ from typing import Any
 import numpy as np
 
 from vdbflow import _core
-from vdbflow.core.kernel import MODES, STENCIL_RADIUS
+from vdbflow.core import kernel
+from vdbflow.core.kernel import MODES, STENCIL_RADIUS, KernelArrays
 from vdbflow.errors import PointsError, SamplingError
 from vdbflow.ops.sampling import SPACES
+
+
+def _topology_kernel(topology: Any) -> KernelArrays:
+    """The kernel arrays of a topology alone: coverage reads its tables, masks and transform, never
+    values (a one-component float32 background stands in for them)."""
+    none = np.zeros(0, np.float32)
+    return KernelArrays(
+        topology.tables,
+        topology.masks,
+        topology.prefix,
+        topology.leaf_offset,
+        none,
+        none,
+        np.zeros(1, np.float32),
+        1,
+        True,
+        None,
+        topology.transform.kernel_parameters(),
+    )
 
 
 def defined_voxels(topology: Any, ijk: np.ndarray) -> np.ndarray:
     """(M,) bool: voxels ``ijk`` (M, 3) that are active in a leaf or inside a tile of any level
     (the kernels' ``voxel_defined``, kernels/vdbflow/coverage.h)."""
     ijk = np.ascontiguousarray(np.asarray(ijk, np.int64).reshape(-1, 3))
-    return _core.defined_voxels(list(topology.tables), topology.masks, ijk)
+    rec = kernel.host_record(_topology_kernel(getattr(topology, "topology", topology)))  # held for the call
+    return _core.defined_voxels(rec.call(MODES["closest"]).tobytes(), ijk)
 
 
 def stencil_inside(vol: Any, points: Any, mode: str = "linear", space: str = "world") -> np.ndarray:
@@ -39,27 +60,20 @@ def stencil_inside(vol: Any, points: Any, mode: str = "linear", space: str = "wo
     pts = np.asarray(points, np.float64)
     if pts.ndim != 2 or pts.shape[1] != 3:
         raise PointsError(f"expected points of shape (N, 3), got {pts.shape}")
-    topology = getattr(vol, "topology", vol)
-    return _core.stencil_inside(
-        list(topology.tables),
-        topology.masks,
-        np.ascontiguousarray(pts),
-        topology.transform.kernel_parameters(),
-        space == "world",
-        MODES[mode],
-    )
+    rec = kernel.host_record(_topology_kernel(getattr(vol, "topology", vol)))  # held for the call
+    return _core.stencil_inside(rec.call(MODES[mode], space == "world").tobytes(), np.ascontiguousarray(pts))
 
 
 class InsideCheck:
     """:func:`stencil_inside` of one topology and mode, for points checked again and again (particles).
-    The transform's kernel parameters are worked out once."""
+    The topology's kernel arrays and record are built once."""
 
     def __init__(self, topology: Any, mode: str):
         if mode not in STENCIL_RADIUS:
             raise SamplingError(f"expected a mode in {sorted(STENCIL_RADIUS)}, got {mode!r}")
         self.topology = getattr(topology, "topology", topology)
         self.mode = mode
-        self.xform = self.topology.transform.kernel_parameters()
+        self.kernel = _topology_kernel(self.topology)
 
     def __call__(self, points: np.ndarray, space: str = "world") -> np.ndarray:
         """(N,) bool for points (N, 3) in ``space``."""
@@ -68,6 +82,5 @@ class InsideCheck:
         pts = np.ascontiguousarray(points, np.float64)
         if pts.ndim != 2 or pts.shape[1] != 3:
             raise PointsError(f"expected points of shape (N, 3), got {pts.shape}")
-        return _core.stencil_inside(
-            list(self.topology.tables), self.topology.masks, pts, self.xform, space == "world", MODES[self.mode]
-        )
+        rec = kernel.host_record(self.kernel)  # built once, kept in self.kernel; held for the call
+        return _core.stencil_inside(rec.call(MODES[self.mode], space == "world").tobytes(), pts)
