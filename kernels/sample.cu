@@ -1,86 +1,51 @@
-// sample.cu - CUDA entry points of the sampling kernels, compiled at run time by CuPy (NVRTC)
-// and checked ahead of time with nvcc in the test suite.  The math is in vdbflow/sample.h,
-// shared with the CPU build (cpu_module.cpp).
+// sample.cu - CUDA entry points of the kernels, compiled at run time by CuPy (NVRTC) and checked ahead
+// of time with nvcc in the test suite.  Each entry point is one launch of the shared loop of a header
+// (vdbflow/*.h: sample_points, hessian_points, ...), the same function the CPU extension runs
+// (cpu_kernels.h); launch.h makes it a grid-stride loop here, an OpenMP loop there.
 //
-// Each entry point is a template over the value type T and the component count NC (0: C at run
-// time), instantiated on demand: the CUDA backend (vdbflow/devices/cuda.py) lists the instances it
-// calls as CuPy name expressions ("vdbflow::sample_kernel<float, 3>") and NVRTC compiles those.
-// Every entry point takes the call's KernelAbi record (abi.h: grid, transform, mode and spaces) by
-// pointer to a device copy, then the call's arrays.  Points are float64 (N, 3); outputs are values
-// (N, C) of the value type and, when out_jacobian is not null, Jacobians (N, C, 3) of the
-// accumulation type (float, or double for double data).
-#include "vdbflow/abi.h"
+// Templates over the value type T and the component count NC (0: C at run time) are instantiated on
+// demand: the CUDA backend (vdbflow/devices/cuda.py) lists the instances it calls as CuPy name
+// expressions ("vdbflow::sample_kernel<float, 3>") and NVRTC compiles those.  Entry points that read a
+// grid take the call's KernelAbi record (abi.h: grid, transform, mode and spaces) by pointer to a device
+// copy, then the call's arrays.  Points are float64 (N, 3); outputs are values (N, C) of the value type
+// and, where a Jacobian pointer is not null, Jacobians (N, C, 3) of the accumulation type (float, or
+// double for double data).
 #include "vdbflow/adjoint.h"
 #include "vdbflow/advect.h"
 #include "vdbflow/hessian.h"
 #include "vdbflow/route.h"
-#include "vdbflow/sample.h"
-#include "vdbflow/schemes.h"
 
 namespace vdbflow {
 
 template <class T, int NC>
 __global__ void sample_kernel(const KernelAbi* abi, const double* points, i64 n, T* out_values,
                               typename RealOf<T>::type* out_jacobian) {
-  const KernelAbi& a = *abi;
-  const GridView<T> g = abi_grid<T>(a);
-  const PointTransform xf = abi_transform(a);
-  const int C = a.components, mode = a.mode;
-  const bool want_jacobian = out_jacobian != nullptr;
-  LeafCache cache;
-  const i64 stride = (i64)blockDim.x * gridDim.x;
-  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const double p[3] = {points[3 * i], points[3 * i + 1], points[3 * i + 2]};
-    sample_point<T, NC>(g, xf, p, mode, want_jacobian, out_values + i * C,
-                        want_jacobian ? out_jacobian + i * 3 * C : nullptr, cache);
-  }
+  sample_points<T, NC>(*abi, points, n, out_values, out_jacobian);
 }
 
 // Values, Jacobians and Hessians (N, C, 3, 3) of float data (hessian.h); out_jacobian may be null.
 template <class T, int NC>
 __global__ void hessian_kernel(const KernelAbi* abi, const double* points, i64 n, T* out_values,
                                typename RealOf<T>::type* out_jacobian, typename RealOf<T>::type* out_hessian) {
-  const KernelAbi& a = *abi;
-  const GridView<T> g = abi_grid<T>(a);
-  const PointTransform xf = abi_transform(a);
-  const int C = a.components, mode = a.mode;
-  const bool hessian_world = a.hessian_world != 0;
-  LeafCache cache;
-  const i64 stride = (i64)blockDim.x * gridDim.x;
-  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const double p[3] = {points[3 * i], points[3 * i + 1], points[3 * i + 2]};
-    sample_point_hessian<T, NC>(g, xf, p, mode, hessian_world, out_values + i * C,
-                                out_jacobian ? out_jacobian + i * 3 * C : nullptr, out_hessian + i * 9 * C, cache);
-  }
+  hessian_points<T, NC>(*abi, points, n, out_values, out_jacobian, out_hessian);
 }
 
-// Reverse mode: corner shares are added to a float64 accumulator with atomicAdd, so on the GPU the
-// order of the additions (and so the last bits of the sums) may change from run to run.
-struct AtomicSink {
-  double* accumulator;
-  int components;
-  __device__ void operator()(int, i64 row, int c, double x) const {
-    atomicAdd(accumulator + row * components + c, x);
-  }
-};
-
+// Reverse mode (adjoint.h): corner shares are added to a float64 accumulator with atomicAdd, so on the
+// GPU the order of the additions (and so the last bits of the sums) may change from run to run.
 template <class T, int NC>
 __global__ void vjp_kernel(const KernelAbi* abi, const double* points, i64 n,
                            const typename RealOf<T>::type* adj_values, const typename RealOf<T>::type* adj_jacobian,
                            double* accumulator, typename RealOf<T>::type* adj_points) {
-  const KernelAbi& a = *abi;
-  const GridView<T> g = abi_grid<T>(a, true);  // reverse mode runs on contiguous values
-  const PointTransform xf = abi_transform(a);
-  const int C = a.components, mode = a.mode;
-  const AdjointRows rows{a.value_rows, a.tile_rows};
-  AtomicSink sink{accumulator, C};
-  LeafCache cache;
-  const i64 stride = (i64)blockDim.x * gridDim.x;
-  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const double p[3] = {points[3 * i], points[3 * i + 1], points[3 * i + 2]};
-    adjoint_point<T, NC>(g, rows, xf, p, mode, adj_values + i * C, adj_jacobian ? adj_jacobian + i * 3 * C : nullptr,
-                         sink, adj_points + 3 * i, cache);
-  }
+  adjoint_points<T, NC>(*abi, points, n, adj_values, adj_jacobian, accumulator, adj_points);
+}
+
+// Gradient field (schemes.h): the fd2 .. fd8 Jacobians (rows, C, 3) of the record's scheme at every active
+// voxel, one thread per voxel, rows in OnIndex order; leaf_end (L,) is the running count of active voxels
+// at the end of each leaf, origins (L, 3) int32 the leaves' origins.
+template <class T, int NC>
+__global__ void grid_gradient_kernel(const KernelAbi* abi, const int* origins, const i64* leaf_end, i64 leaves,
+                                     i64 rows, typename RealOf<T>::type* out_jacobian) {
+  grid_gradient_voxels<T, NC>(*abi, origins, leaf_end, leaves, rows, out_jacobian);
 }
 
 // Particle trajectories through a steady vec3 volume (advect.h), one thread per particle: x (n, 3) float64
@@ -92,32 +57,9 @@ __global__ void advect_kernel(const KernelAbi* abi, const double* a_coef, const 
                               const i64* save_slot, i64 steps, i64 slots, double* x, i64 n, double* position,
                               double* velocity, double* jacobian, double* F, signed char* status, i64* last_step,
                               int* evaluations, int validate_end) {
-  const KernelAbi& k = *abi;
-  const GridView<T> g = abi_grid<T>(k);
-  const PointTransform xf = abi_transform(k);
-  AdvectSpec s;
-  s.stages = stages;
-  for (int i = 0; i < MAX_STAGES; ++i) {
-    s.b[i] = i < stages ? b_coef[i] : 0.0;
-    for (int j = 0; j < MAX_STAGES; ++j) s.a[i][j] = (i < stages && j < i) ? a_coef[i * stages + j] : 0.0;
-  }
-  s.h = h;
-  s.steps = steps;
-  s.save_slot = save_slot;
-  s.slots = slots;
-  stencil_taps(k.mode, s.lo, s.taps);
-  s.want_velocity = velocity != nullptr;
-  s.want_jacobian = jacobian != nullptr;
-  s.variational = F != nullptr;
-  s.validate_end = validate_end;
-  LeafCache cache;
-  const i64 stride = (i64)blockDim.x * gridDim.x;
-  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-    ParticleOut out{position + i * slots * 3, velocity ? velocity + i * slots * 3 : nullptr,
-                    jacobian ? jacobian + i * slots * 9 : nullptr, F ? F + i * 9 : nullptr, status + i, last_step + i,
-                    evaluations + i};
-    advect_particle<T>(g, xf, k.mode, s, x + 3 * i, out, cache);
-  }
+  const AdvectSpec s = make_advect_spec(abi->mode, a_coef, b_coef, stages, h, save_slot, steps, slots,
+                                        velocity != nullptr, jacobian != nullptr, F != nullptr, validate_end != 0);
+  advect_points<T>(*abi, s, x, n, position, velocity, jacobian, F, status, last_step, evaluations);
 }
 
 }  // namespace vdbflow
@@ -128,16 +70,34 @@ extern "C" __global__ void vdbflow_route_partition(const double* points, vdbflow
                                                    int points_world, const vdbflow::i64* origin, int shift,
                                                    const vdbflow::u64* boundaries, int partitions,
                                                    const int* near_table, unsigned near_mask, int* out_partition) {
-  vdbflow::RouteSpec r;
-  for (int a = 0; a < 3; ++a) r.origin[a] = origin[a];
-  r.shift = shift;
-  r.boundaries = boundaries;
-  r.partitions = partitions;
-  r.near_blocks = vdbflow::HashTable{near_table, near_mask};
-  const vdbflow::PointTransform xf = vdbflow::make_point_transform(xform, points_world, 0);
-  const vdbflow::i64 stride = (vdbflow::i64)blockDim.x * gridDim.x;
-  for (vdbflow::i64 i = (vdbflow::i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const double p[3] = {points[3 * i], points[3 * i + 1], points[3 * i + 2]};
-    out_partition[i] = vdbflow::route_point(r, xf, p);
-  }
+  using namespace vdbflow;
+  const RouteSpec r = make_route_spec(origin, shift, boundaries, partitions, HashTable{near_table, near_mask});
+  route_partitions(r, make_point_transform(xform, points_world, 0), points, n, out_partition);
+}
+
+// Coverage (coverage.h): out (N,) whether each point's stencil of the record's mode reads only defined
+// voxels; the record's tables, masks, transform and points_world are read, never its values.
+extern "C" __global__ void vdbflow_stencil_inside(const vdbflow::KernelAbi* abi, const double* points,
+                                                  vdbflow::i64 n, bool* out) {
+  vdbflow::stencil_inside_points(*abi, points, n, out);
+}
+
+// Coverage (coverage.h): out (M,) whether each voxel ijk (M, 3) int64 is active in a leaf or inside a tile.
+extern "C" __global__ void vdbflow_defined_voxels(const vdbflow::KernelAbi* abi, const vdbflow::i64* ijk,
+                                                  vdbflow::i64 n, bool* out) {
+  vdbflow::defined_voxels_points(*abi, ijk, n, out);
+}
+
+// dst[index[r]] = src[r] for m rows of row_bytes bytes (launch.h; indices checked by the caller).
+extern "C" __global__ void vdbflow_scatter_rows(char* dst, const vdbflow::i64* index, const char* src, vdbflow::i64 m,
+                                                vdbflow::i64 row_bytes) {
+  vdbflow::scatter_rows_points(dst, index, src, m, row_bytes);
+}
+
+// Voxels ijk (n, 3) int32 of the active voxels of ranks rank (n,) in OnIndex order (grid.h active_voxel_at;
+// ranks checked by the caller); leaf_end (L,) the running count of active voxels at the end of each leaf.
+extern "C" __global__ void vdbflow_active_voxels_at(const int* origins, const vdbflow::u64* masks,
+                                                    const vdbflow::i64* leaf_end, vdbflow::i64 leaves,
+                                                    const vdbflow::i64* rank, vdbflow::i64 n, int* ijk) {
+  vdbflow::active_voxels_points(origins, masks, leaf_end, leaves, rank, n, ijk);
 }

@@ -55,8 +55,18 @@ def test_cuda_entry_points_compile_to_ptx(tmp_path):
     wanted |= {cuda_backend.entry_name(np.dtype(dt), 1) for dt in (np.int32, np.int64, np.uint32)}
     wanted |= {cuda_backend.vjp_entry_name(np.dtype(dt), c) for dt in (np.float32, np.float64) for c in (1, 3, 4, 9)}
     wanted |= {cuda_backend.hessian_entry_name(np.dtype(dt), c) for dt in (np.float32, np.float64) for c in (1, 3, 4)}
+    wanted |= {
+        cuda_backend.grid_gradient_entry_name(np.dtype(dt), c) for dt in (np.float32, np.float64) for c in (1, 3, 4, 9)
+    }
     assert wanted <= set(names), wanted - set(names)
-    assert set(names) | {"vdbflow_route_partition"} <= entries, set(names) - entries
+    plain = {  # the extern "C" entry points
+        "vdbflow_route_partition",
+        "vdbflow_stencil_inside",
+        "vdbflow_defined_voxels",
+        "vdbflow_scatter_rows",
+        "vdbflow_active_voxels_at",
+    }
+    assert set(names) | plain <= entries, (set(names) | plain) - entries
 
 
 def test_cpu_extension_is_built_from_kernels():

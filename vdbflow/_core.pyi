@@ -1,6 +1,5 @@
 """vdbflow CPU kernels (compiled from kernels/)"""
 
-from collections.abc import Sequence
 from typing import Annotated
 
 import numpy
@@ -32,10 +31,10 @@ def advect(record: bytes, x: Annotated[NDArray[numpy.float64], dict(shape=(None,
 
 def grid_gradient(record: bytes, leaf_origins: Annotated[NDArray[numpy.int32], dict(shape=(None, None), order='C', device='cpu', writable=False)], first_row: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], out_jacobian: Annotated[NDArray, dict(order='C', device='cpu')]) -> None: ...
 
-def stencil_inside(tables: Sequence[Annotated[NDArray[numpy.int32], dict(shape=(None, None), order='C', device='cpu', writable=False)]], masks: Annotated[NDArray[numpy.uint64], dict(shape=(None, None), order='C', device='cpu', writable=False)], points: Annotated[NDArray[numpy.float64], dict(shape=(None, None), order='C', device='cpu', writable=False)], xform: Annotated[NDArray[numpy.float64], dict(shape=(12), order='C', device='cpu', writable=False)], points_world: bool, mode: int) -> Annotated[NDArray[numpy.bool_], dict(shape=(None,))]:
+def stencil_inside(record: bytes, points: Annotated[NDArray[numpy.float64], dict(shape=(None, None), order='C', device='cpu', writable=False)]) -> Annotated[NDArray[numpy.bool_], dict(shape=(None,))]:
     """Whether each point's stencil reads only defined voxels (coverage.h)."""
 
-def defined_voxels(tables: Sequence[Annotated[NDArray[numpy.int32], dict(shape=(None, None), order='C', device='cpu', writable=False)]], masks: Annotated[NDArray[numpy.uint64], dict(shape=(None, None), order='C', device='cpu', writable=False)], ijk: Annotated[NDArray[numpy.int64], dict(shape=(None, None), order='C', device='cpu', writable=False)]) -> Annotated[NDArray[numpy.bool_], dict(shape=(None,))]:
+def defined_voxels(record: bytes, ijk: Annotated[NDArray[numpy.int64], dict(shape=(None, None), order='C', device='cpu', writable=False)]) -> Annotated[NDArray[numpy.bool_], dict(shape=(None,))]:
     """Whether each voxel is active in a leaf or inside a tile (coverage.h)."""
 
 def encode_tiles(tiles: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> Annotated[NDArray[numpy.int32], dict(shape=(None,))]:

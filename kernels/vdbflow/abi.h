@@ -15,6 +15,9 @@ static_assert(sizeof(void*) == 8, "the kernel ABI record holds 64-bit pointers")
 
 // Value dtypes of a grid (values, tile values and background share one).
 enum ValueKind { KIND_F32 = 0, KIND_F64 = 1, KIND_I32 = 2, KIND_I64 = 3, KIND_U32 = 4 };
+#ifndef VDB_DEVICE_COMPILE
+constexpr const char* VALUE_KIND_NAMES[KIND_U32 + 1] = {"float32", "float64", "int32", "int64", "uint32"};  // NumPy's
+#endif
 
 struct KernelAbi {
   // the grid (GridView, grid.h); null pointers where an array is empty or absent

@@ -5,6 +5,7 @@
 //   closest sends a to the rounded voxel only.
 // A corner's share goes to whatever it read: a voxel, a tile, or the background.
 #pragma once
+#include "launch.h"
 #include "sample.h"
 
 namespace vdbflow {
@@ -94,5 +95,76 @@ VDB_HD void adjoint_point(const GridView<T>& g, const AdjointRows& rows, const P
   for (int j = 0; j < 3; ++j)
     adj_point[j] = (R)(xf.inv[j] * u0 + xf.inv[3 + j] * u1 + xf.inv[6 + j] * u2);
 }
+
+// Entry: the reverse mode of n points.  adj_v (N, C), adj_j (N, C, 3) or null; the corner shares go to
+// accumulator (k.value_rows + k.tile_rows + 1, C) float64, the point adjoints to adj_p (N, 3).  The record's
+// values are read as contiguous rows (leaf_values_at is ignored).
+#ifdef VDB_DEVICE_COMPILE
+// On the GPU the shares are added with atomicAdd, so the order of the additions (and so the last bits of
+// the sums) may change from run to run.
+struct AtomicSink {
+  double* accumulator;
+  int components;
+  __device__ void operator()(int, i64 row, int c, double x) const { atomicAdd(accumulator + row * components + c, x); }
+};
+
+template <class T, int NC, class P>
+VDB_ENTRY void adjoint_points(const KernelAbi& k, const P* pts, i64 n, const typename RealOf<T>::type* adj_v,
+                              const typename RealOf<T>::type* adj_j, double* accumulator,
+                              typename RealOf<T>::type* adj_p) {
+  const GridView<T> g = abi_grid<T>(k, true);
+  const int C = k.components, mode = k.mode;
+  const AdjointRows rows{k.value_rows, k.tile_rows};
+  AtomicSink sink{accumulator, C};
+  auto body = [&](i64 i, const PointTransform& xf, LeafCache& cache) {
+    double p[3];
+    load_point(pts, i, p);
+    adjoint_point<T, NC>(g, rows, xf, p, mode, adj_v + i * C, adj_j ? adj_j + i * 3 * C : nullptr, sink,
+                         adj_p + 3 * i, cache);
+  };
+  for_each_point<1>(n, k, body);
+}
+#else
+// On the CPU, deterministic: the corner shares of a chunk of points are computed in parallel into a
+// buffer, then added to the accumulator in point order, corner order - the same sums in the same order
+// whatever the thread count.
+constexpr i64 ADJOINT_CHUNK = 1 << 14;  // points per chunk
+
+template <class T, int NC, class P>
+VDB_ENTRY void adjoint_points(const KernelAbi& k, const P* pts, i64 n, const typename RealOf<T>::type* adj_v,
+                              const typename RealOf<T>::type* adj_j, double* accumulator,
+                              typename RealOf<T>::type* adj_p) {
+  typedef typename RealOf<T>::type R;
+  const GridView<T> g = abi_grid<T>(k, true);
+  const int C = k.components, mode = k.mode;
+  const AdjointRows rows{k.value_rows, k.tile_rows};
+  const i64 chunk = n < ADJOINT_CHUNK ? n : ADJOINT_CHUNK;
+  std::vector<i64> row((size_t)chunk * 8);
+  std::vector<double> share((size_t)chunk * 8 * C);
+  for (i64 first = 0; first < n; first += chunk) {
+    const i64 count = (n - first) < chunk ? (n - first) : chunk;
+    auto body = [&](i64 q, const PointTransform& xf, LeafCache& cache) {
+      const i64 i = first + q;
+      double p[3];
+      load_point(pts, i, p);
+      for (int o = 0; o < 8; ++o) row[(size_t)(q * 8 + o)] = -1;
+      auto sink = [&](int o, i64 r, int c, R x) {
+        row[(size_t)(q * 8 + o)] = r;
+        share[(size_t)((q * 8 + o) * C + c)] = (double)x;
+      };
+      adjoint_point<T, NC>(g, rows, xf, p, mode, adj_v + i * C, adj_j ? adj_j + i * 3 * C : nullptr, sink,
+                           adj_p + 3 * i, cache);
+    };
+    for_each_point<256, STATIC>(count, k, body);
+    for (i64 e = 0; e < count * 8; ++e) {
+      const i64 r = row[(size_t)e];
+      if (r < 0) continue;
+      double* dst = accumulator + r * C;
+      const double* src = share.data() + e * C;
+      for (int c = 0; c < C; ++c) dst[c] += src[c];
+    }
+  }
+}
+#endif
 
 }  // namespace vdbflow

@@ -9,6 +9,7 @@
 // The flow-map gradient F (variational equation dF/dt = J F) is optional and is not held to that.
 #pragma once
 #include "coverage.h"
+#include "launch.h"
 #include "schemes.h"
 
 namespace vdbflow {
@@ -31,6 +32,30 @@ struct AdvectSpec {
   int variational;                  // integrate F
   int validate_end;                 // 0: stop at x_n without checking or sampling it (a step of many)
 };
+
+// The spec of one call: the tableau a (stages x stages, row-major: its lower triangle is read) and b
+// (stages,), the step h, the step plan save_slot (steps + 1,) into `slots` output slots, the taps of
+// `mode`, and which outputs are asked for.
+VDB_HD AdvectSpec make_advect_spec(int mode, const double* a, const double* b, int stages, double h,
+                                   const i64* save_slot, i64 steps, i64 slots, bool velocity, bool jacobian,
+                                   bool variational, bool validate_end) {
+  AdvectSpec s;
+  s.stages = stages;
+  for (int i = 0; i < MAX_STAGES; ++i) {
+    s.b[i] = i < stages ? b[i] : 0.0;
+    for (int j = 0; j < MAX_STAGES; ++j) s.a[i][j] = (i < stages && j < i) ? a[i * stages + j] : 0.0;
+  }
+  s.h = h;
+  s.steps = steps;
+  s.save_slot = save_slot;
+  s.slots = slots;
+  stencil_taps(mode, s.lo, s.taps);
+  s.want_velocity = velocity;
+  s.want_jacobian = jacobian;
+  s.variational = variational;
+  s.validate_end = validate_end;
+  return s;
+}
 
 // Where one particle's results go (null pointers for outputs not asked for).
 struct ParticleOut {
@@ -180,6 +205,25 @@ VDB_HD void advect_particle(const GridView<T>& g, const PointTransform& xf, int 
   *out.evaluations = evaluations;
   if (out.F)
     for (int e = 0; e < 9; ++e) out.F[e] = status == PARTICLE_ACTIVE ? F[e] : (double)nan("");
+}
+
+// Entry: n particles x (n, 3), each integrating all of its steps in one go (so that its leaf cache follows
+// it); position (n, S, 3), velocity (n, S, 3), jacobian (n, S, 3, 3) and F (n, 3, 3) NaN-filled by the
+// caller (null when not asked for), status, last_step and evaluations (n,).
+template <class T>
+VDB_ENTRY void advect_points(const KernelAbi& k, const AdvectSpec& s, double* x, i64 n, double* position,
+                             double* velocity, double* jacobian, double* F, signed char* status, i64* last_step,
+                             int* evaluations) {
+  const GridView<T> g = abi_grid<T>(k);
+  const i64 S = s.slots;
+  const int mode = k.mode;
+  auto body = [&](i64 i, const PointTransform& xf, LeafCache& cache) {
+    const ParticleOut out{position + i * S * 3, velocity ? velocity + i * S * 3 : nullptr,
+                          jacobian ? jacobian + i * S * 9 : nullptr, F ? F + i * 9 : nullptr,
+                          status + i, last_step + i, evaluations + i};
+    advect_particle<T>(g, xf, mode, s, x + 3 * i, out, cache);
+  };
+  for_each_point<64>(n, k, body);
 }
 
 }  // namespace vdbflow

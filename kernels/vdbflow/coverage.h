@@ -7,6 +7,7 @@
 // sample_point_scheme; the full tensor product of taps, whatever the weights at this point).  The
 // point is mapped to index space with the sampler's own transform.
 #pragma once
+#include "launch.h"
 #include "schemes.h"
 
 namespace vdbflow {
@@ -81,6 +82,28 @@ VDB_HD bool stencil_inside_point(const GridView<T>& g, const PointTransform& xf,
     for (int j = 0; j < n; ++j)
       if (!row_defined(g, b[0] + lo + i, b[1] + lo + j, b[2] + lo, n, cache)) return false;
   return true;
+}
+
+// Entries: (N,) whether each point's stencil of the record's mode reads only defined voxels, and (M,)
+// whether each voxel ijk (M, 3) is defined.  The record's tables, masks, transform, mode and
+// points_world are read, never its values.
+VDB_ENTRY void stencil_inside_points(const KernelAbi& k, const double* pts, i64 n, bool* out) {
+  const GridView<float> g = abi_grid<float>(k);
+  const int mode = k.mode;
+  int lo, taps;
+  stencil_taps(mode, lo, taps);
+  auto body = [&](i64 i, const PointTransform& xf, LeafCache& cache) {
+    out[i] = stencil_inside_point(g, xf, pts + 3 * i, mode, lo, taps, cache);
+  };
+  for_each_point<4096>(n, k, body);
+}
+
+VDB_ENTRY void defined_voxels_points(const KernelAbi& k, const i64* ijk, i64 n, bool* out) {
+  const GridView<float> g = abi_grid<float>(k);
+  auto body = [&](i64 i, const PointTransform&, LeafCache& cache) {
+    out[i] = voxel_defined(g, ijk[3 * i], ijk[3 * i + 1], ijk[3 * i + 2], cache);
+  };
+  for_each_point<4096>(n, k, body);
 }
 
 }  // namespace vdbflow

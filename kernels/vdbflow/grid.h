@@ -4,14 +4,16 @@
 // constant tiles of 8^3, 128^3 and 4096^3 voxels (hash tables keyed by ijk >> 3, >> 7, >> 12) and a
 // background.  Values live either per leaf (512 per leaf, all voxels) or per active voxel (the
 // NanoVDB OnIndex layout: index = first index of the leaf + popcount of the mask below the voxel).
-// The host builds the tables (cpu_module.cpp); both sides only read them.
+// The host builds the tables (fill_table, through the CPU extension); both sides only read them.
 #pragma once
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 #define VDB_HD __host__ __device__ __forceinline__
+#define VDB_INLINE
 #define VDB_DEVICE_COMPILE 1
 #else
 #define VDB_HD inline
+#define VDB_INLINE __attribute__((always_inline))  // inlined wherever it is called (device: every VDB_HD)
 #include <cmath>
 #include <cstring>
 #endif
@@ -209,6 +211,80 @@ VDB_HD const T* tile_or_background(const GridView<T>& g, int slot0, int x, int y
     if (is_tile_slot(slot)) return g.tile_values + (i64)decode_tile(slot) * g.components;
   }
   return g.background;
+}
+
+// ---- building tables, and voxels by rank ------------------------------------------------------------
+
+// Capacity of a table of n keys: a power of two, the load factor at most 0.5.
+VDB_HD u32 table_capacity(u64 n) {
+  u32 cap = 8;
+  while (cap < 2 * n) cap <<= 1;
+  return cap;
+}
+
+// Fills `entries` (capacity x 4, capacity a power of two) with keys (n, 3) and their slots, each at the
+// first free entry of table_find's probe sequence.  Returns the index of the first repeated key (the
+// table then holds the keys before it), or -1.
+VDB_HD i64 fill_table(const int* keys, const int* slots, i64 n, int* entries, u32 capacity) {
+  for (u64 e = 0; e < capacity; ++e) {
+    entries[4 * e] = entries[4 * e + 1] = entries[4 * e + 2] = 0;
+    entries[4 * e + 3] = SLOT_EMPTY;
+  }
+  const u32 mask = capacity - 1;
+  for (i64 r = 0; r < n; ++r) {
+    const int x = keys[3 * r], y = keys[3 * r + 1], z = keys[3 * r + 2];
+    for (u32 i = hash_coord(x, y, z) & mask;; i = (i + 1) & mask) {
+      int* e = entries + 4 * (u64)i;
+      if (e[3] == SLOT_EMPTY) {
+        e[0] = x;
+        e[1] = y;
+        e[2] = z;
+        e[3] = slots[r];
+        break;
+      }
+      if (e[0] == x && e[1] == y && e[2] == z) return r;
+    }
+  }
+  return -1;
+}
+
+// Index of the lowest set bit of v != 0.
+VDB_HD int lowest_bit64(u64 v) {
+#if defined(VDB_DEVICE_COMPILE) && (defined(__CUDA_ARCH__) || defined(__CUDACC_RTC__))
+  return __ffsll((long long)v) - 1;
+#else
+  return __builtin_ctzll(v);
+#endif
+}
+
+// Voxel ijk of the active voxel of rank r in OnIndex order (leaves in order, voxels by mask bit), given
+// the leaves' origins (L, 3), masks (L, 8) and leaf_end (L,), the running count of active voxels at the
+// end of each leaf; 0 <= r < leaf_end[L - 1].
+VDB_HD void active_voxel_at(const int* origins, const u64* masks, const i64* leaf_end, i64 leaves, i64 r,
+                            int ijk[3]) {
+  i64 leaf = 0;  // the first leaf whose end lies past r (std::upper_bound)
+  for (i64 count = leaves; count > 0;) {
+    const i64 half = count >> 1;
+    if (leaf_end[leaf + half] <= r) {
+      leaf += half + 1;
+      count -= half + 1;
+    } else {
+      count = half;
+    }
+  }
+  i64 left = r - (leaf ? leaf_end[leaf - 1] : 0);
+  int w = 0;
+  for (; w < 8; ++w) {
+    const int c = popcount64(masks[leaf * 8 + w]);
+    if (left < c) break;
+    left -= c;
+  }
+  u64 word = masks[leaf * 8 + w];
+  for (i64 k = 0; k < left; ++k) word &= word - 1;  // drop the lower set bits
+  const int bit = w * 64 + lowest_bit64(word);
+  ijk[0] = origins[3 * leaf] + (bit >> 6);
+  ijk[1] = origins[3 * leaf + 1] + ((bit >> 3) & 7);
+  ijk[2] = origins[3 * leaf + 2] + (bit & 7);
 }
 
 // Pointer to the C values read at voxel (i, j, k): voxel, tile or background.

@@ -151,4 +151,20 @@ VDB_HD void sample_point_hessian(const GridView<T>& g, const PointTransform& xf,
   write_hessian(xf, hessian_world, C, (const double(*)[6])H, hessian);
 }
 
+// Entry: values (N, C), Jacobians (N, C, 3) when out_j is not null, and Hessians (N, C, 3, 3) of n points.
+template <class T, int NC, class P>
+VDB_ENTRY void hessian_points(const KernelAbi& k, const P* pts, i64 n, T* out_v, typename RealOf<T>::type* out_j,
+                              typename RealOf<T>::type* out_h) {
+  const GridView<T> g = abi_grid<T>(k);
+  const int C = k.components, mode = k.mode;
+  const bool world = k.hessian_world != 0;
+  auto body = [&](i64 i, const PointTransform& xf, LeafCache& cache) {
+    double p[3];
+    load_point(pts, i, p);
+    sample_point_hessian<T, NC>(g, xf, p, mode, world, out_v + i * C, out_j ? out_j + i * 3 * C : nullptr,
+                                out_h + i * 9 * C, cache);
+  };
+  for_each_point<1024>(n, k, body);
+}
+
 }  // namespace vdbflow

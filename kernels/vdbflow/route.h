@@ -6,6 +6,7 @@
 // block far from every leaf and tile reads the background wherever it is sampled: it is routed to
 // ROUTE_BACKGROUND and answered without any partition.
 #pragma once
+#include "launch.h"
 #include "sample.h"
 
 namespace vdbflow {
@@ -58,6 +59,18 @@ struct RouteSpec {
   HashTable near_blocks;  // entries == nullptr: no shortcut
 };
 
+// The spec of one routing call (the CPU extension and sample.cu build it alike).
+VDB_HD RouteSpec make_route_spec(const i64 origin[3], int shift, const u64* boundaries, int partitions,
+                                 HashTable near_blocks) {
+  RouteSpec r;
+  for (int a = 0; a < 3; ++a) r.origin[a] = origin[a];
+  r.shift = shift;
+  r.boundaries = boundaries;
+  r.partitions = partitions;
+  r.near_blocks = near_blocks;
+  return r;
+}
+
 // Partition of a Morton code: the number of boundaries <= code (numpy's searchsorted, side='right').
 // Branch-free (a conditional move per halving): random points would mispredict every step.
 VDB_HD int partition_of_code(const RouteSpec& r, u64 code) {
@@ -98,5 +111,35 @@ VDB_HD int route_point(const RouteSpec& r, const PointTransform& xf, const doubl
   }
   return partition_of_code(r, morton_code(k, r.origin, r.shift));
 }
+
+// Entry: the partition of each of n points (ROUTE_BACKGROUND for background-only points) into part (n,).
+template <class P>
+VDB_ENTRY void route_partitions(const RouteSpec& r, const PointTransform& xf, const P* pts, i64 n, int* part) {
+  for_each<16384, STATIC>(n, [&](i64 i) {
+    double p[3];
+    load_point(pts, i, p);
+    part[i] = route_point(r, xf, p);
+  });
+}
+
+#ifndef VDB_DEVICE_COMPILE
+// Host entry: the partitions of n points, then a stable counting sort by partition (launch.h) over
+// `threads` threads: fills bucket (n), order (n: the input index of each sorted point), sorted (n, 3)
+// and bounds (partitions + 2: group 0 is ROUTE_BACKGROUND, group p + 1 partition p).
+template <class P>
+void route_sorted(const RouteSpec& r, const PointTransform& xf, const P* src, i64 n, int threads, int* bucket,
+                  i64* order, P* sorted, i64* bounds) {
+  auto bucket_of = [&](i64 i) {
+    double p[3];
+    load_point(src, i, p);
+    return route_point(r, xf, p) + 1;
+  };
+  auto place = [&](i64 i, i64 at) {
+    order[at] = i;
+    for (int e = 0; e < 3; ++e) sorted[3 * at + e] = src[3 * i + e];
+  };
+  counting_sort(n, r.partitions + 1, threads, bucket, bounds, bucket_of, place);
+}
+#endif
 
 }  // namespace vdbflow

@@ -116,10 +116,11 @@ struct Cell {
   int leaf, offset;  // CELL_LINEAR: the leaf slot and base voxel offset when all 8 corners are in one leaf, else -1
 };
 
-// Phase 1 of sampling: map the point to index space and find its stencil's values.
+// Phase 1 of sampling: map the point to index space and find its stencil's values.  locate_cell_inline
+// is the same, inlined into its caller on the host too (the scattered point loop).
 template <class T, int NC>
-VDB_HD void locate_cell(const GridView<T>& g, const PointTransform& xf, const double p[3], int mode,
-                        Cell<T>& cell, LeafCache& cache) {
+VDB_HD VDB_INLINE void locate_cell_inline(const GridView<T>& g, const PointTransform& xf, const double p[3],
+                                          int mode, Cell<T>& cell, LeafCache& cache) {
   typedef typename RealOf<T>::type R;
   const int C = NC > 0 ? NC : g.components;
   double u[3];
@@ -164,6 +165,12 @@ VDB_HD void locate_cell(const GridView<T>& g, const PointTransform& xf, const do
   }
   for (int o = 0; o < 8; ++o)
     corner[o] = read_voxel(g, bi + (o >> 2), bj + ((o >> 1) & 1), bk + (o & 1), cache);
+}
+
+template <class T, int NC>
+VDB_HD void locate_cell(const GridView<T>& g, const PointTransform& xf, const double p[3], int mode,
+                        Cell<T>& cell, LeafCache& cache) {
+  locate_cell_inline<T, NC>(g, xf, p, mode, cell, cache);
 }
 
 // Phase 2 of sampling: C values (type T) and, for want_jacobian, C x 3 Jacobian entries (type R).

@@ -15,6 +15,7 @@
 // Second derivatives (hessian.h) use the s weights of the separable schemes; the node-difference
 // schemes have their own node Hessians there.
 #pragma once
+#include "launch.h"
 #include "sample.h"
 
 namespace vdbflow {
@@ -316,6 +317,94 @@ VDB_HD void sample_point(const GridView<T>& g, const PointTransform& xf, const d
     sample_point_trilinear<T, NC>(g, xf, p, mode, want_jacobian, value, jacobian, cache);
   else
     sample_point_scheme<T, NC>(g, xf, p, mode, want_jacobian, value, jacobian, cache);
+}
+
+// ---- entries ----------------------------------------------------------------------------------------
+
+// Values (N, C) and, when out_j is not null, Jacobians (N, C, 3) of n points.  On the host, `order`
+// (launch.h PointOrder) picks the loop: coherent points one at a time, scattered closest / linear
+// points a batch at a time (located, their value lines asked for, then evaluated; streaming stores).
+template <class T, int NC, class P>
+VDB_ENTRY void sample_points(const KernelAbi& k, const P* pts, i64 n, T* out_v, typename RealOf<T>::type* out_j,
+                             int order = ORDER_COHERENT) {
+  typedef typename RealOf<T>::type R;
+  const GridView<T> g = abi_grid<T>(k);
+  const PointTransform transform = abi_transform(k);
+  const int mode = k.mode, C = k.components;
+  const bool want_jacobian = out_j != nullptr;
+#ifndef VDB_DEVICE_COMPILE
+  if (scattered_points(order, mode, pts, transform, n)) {
+    auto batch = [=, &g](i64 first, i64 count, const PointTransform& xf, LeafCache& cache) {
+      T v[NC > 0 ? NC : MAX_COMPONENTS];
+      R j[3 * (NC > 0 ? NC : MAX_COMPONENTS)];
+      Cell<T> cells[BATCH];
+      double p[3];
+      for (i64 q = 0; q < count; ++q) {
+        load_point(pts, first + q, p);
+        locate_cell_inline<T, NC>(g, xf, p, mode, cells[q], cache);
+        prefetch_corners(cells[q], C);
+      }
+      for (i64 q = 0; q < count; ++q) {
+        const i64 i = first + q;
+        evaluate_cell<T, NC>(g, xf, cells[q], want_jacobian, v, want_jacobian ? j : nullptr);
+        stream_store(out_v + i * C, v, C);
+        if (want_jacobian) stream_store(out_j + i * 3 * C, j, 3 * C);
+      }
+    };
+    return for_each_batch(n, transform, batch);
+  }
+#endif
+  auto body = [=, &g](i64 i, const PointTransform& xf, LeafCache& cache) {
+    double p[3];
+    load_point(pts, i, p);
+    sample_point<T, NC>(g, xf, p, mode, want_jacobian, out_v + i * C, want_jacobian ? out_j + i * 3 * C : nullptr,
+                        cache);
+  };
+  for_each_point<8192>(n, transform, body);
+}
+
+// Gradient field: the Jacobians (rows, C, 3) of the record's fd2 .. fd8 scheme (its mode) at every active
+// voxel, rows in OnIndex order (leaves in order, voxels by mask bit); the same per-node function as point
+// sampling.  Leaf by leaf (first_row (L,): each leaf's first row), or on the device voxel by voxel (rows
+// found by rank: grid.h active_voxel_at, leaf_end (L,) the running row count at each leaf's end).
+template <class T, int NC>
+VDB_HD void gradient_at_voxel(const GridView<T>& g, const PointTransform& xf, const int ijk[3], int scheme,
+                              typename RealOf<T>::type* out, LeafCache& cache) {
+  T value[NC > 0 ? NC : MAX_COMPONENTS];
+  const double u[3] = {(double)ijk[0], (double)ijk[1], (double)ijk[2]};
+  gradient_at_node<T, NC>(g, xf, u, scheme, true, value, out, cache);
+}
+
+template <class T, int NC>
+VDB_ENTRY void grid_gradient_leaves(const KernelAbi& k, const int* origins, const i64* first_row, i64 leaves,
+                                    typename RealOf<T>::type* out) {
+  const GridView<T> g = abi_grid<T>(k);
+  const PointTransform xf = abi_transform(k);  // shared: read in place by every thread
+  const int C = NC > 0 ? NC : g.components, scheme = k.mode;
+  auto leaf = [&](i64 l, const PointTransform&, LeafCache& cache) {
+    i64 row = first_row[l];
+    for (int w = 0; w < 8; ++w)
+      for (u64 m = g.masks[l * 8 + w]; m; m &= m - 1) {
+        const int bit = w * 64 + lowest_bit64(m);
+        const int* o = origins + 3 * l;
+        const int ijk[3] = {o[0] + (bit >> 6), o[1] + ((bit >> 3) & 7), o[2] + (bit & 7)};
+        gradient_at_voxel<T, NC>(g, xf, ijk, scheme, out + row++ * 3 * C, cache);
+      }
+  };
+  for_each_point<16>(leaves, xf, leaf);
+}
+
+template <class T, int NC>
+VDB_ENTRY void grid_gradient_voxels(const KernelAbi& k, const int* origins, const i64* leaf_end, i64 leaves,
+                                    i64 rows, typename RealOf<T>::type* out) {
+  const GridView<T> g = abi_grid<T>(k);
+  const int C = NC > 0 ? NC : g.components, scheme = k.mode;
+  auto voxel = [&](i64 r, const PointTransform& xf, LeafCache& cache) {
+    int ijk[3];
+    active_voxel_at(origins, g.masks, leaf_end, leaves, r, ijk);
+    gradient_at_voxel<T, NC>(g, xf, ijk, scheme, out + r * 3 * C, cache);
+  };
+  for_each_point<4096>(rows, k, voxel);
 }
 
 }  // namespace vdbflow

@@ -11,9 +11,9 @@ import xarray as xr
 from vdbflow.analysis import flow
 from vdbflow.core import tree, units
 from vdbflow.core.volume import Topology, Volume
-from vdbflow.devices import cpu
+from vdbflow.devices import backend
 from vdbflow.errors import SamplingError, VolumeError
-from vdbflow.ops.sampling import MODES, sample_grad_arrays
+from vdbflow.ops.sampling import MODES
 
 GRID_SCHEMES = ("fd2", "fd4", "fd6", "fd8")  # centred differences of order 2, 4, 6, 8 at the voxels
 HESSIAN_PAIRS = ((0, 0), (1, 1), (2, 2), (0, 1), (0, 2), (1, 2))  # the channels of a Hessian field
@@ -31,15 +31,9 @@ def _grid_jacobian(vol: Volume, scheme: str, dvol: Any = None, device: str = "cp
         ds = dvol.sample_grad(pts, scheme, space="index", jacobian_space="world").compute(scheduler=dvol.client)
         _check_values_of(vol, ds[vol.name].values)
         jac = ds[f"{vol.name}_jacobian"].values
-    elif device == "cuda":  # the same per-node kernel on the GPU, one thread per voxel
-        from vdbflow.devices.cuda import cupy_module
-
-        cupy = cupy_module()
-        pts = cupy.asarray(vol.active_voxels().astype(np.float64))
-        _, jac = sample_grad_arrays(vol, pts, scheme, space="index", jacobian_space="world", device="cuda")
-        jac = jac.get()
-    elif device == "cpu":  # the same per-node kernel, looping over the leaves' active voxels directly
-        jac = cpu.grid_gradient(vol.kernel_arrays(), vol.topology.leaf_origins, MODES[scheme], True)
+    elif device in ("cpu", "cuda"):  # the per-node kernel, looping over the leaves' active voxels directly
+        jac = backend(device).grid_gradient(vol.kernel_arrays(), vol.topology.leaf_origins, MODES[scheme], True)
+        jac = jac.get() if device == "cuda" else jac
         if vol.components == 1:
             jac = jac[:, 0, :]
     else:

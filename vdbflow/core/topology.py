@@ -203,6 +203,32 @@ class Topology:
         return tables[0], tables[1], tables[2]
 
     # -- sizes and bounds ---------------------------------------------------------------------
+    def kernel_arrays(self) -> kernel.KernelArrays:
+        """What the kernels read of the topology alone - tables, masks, transform - for coverage; a
+        one-component float32 background stands in for values, which are never read.  Made once."""
+        k = self.__dict__.get("_kernel_arrays")
+        if k is None:
+            none = np.zeros(0, np.float32)
+            k = self._kernel_arrays = kernel.KernelArrays(
+                self.tables,
+                self.masks,
+                self.prefix,
+                self.leaf_offset,
+                none,
+                none,
+                np.zeros(1, np.float32),
+                1,
+                True,
+                None,
+                self.transform.kernel_parameters(),
+            )
+        return k
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_kernel_arrays", None)  # rebuilt where it is needed
+        return state
+
     @property
     def leaf_count(self) -> int:
         return len(self.leaf_origins)

@@ -184,26 +184,18 @@ def morton_codes(keys: np.ndarray, origin: np.ndarray, shift: int) -> np.ndarray
     return _core.morton_codes(keys, np.ascontiguousarray(origin, np.int64), int(shift))
 
 
-def stencil_inside(topology: Any, points: np.ndarray, mode: int, points_world: bool, xform: Any = None) -> np.ndarray:
+def stencil_inside(topology: Any, points: np.ndarray, mode: int, points_world: bool) -> np.ndarray:
     """(N,) bool: points (N, 3) whose ``mode`` stencil reads only defined voxels of ``topology``
-    (coverage.h ``stencil_inside_point``); ``xform`` the transform's kernel parameters (default the
-    topology's)."""
-    if xform is None:
-        xform = topology.transform.kernel_parameters()
-    return _core.stencil_inside(
-        list(topology.tables),
-        topology.masks,
-        np.ascontiguousarray(points, np.float64),
-        xform,
-        bool(points_world),
-        int(mode),
-    )
+    (coverage.h ``stencil_inside_point``, through the topology's own kernel record)."""
+    rec = kernel.host_record(topology.kernel_arrays())  # held for the call: the record points into its arrays
+    return _core.stencil_inside(rec.call(int(mode), points_world).tobytes(), np.ascontiguousarray(points, np.float64))
 
 
 def defined_voxels(topology: Any, ijk: np.ndarray) -> np.ndarray:
     """(M,) bool: voxels ``ijk`` (M, 3) active in a leaf or inside a tile (coverage.h ``voxel_defined``)."""
     ijk = np.ascontiguousarray(np.asarray(ijk, np.int64).reshape(-1, 3))
-    return _core.defined_voxels(list(topology.tables), topology.masks, ijk)
+    rec = kernel.host_record(topology.kernel_arrays())  # held for the call
+    return _core.defined_voxels(rec.call(kernel.MODES["closest"]).tobytes(), ijk)
 
 
 def scatter_rows(dst: np.ndarray, index: np.ndarray, src: np.ndarray) -> None:

@@ -72,6 +72,7 @@ def name_expressions() -> tuple[str, ...]:
     names |= {advect_entry_name(dt) for dt in FLOAT_DTYPES}
     names |= {hessian_entry_name(dt, c) for dt in FLOAT_DTYPES for c in (1, 3, 0)}
     names |= {vjp_entry_name(dt, c) for dt in FLOAT_DTYPES for c in (1, 3, 4, 0)}
+    names |= {grid_gradient_entry_name(dt, c) for dt in FLOAT_DTYPES for c in (1, 3, 4, 0)}
     return tuple(sorted(names))
 
 
@@ -325,3 +326,110 @@ def advect(
         ),
     )
     return status, last_step, evaluations
+
+
+# --- coverage, gradient fields and the assembly helpers (the CPU extension's stencil_inside,
+# defined_voxels, grid_gradient, scatter_rows and active_voxels_at), from the same headers ---
+
+NODE_SCHEMES = tuple(kernel.MODES[f"fd{r}"] for r in (2, 4, 6, 8))  # what grid_gradient takes
+
+
+def grid_gradient_entry_name(dtype: np.dtype, components: int) -> str:
+    """Name expression of the gradient-field entry point (float data only)."""
+    return _instance("grid_gradient_kernel", dtype, components, (1, 3, 4))
+
+
+def stencil_inside(topology: Any, points: Any, mode: int, points_world: bool) -> Any:
+    """(N,) CuPy bool: whether each point's ``mode`` stencil reads only defined voxels of ``topology``
+    (coverage.h), as :func:`vdbflow.devices.cpu.stencil_inside`."""
+    k = topology.kernel_arrays()
+    cupy = cupy_module()
+    pts = cupy.ascontiguousarray(cupy.asarray(points), dtype=cupy.float64)
+    n = pts.shape[0]
+    out = cupy.zeros(n, cupy.bool_)
+    if n:
+        _, call = _call_record(k, mode, points_world, False)
+        inside_fn = _function("vdbflow_stencil_inside")
+        inside_fn((_blocks(n),), (THREADS_PER_BLOCK,), (call, pts, np.int64(n), out))
+    return out
+
+
+def defined_voxels(topology: Any, ijk: Any) -> Any:
+    """(M,) CuPy bool: whether each voxel ``ijk`` (M, 3) of ``topology`` is active in a leaf or inside a
+    tile (coverage.h), as :func:`vdbflow.devices.cpu.defined_voxels`."""
+    k = topology.kernel_arrays()
+    cupy = cupy_module()
+    voxels = cupy.ascontiguousarray(cupy.asarray(ijk).reshape(-1, 3), dtype=cupy.int64)
+    n = voxels.shape[0]
+    out = cupy.zeros(n, cupy.bool_)
+    if n:
+        _, call = _call_record(k, kernel.MODES["closest"], False, False)
+        defined_fn = _function("vdbflow_defined_voxels")
+        defined_fn((_blocks(n),), (THREADS_PER_BLOCK,), (call, voxels, np.int64(n), out))
+    return out
+
+
+def grid_gradient(k: KernelArrays, leaf_origins: np.ndarray, scheme: int, jacobian_world: bool) -> Any:
+    """(n_active, C, 3) CuPy Jacobians of an fd2/fd4/fd6/fd8 ``scheme`` at every active voxel of the leaves
+    at ``leaf_origins`` (L, 3), rows in ``active_voxels()`` order, as :func:`vdbflow.devices.cpu.grid_gradient`
+    (one thread per voxel, found by its rank)."""
+    if int(scheme) not in NODE_SCHEMES:
+        raise DeviceError(f"expected an fd2, fd4, fd6 or fd8 scheme for grid gradients, got mode {scheme}")
+    cupy = cupy_module()
+    leaf_end = np.cumsum(np.bitwise_count(k.masks).sum(axis=1).astype(np.int64))
+    rows = int(leaf_end[-1]) if len(leaf_end) else 0
+    rec, call = _call_record(k, scheme, False, jacobian_world)
+    dtype = rec.arrays.values.dtype
+    if dtype not in FLOAT_DTYPES:
+        raise DeviceError(f"expected float32 or float64 values for grid gradients, got {dtype}")
+    out = cupy.empty((rows, k.components, 3), dtype)
+    if rows:
+        origins = cupy.asarray(np.ascontiguousarray(leaf_origins, np.int32))
+        gradient_fn = _function(grid_gradient_entry_name(dtype, k.components))
+        gradient_fn(
+            (_blocks(rows),),
+            (THREADS_PER_BLOCK,),
+            (call, origins, cupy.asarray(leaf_end), np.int64(len(leaf_end)), np.int64(rows), out),
+        )
+    return out
+
+
+def scatter_rows(dst: Any, index: Any, src: Any) -> None:
+    """``dst[index[r]] = src[r]`` for CuPy arrays, rows of any dtype (``_core.scatter_rows``)."""
+    cupy = cupy_module()
+    at = cupy.ascontiguousarray(cupy.asarray(index), dtype=cupy.int64)
+    rows = cupy.ascontiguousarray(cupy.asarray(src), dtype=dst.dtype)
+    m = at.shape[0]
+    if not dst.flags.c_contiguous or rows.shape != (m, *dst.shape[1:]):
+        raise DeviceError(f"expected a C-contiguous dst and src of shape ({m}, {dst.shape[1:]}), got {rows.shape}")
+    if m == 0:
+        return
+    lo, hi = int(at.min()), int(at.max())
+    if lo < 0 or hi >= dst.shape[0]:
+        raise IndexError(f"scatter index {lo if lo < 0 else hi} outside [0, {dst.shape[0]})")
+    row_bytes = dst.dtype.itemsize * int(np.prod(dst.shape[1:], dtype=np.int64))
+    scatter_fn = _function("vdbflow_scatter_rows")
+    scatter_fn((_blocks(m * row_bytes),), (THREADS_PER_BLOCK,), (dst, at, rows, np.int64(m), np.int64(row_bytes)))
+
+
+def active_voxels_at(origins: Any, masks: Any, leaf_end: Any, ranks: Any) -> Any:
+    """(n, 3) CuPy int32 voxels of the active voxels of global ranks ``ranks`` (OnIndex order), with
+    ``leaf_end`` the running count of active voxels at the end of each leaf (``_core.active_voxels_at``)."""
+    cupy = cupy_module()
+    o = cupy.ascontiguousarray(cupy.asarray(origins), dtype=cupy.int32)
+    m = cupy.ascontiguousarray(cupy.asarray(masks), dtype=cupy.uint64)
+    end = cupy.ascontiguousarray(cupy.asarray(leaf_end), dtype=cupy.int64)
+    r = cupy.ascontiguousarray(cupy.asarray(ranks), dtype=cupy.int64)
+    L, n = o.shape[0], r.shape[0]
+    if o.shape != (L, 3) or m.shape != (L, 8) or end.shape != (L,):
+        raise DeviceError("expected origins (L, 3), masks (L, 8) and leaf_end (L,)")
+    out = cupy.empty((n, 3), cupy.int32)
+    if n == 0:
+        return out
+    total = int(end[-1]) if L else 0
+    lo, hi = int(r.min()), int(r.max())
+    if lo < 0 or hi >= total:
+        raise IndexError(f"voxel rank {lo if lo < 0 else hi} outside [0, {total})")
+    active_fn = _function("vdbflow_active_voxels_at")
+    active_fn((_blocks(n),), (THREADS_PER_BLOCK,), (o, m, end, np.int64(L), r, np.int64(n), out))
+    return out

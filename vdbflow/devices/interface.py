@@ -90,7 +90,7 @@ class Backend(Protocol):
     ) -> tuple[Any, Any, Any]:
         """Points grouped by partition: ``(order (N,), bounds (P + 2,), grouped points (N, 3))``."""
 
-    def stencil_inside(self, topology: Any, points: Any, mode: int, points_world: bool, xform: Any = None) -> Any:
+    def stencil_inside(self, topology: Any, points: Any, mode: int, points_world: bool) -> Any:
         """(N,) bool: points whose ``mode`` stencil reads only defined voxels of ``topology``."""
 
     def defined_voxels(self, topology: Any, ijk: Any) -> Any:

@@ -14,18 +14,20 @@ from typing import Any
 import numpy as np
 
 from vdbflow.core.kernel import MODES, STENCIL_RADIUS
-from vdbflow.devices import cpu
+from vdbflow.devices import backend, cpu, is_cupy_array, resolve_device
 from vdbflow.errors import PointsError, SamplingError
+from vdbflow.ops.results import as_numpy
 from vdbflow.ops.sampling import SPACES
 
 
-def defined_voxels(topology: Any, ijk: np.ndarray) -> np.ndarray:
+def defined_voxels(topology: Any, ijk: Any) -> Any:
     """(M,) bool: voxels ``ijk`` (M, 3) that are active in a leaf or inside a tile of any level
-    (the kernels' ``voxel_defined``, kernels/vdbflow/coverage.h)."""
-    return cpu.defined_voxels(topology, ijk)
+    (the kernels' ``voxel_defined``, kernels/vdbflow/coverage.h); CuPy voxels are checked on the GPU."""
+    ijk = as_numpy(ijk) if not is_cupy_array(ijk) else ijk
+    return backend(resolve_device("auto", ijk)).defined_voxels(getattr(topology, "topology", topology), ijk)
 
 
-def stencil_inside(vol: Any, points: Any, mode: str = "linear", space: str = "world") -> np.ndarray:
+def stencil_inside(vol: Any, points: Any, mode: str = "linear", space: str = "world") -> Any:
     """(N,) bool: points (N, 3) of a Volume or Topology ``vol`` whose ``mode`` stencil reads only defined voxels (see
     :func:`defined_voxels`); False for non-finite points. ``closest`` reads the nearest voxel (rounding
     half away from zero), ``linear`` the 2^3 corners of the cell, wider schemes ``STENCIL_RADIUS``
@@ -35,23 +37,23 @@ def stencil_inside(vol: Any, points: Any, mode: str = "linear", space: str = "wo
         raise SamplingError(f"expected a mode in {sorted(STENCIL_RADIUS)}, got {mode!r}")
     if space not in SPACES:
         raise SamplingError(f"expected space in {SPACES}, got {space!r}")
-    pts = np.asarray(points, np.float64)
+    device = resolve_device("auto", points)  # CuPy points are checked on the GPU
+    pts = points if device == "cuda" else np.asarray(points, np.float64)
     if pts.ndim != 2 or pts.shape[1] != 3:
-        raise PointsError(f"expected points of shape (N, 3), got {pts.shape}")
-    topology = getattr(vol, "topology", vol)
-    return cpu.stencil_inside(topology, pts, MODES[mode], space == "world")
+        raise PointsError(f"expected points of shape (N, 3), got {tuple(pts.shape)}")
+    return backend(device).stencil_inside(getattr(vol, "topology", vol), pts, MODES[mode], space == "world")
 
 
 class InsideCheck:
     """:func:`stencil_inside` of one topology and mode, for points checked again and again (particles).
-    The transform's kernel parameters are worked out once."""
+    The topology's kernel record is made once."""
 
     def __init__(self, topology: Any, mode: str):
         if mode not in STENCIL_RADIUS:
             raise SamplingError(f"expected a mode in {sorted(STENCIL_RADIUS)}, got {mode!r}")
         self.topology = getattr(topology, "topology", topology)
         self.mode = mode
-        self.xform = self.topology.transform.kernel_parameters()
+        self.topology.kernel_arrays()  # the topology's kernel record, made once
 
     def __call__(self, points: np.ndarray, space: str = "world") -> np.ndarray:
         """(N,) bool for points (N, 3) in ``space``."""
@@ -60,4 +62,4 @@ class InsideCheck:
         pts = np.ascontiguousarray(points, np.float64)
         if pts.ndim != 2 or pts.shape[1] != 3:
             raise PointsError(f"expected points of shape (N, 3), got {pts.shape}")
-        return cpu.stencil_inside(self.topology, pts, MODES[self.mode], space == "world", self.xform)
+        return cpu.stencil_inside(self.topology, pts, MODES[self.mode], space == "world")
