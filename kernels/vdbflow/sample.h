@@ -88,13 +88,19 @@ VDB_HD void write_nan(int C, bool want_jacobian, T* value, R* jacobian) {
     for (int e = 0; e < 3 * C; ++e) jacobian[e] = not_a_number;
 }
 
-// Stores an index-space Jacobian J[c][a] (C x 3), mapped to world axes (J M^-1) when asked.
+// Stores an index-space Jacobian J[c][a] (C x 3), mapped to world axes (J M^-1) when asked.  (The
+// *_inline forms here are the same functions, always inlined on the host too: the scattered point loop
+// inlines its phases as the loop of one function did before launch.h, so it compiles - and rounds - alike.)
 template <class R, class A>
-VDB_HD void write_jacobian(const PointTransform& xf, int C, const A (*J)[3], R* jacobian) {
+VDB_HD VDB_INLINE void write_jacobian_inline(const PointTransform& xf, int C, const A (*J)[3], R* jacobian) {
   for (int c = 0; c < C; ++c)
     for (int a = 0; a < 3; ++a)
       jacobian[3 * c + a] = (R)(xf.jacobian_world ? J[c][0] * xf.inv[a] + J[c][1] * xf.inv[3 + a] + J[c][2] * xf.inv[6 + a]
                                                   : J[c][a]);
+}
+template <class R, class A>
+VDB_HD void write_jacobian(const PointTransform& xf, int C, const A (*J)[3], R* jacobian) {
+  write_jacobian_inline(xf, C, J, jacobian);
 }
 
 // Beyond this magnitude a coordinate is outside every int32 index and reads background.
@@ -116,8 +122,7 @@ struct Cell {
   int leaf, offset;  // CELL_LINEAR: the leaf slot and base voxel offset when all 8 corners are in one leaf, else -1
 };
 
-// Phase 1 of sampling: map the point to index space and find its stencil's values.  locate_cell_inline
-// is the same, inlined into its caller on the host too (the scattered point loop).
+// Phase 1 of sampling: map the point to index space and find its stencil's values.
 template <class T, int NC>
 VDB_HD VDB_INLINE void locate_cell_inline(const GridView<T>& g, const PointTransform& xf, const double p[3],
                                           int mode, Cell<T>& cell, LeafCache& cache) {
@@ -175,8 +180,8 @@ VDB_HD void locate_cell(const GridView<T>& g, const PointTransform& xf, const do
 
 // Phase 2 of sampling: C values (type T) and, for want_jacobian, C x 3 Jacobian entries (type R).
 template <class T, int NC>
-VDB_HD void evaluate_cell(const GridView<T>& g, const PointTransform& xf, const Cell<T>& cell,
-                          bool want_jacobian, T* value, typename RealOf<T>::type* jacobian) {
+VDB_HD VDB_INLINE void evaluate_cell_inline(const GridView<T>& g, const PointTransform& xf, const Cell<T>& cell,
+                                            bool want_jacobian, T* value, typename RealOf<T>::type* jacobian) {
   typedef typename RealOf<T>::type R;
   const int C = NC > 0 ? NC : g.components;
   if (cell.kind != CELL_LINEAR) {
@@ -216,7 +221,13 @@ VDB_HD void evaluate_cell(const GridView<T>& g, const PointTransform& xf, const 
     J.rows[c][2] = z0 + fx * (z1 - z0);
   }
   for (int c = 0; c < C; ++c) value[c] = (T)acc[c];
-  if (want_jacobian) write_jacobian(xf, C, (const R(*)[3])J.rows, jacobian);
+  if (want_jacobian) write_jacobian_inline(xf, C, (const R(*)[3])J.rows, jacobian);
+}
+
+template <class T, int NC>
+VDB_HD void evaluate_cell(const GridView<T>& g, const PointTransform& xf, const Cell<T>& cell, bool want_jacobian,
+                          T* value, typename RealOf<T>::type* jacobian) {
+  evaluate_cell_inline<T, NC>(g, xf, cell, want_jacobian, value, jacobian);
 }
 
 // Values and Jacobian of one point with closest or linear (locate, then evaluate).

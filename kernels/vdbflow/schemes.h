@@ -346,7 +346,7 @@ VDB_ENTRY void sample_points(const KernelAbi& k, const P* pts, i64 n, T* out_v, 
       }
       for (i64 q = 0; q < count; ++q) {
         const i64 i = first + q;
-        evaluate_cell<T, NC>(g, xf, cells[q], want_jacobian, v, want_jacobian ? j : nullptr);
+        evaluate_cell_inline<T, NC>(g, xf, cells[q], want_jacobian, v, want_jacobian ? j : nullptr);
         stream_store(out_v + i * C, v, C);
         if (want_jacobian) stream_store(out_j + i * 3 * C, j, 3 * C);
       }
