@@ -24,16 +24,6 @@ if TYPE_CHECKING:
     from vdbflow.core.volume import Volume
 
 
-def check_request(
-    value_type: Any, mode: str, space: str, jacobian_space: str | None, hessian_space: str | None
-) -> tuple[str, str]:
-    """Refuses what has no Hessian (``closest``, integer data); returns the resolved
-    ``(jacobian_space, hessian_space)`` (defaults: ``space``, then ``jacobian_space``)."""
-    request = SampleRequest(mode, OUTPUTS, space, jacobian_space, hessian_space).for_value_type(value_type)
-    assert request.jacobian_space is not None and request.hessian_space is not None  # resolved when made
-    return request.jacobian_space, request.hessian_space
-
-
 def sample_hessian_arrays(
     vol: Volume,
     points: Any,

@@ -196,7 +196,6 @@ class AnalyticSource(Source):
 
 
 def as_source(source: Any, mode: str, time: str, device: str = "cpu") -> Source:
-    from vdbflow.ops.sampling import MODES
     from vdbflow.synthetic.steady import FlowField
     from vdbflow.synthetic.unsteady import UnsteadyField
     from vdbflow.temporal.series import TIME_MODES, VolumeSeries
