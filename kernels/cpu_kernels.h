@@ -13,6 +13,7 @@
 
 #include "vdbflow/adjoint.h"
 #include "vdbflow/advect.h"
+#include "vdbflow/derived.h"
 #include "vdbflow/hessian.h"
 #include "vdbflow/route.h"
 
@@ -23,6 +24,12 @@ struct VdbflowCpuKernels {
   typedef long long i64;
   // values (N, C) and Jacobians (N, C, 3) or null of points (N, 3) float or double (points_double)
   void (*sample)(const void* k, const void* points, bool points_double, i64 n, void* out_v, void* out_j, int order);
+  // fused: values (N, 3) and Jacobians (N, 3, 3) where not null, and the derived quantities whose buffers
+  // derived[q] are not null (derived.h), of a vec3 float grid
+  void (*sample_derived)(const void* k, const void* points, bool points_double, i64 n, void* out_v, void* out_j,
+                         void* const* derived, int order);
+  // the derived quantities of Jacobians (N, 3, 3) and velocities (N, 3) or null, float or double (is_double)
+  void (*derive)(const void* jacobian, const void* velocity, bool is_double, i64 n, void* const* derived);
   // and Hessians (N, C, 3, 3)
   void (*hessian)(const void* k, const void* points, bool points_double, i64 n, void* out_v, void* out_j,
                   void* out_h);
@@ -36,6 +43,9 @@ struct VdbflowCpuKernels {
   // the partition of each point and a stable sort by partition
   void (*route)(const void* r, const double* xform, bool points_world, const void* points, bool points_double, i64 n,
                 int threads, int* bucket, i64* order, void* sorted, i64* bounds);
+  // voxels of active-voxel ranks (the rank-select of random points: popcounts, and pdep where the target has it)
+  void (*active_voxels)(const int* origins, const void* masks, const i64* leaf_end, i64 leaves, const i64* rank, i64 n,
+                        int* ijk);
   // particle trajectories through a steady vec3 volume
   void (*advect)(const void* k, const void* s, double* x, i64 n, double* position, double* velocity,
                  double* jacobian, double* F, signed char* status, i64* last_step, int* evaluations);
@@ -53,6 +63,26 @@ void sample_entry(const void* abi, const void* points, bool dbl, i64 n, void* ou
     typedef typename RealOf<T>::type R;
     sample_points<T, decltype(nc)::value, P>(k, (const P*)points, n, (T*)out_v, (R*)out_j, order);
   });
+}
+
+void sample_derived_entry(const void* abi, const void* points, bool dbl, i64 n, void* out_v, void* out_j,
+                          void* const* derived, int order) {
+  const KernelAbi& k = *(const KernelAbi*)abi;
+  with_float_type(k.value_kind, [&](auto t) {
+    typedef type_of<decltype(t)> T;
+    typedef typename RealOf<T>::type R;
+    with_point_type(dbl, [&](auto p) {
+      typedef type_of<decltype(p)> P;
+      sample_derived_points<T, 3, P>(k, (const P*)points, n, (T*)out_v, (R*)out_j, (R* const*)derived, order);
+    });
+  });
+}
+
+void derive_entry(const void* jacobian, const void* velocity, bool dbl, i64 n, void* const* derived) {
+  if (dbl)
+    derive_points<double>((const double*)jacobian, (const double*)velocity, n, (double* const*)derived);
+  else
+    derive_points<float>((const float*)jacobian, (const float*)velocity, n, (float* const*)derived);
 }
 
 void hessian_entry(const void* abi, const void* points, bool dbl, i64 n, void* out_v, void* out_j, void* out_h) {
@@ -109,8 +139,15 @@ void advect_entry(const void* abi, const void* s, double* x, i64 n, double* posi
   });
 }
 
-const VdbflowCpuKernels KERNELS = {&sample_entry,         &hessian_entry, &vjp_entry,   &grid_gradient_entry,
-                                   &stencil_inside_entry, &route_entry,   &advect_entry};
+void active_voxels_entry(const int* origins, const void* masks, const i64* leaf_end, i64 leaves, const i64* rank,
+                         i64 n, int* ijk) {
+  active_voxels_points(origins, (const u64*)masks, (const i64*)leaf_end, leaves, (const i64*)rank, n, ijk);
+}
+
+const VdbflowCpuKernels KERNELS = {&sample_entry,  &sample_derived_entry, &derive_entry,
+                                   &hessian_entry, &vjp_entry,            &grid_gradient_entry,
+                                   &stencil_inside_entry, &route_entry,   &active_voxels_entry,
+                                   &advect_entry};
 
 }  // namespace
 

@@ -14,6 +14,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/vector.h>
 #endif
 
 #include <cstddef>
@@ -236,6 +237,50 @@ void sample(nb::bytes record, InArray points, AnyArray out_values, std::optional
     check(k.mode == MODE_CLOSEST && !out_jacobian, "integer data supports closest values only");
   nb::gil_scoped_release release;
   active->sample(&k, points.data(), is<double>(points), n, out_values.data(), data_or_null(out_jacobian), order);
+}
+
+// The buffers of the derived quantities (derived.h order; None: not asked), each of the Jacobian dtype `kind`
+// with n * derived_width(q) entries.
+std::vector<void*> derived_buffers(std::vector<std::optional<AnyArray>>& derived, i64 n, int kind) {
+  check(derived.size() == (size_t)DERIVED_COUNT, "expected one buffer or None for each derived quantity");
+  std::vector<void*> out(DERIVED_COUNT, nullptr);
+  for (int q = 0; q < DERIVED_COUNT; ++q) {
+    if (!derived[q]) continue;
+    check(is_real_of(*derived[q], kind), kind == KIND_F64 ? "derived buffers must be float64" : "derived buffers must be float32");
+    check(derived[q]->size() == (size_t)n * derived_width(q), "a derived buffer must hold N * width entries");
+    out[q] = derived[q]->data();
+  }
+  return out;
+}
+
+void sample_derived(nb::bytes record, InArray points, std::optional<AnyArray> out_values,
+                    std::optional<AnyArray> out_jacobian, std::vector<std::optional<AnyArray>> derived, int order) {
+  const KernelAbi k = read_abi(record);
+  const i64 n = point_count(points);
+  check(is_float_kind(k.value_kind) && k.components == 3, "derived quantities need a vec3 float32 or float64 grid");
+  check(k.mode >= MODE_CLOSEST && k.mode <= SCHEME_LAST, "unknown sampling mode");
+  check(order >= ORDER_AUTO && order <= ORDER_SCATTERED, "order must be 0, 1 or 2");
+  check(!out_values || (is_kind(*out_values, k.value_kind) && out_values->size() == (size_t)n * 3),
+        "out_values must hold N * 3 entries of the grid's dtype");
+  check(!out_jacobian || (is_real_of(*out_jacobian, k.value_kind) && out_jacobian->size() == (size_t)n * 9),
+        "out_jacobian must hold N * 9 entries of the Jacobian dtype");
+  std::vector<void*> buffers = derived_buffers(derived, n, k.value_kind);
+  nb::gil_scoped_release release;
+  active->sample_derived(&k, points.data(), is<double>(points), n, data_or_null(out_values), data_or_null(out_jacobian),
+                         buffers.data(), order);
+}
+
+void derive(InArray jacobian, std::optional<InArray> velocity, std::vector<std::optional<AnyArray>> derived) {
+  const bool dbl = is<double>(jacobian);
+  check((dbl || is<float>(jacobian)) && jacobian.ndim() == 3 && jacobian.shape(1) == 3 && jacobian.shape(2) == 3,
+        "jacobian must be (N, 3, 3) float32 or float64");
+  const i64 n = (i64)jacobian.shape(0);
+  check(!velocity || (velocity->dtype() == jacobian.dtype() && velocity->size() == (size_t)n * 3),
+        "velocity must be (N, 3) of the Jacobian's dtype");
+  std::vector<void*> buffers = derived_buffers(derived, n, dbl ? KIND_F64 : KIND_F32);
+  check(!buffers[DERIVED_HELICITY] || velocity, "helicity needs the velocity");
+  nb::gil_scoped_release release;
+  active->derive(jacobian.data(), velocity ? velocity->data() : nullptr, dbl, n, buffers.data());
 }
 
 void sample_hessian(nb::bytes record, InArray points, AnyArray out_values, std::optional<AnyArray> out_jacobian,
@@ -474,7 +519,7 @@ NewArray<int32_t, 2> active_voxels_at(In<int32_t, nb::ndim<2>> origins, In<uint6
   int32_t* out = alloc<int32_t>(3 * (size_t)n);
   {
     nb::gil_scoped_release release;
-    active_voxels_points(origins.data(), (const u64*)masks.data(), (const i64*)leaf_end.data(), L, g, n, out);
+    active->active_voxels(origins.data(), (const u64*)masks.data(), (const i64*)leaf_end.data(), L, g, n, out);
   }
   return owned<int32_t, 2>(out, {(size_t)n, 3});
 }
@@ -526,6 +571,18 @@ NB_MODULE(_core, m) {
   // sampling: a kernel record (abi.h, built by vdbflow.core.kernel) and the call's arrays
   m.def("sample", &sample, nb::arg("record"), nb::arg("points"), nb::arg("out_values"),
         nb::arg("out_jacobian").none(), nb::arg("order") = (int)ORDER_AUTO);
+  m.def("sample_derived", &sample_derived, nb::arg("record"), nb::arg("points"), nb::arg("out_values").none(),
+        nb::arg("out_jacobian").none(), nb::arg("derived"), nb::arg("order") = (int)ORDER_AUTO,
+        "Values, Jacobians and derived quantities of a vec3 grid in one pass (derived.h).");
+  m.def("derive", &derive, nb::arg("jacobian"), nb::arg("velocity").none(), nb::arg("derived"),
+        "Derived quantities of Jacobians (N, 3, 3) (derived.h).");
+  nb::list derived_names, derived_widths;
+  for (int q = 0; q < DERIVED_COUNT; ++q) {
+    derived_names.append(DERIVED_NAMES[q]);
+    derived_widths.append(derived_width(q));
+  }
+  m.attr("DERIVED") = nb::tuple(derived_names);         // vdbflow.core.kernel.DERIVED
+  m.attr("DERIVED_WIDTHS") = nb::tuple(derived_widths);
   m.def("sample_hessian", &sample_hessian, nb::arg("record"), nb::arg("points"), nb::arg("out_values"),
         nb::arg("out_jacobian").none(), nb::arg("out_hessian"));
   m.def("sample_vjp", &sample_vjp, nb::arg("record"), nb::arg("points"), nb::arg("adj_values"),

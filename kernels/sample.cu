@@ -12,6 +12,7 @@
 // double for double data).
 #include "vdbflow/adjoint.h"
 #include "vdbflow/advect.h"
+#include "vdbflow/derived.h"
 #include "vdbflow/hessian.h"
 #include "vdbflow/route.h"
 
@@ -21,6 +22,20 @@ template <class T, int NC>
 __global__ void sample_kernel(const KernelAbi* abi, const double* points, i64 n, T* out_values,
                               typename RealOf<T>::type* out_jacobian) {
   sample_points<T, NC>(*abi, points, n, out_values, out_jacobian);
+}
+
+// Fused (derived.h): values and Jacobians of a vec3 grid where their pointers are not null, and each derived
+// quantity q whose pointer derived[q] (a device array of DERIVED_COUNT pointers) is not null.
+template <class T>
+__global__ void sample_derived_kernel(const KernelAbi* abi, const double* points, i64 n, T* out_values,
+                                      typename RealOf<T>::type* out_jacobian, typename RealOf<T>::type* const* derived) {
+  sample_derived_points<T, 3>(*abi, points, n, out_values, out_jacobian, derived);
+}
+
+// Derived quantities of Jacobians (n, 3, 3) and velocities (n, 3) or null (derived.h).
+template <class R>
+__global__ void derive_kernel(const R* jacobian, const R* velocity, i64 n, R* const* derived) {
+  derive_points<R>(jacobian, velocity, n, derived);
 }
 
 // Values, Jacobians and Hessians (N, C, 3, 3) of float data (hessian.h); out_jacobian may be null.

@@ -138,6 +138,49 @@ def _cases(local: bool) -> Iterator[tuple[str, Any]]:
                 if var.dtype.kind in "fiu":
                     yield f"distributed_series/{name}", var.values
             dseries.close()
+            yield from _job_cases(client)
+
+
+JOB_OUTPUTS = ["value", "jacobian", "divergence", "vorticity", "vorticity_magnitude", "q_criterion", "inside"]
+
+
+def _job_cases(client: Any) -> Iterator[tuple[str, Any]]:
+    """The demo job (synthetic Taylor-Green shell): random points and a plane, each with the volume
+    partitioned (``partitions: 2``) and as the job chooses (one pass per chunk where it fits)."""
+    import tempfile
+    from pathlib import Path
+
+    import xarray as xr
+
+    with tempfile.TemporaryDirectory() as tmp:
+        base = {
+            "volume": {"synthetic": {"field": "taylor_green", "resolution": 48, "write": f"{tmp}/tg.nvdb"}},
+            "sampling": {"mode": "linear", "outputs": JOB_OUTPUTS},
+            "cluster": {"kind": "local"},
+        }
+        points = {
+            "random": {"kind": "random", "count": 120_000, "inside": "voxels", "space": "world", "chunk": 50_000},
+            "plane": {
+                "kind": "plane",
+                "origin": [0.5, 0.5, 3.0],
+                "u": [5.0, 0.0, 0.0],
+                "v": [0.0, 5.0, 0.0],
+                "resolution": [200, 150],
+                "space": "world",
+                "chunk": 40_000,
+            },
+        }
+        for kind, spec in points.items():
+            for label, partitions in (("partitioned", 2), ("auto", None)):
+                out = Path(tmp) / f"{kind}-{label}.zarr"
+                config = {**base, "points": spec, "output": {"path": str(out)}}
+                if partitions:
+                    config["partitions"] = partitions
+                vdbflow.run(config, client=client)
+                with xr.open_zarr(out) as ds:
+                    for name, var in ds.variables.items():
+                        if var.dtype.kind in "fiub":
+                            yield f"job/{kind}/{label}/{name}", var.values
 
 
 def main(argv: list[str] | None = None) -> int:

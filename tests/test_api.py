@@ -117,7 +117,14 @@ def test_run_errors_are_vdbflow_exceptions(tmp_path, client, monkeypatch):
 
         return dask.delayed(boom)(*[dask.delayed(a) for a in args[:1]])
 
-    monkeypatch.setattr(job_module, "_analytic_error", failing)
+    monkeypatch.setattr(job_module, "_analytic_error", failing)  # a job whose volume is partitioned
+
+    def failing_chunk(*args):  # a job whose workers read the whole volume: one task a chunk
+        raise RuntimeError("a worker says no")
+
+    from vdbflow.jobs import chunks
+
+    monkeypatch.setattr(chunks, "sample_chunk", failing_chunk)
     with pytest.raises(JobError, match="a worker says no.*no result was published") as info:
         vdbflow.run(job(tmp_path), client=client)
     assert isinstance(info.value, vdbflow.VdbflowError) and isinstance(info.value.__cause__, RuntimeError)

@@ -22,6 +22,8 @@ def _parameters(fn) -> list[tuple[str, object]]:
 def test_the_interface_names_every_operation_of_the_kernels():
     assert set(OPERATIONS) == {
         "sample",
+        "sample_derived",
+        "derive",
         "sample_hessian",
         "sample_vjp",
         "grid_gradient",

@@ -342,7 +342,14 @@ def test_a_failing_task_exits_1_and_publishes_nothing(tmp_path, monkeypatch):
 
         return dask.delayed(boom)(*[dask.delayed(a) for a in args[:1]])
 
-    monkeypatch.setattr(job, "_analytic_error", failing)
+    monkeypatch.setattr(job, "_analytic_error", failing)  # a job whose volume is partitioned
+
+    def failing_chunk(*args):  # a job whose workers read the whole volume: one task a chunk
+        raise RuntimeError("a worker says no")
+
+    from vdbflow.jobs import chunks
+
+    monkeypatch.setattr(chunks, "sample_chunk", failing_chunk)
     result = invoke("run", str(write_config(tmp_path / "job.yaml", base_config(tmp_path))))
     assert result.exit_code == 1, result.output
     assert "a worker says no" in result.output and "no result was published" in result.output

@@ -1,5 +1,6 @@
 """vdbflow CPU kernels (compiled from kernels/)"""
 
+from collections.abc import Sequence
 from typing import Annotated
 
 import numpy
@@ -19,6 +20,18 @@ def build_table(keys: Annotated[NDArray[numpy.int32], dict(shape=(None, None), o
 def table_lookup(table: Annotated[NDArray[numpy.int32], dict(shape=(None, None), order='C', device='cpu', writable=False)], keys: Annotated[NDArray[numpy.int32], dict(shape=(None, None), order='C', device='cpu', writable=False)]) -> Annotated[NDArray[numpy.int32], dict(shape=(None,))]: ...
 
 def sample(record: bytes, points: Annotated[NDArray, dict(order='C', device='cpu', writable=False)], out_values: Annotated[NDArray, dict(order='C', device='cpu')], out_jacobian: Annotated[NDArray, dict(order='C', device='cpu')] | None, order: int = 0) -> None: ...
+
+def sample_derived(record: bytes, points: Annotated[NDArray, dict(order='C', device='cpu', writable=False)], out_values: Annotated[NDArray, dict(order='C', device='cpu')] | None, out_jacobian: Annotated[NDArray, dict(order='C', device='cpu')] | None, derived: Sequence[Annotated[NDArray, dict(order='C', device='cpu')] | None], order: int = 0) -> None:
+    """
+    Values, Jacobians and derived quantities of a vec3 grid in one pass (derived.h).
+    """
+
+def derive(jacobian: Annotated[NDArray, dict(order='C', device='cpu', writable=False)], velocity: Annotated[NDArray, dict(order='C', device='cpu', writable=False)] | None, derived: Sequence[Annotated[NDArray, dict(order='C', device='cpu')] | None]) -> None:
+    """Derived quantities of Jacobians (N, 3, 3) (derived.h)."""
+
+DERIVED: tuple
+
+DERIVED_WIDTHS: tuple
 
 def sample_hessian(record: bytes, points: Annotated[NDArray, dict(order='C', device='cpu', writable=False)], out_values: Annotated[NDArray, dict(order='C', device='cpu')], out_jacobian: Annotated[NDArray, dict(order='C', device='cpu')] | None, out_hessian: Annotated[NDArray, dict(order='C', device='cpu')]) -> None: ...
 

@@ -16,6 +16,9 @@
 #define VDB_INLINE __attribute__((always_inline))  // inlined wherever it is called (device: every VDB_HD)
 #include <cmath>
 #include <cstring>
+#if defined(__BMI2__) && defined(__x86_64__)
+#include <immintrin.h>  // _pdep_u64 (select_bit64)
+#endif
 #endif
 
 namespace vdbflow {
@@ -257,21 +260,43 @@ VDB_HD int lowest_bit64(u64 v) {
 #endif
 }
 
+// Position of the set bit of rank k (0: the lowest) of word, which has more than k set bits.
+VDB_HD int select_bit64(u64 word, int k) {
+#if defined(VDB_DEVICE_COMPILE)
+  const unsigned lo = (unsigned)word, hi = (unsigned)(word >> 32);
+  const int c = __popc(lo);
+  return k < c ? (int)__fns(lo, 0, k + 1) : 32 + (int)__fns(hi, 0, k + 1 - c);
+#elif defined(__BMI2__) && defined(__x86_64__)
+  return lowest_bit64(_pdep_u64(u64(1) << k, word));
+#else
+  int pos = 0;  // narrow by halves: 32, 16, ..., 1 bits
+  for (int width = 32; width >= 1; width >>= 1) {
+    const u64 low = word & ((u64(1) << width) - 1);
+    const int c = popcount64(low);
+    if (k >= c) {
+      k -= c;
+      word >>= width;
+      pos += width;
+    }
+  }
+  return pos;
+#endif
+}
+
 // Voxel ijk of the active voxel of rank r in OnIndex order (leaves in order, voxels by mask bit), given
 // the leaves' origins (L, 3), masks (L, 8) and leaf_end (L,), the running count of active voxels at the
 // end of each leaf; 0 <= r < leaf_end[L - 1].
 VDB_HD void active_voxel_at(const int* origins, const u64* masks, const i64* leaf_end, i64 leaves, i64 r,
                             int ijk[3]) {
-  i64 leaf = 0;  // the first leaf whose end lies past r (std::upper_bound)
-  for (i64 count = leaves; count > 0;) {
+  // the first leaf whose end lies past r (std::upper_bound), without branches: the answer lies in
+  // [leaf, leaf + count] throughout
+  i64 leaf = 0;
+  for (i64 count = leaves; count > 1;) {
     const i64 half = count >> 1;
-    if (leaf_end[leaf + half] <= r) {
-      leaf += half + 1;
-      count -= half + 1;
-    } else {
-      count = half;
-    }
+    leaf = leaf_end[leaf + half - 1] <= r ? leaf + half : leaf;
+    count -= half;
   }
+  leaf += leaf_end[leaf] <= r;
   i64 left = r - (leaf ? leaf_end[leaf - 1] : 0);
   int w = 0;
   for (; w < 8; ++w) {
@@ -279,9 +304,7 @@ VDB_HD void active_voxel_at(const int* origins, const u64* masks, const i64* lea
     if (left < c) break;
     left -= c;
   }
-  u64 word = masks[leaf * 8 + w];
-  for (i64 k = 0; k < left; ++k) word &= word - 1;  // drop the lower set bits
-  const int bit = w * 64 + lowest_bit64(word);
+  const int bit = w * 64 + select_bit64(masks[leaf * 8 + w], (int)left);
   ijk[0] = origins[3 * leaf] + (bit >> 6);
   ijk[1] = origins[3 * leaf + 1] + ((bit >> 3) & 7);
   ijk[2] = origins[3 * leaf + 2] + (bit & 7);

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from vdbflow.core import schema
 from vdbflow.core import units as _u
 from vdbflow.errors import SamplingError
 
@@ -64,6 +65,16 @@ def _apply(
     return out
 
 
+def _finite_rows(fn: Any, A: np.ndarray) -> np.ndarray:
+    """``fn`` of the finite 3 x 3 matrices of ``A`` (..., 3, 3), NaN for the others (LAPACK refuses them)."""
+    A = np.asarray(A, np.result_type(A.dtype, np.float32))
+    finite = np.isfinite(A).all(axis=(-2, -1))
+    out = np.full(A.shape[:-2], np.nan, A.dtype)
+    if finite.any():
+        out[finite] = fn(A[finite])
+    return out
+
+
 def _sym(J: np.ndarray) -> np.ndarray:
     return 0.5 * (J + np.swapaxes(J, -1, -2))
 
@@ -102,10 +113,35 @@ def _q(J: np.ndarray) -> np.ndarray:
     return q
 
 
+def _divergence(J: np.ndarray) -> np.ndarray:
+    """(J_xx + J_yy) + J_zz, summed in the order the kernels sum it (derived.h)."""
+    J = np.asarray(J, np.result_type(J.dtype, np.float32))
+    out = np.add(J[..., 0, 0], J[..., 1, 1])
+    out += J[..., 2, 2]
+    return out
+
+
+def _strain_rate_magnitude(J: np.ndarray) -> np.ndarray:
+    """|S| = sqrt(2 S:S) of Jacobians (..., 3, 3), in the order of the kernels (derived.h): the diagonal
+    squares, then the off-diagonal ones of S counted twice."""
+    J = np.asarray(J, np.result_type(J.dtype, np.float32))
+    half = J.dtype.type(0.5)
+    d = np.multiply(J[..., 0, 0], J[..., 0, 0])
+    d += np.multiply(J[..., 1, 1], J[..., 1, 1])
+    d += np.multiply(J[..., 2, 2], J[..., 2, 2])
+    s01, s02, s12 = ((J[..., i, j] + J[..., j, i]) * half for i, j in ((0, 1), (0, 2), (1, 2)))
+    off = np.multiply(s01, s01)
+    off += np.multiply(s02, s02)
+    off += np.multiply(s12, s12)
+    d += off + off
+    d += d
+    return np.sqrt(d, out=d)
+
+
 def divergence(jac: xr.DataArray) -> xr.DataArray:
     """div u = trace(J)."""
     return _apply(
-        lambda J: np.trace(J, axis1=-2, axis2=-1),
+        _divergence,
         jac,
         (),
         "divergence",
@@ -156,6 +192,12 @@ def strain_rate(jac: xr.DataArray) -> xr.DataArray:
         "S = (J + J^T) / 2",
         {"component": 3, "axis": 3},
     ).assign_coords(component=jac["component"].values, axis=jac["axis"].values)
+
+
+def strain_rate_magnitude(jac: xr.DataArray) -> xr.DataArray:
+    """|S| = sqrt(2 S:S), the strain-rate magnitude of Smagorinsky-type models."""
+    long_name, _, formula = schema.DERIVED_ATTRS["strain_rate_magnitude"]
+    return _apply(_strain_rate_magnitude, jac, (), "strain_rate_magnitude", long_name, _units(jac), formula)
 
 
 def rotation_rate(jac: xr.DataArray) -> xr.DataArray:
@@ -226,7 +268,7 @@ def lambda2(jac: xr.DataArray) -> xr.DataArray:
 
     def l2(J: np.ndarray) -> np.ndarray:
         S, W = _sym(J), _skew(J)
-        return np.linalg.eigvalsh(S @ S + W @ W)[..., 1]
+        return _finite_rows(lambda A: np.linalg.eigvalsh(A)[..., 1], S @ S + W @ W)
 
     return _apply(l2, jac, (), "lambda2", "lambda-2 criterion", _units(jac, 2), "middle eigenvalue of S^2 + Omega^2")
 
@@ -235,7 +277,7 @@ def swirling_strength(jac: xr.DataArray) -> xr.DataArray:
     """lambda_ci: the imaginary part of J's complex eigenvalue pair (0 where all are real)."""
 
     def ci(J: np.ndarray) -> np.ndarray:
-        return np.abs(np.linalg.eigvals(J).imag).max(axis=-1)
+        return _finite_rows(lambda A: np.abs(np.linalg.eigvals(A).imag).max(axis=-1), J)
 
     return _apply(
         ci,
@@ -266,13 +308,30 @@ def laplacian(hessian: xr.DataArray) -> xr.DataArray:
     return out
 
 
+def _helicity(u: np.ndarray, J: np.ndarray) -> np.ndarray:
+    """(u_0 w_0 + u_1 w_1) + u_2 w_2 with w = curl u, in the kernels' order (NaN stays NaN)."""
+    dtype = np.result_type(u.dtype, J.dtype, np.float32)
+    w = _vorticity(np.asarray(J, dtype))
+    u = np.asarray(u, dtype)
+    h = np.multiply(u[..., 0], w[..., 0])
+    h += np.multiply(u[..., 1], w[..., 1])
+    h += np.multiply(u[..., 2], w[..., 2])
+    return h
+
+
 def helicity(velocity: xr.DataArray, jac: xr.DataArray) -> xr.DataArray:
     """Helicity density u . omega."""
-    omega = vorticity(jac)
-    out = (
-        velocity.rename({"component": "c"}).assign_coords(c=[0, 1, 2])
-        * omega.rename({"axis": "c"}).assign_coords(c=[0, 1, 2])
-    ).sum("c")
+    _check(jac)
+    if "component" not in velocity.dims or velocity.sizes["component"] != 3:
+        raise SamplingError(f"expected a velocity with 3 components, got dims {velocity.dims}")
+    out = xr.apply_ufunc(
+        _helicity,
+        velocity.drop_vars("component", errors="ignore"),  # matched by position: (u, v, w) against rows (x, y, z)
+        jac.drop_vars("component", errors="ignore"),
+        input_core_dims=[["component"], list(CORE)],
+        dask="parallelized",
+        output_dtypes=[np.result_type(velocity.dtype, jac.dtype, np.float32)],
+    )
     out.name = "helicity"
     out.attrs = _attrs("helicity density", _u.multiply(velocity.attrs.get("units"), _units(jac)), "u . curl u")
     return out
@@ -316,6 +375,10 @@ class VdbflowAccessor:
     def strain_rate(self) -> xr.DataArray:
         """Strain-rate tensor S = (J + Jᵀ)/2 (see :func:`vdbflow.analysis.flow.strain_rate`)."""
         return strain_rate(self._jacobian())
+
+    def strain_rate_magnitude(self) -> xr.DataArray:
+        """|S| = sqrt(2 S:S) (see :func:`vdbflow.analysis.flow.strain_rate_magnitude`)."""
+        return strain_rate_magnitude(self._jacobian())
 
     def rotation_rate(self) -> xr.DataArray:
         """Rotation-rate tensor Ω = (J − Jᵀ)/2 (see :func:`vdbflow.analysis.flow.rotation_rate`)."""

@@ -24,6 +24,9 @@ from vdbflow.errors import VolumeError
 # the negative side reaches one less) - the distributed halo must be at least this wide.
 MODES: dict[str, int] = dict(_core.MODES)
 STENCIL_RADIUS: dict[str, int] = dict(_core.STENCIL_REACH)
+# quantities of a velocity gradient the kernels compute with the Jacobian (derived.h), and their widths
+DERIVED: tuple[str, ...] = tuple(_core.DERIVED)
+DERIVED_WIDTHS: dict[str, int] = dict(zip(_core.DERIVED, _core.DERIVED_WIDTHS, strict=True))
 
 # grid.h: leaves of LEAF_DIM^3 voxels; level l's hash table is keyed by ijk >> LEVEL_SHIFTS[l] and
 # holds tiles of TILE_SIZES[l]^3 voxels (level 0 also holds the leaves).

@@ -9,7 +9,7 @@ import numpy as np
 from vdbflow import _core
 from vdbflow.core import kernel
 from vdbflow.core.kernel import KernelArrays
-from vdbflow.errors import DeviceError
+from vdbflow.errors import DeviceError, SamplingError
 
 # The kernels' CPU target, chosen at import: the widest compiled one this CPU runs (e.g. x86-64-v3 over the
 # portable x86-64 baseline), "native" for a VDBFLOW_NATIVE build; VDBFLOW_CPU_TARGET=baseline|<target>
@@ -39,6 +39,42 @@ def sample(
     _core.sample(
         rec.call(mode, points_world, jacobian_world).tobytes(), points, out_values, out_jacobian, ORDERS[point_order]
     )
+
+
+def _derived_list(derived: dict[str, np.ndarray]) -> list[np.ndarray | None]:
+    unknown = set(derived) - set(kernel.DERIVED)
+    if unknown:
+        raise SamplingError(f"expected derived quantities among {', '.join(kernel.DERIVED)}, got {sorted(unknown)}")
+    return [derived.get(name) for name in kernel.DERIVED]
+
+
+def sample_derived(
+    k: KernelArrays,
+    points: np.ndarray,
+    mode: int,
+    points_world: bool,
+    jacobian_world: bool,
+    out_values: np.ndarray | None,
+    out_jacobian: np.ndarray | None,
+    derived: dict[str, np.ndarray],
+    point_order: str = "auto",
+) -> None:
+    """Values (N, 3) and Jacobians (N, 3, 3) where given, and the ``derived`` quantities (name -> buffer),
+    of a vec3 float volume in one pass (kernels/vdbflow/derived.h)."""
+    rec = kernel.host_record(k)  # held for the call: the record points into its arrays
+    _core.sample_derived(
+        rec.call(mode, points_world, jacobian_world).tobytes(),
+        points,
+        out_values,
+        out_jacobian,
+        _derived_list(derived),
+        ORDERS[point_order],
+    )
+
+
+def derive(jacobian: np.ndarray, velocity: np.ndarray | None, derived: dict[str, np.ndarray]) -> None:
+    """The ``derived`` quantities of Jacobians (N, 3, 3) and velocities (N, 3) (helicity) into their buffers."""
+    _core.derive(jacobian, velocity, _derived_list(derived))
 
 
 def sample_hessian(

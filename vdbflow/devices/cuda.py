@@ -61,6 +61,16 @@ def vjp_entry_name(dtype: np.dtype, components: int) -> str:
     return _instance("vjp_kernel", dtype, components, (1, 3, 4))
 
 
+def derived_entry_name(dtype: np.dtype) -> str:
+    """Name expression of the fused entry point (values, Jacobians, derived quantities; vec3 float data)."""
+    return f"vdbflow::sample_derived_kernel<{_CTYPES[np.dtype(dtype)]}>"
+
+
+def derive_entry_name(dtype: np.dtype) -> str:
+    """Name expression of the derived quantities of given Jacobians (float32 or float64)."""
+    return f"vdbflow::derive_kernel<{_CTYPES[np.dtype(dtype)]}>"
+
+
 def advect_entry_name(dtype: np.dtype) -> str:
     """Name expression of the particle entry point (vec3 float data)."""
     return f"vdbflow::advect_kernel<{_CTYPES[np.dtype(dtype)]}>"
@@ -70,6 +80,7 @@ def name_expressions() -> tuple[str, ...]:
     """Every template instance the backend may call, compiled together by NVRTC."""
     names = {entry_name(dt, c) for dt in VALUE_DTYPES for c in (1, 3, 4, 0)}
     names |= {advect_entry_name(dt) for dt in FLOAT_DTYPES}
+    names |= {derived_entry_name(dt) for dt in FLOAT_DTYPES} | {derive_entry_name(dt) for dt in FLOAT_DTYPES}
     names |= {hessian_entry_name(dt, c) for dt in FLOAT_DTYPES for c in (1, 3, 0)}
     names |= {vjp_entry_name(dt, c) for dt in FLOAT_DTYPES for c in (1, 3, 4, 0)}
     names |= {grid_gradient_entry_name(dt, c) for dt in FLOAT_DTYPES for c in (1, 3, 4, 0)}
@@ -169,6 +180,61 @@ def sample(
         (_blocks(n),),
         (THREADS_PER_BLOCK,),
         (call, pts, np.int64(n), out_values, NULL if out_jacobian is None else out_jacobian),
+    )
+
+
+def _derived_pointers(derived: dict[str, Any]) -> Any:
+    """A device array of the kernels' DERIVED_COUNT output pointers (0 where not asked)."""
+    unknown = set(derived) - set(kernel.DERIVED)
+    if unknown:
+        raise DeviceError(f"expected derived quantities among {', '.join(kernel.DERIVED)}, got {sorted(unknown)}")
+    ptrs = [derived[name].data.ptr if name in derived else 0 for name in kernel.DERIVED]
+    return cupy_module().asarray(np.array(ptrs, np.uint64))
+
+
+def sample_derived(
+    k: KernelArrays,
+    points: Any,
+    mode: int,
+    points_world: bool,
+    jacobian_world: bool,
+    out_values: Any | None,
+    out_jacobian: Any | None,
+    derived: dict[str, Any],
+    point_order: str = "auto",
+) -> None:
+    """CuPy values (N, 3) and Jacobians (N, 3, 3) where given, and the ``derived`` quantities, in one launch."""
+    cupy = cupy_module()
+    n = points.shape[0]
+    if n == 0:
+        return
+    pts = cupy.ascontiguousarray(points, dtype=cupy.float64)
+    rec, call = _call_record(k, mode, points_world, jacobian_world)
+    kernel_fn = _function(derived_entry_name(rec.arrays.values.dtype))
+    pointers = _derived_pointers(derived)
+    kernel_fn(
+        (_blocks(n),),
+        (THREADS_PER_BLOCK,),
+        (
+            call,
+            pts,
+            np.int64(n),
+            NULL if out_values is None else out_values,
+            NULL if out_jacobian is None else out_jacobian,
+            pointers,
+        ),
+    )
+
+
+def derive(jacobian: Any, velocity: Any | None, derived: dict[str, Any]) -> None:
+    """The ``derived`` quantities of CuPy Jacobians (N, 3, 3) and velocities (N, 3) into their buffers."""
+    n = jacobian.shape[0]
+    if n == 0:
+        return
+    kernel_fn = _function(derive_entry_name(jacobian.dtype))
+    pointers = _derived_pointers(derived)
+    kernel_fn(
+        (_blocks(n),), (THREADS_PER_BLOCK,), (jacobian, NULL if velocity is None else velocity, np.int64(n), pointers)
     )
 
 

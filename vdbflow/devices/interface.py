@@ -30,6 +30,26 @@ class Backend(Protocol):
     ) -> None:
         """Fills values (N, C) and, when given, Jacobians (N, C, 3) at points (N, 3)."""
 
+    def sample_derived(
+        self,
+        k: KernelArrays,
+        points: Any,
+        mode: int,
+        points_world: bool,
+        jacobian_world: bool,
+        out_values: Any | None,
+        out_jacobian: Any | None,
+        derived: dict[str, Any],
+        point_order: str = "auto",
+    ) -> None:
+        """One pass over points (N, 3) of a vec3 float volume: values (N, 3) and Jacobians (N, 3, 3) where
+        given, and each derived quantity of ``derived`` (name -> (N,) or (N, 3) buffer of the Jacobian
+        dtype; ``vdbflow.core.kernel.DERIVED`` names them)."""
+
+    def derive(self, jacobian: Any, velocity: Any | None, derived: dict[str, Any]) -> None:
+        """The derived quantities of Jacobians (N, 3, 3) and velocities (N, 3) (needed for helicity) into
+        the buffers of ``derived``, as :meth:`sample_derived` computes them."""
+
     def sample_hessian(
         self,
         k: KernelArrays,

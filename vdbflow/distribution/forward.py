@@ -50,20 +50,36 @@ def sample_piece(volume: Volume, pts: np.ndarray, request: SampleRequest) -> tup
     return tuple(arrays[name].get() if on_gpu else arrays[name] for name in request.outputs)
 
 
-def assemble_wave(sizes: tuple, outputs: tuple, background: Any, routed: tuple, *sampled: tuple) -> tuple:
+def background_rows(template: Volume, request: SampleRequest) -> tuple:
+    """What each output of ``request`` reads at a point whose stencil reads only the background: the
+    background value, zero derivatives, and the derived quantities of those (from the kernels, so the
+    last bit and the sign of a zero are theirs)."""
+    shapes, dtypes = request.shapes((1,), template.components), request.dtypes(template.value_type)
+    value = np.asarray(template.background, dtypes.get("value", template.value_type.dtype)).reshape(
+        shapes.get("value", (1,))
+    )
+    rows = {"value": value}
+    rows.update({name: np.zeros(shapes[name], dtypes[name]) for name in ("jacobian", "hessian") if name in shapes})
+    if request.derived:
+        derived = {name: np.empty(shapes[name], dtypes[name]) for name in request.derived}
+        jdtype = template.value_type.jacobian_dtype
+        cpu.derive(np.zeros((1, 3, 3), jdtype), value.astype(jdtype).reshape(1, 3), derived)
+        rows.update(derived)
+    return tuple(rows[name][0] for name in request.outputs)
+
+
+def assemble_wave(sizes: tuple, outputs: tuple, fills: tuple, routed: tuple, *sampled: tuple) -> tuple:
     """A wave's results in input order from its partitions' shares.  ``routed`` is the wave's
     :func:`route_wave` (the indices are read on the worker that routed: the scheduler runs the
     assembly there, where most of its input already is, and only the sampled arrays travel).
-    ``outputs`` gives each array's (trailing shape, dtype): values first, then derivatives;
-    background-only points get the background and zero derivatives.  Returns one tuple of arrays
-    per chunk of the wave, in order, flattened: ``(values_0, jacobian_0, ..., values_1, jacobian_1,
-    ...)`` (views of one block each)."""
+    ``outputs`` gives each array's (trailing shape, dtype), ``fills`` what background-only points read
+    (:func:`background_rows`).  Returns one tuple of arrays per chunk of the wave, in order, flattened:
+    ``(values_0, jacobian_0, ..., values_1, jacobian_1, ...)`` (views of one block each)."""
     n = int(sum(sizes))
     blocks = [np.empty((n,) + tuple(shape), dtype) for shape, dtype in outputs]
     quiet = routed[-1]
-    blocks[0][quiet] = background
-    for block in blocks[1:]:
-        block[quiet] = 0
+    for block, fill in zip(blocks, fills, strict=True):
+        block[quiet] = fill
     for index, arrays in zip(routed[: len(sampled)], sampled, strict=True):
         for block, arr in zip(blocks, arrays, strict=True):
             cpu.scatter_rows(block, index, arr)
@@ -134,7 +150,11 @@ def forward_arrays(
         points.name if isinstance(points, da.Array) else uuid.uuid4().hex,
         W,
     )
-    names = [f"{keys.OUTPUTS[name]}-{token}" for name in request.outputs]
+    names = [
+        f"{keys.OUTPUTS[name]}-{token}" if name in keys.OUTPUTS else f"{keys.DERIVED}-{name}-{token}"
+        for name in request.outputs
+    ]
+    fills = background_rows(template, request)
     layers: list[dict] = [{} for _ in outputs]
     done_waves = []
     for w, first in enumerate(range(0, len(chunks), W)):
@@ -159,7 +179,7 @@ def forward_arrays(
         done = delayed(assemble_wave, pure=False)(
             sizes[first : first + W],
             tuple(outputs),
-            template.background,
+            fills,
             route,
             *sampled,
             dask_key_name=f"{keys.REORDER}-{token}-{w}",

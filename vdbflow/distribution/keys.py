@@ -10,6 +10,7 @@ ROUTE = "vdbflow-route"  # a wave's points routed to the partitions
 SAMPLE = "vdbflow-sample"  # one partition's piece of a wave, sampled
 REORDER = "vdbflow-reorder"  # a wave's results put back in input order
 OUTPUTS = {"value": "vdbflow-values", "jacobian": "vdbflow-jacobian", "hessian": "vdbflow-hessian"}
+DERIVED = "vdbflow-derived"  # a derived quantity's array (its name follows: vdbflow-derived-q_criterion-...)
 # reverse mode (distribution.reverse)
 ROUTE_VJP = "vdbflow-route-vjp"
 VJP = "vdbflow-vjp"

@@ -162,7 +162,7 @@ def _print_plan(plan: Any, console: Console) -> None:
 
 
 def _print_summary(result: Any, console: Console) -> None:
-    from vdbflow.jobs.runner import ANALYTIC_CHECK_PER_CHUNK
+    from vdbflow.jobs.chunks import ANALYTIC_CHECK_PER_CHUNK
 
     t = result.timings
     if result.steps is None:
@@ -192,9 +192,10 @@ def _print_summary(result: Any, console: Console) -> None:
         steps = ", ".join(f"{k} {v:.2f}" for k, v in result.worker_seconds.items() if v > 0.0005)
         rows.append(("worker time (s)", f"{steps} (compute on {result.workers} worker(s), by Dask's task stream)"))
     if result.analytic_error is not None:
+        checked = result.analytic_output or "jacobian"
         rows.append(
             (
-                "max |J - J_exact|",
+                "max |J - J_exact|" if checked == "jacobian" else f"max |{checked} - exact|",
                 f"{result.analytic_error:.3g} over {result.analytic_points:,} interior "
                 "points checked (analytic Jacobian of the synthetic field; up to "
                 f"{ANALYTIC_CHECK_PER_CHUNK:,} points a chunk)",

@@ -60,6 +60,7 @@ DERIVED = (
     "lambda2",
     "swirling_strength",
     "helicity",
+    "strain_rate_magnitude",
 )
 SECOND = ("hessian", "laplacian")  # second derivatives (Volume.sample_hessian): any float grid
 OUTPUTS = ("value", "jacobian", *DERIVED, *SECOND, "inside")  # inside: the stencil reads only active voxels

@@ -26,12 +26,11 @@ import xarray as xr
 from vdbflow.core import schema
 from vdbflow.core.volume import Volume
 from vdbflow.errors import VolumeError
+from vdbflow.jobs.chunks import OPEN_VOLUMES_PER_WORKER, opened_volume
 from vdbflow.temporal.particles import advect, step_plan
 from vdbflow.temporal.series import StepIdentity, VolumeSeries, open_series
 
 ADVECT_KEY = "vdbflow-advect"  # task-key prefix of the seed chunks (jobs.progress groups by it)
-
-OPEN_VOLUMES_PER_WORKER = 2  # volumes kept open in a worker process between tasks
 
 
 @dataclass(frozen=True)
@@ -64,11 +63,8 @@ def _opened_series(files: SeriesFiles) -> VolumeSeries:
     return files.open()
 
 
-@functools.lru_cache(maxsize=OPEN_VOLUMES_PER_WORKER)
 def _opened(path: str, grid: str | int | None) -> Volume:
-    from vdbflow.io.volumes import open_volume
-
-    vol = open_volume(path, grid)
+    vol = opened_volume(path, grid)
     if not isinstance(vol, Volume):
         raise VolumeError(f"expected a grid of values to advect through in {path}, got an index grid")
     return vol

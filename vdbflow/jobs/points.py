@@ -30,6 +30,7 @@ class PointSet:
     attrs: dict[str, Any] = field(default_factory=dict)
     shape: tuple[int, ...] | None = None
     dims: tuple[str, ...] = ("point",)
+    generator: tuple[Any, tuple] | None = None  # (fn, args): block b is fn(b, start, stop, *args); None for files
 
     @property
     def count(self) -> int:
@@ -39,6 +40,11 @@ class PointSet:
 def _chunks(n: int, chunk: int) -> tuple[int, ...]:
     full, rest = divmod(n, chunk)
     return (chunk,) * full + ((rest,) if rest else ())
+
+
+def _generated(n: int, chunk: int, fn: Any, *args: Any) -> dict[str, Any]:
+    """The ``points`` and ``generator`` of a PointSet whose block b is ``fn(b, start, stop, *args)``."""
+    return {"points": _lazy(n, chunk, fn, *args), "generator": (fn, args)}
 
 
 def _lazy(n: int, chunk: int, fn: Any, *args: Any) -> Any:
@@ -244,7 +250,7 @@ def make_points(spec: Any, topology: Any, bbox: np.ndarray | None = None) -> Poi
         if spec.inside == "voxels":
             live = np.bitwise_count(topology.masks).sum(axis=1) > 0
             leaf_end = np.cumsum(np.bitwise_count(topology.masks[live]).sum(axis=1, dtype=np.int64))
-            pts = _lazy(
+            made = _generated(
                 spec.count,
                 spec.chunk,
                 _random_in_voxels,
@@ -255,8 +261,8 @@ def make_points(spec: Any, topology: Any, bbox: np.ndarray | None = None) -> Poi
                 to_world,
             )
         else:
-            pts = _lazy(spec.count, spec.chunk, _random_in_leaves, spec.seed, origins, to_world)
-        return PointSet(pts, attrs)
+            made = _generated(spec.count, spec.chunk, _random_in_leaves, spec.seed, origins, to_world)
+        return PointSet(attrs=attrs, **made)
     if isinstance(spec, GridPoints):
         bounds = np.asarray(spec.bounds if spec.bounds is not None else bbox, dtype=np.float64)
         if bounds is None or bounds.shape != (2, 3):
@@ -264,33 +270,23 @@ def make_points(spec: Any, topology: Any, bbox: np.ndarray | None = None) -> Poi
         shape = np.asarray(spec.shape, np.int64)
         attrs.update(points_bounds=bounds.tolist())
         dims = tuple(f"lattice_{a}" for a in ("xyz" if spec.space == "world" else "ijk"))
-        return PointSet(
-            _lazy(int(shape.prod()), spec.chunk, _lattice, bounds[0], bounds[1], shape),
-            attrs,
-            tuple(int(n) for n in spec.shape),
-            dims,
-        )
+        made = _generated(int(shape.prod()), spec.chunk, _lattice, bounds[0], bounds[1], shape)
+        return PointSet(attrs=attrs, shape=tuple(int(n) for n in spec.shape), dims=dims, **made)
     if isinstance(spec, PlanePoints):
         axes = np.asarray([spec.u, spec.v], np.float64)
         shape = np.asarray(spec.resolution, np.int64)
         attrs.update(plane_origin=list(spec.origin), plane_u=list(spec.u), plane_v=list(spec.v))
-        return PointSet(
-            _lazy(int(shape.prod()), spec.chunk, _plane, np.asarray(spec.origin, np.float64), axes, shape),
-            attrs,
-            tuple(int(n) for n in spec.resolution),
-            ("plane_s", "plane_t"),
-        )
+        made = _generated(int(shape.prod()), spec.chunk, _plane, np.asarray(spec.origin, np.float64), axes, shape)
+        return PointSet(attrs=attrs, shape=tuple(int(n) for n in spec.resolution), dims=("plane_s", "plane_t"), **made)
     if isinstance(spec, LinePoints):
         attrs.update(line_start=list(spec.start), line_end=list(spec.end))
-        return PointSet(
-            _lazy(
-                spec.count,
-                spec.chunk,
-                _line,
-                np.asarray(spec.start, np.float64),
-                np.asarray(spec.end, np.float64),
-                spec.count,
-            ),
-            attrs,
+        made = _generated(
+            spec.count,
+            spec.chunk,
+            _line,
+            np.asarray(spec.start, np.float64),
+            np.asarray(spec.end, np.float64),
+            spec.count,
         )
+        return PointSet(attrs=attrs, **made)
     raise PointsError(f"expected a points spec, got {type(spec).__name__}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from vdbflow.distribution import keys
+from vdbflow.jobs.chunks import CHUNK_KEY
 from vdbflow.jobs.particles import ADVECT_KEY
 from vdbflow.jobs.points import POINTS_KEY
 
@@ -25,10 +26,11 @@ STEPS = {
         "rechunk",
     ),
     "routing": (keys.ROUTE,),
-    "sampling": (keys.SAMPLE, keys.REORDER, *keys.OUTPUTS.values(), "getitem"),
+    "sampling": (keys.SAMPLE, keys.REORDER, *keys.OUTPUTS.values(), keys.DERIVED, "getitem"),
     "writing": ("store-map", "store", "to_zarr", "to_netcdf", "finalize", "_finalize_store"),
     "analytic check": ("block_error",),
     "advection": (ADVECT_KEY,),
+    "chunk": (CHUNK_KEY,),  # one-pass chunk tasks: the job replaces this by the phases they measured
 }
 
 
@@ -37,6 +39,8 @@ def step_of(key: Any) -> str:
     from dask.utils import key_split
 
     prefix = key_split(key)
+    if prefix.endswith("-store-map"):  # store tasks fused with what feeds them (getitem, concatenate, ...)
+        return "writing"
     for step, prefixes in STEPS.items():
         if any(prefix == p or prefix.startswith(p + "-") for p in prefixes):
             return step

@@ -24,12 +24,18 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from vdbflow.analysis import flow
-from vdbflow.core import schema
 from vdbflow.core.volume import Volume
 from vdbflow.errors import NanoVDBError, VdbflowError, VolumeError
+from vdbflow.jobs.chunks import (
+    CHUNK_PHASES,
+    AnalyticCheck,
+    analytic_check,
+    analytic_error,
+    grid_request,
+    grid_variables,
+)
 from vdbflow.jobs.clusters import open_cluster
-from vdbflow.jobs.config import DERIVED, SECOND, ConfigError, JobConfig
+from vdbflow.jobs.config import ConfigError, JobConfig
 from vdbflow.jobs.config_load import dump_config
 from vdbflow.jobs.inputs import InputIdentity, build_volumes, snapshot
 from vdbflow.jobs.output import (
@@ -44,8 +50,6 @@ from vdbflow.jobs.output import (
 from vdbflow.jobs.plan import JobPlan, plan_job
 from vdbflow.jobs.points import make_points
 from vdbflow.jobs.progress import DaskRichBar, worker_time_by_step
-from vdbflow.ops.request import OUTPUTS, SampleRequest
-from vdbflow.ops.results import result_dataset
 
 log = logging.getLogger("vdbflow.run")
 
@@ -92,40 +96,21 @@ def _inside(pts: Any, topology: Any, cfg: JobConfig) -> Any:
     return da.concatenate(blocks) if blocks else da.zeros((0,), dtype=bool)
 
 
-def _grid_dataset(dvol: Any, pts: Any, cfg: JobConfig, prefix: str, topology: Any) -> tuple[xr.Dataset, Any]:
-    """The sampled variables of one grid, named for the job's outputs; and its Jacobian (or None)."""
-    sp = cfg.sampling
-    if any(o in SECOND for o in sp.outputs):
-        outputs: tuple[str, ...] = OUTPUTS
-    elif any(o == "jacobian" or o in DERIVED for o in sp.outputs):
-        outputs = OUTPUTS[:2]
-    else:
-        outputs = OUTPUTS[:1]
-    request = SampleRequest(sp.mode, outputs, cfg.points.space, sp.jacobian_space, device=sp.device)
-    ds = result_dataset(dvol.template, request, pts, dvol.sample_arrays(request, pts))
-    name = dvol.template.name
-    variables = {"value": name, "jacobian": schema.jacobian_name(name), "hessian": schema.hessian_name(name)}
-    jac = ds.get(variables["jacobian"])
-    out = ds[[v for o, v in variables.items() if o in sp.outputs]]
-    if "laplacian" in sp.outputs:
-        out[f"{prefix}laplacian"] = flow.laplacian(ds[variables["hessian"]])
-    for quantity in (o for o in sp.outputs if o in DERIVED):
-        if quantity == "helicity":
-            da_ = flow.helicity(ds[name], jac)
-        else:
-            da_ = getattr(flow, quantity)(jac)
-        out[f"{prefix}{quantity}"] = da_
-    if "inside" in sp.outputs:
-        out[f"{prefix}stencil_inside"] = xr.DataArray(
-            _inside(pts.rechunk({1: 3}), topology, cfg),
-            dims="point",
-            attrs={
-                "long_name": f"the {sp.mode} stencil of the point reads only active voxels of {dvol.template.name}",
-                "flag_values": np.array([0, 1], np.int8),
-                "flag_meanings": "reads_background all_data",
-            },
-        )
-    return out, jac
+def _replicable(client: Any, sources: dict[str, Any]) -> bool:
+    """Whether every worker reads the job's whole volume (:func:`vdbflow.jobs.chunks.replicable`): its
+    files' sizes (or the in-memory volumes' bytes) against the smallest worker memory limit."""
+    from vdbflow.jobs.chunks import replicable
+
+    size = sum(Path(s[0]).stat().st_size if isinstance(s, tuple) else s.nbytes for s in sources.values())
+    limits = [w.get("memory_limit") or 0 for w in client.scheduler_info(n_workers=-1)["workers"].values()]
+    return replicable(size, min(limits, default=0))
+
+
+def _grid_dataset(dvol: Any, pts: Any, cfg: JobConfig, prefix: str) -> tuple[xr.Dataset, str | None]:
+    """The sampled variables of one partitioned grid (:func:`~vdbflow.jobs.chunks.grid_variables`)."""
+    request = grid_request(cfg)
+    inside = _inside(pts.rechunk({1: 3}), dvol.topology, cfg) if "inside" in cfg.sampling.outputs else None
+    return grid_variables(dvol.template, request, pts, dvol.sample_arrays(request, pts), cfg, prefix, inside)
 
 
 def _shaped(
@@ -153,41 +138,15 @@ def _shaped(
     return xr.Dataset(data_vars, coords=coords, attrs=attrs)
 
 
-ANALYTIC_CHECK_PER_CHUNK = 65_536  # points of each chunk compared with a synthetic field's analytic Jacobian
-
-
-def _analytic_error(
-    jac: Any, pts: Any, analytic: Any, cfg: JobConfig, index_to_world: np.ndarray, topology: Any
-) -> Any:
-    """Lazy (chunks, 2) array: max |J - J_exact| over the interior points of each chunk (at most
-    ``ANALYTIC_CHECK_PER_CHUNK`` evenly spaced points of it), and their count.  Interior points are
-    those whose stencil reads only active voxels (:func:`vdbflow.ops.coverage.stencil_inside`), where the
-    error is the scheme's own, free of the background."""
+def _analytic_error(checked: xr.DataArray, check: AnalyticCheck, pts: Any, topology: Any) -> Any:
+    """Lazy (chunks, 2) array: :func:`~vdbflow.jobs.chunks.analytic_error` of each chunk of the
+    partitioned path (one task a chunk, beside the sampling)."""
     import dask
-
-    from vdbflow.ops.coverage import stencil_inside
-
-    space = cfg.points.space
-    mode = cfg.sampling.mode
-    jspace = cfg.sampling.jacobian_space or space
-    M = np.asarray(index_to_world, np.float64)
-
-    def block_error(J: np.ndarray, P: np.ndarray, topology: Any) -> np.ndarray:
-        if len(P) > ANALYTIC_CHECK_PER_CHUNK:  # a check, not an output: evenly spaced points of the chunk
-            pick = np.linspace(0, len(P) - 1, ANALYTIC_CHECK_PER_CHUNK).astype(np.int64)
-            J, P = J[pick], P[pick]
-        world = P if space == "world" else P @ M[:3, :3].T + M[:3, 3]
-        exact = analytic.jacobian(world)
-        if jspace == "index":
-            exact = exact @ M[:3, :3]
-        inside = stencil_inside(topology, P, mode, space)
-        err = np.abs(J.astype(np.float64) - exact).max(axis=(1, 2))
-        return np.array([[np.max(err[inside], initial=0.0), inside.sum()]])
 
     shared = dask.delayed(topology)
     blocks = [
-        dask.delayed(block_error, pure=True)(J, P, shared)
-        for J, P in zip(jac.data.to_delayed().ravel(), pts.rechunk({1: 3}).to_delayed().ravel(), strict=True)
+        dask.delayed(analytic_error, pure=True)(check, X, P, shared)
+        for X, P in zip(checked.data.to_delayed().ravel(), pts.rechunk({1: 3}).to_delayed().ravel(), strict=True)
     ]
     return dask.delayed(np.concatenate, pure=True)(blocks)
 
@@ -242,6 +201,7 @@ class JobResult:
     worker_seconds: dict[str, float] = field(default_factory=dict)  # compute time on the workers, by step
     analytic_error: float | None = None
     analytic_points: int | None = None
+    analytic_output: str | None = None  # what the analytic check compared: "jacobian" or a derived quantity
     dashboard: str | None = None
     steps: int | None = None  # a particle job's integration steps (its points are seeds)
 
@@ -351,9 +311,30 @@ def run_job(
             checksum = {i.path: hasher.submit(i.sha256) for src in sources.values() for i in src.identities}
         dvols = {}
         try:
+            chunk_seconds = None  # the one-pass path's own split of its tasks' time
             if cfg.advect is not None:  # particles: one task a chunk of seeds, through the whole volume
                 ds, point_set = _particle_job(cfg, client, sources, timings)
-                partitions, errors = 0, None
+                partitions, errors, checked_output = 0, None, None
+            elif cfg.partitions is None and _replicable(client, sources):
+                # samples, one pass per chunk: every worker reads the whole (small) volume
+                from vdbflow.jobs.chunks import chunked_dataset, opened_volume
+
+                templates = {
+                    n: opened_volume(str(s[0]), s[1]) if isinstance(s, tuple) else s for n, s in sources.items()
+                }
+                on_workers = {
+                    n: (str(s[0]), s[1]) if isinstance(s, tuple) else client.scatter(s, broadcast=True)
+                    for n, s in sources.items()
+                }
+                topology = next(iter(templates.values())).topology  # random points are drawn inside the first grid
+                bbox = topology.world_bbox if cfg.points.space == "world" else topology.index_bbox
+                point_set = make_points(cfg.points, topology, bbox)
+                timings["distribute_s"] = time.perf_counter() - t0
+                ds, errors, chunk_seconds, checked_output = chunked_dataset(
+                    cfg, templates, on_workers, point_set, analytic
+                )
+                partitions = 0
+                log.info("every worker reads the whole volume: one task a chunk of points")
             else:  # samples: the volumes partitioned across the workers
                 for name, src in sources.items():
                     if isinstance(src, tuple):
@@ -374,12 +355,15 @@ def run_job(
                 point_set = make_points(cfg.points, topology, bbox)
                 pts = point_set.points
                 parts, errors = [], None
+                checked_output = None
                 for name, dvol in dvols.items():
                     prefix = "" if len(dvols) == 1 else f"{name}_"
-                    ds_g, jac = _grid_dataset(dvol, pts, cfg, prefix, dvol.topology)
+                    ds_g, checked = _grid_dataset(dvol, pts, cfg, prefix)
                     parts.append(ds_g)
-                    if analytic is not None and jac is not None:
-                        errors = _analytic_error(jac, pts, analytic, cfg, dvol.template.index_to_world, dvol.topology)
+                    if analytic is not None and checked is not None:
+                        checked_output = "jacobian" if checked.endswith("_jacobian") else checked[len(prefix) :]
+                        check = analytic_check(cfg, analytic, checked_output, dvol.template.index_to_world)
+                        errors = _analytic_error(ds_g[checked], check, pts, dvol.topology)
                 ds = xr.merge(parts, compat="override", join="override", combine_attrs="override")
             chunk = cfg.output.chunk or cfg.points.chunk
             dim = "point" if cfg.advect is None else "particle"
@@ -409,11 +393,16 @@ def run_job(
                 from distributed import get_task_stream
 
                 with get_task_stream(client) as stream:
-                    futures = client.compute([write] + ([errors] if errors is not None else []), optimize_graph=False)
+                    extra = [x for x in (errors, chunk_seconds) if x is not None]
+                    futures = client.compute([write, *extra], optimize_graph=False)
                     if progress and console is not None and console.is_terminal:
                         DaskRichBar(futures, client, console)
                     results = client.gather(futures)
                 timings["sample_and_write_s"] = time.perf_counter() - t0
+                worker_seconds = worker_time_by_step(stream.data)
+                if chunk_seconds is not None:  # the chunk tasks' time, by what they measured of it
+                    worker_seconds.pop("chunk", None)
+                    worker_seconds.update(zip(CHUNK_PHASES, map(float, results[-1]), strict=True))
                 result = JobResult(
                     final,
                     point_set.count,
@@ -421,7 +410,7 @@ def run_job(
                     workers,
                     list(sources),
                     timings,
-                    worker_time_by_step(stream.data),
+                    worker_seconds,
                     dashboard=dashboard,
                     steps=None if cfg.advect is None else int(ds.attrs["steps"]),
                 )
@@ -433,7 +422,8 @@ def run_job(
                     e = np.asarray(results[1])
                     result.analytic_points = int(e[:, 1].sum())
                     result.analytic_error = float(e[:, 0].max(initial=0.0)) if result.analytic_points else None
-                    provenance["analytic_jacobian_max_error"] = result.analytic_error
+                    result.analytic_output = checked_output
+                    provenance[f"analytic_{checked_output}_max_error"] = result.analytic_error
                     provenance["analytic_interior_points"] = result.analytic_points
                 if analytic is not None and cfg.volume.synthetic.write is None:
                     provenance["input_sha256"] = "synthetic (generated in memory; see vdbflow_config)"

@@ -1,7 +1,8 @@
 """One sampling request: what to sample and how, checked once.
 
 A :class:`SampleRequest` names the interpolation ``mode``, the ``outputs`` (``value``, ``jacobian``,
-``hessian``), the spaces of the points and of the derivatives, and the ``device``.  It is checked
+``hessian``, and the flow quantities the kernels derive from the Jacobian of a vec3 field:
+``vdbflow.core.kernel.DERIVED``), the spaces of the points and of the derivatives, and the ``device``.  It is checked
 when it is made; :meth:`SampleRequest.for_value_type` checks it against a volume's data, and
 :meth:`SampleRequest.shapes` / :meth:`SampleRequest.dtypes` give each output's shape and dtype.
 Every volume-like object (``Volume``, ``DistributedVolume``, ``VolumeSeries``,
@@ -17,11 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from vdbflow.core.kernel import MODES, STENCIL_RADIUS
+from vdbflow.core.kernel import DERIVED, DERIVED_WIDTHS, MODES, STENCIL_RADIUS
 from vdbflow.devices import DEVICES, resolve_device
 from vdbflow.errors import DeviceError, SamplingError
 
-OUTPUTS = ("value", "jacobian", "hessian")  # in this order: each derivative needs the ones before it
+OUTPUTS = ("value", "jacobian", "hessian")  # the sampled fields; a Hessian comes with the value and Jacobian
+ALL_OUTPUTS = OUTPUTS + DERIVED  # the order of a request's outputs
 SPACES = ("index", "world")
 POINT_ORDERS = ("auto", "coherent", "scattered")
 HESSIAN_MODES = tuple(m for m in MODES if m != "closest")
@@ -41,7 +43,10 @@ class SampleRequest:
     Attributes
     ----------
     mode : a sampling mode of ``vdbflow.core.kernel.MODES`` (``HESSIAN_MODES`` with a Hessian)
-    outputs : ``("value",)``, ``("value", "jacobian")`` or ``("value", "jacobian", "hessian")``
+    outputs : the fields ``("value",)``, ``("value", "jacobian")`` or ``("value", "jacobian", "hessian")``;
+        or derived quantities (``DERIVED``: ``q_criterion``, ``vorticity``, ...) of a vec3 float field,
+        alone or with any of ``value`` and ``jacobian`` (or with all three fields): the kernels compute them
+        from the Jacobian in the same pass and write only what is asked.  Kept in ``ALL_OUTPUTS`` order.
     space : ``"index"`` or ``"world"``: the space of the points
     jacobian_space, hessian_space : the axes of the derivatives (defaults: ``space``, then
         ``jacobian_space``; resolved when the request is made)
@@ -58,9 +63,23 @@ class SampleRequest:
     point_order: str = "auto"
 
     def __post_init__(self) -> None:
-        outputs = tuple(self.outputs)
-        if outputs not in (OUTPUTS[:1], OUTPUTS[:2], OUTPUTS):
-            raise SamplingError(f"expected outputs {OUTPUTS[:1]}, {OUTPUTS[:2]} or {OUTPUTS}, got {outputs}")
+        asked = (self.outputs,) if isinstance(self.outputs, str) else tuple(self.outputs)
+        unknown = [o for o in asked if o not in ALL_OUTPUTS]
+        if unknown or len(set(asked)) != len(asked) or not asked:
+            raise SamplingError(
+                f"expected distinct outputs among {', '.join(map(repr, ALL_OUTPUTS))}, got {asked}"
+                + (f" ({', '.join(map(repr, unknown))} unknown)" if unknown else "")
+            )
+        outputs = tuple(o for o in ALL_OUTPUTS if o in asked)
+        fields = tuple(o for o in outputs if o in OUTPUTS)
+        allowed: tuple[tuple[str, ...], ...] = (OUTPUTS[:1], OUTPUTS[:2], OUTPUTS)
+        if len(fields) < len(outputs):  # derived quantities: any of value and jacobian, or all three fields
+            allowed += ((), ("jacobian",))
+        if fields not in allowed:
+            raise SamplingError(
+                f"expected outputs with the fields {OUTPUTS[:1]}, {OUTPUTS[:2]} or {OUTPUTS} (or, with derived "
+                f"quantities, any of 'value' and 'jacobian'), got {fields}"
+            )
         if "hessian" in outputs:
             if self.mode not in HESSIAN_MODES:
                 raise SamplingError(
@@ -90,6 +109,16 @@ class SampleRequest:
         return "hessian" in self.outputs
 
     @property
+    def derived(self) -> tuple[str, ...]:
+        """The derived quantities asked (``DERIVED`` order)."""
+        return tuple(o for o in self.outputs if o in DERIVED_WIDTHS)
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The sampled fields asked: of ``value``, ``jacobian``, ``hessian``."""
+        return tuple(o for o in self.outputs if o in OUTPUTS)
+
+    @property
     def mode_code(self) -> int:
         """The kernels' code of ``mode``."""
         return MODES[self.mode]
@@ -110,6 +139,10 @@ class SampleRequest:
     def for_value_type(self, value_type: Any) -> SampleRequest:
         """This request, refused where a volume's data has no such output: integer data is read with
         ``closest`` only, and has no Hessian."""
+        if self.derived and (not value_type.is_float or value_type.components != 3):
+            raise SamplingError(
+                f"expected a vec3 float field (vec3f or vec3d) for {', '.join(self.derived)}, got {value_type.name}"
+            )
         if self.hessian and not value_type.is_float:
             raise SamplingError(
                 f"expected float32 or float64 data for Hessians, got {value_type.name} (integers are not interpolated)"
@@ -123,11 +156,16 @@ class SampleRequest:
 
     def shapes(self, lead: tuple[int, ...], components: int) -> dict[str, tuple[int, ...]]:
         """Each output's shape for points of leading shape ``lead``: values ``lead`` (scalars) or
-        ``lead + (C,)``, Jacobians ``+ (3,)``, Hessians ``+ (3, 3)``."""
+        ``lead + (C,)``, Jacobians ``+ (3,)``, Hessians ``+ (3, 3)``; derived quantities ``lead``, the
+        vorticity ``lead + (3,)``."""
         base = tuple(lead) if components == 1 else tuple(lead) + (components,)
         extra = {"value": (), "jacobian": (3,), "hessian": (3, 3)}
-        return {name: base + extra[name] for name in self.outputs}
+        return {
+            name: base + extra[name] if name in extra else tuple(lead) + ((3,) if DERIVED_WIDTHS[name] == 3 else ())
+            for name in self.outputs
+        }
 
     def dtypes(self, value_type: Any) -> dict[str, np.dtype]:
-        """Each output's dtype: the volume's for values, its Jacobian dtype for derivatives."""
+        """Each output's dtype: the volume's for values, its Jacobian dtype for derivatives and derived
+        quantities."""
         return {name: value_type.dtype if name == "value" else value_type.jacobian_dtype for name in self.outputs}

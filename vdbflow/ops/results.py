@@ -80,8 +80,9 @@ def result_dataset(
     Hessians (*lead[, C], 3, 3)) at ``points`` (*lead, 3), with CF attrs (docs/results.md).  ``vol``
     gives the names, units and transform (a Volume, or a distributed volume's or series' template);
     ``dims`` names the leading dims (default ``("point",)`` for (N, 3) points)."""
-    values = arrays["value"]
     C = vol.components
+    first = next(iter(arrays.values()))
+    values = arrays.get("value", first)
     mode, space = request.mode, request.space
     if is_cupy_array(points):
         pts = points.get()
@@ -89,7 +90,7 @@ def result_dataset(
         pts = points  # stays lazy: coordinates are computed with the values, never gathered here
     else:
         pts = np.asarray(points)
-    lead = tuple(values.shape[:1] if dims is None else values.shape[: len(dims)])
+    lead = tuple(first.shape[:1] if dims is None else first.shape[: len(dims)])
     dims = (schema.POINT,) if dims is None else tuple(dims)
     vdims = dims if C == 1 else dims + (schema.COMPONENT,)
     coords: dict[str, Any] = dict(point_coords or {})
@@ -103,29 +104,37 @@ def result_dataset(
         )
     length = schema.length_of(vol.length_units, space)
     if pts.ndim == len(dims) + 1 and tuple(pts.shape[:-1]) == lead:
+        if not is_dask(pts):  # one copy, apart from the caller's array; the coordinates are views of it
+            pts = np.array(pts, np.float64)
         for a, label in enumerate(schema.AXIS_LABELS[space]):
             attrs: dict[str, Any] = {"long_name": f"{label} coordinate of the point ({space} space)"}
             if length:
                 attrs["units"] = length
-            coords[label] = (dims, pts[..., a].astype(np.float64), attrs)
+            coords[label] = (dims, pts[..., a] if not is_dask(pts) else pts[..., a].astype(np.float64), attrs)
     common = {"sampling_mode": mode, "point_space": space}
     value_units = units.normalize(vol.units)
     value_attrs: dict[str, Any] = {"long_name": vol.name, **({"units": value_units} if value_units else {}), **common}
-    data_vars: dict[str, Any] = {vol.name: (vdims, values, value_attrs)}
-    if "jacobian" in arrays:
-        jspace = request.jacobian_space
-        assert jspace is not None  # resolved when the request was made
+    data_vars: dict[str, Any] = {vol.name: (vdims, values, value_attrs)} if "value" in arrays else {}
+    jspace = request.jacobian_space
+    assert jspace is not None  # resolved when the request was made
+    jattrs = schema.jacobian_attrs(vol.name, value_units, schema.length_of(vol.length_units, jspace), C)
+    if "jacobian" in arrays or "vorticity" in arrays:
         coords[schema.AXIS] = (
             schema.AXIS,
             schema.labels(schema.AXIS_LABELS[jspace]),
             {"long_name": f"axis of the derivative ({jspace} space)"},
         )
-        jattrs = schema.jacobian_attrs(vol.name, value_units, schema.length_of(vol.length_units, jspace), C)
+    if "jacobian" in arrays:
         data_vars[schema.jacobian_name(vol.name)] = (
             vdims + (schema.AXIS,),
             arrays["jacobian"],
             {**jattrs, "jacobian_space": jspace, **common},
         )
+    for quantity in request.derived:
+        qdims = dims + (schema.AXIS,) if arrays[quantity].ndim > len(dims) else dims
+        qattrs = schema.derived_attrs(quantity, jattrs.get("units"), value_units)
+        name = quantity if quantity not in (vol.name, schema.jacobian_name(vol.name)) else f"{vol.name}_{quantity}"
+        data_vars[name] = (qdims, arrays[quantity], {**qattrs, "jacobian_space": jspace, **common})
     if "hessian" in arrays:
         hspace = request.hessian_space
         assert hspace is not None  # resolved when the request was made

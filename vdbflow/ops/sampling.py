@@ -220,6 +220,7 @@ def sample_arrays(
     if N == 0:
         return arrays
     points_world, jacobian_world = request.space == "world", request.jacobian_space == "world"
+    derived = {name: arrays[name] for name in request.derived}
     if request.hessian:
         backend(device).sample_hessian(
             vol.kernel_arrays(),
@@ -231,6 +232,21 @@ def sample_arrays(
             arrays["value"],
             arrays["jacobian"],
             arrays["hessian"],
+        )
+        if derived:  # from the Jacobian just sampled, by the same function the fused pass runs
+            backend(device).derive(arrays["jacobian"], arrays["value"], derived)
+        return arrays
+    if derived:  # one pass: only the asked outputs are written
+        backend(device).sample_derived(
+            vol.kernel_arrays(),
+            pts,
+            request.mode_code,
+            points_world,
+            jacobian_world,
+            arrays.get("value"),
+            arrays.get("jacobian"),
+            derived,
+            request.point_order,
         )
         return arrays
     kernel_jac = arrays["jacobian"] if (request.jacobian and vt.is_float) else None

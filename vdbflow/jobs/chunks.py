@@ -1,0 +1,287 @@
+"""One pass per chunk: the samples of a job whose volume every worker reads whole.
+
+When the job's volume fits a worker many times over (``REPLICATE_FRACTION`` of its memory; the volume is
+memory-mapped from its file, or sent once to each worker when synthetic), each chunk of points is one
+task, ``vdbflow-chunk-*``: it makes its points (the generator of :mod:`vdbflow.jobs.points`, or its
+block of a points file), samples every grid with the job's request - values, Jacobians and the derived
+quantities in one kernel pass, only the asked outputs written - flags the stencils that leave the data
+where asked, runs the analytic check of a synthetic field on its points, and returns its rows of every
+output, which the store tasks of the same worker encode and write.  No point crosses the network, no
+task waits on another chunk, and a worker holds one chunk of results at a time.  Larger volumes are
+partitioned across the workers instead (:mod:`vdbflow.distribution`), each point routed to its partition.
+
+Each task also returns the seconds it spent making points, sampling and checking (``CHUNK_PHASES``),
+which the job summary reports as its worker time by step.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from vdbflow.ops.request import SampleRequest
+
+CHUNK_KEY = "vdbflow-chunk"  # task-key prefix of the chunk tasks (jobs.progress groups by it)
+CHUNK_PHASES = ("points", "sampling", "analytic check")  # the seconds each chunk task returns
+REPLICATE_FRACTION = 0.125  # a volume up to this share of a worker's memory is read whole by every worker
+ANALYTIC_CHECK_PER_CHUNK = 65_536  # points of each chunk compared with a synthetic field's analytic values
+
+OPEN_VOLUMES_PER_WORKER = 2  # volumes kept open (memory-mapped) in a worker process between tasks
+
+
+@functools.lru_cache(maxsize=OPEN_VOLUMES_PER_WORKER)
+def opened_volume(path: str, grid: str | int | None) -> Any:
+    """The grid ``grid`` of the .nvdb file at ``path``, memory-mapped, opened once per process: the tasks
+    of a job read their volume through this (a job's volume file is its private snapshot, so a path
+    names one file for the job's life)."""
+    from vdbflow.io.volumes import open_volume
+
+    return open_volume(path, grid)
+
+
+@dataclass(frozen=True)
+class AnalyticCheck:
+    """What a chunk compares with a synthetic field: ``output`` (``jacobian`` or a derived quantity) of the
+    first grid, against the field's analytic Jacobian (derived by the kernels' own function), at points
+    of ``space`` whose ``mode`` stencil reads only active voxels; ``index_to_world`` (4, 4)."""
+
+    field: Any
+    output: str
+    mode: str
+    space: str
+    jacobian_space: str
+    index_to_world: np.ndarray
+
+
+def analytic_error(check: AnalyticCheck, X: np.ndarray, P: np.ndarray, topology: Any) -> np.ndarray:
+    """(1, 2): max |X - X_exact| over the interior points of a chunk (at most ``ANALYTIC_CHECK_PER_CHUNK``
+    evenly spaced points of it) and their count.  Interior points are those whose stencil reads only
+    active voxels (:func:`vdbflow.ops.coverage.stencil_inside`), where the error is the scheme's own,
+    free of the background."""
+    from vdbflow.devices import cpu
+    from vdbflow.ops.coverage import stencil_inside
+
+    if len(P) > ANALYTIC_CHECK_PER_CHUNK:  # a check, not an output: evenly spaced points of the chunk
+        pick = np.linspace(0, len(P) - 1, ANALYTIC_CHECK_PER_CHUNK).astype(np.int64)
+        X, P = X[pick], P[pick]
+    M = np.asarray(check.index_to_world, np.float64)
+    world = P if check.space == "world" else P @ M[:3, :3].T + M[:3, 3]
+    exact = check.field.jacobian(world)
+    if check.jacobian_space == "index":
+        exact = exact @ M[:3, :3]
+    if check.output != "jacobian":
+        quantity = {check.output: np.empty(X.shape, np.float64)}
+        velocity = check.field.velocity(world) if check.output == "helicity" else None
+        cpu.derive(
+            np.ascontiguousarray(exact, np.float64),
+            None if velocity is None else np.ascontiguousarray(velocity, np.float64),
+            quantity,
+        )
+        exact = quantity[check.output]
+    inside = stencil_inside(topology, P, check.mode, check.space)
+    err = np.abs(X.astype(np.float64) - exact).reshape(len(X), -1).max(axis=1, initial=0.0)
+    return np.array([[np.max(err[inside], initial=0.0), inside.sum()]])
+
+
+@dataclass(frozen=True)
+class ChunkSpec:
+    """What each chunk task does: the ``request`` of every grid (each grid's outputs in its order, then
+    its stencil-inside flag where ``inside``), the points ``generator`` ``(fn, args)`` of
+    :mod:`vdbflow.jobs.points` (None: the task is given its block of points), and the ``check``."""
+
+    request: SampleRequest
+    generator: tuple[Any, tuple] | None
+    inside: bool
+    check: AnalyticCheck | None
+
+
+def _volume(source: Any) -> Any:
+    """The grid a task samples: opened once per worker process from ``(path, grid)``, or the Volume."""
+    if isinstance(source, tuple):
+        return opened_volume(*source)
+    return source
+
+
+def sample_chunk(block: int, start: int, stop: int, spec: ChunkSpec, given: Any, *sources: Any) -> tuple:
+    """One chunk of a job: ``(points (n, 3) float64, each grid's outputs..., check (1, 2) or None,
+    seconds (3,))``; ``given`` is the chunk's block of points where the spec has no generator."""
+    seconds = np.zeros(len(CHUNK_PHASES))
+    t0 = time.perf_counter()
+    if spec.generator is not None:
+        fn, args = spec.generator
+        points = fn(block, start, stop, *args)
+    else:
+        points = np.ascontiguousarray(given, np.float64)
+    t1 = time.perf_counter()
+    seconds[0] = t1 - t0
+    from vdbflow.ops.coverage import stencil_inside
+    from vdbflow.ops.sampling import sample_arrays
+
+    out: list[Any] = [points]
+    first: dict[str, Any] = {}
+    topology = None
+    for source in sources:
+        vol = _volume(source)
+        arrays = sample_arrays(vol, spec.request, points)
+        out += [arrays[name] for name in spec.request.outputs]
+        if spec.inside:
+            out.append(stencil_inside(vol.topology, points, spec.request.mode, spec.request.space))
+        if topology is None:
+            first, topology = arrays, vol.topology
+    t2 = time.perf_counter()
+    seconds[1] = t2 - t1
+    errors = None
+    if spec.check is not None:
+        errors = analytic_error(spec.check, first[spec.check.output], points, topology)
+        seconds[2] = time.perf_counter() - t2
+    return (*out, errors, seconds)
+
+
+# -- the request and variables of a job's grid (both paths) ------------------------------------------------
+
+TENSORS = ("strain_rate", "rotation_rate")  # 3 x 3 per point: computed from the Jacobian (analysis.flow)
+
+
+def grid_request(cfg: Any, with_jacobian: bool = False) -> SampleRequest:
+    """The sampling request of a job's grids: the fields it writes (the Jacobian also where a tensor
+    output or ``with_jacobian`` needs it) and the derived quantities the kernels compute in the same
+    pass, so that a job asking for Q alone has 4 bytes a point written."""
+    from vdbflow.core.kernel import DERIVED
+    from vdbflow.jobs.config import SECOND
+    from vdbflow.ops.request import OUTPUTS
+
+    sp = cfg.sampling
+    asked = set(sp.outputs)
+    derived = tuple(o for o in sp.outputs if o in DERIVED)
+    if asked & set(SECOND):
+        fields: tuple[str, ...] = OUTPUTS
+    else:
+        need_jacobian = "jacobian" in asked or bool(asked & set(TENSORS)) or with_jacobian
+        fields = tuple(o for o, want in (("value", "value" in asked), ("jacobian", need_jacobian)) if want)
+        if not derived and fields in ((), ("jacobian",)):  # the fields without derived quantities start at the value
+            fields = ("value",) + fields
+    return SampleRequest(sp.mode, fields + derived, cfg.points.space, sp.jacobian_space, device=sp.device)
+
+
+def analytic_check(cfg: Any, field: Any, output: str, index_to_world: np.ndarray) -> AnalyticCheck:
+    """The analytic check of a job's ``output`` (``jacobian`` or a derived quantity) of its first grid."""
+    space = cfg.points.space
+    return AnalyticCheck(field, output, cfg.sampling.mode, space, cfg.sampling.jacobian_space or space, index_to_world)
+
+
+def grid_variables(
+    template: Any, request: SampleRequest, pts: Any, arrays: dict[str, Any], cfg: Any, prefix: str, inside: Any
+) -> tuple[Any, str | None]:
+    """The variables of one grid named for the job's outputs, from its sampled ``arrays`` (and the lazy
+    stencil-inside flags, or None), and the name of the variable the analytic check compares (the
+    Jacobian, else the first derived quantity; None: neither)."""
+    import xarray as xr
+
+    from vdbflow.analysis import flow
+    from vdbflow.core import schema
+    from vdbflow.core.kernel import DERIVED
+    from vdbflow.ops.results import result_dataset
+
+    sp = cfg.sampling
+    ds = result_dataset(template, request, pts, arrays)
+    name = template.name
+    variables = {"value": name, "jacobian": schema.jacobian_name(name), "hessian": schema.hessian_name(name)}
+    out = ds[[v for o, v in variables.items() if o in sp.outputs]]
+    if "laplacian" in sp.outputs:
+        out[f"{prefix}laplacian"] = flow.laplacian(ds[variables["hessian"]])
+    for quantity in sp.outputs:
+        if quantity in TENSORS:
+            out[f"{prefix}{quantity}"] = getattr(flow, quantity)(ds[variables["jacobian"]])
+        elif quantity in DERIVED:
+            out[f"{prefix}{quantity}"] = ds[quantity if quantity in ds else f"{name}_{quantity}"]
+    if inside is not None:
+        out[f"{prefix}stencil_inside"] = xr.DataArray(
+            inside,
+            dims="point",
+            attrs={
+                "long_name": f"the {sp.mode} stencil of the point reads only active voxels of {name}",
+                "flag_values": np.array([0, 1], np.int8),
+                "flag_meanings": "reads_background all_data",
+            },
+        )
+    if "jacobian" in sp.outputs:
+        return out, variables["jacobian"]
+    return out, next((f"{prefix}{q}" for q in request.derived), None)
+
+
+# -- the graph of the one-pass path ---------------------------------------------------------------------------
+
+
+def replicable(volume_bytes: int, worker_memory: int) -> bool:
+    """Whether a volume of ``volume_bytes`` is read whole by every worker of ``worker_memory`` bytes
+    (0: no limit known)."""
+    return worker_memory <= 0 or volume_bytes <= REPLICATE_FRACTION * worker_memory
+
+
+def chunked_dataset(
+    cfg: Any, templates: dict[str, Any], sources: dict[str, Any], point_set: Any, field: Any
+) -> tuple[Any, Any, Any, str | None]:
+    """The lazy result of a one-pass job: ``templates`` the grids by name (opened here, memory-mapped, for
+    names and units), ``sources`` what the workers sample (``(path, grid)`` or a Volume / its future),
+    ``point_set`` the job's points, ``field`` the synthetic field or None.  Returns the Dataset, the lazy
+    (chunks, 2) analytic errors (or None), the lazy seconds by ``CHUNK_PHASES`` and the checked output."""
+    import dask
+    import dask.array as da
+    import xarray as xr
+    from dask.base import tokenize
+
+    request = grid_request(cfg)
+    inside = "inside" in cfg.sampling.outputs
+    first = next(iter(templates.values()))
+    output = "jacobian" if "jacobian" in cfg.sampling.outputs else next(iter(request.derived), None)
+    check = None if field is None or output is None else analytic_check(cfg, field, output, first.index_to_world)
+    spec = ChunkSpec(request, point_set.generator, inside, check)
+    columns: list[tuple[str, str, tuple[int, ...], Any]] = [("", "points", (3,), np.float64)]
+    for name, template in templates.items():
+        request.for_value_type(template.value_type)
+        shapes, dtypes = request.shapes((), template.components), request.dtypes(template.value_type)
+        columns += [(name, o, shapes[o], dtypes[o]) for o in request.outputs]
+        if inside:
+            columns.append((name, "inside", (), np.bool_))
+    points = point_set.points
+    sizes = points.chunks[0]
+    starts = np.cumsum((0,) + tuple(sizes))
+    given = [None] * len(sizes) if spec.generator is not None else list(points.rechunk({1: 3}).to_delayed().ravel())
+    token = tokenize(spec, tuple(map(str, sources.values())), points.name)
+    shared_spec = dask.delayed(spec, name=f"vdbflow-chunk-spec-{token}")  # sent once to each worker
+    parts: list[list[Any]] = [[] for _ in columns]
+    errors, seconds = [], []
+    for b, rows in enumerate(sizes):
+        task = dask.delayed(sample_chunk, nout=len(columns) + 2, pure=True)(
+            b,
+            int(starts[b]),
+            int(starts[b + 1]),
+            shared_spec,
+            given[b],
+            *sources.values(),
+            dask_key_name=f"{CHUNK_KEY}-{token}-{b}",
+        )
+        for column, part, (_, _, shape, dtype) in zip(parts, task, columns, strict=False):
+            column.append(da.from_delayed(part, (rows, *shape), dtype=dtype))
+        errors.append(task[len(columns)])
+        seconds.append(task[len(columns) + 1])
+    lazy = [da.concatenate(column) for column in parts]
+    pts = lazy[0]
+    datasets = []
+    k = 1
+    for name, template in templates.items():
+        arrays = {o: lazy[k + i] for i, o in enumerate(request.outputs)}
+        k += len(request.outputs)
+        flags = None
+        if inside:
+            flags, k = lazy[k], k + 1
+        prefix = "" if len(templates) == 1 else f"{name}_"
+        datasets.append(grid_variables(template, request, pts, arrays, cfg, prefix, flags)[0])
+    ds = xr.merge(datasets, compat="override", join="override", combine_attrs="override")
+    error_rows = dask.delayed(np.concatenate, pure=True)(errors) if check is not None else None
+    total = dask.delayed(np.sum, pure=True)(dask.delayed(np.stack, pure=True)(seconds), axis=0)
+    return ds, error_rows, total, None if check is None else check.output
