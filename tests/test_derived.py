@@ -193,3 +193,22 @@ def test_distributed_derived_equal_single_process(rng):
             dvol.close()
     for name in request.outputs:  # background-only points included (their derived values from the kernels)
         np.testing.assert_array_equal(got[name], local[name], err_msg=name)
+
+
+def test_series_derive_from_the_interpolated_jacobian(rng):
+    """Through a series, derived quantities are those of the Jacobian interpolated in time (Q of the
+    interpolant, never the interpolant of Q): equal to the flow module on the series' own Jacobians."""
+    ijk, values = random_sparse_voxels(rng, n_leaves=12, spread=3, fill=0.8, components=3)
+    steps = [vdbflow.Volume.from_voxels(ijk, (k + 1.0) * values + k) for k in range(3)]
+    series = vdbflow.VolumeSeries(steps, [0.0, 1.0, 2.5])
+    pts = ijk[rng.integers(0, len(ijk), 400)] + rng.uniform(-0.4, 0.4, (400, 3))
+    t = rng.uniform(0.0, 2.5, 400)
+    for time in ("linear", "pchip"):
+        fields = series.sample_arrays(SampleRequest("linear", ("value", "jacobian")), pts, t, time)
+        got = series.sample_arrays(SampleRequest("linear", DERIVED), pts, t, time)
+        assert set(got) == set(DERIVED)
+        ref = flow_reference(fields["jacobian"], fields["value"])
+        for name in EXACT:
+            np.testing.assert_array_equal(got[name], ref[name], err_msg=f"{time} {name}")
+        l2, norm = lambda2_float64(fields["jacobian"])
+        assert np.all(np.abs(got["lambda2"] - l2) <= 8 * np.finfo(float).eps * norm)

@@ -119,14 +119,14 @@ def sample_chunk(block: int, start: int, stop: int, spec: ChunkSpec, given: Any,
     t1 = time.perf_counter()
     seconds[0] = t1 - t0
     from vdbflow.ops.coverage import stencil_inside
-    from vdbflow.ops.sampling import sample_arrays
+    from vdbflow.ops.sampling import sample_host_arrays
 
     out: list[Any] = [points]
     first: dict[str, Any] = {}
     topology = None
     for source in sources:
         vol = _volume(source)
-        arrays = sample_arrays(vol, spec.request, points)
+        arrays = sample_host_arrays(vol, spec.request, points)  # a GPU worker: through its pinned pipeline
         out += [arrays[name] for name in spec.request.outputs]
         if spec.inside:
             out.append(stencil_inside(vol.topology, points, spec.request.mode, spec.request.space))

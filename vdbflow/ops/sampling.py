@@ -265,6 +265,28 @@ def sample_arrays(
     return arrays
 
 
+def sample_host_arrays(vol: Volume, request: SampleRequest, points: np.ndarray) -> dict[str, np.ndarray]:
+    """Each output of ``request`` at host points (N, 3), as host arrays: on the CPU as
+    :func:`sample_arrays`; with ``device="cuda"`` through this process's
+    :class:`~vdbflow.devices.pipeline.HostPipeline` (pinned buffers reused from call to call, copies of
+    one piece overlapped with the kernel of the next, only the asked outputs copied back)."""
+    if request.device != "cuda":
+        return sample_arrays(vol, request.replace(device="cpu"), points)
+    from vdbflow.devices.cuda import cupy_module
+    from vdbflow.devices.pipeline import host_pipeline
+
+    request.for_value_type(vol.value_type)
+    pts = prepare_points(vol, points, "cpu", request.space)
+    pipe = host_pipeline(cupy_module().cuda.runtime.getDevice())
+    shapes, dtypes = request.shapes((), vol.components), request.dtypes(vol.value_type)
+    on_device = request.replace(device="cuda")
+
+    def launch(device_points: Any, device_out: dict[str, Any]) -> None:
+        sample_arrays(vol, on_device, device_points, out=device_out)
+
+    return pipe.run(pts, {name: (shapes[name], dtypes[name]) for name in request.outputs}, launch)
+
+
 def _plural(name: str) -> str:
     return "values" if name == "value" else name
 

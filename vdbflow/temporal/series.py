@@ -296,11 +296,16 @@ class VolumeSeries:
         return arrays["value"], arrays.get("jacobian")
 
     def sample_arrays(self, request: SampleRequest, points: Any, t: Any, time: str = "linear") -> dict[str, np.ndarray]:
-        """Each output of ``request`` (values, Jacobians; no Hessians) at points (N, 3) and times ``t``
-        (scalar or (N,)), interpolated in time with ``time``: float64 arrays on the host, the
-        array-level door every volume-like object has."""
+        """Each output of ``request`` (values, Jacobians, derived quantities; no Hessians) at points (N, 3)
+        and times ``t`` (scalar or (N,)), interpolated in time with ``time``: float64 arrays on the host,
+        the array-level door every volume-like object has.  Derived quantities are those of the
+        interpolated Jacobian (and velocity), by the kernels' function (never interpolated themselves)."""
         if request.hessian:
             raise SamplingError("expected outputs ('value',) or ('value', 'jacobian') for a series, got a Hessian")
+        derived = request.derived
+        if derived:
+            request.for_value_type(self.template.value_type)
+            asked, request = request, request.replace(outputs=("value", "jacobian"))
         pts = np.asarray(points)
         if pts.ndim != 2 or pts.shape[1] != 3:
             raise PointsError(f"expected points of shape (N, 3), got {pts.shape}")
@@ -324,6 +329,13 @@ class VolumeSeries:
         result = {"value": out[:, :C].reshape(shapes["value"])}
         if request.jacobian:
             result["jacobian"] = out[:, C:].reshape(shapes["jacobian"])
+        if derived:
+            from vdbflow.devices import cpu
+
+            shapes = asked.shapes((N,), C)
+            quantities = {name: np.empty(shapes[name]) for name in derived}
+            cpu.derive(np.ascontiguousarray(result["jacobian"]), np.ascontiguousarray(result["value"]), quantities)
+            result = {name: quantities.get(name, result.get(name)) for name in asked.outputs}
         return result
 
     def _step_arrays(self, k: int, points: np.ndarray, request: SampleRequest) -> dict[str, Any]:
