@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # GPU check, for a machine with an NVIDIA GPU and CuPy: in one run of at most 5 minutes, the GPU tests,
-# the single-GPU benchmark and the distributed GPU throughput (one worker per GPU when dask-cuda is
-# there, else one worker process); output under $OUT (default ./gpu-results).
+# the single-GPU benchmark, the host path of a GPU worker against its kernel (sorted and random points
+# against the memory bound, pinned pipeline, a job; benchmarks/bench_gpu_job.py) and the distributed
+# GPU throughput (one worker per GPU when dask-cuda is there, else one worker process); output under
+# $OUT (default ./gpu-results).
 #
 #   WHEELHOUSE=/path/to/wheels scripts/gpu_check.sh   # offline: install vdbflow (and dask) from wheels
 #   scripts/gpu_check.sh                              # online: pip install -e . from this checkout
@@ -19,11 +21,13 @@ else
   python -m pip install -e ".[test]" 2>&1 | tail -n 3
 fi
 status=0
-timeout 150 python -m pytest -v -m gpu tests/test_gpu.py tests/test_kernels_build.py 2>&1 | tee "$OUT/gpu-tests.txt" \
+timeout 120 python -m pytest -v -m gpu tests/test_gpu.py tests/test_kernels_build.py 2>&1 | tee "$OUT/gpu-tests.txt" \
   || status=1
 timeout 60 python benchmarks/bench_sample_grad.py --device cuda --no-warp --json "$OUT/bench-gpu.json" 2>&1 \
   | tee "$OUT/bench-gpu.txt" || status=1
-timeout 80 python - <<'PY' 2>&1 | tee "$OUT/bench-distributed-gpu.txt" || status=1
+timeout 60 python benchmarks/bench_gpu_job.py --device cuda --points 16000000 --json "$OUT/bench-gpu-job.json" \
+  2>&1 | grep -v INFO | tee "$OUT/bench-gpu-job.txt" || status=1
+timeout 60 python - <<'PY' 2>&1 | tee "$OUT/bench-distributed-gpu.txt" || status=1
 import time
 
 import cupy

@@ -421,13 +421,25 @@ def test_a_truncated_input_cannot_crash_the_job(tmp_path, monkeypatch):
     original = nvdb.read_bytes()
     real = distributed.distribute
 
-    def truncate_then_distribute(source, *args, **kwargs):
+    from vdbflow.jobs import chunks
+
+    real_open = chunks.opened_volume
+
+    def truncate(source):
         assert Path(source) != nvdb and Path(source).name.startswith(".result.zarr.input-")
         with open(nvdb, "r+b") as f:
             f.truncate(100)
+
+    def truncate_then_distribute(source, *args, **kwargs):  # a partitioned volume
+        truncate(source)
         return real(source, *args, **kwargs)
 
+    def truncate_then_open(source, grid):  # every worker reads the whole (small) volume: the one-pass path
+        truncate(source)
+        return real_open(source, grid)
+
     monkeypatch.setattr(distributed, "distribute", truncate_then_distribute)
+    monkeypatch.setattr(chunks, "opened_volume", truncate_then_open)
     result = invoke("run", str(cfg_path))
     assert result.exit_code == 0, result.output
     ds = xr.open_zarr(tmp_path / "result.zarr")

@@ -124,3 +124,25 @@ def test_sample_host_arrays_on_the_cpu_is_sample_arrays(rng):
     a, b = sample_host_arrays(vol, request, pts), sample_arrays(vol, request, pts)
     for name in request.outputs:
         np.testing.assert_array_equal(a[name], b[name])
+
+
+@pytest.mark.slow
+def test_the_gpu_job_benchmark_runs_on_the_cpu(tmp_path):
+    """The CPU half of scripts/gpu_check.sh's host-path benchmark: the same script, every row."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_gpu_job.py"
+    out = tmp_path / "r.json"
+    run = subprocess.run(
+        [sys.executable, str(script), "--device", "cpu", "--points", "20000", "--resolution", "32", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads(out.read_text())
+    assert {"kernel random", "kernel sorted", "host path", "job"} <= set(report) and report["points"] == 20000
+    assert all(report[k] > 0 for k in ("kernel random", "kernel sorted", "host path", "job"))

@@ -572,6 +572,7 @@ class Volume:
         *,
         device: str = "cpu",
         dims: Any = None,
+        outputs: Sequence[str] = ("value", "jacobian"),
     ) -> xr.Dataset:
         """Values and Jacobians of this volume at points, as an xarray Dataset; the same as
         :func:`vdbflow.sample_grad`.
@@ -591,6 +592,9 @@ class Volume:
             Where the kernels run.
         dims : str or sequence of str, optional
             Names of the points' leading dims.
+        outputs : sequence of str, default ``("value", "jacobian")``
+            ``value``, ``jacobian`` and, for vec3 float data, derived quantities computed in the same
+            kernel pass (``q_criterion``, ``vorticity``, ...; :func:`vdbflow.sample_grad` lists them).
 
         Returns
         -------
@@ -607,7 +611,14 @@ class Volume:
         from vdbflow.ops.sampling import sample_grad
 
         return sample_grad(
-            self, points, mode=mode, space=space, jacobian_space=jacobian_space, device=device, dims=dims
+            self,
+            points,
+            mode=mode,
+            space=space,
+            jacobian_space=jacobian_space,
+            device=device,
+            dims=dims,
+            outputs=outputs,
         )
 
     def sample_hessian(

@@ -46,6 +46,7 @@ import operator
 import os
 import weakref
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -136,10 +137,12 @@ class DistributedVolume:
         *,
         device: str = "cpu",
         wave: int | None = None,
+        outputs: Sequence[str] = ("value", "jacobian"),
     ):
-        """Values and Jacobians at ``points``; the same Dataset layout as :meth:`Volume.sample_grad`,
-        Dask-backed and chunked like the points (1,048,576 points per chunk for NumPy points)."""
-        request = SampleRequest(mode, ("value", "jacobian"), space, jacobian_space, device=device)
+        """Values and Jacobians at ``points`` (or the ``outputs`` asked: derived quantities too, as
+        :meth:`Volume.sample_grad`); the same Dataset layout, Dask-backed and chunked like the points
+        (1,048,576 points per chunk for NumPy points)."""
+        request = SampleRequest(mode, tuple(outputs), space, jacobian_space, device=device)
         return self._dataset(request, points, wave)
 
     def sample_hessian(

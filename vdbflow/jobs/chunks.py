@@ -146,10 +146,10 @@ def sample_chunk(block: int, start: int, stop: int, spec: ChunkSpec, given: Any,
 TENSORS = ("strain_rate", "rotation_rate")  # 3 x 3 per point: computed from the Jacobian (analysis.flow)
 
 
-def grid_request(cfg: Any, with_jacobian: bool = False) -> SampleRequest:
+def grid_request(cfg: Any) -> SampleRequest:
     """The sampling request of a job's grids: the fields it writes (the Jacobian also where a tensor
-    output or ``with_jacobian`` needs it) and the derived quantities the kernels compute in the same
-    pass, so that a job asking for Q alone has 4 bytes a point written."""
+    output needs it) and the derived quantities the kernels compute in the same pass, so that a job
+    asking for Q alone has 4 bytes a point written."""
     from vdbflow.core.kernel import DERIVED
     from vdbflow.jobs.config import SECOND
     from vdbflow.ops.request import OUTPUTS
@@ -160,7 +160,7 @@ def grid_request(cfg: Any, with_jacobian: bool = False) -> SampleRequest:
     if asked & set(SECOND):
         fields: tuple[str, ...] = OUTPUTS
     else:
-        need_jacobian = "jacobian" in asked or bool(asked & set(TENSORS)) or with_jacobian
+        need_jacobian = "jacobian" in asked or bool(asked & set(TENSORS))
         fields = tuple(o for o, want in (("value", "value" in asked), ("jacobian", need_jacobian)) if want)
         if not derived and fields in ((), ("jacobian",)):  # the fields without derived quantities start at the value
             fields = ("value",) + fields

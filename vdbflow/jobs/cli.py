@@ -169,7 +169,12 @@ def _print_summary(result: Any, console: Console) -> None:
         rows = [
             ("points", f"{result.points:,}"),
             ("grids", ", ".join(result.grids)),
-            ("partitions / workers", f"{result.partitions} / {result.workers}"),
+            (
+                "partitions / workers",
+                f"{result.partitions} / {result.workers}"
+                if result.partitions
+                else f"none (each worker reads the whole volume) / {result.workers}",
+            ),
             ("throughput", f"{result.throughput / 1e6:.2f} M points/s (sampling + writing)"),
             (
                 "time",

@@ -213,6 +213,30 @@ def _plain_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+POINT_INDEX = "point"  # the point-index coordinate (0 .. N-1) of a job's random, file or line points
+
+
+def _point_index(ds: xr.Dataset) -> tuple[dict[str, Any], tuple[int, ...]] | None:
+    """The attrs of ``ds``'s point index and the point dim's chunks, where the index is 0 .. N-1 and the
+    data are chunked along it (then the workers write it; else None)."""
+    if POINT_INDEX not in ds.coords or ds[POINT_INDEX].dims != (POINT_INDEX,) or POINT_INDEX not in ds.chunks:
+        return None
+    index = ds.indexes[POINT_INDEX]
+    n = len(index)
+    exact = n == 0 or (index[0] == 0 and index[n - 1] == n - 1 and index.is_monotonic_increasing and index.is_unique)
+    if index.dtype != np.int64 or not exact:  # strictly increasing integers from 0 to n - 1: 0 .. n - 1
+        return None
+    return dict(ds[POINT_INDEX].attrs), tuple(int(c) for c in ds.chunks[POINT_INDEX])
+
+
+def _write_index(array: Any, start: int, stop: int) -> None:
+    array[start:stop] = np.arange(start, stop, dtype=np.int64)
+
+
+def _done(*parts: Any) -> None:
+    return None
+
+
 def lazy_write(ds: xr.Dataset, spec: OutputSpec, target: Path) -> Any:
     """A Dask Delayed that writes ``ds`` to ``target`` from the workers (metadata is written now)."""
     ds = ds.copy().assign_attrs(_plain_attrs(ds.attrs))  # a copy: the caller's attrs stay as they are
@@ -225,8 +249,34 @@ def lazy_write(ds: xr.Dataset, spec: OutputSpec, target: Path) -> Any:
         from numcodecs import Blosc
 
         codec = Blosc(cname="lz4", clevel=5, shuffle=Blosc.SHUFFLE)
+        index = _point_index(ds)
+        if index is not None:  # written by the workers, chunk by chunk, not by this process now
+            ds = ds.drop_vars(POINT_INDEX)
         encoding = {name: {"compressors": (codec,)} for name in ds.variables if ds[name].dtype.kind in "fiub"}
-        return ds.to_zarr(target, mode="w-", compute=False, consolidated=True, zarr_format=2, encoding=encoding)
+        write = ds.to_zarr(target, mode="w-", compute=False, consolidated=True, zarr_format=2, encoding=encoding)
+        if index is None:
+            return write
+        import dask
+        import zarr
+
+        attrs, chunks = index
+        n = int(sum(chunks))
+        array = zarr.open_group(str(target), mode="r+", zarr_format=2).create_array(
+            POINT_INDEX,
+            shape=(n,),
+            chunks=(max(chunks, default=1) or 1,),
+            dtype=np.int64,
+            compressors=(codec,),
+            fill_value=None,
+            attributes={**attrs, "_ARRAY_DIMENSIONS": [POINT_INDEX]},
+        )
+        starts = np.cumsum((0, *chunks))
+        token = dask.base.tokenize(str(target), chunks)
+        parts = [  # named as the store tasks, so that the job summary counts them as writing
+            dask.delayed(_write_index, pure=False)(array, int(a), int(b), dask_key_name=f"store-map-index-{token}-{k}")
+            for k, (a, b) in enumerate(zip(starts[:-1], starts[1:], strict=True))
+        ]
+        return dask.delayed(_done, pure=False)(write, *parts, dask_key_name=f"store-map-done-{token}")
     return ds.to_netcdf(target, engine="h5netcdf", compute=False)
 
 

@@ -329,7 +329,10 @@ def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False) -> JobP
         grids,
         count,
         chunks,
-        str(cfg.partitions) if cfg.partitions else "one per worker",
+        str(cfg.partitions)
+        if cfg.partitions
+        else "none where the volume takes at most 1/8 of a worker's memory (every worker reads it whole, "
+        "one task a chunk), else one per worker",
         cluster,
         halo,
         script,

@@ -5,6 +5,7 @@ points) - and the entry points that make one: :func:`sample_grad_arrays`, :func:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -451,6 +452,7 @@ def sample_grad(
     *,
     device: str = "cpu",
     dims: Any = None,
+    outputs: Sequence[str] = ("value", "jacobian"),
 ) -> xr.Dataset:
     """Values and Jacobians of a volume at points, as an xarray Dataset.
 
@@ -477,6 +479,12 @@ def sample_grad(
         Where the kernels run (see :func:`sample`).
     dims : str or sequence of str, optional
         Names of the points' leading dims (see :func:`sample`).
+    outputs : sequence of str, default ``("value", "jacobian")``
+        What to compute: ``value`` and ``jacobian``, and for vec3 float fields the quantities the
+        kernels derive from the Jacobian in the same pass (``vdbflow.core.kernel.DERIVED``:
+        ``divergence``, ``vorticity``, ``vorticity_magnitude``, ``q_criterion``, ``lambda2``,
+        ``swirling_strength``, ``helicity``, ``strain_rate_magnitude``), alone or with either field;
+        only what is asked is written.
 
     Returns
     -------
@@ -527,7 +535,15 @@ def sample_grad(
     (['x', 'y', 'z'], [[4.0, 6.0, 0.0]], 'K/m')
     >>> ds["value"].values.tolist()
     [6.75]
+
+    Derived quantities variables of their own (attrs ``long_name``, ``units``, ``formula``), each the
+    same bits as :mod:`vdbflow.analysis.flow` on the Jacobian (lambda2 and swirling strength within the
+    bounds docs/design.md states):
+
+    >>> u = np.stack([-ijk[:, 1], ijk[:, 0], 0 * ijk[:, 2]], axis=1).astype(np.float32)  # rotation about z
+    >>> spin = vdbflow.Volume.from_voxels(ijk, u)
+    >>> q = vdbflow.sample_grad(spin, [[1.5, 1.5, 1.5]], space="index", outputs=["q_criterion", "vorticity"])
+    >>> sorted(q.data_vars), q["q_criterion"].values.tolist(), q["vorticity"].values.tolist()
+    (['q_criterion', 'vorticity'], [1.0], [[0.0, 0.0, 2.0]])
     """
-    return sample_dataset(
-        vol, SampleRequest(mode, ("value", "jacobian"), space, jacobian_space, device=device), points, dims
-    )
+    return sample_dataset(vol, SampleRequest(mode, tuple(outputs), space, jacobian_space, device=device), points, dims)
