@@ -8,23 +8,28 @@
 //
 // What is vector here, and why the results are the scalar path's to the last bit:
 //   - evaluate: for C = 3 and 4 the trilinear value and Jacobian of one point are computed in 4 lanes,
-//     one lane per component (GCC vector extensions: SSE2 on the baseline target, AVX/FMA on
-//     x86-64-v3; NEON elsewhere), with the expression tree of evaluate_cell_inline written once more
+//     one lane per component (GCC vector extensions: float32 in SSE2 registers on the baseline target,
+//     float32 and float64 with AVX/FMA on x86-64-v3; float64 on the baseline and other C use the scalar
+//     evaluate_cell_inline itself), with the expression tree of evaluate_cell_inline written once more
 //     lane-wise.  Each lane performs the scalar code's operations on the scalar code's operands in the
 //     same order; GCC contracts a + f * d into an FMA lane-wise exactly where it contracts the scalar
-//     a + f * d (the same GIMPLE pattern: every product has one use, an addition), so a target with
-//     FMA fuses both or neither.  Other C (1, run-time C) evaluate with the scalar function itself.
+//     a + f * d (every product has one use, an addition: on x86-64-v3 11 FMAs and 11 subtractions a
+//     component in both forms, checked with objdump; none on the baseline).
 //     Across points (8 points in 8 lanes) would need gathers of the 8 corners, which cost ~9 ns per
 //     8-lane gather on this project's Ice Lake servers (microcode mitigation of Gather Data Sampling)
 //     against ~1.4 ns for 8 scalar loads: the lanes here are components, the corner loads plain loads.
-//   - locate: the scalar locate_cell_inline's arithmetic (double transform, floor, base cell), with
-//     the stencils that straddle leaves (a third of all cells) read through an inlined read_voxel
-//     instead of eight calls: the same corner pointers.
+//   - locate: the scalar locate_cell_inline's arithmetic (double transform, floor, base cell).  Points
+//     in order keep the values of the current leaf and its 7 upper neighbours, so that stencils across
+//     leaves (a third of all cells) need no lookup; other points take locate_cell_simd (locate_cell_inline
+//     with read_voxel inlined) out of line.  Either way the corner pointers are read_voxel's.
 //   - the world-space Jacobian (J M^-1, in double) is the scalar write_jacobian_inline on the lanes.
-//   - stores: large outputs leave through full 64-byte lines of non-temporal stores (16 or 32 bytes
-//     each) instead of one 4- or 8-byte movnti per element (which the write-combining buffers turn
-//     into partial-line writes: 1.5-6 GB/s measured, against ~18 GB/s for full lines); the values
+//   - stores: outputs from 8 MiB on leave through full 64-byte lines of non-temporal stores (16 or 32
+//     bytes each) instead of one 4- or 8-byte movnti per element (which the write-combining buffers
+//     turn into partial-line writes: 1.5-6 GB/s measured, against ~18 GB/s for full lines); the values
 //     themselves are the computed ones, copied.
+// Known: on x86-64-v3 the scalar coherent loop itself rounds J M^-1 differently from the scalar
+// scattered loop for float64 data with a run-time C (not 1, 3, 4) and world Jacobians; this path gives
+// the scattered loop's bytes there (tests/test_simd.py).
 #pragma once
 #include "launch.h"
 #include "sample.h"
