@@ -17,6 +17,7 @@
 #pragma once
 #include "launch.h"
 #include "sample.h"
+#include "simd.h"
 
 namespace vdbflow {
 
@@ -333,6 +334,7 @@ VDB_ENTRY void sample_points(const KernelAbi& k, const P* pts, i64 n, T* out_v, 
   const int mode = k.mode, C = k.components;
   const bool want_jacobian = out_j != nullptr;
 #ifndef VDB_DEVICE_COMPILE
+  if (sample_points_simd<T, NC>(g, transform, mode, pts, n, out_v, out_j, order)) return;  // simd.h
   if (scattered_points(order, mode, pts, transform, n)) {
     auto batch = [=, &g](i64 first, i64 count, const PointTransform& xf, LeafCache& cache) {
       T v[NC > 0 ? NC : MAX_COMPONENTS];
