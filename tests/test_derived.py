@@ -87,7 +87,7 @@ def check_against_references(out, J, u, complex_pairs=True):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("mode", ["linear", "closest", "catmull_rom", "lag4"])
 @pytest.mark.parametrize("order", ["coherent", "scattered"])
-def test_fused_outputs_equal_flow_on_the_same_jacobians(rng, dtype, mode, order):
+def test_fused_outputs_equal_flow_on_the_same_jacobians(rng, dtype, mode, order, monkeypatch):
     ijk, vol = vec3_volume(rng, dtype)
     pts = points_of(rng, vol, ijk)
     plain = SampleRequest(mode, ("value", "jacobian"), "world", point_order=order)
@@ -102,6 +102,10 @@ def test_fused_outputs_equal_flow_on_the_same_jacobians(rng, dtype, mode, order)
     assert set(alone) == set(DERIVED)
     for name in DERIVED:
         np.testing.assert_array_equal(alone[name], fused[name], err_msg=name)
+    monkeypatch.setenv("VDBFLOW_SIMD", "0")  # the scalar loops (the host's vector path is simd.h)
+    scalar = sample_arrays(vol, plain.replace(outputs=("value", "jacobian") + DERIVED), pts)
+    for name in scalar:
+        np.testing.assert_array_equal(scalar[name], fused[name], err_msg=name)
 
 
 def test_index_space_jacobians_and_each_quantity_alone(rng):

@@ -18,6 +18,9 @@
 // cancellation-free form) and rounded to R once.
 #pragma once
 #include "schemes.h"
+#ifndef VDB_DEVICE_COMPILE
+#include <vector>
+#endif
 
 namespace vdbflow {
 
@@ -176,6 +179,56 @@ VDB_HD VDB_INLINE void derive_point(const R* J, const R* u, R* const* out, i64 i
   }
 }
 
+#ifndef VDB_DEVICE_COMPILE
+constexpr i64 DERIVE_BLOCK = 1024;  // points sampled (simd.h) before their quantities are derived: in L1/L2
+
+// The host's fused pass through simd.h's vector loops: each thread samples a block of points into its
+// output rows (or its own buffers where values or Jacobians are not asked), then derives the block's
+// quantities from them while they are in cache; false where simd.h does not run (as sample_points).
+template <class T, int NC, class P>
+inline bool sample_derived_simd(const GridView<T>& g, const PointTransform& transform, int mode, const P* pts, i64 n,
+                                T* out_v, typename RealOf<T>::type* out_j, typename RealOf<T>::type* const* outs,
+                                int order) {
+  typedef typename RealOf<T>::type R;
+  if constexpr (!HasNaN<T>::value) {
+    return false;
+  } else {
+    if (mode > MODE_LINEAR || !simd_enabled()) return false;
+    constexpr int C = 3;
+    const bool scattered = scattered_points(order, mode, pts, transform, n);
+    const i64 blocks = (n + DERIVE_BLOCK - 1) / DERIVE_BLOCK;
+#pragma omp parallel
+    {
+      const PointTransform xf = transform;  // each thread's own copy
+      LeafCache cache;
+      LineStream<T> ov;
+      LineStream<R> oj;
+      std::vector<T> own_v(out_v ? 0 : DERIVE_BLOCK * C);
+      std::vector<R> own_j(out_j ? 0 : DERIVE_BLOCK * 3 * C);
+#pragma omp for schedule(dynamic, 8)
+      for (i64 b = 0; b < blocks; ++b) {
+        const i64 first = b * DERIVE_BLOCK, last = first + DERIVE_BLOCK < n ? first + DERIVE_BLOCK : n;
+        T* v = out_v ? out_v + first * C : own_v.data();
+        R* j = out_j ? out_j + first * 3 * C : own_j.data();
+        ov.begin(v, false);
+        oj.begin(j, false);
+        if (scattered)
+          scattered_run_simd<T, NC, P>(g, xf, mode, pts, first, last, true, ov, oj, cache);
+        else
+          coherent_run_simd<T, NC, P>(g, xf, mode, pts, first, last, true, ov, oj, cache);
+        ov.finish();
+        oj.finish();
+        for (i64 q = 0; q < last - first; ++q) {
+          const R u[C] = {(R)v[C * q], (R)v[C * q + 1], (R)v[C * q + 2]};
+          derive_point<R>(j + 3 * C * q, u, outs, first + q);
+        }
+      }
+    }
+    return true;
+  }
+}
+#endif
+
 template <bool B>
 struct Streaming {
   static constexpr bool value = B;
@@ -194,6 +247,9 @@ VDB_ENTRY void sample_derived_points(const KernelAbi& k, const P* pts, i64 n, T*
   constexpr int C = 3;
   R* outs[DERIVED_COUNT];
   for (int q = 0; q < DERIVED_COUNT; ++q) outs[q] = derived[q];
+#ifndef VDB_DEVICE_COMPILE
+  if (sample_derived_simd<T, NC, P>(g, transform, mode, pts, n, out_v, out_j, outs, order)) return;  // simd.h
+#endif
   // one point's outputs; `streaming`: non-temporal stores (the scattered loop, which fences after its batches)
   auto emit = [=](auto streaming, i64 i, const T* v, const R* j) {
     R u[C];
