@@ -45,8 +45,8 @@ from __future__ import annotations
 import operator
 import os
 import weakref
-from dataclasses import dataclass, field
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
