@@ -94,8 +94,14 @@ def main() -> None:
 
         config = {
             "volume": {"path": str(path), "grids": [vol.name]},
-            "points": {"kind": "random", "count": args.points, "inside": "voxels", "space": "index", "seed": 0,
-                       "chunk": max(1, min(args.points, 4_000_000))},
+            "points": {
+                "kind": "random",
+                "count": args.points,
+                "inside": "voxels",
+                "space": "index",
+                "seed": 0,
+                "chunk": max(1, min(args.points, 4_000_000)),
+            },
             "sampling": {"mode": "linear", "outputs": ["q_criterion", "vorticity_magnitude"], "device": args.device},
             "output": {"path": str(work / "job.zarr"), "overwrite": "always"},
         }

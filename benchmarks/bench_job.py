@@ -7,8 +7,11 @@ against the kernel on the same points with the same threads (2).
 Rows (each run ``--repeat`` times, interleaved; median and range of M points/s):
 
 - ``kernel``: ``sample_grad_arrays(..., out=)`` on the job's points (world space, 2 threads);
+- ``kernel + one write``: the fused kernel pass of the job's outputs plus one Zarr write of its results
+  and coordinates (Blosc-LZ4), the write shared by the 2 threads: the job's floor on this machine;
 - ``job``: the demo job (value, jacobian, q_criterion, vorticity_magnitude, Zarr Blosc-LZ4) and its
   ratio to the kernel, with the job's worker time by step;
+- ``uncompressed``: the same job with ``output.compression: none``;
 - ``job q``: the same job with ``outputs: [q_criterion]``;
 - ``dataset``: ``Volume.sample_grad`` (the Dataset) against ``sample_grad_arrays(out=)`` at 4M points;
 - ``plane`` / ``random``: a ``kind: plane`` job of plane x plane points against random points of the
@@ -39,6 +42,12 @@ def summary(rates: list[float]) -> dict:
     return {"median": statistics.median(rates), "min": min(rates), "max": max(rates), "runs": rates}
 
 
+def part(row: dict, key: str) -> str:
+    """``M points/s (ratio range to the kernel)`` of one row's ``key``."""
+    r = row[f"ratio_{key}"]
+    return f"{row[key]['median'] / 1e6:.2f} M/s ({r['min']:.2f}-{r['max']:.2f}x)"
+
+
 def job_points(cfg):
     """The job's points, made in this process by its own generator."""
     from vdbflow.io.volumes import open_volume
@@ -64,6 +73,42 @@ def kernel_rate(vol, pts, threads: int = 2) -> float:
         return n / (time.perf_counter() - t0)
     finally:
         _core.set_num_threads(before)
+
+
+def write_floor(vol, pts, out: Path) -> float:
+    """Points/s of the job's floor on 2 threads: the fused kernel pass of the demo's outputs (2 threads)
+    plus one Zarr write (Blosc-LZ4, as the job) of its results and coordinates in 1M-point chunks, the
+    write counted as shared by the 2 threads."""
+    import zarr
+    from numcodecs import Blosc
+
+    from vdbflow import _core
+    from vdbflow.ops.request import SampleRequest
+    from vdbflow.ops.sampling import sample_arrays
+
+    request = SampleRequest("linear", ("value", "jacobian", "vorticity_magnitude", "q_criterion"), "world")
+    before = _core.get_max_threads()
+    _core.set_num_threads(2)
+    try:
+        t0 = time.perf_counter()
+        arrays = sample_arrays(vol, request, pts)
+        kernel = time.perf_counter() - t0
+    finally:
+        _core.set_num_threads(before)
+    columns = [*arrays.values(), pts[:, 0], pts[:, 1], pts[:, 2], np.arange(len(pts))]
+    codec = Blosc(cname="lz4", clevel=5, shuffle=Blosc.SHUFFLE)
+    shutil.rmtree(out, ignore_errors=True)
+    group = zarr.open_group(str(out), mode="w", zarr_format=2)
+    t0 = time.perf_counter()
+    for k, col in enumerate(columns):
+        arr = group.create_array(
+            f"a{k}", shape=col.shape, chunks=(CHUNK, *col.shape[1:]), dtype=col.dtype, compressors=(codec,)
+        )
+        for start in range(0, len(col), CHUNK):
+            arr[start : start + CHUNK] = np.ascontiguousarray(col[start : start + CHUNK])
+    write = time.perf_counter() - t0
+    shutil.rmtree(out, ignore_errors=True)
+    return len(pts) / (kernel + write / 2)
 
 
 def run_job(client, overrides: dict, out: Path, points: dict | None = None):
@@ -107,28 +152,32 @@ def main() -> None:
             over = {"points.count": n, "points.chunk": CHUNK}
             cfg = load_config(str(DEMO), values=over)
             vol, pts = job_points(cfg)
-            kernel, job, job_q, split = [], [], [], {}
+            kernel, floor, job, job_raw, job_q, split = [], [], [], [], [], {}
             for _ in range(args.repeat):
                 kernel.append(kernel_rate(vol, pts))
+                floor.append(write_floor(vol, pts, work / "floor.zarr"))
                 rate, split = run_job(client, over, work / "job.zarr")
                 job.append(rate)
+                job_raw.append(run_job(client, {**over, "output.compression": "none"}, work / "raw.zarr")[0])
                 rate, _ = run_job(client, {**over, "sampling.outputs": ["q_criterion"]}, work / "q.zarr")
                 job_q.append(rate)
             row = {
                 "kernel": summary(kernel),
+                "floor": summary(floor),
                 "job": summary(job),
+                "job_uncompressed": summary(job_raw),
                 "job_q": summary(job_q),
+                "ratio_floor": summary([f / k for f, k in zip(floor, kernel, strict=True)]),
                 "ratio_job": summary([j / k for j, k in zip(job, kernel, strict=True)]),
+                "ratio_job_uncompressed": summary([j / k for j, k in zip(job_raw, kernel, strict=True)]),
                 "ratio_job_q": summary([j / k for j, k in zip(job_q, kernel, strict=True)]),
                 "job_worker_seconds": {k: round(v, 3) for k, v in split.items() if v > 0.0005},
             }
             report[f"{n}"] = row
-            rj, rq = row["ratio_job"], row["ratio_job_q"]
             print(
-                f"{n / 1e6:.0f}M points: kernel {row['kernel']['median'] / 1e6:.2f} M/s, "
-                f"job {row['job']['median'] / 1e6:.2f} M/s ({rj['min']:.2f}-{rj['max']:.2f}x), "
-                f"q only {row['job_q']['median'] / 1e6:.2f} M/s ({rq['min']:.2f}-{rq['max']:.2f}x); "
-                f"worker s {row['job_worker_seconds']}",
+                f"{n / 1e6:.0f}M points: kernel {row['kernel']['median'] / 1e6:.2f} M/s; kernel + one write "
+                f"{part(row, 'floor')}; job {part(row, 'job')}; uncompressed {part(row, 'job_uncompressed')}; "
+                f"q only {part(row, 'job_q')}; job worker s {row['job_worker_seconds']}",
                 flush=True,
             )
             del pts

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 import xarray as xr
 
 from vdbflow.core import schema, units
@@ -95,7 +96,8 @@ def result_dataset(
     vdims = dims if C == 1 else dims + (schema.COMPONENT,)
     coords: dict[str, Any] = dict(point_coords or {})
     if dims == (schema.POINT,) and schema.POINT not in coords:
-        coords[schema.POINT] = (schema.POINT, np.arange(lead[0]), {"long_name": "point index"})
+        # a RangeIndex: 0 .. N-1 without an array of N integers (the same int64 values wherever it is read)
+        coords[schema.POINT] = (schema.POINT, pd.RangeIndex(lead[0]), {"long_name": "point index"})
     if C > 1:
         coords[schema.COMPONENT] = (
             schema.COMPONENT,
@@ -104,13 +106,12 @@ def result_dataset(
         )
     length = schema.length_of(vol.length_units, space)
     if pts.ndim == len(dims) + 1 and tuple(pts.shape[:-1]) == lead:
-        if not is_dask(pts):  # one copy, apart from the caller's array; the coordinates are views of it
-            pts = np.array(pts, np.float64)
         for a, label in enumerate(schema.AXIS_LABELS[space]):
             attrs: dict[str, Any] = {"long_name": f"{label} coordinate of the point ({space} space)"}
             if length:
                 attrs["units"] = length
-            coords[label] = (dims, pts[..., a] if not is_dask(pts) else pts[..., a].astype(np.float64), attrs)
+            # float64 points: views of them, as xarray keeps the arrays it is given (no copy of N points)
+            coords[label] = (dims, pts[..., a].astype(np.float64, copy=False), attrs)
     common = {"sampling_mode": mode, "point_space": space}
     value_units = units.normalize(vol.units)
     value_attrs: dict[str, Any] = {"long_name": vol.name, **({"units": value_units} if value_units else {}), **common}
