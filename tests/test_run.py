@@ -636,3 +636,12 @@ def test_bad_config_files_and_overrides(tmp_path):
             "output.path=other.zarr",
         )
         assert result.exit_code == 2 and text in result.output, result.output
+
+
+def test_blosc_takes_a_workers_spare_cores():
+    from vdbflow.jobs.output import blosc_threads
+
+    assert blosc_threads(2, 2, 1) == 1  # this machine's 2 workers x 1 thread: none spare
+    assert blosc_threads(16, 1, 1) == 16  # one GPU worker on 16 cores: its 15 spare ones and its own
+    assert blosc_threads(16, 4, 2) == 3
+    assert blosc_threads(8, 16, 1) == 1 and blosc_threads(1, 1, 4) == 1

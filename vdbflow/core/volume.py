@@ -593,8 +593,7 @@ class Volume:
         dims : str or sequence of str, optional
             Names of the points' leading dims.
         outputs : sequence of str, default ``("value", "jacobian")``
-            ``value``, ``jacobian`` and, for vec3 float data, derived quantities computed in the same
-            kernel pass (``q_criterion``, ``vorticity``, ...; :func:`vdbflow.sample_grad` lists them).
+            Also derived quantities of vec3 float data (``q_criterion``, ...; see :func:`vdbflow.sample_grad`).
 
         Returns
         -------
@@ -610,16 +609,7 @@ class Volume:
         """
         from vdbflow.ops.sampling import sample_grad
 
-        return sample_grad(
-            self,
-            points,
-            mode=mode,
-            space=space,
-            jacobian_space=jacobian_space,
-            device=device,
-            dims=dims,
-            outputs=outputs,
-        )
+        return sample_grad(self, points, mode, space, jacobian_space, device=device, dims=dims, outputs=outputs)
 
     def sample_hessian(
         self,

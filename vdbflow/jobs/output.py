@@ -237,6 +237,38 @@ def _done(*parts: Any) -> None:
     return None
 
 
+def blosc_threads(cores: int, workers_on_host: int, threads_per_worker: int) -> int:
+    """Blosc threads for one worker: its share of the host's cores beyond its task threads, plus one
+    (1: no spare core, Blosc encodes in the calling thread)."""
+    share = max(1, cores // max(1, workers_on_host))
+    return max(1, share - threads_per_worker + 1)
+
+
+def use_spare_cores(workers_on_host: int, threads_per_worker: int) -> int:
+    """Run on a worker (``client.run``): Blosc encodes with the worker's spare cores, from any thread (by
+    default numcodecs uses Blosc's threads from the main thread only).  Returns Blosc's thread count."""
+    import numcodecs.blosc
+
+    threads = blosc_threads(os.cpu_count() or 1, workers_on_host, threads_per_worker)
+    if threads > 1:
+        numcodecs.blosc.use_threads = True
+        numcodecs.blosc.set_nthreads(threads)
+    return threads
+
+
+def spare_cores_for_blosc(client: Any) -> dict[str, int]:
+    """Blosc threads of each worker of ``client``'s cluster (:func:`use_spare_cores` on each)."""
+    from collections import Counter
+
+    info = client.scheduler_info(n_workers=-1)["workers"]
+    per_host = Counter(w.get("host") for w in info.values())
+    out = {}
+    for address, w in info.items():
+        done = client.run(use_spare_cores, per_host[w.get("host")], int(w.get("nthreads", 1)), workers=[address])
+        out.update(done)
+    return out
+
+
 def lazy_write(ds: xr.Dataset, spec: OutputSpec, target: Path) -> Any:
     """A Dask Delayed that writes ``ds`` to ``target`` from the workers (metadata is written now)."""
     ds = ds.copy().assign_attrs(_plain_attrs(ds.attrs))  # a copy: the caller's attrs stay as they are

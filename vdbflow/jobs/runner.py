@@ -45,6 +45,7 @@ from vdbflow.jobs.output import (
     lazy_write,
     partial_path,
     publish,
+    spare_cores_for_blosc,
     tidy,
 )
 from vdbflow.jobs.plan import JobPlan, plan_job
@@ -294,6 +295,8 @@ def run_job(
         log.info("cluster: %s; %d worker(s)%s", plan.cluster, workers, f"; dashboard {dashboard}" if dashboard else "")
         if console is not None and dashboard:
             console.print(f"Dask dashboard: {dashboard}")
+        if cfg.output.resolved_format == "zarr" and cfg.output.compression != "none":
+            log.debug("Blosc threads by worker: %s", spare_cores_for_blosc(client))
         t0 = time.perf_counter()
         volume_file, volume_sha256 = reading.result()  # the snapshot, made while the cluster started
         sources, analytic = build_volumes(cfg, [g.name for g in plan.grids])
