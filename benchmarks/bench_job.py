@@ -134,6 +134,7 @@ def main() -> None:
     parser.add_argument("--dataset-points", type=int, default=4_000_000)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    json_path = Path(args.json).resolve() if args.json else None
 
     import distributed
 
@@ -228,8 +229,8 @@ def main() -> None:
                 f"plane {args.plane}^2 / random points: {r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f})", flush=True
             )
     shutil.rmtree(work, ignore_errors=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
+    if json_path is not None:
+        json_path.write_text(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":

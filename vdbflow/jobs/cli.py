@@ -178,8 +178,9 @@ def _print_summary(result: Any, console: Console) -> None:
             ("throughput", f"{result.throughput / 1e6:.2f} M points/s (sampling + writing)"),
             (
                 "time",
-                f"{t['total_s']:.1f} s total: cluster {t['cluster_s']:.1f} s, distribute "
-                f"{t['distribute_s']:.1f} s, sample + write {t['sample_and_write_s']:.1f} s",
+                f"{t['total_s']:.1f} s total: cluster {t['cluster_s']:.1f} s, "
+                f"{'distribute' if result.partitions else 'open'} {t['distribute_s']:.1f} s, "
+                f"sample + write {t['sample_and_write_s']:.1f} s",
             ),
         ]
     else:
@@ -194,7 +195,7 @@ def _print_summary(result: Any, console: Console) -> None:
             ),
         ]
     if result.worker_seconds:
-        steps = ", ".join(f"{k} {v:.2f}" for k, v in result.worker_seconds.items() if v > 0.0005)
+        steps = ", ".join(f"{k} {v:.2f}" for k, v in result.worker_seconds.items() if v >= 0.005)
         rows.append(("worker time (s)", f"{steps} (compute on {result.workers} worker(s), by Dask's task stream)"))
     if result.analytic_error is not None:
         checked = result.analytic_output or "jacobian"

@@ -47,6 +47,15 @@ def _generated(n: int, chunk: int, fn: Any, *args: Any) -> dict[str, Any]:
     return {"points": _lazy(n, chunk, fn, *args), "generator": (fn, args)}
 
 
+def _rows_chunk(chunk: int, shape: np.ndarray) -> int:
+    """Points a chunk of a plane or lattice of ``shape``: whole rows (of the first dim) where a row fits
+    ``chunk``, so that the result unravels to ``shape`` chunk by chunk without a rechunk (a plane of
+    4096 x 4096 in chunks of 1,000,000 points ran at 0.83-0.90x random points of the same count before:
+    each chunk was cut in two)."""
+    row = int(np.prod(shape[1:]))
+    return max(1, chunk // row) * row if 0 < row <= chunk else chunk
+
+
 def _lazy(n: int, chunk: int, fn: Any, *args: Any) -> Any:
     """A Dask (n, 3) array whose block b is ``fn(b, start, stop, *args)``: one task per block, named
     ``vdbflow-points-*`` (the job summary counts their time as point generation)."""
@@ -270,13 +279,14 @@ def make_points(spec: Any, topology: Any, bbox: np.ndarray | None = None) -> Poi
         shape = np.asarray(spec.shape, np.int64)
         attrs.update(points_bounds=bounds.tolist())
         dims = tuple(f"lattice_{a}" for a in ("xyz" if spec.space == "world" else "ijk"))
-        made = _generated(int(shape.prod()), spec.chunk, _lattice, bounds[0], bounds[1], shape)
+        made = _generated(int(shape.prod()), _rows_chunk(spec.chunk, shape), _lattice, bounds[0], bounds[1], shape)
         return PointSet(attrs=attrs, shape=tuple(int(n) for n in spec.shape), dims=dims, **made)
     if isinstance(spec, PlanePoints):
         axes = np.asarray([spec.u, spec.v], np.float64)
         shape = np.asarray(spec.resolution, np.int64)
         attrs.update(plane_origin=list(spec.origin), plane_u=list(spec.u), plane_v=list(spec.v))
-        made = _generated(int(shape.prod()), spec.chunk, _plane, np.asarray(spec.origin, np.float64), axes, shape)
+        origin = np.asarray(spec.origin, np.float64)
+        made = _generated(int(shape.prod()), _rows_chunk(spec.chunk, shape), _plane, origin, axes, shape)
         return PointSet(attrs=attrs, shape=tuple(int(n) for n in spec.resolution), dims=("plane_s", "plane_t"), **made)
     if isinstance(spec, LinePoints):
         attrs.update(line_start=list(spec.start), line_end=list(spec.end))
