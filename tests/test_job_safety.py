@@ -421,9 +421,9 @@ def test_a_truncated_input_cannot_crash_the_job(tmp_path, monkeypatch):
     original = nvdb.read_bytes()
     real = distributed.distribute
 
-    from vdbflow.jobs import chunks
+    from vdbflow.io import volumes
 
-    real_open = chunks.opened_volume
+    real_open = volumes.open_volume
 
     def truncate(source):
         assert Path(source) != nvdb and Path(source).name.startswith(".result.zarr.input-")
@@ -434,12 +434,13 @@ def test_a_truncated_input_cannot_crash_the_job(tmp_path, monkeypatch):
         truncate(source)
         return real(source, *args, **kwargs)
 
-    def truncate_then_open(source, grid):  # every worker reads the whole (small) volume: the one-pass path
-        truncate(source)
-        return real_open(source, grid)
+    def truncate_then_open(source, *args, **kwargs):  # every worker reads the whole (small) volume
+        if Path(source).name.startswith(".result.zarr.input-"):  # the job opening its snapshot
+            truncate(source)
+        return real_open(source, *args, **kwargs)
 
     monkeypatch.setattr(distributed, "distribute", truncate_then_distribute)
-    monkeypatch.setattr(chunks, "opened_volume", truncate_then_open)
+    monkeypatch.setattr(volumes, "open_volume", truncate_then_open)
     result = invoke("run", str(cfg_path))
     assert result.exit_code == 0, result.output
     ds = xr.open_zarr(tmp_path / "result.zarr")

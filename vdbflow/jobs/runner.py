@@ -347,11 +347,11 @@ def run_job(
                 partitions, errors, checked_output = 0, None, None
             elif cfg.partitions is None and _replicable(client, sources):
                 # samples, one pass per chunk: every worker reads the whole (small) volume
-                from vdbflow.jobs.chunks import chunked_dataset, opened_volume
+                from vdbflow.io.volumes import open_volume
+                from vdbflow.jobs.chunks import chunked_dataset
 
-                templates = {
-                    n: opened_volume(str(s[0]), s[1]) if isinstance(s, tuple) else s for n, s in sources.items()
-                }
+                # names, units and topology, memory-mapped here (not cached: the snapshot's mapping ends with the job)
+                templates = {n: open_volume(s[0], s[1]) if isinstance(s, tuple) else s for n, s in sources.items()}
                 on_workers = {
                     n: (str(s[0]), s[1]) if isinstance(s, tuple) else client.scatter(s, broadcast=True)
                     for n, s in sources.items()
