@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from vdbflow import _core
-from vdbflow.errors import VolumeError
+from vdbflow.errors import SamplingError, VolumeError
 
 # schemes.h: MODE_NAMES (name -> id) and stencil_reach (voxels on the positive side of the base cell;
 # the negative side reaches one less) - the distributed halo must be at least this wide.
@@ -27,6 +27,15 @@ STENCIL_RADIUS: dict[str, int] = dict(_core.STENCIL_REACH)
 # quantities of a velocity gradient the kernels compute with the Jacobian (derived.h), and their widths
 DERIVED: tuple[str, ...] = tuple(_core.DERIVED)
 DERIVED_WIDTHS: dict[str, int] = dict(zip(_core.DERIVED, _core.DERIVED_WIDTHS, strict=True))
+
+
+def derived_slots(derived: dict[str, Any]) -> list[Any]:
+    """The buffers of ``derived`` (name -> buffer) in the kernels' order, None where not asked."""
+    unknown = set(derived) - set(DERIVED)
+    if unknown:
+        raise SamplingError(f"expected derived quantities among {', '.join(DERIVED)}, got {sorted(unknown)}")
+    return [derived.get(name) for name in DERIVED]
+
 
 # grid.h: leaves of LEAF_DIM^3 voxels; level l's hash table is keyed by ijk >> LEVEL_SHIFTS[l] and
 # holds tiles of TILE_SIZES[l]^3 voxels (level 0 also holds the leaves).

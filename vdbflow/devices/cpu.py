@@ -9,7 +9,7 @@ import numpy as np
 from vdbflow import _core
 from vdbflow.core import kernel
 from vdbflow.core.kernel import KernelArrays
-from vdbflow.errors import DeviceError, SamplingError
+from vdbflow.errors import DeviceError
 
 # The kernels' CPU target, chosen at import: the widest compiled one this CPU runs (e.g. x86-64-v3 over the
 # portable x86-64 baseline), "native" for a VDBFLOW_NATIVE build; VDBFLOW_CPU_TARGET=baseline|<target>
@@ -41,13 +41,6 @@ def sample(
     )
 
 
-def _derived_list(derived: dict[str, np.ndarray]) -> list[np.ndarray | None]:
-    unknown = set(derived) - set(kernel.DERIVED)
-    if unknown:
-        raise SamplingError(f"expected derived quantities among {', '.join(kernel.DERIVED)}, got {sorted(unknown)}")
-    return [derived.get(name) for name in kernel.DERIVED]
-
-
 def sample_derived(
     k: KernelArrays,
     points: np.ndarray,
@@ -67,14 +60,14 @@ def sample_derived(
         points,
         out_values,
         out_jacobian,
-        _derived_list(derived),
+        kernel.derived_slots(derived),
         ORDERS[point_order],
     )
 
 
 def derive(jacobian: np.ndarray, velocity: np.ndarray | None, derived: dict[str, np.ndarray]) -> None:
     """The ``derived`` quantities of Jacobians (N, 3, 3) and velocities (N, 3) (helicity) into their buffers."""
-    _core.derive(jacobian, velocity, _derived_list(derived))
+    _core.derive(jacobian, velocity, kernel.derived_slots(derived))
 
 
 def sample_hessian(

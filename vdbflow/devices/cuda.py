@@ -185,10 +185,7 @@ def sample(
 
 def _derived_pointers(derived: dict[str, Any]) -> Any:
     """A device array of the kernels' DERIVED_COUNT output pointers (0 where not asked)."""
-    unknown = set(derived) - set(kernel.DERIVED)
-    if unknown:
-        raise DeviceError(f"expected derived quantities among {', '.join(kernel.DERIVED)}, got {sorted(unknown)}")
-    ptrs = [derived[name].data.ptr if name in derived else 0 for name in kernel.DERIVED]
+    ptrs = [0 if a is None else a.data.ptr for a in kernel.derived_slots(derived)]
     return cupy_module().asarray(np.array(ptrs, np.uint64))
 
 

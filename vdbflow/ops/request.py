@@ -114,11 +114,6 @@ class SampleRequest:
         return tuple(o for o in self.outputs if o in DERIVED_WIDTHS)
 
     @property
-    def fields(self) -> tuple[str, ...]:
-        """The sampled fields asked: of ``value``, ``jacobian``, ``hessian``."""
-        return tuple(o for o in self.outputs if o in OUTPUTS)
-
-    @property
     def mode_code(self) -> int:
         """The kernels' code of ``mode``."""
         return MODES[self.mode]
