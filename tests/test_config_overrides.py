@@ -52,6 +52,7 @@ def test_counts_written_in_exponent_notation_are_taken_when_exact(written, count
 
 def test_a_count_with_a_fraction_is_refused_naming_the_number():
     assert "fractional part" in _error("points.count=1.5e0")
+    assert "got '1e400'" in _error("points.count=1e400")  # beyond a float: the text, named as written
 
 
 def test_a_section_made_by_set_alone_takes_the_default_kind():

@@ -6,11 +6,13 @@ errors worded with the key and its line; :func:`dump_config` writes a config bac
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 import types
 import typing
 from collections.abc import Mapping
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +26,27 @@ MAX_CONFIG_NODES = 10_000  # scalars, lists and mappings once aliases are expand
 
 
 class _Loader(yaml.SafeLoader):
-    """YAML's safe loader that also reads ``1e6`` as a number (YAML 1.2 and Python do; YAML 1.1 wants
-    ``1.0e+6``): counts written as ``1e9``, as the docs write them, are numbers, and an integer key
-    takes them when they are exact."""
+    """YAML's safe loader that also reads ``1e6`` and ``2.5e3`` as numbers (YAML 1.2 and Python do; YAML 1.1
+    wants ``1.0e+6``): counts written as ``1e9``, as the docs write them, are exact integers; a number too
+    large for a float stays the text it was, which the key's check then names."""
 
 
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789")
-)
+_EXPONENT = "tag:vdbflow:exponent-number"
+_MAX_EXACT = Decimal(2) ** 63
+
+
+def _exponent_number(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int | float | str:
+    text = loader.construct_scalar(node)
+    number = Decimal(text.replace("_", ""))
+    if number == number.to_integral_value() and abs(number) < _MAX_EXACT:
+        return int(number)
+    value = float(number)
+    return text if math.isinf(value) else value
+
+
+_EXPONENT_FORM = re.compile(r"^[-+]?[0-9][0-9_]*(\.[0-9_]*)?[eE][-+]?[0-9]+$")
+_Loader.add_implicit_resolver(_EXPONENT, _EXPONENT_FORM, list("-+0123456789"))
+_Loader.add_constructor(_EXPONENT, _exponent_number)
 
 
 def _load(text: str) -> Any:
