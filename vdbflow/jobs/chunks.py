@@ -199,14 +199,8 @@ def grid_variables(
         elif quantity in DERIVED:
             out[f"{prefix}{quantity}"] = ds[quantity if quantity in ds else f"{name}_{quantity}"]
     if inside is not None:
-        out[f"{prefix}stencil_inside"] = xr.DataArray(
-            inside,
-            dims="point",
-            attrs={
-                "long_name": f"the {sp.mode} stencil of the point reads only active voxels of {name}",
-                "flag_values": np.array([0, 1], np.int8),
-                "flag_meanings": "reads_background all_data",
-            },
+        out[f"{prefix}{schema.STENCIL_INSIDE}"] = xr.DataArray(
+            inside, dims="point", attrs=schema.stencil_inside_attrs(sp.mode, name)
         )
     if "jacobian" in sp.outputs:
         return out, variables["jacobian"]
