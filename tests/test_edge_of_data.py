@@ -56,7 +56,6 @@ def test_plots_blank_the_points_at_the_edge_and_say_how_many(shell):
     import matplotlib.pyplot as plt
 
     from vdbflow.analysis import plot
-
     from vdbflow.jobs.points import plane
 
     res = (30, 20)
