@@ -207,8 +207,32 @@ def _print_summary(result: Any, console: Console) -> None:
                 f"{ANALYTIC_CHECK_PER_CHUNK:,} points a chunk)",
             )
         )
+    if result.edge_checked is not None:
+        rows.append(("edge of the data", _edge_row(result)))
+    if result.nonfinite_points:
+        rows.append(
+            (
+                "non-finite points",
+                f"{result.nonfinite_points:,}: a coordinate is NaN or infinite; their results are NaN",
+            )
+        )
     rows.append(("output", str(result.output)))
     console.print(_rows_table("vdbflow run: summary", rows))
+
+
+def _edge_row(result: Any) -> str:
+    """The share of points whose stencil reads the background, and how many were checked."""
+    from vdbflow.jobs.chunks import EDGE_CHECK_PER_CHUNK
+
+    if not result.edge_checked:
+        return "no finite point to check"
+    share = result.edge_outside / result.edge_checked
+    every = result.edge_checked + (result.nonfinite_points or 0) == result.points
+    how = "all points checked" if every else f"{result.edge_checked:,} checked, up to {EDGE_CHECK_PER_CHUNK:,} a chunk"
+    text = f"{100 * share:.1f} % of points have a stencil that reads the background ({how})"
+    if share:
+        text += "; their values and derivatives mix in the background: `inside` in sampling.outputs flags each"
+    return text
 
 
 class Stopped(KeyboardInterrupt):
@@ -264,7 +288,7 @@ def _stop_on_signals() -> Iterator[SignalGuard]:
 
 
 def _run(config_path: str, overrides: tuple[str, ...], dry_run: bool, verbose: int, force: bool = False) -> None:
-    from vdbflow.errors import VdbflowError
+    from vdbflow.errors import PointsError, VdbflowError
     from vdbflow.jobs.config import ConfigError
     from vdbflow.jobs.config_load import load_config
     from vdbflow.jobs.plan import plan_job
@@ -279,7 +303,7 @@ def _run(config_path: str, overrides: tuple[str, ...], dry_run: bool, verbose: i
                 _print_plan(plan_job(cfg, force, dry_run=True), console)
                 return
             result = run_job(cfg, console, force=force, publishing=guard.publishing)
-    except ConfigError as err:
+    except (ConfigError, PointsError) as err:  # the config, or the points it names, are wrong: nothing ran
         _say("config error", str(err))
         raise SystemExit(2) from None
     except KeyboardInterrupt as err:  # Ctrl-C, or Stopped by a signal: the cleanup has run
