@@ -126,14 +126,16 @@ def _label(da: xr.DataArray, name: str | None = None) -> str:
 
 
 def _plane_axes(ds: xr.Dataset, shape: tuple[int, int]) -> tuple[tuple[str, np.ndarray], tuple[str, np.ndarray]]:
-    """The two point coordinates that vary most along the plane's s and t directions, as 2-D grids."""
+    """The two point coordinates that vary most along the plane's s and t directions, as 2-D grids, in
+    the order x, y, z (i, j, k): the first across the image, the second up it."""
     names = [c for c in ("x", "y", "z", "i", "j", "k") if c in ds.coords and ds[c].dims == ("point",)]
     if len(names) < 3:
         raise SamplingError(f"expected point coordinates x, y, z (or i, j, k) in the Dataset, got {names}")
     grids = {c: np.asarray(ds[c].values, np.float64).reshape(shape) for c in names[:3]}
     along_s = max(grids, key=lambda c: np.ptp(grids[c], axis=0).max(initial=0))
     along_t = max((c for c in grids if c != along_s), key=lambda c: np.ptp(grids[c], axis=1).max(initial=0))
-    return (along_s, grids[along_s]), (along_t, grids[along_t])
+    across, up = sorted((along_s, along_t), key=names.index)  # x across and y up, whichever dim each follows
+    return (across, grids[across]), (up, grids[up])
 
 
 def _coord_label(ds: xr.Dataset, name: str) -> str:

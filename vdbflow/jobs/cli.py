@@ -557,7 +557,9 @@ def _grid_rows(g: Any) -> list[tuple[str, str]]:
         ("tiles", "/".join(f"{c:,}" for c in g.tile_counts) + " (lower/upper/root: 8³/128³/4096³ voxels)"),
         ("index bbox", f"{list(i0)} .. {list(i1)}"),
         ("world bbox", f"{[float(f'{v:.6g}') for v in w0]} .. {[float(f'{v:.6g}') for v in w1]}"),
-        ("voxel size", " ".join(f"{v:.6g}" for v in g.voxel_size)),
+        ("voxel size", " ".join(f"{v:.6g}" for v in g.voxel_size) + (f" {g.length_units}" if g.length_units else "")),
+        ("units", g.units or "(none stored)"),
+        *([("components", ", ".join(g.component_names))] if g.component_names else []),
         ("stored", f"{g.grid_size:,} bytes, codec {g.codec}, NanoVDB {g.version}"),
     ]
 

@@ -36,7 +36,8 @@ from vdbflow.io.nanovdb.nodes import (
 from vdbflow.io.nanovdb.records import BlindData
 
 
-def _read_blind_data(buf: np.ndarray, base: int, h: dict[str, Any]) -> tuple[BlindData, ...]:
+def read_blind_data(buf: np.ndarray, base: int, h: dict[str, Any]) -> tuple[BlindData, ...]:
+    """The blind data records of the grid at byte ``base`` of ``buf`` (header ``h``), each checked."""
     count, offset = h["blind_count"], h["blind_offset"]
     if count == 0:
         return ()
@@ -86,7 +87,7 @@ def decode_grid(
     except VolumeError as err:  # nodes that decode but do not form a valid tree
         raise NanoVDBError(f"the grid at byte {base} does not form a valid volume: {err}") from None
     obj.grid_class = fmt.GRID_CLASSES.get(h["grid_class"], "unknown")
-    obj.blind_data = apply_metadata(obj, _read_blind_data(buf, base, h), base)
+    obj.blind_data = apply_metadata(obj, read_blind_data(buf, base, h), base)
     return h, obj
 
 

@@ -18,8 +18,9 @@ from vdbflow.core.volume import Topology, Volume
 from vdbflow.errors import NanoVDBError
 from vdbflow.io.nanovdb import format as fmt
 from vdbflow.io.nanovdb.codec import compressed_chunks, decompress
-from vdbflow.io.nanovdb.decode import decode_grid
+from vdbflow.io.nanovdb.decode import decode_grid, read_blind_data
 from vdbflow.io.nanovdb.header import MAX_GRID_BYTES, MAX_NAME_BYTES, grid_header, need, unpack
+from vdbflow.io.nanovdb.metadata import stored_metadata
 from vdbflow.io.nanovdb.records import GridInfo, GridSource
 
 
@@ -257,8 +258,8 @@ def list_grids(data: str | os.PathLike | bytes | np.ndarray) -> list[GridInfo]:
         :class:`~vdbflow.core.value_types.ValueType` :func:`open_grid` reads it as; None for index and
         topology grids, whose values are external or absent), grid class, node and tile counts,
         active voxel count, the index bounding box (inclusive, voxels) and world bounding box
-        (length units), the (4, 4) index-to-world matrix, voxel size, codec, version, size in bytes
-        and checksum.
+        (length units), the (4, 4) index-to-world matrix, voxel size, codec, version, size in bytes,
+        checksum, and the units, length units and component names the file stores (None where not).
 
     Raises
     ------
@@ -298,6 +299,7 @@ def list_grids(data: str | os.PathLike | bytes | np.ndarray) -> list[GridInfo]:
                 version=meta["version"],
                 grid_size=h["grid_size"],
                 checksum=h["checksum"],
+                **stored_metadata(read_blind_data(buf, g.offset, h)),
             )
         )
     return infos
