@@ -211,3 +211,51 @@ def test_a_dense_zarr_input_whose_metadata_names_pickle_is_refused_before_zarr_d
     result = invoke("convert", str(store), str(tmp_path / "out.nvdb"), "--variable", "v")
     assert result.exit_code == 2 and "would run code" in result.output
     assert not marker.exists() and not (tmp_path / "out.nvdb").exists()
+
+
+def _abc_box(tmp_path, coord_units=("m", "m", "m"), value_units=("m s-1", "m/s", "m s-1")):
+    n = 16
+    x = np.arange(n) * 0.25
+    X, Y, Z = np.meshgrid(x, x, x, indexing="ij")
+    fields = {"u": np.sin(Z) + np.cos(Y), "v": np.sin(X) + np.cos(Z), "w": np.sin(Y) + np.cos(X)}
+    ds = xr.Dataset(
+        {k: (("x", "y", "z"), f, {"units": u}) for (k, f), u in zip(fields.items(), value_units, strict=True)},
+        coords={c: (c, x, {"units": u}) for c, u in zip("xyz", coord_units, strict=True)},
+    )
+    ds.to_netcdf(tmp_path / "abc.nc", engine="h5netcdf")
+    return tmp_path / "abc.nc"
+
+
+def test_convert_reads_units_from_the_cf_attrs_of_variables_and_coordinates(tmp_path):
+    src = _abc_box(tmp_path)
+    result = CliRunner().invoke(
+        main, ["convert", str(src), str(tmp_path / "abc.nvdb"), "--variable", "u", "--variable", "v", "--variable", "w"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "units m s-1, length units m" in result.output
+    vol = vdbflow.open(tmp_path / "abc.nvdb")
+    assert vol.length_units == "m" and vol.units == "m s-1"
+    ds = vol.sample_grad(np.array([[1.0, 1.5, 2.0]]), outputs=["jacobian", "q_criterion", "vorticity_magnitude"])
+    assert ds["velocity_jacobian"].attrs["units"] == "1/s"
+    assert ds["q_criterion"].attrs["units"] == "1/s^2" and ds["vorticity_magnitude"].attrs["units"] == "1/s"
+
+
+def test_convert_units_options_replace_the_stated_ones(tmp_path):
+    src = _abc_box(tmp_path, coord_units=("km", "km", "km"))
+    out = tmp_path / "abc.nvdb"
+    args = ["convert", str(src), str(out), "--variable", "u", "--units", "cm/s", "--length-units", "mm"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    vol = vdbflow.open(out)
+    assert (vol.units, vol.length_units) == ("cm/s", "mm")
+
+
+def test_convert_refuses_coordinates_in_different_units(tmp_path):
+    src = _abc_box(tmp_path, coord_units=("m", "km", "m"))
+    result = CliRunner().invoke(main, ["convert", str(src), str(tmp_path / "o.nvdb")])
+    assert result.exit_code == 2
+    assert "expected the coordinates to share their units" in result.output and "'km'" in result.output
+    assert "--length-units states the units to use" in result.output
+    result = CliRunner().invoke(main, ["convert", str(src), str(tmp_path / "o.nvdb"), "--length-units", "m"])
+    assert result.exit_code == 0, result.output
+    assert vdbflow.open(tmp_path / "o.nvdb").length_units == "m"

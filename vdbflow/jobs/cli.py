@@ -482,6 +482,16 @@ class _ConvertCommand(click.Command):
     default=None,
     help="Grid name. Default: the variable's name, else 'velocity' for a vec3 grid and 'density' otherwise.",
 )
+@click.option(
+    "--units",
+    default=None,
+    help="Units of the values (e.g. m/s). Default: the variables' CF 'units' attr.",
+)
+@click.option(
+    "--length-units",
+    default=None,
+    help="Units of the coordinates (e.g. m). Default: the x, y, z coordinates' CF 'units' attr.",
+)
 @click.option("--codec", type=click.Choice(["none", "zip", "blosc"]), default="none", show_default=True)
 @click.option(
     "--slab",
@@ -502,6 +512,8 @@ def convert(
     origin: tuple[float, float, float] | None,
     dtype: str | None,
     name: str | None,
+    units: str | None,
+    length_units: str | None,
     codec: str,
     slab: int,
     overwrite: bool,
@@ -519,7 +531,7 @@ def convert(
         _say("error", f"{out} exists (pass --overwrite to replace it)")
         raise SystemExit(2)
     try:
-        src = open_dense(source, variables, mask_variable)
+        src = open_dense(source, variables, mask_variable, units, length_units)
         grid_name = name or default_name(src, variables)
         console = _stderr()
         with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
@@ -534,15 +546,18 @@ def convert(
                 slab,
                 grid_name,
                 progress=lambda done, total: bar.update(task, completed=done),
+                units=units,
+                length_units=length_units,
             )
         vol.to_nvdb(str(out), codec=codec)  # atomic: a private directory beside it, then a rename
     except VdbflowError as err:
         _say("error", str(err))
         raise SystemExit(2) from None
     dense = int(np.prod(src.shape[:3]))
+    stated = f"units {vol.units or '(none)'}, length units {vol.length_units or '(none)'}"
     click.echo(
         f"wrote {out}: grid {grid_name!r}, {vol.value_type.name}, {vol.active_voxel_count:,} active voxels "
-        f"of {dense:,} ({vol.active_voxel_count / max(dense, 1):.1%}), {vol.leaf_count:,} leaves"
+        f"of {dense:,} ({vol.active_voxel_count / max(dense, 1):.1%}), {vol.leaf_count:,} leaves; {stated}"
     )
 
 
