@@ -117,7 +117,7 @@ def _masked(values: np.ndarray, inside: np.ndarray | None) -> tuple[np.ndarray, 
         return values, ""
     values = np.array(values, np.float64)
     values[~inside] = np.nan
-    return values, f"{int((~inside).sum()):,} points whose stencil reads the background masked"
+    return values, f"{int((~inside).sum()):,} points blanked: stencil leaves the data"
 
 
 def _label(da: xr.DataArray, name: str | None = None) -> str:

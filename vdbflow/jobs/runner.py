@@ -125,6 +125,22 @@ def _warm_workers(client: Any) -> list:
         return []
 
 
+WARM_WAIT_S = 60.0
+
+
+def _warmed(warming: list) -> None:
+    """Wait for the warm-up imports before the job sends its first data or tasks: a worker that imports
+    zarr in a task thread while its comm thread unpickles something importing zarr too can see a
+    partially initialised module (Python's import locks give way to avoid a deadlock), which failed a
+    job now and then.  The imports overlap the client's preparation; by now they are mostly done."""
+    from distributed import wait
+
+    try:
+        wait(warming, timeout=WARM_WAIT_S)
+    except Exception as err:  # a speed-up only: the tasks import what they need anyway
+        log.debug("waiting for the warm-up imports: %s", err)
+
+
 def _replicable(client: Any, sources: dict[str, Any]) -> bool:
     """Whether every worker reads the job's whole volume (:func:`vdbflow.jobs.chunks.replicable`): its
     files' sizes (or the in-memory volumes' bytes) against the smallest worker memory limit."""
@@ -359,6 +375,7 @@ def run_job(
         checksum = {name: hashes[Path(src[0])] for name, src in sources.items() if isinstance(src, tuple)}
         if cfg.volume.series is not None:  # each file of the series
             checksum = {i.path: hasher.submit(i.sha256) for src in sources.values() for i in src.identities}
+        _warmed(warming)
         dvols = {}
         try:
             chunk_seconds = None  # the one-pass path's own split of its tasks' time
