@@ -3,6 +3,7 @@ subsets, and bad files."""
 
 import os
 import struct
+import warnings
 
 import numpy as np
 import pytest
@@ -347,8 +348,19 @@ def test_checksum_is_written_and_verified(good_file, tmp_path):
     assert info.checksum >> 32 != 0xFFFFFFFF and info.checksum & 0xFFFFFFFF != 0xFFFFFFFF  # head and tail CRCs
     bad = data.copy()
     bad[g + fmt.GRID_OFF_VOXEL_SIZE] ^= 0x40  # a header byte the decoder itself does not use
+    path = write(tmp_path, bad)
     with pytest.raises(vdbflow.NanoVDBError, match="checksum mismatch"):
-        vdbflow.open(write(tmp_path, bad))
+        vdbflow.open(path, checksum="strict")
+    # by default (as NanoVDB's reader and Warp) the grid is read, with a warning naming grid, version and spans
+    with pytest.warns(vdbflow.ChecksumWarning, match=r"grid 'g_vec3f' \(NanoVDB 32\.4\.2\).*tried bytes \["):
+        back = vdbflow.open(path)
+    assert back.leaf_count == vdbflow.open(write(tmp_path, data, "ok.nvdb")).leaf_count
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        vdbflow.open(path, checksum=False)  # not checked: no warning
+        vdbflow.open(write(tmp_path, data, "ok.nvdb"))  # a good checksum: no warning
+    with pytest.raises(vdbflow.NanoVDBError, match="expected checksum True, False or 'strict', got 'warn'"):
+        vdbflow.open(path, checksum="warn")
 
 
 def fuzz_bases(rng, tmp_path):
@@ -386,7 +398,7 @@ def test_mutation_fuzz(rng, tmp_path):
         buf = bytes(data)
         try:
             for g in range(len(vdbflow.list_grids(buf))):
-                obj = vdbflow.open(buf, grid=g)
+                obj = vdbflow.open(buf, grid=g, checksum="strict")  # mutants the checksum catches are refused
                 vol = obj.with_data(np.zeros(obj.value_count), 0.0) if isinstance(obj, vdbflow.Topology) else obj
                 mode = "linear" if vol.value_type.is_float else "closest"
                 v, j = vdbflow.sample_grad_arrays(vol, pts, mode)

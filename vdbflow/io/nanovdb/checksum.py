@@ -72,7 +72,7 @@ def _checksum_rules(buf: np.ndarray, base: int, h: dict[str, Any], layout: fmt.G
             spans.add((head_start, min(end, root + layout.root_size + table * layout.root_tile_size)))
         return _Checksums(tuple(sorted(spans)), ())
     inner = [(t + offs[2], counts[2], layout.upper_size), (t + offs[1], counts[1], layout.lower_size)]
-    nodes = f"the {counts[2]} upper, {counts[1]} lower and {counts[0]} leaf nodes, one CRC32 each,"
+    nodes = f"the CRC32s of the {counts[2]} upper, {counts[1]} lower and {counts[0]} leaf nodes"
     cache: dict[bool, np.ndarray] = {}
 
     def leaves(whole: bool) -> list[tuple[int, int, int]]:
@@ -98,9 +98,9 @@ def _checksum_rules(buf: np.ndarray, base: int, h: dict[str, Any], layout: fmt.G
     # the per-node CRCs were kept as u32 (current NanoVDB, CUDA) or as 8-byte uint_fast32_t (older
     # host builds on Linux, which also took only the fixed 96 bytes of an FpN leaf); a 32.6
     # development rule CRC'd the 4 KiB blocks from the first upper node
-    tails = [(nodes, per_node(4)), (nodes + " (8-byte entries)", per_node(8))]
+    tails = [(nodes + " (u32 entries)", per_node(4)), (nodes + " (8-byte entries)", per_node(8))]
     if layout.leaf_kind == "fpn":
-        tails += [(nodes + " (FpN leaves' first 96 bytes)", per_node(w, False)) for w in (4, 8)]
+        tails += [(nodes + f" (FpN leaves' first 96 bytes, {w}-byte entries)", per_node(w, False)) for w in (4, 8)]
     tails.append((f"bytes [{upper}, {end}) in 4 KiB blocks", lambda: blocked_crc(buf, upper, end)))
     return _Checksums(((head_start, min(max(upper, head_start), end)),), tuple(tails))
 
