@@ -62,12 +62,18 @@ class WriteFormat:
     grid_type_end: int  # grid types below this exist in the version (OnIndex is 20)
     grid_class_end: int  # grid classes below this exist (the tensor grid class is 9)
     release: str  # the OpenVDB release that ships it
+    # 32.4's reader walks a grid buffer from its first grid to the grid index it wants, so each grid of a
+    # file says it stands alone (0 of 1), as 32.4 writes one handle per grid; later readers rewrite index
+    # and count themselves, and their writers number a handle's grids n of N
+    grids_stand_alone: bool = False
 
 
 WRITE_FORMATS = {
     f.name: f
     for f in (
-        WriteFormat("32.4", pack_version(32, 4, 2), MAGIC_NUMBER, MAGIC_NUMBER, 0, CHECKSUM_NODES_U64, 20, 9, "10.0"),
+        WriteFormat(
+            "32.4", pack_version(32, 4, 2), MAGIC_NUMBER, MAGIC_NUMBER, 0, CHECKSUM_NODES_U64, 20, 9, "10.0", True
+        ),
         WriteFormat("32.6", pack_version(32, 6, 0), MAGIC_NUMBER, MAGIC_NUMBER, 0, CHECKSUM_NODES_U32, 26, 10, "11.0"),
         WriteFormat(
             "32.7", pack_version(32, 7, 0), MAGIC_NUMBER, MAGIC_NUMBER, MAGIC_GRID, CHECKSUM_BLOCKS, 27, 10, "12.0"

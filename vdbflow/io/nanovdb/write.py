@@ -48,9 +48,10 @@ def _write_headers(
     n_blind: int,
     form: fmt.WriteFormat,
     tile_voxels: int,
+    position: tuple[int, int],
 ) -> None:
     """The tree header (node offsets from it, node and tile counts, active voxels of leaves and tiles) and
-    the grid header (magic, version, flags, position 0 of 1, size, name, map, bboxes, voxel size, class,
+    the grid header (magic, version, flags, position (index, count), size, name, map, bboxes, voxel size, class,
     type, blind data, value count, data2) as ``form``'s version writes them; the checksum is written last,
     by :func:`_write_checksum`."""
     layout, topo = contents.layout, contents.topo
@@ -72,8 +73,6 @@ def _write_headers(
     M = topo.transform.index_to_world
     Minv = topo.transform.world_to_index
     has_bbox = topo.index_bbox is not None
-    # each grid stands alone (0 of 1), as NanoVDB writes one handle per grid: a 32.4 reader walks a handle
-    # from grid 0 to the grid whose index it wants
     put(
         buf,
         fmt.GRID_OFF_MAGIC,
@@ -82,8 +81,7 @@ def _write_headers(
         EMPTY_CHECKSUM,
         form.version,
         (fmt.GRID_FLAG_HAS_BBOX if has_bbox else 0) | fmt.GRID_FLAG_BREADTH_FIRST,
-        0,
-        1,
+        *position,
         off.size,
     )
     buf[fmt.GRID_OFF_NAME : fmt.GRID_OFF_NAME + len(raw_name)] = np.frombuffer(raw_name, np.uint8)
@@ -131,7 +129,9 @@ def _write_checksum(
     put(buf, fmt.GRID_OFF_CHECKSUM, "<II", head, tail)
 
 
-def _encode_grid(obj: Volume | Topology, name: str, form: fmt.WriteFormat) -> tuple[bytes, int]:
+def _encode_grid(
+    obj: Volume | Topology, name: str, form: fmt.WriteFormat, position: tuple[int, int]
+) -> tuple[bytes, int]:
     """One NanoVDB grid buffer (value grid for a Volume, OnIndex grid for a Topology) as ``form``'s
     version lays it out, and its active voxel count (tiles included): the nodes are planned, the bytes
     laid out, then written leaves first and the headers and checksum last."""
@@ -159,7 +159,7 @@ def _encode_grid(obj: Volume | Topology, name: str, form: fmt.WriteFormat) -> tu
     write_upper_nodes(buf, off, layout, plan, boxes, bg_bytes, tile_bytes)
     write_root(buf, off, layout, plan, contents.topo, bg_bytes, tile_bytes)
     grid_class = getattr(obj, "grid_class", None)
-    _write_headers(buf, off, plan, contents, raw_name, grid_class, len(blind), form, boxes.tile_voxels)
+    _write_headers(buf, off, plan, contents, raw_name, grid_class, len(blind), form, boxes.tile_voxels, position)
     _write_checksum(buf, off, layout, plan, form)
     return buf.tobytes(), contents.topo.active_voxel_count + boxes.tile_voxels
 
@@ -271,8 +271,8 @@ def save(
         raise NanoVDBError("expected at least one grid to save, got none")
     form = write_format(version, grids)
     payloads, metas = [], []
-    for name, obj in grids.items():
-        grid, voxels = _encode_grid(obj, name, form)
+    for n, (name, obj) in enumerate(grids.items()):
+        grid, voxels = _encode_grid(obj, name, form, (0, 1) if form.grids_stand_alone else (n, len(grids)))
         if codec == "zip":
             payload = struct.pack("<Q", len(packed := zlib.compress(grid))) + packed
         elif codec == "blosc":  # chunks of at most 1 GiB, each after its u64 size, as NanoVDB writes them
