@@ -129,6 +129,7 @@ def write_lower_nodes(
     leaf_addr = off.leaf + np.arange(n_leaf, dtype=np.int64) * layout.leaf_size
     lower_addr = off.lower + np.arange(n_low, dtype=np.int64) * layout.lower_size
     rel = (leaf_addr - lower_addr[plan.leaf_parent]).astype("<i8")
+    ltable[plan.leaf_parent, child] = 0  # a child's entry: its offset, the rest of the entry zero
     ltable[plan.leaf_parent, child, : fmt.TABLE_CHILD_SIZE] = rel.view(np.uint8).reshape(-1, fmt.TABLE_CHILD_SIZE)
     cmask = np.zeros((n_low, fmt.LOWER_CHILDREN), bool)
     cmask[plan.leaf_parent, child] = True
@@ -171,6 +172,7 @@ def write_upper_nodes(
         table[:, : layout.value_size] = bg_bytes
         kids = np.nonzero(plan.lower_parent == u)[0]
         kid_index = child_index(lower_origin[kids], fmt.UPPER_DIM_LOG2, fmt.LOWER_LOG2)
+        table[kid_index] = 0
         table[kid_index, : fmt.TABLE_CHILD_SIZE] = (
             (lower_addr[kids] - upper_addr[u]).astype("<i8").view(np.uint8).reshape(-1, fmt.TABLE_CHILD_SIZE)
         )
@@ -202,8 +204,10 @@ def write_root(
     bg_bytes: np.ndarray,
     tile_bytes: np.ndarray,
 ) -> None:
-    """The root: the index bbox, table size and background, then its table: the upper nodes (in key
-    order of their origins), then the 4096^3 tiles (active)."""
+    """The root: the index bbox, table size and background (a value grid's minimum and maximum equal to
+    it, as NanoVDB's builder leaves them without statistics), then its table: the upper nodes (value
+    zero) and the 4096^3 tiles (active), in the order of their origins (i, then j, then k), as NanoVDB
+    lays out OpenVDB's root."""
     n_up = plan.counts[2]
     upper_addr = off.upper + np.arange(n_up, dtype=np.int64) * layout.upper_size
     sel4096 = np.nonzero(plan.root_tiles)[0]
@@ -211,9 +215,12 @@ def write_root(
     lo, hi = (box[0], box[1]) if box is not None else (np.zeros(3, np.int64), np.full(3, -1, np.int64))
     put(buf, off.root + fmt.ROOT_OFF_BBOX, "<6iI", *[int(x) for x in lo], *[int(x) for x in hi], n_up + len(sel4096))
     at = off.root + layout.root_off_background
-    buf[at : at + layout.value_size] = bg_bytes
-    entries = [(o, upper_addr[u] - off.root, 0, bg_bytes) for u, o in enumerate(plan.upper_origins)]
+    for k in range(1 if layout.is_index else 3):  # background, minimum, maximum
+        buf[at + k * layout.value_size : at + (k + 1) * layout.value_size] = bg_bytes
+    no_value = np.zeros(layout.value_size, np.uint8)
+    entries = [(o, upper_addr[u] - off.root, 0, no_value) for u, o in enumerate(plan.upper_origins)]
     entries += [(plan.tile_origins[t], 0, 1, tile_bytes[t]) for t in sel4096]
+    entries.sort(key=lambda entry: tuple(int(x) for x in entry[0]))
     for e, (origin, child_off, state, value) in enumerate(entries):
         at = off.root + layout.root_size + e * layout.root_tile_size
         put(buf, at + fmt.ROOT_TILE_OFF_KEY, "<QqI", root_key(origin), int(child_off), state)
