@@ -460,6 +460,13 @@ class _ConvertCommand(click.Command):
 )
 @click.option("--codec", type=click.Choice(["none", "zip", "blosc"]), default="none", show_default=True)
 @click.option(
+    "--nvdb-version",
+    default=None,
+    metavar="VERSION",
+    help="NanoVDB version whose layout, magic numbers and checksum rules OUTPUT follows (32.4, 32.6, 32.7, "
+    "32.8, 32.9). Default: the one NanoVDB's tools since OpenVDB 10, Warp and vdbflow all open (see docs/nanovdb.md).",
+)
+@click.option(
     "--slab",
     type=click.IntRange(8, None),
     default=64,
@@ -479,6 +486,7 @@ def convert(
     dtype: str | None,
     name: str | None,
     codec: str,
+    nvdb_version: str | None,
     slab: int,
     overwrite: bool,
 ) -> None:
@@ -495,6 +503,10 @@ def convert(
         _say("error", f"{out} exists (pass --overwrite to replace it)")
         raise SystemExit(2)
     try:
+        if nvdb_version is not None:  # an unknown version is refused before anything is read
+            from vdbflow.io.nanovdb.write import write_format
+
+            write_format(nvdb_version, {})
         src = open_dense(source, variables, mask_variable)
         grid_name = name or default_name(src, variables)
         console = _stderr()
@@ -511,7 +523,7 @@ def convert(
                 grid_name,
                 progress=lambda done, total: bar.update(task, completed=done),
             )
-        vol.to_nvdb(str(out), codec=codec)  # atomic: a private directory beside it, then a rename
+        vol.to_nvdb(str(out), codec=codec, version=nvdb_version)  # atomic: a private directory beside it, then a rename
     except VdbflowError as err:
         _say("error", str(err))
         raise SystemExit(2) from None
