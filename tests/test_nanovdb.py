@@ -158,6 +158,22 @@ def test_files_written_by_vdbflow_load_in_warp(rng, tmp_path, type_name, codec):
         [probe_points(rng, ijk, 100), [[300.5, 5, 5], [-3000, 5000, 7], [515, 9, 17.5], [-4.5, -3.5, -196.25]]]
     ).astype(np.float32)
     compare_with_warp(vol, warp_load(path), type_name, pts)
+
+
+@pytest.mark.parametrize("version", [None, "32.4", "32.6", "32.7", "32.8", "32.9"])
+def test_every_version_written_loads_in_warp(rng, tmp_path, version):
+    """Warp 1.19's load_from_nvdb takes every layout vdbflow writes (file magic NanoVDB0 or NanoVDB2,
+    grid magic NanoVDB0 or NanoVDB1) and samples it as vdbflow does; vdbflow reads each back with its
+    checksum verified."""
+    ijk, vol = tiled_volume(rng, "float32")
+    path = tmp_path / "out.nvdb"
+    vol.to_nvdb(str(path), version=version)
+    want = "32.4.2" if version in (None, "32.4") else f"{version}.0"
+    assert vdbflow.list_grids(path)[0].version == want
+    pts = np.concatenate([probe_points(rng, ijk, 100), [[300.5, 5, 5], [-3000, 5000, 7]]]).astype(np.float32)
+    compare_with_warp(vol, warp_load(path), "float32", pts)
+    back = vdbflow.open(path, checksum="strict")
+    np.testing.assert_array_equal(back.active_values(), vol.active_values())
     back = vdbflow.open(path)
     assert back.name == vol.name and back.tile_count == vol.tile_count
     for mode in ("closest",) + (("linear",) if vol.value_type.is_float else ()):

@@ -5,6 +5,7 @@ of its version is a ChecksumWarning (naming grid, version and spans tried), ``ch
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 import warnings
@@ -21,7 +22,9 @@ wp = wo.wp
 # fVDB's unit_tests/io/batch.nvdb (github.com/voxel-foundation/fvdb-test-data, 60,165 bytes): four Float
 # level-set grids named 'z' in one blosc payload of NanoVDB 32.5.0, whose head checksums match no span
 # (fVDB edits headers after computing them).  The repository states no license, so the file is not
-# committed: the test reads it from VDBFLOW_FVDB_BATCH_NVDB or tests/data/fvdb/batch.nvdb.
+# committed (tests/data/fvdb/README.md): the test reads it from VDBFLOW_FVDB_BATCH_NVDB or
+# tests/data/fvdb/batch.nvdb.
+BATCH_SHA256 = "aa3a75bb1247d9a52261bd216e352a2b684cf550bb728b8407d767161306c8d7"
 BATCH = Path(os.environ.get("VDBFLOW_FVDB_BATCH_NVDB", Path(__file__).parent / "data" / "fvdb" / "batch.nvdb"))
 
 
@@ -84,6 +87,7 @@ def open_all(data: bytes, **kwargs) -> list:
 @pytest.mark.skipif(not BATCH.is_file(), reason=f"fVDB's batch.nvdb is not at {BATCH} (see the module docstring)")
 def test_fvdb_batch_file_opens_with_a_checksum_warning_and_reads_like_warp():
     data = BATCH.read_bytes()
+    assert hashlib.sha256(data).hexdigest() == BATCH_SHA256, f"{BATCH} is not fVDB's batch.nvdb"
     infos = vdbflow.list_grids(data)
     assert [(i.name, i.grid_type, i.codec, i.version) for i in infos] == [("z", "Float", "blosc", "32.5.0")] * 4
     with pytest.warns(vdbflow.ChecksumWarning) as record:
