@@ -214,12 +214,8 @@ def test_a_dense_zarr_input_whose_metadata_names_pickle_is_refused_before_zarr_d
 
 
 def test_convert_writes_the_nvdb_version_asked_for_and_info_shows_it(tmp_path):
-    """``--nvdb-version`` picks the NanoVDB version written (default 32.4, which NanoVDB 32.4's own
-    nanovdb_validate passes); ``vdbflow info`` and its JSON show each file's version."""
-    import subprocess
-
-    from system_tools import require_tool
-
+    """``--nvdb-version`` picks the NanoVDB version written (default 32.4; NanoVDB's own tools check the
+    files in tests/test_nanovdb_tools.py); ``vdbflow info`` and its JSON show each file's version."""
     np.save(tmp_path / "d.npy", blob((16, 16, 16)))
     for args, version in (
         ((), "32.4.2"),
@@ -232,10 +228,6 @@ def test_convert_writes_the_nvdb_version_asked_for_and_info_shows_it(tmp_path):
         assert vdbflow.list_grids(out)[0].version == version
         assert f"NanoVDB {version}" in invoke("info", out).stdout
         assert json.loads(invoke("info", "--json", out).stdout)[0]["grids"][0]["version"] == version
-    done = subprocess.run(
-        [require_tool("nanovdb_validate"), "--verbose", str(tmp_path / "32.4.2.nvdb")], capture_output=True, text=True
-    )
-    assert "passed" in done.stdout and "failed" not in done.stdout, done.stdout + done.stderr
     result = invoke("convert", tmp_path / "d.npy", tmp_path / "o.nvdb", "--nvdb-version", "32.5")
     assert result.exit_code == 2 and "expected a NanoVDB version to write, one of ['32.4'" in result.output
     assert not (tmp_path / "o.nvdb").exists()

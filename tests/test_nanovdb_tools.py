@@ -335,3 +335,19 @@ vdb.write(sys.argv[1], grids=[g])
     transposed = theirs.transform.index_to_world.copy()
     transposed[:3, :3] = transposed[:3, :3].T
     np.testing.assert_allclose(maps["theirs"], transposed, atol=1e-12)  # the tool's transposition
+
+
+def test_vdbflow_convert_output_passes_nanovdb_validate(tmp_path):
+    """``vdbflow convert``'s default output (and ``--nvdb-version 32.4``) is a file NanoVDB 32.4 validates."""
+    from click.testing import CliRunner
+
+    from vdbflow.jobs.cli import main
+
+    i, j, k = np.meshgrid(*[np.arange(24)] * 3, indexing="ij")
+    np.save(tmp_path / "d.npy", np.sin(i / 3.0) * np.cos(j / 4.0) + k / 24.0)
+    for args in ((), ("--nvdb-version", "32.4")):
+        out = tmp_path / f"o{len(args)}.nvdb"
+        result = CliRunner().invoke(main, ["convert", str(tmp_path / "d.npy"), str(out), "--threshold", "0.2", *args])
+        assert result.exit_code == 0, result.output
+        validated(out)
+        assert print_row(out)["Version"] == "32.4.2"
