@@ -351,3 +351,28 @@ def test_vdbflow_convert_output_passes_nanovdb_validate(tmp_path):
         assert result.exit_code == 0, result.output
         validated(out)
         assert print_row(out)["Version"] == "32.4.2"
+
+
+def test_empty_and_leafless_grids(tmp_path):
+    """An empty grid is NanoVDB's byte for byte (node offsets 0, NanoVDB's empty boxes); grids of tiles
+    alone (which NanoVDB 32.4's own converter cannot make: it aborts) pass its validator."""
+    make = """
+import sys, pyopenvdb as vdb
+g = vdb.FloatGrid()
+g.name = "e"
+vdb.write(sys.argv[1], grids=[g])
+"""
+    source, theirs, ours = tmp_path / "e.vdb", tmp_path / "e.nvdb", tmp_path / "ours.nvdb"
+    run_pyopenvdb(make, str(source))
+    run_tool("nanovdb_convert", "--force", "--stats", "bbox", "--checksum", "full", str(source), str(theirs))
+    empty = vdbflow.open(theirs, checksum="strict")
+    assert empty.active_voxel_count == 0 and empty.tile_count == 0
+    vdbflow.save(ours, {"e": vdbflow.Volume.from_voxels(np.zeros((0, 3), int), np.zeros(0, np.float32))})
+    assert ours.read_bytes() == theirs.read_bytes()
+    for origins, sizes in (([[0, 0, 0]], [8]), ([[0, 0, 0]], [128]), ([[8192, 0, 0], [0, 0, 0]], [4096, 8])):
+        tiles = (np.array(origins), np.array(sizes), np.arange(len(sizes), dtype=np.float32) + 2)
+        vol = vdbflow.Volume.from_voxels(np.zeros((0, 3), int), np.zeros(0, np.float32), tiles=tiles, name="t")
+        path = tmp_path / f"t{len(sizes)}_{sizes[0]}.nvdb"
+        vol.to_nvdb(str(path))
+        validated(path)
+        assert print_row(path)["# Voxels"] == str(sum(s**3 for s in sizes))

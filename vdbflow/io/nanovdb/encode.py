@@ -212,7 +212,7 @@ def write_root(
     upper_addr = off.upper + np.arange(n_up, dtype=np.int64) * layout.upper_size
     sel4096 = np.nonzero(plan.root_tiles)[0]
     box = topo.index_bbox
-    lo, hi = (box[0], box[1]) if box is not None else (np.zeros(3, np.int64), np.full(3, -1, np.int64))
+    lo, hi = (box[0], box[1]) if box is not None else fmt.EMPTY_INDEX_BBOX
     put(buf, off.root + fmt.ROOT_OFF_BBOX, "<6iI", *[int(x) for x in lo], *[int(x) for x in hi], n_up + len(sel4096))
     at = off.root + layout.root_off_background
     for k in range(1 if layout.is_index else 3):  # background, minimum, maximum

@@ -120,6 +120,9 @@ GRID_OFF_BLIND_OFFSET, GRID_OFF_BLIND_COUNT = 640, 648
 GRID_OFF_DATA0, GRID_OFF_DATA1, GRID_OFF_DATA2 = 652, 656, 664
 GRID_HEAD_FORMAT = "<QQIIIIQ"  # magic, checksum, version, flags, grid index, grid count, grid size
 GRID_FLAG_HAS_BBOX, GRID_FLAG_BREADTH_FIRST = 2, 32
+# an empty grid's boxes, as NanoVDB writes them: CoordBBox() (INT32_MAX.., INT32_MIN..) and BBox<Vec3d>()
+EMPTY_INDEX_BBOX = ((2**31 - 1,) * 3, (-(2**31),) * 3)
+EMPTY_WORLD_BBOX = ((float(np.finfo(np.float64).max),) * 3, (-float(np.finfo(np.float64).max),) * 3)
 NAME_HASH_PRIME = 67  # io::stringHash: hash = hash * 67 + byte + (hash >> 56), over the name's bytes
 GRID_CLASS_UNKNOWN, GRID_CLASS_INDEX = 0, 8
 # the checksum's head and the node CRCs start after the magic and the checksum itself

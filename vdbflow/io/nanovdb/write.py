@@ -50,19 +50,19 @@ def _write_headers(
     tile_voxels: int,
     position: tuple[int, int],
 ) -> None:
-    """The tree header (node offsets from it, node and tile counts, active voxels of leaves and tiles) and
-    the grid header (magic, version, flags, position (index, count), size, name, map, bboxes, voxel size, class,
-    type, blind data, value count, data2) as ``form``'s version writes them; the checksum is written last,
-    by :func:`_write_checksum`."""
+    """The tree header (node offsets from it, all 0 in an empty tree as NanoVDB writes it, node and tile
+    counts, active voxels of leaves and tiles) and the grid header (magic, version, flags, position (index,
+    count), size, name, map, bboxes, voxel size, class, type, blind data, value count, data2) as ``form``'s
+    version writes them; the checksum is written last, by :func:`_write_checksum`."""
     layout, topo = contents.layout, contents.topo
     t = fmt.GRID_SIZE
+    # no root entries; a tree with tiles but no leaves keeps its offsets (32.4's validator follows them)
+    empty = not (plan.counts[2] or plan.root_tiles.any())
     put(
         buf,
         t,
         fmt.TREE_FORMAT,
-        off.leaf - t,
-        off.lower - t,
-        off.upper - t,
+        *([0, 0, 0] if empty else [off.leaf - t, off.lower - t, off.upper - t]),
         off.root - t,
         *plan.counts,
         int(plan.lower_tiles.sum()),
@@ -94,7 +94,7 @@ def _write_headers(
     put(buf, m + fmt.MAP_OFF_INVMATD, "<9d", *Minv[:3, :3].ravel())
     put(buf, m + fmt.MAP_OFF_VECD, "<3d", *M[:3, 3])
     put(buf, m + fmt.MAP_OFF_TAPERD, "<d", 1.0)
-    wb = topo.world_bbox if has_bbox else np.zeros((2, 3))
+    wb = topo.world_bbox if has_bbox else np.array(fmt.EMPTY_WORLD_BBOX)
     put(buf, fmt.GRID_OFF_WORLD_BBOX, "<6d", *wb.ravel())
     put(buf, fmt.GRID_OFF_VOXEL_SIZE, "<3d", *topo.voxel_size)
     class_code = {name: code for code, name in fmt.GRID_CLASSES.items()}.get(grid_class)
@@ -288,7 +288,7 @@ def save(
         h = grid_header(np.frombuffer(grid, np.uint8), 0)
         raw_name = name.encode("utf-8") + b"\0"
         topo = obj if isinstance(obj, Topology) else obj.topology
-        box = topo.index_bbox if topo.index_bbox is not None else np.zeros((2, 3), np.int64)
+        box = topo.index_bbox if topo.index_bbox is not None else np.array(fmt.EMPTY_INDEX_BBOX)
         meta = struct.pack(
             fmt.FILE_METADATA_FORMAT,
             len(grid),
