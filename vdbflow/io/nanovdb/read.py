@@ -259,9 +259,10 @@ def list_grids(data: str | os.PathLike | bytes | np.ndarray) -> list[GridInfo]:
         One :class:`GridInfo` per grid, in file order: index, name, grid type, value type (the
         :class:`~vdbflow.core.value_types.ValueType` :func:`open_grid` reads it as; None for index and
         topology grids, whose values are external or absent), grid class, node and tile counts,
-        active voxel count, the index bounding box (inclusive, voxels) and world bounding box
-        (length units), the (4, 4) index-to-world matrix, voxel size, codec, version, size in bytes
-        and checksum.
+        active voxel count (the tree's, as NanoVDB counts it: voxels of active tiles included, where
+        ``Volume.active_voxel_count`` counts leaf voxels), the index bounding box (inclusive, voxels)
+        and world bounding box (length units), the (4, 4) index-to-world matrix, voxel size, codec,
+        version, size in bytes and checksum.
 
     Raises
     ------
