@@ -259,3 +259,23 @@ def test_convert_refuses_coordinates_in_different_units(tmp_path):
     result = CliRunner().invoke(main, ["convert", str(src), str(tmp_path / "o.nvdb"), "--length-units", "m"])
     assert result.exit_code == 0, result.output
     assert vdbflow.open(tmp_path / "o.nvdb").length_units == "m"
+
+
+def test_convert_writes_the_nvdb_version_asked_for_and_info_shows_it(tmp_path):
+    """``--nvdb-version`` picks the NanoVDB version written (default 32.4; NanoVDB's own tools check the
+    files in tests/test_nanovdb_tools.py); ``vdbflow info`` and its JSON show each file's version."""
+    np.save(tmp_path / "d.npy", blob((16, 16, 16)))
+    for args, version in (
+        ((), "32.4.2"),
+        (("--nvdb-version", "32.9"), "32.9.0"),
+        (("--nvdb-version", "32.6"), "32.6.0"),
+    ):
+        out = tmp_path / f"{version}.nvdb"
+        result = invoke("convert", tmp_path / "d.npy", out, "--threshold", 0.5, *args)
+        assert result.exit_code == 0, result.output
+        assert vdbflow.list_grids(out)[0].version == version
+        assert f"NanoVDB {version}" in invoke("info", out).stdout
+        assert json.loads(invoke("info", "--json", out).stdout)[0]["grids"][0]["version"] == version
+    result = invoke("convert", tmp_path / "d.npy", tmp_path / "o.nvdb", "--nvdb-version", "32.5")
+    assert result.exit_code == 2 and "expected a NanoVDB version to write, one of ['32.4'" in result.output
+    assert not (tmp_path / "o.nvdb").exists()

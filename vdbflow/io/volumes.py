@@ -305,7 +305,9 @@ def open_volume(
     **kwargs
         For .nvdb data, passed to :func:`vdbflow.io.nanovdb.open_grid`: ``bbox`` (inclusive index
         coordinates ``((i0, j0, k0), (i1, j1, k1))``) or ``leaves`` (leaf indices in tree order) to
-        load part of the grid, and ``checksum`` (verify the grid's checksum, default True).
+        load part of the grid, and ``checksum`` (True, the default: a checksum that matches no rule of
+        the grid's NanoVDB version is a :class:`~vdbflow.ChecksumWarning`; ``"strict"``: an error;
+        False: not checked).
 
     Returns
     -------
@@ -319,8 +321,8 @@ def open_volume(
     ------
     NanoVDBError
         An OpenVDB ``.vdb`` file or buffer (saying how to convert it), a malformed, truncated or
-        unsupported .nvdb file, a ``grid`` it lacks, a ``bbox`` of another shape, or a checksum
-        that does not match.
+        unsupported .nvdb file, a ``grid`` it lacks, a ``bbox`` of another shape, or (with
+        ``checksum="strict"``) a checksum that does not match.
     VolumeError
         A directory that is not a stored volume (saying what it is), a missing ``.zarr`` path, or
         ``bbox``/``leaves``/``checksum`` or another ``grid`` given for a Zarr store.

@@ -494,6 +494,13 @@ class _ConvertCommand(click.Command):
 )
 @click.option("--codec", type=click.Choice(["none", "zip", "blosc"]), default="none", show_default=True)
 @click.option(
+    "--nvdb-version",
+    default=None,
+    metavar="VERSION",
+    help="NanoVDB version whose layout, magic numbers and checksum rules OUTPUT follows (32.4, 32.6, 32.7, "
+    "32.8, 32.9). Default: the one NanoVDB's tools since OpenVDB 10, Warp and vdbflow all open (see docs/nanovdb.md).",
+)
+@click.option(
     "--slab",
     type=click.IntRange(8, None),
     default=64,
@@ -515,6 +522,7 @@ def convert(
     units: str | None,
     length_units: str | None,
     codec: str,
+    nvdb_version: str | None,
     slab: int,
     overwrite: bool,
 ) -> None:
@@ -531,6 +539,10 @@ def convert(
         _say("error", f"{out} exists (pass --overwrite to replace it)")
         raise SystemExit(2)
     try:
+        if nvdb_version is not None:  # an unknown version is refused before anything is read
+            from vdbflow.io.nanovdb.write import write_format
+
+            write_format(nvdb_version, {})
         src = open_dense(source, variables, mask_variable, units, length_units)
         grid_name = name or default_name(src, variables)
         console = _stderr()
@@ -549,7 +561,7 @@ def convert(
                 units=units,
                 length_units=length_units,
             )
-        vol.to_nvdb(str(out), codec=codec)  # atomic: a private directory beside it, then a rename
+        vol.to_nvdb(str(out), codec=codec, version=nvdb_version)  # atomic: a private directory beside it, then a rename
     except VdbflowError as err:
         _say("error", str(err))
         raise SystemExit(2) from None
