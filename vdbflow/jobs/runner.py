@@ -35,7 +35,7 @@ from vdbflow.jobs.chunks import (
     grid_variables,
 )
 from vdbflow.jobs.clusters import open_cluster
-from vdbflow.jobs.config import ConfigError, JobConfig
+from vdbflow.jobs.config import ConfigError, JobConfig, SlurmClusterSpec
 from vdbflow.jobs.config_load import dump_config
 from vdbflow.jobs.inputs import InputIdentity, build_volumes, snapshot
 from vdbflow.jobs.output import (
@@ -129,8 +129,44 @@ def _replicable(client: Any, sources: dict[str, Any]) -> bool:
     from vdbflow.jobs.chunks import replicable
 
     size = sum(Path(s[0]).stat().st_size if isinstance(s, tuple) else s.nbytes for s in sources.values())
+    return replicable(size, _worker_memory(client))
+
+
+def _worker_memory(client: Any) -> int:
+    """The smallest memory limit of the cluster's workers in bytes (0: none, or not known)."""
     limits = [w.get("memory_limit") or 0 for w in client.scheduler_info(n_workers=-1)["workers"].values()]
-    return replicable(size, min(limits, default=0))
+    return min(limits, default=0)
+
+
+def killed_worker_error(err: BaseException, plan: JobPlan, memory: int) -> VdbflowError | None:
+    """Dask's ``KilledWorker`` (the workers running one task died, three times by default) said in
+    terms of the job: the task, the likely cause (a worker out of memory: its limit against the chunk's
+    working set) and what to change; None for any other error."""
+    from distributed.scheduler import KilledWorker
+
+    from vdbflow.jobs.plan import CHUNK_MEMORY_WARN_FRACTION, CHUNK_WORKING_SET_FACTOR, human_bytes
+
+    if not isinstance(err, KilledWorker):
+        return None
+    cfg = plan.config
+    need, points, key = plan.chunk_working_set()
+    more = "cluster.memory" if isinstance(cfg.cluster, SlurmClusterSpec) else "cluster.memory_limit"
+    if memory > 0:
+        fit = max(
+            1, int(memory * CHUNK_MEMORY_WARN_FRACTION) // max(1, plan.bytes_per_point * CHUNK_WORKING_SET_FACTOR)
+        )
+        limit = f"each worker may use {human_bytes(memory)}"
+        smaller = f"a smaller {key}{cfg.where(key)} (at most {fit:,} points fit in half a worker's memory)"
+    else:
+        limit = "the workers' memory limit is not known"
+        smaller = f"a smaller {key}{cfg.where(key)}"
+    return JobError(
+        f"the workers running task {err.task!r} died {err.allowed_failures + 1} time(s) (Dask's KilledWorker; the "
+        f"last one at {getattr(err.last_worker, 'address', err.last_worker)}): most likely a worker ran out of "
+        f"memory - {limit}, and one chunk of {points:,} points needs about {human_bytes(need)}. Set {smaller} or "
+        f"give the workers more memory ({more}); if memory is not the cause, the workers' logs say why they "
+        "exited. No result was published"
+    )
 
 
 def _grid_dataset(dvol: Any, pts: Any, cfg: JobConfig, prefix: str) -> tuple[xr.Dataset, str | None]:
@@ -319,6 +355,7 @@ def run_job(
         warming = _warm_workers(client)  # the workers import while this process prepares the job
         dashboard = client.dashboard_link if cfg.cluster.dashboard else None
         workers = len(client.scheduler_info(n_workers=-1)["workers"])
+        memory = _worker_memory(client)
         log.info("cluster: %s; %d worker(s)%s", plan.cluster, workers, f"; dashboard {dashboard}" if dashboard else "")
         if console is not None and dashboard:
             console.print(f"Dask dashboard: {dashboard}")
@@ -469,12 +506,14 @@ def run_job(
                 publish(target, final, cfg.output.overwrite)
             except OutputError:
                 raise  # the complete result was kept at an unpublished path, which the message names
-            except BaseException:
+            except BaseException as err:
                 after_cluster.callback(discard, target)  # again once an embedded cluster's workers are gone
                 try:
                     stop_writing(client, futures, write)
                 finally:  # also when a signal interrupts the wait
                     discard(target)
+                if (killed := killed_worker_error(err, plan, memory)) is not None:
+                    raise killed from err
                 raise
         finally:
             for dvol in dvols.values():
