@@ -113,3 +113,24 @@ def test_other_errors_are_not_said_as_killed_workers(tmp_path, other):
 
     plan = plan_job(load_config(data=base_config(tmp_path)), dry_run=True)
     assert killed_worker_error(other, plan, 1 << 30) is None
+
+
+def test_a_given_clients_workers_are_checked_when_the_job_starts(tmp_path):
+    """With ``client=`` (or an existing scheduler) the config does not say the workers' memory: the run
+    checks the chunk against their memory_limit before any task, with the same words."""
+    import distributed
+
+    import vdbflow
+    from vdbflow.jobs.config import ConfigError
+
+    spec = base_config(tmp_path, points={"kind": "random", "count": 2_000_000, "chunk": 2_000_000, "seed": 0})
+    with (
+        distributed.LocalCluster(
+            n_workers=1, threads_per_worker=1, memory_limit="256MiB", dashboard_address=None, processes=False
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        with pytest.raises(ConfigError, match=r"points.chunk: one chunk of 2,000,000 points needs about") as err:
+            vdbflow.run(spec, client=client)
+    assert "the smallest memory_limit of the cluster's workers" in str(err.value) and "--force" in str(err.value)
+    assert not (tmp_path / "result.zarr").exists()

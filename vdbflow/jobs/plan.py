@@ -51,11 +51,13 @@ class GridPlan:
         return self.value_type.components
 
 
-# a chunk's working set on a worker, for the plan: its rows (bytes_per_point each) are held about twice at
-# once - the chunk task's result and the store task's encoded (or, for a larger output.chunk, concatenated)
-# copy - so a chunk needs this many times its result's bytes; beyond the worker's memory limit Dask's
-# nanny kills the worker (KilledWorker after three of them), beyond half of it Dask spills and pauses
-CHUNK_WORKING_SET_FACTOR = 2
+# a chunk's working set on a worker, for the plan: its rows (bytes_per_point each) are held more than
+# once - the chunk task's result and the store task's encoded (or, for a larger output.chunk,
+# concatenated) copy: a worker running the demo's outputs (88 bytes a point) in chunks of 1M and 3M points
+# peaked at 2.3 times the chunk's result above its idle memory (2026-12-02, MemorySampler); 3 leaves room
+# for the worker's own ~160 MB.  Beyond the worker's memory limit Dask's nanny kills the worker
+# (KilledWorker after three of them), beyond half of it Dask spills and pauses it
+CHUNK_WORKING_SET_FACTOR = 3
 CHUNK_MEMORY_WARN_FRACTION = 0.5
 
 # how long a job takes, for the plan: configs/demo.yaml at 8M points sampled and wrote 2.0-2.3 M points/s
@@ -122,7 +124,7 @@ def chunk_memory(plan: JobPlan, limit: int, source: str) -> tuple[str | None, st
     what = (
         f"{key}{cfg.where(key)}: one chunk of {points:,} points needs about {human_bytes(need)} on a worker "
         f"({plan.bytes_per_point} bytes a {'particle' if cfg.advect is not None else 'point'} of results, "
-        f"held about {CHUNK_WORKING_SET_FACTOR} times while it is computed and written)"
+        f"x{CHUNK_WORKING_SET_FACTOR} for its copies while it is computed and written)"
     )
     advice = f"a {key} of at most {fit:,} points fits in half of it, or give the workers more memory ({more})"
     if need > limit:
@@ -135,6 +137,19 @@ def chunk_memory(plan: JobPlan, limit: int, source: str) -> tuple[str | None, st
         f"{what}, more than half of a worker's memory limit ({human_bytes(limit)}: {source}): Dask spills "
         f"to disk and pauses the worker beyond 60-80% of it; {advice}"
     )
+
+
+def check_worker_memory(plan: JobPlan, memory: int, force: bool = False) -> None:
+    """One chunk against the smallest memory limit of the workers that run the job (``memory`` bytes;
+    0: none), for clusters whose config does not say it (an existing scheduler, dask-cuda, a given
+    client): a ConfigError naming the chunk's key unless ``force``; more than half, a warning."""
+    if memory <= 0:
+        return
+    too_large, tight = chunk_memory(plan, memory, "the smallest memory_limit of the cluster's workers")
+    if too_large is not None and not force:
+        raise ConfigError(f"{too_large} (or run with --force)")
+    if too_large is not None or tight is not None:
+        log.warning("%s", too_large or tight)
 
 
 def human_bytes(n: float) -> str:

@@ -34,7 +34,7 @@ from vdbflow.jobs.chunks import (
     grid_request,
     grid_variables,
 )
-from vdbflow.jobs.clusters import open_cluster
+from vdbflow.jobs.clusters import open_cluster, worker_memory_limit
 from vdbflow.jobs.config import ConfigError, JobConfig, SlurmClusterSpec
 from vdbflow.jobs.config_load import dump_config
 from vdbflow.jobs.inputs import InputIdentity, build_volumes, snapshot
@@ -48,7 +48,7 @@ from vdbflow.jobs.output import (
     spare_cores_for_blosc,
     tidy,
 )
-from vdbflow.jobs.plan import JobPlan, plan_job
+from vdbflow.jobs.plan import JobPlan, check_worker_memory, plan_job
 from vdbflow.jobs.points import make_points
 from vdbflow.jobs.progress import DaskRichBar, worker_time_by_step
 
@@ -332,6 +332,7 @@ def run_job(
     from vdbflow.distribution.volume import distribute
 
     plan = plan_job(cfg, force)
+    given = client is not None
     if client is not None:
         plan.cluster = f"the given client's cluster (scheduler {client.scheduler.address})"
     t_start = time.perf_counter()
@@ -356,6 +357,8 @@ def run_job(
         dashboard = client.dashboard_link if cfg.cluster.dashboard else None
         workers = len(client.scheduler_info(n_workers=-1)["workers"])
         memory = _worker_memory(client)
+        if given or worker_memory_limit(cfg.cluster) is None:  # the plan did not know the workers' memory
+            check_worker_memory(plan, memory, force)
         log.info("cluster: %s; %d worker(s)%s", plan.cluster, workers, f"; dashboard {dashboard}" if dashboard else "")
         if console is not None and dashboard:
             console.print(f"Dask dashboard: {dashboard}")
