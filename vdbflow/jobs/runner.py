@@ -220,7 +220,7 @@ def _particle_job(
     """The lazy result of an ``advect:`` job and its seeds (:mod:`vdbflow.jobs.particles`): the volume is
     opened here for its topology and names (memory-mapped), and by each worker for its tasks."""
     from vdbflow.io.volumes import open_volume
-    from vdbflow.jobs.particles import SeriesFiles, particle_dataset
+    from vdbflow.jobs.particles import SeriesFiles, particle_dataset, seed_chunk
 
     t0 = time.perf_counter()
     ((name, src),) = sources.items()
@@ -246,6 +246,8 @@ def _particle_job(
         import dask.array as da
 
         seeds = da.map_blocks(topology.transform.apply, seeds, dtype=np.float64)
+    workers = len(client.scheduler_info(n_workers=-1)["workers"])
+    seeds = seeds.rechunk({0: seed_chunk(point_set.count, cfg.points.chunk, workers)})  # a task for every worker
     timings["distribute_s"] = time.perf_counter() - t0
     ds = particle_dataset(cfg, source, template, seeds)
     return ds, point_set
