@@ -131,7 +131,7 @@ inline int threads_for(i64 n, i64 grain) {
 
 template <int CHUNK, int S = DYNAMIC, class Body>
 inline void for_each_point(i64 n, const PointTransform& shared, Body body) {
-  const int threads = threads_for(n, CHUNK);
+  [[maybe_unused]] const int threads = threads_for(n, CHUNK);
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     const PointTransform xf = shared;  // each thread's own copy
@@ -143,7 +143,7 @@ inline void for_each_point(i64 n, const PointTransform& shared, Body body) {
 // The same, each thread making the call's transform from the record k.
 template <int CHUNK, int S = DYNAMIC, class Body>
 inline void for_each_point(i64 n, const KernelAbi& k, Body body) {
-  const int threads = threads_for(n, CHUNK);
+  [[maybe_unused]] const int threads = threads_for(n, CHUNK);
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     const PointTransform xf = abi_transform(k);  // each thread's own
@@ -154,7 +154,7 @@ inline void for_each_point(i64 n, const KernelAbi& k, Body body) {
 
 template <int CHUNK, int S = DYNAMIC, class Body>
 inline void for_each(i64 n, Body body) {
-  const int threads = threads_for(n, CHUNK);
+  [[maybe_unused]] const int threads = threads_for(n, CHUNK);
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     VDBFLOW_POINT_LOOP(local(i))
@@ -203,7 +203,7 @@ constexpr i64 BATCH = 16;  // points located before the first of them is evaluat
 template <class Body>
 inline void for_each_batch(i64 n, const PointTransform& shared, Body body) {
   const i64 batches = (n + BATCH - 1) / BATCH;
-  const int threads = threads_for(batches, 512);
+  [[maybe_unused]] const int threads = threads_for(batches, 512);
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     const PointTransform xf = shared;  // each thread's own copy

@@ -110,6 +110,11 @@ class JobPlan:
             points = max(1, min(points, self.point_count))
         return points * self.bytes_per_point * CHUNK_WORKING_SET_FACTOR, points, key
 
+    def chunk_that_fits(self, limit: int) -> int:
+        """The most points a chunk may have for its working set to take half of ``limit`` bytes."""
+        per_point = max(1, self.bytes_per_point * CHUNK_WORKING_SET_FACTOR)
+        return max(1, int(limit * CHUNK_MEMORY_WARN_FRACTION) // per_point)
+
 
 def chunk_memory(plan: JobPlan, limit: int, source: str) -> tuple[str | None, str | None]:
     """One chunk's working set against a worker's memory ``limit`` (bytes; ``source`` says where it
@@ -118,8 +123,7 @@ def chunk_memory(plan: JobPlan, limit: int, source: str) -> tuple[str | None, st
     need, points, key = plan.chunk_working_set()
     if need <= limit * CHUNK_MEMORY_WARN_FRACTION:
         return None, None
-    per_point = plan.bytes_per_point * CHUNK_WORKING_SET_FACTOR
-    fit = max(1, int(limit * CHUNK_MEMORY_WARN_FRACTION) // per_point)
+    fit = plan.chunk_that_fits(limit)
     more = "cluster.memory" if isinstance(cfg.cluster, SlurmClusterSpec) else "cluster.memory_limit"
     what = (
         f"{key}{cfg.where(key)}: one chunk of {points:,} points needs about {human_bytes(need)} on a worker "

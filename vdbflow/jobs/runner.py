@@ -144,7 +144,7 @@ def killed_worker_error(err: BaseException, plan: JobPlan, memory: int) -> Vdbfl
     working set) and what to change; None for any other error."""
     from distributed.scheduler import KilledWorker
 
-    from vdbflow.jobs.plan import CHUNK_MEMORY_WARN_FRACTION, CHUNK_WORKING_SET_FACTOR, human_bytes
+    from vdbflow.jobs.plan import human_bytes
 
     if not isinstance(err, KilledWorker):
         return None
@@ -152,10 +152,8 @@ def killed_worker_error(err: BaseException, plan: JobPlan, memory: int) -> Vdbfl
     need, points, key = plan.chunk_working_set()
     more = "cluster.memory" if isinstance(cfg.cluster, SlurmClusterSpec) else "cluster.memory_limit"
     if memory > 0:
-        fit = max(
-            1, int(memory * CHUNK_MEMORY_WARN_FRACTION) // max(1, plan.bytes_per_point * CHUNK_WORKING_SET_FACTOR)
-        )
         limit = f"each worker may use {human_bytes(memory)}"
+        fit = plan.chunk_that_fits(memory)
         smaller = f"a smaller {key}{cfg.where(key)} (at most {fit:,} points fit in half a worker's memory)"
     else:
         limit = "the workers' memory limit is not known"
