@@ -220,13 +220,12 @@ class SubmitFailures(logging.Filter):
         )
 
 
-def _recording_job(failures: SubmitFailures) -> Any:
-    """dask-jobqueue's SLURMJob, recording a failed submission in ``failures`` (and marking itself
-    failed, so that closing the cluster does not trip over a job that never started)."""
-    from dask_jobqueue.slurm import SLURMJob
+def _recording_job(job: Any, failures: SubmitFailures) -> Any:
+    """dask-jobqueue's job class ``job`` (SLURMJob), recording a failed submission in ``failures`` (and
+    marking itself failed, so that closing the cluster does not trip over a job that never started)."""
     from distributed.core import Status
 
-    class RecordingSLURMJob(SLURMJob):  # type: ignore[misc]
+    class RecordingSLURMJob(job):  # type: ignore[misc,valid-type]
         async def start(self) -> None:
             try:
                 await super().start()
@@ -238,12 +237,10 @@ def _recording_job(failures: SubmitFailures) -> Any:
     return RecordingSLURMJob
 
 
-def _submit_command_found() -> None:
-    """Refuses a SLURM cluster where its submit command (``sbatch``) is not on PATH: dask-jobqueue
-    would fail in the background and the job wait ``wait_timeout`` for nothing."""
-    from dask_jobqueue.slurm import SLURMJob
-
-    command = shlex.split(SLURMJob.submit_command)[0]
+def _submit_command_found(job: Any) -> None:
+    """Refuses a SLURM cluster where the submit command of its job class ``job`` (``sbatch``) is not on
+    PATH: dask-jobqueue would fail in the background and the job wait ``wait_timeout`` for nothing."""
+    command = shlex.split(job.submit_command)[0]
     if shutil.which(command) is None:
         raise ClusterError(
             f"expected SLURM's {command!r} on PATH to submit the workers' jobs, found none (PATH="
@@ -428,11 +425,15 @@ def _start(spec: Any, distributed: Any, failures: SubmitFailures) -> Any:
     elif isinstance(spec, SlurmClusterSpec):
         jobqueue = _jobqueue()
         _job_options(spec)  # refuses options this dask-jobqueue does not take
-        _submit_command_found()
+        job = getattr(jobqueue.SLURMCluster, "job_cls", None)  # dask_jobqueue.slurm.SLURMJob
+        recording = {}
+        if job is not None:
+            _submit_command_found(job)
+            recording["job_cls"] = _recording_job(job, failures)
         cluster = jobqueue.SLURMCluster(
             name="vdbflow-worker",
             scheduler_options={"dashboard_address": dashboard, **show},
-            job_cls=_recording_job(failures),
+            **recording,
             **_slurm_options(spec),
         )
         try:
