@@ -10,6 +10,7 @@ the crossover that choice rests on (``calls``) and what it means for a series ad
     python benchmarks/bench_small_calls.py calls [--rounds 5] [--json out.json]
     python benchmarks/bench_small_calls.py advect [--rounds 3]
     python benchmarks/bench_small_calls.py ab --before OTHER/bin/python [--after python] [--rounds 4]
+    python benchmarks/bench_small_calls.py ab-calls --before OTHER/bin/python [--after python] [--rounds 4]
 
 The machine this project runs on is shared (2 cores, other engineers' builds and tests): read the
 spread, not one figure.
@@ -124,6 +125,37 @@ def ab(before: str, after: str, rounds: int) -> dict:
     return {"seconds": times, "same": digests["before"] == digests["after"]}
 
 
+def ab_calls(before: str, after: str, rounds: int) -> dict:
+    """``calls`` in two builds, alternating, one round a fresh process: each side's ratio of all threads
+    to one thread a call, side by side (both sides measured in the same minutes of the shared machine)."""
+    import subprocess
+
+    ratios: dict[str, dict[str, dict[int, list[float]]]] = {"before": {}, "after": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(rounds):
+            for side in ("before", "after") if r % 2 == 0 else ("after", "before"):
+                out = Path(tmp) / f"{side}-{r}.json"
+                python = before if side == "before" else after
+                cmd = [python, __file__, "calls", "--rounds", "1", "--json", str(out)]
+                subprocess.run(cmd, capture_output=True, text=True, check=True)
+                found = json.loads(out.read_text())["calls"]
+                most = str(found["threads"])
+                for name, by_size in found["kernels"].items():
+                    for n, by_threads in by_size.items():
+                        ratio = by_threads[most][0] / by_threads["1"][0]
+                        ratios[side].setdefault(name, {}).setdefault(int(n), []).append(ratio)
+    for name in ratios["after"]:
+        print(f"\n{name}: all threads / 1 thread a call, {rounds} rounds a side (median, min-max)")
+        print(f"{'points':>8} {'before':>22} {'after':>22}")
+        for n, values in ratios["after"][name].items():
+            old = ratios["before"][name][n]
+            print(
+                f"{n:>8,} {statistics.median(old):>8.2f} ({min(old):.2f}-{max(old):.2f})"
+                f"{'':>2} {statistics.median(values):>8.2f} ({min(values):.2f}-{max(values):.2f})"
+            )
+    return {side: {k: {str(n): v for n, v in by.items()} for k, by in r.items()} for side, r in ratios.items()}
+
+
 def advect(rounds: int) -> dict:
     """docs/particles.md: 66 seeds of a lattice, t 0 -> 10, dt 0.05 (200 steps), lag4, pchip in time."""
     most = _core.get_max_threads()
@@ -151,7 +183,7 @@ def advect(rounds: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=["calls", "advect", "both", "ab", "once"])
+    parser.add_argument("what", choices=["calls", "advect", "both", "ab", "ab-calls", "once"])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--before", help="ab: the Python of the build before (its vdbflow)")
     parser.add_argument("--after", default=sys.executable, help="ab: the Python of the build after")
@@ -163,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.what == "ab":
         out["ab"] = ab(args.before, args.after, args.rounds)
+    if args.what == "ab-calls":
+        out["ab-calls"] = ab_calls(args.before, args.after, args.rounds)
     if args.what in ("calls", "both"):
         out["calls"] = calls(args.rounds)
     if args.what in ("advect", "both"):

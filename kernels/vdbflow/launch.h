@@ -10,8 +10,8 @@
 //       made from k) and its own leaf cache;
 //         host    an OpenMP loop over chunks of CHUNK points, handed out dynamically (S = DYNAMIC) or
 //                 statically (S = STATIC: the same threads take the same chunks whatever the timing),
-//                 each thread with its own copy of the body, on threads_for(n, CHUNK) threads: no more
-//                 threads than chunks, and a call of one chunk on the calling thread alone;
+//                 each thread with its own copy of the body, on threads_for(n, CHUNK) threads: one for
+//                 every 2 chunks, so a call of fewer on the calling thread alone;
 //         device  (nvcc, NVRTC) a grid-stride loop over the launch's threads (CHUNK and S are ignored);
 //   for_each<CHUNK, S>(n, body)  the same loop without transform and cache: body(i).
 //
@@ -105,16 +105,20 @@ inline int max_threads() {
 #endif
 }
 
-// The threads of a host loop over n items handed out `grain` at a time: never more than there are grains
-// (a thread that gets none still costs the parallel region's start and its closing barrier: ~10 ms a call
-// measured on a busy 2-core machine, so 66 particles cost as much as 10,000), and 1 for a single grain,
-// which then runs on the calling thread without a team (the regions below take `if (threads > 1)`).
-// Which thread computes a point never changes its result: every loop here writes per point, and the
-// reductions (adjoint.h, counting_sort) are ordered independently of the thread count.
+// The threads of a host loop over n items handed out `grain` at a time: one for every GRAINS_PER_THREAD
+// grains, so a call of fewer runs on the calling thread alone, without a team (the regions below take
+// `if (threads > 1)`).  A thread without work still costs the region's start and its closing barrier
+// (~10 ms a call on a busy 2-core machine: 66 particles cost as much as 10,000), and two threads lost
+// to one at 1.2 grains (10,000 points of sampling: 1.5-2.8x slower) and won at 3.7 (30,000 points of
+// lag4: 0.90x) there (benchmarks/bench_small_calls.py, docs/design.md).  Which thread computes a point
+// never changes its result: every loop here writes per point, and the reductions (adjoint.h,
+// counting_sort) are ordered independently of the thread count.
+constexpr i64 GRAINS_PER_THREAD = 2;
 inline int threads_for(i64 n, i64 grain) {
   const i64 grains = grain > 1 ? (n + grain - 1) / grain : n;
+  const i64 wanted = grains / GRAINS_PER_THREAD;
   const int most = max_threads();
-  return grains <= 1 ? 1 : grains < (i64)most ? (int)grains : most;
+  return wanted <= 1 ? 1 : wanted < (i64)most ? (int)wanted : most;
 }
 
 // The loop of each thread: its own copy of the body (so that what it captures by value stays in the
