@@ -64,9 +64,8 @@ def worker_memory_limit(spec: Any) -> tuple[int, str] | None:
             where = f"cluster.memory_limit {spec.memory_limit}"
         return None if limit is None else (int(limit), where)
     if isinstance(spec, SlurmClusterSpec):
-        return bytes_of(
-            spec.memory
-        ) // spec.processes, f"cluster.memory {spec.memory} over {spec.processes} process(es)"
+        per_worker = bytes_of(spec.memory) // spec.processes
+        return per_worker, f"cluster.memory {spec.memory} over {spec.processes} process(es)"
     return None
 
 
