@@ -197,7 +197,8 @@ inline bool sample_derived_simd(const GridView<T>& g, const PointTransform& tran
     constexpr int C = 3;
     const bool scattered = scattered_points(order, mode, pts, transform, n);
     const i64 blocks = (n + DERIVE_BLOCK - 1) / DERIVE_BLOCK;
-#pragma omp parallel
+    [[maybe_unused]] const int threads = threads_for(blocks, 8);
+#pragma omp parallel num_threads(threads) if (threads > 1)
     {
       const PointTransform xf = transform;  // each thread's own copy
       LeafCache cache;

@@ -10,7 +10,8 @@
 //       made from k) and its own leaf cache;
 //         host    an OpenMP loop over chunks of CHUNK points, handed out dynamically (S = DYNAMIC) or
 //                 statically (S = STATIC: the same threads take the same chunks whatever the timing),
-//                 each thread with its own copy of the body;
+//                 each thread with its own copy of the body, on threads_for(n, CHUNK) threads: one for
+//                 every 2 chunks, so a call of fewer on the calling thread alone;
 //         device  (nvcc, NVRTC) a grid-stride loop over the launch's threads (CHUNK and S are ignored);
 //   for_each<CHUNK, S>(n, body)  the same loop without transform and cache: body(i).
 //
@@ -28,7 +29,7 @@
 //                     (every kind, or float32 / float64 only), f(TypeTag<P>()) for float or double points,
 //                     f(Fixed<NC>()) with NC = C for C in 1, 3, 4 (loops unrolled at compile time) or NC = 0
 //                     (C read at run time);
-//   large_alloc, max_threads, set_threads: the entries' output buffers and thread count.
+//   large_alloc, max_threads, set_threads, threads_for: the entries' output buffers and thread counts.
 //
 // Entries without a grid record close the file: scatter_rows_points, active_voxels_points.
 #pragma once
@@ -95,6 +96,31 @@ __device__ __forceinline__ void for_each(i64 n, Body body) {
 // lambdas and the instances made with them (which the compiler then inlines as functions called once)
 #define VDB_ENTRY static inline
 
+// Threads of the host loops (OpenMP's; 1 without OpenMP).
+inline int max_threads() {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+// The threads of a host loop over n items handed out `grain` at a time: one for every GRAINS_PER_THREAD
+// grains, so a call of fewer runs on the calling thread alone, without a team (the regions below take
+// `if (threads > 1)`).  A thread without work still costs the region's start and its closing barrier
+// (~10 ms a call on a busy 2-core machine: 66 particles cost as much as 10,000), and two threads lost
+// to one at 1.2 grains (10,000 points of sampling: 1.5-2.8x slower) and won at 3.7 (30,000 points of
+// lag4: 0.90x) there (benchmarks/bench_small_calls.py, docs/design.md).  Which thread computes a point
+// never changes its result: every loop here writes per point, and the reductions (adjoint.h,
+// counting_sort) are ordered independently of the thread count.
+constexpr i64 GRAINS_PER_THREAD = 2;
+inline int threads_for(i64 n, i64 grain) {
+  const i64 grains = grain > 1 ? (n + grain - 1) / grain : n;
+  const i64 wanted = grains / GRAINS_PER_THREAD;
+  const int most = max_threads();
+  return wanted <= 1 ? 1 : wanted < (i64)most ? (int)wanted : most;
+}
+
 // The loop of each thread: its own copy of the body (so that what it captures by value stays in the
 // thread's registers), iterations handed out in chunks of CHUNK, dynamically or statically.
 #define VDBFLOW_POINT_LOOP(call)                                  \
@@ -109,7 +135,8 @@ __device__ __forceinline__ void for_each(i64 n, Body body) {
 
 template <int CHUNK, int S = DYNAMIC, class Body>
 inline void for_each_point(i64 n, const PointTransform& shared, Body body) {
-#pragma omp parallel
+  [[maybe_unused]] const int threads = threads_for(n, CHUNK);
+#pragma omp parallel num_threads(threads) if (threads > 1)
   {
     const PointTransform xf = shared;  // each thread's own copy
     LeafCache cache;
@@ -120,7 +147,8 @@ inline void for_each_point(i64 n, const PointTransform& shared, Body body) {
 // The same, each thread making the call's transform from the record k.
 template <int CHUNK, int S = DYNAMIC, class Body>
 inline void for_each_point(i64 n, const KernelAbi& k, Body body) {
-#pragma omp parallel
+  [[maybe_unused]] const int threads = threads_for(n, CHUNK);
+#pragma omp parallel num_threads(threads) if (threads > 1)
   {
     const PointTransform xf = abi_transform(k);  // each thread's own
     LeafCache cache;
@@ -130,7 +158,8 @@ inline void for_each_point(i64 n, const KernelAbi& k, Body body) {
 
 template <int CHUNK, int S = DYNAMIC, class Body>
 inline void for_each(i64 n, Body body) {
-#pragma omp parallel
+  [[maybe_unused]] const int threads = threads_for(n, CHUNK);
+#pragma omp parallel num_threads(threads) if (threads > 1)
   {
     VDBFLOW_POINT_LOOP(local(i))
   }
@@ -163,14 +192,6 @@ constexpr bool HOST_OPENMP = true;
 constexpr bool HOST_OPENMP = false;
 #endif
 
-// Threads of the host loops (OpenMP's; 1 without OpenMP).
-inline int max_threads() {
-#ifdef _OPENMP
-  return omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
 inline void set_threads(int threads) {
 #ifdef _OPENMP
   omp_set_num_threads(threads);
@@ -185,12 +206,13 @@ constexpr i64 BATCH = 16;  // points located before the first of them is evaluat
 
 template <class Body>
 inline void for_each_batch(i64 n, const PointTransform& shared, Body body) {
-#pragma omp parallel
+  const i64 batches = (n + BATCH - 1) / BATCH;
+  [[maybe_unused]] const int threads = threads_for(batches, 512);
+#pragma omp parallel num_threads(threads) if (threads > 1)
   {
     const PointTransform xf = shared;  // each thread's own copy
     LeafCache cache;
     Body local = body;
-    const i64 batches = (n + BATCH - 1) / BATCH;
 #pragma omp for schedule(dynamic, 512)
     for (i64 b = 0; b < batches; ++b) {
       const i64 first = b * BATCH;
@@ -277,8 +299,11 @@ bool scattered_points(int order, int mode, const P* pts, const PointTransform& x
 // (buckets + 1) each bucket's first position and the total; place(i, at) puts item i at position `at`.
 template <class BucketOf, class Place>
 void counting_sort(i64 n, int buckets, int threads, int* bucket, i64* bounds, BucketOf bucket_of, Place place) {
+  constexpr i64 SORT_GRAIN = 16384;  // items a thread takes at least (the grain of the routing loop)
+  const int wanted = threads_for(n, SORT_GRAIN);
+  threads = threads < wanted ? threads : wanted;
   std::vector<i64> counts((size_t)threads * buckets, 0);
-#pragma omp parallel num_threads(threads)
+#pragma omp parallel num_threads(threads) if (threads > 1)
   {
 #ifdef _OPENMP
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();

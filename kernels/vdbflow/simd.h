@@ -452,7 +452,8 @@ inline bool sample_points_simd(const GridView<T>& g, const PointTransform& trans
     const bool scattered = scattered_points(order, mode, pts, transform, n);
     const bool nt = (double)n * C * (sizeof(T) + (want_jacobian ? 3 * sizeof(R) : 0)) >= (double)STREAM_MIN_BYTES;
     const i64 chunks = (n + SIMD_CHUNK - 1) / SIMD_CHUNK;
-#pragma omp parallel
+    [[maybe_unused]] const int threads = threads_for(chunks, 1);
+#pragma omp parallel num_threads(threads) if (threads > 1)
     {
       const PointTransform xf = transform;  // each thread's own copy
       LeafCache cache;

@@ -8,6 +8,9 @@ import contextlib
 import inspect
 import logging
 import os
+import re
+import shlex
+import shutil
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +24,7 @@ from vdbflow.jobs.config import (
     CudaClusterSpec,
     LocalClusterSpec,
     SlurmClusterSpec,
+    bytes_of,
 )
 
 log = logging.getLogger("vdbflow.cluster")
@@ -40,6 +44,29 @@ class MissingExtraError(ConfigError):
 
 def _local_workers(spec: LocalClusterSpec) -> int:
     return spec.workers or max(1, (os.cpu_count() or 1) // spec.threads_per_worker)
+
+
+def worker_memory_limit(spec: Any) -> tuple[int, str] | None:
+    """The memory limit of each of the job's workers in bytes, and where it comes from, as far as the
+    config says: a local cluster's ``memory_limit`` (Dask's default without one: the machine's memory
+    divided among the workers), a SLURM job's ``memory`` divided among its ``processes``; None where the
+    config does not say (an existing scheduler, dask-cuda's workers)."""
+    if isinstance(spec, LocalClusterSpec):
+        from distributed.worker_memory import parse_memory_limit
+
+        quiet = logging.getLogger("vdbflow.cluster.memory")  # Dask warns of a limit above the machine's here
+        quiet.disabled = True
+        if spec.memory_limit is None:  # LocalCluster: the machine's memory over the workers
+            limit = parse_memory_limit("auto", 1, _local_workers(spec), logger=quiet)
+            where = f"Dask's default: the machine's memory over {_local_workers(spec)} worker(s)"
+        else:
+            limit = parse_memory_limit(spec.memory_limit, spec.threads_per_worker, logger=quiet)
+            where = f"cluster.memory_limit {spec.memory_limit}"
+        return None if limit is None else (int(limit), where)
+    if isinstance(spec, SlurmClusterSpec):
+        per_worker = bytes_of(spec.memory) // spec.processes
+        return per_worker, f"cluster.memory {spec.memory} over {spec.processes} process(es)"
+    return None
 
 
 def _slurm_options(spec: SlurmClusterSpec) -> dict[str, Any]:
@@ -141,6 +168,86 @@ def describe_cluster(spec: Any) -> str:
     raise ConfigError(f"expected a cluster section, got {type(spec).__name__}")
 
 
+class SubmitFailures(logging.Filter):
+    """The failed submissions of one SLURM cluster's jobs (``sbatch`` refused them, or could not be run).
+
+    dask-jobqueue submits in asyncio tasks of the cluster's event loop: a failure there is raised in a
+    task nobody awaits, printed by asyncio and tornado as tracebacks (one or two a job) and otherwise
+    lost, while the job waits ``wait_timeout`` for workers that cannot come.  The jobs record their
+    failures here (:func:`_recording_job`), the wait for workers stops at the first, and as a logging
+    filter this drops the tracebacks of exactly these exceptions (the job says it in one line)."""
+
+    def __init__(self) -> None:
+        super().__init__("vdbflow-submit-failures")
+        self.errors: list[BaseException] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if isinstance(record.exc_info, tuple) else None
+        return not any(exc is e for e in self.errors)
+
+    @contextlib.contextmanager
+    def quieting(self, *loggers: str) -> Iterator[SubmitFailures]:
+        """This filter on ``loggers`` (asyncio's and tornado's) while the cluster lives."""
+        for name in loggers:
+            logging.getLogger(name).addFilter(self)
+        try:
+            yield self
+        finally:
+            for name in loggers:
+                logging.getLogger(name).removeFilter(self)
+
+    def message(self, spec: SlurmClusterSpec) -> str:
+        """The first failure in one line: the command, its exit status, what it printed."""
+        err = self.errors[0]
+        text = str(err)
+        m = re.search(r"Exit code: (-?\d+)\nCommand:\n(.*?)\nstdout:\n(.*?)\nstderr:\n(.*)", text, re.DOTALL)
+        if m is None:  # not the command's exit (an OSError starting it, a job id not found in its output)
+            said = f"{type(err).__name__}: {' '.join(text.split())}"
+        else:
+            code, command, out, errors = m.groups()
+            printed = " | ".join(line.strip() for line in (errors.strip() or out.strip() or "nothing").splitlines())
+            said = f"`{command.strip()}` exited with status {code}: {printed}"
+        jobs = (
+            f"{len(self.errors)} of the job's SLURM job submissions"
+            if len(self.errors) > 1
+            else "a SLURM job submission"
+        )
+        return (
+            f"expected the SLURM jobs of the workers to be submitted, {jobs} failed: {said} (check "
+            f"cluster.queue {spec.queue!r}, account, memory, walltime and job_extra_directives against what "
+            "the cluster allows; jobs submitted already are cancelled)"
+        )
+
+
+def _recording_job(job: Any, failures: SubmitFailures) -> Any:
+    """dask-jobqueue's job class ``job`` (SLURMJob), recording a failed submission in ``failures`` (and
+    marking itself failed, so that closing the cluster does not trip over a job that never started)."""
+    from distributed.core import Status
+
+    class RecordingSLURMJob(job):  # type: ignore[misc,valid-type]
+        async def start(self) -> None:
+            try:
+                await super().start()
+            except Exception as err:
+                failures.errors.append(err)
+                self.status = Status.failed
+                raise
+
+    return RecordingSLURMJob
+
+
+def _submit_command_found(job: Any) -> None:
+    """Refuses a SLURM cluster where the submit command of its job class ``job`` (``sbatch``) is not on
+    PATH: dask-jobqueue would fail in the background and the job wait ``wait_timeout`` for nothing."""
+    command = shlex.split(job.submit_command)[0]
+    if shutil.which(command) is None:
+        raise ClusterError(
+            f"expected SLURM's {command!r} on PATH to submit the workers' jobs, found none (PATH="
+            f"{os.environ.get('PATH', '')}): run `vdbflow run` where SLURM's commands are (a login node), or "
+            "use cluster.kind 'local' or 'address'"
+        )
+
+
 class _NoTaskTracebacks(logging.Filter):
     """Drops a worker's "Compute Failed" reports (a failed task's error and traceback, many lines), and
     the traceback of a heartbeat that finds the scheduler gone (a job's cluster closing after it failed)."""
@@ -207,46 +314,62 @@ def open_cluster(spec: Any) -> Iterator[Any]:
     """
     import distributed
 
-    cluster = _start_with_retries(spec, distributed)
-    if cluster is not None and spec.dashboard_address is None:
-        _no_http_server(cluster.scheduler)
-    try:
-        client = distributed.Client(cluster if cluster is not None else spec.address)
-    except BaseException:
-        if cluster is not None:
-            cluster.close()
-        raise
-    try:
-        _quiet_task_errors(client, spec)
-        if isinstance(spec, SlurmClusterSpec):
-            _wait_for_workers(client, spec)  # queued jobs: the run starts with the first workers
-        yield client
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
+    failures = SubmitFailures()
+    with failures.quieting("asyncio", "tornado.application", "distributed.deploy.spec"):
+        cluster = _start_with_retries(spec, distributed, failures)
+        if cluster is not None and spec.dashboard_address is None:
+            _no_http_server(cluster.scheduler)
+        try:
+            client = distributed.Client(cluster if cluster is not None else spec.address)
+        except BaseException:
+            if cluster is not None:
+                cluster.close()
+            raise
+        try:
+            _quiet_task_errors(client, spec)
+            if isinstance(spec, SlurmClusterSpec):
+                _wait_for_workers(client, spec, failures)  # queued jobs: the run starts with the first workers
+            yield client
+        finally:
+            client.close()
+            if cluster is not None:
+                cluster.close()
 
 
-def _wait_for_workers(client: Any, spec: SlurmClusterSpec) -> None:
-    try:
-        client.wait_for_workers(spec.wait_for_workers, timeout=spec.wait_timeout)
-    except (TimeoutError, asyncio.TimeoutError):
-        arrived = len(client.scheduler_info(n_workers=-1)["workers"])
-        raise ClusterError(
-            f"expected {spec.wait_for_workers} worker(s) within cluster.wait_timeout "
-            f"({spec.wait_timeout:g} s), got {arrived}: are the SLURM jobs still queued or did they "
-            "fail? (squeue --me; the jobs' output files say why a worker exited)"
-        ) from None
+WAIT_POLL_S = 0.5  # how often the wait for SLURM workers looks for failed submissions
 
 
-def _start_with_retries(spec: Any, distributed: Any) -> Any:
+def _wait_for_workers(client: Any, spec: SlurmClusterSpec, failures: SubmitFailures) -> None:
+    """Until ``wait_for_workers`` workers are up; a failed job submission stops the wait at once."""
+    deadline = time.monotonic() + spec.wait_timeout
+    while True:
+        if failures.errors:
+            log.debug("the SLURM job submission failed", exc_info=failures.errors[0])
+            raise ClusterError(failures.message(spec)) from failures.errors[0]
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        try:
+            client.wait_for_workers(spec.wait_for_workers, timeout=min(WAIT_POLL_S, left))
+            return
+        except (TimeoutError, asyncio.TimeoutError):
+            continue
+    arrived = len(client.scheduler_info(n_workers=-1)["workers"])
+    raise ClusterError(
+        f"expected {spec.wait_for_workers} worker(s) within cluster.wait_timeout "
+        f"({spec.wait_timeout:g} s), got {arrived}: are the SLURM jobs still queued or did they "
+        "fail? (squeue --me; the jobs' output files say why a worker exited)"
+    )
+
+
+def _start_with_retries(spec: Any, distributed: Any, failures: SubmitFailures) -> Any:
     """``_start(spec)``; a local cluster that fails to start (a worker that died while starting makes
     ``LocalCluster`` raise ``RuntimeError: Nanny failed to start``) is started again, each retry logged."""
     retry = isinstance(spec, (LocalClusterSpec, CudaClusterSpec))
     for attempt in range(1, START_ATTEMPTS + 1):
         try:
             with _http_routes(spec.dashboard_address):
-                return _start(spec, distributed)
+                return _start(spec, distributed, failures)
         except (RuntimeError, OSError, TimeoutError, asyncio.TimeoutError) as err:
             if not retry:
                 raise
@@ -269,7 +392,7 @@ def _start_with_retries(spec: Any, distributed: Any) -> Any:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _start(spec: Any, distributed: Any) -> Any:
+def _start(spec: Any, distributed: Any, failures: SubmitFailures) -> Any:
     """The cluster ``spec`` asks for, started (None for an existing scheduler's address)."""
     # a scheduler binds an HTTP server whatever it is told; without a dashboard it gets a free port on
     # localhost (not 8787 on every interface) and is stopped right after the start
@@ -301,8 +424,16 @@ def _start(spec: Any, distributed: Any) -> Any:
     elif isinstance(spec, SlurmClusterSpec):
         jobqueue = _jobqueue()
         _job_options(spec)  # refuses options this dask-jobqueue does not take
+        job = getattr(jobqueue.SLURMCluster, "job_cls", None)  # dask_jobqueue.slurm.SLURMJob
+        recording = {}
+        if job is not None:
+            _submit_command_found(job)
+            recording["job_cls"] = _recording_job(job, failures)
         cluster = jobqueue.SLURMCluster(
-            name="vdbflow-worker", scheduler_options={"dashboard_address": dashboard, **show}, **_slurm_options(spec)
+            name="vdbflow-worker",
+            scheduler_options={"dashboard_address": dashboard, **show},
+            **recording,
+            **_slurm_options(spec),
         )
         try:
             if spec.adapt is not None:

@@ -5,6 +5,7 @@ against, and :func:`plan_job`, which makes it; ``human_bytes`` and ``human_secon
 
 from __future__ import annotations
 
+import logging
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +16,7 @@ from vdbflow import synthetic
 from vdbflow.core.value_types import VALUE_TYPES, ValueType, value_type_for
 from vdbflow.errors import NanoVDBError, PointsError, TimeError, VolumeError
 from vdbflow.jobs.checks import check_inputs
-from vdbflow.jobs.clusters import MissingExtraError, describe_cluster, slurm_job_script
+from vdbflow.jobs.clusters import MissingExtraError, describe_cluster, slurm_job_script, worker_memory_limit
 from vdbflow.jobs.config import (
     DERIVED,
     ConfigError,
@@ -29,6 +30,8 @@ from vdbflow.jobs.inputs import InputIdentity
 from vdbflow.jobs.output import tidy
 from vdbflow.jobs.points import file_point_count
 from vdbflow.ops.sampling import STENCIL_RADIUS
+
+log = logging.getLogger("vdbflow.plan")
 
 
 @dataclass
@@ -47,6 +50,15 @@ class GridPlan:
     def components(self) -> int:
         return self.value_type.components
 
+
+# a chunk's working set on a worker, for the plan: its rows (bytes_per_point each) are held more than
+# once - the chunk task's result and the store task's encoded (or, for a larger output.chunk,
+# concatenated) copy: a worker running the demo's outputs (88 bytes a point) in chunks of 1M and 3M points
+# peaked at 2.3 times the chunk's result above its idle memory (2026-12-02, MemorySampler); 3 leaves room
+# for the worker's own ~160 MB.  Beyond the worker's memory limit Dask's nanny kills the worker
+# (KilledWorker after three of them), beyond half of it Dask spills and pauses it
+CHUNK_WORKING_SET_FACTOR = 3
+CHUNK_MEMORY_WARN_FRACTION = 0.5
 
 # how long a job takes, for the plan: configs/demo.yaml at 8M points sampled and wrote 2.0-2.3 M points/s
 # on one workstation (README); a job's own rate depends on its workers, mode and outputs
@@ -86,6 +98,62 @@ class JobPlan:
             return None
         chunks = -(-self.point_count // self.config.chunk[0])
         return self.point_count / REFERENCE_POINTS_PER_S + chunks * REFERENCE_SECONDS_PER_CHUNK
+
+    def chunk_working_set(self) -> tuple[int, int, str]:
+        """About how many bytes one chunk needs on a worker (``CHUNK_WORKING_SET_FACTOR`` times its
+        result), its points, and the key that sets them (the larger of points.chunk and output.chunk)."""
+        cfg = self.config
+        points, key = cfg.points.chunk, "points.chunk"
+        if cfg.output.chunk is not None and cfg.output.chunk > points:
+            points, key = cfg.output.chunk, "output.chunk"
+        if self.point_count is not None:
+            points = max(1, min(points, self.point_count))
+        return points * self.bytes_per_point * CHUNK_WORKING_SET_FACTOR, points, key
+
+    def chunk_that_fits(self, limit: int) -> int:
+        """The most points a chunk may have for its working set to take half of ``limit`` bytes."""
+        per_point = max(1, self.bytes_per_point * CHUNK_WORKING_SET_FACTOR)
+        return max(1, int(limit * CHUNK_MEMORY_WARN_FRACTION) // per_point)
+
+
+def chunk_memory(plan: JobPlan, limit: int, source: str) -> tuple[str | None, str | None]:
+    """One chunk's working set against a worker's memory ``limit`` (bytes; ``source`` says where it
+    comes from): (why it cannot fit, or None; a warning that it takes more than half, or None)."""
+    cfg = plan.config
+    need, points, key = plan.chunk_working_set()
+    if need <= limit * CHUNK_MEMORY_WARN_FRACTION:
+        return None, None
+    fit = plan.chunk_that_fits(limit)
+    more = "cluster.memory" if isinstance(cfg.cluster, SlurmClusterSpec) else "cluster.memory_limit"
+    what = (
+        f"{key}{cfg.where(key)}: one chunk of {points:,} points needs about {human_bytes(need)} on a worker "
+        f"({plan.bytes_per_point} bytes a {'particle' if cfg.advect is not None else 'point'} of results, "
+        f"x{CHUNK_WORKING_SET_FACTOR} for its copies while it is computed and written)"
+    )
+    advice = f"a {key} of at most {fit:,} points fits in half of it, or give the workers more memory ({more})"
+    if need > limit:
+        return (
+            f"{what}, more than a worker's memory limit ({human_bytes(limit)}: {source}), so the worker would "
+            f"be killed; {advice}",
+            None,
+        )
+    return None, (
+        f"{what}, more than half of a worker's memory limit ({human_bytes(limit)}: {source}): Dask spills "
+        f"to disk and pauses the worker beyond 60-80% of it; {advice}"
+    )
+
+
+def check_worker_memory(plan: JobPlan, memory: int, force: bool = False) -> None:
+    """One chunk against the smallest memory limit of the workers that run the job (``memory`` bytes;
+    0: none), for clusters whose config does not say it (an existing scheduler, dask-cuda, a given
+    client): a ConfigError naming the chunk's key unless ``force``; more than half, a warning."""
+    if memory <= 0:
+        return
+    too_large, tight = chunk_memory(plan, memory, "the smallest memory_limit of the cluster's workers")
+    if too_large is not None and not force:
+        raise ConfigError(f"{too_large} (or run with --force)")
+    if too_large is not None or tight is not None:
+        log.warning("%s", too_large or tight)
 
 
 def human_bytes(n: float) -> str:
@@ -148,6 +216,9 @@ def _limits(plan: JobPlan) -> list[str]:
         )
     if (chunks := cfg.chunk_problem(plan.point_count)) is not None:
         problems.append(chunks)
+    memory = worker_memory_limit(cfg.cluster)
+    if memory is not None and (too_large := chunk_memory(plan, *memory)[0]) is not None:
+        problems.append(too_large)
     cap = bytes_of(cfg.limits.max_output_bytes)
     if plan.output_bytes is not None and plan.output_bytes > cap:
         problems.append(
@@ -350,6 +421,11 @@ def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False) -> JobP
             "--force)"
         )
     notes += [f"{p}: allowed by --force" for p in problems]
+    memory = worker_memory_limit(cfg.cluster)
+    if memory is not None and (tight := chunk_memory(plan, *memory)[1]) is not None:
+        notes.append(tight)
+        if not dry_run:
+            log.warning("%s", tight)
     free = _free_bytes(cfg.output.path)
     if plan.output_bytes is not None and free is not None and plan.output_bytes > free:
         notes.append(

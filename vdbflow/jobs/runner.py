@@ -36,8 +36,8 @@ from vdbflow.jobs.chunks import (
     grid_variables,
     point_tally,
 )
-from vdbflow.jobs.clusters import open_cluster
-from vdbflow.jobs.config import ConfigError, JobConfig
+from vdbflow.jobs.clusters import open_cluster, worker_memory_limit
+from vdbflow.jobs.config import ConfigError, JobConfig, SlurmClusterSpec
 from vdbflow.jobs.config_load import dump_config
 from vdbflow.jobs.inputs import InputIdentity, build_volumes, snapshot
 from vdbflow.jobs.output import (
@@ -50,7 +50,7 @@ from vdbflow.jobs.output import (
     spare_cores_for_blosc,
     tidy,
 )
-from vdbflow.jobs.plan import JobPlan, plan_job
+from vdbflow.jobs.plan import JobPlan, check_worker_memory, plan_job
 from vdbflow.jobs.points import make_points
 from vdbflow.jobs.progress import DaskRichBar, worker_time_by_step
 
@@ -147,8 +147,42 @@ def _replicable(client: Any, sources: dict[str, Any]) -> bool:
     from vdbflow.jobs.chunks import replicable
 
     size = sum(Path(s[0]).stat().st_size if isinstance(s, tuple) else s.nbytes for s in sources.values())
+    return replicable(size, _worker_memory(client))
+
+
+def _worker_memory(client: Any) -> int:
+    """The smallest memory limit of the cluster's workers in bytes (0: none, or not known)."""
     limits = [w.get("memory_limit") or 0 for w in client.scheduler_info(n_workers=-1)["workers"].values()]
-    return replicable(size, min(limits, default=0))
+    return min(limits, default=0)
+
+
+def killed_worker_error(err: BaseException, plan: JobPlan, memory: int) -> VdbflowError | None:
+    """Dask's ``KilledWorker`` (the workers running one task died, three times by default) said in
+    terms of the job: the task, the likely cause (a worker out of memory: its limit against the chunk's
+    working set) and what to change; None for any other error."""
+    from distributed.scheduler import KilledWorker
+
+    from vdbflow.jobs.plan import human_bytes
+
+    if not isinstance(err, KilledWorker):
+        return None
+    cfg = plan.config
+    need, points, key = plan.chunk_working_set()
+    more = "cluster.memory" if isinstance(cfg.cluster, SlurmClusterSpec) else "cluster.memory_limit"
+    if memory > 0:
+        limit = f"each worker may use {human_bytes(memory)}"
+        fit = plan.chunk_that_fits(memory)
+        smaller = f"a smaller {key}{cfg.where(key)} (at most {fit:,} points fit in half a worker's memory)"
+    else:
+        limit = "the workers' memory limit is not known"
+        smaller = f"a smaller {key}{cfg.where(key)}"
+    return JobError(
+        f"the workers running task {err.task!r} died {err.allowed_failures + 1} time(s) (Dask's KilledWorker; the "
+        f"last one at {getattr(err.last_worker, 'address', err.last_worker)}): most likely a worker ran out of "
+        f"memory - {limit}, and one chunk of {points:,} points needs about {human_bytes(need)}. Set {smaller} or "
+        f"give the workers more memory ({more}); if memory is not the cause, the workers' logs say why they "
+        "exited. No result was published"
+    )
 
 
 def _grid_dataset(dvol: Any, pts: Any, cfg: JobConfig, prefix: str) -> tuple[xr.Dataset, str | None]:
@@ -217,7 +251,7 @@ def _particle_job(
     """The lazy result of an ``advect:`` job and its seeds (:mod:`vdbflow.jobs.particles`): the volume is
     opened here for its topology and names (memory-mapped), and by each worker for its tasks."""
     from vdbflow.io.volumes import open_volume
-    from vdbflow.jobs.particles import SeriesFiles, particle_dataset
+    from vdbflow.jobs.particles import SeriesFiles, particle_dataset, seed_chunk
 
     t0 = time.perf_counter()
     ((name, src),) = sources.items()
@@ -243,6 +277,8 @@ def _particle_job(
         import dask.array as da
 
         seeds = da.map_blocks(topology.transform.apply, seeds, dtype=np.float64)
+    workers = len(client.scheduler_info(n_workers=-1)["workers"])
+    seeds = seeds.rechunk({0: seed_chunk(point_set.count, cfg.points.chunk, workers)})  # a task for every worker
     timings["distribute_s"] = time.perf_counter() - t0
     ds = particle_dataset(cfg, source, template, seeds)
     return ds, point_set
@@ -332,6 +368,7 @@ def run_job(
     from vdbflow.distribution.volume import distribute
 
     plan = plan_job(cfg, force)
+    given = client is not None
     if client is not None:
         plan.cluster = f"the given client's cluster (scheduler {client.scheduler.address})"
     t_start = time.perf_counter()
@@ -355,6 +392,9 @@ def run_job(
         warming = _warm_workers(client)  # the workers import while this process prepares the job
         dashboard = client.dashboard_link if cfg.cluster.dashboard else None
         workers = len(client.scheduler_info(n_workers=-1)["workers"])
+        memory = _worker_memory(client)
+        if given or worker_memory_limit(cfg.cluster) is None:  # the plan did not know the workers' memory
+            check_worker_memory(plan, memory, force)
         log.info("cluster: %s; %d worker(s)%s", plan.cluster, workers, f"; dashboard {dashboard}" if dashboard else "")
         if console is not None and dashboard:
             console.print(f"Dask dashboard: {dashboard}")
@@ -516,12 +556,14 @@ def run_job(
                 publish(target, final, cfg.output.overwrite)
             except OutputError:
                 raise  # the complete result was kept at an unpublished path, which the message names
-            except BaseException:
+            except BaseException as err:
                 after_cluster.callback(discard, target)  # again once an embedded cluster's workers are gone
                 try:
                     stop_writing(client, futures, write)
                 finally:  # also when a signal interrupts the wait
                     discard(target)
+                if (killed := killed_worker_error(err, plan, memory)) is not None:
+                    raise killed from err
                 raise
         finally:
             for dvol in dvols.values():
