@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from vdbflow.errors import (
     DeviceError,
     NanoVDBError,
+    OpenVDBError,
     PointsError,
     SamplingError,
     ShapeError,
