@@ -522,6 +522,11 @@ def convert(
     )
 
 
+def _format_version(version: str) -> str:
+    """'NanoVDB 32.6.0' for .nvdb grids; .vdb grids' version already names OpenVDB."""
+    return version if version.startswith("OpenVDB") else f"NanoVDB {version}"
+
+
 def _grid_rows(g: Any) -> list[tuple[str, str]]:
     """One grid of ``vdbflow info``, as (key, value) rows."""
     (i0, i1), (w0, w1) = g.index_bbox, g.world_bbox
@@ -534,7 +539,7 @@ def _grid_rows(g: Any) -> list[tuple[str, str]]:
         ("index bbox", f"{list(i0)} .. {list(i1)}"),
         ("world bbox", f"{[float(f'{v:.6g}') for v in w0]} .. {[float(f'{v:.6g}') for v in w1]}"),
         ("voxel size", " ".join(f"{v:.6g}" for v in g.voxel_size)),
-        ("stored", f"{g.grid_size:,} bytes, codec {g.codec}, NanoVDB {g.version}"),
+        ("stored", f"{g.grid_size:,} bytes, codec {g.codec}, {_format_version(g.version)}"),
     ]
 
 
@@ -564,20 +569,18 @@ def _json_value(value: Any) -> Any:
     help="Print JSON (a list: path and grids of each file, or its error) instead of tables.",
 )
 def info(paths: tuple[str, ...], as_json: bool) -> None:
-    """List the grids of NanoVDB (.nvdb) files.  Exit code 2: a file could not be read (the others are
+    """List the grids of NanoVDB (.nvdb) and OpenVDB (.vdb) files.  Exit code 2: a file could not be read (the others are
     still listed)."""
     import json
 
-    from vdbflow.errors import NanoVDBError
-    from vdbflow.io.nanovdb import list_grids
-    from vdbflow.io.volumes import check_nanovdb_file
+    from vdbflow.errors import NanoVDBError, OpenVDBError
+    from vdbflow.io.volumes import list_grids
 
     console, failed, listing = _stdout(), False, []
     for path in paths:
         try:
-            check_nanovdb_file(path)
             grids = list_grids(path)
-        except NanoVDBError as err:
+        except (NanoVDBError, OpenVDBError) as err:
             failed = True
             if as_json:
                 listing.append({"path": path, "error": str(err)})

@@ -266,7 +266,7 @@ def grid_info(f: VdbFile, d: Descriptor) -> GridInfo:
         world_bbox=(tuple(float(v) for v in world.min(axis=0)), tuple(float(v) for v in world.max(axis=0))),
         index_to_world=m,
         voxel_size=tuple(float(v) for v in np.linalg.norm(m[:3, :3], axis=0)),
-        codec=st.codec + ("+mask" if st.mask_compressed else "") + ("+half" if d.half else ""),
+        codec="+".join([st.codec] * (st.codec != "none") + ["mask"] * st.mask_compressed + ["half"] * d.half) or "none",
         version=f"OpenVDB file {f.header.file_version}, library {f.header.library_version[0]}."
         f"{f.header.library_version[1]}",
         grid_size=end - d.grid_pos,

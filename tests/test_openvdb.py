@@ -1,0 +1,276 @@
+"""OpenVDB .vdb files read by vdbflow's NumPy reader, against OpenVDB itself: pyopenvdb (run by the
+system python3, see tests/system_tools.py) writes the files and dumps what its own tree says - the
+transform, every active voxel and tile, values and activity at probe voxels (active or not) and a
+dense box - and vdbflow must read the same.  vdb_tool rewrites the files with each codec."""
+
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+
+import vdbflow
+from system_tools import require_tool, run_pyopenvdb
+
+# pyopenvdb: write the files and dump OpenVDB's view of every grid (sys.argv[1]: the directory)
+WRITE_AND_DUMP = r"""
+import sys, numpy as np, pyopenvdb as vdb
+out = sys.argv[1]
+rng = np.random.default_rng(7)
+
+def sparse(name, bg):
+    g = vdb.FloatGrid(background=bg)
+    g.name = name
+    acc = g.getAccessor()
+    for p, v in zip(rng.integers(-700, 700, (3000, 3)), rng.normal(size=3000)):
+        acc.setValueOn(tuple(int(c) for c in p), float(v))
+    for p in rng.integers(-700, 700, (200, 3)):   # inactive voxels with their own values
+        acc.setValueOff(tuple(int(c) for c in p), float(rng.normal()) + 10.0)
+    return g
+
+density = sparse("density", 0.5)
+density.fill((-256, -256, -256), (-129, -129, -129), 3.0, True)   # an active 128^3 tile
+density.fill((128, 0, 0), (255, 127, 127), -4.0, False)           # an inactive 128^3 tile
+density.fill((16, 16, 16), (23, 23, 23), 7.0, False)              # an inactive 8^3 tile
+density.fill((-8, 40, 64), (-1, 47, 71), 2.0, True)               # an active 8^3 tile
+density.transform = vdb.createLinearTransform(voxelSize=0.25)
+density["units"] = "kg/m^3"
+density["count"] = 42
+density["scale"] = 1.5
+density["flag"] = True
+density["offset"] = (1.0, 2.0, 3.0)
+again = sparse("density", -1.0)                                    # a second grid of the same name
+again.transform = vdb.createLinearTransform(voxelSize=2.0)
+half = sparse("half", 0.25)
+half.saveFloatAsHalf = True
+sphere = vdb.createLevelSetSphere(radius=20.0, center=(1.5, -2.0, 3.0), voxelSize=0.5)
+sphere.name = "sphere"
+vel = vdb.Vec3SGrid(background=(0.0, 0.0, 0.0))
+vel.name = "vel"
+acc = vel.getAccessor()
+for p in rng.integers(-300, 300, (1500, 3)):
+    acc.setValueOn(tuple(int(c) for c in p), tuple(float(c) for c in rng.normal(size=3)))
+vel.fill((0, 0, 0), (127, 127, 127), (1.0, -2.0, 0.5), True)
+vel.transform = vdb.createLinearTransform(
+    np.array([[0.5, 0.1, 0.0, 0.0], [0.0, 0.4, 0.0, 0.0], [0.1, 0.0, 0.3, 0.0], [1.0, 2.0, 3.0, 1.0]])
+)
+mask = vdb.BoolGrid()
+mask.name = "mask"
+macc = mask.getAccessor()
+for p in rng.integers(-100, 100, (400, 3)):
+    macc.setValueOn(tuple(int(c) for c in p), True)
+mask.fill((512, 512, 512), (639, 639, 639), True, True)
+grids = [density, again, half, sphere, vel, mask]
+vdb.write(out + "/grids.vdb", grids, metadata={"creator": "vdbflow tests", "frame": 12})
+
+probe = np.concatenate([rng.integers(-800, 800, (4000, 3)), rng.integers(-40, 40, (2000, 3)),
+                        rng.integers(-260, 260, (2000, 3))])
+seen = {}
+for g in vdb.readAll(out + "/grids.vdb")[0]:  # sorted by name; repeated names in file order
+    seen[g.name] = seen.get(g.name, -1) + 1
+    key = g.name + ("_%d" % seen[g.name] if g.name == "density" else "")
+    t = g.transform
+    o = np.array(t.indexToWorld((0.0, 0.0, 0.0)))
+    m = np.eye(4)
+    for a in range(3):
+        e = [0.0, 0.0, 0.0]
+        e[a] = 1.0
+        m[:3, a] = np.array(t.indexToWorld(tuple(e))) - o
+    m[:3, 3] = o
+    on, tiles = [], []
+    for it in g.citerOnValues():
+        if it.count == 1:
+            on.append(list(it.min) + list(np.atleast_1d(it.value)))
+        else:
+            tiles.append(list(it.min) + [it.max[0] - it.min[0] + 1] + list(np.atleast_1d(it.value)))
+    acc = g.getConstAccessor()
+    vals = np.array([np.atleast_1d(acc.getValue(tuple(int(c) for c in p))) for p in probe], float)
+    act = np.array([acc.isValueOn(tuple(int(c) for c in p)) for p in probe])
+    lo = np.array([-24, -24, -24]) if g.name != "vel" else np.array([100, 100, 100])
+    shape = (48, 48, 48) if g.valueTypeName != "vec3s" else (48, 48, 48, 3)
+    dense = np.zeros(shape, np.float32 if g.valueTypeName != "bool" else bool)
+    g.copyToArray(dense, ijk=tuple(int(c) for c in lo))
+    bb = g.evalActiveVoxelBoundingBox()
+    np.savez(out + "/dump_%s.npz" % key, name=g.name, matrix=m, on=np.array(on, float).reshape(len(on), -1 if on else 4),
+             tiles=np.array(tiles, float).reshape(len(tiles), -1 if tiles else 5), probe=probe, values=vals, active=act,
+             dense=dense, lo=lo, bbox=np.array(bb), count=g.activeVoxelCount(),
+             meta=repr({k: g[k] for k in g.metadata if not k.startswith("file_")}))
+"""
+
+GRIDS = ["density\x1e0", "density\x1e1", "half", "sphere", "vel", "mask"]
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    out = tmp_path_factory.mktemp("vdb")
+    run_pyopenvdb(WRITE_AND_DUMP, str(out))
+    dumps = {}
+    for n, name in enumerate(GRIDS):
+        with np.load(out / f"dump_{name.replace(chr(30), '_')}.npz") as d:
+            dumps[n] = {k: d[k] for k in d.files}
+    return out, dumps
+
+
+def _at(vol, ijk):
+    """vdbflow's value at integer voxels: linear sampling in index space reads the voxel itself."""
+    ds = vol.sample(np.asarray(ijk, np.float64), space="index")
+    return np.asarray(ds[vol.name].values, np.float64).reshape(len(ijk), -1)
+
+
+def _check_grid(vol, dump, exact=True):
+    """vol against OpenVDB's dump of the same grid."""
+    np.testing.assert_allclose(vol.index_to_world, dump["matrix"], rtol=1e-12, atol=1e-12)
+    if isinstance(vol, vdbflow.Topology):
+        active = {tuple(p) for p in vol.active_voxels().tolist()} if hasattr(vol, "active_voxels") else None
+        on = dump["on"][:, :3].astype(int)
+        assert active is None or active == {tuple(p) for p in on.tolist()}
+        return
+    on = dump["on"]
+    C = vol.components
+    ijk = vol.active_voxels()
+    order = np.lexsort(ijk.T[::-1])
+    expected = on[np.lexsort(on[:, :3].T[::-1].astype(int))]
+    np.testing.assert_array_equal(ijk[order], expected[:, :3].astype(int))
+    values = np.asarray(vol.active_values(), np.float64).reshape(-1, C)[order]
+    rtol = 0 if exact else 1e-3
+    np.testing.assert_allclose(values, expected[:, 3:], rtol=rtol, atol=0 if exact else 1e-3)
+    # tiles: OpenVDB's active ones are vdbflow tiles of the same origin, size and value
+    tiles = dump["tiles"]
+    t = vol.topology
+    mine = {
+        (*o, int(s)): tuple(np.asarray(v, np.float64).reshape(-1))
+        for o, s, v in zip(t.tile_origins.tolist(), t.tile_sizes, np.asarray(vol.tile_values).reshape(-1, C))
+    }
+    for row in tiles:
+        key = (*row[:3].astype(int).tolist(), int(row[3]))
+        assert key in mine, f"OpenVDB's active tile {key} is not a vdbflow tile"
+        np.testing.assert_allclose(mine[key], row[4:], rtol=rtol)
+    # probes (active or not, inside leaves, tiles or the background) and the dense box
+    np.testing.assert_allclose(_at(vol, dump["probe"]), dump["values"], rtol=rtol, atol=0 if exact else 1e-3)
+    lo = dump["lo"]
+    dense = dump["dense"].reshape(48, 48, 48, C)
+    grid = np.stack(np.meshgrid(*[np.arange(48)] * 3, indexing="ij"), -1).reshape(-1, 3) + lo
+    np.testing.assert_allclose(_at(vol, grid), dense.reshape(-1, C), rtol=rtol, atol=0 if exact else 1e-3)
+    # trilinear sampling between voxels equals NumPy's trilinear evaluation of OpenVDB's dense box
+    rng = np.random.default_rng(3)
+    f = rng.uniform(1, 46, (500, 3))
+    i0 = np.floor(f).astype(int)
+    w = f - i0
+    ref = np.zeros((len(f), C))
+    for corner in np.ndindex(2, 2, 2):
+        c = np.array(corner)
+        weight = np.prod(np.where(c, w, 1 - w), axis=1)
+        ref += weight[:, None] * dense[tuple((i0 + c).T)]
+    np.testing.assert_allclose(_at(vol, f + lo), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_every_grid_matches_openvdb(written):
+    out, dumps = written
+    path = out / "grids.vdb"
+    infos = vdbflow.list_grids(path)
+    assert [g.name for g in infos] == GRIDS
+    for n, name in enumerate(GRIDS):
+        dump = dumps[n]
+        vol = vdbflow.open(path, grid=n)
+        _check_grid(vol, dump, exact=name != "half")
+        assert infos[n].active_voxel_count == int(dump["count"])
+        if int(dump["count"]):
+            assert [list(b) for b in infos[n].index_bbox] == dump["bbox"].astype(int).tolist()
+    assert vdbflow.open(path, grid="density\x1e1").index_to_world[0, 0] == 2.0  # the second "density"
+    assert vdbflow.open(path, grid="density").index_to_world[0, 0] == 0.25
+    assert infos[2].grid_type.endswith("_HalfFloat") and infos[3].grid_class == "level set"
+    assert isinstance(vdbflow.open(path, grid="mask"), vdbflow.Topology)
+
+
+def test_metadata_and_types(written):
+    out, dumps = written
+    vol = vdbflow.open(out / "grids.vdb", grid="density")
+    assert vol.units == "kg/m^3" and vol.name == "density" and vol.dtype == np.float32
+    vel = vdbflow.open(out / "grids.vdb", grid="vel")
+    assert vel.value_type.name == "vec3f" and vel.components == 3
+    sphere = vdbflow.open(out / "grids.vdb", grid="sphere")
+    assert sphere.grid_class == "level set"
+
+
+@pytest.mark.parametrize("codec", ["none", "zip", "blosc", "active"])
+def test_every_codec_matches_openvdb(written, codec, tmp_path):
+    tool = require_tool("vdb_tool")
+    out, dumps = written
+    path = tmp_path / f"{codec}.vdb"
+    subprocess.run([tool, "-read", str(out / "grids.vdb"), "-write", f"codec={codec}", str(path)], check=True,
+                   capture_output=True)
+    infos = vdbflow.list_grids(path)
+    assert len(infos) == len(GRIDS)
+    for g in infos:  # vdb_tool writes the grids in another order: each is matched by name and transform
+        (n,) = [
+            n for n, d in dumps.items() if str(d["name"]) == g.name.split("\x1e")[0] and np.allclose(d["matrix"], g.index_to_world)
+        ]
+        parts = g.codec.split("+")
+        if g.value_type is not None:
+            assert ("zip" in parts) == (codec == "zip" and g.grid_class != "level set")  # OpenVDB: no zip for level sets
+            assert ("blosc" in parts) == (codec == "blosc") and ("mask" in parts) == (codec != "none")
+        _check_grid(vdbflow.open(path, grid=g.index), dumps[n], exact=GRIDS[n] != "half")
+
+
+def test_half_float_file_matches_openvdb(written, tmp_path):
+    """vdb_tool bits=16 saves every float grid as half floats; vdbflow reads OpenVDB's half values."""
+    tool = require_tool("vdb_tool")
+    out, dumps = written
+    path = tmp_path / "half.vdb"
+    subprocess.run([tool, "-read", str(out / "grids.vdb"), "-write", "bits=16", str(path)], check=True,
+                   capture_output=True)
+    check = r"""
+import sys, numpy as np, pyopenvdb as vdb
+p = np.load(sys.argv[2])
+for n, g in enumerate(vdb.readAll(sys.argv[1])[0]):
+    if g.valueTypeName == "bool":
+        continue
+    acc = g.getConstAccessor()
+    vals = np.array([np.atleast_1d(acc.getValue(tuple(int(c) for c in q))) for q in p], float)
+    np.savez(sys.argv[2].replace(".npy", "_%d.npz" % n), name=g.name, size=g.transform.voxelSize()[0], values=vals)
+"""
+    probe = dumps[0]["probe"]
+    np.save(tmp_path / "probe.npy", probe)
+    run_pyopenvdb(check, str(path), str(tmp_path / "probe.npy"))
+    expected = {}
+    for f in tmp_path.glob("probe_*.npz"):
+        with np.load(f) as d:
+            expected[(str(d["name"]), float(d["size"]))] = d["values"]
+    infos = [g for g in vdbflow.list_grids(path) if g.value_type is not None]
+    assert len(infos) == len(expected) == 5
+    for g in infos:
+        assert g.grid_type.endswith("_HalfFloat") and "half" in g.codec.split("+")
+        want = expected[(g.name.split("\x1e")[0], g.voxel_size[0])]
+        np.testing.assert_array_equal(_at(vdbflow.open(path, grid=g.index), probe), want)
+
+
+def test_file_metadata_and_info_cli(written):
+    from click.testing import CliRunner
+
+    from vdbflow.jobs.cli import main
+
+    out, _ = written
+    result = CliRunner().invoke(main, ["info", "--json", str(out / "grids.vdb")])
+    assert result.exit_code == 0, result.output
+    import json
+
+    listing = json.loads(result.output)
+    assert [g["name"] for g in listing[0]["grids"]] == GRIDS
+    table = CliRunner().invoke(main, ["info", str(out / "grids.vdb")])
+    assert table.exit_code == 0 and "sphere" in table.output
+
+
+def test_convert_to_nvdb_keeps_the_values(written, tmp_path):
+    from click.testing import CliRunner
+
+    from vdbflow.jobs.cli import main
+
+    out, dumps = written
+    target = tmp_path / "grids.nvdb"
+    result = CliRunner().invoke(main, ["convert", str(out / "grids.vdb"), str(target)])
+    assert result.exit_code == 0, result.output
+    names = [g.name for g in vdbflow.list_grids(target)]
+    assert "density" in names and "vel" in names
+    vol = vdbflow.open(target, grid="vel")
+    _check_grid(vol, dumps[4])
