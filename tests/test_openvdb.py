@@ -9,9 +9,9 @@ import subprocess
 
 import numpy as np
 import pytest
+from system_tools import require_tool, run_pyopenvdb
 
 import vdbflow
-from system_tools import require_tool, run_pyopenvdb
 
 # pyopenvdb: write the files and dump OpenVDB's view of every grid (sys.argv[1]: the directory)
 WRITE_AND_DUMP = r"""
@@ -92,7 +92,8 @@ for g in vdb.readAll(out + "/grids.vdb")[0]:  # sorted by name; repeated names i
     dense = np.zeros(shape, np.float32 if g.valueTypeName != "bool" else bool)
     g.copyToArray(dense, ijk=tuple(int(c) for c in lo))
     bb = g.evalActiveVoxelBoundingBox()
-    np.savez(out + "/dump_%s.npz" % key, name=g.name, matrix=m, on=np.array(on, float).reshape(len(on), -1 if on else 4),
+    on = np.array(on, float).reshape(len(on), -1 if on else 4)
+    np.savez(out + "/dump_%s.npz" % key, name=g.name, matrix=m, on=on,
              tiles=np.array(tiles, float).reshape(len(tiles), -1 if tiles else 5), probe=probe, values=vals, active=act,
              dense=dense, lo=lo, bbox=np.array(bb), count=g.activeVoxelCount(),
              meta=repr({k: g[k] for k in g.metadata if not k.startswith("file_")}))
@@ -140,7 +141,9 @@ def _check_grid(vol, dump, exact=True):
     t = vol.topology
     mine = {
         (*o, int(s)): tuple(np.asarray(v, np.float64).reshape(-1))
-        for o, s, v in zip(t.tile_origins.tolist(), t.tile_sizes, np.asarray(vol.tile_values).reshape(-1, C))
+        for o, s, v in zip(
+            t.tile_origins.tolist(), t.tile_sizes, np.asarray(vol.tile_values).reshape(-1, C), strict=True
+        )
     }
     for row in tiles:
         key = (*row[:3].astype(int).tolist(), int(row[3]))
@@ -198,17 +201,22 @@ def test_every_codec_matches_openvdb(written, codec, tmp_path):
     tool = require_tool("vdb_tool")
     out, dumps = written
     path = tmp_path / f"{codec}.vdb"
-    subprocess.run([tool, "-read", str(out / "grids.vdb"), "-write", f"codec={codec}", str(path)], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [tool, "-read", str(out / "grids.vdb"), "-write", f"codec={codec}", str(path)], check=True, capture_output=True
+    )
     infos = vdbflow.list_grids(path)
     assert len(infos) == len(GRIDS)
     for g in infos:  # vdb_tool writes the grids in another order: each is matched by name and transform
         (n,) = [
-            n for n, d in dumps.items() if str(d["name"]) == g.name.split("\x1e")[0] and np.allclose(d["matrix"], g.index_to_world)
+            n
+            for n, d in dumps.items()
+            if str(d["name"]) == g.name.split("\x1e")[0] and np.allclose(d["matrix"], g.index_to_world)
         ]
         parts = g.codec.split("+")
         if g.value_type is not None:
-            assert ("zip" in parts) == (codec == "zip" and g.grid_class != "level set")  # OpenVDB: no zip for level sets
+            assert ("zip" in parts) == (
+                codec == "zip" and g.grid_class != "level set"
+            )  # OpenVDB: no zip for level sets
             assert ("blosc" in parts) == (codec == "blosc") and ("mask" in parts) == (codec != "none")
         _check_grid(vdbflow.open(path, grid=g.index), dumps[n], exact=GRIDS[n] != "half")
 
@@ -218,8 +226,9 @@ def test_half_float_file_matches_openvdb(written, tmp_path):
     tool = require_tool("vdb_tool")
     out, dumps = written
     path = tmp_path / "half.vdb"
-    subprocess.run([tool, "-read", str(out / "grids.vdb"), "-write", "bits=16", str(path)], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [tool, "-read", str(out / "grids.vdb"), "-write", "bits=16", str(path)], check=True, capture_output=True
+    )
     check = r"""
 import sys, numpy as np, pyopenvdb as vdb
 p = np.load(sys.argv[2])

@@ -35,8 +35,8 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from vdbflow.distribution.volume import DistributedVolume, distribute
     from vdbflow.errors import TimeError
     from vdbflow.io.nanovdb import BlindData, GridInfo, save
-    from vdbflow.io.volumes import open_volume as open  # noqa: A004 - vdbflow.open(path) reads like xarray.open_dataset
     from vdbflow.io.volumes import list_grids, open_zarr, split_channels
+    from vdbflow.io.volumes import open_volume as open  # noqa: A004 - vdbflow.open(path) reads like xarray.open_dataset
     from vdbflow.jobs.config import ConfigError
     from vdbflow.jobs.inputs import InputError
     from vdbflow.jobs.runner import JobError, JobResult, run

@@ -482,18 +482,23 @@ def convert(
     slab: int,
     overwrite: bool,
 ) -> None:
-    """Convert a dense array (SOURCE: .npy, NetCDF or Zarr) to a sparse .nvdb grid (OUTPUT), one slab at a time."""
+    """Convert a dense array (SOURCE: .npy, NetCDF or Zarr) to a sparse .nvdb grid (OUTPUT), one slab at a time,
+    or the grids of an OpenVDB .vdb file (SOURCE; --variable picks grids by name) to a .nvdb file."""
     import numpy as np
     from rich.progress import Progress
 
     from vdbflow.errors import VdbflowError
     from vdbflow.io.dense import convert as to_volume
     from vdbflow.io.dense import default_name, open_dense
+    from vdbflow.io.openvdb import is_openvdb
 
     out = Path(output)
     if out.exists() and not overwrite:
         _say("error", f"{out} exists (pass --overwrite to replace it)")
         raise SystemExit(2)
+    if is_openvdb(source):
+        _convert_openvdb(source, out, variables, codec)
+        return
     try:
         src = open_dense(source, variables, mask_variable)
         grid_name = name or default_name(src, variables)
@@ -520,6 +525,33 @@ def convert(
         f"wrote {out}: grid {grid_name!r}, {vol.value_type.name}, {vol.active_voxel_count:,} active voxels "
         f"of {dense:,} ({vol.active_voxel_count / max(dense, 1):.1%}), {vol.leaf_count:,} leaves"
     )
+
+
+def _convert_openvdb(source: str, out: Path, names: tuple[str, ...], codec: str) -> None:
+    """The grids of an OpenVDB file (all, or those ``names``) written to one .nvdb file: value grids as
+    value grids, bool and mask grids as OnIndex grids; a repeated name gets its number (``density_1``)."""
+    from vdbflow.errors import VdbflowError
+    from vdbflow.io.nanovdb import save
+    from vdbflow.io.volumes import list_grids, open_volume
+
+    try:
+        infos = list_grids(source)
+        known = {g.name.split("\x1e")[0] for g in infos} | {g.name for g in infos}
+        missing = [n for n in names if n not in known]
+        if missing:
+            raise VdbflowError(f"expected grid names of {source} ({sorted(known)}), got {missing}")
+        grids = {}
+        for g in infos:
+            base, _, number = g.name.partition("\x1e")
+            if names and base not in names and g.name not in names:
+                continue
+            grids[f"{base}_{number}" if number and number != "0" else base] = open_volume(source, g.index)
+        save(out, grids, codec=codec)  # atomic: a private directory beside it, then a rename
+    except VdbflowError as err:
+        _say("error", str(err))
+        raise SystemExit(2) from None
+    for name, vol in grids.items():
+        click.echo(f"wrote {out}: grid {name!r}, {vol!r}")
 
 
 def _format_version(version: str) -> str:
@@ -569,8 +601,8 @@ def _json_value(value: Any) -> Any:
     help="Print JSON (a list: path and grids of each file, or its error) instead of tables.",
 )
 def info(paths: tuple[str, ...], as_json: bool) -> None:
-    """List the grids of NanoVDB (.nvdb) and OpenVDB (.vdb) files.  Exit code 2: a file could not be read (the others are
-    still listed)."""
+    """List the grids of NanoVDB (.nvdb) and OpenVDB (.vdb) files.  Exit code 2: a file could not be read
+    (the others are still listed)."""
     import json
 
     from vdbflow.errors import NanoVDBError, OpenVDBError

@@ -88,9 +88,7 @@ def read_descriptor(cur: Cursor, index: int, with_offsets: bool) -> Descriptor:
                 f"grid {grid_pos}, blocks {block_pos}, end {end_pos}",
                 offsets_at,
             )
-    return Descriptor(
-        index, unique, _split_unique(unique), type_name, half, parent, grid_pos, block_pos, end_pos, at
-    )
+    return Descriptor(index, unique, _split_unique(unique), type_name, half, parent, grid_pos, block_pos, end_pos, at)
 
 
 def read_descriptors(cur: Cursor, header: FileHeader) -> list[Descriptor]:

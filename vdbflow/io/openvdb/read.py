@@ -88,7 +88,9 @@ class VdbFile:
         for d in ds:
             if grid in (d.unique_name, d.name):
                 return d
-        raise OpenVDBError(f"expected one of the grid names {[d.unique_name for d in ds]} of {self.source}, got {grid!r}")
+        raise OpenVDBError(
+            f"expected one of the grid names {[d.unique_name for d in ds]} of {self.source}, got {grid!r}"
+        )
 
 
 @dataclass
@@ -158,13 +160,17 @@ def _tree(f: VdbFile, head: GridHead) -> tuple[Storage, TreeParts, Cursor]:
     raw_bg = cur.array(layout.dtype, layout.components, "the background value")
     dtype = np.dtype(layout.dtype.newbyteorder("="))
     st = Storage(
-        head.compression, layout.half() if d.half and layout.real else layout, dtype, layout.components,
+        head.compression,
+        layout.half() if d.half and layout.real else layout,
+        dtype,
+        layout.components,
         raw_bg.astype(dtype),
     )
     parts = read_topology(cur, st)
     if cur.pos != owner.block_pos:
         raise cur.fail(
-            f"the topology to end where the descriptor says the blocks start (byte {owner.block_pos})", f"byte {cur.pos}"
+            f"the topology to end where the descriptor says the blocks start (byte {owner.block_pos})",
+            f"byte {cur.pos}",
         )
     return st, parts, cur
 
@@ -187,9 +193,7 @@ def read_grid(f: VdbFile, d: Descriptor) -> Volume | Topology:
     if head.layout.topology:
         read_flag_leaves(cur, parts, head.layout.name == "bool")
         keep = parts.tile_active
-        topo = Topology(
-            parts.leaf_origins, parts.masks, transform, parts.tile_origins[keep], parts.tile_sizes[keep]
-        )
+        topo = Topology(parts.leaf_origins, parts.masks, transform, parts.tile_origins[keep], parts.tile_sizes[keep])
         topo.grid_class = str(head.metadata.get("class", "unknown"))
         return topo
     values = read_leaf_values(cur, st, parts.masks)

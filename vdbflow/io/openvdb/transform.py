@@ -16,8 +16,10 @@ def read_transform(cur: Cursor) -> tuple[str, np.ndarray]:
     name = cur.string("the transform's map type", limit=256)
     count = fmt.MAP_DOUBLES.get(name)
     if count is None:
-        kind = "a non-linear map, which vdbflow's affine transforms cannot hold" if name in fmt.NONLINEAR_MAPS else (
-            "a map type vdbflow does not know"
+        kind = (
+            "a non-linear map, which vdbflow's affine transforms cannot hold"
+            if name in fmt.NONLINEAR_MAPS
+            else ("a map type vdbflow does not know")
         )
         raise cur.fail(f"one of the linear maps {sorted(fmt.MAP_DOUBLES)}", f"{name!r} ({kind})", at)
     values = cur.array("<f8", count, f"the {name}").astype(np.float64)

@@ -90,7 +90,9 @@ def read_topology(cur: Cursor, st: Storage) -> TreeParts:
     tile_bytes = 12 + item + 1
     if n_tiles > cur.left // tile_bytes or n_children > cur.left // (12 + _MIN_UPPER):
         raise cur.fail(
-            f"root tile and child counts that the {cur.left} remaining bytes can hold", f"{n_tiles} and {n_children}", at
+            f"root tile and child counts that the {cur.left} remaining bytes can hold",
+            f"{n_tiles} and {n_children}",
+            at,
         )
     tiles = _Tiles(st)
     root_dt = np.dtype([("ijk", "<i4", 3), ("value", st.dtype.newbyteorder("<"), (st.components,)), ("active", "u1")])
