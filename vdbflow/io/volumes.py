@@ -350,18 +350,15 @@ def open_volume(
 
 
 def _open_openvdb(data: Any, grid: int | str | None, kwargs: dict[str, Any]) -> Volume | Topology:
-    """A grid of a .vdb file; ``leaves`` (tree-order indices) keeps only those leaves (and every tile),
-    ``checksum`` is accepted and ignored (.vdb files have none)."""
+    """A grid of a .vdb file; ``leaves`` (tree-order indices) keeps only those leaves (and every tile;
+    the others' buffers are not decompressed), ``checksum`` is accepted and ignored (.vdb files have
+    none)."""
     from vdbflow.io.openvdb import open_vdb
 
     unknown = sorted(set(kwargs) - {"leaves", "checksum"})
     if unknown:
         raise OpenVDBError(f"expected only leaves= or checksum= for an OpenVDB file, got {unknown}")
-    vol = open_vdb(data, grid)
-    leaves = kwargs.get("leaves")
-    if leaves is not None and isinstance(vol, Volume):
-        vol = vol.select_leaves(leaves)
-    return vol
+    return open_vdb(data, grid, kwargs.get("leaves"))
 
 
 def list_grids(data: str | os.PathLike | bytes | np.ndarray) -> list[Any]:

@@ -184,20 +184,41 @@ def _transform(head: GridHead, f: VdbFile) -> Transform:
         ) from None
 
 
-def read_grid(f: VdbFile, d: Descriptor) -> Volume | Topology:
-    """Grid ``d`` of ``f``, whole: a per-leaf layout :class:`Volume` (values of all 512 voxels of each
-    leaf, inactive ones as the file has them), or a :class:`Topology` for bool and mask grids."""
+def _wanted(leaves: Any, count: int, f: VdbFile) -> np.ndarray | None:
+    """(L,) bool of the leaf indices ``leaves`` (tree order), checked; None for all."""
+    if leaves is None:
+        return None
+    idx = np.asarray(leaves)
+    if idx.ndim != 1 or (idx.size and idx.dtype.kind not in "iu"):
+        raise OpenVDBError(f"expected leaves as a 1-D array of leaf indices, got {idx.dtype} of shape {idx.shape}")
+    idx = idx.astype(np.int64)
+    if idx.size and (idx.min() < 0 or idx.max() >= count):
+        raise OpenVDBError(f"expected leaf indices in [0, {count}) of {f.source}, got {idx.min()}..{idx.max()}")
+    wanted = np.zeros(count, bool)
+    wanted[idx] = True
+    return wanted
+
+
+def read_grid(f: VdbFile, d: Descriptor, leaves: Any = None) -> Volume | Topology:
+    """Grid ``d`` of ``f``: a per-leaf layout :class:`Volume` (values of all 512 voxels of each leaf,
+    inactive ones as the file has them), or a :class:`Topology` for bool and mask grids.  ``leaves``
+    (indices in tree order) keeps only those leaves (and every tile): the other leaves' buffers are
+    passed over without being decompressed."""
     head = read_head(f, d)
     st, parts, cur = _tree(f, head)
     transform = _transform(head, f)
+    wanted = _wanted(leaves, len(parts.leaf_origins), f)
     if head.layout.topology:
         read_flag_leaves(cur, parts, head.layout.name == "bool")
-        keep = parts.tile_active
-        topo = Topology(parts.leaf_origins, parts.masks, transform, parts.tile_origins[keep], parts.tile_sizes[keep])
+        act, keep = parts.tile_active, slice(None) if wanted is None else wanted
+        topo = Topology(
+            parts.leaf_origins[keep], parts.masks[keep], transform, parts.tile_origins[act], parts.tile_sizes[act]
+        )
         topo.grid_class = str(head.metadata.get("class", "unknown"))
         return topo
-    values = read_leaf_values(cur, st, parts.masks)
-    topo = Topology(parts.leaf_origins, parts.masks, transform, parts.tile_origins, parts.tile_sizes)
+    values = read_leaf_values(cur, st, parts.masks, wanted)
+    keep = slice(None) if wanted is None else wanted
+    topo = Topology(parts.leaf_origins[keep], parts.masks[keep], transform, parts.tile_origins, parts.tile_sizes)
     C = st.components
     try:
         value_type_for(st.dtype, C)
@@ -218,13 +239,13 @@ def read_grid(f: VdbFile, d: Descriptor) -> Volume | Topology:
     return vol
 
 
-def open_vdb(data: Data, grid: int | str | None = None) -> Volume | Topology:
+def open_vdb(data: Data, grid: int | str | None = None, leaves: Any = None) -> Volume | Topology:
     """One grid of a .vdb file (path, bytes or uint8 array): ``grid`` an index or a name (default the
-    first).  Value grids become per-leaf layout :class:`Volume` objects, bool and mask grids a
-    :class:`Topology`.  Raises :class:`~vdbflow.errors.OpenVDBError` for malformed or unsupported
-    files, naming the byte offset."""
+    first); ``leaves`` (indices in tree order) keeps only those leaves and every tile.  Value grids
+    become per-leaf layout :class:`Volume` objects, bool and mask grids a :class:`Topology`.  Raises
+    :class:`~vdbflow.errors.OpenVDBError` for malformed or unsupported files, naming the byte offset."""
     f = VdbFile.open(data)
-    return read_grid(f, f.select(grid))
+    return read_grid(f, f.select(grid), leaves)
 
 
 def _bbox(parts: TreeParts) -> tuple[np.ndarray, np.ndarray] | None:

@@ -52,7 +52,7 @@ def _inflate(data: np.ndarray, size: int, cur: Cursor, at: int) -> np.ndarray:
     """A zlib stream inflated to exactly ``size`` bytes (never more: inflation stops one byte past)."""
     inflater = zlib.decompressobj()
     try:
-        out = inflater.decompress(data.tobytes(), size + 1)
+        out = inflater.decompress(data, size + 1)
     except zlib.error as err:
         raise cur.fail(f"a zlib stream inflating to {size} bytes", f"one that does not inflate ({err})", at) from None
     if len(out) != size or not inflater.eof:
@@ -84,8 +84,9 @@ def _unblosc(data: np.ndarray, size: int, cur: Cursor, at: int) -> np.ndarray:
     return out
 
 
-def read_chunk(cur: Cursor, size: int, compression: int, what: str) -> np.ndarray:
-    """``size`` bytes of ``what`` as the grid's compression stores them (uint8)."""
+def read_chunk(cur: Cursor, size: int, compression: int, what: str, skip: bool = False) -> np.ndarray:
+    """``size`` bytes of ``what`` as the grid's compression stores them (uint8); with ``skip`` the
+    bytes are passed over (sizes checked, nothing decompressed) and an empty array comes back."""
     if not compression & (fmt.COMPRESS_ZIP | fmt.COMPRESS_BLOSC):
         return cur.take(size, what)
     at = cur.pos
@@ -95,15 +96,18 @@ def read_chunk(cur: Cursor, size: int, compression: int, what: str) -> np.ndarra
             raise cur.fail(f"{size} raw bytes of {what} (size {-size})", f"size {stored}", at)
         return cur.take(size, what)
     data = cur.take(stored, f"the compressed {what}")
+    if skip:
+        return data[:0]
     if compression & fmt.COMPRESS_BLOSC:
         return _unblosc(data, size, cur, at + 8)
     return _inflate(data, size, cur, at + 8)
 
 
-def _as_values(raw: np.ndarray, st: Storage, count: int) -> np.ndarray:
-    """``count`` stored values (bytes ``raw``) as (count, C) of the grid's dtype."""
+def _as_values(raw: np.ndarray, st: Storage, count: int, owned: bool = False) -> np.ndarray:
+    """``count`` stored values (bytes ``raw``) as (count, C) of the grid's dtype; copied unless
+    ``owned`` (``raw`` is a private contiguous copy already) and the stored dtype is the grid's."""
     vals = np.frombuffer(raw.tobytes() if not raw.flags.c_contiguous else raw, st.stored.dtype, count * st.components)
-    return vals.reshape(count, st.components).astype(st.dtype, copy=True)
+    return vals.reshape(count, st.components).astype(st.dtype, copy=not owned)
 
 
 def _inactive(cur: Cursor, st: Storage, code: int, what: str) -> tuple[np.ndarray, np.ndarray]:
@@ -173,44 +177,42 @@ def _fixed_layout(cur: Cursor, st: Storage, counts: np.ndarray) -> tuple[np.ndar
     if not np.all(plain):
         return None  # stored inactive values, selection masks or (masked) all 512 values: sizes differ
     block = cur.take(int(ends[-1]), "the leaf buffers")
-    if full:
+    if full:  # one copy: the values of every leaf, gathered past each leaf's 65-byte head
         values = np.ascontiguousarray(block.reshape(L, -1)[:, head:]).reshape(-1)
     else:
         keep = np.ones(len(block), bool)
         keep[starts[:, None] + np.arange(head)] = False
         values = block[keep]
-    return _as_values(values, st, int(stored.sum())), codes
+    return _as_values(values, st, int(stored.sum()), owned=True), codes
 
 
-def read_leaf_values(cur: Cursor, st: Storage, masks: np.ndarray) -> np.ndarray:
-    """The values of every leaf, (L*512, C) of the grid's dtype, in leaf order; ``masks`` (L, 8)
-    uint64 are the leaves' value masks from the topology.  Each leaf buffer repeats its value mask
-    (skipped, as OpenVDB skips it) before its values."""
+def read_leaf_values(cur: Cursor, st: Storage, masks: np.ndarray, wanted: np.ndarray | None = None) -> np.ndarray:
+    """The values of every leaf (or of the leaves ``wanted`` (L,) bool selects), (W*512, C) of the
+    grid's dtype, in leaf order; ``masks`` (L, 8) uint64 are the leaves' value masks from the
+    topology.  Each leaf buffer repeats its value mask (skipped, as OpenVDB skips it) before its
+    values.  Leaves not wanted are passed over without being decompressed."""
     L = len(masks)
-    active = tree.bits_from_masks(masks)  # (L, 512)
-    counts = active.sum(axis=1)
+    want = np.ones(L, bool) if wanted is None else wanted
+    counts = np.bitwise_count(masks).sum(axis=1).astype(np.int64)
     fixed = _fixed_layout(cur, st, counts)
     if fixed is not None:
         values, codes = fixed
         v0 = np.where((codes == fmt.NO_MASK_AND_MINUS_BG)[:, None], -st.background, st.background)
         v1 = np.broadcast_to(st.background, (L, st.components))
         selection = None
-        all_stored = codes == fmt.NO_MASK_AND_ALL_VALS
+        if not np.all(want):  # the stored values of the wanted leaves
+            per_leaf = np.full(L, tree.LEAF_VOXELS) if not st.mask_compressed else counts
+            leaf_of = np.repeat(np.arange(L), per_leaf)
+            values = values[want[leaf_of]]
     else:
-        values, codes, v0, v1, selection = _leaf_loop(cur, st, counts)
-        all_stored = codes == fmt.NO_MASK_AND_ALL_VALS
-    if not st.mask_compressed or np.all(all_stored | (counts == tree.LEAF_VOXELS)):
-        if len(values) != L * tree.LEAF_VOXELS:
-            values = _spread(values, active, all_stored, st)
-        return values
-    return _restore(values, active, all_stored, v0, v1, selection, st)
-
-
-def _spread(values: np.ndarray, active: np.ndarray, all_stored: np.ndarray, st: Storage) -> np.ndarray:
-    out = np.empty((active.size, st.components), st.dtype)
-    where = active | all_stored[:, None]
-    out[where.reshape(-1)] = values
-    return out
+        values, codes, v0, v1, selection = _leaf_loop(cur, st, counts, want)
+    codes, counts = codes[want], counts[want]
+    all_stored = (codes == fmt.NO_MASK_AND_ALL_VALS) | (not st.mask_compressed)
+    if np.all(all_stored | (counts == tree.LEAF_VOXELS)):
+        return values  # all 512 values of every leaf were stored
+    active = tree.bits_from_masks(masks[want])  # (W, 512)
+    selection = None if selection is None else selection[want]
+    return _restore(values, active, all_stored, v0[want], v1[want], selection, st)
 
 
 def _restore(
@@ -238,10 +240,10 @@ def _restore(
 
 
 def _leaf_loop(
-    cur: Cursor, st: Storage, counts: np.ndarray
+    cur: Cursor, st: Storage, counts: np.ndarray, want: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
-    """Leaf buffers one by one: (stored values (N, C), codes (L,), v0 (L, C), v1 (L, C), selection
-    (L, 512) bool or None)."""
+    """Leaf buffers one by one: (stored values (N, C) of the wanted leaves, codes (L,), v0 (L, C),
+    v1 (L, C), selection (L, 512) bool or None)."""
     L = len(counts)
     C = st.components
     item = st.stored.itemsize
@@ -268,6 +270,8 @@ def _leaf_loop(
         count = int(counts[n]) if masked and code != fmt.NO_MASK_AND_ALL_VALS else tree.LEAF_VOXELS
         if count == 0 and half_empty:
             continue
-        pieces.append(read_chunk(cur, count * item, st.compression, f"the values of leaf {n}"))
+        chunk = read_chunk(cur, count * item, st.compression, f"the values of leaf {n}", skip=not want[n])
+        if want[n]:
+            pieces.append(chunk)
     raw = np.concatenate(pieces) if pieces else np.zeros(0, np.uint8)
-    return _as_values(raw, st, len(raw) // item), codes, v0, v1, selection
+    return _as_values(raw, st, len(raw) // item, owned=bool(pieces)), codes, v0, v1, selection
