@@ -155,7 +155,7 @@ def read_node_values(cur: Cursor, st: Storage, active: np.ndarray, what: str) ->
     return out
 
 
-def _fixed_layout(cur: Cursor, st: Storage, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+def _fixed_layout(cur: Cursor, st: Storage, counts: np.ndarray, prefetch: bool) -> tuple[np.ndarray, np.ndarray] | None:
     """Leaf buffers of a grid without zip or blosc whose codes store nothing but the values, read as
     one block: (the stored values (N, C), the codes (L,)); None for any other layout."""
     L = len(counts)
@@ -176,6 +176,8 @@ def _fixed_layout(cur: Cursor, st: Storage, counts: np.ndarray) -> tuple[np.ndar
         plain |= codes == fmt.NO_MASK_AND_ALL_VALS
     if not np.all(plain):
         return None  # stored inactive values, selection masks or (masked) all 512 values: sizes differ
+    if prefetch:
+        cur.prefetch(int(ends[-1]))
     block = cur.take(int(ends[-1]), "the leaf buffers")
     if full:  # one copy: the values of every leaf, gathered past each leaf's 65-byte head
         values = np.ascontiguousarray(block.reshape(L, -1)[:, head:]).reshape(-1)
@@ -194,7 +196,7 @@ def read_leaf_values(cur: Cursor, st: Storage, masks: np.ndarray, wanted: np.nda
     L = len(masks)
     want = np.ones(L, bool) if wanted is None else wanted
     counts = np.bitwise_count(masks).sum(axis=1).astype(np.int64)
-    fixed = _fixed_layout(cur, st, counts)
+    fixed = _fixed_layout(cur, st, counts, prefetch=wanted is None)
     if fixed is not None:
         values, codes = fixed
         v0 = np.where((codes == fmt.NO_MASK_AND_MINUS_BG)[:, None], -st.background, st.background)
