@@ -11,7 +11,6 @@ import numpy as np
 from vdbflow.errors import OpenVDBError
 from vdbflow.io.openvdb import format as fmt
 
-
 _MADV_POPULATE_READ = 22  # <linux/mman.h>; Python's mmap module does not name it
 
 
