@@ -62,12 +62,14 @@ for p in rng.integers(-100, 100, (400, 3)):
     macc.setValueOn(tuple(int(c) for c in p), True)
 mask.fill((512, 512, 512), (639, 639, 639), True, True)
 grids = [density, again, half, sphere, vel, mask]
-vdb.write(out + "/grids.vdb", grids, metadata={"creator": "vdbflow tests", "frame": 12})
+if len(sys.argv) == 2:
+    vdb.write(out + "/grids.vdb", grids, metadata={"creator": "vdbflow tests", "frame": 12})
 
 probe = np.concatenate([rng.integers(-800, 800, (4000, 3)), rng.integers(-40, 40, (2000, 3)),
                         rng.integers(-260, 260, (2000, 3))])
 seen = {}
-for g in vdb.readAll(out + "/grids.vdb")[0]:  # sorted by name; repeated names in file order
+source = sys.argv[2] if len(sys.argv) > 2 else out + "/grids.vdb"
+for g in vdb.readAll(source)[0]:  # sorted by name; repeated names in file order
     seen[g.name] = seen.get(g.name, -1) + 1
     key = g.name + ("_%d" % seen[g.name] if g.name == "density" else "")
     t = g.transform
@@ -283,3 +285,58 @@ def test_convert_to_nvdb_keeps_the_values(written, tmp_path):
     assert "density" in names and "vel" in names
     vol = vdbflow.open(target, grid="vel")
     _check_grid(vol, dumps[4])
+
+
+def test_committed_seeds_match_openvdb_and_a_fresh_write(tmp_path):
+    """The seed files the suite and the fuzzer read without OpenVDB: what pyopenvdb reads in them is
+    what vdbflow reads, and scripts/make_vdb_seeds.py still writes the same grids."""
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parent / "data" / "openvdb"
+    run_pyopenvdb(WRITE_AND_DUMP, str(tmp_path), str(data / "grids.vdb"))
+    infos = vdbflow.list_grids(data / "grids.vdb")
+    checked = 0
+    for g in infos:
+        base = g.name.split("\x1e")[0]
+        key = g.name.replace("\x1e", "_") if base == "density" else base
+        dump_path = tmp_path / f"dump_{key}.npz"
+        if not dump_path.exists():  # pyopenvdb names the instance's dump after its own name
+            continue
+        with np.load(dump_path) as d:
+            _check_grid(vdbflow.open(data / "grids.vdb", grid=g.index), {k: d[k] for k in d.files}, g.name != "half")
+        checked += 1
+    assert checked == len(infos)
+    fresh = tmp_path / "fresh"
+    script = Path(__file__).resolve().parents[1] / "scripts" / "make_vdb_seeds.py"
+    subprocess.run([require_pyopenvdb_python(), str(script), str(fresh)], check=True, capture_output=True)
+    for name in ("grids.vdb", "zip.vdb", "active.vdb"):
+        if not (fresh / name).exists():
+            continue
+        mine, theirs = vdbflow.list_grids(data / name), vdbflow.list_grids(fresh / name)
+        assert [g.name for g in mine] == [g.name for g in theirs]
+        for a, b in zip(mine, theirs, strict=True):
+            va, vb = vdbflow.open(data / name, grid=a.index), vdbflow.open(fresh / name, grid=b.index)
+            if isinstance(va, vdbflow.Volume):
+                np.testing.assert_array_equal(np.asarray(va.voxel_data), np.asarray(vb.voxel_data))
+            np.testing.assert_array_equal(va.index_to_world, vb.index_to_world)
+
+
+def require_pyopenvdb_python() -> str:
+    from system_tools import require_pyopenvdb
+
+    return require_pyopenvdb()
+
+
+def test_frustum_transforms_are_refused_naming_the_map(tmp_path):
+    script = r"""
+import sys, pyopenvdb as vdb
+g = vdb.FloatGrid()
+g.name = "cone"
+g.getAccessor().setValueOn((1, 2, 3), 1.0)
+g.transform = vdb.createFrustumTransform((0, 0, 0), (10, 10, 10), 0.5, 2.0, 0.1)
+vdb.write(sys.argv[1], [g])
+"""
+    path = tmp_path / "frustum.vdb"
+    run_pyopenvdb(script, str(path))
+    with pytest.raises(vdbflow.OpenVDBError, match="found 'NonlinearFrustumMap' .a non-linear map"):
+        vdbflow.open(path)
