@@ -340,3 +340,46 @@ vdb.write(sys.argv[1], [g])
     run_pyopenvdb(script, str(path))
     with pytest.raises(vdbflow.OpenVDBError, match="found 'NonlinearFrustumMap' .a non-linear map"):
         vdbflow.open(path)
+
+
+def _vdb_print(path) -> dict[str, str]:
+    """vdb_print -l's "key: value" lines for the one grid of ``path``."""
+    out = subprocess.run([require_tool("vdb_print"), "-l", str(path)], check=True, capture_output=True, text=True)
+    return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in out.stdout.splitlines()) if v}
+
+
+@pytest.mark.parametrize(
+    ("type_name", "dtype", "components"),
+    [("double", "<f8", 1), ("int32", "<i4", 1), ("int64", "<i8", 1), ("vec3d", "<f8", 3), ("vec3i", "<i4", 3)],
+)
+def test_types_pyopenvdb_cannot_write(tmp_path, type_name, dtype, components):
+    """double, int32, int64, vec3d and vec3i grids, written by the test writer (tests/vdb_writer.py);
+    OpenVDB's vdb_print reads the same files (active voxels, bounding box, scalar min and max) and
+    vdbflow reads the values written."""
+    from vdb_writer import write_vdb
+
+    rng = np.random.default_rng(5)
+    ijk = np.unique(rng.integers(-300, 300, (300, 3)), axis=0)
+    values = rng.integers(-1000, 1000, (len(ijk), components)).astype(dtype)
+    if dtype == "<f8":
+        values = values + rng.uniform(0, 1, values.shape)
+    matrix = np.array([[0.5, 0.1, 0, 1], [0, 0.4, 0, 2], [0.1, 0, 0.3, 3], [0, 0, 0, 1]])
+    path = tmp_path / f"{type_name}.vdb"
+    write_vdb(path, f"Tree_{type_name}_5_4_3", dtype, components, ijk, values, np.full(components, 3), matrix)
+    facts = _vdb_print(path)
+    vol = vdbflow.open(path)
+    assert vol.active_voxel_count == int(facts["Number of active voxels"].replace(",", "")) == len(ijk)
+    lo, hi = vol.active_voxels().min(axis=0), vol.active_voxels().max(axis=0)
+    assert facts["Bounding box of active voxels"] == f"[{', '.join(map(str, lo))}] -> [{', '.join(map(str, hi))}]"
+    got = np.asarray(vol.active_values()).reshape(-1, components)
+    order = {tuple(p): n for n, p in enumerate(ijk.tolist())}
+    want = values[[order[tuple(p)] for p in vol.active_voxels().tolist()]]
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(vol.index_to_world, matrix)
+    if components == 1:
+        assert float(facts["Min value"]) == pytest.approx(float(values.min()), rel=1e-5)
+        assert float(facts["Max value"]) == pytest.approx(float(values.max()), rel=1e-5)
+    mode = "linear" if dtype == "<f8" else "closest"  # vdbflow does not interpolate integers
+    sampled = vol.sample(vol.active_voxels().astype(float), space="index", mode=mode)[vol.name].values
+    np.testing.assert_array_equal(np.asarray(sampled).reshape(-1, components), want)
+    assert vol.value_type.name == {"double": "float64", "vec3i": "int32x3"}.get(type_name, type_name)
