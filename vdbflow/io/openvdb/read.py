@@ -36,8 +36,10 @@ def is_openvdb(data: Any) -> bool:
                 head = f.read(8)
         except OSError:
             return False
-    elif isinstance(data, (bytes, bytearray, memoryview, np.ndarray)):
-        head = bytes(np.frombuffer(data, np.uint8)[:8]) if not isinstance(data, np.ndarray) else data[:8].tobytes()
+    elif isinstance(data, (bytes, bytearray, memoryview)):
+        head = bytes(memoryview(data).cast("B")[:8])
+    elif isinstance(data, np.ndarray) and data.dtype == np.uint8:
+        head = data.reshape(-1)[:8].tobytes()
     else:
         return False
     return len(head) == 8 and int.from_bytes(head, "little", signed=True) == fmt.MAGIC
