@@ -205,3 +205,20 @@ def test_vdbflow_run_samples_a_vdb_volume(tmp_path):
     want = vdbflow.open(GRIDS, grid="sphere").sample_grad(world)
     np.testing.assert_array_equal(ds["sphere"].values, want["sphere"].values)
     np.testing.assert_array_equal(ds["sphere_jacobian"].values, want["sphere_jacobian"].values)
+
+
+def test_a_transform_beyond_float32_reads_and_the_nvdb_writer_refuses_it(tmp_path):
+    """OpenVDB keeps transforms in doubles; NanoVDB's map also keeps a float copy, so .nvdb cannot hold
+    a translation beyond float32: vdbflow reads the .vdb, and save refuses it with a NanoVDBError
+    (found by scripts/fuzz_vdb.py, seed 1 case 17800: a raw OverflowError before)."""
+    data = bytearray(GRIDS.read_bytes())
+    d = _descriptors(bytes(data))[4]  # vel: an AffineMap
+    at = bytes(data).index(b"AffineMap", d.grid_pos) + len("AffineMap") + 12 * 8  # the x translation
+    struct.pack_into("<d", data, at, 1e300)
+    path = tmp_path / "far.vdb"
+    path.write_bytes(bytes(data))
+    vol = vdbflow.open(path, grid="vel")
+    assert vol.index_to_world[0, 3] == 1e300
+    with pytest.raises(vdbflow.NanoVDBError, match="float32 range of NanoVDB's float map"):
+        vol.to_nvdb(str(tmp_path / "far.nvdb"))
+    assert not (tmp_path / "far.nvdb").exists()
