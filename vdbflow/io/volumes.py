@@ -290,19 +290,24 @@ def open_volume(
     Parameters
     ----------
     data : str, os.PathLike, bytes or numpy.ndarray
-        A .nvdb file path, a Zarr store path, or the bytes of a .nvdb file or grid buffer.
+        A .nvdb or OpenVDB .vdb file path, a Zarr store path, or the bytes of a .nvdb file, grid
+        buffer or .vdb file.
     grid : int or str, optional
-        Which grid of a .nvdb file (index or name; default the first).  For a Zarr store only
+        Which grid of a .nvdb or .vdb file (index or name; default the first; for .vdb files also
+        the unique name OpenVDB gives a repeated name, ``"density\x1e1"``).  For a Zarr store only
         None, 0 or the name of its one volume.
     **kwargs
         For .nvdb data, passed to :func:`vdbflow.io.nanovdb.open_grid`: ``bbox`` (inclusive index
         coordinates ``((i0, j0, k0), (i1, j1, k1))``) or ``leaves`` (leaf indices in tree order) to
-        load part of the grid, and ``checksum`` (verify the grid's checksum, default True).
+        load part of the grid, and ``checksum`` (verify the grid's checksum, default True).  For
+        .vdb data, ``leaves`` (only those leaves' buffers are decompressed); ``checksum`` is
+        ignored.
 
     Returns
     -------
     Volume or Topology
-        A :class:`~vdbflow.Volume` for value grids and Zarr stores (index layout), an index-layout
+        A :class:`~vdbflow.Volume` for value grids and Zarr stores (index layout; per-leaf layout for
+        .vdb grids), a :class:`~vdbflow.Topology` for .vdb bool and mask grids, an index-layout
         :class:`~vdbflow.Topology` for NanoVDB Index / OnIndex grids (attach values with
         ``with_data``).  Units, length units and component names come back when the file or
         store records them.
