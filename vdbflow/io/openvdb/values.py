@@ -170,14 +170,14 @@ def _fixed_layout(cur: Cursor, st: Storage, counts: np.ndarray, prefetch: bool) 
     if ends[-1] > cur.left:
         return None  # the leaf loop says where the data ends
     starts = ends - sizes  # relative to the cursor
+    if prefetch:  # before the codes are gathered: they touch every other page
+        cur.prefetch(int(ends[-1]))
     codes = cur.buf[cur.pos + starts + fmt.LEAF_MASK_BYTES]
     plain = (codes == fmt.NO_MASK_OR_INACTIVE_VALS) | (codes == fmt.NO_MASK_AND_MINUS_BG)
     if full:
         plain |= codes == fmt.NO_MASK_AND_ALL_VALS
     if not np.all(plain):
         return None  # stored inactive values, selection masks or (masked) all 512 values: sizes differ
-    if prefetch:
-        cur.prefetch(int(ends[-1]))
     block = cur.take(int(ends[-1]), "the leaf buffers")
     if full:  # one copy: the values of every leaf, gathered past each leaf's 65-byte head
         values = np.ascontiguousarray(block.reshape(L, -1)[:, head:]).reshape(-1)
