@@ -1,13 +1,15 @@
 """Structure-aware fuzzing of vdbflow's NanoVDB reader.
 
-    python scripts/fuzz_nvdb.py --cases 100000 [--batch 500] [--sanitize] [--jobs 2] [--seed 0]
+    python scripts/fuzz_nvdb.py --cases 100000 [--batch 500] [--sanitize] [--jobs 2] [--seed 0] [--checksums off]
 
 Seed files (vdbflow-written grids of every value type, index grids with blind data, tiles, several
 grids per file, zip and blosc codecs, and the .nvdb files warp-lang ships when it is installed) are
 mutated where the format keeps its numbers: file header and grid metadata, grid header, tree node
 offsets and counts, root tiles, internal-node tables, leaf origins, masks and index offsets, blind-data
 records; plus bit flips, random spans, truncation and splices anywhere.  Most mutants get their grid
-checksum cleared to "none", so that the mutation reaches the code behind the checksum.
+checksum cleared to "none", so that the mutation reaches the code behind the checksum.  With
+``--checksums off`` no checksum is cleared and every file is read with ``checksum=False``: the
+structural checks alone must refuse what is inconsistent (a stale checksum is only a warning by default).
 
 Each batch runs in its own subprocess under an address-space limit.  A case ends as
 
@@ -206,8 +208,9 @@ def fields(buf: bytes) -> list[tuple[int, str]]:
 
 
 # -- mutations --------------------------------------------------------------------------------------------
-def mutate(seed: bytes, rng: np.random.Generator) -> bytes:
-    """One mutant of a seed file: 1-3 structure-aware or byte-level changes."""
+def mutate(seed: bytes, rng: np.random.Generator, clear_checksums: bool = True) -> bytes:
+    """One mutant of a seed file: 1-3 structure-aware or byte-level changes (and, with
+    ``clear_checksums``, most of them with their checksums cleared)."""
     buf = bytearray(seed)
     known = fields(seed)
     for _ in range(int(rng.integers(1, 4))):
@@ -253,33 +256,34 @@ def mutate(seed: bytes, rng: np.random.Generator) -> bytes:
             buf[dest : dest + (b - a)] = buf[a:b]
         elif kind == "extend":
             buf += rng.integers(0, 256, int(rng.integers(1, 300)), dtype=np.uint8).tobytes()
-    if rng.random() < 0.75:  # clear grid checksums ("none") so that the mutation is read further
+    if rng.random() < 0.75 and clear_checksums:  # clear grid checksums ("none"): the mutation is read further
         for g in grid_starts(bytes(buf)):
             if g + 16 <= len(buf):
                 buf[g + 8 : g + 16] = b"\xff" * 8
     return bytes(buf)
 
 
-def case_bytes(seeds: list[bytes], seed: int, case: int) -> bytes:
+def case_bytes(seeds: list[bytes], seed: int, case: int, clear_checksums: bool = True) -> bytes:
     """The mutant of (seed, case): deterministic, so that every outcome can be replayed."""
     rng = np.random.default_rng([seed, case])
     if case % 50 == 49:  # now and then a compressed bomb: a tiny payload that inflates a lot
         base = seeds[int(rng.integers(len(seeds)))]
         return base[:16] + zlib.compress(b"\0" * int(rng.integers(1 << 20, 1 << 24)))
-    return mutate(seeds[int(rng.integers(len(seeds)))], rng)
+    return mutate(seeds[int(rng.integers(len(seeds)))], rng, clear_checksums)
 
 
 # -- the oracle ---------------------------------------------------------------------------------------------
-def check(data: bytes, folder: Path, roundtrip: bool = True) -> tuple[str, str]:
-    """(outcome, detail) of reading one mutant: rejected, accepted, inconsistent or error.  Accepted
-    grids are checked for consistency, with a write + read round trip when ``roundtrip``."""
+def check(data: bytes, folder: Path, roundtrip: bool = True, checksum: bool | str = True) -> tuple[str, str]:
+    """(outcome, detail) of reading one mutant (``checksum`` as ``vdbflow.open`` takes it): rejected,
+    accepted, inconsistent or error.  Accepted grids are checked for consistency, with a write + read
+    round trip when ``roundtrip``."""
     import vdbflow
 
     path = folder / "case.nvdb"
     path.write_bytes(data)
     try:
         infos = vdbflow.list_grids(str(path))
-        grids = [vdbflow.open(str(path), grid=k) for k in range(min(len(infos), 3))]
+        grids = [vdbflow.open(str(path), grid=k, checksum=checksum) for k in range(min(len(infos), 3))]
     except vdbflow.VdbflowError as err:
         return "rejected", f"{type(err).__name__}: {str(err)[:160]}"
     except Exception as err:  # noqa: BLE001 - anything else is a reader bug
@@ -328,16 +332,22 @@ def _inconsistency(grid, again: Path, roundtrip: bool = True) -> str:
 
 
 # -- batches in subprocesses -----------------------------------------------------------------------------------
-def worker(seed: int, first: int, count: int, report: Path, roundtrip_every: int = 1) -> None:
+def worker(seed: int, first: int, count: int, report: Path, roundtrip_every: int = 1, checksums: bool = True) -> None:
     """Runs cases [first, first + count) of ``seed``, one JSON line each (flushed: a crash leaves the
     cases before it on record); accepted files of every ``roundtrip_every``-th case are also written
-    and read back."""
+    and read back.  Without ``checksums`` the mutants keep their checksums and are read unchecked."""
+    import warnings
+
+    import vdbflow
+
+    warnings.simplefilter("ignore", vdbflow.ChecksumWarning)
     folder = Path(tempfile.mkdtemp(prefix="vdbflow-fuzz-"))
     try:
         seeds = seed_files(folder)
         with report.open("a") as out:
             for case in range(first, first + count):
-                outcome, detail = check(case_bytes(seeds, seed, case), folder, case % roundtrip_every == 0)
+                data = case_bytes(seeds, seed, case, clear_checksums=checksums)
+                outcome, detail = check(data, folder, case % roundtrip_every == 0, checksums)
                 out.write(json.dumps({"seed": seed, "case": case, "outcome": outcome, "detail": detail}) + "\n")
                 out.flush()
     finally:
@@ -396,8 +406,10 @@ def campaign(
     env_extra: dict[str, str],
     report: Path | None,
     roundtrip_every: int = 1,
+    checksums: bool = True,
 ) -> Counter:
-    """Runs ``cases`` mutants in subprocess batches; returns the count per outcome."""
+    """Runs ``cases`` mutants in subprocess batches (``checksums`` False: read with the checksums
+    ignored, none cleared); returns the count per outcome."""
     counts: Counter = Counter()
     bugs: list[dict] = []
     folder = Path(tempfile.mkdtemp(prefix="vdbflow-fuzz-run-"))
@@ -418,6 +430,7 @@ def campaign(
                 str(n),
                 str(lines),
                 str(roundtrip_every),
+                "on" if checksums else "off",
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -475,7 +488,14 @@ def campaign(
 
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), Path(sys.argv[5]), int(sys.argv[6]))
+        worker(
+            int(sys.argv[2]),
+            int(sys.argv[3]),
+            int(sys.argv[4]),
+            Path(sys.argv[5]),
+            int(sys.argv[6]),
+            sys.argv[7] == "on",
+        )
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=int, default=10_000)
@@ -487,10 +507,17 @@ def main() -> int:
     ap.add_argument("--build-dir", type=Path, default=ROOT / "build" / "asan")
     ap.add_argument("--report", type=Path, default=None)
     ap.add_argument("--replay", type=int, nargs=2, metavar=("SEED", "CASE"))
+    ap.add_argument(
+        "--checksums",
+        choices=["on", "off"],
+        default="on",
+        help="off: mutants keep their checksums and are read with checksum=False (the structural checks alone)",
+    )
     args = ap.parse_args()
     if args.replay:
         folder = Path(tempfile.mkdtemp(prefix="vdbflow-fuzz-"))
-        outcome, detail = check(case_bytes(seed_files(folder), *args.replay), folder)
+        on = args.checksums == "on"
+        outcome, detail = check(case_bytes(seed_files(folder), *args.replay, clear_checksums=on), folder, True, on)
         print(outcome, detail)
         return 0
     env = sanitized_package(args.build_dir) if args.sanitize else {}
@@ -498,7 +525,9 @@ def main() -> int:
     memory = None if args.sanitize else args.memory_gib
     if args.sanitize:
         env["ASAN_OPTIONS"] += f":malloc_limit_mb={int(args.memory_gib * 1024)}"
-    counts = campaign(args.cases, args.batch, args.seed, args.jobs, memory, env, args.report)
+    counts = campaign(
+        args.cases, args.batch, args.seed, args.jobs, memory, env, args.report, checksums=args.checksums == "on"
+    )
     bad = sum(counts[k] for k in ("inconsistent", "error", "crash", "sanitizer"))
     return 1 if bad else 0
 

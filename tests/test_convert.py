@@ -211,3 +211,71 @@ def test_a_dense_zarr_input_whose_metadata_names_pickle_is_refused_before_zarr_d
     result = invoke("convert", str(store), str(tmp_path / "out.nvdb"), "--variable", "v")
     assert result.exit_code == 2 and "would run code" in result.output
     assert not marker.exists() and not (tmp_path / "out.nvdb").exists()
+
+
+def _abc_box(tmp_path, coord_units=("m", "m", "m"), value_units=("m s-1", "m/s", "m s-1")):
+    n = 16
+    x = np.arange(n) * 0.25
+    X, Y, Z = np.meshgrid(x, x, x, indexing="ij")
+    fields = {"u": np.sin(Z) + np.cos(Y), "v": np.sin(X) + np.cos(Z), "w": np.sin(Y) + np.cos(X)}
+    ds = xr.Dataset(
+        {k: (("x", "y", "z"), f, {"units": u}) for (k, f), u in zip(fields.items(), value_units, strict=True)},
+        coords={c: (c, x, {"units": u}) for c, u in zip("xyz", coord_units, strict=True)},
+    )
+    ds.to_netcdf(tmp_path / "abc.nc", engine="h5netcdf")
+    return tmp_path / "abc.nc"
+
+
+def test_convert_reads_units_from_the_cf_attrs_of_variables_and_coordinates(tmp_path):
+    src = _abc_box(tmp_path)
+    result = CliRunner().invoke(
+        main, ["convert", str(src), str(tmp_path / "abc.nvdb"), "--variable", "u", "--variable", "v", "--variable", "w"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "units m s-1, length units m" in result.output
+    vol = vdbflow.open(tmp_path / "abc.nvdb")
+    assert vol.length_units == "m" and vol.units == "m s-1"
+    ds = vol.sample_grad(np.array([[1.0, 1.5, 2.0]]), outputs=["jacobian", "q_criterion", "vorticity_magnitude"])
+    assert ds["velocity_jacobian"].attrs["units"] == "1/s"
+    assert ds["q_criterion"].attrs["units"] == "1/s^2" and ds["vorticity_magnitude"].attrs["units"] == "1/s"
+
+
+def test_convert_units_options_replace_the_stated_ones(tmp_path):
+    src = _abc_box(tmp_path, coord_units=("km", "km", "km"))
+    out = tmp_path / "abc.nvdb"
+    args = ["convert", str(src), str(out), "--variable", "u", "--units", "cm/s", "--length-units", "mm"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    vol = vdbflow.open(out)
+    assert (vol.units, vol.length_units) == ("cm/s", "mm")
+
+
+def test_convert_refuses_coordinates_in_different_units(tmp_path):
+    src = _abc_box(tmp_path, coord_units=("m", "km", "m"))
+    result = CliRunner().invoke(main, ["convert", str(src), str(tmp_path / "o.nvdb")])
+    assert result.exit_code == 2
+    assert "expected the coordinates to share their units" in result.output and "'km'" in result.output
+    assert "--length-units states the units to use" in result.output
+    result = CliRunner().invoke(main, ["convert", str(src), str(tmp_path / "o.nvdb"), "--length-units", "m"])
+    assert result.exit_code == 0, result.output
+    assert vdbflow.open(tmp_path / "o.nvdb").length_units == "m"
+
+
+def test_convert_writes_the_nvdb_version_asked_for_and_info_shows_it(tmp_path):
+    """``--nvdb-version`` picks the NanoVDB version written (default 32.4; NanoVDB's own tools check the
+    files in tests/test_nanovdb_tools.py); ``vdbflow info`` and its JSON show each file's version."""
+    np.save(tmp_path / "d.npy", blob((16, 16, 16)))
+    for args, version in (
+        ((), "32.4.2"),
+        (("--nvdb-version", "32.9"), "32.9.0"),
+        (("--nvdb-version", "32.6"), "32.6.0"),
+    ):
+        out = tmp_path / f"{version}.nvdb"
+        result = invoke("convert", tmp_path / "d.npy", out, "--threshold", 0.5, *args)
+        assert result.exit_code == 0, result.output
+        assert vdbflow.list_grids(out)[0].version == version
+        assert f"NanoVDB {version}" in invoke("info", out).stdout
+        assert json.loads(invoke("info", "--json", out).stdout)[0]["grids"][0]["version"] == version
+    result = invoke("convert", tmp_path / "d.npy", tmp_path / "o.nvdb", "--nvdb-version", "32.5")
+    assert result.exit_code == 2 and "expected a NanoVDB version to write, one of ['32.4'" in result.output
+    assert not (tmp_path / "o.nvdb").exists()

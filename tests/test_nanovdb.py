@@ -3,6 +3,7 @@ subsets, and bad files."""
 
 import os
 import struct
+import warnings
 
 import numpy as np
 import pytest
@@ -157,6 +158,22 @@ def test_files_written_by_vdbflow_load_in_warp(rng, tmp_path, type_name, codec):
         [probe_points(rng, ijk, 100), [[300.5, 5, 5], [-3000, 5000, 7], [515, 9, 17.5], [-4.5, -3.5, -196.25]]]
     ).astype(np.float32)
     compare_with_warp(vol, warp_load(path), type_name, pts)
+
+
+@pytest.mark.parametrize("version", [None, "32.4", "32.6", "32.7", "32.8", "32.9"])
+def test_every_version_written_loads_in_warp(rng, tmp_path, version):
+    """Warp 1.19's load_from_nvdb takes every layout vdbflow writes (file magic NanoVDB0 or NanoVDB2,
+    grid magic NanoVDB0 or NanoVDB1) and samples it as vdbflow does; vdbflow reads each back with its
+    checksum verified."""
+    ijk, vol = tiled_volume(rng, "float32")
+    path = tmp_path / "out.nvdb"
+    vol.to_nvdb(str(path), version=version)
+    want = "32.4.2" if version in (None, "32.4") else f"{version}.0"
+    assert vdbflow.list_grids(path)[0].version == want
+    pts = np.concatenate([probe_points(rng, ijk, 100), [[300.5, 5, 5], [-3000, 5000, 7]]]).astype(np.float32)
+    compare_with_warp(vol, warp_load(path), "float32", pts)
+    back = vdbflow.open(path, checksum="strict")
+    np.testing.assert_array_equal(back.active_values(), vol.active_values())
     back = vdbflow.open(path)
     assert back.name == vol.name and back.tile_count == vol.tile_count
     for mode in ("closest",) + (("linear",) if vol.value_type.is_float else ()):
@@ -347,8 +364,20 @@ def test_checksum_is_written_and_verified(good_file, tmp_path):
     assert info.checksum >> 32 != 0xFFFFFFFF and info.checksum & 0xFFFFFFFF != 0xFFFFFFFF  # head and tail CRCs
     bad = data.copy()
     bad[g + fmt.GRID_OFF_VOXEL_SIZE] ^= 0x40  # a header byte the decoder itself does not use
+    path = write(tmp_path, bad)
     with pytest.raises(vdbflow.NanoVDBError, match="checksum mismatch"):
-        vdbflow.open(write(tmp_path, bad))
+        vdbflow.open(path, checksum="strict")
+    # by default (as NanoVDB's reader and Warp) the grid is read, with a warning naming grid, version and spans
+    with pytest.warns(vdbflow.ChecksumWarning, match=r"grid 'g_vec3f' \(NanoVDB 32\.4\.2\).*tried bytes \["):
+        back = vdbflow.open(path)
+    assert back.leaf_count == vdbflow.open(write(tmp_path, data, "ok.nvdb")).leaf_count
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        vdbflow.open(path, checksum=False)  # not checked: no warning
+        vdbflow.open(write(tmp_path, data, "ok.nvdb"))  # a good checksum: no warning
+    assert issubclass(vdbflow.ChecksumWarning, UserWarning) and "ChecksumWarning" in vdbflow.__all__
+    with pytest.raises(vdbflow.NanoVDBError, match="expected checksum True, False or 'strict', got 'warn'"):
+        vdbflow.open(path, checksum="warn")
 
 
 def fuzz_bases(rng, tmp_path):
@@ -386,7 +415,7 @@ def test_mutation_fuzz(rng, tmp_path):
         buf = bytes(data)
         try:
             for g in range(len(vdbflow.list_grids(buf))):
-                obj = vdbflow.open(buf, grid=g)
+                obj = vdbflow.open(buf, grid=g, checksum="strict")  # mutants the checksum catches are refused
                 vol = obj.with_data(np.zeros(obj.value_count), 0.0) if isinstance(obj, vdbflow.Topology) else obj
                 mode = "linear" if vol.value_type.is_float else "closest"
                 v, j = vdbflow.sample_grad_arrays(vol, pts, mode)

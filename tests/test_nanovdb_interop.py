@@ -71,8 +71,8 @@ def sample_volume(seed: int = 0, name: str = "density") -> vdbflow.Volume:
     return vdbflow.Volume.from_voxels(ijk, rng.standard_normal(len(ijk)).astype(np.float32), 0.5, name=name)
 
 
-def file_bytes(tmp_path, grids: dict, codec: str = "none", name: str = "f.nvdb") -> bytes:
-    vdbflow.save(tmp_path / name, grids, codec=codec)
+def file_bytes(tmp_path, grids: dict, codec: str = "none", name: str = "f.nvdb", version: str | None = None) -> bytes:
+    vdbflow.save(tmp_path / name, grids, codec=codec, version=version)
     return (tmp_path / name).read_bytes()
 
 
@@ -84,7 +84,7 @@ def only_grid(data: bytes) -> bytes:
 def segment(
     grids: list[bytes],
     codec: str = "none",
-    version: tuple[int, int, int] = (32, 6, 0),
+    version: tuple[int, int, int] = (32, 4, 2),
     names: list[str] | None = None,
     sizes: list[int] | None = None,
 ) -> bytes:
@@ -109,7 +109,7 @@ def segment(
         meta += bytes(136 - len(meta)) + struct.pack("<I", len(name))
         meta += bytes(168 - len(meta)) + struct.pack("<HHI", fmt.CODEC_IDS[codec], 0, v)
         metas += meta + name
-    header = struct.pack("<QIHH", fmt.MAGIC_FILE, v, len(grids), fmt.CODEC_IDS[codec])
+    header = struct.pack("<QIHH", fmt.MAGIC_NUMBER, v, len(grids), fmt.CODEC_IDS[codec])  # "NanoVDB0" up to 32.7
     return header + metas + b"".join(payloads)
 
 
@@ -120,14 +120,31 @@ def same(a, b) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # checksums
-def test_written_checksum_is_full_and_follows_the_32_6_rules(tmp_path):
+def test_written_checksum_is_full_and_follows_the_rules_of_each_version(tmp_path):
+    """32.4 (the default for value grids): per-node CRC32s as 8-byte entries, as NanoVDB 32.4's Linux
+    builds (nanovdb_validate) compute them; 32.6: as u32; 32.7 and later: grid + tree, then 4 KiB blocks."""
     vol = sample_volume()
     vol.blind_data = (vdbflow.BlindData("w", 0, 1, 1, 4, np.arange(3, dtype=np.float32).tobytes()),)
-    for obj in (vol, vdbflow.Volume.from_active(vol.active_voxels())):
-        grid = only_grid(file_bytes(tmp_path, {"g": obj}))
-        head, tail = struct.unpack_from("<II", grid, 8)
-        assert (head, tail) == (head_old(grid), tail_old(grid))
-        assert EMPTY32 not in (head, tail)
+    topo = vdbflow.Volume.from_active(vol.active_voxels())
+    rules = {
+        "32.4": lambda g: (head_old(g), tail_old(g, 8)),
+        "32.6": lambda g: (head_old(g), tail_old(g)),
+        "32.7": lambda g: (head_new(g), tail_new(g)),
+        "32.9": lambda g: (head_new(g), tail_new(g)),
+    }
+    for version, rule in rules.items():
+        for obj in (vol, topo) if version != "32.4" else (vol,):
+            grid = only_grid(file_bytes(tmp_path, {"g": obj}, version=version))
+            head, tail = struct.unpack_from("<II", grid, 8)
+            assert (head, tail) == rule(grid), version
+            assert EMPTY32 not in (head, tail)
+    # the default: 32.4 for value grids, 32.6 (the first with OnIndex grids) for a topology
+    assert only_grid(file_bytes(tmp_path, {"g": vol})) == only_grid(file_bytes(tmp_path, {"g": vol}, version="32.4"))
+    assert only_grid(file_bytes(tmp_path, {"g": topo})) == only_grid(file_bytes(tmp_path, {"g": topo}, version="32.6"))
+    with pytest.raises(vdbflow.NanoVDBError, match="OnIndex grid, which NanoVDB 32.4 does not know"):
+        file_bytes(tmp_path, {"g": topo}, version="32.4")
+    with pytest.raises(vdbflow.NanoVDBError, match=r"expected a NanoVDB version to write, one of \['32.4'"):
+        file_bytes(tmp_path, {"g": vol}, version="32.5")
 
 
 def test_tail_catches_a_changed_voxel_value(tmp_path):
@@ -137,7 +154,9 @@ def test_tail_catches_a_changed_voxel_value(tmp_path):
     leaf = g + 672 + struct.unpack_from("<Q", data, g + 672)[0]
     data[leaf + 96 + 4 * 7] ^= 0x01  # one value of the first leaf: outside the head, inside the tail
     with pytest.raises(vdbflow.NanoVDBError, match=f"tail half of the checksum at byte {g + 12}"):
-        vdbflow.open(bytes(data))
+        vdbflow.open(bytes(data), checksum="strict")
+    with pytest.warns(vdbflow.ChecksumWarning, match=f"tail half of the checksum at byte {g + 12}"):
+        assert vdbflow.open(bytes(data)).leaf_count == vol.leaf_count  # the default reads it, warning
     assert vdbflow.open(bytes(data), checksum=False).leaf_count == vol.leaf_count
     assert vdbflow.open(bytes(data), leaves=[0]).leaf_count == 1  # a subset does not read every node
     half = bytearray(data)
@@ -155,17 +174,17 @@ def test_head_not_computed_but_tail_checked(tmp_path):
     leaf = g + 672 + struct.unpack_from("<Q", data, g + 672)[0]
     data[leaf + 100] ^= 0x01
     with pytest.raises(vdbflow.NanoVDBError, match="tail half"):
-        vdbflow.open(bytes(data))
+        vdbflow.open(bytes(data), checksum="strict")
 
 
 def test_head_catches_a_changed_header(tmp_path):
     data = bytearray(file_bytes(tmp_path, {"g": sample_volume()}))
     g = len(data) - len(only_grid(bytes(data)))
     data[g + 608] ^= 0x40
-    with pytest.raises(vdbflow.NanoVDBError, match=f"bytes \\[{g + 16}, .*head half of the checksum at byte {g + 8}"):
-        vdbflow.open(bytes(data))
+    with pytest.raises(vdbflow.NanoVDBError, match=f"head half of the checksum at byte {g + 8}.*bytes \\[{g + 16}, "):
+        vdbflow.open(bytes(data), checksum="strict")
     with pytest.raises(vdbflow.NanoVDBError, match="head half"):
-        vdbflow.open(bytes(data), bbox=((0, 0, 0), (3, 3, 3)))  # the head is checked for subsets too
+        vdbflow.open(bytes(data), bbox=((0, 0, 0), (3, 3, 3)), checksum="strict")  # checked for subsets too
 
 
 def test_rules_after_32_6_cover_grid_tree_and_4k_blocks(tmp_path):
@@ -176,11 +195,11 @@ def test_rules_after_32_6_cover_grid_tree_and_4k_blocks(tmp_path):
     same(vdbflow.open(new), vol)
     old_rules = with_checksum(bytes(grid), head_old(grid), tail_old(grid))
     with pytest.raises(vdbflow.NanoVDBError, match=r"NanoVDB 32\.7\.0.*bytes \[16, 736\)"):
-        vdbflow.open(old_rules)
+        vdbflow.open(old_rules, checksum="strict")
     corrupt = bytearray(new)
     corrupt[-3000] ^= 0x10  # a leaf value near the end: in the last 4 KiB block
-    with pytest.raises(vdbflow.NanoVDBError, match="in 4 KiB blocks have CRC32"):
-        vdbflow.open(bytes(corrupt))
+    with pytest.raises(vdbflow.NanoVDBError, match="in 4 KiB blocks 0x"):
+        vdbflow.open(bytes(corrupt), checksum="strict")
 
 
 def test_older_tail_variants_are_accepted(tmp_path):
@@ -192,7 +211,7 @@ def test_older_tail_variants_are_accepted(tmp_path):
     for tail in (tail_old(grid, 8), blocked(grid[upper:])):
         same(vdbflow.open(with_checksum(grid, head_old(grid), tail)), vol)
     with pytest.raises(vdbflow.NanoVDBError, match="tail half"):
-        vdbflow.open(with_checksum(grid, head_old(grid), tail_old(grid) ^ 1))
+        vdbflow.open(with_checksum(grid, head_old(grid), tail_old(grid) ^ 1), checksum="strict")
 
 
 def test_head_of_a_grid_whose_index_and_count_were_rewritten(tmp_path):
@@ -204,8 +223,8 @@ def test_head_of_a_grid_whose_index_and_count_were_rewritten(tmp_path):
     struct.pack_into("<II", grid, 24, 2, 3)
     same(vdbflow.open(bytes(grid)), vol)
     grid[300] ^= 1  # and a real change still fails
-    with pytest.raises(vdbflow.NanoVDBError, match="head half"):
-        vdbflow.open(bytes(grid))
+    with pytest.raises(vdbflow.NanoVDBError, match=r"head half.*as grid 0 of 1 0x"):
+        vdbflow.open(bytes(grid), checksum="strict")
 
 
 # ---------------------------------------------------------------------------------------------

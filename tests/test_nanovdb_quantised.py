@@ -217,6 +217,8 @@ def test_quantised_grid_checksums_and_bad_widths(tmp_path):
     corrupt = bytearray(built)
     corrupt[-200] ^= 1  # a code of the last leaf
     with pytest.raises(vdbflow.NanoVDBError, match="tail half"):
+        vdbflow.open(bytes(corrupt), checksum="strict")
+    with pytest.warns(vdbflow.ChecksumWarning, match=r"tail half.*FpN leaves' first 96 bytes"):
         vdbflow.open(bytes(corrupt))
     vdbflow.open(bytes(corrupt), checksum=False)
     bad, _ = transcode(float_grid(tmp_path), "FpN", bad_fpn_width=True)

@@ -19,13 +19,27 @@ def test_committed_notebook_has_no_outputs():
     assert code and all(not c.outputs and c.execution_count is None for c in code)
 
 
+def test_the_notebook_says_what_is_true():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    text = "\n".join(c.source for c in nb.cells)
+    assert "stores no component names" not in text  # .nvdb files keep them (and units)
+    assert text.count("Runs top to bottom in about") == 1 and "couple of minutes" not in text
+    assert '".[notebook]"' in text and "jupyter lab" in text
+
+
 @pytest.mark.slow
 def test_notebook_executes(tmp_path):
+    """Run from a clone's notebooks/ folder (as `jupyter lab` starts it there), the notebook finds or
+    writes the demo's files in the repository root's vdbflow-demo/, never under notebooks/."""
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    shutil.copy(NOTEBOOK, tmp_path)
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    shutil.copy(NOTEBOOK, folder)
     nbclient.NotebookClient(
-        nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+        nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(folder)}}
     ).execute()
+    assert sorted(p.name for p in folder.iterdir()) == [NOTEBOOK.name]
+    assert (tmp_path / "vdbflow-demo" / "gyre").is_dir()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     images = [o for o in outputs if "image/png" in o.get("data", {})]
@@ -38,3 +52,6 @@ def test_notebook_executes(tmp_path):
     difference = float(text.split("median |variational - finite difference|:")[1].split()[0])
     assert difference < 0.01  # the two FTLE estimates agree away from the ridges
     assert (tmp_path / "vdbflow-demo" / "taylor_green.nvdb").is_file()
+    assert "('m/s', 'm', ('u', 'v', 'w'))" in "".join(
+        o.get("data", {}).get("text/plain", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs
+    )  # units and component names come from the file

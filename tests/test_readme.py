@@ -2,11 +2,13 @@
 blocks run line by line, in a folder where the Quick start's demo job has run (its files are what the
 snippets open).  The Quick start block itself (pip install, pytest) is what CI runs around the suite."""
 
+import json
 import os
 import re
 import shlex
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -55,13 +57,26 @@ def test_python_blocks_run_in_order(demo_folder, monkeypatch):
     monkeypatch.chdir(demo_folder)
     namespace: dict = {"__name__": "__readme__"}
     for line, code in blocks("python"):
-        try:
-            exec(compile(code, f"README.md:{line}", "exec"), namespace)  # noqa: S102 - the README's own code
-        except Exception as err:  # name the block that failed
-            raise AssertionError(f"the python block at README.md line {line} fails: {err!r}") from err
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                exec(compile(code, f"README.md:{line}", "exec"), namespace)  # noqa: S102 - the README's own code
+            except Exception as err:  # name the block that failed
+                raise AssertionError(f"the python block at README.md line {line} fails: {err!r}") from err
+        said = [f"{w.category.__name__}: {w.message}" for w in caught]
+        assert not said, f"the python block at README.md line {line} warns: {said}"
     import matplotlib.pyplot as plt
 
     plt.close("all")
+    assert_written_under_the_demo_folder(demo_folder)
+
+
+def assert_written_under_the_demo_folder(folder: Path) -> None:
+    """The README's examples write only under vdbflow-demo/ (which .gitignore names): a user who runs
+    them in a clone is left with no stray files."""
+    assert "vdbflow-demo/" in (REPO / ".gitignore").read_text().splitlines()
+    stray = sorted(p.name for p in folder.iterdir() if p.name not in ("configs", "vdbflow-demo"))
+    assert not stray, f"README examples wrote {stray} outside vdbflow-demo/"
 
 
 @pytest.mark.slow
@@ -80,3 +95,62 @@ def test_bash_blocks_run(demo_folder):
             assert result.returncode == 0, f"README.md line {line}: {command}\n{result.stdout}\n{result.stderr}"
             ran += 1
     assert ran >= 5
+    assert_written_under_the_demo_folder(demo_folder)
+
+
+@pytest.mark.slow
+def test_the_committed_figures_are_what_the_figure_script_draws(tmp_path):
+    """scripts/readme_figures.py renders the README's figures and records their titles and labels; a
+    fresh rendering records the same as the committed docs/figures/figures.json (units included)."""
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "readme_figures.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    fresh = json.loads((tmp_path / "figures.json").read_text())
+    assert fresh == json.loads((REPO / "docs" / "figures" / "figures.json").read_text())
+    labels = json.dumps(fresh, ensure_ascii=False)
+    assert "[1/s]" in labels and "m/s/m" not in labels
+    for name in fresh:
+        assert (REPO / "docs" / "figures" / name).stat().st_size > 10_000 and f"]({'docs/figures/' + name})" in (
+            README.read_text()
+        )
+
+
+def _summary_rows(text: str) -> dict[str, str]:
+    """The rows of a rich summary table (the first one in ``text``), continuation lines joined."""
+    rows: dict[str, str] = {}
+    key = None
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("│").split("│")] if line.startswith("│") else None
+        if cells is None or len(cells) != 2:
+            continue
+        if cells[0]:
+            key = cells[0]
+            rows[key] = cells[1]
+        elif key is not None:
+            rows[key] += " " + cells[1]
+    return rows
+
+
+@pytest.mark.slow
+def test_the_demo_prints_the_summary_the_readme_shows(tmp_path):
+    """The Quick start's demo, run as written: the rows that do not depend on the machine's speed
+    (points, grids, the analytic check, the edge of the data) read as the README prints them."""
+    result = subprocess.run(
+        [sys.executable, "-m", "vdbflow.jobs.cli", "demo"],
+        cwd=tmp_path,
+        env={**os.environ, "COLUMNS": "80"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    text = README.read_text()
+    shown = text[text.index("it prints (") :]
+    shown = shown[shown.index("```\n") + 4 :]
+    readme, printed = _summary_rows(shown[: shown.index("```")]), _summary_rows(result.stdout)
+    for key in ("points", "grids", "max |J - J_exact|", "edge of the data"):
+        assert readme[key] == printed[key], f"README: {readme.get(key)!r}, the demo: {printed.get(key)!r}"

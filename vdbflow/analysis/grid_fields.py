@@ -236,6 +236,17 @@ def hessian_field(vol: Volume, scheme: str = "fd4", *, distributed: Any = None, 
     return out
 
 
+# the one-channel functions of analysis.flow that derived_field computes at every voxel
+FIELD_QUANTITIES = (
+    "divergence",
+    "vorticity_magnitude",
+    "strain_rate_magnitude",
+    "q_criterion",
+    "lambda2",
+    "swirling_strength",
+)
+
+
 def derived_field(
     vol: Volume, quantity: str, scheme: str = "fd4", *, distributed: Any = None, device: str = "cpu"
 ) -> Volume:
@@ -294,12 +305,22 @@ def derived_field(
         if vol.units and vol.length_units:
             out.units, out.length_units = units.divide(vol.units, units.power(vol.length_units, 2)), vol.length_units
         return out
-    fn = getattr(flow, quantity, None)
-    if vol.components != 3 or fn is None or quantity in ("vorticity", "strain_rate", "rotation_rate", "helicity"):
+    if quantity not in FIELD_QUANTITIES:
+        import difflib
+
+        close = difflib.get_close_matches(str(quantity), ("laplacian", *FIELD_QUANTITIES), n=1)
         raise SamplingError(
-            f"expected a vec3 volume and a scalar quantity of vdbflow.analysis.flow, got {vol.components} "
-            f"components and {quantity!r}"
+            f"expected a quantity among 'laplacian', {', '.join(map(repr, FIELD_QUANTITIES))}, got {quantity!r}"
+            + (f"; did you mean {close[0]!r}?" if close else "")
+            + (
+                " (vectors and tensors are not fields of one channel: sample them with sample_grad)"
+                if quantity in ("vorticity", "strain_rate", "rotation_rate", "helicity")
+                else ""
+            )
         )
+    if vol.components != 3:
+        raise SamplingError(f"expected a vec3 volume for {quantity!r}, got {vol.components} component(s)")
+    fn = getattr(flow, quantity)
     jac = _grid_jacobian(vol, scheme, distributed, device)
     da = xr.DataArray(jac, dims=("point", "component", "axis"))
     values = np.asarray(fn(da).values)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from vdbflow.core import schema
 from vdbflow.errors import SamplingError
 from vdbflow.io import bounded_json
 
@@ -97,20 +98,44 @@ def _variable(ds: xr.Dataset, var: str | xr.DataArray) -> xr.DataArray:
     )
 
 
+def _edge_flags(ds: xr.Dataset, name: str) -> np.ndarray | None:
+    """(points,) bool, True where a point's stencil reads only active voxels, from the Dataset's
+    ``stencil_inside`` flags (``sample_grad(outputs=[..., "inside"])``, a job's ``inside`` output):
+    those of ``name``'s grid where a job wrote one per grid, all of them together otherwise; None
+    when the Dataset has none."""
+    flags = [str(v) for v in ds.data_vars if str(v).endswith(schema.STENCIL_INSIDE)]
+    if not flags:
+        return None
+    own = [f for f in flags if f != schema.STENCIL_INSIDE and name.startswith(f.removesuffix(schema.STENCIL_INSIDE))]
+    picked = own[:1] or flags
+    return np.logical_and.reduce([np.asarray(ds[f].values, bool).reshape(-1) for f in picked])
+
+
+def _masked(values: np.ndarray, inside: np.ndarray | None) -> tuple[np.ndarray, str]:
+    """``values`` (points, ...) with the points at the edge of the data set to NaN, and a note saying so."""
+    if inside is None or inside.all():
+        return values, ""
+    values = np.array(values, np.float64)
+    values[~inside] = np.nan
+    return values, f"{int((~inside).sum()):,} points blanked: stencil leaves the data"
+
+
 def _label(da: xr.DataArray, name: str | None = None) -> str:
     units = da.attrs.get("units")
     return f"{name or da.attrs.get('long_name') or da.name}" + (f" [{units}]" if units else "")
 
 
 def _plane_axes(ds: xr.Dataset, shape: tuple[int, int]) -> tuple[tuple[str, np.ndarray], tuple[str, np.ndarray]]:
-    """The two point coordinates that vary most along the plane's s and t directions, as 2-D grids."""
+    """The two point coordinates that vary most along the plane's s and t directions, as 2-D grids, in
+    the order x, y, z (i, j, k): the first across the image, the second up it."""
     names = [c for c in ("x", "y", "z", "i", "j", "k") if c in ds.coords and ds[c].dims == ("point",)]
     if len(names) < 3:
         raise SamplingError(f"expected point coordinates x, y, z (or i, j, k) in the Dataset, got {names}")
     grids = {c: np.asarray(ds[c].values, np.float64).reshape(shape) for c in names[:3]}
     along_s = max(grids, key=lambda c: np.ptp(grids[c], axis=0).max(initial=0))
     along_t = max((c for c in grids if c != along_s), key=lambda c: np.ptp(grids[c], axis=1).max(initial=0))
-    return (along_s, grids[along_s]), (along_t, grids[along_t])
+    across, up = sorted((along_s, along_t), key=names.index)  # x across and y up, whichever dim each follows
+    return (across, grids[across]), (up, grids[up])
 
 
 def _coord_label(ds: xr.Dataset, name: str) -> str:
@@ -160,10 +185,13 @@ def slice_plot(
     robust: bool = False,
     title: str | None = None,
     colorbar: bool = True,
+    mask_edge: bool = True,
 ) -> Any:
     """An image of ``var`` (a data variable, or a derived quantity such as ``"q_criterion"``) over
     a slice plane of (ns, nt) points; vector variables need ``component`` (a label or a position;
     ``"magnitude"`` for the norm). ``robust``: colour limits from the 2nd-98th percentiles.
+    ``mask_edge``: points whose stencil reads the background (False in the Dataset's ``stencil_inside``
+    flags, where it has them) are left blank, and the title says how many.
     Returns the matplotlib Axes."""
     plt = _pyplot()
     ds, da, shape = _plane(ds, _variable(ds, var), shape)
@@ -187,13 +215,14 @@ def slice_plot(
             name = f"{name} {sel[dim].item()}"
     else:
         values = np.asarray(da.values, np.float64)
+    values, note = _masked(values, _edge_flags(ds, str(da.name)) if mask_edge else None)
     if symmetric is None:
         symmetric = bool(np.nanmin(values) < 0 < np.nanmax(values)) if np.isfinite(values).any() else False
     cmap = cmap or ("RdBu_r" if symmetric else "viridis")
     if ax is None:
         _, ax = plt.subplots(figsize=(5, 4.2), layout="constrained")
     mesh = _image(ax, ds, values, shape, cmap, *_limits(values, symmetric, robust))
-    ax.set_title(title or name)
+    ax.set_title(title or (f"{name}\n({note})" if note else name), fontsize=None if title or not note else 9)
     if colorbar:
         ax.figure.colorbar(mesh, ax=ax, label=_label(da, name))
     return ax
@@ -208,11 +237,13 @@ def jacobian_grid(
     share_limits: bool = True,
     robust: bool = False,
     panel_size: float = 2.6,
+    mask_edge: bool = True,
 ) -> Any:
     """Component x axis panels of a Jacobian over a slice plane: row c, column a shows
     ``d value[c] / d axis[a]`` with a colour bar in the Jacobian's units. Colour limits are
     symmetric and shared by all panels (``share_limits``); ``robust`` takes them from the 2nd-98th
-    percentiles. Returns the Figure."""
+    percentiles; ``mask_edge`` blanks the points whose stencil reads the background (as
+    :func:`slice_plot`). Returns the Figure."""
     plt = _pyplot()
     ds, _, shape = _plane(ds, None, shape)
     if var is None:
@@ -229,6 +260,7 @@ def jacobian_grid(
     values = np.asarray(J.values, np.float64)
     if comps == [None]:
         values = values[:, None, :]
+    values, note = _masked(values, _edge_flags(ds, var) if mask_edge else None)
     lo, hi = _limits(values, True, robust) if share_limits else (None, None)
     fig, axes = plt.subplots(
         len(comps),
@@ -256,7 +288,9 @@ def jacobian_grid(
                 fig.colorbar(mesh, ax=ax)
     if share_limits:
         fig.colorbar(mesh, ax=axes, label=f"∂{field}/∂axis" + (f" [{units}]" if units else ""), shrink=0.9)
-    fig.suptitle(f"Jacobian of {field} ({J.attrs.get('sampling_mode', '')})".replace(" ()", ""))
+    fig.suptitle(
+        f"Jacobian of {field} ({J.attrs.get('sampling_mode', '')})".replace(" ()", "") + (f"; {note}" if note else "")
+    )
     return fig
 
 
@@ -268,10 +302,13 @@ def line_plot(
     axis: str | None = None,
     ax: Any = None,
     label: str | None = None,
+    mask_edge: bool = True,
     **line_kwargs: Any,
 ) -> Any:
     """``var`` (or its ``component`` / Jacobian entry ``component``, ``axis``) along the points,
-    against the distance from the first point. Returns the Axes (call again on it to compare)."""
+    against the distance from the first point; ``mask_edge`` leaves gaps where the stencil reads the
+    background (as :func:`slice_plot`; the legend says how many). Returns the Axes (call again on it
+    to compare)."""
     plt = _pyplot()
     dims = _point_dims(ds)
     if len(dims) != 1:
@@ -299,12 +336,9 @@ def line_plot(
         what = f"∂{what.removesuffix('_jacobian')}[{sel.get('component', '')}]/∂{sel['axis']}".replace("[]", "")
     elif "component" in sel:
         what = f"{what} {sel['component']}"
-    ax.plot(
-        distance,
-        np.asarray(picked.values, np.float64),
-        label=label or da.attrs.get("sampling_mode", what),
-        **line_kwargs,
-    )
+    values, note = _masked(np.asarray(picked.values, np.float64), _edge_flags(ds, str(da.name)) if mask_edge else None)
+    name = label or da.attrs.get("sampling_mode", what)
+    ax.plot(distance, values, label=f"{name} ({note})" if note else name, **line_kwargs)
     ax.set_xlabel(
         "distance along the line" + (f" [{ds[names[0]].attrs['units']}]" if ds[names[0]].attrs.get("units") else "")
     )

@@ -101,6 +101,20 @@ def hessian_attrs(name: str, value_units: str | None, length: str | None, compon
     return attrs
 
 
+INSIDE = "inside"  # the output name that asks for the stencil-inside flag (sample_grad, job configs)
+STENCIL_INSIDE = "stencil_inside"  # its variable
+
+
+def stencil_inside_attrs(mode: str, name: str) -> dict[str, Any]:
+    """Attrs of the flag that says whether a point's ``mode`` stencil reads only active voxels of ``name``."""
+    return {
+        "long_name": f"the {mode} stencil of the point reads only active voxels of {name}",
+        "flag_values": np.array([0, 1], np.int8),
+        "flag_meanings": "reads_background all_data",
+        "comment": "where 0, values and derivatives mix in the background or tile values: the edge of the data",
+    }
+
+
 # -- particle trajectories ----------------------------------------------------------------------
 
 

@@ -324,11 +324,11 @@ class Topology:
             self, data, background, tile_values, index_layout=True, name=name, component_names=component_names
         )
 
-    def to_nvdb(self, path: str, name: str = "index", codec: str = "none") -> None:
-        """Write this topology as a NanoVDB OnIndex grid (see :func:`vdbflow.save`)."""
+    def to_nvdb(self, path: str, name: str = "index", codec: str = "none", version: str | None = None) -> None:
+        """Write this topology as a NanoVDB OnIndex grid (see :func:`vdbflow.save`; NanoVDB 32.6 or later)."""
         from vdbflow.io.nanovdb import save
 
-        save(path, {name: self}, codec=codec)
+        save(path, {name: self}, codec=codec, version=version)
 
     def __repr__(self) -> str:
         return (

@@ -682,12 +682,13 @@ class Volume:
 
         to_zarr(self, path, overwrite=overwrite)
 
-    def to_nvdb(self, path: str, name: str | None = None, codec: str = "none") -> None:
-        """Write this volume as a NanoVDB value grid (``codec``: none, zip or blosc); volumes in the
-        index layout are written with their values spread over whole leaves."""
+    def to_nvdb(self, path: str, name: str | None = None, codec: str = "none", version: str | None = None) -> None:
+        """Write this volume as a NanoVDB value grid (``codec``: none, zip or blosc; ``version``: the
+        NanoVDB version to follow, see :func:`vdbflow.save`); volumes in the index layout are written
+        with their values spread over whole leaves."""
         from vdbflow.io.nanovdb import save
 
-        save(path, {name or self.name: self}, codec=codec)
+        save(path, {name or self.name: self}, codec=codec, version=version)
 
     def __repr__(self) -> str:
         layout = "index" if self.index_layout else "per-leaf"

@@ -142,8 +142,11 @@ class DistributedVolume:
         """Values and Jacobians at ``points`` (or the ``outputs`` asked: derived quantities too, as
         :meth:`Volume.sample_grad`); the same Dataset layout, Dask-backed and chunked like the points
         (1,048,576 points per chunk for NumPy points)."""
-        request = SampleRequest(mode, tuple(outputs), space, jacobian_space, device=device)
-        return self._dataset(request, points, wave)
+        from vdbflow.ops.sampling import split_inside
+
+        kernel_outputs, inside = split_inside(outputs)
+        request = SampleRequest(mode, kernel_outputs, space, jacobian_space, device=device)
+        return self._dataset(request, points, wave, inside)
 
     def sample_hessian(
         self,
@@ -161,9 +164,16 @@ class DistributedVolume:
         request = SampleRequest(mode, OUTPUTS, space, jacobian_space, hessian_space, device=device)
         return self._dataset(request, points, wave)
 
-    def _dataset(self, request: SampleRequest, points: Any, wave: int | None):
+    def _dataset(self, request: SampleRequest, points: Any, wave: int | None, inside: bool = False):
         pts, arrays = forward_arrays(self, request, points, wave)
-        return result_dataset(self.template, request, pts, arrays)
+        ds = result_dataset(self.template, request, pts, arrays)
+        if inside:  # the flag from the whole topology, which the client holds: one task a chunk of points
+            from vdbflow.core import schema
+            from vdbflow.ops.coverage import stencil_inside_flags
+
+            flags = stencil_inside_flags(self.topology, pts, request.mode, request.space)
+            ds[schema.STENCIL_INSIDE] = ("point", flags, schema.stencil_inside_attrs(request.mode, self.template.name))
+        return ds
 
     def sample_grad_vjp(
         self,

@@ -50,11 +50,13 @@ class DenseSource:
         names: Sequence[str] | None = None,
         mask: Callable[[int, int], np.ndarray] | None = None,
         units: str | None = None,
+        length_units: str | None = None,
     ):
         if len(shape) not in (3, 4):
             raise VolumeError(f"expected a dense array of shape (X, Y, Z) or (X, Y, Z, C), got {tuple(shape)}")
         self.shape, self.read, self.dtype = tuple(shape), read, np.dtype(dtype)
         self.origin, self.voxel_size, self.names, self.mask, self.units = origin, voxel_size, names, mask, units
+        self.length_units = length_units
         self.variables: tuple[str, ...] = ()  # the dataset variables read (NetCDF / Zarr)
 
     @property
@@ -67,8 +69,16 @@ class DenseSource:
             yield x0, self.read(x0, x1), (self.mask(x0, x1) if self.mask is not None else None)
 
 
-def open_dense(path: str | Path, variables: Sequence[str] = (), mask_variable: str | None = None) -> DenseSource:
-    """A :class:`DenseSource` over an .npy file, or variables of a NetCDF / Zarr dataset (via xarray)."""
+def open_dense(
+    path: str | Path,
+    variables: Sequence[str] = (),
+    mask_variable: str | None = None,
+    units: str | None = None,
+    length_units: str | None = None,
+) -> DenseSource:
+    """A :class:`DenseSource` over an .npy file, or variables of a NetCDF / Zarr dataset (via xarray).
+    The values' and the coordinates' units are ``units`` and ``length_units`` where given, else those the
+    variables and coordinates state in CF ``units`` attrs (refused when they differ)."""
     path = Path(path)
     if not path.exists():
         raise VolumeError(f"expected a dense input file, found nothing at {path}")
@@ -79,7 +89,9 @@ def open_dense(path: str | Path, variables: Sequence[str] = (), mask_variable: s
             arr = np.load(path, mmap_mode="r")
         except (ValueError, OSError) as err:
             raise VolumeError(f"cannot read {path} as a .npy array: {err}") from None
-        return DenseSource(arr.shape, lambda a, b: np.asarray(arr[a:b]), arr.dtype)
+        return DenseSource(
+            arr.shape, lambda a, b: np.asarray(arr[a:b]), arr.dtype, units=units, length_units=length_units
+        )
     import xarray as xr
 
     zarr = path.suffix.lower() == ".zarr" or path.is_dir()
@@ -112,6 +124,10 @@ def open_dense(path: str | Path, variables: Sequence[str] = (), mask_variable: s
         reg = _regular_axis(ds[d].values, d) if d in ds.coords else None
         origin.append(reg[0] if reg else 0.0)
         size.append(reg[1] if reg else 1.0)
+    value_units = units or _cf_units([ds[v] for v in names], "variables", "--units")
+    length_units = length_units or _cf_units(
+        [ds[d] for d in dims[:3] if d in ds.coords], "coordinates", "--length-units"
+    )
     shape = arrays[0].shape + ((len(arrays),) if len(arrays) > 1 else ())
 
     def read(a: int, b: int) -> np.ndarray:
@@ -137,10 +153,24 @@ def open_dense(path: str | Path, variables: Sequence[str] = (), mask_variable: s
         tuple(size),
         names if len(names) > 1 else None,
         mask,
-        ds[names[0]].attrs.get("units"),
+        value_units,
+        length_units,
     )
     source.variables = tuple(names)
     return source
+
+
+def _cf_units(variables: list[Any], what: str, option: str) -> str | None:
+    """The CF ``units`` attr the ``variables`` share (None where none states one); refuses differing ones."""
+    from vdbflow.core.units import same
+
+    stated = {str(v.name): str(v.attrs["units"]) for v in variables if v.attrs.get("units") not in (None, "")}
+    if not stated:
+        return None
+    first = next(iter(stated.values()))
+    if not all(same(first, u) for u in stated.values()):
+        raise VolumeError(f"expected the {what} to share their units, got {stated} ({option} states the units to use)")
+    return first
 
 
 def _spatial(var: Any) -> Any:
@@ -174,11 +204,14 @@ def convert(
     slab: int = 64,
     name: str = "density",
     progress: Callable[[int, int], None] | None = None,
+    units: str | None = None,
+    length_units: str | None = None,
 ) -> Volume:
     """A sparse Volume of the voxels of ``source`` that are active: where the mask is set, else where
     ``|value|`` (vector norm) exceeds ``threshold``, else where the value differs from ``background``.
 
-    ``slab`` (a multiple of 8) X-planes are dense at a time.
+    ``slab`` (a multiple of 8) X-planes are dense at a time.  ``units`` and ``length_units`` (the values'
+    and the coordinates') replace those the source states in CF ``units`` attrs.
     """
     if slab < 8 or slab % 8:
         raise VolumeError(f"expected a slab of a positive multiple of 8 planes, got {slab}")
@@ -217,7 +250,8 @@ def convert(
     vol = Volume.from_voxels(
         ijk, vals, background=background, transform=_transform(size, org), name=name, component_names=source.names
     )
-    vol.units = source.units
+    vol.units = units or source.units
+    vol.length_units = length_units or source.length_units
     return vol
 
 

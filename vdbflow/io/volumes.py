@@ -299,9 +299,10 @@ def open_volume(
     **kwargs
         For .nvdb data, passed to :func:`vdbflow.io.nanovdb.open_grid`: ``bbox`` (inclusive index
         coordinates ``((i0, j0, k0), (i1, j1, k1))``) or ``leaves`` (leaf indices in tree order) to
-        load part of the grid, and ``checksum`` (verify the grid's checksum, default True).  For
-        .vdb data, ``leaves`` (only those leaves' buffers are decompressed); ``checksum`` is
-        ignored.
+        load part of the grid, and ``checksum`` (True, the default: a checksum that matches no rule of
+        the grid's NanoVDB version is a :class:`~vdbflow.ChecksumWarning`; ``"strict"``: an error;
+        False: not checked).  For .vdb data, ``leaves`` (only those leaves' buffers are
+        decompressed); ``checksum`` is ignored.
 
     Returns
     -------
@@ -316,7 +317,7 @@ def open_volume(
     ------
     NanoVDBError
         A malformed, truncated or unsupported .nvdb file, a ``grid`` it lacks, a ``bbox`` of
-        another shape, or a checksum that does not match.
+        another shape, or (with ``checksum="strict"``) a checksum that does not match.
     OpenVDBError
         A malformed, truncated or unsupported OpenVDB .vdb file (naming the byte offset), a
         ``grid`` it lacks, or ``bbox`` given for one.

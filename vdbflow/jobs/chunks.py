@@ -26,7 +26,8 @@ import numpy as np
 from vdbflow.ops.request import SampleRequest
 
 CHUNK_KEY = "vdbflow-chunk"  # task-key prefix of the chunk tasks (jobs.progress groups by it)
-CHUNK_PHASES = ("points", "sampling", "analytic check")  # the seconds each chunk task returns
+TALLY_KEY = "vdbflow-tally"  # the partitioned path's point tallies (non-finite points, the edge of the data)
+CHUNK_PHASES = ("points", "sampling", "checks")  # the seconds each chunk task returns
 REPLICATE_FRACTION = 0.125  # a volume up to this share of a worker's memory is read whole by every worker
 ANALYTIC_CHECK_PER_CHUNK = 65_536  # points of each chunk compared with a synthetic field's analytic values
 
@@ -68,6 +69,9 @@ def analytic_error(check: AnalyticCheck, X: np.ndarray, P: np.ndarray, topology:
     if len(P) > ANALYTIC_CHECK_PER_CHUNK:  # a check, not an output: evenly spaced points of the chunk
         pick = np.linspace(0, len(P) - 1, ANALYTIC_CHECK_PER_CHUNK).astype(np.int64)
         X, P = X[pick], P[pick]
+    finite = np.isfinite(P).all(axis=1)
+    if not finite.all():  # non-finite points have no analytic value (the summary counts them)
+        X, P = X[finite], P[finite]
     M = np.asarray(check.index_to_world, np.float64)
     world = P if check.space == "world" else P @ M[:3, :3].T + M[:3, 3]
     exact = check.field.jacobian(world)
@@ -85,6 +89,33 @@ def analytic_error(check: AnalyticCheck, X: np.ndarray, P: np.ndarray, topology:
     inside = stencil_inside(topology, P, check.mode, check.space)
     err = np.abs(X.astype(np.float64) - exact).reshape(len(X), -1).max(axis=1, initial=0.0)
     return np.array([[np.max(err[inside], initial=0.0), inside.sum()]])
+
+
+EDGE_CHECK_PER_CHUNK = 16_384  # points of each chunk whose stencil is checked for the summary's edge share
+
+
+def point_tally(
+    points: np.ndarray, topology: Any, mode: str, space: str, inside: np.ndarray | None = None
+) -> np.ndarray:
+    """(1, 3) int64 for the job summary: the chunk's non-finite points, its finite points checked for the
+    edge of the data, and those of them whose ``mode`` stencil reads the background.  ``inside``: the
+    chunk's stencil-inside flags where the job writes them (all points checked); otherwise at most
+    ``EDGE_CHECK_PER_CHUNK`` evenly spaced points are (a share, not a flag per point)."""
+    from vdbflow.ops.coverage import stencil_inside
+
+    finite = np.isfinite(points).all(axis=1)
+    if inside is None:
+        if len(points) > EDGE_CHECK_PER_CHUNK:
+            pick = np.linspace(0, len(points) - 1, EDGE_CHECK_PER_CHUNK).astype(np.int64)
+            sub, checked = points[pick], finite[pick]
+        else:
+            sub, checked = points, finite
+        inside = stencil_inside(topology, np.ascontiguousarray(sub[checked]), mode, space)
+        outside = int(np.count_nonzero(~inside))
+    else:
+        checked = finite
+        outside = int(np.count_nonzero(checked & ~np.asarray(inside, bool)))
+    return np.array([[len(points) - int(np.count_nonzero(finite)), int(np.count_nonzero(checked)), outside]], np.int64)
 
 
 @dataclass(frozen=True)
@@ -108,7 +139,8 @@ def _volume(source: Any) -> Any:
 
 def sample_chunk(block: int, start: int, stop: int, spec: ChunkSpec, given: Any, *sources: Any) -> tuple:
     """One chunk of a job: ``(points (n, 3) float64, each grid's outputs..., check (1, 2) or None,
-    seconds (3,))``; ``given`` is the chunk's block of points where the spec has no generator."""
+    tally (1, 3), seconds (3,))``; ``given`` is the chunk's block of points where the spec has no
+    generator.  The tally is :func:`point_tally` of the first grid."""
     seconds = np.zeros(len(CHUNK_PHASES))
     t0 = time.perf_counter()
     if spec.generator is not None:
@@ -123,7 +155,7 @@ def sample_chunk(block: int, start: int, stop: int, spec: ChunkSpec, given: Any,
 
     out: list[Any] = [points]
     first: dict[str, Any] = {}
-    topology = None
+    topology, flags = None, None
     for source in sources:
         vol = _volume(source)
         arrays = sample_host_arrays(vol, spec.request, points)  # a GPU worker: through its pinned pipeline
@@ -131,14 +163,15 @@ def sample_chunk(block: int, start: int, stop: int, spec: ChunkSpec, given: Any,
         if spec.inside:
             out.append(stencil_inside(vol.topology, points, spec.request.mode, spec.request.space))
         if topology is None:
-            first, topology = arrays, vol.topology
+            first, topology, flags = arrays, vol.topology, (out[-1] if spec.inside else None)
     t2 = time.perf_counter()
     seconds[1] = t2 - t1
     errors = None
     if spec.check is not None:
         errors = analytic_error(spec.check, first[spec.check.output], points, topology)
-        seconds[2] = time.perf_counter() - t2
-    return (*out, errors, seconds)
+    tally = point_tally(points, topology, spec.request.mode, spec.request.space, flags)
+    seconds[2] = time.perf_counter() - t2
+    return (*out, errors, tally, seconds)
 
 
 # -- the request and variables of a job's grid (both paths) ------------------------------------------------
@@ -199,14 +232,8 @@ def grid_variables(
         elif quantity in DERIVED:
             out[f"{prefix}{quantity}"] = ds[quantity if quantity in ds else f"{name}_{quantity}"]
     if inside is not None:
-        out[f"{prefix}stencil_inside"] = xr.DataArray(
-            inside,
-            dims="point",
-            attrs={
-                "long_name": f"the {sp.mode} stencil of the point reads only active voxels of {name}",
-                "flag_values": np.array([0, 1], np.int8),
-                "flag_meanings": "reads_background all_data",
-            },
+        out[f"{prefix}{schema.STENCIL_INSIDE}"] = xr.DataArray(
+            inside, dims="point", attrs=schema.stencil_inside_attrs(sp.mode, name)
         )
     if "jacobian" in sp.outputs:
         return out, variables["jacobian"]
@@ -228,7 +255,8 @@ def chunked_dataset(
     """The lazy result of a one-pass job: ``templates`` the grids by name (opened here, memory-mapped, for
     names and units), ``sources`` what the workers sample (``(path, grid)`` or a Volume / its future),
     ``point_set`` the job's points, ``field`` the synthetic field or None.  Returns the Dataset, the lazy
-    (chunks, 2) analytic errors (or None), the lazy seconds by ``CHUNK_PHASES`` and the checked output."""
+    (chunks, 2) analytic errors (or None), the lazy seconds by ``CHUNK_PHASES``, the checked output and
+    the lazy (3,) sum of the chunks' :func:`point_tally`."""
     import dask
     import dask.array as da
     import xarray as xr
@@ -254,9 +282,9 @@ def chunked_dataset(
     token = tokenize(spec, tuple(map(str, sources.values())), points.name)
     shared_spec = dask.delayed(spec, name=f"vdbflow-chunk-spec-{token}")  # sent once to each worker
     parts: list[list[Any]] = [[] for _ in columns]
-    errors, seconds = [], []
+    errors, tallies, seconds = [], [], []
     for b, rows in enumerate(sizes):
-        task = dask.delayed(sample_chunk, nout=len(columns) + 2, pure=True)(
+        task = dask.delayed(sample_chunk, nout=len(columns) + 3, pure=True)(
             b,
             int(starts[b]),
             int(starts[b + 1]),
@@ -268,7 +296,8 @@ def chunked_dataset(
         for column, part, (_, _, shape, dtype) in zip(parts, task, columns, strict=False):
             column.append(da.from_delayed(part, (rows, *shape), dtype=dtype))
         errors.append(task[len(columns)])
-        seconds.append(task[len(columns) + 1])
+        tallies.append(task[len(columns) + 1])
+        seconds.append(task[len(columns) + 2])
     lazy = [da.concatenate(column) for column in parts]
     pts = lazy[0]
     datasets = []
@@ -284,4 +313,5 @@ def chunked_dataset(
     ds = xr.merge(datasets, compat="override", join="override", combine_attrs="override")
     error_rows = dask.delayed(np.concatenate, pure=True)(errors) if check is not None else None
     total = dask.delayed(np.sum, pure=True)(dask.delayed(np.stack, pure=True)(seconds), axis=0)
-    return ds, error_rows, total, None if check is None else check.output
+    tally = dask.delayed(np.sum, pure=True)(dask.delayed(np.concatenate, pure=True)(tallies), axis=0)
+    return ds, error_rows, total, None if check is None else check.output, tally

@@ -207,8 +207,32 @@ def _print_summary(result: Any, console: Console) -> None:
                 f"{ANALYTIC_CHECK_PER_CHUNK:,} points a chunk)",
             )
         )
+    if result.edge_checked is not None:
+        rows.append(("edge of the data", _edge_row(result)))
+    if result.nonfinite_points:
+        rows.append(
+            (
+                "non-finite points",
+                f"{result.nonfinite_points:,}: a coordinate is NaN or infinite; their results are NaN",
+            )
+        )
     rows.append(("output", str(result.output)))
     console.print(_rows_table("vdbflow run: summary", rows))
+
+
+def _edge_row(result: Any) -> str:
+    """The share of points whose stencil reads the background, and how many were checked."""
+    from vdbflow.jobs.chunks import EDGE_CHECK_PER_CHUNK
+
+    if not result.edge_checked:
+        return "no finite point to check"
+    share = result.edge_outside / result.edge_checked
+    every = result.edge_checked + (result.nonfinite_points or 0) == result.points
+    how = "all points checked" if every else f"{result.edge_checked:,} checked, up to {EDGE_CHECK_PER_CHUNK:,} a chunk"
+    text = f"{100 * share:.1f} % of points have a stencil that reads the background ({how})"
+    if share:
+        text += "; their values and derivatives mix in the background: `inside` in sampling.outputs flags each"
+    return text
 
 
 class Stopped(KeyboardInterrupt):
@@ -264,7 +288,7 @@ def _stop_on_signals() -> Iterator[SignalGuard]:
 
 
 def _run(config_path: str, overrides: tuple[str, ...], dry_run: bool, verbose: int, force: bool = False) -> None:
-    from vdbflow.errors import VdbflowError
+    from vdbflow.errors import PointsError, VdbflowError
     from vdbflow.jobs.config import ConfigError
     from vdbflow.jobs.config_load import load_config
     from vdbflow.jobs.plan import plan_job
@@ -279,7 +303,7 @@ def _run(config_path: str, overrides: tuple[str, ...], dry_run: bool, verbose: i
                 _print_plan(plan_job(cfg, force, dry_run=True), console)
                 return
             result = run_job(cfg, console, force=force, publishing=guard.publishing)
-    except ConfigError as err:
+    except (ConfigError, PointsError) as err:  # the config, or the points it names, are wrong: nothing ran
         _say("config error", str(err))
         raise SystemExit(2) from None
     except KeyboardInterrupt as err:  # Ctrl-C, or Stopped by a signal: the cleanup has run
@@ -458,7 +482,24 @@ class _ConvertCommand(click.Command):
     default=None,
     help="Grid name. Default: the variable's name, else 'velocity' for a vec3 grid and 'density' otherwise.",
 )
+@click.option(
+    "--units",
+    default=None,
+    help="Units of the values (e.g. m/s). Default: the variables' CF 'units' attr.",
+)
+@click.option(
+    "--length-units",
+    default=None,
+    help="Units of the coordinates (e.g. m). Default: the x, y, z coordinates' CF 'units' attr.",
+)
 @click.option("--codec", type=click.Choice(["none", "zip", "blosc"]), default="none", show_default=True)
+@click.option(
+    "--nvdb-version",
+    default=None,
+    metavar="VERSION",
+    help="NanoVDB version whose layout, magic numbers and checksum rules OUTPUT follows (32.4, 32.6, 32.7, "
+    "32.8, 32.9). Default: the one NanoVDB's tools since OpenVDB 10, Warp and vdbflow all open (see docs/nanovdb.md).",
+)
 @click.option(
     "--slab",
     type=click.IntRange(8, None),
@@ -478,7 +519,10 @@ def convert(
     origin: tuple[float, float, float] | None,
     dtype: str | None,
     name: str | None,
+    units: str | None,
+    length_units: str | None,
     codec: str,
+    nvdb_version: str | None,
     slab: int,
     overwrite: bool,
 ) -> None:
@@ -497,10 +541,14 @@ def convert(
         _say("error", f"{out} exists (pass --overwrite to replace it)")
         raise SystemExit(2)
     if is_openvdb(source):
-        _convert_openvdb(source, out, variables, codec)
+        _convert_openvdb(source, out, variables, codec, nvdb_version)
         return
     try:
-        src = open_dense(source, variables, mask_variable)
+        if nvdb_version is not None:  # an unknown version is refused before anything is read
+            from vdbflow.io.nanovdb.write import write_format
+
+            write_format(nvdb_version, {})
+        src = open_dense(source, variables, mask_variable, units, length_units)
         grid_name = name or default_name(src, variables)
         console = _stderr()
         with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
@@ -515,19 +563,22 @@ def convert(
                 slab,
                 grid_name,
                 progress=lambda done, total: bar.update(task, completed=done),
+                units=units,
+                length_units=length_units,
             )
-        vol.to_nvdb(str(out), codec=codec)  # atomic: a private directory beside it, then a rename
+        vol.to_nvdb(str(out), codec=codec, version=nvdb_version)  # atomic: a private directory beside it, then a rename
     except VdbflowError as err:
         _say("error", str(err))
         raise SystemExit(2) from None
     dense = int(np.prod(src.shape[:3]))
+    stated = f"units {vol.units or '(none)'}, length units {vol.length_units or '(none)'}"
     click.echo(
         f"wrote {out}: grid {grid_name!r}, {vol.value_type.name}, {vol.active_voxel_count:,} active voxels "
-        f"of {dense:,} ({vol.active_voxel_count / max(dense, 1):.1%}), {vol.leaf_count:,} leaves"
+        f"of {dense:,} ({vol.active_voxel_count / max(dense, 1):.1%}), {vol.leaf_count:,} leaves; {stated}"
     )
 
 
-def _convert_openvdb(source: str, out: Path, names: tuple[str, ...], codec: str) -> None:
+def _convert_openvdb(source: str, out: Path, names: tuple[str, ...], codec: str, version: str | None) -> None:
     """The grids of an OpenVDB file (all, or those ``names``) written to one .nvdb file: value grids as
     value grids, bool and mask grids as OnIndex grids; a repeated name gets its number (``density_1``)."""
     from vdbflow.errors import VdbflowError
@@ -546,7 +597,7 @@ def _convert_openvdb(source: str, out: Path, names: tuple[str, ...], codec: str)
             if names and base not in names and g.name not in names:
                 continue
             grids[f"{base}_{number}" if number and number != "0" else base] = open_volume(source, g.index)
-        save(out, grids, codec=codec)  # atomic: a private directory beside it, then a rename
+        save(out, grids, codec=codec, version=version)  # atomic: a private directory beside it, then a rename
     except VdbflowError as err:
         _say("error", str(err))
         raise SystemExit(2) from None
@@ -570,7 +621,9 @@ def _grid_rows(g: Any) -> list[tuple[str, str]]:
         ("tiles", "/".join(f"{c:,}" for c in g.tile_counts) + " (lower/upper/root: 8³/128³/4096³ voxels)"),
         ("index bbox", f"{list(i0)} .. {list(i1)}"),
         ("world bbox", f"{[float(f'{v:.6g}') for v in w0]} .. {[float(f'{v:.6g}') for v in w1]}"),
-        ("voxel size", " ".join(f"{v:.6g}" for v in g.voxel_size)),
+        ("voxel size", " ".join(f"{v:.6g}" for v in g.voxel_size) + (f" {g.length_units}" if g.length_units else "")),
+        ("units", g.units or "(none stored)"),
+        *([("components", ", ".join(g.component_names))] if g.component_names else []),
         ("stored", f"{g.grid_size:,} bytes, codec {g.codec}, {_format_version(g.version)}"),
     ]
 

@@ -5,19 +5,52 @@ errors worded with the key and its line; :func:`dump_config` writes a config bac
 
 from __future__ import annotations
 
+import difflib
+import math
 import os
 import re
+import types
+import typing
 from collections.abc import Mapping
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from vdbflow.jobs.config import ConfigError, JobConfig
 
 MAX_CONFIG_BYTES = 1 << 20  # a job config is a few hundred bytes; anything this large is not one
 MAX_CONFIG_NODES = 10_000  # scalars, lists and mappings once aliases are expanded
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML's safe loader that also reads ``1e6`` and ``2.5e3`` as numbers (YAML 1.2 and Python do; YAML 1.1
+    wants ``1.0e+6``): counts written as ``1e9``, as the docs write them, are exact integers; a number too
+    large for a float stays the text it was, which the key's check then names."""
+
+
+_EXPONENT = "tag:vdbflow:exponent-number"
+_MAX_EXACT = Decimal(2) ** 63
+
+
+def _exponent_number(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int | float | str:
+    text = loader.construct_scalar(node)
+    number = Decimal(text.replace("_", ""))
+    if number == number.to_integral_value() and abs(number) < _MAX_EXACT:
+        return int(number)
+    value = float(number)
+    return text if math.isinf(value) else value
+
+
+_EXPONENT_FORM = re.compile(r"^[-+]?[0-9][0-9_]*(\.[0-9_]*)?[eE][-+]?[0-9]+$")
+_Loader.add_implicit_resolver(_EXPONENT, _EXPONENT_FORM, list("-+0123456789"))
+_Loader.add_constructor(_EXPONENT, _exponent_number)
+
+
+def _load(text: str) -> Any:
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
 
 
 def _expanded_nodes(root: yaml.Node, source: str) -> int:
@@ -66,7 +99,7 @@ def _compose(text: str, source: str) -> yaml.Node | None:
     if len(text) > MAX_CONFIG_BYTES:
         raise ConfigError(f"{source}: expected a config of at most {MAX_CONFIG_BYTES:,} bytes, got {len(text):,}")
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = yaml.compose(text, Loader=_Loader)
     except yaml.YAMLError as err:
         raise ConfigError(f"{source} is not valid YAML: {err}") from None
     except RecursionError:
@@ -113,7 +146,7 @@ def _set(raw: dict, dotted: str, text: str) -> None:
         raise ConfigError(f"expected --set key.path=value with non-empty keys, got {dotted!r}")
     _compose(text, f"--set {dotted}")
     try:
-        value = yaml.safe_load(text)
+        value = _load(text)
     except yaml.YAMLError as err:
         raise ConfigError(f"--set {dotted}: the value {text!r} is not valid YAML ({err})") from None
     _put(raw, dotted, value, "--set")
@@ -144,18 +177,60 @@ def _describe(loc: tuple, lines: dict[tuple, int], overridden: dict[tuple, str],
     # pydantic puts the union tag into the location ('points', 'random', 'count'): the YAML has none
     path = [part for i, part in enumerate(loc) if not (i == 1 and part in _UNION_TAGS.get(loc[0], ()))]
     key = ".".join(str(p) for p in path) or "(top level)"
-    for n in range(len(path), 0, -1):
+    for n in range(len(path), 0, -1):  # an override replaces what the file had under its key
         if tuple(path[:n]) in overridden:
             return f"{key} (from {overridden[tuple(path[:n])]})"
+    for n in range(len(path), 0, -1):
         if tuple(path[:n]) in lines:
             return f"{key} ({source}, line {lines[tuple(path[:n])]})"
     return key
 
 
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The config models an annotation may hold (through Optional, unions, Annotated and lists)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _models_in(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType, list, tuple):
+        return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
+    return []
+
+
+def _keys_at(path: tuple) -> list[str]:
+    """The keys a config allows in the section at ``path`` (every form of a ``kind`` union together)."""
+    models: list[type[BaseModel]] = [JobConfig]
+    for part in path:
+        if isinstance(part, int):
+            continue
+        models = [
+            m for model in models if part in model.model_fields for m in _models_in(model.model_fields[part].annotation)
+        ]
+    return sorted({name for model in models for name in model.model_fields})
+
+
+def _unknown_key(loc: tuple) -> str:
+    """``unknown key`` with the nearest allowed key, or the allowed keys."""
+    path = [part for i, part in enumerate(loc) if not (i == 1 and part in _UNION_TAGS.get(loc[0], ()))]
+    allowed = _keys_at(tuple(path[:-1]))
+    if not allowed:
+        return "unknown key"
+    close = difflib.get_close_matches(str(path[-1]), allowed, n=1, cutoff=0.6)
+    if close:
+        return f"unknown key; did you mean {close[0]!r}?"
+    return "unknown key; expected one of " + ", ".join(repr(k) for k in allowed)
+
+
 def _message(err: dict) -> str:
     kind, msg = err["type"], err["msg"]
     if kind == "extra_forbidden":
-        return "unknown key"
+        return _unknown_key(tuple(err["loc"]))
+    if kind == "literal_error" and isinstance(err.get("input"), str):
+        expected = [part.strip(" '") for part in re.split(r",| or ", msg.removeprefix("Input should be "))]
+        close = difflib.get_close_matches(err["input"], [e for e in expected if e], n=1, cutoff=0.6)
+        if close:
+            return f"{msg}, got {err['input']!r}; did you mean {close[0]!r}?"
     if kind == "missing":
         return "missing required key"
     if kind == "union_tag_invalid":
@@ -213,7 +288,7 @@ def load_config(
                 raise ConfigError(f"cannot read the config file {source}: {err}") from None
         node = _compose(text, source)  # first: refuses alias bombs before anything expands them
         try:
-            raw = yaml.safe_load(text)
+            raw = _load(text)
         except yaml.YAMLError as err:
             raise ConfigError(f"{source} is not valid YAML: {err}") from None
     raw = {} if raw is None else raw
@@ -221,6 +296,7 @@ def load_config(
         raise ConfigError(f"expected a mapping of sections (volume, points, ...) in {source}, got {type(raw).__name__}")
     lines = _line_map(node) if node is not None else {}
     overridden: dict[tuple, str] = {}
+    given = set(raw)
     for item in overrides:
         dotted, sep, value = item.partition("=")
         if not sep:
@@ -230,6 +306,11 @@ def load_config(
     for dotted, value in (values or {}).items():
         _put(raw, dotted, _plain(value, dotted), "override")
         overridden[tuple(dotted.split("."))] = "an override"
+    for section in _UNION_TAGS:  # `--set cluster.memory_limit=1GB` alone: the section's default form
+        default = JobConfig.model_fields[section].default
+        made = raw.get(section)
+        if section not in given and isinstance(made, dict) and "kind" not in made and isinstance(default, BaseModel):
+            raw[section] = {"kind": getattr(default, "kind"), **made}  # noqa: B009 - every union form has one
     try:
         cfg = JobConfig.model_validate(raw)
     except ValidationError as err:

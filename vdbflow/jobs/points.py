@@ -194,6 +194,8 @@ def _file_points(spec: FilePoints) -> Any:
 def _check_shape(shape: tuple, dtype: np.dtype, path: Path) -> None:
     if len(shape) != 2 or shape[1] != 3:
         raise PointsError(f"points.path: expected points of shape (N, 3) in {path}, got {tuple(shape)}")
+    if shape[0] == 0:
+        raise PointsError(f"points.path: expected at least one point in {path}, found none (shape {tuple(shape)})")
     if not (np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.integer)):
         raise PointsError(f"points.path: expected numeric points in {path}, got dtype {dtype}")
 

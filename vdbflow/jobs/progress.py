@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from vdbflow.distribution import keys
-from vdbflow.jobs.chunks import CHUNK_KEY
+from vdbflow.jobs.chunks import CHUNK_KEY, TALLY_KEY
 from vdbflow.jobs.particles import ADVECT_KEY
 from vdbflow.jobs.points import POINTS_KEY
 
@@ -28,7 +28,7 @@ STEPS = {
     "routing": (keys.ROUTE,),
     "sampling": (keys.SAMPLE, keys.REORDER, *keys.OUTPUTS.values(), keys.DERIVED, "getitem"),
     "writing": ("store-map", "store", "to_zarr", "to_netcdf", "finalize", "_finalize_store"),
-    "analytic check": ("block_error",),
+    "checks": ("block_error", TALLY_KEY),  # the analytic check, non-finite points, the edge of the data
     "advection": (ADVECT_KEY,),
     "chunk": (CHUNK_KEY,),  # one-pass chunk tasks: the job replaces this by the phases they measured
 }

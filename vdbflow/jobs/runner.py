@@ -28,11 +28,13 @@ from vdbflow.core.volume import Volume
 from vdbflow.errors import NanoVDBError, OpenVDBError, VdbflowError, VolumeError
 from vdbflow.jobs.chunks import (
     CHUNK_PHASES,
+    TALLY_KEY,
     AnalyticCheck,
     analytic_check,
     analytic_error,
     grid_request,
     grid_variables,
+    point_tally,
 )
 from vdbflow.jobs.clusters import open_cluster
 from vdbflow.jobs.config import ConfigError, JobConfig
@@ -123,6 +125,22 @@ def _warm_workers(client: Any) -> list:
         return []
 
 
+WARM_WAIT_S = 60.0
+
+
+def _warmed(warming: list) -> None:
+    """Wait for the warm-up imports before the job sends its first data or tasks: a worker that imports
+    zarr in a task thread while its comm thread unpickles something importing zarr too can see a
+    partially initialised module (Python's import locks give way to avoid a deadlock), which failed a
+    job now and then.  The imports overlap the client's preparation; by now they are mostly done."""
+    from distributed import wait
+
+    try:
+        wait(warming, timeout=WARM_WAIT_S)
+    except Exception as err:  # a speed-up only: the tasks import what they need anyway
+        log.debug("waiting for the warm-up imports: %s", err)
+
+
 def _replicable(client: Any, sources: dict[str, Any]) -> bool:
     """Whether every worker reads the job's whole volume (:func:`vdbflow.jobs.chunks.replicable`): its
     files' sizes (or the in-memory volumes' bytes) against the smallest worker memory limit."""
@@ -163,6 +181,21 @@ def _shaped(
     data_vars = {n: v for n, v in variables.items() if n not in ds.coords}
     attrs = {k: v for k, v in ds.attrs.items() if k != "featureType"}  # a grid of points, not a CF point set
     return xr.Dataset(data_vars, coords=coords, attrs=attrs)
+
+
+def _tally(pts: Any, topology: Any, cfg: JobConfig) -> Any:
+    """Lazy (3,): :func:`~vdbflow.jobs.chunks.point_tally` of the partitioned path, summed over its chunks."""
+    import dask
+
+    shared = dask.delayed(topology)
+    token = dask.base.tokenize(pts.name, cfg.sampling.mode, cfg.points.space, id(topology))
+    blocks = [
+        dask.delayed(point_tally, pure=True)(
+            P, shared, cfg.sampling.mode, cfg.points.space, dask_key_name=f"{TALLY_KEY}-{token}-{b}"
+        )
+        for b, P in enumerate(pts.rechunk({1: 3}).to_delayed().ravel())
+    ]
+    return dask.delayed(np.sum, pure=True)(dask.delayed(np.concatenate, pure=True)(blocks), axis=0)
 
 
 def _analytic_error(checked: xr.DataArray, check: AnalyticCheck, pts: Any, topology: Any) -> Any:
@@ -231,6 +264,9 @@ class JobResult:
     analytic_output: str | None = None  # what the analytic check compared: "jacobian" or a derived quantity
     dashboard: str | None = None
     steps: int | None = None  # a particle job's integration steps (its points are seeds)
+    nonfinite_points: int | None = None  # points with a NaN or infinite coordinate (their results are NaN)
+    edge_checked: int | None = None  # finite points whose stencil was checked against the data ...
+    edge_outside: int | None = None  # ... and those of them whose stencil reads the background
 
     @property
     def throughput(self) -> float:
@@ -339,12 +375,13 @@ def run_job(
         checksum = {name: hashes[Path(src[0])] for name, src in sources.items() if isinstance(src, tuple)}
         if cfg.volume.series is not None:  # each file of the series
             checksum = {i.path: hasher.submit(i.sha256) for src in sources.values() for i in src.identities}
+        _warmed(warming)
         dvols = {}
         try:
             chunk_seconds = None  # the one-pass path's own split of its tasks' time
             if cfg.advect is not None:  # particles: one task a chunk of seeds, through the whole volume
                 ds, point_set = _particle_job(cfg, client, sources, timings)
-                partitions, errors, checked_output = 0, None, None
+                partitions, errors, checked_output, tally = 0, None, None, None
             elif cfg.partitions is None and _replicable(client, sources):
                 # samples, one pass per chunk: every worker reads the whole (small) volume
                 from vdbflow.io.volumes import open_volume
@@ -360,7 +397,7 @@ def run_job(
                 bbox = topology.world_bbox if cfg.points.space == "world" else topology.index_bbox
                 point_set = make_points(cfg.points, topology, bbox)
                 timings["distribute_s"] = time.perf_counter() - t0
-                ds, errors, chunk_seconds, checked_output = chunked_dataset(
+                ds, errors, chunk_seconds, checked_output, tally = chunked_dataset(
                     cfg, templates, on_workers, point_set, analytic
                 )
                 partitions = 0
@@ -395,6 +432,7 @@ def run_job(
                         check = analytic_check(cfg, analytic, checked_output, dvol.template.index_to_world)
                         errors = _analytic_error(ds_g[checked], check, pts, dvol.topology)
                 ds = xr.merge(parts, compat="override", join="override", combine_attrs="override")
+                tally = _tally(pts, topology, cfg)
             chunk = cfg.output.chunk or cfg.points.chunk
             dim = "point" if cfg.advect is None else "particle"
             ds = (
@@ -423,17 +461,21 @@ def run_job(
                 from distributed import get_task_stream
 
                 with get_task_stream(client) as stream:
-                    extra = [x for x in (errors, chunk_seconds) if x is not None]
-                    futures = client.compute([write, *extra], optimize_graph=False)
+                    extras = {
+                        k: x
+                        for k, x in (("errors", errors), ("seconds", chunk_seconds), ("tally", tally))
+                        if x is not None
+                    }
+                    futures = client.compute([write, *extras.values()], optimize_graph=False)
                     if progress and console is not None and console.is_terminal:
                         DaskRichBar(futures, client, console)
-                    results = client.gather(futures)
+                    results = dict(zip(extras, client.gather(futures)[1:], strict=True))
                 timings["sample_and_write_s"] = time.perf_counter() - t0
                 log.debug("warmed %d worker(s) ahead of the job's tasks", len(warming))
                 worker_seconds = worker_time_by_step(stream.data)
                 if chunk_seconds is not None:  # the chunk tasks' time, by what they measured of it
                     worker_seconds.pop("chunk", None)
-                    worker_seconds.update(zip(CHUNK_PHASES, map(float, results[-1]), strict=True))
+                    worker_seconds.update(zip(CHUNK_PHASES, map(float, results["seconds"]), strict=True))
                 result = JobResult(
                     final,
                     point_set.count,
@@ -449,8 +491,13 @@ def run_job(
                     "input_sha256": {k: f.result() for k, f in checksum.items()},
                     "timings_s": {},
                 }
+                if tally is not None:
+                    result.nonfinite_points, result.edge_checked, result.edge_outside = map(int, results["tally"])
+                    provenance["points_nonfinite"] = result.nonfinite_points
+                    provenance["stencil_outside_points"] = result.edge_outside
+                    provenance["stencil_checked_points"] = result.edge_checked
                 if errors is not None:
-                    e = np.asarray(results[1])
+                    e = np.asarray(results["errors"])
                     result.analytic_points = int(e[:, 1].sum())
                     result.analytic_error = float(e[:, 0].max(initial=0.0)) if result.analytic_points else None
                     result.analytic_output = checked_output

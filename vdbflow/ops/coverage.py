@@ -16,8 +16,8 @@ import numpy as np
 from vdbflow.core.kernel import MODES, STENCIL_RADIUS
 from vdbflow.devices import backend, cpu, is_cupy_array, resolve_device
 from vdbflow.errors import PointsError, SamplingError
+from vdbflow.ops.request import SPACES
 from vdbflow.ops.results import as_numpy
-from vdbflow.ops.sampling import SPACES
 
 
 def defined_voxels(topology: Any, ijk: Any) -> Any:
@@ -42,6 +42,33 @@ def stencil_inside(vol: Any, points: Any, mode: str = "linear", space: str = "wo
     if pts.ndim != 2 or pts.shape[1] != 3:
         raise PointsError(f"expected points of shape (N, 3), got {tuple(pts.shape)}")
     return backend(device).stencil_inside(getattr(vol, "topology", vol), pts, MODES[mode], space == "world")
+
+
+def _inside_block(block: Any, topology: Any, mode: str, space: str) -> Any:
+    return stencil_inside(topology, block.reshape(-1, 3), mode, space).reshape(block.shape[:-1])
+
+
+def stencil_inside_flags(vol: Any, points: Any, mode: str = "linear", space: str = "world") -> Any:
+    """:func:`stencil_inside` of points (..., 3), shaped (...): NumPy, CuPy, or Dask points (a lazy
+    result, one task a block, the topology sent once)."""
+    topology = getattr(vol, "topology", vol)
+    if not hasattr(points, "dask"):
+        return _inside_block(points, topology, mode, space)
+    import dask
+    import dask.array as da
+
+    shared = dask.delayed(topology, name=f"vdbflow-topology-{id(topology):x}-{dask.base.tokenize(topology.leaf_count)}")
+    lead = points.ndim - 1
+    return da.map_blocks(
+        _inside_block,
+        points.rechunk({lead: 3}),
+        shared,
+        mode,
+        space,
+        drop_axis=lead,
+        dtype=bool,
+        meta=np.empty((0,) * lead, bool),
+    )
 
 
 class InsideCheck:

@@ -15,6 +15,7 @@ from vdbflow.core import kernel, schema
 from vdbflow.core.volume import Volume
 from vdbflow.devices import backend, is_cupy_array
 from vdbflow.errors import PointsError, ShapeError
+from vdbflow.ops.coverage import stencil_inside_flags
 from vdbflow.ops.request import POINT_ORDERS, SPACES, SampleRequest, check_choice
 from vdbflow.ops.results import as_numpy, is_dask, points_in, result_dataset
 
@@ -338,22 +339,38 @@ def _sample_lazy(vol: Volume, request: SampleRequest, points: Any) -> dict[str, 
             chunks=both.chunks + extra,
             new_axis=list(range(lead, lead + len(extra))) or None,
             meta=np.empty((0,) * (lead + len(extra)), dtypes[name]),
-            token=LAZY_OUTPUT_KEYS[name],
+            token=LAZY_OUTPUT_KEYS.get(name, f"vdbflow-{name}-local"),
         )
     return arrays
 
 
-def sample_dataset(vol: Volume, request: SampleRequest, points: Any, dims: Any = None) -> xr.Dataset:
+def split_inside(outputs: Sequence[str]) -> tuple[tuple[str, ...], bool]:
+    """``outputs`` without ``"inside"``, and whether it was asked (the flag is not a kernel output)."""
+    outputs = tuple(outputs)
+    return tuple(o for o in outputs if o != schema.INSIDE), schema.INSIDE in outputs
+
+
+def sample_dataset(
+    vol: Volume, request: SampleRequest, points: Any, dims: Any = None, inside: bool = False
+) -> xr.Dataset:
     """The Dataset of ``request`` at points (N, 3) or (..., 3) - NumPy, CuPy, Dask (a lazy result) or a
     DataArray of points - shaped like the points: the one door of :func:`sample`, :func:`sample_grad`
-    and :func:`vdbflow.sample_hessian`."""
+    and :func:`vdbflow.sample_hessian`.  ``inside`` adds the bool variable ``stencil_inside``: whether
+    each point's stencil reads only active voxels (where not, the result mixes in the background)."""
     pts, lead, dims, coords = points_in(points, dims)
     if is_dask(pts):
         arrays = _sample_lazy(vol, request, pts)
     else:
         flat = sample_arrays(vol, request, pts.reshape(-1, 3))
         arrays = {name: a.reshape(lead + a.shape[1:]) for name, a in flat.items()}
-    return result_dataset(vol, request, pts, arrays, dims=dims, point_coords=coords)
+    ds = result_dataset(vol, request, pts, arrays, dims=dims, point_coords=coords)
+    if inside:
+        ds[schema.STENCIL_INSIDE] = xr.DataArray(
+            stencil_inside_flags(vol, pts, request.mode, request.space),
+            dims=dims,
+            attrs=schema.stencil_inside_attrs(request.mode, vol.name),
+        )
+    return ds
 
 
 def sample(
@@ -484,7 +501,10 @@ def sample_grad(
         kernels derive from the Jacobian in the same pass (``vdbflow.core.kernel.DERIVED``:
         ``divergence``, ``vorticity``, ``vorticity_magnitude``, ``q_criterion``, ``lambda2``,
         ``swirling_strength``, ``helicity``, ``strain_rate_magnitude``), alone or with either field;
-        only what is asked is written.
+        only what is asked is written.  ``"inside"`` adds the bool variable ``stencil_inside``: True
+        where the point's stencil reads only active voxels, False where it reaches the background or a
+        tile (the edge of the data, where values and derivatives are not those of the field; plots
+        mask those points).
 
     Returns
     -------
@@ -546,4 +566,6 @@ def sample_grad(
     >>> sorted(q.data_vars), q["q_criterion"].values.tolist(), q["vorticity"].values.tolist()
     (['q_criterion', 'vorticity'], [1.0], [[0.0, 0.0, 2.0]])
     """
-    return sample_dataset(vol, SampleRequest(mode, tuple(outputs), space, jacobian_space, device=device), points, dims)
+    kernel_outputs, inside = split_inside(outputs)
+    request = SampleRequest(mode, kernel_outputs, space, jacobian_space, device=device)
+    return sample_dataset(vol, request, points, dims, inside)

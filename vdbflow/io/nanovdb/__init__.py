@@ -12,8 +12,9 @@ grid header), :mod:`~vdbflow.io.nanovdb.records` (:class:`GridInfo`, :class:`Bli
 (CRC rules and verification), :mod:`~vdbflow.io.nanovdb.metadata` (the ``vdbflow.metadata`` blind
 record), :mod:`~vdbflow.io.nanovdb.decode` (a grid's nodes into a Volume or Topology),
 :mod:`~vdbflow.io.nanovdb.codec` (zip and blosc payloads), :mod:`~vdbflow.io.nanovdb.read` (files
-and buffers: :func:`open_grid`, :func:`list_grids`), :mod:`~vdbflow.io.nanovdb.plan` (the nodes and
-offsets of a grid to write) and :mod:`~vdbflow.io.nanovdb.write` (the encoders and :func:`save`).
+and buffers: :func:`open_grid`, :func:`list_grids`), :mod:`~vdbflow.io.nanovdb.plan` (the nodes,
+offsets and bounding boxes of a grid to write), :mod:`~vdbflow.io.nanovdb.encode` (its nodes into bytes) and
+:mod:`~vdbflow.io.nanovdb.write` (headers and checksums by the version written, and :func:`save`).
 """
 
 from __future__ import annotations

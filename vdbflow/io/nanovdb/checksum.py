@@ -20,7 +20,7 @@ def span_crc(buf: np.ndarray, start: int, stop: int, crc: int = 0) -> int:
     return zlib.crc32(buf[start:stop], crc) & 0xFFFFFFFF
 
 
-def _blocked_crc(buf: np.ndarray, start: int, stop: int) -> int:
+def blocked_crc(buf: np.ndarray, start: int, stop: int) -> int:
     """NanoVDB's tail rule after 32.6.0: the CRC32 of the CRC32s (u32, little-endian) of the 4 KiB
     blocks of [start, stop), the last block taking the remainder (fewer than 4 KiB: no blocks)."""
     if stop <= start:
@@ -57,7 +57,7 @@ def _checksum_rules(buf: np.ndarray, base: int, h: dict[str, Any], layout: fmt.G
     if h["version"] > fmt.CHECKSUM_OLD_RULES_LAST:
         return _Checksums(
             ((head_start, head_end),),
-            ((f"bytes [{head_end}, {end}) in 4 KiB blocks", lambda: _blocked_crc(buf, head_end, end)),),
+            ((f"bytes [{head_end}, {end}) in 4 KiB blocks", lambda: blocked_crc(buf, head_end, end)),),
         )
     t = h["tree"]
     offs, counts = h["node_offsets"], h["node_counts"]
@@ -72,7 +72,7 @@ def _checksum_rules(buf: np.ndarray, base: int, h: dict[str, Any], layout: fmt.G
             spans.add((head_start, min(end, root + layout.root_size + table * layout.root_tile_size)))
         return _Checksums(tuple(sorted(spans)), ())
     inner = [(t + offs[2], counts[2], layout.upper_size), (t + offs[1], counts[1], layout.lower_size)]
-    nodes = f"the {counts[2]} upper, {counts[1]} lower and {counts[0]} leaf nodes, one CRC32 each,"
+    nodes = f"the CRC32s of the {counts[2]} upper, {counts[1]} lower and {counts[0]} leaf nodes"
     cache: dict[bool, np.ndarray] = {}
 
     def leaves(whole: bool) -> list[tuple[int, int, int]]:
@@ -98,10 +98,10 @@ def _checksum_rules(buf: np.ndarray, base: int, h: dict[str, Any], layout: fmt.G
     # the per-node CRCs were kept as u32 (current NanoVDB, CUDA) or as 8-byte uint_fast32_t (older
     # host builds on Linux, which also took only the fixed 96 bytes of an FpN leaf); a 32.6
     # development rule CRC'd the 4 KiB blocks from the first upper node
-    tails = [(nodes, per_node(4)), (nodes + " (8-byte entries)", per_node(8))]
+    tails = [(nodes + " (u32 entries)", per_node(4)), (nodes + " (8-byte entries)", per_node(8))]
     if layout.leaf_kind == "fpn":
-        tails += [(nodes + " (FpN leaves' first 96 bytes)", per_node(w, False)) for w in (4, 8)]
-    tails.append((f"bytes [{upper}, {end}) in 4 KiB blocks", lambda: _blocked_crc(buf, upper, end)))
+        tails += [(nodes + f" (FpN leaves' first 96 bytes, {w}-byte entries)", per_node(w, False)) for w in (4, 8)]
+    tails.append((f"bytes [{upper}, {end}) in 4 KiB blocks", lambda: blocked_crc(buf, upper, end)))
     return _Checksums(((head_start, min(max(upper, head_start), end)),), tuple(tails))
 
 
@@ -114,45 +114,62 @@ def _head_as_if(buf: np.ndarray, base: int, start: int, stop: int, index_count: 
     return span_crc(buf, count_end, stop, crc)
 
 
-def verify_checksum(
+def checksum_mode(checksum: bool | str) -> str:
+    """``open``'s ``checksum`` argument as "warn" (True), "off" (False) or "strict"."""
+    if checksum is True:
+        return "warn"
+    if checksum is False:
+        return "off"
+    if isinstance(checksum, str) and checksum == "strict":
+        return "strict"
+    raise NanoVDBError(f"expected checksum True, False or 'strict', got {checksum!r}")
+
+
+def checksum_mismatch(
     buf: np.ndarray, base: int, h: dict[str, Any], layout: fmt.GridLayout, tail: bool, position: tuple[int, int]
-) -> None:
-    """Checks a grid's checksum by the rules of its version: the head (low half) unless 0xFFFFFFFF,
-    and with ``tail`` the tail (high half) unless 0xFFFFFFFF.  NanoVDB rewrites a grid's index and
-    count (bytes 24-32) when it moves a grid between buffers, so a head is also accepted for the grid
-    standing alone (0 of 1) or at ``position`` (index, count) in its payload."""
+) -> str | None:
+    """None when a grid's checksum matches a rule of its version (or it has none), else what does not
+    match: the grid, its version, the half, and every span tried with its CRC32.
+
+    The head (low half) is checked unless 0xFFFFFFFF, and with ``tail`` the tail (high half) unless
+    0xFFFFFFFF.  NanoVDB rewrites a grid's index and count (bytes 24-32) when it moves a grid between
+    buffers, so a head is also accepted for the grid standing alone (0 of 1) or at ``position``
+    (index, count) in its payload."""
     checksum = h["checksum"]
     if checksum == EMPTY_CHECKSUM:
-        return
+        return None
     version = ".".join(map(str, fmt.version_parts(h["version"])))
     rules = _checksum_rules(buf, base, h, layout)
     want_head, want_tail = checksum & 0xFFFFFFFF, checksum >> 32
+    where = f"checksum mismatch in grid {h['name']!r} (NanoVDB {version})"
     if want_head != fmt.EMPTY_CRC32:
-        alternatives = {(0, 1), position} - {(h["grid_index"], h["grid_count"])}
+        alternatives = sorted({(0, 1), position} - {(h["grid_index"], h["grid_count"])})
+        tried = []
         for start, stop in rules.head_spans:
-            if span_crc(buf, start, stop) == want_head or any(
-                _head_as_if(buf, base, start, stop, alt) == want_head for alt in alternatives
-            ):
+            got = span_crc(buf, start, stop)
+            if got == want_head:
                 break
+            as_if = [(alt, _head_as_if(buf, base, start, stop, alt)) for alt in alternatives]
+            if any(crc == want_head for _, crc in as_if):
+                break
+            tried.append(
+                f"bytes [{start}, {stop}) 0x{got:08x}"
+                + "".join(f", as grid {i} of {n} 0x{crc:08x}" for (i, n), crc in as_if)
+            )
         else:
-            start, stop = rules.head_spans[0]
-            raise NanoVDBError(
-                f"checksum mismatch in grid {h['name']!r} (NanoVDB {version}): bytes [{start}, {stop}) have CRC32 "
-                f"0x{span_crc(buf, start, stop):08x}, the head half of the checksum at byte "
-                f"{base + fmt.GRID_OFF_CHECKSUM} records 0x{want_head:08x} (open with checksum=False to read a grid "
-                f"whose writer left a stale checksum)"
+            return (
+                f"{where}: the head half of the checksum at byte {base + fmt.GRID_OFF_CHECKSUM} records "
+                f"0x{want_head:08x}, and no span its version's rules cover gives it (tried {'; '.join(tried)})"
             )
     if tail and want_tail != fmt.EMPTY_CRC32 and rules.tails:
         found = []
         for what, crc in rules.tails:
             got = crc()
             if got == want_tail:
-                return
-            found.append((what, got))
-        what, got = found[0]
-        raise NanoVDBError(
-            f"checksum mismatch in grid {h['name']!r} (NanoVDB {version}): {what} have CRC32 "
-            f"{'(out of bounds)' if got is None else f'0x{got:08x}'}, the tail half of the checksum at byte "
-            f"{base + fmt.GRID_OFF_CHECKSUM + 4} records 0x{want_tail:08x} "
-            f"(open with checksum=False to read it anyway)"
+                return None
+            found.append(f"{what} {'(out of bounds)' if got is None else f'0x{got:08x}'}")
+        return (
+            f"{where}: the tail half of the checksum at byte {base + fmt.GRID_OFF_CHECKSUM + 4} records "
+            f"0x{want_tail:08x}, and no rule of its version gives it (tried {'; '.join(found)})"
         )
+    return None

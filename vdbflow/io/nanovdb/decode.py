@@ -5,6 +5,7 @@ its ``vdbflow.metadata`` record applied."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,9 +15,9 @@ from vdbflow.core import tree
 from vdbflow.core.transform import Transform
 from vdbflow.core.value_types import value_type_for
 from vdbflow.core.volume import Topology, Volume
-from vdbflow.errors import NanoVDBError, VolumeError
+from vdbflow.errors import ChecksumWarning, NanoVDBError, VolumeError
 from vdbflow.io.nanovdb import format as fmt
-from vdbflow.io.nanovdb.checksum import verify_checksum
+from vdbflow.io.nanovdb.checksum import checksum_mismatch, checksum_mode
 from vdbflow.io.nanovdb.header import MAX_BLIND_COUNT, MAX_GRID_BYTES, MAX_VALUE_COUNT, grid_header, layout_of, unpack
 from vdbflow.io.nanovdb.metadata import apply_metadata
 from vdbflow.io.nanovdb.nodes import (
@@ -36,7 +37,8 @@ from vdbflow.io.nanovdb.nodes import (
 from vdbflow.io.nanovdb.records import BlindData
 
 
-def _read_blind_data(buf: np.ndarray, base: int, h: dict[str, Any]) -> tuple[BlindData, ...]:
+def read_blind_data(buf: np.ndarray, base: int, h: dict[str, Any]) -> tuple[BlindData, ...]:
+    """The blind data records of the grid at byte ``base`` of ``buf`` (header ``h``), each checked."""
     count, offset = h["blind_count"], h["blind_offset"]
     if count == 0:
         return ()
@@ -73,20 +75,31 @@ def decode_grid(
     base: int,
     bbox: np.ndarray | None = None,
     leaf_subset: np.ndarray | None = None,
-    checksum: bool = True,
+    checksum: bool | str = True,
     position: tuple[int, int] = (0, 1),
 ) -> tuple[dict[str, Any], Any]:
-    """Decode the grid at ``base`` after checking its checksum (``checksum``; the tail only when the
-    whole grid is read, since it covers every node)."""
-    if checksum:
+    """Decode the grid at ``base``.  Its checksum is checked first (the tail only when the whole grid
+    is read, since it covers every node): with ``checksum="strict"`` a mismatch raises, with True it
+    is a :class:`ChecksumWarning` once the grid has passed the structural checks, False skips it."""
+    mode = checksum_mode(checksum)
+    problem = None
+    if mode != "off":
         h = grid_header(buf, base)
-        verify_checksum(buf, base, h, layout_of(h, base), bbox is None and leaf_subset is None, position)
+        problem = checksum_mismatch(buf, base, h, layout_of(h, base), bbox is None and leaf_subset is None, position)
+        if problem and mode == "strict":
+            raise NanoVDBError(f"{problem} (checksum=True reads it with a ChecksumWarning, checksum=False unchecked)")
     try:
         h, obj = _decode_nodes(buf, base, bbox, leaf_subset)
     except VolumeError as err:  # nodes that decode but do not form a valid tree
         raise NanoVDBError(f"the grid at byte {base} does not form a valid volume: {err}") from None
     obj.grid_class = fmt.GRID_CLASSES.get(h["grid_class"], "unknown")
-    obj.blind_data = apply_metadata(obj, _read_blind_data(buf, base, h), base)
+    obj.blind_data = apply_metadata(obj, read_blind_data(buf, base, h), base)
+    if problem:
+        warnings.warn(
+            f"{problem}; the grid was read after its structural checks (checksum='strict' refuses it)",
+            ChecksumWarning,
+            stacklevel=4,
+        )
     return h, obj
 
 

@@ -20,9 +20,11 @@ FILE_MAGICS = (MAGIC_NUMBER, MAGIC_FILE)
 
 MAJOR_VERSION = 32
 SUPPORTED_MINOR = range(3, 10)  # 32.3 .. 32.9
-# Written files say 32.6.0: the last version whose head checksum (grid, tree, root and root tiles) was
-# checked here against real files; node layouts are the same across 32.3 - 32.9.
-WRITE_VERSION = (32 << 21) | (6 << 10) | 0
+
+
+def pack_version(major: int, minor: int, patch: int) -> int:
+    """NanoVDB's version word: major in the top 11 bits, minor in the middle 11, patch in the low 10."""
+    return (major << 21) | (minor << 10) | patch
 
 
 # Checksums (64 bits at grid byte 8): CRC32 "head" in the low half, CRC32 "tail" in the high half; a half
@@ -37,6 +39,53 @@ EMPTY_CRC32 = 0xFFFFFFFF
 
 def version_parts(version: int) -> tuple[int, int, int]:
     return version >> 21, (version >> 10) & 0x7FF, version & 0x3FF
+
+
+# What each NanoVDB release writes (NanoVDB.h, io/IO.h and GridChecksum.h of OpenVDB 10.0 - 13.0): node
+# layouts of the value grids vdbflow writes are the same in all of them; the magics, the version word,
+# GridData::mData2 and the checksum's tail differ, and 32.4 knows neither OnIndex grids nor the tensor class.
+CHECKSUM_NODES_U64 = "per-node CRC32s as 8-byte uint_fast32_t"  # 32.4 host builds on Linux
+CHECKSUM_NODES_U32 = "per-node CRC32s as u32"  # 32.6.0
+CHECKSUM_BLOCKS = "4 KiB blocks after the tree"  # after 32.6.0: head [16, 736), tail over [736, end)
+
+
+@dataclass(frozen=True)
+class WriteFormat:
+    """The layout facts of one NanoVDB version that a writer must follow."""
+
+    name: str  # "32.4"
+    version: int  # the packed version word written (file header, metadata, grids)
+    file_magic: int
+    grid_magic: int
+    grid_data2: int  # GridData::mData2 of a value grid (32.7.0 keeps the grid magic there)
+    checksum: str  # one of the CHECKSUM_* rules
+    grid_type_end: int  # grid types below this exist in the version (OnIndex is 20)
+    grid_class_end: int  # grid classes below this exist (the tensor grid class is 9)
+    release: str  # the OpenVDB release that ships it
+    # 32.4's reader walks a grid buffer from its first grid to the grid index it wants, so each grid of a
+    # file says it stands alone (0 of 1), as 32.4 writes one handle per grid; later readers rewrite index
+    # and count themselves, and their writers number a handle's grids n of N
+    grids_stand_alone: bool = False
+
+
+WRITE_FORMATS = {
+    f.name: f
+    for f in (
+        WriteFormat(
+            "32.4", pack_version(32, 4, 2), MAGIC_NUMBER, MAGIC_NUMBER, 0, CHECKSUM_NODES_U64, 20, 9, "10.0", True
+        ),
+        WriteFormat("32.6", pack_version(32, 6, 0), MAGIC_NUMBER, MAGIC_NUMBER, 0, CHECKSUM_NODES_U32, 26, 10, "11.0"),
+        WriteFormat(
+            "32.7", pack_version(32, 7, 0), MAGIC_NUMBER, MAGIC_NUMBER, MAGIC_GRID, CHECKSUM_BLOCKS, 27, 10, "12.0"
+        ),
+        WriteFormat("32.8", pack_version(32, 8, 0), MAGIC_FILE, MAGIC_GRID, 0, CHECKSUM_BLOCKS, 27, 10, "12.1"),
+        WriteFormat("32.9", pack_version(32, 9, 0), MAGIC_FILE, MAGIC_GRID, 0, CHECKSUM_BLOCKS, 27, 10, "13.0"),
+    )
+}
+# The default: the oldest layout, which every NanoVDB reader since OpenVDB 10 (Debian/Ubuntu's tools, Houdini
+# 20), Warp and vdbflow open; files holding OnIndex grids (unknown to 32.4) take the oldest version that has them.
+DEFAULT_WRITE_VERSION = "32.4"
+DEFAULT_INDEX_WRITE_VERSION = "32.6"
 
 
 # file segment: a header, then per grid its metadata (176 bytes) and name, then the grids' payloads
@@ -71,6 +120,10 @@ GRID_OFF_BLIND_OFFSET, GRID_OFF_BLIND_COUNT = 640, 648
 GRID_OFF_DATA0, GRID_OFF_DATA1, GRID_OFF_DATA2 = 652, 656, 664
 GRID_HEAD_FORMAT = "<QQIIIIQ"  # magic, checksum, version, flags, grid index, grid count, grid size
 GRID_FLAG_HAS_BBOX, GRID_FLAG_BREADTH_FIRST = 2, 32
+# an empty grid's boxes, as NanoVDB writes them: CoordBBox() (INT32_MAX.., INT32_MIN..) and BBox<Vec3d>()
+EMPTY_INDEX_BBOX = ((2**31 - 1,) * 3, (-(2**31),) * 3)
+EMPTY_WORLD_BBOX = ((float(np.finfo(np.float64).max),) * 3, (-float(np.finfo(np.float64).max),) * 3)
+NAME_HASH_PRIME = 67  # io::stringHash: hash = hash * 67 + byte + (hash >> 56), over the name's bytes
 GRID_CLASS_UNKNOWN, GRID_CLASS_INDEX = 0, 8
 # the checksum's head and the node CRCs start after the magic and the checksum itself
 CHECKSUM_HEAD_START = GRID_OFF_VERSION
@@ -93,6 +146,8 @@ LEAF_DIM, LOWER_DIM, UPPER_DIM = 1 << LEAF_LOG2, 1 << LOWER_LOG2, 1 << UPPER_LOG
 # internal nodes: bbox min and max (3 x i32 each), flags u64 at 24, value mask at 32, child mask after it, then
 # (at the layout's table offset) one table entry per child: a child offset (i64) or a tile value
 NODE_OFF_BBOX_MIN, NODE_OFF_BBOX_MAX = 0, 12
+NODE_OFF_FLAGS = 24  # u64: bit 1 set when the node holds active values (its bbox is theirs), bit 0 when it holds none
+NODE_FLAG_EMPTY, NODE_FLAG_HAS_BBOX = 1, 2
 UPPER_DIM_LOG2, LOWER_DIM_LOG2 = 5, 4  # children per axis: 32 and 16
 UPPER_CHILDREN, LOWER_CHILDREN = 1 << 3 * UPPER_DIM_LOG2, 1 << 3 * LOWER_DIM_LOG2  # 32768 and 4096
 UPPER_MASK_SIZE, LOWER_MASK_SIZE = UPPER_CHILDREN // 8, LOWER_CHILDREN // 8  # bytes: 4096 and 512
@@ -103,6 +158,7 @@ TABLE_CHILD_SIZE = 8  # a table entry's child offset: i64 from the node's own ad
 LEAF_VOXELS = 1 << 3 * LEAF_LOG2  # 512
 LEAF_MASK_SIZE = LEAF_VOXELS // 8  # 64 bytes
 LEAF_OFF_BBOX_MIN, LEAF_OFF_BBOX_DIF, LEAF_OFF_FLAGS, LEAF_OFF_VALUE_MASK = 0, 12, 15, 16
+LEAF_FLAG_HAS_BBOX = 2  # a leaf's flags: bit 1 set when it has active voxels (bbox min and dif are theirs)
 INDEX_LEAF_OFF_OFFSET, INDEX_LEAF_OFF_PREFIX = 80, 88  # first value index (u64), prefix sums (u64)
 INDEX_PREFIX_BITS = 9  # prefix sums of the active voxels of mask words 1..7, 9 bits each
 

@@ -33,6 +33,28 @@ def metadata_record(obj: Volume | Topology) -> BlindData | None:
     return BlindData(METADATA_NAME, 0, 0, 0, 1, data)
 
 
+def stored_metadata(records: tuple[BlindData, ...]) -> dict[str, Any]:
+    """What a grid's ``vdbflow.metadata`` record says (``units``, ``length_units``, ``component_names``),
+    for listings: {} when it has none or one that does not parse (:func:`apply_metadata` warns then)."""
+    from vdbflow.io import bounded_json
+
+    for r in records:
+        if r.name == METADATA_NAME:
+            try:
+                meta = bounded_json.loads(bytes(r.data))
+            except (UnicodeDecodeError, ValueError):
+                return {}
+            if not isinstance(meta, dict):
+                return {}
+            names = meta.get("component_names")
+            return {
+                "units": str(meta["units"]) if meta.get("units") is not None else None,
+                "length_units": str(meta["length_units"]) if meta.get("length_units") is not None else None,
+                "component_names": tuple(map(str, names)) if isinstance(names, list) else None,
+            }
+    return {}
+
+
 def apply_metadata(obj: Volume | Topology, records: tuple[BlindData, ...], base: int) -> tuple[BlindData, ...]:
     """Set ``obj``'s units and component names from its ``vdbflow.metadata`` record; the other records.
     A record that does not parse is left out with a warning (the grid itself is fine)."""

@@ -164,3 +164,58 @@ def find_rows(table: np.ndarray, query: np.ndarray) -> np.ndarray:
     found = position[inverse[len(table) :]]
     assert np.all(found >= 0), "a node's parent is missing"
     return found
+
+
+@dataclass(frozen=True)
+class NodeBoxes:
+    """The bounding boxes NanoVDB's statistics give a grid's nodes: each node's box over its active voxels
+    and active tiles (inclusive; a node without any has min > max), and the tile voxels the tree counts."""
+
+    lower: np.ndarray  # (N, 2, 3) int64
+    upper: np.ndarray  # (U, 2, 3) int64
+    tile_voxels: int  # active voxels of the tiles: 8^3, 128^3 and 4096^3 each
+
+
+def leaf_boxes(origins: np.ndarray, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per leaf: whether it has active voxels (L,) bool, the min (L, 3) int64 of their box and its extent
+    max - min (L, 3) int64 (the leaf's origin and 0 when it has none)."""
+    bits = tree.bits_from_masks(masks).reshape(-1, 8, 8, 8)
+    lo = np.zeros((len(masks), 3), np.int64)
+    dif = np.zeros((len(masks), 3), np.int64)
+    has = np.zeros(len(masks), bool)
+    for axis in range(3):
+        occupied = bits.any(axis=tuple(a for a in (1, 2, 3) if a != axis + 1))
+        has = occupied.any(axis=1)
+        first = np.argmax(occupied, axis=1)
+        last = fmt.LEAF_DIM - 1 - np.argmax(occupied[:, ::-1], axis=1)
+        lo[:, axis] = np.where(has, first, 0)
+        dif[:, axis] = np.where(has, last - first, 0)
+    return has, origins.astype(np.int64) + lo, dif
+
+
+def _union_into(boxes: np.ndarray, parent: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
+    np.minimum.at(boxes[:, 0], parent, lo)
+    np.maximum.at(boxes[:, 1], parent, hi)
+
+
+def node_boxes(plan: NodePlan, topo: Topology) -> NodeBoxes:
+    """Each internal node's box: the union of its children's boxes (leaves: their active voxels) and of
+    the extents of its active tiles, as NanoVDB's GridStats computes them."""
+    n_leaf, n_low, n_up = plan.counts
+    empty = np.array([[np.iinfo(np.int64).max] * 3, [np.iinfo(np.int64).min] * 3], np.int64)
+    lower = np.repeat(empty[None], n_low, axis=0)
+    upper = np.repeat(empty[None], n_up, axis=0)
+    if n_leaf:
+        has, lo, dif = leaf_boxes(plan.leaf_origins, topo.masks)
+        _union_into(lower, plan.leaf_parent[has], lo[has], lo[has] + dif[has])
+    tiles8 = plan.tile_origins[plan.lower_tiles]
+    if len(tiles8):
+        _union_into(lower, find_rows(plan.lower_keys, tiles8 >> fmt.LOWER_LOG2), tiles8, tiles8 + fmt.LEAF_DIM - 1)
+    filled = lower[:, 0, 0] <= lower[:, 1, 0]
+    _union_into(upper, plan.lower_parent[filled], lower[filled, 0], lower[filled, 1])
+    tiles128 = plan.tile_origins[plan.upper_tiles]
+    if len(tiles128):
+        parent = find_rows(plan.upper_keys, tiles128 >> fmt.UPPER_LOG2)
+        _union_into(upper, parent, tiles128, tiles128 + fmt.LOWER_DIM - 1)
+    sizes = topo.tile_sizes.astype(np.int64) if len(plan.tile_origins) else np.zeros(0, np.int64)
+    return NodeBoxes(lower, upper, int((sizes**3).sum()))

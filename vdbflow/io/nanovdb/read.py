@@ -18,8 +18,9 @@ from vdbflow.core.volume import Topology, Volume
 from vdbflow.errors import NanoVDBError
 from vdbflow.io.nanovdb import format as fmt
 from vdbflow.io.nanovdb.codec import compressed_chunks, decompress
-from vdbflow.io.nanovdb.decode import decode_grid
+from vdbflow.io.nanovdb.decode import decode_grid, read_blind_data
 from vdbflow.io.nanovdb.header import MAX_GRID_BYTES, MAX_NAME_BYTES, grid_header, need, unpack
+from vdbflow.io.nanovdb.metadata import stored_metadata
 from vdbflow.io.nanovdb.records import GridInfo, GridSource
 
 
@@ -213,15 +214,18 @@ def open_grid(
     *,
     bbox: Any = None,
     leaves: Any = None,
-    checksum: bool = True,
+    checksum: bool | str = True,
 ) -> Volume | Topology:
     """A grid of a .nvdb file (path) or of an in-memory buffer: a :class:`Volume` for value grids, an
     index-layout :class:`Topology` for Index / OnIndex grids (attach values with ``with_data``).
 
     ``grid`` is an index or a name (default the first grid).  ``bbox`` ((i0, j0, k0), (i1, j1, k1)),
     inclusive index coordinates, or ``leaves`` (leaf indices in tree order) load only part of the
-    grid; the rest of an uncompressed file is not read.  ``checksum`` verifies the grid's NanoVDB
-    checksum where it has one (the tail half, over all nodes, only when the whole grid is read).
+    grid; the rest of an uncompressed file is not read.  ``checksum`` checks the grid's NanoVDB
+    checksum where it has one (the tail half, over all nodes, only when the whole grid is read) by the
+    rules of the grid's version: True (default) reads a grid whose checksum matches none of them with
+    a :class:`~vdbflow.ChecksumWarning` (as NanoVDB's reader and Warp read it: writers such as fVDB
+    leave stale checksums), ``"strict"`` raises :class:`NanoVDBError`, False does not check.
     """
     box = None
     if bbox is not None:
@@ -256,9 +260,11 @@ def list_grids(data: str | os.PathLike | bytes | np.ndarray) -> list[GridInfo]:
         One :class:`GridInfo` per grid, in file order: index, name, grid type, value type (the
         :class:`~vdbflow.core.value_types.ValueType` :func:`open_grid` reads it as; None for index and
         topology grids, whose values are external or absent), grid class, node and tile counts,
-        active voxel count, the index bounding box (inclusive, voxels) and world bounding box
-        (length units), the (4, 4) index-to-world matrix, voxel size, codec, version, size in bytes
-        and checksum.
+        active voxel count (the tree's, as NanoVDB counts it: voxels of active tiles included, where
+        ``Volume.active_voxel_count`` counts leaf voxels), the index bounding box (inclusive, voxels)
+        and world bounding box (length units), the (4, 4) index-to-world matrix, voxel size, codec,
+        version, size in bytes, checksum, and the units, length units and component names the file
+        stores (None where not).
 
     Raises
     ------
@@ -298,6 +304,7 @@ def list_grids(data: str | os.PathLike | bytes | np.ndarray) -> list[GridInfo]:
                 version=meta["version"],
                 grid_size=h["grid_size"],
                 checksum=h["checksum"],
+                **stored_metadata(read_blind_data(buf, g.offset, h)),
             )
         )
     return infos

@@ -35,6 +35,9 @@ class GridInfo:
     version: str
     grid_size: int
     checksum: int
+    units: str | None = None  # from vdbflow's metadata record, where the grid has one
+    length_units: str | None = None
+    component_names: tuple[str, ...] | None = None  # None: not stored (x, y, z, w)
 
 
 @dataclass(frozen=True)

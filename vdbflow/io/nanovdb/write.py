@@ -1,5 +1,5 @@
-"""Writing NanoVDB (.nvdb) files: the encoders of a grid's parts (leaves, lower and upper nodes, root,
-headers, blind data, checksum), one grid buffer from them, and the public :func:`save`."""
+"""Writing NanoVDB (.nvdb) files: a grid's headers and checksum as the chosen NanoVDB version writes them,
+one grid buffer from its parts (:mod:`~vdbflow.io.nanovdb.encode`), and the public :func:`save`."""
 
 from __future__ import annotations
 
@@ -7,232 +7,35 @@ import os
 import struct
 import zlib
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 
-from vdbflow.core import tree
 from vdbflow.core.volume import Topology, Volume
 from vdbflow.errors import NanoVDBError
 from vdbflow.io.atomic import atomic_file
 from vdbflow.io.nanovdb import format as fmt
-from vdbflow.io.nanovdb.checksum import node_crcs, span_crc
+from vdbflow.io.nanovdb.checksum import blocked_crc, node_crcs, span_crc
 from vdbflow.io.nanovdb.codec import BLOSC_MAX_CHUNK
+from vdbflow.io.nanovdb.encode import (
+    blind_records,
+    put,
+    value_bytes,
+    write_blind_data,
+    write_leaves,
+    write_lower_nodes,
+    write_root,
+    write_upper_nodes,
+)
 from vdbflow.io.nanovdb.header import EMPTY_CHECKSUM, grid_header
-from vdbflow.io.nanovdb.metadata import METADATA_NAME, metadata_record
 from vdbflow.io.nanovdb.plan import (
     GridContents,
     GridOffsets,
     NodePlan,
-    child_index,
-    find_rows,
     grid_contents,
+    node_boxes,
     plan_nodes,
     plan_offsets,
 )
-from vdbflow.io.nanovdb.records import BlindData
-
-
-def _put(buf: np.ndarray, offset: int, form: str, *values: Any) -> None:
-    struct.pack_into(form, buf, offset, *values)
-
-
-def _value_bytes(values: np.ndarray, layout: fmt.GridLayout) -> np.ndarray:
-    """(n, C) values -> (n, value_size) uint8 in the file's little-endian dtype."""
-    arr = np.ascontiguousarray(np.asarray(values).reshape(-1, layout.components), dtype=layout.dtype)
-    return arr.view(np.uint8).reshape(len(arr), layout.value_size)
-
-
-def _leaf_bboxes(origins: np.ndarray, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-leaf active bbox min (L, 3) int32 and extent max - min (L, 3) uint8 (origin and 0 when empty)."""
-    bits = tree.bits_from_masks(masks).reshape(-1, 8, 8, 8)
-    lo = np.zeros((len(masks), 3), np.int64)
-    dif = np.zeros((len(masks), 3), np.int64)
-    for axis in range(3):
-        occupied = bits.any(axis=tuple(a for a in (1, 2, 3) if a != axis + 1))
-        has = occupied.any(axis=1)
-        first = np.argmax(occupied, axis=1)
-        last = 7 - np.argmax(occupied[:, ::-1], axis=1)
-        lo[:, axis] = np.where(has, first, 0)
-        dif[:, axis] = np.where(has, last - first, 0)
-    return (origins + lo).astype(np.int32), dif.astype(np.uint8)
-
-
-def _blind_records(obj: Volume | Topology) -> tuple[BlindData, ...]:
-    """The blind data to write: ``obj``'s records, then its ``vdbflow.metadata`` record made afresh."""
-    blind = tuple(r for r in getattr(obj, "blind_data", ()) or () if r.name != METADATA_NAME)
-    return blind + tuple(r for r in (metadata_record(obj),) if r is not None)
-
-
-def _write_blind_data(buf: np.ndarray, off: GridOffsets, blind: tuple[BlindData, ...]) -> None:
-    """A metadata record per blind record (its data offset relative to the record), then the data."""
-    for b, record in enumerate(blind):
-        at = off.blind + b * fmt.BLIND_META_SIZE
-        _put(
-            buf,
-            at,
-            fmt.BLIND_META_FORMAT,
-            off.blind_data[b] - at,
-            record.value_count,
-            record.value_size,
-            record.semantic,
-            record.data_class,
-            record.data_type,
-        )
-        name_bytes = record.name.encode("utf-8")[: fmt.BLIND_NAME_SIZE - 1]
-        buf[at + fmt.BLIND_META_OFF_NAME : at + fmt.BLIND_META_OFF_NAME + len(name_bytes)] = np.frombuffer(
-            name_bytes, np.uint8
-        )
-        buf[off.blind_data[b] : off.blind_data[b] + len(record.data)] = np.frombuffer(record.data, np.uint8)
-
-
-def _write_leaves(buf: np.ndarray, off: GridOffsets, plan: NodePlan, contents: GridContents) -> None:
-    """Each leaf: its active bbox, flags (0) and value mask, then its 512 values, or (index grids) its
-    first value index and the prefix sums of its mask words."""
-    layout, topo = contents.layout, contents.topo
-    n_leaf = plan.counts[0]
-    leaves = buf[off.leaf : off.blind].reshape(n_leaf, layout.leaf_size)
-    bb_min, bb_dif = _leaf_bboxes(plan.leaf_origins, topo.masks)
-    at = fmt.LEAF_OFF_BBOX_MIN
-    leaves[:, at : at + 12] = bb_min.astype("<i4").view(np.uint8).reshape(n_leaf, 12)
-    leaves[:, fmt.LEAF_OFF_BBOX_DIF : fmt.LEAF_OFF_BBOX_DIF + 3] = bb_dif
-    leaves[:, fmt.LEAF_OFF_FLAGS] = 0
-    at = fmt.LEAF_OFF_VALUE_MASK
-    leaves[:, at : at + fmt.LEAF_MASK_SIZE] = (
-        np.ascontiguousarray(topo.masks.astype("<u8")).view(np.uint8).reshape(n_leaf, fmt.LEAF_MASK_SIZE)
-    )
-    if layout.is_index:
-        at = fmt.INDEX_LEAF_OFF_OFFSET
-        leaves[:, at : at + 8] = (topo.leaf_offset + 1).astype("<u8").view(np.uint8).reshape(n_leaf, 8)
-        prefix = topo.prefix.astype(np.uint64)
-        packed = np.zeros(n_leaf, np.uint64)
-        for w in range(1, 8):
-            packed |= prefix[:, w] << np.uint64(fmt.INDEX_PREFIX_BITS * (w - 1))
-        at = fmt.INDEX_LEAF_OFF_PREFIX
-        leaves[:, at : at + 8] = packed.astype("<u8").view(np.uint8).reshape(n_leaf, 8)
-    else:
-        width = tree.LEAF_VOXELS * layout.value_size
-        table = _value_bytes(contents.leaf_values, layout).reshape(n_leaf, width)
-        leaves[:, layout.leaf_off_table : layout.leaf_off_table + width] = table
-
-
-def _write_lower_nodes(
-    buf: np.ndarray,
-    off: GridOffsets,
-    layout: fmt.GridLayout,
-    plan: NodePlan,
-    bg_bytes: np.ndarray,
-    tile_bytes: np.ndarray,
-) -> None:
-    """Each lower node: its bbox, a table entry per child (the offset of a leaf, an 8^3 tile's value or
-    the background), and the masks of which entries are leaves (child) and tiles (value)."""
-    n_leaf, n_low, _ = plan.counts
-    lowers = buf[off.lower : off.leaf].reshape(n_low, layout.lower_size)
-    stride = layout.table_stride
-    ltable = lowers[:, layout.lower_off_table : layout.lower_off_table + fmt.LOWER_CHILDREN * stride]
-    ltable = ltable.reshape(n_low, fmt.LOWER_CHILDREN, stride)
-    ltable[:, :, : layout.value_size] = bg_bytes
-    lower_origin = plan.lower_origins
-    lowers[:, fmt.NODE_OFF_BBOX_MIN : fmt.NODE_OFF_BBOX_MIN + 12] = (
-        lower_origin.astype("<i4").view(np.uint8).reshape(n_low, 12)
-    )
-    lowers[:, fmt.NODE_OFF_BBOX_MAX : fmt.NODE_OFF_BBOX_MAX + 12] = (
-        (lower_origin + fmt.LOWER_DIM - 1).astype("<i4").view(np.uint8).reshape(n_low, 12)
-    )
-    child = child_index(plan.leaf_origins, fmt.LOWER_DIM_LOG2, fmt.LEAF_LOG2)
-    leaf_addr = off.leaf + np.arange(n_leaf, dtype=np.int64) * layout.leaf_size
-    lower_addr = off.lower + np.arange(n_low, dtype=np.int64) * layout.lower_size
-    rel = (leaf_addr - lower_addr[plan.leaf_parent]).astype("<i8")
-    ltable[plan.leaf_parent, child, : fmt.TABLE_CHILD_SIZE] = rel.view(np.uint8).reshape(-1, fmt.TABLE_CHILD_SIZE)
-    cmask = np.zeros((n_low, fmt.LOWER_CHILDREN), bool)
-    cmask[plan.leaf_parent, child] = True
-    sel = np.nonzero(plan.lower_tiles)[0]
-    tparent = find_rows(plan.lower_keys, plan.tile_origins[sel] >> fmt.LOWER_LOG2)
-    tchild = child_index(plan.tile_origins[sel], fmt.LOWER_DIM_LOG2, fmt.LEAF_LOG2)
-    ltable[tparent, tchild, : layout.value_size] = tile_bytes[sel]
-    vmask = np.zeros((n_low, fmt.LOWER_CHILDREN), bool)
-    vmask[tparent, tchild] = True
-    at = fmt.LOWER_OFF_VALUE_MASK
-    lowers[:, at : at + fmt.LOWER_MASK_SIZE] = np.packbits(vmask, axis=1, bitorder="little")
-    at = fmt.LOWER_OFF_CHILD_MASK
-    lowers[:, at : at + fmt.LOWER_MASK_SIZE] = np.packbits(cmask, axis=1, bitorder="little")
-
-
-def _write_upper_nodes(
-    buf: np.ndarray,
-    off: GridOffsets,
-    layout: fmt.GridLayout,
-    plan: NodePlan,
-    bg_bytes: np.ndarray,
-    tile_bytes: np.ndarray,
-) -> None:
-    """Each upper node, one by one: its bbox, a table entry per child (the offset of a lower node, a
-    128^3 tile's value or the background), and its child and value masks."""
-    _, n_low, n_up = plan.counts
-    upper_origin, lower_origin = plan.upper_origins, plan.lower_origins
-    upper_addr = off.upper + np.arange(n_up, dtype=np.int64) * layout.upper_size
-    lower_addr = off.lower + np.arange(n_low, dtype=np.int64) * layout.lower_size
-    sel128 = np.nonzero(plan.upper_tiles)[0]
-    t128_parent = find_rows(plan.upper_keys, plan.tile_origins[sel128] >> fmt.UPPER_LOG2)
-    stride = layout.table_stride
-    for u in range(n_up):
-        node = buf[upper_addr[u] : upper_addr[u] + layout.upper_size]
-        node[fmt.NODE_OFF_BBOX_MIN : fmt.NODE_OFF_BBOX_MIN + 12] = upper_origin[u].astype("<i4").view(np.uint8)
-        node[fmt.NODE_OFF_BBOX_MAX : fmt.NODE_OFF_BBOX_MAX + 12] = (
-            (upper_origin[u] + fmt.UPPER_DIM - 1).astype("<i4").view(np.uint8)
-        )
-        table = node[layout.upper_off_table : layout.upper_off_table + fmt.UPPER_CHILDREN * stride]
-        table = table.reshape(fmt.UPPER_CHILDREN, stride)
-        table[:, : layout.value_size] = bg_bytes
-        kids = np.nonzero(plan.lower_parent == u)[0]
-        kid_index = child_index(lower_origin[kids], fmt.UPPER_DIM_LOG2, fmt.LOWER_LOG2)
-        table[kid_index, : fmt.TABLE_CHILD_SIZE] = (
-            (lower_addr[kids] - upper_addr[u]).astype("<i8").view(np.uint8).reshape(-1, fmt.TABLE_CHILD_SIZE)
-        )
-        mine = sel128[t128_parent == u]
-        tile_index = child_index(plan.tile_origins[mine], fmt.UPPER_DIM_LOG2, fmt.LOWER_LOG2)
-        table[tile_index, : layout.value_size] = tile_bytes[mine]
-        cm = np.zeros(fmt.UPPER_CHILDREN, bool)
-        cm[kid_index] = True
-        vm = np.zeros(fmt.UPPER_CHILDREN, bool)
-        vm[tile_index] = True
-        at = fmt.UPPER_OFF_VALUE_MASK
-        node[at : at + fmt.UPPER_MASK_SIZE] = np.packbits(vm, bitorder="little")
-        at = fmt.UPPER_OFF_CHILD_MASK
-        node[at : at + fmt.UPPER_MASK_SIZE] = np.packbits(cm, bitorder="little")
-
-
-def _root_key(origin: np.ndarray) -> int:
-    """A root table key: the origin's coordinates >> 12 as unsigned, k | j << 21 | i << 42."""
-    u = np.asarray(origin, np.int64).astype(np.int32).view(np.uint32).astype(np.uint64) >> np.uint64(fmt.UPPER_LOG2)
-    return int(u[2]) | (int(u[1]) << fmt.ROOT_KEY_BITS) | (int(u[0]) << 2 * fmt.ROOT_KEY_BITS)
-
-
-def _write_root(
-    buf: np.ndarray,
-    off: GridOffsets,
-    layout: fmt.GridLayout,
-    plan: NodePlan,
-    topo: Topology,
-    bg_bytes: np.ndarray,
-    tile_bytes: np.ndarray,
-) -> None:
-    """The root: the index bbox, table size and background, then its table: the upper nodes (in key
-    order of their origins), then the 4096^3 tiles (active)."""
-    n_up = plan.counts[2]
-    upper_addr = off.upper + np.arange(n_up, dtype=np.int64) * layout.upper_size
-    sel4096 = np.nonzero(plan.root_tiles)[0]
-    box = topo.index_bbox
-    lo, hi = (box[0], box[1]) if box is not None else (np.zeros(3, np.int64), np.full(3, -1, np.int64))
-    _put(buf, off.root + fmt.ROOT_OFF_BBOX, "<6iI", *[int(x) for x in lo], *[int(x) for x in hi], n_up + len(sel4096))
-    at = off.root + layout.root_off_background
-    buf[at : at + layout.value_size] = bg_bytes
-    entries = [(o, upper_addr[u] - off.root, 0, bg_bytes) for u, o in enumerate(plan.upper_origins)]
-    entries += [(plan.tile_origins[t], 0, 1, tile_bytes[t]) for t in sel4096]
-    for e, (origin, child_off, state, value) in enumerate(entries):
-        at = off.root + layout.root_size + e * layout.root_tile_size
-        _put(buf, at + fmt.ROOT_TILE_OFF_KEY, "<QqI", _root_key(origin), int(child_off), state)
-        buf[at + layout.root_tile_off_value : at + layout.root_tile_off_value + layout.value_size] = value
 
 
 def _write_headers(
@@ -243,40 +46,42 @@ def _write_headers(
     raw_name: bytes,
     grid_class: str | None,
     n_blind: int,
-    grid_index: int,
-    grid_count: int,
+    form: fmt.WriteFormat,
+    tile_voxels: int,
+    position: tuple[int, int],
 ) -> None:
-    """The tree header (node offsets from it, node and tile counts, active voxels) and the grid header
-    (magic, version, flags, position, size, name, map, bboxes, voxel size, class, type, blind data,
-    value count); the checksum is written last, by :func:`_write_checksum`."""
+    """The tree header (node offsets from it, all 0 in an empty tree as NanoVDB writes it, node and tile
+    counts, active voxels of leaves and tiles) and the grid header (magic, version, flags, position (index,
+    count), size, name, map, bboxes, voxel size, class, type, blind data, value count, data2) as ``form``'s
+    version writes them; the checksum is written last, by :func:`_write_checksum`."""
     layout, topo = contents.layout, contents.topo
     t = fmt.GRID_SIZE
-    _put(
+    # no root entries; a tree with tiles but no leaves keeps its offsets (32.4's validator follows them)
+    empty = not (plan.counts[2] or plan.root_tiles.any())
+    put(
         buf,
         t,
         fmt.TREE_FORMAT,
-        off.leaf - t,
-        off.lower - t,
-        off.upper - t,
+        *([0, 0, 0] if empty else [off.leaf - t, off.lower - t, off.upper - t]),
         off.root - t,
         *plan.counts,
         int(plan.lower_tiles.sum()),
         int(plan.upper_tiles.sum()),
         int(plan.root_tiles.sum()),
-        topo.active_voxel_count,
+        topo.active_voxel_count + tile_voxels,
     )
     M = topo.transform.index_to_world
     Minv = topo.transform.world_to_index
-    _put(
+    has_bbox = topo.index_bbox is not None
+    put(
         buf,
         fmt.GRID_OFF_MAGIC,
         fmt.GRID_HEAD_FORMAT,
-        fmt.MAGIC_GRID,
+        form.grid_magic,
         EMPTY_CHECKSUM,
-        fmt.WRITE_VERSION,
-        fmt.GRID_FLAG_HAS_BBOX | fmt.GRID_FLAG_BREADTH_FIRST,
-        grid_index,
-        grid_count,
+        form.version,
+        (fmt.GRID_FLAG_HAS_BBOX if has_bbox else 0) | fmt.GRID_FLAG_BREADTH_FIRST,
+        *position,
         off.size,
     )
     buf[fmt.GRID_OFF_NAME : fmt.GRID_OFF_NAME + len(raw_name)] = np.frombuffer(raw_name, np.uint8)
@@ -287,67 +92,110 @@ def _write_headers(
             f"(|entries| <= {np.finfo(np.float32).max:.4g}), got an entry of magnitude {big:.4g} for grid {raw_name!r}"
         )
     m = fmt.GRID_OFF_MAP
-    _put(buf, m + fmt.MAP_OFF_MATF, "<9f", *M[:3, :3].ravel())
-    _put(buf, m + fmt.MAP_OFF_INVMATF, "<9f", *Minv[:3, :3].ravel())
-    _put(buf, m + fmt.MAP_OFF_VECF, "<3f", *M[:3, 3])
-    _put(buf, m + fmt.MAP_OFF_TAPERF, "<f", 1.0)
-    _put(buf, m + fmt.MAP_OFF_MATD, "<9d", *M[:3, :3].ravel())
-    _put(buf, m + fmt.MAP_OFF_INVMATD, "<9d", *Minv[:3, :3].ravel())
-    _put(buf, m + fmt.MAP_OFF_VECD, "<3d", *M[:3, 3])
-    _put(buf, m + fmt.MAP_OFF_TAPERD, "<d", 1.0)
-    wb = topo.world_bbox if topo.index_bbox is not None else np.zeros((2, 3))
-    _put(buf, fmt.GRID_OFF_WORLD_BBOX, "<6d", *wb.ravel())
-    _put(buf, fmt.GRID_OFF_VOXEL_SIZE, "<3d", *topo.voxel_size)
+    put(buf, m + fmt.MAP_OFF_MATF, "<9f", *M[:3, :3].ravel())
+    put(buf, m + fmt.MAP_OFF_INVMATF, "<9f", *Minv[:3, :3].ravel())
+    put(buf, m + fmt.MAP_OFF_VECF, "<3f", *M[:3, 3])
+    put(buf, m + fmt.MAP_OFF_TAPERF, "<f", 1.0)
+    put(buf, m + fmt.MAP_OFF_MATD, "<9d", *M[:3, :3].ravel())
+    put(buf, m + fmt.MAP_OFF_INVMATD, "<9d", *Minv[:3, :3].ravel())
+    put(buf, m + fmt.MAP_OFF_VECD, "<3d", *M[:3, 3])
+    put(buf, m + fmt.MAP_OFF_TAPERD, "<d", 1.0)
+    wb = topo.world_bbox if has_bbox else np.array(fmt.EMPTY_WORLD_BBOX)
+    put(buf, fmt.GRID_OFF_WORLD_BBOX, "<6d", *wb.ravel())
+    put(buf, fmt.GRID_OFF_VOXEL_SIZE, "<3d", *topo.voxel_size)
     class_code = {name: code for code, name in fmt.GRID_CLASSES.items()}.get(grid_class)
-    if class_code is None or class_code == fmt.GRID_CLASS_UNKNOWN:
+    if class_code is None or class_code == fmt.GRID_CLASS_UNKNOWN or class_code >= form.grid_class_end:
         class_code = fmt.GRID_CLASS_INDEX if layout.is_index else fmt.GRID_CLASS_UNKNOWN
-    _put(buf, fmt.GRID_OFF_CLASS, "<II", class_code, layout.grid_type)
-    _put(buf, fmt.GRID_OFF_BLIND_OFFSET, "<qI", off.blind if n_blind else 0, n_blind)
-    _put(buf, fmt.GRID_OFF_DATA0, "<IQQ", 0, contents.value_count, 0)
+    put(buf, fmt.GRID_OFF_CLASS, "<II", class_code, layout.grid_type)
+    put(buf, fmt.GRID_OFF_BLIND_OFFSET, "<qI", off.blind if n_blind else 0, n_blind)
+    put(buf, fmt.GRID_OFF_DATA0, "<IQQ", 0, contents.value_count, form.grid_data2)
 
 
-def _write_checksum(buf: np.ndarray, off: GridOffsets, layout: fmt.GridLayout, plan: NodePlan) -> None:
-    """The full checksum by the 32.6.0 rules: head over the grid, tree, root and root tiles, tail over
-    the CRC32s (u32) of every node; a grid without nodes has no tail."""
-    n_leaf, n_low, n_up = plan.counts
-    head = span_crc(buf, fmt.CHECKSUM_HEAD_START, off.upper)
-    arrays = [
-        (off.upper, n_up, layout.upper_size),
-        (off.lower, n_low, layout.lower_size),
-        (off.leaf, n_leaf, layout.leaf_size),
-    ]
-    tail = zlib.crc32(node_crcs(buf, arrays).astype("<u4").tobytes()) & 0xFFFFFFFF if n_up else fmt.EMPTY_CRC32
-    _put(buf, fmt.GRID_OFF_CHECKSUM, "<II", head, tail)
+def _write_checksum(
+    buf: np.ndarray, off: GridOffsets, layout: fmt.GridLayout, plan: NodePlan, form: fmt.WriteFormat
+) -> None:
+    """The full checksum by the rules of ``form``'s version.  Up to 32.6.0: the head over the grid, tree,
+    root and root tiles, the tail over the CRC32s of every node (8-byte entries in 32.4's Linux builds,
+    u32 in 32.6.0), none for an empty root.  Later: the head over the grid and tree, the tail over the
+    CRC32s of the 4 KiB blocks of the rest."""
+    if form.checksum == fmt.CHECKSUM_BLOCKS:
+        head_end = fmt.GRID_SIZE + fmt.TREE_SIZE
+        head, tail = span_crc(buf, fmt.CHECKSUM_HEAD_START, head_end), blocked_crc(buf, head_end, off.size)
+    else:
+        n_leaf, n_low, n_up = plan.counts
+        head = span_crc(buf, fmt.CHECKSUM_HEAD_START, off.upper)
+        arrays = [
+            (off.upper, n_up, layout.upper_size),
+            (off.lower, n_low, layout.lower_size),
+            (off.leaf, n_leaf, layout.leaf_size),
+        ]
+        entry = "<u8" if form.checksum == fmt.CHECKSUM_NODES_U64 else "<u4"
+        n_root = n_up + int(plan.root_tiles.sum())
+        tail = zlib.crc32(node_crcs(buf, arrays).astype(entry).tobytes()) & 0xFFFFFFFF if n_root else fmt.EMPTY_CRC32
+    put(buf, fmt.GRID_OFF_CHECKSUM, "<II", head, tail)
 
 
-def _encode_grid(obj: Volume | Topology, name: str, grid_index: int, grid_count: int) -> bytes:
-    """One NanoVDB grid buffer (value grid for a Volume, OnIndex grid for a Topology): the nodes are
-    planned, the bytes laid out, then written leaves first and the headers and checksum last."""
+def _encode_grid(
+    obj: Volume | Topology, name: str, form: fmt.WriteFormat, position: tuple[int, int]
+) -> tuple[bytes, int]:
+    """One NanoVDB grid buffer (value grid for a Volume, OnIndex grid for a Topology) as ``form``'s
+    version lays it out, and its active voxel count (tiles included): the nodes are planned, the bytes
+    laid out, then written leaves first and the headers and checksum last."""
     contents = grid_contents(obj)
     raw_name = name.encode("utf-8")
     if len(raw_name) >= fmt.GRID_NAME_SIZE:
         raise NanoVDBError(f"grid name of {len(raw_name)} bytes is too long (at most {fmt.GRID_NAME_SIZE - 1})")
     layout = contents.layout
+    if layout.grid_type >= form.grid_type_end:
+        raise NanoVDBError(
+            f"grid {name!r} is a {fmt.GRID_TYPE_NAMES[layout.grid_type]} grid, which NanoVDB {form.name} does not "
+            f"know; expected version={fmt.DEFAULT_INDEX_WRITE_VERSION!r} or later (or version=None) to write it"
+        )
     plan = plan_nodes(contents.topo)
-    blind = _blind_records(obj)
+    boxes = node_boxes(plan, contents.topo)
+    blind = blind_records(obj)
     off = plan_offsets(layout, plan, blind)
     buf = np.zeros(off.size, np.uint8)
-    _write_blind_data(buf, off, blind)
-    bg_bytes = _value_bytes(contents.background, layout)[0]
+    write_blind_data(buf, off, blind)
+    bg_bytes = value_bytes(contents.background, layout)[0]
     tile_values = contents.tile_values
-    tile_bytes = _value_bytes(tile_values, layout) if len(tile_values) else np.zeros((0, layout.value_size), np.uint8)
-    _write_leaves(buf, off, plan, contents)
-    _write_lower_nodes(buf, off, layout, plan, bg_bytes, tile_bytes)
-    _write_upper_nodes(buf, off, layout, plan, bg_bytes, tile_bytes)
-    _write_root(buf, off, layout, plan, contents.topo, bg_bytes, tile_bytes)
-    _write_headers(
-        buf, off, plan, contents, raw_name, getattr(obj, "grid_class", None), len(blind), grid_index, grid_count
-    )
-    _write_checksum(buf, off, layout, plan)
-    return buf.tobytes()
+    tile_bytes = value_bytes(tile_values, layout) if len(tile_values) else np.zeros((0, layout.value_size), np.uint8)
+    write_leaves(buf, off, plan, contents)
+    write_lower_nodes(buf, off, layout, plan, boxes, bg_bytes, tile_bytes)
+    write_upper_nodes(buf, off, layout, plan, boxes, bg_bytes, tile_bytes)
+    write_root(buf, off, layout, plan, contents.topo, bg_bytes, tile_bytes)
+    grid_class = getattr(obj, "grid_class", None)
+    _write_headers(buf, off, plan, contents, raw_name, grid_class, len(blind), form, boxes.tile_voxels, position)
+    _write_checksum(buf, off, layout, plan, form)
+    return buf.tobytes(), contents.topo.active_voxel_count + boxes.tile_voxels
 
 
-def save(path: str | os.PathLike, grids: dict[str, Volume | Topology], codec: str = "none") -> None:
+def write_format(version: str | None, grids: Mapping[str, Volume | Topology]) -> fmt.WriteFormat:
+    """The layout facts of the NanoVDB ``version`` to write ("32.4" ... "32.9"); None: 32.4, or 32.6 when
+    a grid is an OnIndex grid (a Topology), which 32.4 does not know."""
+    if version is None:
+        has_index = any(isinstance(obj, Topology) for obj in grids.values())
+        version = fmt.DEFAULT_INDEX_WRITE_VERSION if has_index else fmt.DEFAULT_WRITE_VERSION
+    form = fmt.WRITE_FORMATS.get(version) if isinstance(version, str) else None
+    if form is None:
+        raise NanoVDBError(f"expected a NanoVDB version to write, one of {sorted(fmt.WRITE_FORMATS)}, got {version!r}")
+    return form
+
+
+def name_key(name: str) -> int:
+    """NanoVDB's io::stringHash of a grid name (the metadata's name key, by which readers find a grid)."""
+    key = 0
+    for byte in name.encode("utf-8"):
+        key = (key * fmt.NAME_HASH_PRIME + byte + (key >> 56)) & 0xFFFFFFFFFFFFFFFF
+    return key
+
+
+def save(
+    path: str | os.PathLike,
+    grids: dict[str, Volume | Topology],
+    codec: str = "none",
+    version: str | None = None,
+) -> None:
     """Write grids to one .nvdb file: value grids for Volumes, OnIndex grids for Topologies.
 
     Volumes in the index layout are written with their values spread over whole leaves
@@ -369,6 +217,10 @@ def save(path: str | os.PathLike, grids: dict[str, Volume | Topology], codec: st
     codec : {"none", "zip", "blosc"}, default ``"none"``
         Compression of each grid's payload (``"blosc"`` needs numcodecs).  Uncompressed files can
         be read in part (``vdbflow.open(..., bbox=...)``) without reading the rest.
+    version : {"32.4", "32.6", "32.7", "32.8", "32.9"} or None, default None
+        The NanoVDB version whose magic numbers, version number and checksum rules the file follows.
+        None writes 32.4 (OpenVDB 10: what every NanoVDB reader since, Warp and vdbflow open), or
+        32.6 when a grid is a Topology (OnIndex grids are unknown to 32.4).
 
     Returns
     -------
@@ -377,8 +229,8 @@ def save(path: str | os.PathLike, grids: dict[str, Volume | Topology], codec: st
     Raises
     ------
     NanoVDBError
-        An unknown codec, no grids, a value type with no NanoVDB grid type (e.g. 9 components), or
-        a grid name that is too long.
+        An unknown codec or version, no grids, a value type with no NanoVDB grid type (e.g. 9
+        components), a Topology with version "32.4", or a grid name that is too long.
     WriteError
         The file could not be written (a full disk, no permission); ``path`` is as it was.
 
@@ -423,9 +275,10 @@ def save(path: str | os.PathLike, grids: dict[str, Volume | Topology], codec: st
         raise NanoVDBError(f"expected grids as a dict of name -> Volume or Topology, got {type(grids).__name__}")
     if not grids:
         raise NanoVDBError("expected at least one grid to save, got none")
+    form = write_format(version, grids)
     payloads, metas = [], []
     for n, (name, obj) in enumerate(grids.items()):
-        grid = _encode_grid(obj, name, n, len(grids))
+        grid, voxels = _encode_grid(obj, name, form, (0, 1) if form.grids_stand_alone else (n, len(grids)))
         if codec == "zip":
             payload = struct.pack("<Q", len(packed := zlib.compress(grid))) + packed
         elif codec == "blosc":  # chunks of at most 1 GiB, each after its u64 size, as NanoVDB writes them
@@ -441,13 +294,13 @@ def save(path: str | os.PathLike, grids: dict[str, Volume | Topology], codec: st
         h = grid_header(np.frombuffer(grid, np.uint8), 0)
         raw_name = name.encode("utf-8") + b"\0"
         topo = obj if isinstance(obj, Topology) else obj.topology
-        box = topo.index_bbox if topo.index_bbox is not None else np.zeros((2, 3), np.int64)
+        box = topo.index_bbox if topo.index_bbox is not None else np.array(fmt.EMPTY_INDEX_BBOX)
         meta = struct.pack(
             fmt.FILE_METADATA_FORMAT,
             len(grid),
             len(payload),
-            0,
-            h["voxel_count"],
+            name_key(name),
+            voxels,
             h["grid_type"],
             h["grid_class"],
             *h["world_bbox"],
@@ -459,11 +312,11 @@ def save(path: str | os.PathLike, grids: dict[str, Volume | Topology], codec: st
             *h["tile_counts"],
             fmt.CODEC_IDS[codec],
             0,
-            fmt.WRITE_VERSION,
+            form.version,
         )
         metas.append(meta + raw_name)
         payloads.append(payload)
-    header = struct.pack(fmt.FILE_HEADER_FORMAT, fmt.MAGIC_FILE, fmt.WRITE_VERSION, len(grids), fmt.CODEC_IDS[codec])
+    header = struct.pack(fmt.FILE_HEADER_FORMAT, form.file_magic, form.version, len(grids), fmt.CODEC_IDS[codec])
     with atomic_file(path) as fh:  # a private directory beside `path`, never a predictable name
         fh.write(header)
         for meta in metas:

@@ -235,10 +235,15 @@ def read_grid(f: VdbFile, d: Descriptor, leaves: Any = None) -> Volume | Topolog
         )
     except VolumeError as err:
         raise OpenVDBError(f"in {f.source}, grid {d.unique_name!r}: {err}") from None
-    units = head.metadata.get("units")
-    vol.units = units if isinstance(units, str) and units else None
+    vol.units = _units(head.metadata)
     vol.grid_class = str(head.metadata.get("class", "unknown"))
     return vol
+
+
+def _units(metadata: dict[str, Any]) -> str | None:
+    """A grid's ``units`` metadata (a non-empty string), else None."""
+    units = metadata.get("units")
+    return units if isinstance(units, str) and units else None
 
 
 def open_vdb(data: Data, grid: int | str | None = None, leaves: Any = None) -> Volume | Topology:
@@ -298,6 +303,7 @@ def grid_info(f: VdbFile, d: Descriptor) -> GridInfo:
         f"{f.header.library_version[1]}",
         grid_size=end - d.grid_pos,
         checksum=0,
+        units=_units(head.metadata),
     )
 
 
