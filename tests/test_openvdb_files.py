@@ -65,6 +65,7 @@ def test_grid_selection_and_list_grids():
     names = [g.name for g in infos]
     assert names[:2] == ["density\x1e0", "density\x1e1"] and "density_instance" in names
     assert vdbflow.open(GRIDS, grid="density\x1e1").active_voxel_count == 1
+    assert infos[0].units == "kg/m^3" and infos[1].units is None  # the grid's "units" metadata
     with pytest.raises(vdbflow.OpenVDBError, match=r"grid names .* got 'nope'"):
         vdbflow.open(GRIDS, grid="nope")
     with pytest.raises(vdbflow.OpenVDBError, match=r"grid index in \[0, 7\)"):
