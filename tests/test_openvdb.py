@@ -61,7 +61,20 @@ macc = mask.getAccessor()
 for p in rng.integers(-100, 100, (400, 3)):
     macc.setValueOn(tuple(int(c) for c in p), True)
 mask.fill((512, 512, 512), (639, 639, 639), True, True)
-grids = [density, again, half, sphere, vel, mask]
+# one leaf per mask-compression code: inactive values all -background (1), all one other value (2),
+# background or -background (3), background or another value (4), two other values (5), three (6)
+codes = vdb.FloatGrid(background=1.0)
+codes.name = "codes"
+cacc = codes.getAccessor()
+patterns = [(-1.0,), (5.0,), (1.0, -1.0), (1.0, 5.0), (5.0, 6.0), (1.0, -1.0, 5.0)]
+for n, pattern in enumerate(patterns):
+    for v in range(512):
+        ijk = (8 * n + (v >> 6), (v >> 3) & 7, v & 7)
+        if v == 0:
+            cacc.setValueOn(ijk, 0.5 + n)
+        else:
+            cacc.setValueOff(ijk, pattern[v % len(pattern)])
+grids = [density, again, half, sphere, vel, mask, codes]
 if len(sys.argv) == 2:
     vdb.write(out + "/grids.vdb", grids, metadata={"creator": "vdbflow tests", "frame": 12})
 
@@ -89,7 +102,7 @@ for g in vdb.readAll(source)[0]:  # sorted by name; repeated names in file order
     acc = g.getConstAccessor()
     vals = np.array([np.atleast_1d(acc.getValue(tuple(int(c) for c in p))) for p in probe], float)
     act = np.array([acc.isValueOn(tuple(int(c) for c in p)) for p in probe])
-    lo = np.array([-24, -24, -24]) if g.name != "vel" else np.array([100, 100, 100])
+    lo = {"vel": np.array([100, 100, 100]), "codes": np.array([0, -8, -8])}.get(g.name, np.array([-24, -24, -24]))
     shape = (48, 48, 48) if g.valueTypeName != "vec3s" else (48, 48, 48, 3)
     dense = np.zeros(shape, np.float32 if g.valueTypeName != "bool" else bool)
     g.copyToArray(dense, ijk=tuple(int(c) for c in lo))
@@ -101,7 +114,7 @@ for g in vdb.readAll(source)[0]:  # sorted by name; repeated names in file order
              meta=repr({k: g[k] for k in g.metadata if not k.startswith("file_")}))
 """
 
-GRIDS = ["density\x1e0", "density\x1e1", "half", "sphere", "vel", "mask"]
+GRIDS = ["density\x1e0", "density\x1e1", "half", "sphere", "vel", "mask", "codes"]
 
 
 @pytest.fixture(scope="module")
@@ -249,7 +262,7 @@ for n, g in enumerate(vdb.readAll(sys.argv[1])[0]):
         with np.load(f) as d:
             expected[(str(d["name"]), float(d["size"]))] = d["values"]
     infos = [g for g in vdbflow.list_grids(path) if g.value_type is not None]
-    assert len(infos) == len(expected) == 5
+    assert len(infos) == len(expected) == 6
     for g in infos:
         assert g.grid_type.endswith("_HalfFloat") and "half" in g.codec.split("+")
         want = expected[(g.name.split("\x1e")[0], g.voxel_size[0])]
@@ -383,3 +396,24 @@ def test_types_pyopenvdb_cannot_write(tmp_path, type_name, dtype, components):
     sampled = vol.sample(vol.active_voxels().astype(float), space="index", mode=mode)[vol.name].values
     np.testing.assert_array_equal(np.asarray(sampled).reshape(-1, components), want)
     assert vol.value_type.name == {"double": "float64", "vec3i": "int32x3"}.get(type_name, type_name)
+
+
+def test_every_mask_compression_code_is_read(written, monkeypatch):
+    """The "codes" grid holds one leaf per code OpenVDB picks for its inactive values; the file as
+    pyopenvdb wrote it uses every code 0-6, and vdbflow's values equal OpenVDB's (checked above)."""
+    from vdbflow.io.openvdb.stream import Cursor
+
+    out, dumps = written
+    seen = set()
+    u8 = Cursor.u8
+
+    def spy(self, what):
+        value = u8(self, what)
+        if "mask compression code" in what:
+            seen.add(value)
+        return value
+
+    monkeypatch.setattr(Cursor, "u8", spy)
+    vol = vdbflow.open(out / "grids.vdb", grid="codes")
+    assert seen == set(range(7)), seen
+    _check_grid(vol, dumps[GRIDS.index("codes")])
