@@ -400,20 +400,27 @@ def test_types_pyopenvdb_cannot_write(tmp_path, type_name, dtype, components):
 
 def test_every_mask_compression_code_is_read(written, monkeypatch):
     """The "codes" grid holds one leaf per code OpenVDB picks for its inactive values; the file as
-    pyopenvdb wrote it uses every code 0-6, and vdbflow's values equal OpenVDB's (checked above)."""
+    pyopenvdb wrote it uses every code 0-6 (leaves and internal nodes together), and vdbflow's values
+    equal OpenVDB's."""
+    from vdbflow.io.openvdb import values
     from vdbflow.io.openvdb.stream import Cursor
 
     out, dumps = written
     seen = set()
-    u8 = Cursor.u8
+    u8, leaf_codes = Cursor.u8, values._inactive_values  # the reader's code readers, spied on
 
-    def spy(self, what):
+    def node_spy(self, what):
         value = u8(self, what)
         if "mask compression code" in what:
             seen.add(value)
         return value
 
-    monkeypatch.setattr(Cursor, "u8", spy)
+    def leaf_spy(st, codes, stored):
+        seen.update(int(c) for c in codes)
+        return leaf_codes(st, codes, stored)
+
+    monkeypatch.setattr(Cursor, "u8", node_spy)
+    monkeypatch.setattr(values, "_inactive_values", leaf_spy)
     vol = vdbflow.open(out / "grids.vdb", grid="codes")
     assert seen == set(range(7)), seen
     _check_grid(vol, dumps[GRIDS.index("codes")])
