@@ -60,7 +60,7 @@ def fields(data: bytes) -> list[tuple[int, int]]:
     from vdbflow.io.openvdb.stream import Cursor
 
     seen: list[tuple[int, int]] = []
-    unpack, array = Cursor.unpack, Cursor.array
+    unpack, array, byte_at = Cursor.unpack, Cursor.array, Cursor.byte_at
 
     def record_unpack(self, form, what):
         seen.append((self.pos, struct.calcsize(form)))
@@ -71,13 +71,17 @@ def fields(data: bytes) -> list[tuple[int, int]]:
             seen.append((self.pos, count * np.dtype(dtype).itemsize))
         return array(self, dtype, count, what)
 
-    Cursor.unpack, Cursor.array = record_unpack, record_array
+    def record_byte(self, pos):
+        seen.append((pos, 1))
+        return byte_at(self, pos)
+
+    Cursor.unpack, Cursor.array, Cursor.byte_at = record_unpack, record_array, record_byte
     try:
         infos = vdbflow.list_grids(data)
         for k in range(len(infos)):
             vdbflow.open(data, grid=k)
     finally:
-        Cursor.unpack, Cursor.array = unpack, array
+        Cursor.unpack, Cursor.array, Cursor.byte_at = unpack, array, byte_at
     return sorted(set(seen))
 
 

@@ -52,6 +52,11 @@ class Cursor:
         at = self.need(struct.calcsize(form), what)
         return struct.unpack_from(form, self.buf, at)
 
+    def byte_at(self, pos: int) -> int:
+        """The byte at ``pos``, which the caller has checked lies before ``end`` (the leaf loop's one
+        read per leaf that is not a :meth:`take`)."""
+        return int(self.buf[pos])
+
     def u8(self, what: str) -> int:
         return self.unpack("<B", what)[0]
 

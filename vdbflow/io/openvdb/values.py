@@ -254,7 +254,7 @@ def _leaf_loop(
     half_empty = st.stored.dtype.itemsize == 2
     masked = st.mask_compressed
     zipped, blosc = bool(st.compression & fmt.COMPRESS_ZIP), bool(st.compression & fmt.COMPRESS_BLOSC)
-    inactive_size = st.full_itemsize
+    little = st.dtype.newbyteorder("<")
     codes = np.empty(L, np.uint8)
     stored_values: dict[int, np.ndarray] = {}  # leaf -> its one or two stored inactive values
     selections: dict[int, np.ndarray] = {}  # leaf -> its 64-byte selection mask
@@ -267,20 +267,16 @@ def _leaf_loop(
             cur.pos = pos
             cur.need(fmt.LEAF_MASK_BYTES + 1, f"the value mask and mask compression code of leaf buffer {n}")
         pos += fmt.LEAF_MASK_BYTES
-        code = int(buf[pos])
+        code = cur.byte_at(pos)
         if code > fmt.NO_MASK_AND_ALL_VALS:
             raise cur.fail(f"a mask compression code 0-6 for leaf {n}", f"{code}", pos)
         pos += 1
         codes[n] = code
-        extra = fmt.STORED_INACTIVE.get(code, 0) * inactive_size
-        if code in fmt.HAS_SELECTION:
-            extra += tree.LEAF_VOXELS // 8
-        if extra:
+        held = fmt.STORED_INACTIVE.get(code, 0)
+        if held or code in fmt.HAS_SELECTION:
             cur.pos = pos
-            if fmt.STORED_INACTIVE.get(code, 0):
-                stored_values[n] = cur.take(
-                    fmt.STORED_INACTIVE[code] * inactive_size, f"the inactive values of leaf {n}"
-                )
+            if held:  # at the grid's full precision, also in half-float grids
+                stored_values[n] = cur.array(little, held * st.components, f"the inactive values of leaf {n}")
             if code in fmt.HAS_SELECTION:
                 selections[n] = cur.take(tree.LEAF_VOXELS // 8, f"the selection mask of leaf {n}")
             pos = cur.pos
@@ -321,7 +317,7 @@ def _inactive_values(st: Storage, codes: np.ndarray, stored: dict[int, np.ndarra
     v0 = np.where((codes == fmt.NO_MASK_OR_INACTIVE_VALS)[:, None], bg, minus).astype(st.dtype).reshape(L, C)
     v1 = np.broadcast_to(bg, (L, C)).copy()
     for n, raw in stored.items():
-        vals = raw.view(st.dtype.newbyteorder("<")).astype(st.dtype).reshape(-1, C)
+        vals = raw.astype(st.dtype).reshape(-1, C)
         v0[n] = vals[0]
         if len(vals) == 2:
             v1[n] = vals[1]
