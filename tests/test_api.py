@@ -168,12 +168,14 @@ def test_open_says_what_a_directory_is(tmp_path):
             vdbflow.open(tmp_path / name)
 
 
-def test_open_an_openvdb_file_says_how_to_convert_it(tmp_path):
+def test_open_a_broken_openvdb_file_names_the_byte(tmp_path):
     path = tmp_path / "smoke.vdb"
-    path.write_bytes(b" BDV" + bytes(60))  # OpenVDB's magic 0x56444220, little-endian
+    path.write_bytes(b" BDV" + bytes(60))  # OpenVDB's magic 0x56444220, little-endian, then version 0
     for data in (path, str(path), path.read_bytes()):
-        with pytest.raises(vdbflow.NanoVDBError, match="OpenVDB file.*nanovdb_convert"):
+        with pytest.raises(vdbflow.OpenVDBError, match="at byte 8.*file format version.*found version 0"):
             vdbflow.open(data)
+        with pytest.raises(vdbflow.OpenVDBError, match="at byte 8"):
+            vdbflow.list_grids(data)
     vol = vdbflow.Volume.from_voxels(np.zeros((1, 3), int), np.ones(1, np.float32), name="rho")
     vdbflow.save(tmp_path / "nano.vdb", {"rho": vol})  # a NanoVDB file under another suffix still opens
     assert vdbflow.open(tmp_path / "nano.vdb").name == "rho"

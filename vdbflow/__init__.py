@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from vdbflow.errors import (
     DeviceError,
     NanoVDBError,
+    OpenVDBError,
     PointsError,
     SamplingError,
     ShapeError,
@@ -33,9 +34,9 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from vdbflow.core.volume import Topology, Volume
     from vdbflow.distribution.volume import DistributedVolume, distribute
     from vdbflow.errors import ChecksumWarning, TimeError
-    from vdbflow.io.nanovdb import BlindData, GridInfo, list_grids, save
+    from vdbflow.io.nanovdb import BlindData, GridInfo, save
+    from vdbflow.io.volumes import list_grids, open_zarr, split_channels
     from vdbflow.io.volumes import open_volume as open  # noqa: A004 - vdbflow.open(path) reads like xarray.open_dataset
-    from vdbflow.io.volumes import open_zarr, split_channels
     from vdbflow.jobs.config import ConfigError
     from vdbflow.jobs.inputs import InputError
     from vdbflow.jobs.runner import JobError, JobResult, run
@@ -71,7 +72,7 @@ _LAZY = {
     "ftle": ("temporal.particles", "ftle"),
     "gradient_field": ("analysis.grid_fields", "gradient_field"),
     "hessian_field": ("analysis.grid_fields", "hessian_field"),
-    "list_grids": ("io.nanovdb", "list_grids"),
+    "list_grids": ("io.volumes", "list_grids"),
     "open": ("io.volumes", "open_volume"),
     "open_series": ("temporal.series", "open_series"),
     "open_zarr": ("io.volumes", "open_zarr"),

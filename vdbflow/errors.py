@@ -31,6 +31,10 @@ class NanoVDBError(VdbflowError, ValueError):
     """A .nvdb file or grid buffer is malformed, truncated or of an unsupported kind."""
 
 
+class OpenVDBError(VdbflowError, ValueError):
+    """An OpenVDB .vdb file is malformed, truncated or holds a grid vdbflow does not read."""
+
+
 class TimeError(VdbflowError, ValueError):
     """A time is outside a series or an integration, or a series' times are not strictly increasing."""
 

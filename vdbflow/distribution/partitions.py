@@ -53,12 +53,15 @@ class DistributedFile(FileIdentity):
 
 
 def read_leaves(path: str, grid: Any, identity: FileIdentity | None, leaves: np.ndarray) -> Volume:
-    """The given leaves of an .nvdb grid, read by the worker itself (memory-mapped, then copied),
-    from the file ``identity`` says it is (checked before and after)."""
-    from vdbflow.io.nanovdb import open_grid
+    """The given leaves of an .nvdb or .vdb grid, read by the worker itself (an .nvdb file memory-mapped,
+    then copied; a .vdb file's topology and those leaves' buffers), from the file ``identity`` says it
+    is (checked before and after)."""
+    from vdbflow.io.volumes import open_volume
 
     def read() -> Volume:
-        return open_grid(path, grid, leaves=leaves).contiguous()
+        vol = open_volume(path, grid, leaves=leaves)
+        assert isinstance(vol, Volume)  # distribute refused index grids
+        return vol.contiguous()
 
     return read() if identity is None else identity.opened(read, "when a partition was read")
 
@@ -198,12 +201,12 @@ def build_partitions(
     if isinstance(source, Volume):
         whole, loader_source = source, None
     else:
-        from vdbflow.io.nanovdb import open_grid
+        from vdbflow.io.volumes import open_volume
 
         if identity is None:
             identity = DistributedFile.of(source)
-        # values stay in the mapped file: only the topology is read
-        whole = identity.opened(lambda: open_grid(source, grid), "when it was distributed")
+        # .nvdb: values stay in the mapped file, only the topology is read; .vdb: the grid is read
+        whole = identity.opened(lambda: open_volume(source, grid), "when it was distributed")
         if not isinstance(whole, Volume):
             raise VolumeError("expected a value grid to distribute; attach values to index grids with with_data")
         loader_source = (os.fspath(source), grid, identity)

@@ -19,7 +19,7 @@ import numpy as np
 from vdbflow.core import tree
 from vdbflow.core.transform import Transform
 from vdbflow.core.volume import Topology, Volume
-from vdbflow.errors import NanoVDBError, VolumeError, WriteError
+from vdbflow.errors import OpenVDBError, VolumeError, WriteError
 from vdbflow.io import bounded_json, zarr_v2
 from vdbflow.io.atomic import atomic_directory
 
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     import xarray as xr
 
 FORMAT = "vdbflow-sparse-volume-1"
-OPENVDB_MAGIC = b" BDV"  # 0x56444220, OpenVDB's file magic, as the int32 at byte 0 stores it (little-endian)
 
 
 def to_dataset(vol: Volume) -> xr.Dataset:
@@ -277,42 +276,39 @@ def _zarr_kind(path: Path) -> str | None:
     return f"a Zarr store without the attrs of a stored volume (format={attrs.get('format')!r}, expected {FORMAT!r})"
 
 
-def _openvdb_hint(where: str) -> str:
-    return (
-        f"{where} is an OpenVDB file (magic 0x56444220 at byte 0), which vdbflow does not read: convert it to "
-        "NanoVDB first with OpenVDB's nanovdb_convert tool (`nanovdb_convert FILE.vdb FILE.nvdb`, `-g NAME` for "
-        "one grid; built with OpenVDB's NANOVDB_BUILD_TOOLS), then vdbflow.open the .nvdb. Dense arrays (.npy, "
-        "NetCDF, Zarr) convert with `vdbflow convert`"
-    )
-
-
 def open_volume(
     data: str | os.PathLike | bytes | np.ndarray, grid: int | str | None = None, **kwargs: Any
 ) -> Volume | Topology:
-    """Open a volume: ``vdbflow.open``, a grid of a .nvdb file or buffer, or a Zarr store.
+    """Open a volume: ``vdbflow.open``, a grid of a .nvdb or OpenVDB .vdb file or buffer, or a Zarr store.
 
     A .nvdb file is memory-mapped: for an uncompressed one, the values stay in the mapped file and
-    are read from disk when touched.  A Zarr store written by :func:`to_zarr` (a ``.zarr`` path or any
+    are read from disk when touched.  An OpenVDB .vdb file (recognised by its magic number, whatever
+    its suffix) is read by :mod:`vdbflow.io.openvdb` into a per-leaf layout volume (bool and mask
+    grids: a Topology); see docs/openvdb.md.  A Zarr store written by :func:`to_zarr` (a ``.zarr`` path or any
     directory) is read whole.
 
     Parameters
     ----------
     data : str, os.PathLike, bytes or numpy.ndarray
-        A .nvdb file path, a Zarr store path, or the bytes of a .nvdb file or grid buffer.
+        A .nvdb or OpenVDB .vdb file path, a Zarr store path, or the bytes of a .nvdb file, grid
+        buffer or .vdb file.
     grid : int or str, optional
-        Which grid of a .nvdb file (index or name; default the first).  For a Zarr store only
+        Which grid of a .nvdb or .vdb file (index or name; default the first; for .vdb files also
+        the unique name OpenVDB gives a repeated name, ``"density\x1e1"``).  For a Zarr store only
         None, 0 or the name of its one volume.
     **kwargs
         For .nvdb data, passed to :func:`vdbflow.io.nanovdb.open_grid`: ``bbox`` (inclusive index
         coordinates ``((i0, j0, k0), (i1, j1, k1))``) or ``leaves`` (leaf indices in tree order) to
         load part of the grid, and ``checksum`` (True, the default: a checksum that matches no rule of
         the grid's NanoVDB version is a :class:`~vdbflow.ChecksumWarning`; ``"strict"``: an error;
-        False: not checked).
+        False: not checked).  For .vdb data, ``leaves`` (only those leaves' buffers are
+        decompressed); ``checksum`` is ignored.
 
     Returns
     -------
     Volume or Topology
-        A :class:`~vdbflow.Volume` for value grids and Zarr stores (index layout), an index-layout
+        A :class:`~vdbflow.Volume` for value grids and Zarr stores (index layout; per-leaf layout for
+        .vdb grids), a :class:`~vdbflow.Topology` for .vdb bool and mask grids, an index-layout
         :class:`~vdbflow.Topology` for NanoVDB Index / OnIndex grids (attach values with
         ``with_data``).  Units, length units and component names come back when the file or
         store records them.
@@ -320,9 +316,11 @@ def open_volume(
     Raises
     ------
     NanoVDBError
-        An OpenVDB ``.vdb`` file or buffer (saying how to convert it), a malformed, truncated or
-        unsupported .nvdb file, a ``grid`` it lacks, a ``bbox`` of another shape, or (with
-        ``checksum="strict"``) a checksum that does not match.
+        A malformed, truncated or unsupported .nvdb file, a ``grid`` it lacks, a ``bbox`` of
+        another shape, or (with ``checksum="strict"``) a checksum that does not match.
+    OpenVDBError
+        A malformed, truncated or unsupported OpenVDB .vdb file (naming the byte offset), a
+        ``grid`` it lacks, or ``bbox`` given for one.
     VolumeError
         A directory that is not a stored volume (saying what it is), a missing ``.zarr`` path, or
         ``bbox``/``leaves``/``checksum`` or another ``grid`` given for a Zarr store.
@@ -334,6 +332,7 @@ def open_volume(
     vdbflow.open_zarr : read a Zarr store.
     """
     from vdbflow.io.nanovdb import open_grid
+    from vdbflow.io.openvdb import is_openvdb
 
     if isinstance(data, (str, os.PathLike)):
         path = Path(data)
@@ -351,21 +350,52 @@ def open_volume(
             if grid not in (None, 0, vol.name):
                 raise VolumeError(f"expected grid None, 0 or {vol.name!r} (the one volume of {path}), got {grid!r}")
             return vol
-        check_nanovdb_file(path)
-    elif isinstance(data, (bytes, bytearray, memoryview)) and bytes(data[:4]) == OPENVDB_MAGIC:
-        raise NanoVDBError(_openvdb_hint("the buffer"))
+    if is_openvdb(data):
+        return _open_openvdb(data, grid, kwargs)
     return open_grid(data, grid, **kwargs)
 
 
-def check_nanovdb_file(path: str | os.PathLike) -> None:
-    """Raise :class:`~vdbflow.NanoVDBError` with a conversion hint when ``path`` is an OpenVDB file."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(len(OPENVDB_MAGIC))
-    except OSError:
-        return  # open_grid and list_grids say what is wrong with the path
-    if head == OPENVDB_MAGIC:
-        raise NanoVDBError(_openvdb_hint(str(path)))
+def _open_openvdb(data: Any, grid: int | str | None, kwargs: dict[str, Any]) -> Volume | Topology:
+    """A grid of a .vdb file; ``leaves`` (tree-order indices) keeps only those leaves (and every tile;
+    the others' buffers are not decompressed), ``checksum`` is accepted and ignored (.vdb files have
+    none)."""
+    from vdbflow.io.openvdb import open_vdb
+
+    unknown = sorted(set(kwargs) - {"leaves", "checksum"})
+    if unknown:
+        raise OpenVDBError(f"expected only leaves= or checksum= for an OpenVDB file, got {unknown}")
+    return open_vdb(data, grid, kwargs.get("leaves"))
+
+
+def list_grids(data: str | os.PathLike | bytes | np.ndarray) -> list[Any]:
+    """What each grid of a .nvdb or .vdb file (or buffer) is: ``vdbflow.list_grids``.
+
+    Parameters
+    ----------
+    data : str, os.PathLike, bytes or numpy.ndarray
+        A .nvdb or OpenVDB .vdb file path, or the bytes of one.
+
+    Returns
+    -------
+    list of GridInfo
+        One :class:`~vdbflow.GridInfo` per grid, in file order (see
+        :func:`vdbflow.io.nanovdb.list_grids`).  For .vdb files they come from the grids' heads
+        and topologies (leaf buffers are not read); ``name`` is the grid's unique name (OpenVDB
+        appends ``\x1e`` and a number to a repeated name) and ``checksum`` is 0.
+
+    Raises
+    ------
+    NanoVDBError
+        A malformed, truncated, empty or unsupported .nvdb file.
+    OpenVDBError
+        A malformed, truncated or unsupported .vdb file.
+    OSError
+        A path that cannot be read.
+    """
+    from vdbflow.io.nanovdb import list_grids as list_nvdb
+    from vdbflow.io.openvdb import is_openvdb, list_vdb
+
+    return list_vdb(data) if is_openvdb(data) else list_nvdb(data)
 
 
 def split_channels(vol: Volume, size: int = 3) -> dict[str, Volume]:

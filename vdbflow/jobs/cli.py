@@ -526,18 +526,23 @@ def convert(
     slab: int,
     overwrite: bool,
 ) -> None:
-    """Convert a dense array (SOURCE: .npy, NetCDF or Zarr) to a sparse .nvdb grid (OUTPUT), one slab at a time."""
+    """Convert a dense array (SOURCE: .npy, NetCDF or Zarr) to a sparse .nvdb grid (OUTPUT), one slab at a time,
+    or the grids of an OpenVDB .vdb file (SOURCE; --variable picks grids by name) to a .nvdb file."""
     import numpy as np
     from rich.progress import Progress
 
     from vdbflow.errors import VdbflowError
     from vdbflow.io.dense import convert as to_volume
     from vdbflow.io.dense import default_name, open_dense
+    from vdbflow.io.openvdb import is_openvdb
 
     out = Path(output)
     if out.exists() and not overwrite:
         _say("error", f"{out} exists (pass --overwrite to replace it)")
         raise SystemExit(2)
+    if is_openvdb(source):
+        _convert_openvdb(source, out, variables, codec, nvdb_version)
+        return
     try:
         if nvdb_version is not None:  # an unknown version is refused before anything is read
             from vdbflow.io.nanovdb.write import write_format
@@ -573,6 +578,38 @@ def convert(
     )
 
 
+def _convert_openvdb(source: str, out: Path, names: tuple[str, ...], codec: str, version: str | None) -> None:
+    """The grids of an OpenVDB file (all, or those ``names``) written to one .nvdb file: value grids as
+    value grids, bool and mask grids as OnIndex grids; a repeated name gets its number (``density_1``)."""
+    from vdbflow.errors import VdbflowError
+    from vdbflow.io.nanovdb import save
+    from vdbflow.io.volumes import list_grids, open_volume
+
+    try:
+        infos = list_grids(source)
+        known = {g.name.split("\x1e")[0] for g in infos} | {g.name for g in infos}
+        missing = [n for n in names if n not in known]
+        if missing:
+            raise VdbflowError(f"expected grid names of {source} ({sorted(known)}), got {missing}")
+        grids = {}
+        for g in infos:
+            base, _, number = g.name.partition("\x1e")
+            if names and base not in names and g.name not in names:
+                continue
+            grids[f"{base}_{number}" if number and number != "0" else base] = open_volume(source, g.index)
+        save(out, grids, codec=codec, version=version)  # atomic: a private directory beside it, then a rename
+    except VdbflowError as err:
+        _say("error", str(err))
+        raise SystemExit(2) from None
+    for name, vol in grids.items():
+        click.echo(f"wrote {out}: grid {name!r}, {vol!r}")
+
+
+def _format_version(version: str) -> str:
+    """'NanoVDB 32.6.0' for .nvdb grids; .vdb grids' version already names OpenVDB."""
+    return version if version.startswith("OpenVDB") else f"NanoVDB {version}"
+
+
 def _grid_rows(g: Any) -> list[tuple[str, str]]:
     """One grid of ``vdbflow info``, as (key, value) rows."""
     (i0, i1), (w0, w1) = g.index_bbox, g.world_bbox
@@ -587,7 +624,7 @@ def _grid_rows(g: Any) -> list[tuple[str, str]]:
         ("voxel size", " ".join(f"{v:.6g}" for v in g.voxel_size) + (f" {g.length_units}" if g.length_units else "")),
         ("units", g.units or "(none stored)"),
         *([("components", ", ".join(g.component_names))] if g.component_names else []),
-        ("stored", f"{g.grid_size:,} bytes, codec {g.codec}, NanoVDB {g.version}"),
+        ("stored", f"{g.grid_size:,} bytes, codec {g.codec}, {_format_version(g.version)}"),
     ]
 
 
@@ -617,20 +654,18 @@ def _json_value(value: Any) -> Any:
     help="Print JSON (a list: path and grids of each file, or its error) instead of tables.",
 )
 def info(paths: tuple[str, ...], as_json: bool) -> None:
-    """List the grids of NanoVDB (.nvdb) files.  Exit code 2: a file could not be read (the others are
-    still listed)."""
+    """List the grids of NanoVDB (.nvdb) and OpenVDB (.vdb) files.  Exit code 2: a file could not be read
+    (the others are still listed)."""
     import json
 
-    from vdbflow.errors import NanoVDBError
-    from vdbflow.io.nanovdb import list_grids
-    from vdbflow.io.volumes import check_nanovdb_file
+    from vdbflow.errors import NanoVDBError, OpenVDBError
+    from vdbflow.io.volumes import list_grids
 
     console, failed, listing = _stdout(), False, []
     for path in paths:
         try:
-            check_nanovdb_file(path)
             grids = list_grids(path)
-        except NanoVDBError as err:
+        except (NanoVDBError, OpenVDBError) as err:
             failed = True
             if as_json:
                 listing.append({"path": path, "error": str(err)})

@@ -14,7 +14,7 @@ import numpy as np
 
 from vdbflow import synthetic
 from vdbflow.core.value_types import VALUE_TYPES, ValueType, value_type_for
-from vdbflow.errors import NanoVDBError, PointsError, TimeError, VolumeError
+from vdbflow.errors import NanoVDBError, OpenVDBError, PointsError, TimeError, VolumeError
 from vdbflow.jobs.checks import check_inputs
 from vdbflow.jobs.clusters import MissingExtraError, describe_cluster, slurm_job_script, worker_memory_limit
 from vdbflow.jobs.config import (
@@ -247,14 +247,14 @@ def _synthetic_estimate(cfg: JobConfig) -> GridPlan:
 
 
 def _nvdb_grids(cfg: JobConfig) -> list[GridPlan]:
-    from vdbflow.io.nanovdb import list_grids
+    from vdbflow.io.volumes import list_grids  # .nvdb and OpenVDB .vdb files alike
 
     series = cfg.volume.series
     path = cfg.volume.path if series is None else series.files()[0]  # a series: its first file
     key = "volume.path" if series is None else "volume.series.paths"
     try:
         infos = list_grids(path)
-    except NanoVDBError as err:
+    except (NanoVDBError, OpenVDBError) as err:
         raise ConfigError(f"{key}: {err}") from None
     by_name = {g.name: g for g in infos}
     if not infos:
@@ -284,7 +284,7 @@ def _series_times(cfg: JobConfig) -> tuple[float, float]:
     files = SeriesFiles(tuple(str(f) for f in s.files()), None if s.times is None else tuple(s.times), s.grid, 1)
     try:
         times = files.open().times
-    except (VolumeError, TimeError, NanoVDBError) as err:
+    except (VolumeError, TimeError, NanoVDBError, OpenVDBError) as err:
         raise ConfigError(f"volume.series{cfg.where('volume.series')}: {err}") from None
     lo, hi = float(times[0]), float(times[-1])
     if not (lo <= min(a.t0, a.t1) and max(a.t0, a.t1) <= hi):

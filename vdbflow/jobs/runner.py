@@ -25,7 +25,7 @@ import numpy as np
 import xarray as xr
 
 from vdbflow.core.volume import Volume
-from vdbflow.errors import NanoVDBError, VdbflowError, VolumeError
+from vdbflow.errors import NanoVDBError, OpenVDBError, VdbflowError, VolumeError
 from vdbflow.jobs.chunks import (
     CHUNK_PHASES,
     TALLY_KEY,
@@ -258,7 +258,7 @@ def _particle_job(
     if isinstance(src, SeriesFiles):  # its times were checked by plan_job
         try:
             template = src.open().template
-        except (VolumeError, NanoVDBError) as err:
+        except (VolumeError, NanoVDBError, OpenVDBError) as err:
             raise ConfigError(f"volume.series{cfg.where('volume.series')}: {err}") from None
         source: Any = src
     elif isinstance(src, tuple):

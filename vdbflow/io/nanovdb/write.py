@@ -85,6 +85,12 @@ def _write_headers(
         off.size,
     )
     buf[fmt.GRID_OFF_NAME : fmt.GRID_OFF_NAME + len(raw_name)] = np.frombuffer(raw_name, np.uint8)
+    big = float(max(np.abs(M).max(), np.abs(Minv).max()))
+    if big > float(np.finfo(np.float32).max):  # the float copy of the map could not hold it
+        raise NanoVDBError(
+            f"expected an index-to-world matrix and inverse within the float32 range of NanoVDB's float map "
+            f"(|entries| <= {np.finfo(np.float32).max:.4g}), got an entry of magnitude {big:.4g} for grid {raw_name!r}"
+        )
     m = fmt.GRID_OFF_MAP
     put(buf, m + fmt.MAP_OFF_MATF, "<9f", *M[:3, :3].ravel())
     put(buf, m + fmt.MAP_OFF_INVMATF, "<9f", *Minv[:3, :3].ravel())

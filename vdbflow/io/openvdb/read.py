@@ -1,0 +1,315 @@
+"""Reading .vdb files: the file mapped, its grids found by their descriptors, and a grid's
+compression flags, metadata, transform, topology and leaf buffers made into a vdbflow
+:class:`~vdbflow.Volume` (value grids) or :class:`~vdbflow.Topology` (bool and mask grids), or
+described as a :class:`~vdbflow.GridInfo` without reading the leaf buffers."""
+
+from __future__ import annotations
+
+import mmap
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from vdbflow.core.transform import Transform
+from vdbflow.core.value_types import value_type_for
+from vdbflow.core.volume import Topology, Volume
+from vdbflow.errors import OpenVDBError, VolumeError
+from vdbflow.io.nanovdb.records import GridInfo
+from vdbflow.io.openvdb import format as fmt
+from vdbflow.io.openvdb.header import Descriptor, FileHeader, read_descriptors, read_header
+from vdbflow.io.openvdb.metadata import read_metadata
+from vdbflow.io.openvdb.stream import Cursor
+from vdbflow.io.openvdb.transform import read_transform
+from vdbflow.io.openvdb.tree import TreeParts, read_flag_leaves, read_topology
+from vdbflow.io.openvdb.values import Storage, read_leaf_values
+
+Data = str | os.PathLike | bytes | np.ndarray
+
+
+def is_openvdb(data: Any) -> bool:
+    """Whether ``data`` (a path, bytes or uint8 array) starts with OpenVDB's magic number."""
+    if isinstance(data, (str, os.PathLike)):
+        try:
+            with open(data, "rb") as f:
+                head = f.read(8)
+        except OSError:
+            return False
+    elif isinstance(data, (bytes, bytearray, memoryview)):
+        head = bytes(memoryview(data).cast("B")[:8])
+    elif isinstance(data, np.ndarray) and data.dtype == np.uint8:
+        head = data.reshape(-1)[:8].tobytes()
+    else:
+        return False
+    return len(head) == 8 and int.from_bytes(head, "little", signed=True) == fmt.MAGIC
+
+
+def _buffer(data: Data) -> tuple[np.ndarray, str]:
+    if isinstance(data, (str, os.PathLike)):
+        name = os.fspath(data)
+        size = os.path.getsize(name)
+        if size == 0:
+            raise OpenVDBError(f"{name} is empty: expected an OpenVDB file header at byte 0")
+        with open(name, "rb") as fh:
+            mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        return np.frombuffer(mapped, np.uint8), name
+    if isinstance(data, np.ndarray):
+        return data.reshape(-1).view(np.uint8), "the buffer"
+    return np.frombuffer(data, np.uint8), "the buffer"
+
+
+@dataclass
+class VdbFile:
+    """An opened .vdb file: its bytes, header and grid descriptors."""
+
+    buf: np.ndarray
+    source: str
+    header: FileHeader
+    descriptors: list[Descriptor]
+
+    @classmethod
+    def open(cls, data: Data) -> VdbFile:
+        buf, source = _buffer(data)
+        cur = Cursor(buf, 0, where=f" of {source}")
+        header = read_header(cur)
+        return cls(buf, source, header, read_descriptors(cur, header))
+
+    def select(self, grid: int | str | None) -> Descriptor:
+        """The descriptor of grid ``grid``: an index, a name (the first grid of that name) or a unique
+        name (``name\\x1e1`` for the second grid of a name); None: the first grid."""
+        ds = self.descriptors
+        if not ds:
+            raise OpenVDBError(f"{self.source} holds no grids")
+        if grid is None:
+            return ds[0]
+        if isinstance(grid, (int, np.integer)) and not isinstance(grid, bool):
+            if not 0 <= grid < len(ds):
+                raise OpenVDBError(f"expected a grid index in [0, {len(ds)}) for {self.source}, got {grid}")
+            return ds[int(grid)]
+        for d in ds:
+            if grid in (d.unique_name, d.name):
+                return d
+        raise OpenVDBError(
+            f"expected one of the grid names {[d.unique_name for d in ds]} of {self.source}, got {grid!r}"
+        )
+
+
+@dataclass
+class GridHead:
+    """A grid's parts before its tree: compression flags, metadata, transform, value layout."""
+
+    desc: Descriptor
+    compression: int
+    metadata: dict[str, Any]
+    map_name: str
+    matrix: np.ndarray
+    layout: fmt.ValueLayout
+    tree_at: int  # byte offset of the tree (its buffer count)
+
+
+def _layout(d: Descriptor, cur: Cursor) -> fmt.ValueLayout:
+    key = fmt.TYPE_NAMES.get(d.type_name)
+    if key is not None:
+        return fmt.VALUE_LAYOUTS[key]
+    if any(p in d.type_name for p in fmt.POINT_TYPES):
+        kind = "a point grid (OpenVDB points), not a volume"
+    elif d.type_name.startswith("Tree_") and not d.type_name.endswith(fmt.TREE_SUFFIX):
+        kind = "a tree of other node sizes than 32^3, 16^3 and 8^3"
+    else:
+        kind = "a value type vdbflow does not read"
+    names = sorted(fmt.TYPE_NAMES)
+    raise cur.fail(f"a grid of type {', '.join(names)}", f"{d.type_name!r} for grid {d.unique_name!r} ({kind})", d.at)
+
+
+def read_head(f: VdbFile, d: Descriptor) -> GridHead:
+    """Compression flags, metadata and transform of grid ``d``; its tree offset (an instance's: its
+    parent's)."""
+    cur = Cursor(f.buf, d.grid_pos, d.end_pos, where=f" of {f.source}, grid {d.unique_name!r}")
+    layout = _layout(d, cur)
+    at = cur.pos
+    compression = cur.u32("the grid's compression flags")
+    if compression & ~fmt.COMPRESS_KNOWN:
+        raise cur.fail("compression flags of zip (1), active mask (2) and blosc (4)", f"0x{compression:x}", at)
+    metadata = read_metadata(cur, "the grid metadata")
+    map_name, matrix = read_transform(cur)
+    tree_at = cur.pos
+    if d.parent:
+        parent = next(p for p in f.descriptors if p.unique_name == d.parent)
+        if parent.parent:
+            raise cur.fail(f"an instance parent {parent.unique_name!r} with its own tree", "an instance of an instance")
+        if _layout(parent, cur) != layout:
+            raise cur.fail(f"an instance parent of type {d.type_name}", f"type {parent.type_name!r}", d.at)
+        head = read_head(f, parent)
+        compression, tree_at = head.compression, head.tree_at
+        if parent.half != d.half:
+            raise cur.fail("an instance saved in its parent's precision", "half floats in only one of them", d.at)
+    elif d.block_pos < tree_at:
+        raise cur.fail(f"the grid's blocks after its topology (at or after byte {tree_at})", f"{d.block_pos}", d.at)
+    return GridHead(d, compression, metadata, map_name, matrix, layout, tree_at)
+
+
+def _tree(f: VdbFile, head: GridHead) -> tuple[Storage, TreeParts, Cursor]:
+    """The storage facts, topology and a cursor at the leaf buffers of ``head``'s tree."""
+    d = head.desc
+    owner = next(p for p in f.descriptors if p.unique_name == d.parent) if d.parent else d
+    cur = Cursor(f.buf, head.tree_at, owner.end_pos, where=f" of {f.source}, grid {owner.unique_name!r}")
+    at = cur.pos
+    buffers = cur.i32("the tree's buffer count")
+    if buffers != 1:
+        raise cur.fail("a tree buffer count of 1", f"{buffers}", at)
+    layout = head.layout
+    raw_bg = cur.array(layout.dtype, layout.components, "the background value")
+    dtype = np.dtype(layout.dtype.newbyteorder("="))
+    st = Storage(
+        head.compression,
+        layout.half() if d.half and layout.real else layout,
+        dtype,
+        layout.components,
+        raw_bg.astype(dtype),
+    )
+    parts = read_topology(cur, st)
+    if cur.pos != owner.block_pos:
+        raise cur.fail(
+            f"the topology to end where the descriptor says the blocks start (byte {owner.block_pos})",
+            f"byte {cur.pos}",
+        )
+    return st, parts, cur
+
+
+def _transform(head: GridHead, f: VdbFile) -> Transform:
+    try:
+        return Transform(head.matrix)
+    except VolumeError as err:
+        raise OpenVDBError(
+            f"in {f.source}, grid {head.desc.unique_name!r}: expected an invertible {head.map_name}, found {err}"
+        ) from None
+
+
+def _wanted(leaves: Any, count: int, f: VdbFile) -> np.ndarray | None:
+    """(L,) bool of the leaf indices ``leaves`` (tree order), checked; None for all."""
+    if leaves is None:
+        return None
+    idx = np.asarray(leaves)
+    if idx.ndim != 1 or (idx.size and idx.dtype.kind not in "iu"):
+        raise OpenVDBError(f"expected leaves as a 1-D array of leaf indices, got {idx.dtype} of shape {idx.shape}")
+    idx = idx.astype(np.int64)
+    if idx.size and (idx.min() < 0 or idx.max() >= count):
+        raise OpenVDBError(f"expected leaf indices in [0, {count}) of {f.source}, got {idx.min()}..{idx.max()}")
+    wanted = np.zeros(count, bool)
+    wanted[idx] = True
+    return wanted
+
+
+def read_grid(f: VdbFile, d: Descriptor, leaves: Any = None) -> Volume | Topology:
+    """Grid ``d`` of ``f``: a per-leaf layout :class:`Volume` (values of all 512 voxels of each leaf,
+    inactive ones as the file has them), or a :class:`Topology` for bool and mask grids.  ``leaves``
+    (indices in tree order) keeps only those leaves (and every tile): the other leaves' buffers are
+    passed over without being decompressed."""
+    head = read_head(f, d)
+    st, parts, cur = _tree(f, head)
+    transform = _transform(head, f)
+    wanted = _wanted(leaves, len(parts.leaf_origins), f)
+    if head.layout.topology:
+        read_flag_leaves(cur, parts, head.layout.name == "bool")
+        act, keep = parts.tile_active, slice(None) if wanted is None else wanted
+        topo = Topology(
+            parts.leaf_origins[keep], parts.masks[keep], transform, parts.tile_origins[act], parts.tile_sizes[act]
+        )
+        topo.grid_class = str(head.metadata.get("class", "unknown"))
+        return topo
+    values = read_leaf_values(cur, st, parts.masks, wanted)
+    keep = slice(None) if wanted is None else wanted
+    topo = Topology(parts.leaf_origins[keep], parts.masks[keep], transform, parts.tile_origins, parts.tile_sizes)
+    C = st.components
+    try:
+        value_type_for(st.dtype, C)
+        vol = Volume.from_parts(
+            topo,
+            values if C > 1 else values[:, 0],
+            st.background,
+            parts.tile_values,
+            False,
+            d.name or "value",
+            None,
+        )
+    except VolumeError as err:
+        raise OpenVDBError(f"in {f.source}, grid {d.unique_name!r}: {err}") from None
+    vol.units = _units(head.metadata)
+    vol.grid_class = str(head.metadata.get("class", "unknown"))
+    return vol
+
+
+def _units(metadata: dict[str, Any]) -> str | None:
+    """A grid's ``units`` metadata (a non-empty string), else None."""
+    units = metadata.get("units")
+    return units if isinstance(units, str) and units else None
+
+
+def open_vdb(data: Data, grid: int | str | None = None, leaves: Any = None) -> Volume | Topology:
+    """One grid of a .vdb file (path, bytes or uint8 array): ``grid`` an index or a name (default the
+    first); ``leaves`` (indices in tree order) keeps only those leaves and every tile.  Value grids
+    become per-leaf layout :class:`Volume` objects, bool and mask grids a :class:`Topology`.  Raises
+    :class:`~vdbflow.errors.OpenVDBError` for malformed or unsupported files, naming the byte offset."""
+    f = VdbFile.open(data)
+    return read_grid(f, f.select(grid), leaves)
+
+
+def _bbox(parts: TreeParts) -> tuple[np.ndarray, np.ndarray] | None:
+    from vdbflow.core import tree
+
+    boxes = []
+    box = tree.active_bbox(parts.leaf_origins, parts.masks)
+    if box is not None:
+        boxes.append(np.asarray(box, np.int64).reshape(2, 3))
+    act = parts.tile_active
+    if np.any(act):
+        o = parts.tile_origins[act].astype(np.int64)
+        s = parts.tile_sizes[act].astype(np.int64)[:, None]
+        boxes.append(np.stack([o.min(axis=0), (o + s - 1).max(axis=0)]))
+    if not boxes:
+        return None
+    return np.min([b[0] for b in boxes], axis=0), np.max([b[1] for b in boxes], axis=0)
+
+
+def grid_info(f: VdbFile, d: Descriptor) -> GridInfo:
+    """What grid ``d`` is, from its head and topology (the leaf buffers are not read)."""
+    head = read_head(f, d)
+    st, parts, _ = _tree(f, head)
+    m = head.matrix
+    box = _bbox(parts)
+    lo, hi = (np.zeros(3, np.int64), np.full(3, -1, np.int64)) if box is None else box
+    corners = np.array([[x, y, z, 1.0] for x in (lo[0], hi[0]) for y in (lo[1], hi[1]) for z in (lo[2], hi[2])])
+    world = (m @ corners.T).T[:, :3]
+    vt = None if head.layout.topology else value_type_for(st.dtype, st.components)
+    end = d.end_pos
+    return GridInfo(
+        index=d.index,
+        name=d.unique_name,
+        grid_type=d.type_name + (fmt.HALF_SUFFIX if d.half else ""),
+        value_type=vt,
+        grid_class=str(head.metadata.get("class", "unknown")),
+        leaf_count=len(parts.leaf_origins),
+        lower_count=parts.lower_count,
+        upper_count=parts.upper_count,
+        tile_counts=parts.tile_counts,
+        active_voxel_count=parts.active_voxel_count,
+        index_bbox=(tuple(int(v) for v in lo), tuple(int(v) for v in hi)),
+        world_bbox=(tuple(float(v) for v in world.min(axis=0)), tuple(float(v) for v in world.max(axis=0))),
+        index_to_world=m,
+        voxel_size=tuple(float(v) for v in np.linalg.norm(m[:3, :3], axis=0)),
+        codec="+".join([st.codec] * (st.codec != "none") + ["mask"] * st.mask_compressed + ["half"] * d.half) or "none",
+        version=f"OpenVDB file {f.header.file_version}, library {f.header.library_version[0]}."
+        f"{f.header.library_version[1]}",
+        grid_size=end - d.grid_pos,
+        checksum=0,
+        units=_units(head.metadata),
+    )
+
+
+def list_vdb(data: Data) -> list[GridInfo]:
+    """A :class:`~vdbflow.GridInfo` for each grid of a .vdb file, in file order, from the grids'
+    heads and topologies (leaf buffers are not read).  ``name`` is the unique name (a repeated
+    name carries OpenVDB's ``\\x1e`` and a number); ``checksum`` is 0 (.vdb files have none)."""
+    f = VdbFile.open(data)
+    return [grid_info(f, d) for d in f.descriptors]
