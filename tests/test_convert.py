@@ -279,3 +279,13 @@ def test_convert_writes_the_nvdb_version_asked_for_and_info_shows_it(tmp_path):
     result = invoke("convert", tmp_path / "d.npy", tmp_path / "o.nvdb", "--nvdb-version", "32.5")
     assert result.exit_code == 2 and "expected a NanoVDB version to write, one of ['32.4'" in result.output
     assert not (tmp_path / "o.nvdb").exists()
+
+
+def test_convert_says_which_3d_variables_it_left_out(tmp_path):
+    src = _abc_box(tmp_path)
+    result = CliRunner().invoke(main, ["convert", str(src), str(tmp_path / "u.nvdb")])
+    assert result.exit_code == 0, result.output
+    assert "converted u only;" in result.stderr and "also holds v, w" in result.stderr
+    assert "--variable u --variable v --variable w" in result.stderr
+    result = CliRunner().invoke(main, ["convert", str(src), str(tmp_path / "v.nvdb"), "--variable", "v"])
+    assert result.exit_code == 0 and "note" not in result.stderr  # chosen on purpose: nothing to say

@@ -74,3 +74,11 @@ def test_plots_blank_the_points_at_the_edge_and_say_how_many(shell):
     fig = plot.jacobian_grid(ds, shape=res)
     assert "blanked" in fig._suptitle.get_text()
     plt.close("all")
+
+
+def test_a_misspelt_output_names_the_nearest_one(shell):
+    from vdbflow.errors import SamplingError
+
+    with pytest.raises(SamplingError, match=r"'qcriterion' \(did you mean 'q_criterion'\?\) unknown") as err:
+        shell.sample_grad(np.zeros((1, 3)), outputs=["qcriterion"])
+    assert "'inside'" in str(err.value) and "distinct" not in str(err.value)

@@ -2,6 +2,7 @@
 quantity name lists the right ones, and FTLE fields plot against x and y with equal aspect."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -62,3 +63,60 @@ def test_an_ftle_field_plots_x_across_and_y_up_with_equal_aspect(tg):
     x0, x1 = ax.get_xlim()
     assert x0 <= 1.0 and x1 >= 5.0  # the image spans the seeds' x across
     plt.close("all")
+
+
+def test_a_lattice_spans_the_voxel_centres_by_default(tmp_path):
+    """A dense field sampled at x = 0 .. 2 pi: the default bounds of a `grid` job and `data_bounds` are
+    the span of the samples (voxel centres), not the voxel cells NanoVDB's world bbox records, so no
+    lattice point lies beyond the data; `vdbflow info` shows both."""
+    from vdbflow.jobs.config_load import load_config
+    from vdbflow.jobs.points import make_points
+
+    n, h = 24, 2 * np.pi / 23
+    vol = vdbflow.Volume.from_dense(np.ones((n, n, n), np.float32), voxel_size=h, origin=(0, 0, 0), background=0)
+    np.testing.assert_allclose(vol.data_bounds("world"), [[0, 0, 0], [2 * np.pi] * 3])
+    np.testing.assert_allclose(vol.data_bounds("index"), [[0, 0, 0], [n - 1] * 3])
+    assert vol.world_bbox[1][0] > 2 * np.pi + 0.5 * h  # the cells reach a voxel beyond the last centre
+    cfg = load_config(
+        data={
+            "volume": {"path": str(tmp_path / "v.nvdb")},
+            "points": {"kind": "grid", "shape": [5, 5, 5]},
+            "output": {"path": str(tmp_path / "o.zarr")},
+        }
+    )
+    pts = make_points(cfg.points, vol.topology, vol.data_bounds("world", inner=True)).points.compute()
+    assert pts.max() == pytest.approx(2 * np.pi) and pts.min() == 0.0
+    assert vol.stencil_inside(pts).all()  # every lattice point reads only data, the last faces included
+    outer = make_points(cfg.points, vol.topology, vol.data_bounds("world")).points.compute()
+    assert not vol.stencil_inside(outer).all()  # on the last centres the sampler takes the cell beyond
+    vdbflow.save(tmp_path / "v.nvdb", {"density": vol})
+    table = CliRunner(env={"COLUMNS": "120"}).invoke(main, ["info", str(tmp_path / "v.nvdb")]).output
+    assert "│ voxel centres │ [0.0, 0.0, 0.0] .. [6.28319, 6.28319, 6.28319]" in table
+
+
+@pytest.mark.slow
+def test_a_script_that_starts_a_cluster_unguarded_is_refused_at_once(tmp_path):
+    """A README example saved as a script: Dask's worker processes import the main module, so an
+    unguarded call would start clusters in every worker; it is refused before any process starts, in
+    one message, and the same code under `if __name__ == "__main__":` runs."""
+    import subprocess
+    import sys
+
+    body = (
+        "import vdbflow\n"
+        "{indent}vdbflow.run({config!r}, overrides={{'points.count': 500, 'volume.synthetic.resolution': 16}},\n"
+        "{indent}            **{{'output.path': 'out.zarr', 'cluster.workers': 1}})\n"
+        "{indent}print('ran')\n"
+    )
+    config = str(Path(__file__).resolve().parents[1] / "configs" / "demo.yaml")
+    (tmp_path / "bare.py").write_text(body.format(indent="", config=config))
+    guarded = body.format(indent="    ", config=config).replace(
+        "import vdbflow\n", "import vdbflow\n\nif __name__ == '__main__':\n"
+    )
+    (tmp_path / "guarded.py").write_text(guarded)
+    bare = subprocess.run([sys.executable, "bare.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert bare.returncode == 1 and "ran" not in bare.stdout
+    assert 'under `if __name__ == "__main__":`, found the call at its top level (line 2)' in bare.stderr
+    assert len(bare.stderr.splitlines()) < 30 and "Nanny" not in bare.stderr
+    ok = subprocess.run([sys.executable, "guarded.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0 and "ran" in ok.stdout, ok.stderr[-2000:]

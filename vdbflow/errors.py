@@ -43,6 +43,10 @@ class WriteError(VdbflowError, OSError):
     """A file or store could not be written (a full disk, no permission); its path is as it was."""
 
 
+class ClusterError(VdbflowError, RuntimeError):
+    """A Dask cluster did not start, or its workers did not arrive in time."""
+
+
 class ChecksumWarning(UserWarning):
     """A NanoVDB grid's stored checksum matches none of the rules of its version (a writer left it stale);
     the grid was read after its structural checks.  ``open(..., checksum="strict")`` raises instead."""

@@ -277,6 +277,26 @@ class Topology:
         world = self.transform.apply(corners)
         return np.stack([world.min(axis=0), world.max(axis=0)])
 
+    def data_bounds(self, space: str = "world", inner: bool = False) -> np.ndarray | None:
+        """(2, 3) float64 box of the voxel centres (and tile voxels) that hold data: ``index_bbox`` itself in
+        index space, its eight corners mapped and boxed in world space.  Unlike :attr:`world_bbox` (the
+        voxel cells, ``[min, max + 1]``, as NanoVDB records it) this is the span where values were given:
+        a point beyond it interpolates towards the background.  ``inner``: the upper faces moved inwards by
+        1e-9 of the span, so that a point on them interpolates in the last cell of data (at a centre the
+        sampler takes the cell on the positive side, whose far corners are beyond the data).  None when
+        empty."""
+        box = self.index_bbox
+        if box is None:
+            return None
+        box = box.astype(np.float64)
+        if inner:
+            box[1] -= 1e-9 * np.maximum(box[1] - box[0], 1.0)
+        if space == "index":
+            return box
+        corners = np.array([[box[a][0], box[b][1], box[c][2]] for a in (0, 1) for b in (0, 1) for c in (0, 1)])
+        world = self.transform.apply(corners)
+        return np.stack([world.min(axis=0), world.max(axis=0)])
+
     def active_voxels(self) -> np.ndarray:
         """(n, 3) int32 active voxel coordinates in index-layout (OnIndex) order."""
         return tree.active_coordinates(self.leaf_origins, self.masks)

@@ -396,6 +396,10 @@ class Volume:
     def world_bbox(self) -> np.ndarray | None:
         return self.topology.world_bbox
 
+    def data_bounds(self, space: str = "world", inner: bool = False) -> np.ndarray | None:
+        """(2, 3) box of the voxel centres holding data (:meth:`Topology.data_bounds`)."""
+        return self.topology.data_bounds(space, inner)
+
     def value_rows(self) -> np.ndarray:
         """Values as (rows, C): the stored array, or a copy gathered from values left in a mapped file."""
         if self._leaf_values_at is None:

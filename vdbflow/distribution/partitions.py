@@ -17,7 +17,7 @@ from dask.sizeof import sizeof
 from vdbflow.core import tree
 from vdbflow.core.volume import Topology, Volume
 from vdbflow.distribution.plan import PartitionPlan, leaf_stencil, near_blocks, plan_partitions
-from vdbflow.errors import VolumeError
+from vdbflow.errors import ClusterError, VolumeError
 from vdbflow.io.atomic import create_exclusive
 from vdbflow.io.identity import FileIdentity
 
@@ -166,10 +166,64 @@ def resolve_client(client: Any = None) -> tuple[Any, bool]:
     try:
         return distributed.get_client(), False
     except ValueError:  # no client in this process
+        refuse_in_a_worker_import()
         cluster = distributed.LocalCluster(
             n_workers=os.cpu_count() or 1, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0"
         )
         return distributed.Client(cluster), True
+
+
+MAIN_GUARD_HINT = (
+    'in a script, put the code that starts vdbflow\'s cluster under `if __name__ == "__main__":` '
+    "(Dask's worker processes import the main module; unguarded, each would run the script again)"
+)
+
+
+def _guarded_line(path: str, line: int) -> bool:
+    """Whether line ``line`` of the script at ``path`` lies under an ``if __name__ == "__main__":``."""
+    import ast
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return True  # cannot tell: assume the script knows
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and node.lineno <= line <= (node.end_lineno or node.lineno):
+            names = {n.id for n in ast.walk(node.test) if isinstance(n, ast.Name)}
+            texts = {c.value for c in ast.walk(node.test) if isinstance(c, ast.Constant)}
+            if "__name__" in names and "__main__" in texts:
+                return True
+    return False
+
+
+def refuse_in_a_worker_import() -> None:
+    """Refuse to start a cluster of worker processes from the top level of a script that is not under
+    ``if __name__ == "__main__":``: each worker process imports the main module (Python's spawn start
+    method, Dask's default), so the script would start clusters again in every worker, and the first one
+    would fail after a storm of tracebacks.  Interactive sessions, notebooks and ``python -c`` are fine."""
+    import multiprocessing
+    import os
+    import sys
+
+    main = sys.modules.get("__main__")
+    if multiprocessing.parent_process() is not None and getattr(main, "__name__", "") == "__mp_main__":
+        raise ClusterError(f"expected no cluster to start while a worker process imports the script: {MAIN_GUARD_HINT}")
+    path = getattr(main, "__file__", None)
+    if not path or not os.path.isfile(path):
+        return
+    frame = sys._getframe(1)
+    while frame is not None and not (
+        frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__main__"
+    ):
+        frame = frame.f_back
+    if frame is not None and os.path.abspath(frame.f_code.co_filename) == os.path.abspath(path):
+        if not _guarded_line(path, frame.f_lineno):
+            raise ClusterError(
+                f'expected the script {path} to start vdbflow\'s cluster under `if __name__ == "__main__":`, '
+                f"found the call at its top level (line {frame.f_lineno}): Dask's worker processes import the "
+                "main module, so each would run the script again"
+            )
 
 
 def close_client(client: Any) -> None:

@@ -58,6 +58,7 @@ class DenseSource:
         self.origin, self.voxel_size, self.names, self.mask, self.units = origin, voxel_size, names, mask, units
         self.length_units = length_units
         self.variables: tuple[str, ...] = ()  # the dataset variables read (NetCDF / Zarr)
+        self.others: tuple[str, ...] = ()  # its other variables of 3 or more dims, not read
 
     @property
     def components(self) -> int:
@@ -157,6 +158,7 @@ def open_dense(
         length_units,
     )
     source.variables = tuple(names)
+    source.others = tuple(str(v) for v in ds.data_vars if v not in names and ds[v].ndim >= 3)
     return source
 
 

@@ -571,6 +571,14 @@ def convert(
         _say("error", str(err))
         raise SystemExit(2) from None
     dense = int(np.prod(src.shape[:3]))
+    if src.others and not variables:
+        stack = " ".join(f"--variable {v}" for v in (*src.variables, *src.others[: 4 - len(src.variables)]))
+        _say(
+            "note",
+            f"converted {', '.join(src.variables)} only; {source} also holds {', '.join(src.others)} "
+            f"(3-D variables; `{stack}` stacks several as the components of one grid)",
+            style="yellow",
+        )
     stated = f"units {vol.units or '(none)'}, length units {vol.length_units or '(none)'}"
     click.echo(
         f"wrote {out}: grid {grid_name!r}, {vol.value_type.name}, {vol.active_voxel_count:,} active voxels "
@@ -610,6 +618,22 @@ def _format_version(version: str) -> str:
     return version if version.startswith("OpenVDB") else f"NanoVDB {version}"
 
 
+def _centres(g: Any) -> str:
+    """The world span of a grid's voxel centres (where its values lie; the cells reach half a voxel
+    further), from its index box and transform."""
+    import numpy as np
+
+    lo, hi = np.asarray(g.index_bbox, np.float64)
+    if (lo > hi).any():
+        return "(empty)"
+    corners = np.array(
+        [[(lo, hi)[a][0], (lo, hi)[b][1], (lo, hi)[c][2]] for a in (0, 1) for b in (0, 1) for c in (0, 1)]
+    )
+    world = corners @ np.asarray(g.index_to_world)[:3, :3].T + np.asarray(g.index_to_world)[:3, 3]
+    w0, w1 = world.min(axis=0), world.max(axis=0)
+    return f"{[float(f'{v:.6g}') for v in w0]} .. {[float(f'{v:.6g}') for v in w1]}"
+
+
 def _grid_rows(g: Any) -> list[tuple[str, str]]:
     """One grid of ``vdbflow info``, as (key, value) rows."""
     (i0, i1), (w0, w1) = g.index_bbox, g.world_bbox
@@ -620,7 +644,8 @@ def _grid_rows(g: Any) -> list[tuple[str, str]]:
         ("nodes", f"{g.leaf_count:,} leaves, {g.lower_count:,} lower, {g.upper_count:,} upper"),
         ("tiles", "/".join(f"{c:,}" for c in g.tile_counts) + " (lower/upper/root: 8³/128³/4096³ voxels)"),
         ("index bbox", f"{list(i0)} .. {list(i1)}"),
-        ("world bbox", f"{[float(f'{v:.6g}') for v in w0]} .. {[float(f'{v:.6g}') for v in w1]}"),
+        ("world bbox", f"{[float(f'{v:.6g}') for v in w0]} .. {[float(f'{v:.6g}') for v in w1]} (voxel cells)"),
+        ("voxel centres", _centres(g)),
         ("voxel size", " ".join(f"{v:.6g}" for v in g.voxel_size) + (f" {g.length_units}" if g.length_units else "")),
         ("units", g.units or "(none stored)"),
         *([("components", ", ".join(g.component_names))] if g.component_names else []),

@@ -17,7 +17,8 @@ from typing import Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from vdbflow.errors import VdbflowError
+from vdbflow.distribution.partitions import MAIN_GUARD_HINT, refuse_in_a_worker_import
+from vdbflow.errors import ClusterError
 from vdbflow.jobs.config import (
     AddressClusterSpec,
     ConfigError,
@@ -32,10 +33,6 @@ log = logging.getLogger("vdbflow.cluster")
 SCHEDULER_PLACEHOLDER = "tcp://<scheduler address>:8786"
 START_ATTEMPTS = 3  # a local cluster whose worker dies while it starts is started again, this often in all
 START_BACKOFF_S = 1.0  # seconds before the second attempt (doubled for each further one)
-
-
-class ClusterError(VdbflowError, RuntimeError):
-    """The job's Dask cluster did not start, or its workers did not arrive in time."""
 
 
 class MissingExtraError(ConfigError):
@@ -314,6 +311,8 @@ def open_cluster(spec: Any) -> Iterator[Any]:
     """
     import distributed
 
+    if isinstance(spec, (LocalClusterSpec, CudaClusterSpec)):  # worker processes started here import __main__
+        refuse_in_a_worker_import()
     failures = SubmitFailures()
     with failures.quieting("asyncio", "tornado.application", "distributed.deploy.spec"):
         cluster = _start_with_retries(spec, distributed, failures)
@@ -376,7 +375,7 @@ def _start_with_retries(spec: Any, distributed: Any, failures: SubmitFailures) -
             if attempt == START_ATTEMPTS:
                 raise ClusterError(
                     f"expected the cluster ({describe_cluster(spec)}) to start, it failed "
-                    f"{START_ATTEMPTS} times; the last time: {type(err).__name__}: {err}"
+                    f"{START_ATTEMPTS} times; the last time: {type(err).__name__}: {err} ({MAIN_GUARD_HINT})"
                 ) from err
             wait = START_BACKOFF_S * 2 ** (attempt - 1)
             log.warning(

@@ -251,7 +251,7 @@ class RandomPoints(_Points):
 
 
 class GridPoints(_Points):
-    """A regular lattice of ``shape`` points spanning ``bounds`` (default: the volume's bounding box)."""
+    """A regular lattice of ``shape`` points spanning ``bounds`` (default: the span of the voxel centres)."""
 
     kind: Literal["grid"]
     shape: tuple[Count, Count, Count]

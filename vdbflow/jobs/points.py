@@ -247,7 +247,7 @@ def file_point_count(spec: FilePoints) -> int | None:
 
 def make_points(spec: Any, topology: Any, bbox: np.ndarray | None = None) -> PointSet:
     """The points of a config's ``points`` section for a volume of ``topology``; ``bbox`` (2, 3) is
-    the volume's bounding box in the points' space (the default bounds of a lattice)."""
+    the span of the volume's voxel centres in the points' space (the default bounds of a lattice)."""
     attrs: dict[str, Any] = {"points_kind": spec.kind, "point_space": spec.space}
     if isinstance(spec, FilePoints):
         attrs["points_file"] = str(spec.path)

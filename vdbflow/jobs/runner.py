@@ -270,7 +270,7 @@ def _particle_job(
     if not isinstance(template, Volume):
         raise ConfigError(f"advect: expected a grid of values to advect through, got an index grid {name!r}")
     topology = template.topology
-    bbox = topology.world_bbox if cfg.points.space == "world" else topology.index_bbox
+    bbox = topology.data_bounds(cfg.points.space, inner=True)  # a lattice's default: the voxel centres
     point_set = make_points(cfg.points, topology, bbox)
     seeds = point_set.points
     if cfg.points.space == "index":  # particles move in world space
@@ -434,7 +434,7 @@ def run_job(
                     for n, s in sources.items()
                 }
                 topology = next(iter(templates.values())).topology  # random points are drawn inside the first grid
-                bbox = topology.world_bbox if cfg.points.space == "world" else topology.index_bbox
+                bbox = topology.data_bounds(cfg.points.space, inner=True)  # a lattice's default: the voxel centres
                 point_set = make_points(cfg.points, topology, bbox)
                 timings["distribute_s"] = time.perf_counter() - t0
                 ds, errors, chunk_seconds, checked_output, tally = chunked_dataset(
@@ -458,7 +458,7 @@ def run_job(
                     timings["distribute_s"],
                 )
                 topology = first.topology  # random points are drawn inside the first grid
-                bbox = topology.world_bbox if cfg.points.space == "world" else topology.index_bbox
+                bbox = topology.data_bounds(cfg.points.space, inner=True)  # a lattice's default: the voxel centres
                 point_set = make_points(cfg.points, topology, bbox)
                 pts = point_set.points
                 parts, errors = [], None

@@ -66,9 +66,13 @@ class SampleRequest:
         asked = (self.outputs,) if isinstance(self.outputs, str) else tuple(self.outputs)
         unknown = [o for o in asked if o not in ALL_OUTPUTS]
         if unknown or len(set(asked)) != len(asked) or not asked:
+            import difflib
+
+            near = [difflib.get_close_matches(str(o), (*ALL_OUTPUTS, "inside"), n=1) for o in unknown]
+            hints = [f"{o!r} (did you mean {m[0]!r}?)" if m else repr(o) for o, m in zip(unknown, near, strict=True)]
             raise SamplingError(
-                f"expected distinct outputs among {', '.join(map(repr, ALL_OUTPUTS))}, got {asked}"
-                + (f" ({', '.join(map(repr, unknown))} unknown)" if unknown else "")
+                f"expected outputs among {', '.join(map(repr, ALL_OUTPUTS))} (and, for a Dataset, 'inside'), "
+                f"each once, got {asked}" + (f": {', '.join(hints)} unknown" if unknown else "")
             )
         outputs = tuple(o for o in ALL_OUTPUTS if o in asked)
         fields = tuple(o for o in outputs if o in OUTPUTS)
