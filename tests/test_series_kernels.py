@@ -34,9 +34,15 @@ def gyre_seeds(rng, n=60):
 def both_engines(monkeypatch, make_series, *args, ftle_seeds=None, **kw):
     """(kernels, stage by stage) results of advect (and ftle) on a fresh series each time."""
     runs = []
+    calls = []
     for windowed in (True, False):
         with monkeypatch.context() as m:
-            if not windowed:
+            if windowed:
+                advect_window = sources.SeriesSource.advect_window
+                m.setattr(
+                    sources.SeriesSource, "advect_window", lambda self, *a: calls.append(1) or advect_window(self, *a)
+                )
+            else:
                 m.setattr(sources.SeriesSource, "windowed", False)
             ds = vdbflow.advect(make_series(), *args, **kw)
             f = None
@@ -46,6 +52,8 @@ def both_engines(monkeypatch, make_series, *args, ftle_seeds=None, **kw):
                     make_series(), ftle_seeds, t0, t1 - t0, dt, integrator=method, mode=mode, time=kw["time"]
                 )
             runs.append((ds, f))
+        if windowed:
+            assert calls, "the series run did not reach the kernels"
     return runs
 
 
