@@ -265,49 +265,51 @@ VDB_HD bool sign_differs(double a, double b) {
 }
 
 // interpolation.py _pchip_interior: the slope and its coefficients on the two secants.
-VDB_HD void pchip_interior(double h_prev, double h_next, double m_prev, double m_next, double& d, double& c_prev,
-                           double& c_next) {
+VDB_HD void pchip_interior(double h_prev, double h_next, double m_prev, double m_next, bool gradient, double& d,
+                           double& c_prev, double& c_next) {
   const double w1 = product(2.0, h_next) + h_prev, w2 = h_next + product(2.0, h_prev);
   const bool flat = sign_differs(m_prev, m_next) || m_prev == 0 || m_next == 0;
   const double dd = (w1 + w2) / (w1 / m_prev + w2 / m_next);
   d = flat ? 0.0 : dd;
+  if (!gradient) return;
   c_prev = flat ? 0.0 : product(dd, dd) * w1 / (product(w1 + w2, m_prev) * m_prev);
   c_next = flat ? 0.0 : product(dd, dd) * w2 / (product(w1 + w2, m_next) * m_next);
 }
 
 // interpolation.py _pchip_edge: the one-sided slope and its coefficients on m0 (next to the node) and m1.
-VDB_HD void pchip_edge(double h0, double h1, double m0, double m1, double& d, double& c0, double& c1) {
+VDB_HD void pchip_edge(double h0, double h1, double m0, double m1, bool gradient, double& d, double& c0, double& c1) {
   const double w = product(2.0, h0) + h1;
   const double dd = (product(w, m0) - product(h0, m1)) / (h0 + h1);
   const bool wrong = sign_differs(dd, m0);
   const bool big = sign_differs(m0, m1) && fabs(dd) > product(3.0, fabs(m0));
   d = wrong ? 0.0 : (big ? product(3.0, m0) : dd);
+  if (!gradient) return;
   c0 = wrong ? 0.0 : (big ? 3.0 : w / (h0 + h1));
   c1 = (wrong || big) ? 0.0 : -h0 / (h0 + h1);
 }
 
 // interpolation.py pchip_combine for one component: the value from g (4,) (NaN where a step is missing), and
-// the node slopes' coefficients on the secants d1, d2 (4,: slope, then on m0, m1, m2) for the gradient.
-VDB_HD double pchip_value(const double* coef, const double g[4], double d1[4], double d2[4]) {
+// with `gradient` the node slopes' coefficients on the secants d1, d2 (4,: slope, then on m0, m1, m2).
+VDB_HD double pchip_value(const double* coef, const double g[4], bool gradient, double d1[4], double d2[4]) {
   const double h[3] = {coef[0], coef[1], coef[2]};
   const int flags = (int)coef[7];
   const bool has_l = flags & 1, has_r = (flags & 2) != 0;
   double m[3];
   for (int j = 0; j < 3; ++j) m[j] = (g[j + 1] - g[j]) / h[j];
   if (has_l) {
-    pchip_interior(h[0], h[1], m[0], m[1], d1[0], d1[1], d1[2]);
+    pchip_interior(h[0], h[1], m[0], m[1], gradient, d1[0], d1[1], d1[2]);
     d1[3] = 0.0;
   } else if (has_r) {
-    pchip_edge(h[1], h[2], m[1], m[2], d1[0], d1[2], d1[3]);
+    pchip_edge(h[1], h[2], m[1], m[2], gradient, d1[0], d1[2], d1[3]);
     d1[1] = 0.0;
   } else {
     d1[0] = m[1], d1[1] = 0.0, d1[2] = 1.0, d1[3] = 0.0;
   }
   if (has_r) {
-    pchip_interior(h[1], h[2], m[1], m[2], d2[0], d2[2], d2[3]);
+    pchip_interior(h[1], h[2], m[1], m[2], gradient, d2[0], d2[2], d2[3]);
     d2[1] = 0.0;
   } else if (has_l) {
-    pchip_edge(h[1], h[0], m[1], m[0], d2[0], d2[2], d2[1]);
+    pchip_edge(h[1], h[0], m[1], m[0], gradient, d2[0], d2[2], d2[1]);
     d2[3] = 0.0;
   } else {
     d2[0] = m[1], d2[1] = 0.0, d2[2] = 1.0, d2[3] = 0.0;
@@ -328,6 +330,21 @@ VDB_HD double pchip_gradient(const double* coef, const double G[4], const double
   return product(coef[3], G[1]) + product(coef[5], G[2]) + product(coef[4], dd1) + product(coef[6], dd2);
 }
 
+// `from`, a linear cell inside one leaf of a grid with g's topology (the same leaf slots and masks), as
+// locate_cell finds it in g: the same leaf, offset and fractions, g's values.
+template <class T>
+VDB_HD void rebase_cell(const GridView<T>& g, const Cell<T>& from, Cell<T>& cell) {
+  cell = from;
+  const int slot = from.leaf, base = from.offset;
+  if (!g.index_layout) {
+    const T* p0 = g.values + leaf_values_base(g, slot) + (i64)base * 3;
+    for (int o = 0; o < 8; ++o) cell.corner[o] = p0 + (o >> 2) * 192 + ((o >> 1) & 1) * 24 + (o & 1) * 3;
+  } else {
+    for (int o = 0; o < 8; ++o)
+      cell.corner[o] = leaf_value(g, slot, base + ((o >> 2) << 6) + (((o >> 1) & 1) << 3) + (o & 1));
+  }
+}
+
 // The velocity (and Jacobian) of a series at y for one stage: the stencil checked in every grid the stage
 // reads (once per topology), each grid sampled, the samples interpolated in time.
 template <class T>
@@ -337,22 +354,28 @@ VDB_HD int evaluate_series_stage(const GridView<T>* g, const SeriesSpec& ss, con
   typedef typename RealOf<T>::type R;
   if (!finite3(y)) return PARTICLE_NON_FINITE;
   const int K = ss.time_kind;
-  unsigned checked = 0;  // topologies checked
+  // the stencil in every topology the stage reads, checked through the first of its grids (slot `first[q]`);
+  // the linear mode keeps the cell located there for the grids that share its topology
+  Cell<T> cell[4];
+  int first[4];
   for (int q = 0; q < K; ++q) {
+    first[q] = -1;
     if (gi[q] < 0) continue;
     const int top = ss.topology[gi[q]];
-    if (checked & (1u << top)) continue;
-    checked |= 1u << top;
-    const GridView<T>& gt = g[top];
+    for (int p = 0; p < q && first[q] < 0; ++p)
+      if (gi[p] >= 0 && ss.topology[gi[p]] == top) first[q] = first[p];
+    if (first[q] >= 0) continue;
+    first[q] = q;
+    const GridView<T>& gq = g[gi[q]];
     LeafCache& cache = caches[top];
     bool inside;
     if (mode == MODE_LINEAR) {
-      Cell<T> cell;
-      locate_cell<T, 3>(gt, xf, y, mode, cell, cache);
-      inside = cell.kind == CELL_LINEAR && cell.leaf >= 0 ? cell_active(gt, cell)
-                                                           : stencil_inside_point(gt, xf, y, mode, lo, taps, cache);
+      locate_cell<T, 3>(gq, xf, y, mode, cell[q], cache);
+      inside = cell[q].kind == CELL_LINEAR && cell[q].leaf >= 0
+                   ? cell_active(gq, cell[q])
+                   : stencil_inside_point(gq, xf, y, mode, lo, taps, cache);
     } else {
-      inside = stencil_inside_point(gt, xf, y, mode, lo, taps, cache);
+      inside = stencil_inside_point(gq, xf, y, mode, lo, taps, cache);
     }
     if (!inside) return PARTICLE_LEFT_DATA;
   }
@@ -370,9 +393,14 @@ VDB_HD int evaluate_series_stage(const GridView<T>* g, const SeriesSpec& ss, con
     T v[3];
     R j[9];
     if (mode == MODE_LINEAR) {
-      Cell<T> cell;
-      locate_cell<T, 3>(gq, xf, y, mode, cell, cache);
-      evaluate_cell<T, 3>(gq, xf, cell, jacobian, v, jacobian ? j : nullptr);
+      const int p = first[q];
+      if (p != q) {  // the cell of the same topology: one leaf, the same slot and offset (else walk again)
+        if (cell[p].kind == CELL_LINEAR && cell[p].leaf >= 0)
+          rebase_cell(gq, cell[p], cell[q]);
+        else
+          locate_cell<T, 3>(gq, xf, y, mode, cell[q], cache);
+      }
+      evaluate_cell<T, 3>(gq, xf, cell[q], jacobian, v, jacobian ? j : nullptr);
     } else {
       sample_point<T, 3>(gq, xf, y, mode, jacobian, v, jacobian ? j : nullptr, cache);
     }
@@ -389,7 +417,7 @@ VDB_HD int evaluate_series_stage(const GridView<T>* g, const SeriesSpec& ss, con
     for (int c = 0; c < 3; ++c) {
       const double gc[4] = {gv[0][c], gv[1][c], gv[2][c], gv[3][c]};
       double d1[4], d2[4];
-      u[c] = pchip_value(coef, gc, d1, d2);
+      u[c] = pchip_value(coef, gc, jacobian, d1, d2);
       if (jacobian)
         for (int a = 0; a < 3; ++a) {
           const int e = 3 * c + a;

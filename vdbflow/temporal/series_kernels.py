@@ -1,7 +1,7 @@
 """Series runs in the kernels: the windows of a particle run through a :class:`~vdbflow.VolumeSeries`.
 
-A window is a run of consecutive steps whose stages read at most ``WINDOW_GRIDS`` consecutive series
-steps; one kernel call (``kernels/vdbflow/advect.h`` ``advect_series_points``) integrates every particle
+A window is a run of consecutive steps whose stages read at most :func:`window_span` consecutive series
+steps (an interval's two or four and the next one); one kernel call (``kernels/vdbflow/advect.h`` ``advect_series_points``) integrates every particle
 through it, each stage reading the two (``time="linear"``) or four (``time="pchip"``) steps around its
 time and interpolating them as :meth:`VolumeSeries.sample_arrays` does.  Here the stage times, the steps
 each stage reads and the coefficients that depend on time only are computed with the same NumPy
@@ -22,6 +22,13 @@ WINDOW_GRIDS = 8  # series steps one call reads at most (advect.h MAX_SERIES_GRI
 SERIES_COEFS = 8  # doubles of a stage's time coefficients (advect.h SERIES_COEFS)
 PLAN_STEPS = 65536  # steps planned at once
 TIME_KINDS = {"linear": 2, "pchip": 4}  # advect.h TimeKind: the steps a stage reads
+
+
+def window_span(time: str) -> int:
+    """The series steps a window reads at most: those of one interval and the next (a step whose stages
+    straddle two intervals), so that the values a call reads stay few (in cache) - measured faster than
+    wider windows - and never more than ``WINDOW_GRIDS``."""
+    return min(WINDOW_GRIDS, TIME_KINDS[time] + 1)
 
 
 def stage_times(
@@ -89,8 +96,8 @@ class SeriesPlan:
 
     def windows(self):
         """Yields each :class:`Window` in step order, or an int k: step k does not fit in a window
-        (its stages read more than ``WINDOW_GRIDS`` steps) and is to be integrated stage by stage."""
-        n, stages, K = self.n, len(self.nodes), TIME_KINDS[self.time]
+        (its stages read more than :func:`window_span` steps) and is to be integrated stage by stage."""
+        n, stages, K, W = self.n, len(self.nodes), TIME_KINDS[self.time], window_span(self.time)
         for block in range(0, n + 1, PLAN_STEPS):
             stop = min(block + PLAN_STEPS, n + 1)
             t = stage_times(self.t0, self.t1, self.h, n, self.nodes, block, stop)  # (B, s)
@@ -105,12 +112,12 @@ class SeriesPlan:
             hi = np.where(used, steps, -1).max(axis=(1, 2))
             i = 0
             while i < len(t):
-                if hi[i] - lo[i] + 1 > WINDOW_GRIDS:
+                if hi[i] - lo[i] + 1 > W:
                     yield block + i
                     i += 1
                     continue
                 span = np.maximum.accumulate(hi[i:]) - np.minimum.accumulate(lo[i:]) + 1
-                j = i + int(np.argmax(span > WINDOW_GRIDS)) if (span > WINDOW_GRIDS).any() else len(t)
+                j = i + int(np.argmax(span > W)) if (span > W).any() else len(t)
                 low, high = int(lo[i:j].min()), int(hi[i:j].max())
                 ends = block + j - 1 == n  # the window holds the end position
                 m = j - i - 1 if ends else j - i
