@@ -35,13 +35,16 @@ def both_engines(monkeypatch, make_series, *args, ftle_seeds=None, **kw):
     """(kernels, stage by stage) results of advect (and ftle) on a fresh series each time."""
     runs = []
     calls = []
+    advect_window = sources.SeriesSource.advect_window
+
+    def counted(self, *a):
+        calls.append(1)
+        return advect_window(self, *a)
+
     for windowed in (True, False):
         with monkeypatch.context() as m:
             if windowed:
-                advect_window = sources.SeriesSource.advect_window
-                m.setattr(
-                    sources.SeriesSource, "advect_window", lambda self, *a: calls.append(1) or advect_window(self, *a)
-                )
+                m.setattr(sources.SeriesSource, "advect_window", counted)
             else:
                 m.setattr(sources.SeriesSource, "windowed", False)
             ds = vdbflow.advect(make_series(), *args, **kw)
@@ -92,7 +95,9 @@ def test_series_kernels_backward_in_time_and_with_ftle(gyre, time, rng, monkeypa
     steps, times = gyre
     seeds = gyre_seeds(rng, 30)
     kw = dict(save_every=4, with_velocity=True, with_ftle=True, time=time)
-    runs = both_engines(monkeypatch, lambda: vdbflow.open_series(steps, times), seeds, 4.9, 0.2, 0.15, "rk4", "linear", **kw)
+    runs = both_engines(
+        monkeypatch, lambda: vdbflow.open_series(steps, times), seeds, 4.9, 0.2, 0.15, "rk4", "linear", **kw
+    )
     (kernels, _), (stagewise, _) = runs
     variational = [name for name in ("F", "ftle") if name in stagewise]
     assert variational  # the flow-map gradient is not held to NumPy's rounding (as through a steady volume)
@@ -139,8 +144,16 @@ def test_series_kernels_through_steps_of_several_topologies(time, rng, monkeypat
     seeds = gyre_seeds(rng, 60)
     kw = dict(save_every=1, with_velocity=True, with_jacobian=True, time=time)
     runs = both_engines(
-        monkeypatch, lambda: vdbflow.open_series(varied, times), seeds, 0.0, 3.8, 0.07, "rk4", "linear",
-        ftle_seeds=seeds[:10], **kw,
+        monkeypatch,
+        lambda: vdbflow.open_series(varied, times),
+        seeds,
+        0.0,
+        3.8,
+        0.07,
+        "rk4",
+        "linear",
+        ftle_seeds=seeds[:10],
+        **kw,
     )
     assert_same(runs, (0, 1, 2))
 
@@ -152,7 +165,9 @@ def test_steps_longer_than_a_window_go_stage_by_stage(gyre, rng, monkeypatch):
     monkeypatch.setattr(series_kernels, "WINDOW_GRIDS", 5)
     seeds = gyre_seeds(rng, 20)
     kw = dict(save_every=1, with_velocity=True, with_jacobian=True, time="pchip")
-    runs = both_engines(monkeypatch, lambda: vdbflow.open_series(steps, times), seeds, 0.0, 4.6, 0.4, "rk4", "linear", **kw)
+    runs = both_engines(
+        monkeypatch, lambda: vdbflow.open_series(steps, times), seeds, 0.0, 4.6, 0.4, "rk4", "linear", **kw
+    )
     assert_same(runs, (0, 1))
     plan = series_kernels.SeriesPlan(vdbflow.open_series(steps, times), "pchip", 0.0, 4.6, 0.4, 12, (0, 0.5, 0.5, 1))
     kinds = {type(w).__name__ for w in plan.windows()}

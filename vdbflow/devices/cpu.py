@@ -180,7 +180,6 @@ def advect(
     return status, last_step, evaluations
 
 
-
 def advect_series(
     ks: list[KernelArrays],
     topology: np.ndarray,
@@ -235,6 +234,7 @@ def advect_series(
         evaluations,
         validate_end,
     )
+
 
 def route(
     points: np.ndarray,

@@ -396,7 +396,6 @@ def advect(
     return status, last_step, evaluations
 
 
-
 def advect_series(
     ks: list[KernelArrays],
     topology: np.ndarray,
@@ -461,6 +460,7 @@ def advect_series(
             np.int32(validate_end),
         ),
     )
+
 
 # --- coverage, gradient fields and the assembly helpers (the CPU extension's stencil_inside,
 # defined_voxels, grid_gradient, scatter_rows and active_voxels_at), from the same headers ---

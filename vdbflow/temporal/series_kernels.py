@@ -1,12 +1,13 @@
 """Series runs in the kernels: the windows of a particle run through a :class:`~vdbflow.VolumeSeries`.
 
-A window is a run of consecutive steps whose stages read at most :func:`window_span` consecutive series
-steps (an interval's two or four and the next one); one kernel call (``kernels/vdbflow/advect.h`` ``advect_series_points``) integrates every particle
-through it, each stage reading the two (``time="linear"``) or four (``time="pchip"``) steps around its
-time and interpolating them as :meth:`VolumeSeries.sample_arrays` does.  Here the stage times, the steps
-each stage reads and the coefficients that depend on time only are computed with the same NumPy
-expressions as :mod:`vdbflow.temporal.series` and :mod:`vdbflow.temporal.interpolation`, so that the
-kernels' results equal the stage-by-stage integration bit for bit.
+A window is a run of consecutive steps whose stages read at most :func:`window_span` consecutive
+series steps (an interval's two or four and the next one); one kernel call
+(``kernels/vdbflow/advect.h`` ``advect_series_points``) integrates every particle through it, each
+stage reading the two (``time="linear"``) or four (``time="pchip"``) steps around its time and
+interpolating them as :meth:`VolumeSeries.sample_arrays` does.  Here the stage times, the steps each
+stage reads and the coefficients that depend on time only are computed with the same NumPy
+expressions as :mod:`vdbflow.temporal.series` and :mod:`vdbflow.temporal.interpolation`, so that
+the kernels' results equal the stage-by-stage integration bit for bit.
 """
 
 from __future__ import annotations
@@ -31,9 +32,7 @@ def window_span(time: str) -> int:
     return min(WINDOW_GRIDS, TIME_KINDS[time] + 1)
 
 
-def stage_times(
-    t0: float, t1: float, h: float, n: int, nodes: tuple[float, ...], first: int, stop: int
-) -> np.ndarray:
+def stage_times(t0: float, t1: float, h: float, n: int, nodes: tuple[float, ...], first: int, stop: int) -> np.ndarray:
     """(stop - first, s) the stage times of steps ``first .. stop - 1`` as the stage-by-stage run computes
     them: ``t_k = t0 + k h`` (``t1`` at k = n), stage ``t_k + c_s h``, clamped to [min, max] of (t0, t1)
     with Python's ``min(max(t, lo), hi)``."""

@@ -118,6 +118,7 @@ class SeriesSource(VolumeSource):
 
     def inside(self, points: np.ndarray, t: float) -> np.ndarray:
         return self.series.stencil_inside(points, t, self.mode, self.time)
+
     @property
     def windowed(self) -> bool:  # type: ignore[override]
         """Linear or pchip time through a VolumeSeries (not distributed) of two or more float steps."""
@@ -141,7 +142,6 @@ class SeriesSource(VolumeSource):
         cpu.advect_series(
             ks, topology, TIME_KINDS[self.time], stage_grid, stage_coef, first_step, MODES[self.mode], *rest
         )
-
 
     def sample(self, points: np.ndarray, t: float, jacobian: bool) -> tuple[np.ndarray, np.ndarray | None]:
         return self.series.sample_grad_arrays(
