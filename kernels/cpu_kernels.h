@@ -49,6 +49,10 @@ struct VdbflowCpuKernels {
   // particle trajectories through a steady vec3 volume
   void (*advect)(const void* k, const void* s, double* x, i64 n, double* position, double* velocity,
                  double* jacobian, double* F, signed char* status, i64* last_step, int* evaluations);
+  // the same through a window of a series' steps (k: an array of records, ss: the SeriesSpec)
+  void (*advect_series)(const void* k, const void* s, const void* ss, double* x, i64 n, double* position,
+                        double* velocity, double* jacobian, double* F, signed char* status, i64* last_step,
+                        i64* evaluations);
 };
 
 namespace {
@@ -139,6 +143,16 @@ void advect_entry(const void* abi, const void* s, double* x, i64 n, double* posi
   });
 }
 
+void advect_series_entry(const void* abis, const void* s, const void* ss, double* x, i64 n, double* position,
+                         double* velocity, double* jacobian, double* F, signed char* status, i64* last_step,
+                         i64* evaluations) {
+  const KernelAbi* k = (const KernelAbi*)abis;
+  with_float_type(k[0].value_kind, [&](auto t) {
+    advect_series_points<type_of<decltype(t)>>(k, *(const AdvectSpec*)s, *(const SeriesSpec*)ss, x, n, position,
+                                               velocity, jacobian, F, status, last_step, evaluations);
+  });
+}
+
 void active_voxels_entry(const int* origins, const void* masks, const i64* leaf_end, i64 leaves, const i64* rank,
                          i64 n, int* ijk) {
   active_voxels_points(origins, (const u64*)masks, (const i64*)leaf_end, leaves, (const i64*)rank, n, ijk);
@@ -147,7 +161,7 @@ void active_voxels_entry(const int* origins, const void* masks, const i64* leaf_
 const VdbflowCpuKernels KERNELS = {&sample_entry,  &sample_derived_entry, &derive_entry,
                                    &hessian_entry, &vjp_entry,            &grid_gradient_entry,
                                    &stencil_inside_entry, &route_entry,   &active_voxels_entry,
-                                   &advect_entry};
+                                   &advect_entry,  &advect_series_entry};
 
 }  // namespace
 

@@ -376,6 +376,72 @@ void advect(nb::bytes record, Out<double, nb::ndim<2>> x, In<double, nb::ndim<2>
                  (signed char*)status.data(), (i64*)last_step.data(), evaluations.data());
 }
 
+// advect.h: as advect, through a window of a series' steps: records (G,) of the window's grids (one transform,
+// value type and mode), topology (G,) the first grid sharing each grid's topology, stage_grid (m + 1, s, 4)
+// int32 and stage_coef (m + 1, s, 8) the stages' grids and time coefficients (time_kind 2: linear, 4: pchip).
+// Particles whose status is not active are skipped; evaluations (int64) are added to; last_step is set,
+// first_step + the local step, where a step is validated.
+void advect_series(std::vector<nb::bytes> records, In<int32_t, nb::ndim<1>> topology, int time_kind,
+                   In<int32_t, nb::ndim<3>> stage_grid, In<double, nb::ndim<3>> stage_coef, int64_t first_step,
+                   Out<double, nb::ndim<2>> x, In<double, nb::ndim<2>> a_coef, In<double, nb::ndim<1>> b_coef,
+                   double h, In<int64_t, nb::ndim<1>> save_slot, F64Out position, std::optional<F64Out> velocity,
+                   std::optional<F64Out> jacobian, std::optional<F64Out> F, Out<int8_t, nb::ndim<1>> status,
+                   Out<int64_t, nb::ndim<1>> last_step, Out<int64_t, nb::ndim<1>> evaluations, bool validate_end) {
+  const int G = (int)records.size();
+  check(G >= 1 && G <= MAX_SERIES_GRIDS, "a window holds 1 to 8 grids");
+  std::vector<KernelAbi> k;
+  for (const nb::bytes& r : records) k.push_back(read_abi(r));
+  for (const KernelAbi& g : k) {
+    check(is_float_kind(g.value_kind) && g.value_kind == k[0].value_kind, "a window's grids share one float type");
+    check(g.components == 3, "particles need a vec3 velocity");
+    check(g.points_world && g.jacobian_world, "particles move in world space");
+    check(g.mode == k[0].mode, "a window's grids share one mode");
+    check(std::memcmp(g.xform, k[0].xform, sizeof(g.xform)) == 0, "a window's grids share one transform");
+  }
+  check(time_kind == TIME_LINEAR || time_kind == TIME_PCHIP, "time_kind must be 2 (linear) or 4 (pchip)");
+  check((int)topology.shape(0) == G, "topology must be (G,)");
+  SeriesSpec ss;
+  ss.time_kind = time_kind;
+  ss.grids = G;
+  for (int q = 0; q < MAX_SERIES_GRIDS; ++q) ss.topology[q] = 0;
+  for (int q = 0; q < G; ++q) {
+    check(topology(q) >= 0 && topology(q) <= q, "topology entries must lie in [0, g]");
+    ss.topology[q] = topology(q);
+  }
+  const i64 n = (i64)x.shape(0);
+  const int stages = (int)b_coef.shape(0);
+  check(x.shape(1) == 3, "x must be (N, 3)");
+  check(stages >= 1 && stages <= MAX_STAGES && a_coef.shape(0) == (size_t)stages && a_coef.shape(1) == (size_t)stages,
+        "the tableau must be a (s, s) and b (s,), 1 <= s <= 4");
+  check(save_slot.shape(0) >= 1, "save_slot must hold m + 1 entries");
+  const i64 steps = (i64)save_slot.shape(0) - 1;
+  check((i64)stage_grid.shape(0) == steps + 1 && (int)stage_grid.shape(1) == stages && stage_grid.shape(2) == 4,
+        "stage_grid must be (m + 1, s, 4)");
+  check((i64)stage_coef.shape(0) == steps + 1 && (int)stage_coef.shape(1) == stages &&
+            stage_coef.shape(2) == SERIES_COEFS,
+        "stage_coef must be (m + 1, s, 8)");
+  for (size_t e = 0; e < stage_grid.size(); ++e)
+    check(stage_grid.data()[e] >= -1 && stage_grid.data()[e] < G, "stage grids must lie in [-1, G)");
+  const i64 S = position.ndim() == 3 ? (i64)position.shape(1) : -1;
+  check(S >= 1 && (i64)position.shape(0) == n && position.shape(2) == 3, "position must be (N, S, 3)");
+  for (i64 s = 0; s <= steps; ++s) check(save_slot(s) >= -1 && save_slot(s) < S, "save slots must lie in [-1, S)");
+  check(!velocity || velocity->size() == (size_t)(n * S * 3), "velocity must be (N, S, 3)");
+  check(!jacobian || jacobian->size() == (size_t)(n * S * 9), "jacobian must be (N, S, 3, 3)");
+  check(!F || F->size() == (size_t)(n * 9), "F must be (N, 3, 3)");
+  check((i64)status.shape(0) == n && (i64)last_step.shape(0) == n && (i64)evaluations.shape(0) == n,
+        "status, last_step and evaluations must be (N,)");
+  const AdvectSpec s = make_advect_spec(k[0].mode, a_coef.data(), b_coef.data(), stages, h,
+                                        (const i64*)save_slot.data(), steps, S, velocity.has_value(),
+                                        jacobian.has_value(), F.has_value(), validate_end);
+  ss.stage_grid = stage_grid.data();
+  ss.stage_coef = stage_coef.data();
+  ss.first_step = first_step;
+  nb::gil_scoped_release release;
+  active->advect_series(k.data(), &s, &ss, x.data(), n, position.data(), data_or_null(velocity),
+                        data_or_null(jacobian), data_or_null(F), (signed char*)status.data(), (i64*)last_step.data(),
+                        (i64*)evaluations.data());
+}
+
 // coverage.h: (N,) bool, whether each point's stencil of the record's mode reads only defined voxels (the
 // record's tables, masks, transform and points_world are read, never its values).
 NewArray<bool> stencil_inside(nb::bytes record, In<double, nb::ndim<2>> points) {
@@ -592,6 +658,12 @@ NB_MODULE(_core, m) {
         nb::arg("F").none(), nb::arg("status"), nb::arg("last_step"), nb::arg("evaluations"),
         nb::arg("validate_end") = true,
         "Particle trajectories through a steady vec3 volume, explicit Runge-Kutta (advect.h).");
+  m.def("advect_series", &advect_series, nb::arg("records"), nb::arg("topology"), nb::arg("time_kind"),
+        nb::arg("stage_grid"), nb::arg("stage_coef"), nb::arg("first_step"), nb::arg("x"), nb::arg("a"), nb::arg("b"),
+        nb::arg("h"), nb::arg("save_slot"), nb::arg("position"), nb::arg("velocity").none(),
+        nb::arg("jacobian").none(), nb::arg("F").none(), nb::arg("status"), nb::arg("last_step"),
+        nb::arg("evaluations"), nb::arg("validate_end") = true,
+        "Particle trajectories through a window of a series' steps, interpolated in time (advect.h).");
   m.def("grid_gradient", &grid_gradient, nb::arg("record"), nb::arg("leaf_origins"), nb::arg("first_row"),
         nb::arg("out_jacobian"));
   m.def("stencil_inside", &stencil_inside, nb::arg("record"), nb::arg("points"),

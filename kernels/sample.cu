@@ -77,6 +77,29 @@ __global__ void advect_kernel(const KernelAbi* abi, const double* a_coef, const 
   advect_points<T>(*abi, s, x, n, position, velocity, jacobian, F, status, last_step, evaluations);
 }
 
+// The same through a window of a series' steps (advect.h advect_series_points): abis (grids,) device records
+// of the window's grids, topology (grids,) the first grid sharing each one's topology, stage_grid
+// (steps + 1, stages, 4) and stage_coef (steps + 1, stages, 8) the stages' grids and time coefficients;
+// particles whose status is not active are left alone, evaluations (int64) are added to.
+template <class T>
+__global__ void advect_series_kernel(const KernelAbi* abis, int grids, const int* topology, int time_kind,
+                                     const int* stage_grid, const double* stage_coef, i64 first_step,
+                                     const double* a_coef, const double* b_coef, int stages, double h,
+                                     const i64* save_slot, i64 steps, i64 slots, double* x, i64 n, double* position,
+                                     double* velocity, double* jacobian, double* F, signed char* status,
+                                     i64* last_step, i64* evaluations, int validate_end) {
+  const AdvectSpec s = make_advect_spec(abis[0].mode, a_coef, b_coef, stages, h, save_slot, steps, slots,
+                                        velocity != nullptr, jacobian != nullptr, F != nullptr, validate_end != 0);
+  SeriesSpec ss;
+  ss.time_kind = time_kind;
+  ss.grids = grids;
+  for (int q = 0; q < MAX_SERIES_GRIDS; ++q) ss.topology[q] = q < grids ? topology[q] : 0;
+  ss.stage_grid = stage_grid;
+  ss.stage_coef = stage_coef;
+  ss.first_step = first_step;
+  advect_series_points<T>(abis, s, ss, x, n, position, velocity, jacobian, F, status, last_step, evaluations);
+}
+
 }  // namespace vdbflow
 
 // Routing (route.h): the partition of each point (ROUTE_BACKGROUND for background-only points).

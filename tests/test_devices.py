@@ -28,6 +28,7 @@ def test_the_interface_names_every_operation_of_the_kernels():
         "sample_vjp",
         "grid_gradient",
         "advect",
+        "advect_series",
         "route",
         "stencil_inside",
         "defined_voxels",

@@ -42,6 +42,11 @@ def advect(record: bytes, x: Annotated[NDArray[numpy.float64], dict(shape=(None,
     Particle trajectories through a steady vec3 volume, explicit Runge-Kutta (advect.h).
     """
 
+def advect_series(records: Sequence[bytes], topology: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)], time_kind: int, stage_grid: Annotated[NDArray[numpy.int32], dict(shape=(None, None, None), order='C', device='cpu', writable=False)], stage_coef: Annotated[NDArray[numpy.float64], dict(shape=(None, None, None), order='C', device='cpu', writable=False)], first_step: int, x: Annotated[NDArray[numpy.float64], dict(shape=(None, None), order='C', device='cpu')], a: Annotated[NDArray[numpy.float64], dict(shape=(None, None), order='C', device='cpu', writable=False)], b: Annotated[NDArray[numpy.float64], dict(shape=(None,), order='C', device='cpu', writable=False)], h: float, save_slot: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], position: Annotated[NDArray[numpy.float64], dict(order='C', device='cpu')], velocity: Annotated[NDArray[numpy.float64], dict(order='C', device='cpu')] | None, jacobian: Annotated[NDArray[numpy.float64], dict(order='C', device='cpu')] | None, F: Annotated[NDArray[numpy.float64], dict(order='C', device='cpu')] | None, status: Annotated[NDArray[numpy.int8], dict(shape=(None,), order='C', device='cpu')], last_step: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu')], evaluations: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu')], validate_end: bool = True) -> None:
+    """
+    Particle trajectories through a window of a series' steps, interpolated in time (advect.h).
+    """
+
 def grid_gradient(record: bytes, leaf_origins: Annotated[NDArray[numpy.int32], dict(shape=(None, None), order='C', device='cpu', writable=False)], first_row: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], out_jacobian: Annotated[NDArray, dict(order='C', device='cpu')]) -> None: ...
 
 def stencil_inside(record: bytes, points: Annotated[NDArray[numpy.float64], dict(shape=(None, None), order='C', device='cpu', writable=False)]) -> Annotated[NDArray[numpy.bool_], dict(shape=(None,))]:

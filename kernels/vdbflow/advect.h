@@ -137,12 +137,12 @@ VDB_HD void matmul3(const double A[9], const double B[9], double C[9]) {
     for (int c = 0; c < 3; ++c) C[3 * r + c] = A[3 * r] * B[c] + A[3 * r + 1] * B[3 + c] + A[3 * r + 2] * B[6 + c];
 }
 
-// Integrates one particle from x (updated in place) over steps 0 .. n of s (see the file comment).
-// last_step is the last step whose position was checked valid; with validate_end = 0 and status
-// active, x holds x_n unchecked.
-template <class T>
-VDB_HD void advect_particle(const GridView<T>& g, const PointTransform& xf, int mode, const AdvectSpec& s,
-                            double x[3], const ParticleOut& out, LeafCache& cache) {
+// Integrates one particle from x (updated in place) over steps 0 .. n of s (see the file comment), each
+// stage point checked and sampled by eval(step, stage, y, jacobian, u, J, evaluations), which returns the
+// stage's status.  last_step is the last step whose position was checked valid; with validate_end = 0 and
+// status active, x holds x_n unchecked.
+template <class Eval>
+VDB_HD void advect_particle_with(const AdvectSpec& s, double x[3], const ParticleOut& out, Eval& eval) {
   double k[MAX_STAGES][3], kF[MAX_STAGES][9], F[9], J[9];
   const bool var = s.variational != 0;
   for (int e = 0; e < 9; ++e) F[e] = var ? out.F[e] : 0.0;
@@ -152,8 +152,7 @@ VDB_HD void advect_particle(const GridView<T>& g, const PointTransform& xf, int 
     if (step == s.steps && !s.validate_end) break;  // x_n is the next call's first position
     const i64 slot = s.save_slot[step];
     const bool saved = slot >= 0;
-    status = evaluate_stage(g, xf, mode, s.lo, s.taps, x, var || (saved && s.want_jacobian), k[0], J, evaluations,
-                            cache);
+    status = eval(step, 0, x, var || (saved && s.want_jacobian), k[0], J, evaluations);
     if (status != PARTICLE_ACTIVE) break;
     last = step;
     if (saved) {
@@ -173,7 +172,7 @@ VDB_HD void advect_particle(const GridView<T>& g, const PointTransform& xf, int 
           if (s.a[st][j] != 0.0) sum = sum + product(s.a[st][j], k[j][a]);
         y[a] = x[a] + product(s.h, sum);
       }
-      status = evaluate_stage(g, xf, mode, s.lo, s.taps, y, var, k[st], J, evaluations, cache);
+      status = eval(step, st, y, var, k[st], J, evaluations);
       if (status == PARTICLE_ACTIVE && var) {
         double Fs[9];
         for (int e = 0; e < 9; ++e) {
@@ -207,6 +206,16 @@ VDB_HD void advect_particle(const GridView<T>& g, const PointTransform& xf, int 
     for (int e = 0; e < 9; ++e) out.F[e] = status == PARTICLE_ACTIVE ? F[e] : (double)nan("");
 }
 
+// Integrates one particle through a steady volume (every stage reads g).
+template <class T>
+VDB_HD void advect_particle(const GridView<T>& g, const PointTransform& xf, int mode, const AdvectSpec& s,
+                            double x[3], const ParticleOut& out, LeafCache& cache) {
+  auto eval = [&](i64, int, const double y[3], bool jacobian, double u[3], double J[9], int& evaluations) {
+    return evaluate_stage(g, xf, mode, s.lo, s.taps, y, jacobian, u, J, evaluations, cache);
+  };
+  advect_particle_with(s, x, out, eval);
+}
+
 // Entry: n particles x (n, 3), each integrating all of its steps in one go (so that its leaf cache follows
 // it); position (n, S, 3), velocity (n, S, 3), jacobian (n, S, 3, 3) and F (n, 3, 3) NaN-filled by the
 // caller (null when not asked for), status, last_step and evaluations (n,).
@@ -224,6 +233,239 @@ VDB_ENTRY void advect_points(const KernelAbi& k, const AdvectSpec& s, double* x,
     advect_particle<T>(g, xf, mode, s, x + 3 * i, out, cache);
   };
   for_each_point<64>(n, k, body);
+}
+
+// ---- Through a series of volumes, interpolated in time (vdbflow.temporal.series) --------------------
+//
+// A call integrates the steps of one window of a VolumeSeries: `grids` consecutive steps of the series
+// (GridViews sharing one transform), each stage reading two of them (time="linear") or four (time="pchip",
+// -1 where the series has no such step), with the stage's coefficients computed by Python from the stage
+// time (vdbflow.temporal.series_kernels).  Steps that share a topology share one leaf cache, so the tree is
+// walked once for all of them (the other grids find the leaf in the cache) and only the value arrays differ.
+// The combination rounds as vdbflow.temporal.series / interpolation.py do in NumPy: same operations, same
+// order, every product rounded before it is added.
+constexpr int MAX_SERIES_GRIDS = 8;  // steps of one window
+constexpr int SERIES_COEFS = 8;      // doubles of a stage's coefficients
+enum TimeKind { TIME_LINEAR = 2, TIME_PCHIP = 4 };
+
+struct SeriesSpec {
+  int time_kind;                    // TIME_LINEAR or TIME_PCHIP: the grids a stage reads
+  int grids;                        // G <= MAX_SERIES_GRIDS
+  int topology[MAX_SERIES_GRIDS];   // the first grid of the window with grid g's topology
+  const int* stage_grid;            // (steps + 1, stages, 4) the window's grid each stage reads, or -1
+  const double* stage_coef;         // (steps + 1, stages, SERIES_COEFS): linear (1 - w, w); pchip (h0, h1, h2,
+                                    // b00, b10 h1, b01, b11 h1, has_left + 2 has_right)
+  i64 first_step;                   // the series step of the call's step 0 (last_step is reported in those)
+};
+
+// NumPy's sign(a) != sign(b): true where either is NaN.
+VDB_HD bool sign_differs(double a, double b) {
+  if (!(a == a) || !(b == b)) return true;
+  return ((a > 0) - (a < 0)) != ((b > 0) - (b < 0));
+}
+
+// interpolation.py _pchip_interior: the slope and its coefficients on the two secants.
+VDB_HD void pchip_interior(double h_prev, double h_next, double m_prev, double m_next, bool gradient, double& d,
+                           double& c_prev, double& c_next) {
+  const double w1 = product(2.0, h_next) + h_prev, w2 = h_next + product(2.0, h_prev);
+  const bool flat = sign_differs(m_prev, m_next) || m_prev == 0 || m_next == 0;
+  const double dd = (w1 + w2) / (w1 / m_prev + w2 / m_next);
+  d = flat ? 0.0 : dd;
+  if (!gradient) return;
+  c_prev = flat ? 0.0 : product(dd, dd) * w1 / (product(w1 + w2, m_prev) * m_prev);
+  c_next = flat ? 0.0 : product(dd, dd) * w2 / (product(w1 + w2, m_next) * m_next);
+}
+
+// interpolation.py _pchip_edge: the one-sided slope and its coefficients on m0 (next to the node) and m1.
+VDB_HD void pchip_edge(double h0, double h1, double m0, double m1, bool gradient, double& d, double& c0, double& c1) {
+  const double w = product(2.0, h0) + h1;
+  const double dd = (product(w, m0) - product(h0, m1)) / (h0 + h1);
+  const bool wrong = sign_differs(dd, m0);
+  const bool big = sign_differs(m0, m1) && fabs(dd) > product(3.0, fabs(m0));
+  d = wrong ? 0.0 : (big ? product(3.0, m0) : dd);
+  if (!gradient) return;
+  c0 = wrong ? 0.0 : (big ? 3.0 : w / (h0 + h1));
+  c1 = (wrong || big) ? 0.0 : -h0 / (h0 + h1);
+}
+
+// interpolation.py pchip_combine for one component: the value from g (4,) (NaN where a step is missing), and
+// with `gradient` the node slopes' coefficients on the secants d1, d2 (4,: slope, then on m0, m1, m2).
+VDB_HD double pchip_value(const double* coef, const double g[4], bool gradient, double d1[4], double d2[4]) {
+  const double h[3] = {coef[0], coef[1], coef[2]};
+  const int flags = (int)coef[7];
+  const bool has_l = flags & 1, has_r = (flags & 2) != 0;
+  double m[3];
+  for (int j = 0; j < 3; ++j) m[j] = (g[j + 1] - g[j]) / h[j];
+  if (has_l) {
+    pchip_interior(h[0], h[1], m[0], m[1], gradient, d1[0], d1[1], d1[2]);
+    d1[3] = 0.0;
+  } else if (has_r) {
+    pchip_edge(h[1], h[2], m[1], m[2], gradient, d1[0], d1[2], d1[3]);
+    d1[1] = 0.0;
+  } else {
+    d1[0] = m[1], d1[1] = 0.0, d1[2] = 1.0, d1[3] = 0.0;
+  }
+  if (has_r) {
+    pchip_interior(h[1], h[2], m[1], m[2], gradient, d2[0], d2[2], d2[3]);
+    d2[1] = 0.0;
+  } else if (has_l) {
+    pchip_edge(h[1], h[0], m[1], m[0], gradient, d2[0], d2[2], d2[1]);
+    d2[3] = 0.0;
+  } else {
+    d2[0] = m[1], d2[1] = 0.0, d2[2] = 1.0, d2[3] = 0.0;
+  }
+  return product(coef[3], g[1]) + product(coef[4], d1[0]) + product(coef[5], g[2]) + product(coef[6], d2[0]);
+}
+
+// The gradient entry of pchip_combine from the steps' entries G (4,) and the slopes' coefficients d1, d2.
+VDB_HD double pchip_gradient(const double* coef, const double G[4], const double d1[4], const double d2[4]) {
+  double gm[3];
+  for (int j = 0; j < 3; ++j) {
+    gm[j] = (G[j + 1] - G[j]) / coef[j];
+    if (!isfinite(gm[j])) gm[j] = 0.0;  // secants to missing steps carry coefficient 0
+  }
+  double dd1 = 0.0, dd2 = 0.0;
+  for (int j = 0; j < 3; ++j) dd1 = dd1 + product(d1[j + 1], gm[j]);
+  for (int j = 0; j < 3; ++j) dd2 = dd2 + product(d2[j + 1], gm[j]);
+  return product(coef[3], G[1]) + product(coef[5], G[2]) + product(coef[4], dd1) + product(coef[6], dd2);
+}
+
+// `from`, a linear cell inside one leaf of a grid with g's topology (the same leaf slots and masks), as
+// locate_cell finds it in g: the same leaf, offset and fractions, g's values.
+template <class T>
+VDB_HD void rebase_cell(const GridView<T>& g, const Cell<T>& from, Cell<T>& cell) {
+  cell = from;
+  const int slot = from.leaf, base = from.offset;
+  if (!g.index_layout) {
+    const T* p0 = g.values + leaf_values_base(g, slot) + (i64)base * 3;
+    for (int o = 0; o < 8; ++o) cell.corner[o] = p0 + (o >> 2) * 192 + ((o >> 1) & 1) * 24 + (o & 1) * 3;
+  } else {
+    for (int o = 0; o < 8; ++o)
+      cell.corner[o] = leaf_value(g, slot, base + ((o >> 2) << 6) + (((o >> 1) & 1) << 3) + (o & 1));
+  }
+}
+
+// The velocity (and Jacobian) of a series at y for one stage: the stencil checked in every grid the stage
+// reads (once per topology), each grid sampled, the samples interpolated in time.
+template <class T>
+VDB_HD int evaluate_series_stage(const GridView<T>* g, const SeriesSpec& ss, const int* gi, const double* coef,
+                                 const PointTransform& xf, int mode, int lo, int taps, const double y[3],
+                                 bool jacobian, double u[3], double J[9], int& evaluations, LeafCache* caches) {
+  typedef typename RealOf<T>::type R;
+  if (!finite3(y)) return PARTICLE_NON_FINITE;
+  const int K = ss.time_kind;
+  // the stencil in every topology the stage reads, checked through the first of its grids (slot `first[q]`);
+  // the linear mode keeps the cell located there for the grids that share its topology
+  Cell<T> cell[4];
+  int first[4];
+  for (int q = 0; q < K; ++q) {
+    first[q] = -1;
+    if (gi[q] < 0) continue;
+    const int top = ss.topology[gi[q]];
+    for (int p = 0; p < q && first[q] < 0; ++p)
+      if (gi[p] >= 0 && ss.topology[gi[p]] == top) first[q] = first[p];
+    if (first[q] >= 0) continue;
+    first[q] = q;
+    const GridView<T>& gq = g[gi[q]];
+    LeafCache& cache = caches[top];
+    bool inside;
+    if (mode == MODE_LINEAR) {
+      locate_cell<T, 3>(gq, xf, y, mode, cell[q], cache);
+      inside = cell[q].kind == CELL_LINEAR && cell[q].leaf >= 0
+                   ? cell_active(gq, cell[q])
+                   : stencil_inside_point(gq, xf, y, mode, lo, taps, cache);
+    } else {
+      inside = stencil_inside_point(gq, xf, y, mode, lo, taps, cache);
+    }
+    if (!inside) return PARTICLE_LEFT_DATA;
+  }
+  ++evaluations;
+  const double nan_value = (double)nan("");
+  double gv[4][3], gj[4][9];
+  for (int q = 0; q < K; ++q) {
+    if (gi[q] < 0) {
+      for (int c = 0; c < 3; ++c) gv[q][c] = nan_value;
+      for (int e = 0; e < 9; ++e) gj[q][e] = nan_value;
+      continue;
+    }
+    const GridView<T>& gq = g[gi[q]];
+    LeafCache& cache = caches[ss.topology[gi[q]]];
+    T v[3];
+    R j[9];
+    if (mode == MODE_LINEAR) {
+      const int p = first[q];
+      if (p != q) {  // the cell of the same topology: one leaf, the same slot and offset (else walk again)
+        if (cell[p].kind == CELL_LINEAR && cell[p].leaf >= 0)
+          rebase_cell(gq, cell[p], cell[q]);
+        else
+          locate_cell<T, 3>(gq, xf, y, mode, cell[q], cache);
+      }
+      evaluate_cell<T, 3>(gq, xf, cell[q], jacobian, v, jacobian ? j : nullptr);
+    } else {
+      sample_point<T, 3>(gq, xf, y, mode, jacobian, v, jacobian ? j : nullptr, cache);
+    }
+    for (int c = 0; c < 3; ++c) gv[q][c] = (double)v[c];
+    if (jacobian)
+      for (int e = 0; e < 9; ++e) gj[q][e] = (double)j[e];
+  }
+  bool ok = true;
+  if (K == TIME_LINEAR) {  // (1 - w) f_i + w f_{i+1}
+    for (int c = 0; c < 3; ++c) u[c] = product(coef[0], gv[0][c]) + product(coef[1], gv[1][c]);
+    if (jacobian)
+      for (int e = 0; e < 9; ++e) J[e] = product(coef[0], gj[0][e]) + product(coef[1], gj[1][e]);
+  } else {
+    for (int c = 0; c < 3; ++c) {
+      const double gc[4] = {gv[0][c], gv[1][c], gv[2][c], gv[3][c]};
+      double d1[4], d2[4];
+      u[c] = pchip_value(coef, gc, jacobian, d1, d2);
+      if (jacobian)
+        for (int a = 0; a < 3; ++a) {
+          const int e = 3 * c + a;
+          const double G[4] = {gj[0][e], gj[1][e], gj[2][e], gj[3][e]};
+          J[e] = pchip_gradient(coef, G, d1, d2);
+        }
+    }
+  }
+  for (int c = 0; c < 3; ++c) ok = ok && isfinite(u[c]);
+  if (jacobian)
+    for (int e = 0; e < 9; ++e) ok = ok && isfinite(J[e]);
+  return ok ? PARTICLE_ACTIVE : PARTICLE_NON_FINITE;
+}
+
+// Entry: the particles x (n, 3) of a series run through one window of steps (s: the tableau, the window's
+// steps and save slots; ss: its grids and stage coefficients).  A particle whose status is not active on
+// entry is left alone; the others continue from x (and F), add their evaluations (int64) and, where they
+// validate a step, set last_step to its series step (ss.first_step + local step).
+template <class T>
+VDB_ENTRY void advect_series_points(const KernelAbi* k, const AdvectSpec& s, const SeriesSpec& ss, double* x, i64 n,
+                                    double* position, double* velocity, double* jacobian, double* F,
+                                    signed char* status, i64* last_step, i64* evaluations) {
+  GridView<T> g[MAX_SERIES_GRIDS];
+  for (int q = 0; q < ss.grids; ++q) g[q] = abi_grid<T>(k[q]);
+  const i64 S = s.slots;
+  const int mode = k[0].mode;
+  const int stages = s.stages;
+  auto body = [&](i64 i, const PointTransform& xf, LeafCache& cache) {
+    if (status[i] != PARTICLE_ACTIVE) return;
+    LeafCache caches[MAX_SERIES_GRIDS];
+    caches[0] = cache;
+    signed char st = PARTICLE_ACTIVE;
+    i64 last = -1;
+    int count = 0;
+    const ParticleOut out{position + i * S * 3, velocity ? velocity + i * S * 3 : nullptr,
+                          jacobian ? jacobian + i * S * 9 : nullptr, F ? F + i * 9 : nullptr, &st, &last, &count};
+    auto eval = [&](i64 step, int stage, const double y[3], bool jac, double u[3], double J[9], int& evals) {
+      const i64 e = step * stages + stage;
+      return evaluate_series_stage<T>(g, ss, ss.stage_grid + 4 * e, ss.stage_coef + SERIES_COEFS * e, xf, mode, s.lo,
+                                      s.taps, y, jac, u, J, evals, caches);
+    };
+    advect_particle_with(s, x + 3 * i, out, eval);
+    cache = caches[0];
+    status[i] = st;
+    if (last >= 0) last_step[i] = ss.first_step + last;
+    evaluations[i] += count;
+  };
+  for_each_point<64>(n, k[0], body);
 }
 
 }  // namespace vdbflow

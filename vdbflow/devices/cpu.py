@@ -180,6 +180,62 @@ def advect(
     return status, last_step, evaluations
 
 
+def advect_series(
+    ks: list[KernelArrays],
+    topology: np.ndarray,
+    time_kind: int,
+    stage_grid: np.ndarray,
+    stage_coef: np.ndarray,
+    first_step: int,
+    mode: int,
+    x: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    h: float,
+    save_slot: np.ndarray,
+    position: np.ndarray,
+    velocity: np.ndarray | None,
+    jacobian: np.ndarray | None,
+    F: np.ndarray | None,
+    status: np.ndarray,
+    last_step: np.ndarray,
+    evaluations: np.ndarray,
+    validate_end: bool = True,
+) -> None:
+    """Particle trajectories through a window of a series' steps (kernels/vdbflow/advect.h
+    ``advect_series_points``), as :func:`advect` with each stage interpolated in time.
+
+    ``ks`` the window's G grids (one transform), ``topology`` (G,) int32 the first grid sharing each
+    grid's topology, ``time_kind`` 2 (linear) or 4 (pchip), ``stage_grid`` (m + 1, s, 4) int32 the grids
+    each stage reads (-1: none) and ``stage_coef`` (m + 1, s, 8) their time coefficients
+    (:mod:`vdbflow.temporal.series_kernels`), ``first_step`` the series run's step of local step 0.
+    ``status`` (N,) int8 (particles not active are skipped), ``last_step`` (N,) int64 (set where a step is
+    validated) and ``evaluations`` (N,) int64 (added to) are updated in place.
+    """
+    recs = [kernel.host_record(k) for k in ks]  # held for the call: the records point into their arrays
+    _core.advect_series(
+        [rec.call(mode, True, True).tobytes() for rec in recs],
+        np.ascontiguousarray(topology, np.int32),
+        int(time_kind),
+        np.ascontiguousarray(stage_grid, np.int32),
+        np.ascontiguousarray(stage_coef, np.float64),
+        int(first_step),
+        x,
+        np.ascontiguousarray(a, np.float64),
+        np.ascontiguousarray(b, np.float64),
+        float(h),
+        np.ascontiguousarray(save_slot, np.int64),
+        position,
+        velocity,
+        jacobian,
+        F,
+        status,
+        last_step,
+        evaluations,
+        validate_end,
+    )
+
+
 def route(
     points: np.ndarray,
     origin: np.ndarray,

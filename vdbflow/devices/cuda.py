@@ -76,10 +76,15 @@ def advect_entry_name(dtype: np.dtype) -> str:
     return f"vdbflow::advect_kernel<{_CTYPES[np.dtype(dtype)]}>"
 
 
+def advect_series_entry_name(dtype: np.dtype) -> str:
+    """Name expression of the series particle entry point (vec3 float data)."""
+    return f"vdbflow::advect_series_kernel<{_CTYPES[np.dtype(dtype)]}>"
+
+
 def name_expressions() -> tuple[str, ...]:
     """Every template instance the backend may call, compiled together by NVRTC."""
     names = {entry_name(dt, c) for dt in VALUE_DTYPES for c in (1, 3, 4, 0)}
-    names |= {advect_entry_name(dt) for dt in FLOAT_DTYPES}
+    names |= {advect_entry_name(dt) for dt in FLOAT_DTYPES} | {advect_series_entry_name(dt) for dt in FLOAT_DTYPES}
     names |= {derived_entry_name(dt) for dt in FLOAT_DTYPES} | {derive_entry_name(dt) for dt in FLOAT_DTYPES}
     names |= {hessian_entry_name(dt, c) for dt in FLOAT_DTYPES for c in (1, 3, 0)}
     names |= {vjp_entry_name(dt, c) for dt in FLOAT_DTYPES for c in (1, 3, 4, 0)}
@@ -389,6 +394,72 @@ def advect(
         ),
     )
     return status, last_step, evaluations
+
+
+def advect_series(
+    ks: list[KernelArrays],
+    topology: np.ndarray,
+    time_kind: int,
+    stage_grid: np.ndarray,
+    stage_coef: np.ndarray,
+    first_step: int,
+    mode: int,
+    x: Any,
+    a: np.ndarray,
+    b: np.ndarray,
+    h: float,
+    save_slot: np.ndarray,
+    position: Any,
+    velocity: Any | None,
+    jacobian: Any | None,
+    F: Any | None,
+    status: Any,
+    last_step: Any,
+    evaluations: Any,
+    validate_end: bool = True,
+) -> None:
+    """Particle trajectories through a window of a series' steps on the GPU (kernels/vdbflow/advect.h), as
+    :func:`vdbflow.devices.cpu.advect_series` with CuPy arrays (``x``, the outputs, ``status``,
+    ``last_step`` and ``evaluations`` int64 updated in place)."""
+    cupy = cupy_module()
+    n = x.shape[0]
+    if n == 0:
+        return
+    calls = [_call_record(k, mode, True, True) for k in ks]  # the records stay cached with their arrays
+    raw = np.concatenate([np.frombuffer(rec.call(mode, True, True).tobytes(), np.uint8) for rec, _ in calls])
+    records = cupy.asarray(raw)
+    kernel_fn = _function(advect_series_entry_name(calls[0][0].arrays.values.dtype))
+    b = np.ascontiguousarray(b, np.float64)
+    kernel_fn(
+        (_blocks(n),),
+        (THREADS_PER_BLOCK,),
+        (
+            records,
+            np.int32(len(ks)),
+            cupy.asarray(np.ascontiguousarray(topology, np.int32)),
+            np.int32(time_kind),
+            cupy.asarray(np.ascontiguousarray(stage_grid, np.int32)),
+            cupy.asarray(np.ascontiguousarray(stage_coef, np.float64)),
+            np.int64(first_step),
+            cupy.asarray(np.ascontiguousarray(a, np.float64)),
+            cupy.asarray(b),
+            np.int32(len(b)),
+            np.float64(h),
+            cupy.asarray(np.ascontiguousarray(save_slot, np.int64)),
+            np.int64(len(save_slot) - 1),
+            np.int64(position.shape[1]),
+            x,
+            np.int64(n),
+            position,
+            NULL if velocity is None else velocity,
+            NULL if jacobian is None else jacobian,
+            NULL if F is None else F,
+            status,
+            last_step,
+            evaluations,
+            np.int32(validate_end),
+        ),
+    )
 
 
 # --- coverage, gradient fields and the assembly helpers (the CPU extension's stencil_inside,

@@ -98,6 +98,32 @@ class Backend(Protocol):
     ) -> tuple[Any, Any, Any]:
         """Particle trajectories through a steady vec3 volume: ``(status, last_step, evaluations)``."""
 
+    def advect_series(
+        self,
+        ks: list[KernelArrays],
+        topology: Any,
+        time_kind: int,
+        stage_grid: Any,
+        stage_coef: Any,
+        first_step: int,
+        mode: int,
+        x: Any,
+        a: Any,
+        b: Any,
+        h: float,
+        save_slot: Any,
+        position: Any,
+        velocity: Any | None,
+        jacobian: Any | None,
+        F: Any | None,
+        status: Any,
+        last_step: Any,
+        evaluations: Any,
+        validate_end: bool = True,
+    ) -> None:
+        """Particle trajectories through a window of a series' steps, interpolated in time (status,
+        last_step and evaluations updated in place)."""
+
     def route(
         self,
         points: Any,

@@ -158,6 +158,8 @@ class Run:
         x = np.array(seeds, np.float64)
         if src.compiled:
             self._integrate_compiled(x)
+        elif src.windowed:
+            self._integrate_windows(x)
         elif src.partitioned:
             self._integrate_partitioned(x)
         else:
@@ -215,6 +217,56 @@ class Run:
         valid = last >= 0
         self.end_time[valid] = np.where(last[valid] == self.n, self.t1, self.t0 + last[valid] * self.h)
         self.sampled[:] = evaluations
+
+    def _integrate_windows(self, x: np.ndarray) -> None:
+        """Through a series, window by window in the kernels (:mod:`vdbflow.temporal.series_kernels`):
+        each call integrates every live particle over the steps whose stages read the same few series
+        steps, with the same stages, checks and rounding as :meth:`_integrate`; a step whose stages read
+        more steps than a window holds is integrated stage by stage."""
+        from vdbflow.temporal.series_kernels import SeriesPlan, TopologyGroups
+
+        A, B = self._tableau()
+        save_slot = np.full(self.n + 1, -1, np.int64)
+        save_slot[self.save_steps] = np.arange(len(self.save_steps))
+        last = np.full(len(x), -1, np.int64)
+        plan = SeriesPlan(self.src.series, self.src.time, self.t0, self.t1, self.h, self.n, TABLEAUS[self.method][0])
+        groups = TopologyGroups()
+        for window in plan.windows():
+            if isinstance(window, int):  # stage by stage (x_k was left unchecked by the previous window)
+                self._mark_end_times(last)
+                self._step(np.flatnonzero(self.status == ACTIVE), x, window)
+                continue
+            vols = [self.src.series.volume(j) for j in range(window.low, window.low + window.grids)]
+            k0, m = window.first, window.steps
+            self.src.advect_window(
+                [v.kernel_arrays() for v in vols],
+                groups.of(window.low, vols),
+                window.stage_grid,
+                window.stage_coef,
+                k0,
+                x,
+                A,
+                B,
+                self.h,
+                save_slot[k0 : k0 + m + 1],
+                self.position,
+                self.velocity,
+                self.jacobian,
+                self.F,
+                self.status,
+                last,
+                self.sampled,
+                window.validate_end,
+            )
+            if not (self.status == ACTIVE).any():
+                break
+        self._mark_end_times(last)
+
+    def _mark_end_times(self, last: np.ndarray) -> None:
+        """End times of the particles whose last valid step the kernels reported (then forgotten)."""
+        valid = last >= 0
+        self.end_time[valid] = np.where(last[valid] == self.n, self.t1, self.t0 + last[valid] * self.h)
+        last[valid] = -1
 
     def _tableau(self) -> tuple[np.ndarray, np.ndarray]:
         """The method's stage coefficients (s, s) and weights (s,) as the kernels take them."""

@@ -239,6 +239,11 @@ class VolumeSeries:
         steps = np.stack([i - 1, i, i + 1, i + 2], axis=1)
         return np.where((steps >= 0) & (steps < n), steps, -1)
 
+    def steps_at(self, t: Any, time: str) -> np.ndarray:
+        """(N, K) the steps the interpolation ``time`` reads at times ``t`` (N,) (-1: none, at the ends):
+        what :meth:`sample_arrays` gathers."""
+        return self._steps(np.asarray(t, np.float64).reshape(-1), time)
+
     def stencil_inside(
         self, points: Any, t: Any, mode: str = "linear", time: str = "linear", space: str = "world"
     ) -> np.ndarray:

@@ -34,6 +34,7 @@ class Source:
 
     compiled = False  # whether ``advect`` integrates whole trajectories in the kernels
     partitioned = False  # whether ``step`` integrates a step of every particle in its partition
+    windowed = False  # whether ``advect_window`` integrates windows of a series' steps in the kernels
 
     def advect(self, x: np.ndarray, *args: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         raise NotImplementedError
@@ -117,6 +118,30 @@ class SeriesSource(VolumeSource):
 
     def inside(self, points: np.ndarray, t: float) -> np.ndarray:
         return self.series.stencil_inside(points, t, self.mode, self.time)
+
+    @property
+    def windowed(self) -> bool:  # type: ignore[override]
+        """Linear or pchip time through a VolumeSeries (not distributed) of two or more float steps."""
+        from vdbflow.temporal.series import DistributedSeries
+
+        return (
+            self.time in ("linear", "pchip")
+            and len(self.series) >= 2
+            and not isinstance(self.series, DistributedSeries)
+            and self.series.template.value_type.is_float
+        )
+
+    def advect_window(self, ks: list[Any], topology: np.ndarray, stage_grid: np.ndarray, *args: Any) -> None:
+        """Every active particle through one window of the series' steps in the kernels
+        (``vdbflow.devices.cpu.advect_series``; the arguments after ``stage_grid`` are the rest of
+        its arguments but ``time_kind`` and ``mode``)."""
+        from vdbflow.devices import cpu
+        from vdbflow.temporal.series_kernels import TIME_KINDS
+
+        stage_coef, first_step, *rest = args
+        cpu.advect_series(
+            ks, topology, TIME_KINDS[self.time], stage_grid, stage_coef, first_step, MODES[self.mode], *rest
+        )
 
     def sample(self, points: np.ndarray, t: float, jacobian: bool) -> tuple[np.ndarray, np.ndarray | None]:
         return self.series.sample_grad_arrays(
