@@ -335,8 +335,7 @@ class Volume:
 
         Attach values with ``topology.with_data(voxel_data, background)``; ``voxel_data`` follows
         ``topology.active_voxels()`` order (leaves in tree order, voxels by mask bit).
-        ``tiles`` is ``(origins (T, 3), sizes (T,))``.
-        """
+        ``tiles`` is ``(origins (T, 3), sizes (T,))``."""
         return active_topology(ijk, Transform.coerce(transform, voxel_size, origin), tiles)
 
     # -- properties ---------------------------------------------------------------------------
@@ -397,8 +396,7 @@ class Volume:
         return self.topology.world_bbox
 
     def data_bounds(self, space: str = "world", inner: bool = False) -> np.ndarray | None:
-        """(2, 3) box of the voxel centres holding data (:meth:`Topology.data_bounds`)."""
-        return self.topology.data_bounds(space, inner)
+        return self.topology.data_bounds(space, inner)  # the voxel centres' box: Topology.data_bounds
 
     def value_rows(self) -> np.ndarray:
         """Values as (rows, C): the stored array, or a copy gathered from values left in a mapped file."""
@@ -687,9 +685,8 @@ class Volume:
         to_zarr(self, path, overwrite=overwrite)
 
     def to_nvdb(self, path: str, name: str | None = None, codec: str = "none", version: str | None = None) -> None:
-        """Write this volume as a NanoVDB value grid (``codec``: none, zip or blosc; ``version``: the
-        NanoVDB version to follow, see :func:`vdbflow.save`); volumes in the index layout are written
-        with their values spread over whole leaves."""
+        """Write this volume as a NanoVDB value grid (``codec``: none, zip or blosc; ``version``: see
+        :func:`vdbflow.save`); index-layout volumes are written with their values spread over whole leaves."""
         from vdbflow.io.nanovdb import save
 
         save(path, {name or self.name: self}, codec=codec, version=version)

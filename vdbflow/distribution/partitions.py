@@ -202,6 +202,7 @@ def refuse_in_a_worker_import() -> None:
     ``if __name__ == "__main__":``: each worker process imports the main module (Python's spawn start
     method, Dask's default), so the script would start clusters again in every worker, and the first one
     would fail after a storm of tracebacks.  Interactive sessions, notebooks and ``python -c`` are fine."""
+    import inspect
     import multiprocessing
     import os
     import sys
@@ -212,7 +213,7 @@ def refuse_in_a_worker_import() -> None:
     path = getattr(main, "__file__", None)
     if not path or not os.path.isfile(path):
         return
-    frame = sys._getframe(1)
+    frame = inspect.currentframe()
     while frame is not None and not (
         frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__main__"
     ):

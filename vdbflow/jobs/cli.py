@@ -208,7 +208,7 @@ def _print_summary(result: Any, console: Console) -> None:
             )
         )
     if result.edge_checked is not None:
-        rows.append(("edge of the data", _edge_row(result)))
+        rows.append(("edge of the data", result.edge_summary()))
     if result.nonfinite_points:
         rows.append(
             (
@@ -218,21 +218,6 @@ def _print_summary(result: Any, console: Console) -> None:
         )
     rows.append(("output", str(result.output)))
     console.print(_rows_table("vdbflow run: summary", rows))
-
-
-def _edge_row(result: Any) -> str:
-    """The share of points whose stencil reads the background, and how many were checked."""
-    from vdbflow.jobs.chunks import EDGE_CHECK_PER_CHUNK
-
-    if not result.edge_checked:
-        return "no finite point to check"
-    share = result.edge_outside / result.edge_checked
-    every = result.edge_checked + (result.nonfinite_points or 0) == result.points
-    how = "all points checked" if every else f"{result.edge_checked:,} checked, up to {EDGE_CHECK_PER_CHUNK:,} a chunk"
-    text = f"{100 * share:.1f} % of points have a stencil that reads the background ({how})"
-    if share:
-        text += "; their values and derivatives mix in the background: `inside` in sampling.outputs flags each"
-    return text
 
 
 class Stopped(KeyboardInterrupt):
@@ -618,20 +603,10 @@ def _format_version(version: str) -> str:
     return version if version.startswith("OpenVDB") else f"NanoVDB {version}"
 
 
-def _centres(g: Any) -> str:
-    """The world span of a grid's voxel centres (where its values lie; the cells reach half a voxel
-    further), from its index box and transform."""
-    import numpy as np
-
-    lo, hi = np.asarray(g.index_bbox, np.float64)
-    if (lo > hi).any():
+def _box_text(box: Any) -> str:
+    if box is None:
         return "(empty)"
-    corners = np.array(
-        [[(lo, hi)[a][0], (lo, hi)[b][1], (lo, hi)[c][2]] for a in (0, 1) for b in (0, 1) for c in (0, 1)]
-    )
-    world = corners @ np.asarray(g.index_to_world)[:3, :3].T + np.asarray(g.index_to_world)[:3, 3]
-    w0, w1 = world.min(axis=0), world.max(axis=0)
-    return f"{[float(f'{v:.6g}') for v in w0]} .. {[float(f'{v:.6g}') for v in w1]}"
+    return f"{[float(f'{v:.6g}') for v in box[0]]} .. {[float(f'{v:.6g}') for v in box[1]]}"
 
 
 def _grid_rows(g: Any) -> list[tuple[str, str]]:
@@ -645,7 +620,7 @@ def _grid_rows(g: Any) -> list[tuple[str, str]]:
         ("tiles", "/".join(f"{c:,}" for c in g.tile_counts) + " (lower/upper/root: 8³/128³/4096³ voxels)"),
         ("index bbox", f"{list(i0)} .. {list(i1)}"),
         ("world bbox", f"{[float(f'{v:.6g}') for v in w0]} .. {[float(f'{v:.6g}') for v in w1]} (voxel cells)"),
-        ("voxel centres", _centres(g)),
+        ("voxel centres", _box_text(g.centre_bbox)),
         ("voxel size", " ".join(f"{v:.6g}" for v in g.voxel_size) + (f" {g.length_units}" if g.length_units else "")),
         ("units", g.units or "(none stored)"),
         *([("components", ", ".join(g.component_names))] if g.component_names else []),

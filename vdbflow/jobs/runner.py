@@ -304,6 +304,21 @@ class JobResult:
     edge_checked: int | None = None  # finite points whose stencil was checked against the data ...
     edge_outside: int | None = None  # ... and those of them whose stencil reads the background
 
+    def edge_summary(self) -> str:
+        """The share of points whose stencil reads the background, and how many were checked."""
+        from vdbflow.jobs.chunks import EDGE_CHECK_PER_CHUNK
+
+        if not self.edge_checked:
+            return "no finite point to check"
+        share = (self.edge_outside or 0) / self.edge_checked
+        every = self.edge_checked + (self.nonfinite_points or 0) == self.points
+        how = f"{self.edge_checked:,} checked, up to {EDGE_CHECK_PER_CHUNK:,} a chunk"
+        how = "all points checked" if every else how
+        text = f"{100 * share:.1f} % of points have a stencil that reads the background ({how})"
+        if share:
+            text += "; their values and derivatives mix in the background: `inside` in sampling.outputs flags each"
+        return text
+
     @property
     def throughput(self) -> float:
         """Points (a particle job: particle-steps) per second of sampling (advection) and writing."""
