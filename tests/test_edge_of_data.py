@@ -82,3 +82,12 @@ def test_a_misspelt_output_names_the_nearest_one(shell):
     with pytest.raises(SamplingError, match=r"'qcriterion' \(did you mean 'q_criterion'\?\) unknown") as err:
         shell.sample_grad(np.zeros((1, 3)), outputs=["qcriterion"])
     assert "'inside'" in str(err.value) and "distinct" not in str(err.value)
+
+
+@pytest.mark.parametrize("u, v", [((6, 0, 0), (6, 0, 0)), ((1, 0, 0), (-2, 0, 0)), ((0, 0, 0), (0, 1, 0))])
+def test_plane_refuses_axes_that_span_no_plane_as_the_job_config_does(u, v):
+    from vdbflow.errors import PointsError
+    from vdbflow.jobs.points import plane
+
+    with pytest.raises(PointsError, match="expected u and v to span a plane"):
+        plane((0, 0, 0), u, v, (10, 10))

@@ -137,7 +137,10 @@ def plane(origin: Any, u: Any, v: Any, resolution: tuple[int, int], *, keep_shap
     shape = np.asarray(resolution, np.int64)
     if shape.shape != (2,) or shape.min() < 1:
         raise PointsError(f"expected a plane resolution (ns, nt) of positive counts, got {resolution}")
-    pts = _plane(0, 0, int(shape.prod()), np.asarray(origin, np.float64), np.asarray([u, v], np.float64), shape)
+    axes = np.asarray([u, v], np.float64)
+    if axes.shape != (2, 3) or not np.isfinite(axes).all() or not np.cross(axes[0], axes[1]).any():
+        raise PointsError(f"expected u and v to span a plane (two finite, non-parallel 3-vectors), got u={u}, v={v}")
+    pts = _plane(0, 0, int(shape.prod()), np.asarray(origin, np.float64), axes, shape)
     return pts.reshape(int(shape[0]), int(shape[1]), 3) if keep_shape else pts
 
 
