@@ -270,12 +270,7 @@ class Topology:
         box = self.index_bbox
         if box is None:
             return None
-        lo, hi = box[0].astype(np.float64), box[1].astype(np.float64) + 1.0
-        corners = np.array(
-            [[(lo, hi)[a][0], (lo, hi)[b][1], (lo, hi)[c][2]] for a in (0, 1) for b in (0, 1) for c in (0, 1)]
-        )
-        world = self.transform.apply(corners)
-        return np.stack([world.min(axis=0), world.max(axis=0)])
+        return self.transform.apply_box(box[0], box[1] + 1.0)
 
     def data_bounds(self, space: str = "world", inner: bool = False) -> np.ndarray | None:
         """(2, 3) float64 box of the voxel centres (and tile voxels) that hold data: ``index_bbox`` itself in
@@ -291,11 +286,7 @@ class Topology:
         box = box.astype(np.float64)
         if inner:
             box[1] -= 1e-9 * np.maximum(box[1] - box[0], 1.0)
-        if space == "index":
-            return box
-        corners = np.array([[box[a][0], box[b][1], box[c][2]] for a in (0, 1) for b in (0, 1) for c in (0, 1)])
-        world = self.transform.apply(corners)
-        return np.stack([world.min(axis=0), world.max(axis=0)])
+        return box if space == "index" else self.transform.apply_box(box[0], box[1])
 
     def active_voxels(self) -> np.ndarray:
         """(n, 3) int32 active voxel coordinates in index-layout (OnIndex) order."""

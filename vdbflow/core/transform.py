@@ -11,6 +11,16 @@ from vdbflow.core import kernel
 from vdbflow.errors import VolumeError
 
 
+def box_to_world(index_to_world: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """(2, 3) float64 world box [min, max] of the index box ``[lo, hi]``: its eight corners mapped by the
+    (4, 4) ``index_to_world`` matrix (taken as it is, as a file's header records it)."""
+    ends = (np.asarray(lo, np.float64), np.asarray(hi, np.float64))
+    corners = np.array([[ends[a][0], ends[b][1], ends[c][2]] for a in (0, 1) for b in (0, 1) for c in (0, 1)])
+    M = np.asarray(index_to_world, np.float64)
+    world = corners @ M[:3, :3].T + M[:3, 3]
+    return np.stack([world.min(axis=0), world.max(axis=0)])
+
+
 class Transform:
     """An invertible affine map from index space (voxel centres at integers) to world space.
 
@@ -117,6 +127,10 @@ class Transform:
         """World coordinates (N, 3) float64 of index coordinates (N, 3)."""
         p = np.asarray(ijk, dtype=np.float64)
         return p @ self._matrix[:3, :3].T + self._matrix[:3, 3]
+
+    def apply_box(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """(2, 3) float64 world box [min, max] of the index box ``[lo, hi]`` (:func:`box_to_world`)."""
+        return box_to_world(self._matrix, lo, hi)
 
     def apply_inverse(self, xyz: np.ndarray) -> np.ndarray:
         """Index coordinates (N, 3) float64 of world coordinates (N, 3)."""

@@ -76,29 +76,6 @@ def _versions() -> dict[str, str]:
     }
 
 
-def _inside_block(points: np.ndarray, topology: Any, mode: str, space: str) -> np.ndarray:
-    from vdbflow.ops.coverage import stencil_inside
-
-    return stencil_inside(topology, points, mode, space)
-
-
-def _inside(pts: Any, topology: Any, cfg: JobConfig) -> Any:
-    """Lazy (N,) bool: points whose stencil reads only active voxels (the topology travels once)."""
-    import dask
-    import dask.array as da
-
-    shared = dask.delayed(topology)
-    blocks = [
-        da.from_delayed(
-            dask.delayed(_inside_block, pure=True)(block, shared, cfg.sampling.mode, cfg.points.space),
-            shape=(n,),
-            dtype=bool,
-        )
-        for block, n in zip(pts.to_delayed().ravel(), pts.chunks[0], strict=True)
-    ]
-    return da.concatenate(blocks) if blocks else da.zeros((0,), dtype=bool)
-
-
 def _warm_worker() -> None:
     """The imports of a job's tasks (the kernels, xarray, zarr, numcodecs), made on a worker ahead of them:
     about 2-3 s of a fresh worker process on this project's 2-core machine, which the first task of each
@@ -188,7 +165,11 @@ def killed_worker_error(err: BaseException, plan: JobPlan, memory: int) -> Vdbfl
 def _grid_dataset(dvol: Any, pts: Any, cfg: JobConfig, prefix: str) -> tuple[xr.Dataset, str | None]:
     """The sampled variables of one partitioned grid (:func:`~vdbflow.jobs.chunks.grid_variables`)."""
     request = grid_request(cfg)
-    inside = _inside(pts.rechunk({1: 3}), dvol.topology, cfg) if "inside" in cfg.sampling.outputs else None
+    inside = None
+    if "inside" in cfg.sampling.outputs:  # lazy, one task a chunk of points
+        from vdbflow.ops.coverage import stencil_inside_flags
+
+        inside = stencil_inside_flags(dvol.topology, pts, cfg.sampling.mode, cfg.points.space)
     return grid_variables(dvol.template, request, pts, dvol.sample_arrays(request, pts), cfg, prefix, inside)
 
 

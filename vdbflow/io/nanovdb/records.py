@@ -43,14 +43,10 @@ class GridInfo:
     def centre_bbox(self) -> np.ndarray | None:
         """(2, 3) world box of the voxel centres (where the values lie; ``world_bbox`` is NanoVDB's box of
         the voxel cells, half a voxel further), None for an empty grid."""
+        from vdbflow.core.transform import box_to_world
+
         lo, hi = np.asarray(self.index_bbox, np.float64)
-        if (lo > hi).any():
-            return None
-        ends = (lo, hi)
-        corners = np.array([[ends[a][0], ends[b][1], ends[c][2]] for a in (0, 1) for b in (0, 1) for c in (0, 1)])
-        M = np.asarray(self.index_to_world, np.float64)
-        world = corners @ M[:3, :3].T + M[:3, 3]
-        return np.stack([world.min(axis=0), world.max(axis=0)])
+        return None if (lo > hi).any() else box_to_world(self.index_to_world, lo, hi)
 
 
 @dataclass(frozen=True)
