@@ -62,7 +62,8 @@ struct ParticleOut {
   double* position;   // (S, 3), NaN-filled by the caller
   double* velocity;   // (S, 3) or null
   double* jacobian;   // (S, 3, 3) or null
-  double* F;          // (3, 3) or null: the flow-map gradient at x_0 on entry (the identity at t0), at the end on exit
+  double* F;          // (3, 3) or null: the flow-map gradient at x_0 on entry (the identity at t0), on exit at x
+                      // (the end, or for a stopped particle the start of the step it stopped in)
   signed char* status;
   i64* last_step;     // the last step k whose position is valid (-1: none)
   int* evaluations;   // stage points sampled
@@ -203,7 +204,7 @@ VDB_HD void advect_particle_with(const AdvectSpec& s, double x[3], const Particl
   *out.last_step = last;
   *out.evaluations = evaluations;
   if (out.F)
-    for (int e = 0; e < 9; ++e) out.F[e] = status == PARTICLE_ACTIVE ? F[e] : (double)nan("");
+    for (int e = 0; e < 9; ++e) out.F[e] = F[e];  // a stopped particle's too: its step may resume elsewhere
 }
 
 // Integrates one particle through a steady volume (every stage reads g).

@@ -151,7 +151,8 @@ def advect(
     ``save_slot`` (n + 1,) int64 the output slot of step k or -1.  Fills the NaN-filled outputs
     ``position``/``velocity`` (N, S, 3) and ``jacobian`` (N, S, 3, 3) (any may be None but position);
     ``F`` (N, 3, 3), when given, holds each particle's flow-map gradient at its start (the identity at
-    t0) and receives it at the end (NaN for a stopped particle).  With ``validate_end`` False the
+    t0) and receives it at x on exit (for a stopped particle, at the start of the step it stopped in:
+    the step can resume elsewhere, as a distributed advection's does).  With ``validate_end`` False the
     last position x_n is left unchecked (one step of many: the next call checks it).  Returns
     ``status`` (N,) int8, ``last_step`` (N,) int64 (-1: none valid) and
     ``evaluations`` (N,) int32, the stage points each particle sampled.

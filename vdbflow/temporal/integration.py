@@ -4,6 +4,7 @@ bounds) and :class:`Run`, the particles of one integration from t0 to t1 through
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 from typing import Any
@@ -128,13 +129,16 @@ class Run:
         with_velocity: bool,
         with_jacobian: bool,
         variational: bool,
+        integrate: bool = True,
     ):
         if method not in TABLEAUS:
             raise SamplingError(f"expected method to be one of {', '.join(map(repr, TABLEAUS))}, got {method!r}")
         n = step_count(t0, t1, dt)
         save_every = save_every_of(save_every)
         saved = saved_steps(n, save_every)
-        check_trajectory_memory(len(seeds), saved, saved_bytes_per_step(with_velocity, with_jacobian))
+        resident = integrate and src.partitioned  # results stay on the workers (vdbflow.temporal.resident)
+        if not resident:
+            check_trajectory_memory(len(seeds), saved, saved_bytes_per_step(with_velocity, with_jacobian))
         if src.time_range is not None:
             lo, hi = src.time_range
             if not (lo <= min(t0, t1) and max(t0, t1) <= hi):
@@ -146,6 +150,13 @@ class Run:
         self.n, self.h, self.save_steps, self.times = step_plan(t0, t1, dt, save_every)
         saves = self.save_steps.tolist()
         self._slot = {k: s for s, k in enumerate(saves)}
+        self.variational, self.with_velocity, self.with_jacobian = variational, with_velocity, with_jacobian
+        self.evaluations, self.undecided = 0, None
+        if resident:  # lazy arrays of the results, assembled on the workers
+            from vdbflow.temporal.resident import advect_resident
+
+            advect_resident(self, np.array(seeds, np.float64))
+            return
         N, S = len(seeds), len(saves)
         self.position = np.full((N, S, 3), np.nan)
         self.velocity = np.full((N, S, 3), np.nan) if with_velocity else None
@@ -153,21 +164,63 @@ class Run:
         self.status = np.zeros(N, np.int8)
         self.end_time = np.full(N, np.nan)
         self.F = np.broadcast_to(np.eye(3), (N, 3, 3)).copy() if variational else None
-        self.variational = variational
         self.sampled = np.zeros(N, np.int64)  # stage points each particle sampled
+        if not integrate:  # the particles' steps are taken one by one (_step), by the caller
+            return
         x = np.array(seeds, np.float64)
         if src.compiled:
             self._integrate_compiled(x)
         elif src.windowed:
             self._integrate_windows(x)
-        elif src.partitioned:
-            self._integrate_partitioned(x)
         else:
             self._integrate(x)
         if self.F is not None:
             self.F[self.status != ACTIVE] = np.nan
         # sample calls of the stage-by-stage engine: each particle's sampled stages are a prefix of them
         self.evaluations = int(self.sampled.max(initial=0))
+
+    @classmethod
+    def on_steps(
+        cls,
+        src: Source,
+        method: str,
+        t0: float,
+        t1: float,
+        h: float,
+        n: int,
+        save_steps: np.ndarray,
+        with_velocity: bool,
+        with_jacobian: bool,
+        variational: bool,
+    ) -> Run:
+        """A run of no particles on a given step plan (``n`` steps of ``h`` from ``t0`` to ``t1``,
+        positions kept at ``save_steps``): the template of :meth:`subset`.  ``undecided`` (set by
+        :meth:`subset`) marks particles stopped at a stage point their source could not judge
+        (``src.undecided``: a partition's stage point outside its data and its cells)."""
+        run = cls.__new__(cls)
+        run.src, run.method, run.t0, run.t1, run.h, run.n = src, method, float(t0), float(t1), float(h), int(n)
+        run.save_steps = np.asarray(save_steps, np.int64)
+        run.times = np.array([float(t1) if k == n else float(t0) + k * float(h) for k in run.save_steps.tolist()])
+        run._slot = {k: s for s, k in enumerate(run.save_steps.tolist())}
+        run.variational, run.with_velocity, run.with_jacobian = variational, with_velocity, with_jacobian
+        run.evaluations, run.undecided = 0, None
+        return run.subset(0, np.zeros((0, 3, 3)) if variational else None)
+
+    def subset(self, particles: int, F: np.ndarray | None = None, judge: bool = False) -> Run:
+        """A run of ``particles`` particles on this run's steps, not integrated: NaN results, status 0,
+        and F ``F`` (particles, 3, 3) where variational, for the caller's :meth:`step` calls; with
+        ``judge``, ``undecided`` (particles,) bool marks those stopped where the source could not judge."""
+        sub = copy.copy(self)
+        sub.undecided = np.zeros(particles, bool) if judge else None
+        S = len(self.save_steps)
+        sub.position = np.full((particles, S, 3), np.nan)
+        sub.velocity = np.full((particles, S, 3), np.nan) if self.with_velocity else None
+        sub.jacobian = np.full((particles, S, 3, 3), np.nan) if self.with_jacobian else None
+        sub.status = np.zeros(particles, np.int8)
+        sub.end_time = np.full(particles, np.nan)
+        sub.F = np.array(F, np.float64) if self.variational else None
+        sub.sampled = np.zeros(particles, np.int64)
+        return sub
 
     def _time(self, k: int) -> float:
         return self.t1 if k == self.n else self.t0 + k * self.h
@@ -187,7 +240,10 @@ class Run:
             self.status[idx[~finite]] = NON_FINITE
         every = bool(ok.all())
         if not every:
-            self.status[idx[finite & ~ok]] = LEFT_DATA
+            out = finite & ~ok
+            self.status[idx[out]] = LEFT_DATA
+            if self.undecided is not None:  # a source holding part of the data: which of them it cannot judge
+                self.undecided[idx[out]] |= self.src.undecided(y[out], self._start[idx[out]])
         u = np.empty((0, 3))
         J = np.empty((0, 3, 3)) if jacobian else None
         if ok.any():
@@ -234,7 +290,7 @@ class Run:
         for window in plan.windows():
             if isinstance(window, int):  # stage by stage (x_k was left unchecked by the previous window)
                 self._mark_end_times(last)
-                self._step(np.flatnonzero(self.status == ACTIVE), x, window)
+                self.step(np.flatnonzero(self.status == ACTIVE), x, window)
                 continue
             vols = [self.src.series.volume(j) for j in range(window.low, window.low + window.grids)]
             k0, m = window.first, window.steps
@@ -276,57 +332,20 @@ class Run:
             A[s, : len(row)] = row
         return A, np.array(b)
 
-    def _integrate_partitioned(self, x: np.ndarray) -> None:
-        """A step at a time through a DistributedVolume: the live particles are routed to the partitions
-        owning their cells, and each partition integrates its particles' step in the kernels, as
-        :meth:`_integrate_compiled` does.  A particle whose step leaves its partition's data (its leaves
-        and halo) is stepped again stage by stage through the whole volume (:meth:`_step`); the results
-        are the same, bit for bit."""
-        A, B = self._tableau()
-        alive = np.arange(len(x))
-        for k in range(self.n + 1):
-            tk, slot, last = self._time(k), self._slot.get(k), k == self.n
-            want_velocity = slot is not None and self.velocity is not None
-            want_jacobian = slot is not None and self.jacobian is not None
-            F = None if self.F is None else self.F[alive]
-            status, valid, x_next, u, J, F_next, sampled = self.src.step(
-                x[alive], F, A, B, self.h, last, want_velocity, want_jacobian
-            )
-            redo = status == LEFT_DATA  # left the partition's data: maybe not the volume's
-            done, kept = alive[~redo], ~redo
-            ok = kept & valid  # x_k checked valid
-            self.sampled[done] += sampled[kept]
-            self.end_time[alive[ok]] = tk
-            if slot is not None:
-                self.position[alive[ok], slot] = x[alive[ok]]
-                if want_velocity:
-                    self.velocity[alive[ok], slot] = u[ok]
-                if want_jacobian:
-                    self.jacobian[alive[ok], slot] = J[ok]
-            self.status[done] = status[kept]
-            going = kept & (status == ACTIVE)
-            if not last:
-                x[alive[going]] = x_next[going]
-                if self.F is not None:
-                    self.F[alive[going]] = F_next[going]
-            redone = self._step(alive[redo], x, k) if redo.any() else alive[:0]
-            alive = np.sort(np.concatenate([alive[going], redone]))
-            if len(alive) == 0:
-                break
-
     def _integrate(self, x: np.ndarray) -> None:
         alive = np.arange(len(x))
         for k in range(self.n + 1):
-            alive = self._step(alive, x, k)
+            alive = self.step(alive, x, k)
             if len(alive) == 0:
                 break
 
-    def _step(self, alive: np.ndarray, x: np.ndarray, k: int) -> np.ndarray:
+    def step(self, alive: np.ndarray, x: np.ndarray, k: int) -> np.ndarray:
         """Step k of particles ``alive`` (sorted), stage by stage: checks x_k, stores it, and (before
         the last step) moves x and F on to step k + 1.  Returns the particles still going."""
         c, a, b = TABLEAUS[self.method]
         tk = self._time(k)
         slot = self._slot.get(k)
+        self._start = x  # x_k of the particles until the step's end (the stage points' anchors)
         # stage 1 at x_k validates x_k: stored only once its stencil is known to be in the data
         need_j = self.variational or (slot is not None and self.jacobian is not None)
         ok, u, J = self._evaluate(alive, x[alive], tk, need_j)

@@ -6,9 +6,10 @@ Integrators (explicit Runge-Kutta, ``h = (t1 - t0) / n`` with ``n = ceil(|t1 - t
 ``euler`` (first order), ``rk2`` (the explicit midpoint rule, second order), ``rk4`` (the classical
 fourth-order method).  Three engines give the same trajectories bit for bit: through a steady float
 Volume, whole trajectories in the kernels (``kernels/vdbflow/advect.h``); through a DistributedVolume,
-a step at a time, the particles routed to the partitions owning their cells and stepped there in the
-kernels (a step that leaves its partition's leaves and halo is redone stage by stage); otherwise stage
-by stage, every stage sampling all live particles in one call.
+the particles resident on the workers of the partitions owning their cells, integrated there in the
+kernels and moved worker to worker as they cross partitions (:mod:`vdbflow.temporal.resident`; the
+results are lazy Dask arrays, assembled on the workers); otherwise stage by stage, every stage
+sampling all live particles in one call.
 
 A particle stops, with a status, the first time a stage point is non-finite or samples a non-finite
 value (``status`` 2) or the stencil of ``mode`` there leaves the active voxels (``status`` 1, see
@@ -219,6 +220,13 @@ def advect(
     }
     if src.kind == "series":
         attrs["time_interpolation"] = time
+    if src.partitioned:  # resident particles: how they travelled (vdbflow.temporal.resident)
+        attrs.update(
+            rounds=run.rounds,
+            migrations=run.migrations,
+            stage_by_stage_steps=run.stage_by_stage_steps,
+            client_steps=run.client_steps,
+        )
     return xr.Dataset(data, coords=coords, attrs=attrs)
 
 
@@ -231,8 +239,11 @@ def _largest_stretch(F: np.ndarray) -> np.ndarray:
     return out
 
 
-def _ftle_of(F: np.ndarray, T: float) -> np.ndarray:
-    """log(sqrt(lambda_max(F^T F))) / |T| of (..., 3, 3) flow-map gradients (NaN where F is)."""
+def _ftle_of(F: Any, T: float) -> Any:
+    """log(sqrt(lambda_max(F^T F))) / |T| of (..., 3, 3) flow-map gradients (NaN where F is); chunk by
+    chunk for a Dask array (a distributed run's)."""
+    if not isinstance(F, np.ndarray):
+        return F.map_blocks(_ftle_of, T, drop_axis=(F.ndim - 2, F.ndim - 1), dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.log(_largest_stretch(F)) / (2 * abs(T))
 
@@ -346,6 +357,7 @@ def ftle(
     if method == "variational":
         F = run.F.reshape(lead + (3, 3))
     else:
+        final = np.asarray(final)  # the lattice's gradients, in memory
         axes = range(len(lead))
         P = np.stack([np.gradient(final, axis=d) for d in axes], axis=-1)  # (..., 3, L)
         G = np.stack([np.gradient(pts, axis=d) for d in axes], axis=-1)

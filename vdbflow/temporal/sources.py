@@ -1,6 +1,6 @@
 """Where particles read their velocity: a steady Volume (whole trajectories in the kernels), a
-VolumeSeries (stage by stage, interpolated in time), a DistributedVolume (a step at a time, in the
-partitions: :mod:`vdbflow.distribution.particle_steps`) or an analytic field.  Each gives velocity
+VolumeSeries (windows of steps in the kernels, interpolated in time), a DistributedVolume (particles
+resident on the partitions' workers: :mod:`vdbflow.temporal.resident`) or an analytic field.  Each gives velocity
 (M, 3) and world Jacobians (M, 3, 3), float64, at world points (M, 3) and a time."""
 
 from __future__ import annotations
@@ -32,8 +32,14 @@ class Source:
     def sample(self, points: np.ndarray, t: float, jacobian: bool) -> tuple[np.ndarray, np.ndarray | None]:
         raise NotImplementedError
 
+    def undecided(self, points: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """Which of the stage points (M, 3) that :meth:`inside` found outside the data it cannot judge,
+        given the positions (M, 3) their steps started from (a source holding part of a volume:
+        :class:`vdbflow.temporal.particle_tasks.PartitionSource`)."""
+        return np.zeros(len(points), bool)
+
     compiled = False  # whether ``advect`` integrates whole trajectories in the kernels
-    partitioned = False  # whether ``step`` integrates a step of every particle in its partition
+    partitioned = False  # whether the particles live on the partitions of a DistributedVolume
     windowed = False  # whether ``advect_window`` integrates windows of a series' steps in the kernels
 
     def advect(self, x: np.ndarray, *args: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -158,7 +164,7 @@ class SeriesSource(VolumeSource):
 
 class DistributedSource(VolumeSource):
     kind = "distributed"
-    compiled = False  # type: ignore[assignment]  # the steps are partitioned instead
+    compiled = False  # type: ignore[assignment]  # the particles are resident in the partitions instead
 
     def __init__(self, dvol: Any, mode: str):
         self.dvol, self.mode = dvol, mode
@@ -169,26 +175,6 @@ class DistributedSource(VolumeSource):
     @property
     def partitioned(self) -> bool:  # type: ignore[override]
         return self.dvol.template.value_type.is_float  # the kernels advect float data
-
-    def step(
-        self,
-        x: np.ndarray,
-        F: np.ndarray | None,
-        A: np.ndarray,
-        B: np.ndarray,
-        h: float,
-        last: bool,
-        want_velocity: bool,
-        want_jacobian: bool,
-    ) -> tuple:
-        """A step of particles x (M, 3): each partition integrates the particles whose cell it owns
-        (:func:`advect_piece`, on the partition's worker).  Returns, in input order, status (M,)
-        int8, x_k valid (M,) bool, x_{k+1} (M, 3), velocity (M, 3) and Jacobian (M, 3, 3) at x_k (or
-        None), F (M, 3, 3) (or None) and the stage points sampled (M,).  A status of ``LEFT_DATA``
-        only says the step left the partition's data."""
-        from vdbflow.distribution.particle_steps import step_partitioned
-
-        return step_partitioned(self.dvol, x, F, A, B, h, last, want_velocity, want_jacobian, MODES[self.mode])
 
     def inside(self, points: np.ndarray, t: float) -> np.ndarray:
         return self._inside(points)
