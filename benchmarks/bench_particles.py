@@ -1,17 +1,20 @@
-"""Particle-steps per second against the sampling rate of the same points, side by side in one run.
+"""Resident particles across a cluster against one process, side by side in one run.
 
 A fully active 64^3 vec3f ABC box over [0, 2 pi)^3 and N random seeds in its middle half; RK4 with
-``linear`` sampling, 10 steps of 0.02 (no particle leaves).  An RK4 step samples four times, so the
-ratio of particle-steps/s to points sampled/s is at most 0.25 when stepping costs nothing but sampling.
+``linear`` sampling, ``--steps`` steps of 0.02, positions kept at the start and the end.
 
-- one process: ``vdbflow.advect`` on the Volume (whole trajectories in the kernels) against
-  ``sample_grad_arrays`` (values only, as a step needs) of the seeds, 2 kernel threads;
-- distributed: a LocalCluster of 2 worker processes x 1 thread, 8 partitions with a halo of one leaf
-  (``--halo 8``: a step's stage points stay in their partition's data): ``vdbflow.advect`` on the
-  DistributedVolume (a step at a time, each partition integrating its particles' step in the kernels)
-  against ``DistributedVolume.sample`` of the seeds computed back to the client.
+- one process: ``vdbflow.advect`` on the Volume (whole trajectories in the kernels), 2 kernel threads;
+- distributed: a LocalCluster of 2 worker processes x 1 thread, 8 partitions with ``--halo 8``:
+  ``vdbflow.advect`` on the DistributedVolume (resident particles: each partition integrates its
+  particles in the kernels as far as its data carries them, and only those crossing partitions move),
+  the results then brought to the client (``.values``), as the one process has them.
 
-    python benchmarks/bench_particles.py [--points N] [--steps S] [--repeat R] [--no-distributed]
+Reported per N: particle-steps/s of each side (medians), the ratio per paired run, the client's peak
+memory above its baseline during the distributed ``advect`` call (sampled every 5 ms; the seeds
+themselves are the caller's), and the bytes the workers sent each other (and the client) per
+particle-step during it (``transfer_outgoing_bytes_total``).
+
+    python benchmarks/bench_particles.py [--points 1000000,4000000] [--steps 50] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -20,13 +23,13 @@ import argparse
 import datetime
 import platform
 import statistics
+import time
 
 import numpy as np
 from timing import timed
 
 import vdbflow
 from vdbflow import _core, synthetic
-from vdbflow.ops.sampling import sample_grad_arrays
 
 EXTENT = 2 * np.pi
 
@@ -41,60 +44,94 @@ def abc_box(n: int) -> vdbflow.Volume:
     )
 
 
-def report(label: str, n: int, steps: int, t_sample: list[float], t_advect: list[float]) -> None:
-    """Rates from the medians, and the spread of the ratio over the paired runs."""
-    rate_s = n / statistics.median(t_sample)
-    rate_a = n * steps / statistics.median(t_advect)
-    ratios = sorted((n * steps / ta) / (n / ts) for ts, ta in zip(t_sample, t_advect, strict=True))
-    print(
-        f"{label:<22} sample {rate_s / 1e6:7.2f} M points/s   advect {rate_a / 1e6:7.2f} M particle-steps/s   "
-        f"ratio {rate_a / rate_s:.3f} (runs {ratios[0]:.3f}-{ratios[-1]:.3f})"
-    )
+def peak_rss_during(fn, interval: float = 0.005) -> tuple[object, int]:
+    """``fn()`` and the peak resident memory of this process above its level at the start (bytes)."""
+    import threading
+
+    import psutil
+
+    proc = psutil.Process()
+    base = proc.memory_info().rss
+    peak, done = [base], threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], proc.memory_info().rss)
+            time.sleep(interval)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        out = fn()
+    finally:
+        done.set()
+        thread.join()
+    return out, max(peak[0], proc.memory_info().rss) - base
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--points", type=int, default=200_000)
-    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--points", default="1000000,4000000", help="particle counts, comma-separated")
+    parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--size", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--halo", type=int, default=8, help="halo of the partitions, voxels")
-    parser.add_argument("--no-distributed", action="store_true")
     args = parser.parse_args()
-    n, steps = args.points, args.steps
-    vol = abc_box(args.size)
-    seeds = np.random.default_rng(0).uniform(0.25 * EXTENT, 0.75 * EXTENT, (n, 3))
-    dt = 0.02
-    print(
-        f"{datetime.date.today()} {platform.machine()} {_core.get_max_threads()} threads, target {_core.CPU_TARGET}; "
-        f"{args.size}^3 vec3f ABC box, {n:,} seeds, RK4 linear, {steps} steps"
-    )
-
-    def advect(source):
-        ds = vdbflow.advect(source, seeds, 0.0, steps * dt, dt, "rk4", "linear", save_every=steps)
-        assert int((ds.status != 0).sum()) == 0, "a particle left the box"
-
-    t_sample, t_advect = [], []
-    for _ in range(args.repeat):  # the two sides alternate
-        t_sample += timed(lambda: sample_grad_arrays(vol, seeds, "linear", space="world", jacobian=False), 1)
-        t_advect += timed(lambda: advect(vol), 1)
-    report("one process", n, steps, t_sample, t_advect)
-    if args.no_distributed:
-        return
-    import dask
     import distributed
 
+    steps, dt = args.steps, 0.02
+    vol = abc_box(args.size)
+    print(
+        f"{datetime.date.today()} {platform.machine()} {_core.get_max_threads()} threads, target {_core.CPU_TARGET}; "
+        f"{args.size}^3 vec3f ABC box, RK4 linear, {steps} steps of {dt}; distributed: 2 workers x 1 thread, "
+        f"8 partitions, halo {args.halo}"
+    )
     with (
         distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc,
         distributed.Client(lc) as client,
     ):
         dvol = vdbflow.distribute(vol, client, partitions=8, halo=args.halo)
+
+        def sent() -> int:
+            return sum(client.run(lambda dask_worker: dask_worker.transfer_outgoing_bytes_total).values())
+
         try:
-            t_sample, t_advect = [], []
-            for _ in range(args.repeat):
-                t_sample += timed(lambda: dask.compute(dvol.sample(seeds, "linear", "world")["velocity"].data), 1)
-                t_advect += timed(lambda: advect(dvol), 1)
-            report(f"distributed, halo {args.halo}", n, steps, t_sample, t_advect)
+            for n in (int(v) for v in args.points.split(",")):
+                seeds = np.random.default_rng(0).uniform(0.25 * EXTENT, 0.75 * EXTENT, (n, 3))
+
+                t_one, t_dist, memory, attrs, moved = [], [], [], [], []
+
+                def one(seeds: np.ndarray = seeds) -> np.ndarray:
+                    ds = vdbflow.advect(vol, seeds, 0.0, steps * dt, dt, "rk4", "linear", save_every=steps)
+                    return ds.position.values
+
+                def spread(seeds: np.ndarray = seeds, memory: list = memory, attrs: list = attrs, moved: list = moved):
+                    before = sent()
+                    ds, grew = peak_rss_during(
+                        lambda: vdbflow.advect(dvol, seeds, 0.0, steps * dt, dt, "rk4", "linear", save_every=steps)
+                    )
+                    moved.append(sent() - before)  # during the advection: the movers (and the counts)
+                    memory.append(grew)
+                    attrs.append(ds.attrs)
+                    return ds.position.values
+
+                for _ in range(args.repeat):  # the two sides alternate
+                    t_one += timed(one, 1)
+                    t_dist += timed(spread, 1)
+                np.testing.assert_array_equal(spread(), one())  # the same bits
+                work = n * steps
+                ratios = sorted(t1 / t2 for t1, t2 in zip(t_one, t_dist, strict=True))
+                a = attrs[-1]
+                print(
+                    f"{n:>10,} particles: one process {work / statistics.median(t_one) / 1e6:6.2f} M particle-steps/s, "
+                    f"distributed {work / statistics.median(t_dist) / 1e6:6.2f} M: ratio "
+                    f"{statistics.median(ratios):.2f} (runs {ratios[0]:.2f}-{ratios[-1]:.2f}); client peak "
+                    f"+{max(memory) / 2**20:,.0f} MiB (seeds {seeds.nbytes / 2**20:,.0f} MiB); "
+                    f"{statistics.median(moved) / work:.2f} bytes sent per particle-step during advect; "
+                    f"rounds {a['rounds']}, "
+                    f"migrations {a['migrations']:,}, steps stage by stage {a['stage_by_stage_steps']:,} "
+                    f"(client {a['client_steps']:,})"
+                )
         finally:
             dvol.close()
 
