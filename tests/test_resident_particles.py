@@ -141,3 +141,64 @@ def test_a_halo_smaller_than_the_stencil_is_refused(rotation_box, rng):
                 vdbflow.advect(dvol, orbit_seeds(rng, 5), 0.0, 1.0, 0.1, "rk4", "lag4")
         finally:
             dvol.close()
+
+
+@pytest.fixture(scope="module")
+def rotation_series():
+    """A rotation whose rate varies in time, every 0.5 time units on [0, 3] (a 40^3 box)."""
+    times = np.arange(0.0, 3.0 + 1e-9, 0.5)
+    W = np.array([[0, -OMEGA[2], OMEGA[1]], [OMEGA[2], 0, -OMEGA[0]], [-OMEGA[1], OMEGA[0], 0]])
+    steps = [
+        synthetic.flow_volume(synthetic.linear_field(W * s, -(W * s) @ CENTRE), 40, EXTENT, np.float32)
+        for s in 1 + 0.4 * np.sin(times)
+    ]
+    return vdbflow.open_series(steps, times)
+
+
+@pytest.mark.parametrize(
+    ("time", "mode", "halo", "kwargs"),
+    [
+        ("linear", "linear", 1, dict(with_velocity=True, with_jacobian=True)),
+        ("pchip", "lag4", 2, dict(with_ftle=True, save_every=3)),
+        ("pchip", "linear", 8, dict(save_every=4)),
+    ],
+)
+def test_a_distributed_series_advects_resident_particles_window_by_window(
+    rotation_series, rng, time, mode, halo, kwargs
+):
+    """Through a DistributedSeries the particles stay on the workers from window to window of the
+    series' steps (a round or a few per window, not a distributed sampling call per stage); steps are
+    distributed as the windows need them and released as time passes them; equal to the series in
+    one process bit for bit, with particles moving between partitions inside windows and at their
+    ends, and leaving the box (steps the client takes stage by stage)."""
+    seeds = orbit_seeds(rng, 150)
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster,
+        distributed.Client(cluster) as client,
+        vdbflow.distribute(rotation_series, client, partitions=6, halo=halo, cache=2) as dseries,
+    ):
+        got = vdbflow.advect(dseries, seeds, 0.1, 2.9, 0.07, "rk4", mode, time=time, **kwargs).compute()
+        distributed_steps, held = dseries.distributed, len(dseries._distributed)
+    want = vdbflow.advect(rotation_series, seeds, 0.1, 2.9, 0.07, "rk4", mode, time=time, **kwargs)
+    assert_same_run(got, want)
+    if "ftle" in want:
+        np.testing.assert_allclose(got.ftle.values, want.ftle.values, rtol=0, atol=1e-13)
+    assert set(want.status.values.tolist()) == {0, 1}
+    a = got.attrs
+    assert a["migrations"] > 0 and a["client_steps"] > 0 and a["rounds"] < want.attrs["steps"]
+    assert distributed_steps == len(rotation_series) and held <= 5  # each step once; the cache grew to a window
+
+
+def test_a_series_step_stage_by_stage_is_taken_by_the_client(rotation_series, rng):
+    """A step longer than the series' spacing reads more steps than a window holds: every particle
+    takes it stage by stage through the distributed series, and the run still equals one process."""
+    seeds = orbit_seeds(rng, 40)
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster,
+        distributed.Client(cluster) as client,
+        vdbflow.distribute(rotation_series, client, partitions=3, halo=1) as dseries,
+    ):
+        got = vdbflow.advect(dseries, seeds, 0.0, 3.0, 0.75, "rk4", "linear", time="linear").compute()
+    want = vdbflow.advect(rotation_series, seeds, 0.0, 3.0, 0.75, "rk4", "linear", time="linear")
+    assert_same_run(got, want)
+    assert got.attrs["client_steps"] > 0

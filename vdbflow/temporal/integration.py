@@ -136,7 +136,7 @@ class Run:
         n = step_count(t0, t1, dt)
         save_every = save_every_of(save_every)
         saved = saved_steps(n, save_every)
-        resident = integrate and src.partitioned  # results stay on the workers (vdbflow.temporal.resident)
+        resident = integrate and src.resident_for(t0, t1)  # results stay on the workers (temporal.resident)
         if not resident:
             check_trajectory_memory(len(seeds), saved, saved_bytes_per_step(with_velocity, with_jacobian))
         if src.time_range is not None:
@@ -152,10 +152,8 @@ class Run:
         self._slot = {k: s for s, k in enumerate(saves)}
         self.variational, self.with_velocity, self.with_jacobian = variational, with_velocity, with_jacobian
         self.evaluations, self.undecided = 0, None
-        if resident:  # lazy arrays of the results, assembled on the workers
-            from vdbflow.temporal.resident import advect_resident
-
-            advect_resident(self, np.array(seeds, np.float64))
+        self.resident = resident
+        if resident:  # the caller integrates (vdbflow.temporal.resident): results stay on the workers
             return
         N, S = len(seeds), len(saves)
         self.position = np.full((N, S, 3), np.nan)

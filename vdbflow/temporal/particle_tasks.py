@@ -60,6 +60,7 @@ class ParticlePlan:
     jacobian: bool
     variational: bool
     halo: int  # the stencil radius, voxels, that the partitions' halos were cut for
+    interpolation: str = "none"  # a series' interpolation in time ("linear", "pchip"); "none": a steady volume
 
     @property
     def reach(self) -> int:
@@ -190,7 +191,7 @@ def integrate_group(
     m = len(batch["id"])
     slots = save_slot[k0:]
     kept = slots >= 0
-    first = int(slots[kept][0]) if kept.any() else plan.slots
+    first = int(slots[kept][0]) if kept.any() else plan.slots - 1  # (one slot the kernel never writes)
     local = np.where(kept, slots - first, -1)
     width = plan.slots - first
     position = np.full((m, width, 3), np.nan)
@@ -251,6 +252,61 @@ def step_stage_by_stage(run: Run, batch: dict[str, np.ndarray]) -> tuple:
     return going, rows, retired, take(batch, unsure)
 
 
+def sort_out(
+    plan: ParticlePlan,
+    partition: int,
+    group: dict[str, np.ndarray],
+    k0: int,
+    status: np.ndarray,
+    last: np.ndarray,
+    evaluations: np.ndarray,
+    x: np.ndarray,
+    continue_at: int | None = None,
+) -> tuple[dict[str, np.ndarray], Any, Any]:
+    """The particles of a kernel call from step ``k0`` (``group``, and the call's status, last valid
+    step, stage points sampled and final x) sorted out: ``retired`` (finished here: at the end, stopped
+    for good), ``moved`` (stopped at step j where a stage left the partition's data: a batch at step j
+    with ``owner``, the partition owning x_j's cell; its own for a later stage of the step) or None, and
+    ``going`` (with ``continue_at``, the step a window ended at unchecked: the active particles, a batch
+    at that step) or None."""
+    s = plan.stages
+    left = status == LEFT_DATA
+    j = k0 + evaluations.astype(np.int64) // s  # the step it stopped in; x holds x_j (F: F_j)
+    redo = np.zeros(len(x), bool)
+    owner = np.full(len(x), partition, np.int64)
+    if left.any():
+        owner[left] = plan.owners(x[left])
+        # at its own cell's check (stage 1) the partition holds the stencil whole: the data ends there
+        redo = left & ((owner != partition) | (evaluations % s != 0))
+    going_mask = (status == ACTIVE) & (continue_at is not None)
+    done = ~redo & ~going_mask
+    last_step = np.where(last >= 0, k0 + last, k0 - 1)
+    retired = {
+        "id": group["id"][done],
+        "status": status[done],
+        "end_time": plan.time(last_step[done]),
+        "sampled": group["sampled"][done] + evaluations[done],
+    }
+    if plan.variational:
+        F = group["F"][done]
+        F[status[done] != ACTIVE] = np.nan
+        retired["F"] = F
+    moved = going = None
+    if redo.any():
+        moved = {"id": group["id"][redo], "step": j[redo], "x": x[redo]}
+        moved["sampled"] = group["sampled"][redo] + (j[redo] - k0) * s
+        if plan.variational:
+            moved["F"] = group["F"][redo]
+        moved["owner"] = owner[redo]
+    if going_mask.any():
+        going = {"id": group["id"][going_mask], "step": np.full(int(going_mask.sum()), continue_at, np.int64)}
+        going["x"] = x[going_mask]
+        going["sampled"] = group["sampled"][going_mask] + evaluations[going_mask]
+        if plan.variational:
+            going["F"] = group["F"][going_mask]
+    return retired, moved, going
+
+
 def advance(volume: Volume, plan: ParticlePlan, partition: int, *batches: dict[str, np.ndarray]) -> tuple:
     """The particles of ``batches`` through partition ``partition`` (its Volume ``volume``), on its worker.
 
@@ -267,10 +323,8 @@ def advance(volume: Volume, plan: ParticlePlan, partition: int, *batches: dict[s
     (FTLE) ``F``.
     """
     pending = concat(list(batches), plan.variational)
-    P = plan.router.partitions
     save_slot = np.full(plan.n + 1, -1, np.int64)
     save_slot[plan.save_steps] = np.arange(plan.slots)
-    s = plan.stages
     rows_parts, retired_parts, movers, unjudged = [], [], [], []
     local_steps = 0
     template: Run | None = None
@@ -280,33 +334,9 @@ def advance(volume: Volume, plan: ParticlePlan, partition: int, *batches: dict[s
             group = take(pending, pending["step"] == k0)
             rows, status, last, evaluations, x = integrate_group(volume, plan, int(k0), group, save_slot)
             rows_parts.append(rows)
-            left = status == LEFT_DATA
-            j = k0 + evaluations.astype(np.int64) // s  # the step it stopped in; x holds x_j (F: F_j)
-            redo = np.zeros(len(x), bool)
-            owner = np.full(len(x), partition, np.int64)
-            if left.any():
-                owner[left] = plan.owners(x[left])
-                # at its own cell's check (stage 1) the partition holds the stencil whole: the data ends there
-                redo = left & ((owner != partition) | (evaluations % s != 0))
-            done = ~redo
-            last_step = np.where(last >= 0, k0 + last, k0 - 1)
-            retired = {
-                "id": group["id"][done],
-                "status": status[done],
-                "end_time": plan.time(last_step[done]),
-                "sampled": group["sampled"][done] + evaluations[done],
-            }
-            if plan.variational:
-                F = group["F"][done]
-                F[status[done] != ACTIVE] = np.nan
-                retired["F"] = F
+            retired, moved, _ = sort_out(plan, partition, group, int(k0), status, last, evaluations, x)
             retired_parts.append(retired)
-            if redo.any():
-                moved = {"id": group["id"][redo], "step": j[redo], "x": x[redo]}
-                moved["sampled"] = group["sampled"][redo] + (j[redo] - k0) * s
-                if plan.variational:
-                    moved["F"] = group["F"][redo]
-                moved["owner"] = owner[redo]
+            if moved is not None:
                 movers.append(take(moved, moved["owner"] != partition))
                 here.append(take(moved, moved["owner"] == partition))
         pending = concat([{k: v for k, v in b.items() if k != "owner"} for b in here], plan.variational)
@@ -322,20 +352,42 @@ def advance(volume: Volume, plan: ParticlePlan, partition: int, *batches: dict[s
             going["owner"] = owner
             movers.append(take(going, owner != partition))
             pending = take({k: v for k, v in going.items() if k != "owner"}, owner == partition)
-    rows = concat_rows(rows_parts)
-    retired = concat_rows(retired_parts)
-    outbox: list[Any] = [None] * P
-    to = np.zeros(P, np.int64)
-    moved = concat_rows(movers)
+    return finish(plan, rows_parts, retired_parts, movers, unjudged, local_steps)
+
+
+def by_owner(batches: list[dict[str, np.ndarray]], P: int) -> tuple[list[Any], np.ndarray]:
+    """Batches with ``owner`` split by it: a list of P batches (None where empty) and their sizes (P,)."""
+    out: list[Any] = [None] * P
+    sizes = np.zeros(P, np.int64)
+    moved = concat_rows(batches)
     if moved:
         owner = moved.pop("owner")
         for q in np.unique(owner):
-            outbox[int(q)] = take(moved, owner == q)
-            to[q] = int((owner == q).sum())
+            out[int(q)] = take(moved, owner == q)
+            sizes[q] = int((owner == q).sum())
+    return out, sizes
+
+
+def finish(
+    plan: ParticlePlan,
+    rows_parts: list,
+    retired_parts: list,
+    movers: list,
+    unjudged: list,
+    local_steps: int,
+    going: list | None = None,
+) -> tuple:
+    """The result of a partition's call (:func:`advance`, :func:`advance_window`) from its parts."""
+    P = plan.router.partitions
+    rows = concat_rows(rows_parts)
+    retired = concat_rows(retired_parts)
+    outbox, to = by_owner(movers, P)
+    onward, next_to = by_owner(going or [], P)
     fallback = concat(unjudged, plan.variational)
     pieces = chunk_pieces(rows, retired, plan.chunk)
     summary = {
         "to": to,
+        "next": next_to,
         "fallback": len(fallback["id"]),
         "retired": 0 if not retired else len(retired["id"]),
         "rows": 0 if not rows else len(rows["id"]),
@@ -343,7 +395,65 @@ def advance(volume: Volume, plan: ParticlePlan, partition: int, *batches: dict[s
         "chunks": sorted(pieces),
         "max_sampled": int(retired["sampled"].max()) if retired else 0,
     }
-    return summary, outbox, fallback if len(fallback["id"]) else None, pieces
+    return summary, outbox, fallback if len(fallback["id"]) else None, pieces, onward
+
+
+def advance_window(
+    volumes: list[Volume], plan: ParticlePlan, window: Any, partition: int, *batches: dict[str, np.ndarray]
+) -> tuple:
+    """The particles of ``batches`` through partition ``partition`` of a series window's steps
+    (``volumes``: the partition of each series step the window reads; ``window`` a
+    :class:`~vdbflow.temporal.series_kernels.Window`), in the kernels, on its worker: as :func:`advance`,
+    but a particle that reaches the window's end (unchecked there, unless the window ends the run)
+    goes on to the next window, by the owner of its cell, and a step that left the data from the
+    partition's own cells goes to the client.  Returns :func:`advance`'s tuple and the particles going
+    on by partition."""
+    from vdbflow.devices import cpu
+    from vdbflow.temporal.series_kernels import TIME_KINDS, TopologyGroups
+
+    pending = concat(list(batches), plan.variational)
+    save_slot = np.full(plan.n + 1, -1, np.int64)
+    save_slot[plan.save_steps] = np.arange(plan.slots)
+    ks = [v.kernel_arrays() for v in volumes]
+    groups = TopologyGroups().of(window.low, volumes)
+    end = window.first + window.steps
+    A, B = plan.tableau()
+    rows_parts, retired_parts, movers, unjudged, going = [], [], [], [], []
+    for k0 in np.unique(pending["step"]):
+        group = take(pending, pending["step"] == k0)
+        m, off = len(group["id"]), int(k0) - window.first
+        slots = save_slot[k0 : end + 1]
+        kept = slots >= 0
+        first = int(slots[kept][0]) if kept.any() else plan.slots - 1  # (one slot the kernel never writes)
+        width = plan.slots - first
+        position = np.full((m, width, 3), np.nan)
+        velocity = np.full((m, width, 3), np.nan) if plan.velocity else None
+        jacobian = np.full((m, width, 3, 3), np.nan) if plan.jacobian else None
+        x = np.array(group["x"], np.float64)
+        status, last, evaluations = np.zeros(m, np.int8), np.full(m, -1, np.int64), np.zeros(m, np.int64)
+        cpu.advect_series(
+            ks, groups, TIME_KINDS[plan.interpolation], window.stage_grid[off:], window.stage_coef[off:], int(k0),
+            MODES[plan.mode], x, A, B, plan.h, np.where(kept, slots - first, -1), position, velocity, jacobian,
+            group.get("F"), status, last, evaluations, window.validate_end,
+        )  # fmt: skip
+        rows_parts.append(saved_rows(group["id"], position, velocity, jacobian, first))
+        last = np.where(last >= 0, last - k0, -1)  # reported in run steps: relative to k0, as sort_out reads it
+        retired, moved, onward = sort_out(
+            plan, partition, group, int(k0), status, last, evaluations, x, None if window.validate_end else end
+        )
+        retired_parts.append(retired)
+        if moved is not None:
+            movers.append(take(moved, moved["owner"] != partition))
+            unjudged.append(take(moved, moved["owner"] == partition))
+        if onward is not None:
+            onward["owner"] = plan.owners(onward["x"])
+            going.append(onward)
+    unjudged = [{k: v for k, v in b.items() if k != "owner"} for b in unjudged]
+    return finish(plan, rows_parts, retired_parts, movers, unjudged, 0, going)
+
+
+def next_of(result: tuple, destination: int) -> dict[str, np.ndarray]:
+    return result[4][destination]
 
 
 def chunk_pieces(rows: dict[str, np.ndarray], retired: dict[str, np.ndarray], chunk: int) -> dict[int, tuple]:

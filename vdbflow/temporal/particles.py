@@ -43,6 +43,7 @@ from vdbflow.temporal.integration import (
     step_plan,
     trajectory_bytes_limit,
 )
+from vdbflow.temporal.resident import advect_resident
 from vdbflow.temporal.sources import as_source
 
 STATUS_MEANINGS = schema.STATUS_MEANINGS
@@ -187,6 +188,8 @@ def advect(
         with_jacobian,
         variational=with_ftle,
     )
+    if run.resident:  # through a cluster: the particles live on the workers, the results too (lazy)
+        advect_resident(run, pts.reshape(-1, 3))
     N = run.position.shape[0]
     name = src.name
     var_attrs, var_dims = schema.trajectory_attrs(name, src.units, src.length_units), schema.trajectory_dims(name)
@@ -220,7 +223,7 @@ def advect(
     }
     if src.kind == "series":
         attrs["time_interpolation"] = time
-    if src.partitioned:  # resident particles: how they travelled (vdbflow.temporal.resident)
+    if hasattr(run, "rounds"):  # resident particles: how they travelled (vdbflow.temporal.resident)
         attrs.update(
             rounds=run.rounds,
             migrations=run.migrations,
@@ -353,6 +356,8 @@ def ftle(
         False,
         variational=method == "variational",
     )
+    if run.resident:
+        advect_resident(run, pts.reshape(-1, 3))
     final = run.position[:, -1].reshape(lead + (3,))
     if method == "variational":
         F = run.F.reshape(lead + (3, 3))

@@ -25,6 +25,7 @@ that lineage: at worst the rounds so far, once more.
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections import defaultdict
 from typing import Any
@@ -34,7 +35,7 @@ import numpy as np
 from vdbflow.errors import SamplingError
 from vdbflow.ops.sampling import STENCIL_RADIUS
 from vdbflow.temporal import particle_tasks as steps
-from vdbflow.temporal.integration import saved_bytes_per_step
+from vdbflow.temporal.integration import TABLEAUS, saved_bytes_per_step
 
 CHUNK_BYTES = 1 << 27  # the saved results of one output chunk of particles (128 MiB)
 
@@ -47,85 +48,155 @@ def output_chunk(particles: int, slots: int, velocity: bool, jacobian: bool) -> 
 
 def advect_resident(run: Any, x: np.ndarray) -> None:
     """Integrate the seeds ``x`` (N, 3) of ``run`` (a :class:`~vdbflow.temporal.integration.Run`
-    through a DistributedSource) with resident particles; sets the run's results as lazy Dask arrays
-    (``position``, ``velocity``, ``jacobian``, ``status``, ``end_time``, ``F``) and its statistics
-    (``evaluations``, ``rounds``, ``migrations``, ``stage_by_stage_steps``)."""
-    dvol, src = run.src.dvol, run.src
-    client, P = dvol.client, dvol.plan.partitions
-    N = len(x)
-    plan = steps.ParticlePlan(
-        router=dvol.plan.router,
-        transform=dvol.template.transform,
-        method=run.method,
-        mode=src.mode,
-        h=run.h,
-        t0=run.t0,
-        t1=run.t1,
-        n=run.n,
-        save_steps=np.asarray(run.save_steps, np.int64),
-        chunk=output_chunk(N, len(run.save_steps), run.with_velocity, run.with_jacobian),
-        velocity=run.with_velocity,
-        jacobian=run.with_jacobian,
-        variational=run.variational,
-        halo=dvol.halo,
-    )
-    if plan.reach < 0:
-        raise SamplingError(
-            f"expected a halo of at least {STENCIL_RADIUS[src.mode]} voxels to advect with mode {src.mode!r} (its "
-            f"stencil's reach), got a volume distributed with halo={dvol.halo}: distribute(..., halo=8) keeps most "
-            "steps inside their partition"
+    through a DistributedVolume, or a DistributedSeries whose steps share one topology) with resident
+    particles; sets the run's results as lazy Dask arrays (``position``, ``velocity``, ``jacobian``,
+    ``status``, ``end_time``, ``F``) and its statistics (``evaluations``, ``rounds``, ``migrations``,
+    ``stage_by_stage_steps``, ``client_steps``)."""
+    src = run.src
+    if src.kind == "series":
+        from vdbflow.temporal.series_kernels import SeriesPlan, window_span
+
+        series = src.series
+        cache = series.distributed_cache
+        series.distributed_cache = max(cache, window_span(src.time))  # a window's steps stay distributed
+        try:
+            windows = SeriesPlan(series, src.time, run.t0, run.t1, run.h, run.n, TABLEAUS[run.method][0]).windows()
+            first = next(windows)
+            dvol = series.step(first.low if not isinstance(first, int) else 0)
+            resident = Resident(run, dvol, x, src.time)
+            for window in itertools.chain([first], windows):
+                resident.through_window(window)
+        finally:
+            series.distributed_cache = cache
+    else:
+        resident = Resident(run, src.dvol, x)
+        resident.rounds_of(lambda p, batches: (steps.advance, resident.dvol.partitions[p], resident.plan, p, *batches))
+    resident.finish()
+
+
+class Resident:
+    """The client's side of a resident advection: the particles' whereabouts (futures of batches per
+    partition), the pieces of results by output chunk, and the counts."""
+
+    def __init__(self, run: Any, dvol: Any, x: np.ndarray, interpolation: str = "none"):
+        src = run.src
+        self.run, self.dvol, self.client = run, dvol, dvol.client
+        self.P, N = dvol.plan.partitions, len(x)
+        self.plan = steps.ParticlePlan(
+            router=dvol.plan.router,
+            transform=dvol.template.transform,
+            method=run.method,
+            mode=src.mode,
+            h=run.h,
+            t0=run.t0,
+            t1=run.t1,
+            n=run.n,
+            save_steps=np.asarray(run.save_steps, np.int64),
+            chunk=output_chunk(N, len(run.save_steps), run.with_velocity, run.with_jacobian),
+            velocity=run.with_velocity,
+            jacobian=run.with_jacobian,
+            variational=run.variational,
+            halo=dvol.halo,
+            interpolation=interpolation,
         )
-    seeds = {
-        "id": np.arange(N, dtype=np.int64),
-        "step": np.zeros(N, np.int64),
-        "x": x,
-        "sampled": np.zeros(N, np.int64),
-    }
-    if run.variational:
-        seeds["F"] = np.broadcast_to(np.eye(3), (N, 3, 3)).copy()
-    inbox: list[list[Any]] = [[] for _ in range(P)]
-    for q, batch in enumerate(split_by_owner(plan, seeds)):
-        if batch is not None:
-            inbox[q].append(batch)  # the seeds travel inside the first round's tasks (their lineage)
-    pieces: dict[int, list[Any]] = defaultdict(list)
-    rounds = migrations = stepped = evaluations = local = 0
-    while any(inbox):
-        rounds += 1
-        calls = {
-            p: client.submit(steps.advance, dvol.partitions[p], plan, p, *inbox[p], pure=False)
-            for p in range(P)
-            if inbox[p]
+        if self.plan.reach < 0:
+            raise SamplingError(
+                f"expected a halo of at least {STENCIL_RADIUS[src.mode]} voxels to advect with mode {src.mode!r} "
+                f"(its stencil's reach), got a volume distributed with halo={dvol.halo}: distribute(..., halo=8) "
+                "keeps most steps inside their partition"
+            )
+        seeds = {
+            "id": np.arange(N, dtype=np.int64),
+            "step": np.zeros(N, np.int64),
+            "x": x,
+            "sampled": np.zeros(N, np.int64),
         }
-        inbox = [[] for _ in range(P)]
-        summaries = gather_summaries(client, calls)
-        fallback = []
-        for p, summary in summaries.items():
-            for q in np.flatnonzero(summary["to"]):
-                inbox[q].append(client.submit(steps.outbox_of, calls[p], int(q)))
-                migrations += int(summary["to"][q])
-            if summary["fallback"]:
-                fallback.append(client.submit(steps.fallback_of, calls[p]))
-            for chunk in summary["chunks"]:
-                pieces[chunk].append(client.submit(steps.piece_of, calls[p], chunk))
-            evaluations = max(evaluations, summary["max_sampled"])
-            local += summary["local_steps"]
-        if fallback:
-            batch = steps.concat(client.gather(fallback), plan.variational)
-            stepped += len(batch["id"])
-            # stage by stage through the whole distributed volume, as one process steps them
-            going, rows, retired, _ = steps.step_stage_by_stage(run, batch)
-            if len(retired["id"]):
-                evaluations = max(evaluations, int(retired["sampled"].max()))
-            for q, part in enumerate(split_by_owner(plan, going)):
-                if part is not None:
-                    inbox[q].append(client.submit(steps.held, part, pure=False))
-            for chunk, piece in steps.chunk_pieces(rows, retired, plan.chunk).items():
-                pieces[chunk].append(client.submit(steps.held, piece, pure=False))
-        del calls
-    run.rounds, run.migrations = rounds, migrations
-    run.stage_by_stage_steps, run.client_steps = local + stepped, stepped
-    run.evaluations = int(evaluations)
-    lazy_results(run, plan, N, pieces)
+        if run.variational:
+            seeds["F"] = np.broadcast_to(np.eye(3), (N, 3, 3)).copy()
+        self.N = N
+        # the seeds travel inside the first round's tasks (their lineage)
+        self.inbox: list[list[Any]] = [[] if b is None else [b] for b in split_by_owner(self.plan, seeds)]
+        self.pieces: dict[int, list[Any]] = defaultdict(list)
+        self.rounds = self.migrations = self.stepped = self.evaluations = self.local = 0
+
+    def rounds_of(self, call: Any, end: int | None = None) -> list[list[Any]]:
+        """Rounds of one call per partition holding particles (``call(p, batches)``: the function and
+        its arguments) until none is left; ``end``: the step a series window ends at (its particles
+        going on are returned by partition, for the next window)."""
+        client, P, plan = self.client, self.P, self.plan
+        onward: list[list[Any]] = [[] for _ in range(P)]
+        inbox, self.inbox = self.inbox, [[] for _ in range(P)]
+        while any(inbox):
+            self.rounds += 1
+            calls = {p: client.submit(*call(p, inbox[p]), pure=False) for p in range(P) if inbox[p]}
+            inbox = [[] for _ in range(P)]
+            fallback = []
+            for p, summary in gather_summaries(client, calls).items():
+                for q in np.flatnonzero(summary["to"]):
+                    inbox[q].append(client.submit(steps.outbox_of, calls[p], int(q)))
+                    self.migrations += int(summary["to"][q])
+                for q in np.flatnonzero(summary["next"]):
+                    onward[q].append(client.submit(steps.next_of, calls[p], int(q)))
+                    self.migrations += int(summary["next"][q]) if q != p else 0
+                if summary["fallback"]:
+                    fallback.append(client.submit(steps.fallback_of, calls[p]))
+                for chunk in summary["chunks"]:
+                    self.pieces[chunk].append(client.submit(steps.piece_of, calls[p], chunk))
+                self.evaluations = max(self.evaluations, summary["max_sampled"])
+                self.local += summary["local_steps"]
+            if fallback:
+                batch = steps.concat(client.gather(fallback), plan.variational)
+                going = self.client_step(batch)
+                later = going["step"] >= end if end is not None else np.zeros(len(going["id"]), bool)
+                for target, part in ((inbox, steps.take(going, ~later)), (onward, steps.take(going, later))):
+                    self.hold(target, part)
+        return onward
+
+    def client_step(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One step of each particle of ``batch`` stage by stage through the whole distributed source,
+        as one process steps them; the finished ones' pieces kept; returns the particles going on."""
+        self.stepped += len(batch["id"])
+        going, rows, retired, _ = steps.step_stage_by_stage(self.run, batch)
+        if len(retired["id"]):
+            self.evaluations = max(self.evaluations, int(retired["sampled"].max()))
+        for chunk, piece in steps.chunk_pieces(rows, retired, self.plan.chunk).items():
+            self.pieces[chunk].append(self.client.submit(steps.held, piece, pure=False))
+        return going
+
+    def hold(self, target: list[list[Any]], batch: dict[str, np.ndarray]) -> None:
+        """Particles the client stepped, to the workers of the partitions owning their cells."""
+        for q, part in enumerate(split_by_owner(self.plan, batch)):
+            if part is not None:
+                target[q].append(self.client.submit(steps.held, part, pure=False))
+
+    def through_window(self, window: Any) -> None:
+        """The particles through one window of a series' steps (an int k: step k of every particle,
+        stage by stage by the client, its stages reading more steps than a window holds)."""
+        if isinstance(window, int):
+            batches = [b for parts in self.inbox for b in parts]
+            self.inbox = [[] for _ in range(self.P)]
+            batch = steps.concat(self.client.gather(batches), self.plan.variational)
+            if len(batch["id"]):
+                self.hold(self.inbox, self.client_step(batch))
+            return
+        series = self.run.src.series
+        dvols = [series.step(j) for j in range(window.low, window.low + window.grids)]
+        if any(d.plan is not self.dvol.plan for d in dvols):  # checked before the run: one topology
+            raise SamplingError("expected every step of the series to share one partition plan")
+        plan = self.plan
+
+        def call(p: int, batches: list[Any]) -> tuple:
+            return (steps.advance_window, [d.partitions[p] for d in dvols], plan, window, p, *batches)
+
+        end = None if window.validate_end else window.first + window.steps
+        self.inbox = self.rounds_of(call, end)
+
+    def finish(self) -> None:
+        run = self.run
+        run.rounds, run.migrations = self.rounds, self.migrations
+        run.stage_by_stage_steps, run.client_steps = self.local + self.stepped, self.stepped
+        run.evaluations = int(self.evaluations)
+        lazy_results(run, self.plan, self.N, self.pieces)
 
 
 def gather_summaries(client: Any, calls: dict[int, Any]) -> dict[int, dict[str, Any]]:

@@ -32,6 +32,11 @@ class Source:
     def sample(self, points: np.ndarray, t: float, jacobian: bool) -> tuple[np.ndarray, np.ndarray | None]:
         raise NotImplementedError
 
+    def resident_for(self, t0: float, t1: float) -> bool:
+        """Whether an integration from t0 to t1 keeps its particles on the workers of a cluster
+        (:mod:`vdbflow.temporal.resident`)."""
+        return False
+
     def undecided(self, points: np.ndarray, starts: np.ndarray) -> np.ndarray:
         """Which of the stage points (M, 3) that :meth:`inside` found outside the data it cannot judge,
         given the positions (M, 3) their steps started from (a source holding part of a volume:
@@ -137,6 +142,26 @@ class SeriesSource(VolumeSource):
             and self.series.template.value_type.is_float
         )
 
+    def resident_for(self, t0: float, t1: float) -> bool:
+        """A DistributedSeries of float steps, linear or pchip in time, whose steps around [t0, t1] (those
+        the stages can read) share one topology, so that a particle's partition is the same at every step."""
+        from vdbflow.core.topology import same_topology
+        from vdbflow.temporal.series import DistributedSeries
+
+        series = self.series
+        if not (
+            isinstance(series, DistributedSeries)
+            and self.time in ("linear", "pchip")
+            and len(series) >= 2
+            and series.template.value_type.is_float
+        ):
+            return False
+        times = np.asarray(series.times)
+        lo = max(0, int(np.searchsorted(times, min(t0, t1), "right")) - 3)
+        hi = min(len(series), int(np.searchsorted(times, max(t0, t1), "left")) + 3)
+        first = series.volume(lo).topology
+        return all(same_topology(first, series.volume(j).topology) for j in range(lo + 1, hi))
+
     def advect_window(self, ks: list[Any], topology: np.ndarray, stage_grid: np.ndarray, *args: Any) -> None:
         """Every active particle through one window of the series' steps in the kernels
         (``vdbflow.devices.cpu.advect_series``; the arguments after ``stage_grid`` are the rest of
@@ -175,6 +200,9 @@ class DistributedSource(VolumeSource):
     @property
     def partitioned(self) -> bool:  # type: ignore[override]
         return self.dvol.template.value_type.is_float  # the kernels advect float data
+
+    def resident_for(self, t0: float, t1: float) -> bool:
+        return self.partitioned
 
     def inside(self, points: np.ndarray, t: float) -> np.ndarray:
         return self._inside(points)
