@@ -38,6 +38,7 @@ from vdbflow.temporal import particle_tasks as steps
 from vdbflow.temporal.integration import TABLEAUS, saved_bytes_per_step
 
 CHUNK_BYTES = 1 << 27  # the saved results of one output chunk of particles (128 MiB)
+HELD_PARTICLES = 1 << 15  # particles the client sends in one task (<= 4 MiB with F)
 
 
 def output_chunk(particles: int, slots: int, velocity: bool, jacobian: bool) -> int:
@@ -114,9 +115,9 @@ class Resident:
         if run.variational:
             seeds["F"] = np.broadcast_to(np.eye(3), (N, 3, 3)).copy()
         self.N = N
-        # the seeds travel inside the first round's tasks (their lineage)
-        self.inbox: list[list[Any]] = [[] if b is None else [b] for b in split_by_owner(self.plan, seeds)]
+        self.inbox: list[list[Any]] = [[] for _ in range(self.P)]
         self.pieces: dict[int, list[Any]] = defaultdict(list)
+        self.hold(self.inbox, seeds)
         self.rounds = self.migrations = self.stepped = self.evaluations = self.local = 0
 
     def rounds_of(self, call: Any, end: int | None = None) -> list[list[Any]]:
@@ -164,10 +165,14 @@ class Resident:
         return going
 
     def hold(self, target: list[list[Any]], batch: dict[str, np.ndarray]) -> None:
-        """Particles the client stepped, to the workers of the partitions owning their cells."""
+        """Particles of the client (the seeds, those it stepped) to the partitions owning their cells, in
+        tasks that hold them (so that they are made again if their worker dies), ``HELD_PARTICLES`` a task
+        (a few MiB: Dask warns of larger graphs)."""
         for q, part in enumerate(split_by_owner(self.plan, batch)):
             if part is not None:
-                target[q].append(self.client.submit(steps.held, part, pure=False))
+                for lo in range(0, len(part["id"]), HELD_PARTICLES):
+                    piece = steps.take(part, slice(lo, lo + HELD_PARTICLES))
+                    target[q].append(self.client.submit(steps.held, piece, pure=False))
 
     def through_window(self, window: Any) -> None:
         """The particles through one window of a series' steps (an int k: step k of every particle,
