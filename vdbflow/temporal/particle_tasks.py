@@ -121,14 +121,16 @@ class PartitionSource(VolumeSource):
     Its halo holds every leaf that a stencil of ``halo`` voxels around its cells reaches, so a stage
     point whose own stencil (``STENCIL_RADIUS[mode]`` voxels) stays within that reach of the step's
     start, or whose cell the partition owns, is judged as the whole volume would judge it;
-    :meth:`undecided` marks the others (one voxel of margin for the rounding of the index map)."""
+    :meth:`undecided` marks the others.  Two voxels of margin: NumPy's index map may put the start's
+    and the stage point's cells each one voxel off the kernels' at a cell face (the start's own cell is
+    the partition's by the kernels' map: the router's)."""
 
     def __init__(self, volume: Volume, plan: ParticlePlan, partition: int):
         super().__init__(volume, plan.mode)
         self.plan, self.partition = plan, partition
 
     def undecided(self, points: np.ndarray, starts: np.ndarray) -> np.ndarray:
-        reach = self.plan.reach - 1
+        reach = self.plan.reach - 2
         xf = self.plan.transform
         apart = np.abs(np.floor(xf.apply_inverse(points)) - np.floor(xf.apply_inverse(starts))).max(axis=1)
         unsure = ~(apart <= reach)
