@@ -8,7 +8,8 @@ python3-openvdb: NanoVDB 32.4.2, OpenVDB 10.0).
   32.4 and the default) pass ``nanovdb_validate``, ``nanovdb_print`` shows their counts and boxes, and
   ``nanovdb_convert x.nvdb x.vdb`` gives an OpenVDB file whose values, activity and transform pyopenvdb
   reads equal to vdbflow's.  Debian's pyopenvdb knows only Float, Bool and Vec3S grids: every type is
-  also checked by ``vdb_print`` (counts, box, background, min/max, transform), and float, double and
+  also checked by ``vdb_print`` (counts, box, background, min/max, transform) and, every type, read back by
+  vdbflow's own .vdb reader (values, activity, tiles, background, transform), and float, double and
   vec3f go back through ``nanovdb_convert x.vdb y.nvdb``, which gives vdbflow's bytes exactly (32.4's
   converter refuses int32 and vec3d OpenVDB grids).
 
@@ -114,6 +115,19 @@ def openvdb_matrix(dump: dict[str, np.ndarray]) -> np.ndarray:
 def sorted_rows(ijk: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     order = np.lexsort(ijk.T[::-1])
     return ijk[order], values.reshape(len(ijk), -1)[order]
+
+
+def dump_of(vol: vdbflow.Volume) -> dict[str, np.ndarray]:
+    """A Volume (read from a .vdb by vdbflow's own reader) in the layout of :func:`dump_vdb`'s grids."""
+    topo, m = vol.topology, vol.transform.index_to_world
+    return {
+        "ijk": vol.active_voxels(),
+        "values": np.asarray(vol.active_values(), np.float64),
+        "tiles": np.concatenate([topo.tile_origins, topo.tile_sizes[:, None]], axis=1).astype(np.int64),
+        "tile_values": np.asarray(vol.tile_values, np.float64),
+        "background": np.asarray(vol.background, np.float64),
+        "map": np.stack([m[:3, 3], *(m[:3, 3] + m[:3, a] for a in range(3))]),
+    }
 
 
 def assert_volume_equals_openvdb(vol: vdbflow.Volume, dump: dict[str, np.ndarray], tolerance: float = 0.0) -> None:
@@ -283,6 +297,8 @@ def test_vdbflow_files_pass_the_nanovdb_tools_and_convert_to_openvdb(tmp_path, t
         assert_vdb_print_agrees(back_vdb, vol, want_voxels)
         if type_name in ("float", "vec3f"):  # what Debian's pyopenvdb reads
             assert_volume_equals_openvdb(vol, dump_vdb(back_vdb)[type_name])
+        # every type, through vdbflow's own .vdb reader (checked against pyopenvdb in test_openvdb.py)
+        assert_volume_equals_openvdb(vol, dump_of(vdbflow.open(str(back_vdb))))
         if type_name in ("float", "double", "vec3f"):  # 32.4's converter refuses int32 and vec3d .vdb grids
             args = ("--force", "--stats", "bbox", "--checksum", "full", str(back_vdb), str(again))
             run_tool("nanovdb_convert", *args)
