@@ -130,6 +130,29 @@ def test_resident_results_are_lazy_and_write_from_the_workers(rotation_box, rng,
     assert back.attrs["migrations"] > 0 and back.attrs["source"] == "distributed"
 
 
+def test_dask_seeds_are_made_and_routed_on_the_workers(rotation_box, rng):
+    """Seeds as a Dask array: each chunk is made and routed on a worker (the client never holds them);
+    the same trajectories as the seeds in memory through one process."""
+    import dask.array as da
+
+    seeds = orbit_seeds(rng, 500)
+    lazy = da.from_array(seeds, chunks=(120, 3)).map_blocks(lambda b: b + 0.0)  # made by tasks
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        dvol = vdbflow.distribute(rotation_box, client, partitions=5, halo=8)
+        try:
+            got = vdbflow.advect(dvol, lazy, 0.0, 2.0, 0.1, "rk2", "linear", with_ftle=True).compute()
+        finally:
+            dvol.close()
+    want = vdbflow.advect(rotation_box, seeds, 0.0, 2.0, 0.1, "rk2", "linear", with_ftle=True)
+    assert_same_run(got, want)
+    np.testing.assert_allclose(got.ftle.values, want.ftle.values, rtol=0, atol=1e-13)
+    with pytest.raises(vdbflow.PointsError, match="expected seeds of shape"):
+        vdbflow.advect(rotation_box, da.zeros((4, 2)), 0.0, 1.0, 0.1)
+
+
 def test_a_halo_smaller_than_the_stencil_is_refused(rotation_box, rng):
     with (
         distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster,

@@ -139,6 +139,33 @@ class PartitionSource(VolumeSource):
         return unsure
 
 
+def seed_batch(x: np.ndarray, first: int, variational: bool) -> dict[str, np.ndarray]:
+    """Seeds x (m, 3) as a batch at step 0, particles ``first .. first + m - 1``."""
+    m = len(x)
+    batch = {
+        "id": np.arange(first, first + m, dtype=np.int64),
+        "step": np.zeros(m, np.int64),
+        "x": np.asarray(x, np.float64),
+        "sampled": np.zeros(m, np.int64),
+    }
+    if variational:
+        batch["F"] = np.broadcast_to(np.eye(3), (m, 3, 3)).copy()
+    return batch
+
+
+def route_seeds(x: np.ndarray, first: int, plan: ParticlePlan) -> list[Any]:
+    """A chunk of seeds x (m, 3), particles ``first ..``, by the partition owning their cells: a list of
+    P batches (None where empty), made on a worker."""
+    batch = seed_batch(np.asarray(x, np.float64).reshape(-1, 3), first, plan.variational)
+    owner = plan.owners(batch["x"])
+    return [take(batch, owner == q) if (owner == q).any() else None for q in range(plan.router.partitions)]
+
+
+def counts_of(batches: list[Any]) -> np.ndarray:
+    """The particles of each of a list of batches (None: none), (P,) int64."""
+    return np.array([0 if b is None else len(b["id"]) for b in batches], np.int64)
+
+
 def empty_batch(variational: bool) -> dict[str, np.ndarray]:
     """A batch of no particles."""
     batch = {

@@ -74,7 +74,11 @@ def _real(value: Any, name: str) -> float:
         raise TimeError(f"expected a real number for {name}, got {value!r}") from None
 
 
-def _seeds(seeds: Any) -> np.ndarray:
+def _seeds(seeds: Any) -> Any:
+    if getattr(seeds, "chunks", None) is not None and hasattr(seeds, "dask"):  # a Dask array: left lazy
+        if seeds.ndim < 1 or seeds.shape[-1] != 3 or seeds.size == 0 or seeds.dtype.kind not in "fiu":
+            raise PointsError(f"expected seeds of shape (N, 3) or (..., 3), numeric, got {seeds.shape} {seeds.dtype}")
+        return seeds.astype(np.float64)
     try:
         arr = np.asarray(seeds, np.float64)
     except (TypeError, ValueError) as err:
@@ -117,7 +121,8 @@ def advect(
         Velocity in length units per time unit.
     seeds : array_like, shape (N, 3) or (..., 3)
         Start positions in world space (the volume's length units), at least one; flattened in C
-        order to the ``particle`` dim.
+        order to the ``particle`` dim.  A Dask array stays lazy through a DistributedVolume or
+        DistributedSeries: each chunk of seeds is made and routed on a worker, never on the client.
     t0, t1 : float
         Start and end times (finite; inside the series' times for a VolumeSeries).
     dt : float
@@ -174,6 +179,8 @@ def advect(
     src = as_source(source, mode, time, device)
     pts = _seeds(seeds)
     t0, t1, dt = _real(t0, "t0"), _real(t1, "t1"), _real(dt, "dt")
+    if not isinstance(pts, np.ndarray) and not src.resident_for(t0, t1):
+        pts = np.asarray(pts)  # Dask seeds stay lazy only for particles resident on a cluster
     if with_ftle and not (math.isfinite(t1 - t0) and t1 != t0):
         raise TimeError(f"expected t1 != t0 for with_ftle (an FTLE needs a nonzero time), got t0 = t1 = {t0!r}")
     run = Run(

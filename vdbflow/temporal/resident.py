@@ -106,18 +106,23 @@ class Resident:
                 f"(its stencil's reach), got a volume distributed with halo={dvol.halo}: distribute(..., halo=8) "
                 "keeps most steps inside their partition"
             )
-        seeds = {
-            "id": np.arange(N, dtype=np.int64),
-            "step": np.zeros(N, np.int64),
-            "x": x,
-            "sampled": np.zeros(N, np.int64),
-        }
-        if run.variational:
-            seeds["F"] = np.broadcast_to(np.eye(3), (N, 3, 3)).copy()
         self.N = N
         self.inbox: list[list[Any]] = [[] for _ in range(self.P)]
         self.pieces: dict[int, list[Any]] = defaultdict(list)
-        self.hold(self.inbox, seeds)
+        if isinstance(x, np.ndarray):
+            self.hold(self.inbox, steps.seed_batch(x, 0, run.variational))
+        else:  # a Dask array: each chunk made and routed on a worker
+            import dask
+
+            offsets = np.cumsum((0, *x.chunks[0]))
+            routed = [
+                self.client.compute(dask.delayed(steps.route_seeds)(block, int(lo), self.plan))
+                for block, lo in zip(x.to_delayed().ravel(), offsets, strict=False)
+            ]
+            counts = self.client.gather([self.client.submit(steps.counts_of, f) for f in routed])
+            for f, sizes in zip(routed, counts, strict=True):
+                for q in np.flatnonzero(sizes):
+                    self.inbox[q].append(self.client.submit(operator.getitem, f, int(q)))
         self.rounds = self.migrations = self.stepped = self.evaluations = self.local = 0
 
     def rounds_of(self, call: Any, end: int | None = None) -> list[list[Any]]:
