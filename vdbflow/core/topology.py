@@ -80,8 +80,7 @@ class Topology:
             raise VolumeError(f"expected masks of shape ({len(origins)}, 8), got {masks.shape}")
         if np.any(origins & 7):
             raise VolumeError("expected leaf origins that are multiples of 8")
-        order = tree.tree_order(origins >> 3)
-        if not np.array_equal(order, np.arange(len(origins))):
+        if not tree.in_tree_order(origins >> 3):
             raise VolumeError("expected leaf origins in NanoVDB tree order")
         self.leaf_origins = origins
         self.masks = masks
