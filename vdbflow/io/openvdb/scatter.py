@@ -16,6 +16,7 @@ import errno
 import os
 import sys
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -59,68 +60,86 @@ def read_records(
     ``value_sizes[n]`` bytes, stored right after the previous record's values in ``values``.
     ``heads`` and ``values`` are writable C-contiguous arrays of at least ``L * head_size`` and
     ``sum(value_sizes)`` bytes (checked)."""
-    sizes = np.asarray(value_sizes, np.int64)
-    L = len(sizes)
-    total = int(sizes.sum()) if L else 0
-    for arr, need, what in ((heads, L * head_size, "heads"), (values, total, "values")):
-        if not (arr.flags.c_contiguous and arr.flags.writeable) or arr.nbytes < need or np.any(sizes < 0):
-            raise ValueError(f"expected a writable contiguous array of {need} bytes for the {what}, got {arr.nbytes}")
-    if L == 0:
-        return
-    iov = np.empty((L, 2), IOVEC)
-    iov["base"][:, 0] = heads.ctypes.data + np.arange(L, dtype=np.uint64) * np.uint64(head_size)
-    iov["len"][:, 0] = head_size
-    value_ends = np.cumsum(sizes)
-    iov["base"][:, 1] = values.ctypes.data + (value_ends - sizes).astype(np.uint64)
-    iov["len"][:, 1] = sizes
-    record_ends = offset + np.cumsum(sizes + head_size)  # the file offset after each record
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if L < 2 * MIN_SPLIT or THREADS < 2:
-            _read_calls(fd, path, iov, offset, record_ends, 0, L)
-        else:  # halves in two threads: the kernel's copies (and the page faults of fresh memory) overlap
-            half = L // 2
+    Records(path, offset, head_size, value_sizes, heads, values).read()
+
+
+class Records:
+    """A planned :func:`read_records`: the arrays checked and the iovecs built here, the reading done by
+    :meth:`read` (in another thread, say: it holds the GIL only between its ``preadv`` calls)."""
+
+    def __init__(
+        self, path: str, offset: int, head_size: int, value_sizes: np.ndarray, heads: np.ndarray, values: np.ndarray
+    ):
+        sizes = np.asarray(value_sizes, np.int64)
+        L = len(sizes)
+        total = int(sizes.sum()) if L else 0
+        for arr, need, what in ((heads, L * head_size, "heads"), (values, total, "values")):
+            if not (arr.flags.c_contiguous and arr.flags.writeable) or arr.nbytes < need or np.any(sizes < 0):
+                raise ValueError(
+                    f"expected a writable contiguous array of {need} bytes for the {what}, got {arr.nbytes}"
+                )
+        self.path, self.offset, self.count = path, offset, L
+        self.arrays = (heads, values)  # kept alive while the kernel writes through their addresses
+        self.iov = np.empty((L, 2), IOVEC)
+        self.iov["base"][:, 0] = heads.ctypes.data + np.arange(L, dtype=np.uint64) * np.uint64(head_size)
+        self.iov["len"][:, 0] = head_size
+        value_ends = np.cumsum(sizes)
+        self.iov["base"][:, 1] = values.ctypes.data + (value_ends - sizes).astype(np.uint64)
+        self.iov["len"][:, 1] = sizes
+        self.record_ends = offset + np.cumsum(sizes + head_size)  # the file offset after each record
+
+    def read(self) -> None:
+        """Read the records, ``IOV_MAX // 2`` per ``preadv`` call (whole records, so that every call
+        starts on one); from ``2 * MIN_SPLIT`` records on, two threads take the calls in turn (the
+        kernel's copies, and the page faults of fresh memory, overlap)."""
+        L, ends = self.count, self.record_ends
+        if L == 0:
+            return
+        per_call = IOV_MAX // 2
+        calls = [
+            (first, min(first + per_call, L), self.offset if first == 0 else int(ends[first - 1]))
+            for first in range(0, L, per_call)
+        ]
+        work = iter(calls)  # shared: each next() is one step under the GIL
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            if L < 2 * MIN_SPLIT or THREADS < 2:
+                self._calls(fd, work)
+                return
             failed: list[BaseException] = []
 
             def second() -> None:
                 try:
-                    _read_calls(fd, path, iov, int(record_ends[half - 1]), record_ends, half, L)
+                    self._calls(fd, work)
                 except BaseException as err:  # re-raised in the calling thread
                     failed.append(err)
 
             helper = threading.Thread(target=second, daemon=True)
             helper.start()
             try:
-                _read_calls(fd, path, iov, offset, record_ends, 0, half)
+                self._calls(fd, work)
             finally:
                 helper.join()
             if failed:
                 raise failed[0]
-    finally:
-        os.close(fd)
+        finally:
+            os.close(fd)
 
-
-def _read_calls(
-    fd: int, path: str, iov: np.ndarray, pos: int, record_ends: np.ndarray, first_leaf: int, stop: int
-) -> None:
-    """Records [first_leaf, stop) from byte ``pos``, ``IOV_MAX // 2`` per ``preadv`` call (whole
-    records, so every call starts on one)."""
-    per_call = IOV_MAX // 2
-    base = iov.ctypes.data
-    for first in range(first_leaf, stop, per_call):
-        last = min(first + per_call, stop)
-        want = int(record_ends[last - 1]) - pos
-        while True:
-            got = PREADV(fd, base + first * 2 * IOVEC.itemsize, 2 * (last - first), pos)
-            if got >= 0 or ctypes.get_errno() != errno.EINTR:
-                break
-        if got < 0:
-            raise OpenVDBError(
-                f"at byte {pos} of {path}: reading the leaf buffers failed: {os.strerror(ctypes.get_errno())}"
-            )
-        if got != want:
-            raise OpenVDBError(
-                f"at byte {pos} of {path}: expected {want} bytes of leaf buffers {first} to {last - 1}, found "
-                f"{got} (the file is shorter than when it was opened)"
-            )
-        pos += got
+    def _calls(self, fd: int, work: Iterator[tuple[int, int, int]]) -> None:
+        """``preadv`` calls of records [first, last) from byte ``pos``, for each (first, last, pos)
+        that ``work`` gives; a failed or short one is an OpenVDBError naming the byte."""
+        base, ends, path = self.iov.ctypes.data, self.record_ends, self.path
+        for first, last, pos in work:
+            want = int(ends[last - 1]) - pos
+            while True:
+                got = PREADV(fd, base + first * 2 * IOVEC.itemsize, 2 * (last - first), pos)
+                if got >= 0 or ctypes.get_errno() != errno.EINTR:
+                    break
+            if got < 0:
+                err = os.strerror(ctypes.get_errno())
+                raise OpenVDBError(f"at byte {pos} of {path}: reading the leaf buffers failed: {err}")
+            if got != want:
+                raise OpenVDBError(
+                    f"at byte {pos} of {path}: expected {want} bytes of leaf buffers {first} to {last - 1}, found "
+                    f"{got} (the file is shorter than when it was opened)"
+                )

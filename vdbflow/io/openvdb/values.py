@@ -267,8 +267,8 @@ class EarlyRead:
         self.heads = np.empty((self.count, head), np.uint8)
         self.values = np.empty(self.count * size, np.uint8)
         self.error: BaseException | None = None
-        sizes = np.full(self.count, size, np.int64)
-        self.thread = threading.Thread(target=self._run, args=(path, head, sizes), daemon=True)
+        records = scatter.Records(path, start, head, np.full(self.count, size, np.int64), self.heads, self.values)
+        self.thread = threading.Thread(target=self._run, args=(records,), daemon=True)
         self.thread.start()
 
     @classmethod
@@ -284,9 +284,9 @@ class EarlyRead:
             return None
         return cls(path, st, start, end)
 
-    def _run(self, path: str, head: int, sizes: np.ndarray) -> None:
+    def _run(self, records: scatter.Records) -> None:
         try:
-            scatter.read_records(path, self.start, head, sizes, self.heads, self.values)
+            records.read()
         except BaseException as err:  # a short read, say: the usual read then finds what is wrong
             self.error = err
 
