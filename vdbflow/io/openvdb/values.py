@@ -323,7 +323,10 @@ def read_leaf_values(
     the topology was parsed, used when they fit it."""
     L = len(masks)
     want = np.ones(L, bool) if wanted is None else wanted
-    counts = np.bitwise_count(masks).sum(axis=1).astype(np.int64)
+    if st.mask_compressed:  # active voxels per leaf: the values stored (without mask compression: 512)
+        counts = np.bitwise_count(masks).sum(axis=1).astype(np.int64)
+    else:
+        counts = np.full(L, tree.LEAF_VOXELS, np.int64)
     fixed = None
     if early is not None:
         fixed = early.take(cur, st, L) if wanted is None else early.join()
