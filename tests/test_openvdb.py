@@ -424,3 +424,141 @@ def test_every_mask_compression_code_is_read(written, monkeypatch):
     vol = vdbflow.open(out / "grids.vdb", grid="codes")
     assert seen == set(range(7)), seen
     _check_grid(vol, dumps[GRIDS.index("codes")])
+
+
+# bbox= reads: the leaves and tiles that meet the box, as the .nvdb reader keeps them
+BOXES = [
+    ((-30, -30, -30), (40, 20, 60)),  # sparse voxels around the origin, the 8^3 tiles, the sphere
+    ((-256, -256, -256), (-200, -129, -129)),  # inside the active 128^3 tile
+    ((16, 16, 16), (16, 16, 16)),  # one voxel of the inactive 8^3 tile
+    ((0, -8, -8), (47, 7, 7)),  # the "codes" leaves
+    ((100, 100, 100), (140, 140, 140)),  # the vel box and its tile's edge
+    ((5000, 5000, 5000), (6000, 6000, 6000)),  # nothing there
+    ((10, 10, 10), (0, 0, 0)),  # an empty box (min > max)
+]
+
+
+def _meets(origins, sizes, box):
+    """(n,) bool: cubes [origin, origin + size) that meet the inclusive box, computed here."""
+    lo, hi = np.asarray(box, np.int64)
+    o = np.asarray(origins, np.int64).reshape(-1, 3)
+    return np.all((o <= hi) & (o + np.asarray(sizes, np.int64).reshape(-1, 1) - 1 >= lo), axis=1)
+
+
+def _keys(ijk):
+    """One int64 per voxel (n, 3), coordinates within +-2^20."""
+    k = np.asarray(ijk, np.int64) + (1 << 20)
+    return (k[:, 0] << 42) | (k[:, 1] << 21) | k[:, 2]
+
+
+def _is_full_cut_to(part, full, box):
+    """``part`` (a bbox= read) holds exactly the full read's leaves and tiles that meet ``box``, with
+    their masks, values (all 512 per leaf) and tile values, in the same order."""
+    t_part = part if isinstance(part, vdbflow.Topology) else part.topology
+    t_full = full if isinstance(full, vdbflow.Topology) else full.topology
+    leaves = _meets(t_full.leaf_origins, 8, box)
+    tiles = _meets(t_full.tile_origins, t_full.tile_sizes, box)
+    np.testing.assert_array_equal(t_part.leaf_origins, t_full.leaf_origins[leaves])
+    np.testing.assert_array_equal(t_part.masks, t_full.masks[leaves])
+    np.testing.assert_array_equal(t_part.tile_origins, t_full.tile_origins[tiles])
+    np.testing.assert_array_equal(t_part.tile_sizes, t_full.tile_sizes[tiles])
+    np.testing.assert_array_equal(t_part.index_to_world, t_full.index_to_world)
+    if isinstance(full, vdbflow.Topology):
+        return int(leaves.sum())
+    C = full.components
+    rows = np.asarray(full.voxel_data).reshape(full.leaf_count, 512, C)[leaves]
+    np.testing.assert_array_equal(np.asarray(part.voxel_data).reshape(-1, 512, C), rows)
+    np.testing.assert_array_equal(part.tile_values, np.asarray(full.tile_values)[tiles])
+    np.testing.assert_array_equal(part.background, full.background)
+    lo, hi = np.asarray(box)
+    if np.all(lo <= hi):  # inside the box, the part reads what the whole grid reads (active or not)
+        pts = np.random.default_rng(4).integers(lo, hi + 1, (300, 3))
+        np.testing.assert_array_equal(_at(part, pts), _at(full, pts))
+        every = full.active_voxels()
+        inside = every[np.all((every >= lo) & (every <= hi), axis=1)]
+        assert np.isin(_keys(inside), _keys(part.active_voxels())).all()  # and active in the part
+    return int(leaves.sum())
+
+
+@pytest.mark.parametrize("codec", ["pyopenvdb", "none", "zip", "blosc", "active"])
+def test_bbox_reads_the_full_read_cut_to_the_box(written, codec, tmp_path):
+    """Every grid (value, bool and mask) and every codec: a bbox= read, by path and from bytes, is
+    the full read cut to the box; with leaves= too, the leaves both choose."""
+    out, _ = written
+    path = out / "grids.vdb"
+    if codec != "pyopenvdb":
+        path = tmp_path / f"{codec}.vdb"
+        subprocess.run(
+            [require_tool("vdb_tool"), "-read", str(out / "grids.vdb"), "-write", f"codec={codec}", str(path)],
+            check=True,
+            capture_output=True,
+        )
+    data = path.read_bytes()
+    kept = 0
+    for g in vdbflow.list_grids(path):
+        full = vdbflow.open(path, grid=g.index)
+        for n, box in enumerate(BOXES):
+            part = vdbflow.open(path, grid=g.index, bbox=box)
+            kept += _is_full_cut_to(part, full, box)
+            if n in (0, 3):  # from memory too (the leaf buffers copied out of the bytes, not read)
+                _is_full_cut_to(vdbflow.open(data, grid=g.index, bbox=np.array(box)), full, box)
+        t_full = full if isinstance(full, vdbflow.Topology) else full.topology
+        chosen = np.arange(0, t_full.leaf_count, 3)
+        box = BOXES[0]
+        both = vdbflow.open(path, grid=g.index, bbox=box, leaves=chosen)
+        t_both = both if isinstance(both, vdbflow.Topology) else both.topology
+        picked = np.zeros(t_full.leaf_count, bool)
+        picked[chosen] = True
+        picked &= _meets(t_full.leaf_origins, 8, box)
+        np.testing.assert_array_equal(t_both.leaf_origins, t_full.leaf_origins[picked])
+        if not isinstance(full, vdbflow.Topology):
+            rows = np.asarray(full.voxel_data).reshape(full.leaf_count, 512, -1)[picked]
+            np.testing.assert_array_equal(np.asarray(both.voxel_data).reshape(-1, 512, full.components), rows)
+    assert kept > 100  # the boxes hold leaves of most grids
+    with pytest.raises(vdbflow.OpenVDBError, match=r"expected bbox as \(\(i0, j0, k0\), \(i1, j1, k1\)\), got shape"):
+        vdbflow.open(path, bbox=(0, 0, 0))
+    with pytest.raises(vdbflow.OpenVDBError, match="only bbox=, leaves= or checksum="):
+        vdbflow.open(path, box=BOXES[0])
+
+
+def test_threaded_reads_match_openvdb_and_the_bytes(written, monkeypatch, tmp_path):
+    """The leaf records read while the topology is parsed, the leaf values beside the topology's
+    tables, and the scatter-read split between two threads (all kept for large grids), forced on for
+    these small ones: OpenVDB's values, and the same as the copy out of the file's bytes."""
+    from vdbflow.io.openvdb import read, scatter, values
+
+    out, dumps = written
+    path = tmp_path / "none.vdb"
+    subprocess.run(
+        [require_tool("vdb_tool"), "-read", str(out / "grids.vdb"), "-write", "codec=none", str(path)],
+        check=True,
+        capture_output=True,
+    )
+    plain = {g.index: vdbflow.open(path, grid=g.index) for g in vdbflow.list_grids(path)}
+    monkeypatch.setattr(read, "PARALLEL_LEAVES", 0)
+    monkeypatch.setattr(scatter, "MIN_SPLIT", 1)
+    monkeypatch.setattr(scatter, "THREADS", 2)
+    taken = []
+    take = values.EarlyRead.take
+
+    def spy(self, cur, st, count):
+        got = take(self, cur, st, count)
+        taken.append(got is not None)
+        return got
+
+    monkeypatch.setattr(values.EarlyRead, "take", spy)
+    data = path.read_bytes()
+    for g in vdbflow.list_grids(path):
+        vol = vdbflow.open(path, grid=g.index)
+        (n,) = [
+            n
+            for n, d in dumps.items()
+            if str(d["name"]) == g.name.split("\x1e")[0] and np.allclose(d["matrix"], g.index_to_world)
+        ]
+        _check_grid(vol, dumps[n], exact=GRIDS[n] != "half")
+        for other in (plain[g.index], vdbflow.open(data, grid=g.index)):
+            if isinstance(vol, vdbflow.Volume):
+                np.testing.assert_array_equal(np.asarray(vol.voxel_data), np.asarray(other.voxel_data))
+            else:
+                np.testing.assert_array_equal(vol.masks, other.masks)
+    assert any(taken)  # the leaf records read while the topology was parsed were used

@@ -1,8 +1,8 @@
 """OpenVDB files without OpenVDB: the committed seeds of tests/data/openvdb (written by pyopenvdb and
 vdb_tool, scripts/make_vdb_seeds.py) read the same whatever their codec, by path and from memory,
-in part (``leaves=``) and distributed; a job config names one; and hostile files - truncated,
-crafted or retyped - are refused with an OpenVDBError naming the byte offset, what was expected and
-what was found."""
+in part (``leaves=``, ``bbox=``) and distributed; uncompressed leaf buffers read by every path; a
+job config names one; and hostile files - truncated, crafted or retyped - are refused with an
+OpenVDBError naming the byte offset, what was expected and what was found."""
 
 from __future__ import annotations
 
@@ -72,8 +72,8 @@ def test_grid_selection_and_list_grids():
         vdbflow.open(GRIDS, grid=7)
     with pytest.raises(vdbflow.OpenVDBError, match="leaf indices"):
         vdbflow.open(GRIDS, leaves=[10**6])
-    with pytest.raises(vdbflow.OpenVDBError, match="only leaves= or checksum="):
-        vdbflow.open(GRIDS, bbox=((0, 0, 0), (1, 1, 1)))
+    with pytest.raises(vdbflow.OpenVDBError, match="only bbox=, leaves= or checksum="):
+        vdbflow.open(GRIDS, box=((0, 0, 0), (1, 1, 1)))  # a misspelt keyword
 
 
 def test_truncated_files_are_refused_naming_the_byte(tmp_path):
@@ -223,3 +223,98 @@ def test_a_transform_beyond_float32_reads_and_the_nvdb_writer_refuses_it(tmp_pat
     with pytest.raises(vdbflow.NanoVDBError, match="float32 range of NanoVDB's float map"):
         vol.to_nvdb(str(tmp_path / "far.nvdb"))
     assert not (tmp_path / "far.nvdb").exists()
+
+
+def _leaf_block(rng, masks, masked, codes):
+    """Leaf buffers as OpenVDB writes them without zip or blosc: each leaf's value mask, its code,
+    then its float values (all 512, or with ``masked`` the active ones); returns (bytes, the 512
+    values of each leaf as the reader must give them (inactive ones of a masked leaf: +-background))."""
+    from vdbflow.core import tree
+
+    parts, expected = [], []
+    for mask, code in zip(masks, codes, strict=True):
+        vals = rng.normal(size=512).astype("<f4")
+        active = tree.bits_from_masks(mask[None])[0]
+        stored = vals[active] if masked else vals
+        parts += [mask.astype("<u8").tobytes(), bytes([code]), stored.tobytes()]
+        if masked:
+            vals = np.where(active, vals, np.float32(-2.0 if code == 1 else 2.0))
+        expected.append(vals)
+    return b"".join(parts), np.array(expected, np.float32)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_uncompressed_leaf_buffers_by_every_path(tmp_path, rng, masked):
+    """The fixed-size leaf records read whole or in part, scatter-read from the file or copied out of
+    the bytes, with and without bytes after them: the values written, leaf by leaf."""
+    from vdbflow.io.openvdb import format as fmt
+    from vdbflow.io.openvdb.values import Storage, read_leaf_values
+
+    L = 300
+    masks = rng.integers(0, 2**63, (L, 8), dtype=np.uint64) & rng.integers(0, 2**63, (L, 8), dtype=np.uint64)
+    masks[::7] = np.uint64(2**64 - 1)
+    masks[5] = 0
+    codes = rng.integers(0, 2, L) if masked else rng.choice([0, 1, 6], L)
+    block, expected = _leaf_block(rng, masks, masked, codes)
+    flags = fmt.COMPRESS_ACTIVE_MASK if masked else 0
+    st = Storage(flags, fmt.VALUE_LAYOUTS["float"], np.dtype("float32"), 1, np.array([2.0], np.float32))
+    subsets = [None, np.arange(L) % 3 == 1, np.arange(L) > L - 4, np.zeros(L, bool)]
+    for tail in (b"", b"\0" * 100):  # exactly filling the grid, or not (then every code is read)
+        path = tmp_path / "leaves.bin"
+        path.write_bytes(b"head" + block + tail)
+        buf = np.frombuffer(path.read_bytes(), np.uint8)
+        for wanted in subsets:
+            want = np.ones(L, bool) if wanted is None else wanted
+            for source in (str(path), None):
+                cur = Cursor(buf, 4)
+                got = read_leaf_values(cur, st, masks, wanted, source)
+                np.testing.assert_array_equal(got.reshape(-1, 512), expected[want])
+    with pytest.raises(vdbflow.OpenVDBError, match=r"at byte \d+: expected \d+ bytes of the values of leaf 299, found"):
+        read_leaf_values(Cursor(np.frombuffer(b"head" + block[:-3], np.uint8), 4), st, masks)
+
+
+def test_a_short_scatter_read_is_an_error_naming_the_byte(tmp_path):
+    from vdbflow.io.openvdb import scatter
+
+    if not scatter.available():
+        pytest.skip("no preadv here")
+    path = tmp_path / "short.bin"
+    path.write_bytes(bytes(range(256)) * 4)
+    heads, values = np.empty((3, 5), np.uint8), np.empty(3000, np.uint8)
+    scatter.read_records(str(path), 10, 5, np.array([100, 0, 200]), heads, values)
+    np.testing.assert_array_equal(heads[1], np.arange(115, 120))
+    np.testing.assert_array_equal(values[:300], (np.r_[np.arange(15, 115), np.arange(125, 325)]) % 256)
+    with pytest.raises(vdbflow.OpenVDBError, match=r"at byte 10 of .*expected 3015 bytes .* found 1014"):
+        scatter.read_records(str(path), 10, 5, np.array([1000, 1000, 1000]), heads, values)
+    with pytest.raises(ValueError, match="writable contiguous array of 3000 bytes"):
+        scatter.read_records(str(path), 0, 5, np.array([1000, 1000, 1000]), heads, values[:10])
+
+
+def test_bbox_reads_of_the_seeds_are_the_full_reads_cut_to_the_box():
+    """Without OpenVDB: every grid of every seed file read with bbox= is its full read's leaves and
+    tiles that meet the box (computed here), from the file and from memory; a box of another shape
+    is refused as the .nvdb reader refuses it."""
+    for name in ("grids.vdb", "zip.vdb", "active.vdb"):
+        data = (DATA / name).read_bytes()
+        for g in vdbflow.list_grids(DATA / name):
+            full = vdbflow.open(DATA / name, grid=g.index)
+            t_full = full if isinstance(full, vdbflow.Topology) else full.topology
+            for box in (((-40, -40, -40), (40, 40, 40)), ((0, 0, 0), (0, 0, 0)), ((9, 9, 9), (-9, -9, -9))):
+                lo, hi = np.asarray(box)
+                o = t_full.leaf_origins.astype(np.int64)
+                leaves = np.all((o <= hi) & (o + 7 >= lo), axis=1)
+                t = t_full.tile_origins.astype(np.int64)
+                tiles = np.all((t <= hi) & (t + t_full.tile_sizes[:, None] - 1 >= lo), axis=1)
+                for source in (DATA / name, data):
+                    part = vdbflow.open(source, grid=g.index, bbox=box)
+                    t_part = part if isinstance(part, vdbflow.Topology) else part.topology
+                    np.testing.assert_array_equal(t_part.leaf_origins, t_full.leaf_origins[leaves])
+                    np.testing.assert_array_equal(t_part.masks, t_full.masks[leaves])
+                    np.testing.assert_array_equal(t_part.tile_origins, t_full.tile_origins[tiles])
+                    if isinstance(full, vdbflow.Volume):
+                        rows = np.asarray(full.voxel_data).reshape(full.leaf_count, 512, -1)[leaves]
+                        np.testing.assert_array_equal(np.asarray(part.voxel_data).reshape(rows.shape), rows)
+                        np.testing.assert_array_equal(part.tile_values, np.asarray(full.tile_values)[tiles])
+    for bad in ((0, 0, 0), [[0, 0], [1, 1]], np.zeros((2, 3, 1))):
+        with pytest.raises(vdbflow.OpenVDBError, match=r"expected bbox as \(\(i0, j0, k0\), \(i1, j1, k1\)\)"):
+            vdbflow.open(GRIDS, bbox=bad)

@@ -29,6 +29,31 @@ def test_from_voxels_properties(rng):
     np.testing.assert_array_equal(vol.active_values(), [lookup[tuple(p)] for p in active.tolist()])
 
 
+def test_the_tree_order_check_agrees_with_sorting(rng):
+    """tree.in_tree_order (pairwise, no sort) says yes exactly when tree.tree_order leaves the keys as
+    they are: sorted keys, repeated keys, one pair swapped, every level's boundaries, the int32 edges."""
+    edge = np.array([-(2**28), 2**28 - 1])
+    for case in range(400):
+        span = [4, 300, 5000, 2**28][case % 4]
+        keys = rng.integers(-span, span, (int(rng.integers(0, 50)), 3)).astype(np.int32)
+        if case % 5 == 0 and len(keys):
+            keys[rng.integers(0, len(keys), 3)] = rng.choice(edge, (3, 3))
+        if case % 3:
+            keys = keys[tree.tree_order(keys)]
+        if case % 6 == 1 and len(keys) > 2:
+            keys[[0, 1]] = keys[[1, 0]]
+        if case % 7 == 0 and len(keys) > 3:
+            keys[2] = keys[1]
+        assert tree.in_tree_order(keys) == np.array_equal(tree.tree_order(keys), np.arange(len(keys)))
+    masks = rng.integers(0, 2**63, (500, 8), dtype=np.uint64)
+    masks[::9], masks[::13] = 0, np.uint64(2**64 - 1)
+    counts = np.bitwise_count(masks).astype(np.int64)
+    prefix, first = tree.word_prefix(masks)
+    np.testing.assert_array_equal(prefix, np.cumsum(counts, axis=1) - counts)
+    np.testing.assert_array_equal(first, np.concatenate([[0], np.cumsum(counts.sum(axis=1))[:-1]]))
+    assert prefix.dtype == np.uint16 and first.dtype == np.int64
+
+
 def test_active_voxels_are_in_tree_order(rng):
     ijk, _ = random_sparse_voxels(rng, n_leaves=20, spread=800)  # several root tiles, negative ones too
     topo = vdbflow.Volume.from_active(ijk)

@@ -80,8 +80,7 @@ class Topology:
             raise VolumeError(f"expected masks of shape ({len(origins)}, 8), got {masks.shape}")
         if np.any(origins & 7):
             raise VolumeError("expected leaf origins that are multiples of 8")
-        order = tree.tree_order(origins >> 3)
-        if not np.array_equal(order, np.arange(len(origins))):
+        if not tree.in_tree_order(origins >> 3):
             raise VolumeError("expected leaf origins in NanoVDB tree order")
         self.leaf_origins = origins
         self.masks = masks
@@ -94,7 +93,13 @@ class Topology:
         self.length_units: str | None = None  # units of world space, e.g. "m"
         self.tables = self._build_tables()
         self.prefix, self.leaf_offset = tree.word_prefix(masks)
-        self.value_count = self.active_voxel_count
+        # the active voxel count, from the prefix sums: the last leaf's first index, its last word's
+        # prefix and that word's own bits
+        self.value_count = (
+            int(self.leaf_offset[-1]) + int(self.prefix[-1, -1]) + int(np.bitwise_count(masks[-1, -1]))
+            if len(masks)
+            else 0
+        )
         self.tile_value_index = None
         if leaf_offset is not None:
             self.leaf_offset = np.ascontiguousarray(leaf_offset, dtype=np.int64)

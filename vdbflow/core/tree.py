@@ -48,6 +48,26 @@ def tree_order(leaf_keys: np.ndarray) -> np.ndarray:
     return np.lexsort((child, root[:, 2], root[:, 1], root[:, 0]))
 
 
+def in_tree_order(leaf_keys: np.ndarray) -> bool:
+    """Whether leaf keys (L, 3) = origin >> 3 of int32 origins are already in NanoVDB tree order
+    (``tree_order`` would leave them as they are: non-decreasing by root block, then child index),
+    checked pair by pair without sorting."""
+    if len(leaf_keys) < 2:
+        return True
+    s0, s1, s2 = LEVEL_SHIFTS  # 3, 7, 12
+    lower_bits, upper_bits = s1 - s0, s2 - s1  # 4 and 5 bits of each leaf key coordinate
+    cols = np.ascontiguousarray(leaf_keys.T, dtype=np.int32)  # (3, L); keys of int32 origins fit
+    # the root block coordinates (within +-2^19), biased into 21 bits each and packed into one int64
+    block = np.zeros(len(leaf_keys), np.int64)
+    child = np.zeros(len(leaf_keys), np.int32)  # the child index: upper-node bits, then lower-node bits
+    for axis, k in enumerate(cols):
+        block |= ((k >> (s2 - s0)) + (1 << 20)).astype(np.int64) << (21 * (2 - axis))
+        child |= ((k >> lower_bits) & ((1 << upper_bits) - 1)) << (3 * lower_bits + upper_bits * (2 - axis))
+        child |= (k & ((1 << lower_bits) - 1)) << (lower_bits * (2 - axis))
+    step = np.diff(block)
+    return bool(np.all((step > 0) | ((step == 0) & (child[1:] >= child[:-1]))))
+
+
 def masks_from_bits(bits: np.ndarray) -> np.ndarray:
     """(L, 8) uint64 masks from (L, 512) booleans indexed by voxel offset."""
     packed = np.packbits(np.ascontiguousarray(bits, dtype=bool), axis=1, bitorder="little")
@@ -63,11 +83,14 @@ def bits_from_masks(masks: np.ndarray) -> np.ndarray:
 def word_prefix(masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """OnIndex bookkeeping: per-word prefix counts (L, 8) uint16 and the first index of each leaf
     (L,) int64 (voxels numbered leaf by leaf, by mask bit)."""
-    counts = np.bitwise_count(masks).astype(np.int64)
-    prefix = np.cumsum(counts, axis=1) - counts
-    per_leaf = counts.sum(axis=1)
+    counts = np.bitwise_count(masks).astype(np.uint16)  # at most 64 a word, 512 a leaf: uint16 holds the sums
+    prefix = np.empty_like(counts)
+    prefix[:, 0] = 0
+    for w in range(1, counts.shape[1]):
+        np.add(prefix[:, w - 1], counts[:, w - 1], out=prefix[:, w])
+    per_leaf = prefix[:, -1].astype(np.int64) + counts[:, -1]
     first = np.cumsum(per_leaf) - per_leaf
-    return prefix.astype(np.uint16), first.astype(np.int64)
+    return prefix, first
 
 
 def active_coordinates(leaf_origins: np.ndarray, masks: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:

@@ -301,8 +301,8 @@ def open_volume(
         coordinates ``((i0, j0, k0), (i1, j1, k1))``) or ``leaves`` (leaf indices in tree order) to
         load part of the grid, and ``checksum`` (True, the default: a checksum that matches no rule of
         the grid's NanoVDB version is a :class:`~vdbflow.ChecksumWarning`; ``"strict"``: an error;
-        False: not checked).  For .vdb data, ``leaves`` (only those leaves' buffers are
-        decompressed); ``checksum`` is ignored.
+        False: not checked).  For .vdb data, ``bbox`` and ``leaves`` alike (only those leaves'
+        buffers are decompressed; see docs/openvdb.md); ``checksum`` is ignored.
 
     Returns
     -------
@@ -320,7 +320,7 @@ def open_volume(
         another shape, or (with ``checksum="strict"``) a checksum that does not match.
     OpenVDBError
         A malformed, truncated or unsupported OpenVDB .vdb file (naming the byte offset), a
-        ``grid`` it lacks, or ``bbox`` given for one.
+        ``grid`` it lacks, a ``bbox`` of another shape, or another keyword argument.
     VolumeError
         A directory that is not a stored volume (saying what it is), a missing ``.zarr`` path, or
         ``bbox``/``leaves``/``checksum`` or another ``grid`` given for a Zarr store.
@@ -356,15 +356,15 @@ def open_volume(
 
 
 def _open_openvdb(data: Any, grid: int | str | None, kwargs: dict[str, Any]) -> Volume | Topology:
-    """A grid of a .vdb file; ``leaves`` (tree-order indices) keeps only those leaves (and every tile;
-    the others' buffers are not decompressed), ``checksum`` is accepted and ignored (.vdb files have
-    none)."""
+    """A grid of a .vdb file; ``leaves`` (tree-order indices) keeps only those leaves (and every tile),
+    ``bbox`` (inclusive index box) only the leaves and tiles that meet it (the other leaves' buffers
+    are not decompressed); ``checksum`` is accepted and ignored (.vdb files have none)."""
     from vdbflow.io.openvdb import open_vdb
 
-    unknown = sorted(set(kwargs) - {"leaves", "checksum"})
+    unknown = sorted(set(kwargs) - {"bbox", "leaves", "checksum"})
     if unknown:
-        raise OpenVDBError(f"expected only leaves= or checksum= for an OpenVDB file, got {unknown}")
-    return open_vdb(data, grid, kwargs.get("leaves"))
+        raise OpenVDBError(f"expected only bbox=, leaves= or checksum= for an OpenVDB file, got {unknown}")
+    return open_vdb(data, grid, kwargs.get("leaves"), kwargs.get("bbox"))
 
 
 def list_grids(data: str | os.PathLike | bytes | np.ndarray) -> list[Any]:

@@ -8,7 +8,8 @@ file raises :class:`~vdbflow.errors.OpenVDBError` naming the byte offset, what w
 was found.  The modules, each building only on those before it: :mod:`~vdbflow.io.openvdb.format`
 (constants), :mod:`~vdbflow.io.openvdb.stream` (the bounds-checked cursor),
 :mod:`~vdbflow.io.openvdb.metadata`, :mod:`~vdbflow.io.openvdb.header` (file header and grid
-descriptors), :mod:`~vdbflow.io.openvdb.transform`, :mod:`~vdbflow.io.openvdb.values` (compressed
+descriptors), :mod:`~vdbflow.io.openvdb.transform`, :mod:`~vdbflow.io.openvdb.scatter` (uncompressed
+leaf buffers read from the file with ``preadv``), :mod:`~vdbflow.io.openvdb.values` (compressed
 node values), :mod:`~vdbflow.io.openvdb.tree` (the topology) and :mod:`~vdbflow.io.openvdb.read`
 (:func:`open_vdb`, :func:`list_vdb`).  See docs/openvdb.md.
 """

@@ -1,14 +1,18 @@
 """Reading .vdb files: the file mapped, its grids found by their descriptors, and a grid's
 compression flags, metadata, transform, topology and leaf buffers made into a vdbflow
-:class:`~vdbflow.Volume` (value grids) or :class:`~vdbflow.Topology` (bool and mask grids), or
-described as a :class:`~vdbflow.GridInfo` without reading the leaf buffers."""
+:class:`~vdbflow.Volume` (value grids) or :class:`~vdbflow.Topology` (bool and mask grids), whole
+or the part that meets a box, or described as a :class:`~vdbflow.GridInfo` without reading the leaf
+buffers.  For a large grid the leaf values are read in a helper thread (straight from the file
+where its layout allows) while the topology is parsed and its hash tables are built."""
 
 from __future__ import annotations
 
 import mmap
 import os
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -16,6 +20,7 @@ from vdbflow.core.transform import Transform
 from vdbflow.core.value_types import value_type_for
 from vdbflow.core.volume import Topology, Volume
 from vdbflow.errors import OpenVDBError, VolumeError
+from vdbflow.io.nanovdb.nodes import overlaps
 from vdbflow.io.nanovdb.records import GridInfo
 from vdbflow.io.openvdb import format as fmt
 from vdbflow.io.openvdb.header import Descriptor, FileHeader, read_descriptors, read_header
@@ -23,9 +28,12 @@ from vdbflow.io.openvdb.metadata import read_metadata
 from vdbflow.io.openvdb.stream import Cursor
 from vdbflow.io.openvdb.transform import read_transform
 from vdbflow.io.openvdb.tree import TreeParts, read_flag_leaves, read_topology
-from vdbflow.io.openvdb.values import Storage, read_leaf_values
+from vdbflow.io.openvdb.values import EarlyRead, Storage, read_leaf_values
 
 Data = str | os.PathLike | bytes | np.ndarray
+A = TypeVar("A")
+B = TypeVar("B")
+PARALLEL_LEAVES = 16384  # leaves from which the values are read beside the topology's tables
 
 
 def is_openvdb(data: Any) -> bool:
@@ -46,6 +54,7 @@ def is_openvdb(data: Any) -> bool:
 
 
 def _buffer(data: Data) -> tuple[np.ndarray, str]:
+    """The bytes of ``data`` (a file memory-mapped) and what to call them in messages (the path)."""
     if isinstance(data, (str, os.PathLike)):
         name = os.fspath(data)
         size = os.path.getsize(name)
@@ -61,19 +70,22 @@ def _buffer(data: Data) -> tuple[np.ndarray, str]:
 
 @dataclass
 class VdbFile:
-    """An opened .vdb file: its bytes, header and grid descriptors."""
+    """An opened .vdb file: its bytes, header and grid descriptors; ``path`` the file the bytes are
+    mapped from (None for bytes and arrays), which leaf buffers may be read from directly."""
 
     buf: np.ndarray
     source: str
     header: FileHeader
     descriptors: list[Descriptor]
+    path: str | None = None
 
     @classmethod
     def open(cls, data: Data) -> VdbFile:
         buf, source = _buffer(data)
         cur = Cursor(buf, 0, where=f" of {source}")
         header = read_header(cur)
-        return cls(buf, source, header, read_descriptors(cur, header))
+        path = source if isinstance(data, (str, os.PathLike)) else None
+        return cls(buf, source, header, read_descriptors(cur, header), path)
 
     def select(self, grid: int | str | None) -> Descriptor:
         """The descriptor of grid ``grid``: an index, a name (the first grid of that name) or a unique
@@ -149,8 +161,12 @@ def read_head(f: VdbFile, d: Descriptor) -> GridHead:
     return GridHead(d, compression, metadata, map_name, matrix, layout, tree_at)
 
 
-def _tree(f: VdbFile, head: GridHead) -> tuple[Storage, TreeParts, Cursor]:
-    """The storage facts, topology and a cursor at the leaf buffers of ``head``'s tree."""
+def _tree(
+    f: VdbFile, head: GridHead, early_from: str | None = None
+) -> tuple[Storage, TreeParts, Cursor, EarlyRead | None]:
+    """The storage facts, topology and a cursor at the leaf buffers of ``head``'s tree; with
+    ``early_from`` (the file's path) the leaf records of a large uncompressed value grid are read
+    in a helper thread meanwhile (:class:`~vdbflow.io.openvdb.values.EarlyRead`; None otherwise)."""
     d = head.desc
     owner = next(p for p in f.descriptors if p.unique_name == d.parent) if d.parent else d
     cur = Cursor(f.buf, head.tree_at, owner.end_pos, where=f" of {f.source}, grid {owner.unique_name!r}")
@@ -168,13 +184,21 @@ def _tree(f: VdbFile, head: GridHead) -> tuple[Storage, TreeParts, Cursor]:
         layout.components,
         raw_bg.astype(dtype),
     )
-    parts = read_topology(cur, st)
-    if cur.pos != owner.block_pos:
-        raise cur.fail(
-            f"the topology to end where the descriptor says the blocks start (byte {owner.block_pos})",
-            f"byte {cur.pos}",
-        )
-    return st, parts, cur
+    early = None
+    if early_from is not None and not layout.topology:
+        early = EarlyRead.start(early_from, st, owner.block_pos, cur.end, PARALLEL_LEAVES)
+    try:
+        parts = read_topology(cur, st)
+        if cur.pos != owner.block_pos:
+            raise cur.fail(
+                f"the topology to end where the descriptor says the blocks start (byte {owner.block_pos})",
+                f"byte {cur.pos}",
+            )
+    except BaseException:
+        if early is not None:
+            early.join()
+        raise
+    return st, parts, cur, early
 
 
 def _transform(head: GridHead, f: VdbFile) -> Transform:
@@ -186,41 +210,105 @@ def _transform(head: GridHead, f: VdbFile) -> Transform:
         ) from None
 
 
-def _wanted(leaves: Any, count: int, f: VdbFile) -> np.ndarray | None:
-    """(L,) bool of the leaf indices ``leaves`` (tree order), checked; None for all."""
-    if leaves is None:
+def _wanted(leaves: Any, origins: np.ndarray, box: np.ndarray | None, f: VdbFile) -> np.ndarray | None:
+    """(L,) bool of the leaves to read: the indices ``leaves`` (tree order, checked) and those of
+    ``origins`` (L, 3) that meet the inclusive index box ``box`` (2, 3); None for all."""
+    count = len(origins)
+    if leaves is None and box is None:
         return None
-    idx = np.asarray(leaves)
-    if idx.ndim != 1 or (idx.size and idx.dtype.kind not in "iu"):
-        raise OpenVDBError(f"expected leaves as a 1-D array of leaf indices, got {idx.dtype} of shape {idx.shape}")
-    idx = idx.astype(np.int64)
-    if idx.size and (idx.min() < 0 or idx.max() >= count):
-        raise OpenVDBError(f"expected leaf indices in [0, {count}) of {f.source}, got {idx.min()}..{idx.max()}")
-    wanted = np.zeros(count, bool)
-    wanted[idx] = True
-    return wanted
+    wanted = overlaps(origins, fmt.LEAF_DIM, box)
+    if leaves is not None:
+        idx = np.asarray(leaves)
+        if idx.ndim != 1 or (idx.size and idx.dtype.kind not in "iu"):
+            raise OpenVDBError(f"expected leaves as a 1-D array of leaf indices, got {idx.dtype} of shape {idx.shape}")
+        idx = idx.astype(np.int64)
+        if idx.size and (idx.min() < 0 or idx.max() >= count):
+            raise OpenVDBError(f"expected leaf indices in [0, {count}) of {f.source}, got {idx.min()}..{idx.max()}")
+        chosen = np.zeros(count, bool)
+        chosen[idx] = True
+        wanted &= chosen
+    return None if bool(np.all(wanted)) else wanted
 
 
-def read_grid(f: VdbFile, d: Descriptor, leaves: Any = None) -> Volume | Topology:
+def as_box(bbox: Any) -> np.ndarray | None:
+    """``bbox`` ((i0, j0, k0), (i1, j1, k1)), inclusive index coordinates, as (2, 3) int64; None for
+    None.  Raises :class:`OpenVDBError` for another shape (as the .nvdb reader raises its own)."""
+    if bbox is None:
+        return None
+    box = np.asarray(bbox, dtype=np.int64)
+    if box.shape != (2, 3):
+        raise OpenVDBError(f"expected bbox as ((i0, j0, k0), (i1, j1, k1)), got shape {box.shape}")
+    return box
+
+
+def _near_tiles(parts: TreeParts, box: np.ndarray | None) -> np.ndarray:
+    """(T,) bool: the tiles of ``parts`` that meet ``box`` (all for None)."""
+    if box is None:
+        return np.ones(len(parts.tile_sizes), bool)
+    o = parts.tile_origins.astype(np.int64)
+    size = parts.tile_sizes.astype(np.int64)[:, None]
+    return np.all((o <= box[1]) & (o + size - 1 >= box[0]), axis=1)
+
+
+def _together(first: Callable[[], A], second: Callable[[], B], parallel: bool) -> tuple[A, B]:
+    """``first()`` in a helper thread while ``second()`` runs in this one (or both here, in order,
+    without ``parallel``): their results.  An exception of ``first`` wins over one of ``second``, as
+    when they run in order.  For the leaf values (mostly reads and copies in the kernel, which
+    release the GIL) beside the topology's hash tables."""
+    if not parallel:
+        return first(), second()
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append((first(), None))
+        except BaseException as err:  # re-raised in this thread
+            outcome.append((None, err))
+
+    helper = threading.Thread(target=run, daemon=True)
+    helper.start()
+    try:
+        done = second()
+    except BaseException:
+        helper.join()
+        if outcome[0][1] is not None:
+            raise outcome[0][1] from None
+        raise
+    helper.join()
+    result, err = outcome[0]
+    if err is not None:
+        raise err
+    return result, done
+
+
+def read_grid(f: VdbFile, d: Descriptor, leaves: Any = None, bbox: Any = None) -> Volume | Topology:
     """Grid ``d`` of ``f``: a per-leaf layout :class:`Volume` (values of all 512 voxels of each leaf,
     inactive ones as the file has them), or a :class:`Topology` for bool and mask grids.  ``leaves``
-    (indices in tree order) keeps only those leaves (and every tile): the other leaves' buffers are
-    passed over without being decompressed."""
+    (indices in tree order) keeps only those leaves (and every tile); ``bbox`` (inclusive index box
+    ((i0, j0, k0), (i1, j1, k1))) only the leaves and tiles that meet it (with ``leaves``: the
+    leaves chosen by both).  The other leaves' buffers are passed over without being decompressed."""
+    box = as_box(bbox)
     head = read_head(f, d)
-    st, parts, cur = _tree(f, head)
     transform = _transform(head, f)
-    wanted = _wanted(leaves, len(parts.leaf_origins), f)
+    st, parts, cur, early = _tree(f, head, f.path if leaves is None and box is None else None)
+    wanted = _wanted(leaves, parts.leaf_origins, box, f)
+    near = _near_tiles(parts, box)
+    keep = slice(None) if wanted is None else wanted
     if head.layout.topology:
         read_flag_leaves(cur, parts, head.layout.name == "bool")
-        act, keep = parts.tile_active, slice(None) if wanted is None else wanted
+        act = parts.tile_active & near
         topo = Topology(
             parts.leaf_origins[keep], parts.masks[keep], transform, parts.tile_origins[act], parts.tile_sizes[act]
         )
         topo.grid_class = str(head.metadata.get("class", "unknown"))
         return topo
-    values = read_leaf_values(cur, st, parts.masks, wanted)
-    keep = slice(None) if wanted is None else wanted
-    topo = Topology(parts.leaf_origins[keep], parts.masks[keep], transform, parts.tile_origins, parts.tile_sizes)
+    values, topo = _together(
+        lambda: read_leaf_values(cur, st, parts.masks, wanted, f.path, early),
+        lambda: Topology(
+            parts.leaf_origins[keep], parts.masks[keep], transform, parts.tile_origins[near], parts.tile_sizes[near]
+        ),
+        len(parts.masks) >= PARALLEL_LEAVES,
+    )
     C = st.components
     try:
         value_type_for(st.dtype, C)
@@ -228,7 +316,7 @@ def read_grid(f: VdbFile, d: Descriptor, leaves: Any = None) -> Volume | Topolog
             topo,
             values if C > 1 else values[:, 0],
             st.background,
-            parts.tile_values,
+            parts.tile_values[near],
             False,
             d.name or "value",
             None,
@@ -246,13 +334,16 @@ def _units(metadata: dict[str, Any]) -> str | None:
     return units if isinstance(units, str) and units else None
 
 
-def open_vdb(data: Data, grid: int | str | None = None, leaves: Any = None) -> Volume | Topology:
+def open_vdb(data: Data, grid: int | str | None = None, leaves: Any = None, bbox: Any = None) -> Volume | Topology:
     """One grid of a .vdb file (path, bytes or uint8 array): ``grid`` an index or a name (default the
-    first); ``leaves`` (indices in tree order) keeps only those leaves and every tile.  Value grids
-    become per-leaf layout :class:`Volume` objects, bool and mask grids a :class:`Topology`.  Raises
-    :class:`~vdbflow.errors.OpenVDBError` for malformed or unsupported files, naming the byte offset."""
+    first); ``leaves`` (indices in tree order) keeps only those leaves and every tile; ``bbox``
+    ((i0, j0, k0), (i1, j1, k1)), inclusive index coordinates, only the leaves and tiles that meet it.
+    Value grids become per-leaf layout :class:`Volume` objects, bool and mask grids a
+    :class:`Topology`.  Raises :class:`~vdbflow.errors.OpenVDBError` for malformed or unsupported
+    files, naming the byte offset, and for a ``bbox`` of another shape."""
+    box = as_box(bbox)
     f = VdbFile.open(data)
-    return read_grid(f, f.select(grid), leaves)
+    return read_grid(f, f.select(grid), leaves, box)
 
 
 def _bbox(parts: TreeParts) -> tuple[np.ndarray, np.ndarray] | None:
@@ -275,7 +366,7 @@ def _bbox(parts: TreeParts) -> tuple[np.ndarray, np.ndarray] | None:
 def grid_info(f: VdbFile, d: Descriptor) -> GridInfo:
     """What grid ``d`` is, from its head and topology (the leaf buffers are not read)."""
     head = read_head(f, d)
-    st, parts, _ = _tree(f, head)
+    st, parts, _, _ = _tree(f, head)
     m = head.matrix
     box = _bbox(parts)
     lo, hi = (np.zeros(3, np.int64), np.full(3, -1, np.int64)) if box is None else box

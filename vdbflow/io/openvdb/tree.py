@@ -55,9 +55,14 @@ class _Tiles:
         self.st = st
         self.parts: list[tuple[np.ndarray, int, np.ndarray, np.ndarray]] = []
 
-    def add(self, origins: np.ndarray, size: int, values: np.ndarray, active: np.ndarray) -> int:
+    def kept(self, free: np.ndarray, values: np.ndarray, active: np.ndarray) -> np.ndarray:
+        """Which ``free`` entries (not children; any shape S) are tiles to keep: active, or of another
+        value than the background (``values`` S + (C,)): the mask, of shape S."""
         with np.errstate(invalid="ignore"):
-            keep = active | np.any(values != self.st.background, axis=1)
+            return free & (active | np.any(values != self.st.background, axis=-1))
+
+    def add(self, origins: np.ndarray, size: int, values: np.ndarray, active: np.ndarray) -> int:
+        keep = self.kept(np.ones(len(active), bool), values, active)
         if np.any(keep):
             self.parts.append((origins[keep], size, values[keep], active[keep]))
         return int(keep.sum())
@@ -76,9 +81,58 @@ def _node(
     child = _bits(cur.take(nbytes, f"the child mask of {what}"))
     active = _bits(cur.take(nbytes, f"the value mask of {what}"))
     values = read_node_values(cur, st, active, what)
-    free = np.nonzero(~child)[0]
+    free = np.nonzero(tiles.kept(~child, values, active))[0]
     tiles.add(origin + _local(free, log2) * child_dim, child_dim, values[free], active[free])
     return origin + _local(np.nonzero(child)[0], log2) * child_dim
+
+
+class _Lowers:
+    """The 128^3 nodes of one 4096^3 node, read in order: each node's masks and values at the cursor
+    (a few small reads, to find where the next node starts), then every ``BATCH`` nodes their
+    children's origins, tiles and leaf masks all at once with NumPy.  The leaf origins and masks go to
+    ``leaf_origins`` and ``leaf_masks``, the tiles to ``tiles``, in the order :func:`_node` gives."""
+
+    BATCH = 256  # nodes per NumPy pass: at most 256 x 4096 values (32 MB of vec3d) held at once
+
+    def __init__(self, st: Storage, tiles: _Tiles, leaf_origins: list[np.ndarray], leaf_masks: list[np.ndarray]):
+        self.st, self.tiles = st, tiles
+        self.leaf_origins, self.leaf_masks = leaf_origins, leaf_masks
+        self.origins: list[list[int]] = []
+        self.child: list[np.ndarray] = []
+        self.active: list[np.ndarray] = []
+        self.values: list[np.ndarray] = []
+        self.masks: list[np.ndarray] = []
+
+    def read(self, cur: Cursor, origin: list[int]) -> None:
+        """The node at ``origin`` (3 ints): child and value masks, values, then its leaves' value masks."""
+        what = f"the 128^3 node at {origin}"
+        nbytes = fmt.LOWER_MASK_BYTES
+        child = cur.take(nbytes, f"the child mask of {what}")
+        active = _bits(cur.take(nbytes, f"the value mask of {what}"))
+        self.values.append(read_node_values(cur, self.st, active, what))
+        leaves = int(np.bitwise_count(child).sum())
+        self.masks.append(cur.array("<u8", 8 * leaves, f"the leaf value masks of {what}"))
+        self.origins.append(origin)
+        self.child.append(child)
+        self.active.append(active)
+        if len(self.origins) >= self.BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        """Children, tiles and leaf masks of the nodes read since the last flush."""
+        if not self.origins:
+            return
+        origins = np.array(self.origins, np.int64)
+        child = np.unpackbits(np.stack(self.child), axis=1, bitorder="little").astype(bool)  # (n, 4096)
+        node, index = np.nonzero(child)  # node by node, children by index: tree order
+        self.leaf_origins.append(origins[node] + _local(index, fmt.LOWER_LOG2) * fmt.LEAF_DIM)
+        self.leaf_masks.append(np.concatenate(self.masks).reshape(-1, 8))
+        values, active = np.stack(self.values), np.stack(self.active)
+        node, index = np.nonzero(self.tiles.kept(~child, values, active))
+        tiles = origins[node] + _local(index, fmt.LOWER_LOG2) * fmt.LEAF_DIM
+        self.tiles.add(tiles, fmt.LEAF_DIM, values[node, index], active[node, index])
+        for part in (self.origins, self.child, self.active, self.values, self.masks):
+            part.clear()
 
 
 def read_topology(cur: Cursor, st: Storage) -> TreeParts:
@@ -121,12 +175,11 @@ def read_topology(cur: Cursor, st: Storage) -> TreeParts:
         lowers = _node(cur, st, origin, fmt.UPPER_LOG2, fmt.LOWER_DIM, tiles, what)
         if len(lowers) * _MIN_LOWER > cur.left:
             raise cur.fail(f"the {len(lowers)} 128^3 children of {what}", f"{cur.left} bytes left")
-        for lo in lowers:
+        batch = _Lowers(st, tiles, leaf_origins, leaf_masks)
+        for lo in lowers.tolist():
             lower_count += 1
-            leaves = _node(cur, st, lo, fmt.LOWER_LOG2, fmt.LEAF_DIM, tiles, f"the 128^3 node at {lo.tolist()}")
-            masks = cur.array("<u8", 8 * len(leaves), f"the leaf value masks of the 128^3 node at {lo.tolist()}")
-            leaf_origins.append(leaves)
-            leaf_masks.append(masks.reshape(-1, 8))
+            batch.read(cur, lo)
+        batch.flush()
     # root tiles: aligned, unique, not where a child is
     if n_tiles:
         bad = np.any(root_origins % fmt.UPPER_DIM, axis=1)
@@ -142,10 +195,13 @@ def read_topology(cur: Cursor, st: Storage) -> TreeParts:
         counts[level] = sum(len(p[0]) for p in tiles.parts if p[1] == part)
     counts[2] = tiles.add(root_origins, fmt.UPPER_DIM, root_values, root_tiles["active"] != 0)
     parts = tiles.parts
-    cat = np.concatenate
+
+    def cat(arrays: list[np.ndarray]) -> np.ndarray:
+        return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+
     return TreeParts(
         leaf_origins=cat(leaf_origins).astype(np.int32) if leaf_origins else np.zeros((0, 3), np.int32),
-        masks=cat(leaf_masks).astype(np.uint64) if leaf_masks else np.zeros((0, 8), np.uint64),
+        masks=cat(leaf_masks).astype(np.uint64, copy=False) if leaf_masks else np.zeros((0, 8), np.uint64),
         tile_origins=cat([p[0] for p in parts]).astype(np.int32) if parts else np.zeros((0, 3), np.int32),
         tile_sizes=cat([np.full(len(p[0]), p[1], np.int32) for p in parts]) if parts else np.zeros(0, np.int32),
         tile_values=cat([p[2] for p in parts]) if parts else np.zeros((0, st.components), st.dtype),
