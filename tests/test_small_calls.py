@@ -122,6 +122,10 @@ def test_seed_chunks_give_every_worker_seeds():
     assert seed_chunk(5, 262_144, 8) == 1
     assert seed_chunk(1_000_000, 1_000, 2) == 1_000  # points.chunk stays the most a task takes
     assert seed_chunk(10, 100, 0) == 10
+    # a lattice's or plane's seeds in whole rows, so that the results unravel without a rechunk
+    assert seed_chunk(216**3, 262_144, 2, 216**2) == 5 * 216**2
+    assert seed_chunk(1_000, 262_144, 8, 400) == 400  # at least one row
+    assert seed_chunk(20_000, 262_144, 2, 100) == 10_000
 
 
 def test_a_particle_job_splits_its_seeds_for_every_worker(tmp_path):

@@ -73,7 +73,8 @@ def _opened(path: str, grid: str | int | None) -> Volume:
 
 def _advect_chunk(source: Any, seeds: np.ndarray, settings: dict[str, Any]) -> tuple[np.ndarray, ...]:
     """One chunk's particles: position (n, S, 3), status (n,), end_time (n,), then as asked velocity
-    (n, S, 3), Jacobian (n, S, 3, 3) and FTLE (n,)."""
+    (n, S, 3), Jacobian (n, S, 3, 3) and FTLE (n,), and the seeds' x, y, z (n,) each (the coordinates
+    come from here, so that no seed chunk waits in a worker's memory for its coordinates' writes)."""
     if isinstance(source, SeriesFiles):
         vol: Any = _opened_series(source)
     else:
@@ -97,13 +98,18 @@ def _advect_chunk(source: Any, seeds: np.ndarray, settings: dict[str, Any]) -> t
     name = vol.template.name if isinstance(vol, VolumeSeries) else vol.name
     names = ["position", "status", "end_time"]
     names += [v for v, o in ((name, "velocity"), (f"{name}_jacobian", "jacobian"), ("ftle", "ftle")) if o in outputs]
-    return tuple(ds[v].values for v in names)
+    start = np.asarray(seeds, np.float64).reshape(-1, 3)
+    return (*(ds[v].values for v in names), *(np.ascontiguousarray(start[:, a]) for a in range(3)))
 
 
-def seed_chunk(seeds: int, chunk: int, workers: int) -> int:
+def seed_chunk(seeds: int, chunk: int, workers: int, row: int = 1) -> int:
     """Seeds per task: ``points.chunk``, or fewer so that every one of ``workers`` gets a task (a particle
-    costs the same wherever it runs, and 20,000 seeds in one chunk ran on one of two workers)."""
-    return max(1, min(chunk, -(-seeds // max(1, workers))))
+    costs the same wherever it runs, and 20,000 seeds in one chunk ran on one of two workers); whole
+    rows of ``row`` seeds (a plane's or lattice's first dim), at least one, so that the results unravel
+    to its shape chunk by chunk: a chunk across rows made the reshape hold pieces of many chunks at once
+    (a worker's memory grew with the seeds: 295 MiB for 10^6, 450 MiB for 10^7)."""
+    per_task = max(1, min(chunk, -(-seeds // max(1, workers))))
+    return max(row, per_task // row * row) if row > 1 else per_task
 
 
 def particle_dataset(cfg: Any, source: Any, template: Volume, seeds: Any) -> xr.Dataset:
@@ -145,6 +151,7 @@ def particle_dataset(cfg: Any, source: Any, template: Volume, seeds: Any) -> xr.
         shapes.append((schema.jacobian_name(name), (S, 3, 3), np.float64))
     if "ftle" in spec.outputs:
         shapes.append(("ftle", (), np.float64))
+    shapes += [(label, (), np.float64) for label in "xyz"]  # the seeds' coordinates, from the same tasks
     dims = schema.trajectory_dims(name)
     token = tokenize(source, settings, seeds.name)
     columns: list[list[Any]] = [[] for _ in shapes]
@@ -155,15 +162,18 @@ def particle_dataset(cfg: Any, source: Any, template: Volume, seeds: Any) -> xr.
         for column, part, (_, shape, dtype) in zip(columns, parts, shapes, strict=True):
             column.append(da.from_delayed(part, (rows, *shape), dtype=dtype))
     attrs = schema.trajectory_attrs(name, template.units, template.length_units)
-    data = {}
+    data, seed_columns = {}, {}
     for column, (var, _, _) in zip(columns, shapes, strict=True):
-        data[var] = (dims[var], da.concatenate(column), attrs[var])
+        if var in ("x", "y", "z"):
+            seed_columns[var] = da.concatenate(column)
+        else:
+            data[var] = (dims[var], da.concatenate(column), attrs[var])
     coords: dict[str, Any] = {
         "time": ("time", times, dict(schema.TIME_ATTRS)),
         "axis": ("axis", schema.labels(schema.AXIS_LABELS["world"]), dict(schema.WORLD_AXIS_ATTRS)),
     }
-    for a, label in enumerate("xyz"):
-        coords[label] = ("particle", seeds[:, a], schema.seed_coord_attrs(label, template.length_units))
+    for label in "xyz":
+        coords[label] = ("particle", seed_columns[label], schema.seed_coord_attrs(label, template.length_units))
     if "velocity" in spec.outputs or "jacobian" in spec.outputs:
         coords["component"] = (
             "component",

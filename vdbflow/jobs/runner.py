@@ -259,7 +259,8 @@ def _particle_job(
 
         seeds = da.map_blocks(topology.transform.apply, seeds, dtype=np.float64)
     workers = len(client.scheduler_info(n_workers=-1)["workers"])
-    seeds = seeds.rechunk({0: seed_chunk(point_set.count, cfg.points.chunk, workers)})  # a task for every worker
+    row = int(np.prod(point_set.shape[1:])) if point_set.shape else 1  # a plane's or lattice's row
+    seeds = seeds.rechunk({0: seed_chunk(point_set.count, cfg.points.chunk, workers, row)})  # a task a worker
     timings["distribute_s"] = time.perf_counter() - t0
     ds = particle_dataset(cfg, source, template, seeds)
     return ds, point_set
