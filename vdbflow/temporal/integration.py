@@ -129,14 +129,13 @@ class Run:
         with_velocity: bool,
         with_jacobian: bool,
         variational: bool,
-        integrate: bool = True,
     ):
         if method not in TABLEAUS:
             raise SamplingError(f"expected method to be one of {', '.join(map(repr, TABLEAUS))}, got {method!r}")
         n = step_count(t0, t1, dt)
         save_every = save_every_of(save_every)
         saved = saved_steps(n, save_every)
-        resident = integrate and src.resident_for(t0, t1)  # results stay on the workers (temporal.resident)
+        resident = src.resident_for(t0, t1)  # the particles and results stay on the workers (temporal.resident)
         if not resident:
             check_trajectory_memory(len(seeds), saved, saved_bytes_per_step(with_velocity, with_jacobian))
         if src.time_range is not None:
@@ -163,8 +162,6 @@ class Run:
         self.end_time = np.full(N, np.nan)
         self.F = np.broadcast_to(np.eye(3), (N, 3, 3)).copy() if variational else None
         self.sampled = np.zeros(N, np.int64)  # stage points each particle sampled
-        if not integrate:  # the particles' steps are taken one by one (_step), by the caller
-            return
         x = np.array(seeds, np.float64)
         if src.compiled:
             self._integrate_compiled(x)

@@ -5,13 +5,15 @@ A partition integrates the particles it holds in the kernels (kernels/vdbflow/ad
 far as the partition's own and halo leaves carry it: to the end of the integration, or to the step
 whose stencil leaves that data.  A particle stopped so at step j moves on from x_j to the partition
 that owns x_j's cell.  Where that is this partition (a later stage of the step left the data), the
-partition takes that step again stage by stage (:meth:`Run.step`): a stage point outside its data
-but in its own cells is outside the volume's data too (the halo holds every leaf a stencil of its
-cells reaches), and the particle stops there as it would in one process; only a stage point in
-another partition's cells (beyond the halo: ``|u| dt`` larger than it) leaves the step to the client.
-Each call keeps on its worker the saved positions (rows) and the final state of the particles that
-finished there, split by output chunk, and hands the movers out by destination: only they travel,
-worker to worker.
+partition takes that step again stage by stage (:meth:`Run.step`): a stage point outside its data but
+in its own cells, or near enough to the step's start that its stencil stays in the halo
+(:class:`PartitionSource`), is outside the volume's data too, and the particle stops there as it
+would in one process; only a stage point beyond that reach (``|u| dt`` larger than the halo) leaves
+the step to the client.  Each call keeps on its worker the saved positions (rows) and the final state
+of the particles that finished there, split by output chunk, and hands the movers out by destination:
+only they travel, worker to worker.  Through a series the same happens window by window of its steps
+(:func:`advance_window`, the series kernels), the particles reaching a window's end going on to the
+next from the partition owning their cell.
 
 Pure functions of arrays.  A *batch* of particles is a dict of arrays over its m particles:
 ``id`` (m,) int64, the particle's index; ``step`` (m,) int64, the step k whose position ``x`` (m, 3)
