@@ -113,6 +113,22 @@ def step_plan(t0: float, t1: float, dt: float, save_every: int = 1) -> tuple[int
     return n, h, np.array(saves), np.array(times)
 
 
+def kernel_tableau(method: str) -> tuple[np.ndarray, np.ndarray]:
+    """A method's stage coefficients (s, s) and weights (s,) as the kernels take them."""
+    c, a, b = TABLEAUS[method]
+    A = np.zeros((len(c), len(c)))
+    for s, row in enumerate(a):
+        A[s, : len(row)] = row
+    return A, np.array(b)
+
+
+def save_slots(n: int, save_steps: np.ndarray) -> np.ndarray:
+    """(n + 1,) int64 the output slot of each step (-1: not kept), as the kernels take it."""
+    slot = np.full(n + 1, -1, np.int64)
+    slot[save_steps] = np.arange(len(save_steps))
+    return slot
+
+
 class Run:
     """Particles integrated from t0 to t1: positions (and optionally velocities, Jacobians) at saved
     steps, status, end time and (variational) the flow-map gradient."""
@@ -258,9 +274,8 @@ class Run:
     def _integrate_compiled(self, x: np.ndarray) -> None:
         """All steps of every particle in the kernels (a steady volume): the same stages, checks and
         rounding as :meth:`_integrate`."""
-        A, B = self._tableau()
-        save_slot = np.full(self.n + 1, -1, np.int64)
-        save_slot[self.save_steps] = np.arange(len(self.save_steps))
+        A, B = kernel_tableau(self.method)
+        save_slot = save_slots(self.n, self.save_steps)
         status, last, evaluations = self.src.advect(
             x, A, B, self.h, save_slot, self.position, self.velocity, self.jacobian, self.F
         )
@@ -276,9 +291,8 @@ class Run:
         more steps than a window holds is integrated stage by stage."""
         from vdbflow.temporal.series_kernels import SeriesPlan, TopologyGroups
 
-        A, B = self._tableau()
-        save_slot = np.full(self.n + 1, -1, np.int64)
-        save_slot[self.save_steps] = np.arange(len(self.save_steps))
+        A, B = kernel_tableau(self.method)
+        save_slot = save_slots(self.n, self.save_steps)
         last = np.full(len(x), -1, np.int64)
         plan = SeriesPlan(self.src.series, self.src.time, self.t0, self.t1, self.h, self.n, TABLEAUS[self.method][0])
         groups = TopologyGroups()
@@ -318,14 +332,6 @@ class Run:
         valid = last >= 0
         self.end_time[valid] = np.where(last[valid] == self.n, self.t1, self.t0 + last[valid] * self.h)
         last[valid] = -1
-
-    def _tableau(self) -> tuple[np.ndarray, np.ndarray]:
-        """The method's stage coefficients (s, s) and weights (s,) as the kernels take them."""
-        c, a, b = TABLEAUS[self.method]
-        A = np.zeros((len(c), len(c)))
-        for s, row in enumerate(a):
-            A[s, : len(row)] = row
-        return A, np.array(b)
 
     def _integrate(self, x: np.ndarray) -> None:
         alive = np.arange(len(x))

@@ -34,7 +34,7 @@ from vdbflow.core.volume import Volume
 from vdbflow.distribution.plan import Router
 from vdbflow.errors import ClusterError
 from vdbflow.ops.sampling import MODES, STENCIL_RADIUS
-from vdbflow.temporal.integration import TABLEAUS, Run
+from vdbflow.temporal.integration import TABLEAUS, Run, kernel_tableau, save_slots
 from vdbflow.temporal.sources import VolumeSource
 
 ACTIVE, LEFT_DATA, NON_FINITE = schema.STATUS_VALUES
@@ -77,14 +77,6 @@ class ParticlePlan:
     @property
     def slots(self) -> int:
         return len(self.save_steps)
-
-    def tableau(self) -> tuple[np.ndarray, np.ndarray]:
-        """The stage coefficients (s, s) and weights (s,) as the kernels take them."""
-        c, a, b = TABLEAUS[self.method]
-        A = np.zeros((len(c), len(c)))
-        for s, row in enumerate(a):
-            A[s, : len(row)] = row
-        return A, np.array(b)
 
     def time(self, k: np.ndarray) -> np.ndarray:
         """The time of steps k (as :class:`vdbflow.temporal.integration.Run` computes it), NaN for k < 0."""
@@ -210,6 +202,19 @@ def split_by_chunk(ids: np.ndarray, arrays: dict[str, np.ndarray], chunk: int) -
     return out
 
 
+def group_outputs(plan: ParticlePlan, slots: np.ndarray, m: int) -> tuple:
+    """The outputs of m particles over steps whose global slots are ``slots`` (-1: not kept): the slots
+    relative to the first kept one, that first slot, and NaN position (m, S', 3), velocity and Jacobian
+    (as asked) from it on (one slot, never written, where none is kept)."""
+    kept = slots >= 0
+    first = int(slots[kept][0]) if kept.any() else plan.slots - 1
+    width = plan.slots - first
+    position = np.full((m, width, 3), np.nan)
+    velocity = np.full((m, width, 3), np.nan) if plan.velocity else None
+    jacobian = np.full((m, width, 3, 3), np.nan) if plan.jacobian else None
+    return np.where(kept, slots - first, -1), first, position, velocity, jacobian
+
+
 def integrate_group(
     volume: Volume, plan: ParticlePlan, k0: int, batch: dict[str, np.ndarray], save_slot: np.ndarray
 ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -219,17 +224,9 @@ def integrate_group(
     sampled (int32) and x (M, 3) where it stopped (F in ``batch`` updated in place)."""
     from vdbflow.devices import cpu
 
-    m = len(batch["id"])
-    slots = save_slot[k0:]
-    kept = slots >= 0
-    first = int(slots[kept][0]) if kept.any() else plan.slots - 1  # (one slot the kernel never writes)
-    local = np.where(kept, slots - first, -1)
-    width = plan.slots - first
-    position = np.full((m, width, 3), np.nan)
-    velocity = np.full((m, width, 3), np.nan) if plan.velocity else None
-    jacobian = np.full((m, width, 3, 3), np.nan) if plan.jacobian else None
+    local, first, position, velocity, jacobian = group_outputs(plan, save_slot[k0:], len(batch["id"]))
     x = np.array(batch["x"], np.float64)
-    A, B = plan.tableau()
+    A, B = kernel_tableau(plan.method)
     status, last, evaluations = cpu.advect(
         volume.kernel_arrays(), MODES[plan.mode], x, A, B, plan.h, local, position, velocity, jacobian, batch.get("F")
     )
@@ -354,8 +351,7 @@ def advance(volume: Volume, plan: ParticlePlan, partition: int, *batches: dict[s
     (FTLE) ``F``.
     """
     pending = concat(list(batches), plan.variational)
-    save_slot = np.full(plan.n + 1, -1, np.int64)
-    save_slot[plan.save_steps] = np.arange(plan.slots)
+    save_slot = save_slots(plan.n, plan.save_steps)
     rows_parts, retired_parts, movers, unjudged = [], [], [], []
     local_steps = 0
     template: Run | None = None
@@ -443,28 +439,21 @@ def advance_window(
     from vdbflow.temporal.series_kernels import TIME_KINDS, TopologyGroups
 
     pending = concat(list(batches), plan.variational)
-    save_slot = np.full(plan.n + 1, -1, np.int64)
-    save_slot[plan.save_steps] = np.arange(plan.slots)
+    save_slot = save_slots(plan.n, plan.save_steps)
     ks = [v.kernel_arrays() for v in volumes]
     groups = TopologyGroups().of(window.low, volumes)
     end = window.first + window.steps
-    A, B = plan.tableau()
+    A, B = kernel_tableau(plan.method)
     rows_parts, retired_parts, movers, unjudged, going = [], [], [], [], []
     for k0 in np.unique(pending["step"]):
         group = take(pending, pending["step"] == k0)
         m, off = len(group["id"]), int(k0) - window.first
-        slots = save_slot[k0 : end + 1]
-        kept = slots >= 0
-        first = int(slots[kept][0]) if kept.any() else plan.slots - 1  # (one slot the kernel never writes)
-        width = plan.slots - first
-        position = np.full((m, width, 3), np.nan)
-        velocity = np.full((m, width, 3), np.nan) if plan.velocity else None
-        jacobian = np.full((m, width, 3, 3), np.nan) if plan.jacobian else None
+        local, first, position, velocity, jacobian = group_outputs(plan, save_slot[k0 : end + 1], m)
         x = np.array(group["x"], np.float64)
         status, last, evaluations = np.zeros(m, np.int8), np.full(m, -1, np.int64), np.zeros(m, np.int64)
         cpu.advect_series(
             ks, groups, TIME_KINDS[plan.interpolation], window.stage_grid[off:], window.stage_coef[off:], int(k0),
-            MODES[plan.mode], x, A, B, plan.h, np.where(kept, slots - first, -1), position, velocity, jacobian,
+            MODES[plan.mode], x, A, B, plan.h, local, position, velocity, jacobian,
             group.get("F"), status, last, evaluations, window.validate_end,
         )  # fmt: skip
         rows_parts.append(saved_rows(group["id"], position, velocity, jacobian, first))

@@ -230,7 +230,7 @@ def advect(
     }
     if src.kind == "series":
         attrs["time_interpolation"] = time
-    if hasattr(run, "rounds"):  # resident particles: how they travelled (vdbflow.temporal.resident)
+    if run.resident:  # resident particles: how they travelled (vdbflow.temporal.resident)
         attrs.update(
             rounds=run.rounds,
             migrations=run.migrations,
