@@ -1,7 +1,11 @@
-// sample.cu - CUDA entry points of the kernels, compiled at run time by CuPy (NVRTC) and checked ahead
+// sample.cu - CUDA entry points of the kernels, compiled at run time with NVRTC, loaded by CuPy and checked ahead
 // of time with nvcc in the test suite.  Each entry point is one launch of the shared loop of a header
 // (vdbflow/*.h: sample_points, hessian_points, ...), the same function the CPU extension runs
 // (cpu_kernels.h); launch.h makes it a grid-stride loop here, an OpenMP loop there.
+//
+// Each process compiles only the entries it calls, one NVRTC program per name expression, into a cache on
+// disk (vdbflow/devices/cuda_build.py); the same source runs on the CPU under an emulation of CUDA
+// (emulate/cuda_host.h, VDBFLOW_CUDA_EMULATE=1) so that the suite runs the device code without a GPU.
 //
 // Templates over the value type T and the component count NC (0: C at run time) are instantiated on
 // demand: the CUDA backend (vdbflow/devices/cuda.py) lists the instances it calls as CuPy name
@@ -16,10 +20,17 @@
 #include "vdbflow/hessian.h"
 #include "vdbflow/route.h"
 
+// Every entry is launched with VDB_THREADS_PER_BLOCK threads a block (the backend passes its block size as
+// -DVDB_THREADS_PER_BLOCK=...); the bound makes ptxas fit each entry's registers to that launch.
+#ifndef VDB_THREADS_PER_BLOCK
+#define VDB_THREADS_PER_BLOCK 256
+#endif
+#define VDB_BOUNDS __launch_bounds__(VDB_THREADS_PER_BLOCK)
+
 namespace vdbflow {
 
 template <class T, int NC>
-__global__ void sample_kernel(const KernelAbi* abi, const double* points, i64 n, T* out_values,
+__global__ void VDB_BOUNDS sample_kernel(const KernelAbi* abi, const double* points, i64 n, T* out_values,
                               typename RealOf<T>::type* out_jacobian) {
   sample_points<T, NC>(*abi, points, n, out_values, out_jacobian);
 }
@@ -27,20 +38,20 @@ __global__ void sample_kernel(const KernelAbi* abi, const double* points, i64 n,
 // Fused (derived.h): values and Jacobians of a vec3 grid where their pointers are not null, and each derived
 // quantity q whose pointer derived[q] (a device array of DERIVED_COUNT pointers) is not null.
 template <class T>
-__global__ void sample_derived_kernel(const KernelAbi* abi, const double* points, i64 n, T* out_values,
+__global__ void VDB_BOUNDS sample_derived_kernel(const KernelAbi* abi, const double* points, i64 n, T* out_values,
                                       typename RealOf<T>::type* out_jacobian, typename RealOf<T>::type* const* derived) {
   sample_derived_points<T, 3>(*abi, points, n, out_values, out_jacobian, derived);
 }
 
 // Derived quantities of Jacobians (n, 3, 3) and velocities (n, 3) or null (derived.h).
 template <class R>
-__global__ void derive_kernel(const R* jacobian, const R* velocity, i64 n, R* const* derived) {
+__global__ void VDB_BOUNDS derive_kernel(const R* jacobian, const R* velocity, i64 n, R* const* derived) {
   derive_points<R>(jacobian, velocity, n, derived);
 }
 
 // Values, Jacobians and Hessians (N, C, 3, 3) of float data (hessian.h); out_jacobian may be null.
 template <class T, int NC>
-__global__ void hessian_kernel(const KernelAbi* abi, const double* points, i64 n, T* out_values,
+__global__ void VDB_BOUNDS hessian_kernel(const KernelAbi* abi, const double* points, i64 n, T* out_values,
                                typename RealOf<T>::type* out_jacobian, typename RealOf<T>::type* out_hessian) {
   hessian_points<T, NC>(*abi, points, n, out_values, out_jacobian, out_hessian);
 }
@@ -48,7 +59,7 @@ __global__ void hessian_kernel(const KernelAbi* abi, const double* points, i64 n
 // Reverse mode (adjoint.h): corner shares are added to a float64 accumulator with atomicAdd, so on the
 // GPU the order of the additions (and so the last bits of the sums) may change from run to run.
 template <class T, int NC>
-__global__ void vjp_kernel(const KernelAbi* abi, const double* points, i64 n,
+__global__ void VDB_BOUNDS vjp_kernel(const KernelAbi* abi, const double* points, i64 n,
                            const typename RealOf<T>::type* adj_values, const typename RealOf<T>::type* adj_jacobian,
                            double* accumulator, typename RealOf<T>::type* adj_points) {
   adjoint_points<T, NC>(*abi, points, n, adj_values, adj_jacobian, accumulator, adj_points);
@@ -58,7 +69,7 @@ __global__ void vjp_kernel(const KernelAbi* abi, const double* points, i64 n,
 // voxel, one thread per voxel, rows in OnIndex order; leaf_end (L,) is the running count of active voxels
 // at the end of each leaf, origins (L, 3) int32 the leaves' origins.
 template <class T, int NC>
-__global__ void grid_gradient_kernel(const KernelAbi* abi, const int* origins, const i64* leaf_end, i64 leaves,
+__global__ void VDB_BOUNDS grid_gradient_kernel(const KernelAbi* abi, const int* origins, const i64* leaf_end, i64 leaves,
                                      i64 rows, typename RealOf<T>::type* out_jacobian) {
   grid_gradient_voxels<T, NC>(*abi, origins, leaf_end, leaves, rows, out_jacobian);
 }
@@ -68,7 +79,7 @@ __global__ void grid_gradient_kernel(const KernelAbi* abi, const int* origins, c
 // the output slot of each step or -1; position (n, slots, 3), velocity (n, slots, 3), jacobian
 // (n, slots, 3, 3) and F (n, 3, 3) are NaN-filled by the caller (null when not asked for).
 template <class T>
-__global__ void advect_kernel(const KernelAbi* abi, const double* a_coef, const double* b_coef, int stages, double h,
+__global__ void VDB_BOUNDS advect_kernel(const KernelAbi* abi, const double* a_coef, const double* b_coef, int stages, double h,
                               const i64* save_slot, i64 steps, i64 slots, double* x, i64 n, double* position,
                               double* velocity, double* jacobian, double* F, signed char* status, i64* last_step,
                               int* evaluations, int validate_end) {
@@ -82,7 +93,7 @@ __global__ void advect_kernel(const KernelAbi* abi, const double* a_coef, const 
 // (steps + 1, stages, 4) and stage_coef (steps + 1, stages, 8) the stages' grids and time coefficients;
 // particles whose status is not active are left alone, evaluations (int64) are added to.
 template <class T>
-__global__ void advect_series_kernel(const KernelAbi* abis, int grids, const int* topology, int time_kind,
+__global__ void VDB_BOUNDS advect_series_kernel(const KernelAbi* abis, int grids, const int* topology, int time_kind,
                                      const int* stage_grid, const double* stage_coef, i64 first_step,
                                      const double* a_coef, const double* b_coef, int stages, double h,
                                      const i64* save_slot, i64 steps, i64 slots, double* x, i64 n, double* position,
@@ -104,7 +115,7 @@ __global__ void advect_series_kernel(const KernelAbi* abis, int grids, const int
 
 // Routing (route.h): the partition of each point (ROUTE_BACKGROUND for background-only points).
 // The stable grouping by partition follows on the device with CuPy (a stable argsort of the codes).
-extern "C" __global__ void vdbflow_route_partition(const double* points, vdbflow::i64 n, const double* xform,
+extern "C" __global__ void VDB_BOUNDS vdbflow_route_partition(const double* points, vdbflow::i64 n, const double* xform,
                                                    int points_world, const vdbflow::i64* origin, int shift,
                                                    const vdbflow::u64* boundaries, int partitions,
                                                    const int* near_table, unsigned near_mask, int* out_partition) {
@@ -115,26 +126,26 @@ extern "C" __global__ void vdbflow_route_partition(const double* points, vdbflow
 
 // Coverage (coverage.h): out (N,) whether each point's stencil of the record's mode reads only defined
 // voxels; the record's tables, masks, transform and points_world are read, never its values.
-extern "C" __global__ void vdbflow_stencil_inside(const vdbflow::KernelAbi* abi, const double* points,
+extern "C" __global__ void VDB_BOUNDS vdbflow_stencil_inside(const vdbflow::KernelAbi* abi, const double* points,
                                                   vdbflow::i64 n, bool* out) {
   vdbflow::stencil_inside_points(*abi, points, n, out);
 }
 
 // Coverage (coverage.h): out (M,) whether each voxel ijk (M, 3) int64 is active in a leaf or inside a tile.
-extern "C" __global__ void vdbflow_defined_voxels(const vdbflow::KernelAbi* abi, const vdbflow::i64* ijk,
+extern "C" __global__ void VDB_BOUNDS vdbflow_defined_voxels(const vdbflow::KernelAbi* abi, const vdbflow::i64* ijk,
                                                   vdbflow::i64 n, bool* out) {
   vdbflow::defined_voxels_points(*abi, ijk, n, out);
 }
 
 // dst[index[r]] = src[r] for m rows of row_bytes bytes (launch.h; indices checked by the caller).
-extern "C" __global__ void vdbflow_scatter_rows(char* dst, const vdbflow::i64* index, const char* src, vdbflow::i64 m,
+extern "C" __global__ void VDB_BOUNDS vdbflow_scatter_rows(char* dst, const vdbflow::i64* index, const char* src, vdbflow::i64 m,
                                                 vdbflow::i64 row_bytes) {
   vdbflow::scatter_rows_points(dst, index, src, m, row_bytes);
 }
 
 // Voxels ijk (n, 3) int32 of the active voxels of ranks rank (n,) in OnIndex order (grid.h active_voxel_at;
 // ranks checked by the caller); leaf_end (L,) the running count of active voxels at the end of each leaf.
-extern "C" __global__ void vdbflow_active_voxels_at(const int* origins, const vdbflow::u64* masks,
+extern "C" __global__ void VDB_BOUNDS vdbflow_active_voxels_at(const int* origins, const vdbflow::u64* masks,
                                                     const vdbflow::i64* leaf_end, vdbflow::i64 leaves,
                                                     const vdbflow::i64* rank, vdbflow::i64 n, int* ijk) {
   vdbflow::active_voxels_points(origins, masks, leaf_end, leaves, rank, n, ijk);

@@ -235,6 +235,37 @@ struct Streaming {
   static constexpr bool value = B;
 };
 
+// One point's outputs of the fused entry: values and Jacobians where their buffers are not null, then the
+// derived quantities.  A functor marked host+device rather than a generic lambda: NVRTC compiles a generic
+// lambda's call operator as a host function and refuses it ("host functions are not allowed in JIT mode").
+// `Streaming<true>`: non-temporal stores (the host's scattered loop, which fences after its batches).
+template <class T, class R>
+struct DerivedEmitter {
+  static constexpr int C = 3;
+  T* out_v;
+  R* out_j;
+  R* outs[DERIVED_COUNT];
+
+  template <bool S>
+  VDB_HD void operator()(Streaming<S>, i64 i, const T* v, const R* j) const {
+    R u[C];
+    for (int c = 0; c < C; ++c) u[c] = (R)v[c];
+#ifndef VDB_DEVICE_COMPILE
+    if constexpr (S) {
+      if (out_v) stream_store(out_v + i * C, v, C);
+      if (out_j) stream_store(out_j + i * 3 * C, j, 3 * C);
+    } else
+#endif
+    {
+      if (out_v)
+        for (int c = 0; c < C; ++c) out_v[i * C + c] = v[c];
+      if (out_j)
+        for (int e = 0; e < 3 * C; ++e) out_j[i * 3 * C + e] = j[e];
+    }
+    derive_point<R>(j, u, outs, i);
+  }
+};
+
 // Fused sampling of a vec3 float grid: values (n, 3) and Jacobians (n, 3, 3) where their buffers are not
 // null, and each quantity q whose buffer derived[q] is not null (n * derived_width(q) entries of R), all
 // from the Jacobian of the record's spaces as sample_points writes it (the same bits).
@@ -251,24 +282,10 @@ VDB_ENTRY void sample_derived_points(const KernelAbi& k, const P* pts, i64 n, T*
 #ifndef VDB_DEVICE_COMPILE
   if (sample_derived_simd<T, NC, P>(g, transform, mode, pts, n, out_v, out_j, outs, order)) return;  // simd.h
 #endif
-  // one point's outputs; `streaming`: non-temporal stores (the scattered loop, which fences after its batches)
-  auto emit = [=](auto streaming, i64 i, const T* v, const R* j) {
-    R u[C];
-    for (int c = 0; c < C; ++c) u[c] = (R)v[c];
-#ifndef VDB_DEVICE_COMPILE
-    if constexpr (decltype(streaming)::value) {
-      if (out_v) stream_store(out_v + i * C, v, C);
-      if (out_j) stream_store(out_j + i * 3 * C, j, 3 * C);
-    } else
-#endif
-    {
-      if (out_v)
-        for (int c = 0; c < C; ++c) out_v[i * C + c] = v[c];
-      if (out_j)
-        for (int e = 0; e < 3 * C; ++e) out_j[i * 3 * C + e] = j[e];
-    }
-    derive_point<R>(j, u, outs, i);
-  };
+  DerivedEmitter<T, R> emit;
+  emit.out_v = out_v;
+  emit.out_j = out_j;
+  for (int q = 0; q < DERIVED_COUNT; ++q) emit.outs[q] = outs[q];
 #ifndef VDB_DEVICE_COMPILE
   if (scattered_points(order, mode, pts, transform, n)) {
     auto batch = [=, &g](i64 first, i64 count, const PointTransform& xf, LeafCache& cache) {

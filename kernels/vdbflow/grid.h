@@ -7,7 +7,8 @@
 // The host builds the tables (fill_table, through the CPU extension); both sides only read them.
 #pragma once
 
-#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__) || defined(VDBFLOW_CUDA_EMULATE)
+// the device branch: nvcc, NVRTC, or the host emulation of CUDA (emulate/cuda_host.h)
 #define VDB_HD __host__ __device__ __forceinline__
 #define VDB_INLINE
 #define VDB_DEVICE_COMPILE 1

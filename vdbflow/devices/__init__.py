@@ -12,7 +12,8 @@ DEVICES = ("cpu", "cuda", "auto")
 
 
 def is_cupy_array(x: Any) -> bool:
-    return type(x).__module__.split(".")[0] == "cupy"
+    """Whether ``x`` is a CuPy array (or an array of CuPy's emulation, ``VDBFLOW_CUDA_EMULATE=1``)."""
+    return type(x).__module__.split(".")[0] == "cupy" or getattr(type(x), "__cuda_emulated__", False)
 
 
 def backend(device: str) -> ModuleType:

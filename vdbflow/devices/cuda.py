@@ -1,21 +1,27 @@
-"""CUDA backend: kernels/sample.cu compiled at run time by CuPy (NVRTC), its template entry points
-instantiated through name expressions; takes a volume's KernelArrays and CuPy arrays.  Device
-copies of the kernel arrays and their kernel records (abi.h) are cached in ``KernelArrays.device_cache``."""
+"""CUDA backend: the entry points of kernels/sample.cu, built with NVRTC into a cache on disk
+(:mod:`vdbflow.devices.cuda_build`: one program per name expression, only those a process calls) and loaded
+by CuPy; takes a volume's KernelArrays and CuPy arrays.  Device copies of the kernel arrays and their kernel
+records (abi.h) are cached in ``KernelArrays.device_cache``.
+
+With ``VDBFLOW_CUDA_EMULATE=1`` the array module is :mod:`vdbflow.devices.emulation` and the entries are the
+same sources compiled for the host: the device code runs on the CPU, through this very module."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from pathlib import Path
+import os
+import threading
 from typing import Any
 
 import numpy as np
 
 from vdbflow.core import kernel
 from vdbflow.core.kernel import KernelArrays, KernelRecord
+from vdbflow.devices import cuda_build
+from vdbflow.devices.cuda_build import THREADS_PER_BLOCK, kernel_dir  # noqa: F401 (kernel_dir: re-exported)
 from vdbflow.errors import DeviceError
 
-THREADS_PER_BLOCK = 256
 NULL = np.uint64(0)  # a null device pointer as a kernel argument
 # C++ types of the value dtypes, as the name expressions of the templates in sample.cu spell them
 _CTYPES = {
@@ -27,15 +33,6 @@ _CTYPES = {
 }
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 VALUE_DTYPES = tuple(_CTYPES)
-
-
-def kernel_dir() -> Path:
-    """The kernels/ folder: installed inside the package, or at the root of a source checkout."""
-    here = Path(__file__).resolve().parent.parent
-    for candidate in (here / "kernels", here.parent / "kernels"):
-        if (candidate / "sample.cu").is_file():
-            return candidate
-    raise DeviceError(f"expected kernels/sample.cu next to the vdbflow package, found none under {here}")
 
 
 def _instance(template: str, dtype: np.dtype, components: int, fixed: tuple[int, ...]) -> str:
@@ -82,7 +79,7 @@ def advect_series_entry_name(dtype: np.dtype) -> str:
 
 
 def name_expressions() -> tuple[str, ...]:
-    """Every template instance the backend may call, compiled together by NVRTC."""
+    """Every template instance the backend may call (each its own NVRTC program)."""
     names = {entry_name(dt, c) for dt in VALUE_DTYPES for c in (1, 3, 4, 0)}
     names |= {advect_entry_name(dt) for dt in FLOAT_DTYPES} | {advect_series_entry_name(dt) for dt in FLOAT_DTYPES}
     names |= {derived_entry_name(dt) for dt in FLOAT_DTYPES} | {derive_entry_name(dt) for dt in FLOAT_DTYPES}
@@ -92,15 +89,21 @@ def name_expressions() -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-def nvrtc_options() -> tuple[str, ...]:
-    return ("-std=c++17", f"-I{kernel_dir()}")
+def emulated() -> bool:
+    """Whether ``VDBFLOW_CUDA_EMULATE=1``: the device code runs on the CPU (:mod:`vdbflow.devices.emulation`)."""
+    return os.environ.get("VDBFLOW_CUDA_EMULATE", "0") == "1"
 
 
 def cupy_module() -> Any:
+    """CuPy, checked to see a GPU; or its emulation under ``VDBFLOW_CUDA_EMULATE=1``."""
+    if emulated():
+        from vdbflow.devices import emulation
+
+        return emulation
     try:
         import cupy
     except ImportError as err:  # pragma: no cover - depends on the machine
-        raise DeviceError("device='cuda' needs CuPy: pip install 'vdbflow[gpu]'") from err
+        raise DeviceError("device='cuda' needs CuPy: pip install 'vdbflow[gpu]' (CUDA 12) or 'vdbflow[gpu-cuda13]'") from err
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as err:  # pragma: no cover - depends on the machine
@@ -110,15 +113,31 @@ def cupy_module() -> Any:
     return cupy
 
 
+_load_lock = threading.Lock()
+
+
 @functools.cache
-def _raw_module(device_id: int) -> Any:
-    cupy = cupy_module()
-    source = (kernel_dir() / "sample.cu").read_text()
-    return cupy.RawModule(code=source, options=nvrtc_options(), backend="nvrtc", name_expressions=name_expressions())
+def _loaded(device_id: int, name: str, emulate: bool) -> Any:
+    """Entry ``name`` on GPU ``device_id``: built (or found in the cache) and loaded once per process."""
+    xp = cupy_module()
+    if emulate:
+        built = cuda_build.emulated_library(name_expressions())
+    else:  # pragma: no cover - needs a GPU
+        compiler = cuda_build.nvrtc.load()
+        capability = int(xp.cuda.Device(device_id).compute_capability)  # "90": 9.0
+        arch = cuda_build.choose_arch(capability, compiler)
+        built = cuda_build.build_nvrtc(name, arch, compiler)
+    return _module(device_id, str(built.path)).get_function(built.lowered[name])
+
+
+@functools.cache
+def _module(device_id: int, path: str) -> Any:
+    with _load_lock:
+        return cupy_module().RawModule(path=path)
 
 
 def _function(name: str) -> Any:
-    return _raw_module(cupy_module().cuda.runtime.getDevice()).get_function(name)
+    return _loaded(cupy_module().cuda.runtime.getDevice(), name, emulated())
 
 
 def _device_record(k: KernelArrays) -> KernelRecord:

@@ -93,10 +93,14 @@ class HostPipeline:
 
 
 def _pinned_empty(shape: tuple, dtype: Any) -> np.ndarray:
-    """A NumPy array in pinned host memory (CuPy's pinned memory pool)."""
-    import cupyx
+    """A NumPy array in pinned host memory (CuPy's pinned memory pool; host memory under emulation)."""
+    from vdbflow.devices.cuda import emulated
 
-    return cupyx.empty_pinned(shape, dtype)
+    if emulated():
+        from vdbflow.devices.emulation import empty_pinned
+    else:  # pragma: no cover - needs a GPU
+        from cupyx import empty_pinned
+    return empty_pinned(shape, dtype)
 
 
 @functools.cache

@@ -43,9 +43,9 @@ def sample_piece(volume: Volume, pts: np.ndarray, request: SampleRequest) -> tup
     """Sample one partition's points (n, 3) of a wave: one array per output of ``request``."""
     on_gpu = request.device == "cuda" and len(pts)  # the partition's arrays stay cached in this worker's GPU
     if on_gpu:
-        import cupy
+        from vdbflow.devices.cuda import cupy_module
 
-        pts = cupy.asarray(pts)
+        pts = cupy_module().asarray(pts)
     arrays = volume.sample_arrays(request.replace(device="cuda" if on_gpu else "cpu"), pts)
     return tuple(arrays[name].get() if on_gpu else arrays[name] for name in request.outputs)
 

@@ -48,7 +48,9 @@ def prepare_points(vol: Volume, points: Any, device: str, space: str = "index") 
         points = points.get()
         on_gpu = False
     if on_gpu:
-        import cupy as xp
+        from vdbflow.devices.cuda import cupy_module
+
+        xp = cupy_module()
     else:
         xp = np
         points = as_numpy(points)
@@ -194,7 +196,9 @@ def sample_arrays(
     pts = prepare_points(vol, points, device, request.space)
     on_gpu = device == "cuda"
     if on_gpu:
-        import cupy as xp
+        from vdbflow.devices.cuda import cupy_module
+
+        xp = cupy_module()
     else:
         xp = np
     N, C = pts.shape[0], vol.components

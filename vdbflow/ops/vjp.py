@@ -131,7 +131,9 @@ def sample_grad_vjp(
     vol = vol.contiguous()  # adjoint rows follow the contiguous value array
     pts = prepare_points(vol, points, device, space)
     if device == "cuda":
-        import cupy as xp
+        from vdbflow.devices.cuda import cupy_module
+
+        xp = cupy_module()
     else:
         xp = np
     N, C = pts.shape[0], vol.components

@@ -82,12 +82,11 @@ class VolumeSource(Source):
             from vdbflow.devices import cpu
 
             return cpu.advect(k, mode, x, *args)
-        import cupy
-
         from vdbflow.devices import cuda
 
         a, b, h, save_slot, *outputs = args
-        on_gpu = [None if arr is None else cupy.asarray(arr) for arr in (x, *outputs)]
+        xp = cuda.cupy_module()
+        on_gpu = [None if arr is None else xp.asarray(arr) for arr in (x, *outputs)]
         status, last_step, evaluations = cuda.advect(k, mode, on_gpu[0], a, b, h, save_slot, *on_gpu[1:])
         for host, dev in zip((x, *outputs), on_gpu, strict=True):
             if host is not None:

@@ -1,0 +1,143 @@
+// emulate/cuda_host.h - the CUDA execution model on the host, so that sample.cu's device code (the
+// VDB_DEVICE_COMPILE branch of every header) runs on a machine without a GPU (VDBFLOW_CUDA_EMULATE=1).
+//
+// Included before sample.cu by the table vdbflow/devices/cuda_build.py generates, and compiled by the host's
+// C++ compiler into a shared library that vdbflow/devices/emulation.py loads in place of a CUDA module:
+//   - the execution-space keywords (__global__, __device__, __host__, __forceinline__, __launch_bounds__)
+//     expand to host C++; threadIdx, blockIdx, blockDim and gridDim are per-host-thread variables;
+//   - the intrinsics the kernels call (__popc, __popcll, __ffsll, __fns, __fmul_rn, __dmul_rn) and atomicAdd on double (a real
+//     compare-and-swap loop: blocks run on several host threads, so a missing atomic loses updates here
+//     as it would on a GPU);
+//   - launch<F>(grid, block, args, host_threads): a kernel launch.  args is CUDA's kernelParams array (one
+//     pointer to each argument); blocks are handed out to host_threads threads, the threads of one block
+//     run one after another (the kernels use no __syncthreads and no shared memory);
+//   - signature<F>(): one letter a parameter, so the Python side packs each argument as the kernel reads it
+//     and refuses an argument of another type (what CuPy would pass through silently).
+// Floating point: the host compiler does not contract a*b+c into an FMA (-ffp-contract=off) and keeps
+// subnormals, where nvcc contracts by default: see docs/gpu.md for what that means for comparisons.
+#pragma once
+#include <math.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#define VDBFLOW_CUDA_EMULATE 1
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __launch_bounds__(...)
+
+struct dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+extern thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+// products rounded on their own (never fused into an add): what -ffp-contract=off makes of a plain product
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline int __popc(unsigned v) { return __builtin_popcount(v); }
+inline int __popcll(unsigned long long v) { return __builtin_popcountll(v); }
+inline int __ffsll(long long v) { return __builtin_ffsll(v); }
+
+// Position of the offset-th set bit of mask counted from bit base (upwards for offset > 0, downwards for
+// offset < 0; offset 0: base itself if set), 0xFFFFFFFF if there is none: CUDA's __fns.
+inline unsigned __fns(unsigned mask, unsigned base, int offset) {
+  if (base > 31) return 0xFFFFFFFFu;
+  if (offset == 0) return (mask >> base) & 1u ? base : 0xFFFFFFFFu;
+  const int step = offset > 0 ? 1 : -1;
+  int left = offset > 0 ? offset : -offset;
+  for (int b = (int)base; b >= 0 && b < 32; b += step)
+    if ((mask >> b) & 1u && --left == 0) return (unsigned)b;
+  return 0xFFFFFFFFu;
+}
+
+inline double atomicAdd(double* address, double value) {
+  unsigned long long* word = reinterpret_cast<unsigned long long*>(address);
+  unsigned long long old = __atomic_load_n(word, __ATOMIC_RELAXED), next;
+  double sum;
+  do {
+    double before;
+    std::memcpy(&before, &old, sizeof before);
+    sum = before + value;
+    std::memcpy(&next, &sum, sizeof next);
+  } while (!__atomic_compare_exchange_n(word, &old, next, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+  double before;
+  std::memcpy(&before, &old, sizeof before);
+  return before;
+}
+
+namespace vdb_emulate {
+
+template <class T>
+constexpr char letter() {
+  using U = std::remove_cv_t<T>;
+  if constexpr (std::is_pointer_v<U>) return 'p';
+  else if constexpr (std::is_same_v<U, double>) return 'd';
+  else if constexpr (std::is_same_v<U, float>) return 'f';
+  else if constexpr (std::is_same_v<U, bool>) return '?';
+  else if constexpr (std::is_integral_v<U>) {
+    constexpr char sizes_signed[] = {'b', 'h', 0, 'i', 0, 0, 0, 'q'};
+    constexpr char sizes_unsigned[] = {'B', 'H', 0, 'I', 0, 0, 0, 'Q'};
+    return std::is_signed_v<U> ? sizes_signed[sizeof(U) - 1] : sizes_unsigned[sizeof(U) - 1];
+  } else
+    static_assert(sizeof(U) == 0, "a kernel parameter of a type the emulation cannot pack");
+}
+
+template <class F>
+struct Params;
+template <class... A>
+struct Params<void (*)(A...)> {
+  static std::string signature() { return std::string{letter<A>()...}; }
+  template <size_t... I>
+  static void call(void (*f)(A...), void** args, std::index_sequence<I...>) {
+    f(*static_cast<std::remove_cv_t<std::remove_reference_t<A>>*>(args[I])...);
+  }
+  static void call(void (*f)(A...), void** args) { call(f, args, std::index_sequence_for<A...>()); }
+};
+
+template <auto F>
+const char* signature() {
+  static const std::string s = Params<decltype(F)>::signature();
+  return s.c_str();
+}
+
+// One launch: blocks taken in turn by host_threads threads (the calling thread among them).
+template <auto F>
+void launch(unsigned grid, unsigned block, void** args, int host_threads) {
+  std::atomic<unsigned> next{0};
+  auto worker = [&]() {
+    blockDim = dim3{block, 1, 1};
+    gridDim = dim3{grid, 1, 1};
+    for (unsigned b = next++; b < grid; b = next++) {
+      blockIdx = dim3{b, 0, 0};
+      for (unsigned t = 0; t < block; ++t) {
+        threadIdx = dim3{t, 0, 0};
+        Params<decltype(F)>::call(F, args);
+      }
+    }
+  };
+  const int extra = host_threads > 1 ? (int)std::min<unsigned>(host_threads, grid) - 1 : 0;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < extra; ++t) threads.emplace_back(worker);
+  worker();
+  for (auto& t : threads) t.join();
+}
+
+struct Entry {
+  const char* name;
+  void (*launch)(unsigned, unsigned, void**, int);
+  const char* (*signature)();
+};
+
+}  // namespace vdb_emulate
+
+#define VDB_EMULATE_ENTRY(NAME, ...) \
+  vdb_emulate::Entry { NAME, &vdb_emulate::launch<__VA_ARGS__>, &vdb_emulate::signature<__VA_ARGS__> }

@@ -1,0 +1,283 @@
+"""Building the CUDA entry points: one NVRTC program per name expression, compiled once into a cache on disk.
+
+A process compiles only the entries it calls (a few seconds each, where the whole module took minutes), and
+only once per machine: each build is stored under a key of (the kernels' sources, the name expression, the
+options, the architecture, NVRTC's version) in :func:`cache_dir` (``$VDBFLOW_CUDA_CACHE``, else
+``$XDG_CACHE_HOME/vdbflow/cuda`` or ``~/.cache/vdbflow/cuda``), shared by every process of the machine: a
+lock file makes the workers that want the same entry wait for one compile, the image and its record are
+written under temporary names and renamed into place, and an entry whose image does not match the digest in
+its record is rebuilt.  ``vdbflow build-cuda --arch sm_90`` fills the cache ahead of time (a cluster image).
+
+Under ``VDBFLOW_CUDA_EMULATE=1`` the same sources are compiled by the host's C++ compiler into one shared
+library (:func:`emulated_library`), which :mod:`vdbflow.devices.emulation` loads in place of a CUDA module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from vdbflow.devices import nvrtc
+from vdbflow.errors import DeviceError
+
+THREADS_PER_BLOCK = 256  # every launch's block size; the kernels' launch bounds (sample.cu VDB_BOUNDS)
+# the entries of sample.cu that are not templates: compiled in every program, built alone as the unit ""
+EXTERN_ENTRIES = (
+    "vdbflow_route_partition",
+    "vdbflow_stencil_inside",
+    "vdbflow_defined_voxels",
+    "vdbflow_scatter_rows",
+    "vdbflow_active_voxels_at",
+)
+EMULATION_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-ffp-contract=off", "-pthread")
+
+
+@dataclass(frozen=True)
+class Built:
+    """One cached build: the image file (cubin, PTX, or the emulation's shared library), the lowered name
+    of each entry it holds, and how it was obtained (``compiled`` or ``cached``, seconds spent)."""
+
+    path: Path
+    lowered: dict[str, str]
+    source: str  # "compiled" or "cached"
+    seconds: float
+
+
+_log_lock = threading.Lock()
+BUILD_LOG: list[tuple[str, str, float]] = []  # (unit, "compiled" | "cached", seconds) of this process
+
+
+def _note(unit: str, built: Built) -> Built:
+    with _log_lock:
+        BUILD_LOG.append((unit, built.source, built.seconds))
+    return built
+
+
+def build_summary() -> str:
+    """One line on this process's builds: how many entries were compiled or loaded from the cache, and the
+    seconds spent on each kind (empty when there were none)."""
+    with _log_lock:
+        log = list(BUILD_LOG)
+    if not log:
+        return ""
+    parts = []
+    for kind in ("compiled", "cached"):
+        done = [s for _, k, s in log if k == kind]
+        if done:
+            parts.append(f"{len(done)} {kind} in {sum(done):.2f} s")
+    return "CUDA entries: " + ", ".join(parts)
+
+
+def kernel_dir() -> Path:
+    """The kernels/ folder: installed inside the package, or at the root of a source checkout."""
+    here = Path(__file__).resolve().parent.parent
+    for candidate in (here / "kernels", here.parent / "kernels"):
+        if (candidate / "sample.cu").is_file():
+            return candidate
+    raise DeviceError(f"expected kernels/sample.cu next to the vdbflow package, found none under {here}")
+
+
+def source_digest() -> str:
+    """sha256 of every file sample.cu may include (its headers and the emulation's), in name order."""
+    root = kernel_dir()
+    files = [root / "sample.cu", *sorted((root / "vdbflow").glob("*.h")), *sorted((root / "emulate").glob("*.h"))]
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def cache_dir() -> Path:
+    """Where builds are kept (created on first use)."""
+    explicit = os.environ.get("VDBFLOW_CUDA_CACHE")
+    if explicit:
+        root = Path(explicit)
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        root = Path(base) / "vdbflow" / "cuda"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise DeviceError(f"expected a writable CUDA build cache at {root} (VDBFLOW_CUDA_CACHE), got {err}") from None
+    return root
+
+
+def nvrtc_options(arch: str) -> tuple[str, ...]:
+    """NVRTC's options for ``arch`` (``sm_90``: machine code; ``compute_90``: PTX)."""
+    return ("-std=c++17", f"-I{kernel_dir()}", f"-arch={arch}", f"-DVDB_THREADS_PER_BLOCK={THREADS_PER_BLOCK}")
+
+
+def choose_arch(compute_capability: int, compiler: nvrtc.Nvrtc) -> str:
+    """``sm_XX`` when this NVRTC makes machine code for the device, else PTX (``compute_XX``) for the newest
+    architecture it knows below the device's (the driver compiles that PTX on load)."""
+    supported = compiler.supported_archs()
+    if compute_capability in supported:
+        return f"sm_{compute_capability}"
+    older = [a for a in supported if a <= compute_capability]
+    if not older:
+        raise DeviceError(
+            f"expected an NVRTC that compiles for compute capability {compute_capability}, "
+            f"NVRTC {compiler.version[0]}.{compiler.version[1]} supports {supported}"
+        )
+    return f"compute_{max(older)}"
+
+
+def unit_of(name: str) -> str:
+    """The program an entry is built in: its own name expression, or ``""`` for the extern "C" entries."""
+    return "" if name in EXTERN_ENTRIES else name
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` (a file beside the entry), held by one process of the machine at a time."""
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _read_entry(record: Path, image: Path) -> dict | None:
+    """The record of a complete, intact entry, or None (missing, unreadable, or an image that does not
+    match its digest: a corrupt entry is rebuilt)."""
+    try:
+        meta = json.loads(record.read_text())
+        data = image.read_bytes()
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict) or hashlib.sha256(data).hexdigest() != meta.get("image_sha256"):
+        return None
+    return meta
+
+
+def _cached_build(key_parts: dict, suffix: str, make: callable) -> tuple[Path, dict, str, float]:
+    """The entry of ``key_parts`` in the cache, made by ``make() -> (image bytes, record dict)`` if absent."""
+    key = hashlib.sha256(json.dumps(key_parts, sort_keys=True).encode()).hexdigest()[:32]
+    root = cache_dir()
+    image, record = root / f"{key}{suffix}", root / f"{key}.json"
+    start = time.perf_counter()
+    meta = _read_entry(record, image)
+    if meta is not None:
+        return image, meta, "cached", time.perf_counter() - start
+    with _locked(root / f"{key}.lock"):
+        meta = _read_entry(record, image)  # another process may have built it while this one waited
+        if meta is not None:
+            return image, meta, "cached", time.perf_counter() - start
+        data, meta = make()
+        meta = {**meta, "key": key_parts, "image_sha256": hashlib.sha256(data).hexdigest()}
+        _write_atomic(image, data)
+        _write_atomic(record, json.dumps(meta, indent=1).encode())
+    return image, meta, "compiled", time.perf_counter() - start
+
+
+def build_nvrtc(name: str, arch: str, compiler: nvrtc.Nvrtc | None = None) -> Built:
+    """The cubin (``sm_XX``) or PTX (``compute_XX``) of the program holding entry ``name``."""
+    compiler = compiler or nvrtc.load()
+    unit = unit_of(name)
+    options = nvrtc_options(arch)
+    kind = "cubin" if arch.startswith("sm_") else "ptx"
+    exprs = (unit,) if unit else ()
+    parts = {"source": source_digest(), "unit": unit, "options": options, "nvrtc": compiler.version, "kind": kind}
+
+    def make() -> tuple[bytes, dict]:
+        source = (kernel_dir() / "sample.cu").read_text()
+        t0 = time.perf_counter()
+        out = compiler.compile(source, "sample.cu", options, exprs, kind)
+        lowered = {**out.lowered, **{n: n for n in EXTERN_ENTRIES}}
+        return out.image, {"lowered": lowered, "log": out.log, "compile_seconds": time.perf_counter() - t0}
+
+    path, meta, how, seconds = _cached_build(parts, f".{kind}", make)
+    return _note(unit or "extern", Built(path, meta["lowered"], how, seconds))
+
+
+def build_all(
+    names: tuple[str, ...], arch: str, compiler: nvrtc.Nvrtc | None = None, workers: int | None = None
+) -> dict[str, Built]:
+    """Every program holding ``names``, ``workers`` compiles at a time (NVRTC runs outside the GIL)."""
+    compiler = compiler or nvrtc.load()
+    units = sorted({unit_of(n) for n in names})
+    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+        built = dict(zip(units, pool.map(lambda u: build_nvrtc(u or EXTERN_ENTRIES[0], arch, compiler), units)))
+    return {n: built[unit_of(n)] for n in names}
+
+
+# --- the host emulation: every entry in one shared library -------------------------------------------------
+
+
+def _emulation_source(names: tuple[str, ...]) -> str:
+    templated = [n for n in names if n not in EXTERN_ENTRIES]
+    rows = [f'    VDB_EMULATE_ENTRY("{n}", &{n}),' for n in (*templated, *EXTERN_ENTRIES)]
+    return "\n".join(
+        [
+            "// generated by vdbflow/devices/cuda_build.py: sample.cu's entries for the host emulation of CUDA",
+            '#include "emulate/cuda_host.h"',
+            '#include "sample.cu"',
+            "thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;",
+            "static const vdb_emulate::Entry entries[] = {",
+            *rows,
+            "};",
+            'extern "C" int vdbflow_emulate_count() { return (int)(sizeof(entries) / sizeof(entries[0])); }',
+            'extern "C" const char* vdbflow_emulate_name(int e) { return entries[e].name; }',
+            'extern "C" const char* vdbflow_emulate_signature(int e) { return entries[e].signature(); }',
+            'extern "C" void vdbflow_emulate_launch(int e, unsigned grid, unsigned block, void** args, int threads) {',
+            "  entries[e].launch(grid, block, args, threads);",
+            "}",
+            "",
+        ]
+    )
+
+
+def host_compiler() -> str:
+    """The C++ compiler of the emulation: ``$CXX``, else c++ / g++ / clang++ on the path."""
+    for candidate in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if candidate and shutil.which(candidate):
+            return candidate
+    raise DeviceError("expected a C++17 compiler for VDBFLOW_CUDA_EMULATE (c++, g++ or clang++; or $CXX), found none")
+
+
+def emulated_library(names: tuple[str, ...]) -> Built:
+    """The shared library of the emulation holding ``names`` (and the extern "C" entries)."""
+    cxx = host_compiler()
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout.splitlines()[:1]
+    source = _emulation_source(names)
+    flags = (*EMULATION_FLAGS, f"-DVDB_THREADS_PER_BLOCK={THREADS_PER_BLOCK}")
+    parts = {"source": source_digest(), "table": source, "compiler": version, "flags": flags, "kind": "emulation"}
+
+    def make() -> tuple[bytes, dict]:
+        with tempfile.TemporaryDirectory(prefix="vdbflow-emulate-") as tmp:
+            cpp, lib = Path(tmp) / "entries.cpp", Path(tmp) / "entries.so"
+            cpp.write_text(source)
+            cmd = [cxx, *flags, f"-I{kernel_dir()}", str(cpp), "-o", str(lib)]
+            t0 = time.perf_counter()
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise DeviceError(f"expected the emulation of sample.cu to compile, {cxx} said:\n{done.stderr[-4000:]}")
+            return lib.read_bytes(), {"compile_seconds": time.perf_counter() - t0, "command": cmd[:-3]}
+
+    path, meta, how, seconds = _cached_build(parts, ".so", make)
+    return _note("emulation", Built(path, {n: n for n in (*names, *EXTERN_ENTRIES)}, how, seconds))

@@ -1,0 +1,507 @@
+"""A stand-in for CuPy that runs vdbflow's CUDA backend on the host (``VDBFLOW_CUDA_EMULATE=1``).
+
+The backend (:mod:`vdbflow.devices.cuda`) takes its array module from ``cupy_module()``; under emulation that
+is this module, so the backend's own code runs unchanged on a machine without a GPU: its arrays, copies,
+streams and launches go through the calls below, and its kernels are sample.cu's device code compiled for the
+host (:func:`vdbflow.devices.cuda_build.emulated_library`, launched as ``emulate/cuda_host.h`` describes).
+
+What is emulated as a GPU behaves, so that the mistakes a GPU punishes show here too:
+
+- device memory is a NumPy array inside :class:`ndarray`, which refuses implicit conversion to NumPy (as
+  CuPy does: ``.get()`` copies to the host) and refuses NumPy arrays in its operations;
+- a kernel checks its arguments against the entry's C++ parameters: a scalar must be a NumPy scalar of the
+  parameter's exact type (CuPy passes a scalar by its own size), a pointer an :class:`ndarray` or a
+  ``numpy.uint64`` address (a host array is refused);
+- streams made with ``Stream()`` run their work (launches, ``set``/``get`` copies, event records and waits)
+  in order on a thread of their own, so work that is not ordered by the stream, an event or a synchronize
+  really runs concurrently; a copy reads its host buffer when it runs, not when it is asked for; the null
+  stream runs work at once on the calling thread after the blocking streams' work, and never waits for
+  non-blocking streams;
+- a launch's blocks run on ``VDBFLOW_CUDA_EMULATE_THREADS`` host threads (default 4).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+from numpy.lib.mixins import NDArrayOperatorsMixin
+
+from vdbflow.errors import DeviceError
+
+float16, float32, float64 = np.float16, np.float32, np.float64
+int8, int16, int32, int64 = np.int8, np.int16, np.int32, np.int64
+uint8, uint16, uint32, uint64 = np.uint8, np.uint16, np.uint32, np.uint64
+bool_ = np.bool_
+dtype = np.dtype
+__version__ = "emulated"
+
+
+def host_threads() -> int:
+    return max(1, int(os.environ.get("VDBFLOW_CUDA_EMULATE_THREADS", "4")))
+
+
+# --- streams and events --------------------------------------------------------------------------------
+
+
+class Stream:
+    """A CUDA stream: work runs in order on a thread of its own (the null stream: at once, see the module)."""
+
+    _blocking: list[Stream] = []
+    _all: list[Stream] = []
+
+    def __init__(self, null: bool = False, non_blocking: bool = False, ptr: int = 0):
+        self.null = null
+        self.non_blocking = non_blocking
+        self.ptr = 0 if null else id(self)
+        self._executor = None if null else ThreadPoolExecutor(1, thread_name_prefix="emulated-stream")
+        self._last: Future | None = None
+        self._lock = threading.Lock()
+        if not null:
+            Stream._all.append(self)
+            if not non_blocking:
+                Stream._blocking.append(self)
+
+    def submit(self, work: Any) -> None:
+        """Runs ``work()`` in the stream's order."""
+        if self.null:
+            for other in list(Stream._blocking):
+                other.synchronize()
+            work()
+            return
+        with self._lock:
+            self._last = self._executor.submit(work)
+
+    def synchronize(self) -> None:
+        with self._lock:
+            last = self._last
+        if last is not None:
+            last.result()  # raises what the work raised
+
+    def record(self, event: Event | None = None) -> Event:
+        event = event or Event()
+        event.record(self)
+        return event
+
+    def wait_event(self, event: Event) -> None:
+        marker = event._marker
+        if marker is not None:
+            self.submit(marker.result)
+
+    def __enter__(self) -> Stream:
+        _current_stack().append(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _current_stack().pop()
+
+    def use(self) -> Stream:
+        stack = _current_stack()
+        stack[:] = [self]
+        return self
+
+
+class Event:
+    """A CUDA event: a marker in a stream's order."""
+
+    def __init__(self, block: bool = False, disable_timing: bool = False, interprocess: bool = False):
+        self._marker: Future | None = None
+
+    def record(self, stream: Stream | None = None) -> None:
+        stream = stream or get_current_stream()
+        marker: Future = Future()
+        self._marker = marker
+        stream.submit(lambda: marker.set_result(None))
+
+    def synchronize(self) -> None:
+        if self._marker is not None:
+            self._marker.result()
+
+    @property
+    def done(self) -> bool:
+        return self._marker is None or self._marker.done()
+
+
+Stream.null = Stream(null=True)  # type: ignore[attr-defined]
+_local = threading.local()
+
+
+def _current_stack() -> list[Stream]:
+    stack = getattr(_local, "streams", None)
+    if stack is None:
+        stack = _local.streams = []
+    return stack
+
+
+def get_current_stream() -> Stream:
+    stack = _current_stack()
+    return stack[-1] if stack else Stream.null  # type: ignore[attr-defined]
+
+
+def _ordered() -> None:
+    """Work done at once on the calling thread follows the current stream's earlier work (stream order)."""
+    stream = get_current_stream()
+    if stream.null:
+        for other in list(Stream._blocking):
+            other.synchronize()
+    else:
+        stream.synchronize()
+
+
+def synchronize_all() -> None:
+    for stream in list(Stream._all):
+        stream.synchronize()
+
+
+# --- device arrays -------------------------------------------------------------------------------------
+
+
+class _Pointer:
+    def __init__(self, ptr: int):
+        self.ptr = ptr
+
+
+def _host_array_refused(what: str) -> TypeError:
+    return TypeError(
+        f"emulated CuPy: {what} got a NumPy array; device code takes device arrays (asarray copies to the device)"
+    )
+
+
+def _unwrap(x: Any, what: str, allow_host: bool = False) -> Any:
+    if isinstance(x, ndarray):
+        return x._a
+    if isinstance(x, np.ndarray) and x.ndim > 0 and not allow_host:
+        raise _host_array_refused(what)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_unwrap(v, what, allow_host) for v in x)
+    if isinstance(x, dict):
+        return {k: _unwrap(v, what, allow_host) for k, v in x.items()}
+    return x
+
+
+def _wrap(x: Any) -> Any:
+    if isinstance(x, np.ndarray):
+        return ndarray(x)
+    if isinstance(x, tuple):
+        return tuple(_wrap(v) for v in x)
+    if isinstance(x, list):
+        return [_wrap(v) for v in x]
+    return x
+
+
+class ndarray(NDArrayOperatorsMixin):  # noqa: N801 - CuPy's name
+    """An array in (emulated) device memory."""
+
+    __cuda_emulated__ = True
+
+    def __init__(self, a: np.ndarray):
+        self._a = a
+
+    # what CuPy arrays have
+    shape = property(lambda self: self._a.shape)
+    dtype = property(lambda self: self._a.dtype)
+    ndim = property(lambda self: self._a.ndim)
+    size = property(lambda self: self._a.size)
+    nbytes = property(lambda self: self._a.nbytes)
+    itemsize = property(lambda self: self._a.itemsize)
+    strides = property(lambda self: self._a.strides)
+    flags = property(lambda self: self._a.flags)
+    T = property(lambda self: ndarray(self._a.T))
+    data = property(lambda self: _Pointer(self._a.ctypes.data))
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return {
+            "shape": self._a.shape,
+            "typestr": self._a.dtype.str,
+            "data": (self._a.ctypes.data, False),
+            "strides": None if self._a.flags.c_contiguous else self._a.strides,
+            "version": 3,
+        }
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        raise TypeError("Implicit conversion to a NumPy array is not allowed. Please use `.get()` (emulated CuPy)")
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        _ordered()
+        args = _unwrap(inputs, f"{ufunc.__name__}")
+        kw = _unwrap(kwargs, f"{ufunc.__name__}")
+        return _wrap(getattr(ufunc, method)(*args, **kw))
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        _ordered()
+        return _wrap(func(*_unwrap(args, func.__name__), **_unwrap(kwargs, func.__name__)))
+
+    def __getitem__(self, key: Any) -> Any:
+        _ordered()
+        return _wrap(self._a[_unwrap(key, "indexing")])
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        _ordered()
+        self._a[_unwrap(key, "indexing")] = _unwrap(value, "assignment", allow_host=True)
+
+    def __len__(self) -> int:
+        return len(self._a)
+
+    def __iter__(self) -> Any:
+        _ordered()
+        return (_wrap(v) for v in self._a)
+
+    def _scalar(self) -> Any:
+        _ordered()
+        if self._a.size != 1:
+            raise TypeError("only size-1 arrays can be converted to Python scalars")
+        return self._a.reshape(()).item()
+
+    def __int__(self) -> int:
+        return int(self._scalar())
+
+    def __float__(self) -> float:
+        return float(self._scalar())
+
+    def __bool__(self) -> bool:
+        return bool(self._scalar())
+
+    def __index__(self) -> int:
+        return int(self._scalar())
+
+    def __repr__(self) -> str:
+        _ordered()
+        return f"emulated {self._a!r}"
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._a, name)  # methods: astype, reshape, sum, min, max, copy, ravel, fill, view, ...
+        if not callable(attr):
+            return _wrap(attr)
+
+        def method(*args: Any, **kwargs: Any) -> Any:
+            _ordered()
+            return _wrap(attr(*_unwrap(args, name), **_unwrap(kwargs, name)))
+
+        return method
+
+    def get(self, stream: Stream | None = None, order: str = "C", out: np.ndarray | None = None, blocking: bool = True):
+        """A host copy (into ``out`` where given), in ``stream``'s order (the current stream's by default);
+        ``blocking``: wait for it."""
+        stream = stream or get_current_stream()
+        target = np.empty(self._a.shape, self._a.dtype) if out is None else out
+        if target.shape != self._a.shape or target.dtype != self._a.dtype:
+            raise ValueError(f"emulated CuPy: get(out=) expected {self._a.shape} {self._a.dtype}, got {target.shape}")
+
+        def copy() -> None:
+            target[...] = self._a
+
+        stream.submit(copy)
+        if blocking:
+            stream.synchronize()
+        return target
+
+    def set(self, arr: np.ndarray, stream: Stream | None = None) -> None:
+        """Copies host ``arr`` in, in ``stream``'s order (the copy reads ``arr`` when it runs)."""
+        stream = stream or get_current_stream()
+        if tuple(arr.shape) != self._a.shape:
+            raise ValueError(f"emulated CuPy: set() expected shape {self._a.shape}, got {arr.shape}")
+
+        def copy() -> None:
+            self._a[...] = arr
+
+        stream.submit(copy)
+
+
+def asarray(a: Any, dtype: Any = None, order: Any = None) -> ndarray:
+    """A device array: ``a`` itself (or a cast) for a device array, a copy for host data."""
+    _ordered()
+    if isinstance(a, ndarray):
+        return a if dtype is None or np.dtype(dtype) == a.dtype else ndarray(a._a.astype(dtype))
+    return ndarray(np.array(a, dtype=dtype, order=order or "K", copy=True))
+
+
+def ascontiguousarray(a: Any, dtype: Any = None) -> ndarray:
+    _ordered()
+    if isinstance(a, ndarray):
+        out = np.ascontiguousarray(a._a, dtype=dtype)
+        return a if out is a._a else ndarray(out)
+    raise _host_array_refused("ascontiguousarray")
+
+
+def array(a: Any, dtype: Any = None, copy: bool = True) -> ndarray:
+    _ordered()
+    return ndarray(np.array(a._a if isinstance(a, ndarray) else a, dtype=dtype, copy=True))
+
+
+def asnumpy(a: Any, stream: Stream | None = None, out: np.ndarray | None = None) -> np.ndarray:
+    return a.get(stream=stream, out=out) if isinstance(a, ndarray) else np.asarray(a)
+
+
+def get_array_module(*arrays: Any) -> Any:
+    import sys
+
+    return sys.modules[__name__] if any(isinstance(a, ndarray) for a in arrays) else np
+
+
+def empty_pinned(shape: Any, dtype: Any = float) -> np.ndarray:
+    """Pinned host memory: host memory here (cupyx.empty_pinned)."""
+    return np.empty(shape, dtype)
+
+
+def __getattr__(name: str) -> Any:
+    """NumPy's functions as device functions: device arrays in, device arrays out (host arrays refused)."""
+    func = getattr(np, name)
+    if not callable(func) or isinstance(func, type):
+        return func
+
+    @functools.wraps(func)
+    def device_function(*args: Any, **kwargs: Any) -> Any:
+        _ordered()
+        return _wrap(func(*_unwrap(args, name), **_unwrap(kwargs, name)))
+
+    return device_function
+
+
+# --- the CUDA runtime and modules -----------------------------------------------------------------------
+
+
+class _Runtime:
+    @staticmethod
+    def getDevice() -> int:  # noqa: N802 - CUDA's names
+        return 0
+
+    @staticmethod
+    def getDeviceCount() -> int:  # noqa: N802
+        return 1
+
+    @staticmethod
+    def deviceSynchronize() -> None:  # noqa: N802
+        synchronize_all()
+
+    @staticmethod
+    def runtimeGetVersion() -> int:  # noqa: N802
+        return 0
+
+
+class Device:
+    def __init__(self, device: int = 0):
+        if device != 0:
+            raise DeviceError(f"emulated CUDA has one device (0), got {device}")
+        self.id = 0
+        self.compute_capability = "emulated"
+
+    def synchronize(self) -> None:
+        synchronize_all()
+
+    def __enter__(self) -> Device:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+
+_PACK = {  # the signature letters of emulate/cuda_host.h: the NumPy scalar type each parameter takes
+    "b": np.int8,
+    "B": np.uint8,
+    "h": np.int16,
+    "H": np.uint16,
+    "i": np.int32,
+    "I": np.uint32,
+    "q": np.int64,
+    "Q": np.uint64,
+    "f": np.float32,
+    "d": np.float64,
+    "?": np.bool_,
+}
+
+
+class Function:
+    """One entry of an emulated module: ``f(grid, block, args, shared_mem=0, stream=None)`` as CuPy's."""
+
+    def __init__(self, library: ctypes.CDLL, index: int, name: str, signature: str):
+        self._lib, self._index, self.name, self.signature = library, index, name, signature
+
+    def _pack(self, args: tuple) -> tuple[Any, list]:
+        if len(args) != len(self.signature):
+            raise TypeError(f"{self.name}: expected {len(self.signature)} kernel arguments, got {len(args)}")
+        values, keep = [], []
+        for position, (letter, arg) in enumerate(zip(self.signature, args, strict=True)):
+            where = f"{self.name} argument {position}"
+            if letter == "p":
+                if isinstance(arg, ndarray):
+                    value = ctypes.c_void_p(arg._a.ctypes.data)
+                    keep.append(arg)
+                elif type(arg) is np.uint64:
+                    value = ctypes.c_void_p(int(arg) or None)
+                else:
+                    raise TypeError(f"{where}: expected a device array or a numpy.uint64 address, got {type(arg)}")
+            else:
+                expected = _PACK[letter]
+                if type(arg) is not expected:
+                    raise TypeError(f"{where}: expected a {np.dtype(expected)} scalar, got {type(arg).__name__} {arg!r}")
+                value = np.ctypeslib.as_ctypes_type(np.dtype(expected))(arg)
+            values.append(value)
+        pointers = (ctypes.c_void_p * max(1, len(values)))(*(ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values))
+        return pointers, [values, keep]
+
+    def __call__(self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0, stream: Stream | None = None) -> None:
+        grid, block = tuple(grid) + (1, 1), tuple(block) + (1, 1)
+        if grid[1:3] != (1, 1) or block[1:3] != (1, 1):
+            raise DeviceError(f"emulated CUDA launches one-dimensional grids and blocks, got {grid[:3]} x {block[:3]}")
+        if not (0 < grid[0] < 2**31 and 0 < block[0] <= 1024):
+            raise DeviceError(f"invalid launch: {grid[0]} blocks of {block[0]} threads")
+        pointers, keep = self._pack(tuple(args))
+        stream = stream or get_current_stream()
+        threads = host_threads()
+
+        def run() -> None:
+            _ = keep  # the arguments live until the launch has run
+            self._lib.vdbflow_emulate_launch(self._index, grid[0], block[0], pointers, threads)
+
+        stream.submit(run)
+
+
+class RawModule:
+    """A module of emulated entries: the shared library that ``cuda_build.emulated_library`` built."""
+
+    def __init__(self, code: str | None = None, path: str | None = None, **_: Any):
+        if path is None:
+            raise DeviceError("emulated CUDA loads built modules only (RawModule(path=...))")
+        lib = _library(str(path))
+        self._lib = lib
+        self._entries = {}
+        for e in range(lib.vdbflow_emulate_count()):
+            self._entries[lib.vdbflow_emulate_name(e).decode()] = (e, lib.vdbflow_emulate_signature(e).decode())
+
+    def get_function(self, name: str) -> Function:
+        found = self._entries.get(name)
+        if found is None:
+            raise DeviceError(f"expected an entry {name!r} in the emulated module, it has {sorted(self._entries)}")
+        return Function(self._lib, found[0], name, found[1])
+
+
+@functools.cache
+def _library(path: str) -> ctypes.CDLL:
+    lib = ctypes.CDLL(path)
+    lib.vdbflow_emulate_count.restype = ctypes.c_int
+    lib.vdbflow_emulate_name.restype = ctypes.c_char_p
+    lib.vdbflow_emulate_name.argtypes = [ctypes.c_int]
+    lib.vdbflow_emulate_signature.restype = ctypes.c_char_p
+    lib.vdbflow_emulate_signature.argtypes = [ctypes.c_int]
+    lib.vdbflow_emulate_launch.restype = None
+    lib.vdbflow_emulate_launch.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.c_int]
+    return lib
+
+
+class _Cuda:
+    """``cupy.cuda`` as the backend uses it."""
+
+    runtime = _Runtime
+    Stream = Stream
+    Event = Event
+    Device = Device
+    get_current_stream = staticmethod(get_current_stream)
+
+
+cuda = _Cuda
