@@ -21,11 +21,12 @@
 #include "vdbflow/route.h"
 
 // Every entry is launched with VDB_THREADS_PER_BLOCK threads a block (the backend passes its block size as
-// -DVDB_THREADS_PER_BLOCK=...); the bound makes ptxas fit each entry's registers to that launch.
+// -DVDB_THREADS_PER_BLOCK=...); the bound (one block an SM at least) makes ptxas fit each entry's registers
+// to that launch without pushing it further (a tighter bound made the particle entries spill kilobytes).
 #ifndef VDB_THREADS_PER_BLOCK
 #define VDB_THREADS_PER_BLOCK 256
 #endif
-#define VDB_BOUNDS __launch_bounds__(VDB_THREADS_PER_BLOCK)
+#define VDB_BOUNDS __launch_bounds__(VDB_THREADS_PER_BLOCK, 1)
 
 namespace vdbflow {
 

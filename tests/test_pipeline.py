@@ -39,7 +39,8 @@ class FakeDevice:
         self.log.append(("h2d", stream.name, len(host)))
         self.data[...] = host
 
-    def get(self, stream=None, out=None):
+    def get(self, stream=None, out=None, blocking=True):
+        assert not blocking  # the pipeline waits for a slot only before reusing its buffers
         self.log.append(("d2h", stream.name, len(out)))
         out[...] = self.data
 

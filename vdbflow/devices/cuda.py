@@ -160,6 +160,8 @@ def _device_record(k: KernelArrays) -> KernelRecord:
             leaf_values_at=None if host.leaf_values_at is None else cupy.asarray(host.leaf_values_at),
             device_cache={},
         )
+        # the uploads ran on the current stream: finish them before another stream's kernels read them
+        cupy.cuda.get_current_stream().synchronize()
         rec = k.device_cache.setdefault(key, KernelRecord(dev, kernel.make_record(dev)))  # one, if threads race
     return rec
 
@@ -173,12 +175,18 @@ def _call_record(
     call = rec.arrays.device_cache.get(options)
     if call is None:
         raw = np.frombuffer(rec.call(*options).tobytes(), np.uint8)
-        call = rec.arrays.device_cache.setdefault(options, cupy_module().asarray(raw))
+        xp = cupy_module()
+        made = xp.asarray(raw)
+        xp.cuda.get_current_stream().synchronize()  # as _device_record: other streams will read it
+        call = rec.arrays.device_cache.setdefault(options, made)
     return rec, call
 
 
+MAX_BLOCKS = 65535 * 8  # blocks a launch at most; the entries' grid-stride loops take the rest
+
+
 def _blocks(n: int) -> int:
-    return min((n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK, 65535 * 8)
+    return max(1, min((n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK, MAX_BLOCKS))
 
 
 def sample(

@@ -12,7 +12,8 @@ What is emulated as a GPU behaves, so that the mistakes a GPU punishes show here
 - a kernel checks its arguments against the entry's C++ parameters: a scalar must be a NumPy scalar of the
   parameter's exact type (CuPy passes a scalar by its own size), a pointer an :class:`ndarray` or a
   ``numpy.uint64`` address (a host array is refused);
-- streams made with ``Stream()`` run their work (launches, ``set``/``get`` copies, event records and waits)
+- streams made with ``Stream()`` run their work (launches, ``asarray``/``set``/``get`` copies, event records
+  and waits)
   in order on a thread of their own, so work that is not ordered by the stream, an event or a synchronize
   really runs concurrently; a copy reads its host buffer when it runs, not when it is asked for; the null
   stream runs work at once on the calling thread after the blocking streams' work, and never waits for
@@ -275,6 +276,8 @@ class ndarray(NDArrayOperatorsMixin):  # noqa: N801 - CuPy's name
         return f"emulated {self._a!r}"
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # NumPy's protocols (__array_interface__, ...) would expose host memory
+            raise AttributeError(name)
         attr = getattr(self._a, name)  # methods: astype, reshape, sum, min, max, copy, ravel, fill, view, ...
         if not callable(attr):
             return _wrap(attr)
@@ -315,10 +318,17 @@ class ndarray(NDArrayOperatorsMixin):  # noqa: N801 - CuPy's name
 
 def asarray(a: Any, dtype: Any = None, order: Any = None) -> ndarray:
     """A device array: ``a`` itself (or a cast) for a device array, a copy for host data."""
-    _ordered()
     if isinstance(a, ndarray):
+        _ordered()
         return a if dtype is None or np.dtype(dtype) == a.dtype else ndarray(a._a.astype(dtype))
-    return ndarray(np.array(a, dtype=dtype, order=order or "K", copy=True))
+    host = np.array(a, dtype=dtype, order=order or "K", copy=True)  # read now, as CUDA stages pageable memory
+    out = ndarray(np.empty_like(host))
+
+    def copy() -> None:
+        out._a[...] = host
+
+    get_current_stream().submit(copy)  # arrives in the current stream's order
+    return out
 
 
 def ascontiguousarray(a: Any, dtype: Any = None) -> ndarray:

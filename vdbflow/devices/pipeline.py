@@ -3,9 +3,10 @@
 A :class:`HostPipeline` cuts a chunk of host points into pieces and runs them through two CUDA streams:
 while one piece's kernel runs, the next piece's points are copied to the device and the previous
 piece's outputs back, each through pinned (page-locked) host buffers that the pipeline allocates once
-and reuses from chunk to chunk.  Only the outputs the request asks for come back (a job asking for Q
-alone copies back 4 bytes a point).  A worker process keeps one pipeline per GPU
-(:func:`host_pipeline`).
+and reuses from chunk to chunk.  Every copy and launch of a piece is queued on its slot's stream without
+waiting (the copies back too: ``blocking=False``); the host waits for a slot only before it reuses the
+slot's buffers.  Only the outputs the request asks for come back (a job asking for Q alone copies back
+4 bytes a point).  Each thread keeps one pipeline per GPU (:func:`host_pipeline`).
 
 The array module ``xp`` is CuPy's; tests hand it a stand-in with the same few calls (pinned and device
 buffers, streams, asynchronous copies) to check the pieces' order and assembly on a machine without a GPU.
@@ -13,7 +14,7 @@ buffers, streams, asynchronous copies) to check the pieces' order and assembly o
 
 from __future__ import annotations
 
-import functools
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -25,9 +26,9 @@ PIECE = 1 << 20  # points per piece: large enough to fill an H200, small enough 
 class HostPipeline:
     """Pieces of host points through ``launch`` on the device, two at a time (see the module docstring)."""
 
-    def __init__(self, xp: Any, piece: int = PIECE, pinned: Callable[[tuple, Any], np.ndarray] | None = None):
+    def __init__(self, xp: Any, piece: int | None = None, pinned: Callable[[tuple, Any], np.ndarray] | None = None):
         self.xp = xp
-        self.piece = int(piece)
+        self.piece = int(piece or PIECE)
         self._pinned = pinned or _pinned_empty
         self.streams = [xp.cuda.Stream(non_blocking=True) for _ in range(2)]
         self._buffers: dict[tuple, list[Any]] = {}
@@ -83,9 +84,9 @@ class HostPipeline:
             dev_pts[:m].set(host_pts[:m], stream=stream)
             with stream:
                 launch(dev_pts[:m], {name: out_buf[name][slot][1][:m] for name in outputs})
-            for name in outputs:
+            for name in outputs:  # queued behind the kernel; drain(slot) waits for them
                 host, dev = out_buf[name][slot]
-                dev[:m].get(stream=stream, out=host[:m])
+                dev[:m].get(stream=stream, out=host[:m], blocking=False)
             pending[slot] = (start, stop)
         drain(0)
         drain(1)
@@ -103,9 +104,19 @@ def _pinned_empty(shape: tuple, dtype: Any) -> np.ndarray:
     return empty_pinned(shape, dtype)
 
 
-@functools.cache
+_per_thread = threading.local()
+
+
 def host_pipeline(device_id: int) -> HostPipeline:
-    """This process's pipeline for GPU ``device_id`` (its buffers live as long as the process)."""
+    """This thread's pipeline for GPU ``device_id`` (its buffers live as long as the thread).  One per
+    thread: a pipeline's pinned buffers, device buffers and streams serve one ``run`` at a time, and a
+    Dask worker runs tasks on several threads."""
     from vdbflow.devices.cuda import cupy_module
 
-    return HostPipeline(cupy_module())
+    pipelines = getattr(_per_thread, "pipelines", None)
+    if pipelines is None:
+        pipelines = _per_thread.pipelines = {}
+    pipe = pipelines.get(device_id)
+    if pipe is None:
+        pipe = pipelines[device_id] = HostPipeline(cupy_module())
+    return pipe
