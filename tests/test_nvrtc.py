@@ -1,0 +1,84 @@
+"""sample.cu compiles as the CUDA backend compiles it at run time: NVRTC 12 and 13 from the NVIDIA wheels of
+the test extra (they run without a GPU), every entry the backend may call, each in its own program with the
+backend's own options (vdbflow.devices.cuda_build), and every entry's resources fit its launch."""
+
+import json
+
+import numpy as np
+import pytest
+
+from vdbflow.devices import cuda, cuda_build, nvrtc
+
+REGISTER_FILE = 65536  # 32-bit registers a multiprocessor (sm_50 .. sm_120)
+
+
+def _compiler(major: int) -> nvrtc.Nvrtc:
+    libs = nvrtc.library_candidates(major)
+    assert libs, f"expected libnvrtc.so.{major} from the test extra (nvidia-cuda-nvrtc-cu12 / nvidia-cuda-nvrtc)"
+    compiler = nvrtc.load(libs[0])
+    assert compiler.version[0] == major
+    return compiler
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("major", [12, 13])
+def test_every_entry_compiles_with_nvrtc_and_fits_its_launch(major, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("VDBFLOW_CUDA_CACHE", str(tmp_path))
+    compiler = _compiler(major)
+    arch = cuda_build.choose_arch(90, compiler)
+    assert arch == "sm_90"  # H100 / H200: machine code, no JIT in the driver
+    names = (*cuda.name_expressions(), *cuda_build.EXTERN_ENTRIES)
+    built = cuda_build.build_all(names, arch, compiler, workers=2)
+    assert set(built) == set(names)
+    rows = []
+    for name, b in sorted(built.items()):
+        image = b.path.read_bytes()
+        lowered = b.lowered[name]
+        assert image[:4] == b"\x7fELF" and lowered.encode() in image, name  # a cubin holding the entry
+        meta = json.loads(b.path.with_suffix(".json").read_text())
+        found = cuda_build.resources(meta["log"]).get(lowered)
+        assert found is not None, f"ptxas reported nothing for {name}"
+        assert found.registers * cuda_build.THREADS_PER_BLOCK <= REGISTER_FILE, (name, found)
+        rows.append((name, found))
+    with capsys.disabled():  # the resources table, in the test log of every CI run
+        print(f"\nNVRTC {compiler.version[0]}.{compiler.version[1]} {arch}: registers / stack / spill bytes")
+        for name, r in rows:
+            print(f"  {name:44s} {r.registers:4d} {r.stack:6d} {r.spill_stores + r.spill_loads:6d}")
+    again = cuda_build.build_all(names[:3], arch, compiler, workers=1)
+    assert all(b.source == "cached" for b in again.values())
+
+
+def test_nvrtc_refusals_carry_the_compiler_log():
+    compiler = _compiler(12)
+    with pytest.raises(nvrtc.NvrtcError, match=r"(?s)NVRTC 12\.\d+ compiling bad\.cu.*undefined"):
+        compiler.compile("__global__ void k() { undefined_call(); }", "bad.cu", ("-arch=sm_90",), (), "cubin")
+
+
+def test_architecture_choice():
+    compiler = _compiler(12)
+    supported = compiler.supported_archs()
+    assert cuda_build.choose_arch(90, compiler) == "sm_90"
+    newest = max(supported)
+    assert cuda_build.choose_arch(newest + 50, compiler) == f"compute_{newest}"  # a newer GPU: PTX the driver JITs
+    with pytest.raises(cuda_build.DeviceError, match="compute capability 20"):
+        cuda_build.choose_arch(20, compiler)
+
+
+def test_ptx_for_a_compute_architecture(tmp_path, monkeypatch):
+    monkeypatch.setenv("VDBFLOW_CUDA_CACHE", str(tmp_path))
+    b = cuda_build.build_nvrtc("vdbflow_scatter_rows", "compute_90", _compiler(13))
+    text = b.path.read_text()
+    assert b.path.suffix == ".ptx" and ".entry vdbflow_scatter_rows" in text and ".target sm_90" in text
+
+
+def test_name_expressions_cover_every_call():
+    """Each name the backend builds for a value type and component count is one of its name expressions."""
+    names = set(cuda.name_expressions())
+    for dt in cuda.VALUE_DTYPES:
+        for c in (1, 2, 3, 4, 9):
+            assert cuda.entry_name(dt, c) in names
+    for dt in cuda.FLOAT_DTYPES:
+        for c in (1, 2, 3, 4, 9):
+            assert {cuda.vjp_entry_name(dt, c), cuda.hessian_entry_name(dt, c)} <= names
+            assert cuda.grid_gradient_entry_name(dt, c) in names
+        assert {cuda.advect_entry_name(dt), cuda.derived_entry_name(dt), cuda.derive_entry_name(np.dtype(dt))} <= names
