@@ -18,7 +18,7 @@ import numpy as np
 
 from vdbflow.core import kernel
 from vdbflow.core.kernel import KernelArrays, KernelRecord
-from vdbflow.devices import cuda_build
+from vdbflow.devices import cuda_build, nvrtc
 from vdbflow.devices.cuda_build import THREADS_PER_BLOCK, kernel_dir  # noqa: F401 (kernel_dir: re-exported)
 from vdbflow.errors import DeviceError
 
@@ -103,7 +103,9 @@ def cupy_module() -> Any:
     try:
         import cupy
     except ImportError as err:  # pragma: no cover - depends on the machine
-        raise DeviceError("device='cuda' needs CuPy: pip install 'vdbflow[gpu]' (CUDA 12) or 'vdbflow[gpu-cuda13]'") from err
+        raise DeviceError(
+            "device='cuda' needs CuPy: pip install 'vdbflow[gpu]' (CUDA 12) or 'vdbflow[gpu-cuda13]'"
+        ) from err
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as err:  # pragma: no cover - depends on the machine
@@ -123,7 +125,7 @@ def _loaded(device_id: int, name: str, emulate: bool) -> Any:
     if emulate:
         built = cuda_build.emulated_library(name_expressions())
     else:  # pragma: no cover - needs a GPU
-        compiler = cuda_build.nvrtc.load()
+        compiler = nvrtc.load_for(xp.cuda.runtime.runtimeGetVersion() // 1000)  # 12080: CUDA 12
         capability = int(xp.cuda.Device(device_id).compute_capability)  # "90": 9.0
         arch = cuda_build.choose_arch(capability, compiler)
         built = cuda_build.build_nvrtc(name, arch, compiler)

@@ -255,7 +255,8 @@ def build_all(
     compiler = compiler or nvrtc.load()
     units = sorted({unit_of(n) for n in names})
     with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-        built = dict(zip(units, pool.map(lambda u: build_nvrtc(u or EXTERN_ENTRIES[0], arch, compiler), units)))
+        made = pool.map(lambda u: build_nvrtc(u or EXTERN_ENTRIES[0], arch, compiler), units)
+        built = dict(zip(units, made, strict=True))
     return {n: built[unit_of(n)] for n in names}
 
 
@@ -302,7 +303,9 @@ def emulated_library(names: tuple[str, ...], source: Path | None = None) -> Buil
         digest = source_digest()
     else:
         source = Path(source).resolve()
-        digest = hashlib.sha256(source.read_bytes() + (kernel_dir() / "emulate" / "cuda_host.h").read_bytes()).hexdigest()
+        digest = hashlib.sha256(
+            source.read_bytes() + (kernel_dir() / "emulate" / "cuda_host.h").read_bytes()
+        ).hexdigest()
     table = _emulation_source(names, source)
     flags = (*EMULATION_FLAGS, f"-DVDB_THREADS_PER_BLOCK={THREADS_PER_BLOCK}")
     parts = {"source": digest, "table": table, "compiler": version, "flags": flags, "kind": "emulation"}
@@ -315,7 +318,9 @@ def emulated_library(names: tuple[str, ...], source: Path | None = None) -> Buil
             t0 = time.perf_counter()
             done = subprocess.run(cmd, capture_output=True, text=True)
             if done.returncode != 0:
-                raise DeviceError(f"expected the emulation of {source.name} to compile, {cxx} said:\n{done.stderr[-4000:]}")
+                raise DeviceError(
+                    f"expected the emulation of {source.name} to compile, {cxx} said:\n{done.stderr[-4000:]}"
+                )
             return lib.read_bytes(), {"compile_seconds": time.perf_counter() - t0, "command": cmd[:-3]}
 
     path, meta, how, seconds = _cached_build(parts, ".so", make)

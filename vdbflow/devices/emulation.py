@@ -449,13 +449,19 @@ class Function:
             else:
                 expected = _PACK[letter]
                 if type(arg) is not expected:
-                    raise TypeError(f"{where}: expected a {np.dtype(expected)} scalar, got {type(arg).__name__} {arg!r}")
+                    raise TypeError(
+                        f"{where}: expected a {np.dtype(expected)} scalar, got {type(arg).__name__} {arg!r}"
+                    )
                 value = np.ctypeslib.as_ctypes_type(np.dtype(expected))(arg)
             values.append(value)
-        pointers = (ctypes.c_void_p * max(1, len(values)))(*(ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values))
+        pointers = (ctypes.c_void_p * max(1, len(values)))(
+            *(ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values)
+        )
         return pointers, [values, keep]
 
-    def __call__(self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0, stream: Stream | None = None) -> None:
+    def __call__(
+        self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0, stream: Stream | None = None
+    ) -> None:
         grid, block = tuple(grid) + (1, 1), tuple(block) + (1, 1)
         if grid[1:3] != (1, 1) or block[1:3] != (1, 1):
             raise DeviceError(f"emulated CUDA launches one-dimensional grids and blocks, got {grid[:3]} x {block[:3]}")

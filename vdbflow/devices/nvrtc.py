@@ -85,6 +85,17 @@ def load(path: str | None = None) -> Nvrtc:
     )
 
 
+def load_for(cuda_major: int | None) -> Nvrtc:
+    """The NVRTC of CUDA ``cuda_major`` (CuPy's runtime: its machine code loads on that driver), else any."""
+    if cuda_major is not None and not os.environ.get("VDBFLOW_NVRTC"):
+        for candidate in library_candidates(cuda_major):
+            try:
+                return load(candidate)
+            except NvrtcError:
+                continue
+    return load()
+
+
 class Nvrtc:
     """One loaded libnvrtc."""
 
@@ -132,7 +143,9 @@ class Nvrtc:
                 out = ctypes.c_char_p()
                 self._check(lib.nvrtcGetLoweredName(prog, expr.encode(), ctypes.byref(out)), "nvrtcGetLoweredName")
                 lowered[expr] = out.value.decode()
-            get_size, get = ("nvrtcGetCUBINSize", "nvrtcGetCUBIN") if kind == "cubin" else ("nvrtcGetPTXSize", "nvrtcGetPTX")
+            get_size, get = (
+                ("nvrtcGetCUBINSize", "nvrtcGetCUBIN") if kind == "cubin" else ("nvrtcGetPTXSize", "nvrtcGetPTX")
+            )
             size = ctypes.c_size_t()
             self._check(getattr(lib, get_size)(prog, ctypes.byref(size)), get_size)
             buf = ctypes.create_string_buffer(size.value)

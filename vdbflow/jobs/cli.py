@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from vdbflow.jobs.gpu_cli import build_cuda
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -686,6 +688,8 @@ def info(paths: tuple[str, ...], as_json: bool) -> None:
     if failed:
         raise SystemExit(2)
 
+
+main.add_command(build_cuda)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -418,7 +418,15 @@ def _start(spec: Any, distributed: Any, failures: SubmitFailures) -> Any:
         if spec.devices:
             kwargs["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.devices))
         if spec.rmm_pool_size:
+            try:
+                import rmm  # noqa: F401 - dask-cuda makes the pool with it on each worker
+            except ImportError:
+                raise MissingExtraError(
+                    'cluster.rmm_pool_size needs RMM: pip install "vdbflow[gpu]" (CUDA 12) or "vdbflow[gpu-cuda13]"'
+                ) from None
+            # each worker's pool, and CuPy's allocations (vdbflow's device arrays) taken from it
             kwargs["rmm_pool_size"] = spec.rmm_pool_size
+            kwargs["rmm_allocator_external_lib_list"] = ["cupy"]
         cluster = LocalCUDACluster(**kwargs)
     elif isinstance(spec, SlurmClusterSpec):
         jobqueue = _jobqueue()

@@ -1,0 +1,106 @@
+"""``vdbflow build-cuda``: the CUDA entries compiled ahead of time into the build cache (a cluster image, a
+shared cache folder), with the resources ptxas reports for each (vdbflow.devices.cuda_build)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import click
+
+
+def _visible_archs() -> list[int]:
+    """Compute capabilities of the GPUs CuPy sees here (none without CuPy or a GPU)."""
+    try:
+        import cupy
+
+        count = cupy.cuda.runtime.getDeviceCount()
+        return sorted({int(cupy.cuda.Device(d).compute_capability) for d in range(count)})
+    except Exception:  # no CuPy, no driver: the caller names the architecture
+        return []
+
+
+@click.command("build-cuda")
+@click.option(
+    "--arch",
+    "archs",
+    multiple=True,
+    metavar="sm_XX",
+    help="Architecture to build for (repeatable; sm_90 for H100/H200). Default: the GPUs visible here.",
+)
+@click.option("--nvrtc", "nvrtc_path", default=None, help="libnvrtc to compile with (default: found as at run time).")
+@click.option(
+    "--cache", "cache", default=None, type=click.Path(file_okay=False), help="Cache folder (VDBFLOW_CUDA_CACHE)."
+)
+@click.option("-j", "--jobs", default=None, type=int, help="Programs compiled at once (default: one a core).")
+@click.option("--json", "as_json", is_flag=True, help="Print the entries as JSON.")
+def build_cuda(
+    archs: tuple[str, ...], nvrtc_path: str | None, cache: str | None, jobs: int | None, as_json: bool
+) -> None:
+    """Compile every CUDA entry into the build cache, so that GPU workers start in under a second."""
+    import os
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from vdbflow.devices import cuda, cuda_build, nvrtc
+    from vdbflow.errors import DeviceError
+
+    if cache:
+        os.environ["VDBFLOW_CUDA_CACHE"] = cache
+    try:
+        compiler = nvrtc.load(nvrtc_path)
+        targets = list(archs) or [cuda_build.choose_arch(cc, compiler) for cc in _visible_archs()]
+        if not targets:
+            raise DeviceError("expected --arch (e.g. --arch sm_90): no GPU is visible here to take it from")
+        for arch in targets:
+            if not arch.startswith(("sm_", "compute_")) or not arch.split("_", 1)[1].isdigit():
+                raise DeviceError(f"expected an architecture like sm_90 or compute_90, got {arch!r}")
+        names = (*cuda.name_expressions(), *cuda_build.EXTERN_ENTRIES)
+        report = []
+        for arch in targets:
+            start = time.perf_counter()
+            built = cuda_build.build_all(names, arch, compiler, workers=jobs)
+            seconds = time.perf_counter() - start
+            for name, b in sorted(built.items()):
+                meta = json.loads(b.path.with_suffix(".json").read_text())
+                r = cuda_build.resources(meta.get("log", "")).get(b.lowered[name])
+                report.append(
+                    {
+                        "arch": arch,
+                        "entry": name,
+                        "how": b.source,
+                        "compile_seconds": round(float(meta.get("compile_seconds", 0.0)), 2),
+                        "registers": r.registers if r else None,
+                        "stack_bytes": r.stack if r else None,
+                        "spill_bytes": (r.spill_stores + r.spill_loads) if r else None,
+                    }
+                )
+            report.append({"arch": arch, "entry": None, "seconds": round(seconds, 2)})
+    except DeviceError as err:
+        click.echo(f"error: {err}", err=True)
+        raise SystemExit(2) from None
+    if as_json:
+        click.echo(
+            json.dumps({"nvrtc": list(compiler.version), "cache": str(cuda_build.cache_dir()), "entries": report})
+        )
+        return
+    table = Table(
+        title=f"CUDA entries (NVRTC {compiler.version[0]}.{compiler.version[1]}, cache {cuda_build.cache_dir()})"
+    )
+    for column in ("arch", "entry", "build", "compile s", "registers", "stack B", "spill B"):
+        table.add_column(column, justify="left" if column in ("arch", "entry", "build") else "right")
+    for row in report:
+        if row["entry"] is None:
+            continue
+        table.add_row(
+            row["arch"],
+            row["entry"],
+            row["how"],
+            f"{row['compile_seconds']:.1f}",
+            *(str(row[k]) if row[k] is not None else "-" for k in ("registers", "stack_bytes", "spill_bytes")),
+        )
+    Console(width=120).print(table)
+    for row in report:
+        if row["entry"] is None:
+            click.echo(f"{row['arch']}: {len(names)} entries ready in {row['seconds']:.1f} s")
