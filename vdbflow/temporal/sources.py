@@ -119,8 +119,8 @@ class SeriesSource(VolumeSource):
     kind = "series"
     compiled = False  # type: ignore[assignment]  # stages read steps interpolated in time
 
-    def __init__(self, series: Any, mode: str, time: str):
-        self.series, self.mode, self.time = series, mode, time
+    def __init__(self, series: Any, mode: str, time: str, device: str = "cpu"):
+        self.series, self.mode, self.time, self.device = series, mode, time, device
         template = series.template
         check_vec3(template.components, "series")
         self._names(template)
@@ -165,13 +165,23 @@ class SeriesSource(VolumeSource):
         """Every active particle through one window of the series' steps in the kernels
         (``vdbflow.devices.cpu.advect_series``; the arguments after ``stage_grid`` are the rest of
         its arguments but ``time_kind`` and ``mode``)."""
-        from vdbflow.devices import cpu
+        from vdbflow.devices import cpu, cuda
         from vdbflow.temporal.series_kernels import TIME_KINDS
 
         stage_coef, first_step, *rest = args
-        cpu.advect_series(
-            ks, topology, TIME_KINDS[self.time], stage_grid, stage_coef, first_step, MODES[self.mode], *rest
-        )
+        lead = (ks, topology, TIME_KINDS[self.time], stage_grid, stage_coef, first_step, MODES[self.mode])
+        if self.device == "cpu":
+            cpu.advect_series(*lead, *rest)
+            return
+        # device="cuda": the window on the GPU (advect_series_kernel), the particle arrays copied there and back
+        x, a, b, h, save_slot, *arrays = rest
+        moved, validate_end = arrays[:7], arrays[7:]  # position .. evaluations; then validate_end if given
+        xp = cuda.cupy_module()
+        on_gpu = [None if arr is None else xp.asarray(arr) for arr in (x, *moved)]
+        cuda.advect_series(*lead, on_gpu[0], a, b, h, save_slot, *on_gpu[1:], *validate_end)
+        for host, dev in zip((x, *moved), on_gpu, strict=True):
+            if host is not None:
+                host[...] = dev.get()
 
     def sample(self, points: np.ndarray, t: float, jacobian: bool) -> tuple[np.ndarray, np.ndarray | None]:
         return self.series.sample_grad_arrays(
@@ -244,17 +254,25 @@ def as_source(source: Any, mode: str, time: str, device: str = "cpu") -> Source:
         raise SamplingError(f"expected time to be one of {', '.join(map(repr, TIME_MODES))}, got {time!r}")
     if device not in ("cpu", "cuda"):
         raise DeviceError(f"expected device 'cpu' or 'cuda', got {device!r}")
-    if device == "cuda" and not (isinstance(source, Volume) and source.value_type.is_float):
+    on_gpu = isinstance(source, Volume) and source.value_type.is_float
+    if isinstance(source, VolumeSeries):
+        on_gpu = SeriesSource(source, mode, time).windowed
+    if device == "cuda" and not on_gpu:
         what = f"a {source.value_type.name} Volume" if isinstance(source, Volume) else type(source).__name__
-        raise DeviceError(f"expected a float Volume for device='cuda' (whole trajectories on the GPU), got {what}")
-    if isinstance(source, Volume):
-        if device == "cuda":
-            from vdbflow.devices import cuda
+        if isinstance(source, VolumeSeries):
+            what = f"a {type(source).__name__} with time={time!r}"
+        raise DeviceError(
+            "expected a float Volume, or a VolumeSeries of two or more float steps with time 'linear' or 'pchip', "
+            f"for device='cuda' (whole trajectories or windows of steps on the GPU), got {what}"
+        )
+    if device == "cuda":
+        from vdbflow.devices import cuda
 
-            cuda.cupy_module()  # a clear DeviceError without CuPy or a GPU
+        cuda.cupy_module()  # a clear DeviceError without CuPy or a GPU
+    if isinstance(source, Volume):
         return VolumeSource(source, mode, device)
     if isinstance(source, VolumeSeries):
-        return SeriesSource(source, mode, time)
+        return SeriesSource(source, mode, time, device)
     dist = sys.modules.get("vdbflow.distribution.volume")
     if dist is not None and isinstance(source, dist.DistributedVolume):
         return DistributedSource(source, mode)
