@@ -28,6 +28,19 @@ def backend(device: str) -> ModuleType:
     return cpu
 
 
+def particle_kernels(device: str) -> tuple[Any, Any]:
+    """``(advect, advect_series)`` of a resolved device for host (NumPy) arrays, with the parameters of
+    :func:`vdbflow.devices.cpu.advect` and :func:`vdbflow.devices.cpu.advect_series`: the CPU's, or the
+    GPU's with the particle arrays copied there and back."""
+    if device == "cuda":
+        from vdbflow.devices import cuda
+
+        return cuda.host_advect, cuda.host_advect_series
+    from vdbflow.devices import cpu
+
+    return cpu.advect, cpu.advect_series
+
+
 def resolve_device(device: str, points: Any) -> str:
     """``"cpu"`` or ``"cuda"``. ``"auto"`` follows the points: CuPy arrays run on the GPU."""
     if device not in DEVICES:

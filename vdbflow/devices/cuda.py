@@ -491,6 +491,41 @@ def advect_series(
     )
 
 
+def _through_device(host: tuple, run: Any) -> tuple:
+    """``run(device copies of host)`` with the host arrays (None: absent) copied to the GPU and back in place."""
+    xp = cupy_module()
+    on_gpu = [None if arr is None else xp.asarray(arr) for arr in host]
+    out = run(on_gpu)
+    for h, d in zip(host, on_gpu, strict=True):
+        if h is not None:
+            h[...] = d.get()
+    return out
+
+
+def host_advect(k: KernelArrays, mode: int, x: np.ndarray, a: np.ndarray, b: np.ndarray, h: float,
+                save_slot: np.ndarray, position: np.ndarray, velocity: np.ndarray | None,
+                jacobian: np.ndarray | None, F: np.ndarray | None,
+                validate_end: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """:func:`advect` for host arrays (as :func:`vdbflow.devices.cpu.advect` takes them): copied to the GPU,
+    integrated there, copied back in place; returns host ``status``, ``last_step`` and ``evaluations``."""
+    moved = (x, position, velocity, jacobian, F)
+    out = _through_device(moved, lambda d: advect(k, mode, d[0], a, b, h, save_slot, *d[1:], validate_end))
+    return tuple(arr.get() for arr in out)
+
+
+def host_advect_series(ks: list[KernelArrays], topology: np.ndarray, time_kind: int, stage_grid: np.ndarray,
+                       stage_coef: np.ndarray, first_step: int, mode: int, x: np.ndarray, a: np.ndarray,
+                       b: np.ndarray, h: float, save_slot: np.ndarray, position: np.ndarray,
+                       velocity: np.ndarray | None, jacobian: np.ndarray | None, F: np.ndarray | None,
+                       status: np.ndarray, last_step: np.ndarray, evaluations: np.ndarray,
+                       validate_end: bool = True) -> None:  # fmt: skip
+    """:func:`advect_series` for host arrays (as :func:`vdbflow.devices.cpu.advect_series` takes them),
+    through the GPU and back in place."""
+    lead = (ks, topology, time_kind, stage_grid, stage_coef, first_step, mode)
+    moved = (x, position, velocity, jacobian, F, status, last_step, evaluations)
+    _through_device(moved, lambda d: advect_series(*lead, d[0], a, b, h, save_slot, *d[1:], validate_end))
+
+
 # --- coverage, gradient fields and the assembly helpers (the CPU extension's stencil_inside,
 # defined_voxels, grid_gradient, scatter_rows and active_voxels_at), from the same headers ---
 

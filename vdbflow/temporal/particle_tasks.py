@@ -63,6 +63,7 @@ class ParticlePlan:
     variational: bool
     halo: int  # the stencil radius, voxels, that the partitions' halos were cut for
     interpolation: str = "none"  # a series' interpolation in time ("linear", "pchip"); "none": a steady volume
+    device: str = "cpu"  # where each partition's kernels run: "cuda" on its worker's GPU
 
     @property
     def reach(self) -> int:
@@ -222,12 +223,12 @@ def integrate_group(
     carries them.  Returns their saved rows (``id``, ``slot``, ``position`` and as asked ``velocity``,
     ``jacobian``), and per particle the kernel's status, last valid step (-1: none), stage points
     sampled (int32) and x (M, 3) where it stopped (F in ``batch`` updated in place)."""
-    from vdbflow.devices import cpu
+    from vdbflow.devices import particle_kernels
 
     local, first, position, velocity, jacobian = group_outputs(plan, save_slot[k0:], len(batch["id"]))
     x = np.array(batch["x"], np.float64)
     A, B = kernel_tableau(plan.method)
-    status, last, evaluations = cpu.advect(
+    status, last, evaluations = particle_kernels(plan.device)[0](
         volume.kernel_arrays(), MODES[plan.mode], x, A, B, plan.h, local, position, velocity, jacobian, batch.get("F")
     )
     rows = saved_rows(batch["id"], position, velocity, jacobian, first)
@@ -435,7 +436,7 @@ def advance_window(
     goes on to the next window, by the owner of its cell, and a step that left the data from the
     partition's own cells goes to the client.  Returns :func:`advance`'s tuple and the particles going
     on by partition."""
-    from vdbflow.devices import cpu
+    from vdbflow.devices import particle_kernels
     from vdbflow.temporal.series_kernels import TIME_KINDS, TopologyGroups
 
     pending = concat(list(batches), plan.variational)
@@ -451,7 +452,7 @@ def advance_window(
         local, first, position, velocity, jacobian = group_outputs(plan, save_slot[k0 : end + 1], m)
         x = np.array(group["x"], np.float64)
         status, last, evaluations = np.zeros(m, np.int8), np.full(m, -1, np.int64), np.zeros(m, np.int64)
-        cpu.advect_series(
+        particle_kernels(plan.device)[1](
             ks, groups, TIME_KINDS[plan.interpolation], window.stage_grid[off:], window.stage_coef[off:], int(k0),
             MODES[plan.mode], x, A, B, plan.h, local, position, velocity, jacobian,
             group.get("F"), status, last, evaluations, window.validate_end,

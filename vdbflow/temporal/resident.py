@@ -99,6 +99,7 @@ class Resident:
             variational=run.variational,
             halo=dvol.halo,
             interpolation=interpolation,
+            device=src.device,
         )
         if self.plan.reach < 0:
             raise SamplingError(

@@ -46,6 +46,12 @@ class Source:
     compiled = False  # whether ``advect`` integrates whole trajectories in the kernels
     partitioned = False  # whether the particles live on the partitions of a DistributedVolume
     windowed = False  # whether ``advect_window`` integrates windows of a series' steps in the kernels
+    device = "cpu"  # where the kernels integrate (VolumeSource, SeriesSource, DistributedSource)
+
+    @property
+    def on_gpu(self) -> bool:
+        """Whether its trajectories can be integrated in the kernels on a GPU (``device="cuda"``)."""
+        return False
 
     def advect(self, x: np.ndarray, *args: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         raise NotImplementedError
@@ -73,25 +79,17 @@ class VolumeSource(Source):
     def compiled(self) -> bool:  # type: ignore[override]
         return self.vol.value_type.is_float
 
+    @property
+    def on_gpu(self) -> bool:
+        return self.compiled
+
     def advect(self, x: np.ndarray, *args: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Whole trajectories in one kernel call (``vdbflow.devices.cpu.advect``): steady, so every stage
         reads the one volume; results equal the stage-by-stage integration bit for bit."""
 
-        k, mode = self.vol.kernel_arrays(), MODES[self.mode]
-        if self.device == "cpu":
-            from vdbflow.devices import cpu
+        from vdbflow.devices import particle_kernels
 
-            return cpu.advect(k, mode, x, *args)
-        from vdbflow.devices import cuda
-
-        a, b, h, save_slot, *outputs = args
-        xp = cuda.cupy_module()
-        on_gpu = [None if arr is None else xp.asarray(arr) for arr in (x, *outputs)]
-        status, last_step, evaluations = cuda.advect(k, mode, on_gpu[0], a, b, h, save_slot, *on_gpu[1:])
-        for host, dev in zip((x, *outputs), on_gpu, strict=True):
-            if host is not None:
-                host[...] = dev.get()
-        return status.get(), last_step.get(), evaluations.get()
+        return particle_kernels(self.device)[0](self.vol.kernel_arrays(), MODES[self.mode], x, *args)
 
     def _names(self, vol: Any) -> None:
         self.name, self.component_names = vol.name, tuple(vol.component_names)
@@ -130,6 +128,13 @@ class SeriesSource(VolumeSource):
         return self.series.stencil_inside(points, t, self.mode, self.time)
 
     @property
+    def on_gpu(self) -> bool:
+        """Float steps, linear or pchip in time: windows of steps in the kernels (in this process, or on the
+        workers of a DistributedSeries)."""
+        series = self.series
+        return self.time in ("linear", "pchip") and len(series) >= 2 and series.template.value_type.is_float
+
+    @property
     def windowed(self) -> bool:  # type: ignore[override]
         """Linear or pchip time through a VolumeSeries (not distributed) of two or more float steps."""
         from vdbflow.temporal.series import DistributedSeries
@@ -163,25 +168,14 @@ class SeriesSource(VolumeSource):
 
     def advect_window(self, ks: list[Any], topology: np.ndarray, stage_grid: np.ndarray, *args: Any) -> None:
         """Every active particle through one window of the series' steps in the kernels
-        (``vdbflow.devices.cpu.advect_series``; the arguments after ``stage_grid`` are the rest of
-        its arguments but ``time_kind`` and ``mode``)."""
-        from vdbflow.devices import cpu, cuda
+        (``advect_series`` of the source's device, :func:`vdbflow.devices.particle_kernels`; the arguments
+        after ``stage_grid`` are the rest of its arguments but ``time_kind`` and ``mode``)."""
+        from vdbflow.devices import particle_kernels
         from vdbflow.temporal.series_kernels import TIME_KINDS
 
         stage_coef, first_step, *rest = args
         lead = (ks, topology, TIME_KINDS[self.time], stage_grid, stage_coef, first_step, MODES[self.mode])
-        if self.device == "cpu":
-            cpu.advect_series(*lead, *rest)
-            return
-        # device="cuda": the window on the GPU (advect_series_kernel), the particle arrays copied there and back
-        x, a, b, h, save_slot, *arrays = rest
-        moved, validate_end = arrays[:7], arrays[7:]  # position .. evaluations; then validate_end if given
-        xp = cuda.cupy_module()
-        on_gpu = [None if arr is None else xp.asarray(arr) for arr in (x, *moved)]
-        cuda.advect_series(*lead, on_gpu[0], a, b, h, save_slot, *on_gpu[1:], *validate_end)
-        for host, dev in zip((x, *moved), on_gpu, strict=True):
-            if host is not None:
-                host[...] = dev.get()
+        particle_kernels(self.device)[1](*lead, *rest)
 
     def sample(self, points: np.ndarray, t: float, jacobian: bool) -> tuple[np.ndarray, np.ndarray | None]:
         return self.series.sample_grad_arrays(
@@ -200,8 +194,8 @@ class DistributedSource(VolumeSource):
     kind = "distributed"
     compiled = False  # type: ignore[assignment]  # the particles are resident in the partitions instead
 
-    def __init__(self, dvol: Any, mode: str):
-        self.dvol, self.mode = dvol, mode
+    def __init__(self, dvol: Any, mode: str, device: str = "cpu"):
+        self.dvol, self.mode, self.device = dvol, mode, device
         check_vec3(dvol.template.components, "volume")
         self._names(dvol.template)
         self._inside = InsideCheck(dvol.topology, mode)
@@ -209,6 +203,10 @@ class DistributedSource(VolumeSource):
     @property
     def partitioned(self) -> bool:  # type: ignore[override]
         return self.dvol.template.value_type.is_float  # the kernels advect float data
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.partitioned
 
     def resident_for(self, t0: float, t1: float) -> bool:
         return self.partitioned
@@ -244,8 +242,8 @@ class AnalyticSource(Source):
 
 
 def as_source(source: Any, mode: str, time: str, device: str = "cpu") -> Source:
-    from vdbflow.synthetic.steady import FlowField
-    from vdbflow.synthetic.unsteady import UnsteadyField
+    """The :class:`Source` of what particles are advected through; ``device="cuda"`` where its trajectories
+    are integrated in the kernels (``Source.on_gpu``)."""
     from vdbflow.temporal.series import TIME_MODES, VolumeSeries
 
     if mode not in MODES:
@@ -254,28 +252,35 @@ def as_source(source: Any, mode: str, time: str, device: str = "cpu") -> Source:
         raise SamplingError(f"expected time to be one of {', '.join(map(repr, TIME_MODES))}, got {time!r}")
     if device not in ("cpu", "cuda"):
         raise DeviceError(f"expected device 'cpu' or 'cuda', got {device!r}")
-    on_gpu = isinstance(source, Volume) and source.value_type.is_float
-    if isinstance(source, VolumeSeries):
-        on_gpu = SeriesSource(source, mode, time).windowed
-    if device == "cuda" and not on_gpu:
-        what = f"a {source.value_type.name} Volume" if isinstance(source, Volume) else type(source).__name__
-        if isinstance(source, VolumeSeries):
-            what = f"a {type(source).__name__} with time={time!r}"
-        raise DeviceError(
-            "expected a float Volume, or a VolumeSeries of two or more float steps with time 'linear' or 'pchip', "
-            f"for device='cuda' (whole trajectories or windows of steps on the GPU), got {what}"
-        )
+    src = _source(source, mode, time, device)
     if device == "cuda":
+        if not src.on_gpu:
+            what = f"a {source.value_type.name} Volume" if isinstance(source, Volume) else type(source).__name__
+            if isinstance(source, VolumeSeries):
+                what = f"a {type(source).__name__} with time={time!r}"
+            raise DeviceError(
+                "expected a float Volume or DistributedVolume, or a VolumeSeries / DistributedSeries of two or more "
+                "float steps with time 'linear' or 'pchip', for device='cuda' (trajectories integrated in the "
+                f"kernels on the GPU), got {what}"
+            )
         from vdbflow.devices import cuda
 
         cuda.cupy_module()  # a clear DeviceError without CuPy or a GPU
+    return src
+
+
+def _source(source: Any, mode: str, time: str, device: str) -> Source:
+    from vdbflow.synthetic.steady import FlowField
+    from vdbflow.synthetic.unsteady import UnsteadyField
+    from vdbflow.temporal.series import VolumeSeries
+
     if isinstance(source, Volume):
         return VolumeSource(source, mode, device)
     if isinstance(source, VolumeSeries):
         return SeriesSource(source, mode, time, device)
     dist = sys.modules.get("vdbflow.distribution.volume")
     if dist is not None and isinstance(source, dist.DistributedVolume):
-        return DistributedSource(source, mode)
+        return DistributedSource(source, mode, device)
     if isinstance(source, FlowField):
         return AnalyticSource(source, unsteady=False)
     if isinstance(source, UnsteadyField):
