@@ -297,3 +297,25 @@ def test_resident_particles_on_gpu_workers(rng, monkeypatch):
     assert got.attrs["rounds"] >= 2  # particles crossed partitions
     for name in ("status", "position", "velocity"):
         np.testing.assert_array_equal(got[name].values, want[name].values, err_msg=name)
+
+
+@pytest.mark.parametrize("time", ["linear", "pchip"])
+def test_series_sampling_on_the_gpu(rng, time):
+    """VolumeSeries.sample_grad with device="cuda": each step sampled on the GPU, then interpolated in time
+    as on the CPU."""
+    from vdbflow.synthetic import unsteady
+
+    times = np.arange(0.0, 2.0 + 1e-9, 0.25)
+    f = unsteady.double_gyre()
+    series = vdbflow.open_series([unsteady.field_volume(f, t, 1 / 16, pad=3) for t in times], times)
+    pts = rng.uniform(0.1, 1.9, (500, 3)) * [1, 0.5, 0]
+    t = rng.uniform(0.0, 2.0, 500)
+    cpu = series.sample_grad(pts, t, "lag4", time)
+    gpu = series.sample_grad(pts, t, "lag4", time, device="cuda")
+    for var in cpu.data_vars:
+        assert isinstance(gpu[var].data, np.ndarray), var  # host results: the series interpolates on the host
+        scale = max(1.0, float(np.nanmax(np.abs(cpu[var].values))))
+        np.testing.assert_allclose(gpu[var].values, cpu[var].values, atol=64 * 1.2e-7 * scale, rtol=0, err_msg=var)
+    u, J = series.sample_grad_arrays(pts, t, "linear", time, device="cuda")
+    u0, J0 = series.sample_grad_arrays(pts, t, "linear", time)
+    np.testing.assert_allclose(J, J0, atol=1e-5, rtol=0)

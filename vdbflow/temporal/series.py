@@ -291,12 +291,13 @@ class VolumeSeries:
         jacobian_space: str | None = None,
         jacobian: bool = True,
         point_order: str = "auto",
+        device: str = "cpu",
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """Values (N,) / (N, C) and Jacobians (N, 3) / (N, C, 3), float64, at points (N, 3) and times
         ``t`` (scalar or (N,)), interpolated in time with ``time`` (module docstring).  ``point_order``:
-        see :func:`vdbflow.sample_grad_arrays`."""
+        see :func:`vdbflow.sample_grad_arrays`; ``device="cuda"``: each step sampled on the GPU."""
         outputs = ("value", "jacobian") if jacobian else ("value",)
-        request = SampleRequest(mode, outputs, space, jacobian_space, point_order=point_order)
+        request = SampleRequest(mode, outputs, space, jacobian_space, point_order=point_order, device=device)
         arrays = self.sample_arrays(request, points, t, time)
         return arrays["value"], arrays.get("jacobian")
 
@@ -344,8 +345,11 @@ class VolumeSeries:
         return result
 
     def _step_arrays(self, k: int, points: np.ndarray, request: SampleRequest) -> dict[str, Any]:
-        """The outputs of ``request`` from step ``k`` at points (M, 3), on the host."""
-        return self.volume(k).sample_arrays(request, points)
+        """The outputs of ``request`` from step ``k`` at points (M, 3), on the host (``request.device``
+        "cuda": sampled on the GPU through this thread's pinned pipeline)."""
+        from vdbflow.ops.sampling import sample_host_arrays
+
+        return sample_host_arrays(self.volume(k), request, points)
 
     def distribute(
         self,
@@ -400,12 +404,21 @@ class VolumeSeries:
         return ds
 
     def sample(
-        self, points: Any, t: Any, mode: str = "linear", time: str = "linear", space: str = "world", *, dims: Any = None
+        self,
+        points: Any,
+        t: Any,
+        mode: str = "linear",
+        time: str = "linear",
+        space: str = "world",
+        *,
+        dims: Any = None,
+        device: str = "cpu",
     ) -> Any:
         """Values at ``points`` (N, 3) or (..., 3) and times ``t`` (scalar, or one per point) as a
         Dataset laid out like :func:`vdbflow.sample`'s, with a ``time`` coordinate (scalar or on the
-        point dims); values are float64 (interpolated in time)."""
-        return self._dataset(SampleRequest(mode, ("value",), space), points, t, time, dims)
+        point dims); values are float64 (interpolated in time).  ``device="cuda"``: each step sampled on
+        the GPU (host points through the pinned pipeline), interpolated in time on the host."""
+        return self._dataset(SampleRequest(mode, ("value",), space, device=device), points, t, time, dims)
 
     def sample_grad(
         self,
@@ -417,10 +430,12 @@ class VolumeSeries:
         jacobian_space: str | None = None,
         *,
         dims: Any = None,
+        device: str = "cpu",
     ) -> Any:
         """Values and Jacobians at ``(points, t)`` as a Dataset laid out like
-        :func:`vdbflow.sample_grad`'s, with a ``time`` coordinate."""
-        return self._dataset(SampleRequest(mode, ("value", "jacobian"), space, jacobian_space), points, t, time, dims)
+        :func:`vdbflow.sample_grad`'s, with a ``time`` coordinate (``device`` as for :meth:`sample`)."""
+        request = SampleRequest(mode, ("value", "jacobian"), space, jacobian_space, device=device)
+        return self._dataset(request, points, t, time, dims)
 
 
 class DistributedSeries(VolumeSeries):
