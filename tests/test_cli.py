@@ -187,3 +187,15 @@ def test_info_of_a_broken_openvdb_file_names_the_byte(tmp_path):
     assert result.exit_code == 2 and result.stdout == ""
     assert "at byte 8" in result.stderr and "found version 0" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_device_cuda_on_an_embedded_cpu_cluster_is_refused_at_plan_time(tmp_path, monkeypatch):
+    """A LocalCluster would put every worker on GPU 0: the plan refuses and names cluster.kind: cuda (under
+    the CUDA emulation the one emulated device is the CPU, and the job may run there)."""
+    monkeypatch.delenv("VDBFLOW_CUDA_EMULATE", raising=False)
+    job = small_job(tmp_path, sampling={"device": "cuda"})
+    result = invoke("run", job, "--dry-run")
+    assert result.exit_code == 2, result.stdout
+    assert "expected cluster.kind: cuda" in result.stderr and "got cluster.kind: local" in result.stderr
+    monkeypatch.setenv("VDBFLOW_CUDA_EMULATE", "1")
+    assert invoke("run", job, "--dry-run").exit_code == 0

@@ -319,3 +319,27 @@ def test_series_sampling_on_the_gpu(rng, time):
     u, J = series.sample_grad_arrays(pts, t, "linear", time, device="cuda")
     u0, J0 = series.sample_grad_arrays(pts, t, "linear", time)
     np.testing.assert_allclose(J, J0, atol=1e-5, rtol=0)
+
+
+def test_a_job_with_device_cuda_writes_what_the_cpu_job_writes(tmp_path):
+    """`sampling.device: cuda` end to end: the job's worker processes sample on the (emulated) GPU through
+    their pinned pipelines; the store holds the CPU job's results to rounding."""
+    import xarray as xr
+    from test_cli import invoke, small_job
+
+    sampling = {"mode": "lag4", "outputs": ["value", "jacobian", "q_criterion", "vorticity_magnitude"]}
+    cluster = {"kind": "local", "workers": 2, "dashboard": False} if EMULATED else {"kind": "cuda", "dashboard": False}
+    stores = {}
+    for device in ("cpu", "cuda"):
+        out = tmp_path / f"{device}.zarr"
+        job = small_job(tmp_path, sampling={**sampling, "device": device}, cluster=cluster, output={"path": str(out)})
+        result = invoke("run", job)
+        assert result.exit_code == 0, result.stderr
+        if device == "cuda":
+            assert "CUDA entries" in result.stdout, result.stdout  # the summary says what was built or loaded
+        stores[device] = xr.open_zarr(out).load()
+    cpu, gpu = stores["cpu"], stores["cuda"]
+    assert set(cpu.data_vars) == set(gpu.data_vars) and len(cpu.point) == 2000
+    for name in cpu.data_vars:
+        scale = max(1.0, float(np.nanmax(np.abs(cpu[name].values))))
+        np.testing.assert_allclose(gpu[name].values, cpu[name].values, atol=1e-5 * scale, rtol=0, err_msg=name)

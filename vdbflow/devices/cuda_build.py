@@ -66,19 +66,24 @@ def _note(unit: str, built: Built) -> Built:
     return built
 
 
-def build_summary() -> str:
-    """One line on this process's builds: how many entries were compiled or loaded from the cache, and the
-    seconds spent on each kind (empty when there were none)."""
+def build_records() -> list[tuple[str, str, float]]:
+    """This process's builds so far: ``(unit, "compiled" | "cached", seconds)`` each."""
     with _log_lock:
-        log = list(BUILD_LOG)
+        return list(BUILD_LOG)
+
+
+def build_summary(records: list[tuple[str, str, float]] | None = None) -> str:
+    """One line on builds (this process's by default): how many entries were compiled or loaded from the
+    cache, and the seconds spent on each kind (empty when there were none)."""
+    log = build_records() if records is None else records
     if not log:
         return ""
     parts = []
-    for kind in ("compiled", "cached"):
+    for kind, said in (("compiled", "compiled"), ("cached", "loaded from the cache")):
         done = [s for _, k, s in log if k == kind]
         if done:
-            parts.append(f"{len(done)} {kind} in {sum(done):.2f} s")
-    return "CUDA entries: " + ", ".join(parts)
+            parts.append(f"{len(done)} {said} in {sum(done):.2f} s")
+    return ", ".join(parts)
 
 
 def kernel_dir() -> Path:

@@ -218,6 +218,8 @@ def _print_summary(result: Any, console: Console) -> None:
                 f"{result.nonfinite_points:,}: a coordinate is NaN or infinite; their results are NaN",
             )
         )
+    if result.cuda_builds:
+        rows.append(("CUDA entries", f"{result.cuda_builds} (summed over the workers)"))
     rows.append(("output", str(result.output)))
     console.print(_rows_table("vdbflow run: summary", rows))
 

@@ -25,6 +25,7 @@ import numpy as np
 import xarray as xr
 
 from vdbflow.core.volume import Volume
+from vdbflow.devices import cuda_build
 from vdbflow.errors import NanoVDBError, OpenVDBError, VdbflowError, VolumeError
 from vdbflow.jobs.chunks import (
     CHUNK_PHASES,
@@ -285,6 +286,7 @@ class JobResult:
     nonfinite_points: int | None = None  # points with a NaN or infinite coordinate (their results are NaN)
     edge_checked: int | None = None  # finite points whose stencil was checked against the data ...
     edge_outside: int | None = None  # ... and those of them whose stencil reads the background
+    cuda_builds: str | None = None  # device: cuda: the CUDA entries the workers compiled or loaded
 
     def edge_summary(self) -> str:
         """The share of points whose stencil reads the background, and how many were checked."""
@@ -524,6 +526,9 @@ def run_job(
                     dashboard=dashboard,
                     steps=None if cfg.advect is None else int(ds.attrs["steps"]),
                 )
+                if cfg.sampling.device == "cuda":  # what the workers compiled or loaded (seconds summed)
+                    logs = client.run(cuda_build.build_records).values()
+                    result.cuda_builds = cuda_build.build_summary([r for log in logs for r in log])
                 provenance: dict[str, Any] = {
                     "input_sha256": {k: f.result() for k, f in checksum.items()},
                     "timings_s": {},
