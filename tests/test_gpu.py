@@ -343,3 +343,37 @@ def test_a_job_with_device_cuda_writes_what_the_cpu_job_writes(tmp_path):
     for name in cpu.data_vars:
         scale = max(1.0, float(np.nanmax(np.abs(cpu[name].values))))
         np.testing.assert_allclose(gpu[name].values, cpu[name].values, atol=1e-5 * scale, rtol=0, err_msg=name)
+
+
+def test_distributed_reverse_mode_on_gpu_workers(rng, monkeypatch):
+    """DistributedVolume.sample_grad_vjp(device="cuda"): each partition's piece differentiated on its
+    worker's GPU; equal to one process's reverse mode up to the order of the float additions."""
+    distributed = pytest.importorskip("distributed")
+
+    ijk, _ = random_sparse_voxels(rng, n_leaves=30, fill=0.6)
+    topo = vdbflow.Volume.from_active(ijk)
+    vol = topo.with_data(rng.standard_normal((topo.active_voxel_count, 3)), 0.25)
+    pts = probe_points(rng, ijk, 3000)
+    a_val, a_jac = rng.standard_normal((len(pts), 3)), rng.standard_normal((len(pts), 3, 3))
+    want = vdbflow.sample_grad_vjp(vol, pts, a_val, a_jac)
+    from vdbflow.devices import cuda
+
+    calls = []
+    real = cuda.sample_vjp
+    monkeypatch.setattr(cuda, "sample_vjp", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cl,
+        distributed.Client(cl) as client,
+    ):
+        dvol = vdbflow.distribute(vol, client, 4)
+        try:
+            got = dvol.sample_grad_vjp(pts, a_val, a_jac, device="cuda")
+            voxel_data, points = got.voxel_data(topo), got.points.compute()
+            background = np.asarray(got.background.result())
+        finally:
+            dvol.close()
+    assert len(calls) >= 4  # every partition's pieces on the (emulated) GPU
+    tol = 1e-10 * max(1.0, float(np.abs(want.voxel_data).max()))
+    np.testing.assert_allclose(voxel_data, want.voxel_data, atol=tol, rtol=0)
+    np.testing.assert_allclose(points, want.points, atol=1e-10, rtol=0)
+    np.testing.assert_allclose(background, want.background, atol=1e-8, rtol=0)

@@ -36,11 +36,18 @@ def _vjp_piece(
     adjoints)`` for :func:`_fold` (the data adjoints of the partition's leaves: as large as its data)."""
     from vdbflow.ops.vjp import sample_grad_vjp
 
-    mode, space, jacobian_space = options
+    mode, space, jacobian_space, device = options
     adj_values, adj_jacobians = inputs[:n_chunks], inputs[n_chunks:]
     a_val = np.concatenate([np.asarray(a) for a in adj_values])[index]
     a_jac = None if adj_jacobians[0] is None else np.concatenate([np.asarray(a) for a in adj_jacobians])[index]
-    r = sample_grad_vjp(volume, pts, a_val, a_jac, mode, space, jacobian_space)
+    if device == "cuda" and len(pts):  # on this worker's GPU (float64 atomics: sums in any order)
+        from vdbflow.devices.cuda import cupy_module
+
+        xp = cupy_module()
+        on_gpu = [None if a is None else xp.asarray(a) for a in (pts, a_val, a_jac)]
+        r = sample_grad_vjp(volume, *on_gpu, mode, space, jacobian_space, device="cuda").get()
+    else:
+        r = sample_grad_vjp(volume, pts, a_val, a_jac, mode, space, jacobian_space)
     data = np.asarray(r.voxel_data).reshape(len(r.voxel_data), -1)
     rows_of = volume.topology.leaf_rows
     own = data[rows_of(own_local, volume.index_layout)]
@@ -129,6 +136,7 @@ def vjp_graph(
     mode: str,
     space: str,
     jacobian_space: str | None,
+    device: str = "cpu",
 ) -> tuple[list, Any, Any, list]:
     """The reverse mode's tasks, not submitted: per partition the adjoint rows of its own leaves, the
     tile and background adjoints, and per wave ``(chunk sizes, point adjoints)`` - a task returning
@@ -186,7 +194,7 @@ def vjp_graph(
         None if adj_jacobian is None else adj_jacobian.name,
     )
     R = dvol.template.value_type.jacobian_dtype
-    options = (mode, space, jacobian_space)
+    options = (mode, space, jacobian_space, device)
     totals: list[Any] = [None] * P
     waves: list[tuple[tuple, Any]] = []  # each wave's chunk sizes and the task of its point adjoints
     for w, first in enumerate(range(0, len(chunks), W)):

@@ -63,6 +63,7 @@ from vdbflow.distribution.partitions import (
 )
 from vdbflow.distribution.plan import PartitionPlan
 from vdbflow.distribution.reverse import DistributedVJP, vjp_graph
+from vdbflow.errors import DeviceError
 from vdbflow.io.identity import FileIdentity
 from vdbflow.ops.request import OUTPUTS, SampleRequest
 from vdbflow.ops.results import result_dataset
@@ -183,14 +184,19 @@ class DistributedVolume:
         mode: str = "linear",
         space: str = "index",
         jacobian_space: str | None = None,
+        device: str = "cpu",
     ) -> DistributedVJP:
         """Reverse mode across the cluster, streamed wave by wave like the forward mode: each partition
         differentiates its points against its own and halo leaves and folds the data adjoints over
         the waves in order; the halo copies' adjoints travel back to the owning partitions and are
         added there in partition order.  Equal to :func:`vdbflow.sample_grad_vjp` up to the order of
-        the float additions (the data adjoint is a sum over points); the graph runs when called."""
+        the float additions (the data adjoint is a sum over points); the graph runs when called.
+        ``device="cuda"``: each piece is differentiated on its worker's GPU."""
         dask, da, _ = import_dask()
-        owned, tiles, background, waves = vjp_graph(self, points, adj_value, adj_jacobian, mode, space, jacobian_space)
+        if device not in ("cpu", "cuda"):
+            raise DeviceError(f"expected device 'cpu' or 'cuda', got {device!r}")
+        args = (points, adj_value, adj_jacobian, mode, space, jacobian_space, device)
+        owned, tiles, background, waves = vjp_graph(self, *args)
         # one submission of the whole graph: every task runs once, and the point adjoints stay on the
         # workers (as futures) until they are gathered
         P = self.plan.partitions

@@ -33,6 +33,13 @@ class SampleGradVJP:
     background: Any
     points: Any
 
+    def get(self) -> SampleGradVJP:
+        """The same adjoints as host (NumPy) arrays: copied from the GPU where they are CuPy arrays."""
+        host = {k: getattr(self, k) for k in ("voxel_data", "tile_values", "background", "points")}
+        return SampleGradVJP(
+            **{k: a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else a for k, a in host.items()}
+        )
+
     def __repr__(self) -> str:
         """Shapes and dtypes, not the arrays: ``SampleGradVJP(voxel_data (n, 3) float32, ...)``."""
 
