@@ -71,10 +71,11 @@ def main() -> None:
     order = np.lexsort((host[:, 2], host[:, 1], host[:, 0]))
     host_sorted = np.ascontiguousarray(host[order])
     request = SampleRequest("linear", ("value", "jacobian"), "index", device=args.device)
-    if args.device == "cuda":
-        import cupy
+    if args.device == "cuda":  # CuPy, or its emulation under VDBFLOW_CUDA_EMULATE=1 (device code on the CPU)
+        from vdbflow.devices.cuda import cupy_module
 
-        xp, sync = cupy, cupy.cuda.Device().synchronize
+        xp = cupy_module()
+        sync = xp.cuda.Device().synchronize
     else:
         xp, sync = np, lambda: None
     report: dict = {"device": args.device, "points": args.points}

@@ -1,69 +1,73 @@
 #!/usr/bin/env bash
-# GPU check, for a machine with an NVIDIA GPU and CuPy: in one run of at most 5 minutes, the GPU tests,
-# the single-GPU benchmark, the host path of a GPU worker against its kernel (sorted and random points
-# against the memory bound, pinned pipeline, a job; benchmarks/bench_gpu_job.py) and the distributed
-# GPU throughput (one worker per GPU when dask-cuda is there, else one worker process); output under
-# $OUT (default ./gpu-results).
+# GPU check, for a machine with an NVIDIA GPU: in one run of at most 8 minutes, with results under $OUT
+# (default ./gpu-results):
+#   1. the machine (nvidia-smi, CuPy, NVRTC);
+#   2. the CUDA entries built into an empty cache for this GPU (vdbflow build-cuda: compile seconds,
+#      registers, stack, spills) and a fresh process's first GPU call on the warm cache (cache-load time);
+#   3. every GPU test, on the GPU (VDBFLOW_REQUIRE_GPU=1: without CuPy or a GPU the tests fail, they do not
+#      fall back to the emulation), and the count of those that ran: none is a failure;
+#   4. sample_grad on device points, sorted and random, against the memory (HBM) bound, the pinned host
+#      path and a job against its kernel (benchmarks/bench_gpu_job.py), and the single-GPU benchmark.
+# It fails (exit 1) when CuPy is missing, when no GPU is visible, when no GPU test ran, or when a step fails.
 #
-#   WHEELHOUSE=/path/to/wheels scripts/gpu_check.sh   # offline: install vdbflow (and dask) from wheels
-#   scripts/gpu_check.sh                              # online: pip install -e . from this checkout
+#   WHEELHOUSE=/path/to/wheels scripts/gpu_check.sh   # offline: vdbflow and its test needs from a wheelhouse
+#                                                     # made by scripts/gpu_wheelhouse.sh
+#   scripts/gpu_check.sh                              # online: pip install -e ".[test]" from this checkout
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-results}
 mkdir -p "$OUT"
-{
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
-  python -c "import cupy; print('cupy', cupy.__version__, 'CUDA runtime', cupy.cuda.runtime.runtimeGetVersion())"
-} 2>&1 | tee "$OUT/machine.txt"
+export VDBFLOW_CUDA_CACHE="$OUT/cuda-cache" VDBFLOW_REQUIRE_GPU=1
+unset VDBFLOW_CUDA_EMULATE
+rm -rf "$VDBFLOW_CUDA_CACHE"
 if [ -n "${WHEELHOUSE:-}" ]; then
-  python -m pip install --no-index --find-links "$WHEELHOUSE" vdbflow pytest hypothesis dask distributed 2>&1 | tail -n 3
+  python -m pip install --no-index --find-links "$WHEELHOUSE" "vdbflow[test]" 2>&1 | tail -n 3
 else
   python -m pip install -e ".[test]" 2>&1 | tail -n 3
 fi
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
+  python -c "import cupy; print('cupy', cupy.__version__, 'CUDA runtime', cupy.cuda.runtime.runtimeGetVersion(),
+'GPUs', cupy.cuda.runtime.getDeviceCount())"
+} 2>&1 | tee "$OUT/machine.txt"
+if ! python -c "import cupy, sys; sys.exit(0 if cupy.cuda.runtime.getDeviceCount() > 0 else 1)" 2>/dev/null; then
+  echo "gpu_check: CuPy is missing or sees no GPU: nothing to check" | tee -a "$OUT/machine.txt"
+  exit 1
+fi
 status=0
-timeout 120 python -m pytest -v -m gpu tests/test_gpu.py tests/test_kernels_build.py 2>&1 | tee "$OUT/gpu-tests.txt" \
-  || status=1
-timeout 60 python benchmarks/bench_sample_grad.py --device cuda --no-warp --json "$OUT/bench-gpu.json" 2>&1 \
-  | tee "$OUT/bench-gpu.txt" || status=1
-timeout 60 python benchmarks/bench_gpu_job.py --device cuda --points 16000000 --json "$OUT/bench-gpu-job.json" \
-  2>&1 | grep -v INFO | tee "$OUT/bench-gpu-job.txt" || status=1
-timeout 60 python - <<'PY' 2>&1 | tee "$OUT/bench-distributed-gpu.txt" || status=1
+# 2. build into the empty cache, then a fresh process's first call on the warm cache
+timeout 300 vdbflow build-cuda --json > "$OUT/build-cuda.json" 2> "$OUT/build-cuda.err" || status=1
+timeout 300 vdbflow build-cuda | tee "$OUT/build-cuda.txt" || status=1
+timeout 60 python - <<'PY' 2>&1 | tee "$OUT/cache-load.txt" || status=1
 import time
 
+t0 = time.perf_counter()
 import cupy
-import dask
-import distributed
 import numpy as np
 
 import vdbflow
-from vdbflow import synthetic
+from vdbflow.devices import cuda, cuda_build
 
-vol = synthetic.flow_volume(synthetic.taylor_green(), 256)
-lo, hi = vol.topology.index_bbox
-n = 32_000_000
-pts = np.random.default_rng(0).uniform(lo, hi + 1, (n, 3))
-single = vdbflow.sample_grad_arrays(vol, cupy.asarray(pts), space="index", device="cuda")
+t1 = time.perf_counter()
+vol = vdbflow.Volume.from_dense(np.random.rand(32, 32, 32, 3).astype(np.float32))
+v, j = vdbflow.sample_grad_arrays(vol, cupy.random.uniform(0, 31, (100_000, 3)), device="cuda")
 cupy.cuda.Device().synchronize()
-t = time.perf_counter()
-vdbflow.sample_grad_arrays(vol, cupy.asarray(pts), space="index", device="cuda")
-cupy.cuda.Device().synchronize()
-t_single = time.perf_counter() - t
-try:
-    from dask_cuda import LocalCUDACluster as Cluster
-    kwargs = {}
-except ImportError:
-    Cluster, kwargs = distributed.LocalCluster, {"n_workers": 1, "threads_per_worker": 1}
-with Cluster(**kwargs) as cl, distributed.Client(cl) as client, vdbflow.distribute(vol, client, 8) as dvol:
-    import dask.array as da
-    held = client.persist(da.from_array(pts, chunks=(1 << 23, 3)))
-    distributed.wait(held)
-    ds = dvol.sample_grad(held, space="index", device="cuda")
-    dask.compute(ds["velocity"].data.sum())
-    t = time.perf_counter()
-    ds = dvol.sample_grad(held, space="index", device="cuda")
-    dask.compute(ds["velocity"].data.sum(), ds["velocity_jacobian"].data.sum())
-    t_dist = time.perf_counter() - t
-print(f"single GPU: {n / t_single / 1e6:.1f} M samples/s; distributed (8 partitions, {Cluster.__name__}): "
-      f"{n / t_dist / 1e6:.1f} M samples/s")
+t2 = time.perf_counter()
+print(f"imports {t1 - t0:.2f} s; first GPU call (warm cache) {t2 - t1:.3f} s; {cuda_build.build_summary()}")
 PY
+# 3. every GPU test, on the GPU; none run is a failure
+timeout 240 python -m pytest -v -m gpu tests/test_gpu.py tests/test_gpu_emulation.py tests/test_nvrtc.py \
+  -p no:cacheprovider 2>&1 | tee "$OUT/gpu-tests.txt"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+ran=$(grep -cE "^tests/test_gpu\.py::.* PASSED" "$OUT/gpu-tests.txt" || true)
+echo "GPU tests passed on the GPU: $ran" | tee -a "$OUT/gpu-tests.txt"
+[ "$ran" -gt 0 ] || { echo "gpu_check: no GPU test ran" | tee -a "$OUT/gpu-tests.txt"; status=1; }
+# 4. the kernel against the memory bound, the host path and a job against the kernel
+timeout 90 python benchmarks/bench_gpu_job.py --device cuda --points 16000000 --json "$OUT/bench-gpu-job.json" \
+  2>&1 | grep -v INFO | tee "$OUT/bench-gpu-job.txt"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+timeout 60 python benchmarks/bench_sample_grad.py --device cuda --no-warp --json "$OUT/bench-gpu.json" 2>&1 \
+  | tee "$OUT/bench-gpu.txt"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+echo "gpu_check: exit $status" | tee -a "$OUT/machine.txt"
 exit $status

@@ -193,9 +193,13 @@ def test_device_cuda_on_an_embedded_cpu_cluster_is_refused_at_plan_time(tmp_path
     """A LocalCluster would put every worker on GPU 0: the plan refuses and names cluster.kind: cuda (under
     the CUDA emulation the one emulated device is the CPU, and the job may run there)."""
     monkeypatch.delenv("VDBFLOW_CUDA_EMULATE", raising=False)
-    job = small_job(tmp_path, sampling={"device": "cuda"})
+    job = small_job(tmp_path, sampling={"device": "cuda"}, cluster={"kind": "local", "dashboard": False})
     result = invoke("run", job, "--dry-run")
     assert result.exit_code == 2, result.stdout
     assert "expected cluster.kind: cuda" in result.stderr and "got cluster.kind: local" in result.stderr
+    assert invoke("run", small_job(tmp_path, sampling={"device": "cuda"}, cluster={"kind": "local", "workers": 2}),
+                  "--dry-run").exit_code == 2  # fmt: skip
+    one = {"kind": "local", "workers": 1, "dashboard": False}
+    assert invoke("run", small_job(tmp_path, sampling={"device": "cuda"}, cluster=one), "--dry-run").exit_code == 0
     monkeypatch.setenv("VDBFLOW_CUDA_EMULATE", "1")
     assert invoke("run", job, "--dry-run").exit_code == 0

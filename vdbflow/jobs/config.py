@@ -19,7 +19,6 @@ trajectories instead (:class:`AdvectSpec`), through a volume or a ``volume.serie
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -665,19 +664,6 @@ class JobConfig(_Model):
             )
         if self.volume.series is not None and self.sampling.device != "cpu":
             raise ValueError("expected sampling.device 'cpu' with volume.series (series are advected on the CPU)")
-        return self
-
-    @model_validator(mode="after")
-    def _gpus_for_cuda(self) -> JobConfig:
-        """``device: cuda`` needs workers that own a GPU each: an embedded LocalCluster would put every worker
-        on GPU 0 (allowed under VDBFLOW_CUDA_EMULATE=1, where the one emulated device is the CPU)."""
-        emulated = os.environ.get("VDBFLOW_CUDA_EMULATE", "0") == "1"
-        if self.sampling.device == "cuda" and self.cluster.kind == "local" and not emulated:
-            raise ValueError(
-                "expected cluster.kind: cuda (one worker per GPU, dask-cuda) or an existing GPU cluster "
-                "(kind: address, slurm) with sampling.device: cuda, got cluster.kind: local, which would put "
-                "every worker on GPU 0"
-            )
         return self
 
     def record_where(self, found: Mapping[tuple, str]) -> None:

@@ -6,6 +6,7 @@ against, and :func:`plan_job`, which makes it; ``human_bytes`` and ``human_secon
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -295,13 +296,31 @@ def _series_times(cfg: JobConfig) -> tuple[float, float]:
     return lo, hi
 
 
-def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False) -> JobPlan:
+def check_gpu_cluster(cfg: JobConfig) -> None:
+    """``sampling.device: cuda`` on an embedded LocalCluster of several workers would put them all on GPU 0:
+    refused, naming ``cluster.kind: cuda`` (allowed under VDBFLOW_CUDA_EMULATE=1, whose one device is the
+    CPU, and for one worker)."""
+    emulated = os.environ.get("VDBFLOW_CUDA_EMULATE", "0") == "1"
+    cluster = cfg.cluster
+    if cfg.sampling.device == "cuda" and cluster.kind == "local" and cluster.workers != 1 and not emulated:
+        workers = "as many workers as cores" if cluster.workers is None else f"{cluster.workers} workers"
+        raise ConfigError(
+            f"sampling.device{cfg.where('sampling.device')}: expected cluster.kind: cuda (one worker per GPU, "
+            "dask-cuda) or an existing GPU cluster (kind: address, slurm) for device cuda, got cluster.kind: "
+            f"local with {workers}, which would all share GPU 0 (cluster.workers: 1 runs one)"
+        )
+
+
+def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False, own_cluster: bool = True) -> JobPlan:
     """Check a config against its inputs and say what the job will do (and how large it is); runs nothing.
 
     A job beyond ``cfg.limits`` is refused with :class:`ConfigError` unless ``force``.  With ``dry_run``
     (``--dry-run``: a template checked where its inputs are not) missing input files and a missing
-    dask-jobqueue are ``warnings`` of the plan instead of errors.
+    dask-jobqueue are ``warnings`` of the plan instead of errors.  ``own_cluster``: the job starts the
+    cluster of ``cfg.cluster`` (not a given client's), whose workers must suit ``sampling.device``.
     """
+    if own_cluster:
+        check_gpu_cluster(cfg)
     warnings = check_inputs(cfg, missing_ok=dry_run)
     series = cfg.volume.series
     if series is not None:

@@ -366,7 +366,7 @@ def run_job(
     """
     from vdbflow.distribution.volume import distribute
 
-    plan = plan_job(cfg, force)
+    plan = plan_job(cfg, force, own_cluster=client is None)
     given = client is not None
     if client is not None:
         plan.cluster = f"the given client's cluster (scheduler {client.scheduler.address})"
