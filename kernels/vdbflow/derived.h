@@ -247,7 +247,7 @@ struct DerivedEmitter {
   R* outs[DERIVED_COUNT];
 
   template <bool S>
-  VDB_HD void operator()(Streaming<S>, i64 i, const T* v, const R* j) const {
+  VDB_HD VDB_INLINE void operator()(Streaming<S>, i64 i, const T* v, const R* j) const {
     R u[C];
     for (int c = 0; c < C; ++c) u[c] = (R)v[c];
 #ifndef VDB_DEVICE_COMPILE
