@@ -377,3 +377,35 @@ def test_distributed_reverse_mode_on_gpu_workers(rng, monkeypatch):
     np.testing.assert_allclose(voxel_data, want.voxel_data, atol=tol, rtol=0)
     np.testing.assert_allclose(points, want.points, atol=1e-10, rtol=0)
     np.testing.assert_allclose(background, want.background, atol=1e-8, rtol=0)
+
+
+def test_torch_autograd_through_the_gpu(rng):
+    """vdbflow.ops.autograd on the GPU: points, adjoints and results through DLPack, forward and reverse
+    equal to the CPU's (CUDA tensors on a GPU machine; CPU tensors with device="cuda" under the emulation)."""
+    torch = pytest.importorskip("torch")
+    from vdbflow.ops import autograd
+
+    ijk = np.argwhere(np.ones((6, 6, 6), bool)) - 2
+    topo = vdbflow.Volume.from_active(ijk)
+    where = "cpu" if EMULATED else "cuda"
+
+    def leaves():
+        data = torch.tensor(rng.standard_normal((topo.active_voxel_count, 3)), dtype=torch.float64, device=where)
+        pts = torch.tensor(rng.uniform(-1.5, 2.5, (64, 3)), dtype=torch.float64, device=where)
+        bg = torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64, device=where)
+        return [t.requires_grad_() for t in (pts, data, bg)]
+
+    inputs = leaves()
+    grads = {}
+    for device in ("cpu", "cuda"):
+        xs = [t.detach().clone().requires_grad_() for t in inputs]
+        if device == "cpu" and where == "cuda":
+            xs = [t.detach().cpu().requires_grad_() for t in inputs]
+        values, jac = autograd.sample_grad(topo, *xs, device=device)
+        assert values.device.type == (where if device == "cuda" else "cpu")
+        loss = (values**2).sum() + (jac * jac).sum()
+        loss.backward()
+        grads[device] = [values.detach().cpu().numpy(), jac.detach().cpu().numpy()]
+        grads[device] += [x.grad.detach().cpu().numpy() for x in xs]
+    for got, want in zip(grads["cuda"], grads["cpu"], strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-10, rtol=1e-10)

@@ -288,6 +288,14 @@ class ndarray(NDArrayOperatorsMixin):  # noqa: N801 - CuPy's name
 
         return method
 
+    def __dlpack__(self, *, stream: Any = None, **kwargs: Any) -> Any:
+        """DLPack of the device memory (host memory here: kDLCPU), after the current stream's work."""
+        _ordered()
+        return self._a.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self._a.__dlpack_device__()
+
     def get(self, stream: Stream | None = None, order: str = "C", out: np.ndarray | None = None, blocking: bool = True):
         """A host copy (into ``out`` where given), in ``stream``'s order (the current stream's by default);
         ``blocking``: wait for it."""
@@ -352,6 +360,11 @@ def get_array_module(*arrays: Any) -> Any:
     import sys
 
     return sys.modules[__name__] if any(isinstance(a, ndarray) for a in arrays) else np
+
+
+def from_dlpack(x: Any) -> ndarray:
+    """A device array sharing ``x``'s memory (DLPack, no copy; a CPU producer here)."""
+    return ndarray(np.from_dlpack(x))
 
 
 def empty_pinned(shape: Any, dtype: Any = float) -> np.ndarray:

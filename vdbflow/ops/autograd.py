@@ -1,7 +1,10 @@
 """PyTorch hook: sampling as a differentiable ``torch.autograd.Function``.
 
 Optional (``pip install torch``); the forward and backward passes run the kernels in kernels/
-through :func:`vdbflow.sample_grad_arrays` and :func:`vdbflow.sample_grad_vjp`.
+through :func:`vdbflow.sample_grad_arrays` and :func:`vdbflow.sample_grad_vjp`.  CUDA tensors run on
+the GPU: points, adjoints and results cross between PyTorch and CuPy through DLPack, without a copy
+(the voxel data are copied once a call into the volume, which lives on the host and is put on the GPU
+by the backend).
 """
 
 from __future__ import annotations
@@ -27,6 +30,33 @@ def _numpy(t: torch.Tensor) -> np.ndarray:
     return t.detach().numpy()
 
 
+def _device_of(*tensors: torch.Tensor, device: str = "auto") -> str:
+    """``"cuda"`` for CUDA tensors (or ``device="cuda"``), ``"cpu"`` for CPU tensors; tensors on other
+    devices, or mixed, are refused."""
+    kinds = {t.device.type for t in tensors}
+    if not kinds <= {"cpu", "cuda"} or len(kinds) > 1:
+        raise DeviceError(f"expected CPU tensors or CUDA tensors for vdbflow.ops.autograd, got tensors on {kinds}")
+    if device not in ("auto", "cpu", "cuda"):
+        raise DeviceError(f"expected device 'auto', 'cpu' or 'cuda', got {device!r}")
+    found = kinds.pop()
+    if device == "cpu" and found == "cuda":
+        raise DeviceError("expected CPU tensors for device='cpu', got CUDA tensors")
+    return "cuda" if "cuda" in (device, found) else "cpu"
+
+
+def _to_kernels(t: torch.Tensor, device: str) -> Any:
+    """A tensor as the backend of ``device`` takes it: NumPy, or CuPy through DLPack (no copy)."""
+    if device == "cpu":
+        return _numpy(t)
+    from vdbflow.devices.cuda import cupy_module
+
+    return cupy_module().from_dlpack(t.detach().contiguous())
+
+
+def _to_torch(a: Any) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a)) if isinstance(a, np.ndarray) else torch.from_dlpack(a)
+
+
 class SampleGrad(torch.autograd.Function):
     """(points, voxel_data, background) -> (values, jacobian) on an index-layout topology."""
 
@@ -40,32 +70,39 @@ class SampleGrad(torch.autograd.Function):
         mode: str,
         space: str,
         jacobian_space: str,
+        options: tuple = ("auto",),
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        vol = topology.with_data(_numpy(voxel_data), _numpy(background))
-        pts = _numpy(points)
-        values, jac = sample_grad_arrays(vol, pts, mode, space=space, jacobian_space=jacobian_space)
-        ctx.volume, ctx.points = vol, pts
+        device = _device_of(points, voxel_data, background, device=options[0])
+        vol = topology.with_data(voxel_data.detach().cpu().numpy(), background.detach().cpu().numpy())
+        pts = _to_kernels(points, device)
+        values, jac = sample_grad_arrays(vol, pts, mode, space=space, jacobian_space=jacobian_space, device=device)
+        ctx.volume, ctx.points, ctx.device = vol, pts, device
         ctx.options = (mode, space, jacobian_space)
-        return torch.from_numpy(values), torch.from_numpy(jac)
+        ctx.float_dtype = voxel_data.dtype
+        return _to_torch(values), _to_torch(jac)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, adj_values: torch.Tensor, adj_jacobian: torch.Tensor) -> tuple:
         mode, space, jacobian_space = ctx.options
+        device = ctx.device
         r = sample_grad_vjp(
             ctx.volume,
             ctx.points,
-            _numpy(adj_values.contiguous()),
-            _numpy(adj_jacobian.contiguous()),
+            _to_kernels(adj_values, device),
+            _to_kernels(adj_jacobian, device),
             mode,
             space,
             jacobian_space,
+            device=device,
         )
         need_points, need_data, need_bg = ctx.needs_input_grad[:3]
+        bg = r.background if device == "cuda" else np.asarray(r.background)
         return (
-            torch.from_numpy(np.ascontiguousarray(r.points)) if need_points else None,
-            torch.from_numpy(np.ascontiguousarray(r.voxel_data)) if need_data else None,
-            torch.as_tensor(np.asarray(r.background)) if need_bg else None,
+            _to_torch(r.points) if need_points else None,
+            _to_torch(r.voxel_data) if need_data else None,
+            _to_torch(bg).reshape(adj_values.shape[1:]) if need_bg else None,
+            None,
             None,
             None,
             None,
@@ -81,12 +118,14 @@ def sample_grad(
     mode: str = "linear",
     space: str = "index",
     jacobian_space: str | None = None,
+    device: str = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Differentiable values (N,) / (N, C) and Jacobians (N, 3) / (N, C, 3) of the field
     ``voxel_data`` ((n_active,) or (n_active, C), in ``topology.active_voxels()`` order) at ``points``
     (N, 3).  Gradients flow to ``points``, ``voxel_data`` and ``background`` (second derivatives
-    through the Jacobian included, as in :func:`vdbflow.sample_grad_vjp`)."""
-    background = torch.as_tensor(background, dtype=voxel_data.dtype)
-    return SampleGrad.apply(
-        points, voxel_data, background, topology, mode, space, space if jacobian_space is None else jacobian_space
-    )
+    through the Jacobian included, as in :func:`vdbflow.sample_grad_vjp`).  ``device``: ``"auto"``
+    follows the tensors (CUDA tensors: on the GPU, results as CUDA tensors); ``"cuda"`` runs CPU tensors
+    on the GPU too (the emulation of CUDA runs this way)."""
+    background = torch.as_tensor(background, dtype=voxel_data.dtype, device=voxel_data.device)
+    jacobian_space = space if jacobian_space is None else jacobian_space
+    return SampleGrad.apply(points, voxel_data, background, topology, mode, space, jacobian_space, (device,))
