@@ -123,13 +123,19 @@ def _loaded(device_id: int, name: str, emulate: bool) -> Any:
     """Entry ``name`` on GPU ``device_id``: built (or found in the cache) and loaded once per process."""
     xp = cupy_module()
     if emulate:
-        built = cuda_build.emulated_library(name_expressions())
+        built = _emulated_library()
     else:  # pragma: no cover - needs a GPU
         compiler = nvrtc.load_for(xp.cuda.runtime.runtimeGetVersion() // 1000)  # 12080: CUDA 12
         capability = int(xp.cuda.Device(device_id).compute_capability)  # "90": 9.0
         arch = cuda_build.choose_arch(capability, compiler)
         built = cuda_build.build_nvrtc(name, arch, compiler)
     return _module(device_id, str(built.path)).get_function(built.lowered[name])
+
+
+@functools.cache
+def _emulated_library() -> cuda_build.Built:
+    """Every entry compiled for the host (the emulation), built or found once per process."""
+    return cuda_build.emulated_library(name_expressions())
 
 
 @functools.cache

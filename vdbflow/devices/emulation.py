@@ -27,6 +27,7 @@ import ctypes
 import functools
 import os
 import threading
+import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -53,8 +54,8 @@ def host_threads() -> int:
 class Stream:
     """A CUDA stream: work runs in order on a thread of its own (the null stream: at once, see the module)."""
 
-    _blocking: list[Stream] = []
-    _all: list[Stream] = []
+    _blocking: weakref.WeakSet[Stream] = weakref.WeakSet()  # the legacy null stream waits for these
+    _all: weakref.WeakSet[Stream] = weakref.WeakSet()
 
     def __init__(self, null: bool = False, non_blocking: bool = False, ptr: int = 0):
         self.null = null
@@ -64,9 +65,9 @@ class Stream:
         self._last: Future | None = None
         self._lock = threading.Lock()
         if not null:
-            Stream._all.append(self)
+            Stream._all.add(self)
             if not non_blocking:
-                Stream._blocking.append(self)
+                Stream._blocking.add(self)
 
     def submit(self, work: Any) -> None:
         """Runs ``work()`` in the stream's order."""

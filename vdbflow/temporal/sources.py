@@ -84,8 +84,9 @@ class VolumeSource(Source):
         return self.compiled
 
     def advect(self, x: np.ndarray, *args: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Whole trajectories in one kernel call (``vdbflow.devices.cpu.advect``): steady, so every stage
-        reads the one volume; results equal the stage-by-stage integration bit for bit."""
+        """Whole trajectories in one kernel call of the source's device (``advect`` of
+        :func:`vdbflow.devices.particle_kernels`): steady, so every stage reads the one volume; on the CPU
+        the results equal the stage-by-stage integration bit for bit."""
 
         from vdbflow.devices import particle_kernels
 
