@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from vdbflow.core import schema
+from vdbflow.core import outputs
 from vdbflow.core import units as _u
 from vdbflow.errors import SamplingError
 
@@ -40,16 +40,21 @@ def _attrs(long_name: str, units: str | None, formula: str) -> dict[str, str]:
     return {"long_name": long_name, **({"units": units} if units else {}), "formula": formula}
 
 
+def _table_attrs(name: str, units: str | None) -> dict[str, str]:
+    """The attrs of output ``name`` from the table of outputs (:mod:`vdbflow.core.outputs`)."""
+    o = outputs.TABLE[name]
+    return _attrs(o.long_name, units, o.formula)
+
+
 def _apply(
     fn: Any,
     jac: xr.DataArray,
     out_core: tuple[str, ...],
     name: str,
-    long_name: str,
-    units: str | None,
-    formula: str,
     out_sizes: dict[str, int] | None = None,
 ) -> xr.DataArray:
+    """``fn`` over the 3 x 3 core of ``jac``: quantity ``name``, its attrs and units (the Jacobian's to the
+    table's power) from the table of outputs."""
     _check(jac)
     out = xr.apply_ufunc(
         fn,
@@ -61,7 +66,8 @@ def _apply(
         dask_gufunc_kwargs={"output_sizes": out_sizes or {}},
     )
     out.name = name
-    out.attrs = _attrs(long_name, units, formula)
+    exponent = outputs.TABLE[name].exponent
+    out.attrs = _table_attrs(name, _units(jac, 1 if exponent is None else exponent))
     return out
 
 
@@ -140,78 +146,36 @@ def _strain_rate_magnitude(J: np.ndarray) -> np.ndarray:
 
 def divergence(jac: xr.DataArray) -> xr.DataArray:
     """div u = trace(J)."""
-    return _apply(
-        _divergence,
-        jac,
-        (),
-        "divergence",
-        "velocity divergence",
-        _units(jac),
-        "du_x/dx + du_y/dy + du_z/dz",
-    )
+    return _apply(_divergence, jac, (), "divergence")
 
 
 def vorticity(jac: xr.DataArray) -> xr.DataArray:
     """omega = curl u, dims (..., axis): a vector along the Jacobian's axes (x y z, or i j k), so it
     sits in one Dataset with the velocity, whose ``component`` labels (u v w) differ."""
-    out = _apply(
-        _vorticity,
-        jac,
-        ("axis",),
-        "vorticity",
-        "vorticity",
-        _units(jac),
-        "(dw/dy - dv/dz, du/dz - dw/dx, dv/dx - du/dy)",
-        {"axis": 3},
-    )
+    out = _apply(_vorticity, jac, ("axis",), "vorticity", {"axis": 3})
     return out.assign_coords(axis=jac["axis"].values)
 
 
 def vorticity_magnitude(jac: xr.DataArray) -> xr.DataArray:
     """|omega|."""
-    return _apply(
-        _vorticity_magnitude,
-        jac,
-        (),
-        "vorticity_magnitude",
-        "vorticity magnitude",
-        _units(jac),
-        "|curl u|",
-    )
+    return _apply(_vorticity_magnitude, jac, (), "vorticity_magnitude")
 
 
 def strain_rate(jac: xr.DataArray) -> xr.DataArray:
     """S = (J + J^T) / 2, dims (..., component, axis)."""
-    return _apply(
-        _sym,
-        jac,
-        CORE,
-        "strain_rate",
-        "strain-rate tensor",
-        _units(jac),
-        "S = (J + J^T) / 2",
-        {"component": 3, "axis": 3},
-    ).assign_coords(component=jac["component"].values, axis=jac["axis"].values)
+    out = _apply(_sym, jac, CORE, "strain_rate", {"component": 3, "axis": 3})
+    return out.assign_coords(component=jac["component"].values, axis=jac["axis"].values)
 
 
 def strain_rate_magnitude(jac: xr.DataArray) -> xr.DataArray:
     """|S| = sqrt(2 S:S), the strain-rate magnitude of Smagorinsky-type models."""
-    long_name, _, formula = schema.DERIVED_ATTRS["strain_rate_magnitude"]
-    return _apply(_strain_rate_magnitude, jac, (), "strain_rate_magnitude", long_name, _units(jac), formula)
+    return _apply(_strain_rate_magnitude, jac, (), "strain_rate_magnitude")
 
 
 def rotation_rate(jac: xr.DataArray) -> xr.DataArray:
     """Omega = (J - J^T) / 2, dims (..., component, axis)."""
-    return _apply(
-        _skew,
-        jac,
-        CORE,
-        "rotation_rate",
-        "rotation-rate tensor",
-        _units(jac),
-        "Omega = (J - J^T) / 2",
-        {"component": 3, "axis": 3},
-    ).assign_coords(component=jac["component"].values, axis=jac["axis"].values)
+    out = _apply(_skew, jac, CORE, "rotation_rate", {"component": 3, "axis": 3})
+    return out.assign_coords(component=jac["component"].values, axis=jac["axis"].values)
 
 
 def q_criterion(jac: xr.DataArray) -> xr.DataArray:
@@ -260,7 +224,7 @@ def q_criterion(jac: xr.DataArray) -> xr.DataArray:
     (('point',), [4.0], '1/s^2')
     """
 
-    return _apply(_q, jac, (), "q_criterion", "Q-criterion", _units(jac, 2), "Q = (|Omega|_F^2 - |S|_F^2) / 2")
+    return _apply(_q, jac, (), "q_criterion")
 
 
 def lambda2(jac: xr.DataArray) -> xr.DataArray:
@@ -270,7 +234,7 @@ def lambda2(jac: xr.DataArray) -> xr.DataArray:
         S, W = _sym(J), _skew(J)
         return _finite_rows(lambda A: np.linalg.eigvalsh(A)[..., 1], S @ S + W @ W)
 
-    return _apply(l2, jac, (), "lambda2", "lambda-2 criterion", _units(jac, 2), "middle eigenvalue of S^2 + Omega^2")
+    return _apply(l2, jac, (), "lambda2")
 
 
 def swirling_strength(jac: xr.DataArray) -> xr.DataArray:
@@ -279,15 +243,7 @@ def swirling_strength(jac: xr.DataArray) -> xr.DataArray:
     def ci(J: np.ndarray) -> np.ndarray:
         return _finite_rows(lambda A: np.abs(np.linalg.eigvals(A).imag).max(axis=-1), J)
 
-    return _apply(
-        ci,
-        jac,
-        (),
-        "swirling_strength",
-        "swirling strength",
-        _units(jac),
-        "|Im(lambda)| of the complex eigenvalues of J",
-    )
+    return _apply(ci, jac, (), "swirling_strength")
 
 
 def laplacian(hessian: xr.DataArray) -> xr.DataArray:
@@ -304,7 +260,7 @@ def laplacian(hessian: xr.DataArray) -> xr.DataArray:
         output_dtypes=[hessian.dtype],
     )
     out.name = "laplacian"
-    out.attrs = _attrs("Laplacian", _u.normalize(hessian.attrs.get("units")), "d2/dx2 + d2/dy2 + d2/dz2")
+    out.attrs = _table_attrs("laplacian", _u.normalize(hessian.attrs.get("units")))
     return out
 
 
@@ -333,7 +289,7 @@ def helicity(velocity: xr.DataArray, jac: xr.DataArray) -> xr.DataArray:
         output_dtypes=[np.result_type(velocity.dtype, jac.dtype, np.float32)],
     )
     out.name = "helicity"
-    out.attrs = _attrs("helicity density", _u.multiply(velocity.attrs.get("units"), _units(jac)), "u . curl u")
+    out.attrs = _table_attrs("helicity", _u.multiply(velocity.attrs.get("units"), _units(jac)))
     return out
 
 

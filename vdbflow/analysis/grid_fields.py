@@ -9,7 +9,7 @@ import numpy as np
 import xarray as xr
 
 from vdbflow.analysis import flow
-from vdbflow.core import tree, units
+from vdbflow.core import outputs, tree, units
 from vdbflow.core.volume import Topology, Volume
 from vdbflow.devices import backend
 from vdbflow.errors import SamplingError, VolumeError
@@ -236,15 +236,9 @@ def hessian_field(vol: Volume, scheme: str = "fd4", *, distributed: Any = None, 
     return out
 
 
-# the one-channel functions of analysis.flow that derived_field computes at every voxel
-FIELD_QUANTITIES = (
-    "divergence",
-    "vorticity_magnitude",
-    "strain_rate_magnitude",
-    "q_criterion",
-    "lambda2",
-    "swirling_strength",
-)
+# the one-channel functions of analysis.flow that derived_field computes at every voxel: the scalar
+# quantities of the Jacobian alone (the table of outputs)
+FIELD_QUANTITIES = outputs.scalar_quantities(velocity=False)
 
 
 def derived_field(
@@ -314,7 +308,7 @@ def derived_field(
             + (f"; did you mean {close[0]!r}?" if close else "")
             + (
                 " (vectors and tensors are not fields of one channel: sample them with sample_grad)"
-                if quantity in ("vorticity", "strain_rate", "rotation_rate", "helicity")
+                if quantity in outputs.TABLE and outputs.TABLE[quantity].kind in ("derived", "tensor")
                 else ""
             )
         )

@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from vdbflow.core import schema
+from vdbflow.core import outputs, schema
 from vdbflow.errors import SamplingError
 from vdbflow.io import bounded_json
 
-DERIVED_SCALARS = ("divergence", "vorticity_magnitude", "q_criterion", "lambda2", "swirling_strength", "helicity")
+DERIVED_SCALARS = outputs.scalar_quantities()  # what a plot computes from a Dataset's Jacobian (and velocity)
 
 
 def _pyplot() -> Any:

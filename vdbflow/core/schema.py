@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from vdbflow.core import units
+from vdbflow.core import outputs, units
 
 CONVENTIONS = "CF-1.10"
 COMPONENT = "component"
@@ -63,24 +63,11 @@ def jacobian_attrs(name: str, value_units: str | None, length: str | None, compo
     }
 
 
-# The flow quantities the kernels derive from a velocity gradient (kernels/vdbflow/derived.h): long name,
-# the power of the Jacobian's units each carries (None: helicity, the velocity's units times the
-# Jacobian's) and formula.  vdbflow.analysis.flow gives its results the same attrs.
-DERIVED_ATTRS: dict[str, tuple[str, int | None, str]] = {
-    "divergence": ("velocity divergence", 1, "du_x/dx + du_y/dy + du_z/dz"),
-    "vorticity": ("vorticity", 1, "(dw/dy - dv/dz, du/dz - dw/dx, dv/dx - du/dy)"),
-    "vorticity_magnitude": ("vorticity magnitude", 1, "|curl u|"),
-    "q_criterion": ("Q-criterion", 2, "Q = (|Omega|_F^2 - |S|_F^2) / 2"),
-    "lambda2": ("lambda-2 criterion", 2, "middle eigenvalue of S^2 + Omega^2"),
-    "swirling_strength": ("swirling strength", 1, "|Im(lambda)| of the complex eigenvalues of J"),
-    "helicity": ("helicity density", None, "u . curl u"),
-    "strain_rate_magnitude": ("strain-rate magnitude", 1, "|S| = sqrt(2 S:S), S = (J + J^T) / 2"),
-}
-
-
 def derived_attrs(quantity: str, jacobian_units: str | None, velocity_units: str | None) -> dict[str, str]:
-    """``long_name``, ``units`` (where the Jacobian has units) and ``formula`` of a derived quantity."""
-    long_name, exponent, formula = DERIVED_ATTRS[quantity]
+    """``long_name``, ``units`` (where the Jacobian has units) and ``formula`` of a derived quantity (or a
+    tensor of the Jacobian), from the table of outputs (:mod:`vdbflow.core.outputs`)."""
+    o = outputs.TABLE[quantity]
+    long_name, exponent, formula = o.long_name, o.exponent, o.formula
     if exponent is None:
         out_units = units.multiply(velocity_units, jacobian_units) if velocity_units and jacobian_units else None
     else:

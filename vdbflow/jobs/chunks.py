@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from vdbflow.core import outputs as output_table
 from vdbflow.ops.request import SampleRequest
 
 CHUNK_KEY = "vdbflow-chunk"  # task-key prefix of the chunk tasks (jobs.progress groups by it)
@@ -176,7 +177,7 @@ def sample_chunk(block: int, start: int, stop: int, spec: ChunkSpec, given: Any,
 
 # -- the request and variables of a job's grid (both paths) ------------------------------------------------
 
-TENSORS = ("strain_rate", "rotation_rate")  # 3 x 3 per point: computed from the Jacobian (analysis.flow)
+TENSORS = output_table.names("tensor")  # 3 x 3 per point: computed from the Jacobian (analysis.flow)
 
 
 def grid_request(cfg: Any) -> SampleRequest:

@@ -35,6 +35,7 @@ from pydantic import (
     model_validator,
 )
 
+from vdbflow.core import outputs as output_table
 from vdbflow.core.value_types import VALUE_TYPES
 from vdbflow.devices import DEVICES
 from vdbflow.errors import TimeError, VdbflowError
@@ -50,20 +51,9 @@ from vdbflow.temporal.particles import (
 )
 from vdbflow.temporal.series import TIME_MODES
 
-DERIVED = (
-    "divergence",
-    "vorticity",
-    "vorticity_magnitude",
-    "strain_rate",
-    "rotation_rate",
-    "q_criterion",
-    "lambda2",
-    "swirling_strength",
-    "helicity",
-    "strain_rate_magnitude",
-)
-SECOND = ("hessian", "laplacian")  # second derivatives (Volume.sample_hessian): any float grid
-OUTPUTS = ("value", "jacobian", *DERIVED, *SECOND, "inside")  # inside: the stencil reads only active voxels
+DERIVED = output_table.names("derived", "tensor")  # quantities of the Jacobian (vdbflow.core.outputs)
+SECOND = output_table.names("second")  # second derivatives (Volume.sample_hessian): any float grid
+OUTPUTS = tuple(output_table.TABLE)  # and inside: whether the stencil reads only active voxels
 SYNTHETIC_FIELDS = tuple(FIELDS)
 SYNTHETIC_DTYPES = tuple(n for n, vt in VALUE_TYPES.items() if vt.components == 1 and vt.is_float)
 SAMPLING_DEVICES = tuple(d for d in DEVICES if d != "auto")  # auto follows the points, which a job makes on the CPU

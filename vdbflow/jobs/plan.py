@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from vdbflow import synthetic
+from vdbflow.core import outputs as output_table
 from vdbflow.core.value_types import VALUE_TYPES, ValueType, value_type_for
 from vdbflow.errors import NanoVDBError, OpenVDBError, PointsError, TimeError, VolumeError
 from vdbflow.jobs.checks import check_inputs
@@ -177,10 +178,6 @@ def human_seconds(s: float) -> str:
     return f"{s / 3600:.1f} h" if s < 86400 else f"{s / 86400:,.1f} days"
 
 
-_TENSOR_WIDTH = {"vorticity": 3, "strain_rate": 9, "rotation_rate": 9}  # other derived quantities: scalars
-_PER_COMPONENT = {"hessian": 9, "laplacian": 1}  # second derivatives: entries per value component
-
-
 def _bytes_per_point(cfg: JobConfig, grids: list[GridPlan]) -> int:
     """Bytes of the result per point before compression: coordinates, then each grid's outputs (for a
     particle job, a seed's kept positions and outputs)."""
@@ -193,17 +190,7 @@ def _bytes_per_point(cfg: JobConfig, grids: list[GridPlan]) -> int:
     total = 8 + 3 * 8  # the int64 point index and float64 coordinates
     for g in grids:
         item = g.value_type.dtype.itemsize
-        for out in cfg.sampling.outputs:
-            if out == "value":
-                total += g.components * item
-            elif out == "jacobian":
-                total += 3 * g.components * item
-            elif out == "inside":
-                total += 1
-            elif out in _PER_COMPONENT:
-                total += _PER_COMPONENT[out] * g.components * item
-            else:
-                total += _TENSOR_WIDTH.get(out, 1) * item
+        total += sum(output_table.bytes_per_point(out, g.components, item) for out in cfg.sampling.outputs)
     return total
 
 
