@@ -318,7 +318,9 @@ def test_series_sampling_on_the_gpu(rng, time):
         np.testing.assert_allclose(gpu[var].values, cpu[var].values, atol=64 * 1.2e-7 * scale, rtol=0, err_msg=var)
     u, J = series.sample_grad_arrays(pts, t, "linear", time, device="cuda")
     u0, J0 = series.sample_grad_arrays(pts, t, "linear", time)
-    np.testing.assert_allclose(J, J0, atol=1e-5, rtol=0)
+    assert isinstance(u, np.ndarray) and u.shape == u0.shape and J.shape == J0.shape
+    for got, want in ((u, u0), (J, J0)):  # float32 steps: FMA contraction's few ulps at most
+        np.testing.assert_allclose(got, want, atol=64 * 1.2e-7 * max(1.0, float(np.abs(want).max())), rtol=0)
 
 
 def test_a_job_with_device_cuda_writes_what_the_cpu_job_writes(tmp_path):

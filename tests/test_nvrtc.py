@@ -39,6 +39,10 @@ def test_every_entry_compiles_with_nvrtc_and_fits_its_launch(major, tmp_path, mo
         found = cuda_build.resources(meta["log"]).get(lowered)
         assert found is not None, f"ptxas reported nothing for {name}"
         assert found.registers * cuda_build.THREADS_PER_BLOCK <= REGISTER_FILE, (name, found)
+        # what the launch bound costs: only the particle entries (a whole Runge-Kutta step in registers) may
+        # spill, and at most a kilobyte; a spill in a sampling entry is a regression to look at
+        spill = found.spill_stores + found.spill_loads
+        assert spill <= (1024 if "advect" in name else 0), (name, found)
         rows.append((name, found))
     with capsys.disabled():  # the resources table, in the test log of every CI run
         print(f"\nNVRTC {compiler.version[0]}.{compiler.version[1]} {arch}: registers / stack / spill bytes")

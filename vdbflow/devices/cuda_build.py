@@ -66,16 +66,26 @@ def _note(unit: str, built: Built) -> Built:
     return built
 
 
-def build_records() -> list[tuple[str, str, float]]:
-    """This process's builds so far: ``(unit, "compiled" | "cached", seconds)`` each."""
+def build_records(since: dict[int, int] | None = None) -> tuple[int, list[tuple[str, str, float]]]:
+    """This process's id and its builds (``(unit, "compiled" | "cached", seconds)`` each), those after
+    ``since[pid]`` (a count :func:`build_records` gave earlier) where given: what one job added."""
     with _log_lock:
-        return list(BUILD_LOG)
+        log = list(BUILD_LOG)
+    pid = os.getpid()
+    return pid, log[(since or {}).get(pid, 0) :]
+
+
+def worker_builds(results: dict, since: dict[int, int] | None = None) -> list[tuple[str, str, float]]:
+    """The builds of every process in ``client.run(build_records, since)``'s answer, once a process (the
+    workers of one process, as in a threads-only cluster, share its log)."""
+    by_pid = dict(results.values())
+    return [r for pid in sorted(by_pid) for r in by_pid[pid]]
 
 
 def build_summary(records: list[tuple[str, str, float]] | None = None) -> str:
     """One line on builds (this process's by default): how many entries were compiled or loaded from the
     cache, and the seconds spent on each kind (empty when there were none)."""
-    log = build_records() if records is None else records
+    log = build_records()[1] if records is None else records
     if not log:
         return ""
     parts = []
@@ -188,11 +198,23 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()  # read once, at import (setting it is process-wide)
+
+
 def _write_atomic(path: Path, data: bytes) -> None:
+    """``data`` at ``path``, whole or not at all, readable as the umask allows (a cache in a cluster image is
+    read by other users; mkstemp alone would make it 0600)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        os.chmod(tmp, 0o666 & ~_UMASK)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -222,7 +244,16 @@ def _cached_build(key_parts: dict, suffix: str, make: callable) -> tuple[Path, d
     meta = _read_entry(record, image)
     if meta is not None:
         return image, meta, "cached", time.perf_counter() - start
-    with _locked(root / f"{key}.lock"):
+    try:
+        lock = _locked(root / f"{key}.lock")
+        lock.__enter__()
+    except OSError as err:  # a read-only shared cache without this entry
+        raise DeviceError(
+            f"expected a writable CUDA build cache at {root} to build {key_parts.get('unit') or 'an entry'} into "
+            f"(VDBFLOW_CUDA_CACHE, or fill it ahead with vdbflow build-cuda), got {err}"
+        ) from None
+    with contextlib.ExitStack() as held:
+        held.push(lock)
         meta = _read_entry(record, image)  # another process may have built it while this one waited
         if meta is not None:
             return image, meta, "cached", time.perf_counter() - start

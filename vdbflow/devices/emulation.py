@@ -51,6 +51,15 @@ def host_threads() -> int:
 # --- streams and events --------------------------------------------------------------------------------
 
 
+_registry_lock = threading.Lock()
+
+
+def _streams(streams: weakref.WeakSet) -> list[Stream]:
+    """A copy of a set of streams, taken while no thread adds one."""
+    with _registry_lock:
+        return list(streams)
+
+
 class Stream:
     """A CUDA stream: work runs in order on a thread of its own (the null stream: at once, see the module)."""
 
@@ -63,27 +72,41 @@ class Stream:
         self.ptr = 0 if null else id(self)
         self._executor = None if null else ThreadPoolExecutor(1, thread_name_prefix="emulated-stream")
         self._last: Future | None = None
+        self._error: BaseException | None = None
         self._lock = threading.Lock()
         if not null:
-            Stream._all.add(self)
-            if not non_blocking:
-                Stream._blocking.add(self)
+            with _registry_lock:
+                Stream._all.add(self)
+                if not non_blocking:
+                    Stream._blocking.add(self)
 
-    def submit(self, work: Any) -> None:
-        """Runs ``work()`` in the stream's order."""
+    def submit(self, work: Any, always: bool = False) -> None:
+        """Runs ``work()`` in the stream's order; a failure is kept and raised by :meth:`synchronize` (as
+        CUDA reports a failed launch at the next synchronization), and the stream's later work is skipped."""
         if self.null:
-            for other in list(Stream._blocking):
+            for other in _streams(Stream._blocking):
                 other.synchronize()
             work()
             return
+
+        def run() -> None:
+            if self._error is None or always:  # markers (events) run even after a failure: nothing waits forever
+                try:
+                    work()
+                except BaseException as err:
+                    self._error = err
+
         with self._lock:
-            self._last = self._executor.submit(work)
+            self._last = self._executor.submit(run)
 
     def synchronize(self) -> None:
         with self._lock:
             last = self._last
         if last is not None:
-            last.result()  # raises what the work raised
+            last.result()
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
 
     def record(self, event: Event | None = None) -> Event:
         event = event or Event()
@@ -118,7 +141,7 @@ class Event:
         stream = stream or get_current_stream()
         marker: Future = Future()
         self._marker = marker
-        stream.submit(lambda: marker.set_result(None))
+        stream.submit(lambda: marker.set_result(None), always=True)
 
     def synchronize(self) -> None:
         if self._marker is not None:
@@ -149,14 +172,14 @@ def _ordered() -> None:
     """Work done at once on the calling thread follows the current stream's earlier work (stream order)."""
     stream = get_current_stream()
     if stream.null:
-        for other in list(Stream._blocking):
+        for other in _streams(Stream._blocking):
             other.synchronize()
     else:
         stream.synchronize()
 
 
 def synchronize_all() -> None:
-    for stream in list(Stream._all):
+    for stream in _streams(Stream._all):
         stream.synchronize()
 
 

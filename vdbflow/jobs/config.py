@@ -652,8 +652,11 @@ class JobConfig(_Model):
             raise ValueError(
                 "expected an 'advect' section with volume.series (a series is advected through in time), got none"
             )
-        if self.volume.series is not None and self.sampling.device != "cpu":
-            raise ValueError("expected sampling.device 'cpu' with volume.series (series are advected on the CPU)")
+        if self.volume.series is not None and self.sampling.device == "cuda" and self.advect.time == "none":
+            raise ValueError(
+                "expected advect.time 'linear' or 'pchip' with volume.series and sampling.device 'cuda' (windows "
+                "of a series' steps on the GPU), got 'none'"
+            )
         return self
 
     def record_where(self, found: Mapping[tuple, str]) -> None:

@@ -9,6 +9,16 @@ import time
 import click
 
 
+def _cupy_cuda_major() -> int | None:
+    """CuPy's CUDA major version (12, 13), or None without CuPy: the NVRTC a worker compiles with."""
+    try:
+        import cupy
+
+        return int(cupy.cuda.runtime.runtimeGetVersion()) // 1000
+    except Exception:  # no CuPy: the first NVRTC found (VDBFLOW_NVRTC, the wheels, the toolkit)
+        return None
+
+
 def _visible_archs() -> list[int]:
     """Compute capabilities of the GPUs CuPy sees here (none without CuPy or a GPU)."""
     try:
@@ -28,7 +38,7 @@ def _visible_archs() -> list[int]:
     metavar="sm_XX",
     help="Architecture to build for (repeatable; sm_90 for H100/H200). Default: the GPUs visible here.",
 )
-@click.option("--nvrtc", "nvrtc_path", default=None, help="libnvrtc to compile with (default: found as at run time).")
+@click.option("--nvrtc", "nvrtc_path", default=None, help="libnvrtc to compile with (default: CuPy's CUDA major's).")
 @click.option(
     "--cache", "cache", default=None, type=click.Path(file_okay=False), help="Cache folder (VDBFLOW_CUDA_CACHE)."
 )
@@ -49,7 +59,8 @@ def build_cuda(
     if cache:
         os.environ["VDBFLOW_CUDA_CACHE"] = cache
     try:
-        compiler = nvrtc.load(nvrtc_path)
+        # the NVRTC a worker would take (CuPy's CUDA major), so that the workers find these builds
+        compiler = nvrtc.load(nvrtc_path) if nvrtc_path else nvrtc.load_for(_cupy_cuda_major())
         targets = list(archs) or [cuda_build.choose_arch(cc, compiler) for cc in _visible_archs()]
         if not targets:
             raise DeviceError("expected --arch (e.g. --arch sm_90): no GPU is visible here to take it from")

@@ -389,6 +389,9 @@ def run_job(
     ):
         timings["cluster_s"] = time.perf_counter() - t_start
         warming = _warm_workers(client)  # the workers import while this process prepares the job
+        cuda_marks = None  # device: cuda: each worker process's count of CUDA builds before the job
+        if cfg.sampling.device == "cuda":
+            cuda_marks = {pid: len(log) for pid, log in client.run(cuda_build.build_records).values()}
         dashboard = client.dashboard_link if cfg.cluster.dashboard else None
         workers = len(client.scheduler_info(n_workers=-1)["workers"])
         memory = _worker_memory(client)
@@ -526,9 +529,9 @@ def run_job(
                     dashboard=dashboard,
                     steps=None if cfg.advect is None else int(ds.attrs["steps"]),
                 )
-                if cfg.sampling.device == "cuda":  # what the workers compiled or loaded (seconds summed)
-                    logs = client.run(cuda_build.build_records).values()
-                    result.cuda_builds = cuda_build.build_summary([r for log in logs for r in log])
+                if cuda_marks is not None:  # what the workers compiled or loaded for this job (seconds summed)
+                    answers = client.run(cuda_build.build_records, cuda_marks)
+                    result.cuda_builds = cuda_build.build_summary(cuda_build.worker_builds(answers))
                 provenance: dict[str, Any] = {
                     "input_sha256": {k: f.result() for k, f in checksum.items()},
                     "timings_s": {},

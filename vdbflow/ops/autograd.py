@@ -3,8 +3,8 @@
 Optional (``pip install torch``); the forward and backward passes run the kernels in kernels/
 through :func:`vdbflow.sample_grad_arrays` and :func:`vdbflow.sample_grad_vjp`.  CUDA tensors run on
 the GPU: points, adjoints and results cross between PyTorch and CuPy through DLPack, without a copy
-(the voxel data are copied once a call into the volume, which lives on the host and is put on the GPU
-by the backend).
+(the voxel data are copied to the host once a call: a volume lives on the host and the backend puts it
+on the GPU).  ``device="cuda"`` with CPU tensors copies them to the GPU and the results back.
 """
 
 from __future__ import annotations
@@ -45,16 +45,24 @@ def _device_of(*tensors: torch.Tensor, device: str = "auto") -> str:
 
 
 def _to_kernels(t: torch.Tensor, device: str) -> Any:
-    """A tensor as the backend of ``device`` takes it: NumPy, or CuPy through DLPack (no copy)."""
+    """A tensor as the backend of ``device`` takes it: NumPy; CuPy through DLPack for a CUDA tensor (no
+    copy); a CPU tensor with ``device="cuda"`` copied to the GPU."""
     if device == "cpu":
         return _numpy(t)
     from vdbflow.devices.cuda import cupy_module
 
-    return cupy_module().from_dlpack(t.detach().contiguous())
+    xp = cupy_module()
+    t = t.detach().contiguous()
+    return xp.from_dlpack(t) if t.device.type == "cuda" else xp.asarray(t.numpy())
 
 
-def _to_torch(a: Any) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(a)) if isinstance(a, np.ndarray) else torch.from_dlpack(a)
+def _to_torch(a: Any, like: torch.Tensor) -> torch.Tensor:
+    """A result as a tensor on ``like``'s device: DLPack from CuPy for a CUDA tensor (no copy), else on the host."""
+    if isinstance(a, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(a))
+    if like.device.type == "cuda":
+        return torch.from_dlpack(a)
+    return torch.from_numpy(np.ascontiguousarray(a.get()))  # CPU tensors run with device="cuda"
 
 
 class SampleGrad(torch.autograd.Function):
@@ -78,8 +86,8 @@ class SampleGrad(torch.autograd.Function):
         values, jac = sample_grad_arrays(vol, pts, mode, space=space, jacobian_space=jacobian_space, device=device)
         ctx.volume, ctx.points, ctx.device = vol, pts, device
         ctx.options = (mode, space, jacobian_space)
-        ctx.float_dtype = voxel_data.dtype
-        return _to_torch(values), _to_torch(jac)
+        ctx.like = points
+        return _to_torch(values, points), _to_torch(jac, points)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -98,10 +106,11 @@ class SampleGrad(torch.autograd.Function):
         )
         need_points, need_data, need_bg = ctx.needs_input_grad[:3]
         bg = r.background if device == "cuda" else np.asarray(r.background)
+        like = ctx.like
         return (
-            _to_torch(r.points) if need_points else None,
-            _to_torch(r.voxel_data) if need_data else None,
-            _to_torch(bg).reshape(adj_values.shape[1:]) if need_bg else None,
+            _to_torch(r.points, like) if need_points else None,
+            _to_torch(r.voxel_data, like) if need_data else None,
+            _to_torch(bg, like).reshape(adj_values.shape[1:]) if need_bg else None,
             None,
             None,
             None,

@@ -188,6 +188,7 @@ class SeriesSource(VolumeSource):
             jacobian_space="world",
             jacobian=jacobian,
             point_order=point_order(len(points)),
+            device=self.device,  # the stages a window cannot take, on the source's device too
         )
 
 
