@@ -176,8 +176,10 @@ def test_kernel_arguments_are_checked_against_the_entry():
     with the wrong bytes."""
     built = cuda_build.emulated_library(("add_plain", "add_atomic"), HARNESS / "emulate_race.cu")
     fn = emulation.RawModule(path=str(built.path)).get_function("add_atomic")
-    assert fn.signature == "pq"
+    assert fn.signature == "pdq" and fn.parameters == ["pd", "q"]  # double*, long long
     counter = emulation.zeros(1, np.float64)
+    with pytest.raises(TypeError, match="argument 0: expected a device array of float64, got float32"):
+        fn((1,), (32,), (emulation.zeros(1, np.float32), np.int64(5)))
     with pytest.raises(TypeError, match="argument 1: expected a int64 scalar, got int32"):
         fn((1,), (32,), (counter, np.int32(5)))
     with pytest.raises(TypeError, match="argument 1: expected a int64 scalar, got int"):
@@ -315,3 +317,38 @@ def test_a_failure_on_a_stream_is_raised_at_its_synchronize():
     s.submit(lambda: ran.append(2))
     s.synchronize()
     assert ran == [2]
+
+
+@pytest.mark.parametrize("n", [0, 1, 255, 257])
+def test_odd_point_counts_for_derived_hessian_and_reverse_mode(rng, n):
+    """The other point entries at the same odd counts, NaN and far points among them: the fused derived
+    pass, Hessians and the reverse mode against the CPU backend."""
+    from vdbflow.core.kernel import DERIVED
+    from vdbflow.ops.hessian import sample_hessian_arrays
+    from vdbflow.ops.request import SampleRequest
+    from vdbflow.ops.sampling import sample_arrays
+
+    ijk, values, vol = _volume(rng)
+    pts = probe_points(rng, ijk, max(n, 1))[:n]
+    if n >= 2:
+        pts[0], pts[-1] = [np.nan, 1.0, 2.0], [1e12, -1e12, 3.0]
+    tol = _fma_bound(values, np.float32)
+    request = SampleRequest("lag4", ("value", "jacobian", *DERIVED), device="cuda")
+    gpu = sample_arrays(vol, request, cupy.asarray(pts))
+    cpu = sample_arrays(vol, request.replace(device="cpu"), pts)
+    for name in request.outputs:
+        assert gpu[name].shape == cpu[name].shape
+        scale = max(1.0, float(np.nanmax(np.abs(cpu[name]), initial=0.0)))
+        np.testing.assert_allclose(gpu[name].get(), cpu[name], atol=64 * 1.2e-7 * scale, rtol=1e-5, err_msg=name)
+    on_gpu = sample_hessian_arrays(vol, cupy.asarray(pts), "lag4", device="cuda")
+    for g, c in zip(on_gpu, sample_hessian_arrays(vol, pts, "lag4"), strict=True):
+        assert g.shape == c.shape
+        np.testing.assert_allclose(g.get(), c, atol=4 * tol, rtol=0)
+    index_vol = vdbflow.Volume.from_active(ijk).with_data(values.astype(np.float64), 0.5)
+    a_val, a_jac = rng.standard_normal((n, 3)), rng.standard_normal((n, 3, 3))
+    r_cpu = vdbflow.sample_grad_vjp(index_vol, pts, a_val, a_jac)
+    r_gpu = vdbflow.sample_grad_vjp(
+        index_vol, cupy.asarray(pts), cupy.asarray(a_val), cupy.asarray(a_jac), device="cuda"
+    ).get()
+    for name in ("voxel_data", "tile_values", "background", "points"):
+        np.testing.assert_allclose(getattr(r_gpu, name), getattr(r_cpu, name), atol=1e-10, rtol=0, err_msg=name)

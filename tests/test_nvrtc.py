@@ -86,3 +86,16 @@ def test_name_expressions_cover_every_call():
             assert {cuda.vjp_entry_name(dt, c), cuda.hessian_entry_name(dt, c)} <= names
             assert cuda.grid_gradient_entry_name(dt, c) in names
         assert {cuda.advect_entry_name(dt), cuda.derived_entry_name(dt), cuda.derive_entry_name(np.dtype(dt))} <= names
+
+
+def test_build_cuda_needs_an_architecture_it_can_read(tmp_path, monkeypatch):
+    """Without a GPU to take it from, `vdbflow build-cuda` asks for --arch; a malformed one is refused;
+    both exit 2 with the error on stderr and nothing built."""
+    from test_cli import invoke
+
+    monkeypatch.setenv("VDBFLOW_CUDA_CACHE", str(tmp_path / "unused"))  # restored after the test
+    result = invoke("build-cuda", "--cache", str(tmp_path / "cache"))
+    assert result.exit_code == 2 and "expected --arch (e.g. --arch sm_90)" in result.stderr, result.stderr
+    result = invoke("build-cuda", "--arch", "sm90", "--cache", str(tmp_path / "cache"))
+    assert result.exit_code == 2 and "expected an architecture like sm_90" in result.stderr, result.stderr
+    assert not [p for p in (tmp_path / "cache").glob("*") if p.suffix in (".cubin", ".ptx")]

@@ -11,8 +11,9 @@
 //   - launch<F>(grid, block, args, host_threads): a kernel launch.  args is CUDA's kernelParams array (one
 //     pointer to each argument); blocks are handed out to host_threads threads, the threads of one block
 //     run one after another (the kernels use no __syncthreads and no shared memory);
-//   - signature<F>(): one letter a parameter, so the Python side packs each argument as the kernel reads it
-//     and refuses an argument of another type (what CuPy would pass through silently).
+//   - signature<F>(): a letter a scalar parameter, 'p' and the pointee's letter a pointer, so the Python side
+//     packs each argument as the kernel reads it and refuses a scalar of another type or an array of another
+//     dtype (what CuPy would pass through silently).
 // Floating point: the host compiler does not contract a*b+c into an FMA (-ffp-contract=off) and keeps
 // subnormals, where nvcc contracts by default: see docs/gpu.md for what that means for comparisons.
 #pragma once
@@ -29,6 +30,9 @@
 #include <vector>
 
 #define VDBFLOW_CUDA_EMULATE 1
+// the device's branches of the headers (grid.h's __popcll and __ffsll, advect.h's __dmul_rn) run here as
+// on a GPU: what nvcc and NVRTC see as sm_90
+#define __CUDA_ARCH__ 900
 #define __global__
 #define __device__
 #define __host__
@@ -77,6 +81,20 @@ inline double atomicAdd(double* address, double value) {
 namespace vdb_emulate {
 
 template <class T>
+constexpr char letter();
+
+// A pointer parameter: 'p' and what it points to (an arithmetic type's letter, 'P' for a pointer, 'c' for
+// char: bytes of any type, 'v' for a struct such as KernelAbi).
+template <class U>
+constexpr char pointee() {
+  using V = std::remove_cv_t<U>;
+  if constexpr (std::is_pointer_v<V>) return 'P';
+  else if constexpr (std::is_same_v<V, char>) return 'c';
+  else if constexpr (std::is_arithmetic_v<V>) return letter<V>();
+  else return 'v';
+}
+
+template <class T>
 constexpr char letter() {
   using U = std::remove_cv_t<T>;
   if constexpr (std::is_pointer_v<U>) return 'p';
@@ -95,7 +113,13 @@ template <class F>
 struct Params;
 template <class... A>
 struct Params<void (*)(A...)> {
-  static std::string signature() { return std::string{letter<A>()...}; }
+  template <class T>
+  static std::string token_of() {
+    using U = std::remove_cv_t<T>;
+    if constexpr (std::is_pointer_v<U>) return std::string{'p', pointee<std::remove_pointer_t<U>>()};
+    else return std::string{letter<U>()};
+  }
+  static std::string signature() { return (std::string() + ... + token_of<A>()); }
   template <size_t... I>
   static void call(void (*f)(A...), void** args, std::index_sequence<I...>) {
     f(*static_cast<std::remove_cv_t<std::remove_reference_t<A>>*>(args[I])...);

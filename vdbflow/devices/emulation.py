@@ -469,14 +469,31 @@ class Function:
     def __init__(self, library: ctypes.CDLL, index: int, name: str, signature: str):
         self._lib, self._index, self.name, self.signature = library, index, name, signature
 
+    @property
+    def parameters(self) -> list[str]:
+        """One token a parameter: a scalar's letter, or 'p' and the pointee's letter."""
+        tokens, sig = [], self.signature
+        i = 0
+        while i < len(sig):
+            step = 2 if sig[i] == "p" else 1
+            tokens.append(sig[i : i + step])
+            i += step
+        return tokens
+
     def _pack(self, args: tuple) -> tuple[Any, list]:
-        if len(args) != len(self.signature):
-            raise TypeError(f"{self.name}: expected {len(self.signature)} kernel arguments, got {len(args)}")
+        params = self.parameters
+        if len(args) != len(params):
+            raise TypeError(f"{self.name}: expected {len(params)} kernel arguments, got {len(args)}")
         values, keep = [], []
-        for position, (letter, arg) in enumerate(zip(self.signature, args, strict=True)):
+        for position, (token, arg) in enumerate(zip(params, args, strict=True)):
             where = f"{self.name} argument {position}"
+            letter = token[0]
             if letter == "p":
                 if isinstance(arg, ndarray):
+                    pointee = token[1]
+                    want = np.dtype(np.uint64) if pointee == "P" else _PACK.get(pointee)
+                    if want is not None and arg.dtype != np.dtype(want):
+                        raise TypeError(f"{where}: expected a device array of {np.dtype(want)}, got {arg.dtype}")
                     value = ctypes.c_void_p(arg._a.ctypes.data)
                     keep.append(arg)
                 elif type(arg) is np.uint64:
