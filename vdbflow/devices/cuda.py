@@ -35,57 +35,44 @@ FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 VALUE_DTYPES = tuple(_CTYPES)
 
 
-def _instance(template: str, dtype: np.dtype, components: int, fixed: tuple[int, ...]) -> str:
-    """Name expression of a template instance in sample.cu: the component count is fixed at compile
-    time for float data with one of ``fixed`` components, and read at run time (0) otherwise."""
+# The template entries of sample.cu: the value types each takes and the component counts fixed at compile
+# time (None: no component parameter).  Every name expression the backend calls comes from this table.
+TEMPLATES: dict[str, tuple[tuple[np.dtype, ...], tuple[int, ...] | None]] = {
+    "sample_kernel": (VALUE_DTYPES, (1, 3, 4)),
+    "sample_derived_kernel": (FLOAT_DTYPES, None),
+    "derive_kernel": (FLOAT_DTYPES, None),
+    "hessian_kernel": (FLOAT_DTYPES, (1, 3)),
+    "vjp_kernel": (FLOAT_DTYPES, (1, 3, 4)),
+    "grid_gradient_kernel": (FLOAT_DTYPES, (1, 3, 4)),
+    "advect_kernel": (FLOAT_DTYPES, None),
+    "advect_series_kernel": (FLOAT_DTYPES, None),
+}
+
+
+def entry(template: str, dtype: np.dtype, components: int | None = None) -> str:
+    """Name expression of a template instance of sample.cu (``TEMPLATES``): the component count is fixed at
+    compile time for float data with one of the template's fixed counts, and read at run time (0) otherwise."""
+    dtypes, fixed = TEMPLATES[template]
     dt = np.dtype(dtype)
+    if dt not in dtypes:
+        raise DeviceError(f"expected {template} data of {', '.join(map(str, dtypes))}, got {dt}")
+    if fixed is None:
+        return f"vdbflow::{template}<{_CTYPES[dt]}>"
     nc = components if dt in FLOAT_DTYPES and components in fixed else 0
     return f"vdbflow::{template}<{_CTYPES[dt]}, {nc}>"
 
 
 def entry_name(dtype: np.dtype, components: int) -> str:
     """Name expression of the sampling entry point (values and Jacobians) for this value type."""
-    return _instance("sample_kernel", dtype, components, (1, 3, 4))
-
-
-def hessian_entry_name(dtype: np.dtype, components: int) -> str:
-    """Name expression of the Hessian entry point (float data only)."""
-    return _instance("hessian_kernel", dtype, components, (1, 3))
-
-
-def vjp_entry_name(dtype: np.dtype, components: int) -> str:
-    """Name expression of the reverse-mode entry point (float data only)."""
-    return _instance("vjp_kernel", dtype, components, (1, 3, 4))
-
-
-def derived_entry_name(dtype: np.dtype) -> str:
-    """Name expression of the fused entry point (values, Jacobians, derived quantities; vec3 float data)."""
-    return f"vdbflow::sample_derived_kernel<{_CTYPES[np.dtype(dtype)]}>"
-
-
-def derive_entry_name(dtype: np.dtype) -> str:
-    """Name expression of the derived quantities of given Jacobians (float32 or float64)."""
-    return f"vdbflow::derive_kernel<{_CTYPES[np.dtype(dtype)]}>"
-
-
-def advect_entry_name(dtype: np.dtype) -> str:
-    """Name expression of the particle entry point (vec3 float data)."""
-    return f"vdbflow::advect_kernel<{_CTYPES[np.dtype(dtype)]}>"
-
-
-def advect_series_entry_name(dtype: np.dtype) -> str:
-    """Name expression of the series particle entry point (vec3 float data)."""
-    return f"vdbflow::advect_series_kernel<{_CTYPES[np.dtype(dtype)]}>"
+    return entry("sample_kernel", dtype, components)
 
 
 def name_expressions() -> tuple[str, ...]:
     """Every template instance the backend may call (each its own NVRTC program)."""
-    names = {entry_name(dt, c) for dt in VALUE_DTYPES for c in (1, 3, 4, 0)}
-    names |= {advect_entry_name(dt) for dt in FLOAT_DTYPES} | {advect_series_entry_name(dt) for dt in FLOAT_DTYPES}
-    names |= {derived_entry_name(dt) for dt in FLOAT_DTYPES} | {derive_entry_name(dt) for dt in FLOAT_DTYPES}
-    names |= {hessian_entry_name(dt, c) for dt in FLOAT_DTYPES for c in (1, 3, 0)}
-    names |= {vjp_entry_name(dt, c) for dt in FLOAT_DTYPES for c in (1, 3, 4, 0)}
-    names |= {grid_gradient_entry_name(dt, c) for dt in FLOAT_DTYPES for c in (1, 3, 4, 0)}
+    names = set()
+    for template, (dtypes, fixed) in TEMPLATES.items():
+        for dt in dtypes:
+            names |= {entry(template, dt, c) for c in (*(fixed or ()), 0)}
     return tuple(sorted(names))
 
 
@@ -197,6 +184,12 @@ def _blocks(n: int) -> int:
     return max(1, min((n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK, MAX_BLOCKS))
 
 
+def _launch(name: str, threads: int, args: tuple) -> None:
+    """Entry ``name`` over ``threads`` work items: at most ``MAX_BLOCKS`` blocks of ``THREADS_PER_BLOCK``
+    (the entries' grid-stride loops take the rest), on the current stream."""
+    _function(name)((_blocks(threads),), (THREADS_PER_BLOCK,), args)
+
+
 def sample(
     k: KernelArrays,
     points: Any,
@@ -215,10 +208,9 @@ def sample(
         return
     pts = cupy.ascontiguousarray(points, dtype=cupy.float64)
     rec, call = _call_record(k, mode, points_world, jacobian_world)
-    kernel_fn = _function(entry_name(rec.arrays.values.dtype, k.components))
-    kernel_fn(
-        (_blocks(n),),
-        (THREADS_PER_BLOCK,),
+    _launch(
+        entry_name(rec.arrays.values.dtype, k.components),
+        n,
         (call, pts, np.int64(n), out_values, NULL if out_jacobian is None else out_jacobian),
     )
 
@@ -247,11 +239,10 @@ def sample_derived(
         return
     pts = cupy.ascontiguousarray(points, dtype=cupy.float64)
     rec, call = _call_record(k, mode, points_world, jacobian_world)
-    kernel_fn = _function(derived_entry_name(rec.arrays.values.dtype))
     pointers = _derived_pointers(derived)
-    kernel_fn(
-        (_blocks(n),),
-        (THREADS_PER_BLOCK,),
+    _launch(
+        entry("sample_derived_kernel", rec.arrays.values.dtype),
+        n,
         (
             call,
             pts,
@@ -268,10 +259,11 @@ def derive(jacobian: Any, velocity: Any | None, derived: dict[str, Any]) -> None
     n = jacobian.shape[0]
     if n == 0:
         return
-    kernel_fn = _function(derive_entry_name(jacobian.dtype))
     pointers = _derived_pointers(derived)
-    kernel_fn(
-        (_blocks(n),), (THREADS_PER_BLOCK,), (jacobian, NULL if velocity is None else velocity, np.int64(n), pointers)
+    _launch(
+        entry("derive_kernel", jacobian.dtype),
+        n,
+        (jacobian, NULL if velocity is None else velocity, np.int64(n), pointers),
     )
 
 
@@ -293,10 +285,9 @@ def sample_hessian(
         return
     pts = cupy.ascontiguousarray(points, dtype=cupy.float64)
     rec, call = _call_record(k, mode, points_world, jacobian_world, hessian_world)
-    kernel_fn = _function(hessian_entry_name(rec.arrays.values.dtype, k.components))
-    kernel_fn(
-        (_blocks(n),),
-        (THREADS_PER_BLOCK,),
+    _launch(
+        entry("hessian_kernel", rec.arrays.values.dtype, k.components),
+        n,
         (call, pts, np.int64(n), out_values, NULL if out_jacobian is None else out_jacobian, out_hessian),
     )
 
@@ -322,10 +313,9 @@ def sample_vjp(
         return
     pts = cupy.ascontiguousarray(points, dtype=cupy.float64)
     rec, call = _call_record(k, mode, points_world, jacobian_world)
-    kernel_fn = _function(vjp_entry_name(rec.arrays.values.dtype, k.components))
-    kernel_fn(
-        (_blocks(n),),
-        (THREADS_PER_BLOCK,),
+    _launch(
+        entry("vjp_kernel", rec.arrays.values.dtype, k.components),
+        n,
         (call, pts, np.int64(n), adj_values, NULL if adj_jacobian is None else adj_jacobian, accumulator, adj_points),
     )
 
@@ -350,10 +340,9 @@ def route(
         table = NULL if near is None or len(near) == 0 else cupy.asarray(near)
         mask = np.uint32(0) if near is None or len(near) == 0 else np.uint32(len(near) - 1)
         bounds_dev = cupy.asarray(boundaries if len(boundaries) else np.zeros(1, np.uint64))
-        route_fn = _function("vdbflow_route_partition")
-        route_fn(
-            (_blocks(n),),
-            (THREADS_PER_BLOCK,),
+        _launch(
+            "vdbflow_route_partition",
+            n,
             (
                 pts,
                 np.int64(n),
@@ -403,10 +392,9 @@ def advect(
     A = cupy.asarray(np.ascontiguousarray(a, np.float64))
     B = cupy.asarray(np.ascontiguousarray(b, np.float64))
     slots = cupy.asarray(np.ascontiguousarray(save_slot, np.int64))
-    kernel_fn = _function(advect_entry_name(rec.arrays.values.dtype))
-    kernel_fn(
-        (_blocks(n),),
-        (THREADS_PER_BLOCK,),
+    _launch(
+        entry("advect_kernel", rec.arrays.values.dtype),
+        n,
         (
             call,
             A,
@@ -463,11 +451,10 @@ def advect_series(
     calls = [_call_record(k, mode, True, True) for k in ks]  # the records stay cached with their arrays
     raw = np.concatenate([np.frombuffer(rec.call(mode, True, True).tobytes(), np.uint8) for rec, _ in calls])
     records = cupy.asarray(raw)
-    kernel_fn = _function(advect_series_entry_name(calls[0][0].arrays.values.dtype))
     b = np.ascontiguousarray(b, np.float64)
-    kernel_fn(
-        (_blocks(n),),
-        (THREADS_PER_BLOCK,),
+    _launch(
+        entry("advect_series_kernel", calls[0][0].arrays.values.dtype),
+        n,
         (
             records,
             np.int32(len(ks)),
@@ -538,11 +525,6 @@ def host_advect_series(ks: list[KernelArrays], topology: np.ndarray, time_kind: 
 NODE_SCHEMES = tuple(kernel.MODES[f"fd{r}"] for r in (2, 4, 6, 8))  # what grid_gradient takes
 
 
-def grid_gradient_entry_name(dtype: np.dtype, components: int) -> str:
-    """Name expression of the gradient-field entry point (float data only)."""
-    return _instance("grid_gradient_kernel", dtype, components, (1, 3, 4))
-
-
 def stencil_inside(topology: Any, points: Any, mode: int, points_world: bool) -> Any:
     """(N,) CuPy bool: whether each point's ``mode`` stencil reads only defined voxels of ``topology``
     (coverage.h), as :func:`vdbflow.devices.cpu.stencil_inside`."""
@@ -553,8 +535,7 @@ def stencil_inside(topology: Any, points: Any, mode: int, points_world: bool) ->
     out = cupy.zeros(n, cupy.bool_)
     if n:
         _, call = _call_record(k, mode, points_world, False)
-        inside_fn = _function("vdbflow_stencil_inside")
-        inside_fn((_blocks(n),), (THREADS_PER_BLOCK,), (call, pts, np.int64(n), out))
+        _launch("vdbflow_stencil_inside", n, (call, pts, np.int64(n), out))
     return out
 
 
@@ -568,8 +549,7 @@ def defined_voxels(topology: Any, ijk: Any) -> Any:
     out = cupy.zeros(n, cupy.bool_)
     if n:
         _, call = _call_record(k, kernel.MODES["closest"], False, False)
-        defined_fn = _function("vdbflow_defined_voxels")
-        defined_fn((_blocks(n),), (THREADS_PER_BLOCK,), (call, voxels, np.int64(n), out))
+        _launch("vdbflow_defined_voxels", n, (call, voxels, np.int64(n), out))
     return out
 
 
@@ -589,10 +569,9 @@ def grid_gradient(k: KernelArrays, leaf_origins: np.ndarray, scheme: int, jacobi
     out = cupy.empty((rows, k.components, 3), dtype)
     if rows:
         origins = cupy.asarray(np.ascontiguousarray(leaf_origins, np.int32))
-        gradient_fn = _function(grid_gradient_entry_name(dtype, k.components))
-        gradient_fn(
-            (_blocks(rows),),
-            (THREADS_PER_BLOCK,),
+        _launch(
+            entry("grid_gradient_kernel", dtype, k.components),
+            rows,
             (call, origins, cupy.asarray(leaf_end), np.int64(len(leaf_end)), np.int64(rows), out),
         )
     return out
@@ -612,8 +591,7 @@ def scatter_rows(dst: Any, index: Any, src: Any) -> None:
     if lo < 0 or hi >= dst.shape[0]:
         raise IndexError(f"scatter index {lo if lo < 0 else hi} outside [0, {dst.shape[0]})")
     row_bytes = dst.dtype.itemsize * int(np.prod(dst.shape[1:], dtype=np.int64))
-    scatter_fn = _function("vdbflow_scatter_rows")
-    scatter_fn((_blocks(m * row_bytes),), (THREADS_PER_BLOCK,), (dst, at, rows, np.int64(m), np.int64(row_bytes)))
+    _launch("vdbflow_scatter_rows", m * row_bytes, (dst, at, rows, np.int64(m), np.int64(row_bytes)))
 
 
 def active_voxels_at(origins: Any, masks: Any, leaf_end: Any, ranks: Any) -> Any:
@@ -634,6 +612,5 @@ def active_voxels_at(origins: Any, masks: Any, leaf_end: Any, ranks: Any) -> Any
     lo, hi = int(r.min()), int(r.max())
     if lo < 0 or hi >= total:
         raise IndexError(f"voxel rank {lo if lo < 0 else hi} outside [0, {total})")
-    active_fn = _function("vdbflow_active_voxels_at")
-    active_fn((_blocks(n),), (THREADS_PER_BLOCK,), (o, m, end, np.int64(L), r, np.int64(n), out))
+    _launch("vdbflow_active_voxels_at", n, (o, m, end, np.int64(L), r, np.int64(n), out))
     return out
