@@ -325,3 +325,27 @@ def test_a_series_directory_with_files_of_another_series_is_refused(tmp_path):
         vdbflow.TimeError, match=r"one step per time, got 2 or more steps at t=1.0: .*_0001.nvdb and .*_0009.nvdb"
     ):
         vdbflow.open_series(str(tmp_path / "*.nvdb"))
+
+
+def test_series_sample_grad_takes_the_outputs_a_volume_takes(rng):
+    """VolumeSeries.sample_grad(outputs=...) as Volume.sample_grad: derived quantities of the Jacobian and
+    velocity interpolated in time (by the kernels' function), and the inside flag over the steps read."""
+    from vdbflow.analysis import flow
+    from vdbflow.synthetic import unsteady
+
+    times = np.arange(0.0, 2.0 + 1e-9, 0.5)
+    f = unsteady.double_gyre()
+    series = vdbflow.open_series([unsteady.field_volume(f, t, 1 / 16, pad=3) for t in times], times)
+    pts = np.concatenate([rng.uniform(0.1, 1.9, (200, 3)) * [1, 0.5, 0], [[50.0, 50.0, 0.0]]])
+    t = rng.uniform(0.0, 2.0, len(pts))
+    base = series.sample_grad(pts, t, "lag4", "pchip")
+    got = series.sample_grad(pts, t, "lag4", "pchip", outputs=["q_criterion", "vorticity", "helicity", "inside"])
+    assert set(got.data_vars) == {"q_criterion", "vorticity", "helicity", "stencil_inside"}
+    name = list(base.data_vars)[0]
+    jac = base[f"{name}_jacobian"]
+    np.testing.assert_array_equal(got["q_criterion"].values, flow.q_criterion(jac).values)
+    np.testing.assert_array_equal(got["vorticity"].values, flow.vorticity(jac).values)
+    np.testing.assert_array_equal(got["helicity"].values, flow.helicity(base[name], jac).values)
+    assert got["q_criterion"].attrs["long_name"] == "Q-criterion"
+    assert got["stencil_inside"].values[:-1].all() and not got["stencil_inside"].values[-1]
+    assert "time" in got.coords

@@ -382,7 +382,8 @@ class VolumeSeries:
         value, grad = pchip_combine(g[:, :, :C], tk, t, g[:, :, C:].reshape(len(g), 4, C, 3))
         return np.concatenate([value, grad.reshape(len(g), 3 * C)], axis=1)
 
-    def _dataset(self, request: SampleRequest, points: Any, t: Any, time: str, dims: Any) -> Any:
+    def _dataset(self, request: SampleRequest, points: Any, t: Any, time: str, dims: Any, inside: bool = False) -> Any:
+        from vdbflow.core import schema
         from vdbflow.ops.results import is_dask, points_in, result_dataset
 
         pts, lead, dims_, coords = points_in(points, dims)
@@ -393,6 +394,9 @@ class VolumeSeries:
         flat = self.sample_arrays(request, pts.reshape(-1, 3), tt, time)
         arrays = {name: a.reshape(lead + a.shape[1:]) for name, a in flat.items()}
         ds = result_dataset(self.template, request, pts, arrays, dims=dims_, point_coords=coords)
+        if inside:  # every step the interpolation reads: its stencil on defined voxels
+            flags = self.stencil_inside(pts.reshape(-1, 3), tt, request.mode, time, request.space).reshape(lead)
+            ds[schema.STENCIL_INSIDE] = (dims_, flags, schema.stencil_inside_attrs(request.mode, self.template.name))
         tattrs = {"long_name": "time", "standard_name": "time", "time_interpolation": time}
         if np.ndim(t) == 0:
             ds = ds.assign_coords(time=((), float(t), tattrs))
@@ -431,11 +435,18 @@ class VolumeSeries:
         *,
         dims: Any = None,
         device: str = "cpu",
+        outputs: Sequence[str] = ("value", "jacobian"),
     ) -> Any:
         """Values and Jacobians at ``(points, t)`` as a Dataset laid out like
-        :func:`vdbflow.sample_grad`'s, with a ``time`` coordinate (``device`` as for :meth:`sample`)."""
-        request = SampleRequest(mode, ("value", "jacobian"), space, jacobian_space, device=device)
-        return self._dataset(request, points, t, time, dims)
+        :func:`vdbflow.sample_grad`'s, with a ``time`` coordinate (``device`` as for :meth:`sample`).
+        ``outputs`` as for :meth:`Volume.sample_grad`: derived quantities are those of the Jacobian (and
+        velocity) interpolated in time; ``"inside"`` flags points whose stencil reads only defined voxels in
+        every step the interpolation reads."""
+        from vdbflow.ops.sampling import split_inside
+
+        kernel_outputs, inside = split_inside(outputs)
+        request = SampleRequest(mode, kernel_outputs, space, jacobian_space, device=device)
+        return self._dataset(request, points, t, time, dims, inside)
 
 
 class DistributedSeries(VolumeSeries):
