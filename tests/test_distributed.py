@@ -564,3 +564,29 @@ def test_in_memory_volume_survives_five_worker_kills(rng, tmp_path, spill):
             files = dvol.spilled
             dvol.close()
     assert not any(os.path.exists(f) for f in files)  # the spill files went with the volume
+
+
+def test_points_with_a_shape_keep_it_through_a_distributed_volume(rng):
+    """A plane of points (ny, nx, 3) through a DistributedVolume gives the Dataset a Volume gives: dims
+    point_0, point_1 (or ``dims=``), its values bit for bit, the inside flag shaped the same."""
+    ijk, values = random_sparse_voxels(rng, n_leaves=20, components=3, dtype=np.float32)
+    vol = vdbflow.Volume.from_voxels(ijk, values, 0.0)
+    plane = probe_points(rng, ijk, 12 * 17)[: 12 * 17].reshape(12, 17, 3)
+    with (
+        distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cl,
+        distributed.Client(cl) as client,
+    ):
+        dvol = vdbflow.distribute(vol, client, 3)
+        try:
+            got = dvol.sample_grad(plane, space="index", outputs=["value", "jacobian", "inside"]).compute()
+            named = dvol.sample(plane, space="index", dims=("row", "col")).compute()
+            lazy = dvol.sample_grad(da.from_array(plane, chunks=(5, 17, 3)), space="index").compute()  # Dask rows
+        finally:
+            dvol.close()
+    want = vol.sample_grad(plane, space="index", outputs=["value", "jacobian", "inside"])
+    assert got["value"].dims == want["value"].dims == ("point_0", "point_1", "component")
+    for name in want.data_vars:
+        np.testing.assert_array_equal(got[name].values, want[name].values, err_msg=name)
+    assert named["value"].dims == ("row", "col", "component") and named["value"].shape == (12, 17, 3)
+    for name in ("value", "value_jacobian"):
+        np.testing.assert_array_equal(lazy[name].values, want[name].values, err_msg=name)

@@ -122,12 +122,20 @@ class DistributedVolume:
         return forward_arrays(self, request, points, wave)[1]
 
     def sample(
-        self, points: Any, mode: str = "linear", space: str = "world", *, device: str = "cpu", wave: int | None = None
+        self,
+        points: Any,
+        mode: str = "linear",
+        space: str = "world",
+        *,
+        device: str = "cpu",
+        dims: Any = None,
+        wave: int | None = None,
     ):
-        """Values at ``points`` (N, 3), NumPy or Dask (chunked along N); a Dask-backed Dataset.
+        """Values at ``points`` (N, 3) or (..., 3), NumPy or Dask (chunked along N); a Dask-backed Dataset
+        shaped like the points (``dims`` names their dims, as for :meth:`Volume.sample`).
         ``device="cuda"`` samples on each worker's GPU (e.g. a ``dask_cuda.LocalCUDACluster``);
         ``wave`` is the number of point chunks routed together (default: see the module docstring)."""
-        return self._dataset(SampleRequest(mode, ("value",), space, device=device), points, wave)
+        return self._dataset(SampleRequest(mode, ("value",), space, device=device), points, wave, dims=dims)
 
     def sample_grad(
         self,
@@ -137,6 +145,7 @@ class DistributedVolume:
         jacobian_space: str | None = None,
         *,
         device: str = "cpu",
+        dims: Any = None,
         wave: int | None = None,
         outputs: Sequence[str] = ("value", "jacobian"),
     ):
@@ -147,7 +156,7 @@ class DistributedVolume:
 
         kernel_outputs, inside = split_inside(outputs)
         request = SampleRequest(mode, kernel_outputs, space, jacobian_space, device=device)
-        return self._dataset(request, points, wave, inside)
+        return self._dataset(request, points, wave, inside, dims)
 
     def sample_hessian(
         self,
@@ -165,15 +174,25 @@ class DistributedVolume:
         request = SampleRequest(mode, OUTPUTS, space, jacobian_space, hessian_space, device=device)
         return self._dataset(request, points, wave)
 
-    def _dataset(self, request: SampleRequest, points: Any, wave: int | None, inside: bool = False):
-        pts, arrays = forward_arrays(self, request, points, wave)
-        ds = result_dataset(self.template, request, pts, arrays)
+    def _dataset(
+        self, request: SampleRequest, points: Any, wave: int | None, inside: bool = False, dims: Any = None
+    ):
+        """The Dataset of ``request`` at points (N, 3) or (..., 3): sampled as (N, 3) and shaped back."""
+        from vdbflow.ops.results import points_in
+
+        given, lead, dims_, coords = points_in(points, dims)
+        flat, arrays = forward_arrays(self, request, given.reshape(-1, 3) if len(lead) > 1 else given, wave)
+        pts = flat
+        if len(lead) > 1:
+            pts = given
+            arrays = {name: a.reshape(lead + a.shape[1:]) for name, a in arrays.items()}
+        ds = result_dataset(self.template, request, pts, arrays, dims=dims_, point_coords=coords or None)
         if inside:  # the flag from the whole topology, which the client holds: one task a chunk of points
             from vdbflow.core import schema
             from vdbflow.ops.coverage import stencil_inside_flags
 
-            flags = stencil_inside_flags(self.topology, pts, request.mode, request.space)
-            ds[schema.STENCIL_INSIDE] = ("point", flags, schema.stencil_inside_attrs(request.mode, self.template.name))
+            flags = stencil_inside_flags(self.topology, flat, request.mode, request.space).reshape(lead)
+            ds[schema.STENCIL_INSIDE] = (dims_, flags, schema.stencil_inside_attrs(request.mode, self.template.name))
         return ds
 
     def sample_grad_vjp(
