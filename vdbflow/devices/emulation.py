@@ -10,14 +10,13 @@ What is emulated as a GPU behaves, so that the mistakes a GPU punishes show here
 - device memory is a NumPy array inside :class:`ndarray`, which refuses implicit conversion to NumPy (as
   CuPy does: ``.get()`` copies to the host) and refuses NumPy arrays in its operations;
 - a kernel checks its arguments against the entry's C++ parameters: a scalar must be a NumPy scalar of the
-  parameter's exact type (CuPy passes a scalar by its own size), a pointer an :class:`ndarray` or a
-  ``numpy.uint64`` address (a host array is refused);
+  parameter's exact type (CuPy passes a scalar by its own size), a pointer an :class:`ndarray` of the
+  pointee's dtype or a ``numpy.uint64`` address (a host array is refused);
 - streams made with ``Stream()`` run their work (launches, ``asarray``/``set``/``get`` copies, event records
-  and waits)
-  in order on a thread of their own, so work that is not ordered by the stream, an event or a synchronize
-  really runs concurrently; a copy reads its host buffer when it runs, not when it is asked for; the null
-  stream runs work at once on the calling thread after the blocking streams' work, and never waits for
-  non-blocking streams;
+  and waits) in order on a thread of their own, so work that is not ordered by the stream, an event or a
+  synchronize really runs concurrently; a copy reads its host buffer when it runs, not when it is asked
+  for; a failure is raised at the stream's next synchronize; the null stream runs work at once on the
+  calling thread after the blocking streams' work, and never waits for non-blocking streams;
 - a launch's blocks run on ``VDBFLOW_CUDA_EMULATE_THREADS`` host threads (default 4).
 """
 
