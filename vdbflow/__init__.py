@@ -97,7 +97,7 @@ _MODULES = {
     "autograd": "ops.autograd",
     "coverage": "ops.coverage",
     "unsteady": "synthetic.unsteady",
-    "points": "jobs.points",
+    "points": "ops.points",
 }
 
 

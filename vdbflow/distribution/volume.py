@@ -174,9 +174,7 @@ class DistributedVolume:
         request = SampleRequest(mode, OUTPUTS, space, jacobian_space, hessian_space, device=device)
         return self._dataset(request, points, wave)
 
-    def _dataset(
-        self, request: SampleRequest, points: Any, wave: int | None, inside: bool = False, dims: Any = None
-    ):
+    def _dataset(self, request: SampleRequest, points: Any, wave: int | None, inside: bool = False, dims: Any = None):
         """The Dataset of ``request`` at points (N, 3) or (..., 3): sampled as (N, 3) and shaped back."""
         from vdbflow.ops.results import points_in
 

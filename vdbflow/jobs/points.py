@@ -16,6 +16,7 @@ import numpy as np
 from vdbflow.core.transform import Transform
 from vdbflow.errors import PointsError
 from vdbflow.jobs.config import FilePoints, GridPoints, LinePoints, PlanePoints, RandomPoints
+from vdbflow.ops.points import lattice_block, line, line_block, plane, plane_block  # noqa: F401 (line, plane: here too)
 
 POINTS_KEY = "vdbflow-points"  # task-key prefix of the generated point chunks (jobs.progress groups by it)
 
@@ -111,44 +112,6 @@ def _random_in_leaves(
 
 
 # -- lattices -----------------------------------------------------------------------------------------
-
-
-def _lattice(block: int, start: int, stop: int, lo: np.ndarray, hi: np.ndarray, shape: np.ndarray) -> np.ndarray:
-    idx = np.unravel_index(np.arange(start, stop), tuple(shape))
-    steps = np.where(shape > 1, (hi - lo) / np.maximum(shape - 1, 1), 0.0)
-    return lo + np.stack(idx, axis=1) * steps
-
-
-def _plane(block: int, start: int, stop: int, origin: np.ndarray, axes: np.ndarray, shape: np.ndarray) -> np.ndarray:
-    s, t = np.unravel_index(np.arange(start, stop), tuple(shape))
-    fs = s / max(shape[0] - 1, 1)
-    ft = t / max(shape[1] - 1, 1)
-    return origin + fs[:, None] * axes[0] + ft[:, None] * axes[1]
-
-
-def _line(block: int, start: int, stop: int, a: np.ndarray, b: np.ndarray, count: int) -> np.ndarray:
-    f = np.arange(start, stop) / max(count - 1, 1)
-    return a + f[:, None] * (b - a)
-
-
-def plane(origin: Any, u: Any, v: Any, resolution: tuple[int, int], *, keep_shape: bool = False) -> np.ndarray:
-    """(ns * nt, 3) points ``origin + s u + t v``, s and t evenly in [0, 1], s-major; with
-    ``keep_shape`` (ns, nt, 3), which ``sample``/``sample_grad`` keep as two dims of the result."""
-    shape = np.asarray(resolution, np.int64)
-    if shape.shape != (2,) or shape.min() < 1:
-        raise PointsError(f"expected a plane resolution (ns, nt) of positive counts, got {resolution}")
-    axes = np.asarray([u, v], np.float64)
-    if axes.shape != (2, 3) or not np.isfinite(axes).all() or not np.cross(axes[0], axes[1]).any():
-        raise PointsError(f"expected u and v to span a plane (two finite, non-parallel 3-vectors), got u={u}, v={v}")
-    pts = _plane(0, 0, int(shape.prod()), np.asarray(origin, np.float64), axes, shape)
-    return pts.reshape(int(shape[0]), int(shape[1]), 3) if keep_shape else pts
-
-
-def line(start: Any, end: Any, count: int) -> np.ndarray:
-    """(count, 3) points evenly spaced from ``start`` to ``end`` (both included)."""
-    if count < 1:
-        raise PointsError(f"expected a positive point count, got {count}")
-    return _line(0, 0, count, np.asarray(start, np.float64), np.asarray(end, np.float64), count)
 
 
 # -- files --------------------------------------------------------------------------------------------
@@ -284,21 +247,21 @@ def make_points(spec: Any, topology: Any, bbox: np.ndarray | None = None) -> Poi
         shape = np.asarray(spec.shape, np.int64)
         attrs.update(points_bounds=bounds.tolist())
         dims = tuple(f"lattice_{a}" for a in ("xyz" if spec.space == "world" else "ijk"))
-        made = _generated(int(shape.prod()), _rows_chunk(spec.chunk, shape), _lattice, bounds[0], bounds[1], shape)
+        made = _generated(int(shape.prod()), _rows_chunk(spec.chunk, shape), lattice_block, bounds[0], bounds[1], shape)
         return PointSet(attrs=attrs, shape=tuple(int(n) for n in spec.shape), dims=dims, **made)
     if isinstance(spec, PlanePoints):
         axes = np.asarray([spec.u, spec.v], np.float64)
         shape = np.asarray(spec.resolution, np.int64)
         attrs.update(plane_origin=list(spec.origin), plane_u=list(spec.u), plane_v=list(spec.v))
         origin = np.asarray(spec.origin, np.float64)
-        made = _generated(int(shape.prod()), _rows_chunk(spec.chunk, shape), _plane, origin, axes, shape)
+        made = _generated(int(shape.prod()), _rows_chunk(spec.chunk, shape), plane_block, origin, axes, shape)
         return PointSet(attrs=attrs, shape=tuple(int(n) for n in spec.resolution), dims=("plane_s", "plane_t"), **made)
     if isinstance(spec, LinePoints):
         attrs.update(line_start=list(spec.start), line_end=list(spec.end))
         made = _generated(
             spec.count,
             spec.chunk,
-            _line,
+            line_block,
             np.asarray(spec.start, np.float64),
             np.asarray(spec.end, np.float64),
             spec.count,
