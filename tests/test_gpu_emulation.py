@@ -3,6 +3,7 @@ backend (bit for bit against the CPU's baseline target, which does not contract 
 within a stated bound against FMA targets), odd launch shapes, races between blocks, stream order, and the
 emulation's own strictness (argument types, implicit host copies)."""
 
+import hashlib
 import json
 import os
 import subprocess
@@ -296,6 +297,11 @@ def test_build_cache_reuses_and_rebuilds_corrupt_entries(tmp_path, monkeypatch):
     assert cuda_build._cached_build({**parts, "unit": "y"}, ".bin", make)[2] == "compiled"  # another key
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left behind
     assert json.loads(path.with_suffix(".json").read_text())["image_sha256"]
+    other = {**parts, "unit": "z"}
+    key = hashlib.sha256(json.dumps(other, sort_keys=True).encode()).hexdigest()[:32]
+    (tmp_path / f"{key}.lock").mkdir()  # a lock that cannot be taken (as in a cache this user cannot write)
+    with pytest.raises(cuda_build.DeviceError, match="expected a writable CUDA build cache"):
+        cuda_build._cached_build(other, ".bin", make)
 
 
 def test_a_failure_on_a_stream_is_raised_at_its_synchronize():

@@ -75,7 +75,7 @@ def build_records(since: dict[int, int] | None = None) -> tuple[int, list[tuple[
     return pid, log[(since or {}).get(pid, 0) :]
 
 
-def worker_builds(results: dict, since: dict[int, int] | None = None) -> list[tuple[str, str, float]]:
+def worker_builds(results: dict) -> list[tuple[str, str, float]]:
     """The builds of every process in ``client.run(build_records, since)``'s answer, once a process (the
     workers of one process, as in a threads-only cluster, share its log)."""
     by_pid = dict(results.values())
@@ -189,8 +189,16 @@ def unit_of(name: str) -> str:
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    """An exclusive lock on ``path`` (a file beside the entry), held by one process of the machine at a time."""
-    with open(path, "a+") as handle:
+    """An exclusive lock on ``path`` (a file beside the entry), held by one process of the machine at a time;
+    a cache where the lock cannot be made (read-only, another user's) is a :class:`DeviceError`."""
+    try:
+        handle = open(path, "a+")  # closed by the with below
+    except OSError as err:
+        raise DeviceError(
+            f"expected a writable CUDA build cache at {path.parent} to build an entry into "
+            f"(VDBFLOW_CUDA_CACHE, or fill it ahead with vdbflow build-cuda), got {err}"
+        ) from None
+    with handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -244,16 +252,7 @@ def _cached_build(key_parts: dict, suffix: str, make: callable) -> tuple[Path, d
     meta = _read_entry(record, image)
     if meta is not None:
         return image, meta, "cached", time.perf_counter() - start
-    try:
-        lock = _locked(root / f"{key}.lock")
-        lock.__enter__()
-    except OSError as err:  # a read-only shared cache without this entry
-        raise DeviceError(
-            f"expected a writable CUDA build cache at {root} to build {key_parts.get('unit') or 'an entry'} into "
-            f"(VDBFLOW_CUDA_CACHE, or fill it ahead with vdbflow build-cuda), got {err}"
-        ) from None
-    with contextlib.ExitStack() as held:
-        held.push(lock)
+    with _locked(root / f"{key}.lock"):
         meta = _read_entry(record, image)  # another process may have built it while this one waited
         if meta is not None:
             return image, meta, "cached", time.perf_counter() - start

@@ -40,14 +40,13 @@ class Compiled:
 
 def _wheel_libraries(major: int | None) -> list[Path]:
     """libnvrtc files of the NVIDIA wheels installed here (CUDA 12: nvidia/cuda_nvrtc, 13: nvidia/cu13)."""
+    spec = importlib.util.find_spec("nvidia")
+    roots = list(spec.submodule_search_locations or []) if spec is not None else []
     found = []
-    for sub, names in (("cu13", ("libnvrtc.so.13",)), ("cuda_nvrtc", ("libnvrtc.so.12",))):
-        spec = importlib.util.find_spec("nvidia")
-        for root in spec.submodule_search_locations or [] if spec else []:
-            for name in names:
-                lib = Path(root) / sub / "lib" / name
-                if lib.is_file() and (major is None or name.endswith(f".{major}")):
-                    found.append(lib)
+    for sub, lib_major in (("cu13", 13), ("cuda_nvrtc", 12)):
+        if major is not None and lib_major != major:
+            continue
+        found += [lib for root in roots if (lib := Path(root) / sub / "lib" / f"libnvrtc.so.{lib_major}").is_file()]
     return found
 
 
