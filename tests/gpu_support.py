@@ -31,14 +31,5 @@ def emulate(monkeypatch):
     yield EMULATED
 
 
-def device_array_type():
-    return cupy.ndarray
-
-
-def on_host(a):
-    """A NumPy copy of a device array."""
-    return a.get() if not isinstance(a, type(None)) else None
-
-
 if os.environ.get("VDBFLOW_REQUIRE_GPU") == "1" and not HAVE_GPU:  # scripts/gpu_check.sh
     raise RuntimeError("VDBFLOW_REQUIRE_GPU=1 but CuPy sees no GPU: the GPU tests would only run emulated")

@@ -24,12 +24,6 @@ except ImportError as err:  # pragma: no cover - depends on the environment
     raise ImportError("vdbflow.ops.autograd needs PyTorch: pip install torch") from err
 
 
-def _numpy(t: torch.Tensor) -> np.ndarray:
-    if t.device.type != "cpu":
-        raise DeviceError(f"expected CPU tensors for vdbflow.ops.autograd, got a tensor on {t.device}")
-    return t.detach().numpy()
-
-
 def _device_of(*tensors: torch.Tensor, device: str = "auto") -> str:
     """``"cuda"`` for CUDA tensors (or ``device="cuda"``), ``"cpu"`` for CPU tensors; tensors on other
     devices, or mixed, are refused."""
@@ -48,7 +42,7 @@ def _to_kernels(t: torch.Tensor, device: str) -> Any:
     """A tensor as the backend of ``device`` takes it: NumPy; CuPy through DLPack for a CUDA tensor (no
     copy); a CPU tensor with ``device="cuda"`` copied to the GPU."""
     if device == "cpu":
-        return _numpy(t)
+        return t.detach().numpy()
     from vdbflow.devices.cuda import cupy_module
 
     xp = cupy_module()
@@ -78,9 +72,9 @@ class SampleGrad(torch.autograd.Function):
         mode: str,
         space: str,
         jacobian_space: str,
-        options: tuple = ("auto",),
+        device: str = "auto",
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        device = _device_of(points, voxel_data, background, device=options[0])
+        device = _device_of(points, voxel_data, background, device=device)
         vol = topology.with_data(voxel_data.detach().cpu().numpy(), background.detach().cpu().numpy())
         pts = _to_kernels(points, device)
         values, jac = sample_grad_arrays(vol, pts, mode, space=space, jacobian_space=jacobian_space, device=device)
@@ -137,4 +131,4 @@ def sample_grad(
     on the GPU too (the emulation of CUDA runs this way)."""
     background = torch.as_tensor(background, dtype=voxel_data.dtype, device=voxel_data.device)
     jacobian_space = space if jacobian_space is None else jacobian_space
-    return SampleGrad.apply(points, voxel_data, background, topology, mode, space, jacobian_space, (device,))
+    return SampleGrad.apply(points, voxel_data, background, topology, mode, space, jacobian_space, device)
