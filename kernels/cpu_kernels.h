@@ -15,44 +15,17 @@
 #include "vdbflow/advect.h"
 #include "vdbflow/derived.h"
 #include "vdbflow/hessian.h"
+#include "vdbflow/operations.h"
 #include "vdbflow/route.h"
 
-// The entry points of one compilation of the kernel section.  A record (KernelAbi), routing's RouteSpec
-// and the particles' AdvectSpec travel as `const void*`: the same plain data in every compilation, a
-// type of each compilation's own namespace.
+// The entry points of one compilation of the kernel section: one function pointer per row of the table of
+// operations (vdbflow/operations.h), with the row's CPU signature.  A record (KernelAbi), routing's RouteSpec
+// and the particles' AdvectSpec travel as `const void*`: the same plain data in every compilation, a type
+// of each compilation's own namespace.
 struct VdbflowCpuKernels {
-  typedef long long i64;
-  // values (N, C) and Jacobians (N, C, 3) or null of points (N, 3) float or double (points_double)
-  void (*sample)(const void* k, const void* points, bool points_double, i64 n, void* out_v, void* out_j, int order);
-  // fused: values (N, 3) and Jacobians (N, 3, 3) where not null, and the derived quantities whose buffers
-  // derived[q] are not null (derived.h), of a vec3 float grid
-  void (*sample_derived)(const void* k, const void* points, bool points_double, i64 n, void* out_v, void* out_j,
-                         void* const* derived, int order);
-  // the derived quantities of Jacobians (N, 3, 3) and velocities (N, 3) or null, float or double (is_double)
-  void (*derive)(const void* jacobian, const void* velocity, bool is_double, i64 n, void* const* derived);
-  // and Hessians (N, C, 3, 3)
-  void (*hessian)(const void* k, const void* points, bool points_double, i64 n, void* out_v, void* out_j,
-                  void* out_h);
-  // the reverse mode: corner shares into accumulator, point adjoints into adj_p
-  void (*vjp)(const void* k, const void* points, bool points_double, i64 n, const void* adj_v, const void* adj_j,
-              double* accumulator, void* adj_p);
-  // node Jacobians of every active voxel, leaf by leaf
-  void (*grid_gradient)(const void* k, const int* origins, const i64* first_row, i64 leaves, void* out);
-  // coverage: whether each point's stencil reads only defined voxels
-  void (*stencil_inside)(const void* k, const double* points, i64 n, bool* out);
-  // the partition of each point and a stable sort by partition
-  void (*route)(const void* r, const double* xform, bool points_world, const void* points, bool points_double, i64 n,
-                int threads, int* bucket, i64* order, void* sorted, i64* bounds);
-  // voxels of active-voxel ranks (the rank-select of random points: popcounts, and pdep where the target has it)
-  void (*active_voxels)(const int* origins, const void* masks, const i64* leaf_end, i64 leaves, const i64* rank, i64 n,
-                        int* ijk);
-  // particle trajectories through a steady vec3 volume
-  void (*advect)(const void* k, const void* s, double* x, i64 n, double* position, double* velocity,
-                 double* jacobian, double* F, signed char* status, i64* last_step, int* evaluations);
-  // the same through a window of a series' steps (k: an array of records, ss: the SeriesSpec)
-  void (*advect_series)(const void* k, const void* s, const void* ss, double* x, i64 n, double* position,
-                        double* velocity, double* jacobian, double* F, signed char* status, i64* last_step,
-                        i64* evaluations);
+#define VDBFLOW_CPU_ENTRY_POINTER(name, gpu_entry, value_types, gpu_components, signature) void(*name) signature;
+  VDBFLOW_OPERATIONS(VDBFLOW_CPU_ENTRY_POINTER)
+#undef VDBFLOW_CPU_ENTRY_POINTER
 };
 
 namespace {
@@ -89,7 +62,7 @@ void derive_entry(const void* jacobian, const void* velocity, bool dbl, i64 n, v
     derive_points<float>((const float*)jacobian, (const float*)velocity, n, (float* const*)derived);
 }
 
-void hessian_entry(const void* abi, const void* points, bool dbl, i64 n, void* out_v, void* out_j, void* out_h) {
+void sample_hessian_entry(const void* abi, const void* points, bool dbl, i64 n, void* out_v, void* out_j, void* out_h) {
   const KernelAbi& k = *(const KernelAbi*)abi;
   with_instance<true>(k.value_kind, k.components, dbl, [&](auto t, auto nc, auto p) {
     typedef type_of<decltype(t)> T;
@@ -99,7 +72,7 @@ void hessian_entry(const void* abi, const void* points, bool dbl, i64 n, void* o
   });
 }
 
-void vjp_entry(const void* abi, const void* points, bool dbl, i64 n, const void* adj_v, const void* adj_j,
+void sample_vjp_entry(const void* abi, const void* points, bool dbl, i64 n, const void* adj_v, const void* adj_j,
                double* accumulator, void* adj_p) {
   const KernelAbi& k = *(const KernelAbi*)abi;
   with_instance<true>(k.value_kind, k.components, dbl, [&](auto t, auto nc, auto p) {
@@ -153,15 +126,22 @@ void advect_series_entry(const void* abis, const void* s, const void* ss, double
   });
 }
 
-void active_voxels_entry(const int* origins, const void* masks, const i64* leaf_end, i64 leaves, const i64* rank,
+void active_voxels_at_entry(const int* origins, const void* masks, const i64* leaf_end, i64 leaves, const i64* rank,
                          i64 n, int* ijk) {
   active_voxels_points(origins, (const u64*)masks, (const i64*)leaf_end, leaves, (const i64*)rank, n, ijk);
 }
 
-const VdbflowCpuKernels KERNELS = {&sample_entry,  &sample_derived_entry, &derive_entry,
-                                   &hessian_entry, &vjp_entry,            &grid_gradient_entry,
-                                   &stencil_inside_entry, &route_entry,   &active_voxels_entry,
-                                   &advect_entry,  &advect_series_entry};
+void defined_voxels_entry(const void* abi, const i64* ijk, i64 n, bool* out) {
+  defined_voxels_points(*(const KernelAbi*)abi, ijk, n, out);
+}
+
+void scatter_rows_entry(char* dst, const i64* index, const char* src, i64 m, i64 row) {
+  scatter_rows_points(dst, index, src, m, row);
+}
+
+#define VDBFLOW_CPU_ENTRY(name, gpu_entry, value_types, gpu_components, signature) &name##_entry,
+const VdbflowCpuKernels KERNELS = {VDBFLOW_OPERATIONS(VDBFLOW_CPU_ENTRY)};
+#undef VDBFLOW_CPU_ENTRY
 
 }  // namespace
 

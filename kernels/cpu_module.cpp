@@ -298,7 +298,7 @@ void sample_hessian(nb::bytes record, InArray points, AnyArray out_values, std::
   check(is_real_of(out_hessian, kind), "the Hessian buffer must have the Jacobian dtype");
   check(!out_jacobian || is_real_of(*out_jacobian, kind), "the Jacobian buffer has the wrong dtype");
   nb::gil_scoped_release release;
-  active->hessian(&k, points.data(), is<double>(points), n, out_values.data(), data_or_null(out_jacobian),
+  active->sample_hessian(&k, points.data(), is<double>(points), n, out_values.data(), data_or_null(out_jacobian),
                   out_hessian.data());
 }
 
@@ -321,7 +321,7 @@ void sample_vjp(nb::bytes record, InArray points, InArray adj_values, std::optio
   check(accumulator.shape(0) == (size_t)(k.value_rows + k.tile_rows + 1) && accumulator.shape(1) == (size_t)C,
         "accumulator must be (value rows + tile rows + 1, C)");
   nb::gil_scoped_release release;
-  active->vjp(&k, points.data(), is<double>(points), n, adj_values.data(), data_or_null(adj_jacobian),
+  active->sample_vjp(&k, points.data(), is<double>(points), n, adj_values.data(), data_or_null(adj_jacobian),
               accumulator.data(), adj_points.data());
 }
 
@@ -464,7 +464,7 @@ NewArray<bool> defined_voxels(nb::bytes record, In<int64_t, nb::ndim<2>> ijk) {
   bool* out = alloc<bool>(n);
   {
     nb::gil_scoped_release release;
-    defined_voxels_points(k, (const i64*)ijk.data(), (i64)n, out);
+    active->defined_voxels(&k, (const i64*)ijk.data(), (i64)n, out);
   }
   return owned(out, {n});
 }
@@ -486,6 +486,24 @@ NewArray<int64_t> voxel_offsets(In<int64_t, nb::ndim<2>> ijk) {
   const int64_t* v = ijk.data();
   for (size_t i = 0; i < n; ++i) out[i] = voxel_offset((int)v[3 * i], (int)v[3 * i + 1], (int)v[3 * i + 2]);
   return owned(out, {n});
+}
+
+// The table of operations (operations.h) for the Python backends: name -> (GPU entry, value types: "any",
+// "float" or "untyped", the GPU's fixed component counts or None).
+nb::dict operations() {
+  nb::dict out;
+  const char* type_names[] = {"any", "float", "untyped"};
+  auto counts = [](const int* fixed) -> nb::object {
+    if (!fixed) return nb::none();
+    nb::list c;
+    for (; *fixed; ++fixed) c.append(*fixed);
+    return nb::tuple(c);
+  };
+#define VDBFLOW_OPERATION_ROW(name, gpu_entry, value_types, gpu_components, signature) \
+  out[#name] = nb::make_tuple(gpu_entry, type_names[value_types], counts(gpu_components));
+  VDBFLOW_OPERATIONS(VDBFLOW_OPERATION_ROW)
+#undef VDBFLOW_OPERATION_ROW
+  return out;
 }
 
 // KernelAbi's fields for Python's record dtype: (name, NumPy format, byte offset, element count).
@@ -566,7 +584,7 @@ void scatter_rows(AnyArray dst, InArray index, InArray src) {
     if (at[r] < 0 || at[r] >= n)
       throw std::out_of_range("scatter index " + std::to_string(at[r]) + " outside [0, " + std::to_string(n) + ")");
   nb::gil_scoped_release release;
-  scatter_rows_points((char*)dst.data(), at, (const char*)src.data(), m, (i64)row);
+  active->scatter_rows((char*)dst.data(), at, (const char*)src.data(), m, (i64)row);
 }
 
 // Voxel coordinates (n, 3) int32 of active voxels by global rank (leaves in order, voxels by mask bit:
@@ -585,7 +603,7 @@ NewArray<int32_t, 2> active_voxels_at(In<int32_t, nb::ndim<2>> origins, In<uint6
   int32_t* out = alloc<int32_t>(3 * (size_t)n);
   {
     nb::gil_scoped_release release;
-    active->active_voxels(origins.data(), (const u64*)masks.data(), (const i64*)leaf_end.data(), L, g, n, out);
+    active->active_voxels_at(origins.data(), (const u64*)masks.data(), (const i64*)leaf_end.data(), L, g, n, out);
   }
   return owned<int32_t, 2>(out, {(size_t)n, 3});
 }
@@ -684,6 +702,7 @@ NB_MODULE(_core, m) {
   for (const char* name : TRANSFORM_PARAMETER_NAMES) transform_names.append(name);
   m.attr("TRANSFORM_PARAMETERS") = nb::tuple(transform_names);
   m.attr("ABI_SIZE") = sizeof(KernelAbi);
+  m.attr("OPERATIONS") = operations();  // vdbflow.core.kernel.OPERATIONS
   m.attr("ABI_FIELDS") = abi_fields();
   nb::dict kinds;
   for (int kind = KIND_F32; kind <= KIND_U32; ++kind) kinds[VALUE_KIND_NAMES[kind]] = kind;

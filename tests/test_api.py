@@ -109,7 +109,7 @@ def test_run_errors_are_vdbflow_exceptions(tmp_path, client, monkeypatch):
 
     import dask
 
-    from vdbflow.jobs import runner as job_module
+    from vdbflow.jobs import executors as job_module
 
     def failing(*args):
         def boom(*parts):

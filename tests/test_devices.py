@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 import vdbflow
+import vdbflow.devices as devices
+from vdbflow.core import kernel
 from vdbflow.devices import backend, cpu, cuda
 from vdbflow.devices.interface import OPERATIONS, Backend
 from vdbflow.ops import sampling
@@ -20,21 +22,52 @@ def _parameters(fn) -> list[tuple[str, object]]:
 
 
 def test_the_interface_names_every_operation_of_the_kernels():
-    assert set(OPERATIONS) == {
-        "sample",
-        "sample_derived",
-        "derive",
-        "sample_hessian",
-        "sample_vjp",
-        "grid_gradient",
-        "advect",
-        "advect_series",
-        "route",
-        "stencil_inside",
-        "defined_voxels",
-        "scatter_rows",
-        "active_voxels_at",
-    }
+    """The Python interface and the kernels' table of operations (operations.h) list the same operations."""
+    assert set(OPERATIONS) == set(kernel.OPERATIONS)
+    assert {"sample", "derive", "sample_vjp", "route", "scatter_rows"} <= set(OPERATIONS)
+    for gpu_entry, types, fixed in kernel.OPERATIONS.values():
+        assert types in ("any", "float", "untyped")
+        assert (types == "untyped") == gpu_entry.startswith("vdbflow_")  # extern "C" entries, else templates
+        assert fixed is None or (types != "untyped" and all(c >= 1 for c in fixed))
+
+
+def test_every_gpu_entry_of_the_table_is_in_sample_cu():
+    source = (cuda.kernel_dir() / "sample.cu").read_text()
+    for gpu_entry, types, _ in kernel.OPERATIONS.values():
+        defined = f"void VDB_BOUNDS {gpu_entry}(" if types == "untyped" else f" {gpu_entry}("
+        assert defined in source, gpu_entry
+
+
+def test_run_dispatches_an_operation_of_the_table_by_its_arrays(rng):
+    dst = np.zeros((4, 2), np.float32)
+    devices.run("scatter_rows", dst, np.array([3, 1]), np.ones((2, 2), np.float32))
+    np.testing.assert_array_equal(dst.any(axis=1), [False, True, False, True])
+    J = rng.standard_normal((5, 3, 3))
+    out = {"q_criterion": np.empty(5)}
+    devices.run("derive", J, None, out, device="cpu")
+    S, W = (J + J.transpose(0, 2, 1)) / 2, (J - J.transpose(0, 2, 1)) / 2
+    np.testing.assert_allclose(out["q_criterion"], 0.5 * ((W**2).sum((1, 2)) - (S**2).sum((1, 2))), rtol=1e-12)
+    with pytest.raises(vdbflow.DeviceError, match="expected an operation of the kernels among sample, .*got 'warp'"):
+        devices.run("warp", dst)
+    with pytest.raises(vdbflow.DeviceError, match="expected device"):
+        devices.run("derive", J, None, out, device="gpu")
+
+
+def test_nothing_outside_devices_calls_a_backend_module_itself():
+    """Code outside vdbflow/devices runs the kernels through ``devices.run`` or a request: no module of
+    another layer imports the backend modules ``cpu`` / ``cuda`` (``cuda_build``'s records aside; the
+    ``vdbflow build-cuda`` command lists the CUDA entries it compiles, and runs none)."""
+    import re
+    from pathlib import Path
+
+    package = Path(vdbflow.__file__).parent
+    backend_import = re.compile(r"from vdbflow\.devices(\.(cpu|cuda)\b| import [^\n]*\b(cpu|cuda)\b(?!_))")
+    offenders = [
+        str(p.relative_to(package))
+        for p in package.rglob("*.py")
+        if p.parent.name != "devices" and p.name != "gpu_cli.py" and backend_import.search(p.read_text())
+    ]
+    assert offenders == []
 
 
 @pytest.mark.parametrize("module", [cpu, cuda], ids=["cpu", "cuda"])

@@ -13,7 +13,7 @@ import vdbflow
 from vdbflow.errors import SamplingError, TimeError, VolumeError
 from vdbflow.jobs.config_load import load_config
 from vdbflow.synthetic import steady, unsteady
-from vdbflow.temporal import integration, particles
+from vdbflow.temporal import particles, steps
 
 ADVECT = {"t1": 1.0, "dt": 0.1}
 MILLION = {"kind": "random", "count": 1_000_000, "chunk": 250_000, "seed": 0}
@@ -95,7 +95,7 @@ def test_a_lattice_too_large_to_count_in_int64_is_refused(tmp_path):
 
 
 def test_a_particle_job_whose_trajectories_exceed_memory_is_refused(tmp_path, monkeypatch):
-    monkeypatch.setattr(integration, "MAX_TRAJECTORY_BYTES", 1 << 30)
+    monkeypatch.setattr(steps, "MAX_TRAJECTORY_BYTES", 1 << 30)
     cfg = base_config(
         tmp_path,
         points={"kind": "random", "count": 2000, "chunk": 1000, "seed": 1},
@@ -152,7 +152,7 @@ def test_saved_trajectories_beyond_memory_are_refused_before_allocating(monkeypa
     message = str(err.value)
     assert "200 particles x 10,000,000 saved steps x 120 bytes = 223.5 GiB" in message
     assert "save_every" in message and "fewer seeds" in message
-    monkeypatch.setattr(integration, "MAX_TRAJECTORY_BYTES", 10_000)
+    monkeypatch.setattr(steps, "MAX_TRAJECTORY_BYTES", 10_000)
     with pytest.raises(TimeError, match="fit in 0.0 GiB .* 200 particles x 11 saved steps x 24 bytes"):
         vdbflow.advect(FIELD, seeds, 0.0, 1.0, 0.1)
     ds = vdbflow.advect(FIELD, seeds, 0.0, 1.0, 0.1, save_every=10)  # 2 saved steps: 9,600 bytes

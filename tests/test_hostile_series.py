@@ -142,7 +142,7 @@ def test_a_series_file_replaced_while_a_job_runs_fails_it_and_publishes_nothing(
     before the workers open it: the workers refuse it (exit 1, naming the file), nothing published."""
     from test_run import base_config, invoke, write_config
 
-    from vdbflow.jobs import runner
+    from vdbflow.jobs import executors as runner
 
     paths = _series(tmp_path)
     original = runner._particle_job

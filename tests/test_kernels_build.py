@@ -54,15 +54,13 @@ def test_cuda_entry_points_compile_to_ptx(tmp_path):
     wanted = {cuda_backend.entry_name(np.dtype(dt), c) for dt in (np.float32, np.float64) for c in (1, 3, 4, 9)}
     wanted |= {cuda_backend.entry_name(np.dtype(dt), 1) for dt in (np.int32, np.int64, np.uint32)}
     wanted |= {
-        cuda_backend.entry("vjp_kernel", np.dtype(dt), c) for dt in (np.float32, np.float64) for c in (1, 3, 4, 9)
+        cuda_backend.entry("sample_vjp", np.dtype(dt), c) for dt in (np.float32, np.float64) for c in (1, 3, 4, 9)
     }
     wanted |= {
-        cuda_backend.entry("hessian_kernel", np.dtype(dt), c) for dt in (np.float32, np.float64) for c in (1, 3, 4)
+        cuda_backend.entry("sample_hessian", np.dtype(dt), c) for dt in (np.float32, np.float64) for c in (1, 3, 4)
     }
     wanted |= {
-        cuda_backend.entry("grid_gradient_kernel", np.dtype(dt), c)
-        for dt in (np.float32, np.float64)
-        for c in (1, 3, 4, 9)
+        cuda_backend.entry("grid_gradient", np.dtype(dt), c) for dt in (np.float32, np.float64) for c in (1, 3, 4, 9)
     }
     assert wanted <= set(names), wanted - set(names)
     plain = {  # the extern "C" entry points

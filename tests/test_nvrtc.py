@@ -83,12 +83,12 @@ def test_name_expressions_cover_every_call():
             assert cuda.entry_name(dt, c) in names
     for dt in cuda.FLOAT_DTYPES:
         for c in (1, 2, 3, 4, 9):
-            assert {cuda.entry("vjp_kernel", dt, c), cuda.entry("hessian_kernel", dt, c)} <= names
-            assert cuda.entry("grid_gradient_kernel", dt, c) in names
-        plain = ("advect_kernel", "advect_series_kernel", "sample_derived_kernel", "derive_kernel")
+            assert {cuda.entry("sample_vjp", dt, c), cuda.entry("sample_hessian", dt, c)} <= names
+            assert cuda.entry("grid_gradient", dt, c) in names
+        plain = ("advect", "advect_series", "sample_derived", "derive")
         assert {cuda.entry(template, dt) for template in plain} <= names
-    with pytest.raises(cuda.DeviceError, match="expected hessian_kernel data of float32, float64, got int32"):
-        cuda.entry("hessian_kernel", np.int32, 1)
+    with pytest.raises(cuda.DeviceError, match="expected sample_hessian data of float32, float64, got int32"):
+        cuda.entry("sample_hessian", np.int32, 1)
 
 
 def test_build_cuda_needs_an_architecture_it_can_read(tmp_path, monkeypatch):

@@ -334,7 +334,7 @@ def test_a_failing_task_exits_1_and_publishes_nothing(tmp_path, monkeypatch):
     """A task that fails on a worker mid-run: exit code 1, the error shown, the partial store removed."""
     import dask
 
-    from vdbflow.jobs import runner as job
+    from vdbflow.jobs import executors as job
 
     def failing(*args):
         def boom(*parts):
@@ -639,7 +639,7 @@ def test_bad_config_files_and_overrides(tmp_path):
 
 
 def test_blosc_takes_a_workers_spare_cores():
-    from vdbflow.jobs.output import blosc_threads
+    from vdbflow.jobs.writers.zarr_store import blosc_threads
 
     assert blosc_threads(2, 2, 1) == 1  # this machine's 2 workers x 1 thread: none spare
     assert blosc_threads(16, 1, 1) == 16  # one GPU worker on 16 cores: its 15 spare ones and its own

@@ -77,6 +77,8 @@ TRANSFORM_PARAMETERS: tuple
 
 ABI_SIZE: int
 
+OPERATIONS: dict
+
 ABI_FIELDS: tuple
 
 VALUE_KINDS: dict

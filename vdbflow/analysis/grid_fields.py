@@ -177,9 +177,9 @@ def _grid_hessian(vol: Volume, scheme: str, dvol: Any = None, device: str = "cpu
         hess = ds[f"{vol.name}_hessian"].values
     elif device in ("cpu", "cuda"):
         if device == "cuda":
-            from vdbflow.devices.cuda import cupy_module
+            from vdbflow.devices import array_module
 
-            pts = cupy_module().asarray(pts)
+            pts = array_module("cuda").asarray(pts)
         _, _, hess = sample_hessian_arrays(vol, pts, scheme, space="index", hessian_space="world", device=device)
         hess = hess.get() if device == "cuda" else hess
     else:

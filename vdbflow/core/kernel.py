@@ -27,6 +27,13 @@ STENCIL_RADIUS: dict[str, int] = dict(_core.STENCIL_REACH)
 # quantities of a velocity gradient the kernels compute with the Jacobian (derived.h), and their widths
 DERIVED: tuple[str, ...] = tuple(_core.DERIVED)
 DERIVED_WIDTHS: dict[str, int] = dict(zip(_core.DERIVED, _core.DERIVED_WIDTHS, strict=True))
+# operations.h: the kernels' operations, name -> (GPU entry in sample.cu, value types "any" / "float" /
+# "untyped", the GPU entry's fixed component counts or None for no count parameter); every backend
+# defines one function per name (vdbflow.devices.run)
+OPERATIONS: dict[str, tuple[str, str, tuple[int, ...] | None]] = {
+    name: (str(gpu), str(types), None if fixed is None else tuple(int(c) for c in fixed))
+    for name, (gpu, types, fixed) in _core.OPERATIONS.items()
+}
 
 
 def derived_slots(derived: dict[str, Any]) -> list[Any]:
@@ -240,3 +247,10 @@ def host_record(k: KernelArrays) -> KernelRecord:
         arrays = _checked_host_arrays(k)
         rec = k.device_cache.setdefault("cpu", KernelRecord(arrays, make_record(arrays)))  # one, if threads race
     return rec
+
+
+def morton_codes(keys: np.ndarray, origin: np.ndarray, shift: int) -> np.ndarray:
+    """(n,) uint64 Morton codes of leaf keys (n, 3) relative to ``origin``, coarsened by ``shift``
+    bits (route.h ``morton_code``: the function routing uses)."""
+    keys = np.ascontiguousarray(keys, np.int64).reshape(-1, 3)
+    return _core.morton_codes(keys, np.ascontiguousarray(origin, np.int64), int(shift))

@@ -28,6 +28,34 @@ def backend(device: str) -> ModuleType:
     return cpu
 
 
+def array_module(device: str) -> ModuleType:
+    """The array module of a resolved device: NumPy, or CuPy (its emulation under ``VDBFLOW_CUDA_EMULATE=1``);
+    a ``DeviceError`` that says why when the GPU's is not there."""
+    if device == "cuda":
+        from vdbflow.devices import cuda
+
+        return cuda.cupy_module()
+    import numpy
+
+    return numpy
+
+
+def run(operation: str, *args: Any, device: str = "auto", **kwargs: Any) -> Any:
+    """Run one operation of the kernels' table (``vdbflow.core.kernel.OPERATIONS``: ``"sample"``,
+    ``"derive"``, ``"scatter_rows"``, ...) on a device with the backend's parameters for it
+    (:class:`vdbflow.devices.interface.Backend`).  ``device="auto"`` follows the arrays: any CuPy array
+    among the arguments runs it on the GPU, else on the CPU.  Code outside this package runs the kernels
+    through here (or a sampling request), never through a backend module."""
+    from vdbflow.core.kernel import OPERATIONS
+
+    if operation not in OPERATIONS:
+        raise DeviceError(f"expected an operation of the kernels among {', '.join(OPERATIONS)}, got {operation!r}")
+    if device == "auto":
+        arrays = (*args, *kwargs.values())
+        device = "cuda" if any(is_cupy_array(a) for a in arrays) else "cpu"
+    return getattr(backend(resolve_device(device, None)), operation)(*args, **kwargs)
+
+
 def particle_kernels(device: str) -> tuple[Any, Any]:
     """``(advect, advect_series)`` of a resolved device for host (NumPy) arrays, with the parameters of
     :func:`vdbflow.devices.cpu.advect` and :func:`vdbflow.devices.cpu.advect_series`: the CPU's, or the

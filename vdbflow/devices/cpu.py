@@ -263,13 +263,6 @@ def route(
     )
 
 
-def morton_codes(keys: np.ndarray, origin: np.ndarray, shift: int) -> np.ndarray:
-    """(n,) uint64 Morton codes of leaf keys (n, 3) relative to ``origin``, coarsened by ``shift``
-    bits (route.h ``morton_code``: the function routing uses)."""
-    keys = np.ascontiguousarray(keys, np.int64).reshape(-1, 3)
-    return _core.morton_codes(keys, np.ascontiguousarray(origin, np.int64), int(shift))
-
-
 def stencil_inside(topology: Any, points: np.ndarray, mode: int, points_world: bool) -> np.ndarray:
     """(N,) bool: points (N, 3) whose ``mode`` stencil reads only defined voxels of ``topology``
     (coverage.h ``stencil_inside_point``, through the topology's own kernel record)."""

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from vdbflow.core import kernel
-from vdbflow.core.kernel import KernelArrays, KernelRecord
+from vdbflow.core.kernel import OPERATIONS, KernelArrays, KernelRecord
 from vdbflow.devices import cuda_build, nvrtc
 from vdbflow.devices.cuda_build import THREADS_PER_BLOCK, kernel_dir  # noqa: F401 (kernel_dir: re-exported)
 from vdbflow.errors import DeviceError
@@ -35,27 +35,27 @@ FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 VALUE_DTYPES = tuple(_CTYPES)
 
 
-# The template entries of sample.cu: the value types each takes and the component counts fixed at compile
-# time (None: no component parameter).  Every name expression the backend calls comes from this table.
-TEMPLATES: dict[str, tuple[tuple[np.dtype, ...], tuple[int, ...] | None]] = {
-    "sample_kernel": (VALUE_DTYPES, (1, 3, 4)),
-    "sample_derived_kernel": (FLOAT_DTYPES, None),
-    "derive_kernel": (FLOAT_DTYPES, None),
-    "hessian_kernel": (FLOAT_DTYPES, (1, 3)),
-    "vjp_kernel": (FLOAT_DTYPES, (1, 3, 4)),
-    "grid_gradient_kernel": (FLOAT_DTYPES, (1, 3, 4)),
-    "advect_kernel": (FLOAT_DTYPES, None),
-    "advect_series_kernel": (FLOAT_DTYPES, None),
+# The template entries of sample.cu, from the kernels' table of operations (operations.h): the value types
+# each takes and the component counts fixed at compile time (None: no component parameter).  Every name
+# expression the backend calls comes from this table.
+_VALUE_TYPES = {"any": VALUE_DTYPES, "float": FLOAT_DTYPES}
+TEMPLATES: dict[str, tuple[str, tuple[np.dtype, ...], tuple[int, ...] | None]] = {
+    op: (gpu, _VALUE_TYPES[types], fixed) for op, (gpu, types, fixed) in OPERATIONS.items() if types != "untyped"
 }
 
 
-def entry(template: str, dtype: np.dtype, components: int | None = None) -> str:
-    """Name expression of a template instance of sample.cu (``TEMPLATES``): the component count is fixed at
-    compile time for float data with one of the template's fixed counts, and read at run time (0) otherwise."""
-    dtypes, fixed = TEMPLATES[template]
+def entry(operation: str, dtype: np.dtype | None = None, components: int | None = None) -> str:
+    """Name expression of an operation's entry in sample.cu (``OPERATIONS``): an extern "C" name, or a
+    template instance whose component count is fixed at compile time for float data with one of the
+    template's fixed counts, and read at run time (0) otherwise."""
+    if operation not in OPERATIONS:
+        raise DeviceError(f"expected an operation among {', '.join(OPERATIONS)}, got {operation!r}")
+    if operation not in TEMPLATES:
+        return OPERATIONS[operation][0]
+    template, dtypes, fixed = TEMPLATES[operation]
     dt = np.dtype(dtype)
     if dt not in dtypes:
-        raise DeviceError(f"expected {template} data of {', '.join(map(str, dtypes))}, got {dt}")
+        raise DeviceError(f"expected {operation} data of {', '.join(map(str, dtypes))}, got {dt}")
     if fixed is None:
         return f"vdbflow::{template}<{_CTYPES[dt]}>"
     nc = components if dt in FLOAT_DTYPES and components in fixed else 0
@@ -64,15 +64,15 @@ def entry(template: str, dtype: np.dtype, components: int | None = None) -> str:
 
 def entry_name(dtype: np.dtype, components: int) -> str:
     """Name expression of the sampling entry point (values and Jacobians) for this value type."""
-    return entry("sample_kernel", dtype, components)
+    return entry("sample", dtype, components)
 
 
 def name_expressions() -> tuple[str, ...]:
     """Every template instance the backend may call (each its own NVRTC program)."""
     names = set()
-    for template, (dtypes, fixed) in TEMPLATES.items():
+    for op, (_, dtypes, fixed) in TEMPLATES.items():
         for dt in dtypes:
-            names |= {entry(template, dt, c) for c in (*(fixed or ()), 0)}
+            names |= {entry(op, dt, c) for c in (*(fixed or ()), 0)}
     return tuple(sorted(names))
 
 
@@ -241,7 +241,7 @@ def sample_derived(
     rec, call = _call_record(k, mode, points_world, jacobian_world)
     pointers = _derived_pointers(derived)
     _launch(
-        entry("sample_derived_kernel", rec.arrays.values.dtype),
+        entry("sample_derived", rec.arrays.values.dtype),
         n,
         (
             call,
@@ -261,7 +261,7 @@ def derive(jacobian: Any, velocity: Any | None, derived: dict[str, Any]) -> None
         return
     pointers = _derived_pointers(derived)
     _launch(
-        entry("derive_kernel", jacobian.dtype),
+        entry("derive", jacobian.dtype),
         n,
         (jacobian, NULL if velocity is None else velocity, np.int64(n), pointers),
     )
@@ -286,7 +286,7 @@ def sample_hessian(
     pts = cupy.ascontiguousarray(points, dtype=cupy.float64)
     rec, call = _call_record(k, mode, points_world, jacobian_world, hessian_world)
     _launch(
-        entry("hessian_kernel", rec.arrays.values.dtype, k.components),
+        entry("sample_hessian", rec.arrays.values.dtype, k.components),
         n,
         (call, pts, np.int64(n), out_values, NULL if out_jacobian is None else out_jacobian, out_hessian),
     )
@@ -314,7 +314,7 @@ def sample_vjp(
     pts = cupy.ascontiguousarray(points, dtype=cupy.float64)
     rec, call = _call_record(k, mode, points_world, jacobian_world)
     _launch(
-        entry("vjp_kernel", rec.arrays.values.dtype, k.components),
+        entry("sample_vjp", rec.arrays.values.dtype, k.components),
         n,
         (call, pts, np.int64(n), adj_values, NULL if adj_jacobian is None else adj_jacobian, accumulator, adj_points),
     )
@@ -341,7 +341,7 @@ def route(
         mask = np.uint32(0) if near is None or len(near) == 0 else np.uint32(len(near) - 1)
         bounds_dev = cupy.asarray(boundaries if len(boundaries) else np.zeros(1, np.uint64))
         _launch(
-            "vdbflow_route_partition",
+            entry("route"),
             n,
             (
                 pts,
@@ -393,7 +393,7 @@ def advect(
     B = cupy.asarray(np.ascontiguousarray(b, np.float64))
     slots = cupy.asarray(np.ascontiguousarray(save_slot, np.int64))
     _launch(
-        entry("advect_kernel", rec.arrays.values.dtype),
+        entry("advect", rec.arrays.values.dtype),
         n,
         (
             call,
@@ -453,7 +453,7 @@ def advect_series(
     records = cupy.asarray(raw)
     b = np.ascontiguousarray(b, np.float64)
     _launch(
-        entry("advect_series_kernel", calls[0][0].arrays.values.dtype),
+        entry("advect_series", calls[0][0].arrays.values.dtype),
         n,
         (
             records,
@@ -535,7 +535,7 @@ def stencil_inside(topology: Any, points: Any, mode: int, points_world: bool) ->
     out = cupy.zeros(n, cupy.bool_)
     if n:
         _, call = _call_record(k, mode, points_world, False)
-        _launch("vdbflow_stencil_inside", n, (call, pts, np.int64(n), out))
+        _launch(entry("stencil_inside"), n, (call, pts, np.int64(n), out))
     return out
 
 
@@ -549,7 +549,7 @@ def defined_voxels(topology: Any, ijk: Any) -> Any:
     out = cupy.zeros(n, cupy.bool_)
     if n:
         _, call = _call_record(k, kernel.MODES["closest"], False, False)
-        _launch("vdbflow_defined_voxels", n, (call, voxels, np.int64(n), out))
+        _launch(entry("defined_voxels"), n, (call, voxels, np.int64(n), out))
     return out
 
 
@@ -570,7 +570,7 @@ def grid_gradient(k: KernelArrays, leaf_origins: np.ndarray, scheme: int, jacobi
     if rows:
         origins = cupy.asarray(np.ascontiguousarray(leaf_origins, np.int32))
         _launch(
-            entry("grid_gradient_kernel", dtype, k.components),
+            entry("grid_gradient", dtype, k.components),
             rows,
             (call, origins, cupy.asarray(leaf_end), np.int64(len(leaf_end)), np.int64(rows), out),
         )
@@ -591,7 +591,7 @@ def scatter_rows(dst: Any, index: Any, src: Any) -> None:
     if lo < 0 or hi >= dst.shape[0]:
         raise IndexError(f"scatter index {lo if lo < 0 else hi} outside [0, {dst.shape[0]})")
     row_bytes = dst.dtype.itemsize * int(np.prod(dst.shape[1:], dtype=np.int64))
-    _launch("vdbflow_scatter_rows", m * row_bytes, (dst, at, rows, np.int64(m), np.int64(row_bytes)))
+    _launch(entry("scatter_rows"), m * row_bytes, (dst, at, rows, np.int64(m), np.int64(row_bytes)))
 
 
 def active_voxels_at(origins: Any, masks: Any, leaf_end: Any, ranks: Any) -> Any:
@@ -612,5 +612,5 @@ def active_voxels_at(origins: Any, masks: Any, leaf_end: Any, ranks: Any) -> Any
     lo, hi = int(r.min()), int(r.max())
     if lo < 0 or hi >= total:
         raise IndexError(f"voxel rank {lo if lo < 0 else hi} outside [0, {total})")
-    _launch("vdbflow_active_voxels_at", n, (o, m, end, np.int64(L), r, np.int64(n), out))
+    _launch(entry("active_voxels_at"), n, (o, m, end, np.int64(L), r, np.int64(n), out))
     return out

@@ -30,18 +30,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from vdbflow.core.kernel import OPERATIONS
 from vdbflow.devices import nvrtc
 from vdbflow.errors import DeviceError
 
 THREADS_PER_BLOCK = 256  # every launch's block size; the kernels' launch bounds (sample.cu VDB_BOUNDS)
-# the entries of sample.cu that are not templates: compiled in every program, built alone as the unit ""
-EXTERN_ENTRIES = (
-    "vdbflow_route_partition",
-    "vdbflow_stencil_inside",
-    "vdbflow_defined_voxels",
-    "vdbflow_scatter_rows",
-    "vdbflow_active_voxels_at",
-)
+# the entries of sample.cu that are not templates (operations.h rows with untyped values): compiled in every
+# program, built alone as the unit ""
+EXTERN_ENTRIES = tuple(gpu for gpu, types, _ in OPERATIONS.values() if types == "untyped")
 EMULATION_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-ffp-contract=off", "-pthread")
 
 

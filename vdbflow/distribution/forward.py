@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from vdbflow.core.volume import Volume
-from vdbflow.devices import cpu
+from vdbflow.devices import run
 from vdbflow.distribution import keys
 from vdbflow.distribution.plan import Router
 from vdbflow.ops.request import SampleRequest
@@ -43,9 +43,9 @@ def sample_piece(volume: Volume, pts: np.ndarray, request: SampleRequest) -> tup
     """Sample one partition's points (n, 3) of a wave: one array per output of ``request``."""
     on_gpu = request.device == "cuda" and len(pts)  # the partition's arrays stay cached in this worker's GPU
     if on_gpu:
-        from vdbflow.devices.cuda import cupy_module
+        from vdbflow.devices import array_module
 
-        pts = cupy_module().asarray(pts)
+        pts = array_module("cuda").asarray(pts)
     arrays = volume.sample_arrays(request.replace(device="cuda" if on_gpu else "cpu"), pts)
     return tuple(arrays[name].get() if on_gpu else arrays[name] for name in request.outputs)
 
@@ -63,7 +63,7 @@ def background_rows(template: Volume, request: SampleRequest) -> tuple:
     if request.derived:
         derived = {name: np.empty(shapes[name], dtypes[name]) for name in request.derived}
         jdtype = template.value_type.jacobian_dtype
-        cpu.derive(np.zeros((1, 3, 3), jdtype), value.astype(jdtype).reshape(1, 3), derived)
+        run("derive", np.zeros((1, 3, 3), jdtype), value.astype(jdtype).reshape(1, 3), derived)
         rows.update(derived)
     return tuple(rows[name][0] for name in request.outputs)
 
@@ -82,7 +82,7 @@ def assemble_wave(sizes: tuple, outputs: tuple, fills: tuple, routed: tuple, *sa
         block[quiet] = fill
     for index, arrays in zip(routed[: len(sampled)], sampled, strict=True):
         for block, arr in zip(blocks, arrays, strict=True):
-            cpu.scatter_rows(block, index, arr)
+            run("scatter_rows", block, index, arr)
     out = []
     start = 0
     for size in sizes:

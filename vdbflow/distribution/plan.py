@@ -15,7 +15,7 @@ from vdbflow.core import kernel
 from vdbflow.core.kernel import LEAF_SHIFT
 from vdbflow.core.transform import Transform
 from vdbflow.core.volume import Topology
-from vdbflow.devices import backend, cpu
+from vdbflow.devices import run
 from vdbflow.errors import VolumeError
 
 MORTON_BITS = kernel.MORTON_BITS  # per axis (kernels/vdbflow/route.h)
@@ -27,7 +27,7 @@ def morton(keys: np.ndarray, origin: np.ndarray, shift: int) -> np.ndarray:
     """Morton codes (uint64) of leaf keys (n, 3), taken relative to ``origin`` and coarsened by
     ``shift`` bits so that the key range fits 21 bits per axis (keys outside clamp to the ends).
     Computed by the kernels' own ``morton_code``, the function routing uses."""
-    return cpu.morton_codes(keys, origin, shift)
+    return kernel.morton_codes(keys, origin, shift)
 
 
 @dataclass(frozen=True)
@@ -63,8 +63,16 @@ class Router:
         background-only points and group p + 1 partition p; and the points in that order (N, 3).
         Arrays of ``device`` (``"cuda"``: CuPy, routed on the GPU).
         """
-        return backend(device).route(
-            points, self.origin, self.shift, self.boundaries, transform.kernel_parameters(), space == "world", near
+        return run(
+            "route",
+            points,
+            self.origin,
+            self.shift,
+            self.boundaries,
+            transform.kernel_parameters(),
+            space == "world",
+            near,
+            device=device,
         )
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from vdbflow.core.volume import Topology, Volume
-from vdbflow.devices import cpu
+from vdbflow.devices import run
 from vdbflow.distribution import keys
 from vdbflow.distribution.forward import DEFAULT_CHUNK, default_wave, route_wave
 from vdbflow.distribution.partitions import import_dask
@@ -41,9 +41,9 @@ def _vjp_piece(
     a_val = np.concatenate([np.asarray(a) for a in adj_values])[index]
     a_jac = None if adj_jacobians[0] is None else np.concatenate([np.asarray(a) for a in adj_jacobians])[index]
     if device == "cuda" and len(pts):  # on this worker's GPU (float64 atomics: sums in any order)
-        from vdbflow.devices.cuda import cupy_module
+        from vdbflow.devices import array_module
 
-        xp = cupy_module()
+        xp = array_module("cuda")
         on_gpu = [None if a is None else xp.asarray(a) for a in (pts, a_val, a_jac)]
         r = sample_grad_vjp(volume, *on_gpu, mode, space, jacobian_space, device="cuda").get()
     else:
@@ -82,7 +82,7 @@ def _wave_point_adjoints(sizes: tuple, dtype: Any, routed: tuple, *pieces: np.nd
     ``routed`` is the wave's :func:`route_wave` (the pieces' indices)."""
     block = np.empty((int(sum(sizes)), 3), dtype)
     for index, adj in zip(routed[: len(pieces)], pieces, strict=True):
-        cpu.scatter_rows(block, index, adj)
+        run("scatter_rows", block, index, adj)
     starts = np.cumsum((0,) + tuple(sizes))
     return tuple(block[starts[c] : starts[c + 1]] for c in range(len(sizes)))
 
@@ -128,6 +128,33 @@ class DistributedVJP:
         return out[:, 0] if C == 1 else out
 
 
+def _halo_returns(dvol: Any) -> tuple[list, list, list]:
+    """Where the halo's adjoints go: per partition p the local rows of its own leaves, the local rows of
+    the halo leaves it returns to each owner q (``sends[p][q]``), and per owner q the rows of its own-leaf
+    block those returns land in (``targets[q][p]``)."""
+    plan, P = dvol.plan, dvol.plan.partitions
+    owner = np.empty(dvol.template_leaf_count, np.int64)
+    for p, leaves in enumerate(plan.owned):
+        owner[leaves] = p
+    counts = dvol.leaf_value_counts
+    own_locals, sends, targets = [], [], [{} for _ in range(P)]
+    for p in range(P):
+        local_globals = np.union1d(plan.owned[p], plan.halo[p])
+        own_locals.append(np.searchsorted(local_globals, plan.owned[p]))
+        send = {}
+        for q in np.unique(owner[plan.halo[p]]):
+            leaves = plan.halo[p][owner[plan.halo[p]] == q]
+            send[int(q)] = np.searchsorted(local_globals, leaves)
+            # rows of those leaves inside q's own-leaf block
+            owned_q = plan.owned[int(q)]
+            block_counts = counts[owned_q] if dvol.template.index_layout else np.full(len(owned_q), 512)
+            starts = np.cumsum(block_counts) - block_counts
+            pos = np.searchsorted(owned_q, leaves)
+            targets[int(q)][p] = np.concatenate([np.arange(starts[k], starts[k] + block_counts[k]) for k in pos])
+        sends.append(send)
+    return own_locals, sends, targets
+
+
 def vjp_graph(
     dvol: Any,
     points: Any,
@@ -160,26 +187,7 @@ def vjp_graph(
     chunks = list(points.to_delayed().ravel())
     vals = list(adj_value.to_delayed().ravel())
     jacs = [None] * len(chunks) if adj_jacobian is None else list(adj_jacobian.to_delayed().ravel())
-    # which local leaves each partition owns, and which halo leaves it returns to which owner
-    owner = np.empty(dvol.template_leaf_count, np.int64)
-    for p, leaves in enumerate(plan.owned):
-        owner[leaves] = p
-    counts = dvol.leaf_value_counts
-    own_locals, sends, targets = [], [], [{} for _ in range(P)]
-    for p in range(P):
-        local_globals = np.union1d(plan.owned[p], plan.halo[p])
-        own_locals.append(np.searchsorted(local_globals, plan.owned[p]))
-        send = {}
-        for q in np.unique(owner[plan.halo[p]]):
-            leaves = plan.halo[p][owner[plan.halo[p]] == q]
-            send[int(q)] = np.searchsorted(local_globals, leaves)
-            # rows of those leaves inside q's own-leaf block
-            owned_q = plan.owned[int(q)]
-            block_counts = counts[owned_q] if dvol.template.index_layout else np.full(len(owned_q), 512)
-            starts = np.cumsum(block_counts) - block_counts
-            pos = np.searchsorted(owned_q, leaves)
-            targets[int(q)][p] = np.concatenate([np.arange(starts[k], starts[k] + block_counts[k]) for k in pos])
-        sends.append(send)
+    own_locals, sends, targets = _halo_returns(dvol)
     # the streaming graph of the forward mode, wave by wave; each partition's data adjoints are folded
     # over the waves in order, so that a wave's pieces are released once folded and its point adjoints
     # assembled: memory depends on the waves in flight, not on the number of points

@@ -64,7 +64,7 @@ def analytic_error(check: AnalyticCheck, X: np.ndarray, P: np.ndarray, topology:
     evenly spaced points of it) and their count.  Interior points are those whose stencil reads only
     active voxels (:func:`vdbflow.ops.coverage.stencil_inside`), where the error is the scheme's own,
     free of the background."""
-    from vdbflow.devices import cpu
+    from vdbflow.devices import run
     from vdbflow.ops.coverage import stencil_inside
 
     if len(P) > ANALYTIC_CHECK_PER_CHUNK:  # a check, not an output: evenly spaced points of the chunk
@@ -81,7 +81,8 @@ def analytic_error(check: AnalyticCheck, X: np.ndarray, P: np.ndarray, topology:
     if check.output != "jacobian":
         quantity = {check.output: np.empty(X.shape, np.float64)}
         velocity = check.field.velocity(world) if check.output == "helicity" else None
-        cpu.derive(
+        run(
+            "derive",
             np.ascontiguousarray(exact, np.float64),
             None if velocity is None else np.ascontiguousarray(velocity, np.float64),
             quantity,

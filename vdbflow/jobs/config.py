@@ -36,12 +36,15 @@ from pydantic import (
 )
 
 from vdbflow.core import outputs as output_table
+from vdbflow.core.kernel import MODES
 from vdbflow.core.value_types import VALUE_TYPES
 from vdbflow.devices import DEVICES
 from vdbflow.errors import TimeError, VdbflowError
-from vdbflow.ops.sampling import MODES, SPACES
+from vdbflow.jobs.writers import WRITERS, format_of_path
+from vdbflow.ops.request import SPACES
 from vdbflow.synthetic.steady import FIELDS
-from vdbflow.temporal.particles import (
+from vdbflow.temporal.interpolation import TIME_MODES
+from vdbflow.temporal.steps import (
     TABLEAUS,
     check_trajectory_memory,
     save_every_of,
@@ -49,7 +52,6 @@ from vdbflow.temporal.particles import (
     saved_steps,
     step_count,
 )
-from vdbflow.temporal.series import TIME_MODES
 
 DERIVED = output_table.names("derived", "tensor")  # quantities of the Jacobian (vdbflow.core.outputs)
 SECOND = output_table.names("second")  # second derivatives (Volume.sample_hessian): any float grid
@@ -57,7 +59,7 @@ OUTPUTS = tuple(output_table.TABLE)  # and inside: whether the stencil reads onl
 SYNTHETIC_FIELDS = tuple(FIELDS)
 SYNTHETIC_DTYPES = tuple(n for n, vt in VALUE_TYPES.items() if vt.components == 1 and vt.is_float)
 SAMPLING_DEVICES = tuple(d for d in DEVICES if d != "auto")  # auto follows the points, which a job makes on the CPU
-OUTPUT_FORMATS = ("zarr", "netcdf")
+OUTPUT_FORMATS = tuple(WRITERS)
 COMPRESSIONS = ("lz4", "zstd", "none")  # of Zarr chunks (jobs.output.lazy_write)
 
 Vec3 = tuple[float, float, float]
@@ -542,7 +544,7 @@ ClusterSpec = Annotated[
 class OutputSpec(_Model):
     path: FilePath
     format: Literal[OUTPUT_FORMATS] | None = Field(  # type: ignore[valid-type]
-        None, description="default: netcdf for .nc, else zarr"
+        None, description="default: netcdf for .nc, .nc4 and .netcdf, else zarr"
     )
     chunk: int | None = Field(
         None, ge=1, le=MAX_CHUNK_POINTS, description="points per stored chunk; default: the points' chunk"
@@ -558,7 +560,7 @@ class OutputSpec(_Model):
     def resolved_format(self) -> str:
         if self.format is not None:
             return self.format
-        return "netcdf" if self.path.suffix.lower() in (".nc", ".nc4", ".netcdf") else "zarr"
+        return format_of_path(self.path)
 
 
 ByteSize = Annotated[int, Field(ge=0)] | MemorySize

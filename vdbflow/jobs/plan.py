@@ -309,22 +309,59 @@ def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False, own_clu
     if own_cluster:
         check_gpu_cluster(cfg)
     warnings = check_inputs(cfg, missing_ok=dry_run)
+    missing_volume = _missing_volume(cfg)
+    grids = _grid_plans(cfg, missing_volume)
+    count = _point_count(cfg)
+    script = None
+    if isinstance(cfg.cluster, SlurmClusterSpec):
+        try:
+            script = slurm_job_script(cfg.cluster)
+        except MissingExtraError as err:
+            if not dry_run:
+                raise
+            warnings.append(f"cluster{cfg.where('cluster')}: no job script shown: {err}")
+    notes, inputs = _input_notes(cfg, missing_volume is not None)
+    plan = JobPlan(
+        cfg,
+        grids,
+        count,
+        None if count is None else -(-count // cfg.points.chunk),
+        str(cfg.partitions)
+        if cfg.partitions
+        else "none where the volume takes at most 1/8 of a worker's memory (every worker reads it whole, "
+        "one task a chunk), else one per worker",
+        describe_cluster(cfg.cluster),
+        max(1, STENCIL_RADIUS[cfg.sampling.mode]),
+        script,
+        notes,
+        _bytes_per_point(cfg, grids),
+        inputs,
+        warnings,
+    )
+    _check_size(plan, force, dry_run)
+    return plan
+
+
+def _missing_volume(cfg: JobConfig) -> str | Path | None:
+    """What of the volume input is not here (a dry run plans without it), or None."""
     series = cfg.volume.series
     if series is not None:
         files = series.files()
         gone = [f for f in files if not f.is_file()]
-        missing_volume = f"{gone[0]}" if gone else (None if files else f"a file matching {series.paths!r}")
-    else:
-        missing_volume = cfg.volume.path if cfg.volume.path is not None and not cfg.volume.path.is_file() else None
-    volume_missing = missing_volume is not None
+        return f"{gone[0]}" if gone else (None if files else f"a file matching {series.paths!r}")
+    return cfg.volume.path if cfg.volume.path is not None and not cfg.volume.path.is_file() else None
+
+
+def _grid_plans(cfg: JobConfig, missing_volume: str | Path | None) -> list[GridPlan]:
+    """The grids the job reads (from the files' headers, the synthetic field, or vec3f assumed when the
+    volume is not here), checked against the sampling mode, the outputs and the particles."""
     if cfg.volume.synthetic:
         try:
             synthetic.make_field(cfg.volume.synthetic.field, **cfg.volume.synthetic.params)
         except (VolumeError, ValueError) as err:
             raise ConfigError(f"volume.synthetic.params{cfg.where('volume.synthetic.params')}: {err}") from None
-    if cfg.volume.synthetic:
         grids = [_synthetic_estimate(cfg)]
-    elif volume_missing:  # a dry run: the sizes assume vec3f grids
+    elif missing_volume is not None:  # a dry run: the sizes assume vec3f grids
         grids = [
             GridPlan(
                 n, "Vec3f", VALUE_TYPES["vec3f"], -1, -1, f"not read: {missing_volume} is not here (sizes assume vec3f)"
@@ -334,7 +371,7 @@ def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False, own_clu
     else:
         grids = _nvdb_grids(cfg)
     derived = [o for o in cfg.sampling.outputs if o in DERIVED] if cfg.advect is None else []  # advect: unused
-    for g in grids if not volume_missing else ():
+    for g in grids if missing_volume is None else ():
         if cfg.sampling.mode != "closest" and not g.value_type.is_float:
             raise ConfigError(
                 f"sampling.mode: {cfg.sampling.mode!r} needs float data; grid {g.name!r} holds "
@@ -351,31 +388,28 @@ def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False, own_clu
                 f"[name]), got {len(grids)}: {', '.join(g.name for g in grids)}"
             )
         g = grids[0]
-        if not volume_missing and (g.components != 3 or not g.value_type.is_float):
+        if missing_volume is None and (g.components != 3 or not g.value_type.is_float):
             raise ConfigError(
                 f"advect{cfg.where('advect')}: expected a vec3 float velocity grid, grid {g.name!r} holds "
                 f"{g.grid_type} with {g.components} component(s)"
             )
+    return grids
+
+
+def _point_count(cfg: JobConfig) -> int | None:
+    """How many points the job samples (None: a points file not here yet, in a dry run)."""
     if isinstance(cfg.points, FilePoints) and not cfg.points.path.exists():
-        count = None  # a dry run: counted when the file is there
-    elif isinstance(cfg.points, FilePoints):
+        return None
+    if isinstance(cfg.points, FilePoints):
         try:
-            count = file_point_count(cfg.points)
+            return file_point_count(cfg.points)
         except PointsError as err:
             raise ConfigError(str(err)) from None
-    else:
-        count = generated_count(cfg.points)
-    chunks = None if count is None else -(-count // cfg.points.chunk)
-    cluster = describe_cluster(cfg.cluster)
-    script = None
-    if isinstance(cfg.cluster, SlurmClusterSpec):
-        try:
-            script = slurm_job_script(cfg.cluster)
-        except MissingExtraError as err:
-            if not dry_run:
-                raise
-            warnings.append(f"cluster{cfg.where('cluster')}: no job script shown: {err}")
-    halo = max(1, STENCIL_RADIUS[cfg.sampling.mode])
+    return generated_count(cfg.points)
+
+
+def _input_notes(cfg: JobConfig, volume_missing: bool) -> tuple[list[str], dict[str, InputIdentity]]:
+    """The plan's notes on the output and the inputs, and the identities of the input files it read."""
     notes = []
     if cfg.output.path.exists():
         notes.append(f"{cfg.output.path} holds an earlier vdbflow result, replaced when the new one is complete")
@@ -395,29 +429,18 @@ def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False, own_clu
             )
         )
         notes.append(f"{cfg.volume.path} ({human_bytes(inputs['volume.path'].size)}) is {how}")
-    if series is not None and not volume_missing:
+    if cfg.volume.series is not None and not volume_missing:
         lo, hi = _series_times(cfg)
         notes.append(
-            f"the series' {len(series.files())} files (t from {lo:g} to {hi:g}) are memory-mapped in place by "
-            "each worker: the job must not run while another process rewrites them"
+            f"the series' {len(cfg.volume.series.files())} files (t from {lo:g} to {hi:g}) are memory-mapped in "
+            "place by each worker: the job must not run while another process rewrites them"
         )
-    plan = JobPlan(
-        cfg,
-        grids,
-        count,
-        chunks,
-        str(cfg.partitions)
-        if cfg.partitions
-        else "none where the volume takes at most 1/8 of a worker's memory (every worker reads it whole, "
-        "one task a chunk), else one per worker",
-        cluster,
-        halo,
-        script,
-        notes,
-        _bytes_per_point(cfg, grids),
-        inputs,
-        warnings,
-    )
+    return notes, inputs
+
+
+def _check_size(plan: JobPlan, force: bool, dry_run: bool) -> None:
+    """Refuse a job beyond its limits (unless ``force``); note a tight worker memory and a full disk."""
+    cfg, notes = plan.config, plan.notes
     problems = _limits(plan)
     if problems and not force:
         raise ConfigError(
@@ -438,7 +461,6 @@ def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False, own_clu
             f"the result (about {human_bytes(plan.output_bytes)} before compression) may not fit in the "
             f"{human_bytes(free)} free where {cfg.output.path} goes"
         )
-    return plan
 
 
 def _free_bytes(path: Path) -> int | None:

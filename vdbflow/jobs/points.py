@@ -93,10 +93,10 @@ def _random_in_voxels(
 ) -> np.ndarray:
     """Points uniform inside the active voxels: a uniform voxel rank, found by the kernels'
     rank-select over the masks (``active_voxels_at``), plus a uniform offset in the voxel."""
-    from vdbflow.devices import cpu
+    from vdbflow.devices import run
 
     rng = np.random.default_rng([seed, block])
-    ijk = cpu.active_voxels_at(origins, masks, leaf_end, rng.integers(0, leaf_end[-1], stop - start))
+    ijk = run("active_voxels_at", origins, masks, leaf_end, rng.integers(0, leaf_end[-1], stop - start))
     pts = rng.uniform(-0.5, 0.5, (stop - start, 3))
     pts += ijk
     return pts if transform is None else transform.apply(pts)

@@ -1,6 +1,8 @@
-"""A running job's progress and timing: the steps of its graph by task key (:data:`STEPS`,
-:func:`step_of`), worker compute time by step from Dask's task stream (:func:`worker_time_by_step`),
-and the rich progress bar drawn from Dask's scheduler feed (:class:`DaskRichBar`).
+"""A running job's progress and timing: the step of each task (:func:`step_of`: vdbflow's own key
+prefixes, else the graph of the job's collections that holds it, :func:`steps_of_graphs`), worker compute
+time by step from Dask's task stream (:func:`worker_time_by_step`), and the rich progress bar drawn from
+Dask's scheduler feed (:class:`DaskRichBar`).  Only Dask's public API is read: the collection protocol,
+``distributed.get_task_stream`` and ``distributed.diagnostics.progressbar``; no Dask-internal key names.
 """
 
 from __future__ import annotations
@@ -11,47 +13,65 @@ from vdbflow.distribution import keys
 from vdbflow.jobs.chunks import CHUNK_KEY, TALLY_KEY
 from vdbflow.jobs.particles import ADVECT_KEY
 from vdbflow.jobs.points import POINTS_KEY
+from vdbflow.jobs.writers.zarr_store import INDEX_KEY
 
-# steps of a job's graph, by the prefix of their task keys (dask.utils.key_split): vdbflow's own prefixes
-# are constants of the modules that make the keys; the others are Dask's and xarray's
+# vdbflow's own task-key prefixes (dask.utils.key_split), constants of the modules that make the keys: a task
+# with one of them belongs to its step whichever graph holds it
 STEPS = {
-    "points": (
-        POINTS_KEY,
-        "from-zarr",
-        "open_dataset",
-        "original-array",
-        "getter",
-        "read_csv",
-        "read_parquet",
-        "rechunk",
-    ),
+    "points": (POINTS_KEY,),
     "routing": (keys.ROUTE,),
-    "sampling": (keys.SAMPLE, keys.REORDER, *keys.OUTPUTS.values(), keys.DERIVED, "getitem"),
-    "writing": ("store-map", "store", "to_zarr", "to_netcdf", "finalize", "_finalize_store"),
-    "checks": ("block_error", TALLY_KEY),  # the analytic check, non-finite points, the edge of the data
+    "sampling": (keys.SAMPLE, keys.REORDER, *keys.OUTPUTS.values(), keys.DERIVED),
+    "writing": (INDEX_KEY,),
+    "checks": (TALLY_KEY,),  # non-finite points, the edge of the data
     "advection": (ADVECT_KEY,),
     "chunk": (CHUNK_KEY,),  # one-pass chunk tasks: the job replaces this by the phases they measured
 }
+# every other task belongs to the step of the first collection whose graph holds it (steps_of_graphs):
+# the points, then the samples (unprefixed tasks there: "derived", the arithmetic xarray adds), then the
+# writer's tasks and the summary's checks
+GRAPH_STEPS = ("points", "samples", "writing", "checks")
 
 
-def step_of(key: Any) -> str:
-    """The job step a task belongs to (derived quantities and anything else: ``derived``)."""
+def _own_step(key: Any) -> str | None:
     from dask.utils import key_split
 
     prefix = key_split(key)
-    if prefix.endswith("-store-map"):  # store tasks fused with what feeds them (getitem, concatenate, ...)
-        return "writing"
     for step, prefixes in STEPS.items():
         if any(prefix == p or prefix.startswith(p + "-") for p in prefixes):
             return step
-    return "derived"
+    return None
 
 
-def worker_time_by_step(records: list[dict]) -> dict[str, float]:
-    """Seconds of worker compute per step, from Dask's task stream (``startstops`` of each task)."""
+def step_of(key: Any, steps: dict[Any, str] | None = None) -> str:
+    """The job step a task belongs to: by vdbflow's own key prefixes (:data:`STEPS`), else by the graph
+    that holds it (``steps``, from :func:`steps_of_graphs`), else ``derived``."""
+    own = _own_step(key)
+    if own is not None:
+        return own
+    return (steps or {}).get(key, "derived")
+
+
+def steps_of_graphs(collections: dict[str, Any]) -> dict[Any, str]:
+    """The step of each task of a job's Dask collections (name of :data:`GRAPH_STEPS` -> a collection or
+    a list of them), read from their graphs (Dask's collection protocol, ``__dask_graph__``): a task
+    belongs to the first collection listed that holds it; the samples' own tasks are ``derived``."""
+    out: dict[Any, str] = {}
+    for name in GRAPH_STEPS:
+        items = collections.get(name)
+        for collection in items if isinstance(items, (list, tuple)) else (items,):
+            graph = getattr(collection, "__dask_graph__", lambda: None)()
+            step = "derived" if name == "samples" else name
+            for key in graph or ():
+                out.setdefault(key, step)
+    return out
+
+
+def worker_time_by_step(records: list[dict], steps: dict[Any, str] | None = None) -> dict[str, float]:
+    """Seconds of worker compute per step, from Dask's task stream (``startstops`` of each task);
+    ``steps``: :func:`steps_of_graphs` of the job's collections."""
     out = dict.fromkeys((*STEPS, "derived"), 0.0)
     for r in records:
-        step = step_of(r["key"])
+        step = step_of(r["key"], steps)
         out[step] += sum(s["stop"] - s["start"] for s in r.get("startstops", ()) if s.get("action") == "compute")
     return out
 

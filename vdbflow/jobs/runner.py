@@ -24,36 +24,20 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from vdbflow.core.volume import Volume
 from vdbflow.devices import cuda_build
-from vdbflow.errors import NanoVDBError, OpenVDBError, VdbflowError, VolumeError
+from vdbflow.errors import VdbflowError
 from vdbflow.jobs.chunks import (
     CHUNK_PHASES,
-    TALLY_KEY,
-    AnalyticCheck,
-    analytic_check,
-    analytic_error,
-    grid_request,
-    grid_variables,
-    point_tally,
 )
 from vdbflow.jobs.clusters import open_cluster, worker_memory_limit
 from vdbflow.jobs.config import ConfigError, JobConfig, SlurmClusterSpec
 from vdbflow.jobs.config_load import dump_config
+from vdbflow.jobs.executors import Sampled, executor_for, shaped, worker_memory
 from vdbflow.jobs.inputs import InputIdentity, build_volumes, snapshot
-from vdbflow.jobs.output import (
-    OutputError,
-    add_attrs,
-    discard,
-    lazy_write,
-    partial_path,
-    publish,
-    spare_cores_for_blosc,
-    tidy,
-)
+from vdbflow.jobs.output import OutputError, discard, partial_path, publish, tidy
 from vdbflow.jobs.plan import JobPlan, check_worker_memory, plan_job
-from vdbflow.jobs.points import make_points
-from vdbflow.jobs.progress import DaskRichBar, worker_time_by_step
+from vdbflow.jobs.progress import DaskRichBar, steps_of_graphs, worker_time_by_step
+from vdbflow.jobs.writers import writer
 
 log = logging.getLogger("vdbflow.run")
 
@@ -119,21 +103,6 @@ def _warmed(warming: list) -> None:
         log.debug("waiting for the warm-up imports: %s", err)
 
 
-def _replicable(client: Any, sources: dict[str, Any]) -> bool:
-    """Whether every worker reads the job's whole volume (:func:`vdbflow.jobs.chunks.replicable`): its
-    files' sizes (or the in-memory volumes' bytes) against the smallest worker memory limit."""
-    from vdbflow.jobs.chunks import replicable
-
-    size = sum(Path(s[0]).stat().st_size if isinstance(s, tuple) else s.nbytes for s in sources.values())
-    return replicable(size, _worker_memory(client))
-
-
-def _worker_memory(client: Any) -> int:
-    """The smallest memory limit of the cluster's workers in bytes (0: none, or not known)."""
-    limits = [w.get("memory_limit") or 0 for w in client.scheduler_info(n_workers=-1)["workers"].values()]
-    return min(limits, default=0)
-
-
 def killed_worker_error(err: BaseException, plan: JobPlan, memory: int) -> VdbflowError | None:
     """Dask's ``KilledWorker`` (the workers running one task died, three times by default) said in
     terms of the job: the task, the likely cause (a worker out of memory: its limit against the chunk's
@@ -161,110 +130,6 @@ def killed_worker_error(err: BaseException, plan: JobPlan, memory: int) -> Vdbfl
         f"give the workers more memory ({more}); if memory is not the cause, the workers' logs say why they "
         "exited. No result was published"
     )
-
-
-def _grid_dataset(dvol: Any, pts: Any, cfg: JobConfig, prefix: str) -> tuple[xr.Dataset, str | None]:
-    """The sampled variables of one partitioned grid (:func:`~vdbflow.jobs.chunks.grid_variables`)."""
-    request = grid_request(cfg)
-    inside = None
-    if "inside" in cfg.sampling.outputs:  # lazy, one task a chunk of points
-        from vdbflow.ops.coverage import stencil_inside_flags
-
-        inside = stencil_inside_flags(dvol.topology, pts, cfg.sampling.mode, cfg.points.space)
-    return grid_variables(dvol.template, request, pts, dvol.sample_arrays(request, pts), cfg, prefix, inside)
-
-
-def _shaped(
-    ds: xr.Dataset, shape: tuple[int, ...], dims: tuple[str, ...], chunk: int, dim: str = "point"
-) -> xr.Dataset:
-    """``ds`` with its ``dim`` (``point``, or a particle job's ``particle``) unravelled (C order) into
-    ``dims`` of ``shape`` - a plane's (s, t), a lattice's (x, y, z) - chunked along the first of them,
-    about ``chunk`` points a chunk; lazy."""
-    rows = max(1, chunk // max(1, int(np.prod(shape[1:]))))
-    variables = {}
-    for name, var in ds.variables.items():
-        if name == dim:
-            continue
-        if dim in var.dims:
-            if var.dims[0] != dim:
-                raise OutputError(f"expected {dim!r} first in the dims of {name}, got {var.dims}")
-            data = var.data.reshape(tuple(shape) + var.shape[1:])
-            if hasattr(data, "rechunk"):
-                data = data.rechunk((rows,) + tuple(shape[1:]) + var.shape[1:])
-            var = xr.Variable(tuple(dims) + var.dims[1:], data, var.attrs)
-        variables[name] = var
-    coords = {n: v for n, v in variables.items() if n in ds.coords}
-    data_vars = {n: v for n, v in variables.items() if n not in ds.coords}
-    attrs = {k: v for k, v in ds.attrs.items() if k != "featureType"}  # a grid of points, not a CF point set
-    return xr.Dataset(data_vars, coords=coords, attrs=attrs)
-
-
-def _tally(pts: Any, topology: Any, cfg: JobConfig) -> Any:
-    """Lazy (3,): :func:`~vdbflow.jobs.chunks.point_tally` of the partitioned path, summed over its chunks."""
-    import dask
-
-    shared = dask.delayed(topology)
-    token = dask.base.tokenize(pts.name, cfg.sampling.mode, cfg.points.space, id(topology))
-    blocks = [
-        dask.delayed(point_tally, pure=True)(
-            P, shared, cfg.sampling.mode, cfg.points.space, dask_key_name=f"{TALLY_KEY}-{token}-{b}"
-        )
-        for b, P in enumerate(pts.rechunk({1: 3}).to_delayed().ravel())
-    ]
-    return dask.delayed(np.sum, pure=True)(dask.delayed(np.concatenate, pure=True)(blocks), axis=0)
-
-
-def _analytic_error(checked: xr.DataArray, check: AnalyticCheck, pts: Any, topology: Any) -> Any:
-    """Lazy (chunks, 2) array: :func:`~vdbflow.jobs.chunks.analytic_error` of each chunk of the
-    partitioned path (one task a chunk, beside the sampling)."""
-    import dask
-
-    shared = dask.delayed(topology)
-    blocks = [
-        dask.delayed(analytic_error, pure=True)(check, X, P, shared)
-        for X, P in zip(checked.data.to_delayed().ravel(), pts.rechunk({1: 3}).to_delayed().ravel(), strict=True)
-    ]
-    return dask.delayed(np.concatenate, pure=True)(blocks)
-
-
-def _particle_job(
-    cfg: JobConfig, client: Any, sources: dict[str, Any], timings: dict[str, float]
-) -> tuple[xr.Dataset, Any]:
-    """The lazy result of an ``advect:`` job and its seeds (:mod:`vdbflow.jobs.particles`): the volume is
-    opened here for its topology and names (memory-mapped), and by each worker for its tasks."""
-    from vdbflow.io.volumes import open_volume
-    from vdbflow.jobs.particles import SeriesFiles, particle_dataset, seed_chunk
-
-    t0 = time.perf_counter()
-    ((name, src),) = sources.items()
-    if isinstance(src, SeriesFiles):  # its times were checked by plan_job
-        try:
-            template = src.open().template
-        except (VolumeError, NanoVDBError, OpenVDBError) as err:
-            raise ConfigError(f"volume.series{cfg.where('volume.series')}: {err}") from None
-        source: Any = src
-    elif isinstance(src, tuple):
-        template = open_volume(src[0], src[1])
-        source = (str(src[0]), src[1])
-    else:
-        template = src
-        source = client.scatter(src, broadcast=True)  # one copy a worker, sent once
-    if not isinstance(template, Volume):
-        raise ConfigError(f"advect: expected a grid of values to advect through, got an index grid {name!r}")
-    topology = template.topology
-    bbox = topology.data_bounds(cfg.points.space, inner=True)  # a lattice's default: the voxel centres
-    point_set = make_points(cfg.points, topology, bbox)
-    seeds = point_set.points
-    if cfg.points.space == "index":  # particles move in world space
-        import dask.array as da
-
-        seeds = da.map_blocks(topology.transform.apply, seeds, dtype=np.float64)
-    workers = len(client.scheduler_info(n_workers=-1)["workers"])
-    row = int(np.prod(point_set.shape[1:])) if point_set.shape else 1  # a plane's or lattice's row
-    seeds = seeds.rechunk({0: seed_chunk(point_set.count, cfg.points.chunk, workers, row)})  # a task a worker
-    timings["distribute_s"] = time.perf_counter() - t0
-    ds = particle_dataset(cfg, source, template, seeds)
-    return ds, point_set
 
 
 @dataclass
@@ -363,15 +228,59 @@ def run_job(
     ``force`` runs a job larger than ``cfg.limits``.  A ``client`` (``distributed.Client``) runs the
     job on its cluster instead of the one ``cfg.cluster`` describes, and is left open.  Leftovers of
     killed runs at the output are dealt with first (:func:`vdbflow.jobs.output.tidy`), each logged.
-    """
-    from vdbflow.distribution.volume import distribute
 
+    The job is a composition: an executor (:mod:`vdbflow.jobs.executors`) builds the lazy samples, a
+    writer (:mod:`vdbflow.jobs.writers`) writes them to a hidden path from the workers, and
+    :mod:`vdbflow.jobs.output` publishes the complete result.
+    """
     plan = plan_job(cfg, force, own_cluster=client is None)
     given = client is not None
-    if client is not None:
+    if given:
         plan.cluster = f"the given client's cluster (scheduler {client.scheduler.address})"
-    t_start = time.perf_counter()
-    timings: dict[str, float] = {}
+    job = _Job(cfg, plan, _prepare_output(cfg), writer(cfg.output.resolved_format), time.perf_counter())
+    with (
+        contextlib.ExitStack() as after_cluster,  # exits last: after the cluster is closed
+        concurrent.futures.ThreadPoolExecutor(1) as hasher,
+        _volume_file(cfg, plan, job.final, hasher) as reading,
+        contextlib.nullcontext(client) if given else open_cluster(cfg.cluster) as client,
+    ):
+        job.timings["cluster_s"] = time.perf_counter() - job.t_start
+        job.meet_cluster(client, given, force, console)
+        t0 = time.perf_counter()
+        sources, analytic, checksum, volume_file = _inputs(cfg, plan, reading.result(), hasher)
+        job.grids = list(sources)
+        _warmed(job.warming)
+        sampled = None
+        try:
+            execute = executor_for(cfg, client, sources)
+            t1 = time.perf_counter()
+            sampled = execute(cfg, client, sources, analytic, plan, job.timings)
+            job.timings["distribute_s"] += t1 - t0  # the inputs' preparation
+            ds = _labelled(sampled, cfg, plan)
+            result = job.write(ds, sampled, client, console if progress else None, after_cluster)
+            provenance = job.provenance(result, checksum, analytic)
+            job.writer.add_attrs(job.target, provenance)
+            if volume_file is not None and not cfg.volume.snapshot:
+                plan.inputs["volume.path"].check("when the job finished")
+            if publishing is not None:
+                publishing.set()
+            publish(job.target, job.final, cfg.output.overwrite)
+        except OutputError:
+            raise  # the complete result was kept at an unpublished path, which the message names
+        except BaseException as err:
+            job.fail(client, after_cluster)
+            if (killed := killed_worker_error(err, plan, job.memory)) is not None:
+                raise killed from err
+            raise
+        finally:
+            for dvol in sampled.volumes if sampled is not None else ():
+                dvol.close()
+    log.info("published %s", job.final)
+    return result
+
+
+def _prepare_output(cfg: JobConfig) -> Path:
+    """The output's final path, its leftovers dealt with (each logged), its folder made."""
     final = cfg.output.path.absolute()
     for line in tidy(final):
         log.warning("%s", line)
@@ -381,200 +290,173 @@ def run_job(
             "just now, and output.overwrite is 'never'"
         )
     final.parent.mkdir(parents=True, exist_ok=True)
-    with (
-        contextlib.ExitStack() as after_cluster,  # exits last: after the cluster is closed
-        concurrent.futures.ThreadPoolExecutor(1) as hasher,
-        _volume_file(cfg, plan, final, hasher) as reading,
-        contextlib.nullcontext(client) if client is not None else open_cluster(cfg.cluster) as client,
-    ):
-        timings["cluster_s"] = time.perf_counter() - t_start
-        warming = _warm_workers(client)  # the workers import while this process prepares the job
-        cuda_marks = None  # device: cuda: each worker process's count of CUDA builds before the job
+    return final
+
+
+def _inputs(
+    cfg: JobConfig, plan: JobPlan, volume: tuple[Path | None, str | None], hasher: concurrent.futures.Executor
+) -> tuple[dict[str, Any], Any, dict[Any, concurrent.futures.Future], Path | None]:
+    """The job's volumes (path and grid, or in memory), the analytic field of a synthetic volume, the
+    futures of its input files' sha256 (hashed in ``hasher`` while the job runs) and the volume file it
+    reads (the snapshot, or None)."""
+    volume_file, volume_sha256 = volume  # the snapshot, made while the cluster started
+    sources, analytic = build_volumes(cfg, [g.name for g in plan.grids])
+    if volume_file is not None:
+        sources = {name: (volume_file, src[1]) for name, src in sources.items()}
+    hashes: dict[Path, concurrent.futures.Future] = {}
+    for src in sources.values():
+        if isinstance(src, tuple) and Path(src[0]) not in hashes:
+            hashes[Path(src[0])] = hasher.submit(
+                lambda p: volume_sha256 if p == volume_file and volume_sha256 else InputIdentity.of(p).sha256(),
+                Path(src[0]),
+            )
+    checksum: dict[Any, concurrent.futures.Future] = {
+        name: hashes[Path(src[0])] for name, src in sources.items() if isinstance(src, tuple)
+    }
+    if cfg.volume.series is not None:  # each file of the series
+        checksum = {i.path: hasher.submit(i.sha256) for src in sources.values() for i in src.identities}
+    return sources, analytic, checksum, volume_file
+
+
+def _labelled(sampled: Sampled, cfg: JobConfig, plan: JobPlan) -> xr.Dataset:
+    """The executor's Dataset chunked for the store (shaped as the points are: a plane, a lattice) and
+    labelled with the points' attrs and the run's provenance."""
+    ds, point_set = sampled.ds, sampled.point_set
+    chunk = cfg.output.chunk or cfg.points.chunk
+    dim = "point" if cfg.advect is None else "particle"
+    ds = ds.chunk({dim: chunk}) if point_set.shape is None else shaped(ds, point_set.shape, point_set.dims, chunk, dim)
+    ds.attrs.update(point_set.attrs)
+    ds.attrs["source"] = f"vdbflow {_versions()['vdbflow']}"
+    ds.attrs.update(
+        {
+            "title": "vdbflow run result",
+            "vdbflow_config": dump_config(cfg),
+            "versions": _versions(),
+            "grids": [g.name for g in plan.grids],
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
+    )
+    return ds
+
+
+@dataclass
+class _Job:
+    """A running job's state: its plan, output paths, writer, cluster facts and timings."""
+
+    cfg: JobConfig
+    plan: JobPlan
+    final: Path
+    writer: Any  # a module of vdbflow.jobs.writers
+    t_start: float
+    timings: dict[str, float] = field(default_factory=dict)
+    workers: int = 0
+    memory: int = 0
+    dashboard: str | None = None
+    warming: list = field(default_factory=list)
+    cuda_marks: dict | None = None  # device: cuda: each worker process's count of CUDA builds before the job
+    futures: list = field(default_factory=list)
+    write_task: Any = None
+    grids: list[str] = field(default_factory=list)
+
+    target: Path = field(init=False)  # the hidden path the result is written to (a new tag a job)
+
+    def __post_init__(self) -> None:
+        self.target = partial_path(self.final)
+
+    def meet_cluster(self, client: Any, given: bool, force: bool, console: Any) -> None:
+        """Warm the workers, read their count and memory (checked against the plan where the plan did
+        not know it), show the dashboard, and let the writer set the workers up."""
+        cfg = self.cfg
+        self.warming = _warm_workers(client)  # the workers import while this process prepares the job
         if cfg.sampling.device == "cuda":
-            cuda_marks = {pid: len(log) for pid, log in client.run(cuda_build.build_records).values()}
-        dashboard = client.dashboard_link if cfg.cluster.dashboard else None
-        workers = len(client.scheduler_info(n_workers=-1)["workers"])
-        memory = _worker_memory(client)
+            self.cuda_marks = {pid: len(log) for pid, log in client.run(cuda_build.build_records).values()}
+        self.dashboard = client.dashboard_link if cfg.cluster.dashboard else None
+        self.workers = len(client.scheduler_info(n_workers=-1)["workers"])
+        self.memory = worker_memory(client)
         if given or worker_memory_limit(cfg.cluster) is None:  # the plan did not know the workers' memory
-            check_worker_memory(plan, memory, force)
-        log.info("cluster: %s; %d worker(s)%s", plan.cluster, workers, f"; dashboard {dashboard}" if dashboard else "")
-        if console is not None and dashboard:
-            console.print(f"Dask dashboard: {dashboard}")
-        if cfg.output.resolved_format == "zarr" and cfg.output.compression != "none":
-            log.debug("Blosc threads by worker: %s", spare_cores_for_blosc(client))
+            check_worker_memory(self.plan, self.memory, force)
+        where = f"; dashboard {self.dashboard}" if self.dashboard else ""
+        log.info("cluster: %s; %d worker(s)%s", self.plan.cluster, self.workers, where)
+        if console is not None and self.dashboard:
+            console.print(f"Dask dashboard: {self.dashboard}")
+        self.writer.prepare(client, cfg.output)
+
+    def write(self, ds: xr.Dataset, sampled: Sampled, client: Any, console: Any, after_cluster: Any) -> JobResult:
+        """Compute the samples and write them to the hidden target from the workers (with the lazy
+        figures of the summary); the summary of what ran."""
+        cfg, point_set = self.cfg, sampled.point_set
+        log.info("writing %d points to %s (published at %s when complete)", point_set.count, self.target, self.final)
         t0 = time.perf_counter()
-        volume_file, volume_sha256 = reading.result()  # the snapshot, made while the cluster started
-        sources, analytic = build_volumes(cfg, [g.name for g in plan.grids])
-        if volume_file is not None:
-            sources = {name: (volume_file, src[1]) for name, src in sources.items()}
-        hashes: dict[Path, concurrent.futures.Future] = {}
-        for src in sources.values():
-            if isinstance(src, tuple) and Path(src[0]) not in hashes:
-                hashes[Path(src[0])] = hasher.submit(
-                    lambda p: volume_sha256 if p == volume_file and volume_sha256 else InputIdentity.of(p).sha256(),
-                    Path(src[0]),
-                )
-        checksum = {name: hashes[Path(src[0])] for name, src in sources.items() if isinstance(src, tuple)}
-        if cfg.volume.series is not None:  # each file of the series
-            checksum = {i.path: hasher.submit(i.sha256) for src in sources.values() for i in src.identities}
-        _warmed(warming)
-        dvols = {}
+        self.write_task = self.writer.lazy_write(ds, cfg.output, self.target)
+        extras = {
+            k: x
+            for k, x in (("errors", sampled.errors), ("seconds", sampled.chunk_seconds), ("tally", sampled.tally))
+            if x is not None
+        }
+        steps = steps_of_graphs(
+            {"points": point_set.points, "samples": ds, "writing": self.write_task, "checks": list(extras.values())}
+        )
+        from distributed import get_task_stream
+
+        with get_task_stream(client) as stream:
+            self.futures = client.compute([self.write_task, *extras.values()], optimize_graph=False)
+            if console is not None and console.is_terminal:
+                DaskRichBar(self.futures, client, console)
+            results = dict(zip(extras, client.gather(self.futures)[1:], strict=True))
+        self.timings["sample_and_write_s"] = time.perf_counter() - t0
+        log.debug("warmed %d worker(s) ahead of the job's tasks", len(self.warming))
+        worker_seconds = worker_time_by_step(stream.data, steps)
+        if sampled.chunk_seconds is not None:  # the chunk tasks' time, by what they measured of it
+            worker_seconds.pop("chunk", None)
+            worker_seconds.update(zip(CHUNK_PHASES, map(float, results["seconds"]), strict=True))
+        result = JobResult(
+            self.final,
+            point_set.count,
+            sampled.partitions,
+            self.workers,
+            self.grids,
+            self.timings,
+            worker_seconds,
+            dashboard=self.dashboard,
+            steps=None if cfg.advect is None else int(ds.attrs["steps"]),
+        )
+        if self.cuda_marks is not None:  # what the workers compiled or loaded for this job (seconds summed)
+            answers = client.run(cuda_build.build_records, self.cuda_marks)
+            result.cuda_builds = cuda_build.build_summary(cuda_build.worker_builds(answers))
+        if sampled.tally is not None:
+            result.nonfinite_points, result.edge_checked, result.edge_outside = map(int, results["tally"])
+        if sampled.errors is not None:
+            e = np.asarray(results["errors"])
+            result.analytic_points = int(e[:, 1].sum())
+            result.analytic_error = float(e[:, 0].max(initial=0.0)) if result.analytic_points else None
+            result.analytic_output = sampled.checked_output
+        return result
+
+    def provenance(self, result: JobResult, checksum: dict[Any, concurrent.futures.Future], analytic: Any) -> dict:
+        """The global attrs that record how the result was made (inputs' sha256, checks, timings)."""
+        provenance: dict[str, Any] = {"input_sha256": {k: f.result() for k, f in checksum.items()}, "timings_s": {}}
+        if result.edge_checked is not None:
+            provenance["points_nonfinite"] = result.nonfinite_points
+            provenance["stencil_outside_points"] = result.edge_outside
+            provenance["stencil_checked_points"] = result.edge_checked
+        if result.analytic_output is not None:
+            provenance[f"analytic_{result.analytic_output}_max_error"] = result.analytic_error
+            provenance["analytic_interior_points"] = result.analytic_points
+        if analytic is not None and self.cfg.volume.synthetic.write is None:
+            provenance["input_sha256"] = "synthetic (generated in memory; see vdbflow_config)"
+        self.timings["total_s"] = time.perf_counter() - self.t_start
+        provenance["timings_s"] = {k: round(v, 4) for k, v in self.timings.items()}
+        provenance["worker_seconds_by_step"] = {k: round(v, 4) for k, v in result.worker_seconds.items()}
+        return provenance
+
+    def fail(self, client: Any, after_cluster: contextlib.ExitStack) -> None:
+        """A failed job: stop its tasks and remove its partial store (again once an embedded cluster's
+        workers are gone)."""
+        after_cluster.callback(discard, self.target)
         try:
-            chunk_seconds = None  # the one-pass path's own split of its tasks' time
-            if cfg.advect is not None:  # particles: one task a chunk of seeds, through the whole volume
-                ds, point_set = _particle_job(cfg, client, sources, timings)
-                partitions, errors, checked_output, tally = 0, None, None, None
-            elif cfg.partitions is None and _replicable(client, sources):
-                # samples, one pass per chunk: every worker reads the whole (small) volume
-                from vdbflow.io.volumes import open_volume
-                from vdbflow.jobs.chunks import chunked_dataset
-
-                # names, units and topology, memory-mapped here (not cached: the snapshot's mapping ends with the job)
-                templates = {n: open_volume(s[0], s[1]) if isinstance(s, tuple) else s for n, s in sources.items()}
-                on_workers = {
-                    n: (str(s[0]), s[1]) if isinstance(s, tuple) else client.scatter(s, broadcast=True)
-                    for n, s in sources.items()
-                }
-                topology = next(iter(templates.values())).topology  # random points are drawn inside the first grid
-                bbox = topology.data_bounds(cfg.points.space, inner=True)  # a lattice's default: the voxel centres
-                point_set = make_points(cfg.points, topology, bbox)
-                timings["distribute_s"] = time.perf_counter() - t0
-                ds, errors, chunk_seconds, checked_output, tally = chunked_dataset(
-                    cfg, templates, on_workers, point_set, analytic
-                )
-                partitions = 0
-                log.info("every worker reads the whole volume: one task a chunk of points")
-            else:  # samples: the volumes partitioned across the workers
-                for name, src in sources.items():
-                    if isinstance(src, tuple):
-                        dvols[name] = distribute(src[0], client, cfg.partitions, plan.halo, grid=src[1])
-                    else:
-                        dvols[name] = distribute(src, client, cfg.partitions, plan.halo)
-                first = next(iter(dvols.values()))
-                partitions = len(first.partitions)
-                timings["distribute_s"] = time.perf_counter() - t0
-                log.info(
-                    "distributed %d grid(s) over %d partition(s) in %.2f s",
-                    len(dvols),
-                    partitions,
-                    timings["distribute_s"],
-                )
-                topology = first.topology  # random points are drawn inside the first grid
-                bbox = topology.data_bounds(cfg.points.space, inner=True)  # a lattice's default: the voxel centres
-                point_set = make_points(cfg.points, topology, bbox)
-                pts = point_set.points
-                parts, errors = [], None
-                checked_output = None
-                for name, dvol in dvols.items():
-                    prefix = "" if len(dvols) == 1 else f"{name}_"
-                    ds_g, checked = _grid_dataset(dvol, pts, cfg, prefix)
-                    parts.append(ds_g)
-                    if analytic is not None and checked is not None:
-                        checked_output = "jacobian" if checked.endswith("_jacobian") else checked[len(prefix) :]
-                        check = analytic_check(cfg, analytic, checked_output, dvol.template.index_to_world)
-                        errors = _analytic_error(ds_g[checked], check, pts, dvol.topology)
-                ds = xr.merge(parts, compat="override", join="override", combine_attrs="override")
-                tally = _tally(pts, topology, cfg)
-            chunk = cfg.output.chunk or cfg.points.chunk
-            dim = "point" if cfg.advect is None else "particle"
-            ds = (
-                ds.chunk({dim: chunk})
-                if point_set.shape is None
-                else _shaped(ds, point_set.shape, point_set.dims, chunk, dim)
-            )
-            ds.attrs.update(point_set.attrs)
-            ds.attrs["source"] = f"vdbflow {_versions()['vdbflow']}"
-            ds.attrs.update(
-                {
-                    "title": "vdbflow run result",
-                    "vdbflow_config": dump_config(cfg),
-                    "versions": _versions(),
-                    "grids": [g.name for g in plan.grids],
-                    "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                }
-            )
-            target = partial_path(final)
-            log.info("writing %d points to %s (published at %s when complete)", point_set.count, target, final)
-            t0 = time.perf_counter()
-            futures: list = []
-            write = None
-            try:
-                write = lazy_write(ds, cfg.output, target)
-                from distributed import get_task_stream
-
-                with get_task_stream(client) as stream:
-                    extras = {
-                        k: x
-                        for k, x in (("errors", errors), ("seconds", chunk_seconds), ("tally", tally))
-                        if x is not None
-                    }
-                    futures = client.compute([write, *extras.values()], optimize_graph=False)
-                    if progress and console is not None and console.is_terminal:
-                        DaskRichBar(futures, client, console)
-                    results = dict(zip(extras, client.gather(futures)[1:], strict=True))
-                timings["sample_and_write_s"] = time.perf_counter() - t0
-                log.debug("warmed %d worker(s) ahead of the job's tasks", len(warming))
-                worker_seconds = worker_time_by_step(stream.data)
-                if chunk_seconds is not None:  # the chunk tasks' time, by what they measured of it
-                    worker_seconds.pop("chunk", None)
-                    worker_seconds.update(zip(CHUNK_PHASES, map(float, results["seconds"]), strict=True))
-                result = JobResult(
-                    final,
-                    point_set.count,
-                    partitions,
-                    workers,
-                    list(sources),
-                    timings,
-                    worker_seconds,
-                    dashboard=dashboard,
-                    steps=None if cfg.advect is None else int(ds.attrs["steps"]),
-                )
-                if cuda_marks is not None:  # what the workers compiled or loaded for this job (seconds summed)
-                    answers = client.run(cuda_build.build_records, cuda_marks)
-                    result.cuda_builds = cuda_build.build_summary(cuda_build.worker_builds(answers))
-                provenance: dict[str, Any] = {
-                    "input_sha256": {k: f.result() for k, f in checksum.items()},
-                    "timings_s": {},
-                }
-                if tally is not None:
-                    result.nonfinite_points, result.edge_checked, result.edge_outside = map(int, results["tally"])
-                    provenance["points_nonfinite"] = result.nonfinite_points
-                    provenance["stencil_outside_points"] = result.edge_outside
-                    provenance["stencil_checked_points"] = result.edge_checked
-                if errors is not None:
-                    e = np.asarray(results["errors"])
-                    result.analytic_points = int(e[:, 1].sum())
-                    result.analytic_error = float(e[:, 0].max(initial=0.0)) if result.analytic_points else None
-                    result.analytic_output = checked_output
-                    provenance[f"analytic_{checked_output}_max_error"] = result.analytic_error
-                    provenance["analytic_interior_points"] = result.analytic_points
-                if analytic is not None and cfg.volume.synthetic.write is None:
-                    provenance["input_sha256"] = "synthetic (generated in memory; see vdbflow_config)"
-                timings["total_s"] = time.perf_counter() - t_start
-                provenance["timings_s"] = {k: round(v, 4) for k, v in timings.items()}
-                provenance["worker_seconds_by_step"] = {k: round(v, 4) for k, v in result.worker_seconds.items()}
-                add_attrs(target, cfg.output, provenance)
-                if volume_file is not None and not cfg.volume.snapshot:
-                    plan.inputs["volume.path"].check("when the job finished")
-                if publishing is not None:
-                    publishing.set()
-                publish(target, final, cfg.output.overwrite)
-            except OutputError:
-                raise  # the complete result was kept at an unpublished path, which the message names
-            except BaseException as err:
-                after_cluster.callback(discard, target)  # again once an embedded cluster's workers are gone
-                try:
-                    stop_writing(client, futures, write)
-                finally:  # also when a signal interrupts the wait
-                    discard(target)
-                if (killed := killed_worker_error(err, plan, memory)) is not None:
-                    raise killed from err
-                raise
-        finally:
-            for dvol in dvols.values():
-                dvol.close()
-    log.info("published %s", final)
-    return result
+            stop_writing(client, self.futures, self.write_task)
+        finally:  # also when a signal interrupts the wait
+            discard(self.target)
 
 
 STOP_WAIT_S = 30.0  # how long a failed job waits for its tasks still running before it removes its partial

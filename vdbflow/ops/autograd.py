@@ -43,9 +43,9 @@ def _to_kernels(t: torch.Tensor, device: str) -> Any:
     copy); a CPU tensor with ``device="cuda"`` copied to the GPU."""
     if device == "cpu":
         return t.detach().numpy()
-    from vdbflow.devices.cuda import cupy_module
+    from vdbflow.devices import array_module
 
-    xp = cupy_module()
+    xp = array_module("cuda")
     t = t.detach().contiguous()
     return xp.from_dlpack(t) if t.device.type == "cuda" else xp.asarray(t.numpy())
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from vdbflow.core.kernel import MODES, STENCIL_RADIUS
-from vdbflow.devices import backend, cpu, is_cupy_array, resolve_device
+from vdbflow.devices import is_cupy_array, resolve_device, run
 from vdbflow.errors import PointsError, SamplingError
 from vdbflow.ops.request import SPACES
 from vdbflow.ops.results import as_numpy
@@ -24,7 +24,7 @@ def defined_voxels(topology: Any, ijk: Any) -> Any:
     """(M,) bool: voxels ``ijk`` (M, 3) that are active in a leaf or inside a tile of any level
     (the kernels' ``voxel_defined``, kernels/vdbflow/coverage.h); CuPy voxels are checked on the GPU."""
     ijk = as_numpy(ijk) if not is_cupy_array(ijk) else ijk
-    return backend(resolve_device("auto", ijk)).defined_voxels(getattr(topology, "topology", topology), ijk)
+    return run("defined_voxels", getattr(topology, "topology", topology), ijk)
 
 
 def stencil_inside(vol: Any, points: Any, mode: str = "linear", space: str = "world") -> Any:
@@ -41,7 +41,7 @@ def stencil_inside(vol: Any, points: Any, mode: str = "linear", space: str = "wo
     pts = points if device == "cuda" else np.asarray(points, np.float64)
     if pts.ndim != 2 or pts.shape[1] != 3:
         raise PointsError(f"expected points of shape (N, 3), got {tuple(pts.shape)}")
-    return backend(device).stencil_inside(getattr(vol, "topology", vol), pts, MODES[mode], space == "world")
+    return run("stencil_inside", getattr(vol, "topology", vol), pts, MODES[mode], space == "world", device=device)
 
 
 def _inside_block(block: Any, topology: Any, mode: str, space: str) -> Any:
@@ -89,4 +89,4 @@ class InsideCheck:
         pts = np.ascontiguousarray(points, np.float64)
         if pts.ndim != 2 or pts.shape[1] != 3:
             raise PointsError(f"expected points of shape (N, 3), got {pts.shape}")
-        return cpu.stencil_inside(self.topology, pts, MODES[self.mode], space == "world")
+        return run("stencil_inside", self.topology, pts, MODES[self.mode], space == "world", device="cpu")

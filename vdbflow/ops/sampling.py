@@ -40,17 +40,17 @@ def prepare_points(vol: Volume, points: Any, device: str, space: str = "index") 
     NaN to return, so its points must map to finite index coordinates (checked after the world map)."""
     on_gpu = is_cupy_array(points)
     if device == "cuda" and not on_gpu:
-        from vdbflow.devices.cuda import cupy_module
+        from vdbflow.devices import array_module
 
-        points = cupy_module().asarray(np.asarray(points))
+        points = array_module("cuda").asarray(np.asarray(points))
         on_gpu = True
     if device == "cpu" and on_gpu:
         points = points.get()
         on_gpu = False
     if on_gpu:
-        from vdbflow.devices.cuda import cupy_module
+        from vdbflow.devices import array_module
 
-        xp = cupy_module()
+        xp = array_module("cuda")
     else:
         xp = np
         points = as_numpy(points)
@@ -196,9 +196,9 @@ def sample_arrays(
     pts = prepare_points(vol, points, device, request.space)
     on_gpu = device == "cuda"
     if on_gpu:
-        from vdbflow.devices.cuda import cupy_module
+        from vdbflow.devices import array_module
 
-        xp = cupy_module()
+        xp = array_module("cuda")
     else:
         xp = np
     N, C = pts.shape[0], vol.components
@@ -278,12 +278,12 @@ def sample_host_arrays(vol: Volume, request: SampleRequest, points: np.ndarray) 
     one piece overlapped with the kernel of the next, only the asked outputs copied back)."""
     if request.device != "cuda":
         return sample_arrays(vol, request.replace(device="cpu"), points)
-    from vdbflow.devices.cuda import cupy_module
+    from vdbflow.devices import array_module
     from vdbflow.devices.pipeline import host_pipeline
 
     request.for_value_type(vol.value_type)
     pts = prepare_points(vol, points, "cpu", request.space)
-    pipe = host_pipeline(cupy_module().cuda.runtime.getDevice())
+    pipe = host_pipeline(array_module("cuda").cuda.runtime.getDevice())
     shapes, dtypes = request.shapes((), vol.components), request.dtypes(vol.value_type)
     on_device = request.replace(device="cuda")
 

@@ -138,9 +138,9 @@ def sample_grad_vjp(
     vol = vol.contiguous()  # adjoint rows follow the contiguous value array
     pts = prepare_points(vol, points, device, space)
     if device == "cuda":
-        from vdbflow.devices.cuda import cupy_module
+        from vdbflow.devices import array_module
 
-        xp = cupy_module()
+        xp = array_module("cuda")
     else:
         xp = np
     N, C = pts.shape[0], vol.components

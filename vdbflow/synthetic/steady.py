@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vdbflow.core.volume import Volume
+if TYPE_CHECKING:
+    from vdbflow.core.volume import Volume
 
 
 @dataclass(frozen=True)
@@ -162,6 +164,8 @@ def flow_volume(
     voxel_size = extent / resolution
     world = (ijk + 0.5) * voxel_size
     values = field.velocity(world).astype(dtype)
+    from vdbflow.core.volume import Volume  # the fields themselves need no volume: job configs read FIELDS
+
     vol = Volume.from_voxels(
         ijk,
         values,

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+TIME_MODES = ("none", "linear", "pchip")  # how a series is read between its steps
+
 
 def _pchip_interior(h_prev: np.ndarray, h_next: np.ndarray, m_prev: np.ndarray, m_next: np.ndarray):
     """Fritsch-Butland slope at an interior node from the secants on either side (scipy's form), and

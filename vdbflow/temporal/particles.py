@@ -28,23 +28,19 @@ import xarray as xr
 from vdbflow.core import schema, units
 from vdbflow.errors import PointsError, SamplingError, TimeError
 from vdbflow.ops.coverage import InsideCheck
-from vdbflow.temporal.integration import (
-    ACTIVE,
-    LEFT_DATA,
+from vdbflow.temporal.integration import ACTIVE, LEFT_DATA, NON_FINITE, Run, step_plan
+from vdbflow.temporal.resident import advect_resident
+from vdbflow.temporal.sources import as_source
+from vdbflow.temporal.steps import (
     MAX_STEPS,
-    NON_FINITE,
     TABLEAUS,
-    Run,
     check_trajectory_memory,
     save_every_of,
     saved_bytes_per_step,
     saved_steps,
     step_count,
-    step_plan,
     trajectory_bytes_limit,
 )
-from vdbflow.temporal.resident import advect_resident
-from vdbflow.temporal.sources import as_source
 
 STATUS_MEANINGS = schema.STATUS_MEANINGS
 __all__ = [  # the integration's names, importable from here too

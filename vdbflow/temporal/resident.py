@@ -35,7 +35,7 @@ import numpy as np
 from vdbflow.errors import SamplingError
 from vdbflow.ops.sampling import STENCIL_RADIUS
 from vdbflow.temporal import particle_tasks as steps
-from vdbflow.temporal.integration import TABLEAUS, saved_bytes_per_step
+from vdbflow.temporal.steps import TABLEAUS, saved_bytes_per_step
 
 CHUNK_BYTES = 1 << 27  # the saved results of one output chunk of particles (128 MiB)
 HELD_PARTICLES = 1 << 15  # particles the client sends in one task (<= 4 MiB with F)

@@ -38,9 +38,8 @@ from vdbflow.errors import PointsError, SamplingError, TimeError, VolumeError
 from vdbflow.io.identity import FileIdentity
 from vdbflow.io.time_record import TIME_RECORD, record_time
 from vdbflow.ops.request import SampleRequest
-from vdbflow.temporal.interpolation import pchip_combine
+from vdbflow.temporal.interpolation import TIME_MODES, pchip_combine
 
-TIME_MODES = ("none", "linear", "pchip")
 _STEPS_NEEDED = {"none": 1, "linear": 2, "pchip": 4}
 
 
@@ -336,11 +335,11 @@ class VolumeSeries:
         if request.jacobian:
             result["jacobian"] = out[:, C:].reshape(shapes["jacobian"])
         if derived:
-            from vdbflow.devices import cpu
+            from vdbflow.devices import run
 
             shapes = asked.shapes((N,), C)
             quantities = {name: np.empty(shapes[name]) for name in derived}
-            cpu.derive(np.ascontiguousarray(result["jacobian"]), np.ascontiguousarray(result["value"]), quantities)
+            run("derive", np.ascontiguousarray(result["jacobian"]), np.ascontiguousarray(result["value"]), quantities)
             result = {name: quantities.get(name, result.get(name)) for name in asked.outputs}
         return result
 

@@ -265,9 +265,9 @@ def as_source(source: Any, mode: str, time: str, device: str = "cpu") -> Source:
                 "float steps with time 'linear' or 'pchip', for device='cuda' (trajectories integrated in the "
                 f"kernels on the GPU), got {what}"
             )
-        from vdbflow.devices import cuda
+        from vdbflow.devices import array_module
 
-        cuda.cupy_module()  # a clear DeviceError without CuPy or a GPU
+        array_module("cuda")  # a clear DeviceError without CuPy or a GPU
     return src
 
 

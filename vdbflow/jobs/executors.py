@@ -1,0 +1,261 @@
+"""How a job samples: three executors, each building the lazy Dataset of a job's samples on its cluster.
+
+- :func:`particles`: an ``advect:`` job, one task a chunk of seeds through the whole volume;
+- :func:`one_pass`: every worker reads the whole (small) volume, one task a chunk of points samples,
+  derives, checks and tallies in one pass (:mod:`vdbflow.jobs.chunks`);
+- :func:`partitioned`: the volume partitioned across the workers, points routed to their partitions
+  (:mod:`vdbflow.distribution`).
+
+Each returns a :class:`Sampled`: the lazy Dataset and the lazy figures the job summary reads (analytic
+errors, point tally, the one-pass path's own timing).  :func:`executor_for` picks one for a config;
+:func:`vdbflow.jobs.runner.run_job` computes and writes what it returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from vdbflow.core.volume import Volume
+from vdbflow.errors import NanoVDBError, OpenVDBError, VolumeError
+from vdbflow.jobs.chunks import (
+    TALLY_KEY,
+    AnalyticCheck,
+    analytic_check,
+    analytic_error,
+    grid_request,
+    grid_variables,
+    point_tally,
+)
+from vdbflow.jobs.config import ConfigError, JobConfig
+from vdbflow.jobs.output import OutputError
+from vdbflow.jobs.plan import JobPlan
+from vdbflow.jobs.points import make_points
+
+log = logging.getLogger("vdbflow.run")
+
+
+@dataclass
+class Sampled:
+    """What an executor built: the lazy samples and the lazy figures of the job's summary."""
+
+    ds: xr.Dataset
+    point_set: Any  # vdbflow.jobs.points.PointSet
+    partitions: int = 0
+    errors: Any = None  # lazy (chunks, 2): max analytic error and interior points of each chunk
+    checked_output: str | None = None  # what the analytic check compared
+    tally: Any = None  # lazy (3,): non-finite points, points checked against the data's edge, outside it
+    chunk_seconds: Any = None  # lazy: the one-pass chunk tasks' time by phase
+    volumes: list = field(default_factory=list)  # distributed volumes to close when the job ends
+
+
+def executor_for(cfg: JobConfig, client: Any, sources: dict[str, Any]) -> Callable[..., Sampled]:
+    """The executor of a job: particles, one pass (the volumes replicable to every worker), or
+    partitioned (``partitions:`` set, or volumes too large to replicate)."""
+    if cfg.advect is not None:
+        return particles
+    if cfg.partitions is None and _replicable(client, sources):
+        return one_pass
+    return partitioned
+
+
+def _replicable(client: Any, sources: dict[str, Any]) -> bool:
+    """Whether every worker reads the job's whole volume (:func:`vdbflow.jobs.chunks.replicable`): its
+    files' sizes (or the in-memory volumes' bytes) against the smallest worker memory limit."""
+    from vdbflow.jobs.chunks import replicable
+
+    size = sum(Path(s[0]).stat().st_size if isinstance(s, tuple) else s.nbytes for s in sources.values())
+    return replicable(size, worker_memory(client))
+
+
+def worker_memory(client: Any) -> int:
+    """The smallest memory limit of the cluster's workers in bytes (0: none, or not known)."""
+    limits = [w.get("memory_limit") or 0 for w in client.scheduler_info(n_workers=-1)["workers"].values()]
+    return min(limits, default=0)
+
+
+def particles(
+    cfg: JobConfig, client: Any, sources: dict[str, Any], analytic: Any, plan: JobPlan, timings: dict[str, float]
+) -> Sampled:
+    """An ``advect:`` job: trajectories of seeds, one task a chunk of seeds (:mod:`vdbflow.jobs.particles`)."""
+    ds, point_set = _particle_job(cfg, client, sources, timings)
+    return Sampled(ds, point_set)
+
+
+def one_pass(
+    cfg: JobConfig, client: Any, sources: dict[str, Any], analytic: Any, plan: JobPlan, timings: dict[str, float]
+) -> Sampled:
+    """Samples, one pass per chunk of points: every worker reads the whole (small) volume."""
+    from vdbflow.io.volumes import open_volume
+    from vdbflow.jobs.chunks import chunked_dataset
+
+    t0 = time.perf_counter()
+    # names, units and topology, memory-mapped here (not cached: the snapshot's mapping ends with the job)
+    templates = {n: open_volume(s[0], s[1]) if isinstance(s, tuple) else s for n, s in sources.items()}
+    on_workers = {
+        n: (str(s[0]), s[1]) if isinstance(s, tuple) else client.scatter(s, broadcast=True) for n, s in sources.items()
+    }
+    topology = next(iter(templates.values())).topology  # random points are drawn inside the first grid
+    bbox = topology.data_bounds(cfg.points.space, inner=True)  # a lattice's default: the voxel centres
+    point_set = make_points(cfg.points, topology, bbox)
+    timings["distribute_s"] = time.perf_counter() - t0
+    ds, errors, seconds, checked, tally = chunked_dataset(cfg, templates, on_workers, point_set, analytic)
+    log.info("every worker reads the whole volume: one task a chunk of points")
+    return Sampled(ds, point_set, 0, errors, checked, tally, seconds)
+
+
+def partitioned(
+    cfg: JobConfig, client: Any, sources: dict[str, Any], analytic: Any, plan: JobPlan, timings: dict[str, float]
+) -> Sampled:
+    """Samples of volumes partitioned across the workers, the points routed to their partitions."""
+    from vdbflow.distribution.volume import distribute
+
+    t0 = time.perf_counter()
+    dvols: dict[str, Any] = {}
+    try:
+        for name, src in sources.items():
+            if isinstance(src, tuple):
+                dvols[name] = distribute(src[0], client, cfg.partitions, plan.halo, grid=src[1])
+            else:
+                dvols[name] = distribute(src, client, cfg.partitions, plan.halo)
+        timings["distribute_s"] = time.perf_counter() - t0
+        return _partitioned_samples(cfg, dvols, analytic, timings)
+    except BaseException:  # the job closes the volumes of a Sampled; these never reached it
+        for dvol in dvols.values():
+            dvol.close()
+        raise
+
+
+def _partitioned_samples(cfg: JobConfig, dvols: dict[str, Any], analytic: Any, timings: dict[str, float]) -> Sampled:
+    first = next(iter(dvols.values()))
+    log.info(
+        "distributed %d grid(s) over %d partition(s) in %.2f s",
+        len(dvols),
+        len(first.partitions),
+        timings["distribute_s"],
+    )
+    topology = first.topology  # random points are drawn inside the first grid
+    bbox = topology.data_bounds(cfg.points.space, inner=True)  # a lattice's default: the voxel centres
+    point_set = make_points(cfg.points, topology, bbox)
+    pts = point_set.points
+    parts, errors, checked_output = [], None, None
+    for name, dvol in dvols.items():
+        prefix = "" if len(dvols) == 1 else f"{name}_"
+        ds_g, checked = _grid_dataset(dvol, pts, cfg, prefix)
+        parts.append(ds_g)
+        if analytic is not None and checked is not None:
+            checked_output = "jacobian" if checked.endswith("_jacobian") else checked[len(prefix) :]
+            check = analytic_check(cfg, analytic, checked_output, dvol.template.index_to_world)
+            errors = _analytic_error(ds_g[checked], check, pts, dvol.topology)
+    ds = xr.merge(parts, compat="override", join="override", combine_attrs="override")
+    tally = _tally(pts, topology, cfg)
+    return Sampled(ds, point_set, len(first.partitions), errors, checked_output, tally, None, list(dvols.values()))
+
+
+def _grid_dataset(dvol: Any, pts: Any, cfg: JobConfig, prefix: str) -> tuple[xr.Dataset, str | None]:
+    """The sampled variables of one partitioned grid (:func:`~vdbflow.jobs.chunks.grid_variables`)."""
+    request = grid_request(cfg)
+    inside = None
+    if "inside" in cfg.sampling.outputs:  # lazy, one task a chunk of points
+        from vdbflow.ops.coverage import stencil_inside_flags
+
+        inside = stencil_inside_flags(dvol.topology, pts, cfg.sampling.mode, cfg.points.space)
+    return grid_variables(dvol.template, request, pts, dvol.sample_arrays(request, pts), cfg, prefix, inside)
+
+
+def shaped(ds: xr.Dataset, shape: tuple[int, ...], dims: tuple[str, ...], chunk: int, dim: str = "point") -> xr.Dataset:
+    """``ds`` with its ``dim`` (``point``, or a particle job's ``particle``) unravelled (C order) into
+    ``dims`` of ``shape`` - a plane's (s, t), a lattice's (x, y, z) - chunked along the first of them,
+    about ``chunk`` points a chunk; lazy."""
+    rows = max(1, chunk // max(1, int(np.prod(shape[1:]))))
+    variables = {}
+    for name, var in ds.variables.items():
+        if name == dim:
+            continue
+        if dim in var.dims:
+            if var.dims[0] != dim:
+                raise OutputError(f"expected {dim!r} first in the dims of {name}, got {var.dims}")
+            data = var.data.reshape(tuple(shape) + var.shape[1:])
+            if hasattr(data, "rechunk"):
+                data = data.rechunk((rows,) + tuple(shape[1:]) + var.shape[1:])
+            var = xr.Variable(tuple(dims) + var.dims[1:], data, var.attrs)
+        variables[name] = var
+    coords = {n: v for n, v in variables.items() if n in ds.coords}
+    data_vars = {n: v for n, v in variables.items() if n not in ds.coords}
+    attrs = {k: v for k, v in ds.attrs.items() if k != "featureType"}  # a grid of points, not a CF point set
+    return xr.Dataset(data_vars, coords=coords, attrs=attrs)
+
+
+def _tally(pts: Any, topology: Any, cfg: JobConfig) -> Any:
+    """Lazy (3,): :func:`~vdbflow.jobs.chunks.point_tally` of the partitioned path, summed over its chunks."""
+    import dask
+
+    shared = dask.delayed(topology)
+    token = dask.base.tokenize(pts.name, cfg.sampling.mode, cfg.points.space, id(topology))
+    blocks = [
+        dask.delayed(point_tally, pure=True)(
+            P, shared, cfg.sampling.mode, cfg.points.space, dask_key_name=f"{TALLY_KEY}-{token}-{b}"
+        )
+        for b, P in enumerate(pts.rechunk({1: 3}).to_delayed().ravel())
+    ]
+    return dask.delayed(np.sum, pure=True)(dask.delayed(np.concatenate, pure=True)(blocks), axis=0)
+
+
+def _analytic_error(checked: xr.DataArray, check: AnalyticCheck, pts: Any, topology: Any) -> Any:
+    """Lazy (chunks, 2) array: :func:`~vdbflow.jobs.chunks.analytic_error` of each chunk of the
+    partitioned path (one task a chunk, beside the sampling)."""
+    import dask
+
+    shared = dask.delayed(topology)
+    blocks = [
+        dask.delayed(analytic_error, pure=True)(check, X, P, shared)
+        for X, P in zip(checked.data.to_delayed().ravel(), pts.rechunk({1: 3}).to_delayed().ravel(), strict=True)
+    ]
+    return dask.delayed(np.concatenate, pure=True)(blocks)
+
+
+def _particle_job(
+    cfg: JobConfig, client: Any, sources: dict[str, Any], timings: dict[str, float]
+) -> tuple[xr.Dataset, Any]:
+    """The lazy result of an ``advect:`` job and its seeds (:mod:`vdbflow.jobs.particles`): the volume is
+    opened here for its topology and names (memory-mapped), and by each worker for its tasks."""
+    from vdbflow.io.volumes import open_volume
+    from vdbflow.jobs.particles import SeriesFiles, particle_dataset, seed_chunk
+
+    t0 = time.perf_counter()
+    ((name, src),) = sources.items()
+    if isinstance(src, SeriesFiles):  # its times were checked by plan_job
+        try:
+            template = src.open().template
+        except (VolumeError, NanoVDBError, OpenVDBError) as err:
+            raise ConfigError(f"volume.series{cfg.where('volume.series')}: {err}") from None
+        source: Any = src
+    elif isinstance(src, tuple):
+        template = open_volume(src[0], src[1])
+        source = (str(src[0]), src[1])
+    else:
+        template = src
+        source = client.scatter(src, broadcast=True)  # one copy a worker, sent once
+    if not isinstance(template, Volume):
+        raise ConfigError(f"advect: expected a grid of values to advect through, got an index grid {name!r}")
+    topology = template.topology
+    bbox = topology.data_bounds(cfg.points.space, inner=True)  # a lattice's default: the voxel centres
+    point_set = make_points(cfg.points, topology, bbox)
+    seeds = point_set.points
+    if cfg.points.space == "index":  # particles move in world space
+        import dask.array as da
+
+        seeds = da.map_blocks(topology.transform.apply, seeds, dtype=np.float64)
+    workers = len(client.scheduler_info(n_workers=-1)["workers"])
+    row = int(np.prod(point_set.shape[1:])) if point_set.shape else 1  # a plane's or lattice's row
+    seeds = seeds.rechunk({0: seed_chunk(point_set.count, cfg.points.chunk, workers, row)})  # a task a worker
+    timings["distribute_s"] = time.perf_counter() - t0
+    ds = particle_dataset(cfg, source, template, seeds)
+    return ds, point_set
