@@ -16,6 +16,7 @@
 #include "vdbflow/derived.h"
 #include "vdbflow/hessian.h"
 #include "vdbflow/operations.h"
+#include "vdbflow/reduce.h"
 #include "vdbflow/route.h"
 
 // The entry points of one compilation of the kernel section: one function pointer per row of the table of
@@ -137,6 +138,26 @@ void defined_voxels_entry(const void* abi, const i64* ijk, i64 n, bool* out) {
 
 void scatter_rows_entry(char* dst, const i64* index, const char* src, i64 m, i64 row) {
   scatter_rows_points(dst, index, src, m, row);
+}
+
+void sample_reduce_entry(const void* abi, const void* points, bool dbl, i64 n, const void* spec, const double* edges,
+                         i64 n_ints, i64 n_reals, i64* ints, double* reals, int order) {
+  const KernelAbi& k = *(const KernelAbi*)abi;
+  with_instance<true>(k.value_kind, k.components, dbl, [&](auto t, auto nc, auto p) {
+    typedef type_of<decltype(t)> T;
+    typedef type_of<decltype(p)> P;
+    sample_reduce_points<T, decltype(nc)::value, P>(k, (const P*)points, n, *(const ReduceSpec*)spec, edges, n_ints,
+                                                    n_reals, ints, reals, order);
+  });
+}
+
+void reduce_features_entry(const void* spec, const double* edges, const void* features, bool dbl, i64 n, i64 n_ints,
+                           i64 n_reals, i64* ints, double* reals) {
+  const ReduceSpec& s = *(const ReduceSpec*)spec;
+  if (dbl)
+    reduce_feature_rows<double>(s, edges, (const double*)features, n, n_ints, n_reals, ints, reals);
+  else
+    reduce_feature_rows<float>(s, edges, (const float*)features, n, n_ints, n_reals, ints, reals);
 }
 
 #define VDBFLOW_CPU_ENTRY(name, gpu_entry, value_types, gpu_components, signature) &name##_entry,

@@ -489,10 +489,10 @@ NewArray<int64_t> voxel_offsets(In<int64_t, nb::ndim<2>> ijk) {
 }
 
 // The table of operations (operations.h) for the Python backends: name -> (GPU entry, value types: "any",
-// "float" or "untyped", the GPU's fixed component counts or None).
+// "float", "untyped" or "host", the GPU's fixed component counts or None).
 nb::dict operations() {
   nb::dict out;
-  const char* type_names[] = {"any", "float", "untyped"};
+  const char* type_names[] = {"any", "float", "untyped", "host"};
   auto counts = [](const int* fixed) -> nb::object {
     if (!fixed) return nb::none();
     nb::list c;
@@ -505,6 +505,105 @@ nb::dict operations() {
 #undef VDBFLOW_OPERATION_ROW
   return out;
 }
+
+// ---- reductions (reduce.h) ---------------------------------------------------------------------------------
+
+// The spec of a reduction, from the bytes Python built (vdbflow.ops.reductions), checked against the call's
+// arrays: every channel, bin, edge and offset inside what the kernels will read and write.
+ReduceSpec read_spec(const nb::bytes& bytes, int components, bool sampled, size_t n_edges, size_t n_ints,
+                     size_t n_reals, const double* edges) {
+  if (bytes.size() != sizeof(ReduceSpec))
+    throw std::invalid_argument("expected a reduction spec of " + std::to_string(sizeof(ReduceSpec)) + " bytes, got " +
+                                std::to_string(bytes.size()));
+  ReduceSpec s;
+  std::memcpy(&s, bytes.c_str(), sizeof(ReduceSpec));
+  check(s.channels >= 1 && s.channels <= REDUCE_MAX_CHANNELS, "a reduction needs 1 to 32 channels");
+  for (int f = 0; f < s.channels && sampled; ++f) {
+    const int i = s.index[f];
+    if (s.source[f] == CHANNEL_VALUE) check(i >= 0 && i < components, "a value channel names a missing component");
+    else if (s.source[f] == CHANNEL_JACOBIAN) check(i >= 0 && i < 3 * components, "a Jacobian channel is out of range");
+    else if (s.source[f] == CHANNEL_DERIVED)
+      check(components == 3 && i >= 0 && i / 4 < DERIVED_COUNT && i % 4 < derived_width(i / 4),
+            "a derived channel needs a vec3 grid and one of the kernels' quantities");
+    else check(false, "unknown channel source");
+  }
+  auto edges_ok = [&](i64 at, int bins) {
+    check(bins >= 1 && at >= 0 && (size_t)(at + bins + 1) <= n_edges, "bin edges outside the edges array");
+    for (int b = 0; b < bins; ++b) check(edges[at + b] < edges[at + b + 1], "bin edges must increase");
+  };
+  auto channel_ok = [&](int c) { check(c >= 0 && c < s.channels, "a statistic names a missing channel"); };
+  check(s.histograms >= 0 && s.histograms <= REDUCE_MAX_HISTOGRAMS, "at most 8 histograms a call");
+  for (int h = 0; h < s.histograms; ++h) {
+    check(s.hist_dims[h] >= 1 && s.hist_dims[h] <= 3, "histograms have 1 to 3 dimensions");
+    i64 total = 1;
+    for (int d = 0; d < s.hist_dims[h]; ++d) {
+      channel_ok(s.hist_channel[h][d]);
+      edges_ok(s.hist_edges[h][d], s.hist_bins[h][d]);
+      total *= s.hist_bins[h][d];
+    }
+    check(s.hist_counts[h] >= 0 && (size_t)(s.hist_counts[h] + total + 2) <= n_ints, "histogram counts out of range");
+    if (s.hist_weight[h] >= 0) {
+      channel_ok(s.hist_weight[h]);
+      check(s.hist_sums[h] >= 0 && (size_t)(s.hist_sums[h] + total) <= n_reals, "histogram sums out of range");
+    }
+  }
+  check(s.moments >= 0 && s.moments <= REDUCE_MAX_CHANNELS, "at most 32 moment channels");
+  for (int m = 0; m < s.moments; ++m) {
+    channel_ok(s.moment_channel[m]);
+    check(s.moment_at[m] >= 0 && (size_t)(s.moment_at[m] + MOMENT_FIELDS) <= n_reals, "moments out of range");
+  }
+  check(s.conditionals >= 0 && s.conditionals <= REDUCE_MAX_CONDITIONALS, "at most 16 binned means a call");
+  for (int k = 0; k < s.conditionals; ++k) {
+    channel_ok(s.cond_given[k]);
+    channel_ok(s.cond_of[k]);
+    edges_ok(s.cond_edges[k], s.cond_bins[k]);
+    check(s.cond_counts[k] >= 0 && (size_t)(s.cond_counts[k] + s.cond_bins[k] + 2) <= n_ints, "binned counts out of range");
+    check(s.cond_stats[k] >= 0 && (size_t)(s.cond_stats[k] + 3 * s.cond_bins[k]) <= n_reals, "binned means out of range");
+  }
+  return s;
+}
+
+void sample_reduce(nb::bytes record, InArray points, nb::bytes spec, In<double, nb::ndim<1>> edges,
+                   Out<int64_t, nb::ndim<1>> ints, Out<double, nb::ndim<1>> reals, int order) {
+  const KernelAbi k = read_abi(record);
+  const i64 n = point_count(points);
+  check(is_float_kind(k.value_kind), "statistics need float32 or float64 data");
+  check(order >= ORDER_AUTO && order <= ORDER_SCATTERED, "order must be 0, 1 or 2");
+  const ReduceSpec s = read_spec(spec, k.components, true, edges.shape(0), ints.shape(0), reals.shape(0), edges.data());
+  nb::gil_scoped_release release;
+  active->sample_reduce(&k, points.data(), is<double>(points), n, &s, edges.data(), (i64)ints.shape(0),
+                        (i64)reals.shape(0), (i64*)ints.data(), reals.data(), order);
+}
+
+void reduce_features(nb::bytes spec, InArray features, In<double, nb::ndim<1>> edges, Out<int64_t, nb::ndim<1>> ints,
+                     Out<double, nb::ndim<1>> reals) {
+  const bool dbl = is<double>(features);
+  check((dbl || is<float>(features)) && features.ndim() == 2, "features must be (N, channels) float32 or float64");
+  const ReduceSpec s = read_spec(spec, 0, false, edges.shape(0), ints.shape(0), reals.shape(0), edges.data());
+  check(features.shape(1) == (size_t)s.channels, "features must have one column per channel of the spec");
+  nb::gil_scoped_release release;
+  active->reduce_features(&s, edges.data(), features.data(), dbl, (i64)features.shape(0), (i64)ints.shape(0),
+                          (i64)reals.shape(0), (i64*)ints.data(), reals.data());
+}
+
+// ReduceSpec's fields for Python's spec dtype (as abi_fields).
+static_assert(std::is_standard_layout<ReduceSpec>::value, "ReduceSpec must be plain data");
+#define VDBFLOW_SPEC_FIELD(name, fmt, elem) \
+  nb::make_tuple(#name, fmt, offsetof(ReduceSpec, name), sizeof(((ReduceSpec*)nullptr)->name) / sizeof(elem))
+nb::tuple reduce_spec_fields() {
+  return nb::make_tuple(
+      VDBFLOW_SPEC_FIELD(channels, "i4", int), VDBFLOW_SPEC_FIELD(source, "i4", int), VDBFLOW_SPEC_FIELD(index, "i4", int),
+      VDBFLOW_SPEC_FIELD(histograms, "i4", int), VDBFLOW_SPEC_FIELD(hist_dims, "i4", int),
+      VDBFLOW_SPEC_FIELD(hist_channel, "i4", int), VDBFLOW_SPEC_FIELD(hist_bins, "i4", int),
+      VDBFLOW_SPEC_FIELD(hist_weight, "i4", int), VDBFLOW_SPEC_FIELD(hist_edges, "i8", i64),
+      VDBFLOW_SPEC_FIELD(hist_counts, "i8", i64), VDBFLOW_SPEC_FIELD(hist_sums, "i8", i64),
+      VDBFLOW_SPEC_FIELD(moments, "i4", int), VDBFLOW_SPEC_FIELD(moment_channel, "i4", int),
+      VDBFLOW_SPEC_FIELD(moment_at, "i8", i64), VDBFLOW_SPEC_FIELD(conditionals, "i4", int),
+      VDBFLOW_SPEC_FIELD(cond_given, "i4", int), VDBFLOW_SPEC_FIELD(cond_of, "i4", int),
+      VDBFLOW_SPEC_FIELD(cond_bins, "i4", int), VDBFLOW_SPEC_FIELD(cond_edges, "i8", i64),
+      VDBFLOW_SPEC_FIELD(cond_counts, "i8", i64), VDBFLOW_SPEC_FIELD(cond_stats, "i8", i64));
+}
+#undef VDBFLOW_SPEC_FIELD
 
 // KernelAbi's fields for Python's record dtype: (name, NumPy format, byte offset, element count).
 static_assert(std::is_standard_layout<KernelAbi>::value, "KernelAbi must be plain data");
@@ -703,6 +802,16 @@ NB_MODULE(_core, m) {
   m.attr("TRANSFORM_PARAMETERS") = nb::tuple(transform_names);
   m.attr("ABI_SIZE") = sizeof(KernelAbi);
   m.attr("OPERATIONS") = operations();  // vdbflow.core.kernel.OPERATIONS
+  m.def("sample_reduce", &sample_reduce, nb::arg("record"), nb::arg("points"), nb::arg("spec"), nb::arg("edges"),
+        nb::arg("ints"), nb::arg("reals"), nb::arg("order") = (int)ORDER_AUTO,
+        "Histograms, moments and binned means of sampled quantities, added into ints and reals (reduce.h).");
+  m.def("reduce_features", &reduce_features, nb::arg("spec"), nb::arg("features"), nb::arg("edges"), nb::arg("ints"),
+        nb::arg("reals"), "The same statistics of given features (N, channels), added into ints and reals.");
+  m.attr("REDUCE_SPEC_SIZE") = sizeof(ReduceSpec);
+  m.attr("REDUCE_SPEC_FIELDS") = reduce_spec_fields();
+  m.attr("REDUCE_BLOCK") = REDUCE_BLOCK;
+  m.attr("MOMENT_FIELDS") = MOMENT_FIELDS;
+  m.attr("REDUCE_LIMITS") = nb::make_tuple(REDUCE_MAX_CHANNELS, REDUCE_MAX_HISTOGRAMS, REDUCE_MAX_CONDITIONALS);
   m.attr("ABI_FIELDS") = abi_fields();
   nb::dict kinds;
   for (int kind = KIND_F32; kind <= KIND_U32; ++kind) kinds[VALUE_KIND_NAMES[kind]] = kind;

@@ -90,3 +90,42 @@ def test_nothing_else_lists_output_names():
             offenders[str(path.relative_to(PACKAGE))] = found
     assert not offenders, offenders
     assert _listed_names(ast.parse((PACKAGE / "core" / "outputs.py").read_text()))  # the scan finds the table
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_every_derived_quantity_has_a_function_through_the_table(rng, dtype):
+    """``flow.derived`` (the kernels' formula) answers each derived quantity of the table, as the named
+    NumPy function does, with the same attrs: a quantity added to the kernels needs no Python of its own."""
+    J = xr.DataArray(
+        rng.standard_normal((40, 3, 3)).astype(dtype),
+        dims=("point", "component", "axis"),
+        coords={"component": list("uvw"), "axis": list("xyz")},
+        attrs={"units": "1/s"},
+    )
+    u = xr.DataArray(rng.standard_normal((40, 3)).astype(dtype), dims=("point", "component"), attrs={"units": "m/s"})
+    ds = xr.Dataset({"velocity": u, "velocity_jacobian": J})
+    A = (
+        J.values.astype(np.float64)
+        - np.trace(J.values.astype(np.float64), axis1=1, axis2=2)[:, None, None] * np.eye(3) / 3
+    )
+    for name in outputs.names("derived"):
+        got = flow.derived(J, name, u)
+        tol = 2e-4 if dtype == np.float32 else 1e-10
+        if name == "r_invariant":  # no named NumPy function: the invariant's definition here
+            np.testing.assert_allclose(got.values, -np.linalg.det(A), rtol=tol, atol=tol)
+            np.testing.assert_allclose(got.values, -np.einsum("nij,njk,nki->n", A, A, A) / 3, rtol=tol, atol=tol)
+            assert got.attrs["units"] == "1/s^3" and got.dtype == dtype
+            np.testing.assert_array_equal(ds.vdbflow.r_invariant().values, got.values)
+            continue
+        ref = flow.helicity(u, J) if name == "helicity" else getattr(flow, name)(J)
+        np.testing.assert_allclose(got.values, ref.values, rtol=tol, atol=tol)
+        assert got.dtype == ref.dtype and got.dims == ref.dims and got.attrs == ref.attrs, name
+        np.testing.assert_array_equal(ds.vdbflow.derived(name).values, got.values)
+    lazy = flow.derived(J.chunk({"point": 10}), "q_criterion")
+    np.testing.assert_array_equal(lazy.compute().values, flow.derived(J, "q_criterion").values)
+    with pytest.raises(
+        vdbflow.SamplingError, match="expected a derived quantity among divergence, .*got 'strain_rate'"
+    ):
+        flow.derived(J, "strain_rate")
+    with pytest.raises(vdbflow.SamplingError, match="helicity needs the velocity"):
+        flow.derived(J, "helicity")

@@ -41,7 +41,9 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from vdbflow.jobs.inputs import InputError
     from vdbflow.jobs.runner import JobError, JobResult, run
     from vdbflow.ops.hessian import sample_hessian, sample_hessian_arrays
+    from vdbflow.ops.reductions import Statistics
     from vdbflow.ops.sampling import sample, sample_grad, sample_grad_arrays
+    from vdbflow.ops.statistics import conditional_mean, histogram, moments, statistics
     from vdbflow.ops.vjp import SampleGradVJP, sample_grad_vjp
     from vdbflow.temporal.particles import advect, ftle
     from vdbflow.temporal.series import DistributedSeries, VolumeSeries, open_series
@@ -68,6 +70,11 @@ _LAZY = {
     "ValueType": ("core.value_types", "ValueType"),
     "Volume": ("core.volume", "Volume"),
     "advect": ("temporal.particles", "advect"),
+    "conditional_mean": ("ops.statistics", "conditional_mean"),
+    "histogram": ("ops.statistics", "histogram"),
+    "moments": ("ops.statistics", "moments"),
+    "statistics": ("ops.statistics", "statistics"),
+    "Statistics": ("ops.reductions", "Statistics"),
     "derived_field": ("analysis.grid_fields", "derived_field"),
     "distribute": ("distribution.volume", "distribute"),
     "ftle": ("temporal.particles", "ftle"),

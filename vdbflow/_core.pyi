@@ -79,6 +79,26 @@ ABI_SIZE: int
 
 OPERATIONS: dict
 
+def sample_reduce(record: bytes, points: Annotated[NDArray, dict(order='C', device='cpu', writable=False)], spec: bytes, edges: Annotated[NDArray[numpy.float64], dict(shape=(None,), order='C', device='cpu', writable=False)], ints: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu')], reals: Annotated[NDArray[numpy.float64], dict(shape=(None,), order='C', device='cpu')], order: int = 0) -> None:
+    """
+    Histograms, moments and binned means of sampled quantities, added into ints and reals (reduce.h).
+    """
+
+def reduce_features(spec: bytes, features: Annotated[NDArray, dict(order='C', device='cpu', writable=False)], edges: Annotated[NDArray[numpy.float64], dict(shape=(None,), order='C', device='cpu', writable=False)], ints: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu')], reals: Annotated[NDArray[numpy.float64], dict(shape=(None,), order='C', device='cpu')]) -> None:
+    """
+    The same statistics of given features (N, channels), added into ints and reals.
+    """
+
+REDUCE_SPEC_SIZE: int
+
+REDUCE_SPEC_FIELDS: tuple
+
+REDUCE_BLOCK: int
+
+MOMENT_FIELDS: int
+
+REDUCE_LIMITS: tuple
+
 ABI_FIELDS: tuple
 
 VALUE_KINDS: dict

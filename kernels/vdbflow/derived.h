@@ -11,11 +11,14 @@
 //   swirling_strength          |Im| of J's complex eigenvalue pair, 0 where all three are real
 //   helicity                   (u0 w0 + u1 w1) + u2 w2
 //   strain_rate_magnitude      sqrt(2 S:S), the |S| of Smagorinsky models
+//   r_invariant                R = -det(A) of the traceless part A = J - tr(J) I / 3 (R = -tr(A^3) / 3; with
+//                              q_criterion, the Q-R plane of the velocity gradient's invariants)
 // The first five and the last two are evaluated in the Jacobian's type R (float for float data) with
 // every product rounded before it is added (mul_rn: never contracted into an FMA), in the order
 // vdbflow.analysis.flow evaluates them with NumPy, so the two give the same bits.  lambda2 and
 // swirling_strength are evaluated in double (Jacobi rotations of the symmetric matrix; Cardano's cubic in its
-// cancellation-free form) and rounded to R once.
+// cancellation-free form) and rounded to R once, as is r_invariant (the determinant by cofactors of the first
+// row, in double).
 #pragma once
 #include "schemes.h"
 #ifndef VDB_DEVICE_COMPILE
@@ -33,7 +36,8 @@ enum DerivedQuantity {
   DERIVED_SWIRLING_STRENGTH = 5,
   DERIVED_HELICITY = 6,
   DERIVED_STRAIN_RATE_MAGNITUDE = 7,
-  DERIVED_COUNT = 8
+  DERIVED_R_INVARIANT = 8,
+  DERIVED_COUNT = 9
 };
 
 // Entries of each quantity at a point: 3 for the vorticity vector, 1 otherwise.
@@ -41,7 +45,7 @@ VDB_HD constexpr int derived_width(int q) { return q == DERIVED_VORTICITY ? 3 : 
 #ifndef VDB_DEVICE_COMPILE
 constexpr const char* DERIVED_NAMES[DERIVED_COUNT] = {
     "divergence", "vorticity", "vorticity_magnitude", "q_criterion",
-    "lambda2",    "swirling_strength", "helicity", "strain_rate_magnitude"};
+    "lambda2",    "swirling_strength", "helicity", "strain_rate_magnitude", "r_invariant"};
 #endif
 
 // a * b rounded to R before any use: the compiler cannot fuse it into an FMA with the addition that
@@ -176,6 +180,17 @@ VDB_HD VDB_INLINE void derive_point(const R* J, const R* u, R* const* out, i64 i
     off = off + mul_rn(s12, s12);
     const R t = d + (off + off);  // S:S
     o[i] = sqrt(t + t);
+  }
+  if (R* o = out[DERIVED_R_INVARIANT]) {
+    double A[9];
+    for (int e = 0; e < 9; ++e) A[e] = (double)J[e];
+    const double third = (A[0] + A[4] + A[8]) / 3.0;
+    A[0] -= third;
+    A[4] -= third;
+    A[8] -= third;
+    const double det = A[0] * (A[4] * A[8] - A[5] * A[7]) - A[1] * (A[3] * A[8] - A[5] * A[6]) +
+                       A[2] * (A[3] * A[7] - A[4] * A[6]);
+    o[i] = (R)(-det);
   }
 }
 

@@ -24,6 +24,7 @@
 #define OPERATION_ANY_VALUE 0
 #define OPERATION_FLOAT_VALUE 1
 #define OPERATION_UNTYPED 2
+#define OPERATION_HOST 3  // no entry of its own in sample.cu: the CUDA backend composes it of other entries
 
 namespace vdbflow {
 constexpr int COMPONENTS_1_3_4[] = {1, 3, 4, 0};
@@ -79,4 +80,12 @@ typedef long long vdbflow_op_i64;
   /* voxels of active-voxel ranks (the rank-select of random points: popcounts, pdep where the target has it) */    \
   X(active_voxels_at, "vdbflow_active_voxels_at", OPERATION_UNTYPED, NO_COMPONENT_PARAMETER,                         \
     (const int* origins, const void* masks, const vdbflow_op_i64* leaf_end, vdbflow_op_i64 leaves,                   \
-     const vdbflow_op_i64* rank, vdbflow_op_i64 n, int* ijk))
+     const vdbflow_op_i64* rank, vdbflow_op_i64 n, int* ijk))                                                        \
+  /* statistics in the sampling pass (reduce.h): histograms, moments, binned means into ints and reals */          \
+  X(sample_reduce, "", OPERATION_HOST, NO_COMPONENT_PARAMETER,                                                       \
+    (const void* k, const void* points, bool points_double, vdbflow_op_i64 n, const void* spec, const double* edges, \
+     vdbflow_op_i64 n_ints, vdbflow_op_i64 n_reals, vdbflow_op_i64* ints, double* reals, int order))                 \
+  /* the same statistics of given features (n, channels) float or double (reduce.h) */                             \
+  X(reduce_features, "", OPERATION_HOST, NO_COMPONENT_PARAMETER,                                                     \
+    (const void* spec, const double* edges, const void* features, bool is_double, vdbflow_op_i64 n,                  \
+     vdbflow_op_i64 n_ints, vdbflow_op_i64 n_reals, vdbflow_op_i64* ints, double* reals))

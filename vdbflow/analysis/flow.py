@@ -18,6 +18,7 @@ import xarray as xr
 
 from vdbflow.core import outputs
 from vdbflow.core import units as _u
+from vdbflow.devices import run
 from vdbflow.errors import SamplingError
 
 CORE = ("component", "axis")
@@ -293,6 +294,59 @@ def helicity(velocity: xr.DataArray, jac: xr.DataArray) -> xr.DataArray:
     return out
 
 
+def _derive_block(J: np.ndarray, u: np.ndarray | None, name: str) -> np.ndarray:
+    """Quantity ``name`` of Jacobians (..., 3, 3) (and velocities (..., 3)) by the kernels' ``derive``."""
+    lead = J.shape[:-2]
+    dtype = np.result_type(J.dtype, np.float32)
+    flat = np.ascontiguousarray(J.reshape(-1, 3, 3), dtype)
+    width = outputs.TABLE[name].width
+    out = {name: np.empty((len(flat),) + ((width,) if width > 1 else ()), dtype)}
+    velocity = None if u is None else np.ascontiguousarray(u.reshape(-1, 3), dtype)
+    run("derive", flat, velocity, out, device="cpu")
+    return out[name].reshape(lead + out[name].shape[1:])
+
+
+def derived(jac: xr.DataArray, name: str, velocity: xr.DataArray | None = None) -> xr.DataArray:
+    """Any derived quantity of the table of outputs (:data:`vdbflow.core.outputs.TABLE`, kind ``derived``)
+    of a velocity gradient ``jac`` (dims (..., component, axis)), computed by the kernels' own formula (the
+    one the sampling pass fuses; NumPy or Dask-backed), with the table's attrs and units.  ``velocity``
+    (dims (..., component)) is needed by quantities that read it (helicity).  A quantity added to the
+    kernels is here without any code of its own; the named functions (:func:`q_criterion`, ...) compute
+    the same in NumPy."""
+    kind = outputs.TABLE[name].kind if name in outputs.TABLE else None
+    if kind != "derived":
+        raise SamplingError(f"expected a derived quantity among {', '.join(outputs.names('derived'))}, got {name!r}")
+    _check(jac)
+    width = outputs.TABLE[name].width
+    out_core = ["axis"] if width > 1 else []
+    if outputs.TABLE[name].velocity:
+        if velocity is None:
+            raise SamplingError(f"{name} needs the velocity: derived(jac, {name!r}, velocity=...)")
+        args, cores = (jac, velocity), [list(CORE), ["component"]]
+        fn = lambda J, u: _derive_block(J, u, name)  # noqa: E731
+    else:
+        args, cores = (jac,), [list(CORE)]
+        fn = lambda J: _derive_block(J, None, name)  # noqa: E731
+    out = xr.apply_ufunc(
+        fn,
+        *args,
+        input_core_dims=cores,
+        output_core_dims=[out_core],
+        dask="parallelized",
+        output_dtypes=[np.result_type(jac.dtype, np.float32)],
+        dask_gufunc_kwargs={"output_sizes": {"axis": 3} if width > 1 else {}},
+    )
+    if width > 1:
+        out = out.assign_coords(axis=jac["axis"].values)
+    out.name = name
+    exponent = outputs.TABLE[name].exponent
+    units = _units(jac, 1 if exponent is None else exponent)
+    if outputs.TABLE[name].velocity and velocity is not None:
+        units = _u.multiply(velocity.attrs.get("units"), _units(jac))
+    out.attrs = _table_attrs(name, units)
+    return out
+
+
 @xr.register_dataset_accessor("vdbflow")
 class VdbflowAccessor:
     """``ds.vdbflow``: derived quantities of a :meth:`Volume.sample_grad` Dataset of a vec3 field."""
@@ -355,6 +409,19 @@ class VdbflowAccessor:
     def helicity(self) -> xr.DataArray:
         """Helicity density u · curl u (see :func:`vdbflow.analysis.flow.helicity`)."""
         return helicity(self._velocity(), self._jacobian())
+
+    def __getattr__(self, name: str) -> Any:
+        """Each derived quantity of the table of outputs without a method of its own (``ds.vdbflow.r_invariant()``),
+        by the kernels' formula."""
+        if not name.startswith("_") and name in outputs.TABLE and outputs.TABLE[name].kind == "derived":
+            return lambda: self.derived(name)
+        raise AttributeError(f"'VdbflowAccessor' object has no attribute {name!r}")
+
+    def derived(self, name: str) -> xr.DataArray:
+        """Any derived quantity of the table of outputs by the kernels' formula (see
+        :func:`vdbflow.analysis.flow.derived`)."""
+        needs = outputs.TABLE[name].velocity if name in outputs.TABLE else False
+        return derived(self._jacobian(), name, self._velocity() if needs else None)
 
     def laplacian(self) -> xr.DataArray:
         """Laplacian of the field, from the ``<field>_hessian`` variable of a sample_hessian Dataset."""

@@ -11,7 +11,7 @@ import xarray as xr
 from vdbflow.analysis import flow
 from vdbflow.core import outputs, tree, units
 from vdbflow.core.volume import Topology, Volume
-from vdbflow.devices import backend
+from vdbflow.devices import run
 from vdbflow.errors import SamplingError, VolumeError
 from vdbflow.ops.sampling import MODES
 
@@ -32,7 +32,7 @@ def _grid_jacobian(vol: Volume, scheme: str, dvol: Any = None, device: str = "cp
         _check_values_of(vol, ds[vol.name].values)
         jac = ds[f"{vol.name}_jacobian"].values
     elif device in ("cpu", "cuda"):  # the per-node kernel, looping over the leaves' active voxels directly
-        jac = backend(device).grid_gradient(vol.kernel_arrays(), vol.topology.leaf_origins, MODES[scheme], True)
+        jac = run("grid_gradient", vol.kernel_arrays(), vol.topology.leaf_origins, MODES[scheme], True, device=device)
         jac = jac.get() if device == "cuda" else jac
         if vol.components == 1:
             jac = jac[:, 0, :]

@@ -65,6 +65,18 @@ _ABI_SPEC: Any = {  # NumPy reads the offsets: a dtype laid out as the struct
     "itemsize": int(_core.ABI_SIZE),
 }
 ABI_DTYPE: np.dtype = np.dtype(_ABI_SPEC)
+# reduce.h: a reduction's spec dtype (offsetof, as the record's), its block and its limits
+REDUCE_SPEC_DTYPE: np.dtype = np.dtype(
+    {
+        "names": [f[0] for f in _core.REDUCE_SPEC_FIELDS],
+        "formats": [f"<{f[1]}" if f[3] == 1 else (f"<{f[1]}", (f[3],)) for f in _core.REDUCE_SPEC_FIELDS],
+        "offsets": [f[2] for f in _core.REDUCE_SPEC_FIELDS],
+        "itemsize": int(_core.REDUCE_SPEC_SIZE),
+    }
+)
+REDUCE_BLOCK: int = int(_core.REDUCE_BLOCK)  # points accumulated in order into one partial
+MOMENT_FIELDS: int = int(_core.MOMENT_FIELDS)  # count, nan count, mean, M2, M3, M4, min, max
+REDUCE_MAX_CHANNELS, REDUCE_MAX_HISTOGRAMS, REDUCE_MAX_CONDITIONALS = (int(x) for x in _core.REDUCE_LIMITS)
 VALUE_KINDS: dict[str, int] = dict(_core.VALUE_KINDS)  # value dtype name -> abi.h ValueKind
 MAX_COMPONENTS: int = int(_core.MAX_COMPONENTS)  # abi.h: the most components a value may have
 

@@ -58,6 +58,7 @@ _FACTS: dict[str, tuple[str, int | None, str]] = {
     "swirling_strength": ("swirling strength", 1, "|Im(lambda)| of the complex eigenvalues of J"),
     "helicity": ("helicity density", None, "u . curl u"),
     "strain_rate_magnitude": ("strain-rate magnitude", 1, "|S| = sqrt(2 S:S), S = (J + J^T) / 2"),
+    "r_invariant": ("R invariant of the velocity gradient", 3, "R = -det(A), A = J - tr(J) I / 3"),
     "strain_rate": ("strain-rate tensor", 1, "S = (J + J^T) / 2"),
     "rotation_rate": ("rotation-rate tensor", 1, "Omega = (J - J^T) / 2"),
     "laplacian": ("Laplacian", None, "d2/dx2 + d2/dy2 + d2/dz2"),

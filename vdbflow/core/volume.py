@@ -622,15 +622,15 @@ class Volume:
         hessian_space: str | None = None,
         *,
         device: str = "cpu",
+        dims: Any = None,
     ) -> xr.Dataset:
         """Values, Jacobians and Hessians of this volume at points, as an xarray Dataset; the same as
         :func:`vdbflow.sample_hessian`.
 
         Parameters
         ----------
-        points : array_like, shape (N, 3)
-            NumPy or CuPy points: world space (length units) by default, index space (voxels, voxel
-            centres at integers) with ``space="index"``.
+        points : array_like, shape (N, 3) or (..., 3)
+            NumPy, CuPy or Dask points, in ``space``.
         mode : str, default ``"lag4"``
             Any interpolation scheme but ``"closest"``.
         space : {"world", "index"}, default ``"world"``
@@ -641,12 +641,13 @@ class Volume:
             The axes of the Hessian, per voxel² or per length unit²; default ``jacobian_space``.
         device : {"cpu", "cuda", "auto"}, default ``"cpu"``
             Where the kernels run.
+        dims : str or sequence of str, optional
+            Names of the points' leading dims.
 
         Returns
         -------
         xarray.Dataset
-            The variables of :meth:`sample_grad` plus ``self.name + "_hessian"``, dims
-            ``(point, axis, axis2)`` or ``(point, component, axis, axis2)``.
+            The variables of :meth:`sample_grad` plus ``self.name + "_hessian"`` (dims ``+ (axis, axis2)``).
 
         See Also
         --------
@@ -654,8 +655,7 @@ class Volume:
         """
         from vdbflow.ops.hessian import sample_hessian
 
-        spaces = {"jacobian_space": jacobian_space, "hessian_space": hessian_space}
-        return sample_hessian(self, points, mode=mode, space=space, device=device, **spaces)
+        return sample_hessian(self, points, mode, space, jacobian_space, hessian_space, device=device, dims=dims)
 
     def sample_arrays(self, request: Any, points: Any) -> dict[str, Any]:
         """Each output of a :class:`~vdbflow.ops.request.SampleRequest` at points (N, 3), as arrays

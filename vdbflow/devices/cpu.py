@@ -65,6 +65,32 @@ def sample_derived(
     )
 
 
+def sample_reduce(
+    k: KernelArrays,
+    points: np.ndarray,
+    mode: int,
+    points_world: bool,
+    jacobian_world: bool,
+    spec: bytes,
+    edges: np.ndarray,
+    ints: np.ndarray,
+    reals: np.ndarray,
+    point_order: str = "auto",
+) -> None:
+    """The statistics of ``spec`` (reduce.h) of the quantities sampled at points (N, 3), added into ``ints``
+    (int64 counts) and ``reals`` (float64 sums and moments); no per-point array is made."""
+    rec = kernel.host_record(k)  # held for the call: the record points into its arrays
+    _core.sample_reduce(
+        rec.call(mode, points_world, jacobian_world).tobytes(), points, spec, edges, ints, reals, ORDERS[point_order]
+    )
+
+
+def reduce_features(spec: bytes, features: np.ndarray, edges: np.ndarray, ints: np.ndarray, reals: np.ndarray) -> None:
+    """The statistics of ``spec`` of given features (N, channels) float32 or float64, added into ``ints``
+    and ``reals`` (the same accumulation as :func:`sample_reduce`)."""
+    _core.reduce_features(spec, features, edges, ints, reals)
+
+
 def derive(jacobian: np.ndarray, velocity: np.ndarray | None, derived: dict[str, np.ndarray]) -> None:
     """The ``derived`` quantities of Jacobians (N, 3, 3) and velocities (N, 3) (helicity) into their buffers."""
     _core.derive(jacobian, velocity, kernel.derived_slots(derived))

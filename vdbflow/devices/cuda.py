@@ -254,6 +254,62 @@ def sample_derived(
     )
 
 
+def sample_reduce(
+    k: KernelArrays,
+    points: Any,
+    mode: int,
+    points_world: bool,
+    jacobian_world: bool,
+    spec: bytes,
+    edges: np.ndarray,
+    ints: np.ndarray,
+    reals: np.ndarray,
+    point_order: str = "auto",
+) -> None:
+    """Statistics of quantities sampled on the GPU: each block of points is sampled there (values, Jacobians and
+    the derived quantities the spec reads, one fused launch), its features copied to the host and reduced
+    there (``reduce_features``: the CPU's accumulation, block for block, in the same order)."""
+    from vdbflow.devices import cpu
+
+    cupy = cupy_module()
+    s = np.frombuffer(spec, kernel.REDUCE_SPEC_DTYPE)[0]
+    sources, index, F = s["source"], s["index"], int(s["channels"])
+    rec = kernel.host_record(k)
+    C, vt = k.components, np.dtype(rec.arrays.values.dtype)
+    R = np.float64 if vt == np.float64 else np.float32
+    names = [kernel.DERIVED[int(index[f]) // 4] for f in range(F) if sources[f] == 2]
+    block = 1 << 20  # points a launch: features of a million points at a time on the host
+    for first in range(0, points.shape[0], block):
+        pts = cupy.ascontiguousarray(cupy.asarray(points[first : first + block]), dtype=cupy.float64)
+        n = pts.shape[0]
+        values, jac = cupy.empty((n, C), vt), cupy.empty((n, C, 3), R)
+        derived = {
+            q: cupy.empty((n, kernel.DERIVED_WIDTHS[q]) if kernel.DERIVED_WIDTHS[q] > 1 else (n,), R) for q in names
+        }
+        if derived:
+            sample_derived(k, pts, mode, points_world, jacobian_world, values, jac, derived)
+        else:
+            sample(k, pts, mode, points_world, jacobian_world, values, jac)
+        columns = []
+        for f in range(F):
+            i = int(index[f])
+            if sources[f] == 0:
+                columns.append(values[:, i].astype(R))
+            elif sources[f] == 1:
+                columns.append(jac.reshape(n, 3 * C)[:, i])
+            else:
+                q = derived[kernel.DERIVED[i // 4]]
+                columns.append(q if q.ndim == 1 else q[:, i % 4])
+        cpu.reduce_features(spec, cupy.stack(columns, axis=1).get(), edges, ints, reals)
+
+
+def reduce_features(spec: bytes, features: Any, edges: np.ndarray, ints: np.ndarray, reals: np.ndarray) -> None:
+    """The statistics of CuPy features (N, channels), reduced on the host (the CPU's accumulation)."""
+    from vdbflow.devices import cpu
+
+    cpu.reduce_features(spec, np.ascontiguousarray(cupy_module().asnumpy(features)), edges, ints, reals)
+
+
 def derive(jacobian: Any, velocity: Any | None, derived: dict[str, Any]) -> None:
     """The ``derived`` quantities of CuPy Jacobians (N, 3, 3) and velocities (N, 3) into their buffers."""
     n = jacobian.shape[0]

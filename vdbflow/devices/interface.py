@@ -78,6 +78,25 @@ class Backend(Protocol):
     ) -> None:
         """Reverse mode: corner shares into ``accumulator`` (rows, C) float64, point adjoints (N, 3)."""
 
+    def sample_reduce(
+        self,
+        k: KernelArrays,
+        points: Any,
+        mode: int,
+        points_world: bool,
+        jacobian_world: bool,
+        spec: bytes,
+        edges: Any,
+        ints: Any,
+        reals: Any,
+        point_order: str = "auto",
+    ) -> None:
+        """Statistics (histograms, moments, binned means: a ``vdbflow.ops.reductions`` spec) of the quantities
+        sampled at points (N, 3), added into host arrays ``ints`` (int64) and ``reals`` (float64)."""
+
+    def reduce_features(self, spec: bytes, features: Any, edges: Any, ints: Any, reals: Any) -> None:
+        """The same statistics of given features (N, channels), added into host ``ints`` and ``reals``."""
+
     def grid_gradient(self, k: KernelArrays, leaf_origins: Any, scheme: int, jacobian_world: bool) -> Any:
         """(n_active, C, 3) Jacobians of a finite-difference ``scheme`` at the active voxels of leaves."""
 

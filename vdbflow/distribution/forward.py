@@ -197,3 +197,23 @@ def forward_arrays(
         graph = HighLevelGraph.from_collections(name, layer, dependencies=done_waves)
         arrays[output] = da.Array(graph, name, chunks=(tuple(sizes),) + tuple((d,) for d in shape), dtype=dtype)
     return points, arrays
+
+
+def routed(dvol: Any, wave: int | None = None) -> Any:
+    """The executor of a DistributedVolume (:class:`vdbflow.ops.sampling.Executor`): points (*lead, 3)
+    routed as (N, 3) through :func:`forward_arrays` and shaped back; the inside flags from the whole
+    topology, which the client holds (one task a chunk of points for Dask points)."""
+    from vdbflow.ops.coverage import stencil_inside_flags
+    from vdbflow.ops.sampling import Executor
+
+    def arrays(request: SampleRequest, given: Any, lead: tuple) -> tuple[Any, dict[str, Any]]:
+        flat, out = forward_arrays(dvol, request, given.reshape(-1, 3) if len(lead) > 1 else given, wave)
+        if len(lead) <= 1:
+            return flat, out
+        return given, {name: a.reshape(lead + a.shape[1:]) for name, a in out.items()}
+
+    def inside(request: SampleRequest, pts: Any, lead: tuple) -> Any:
+        flat = pts.reshape(-1, 3) if len(lead) > 1 else pts
+        return stencil_inside_flags(dvol.topology, flat, request.mode, request.space).reshape(lead)
+
+    return Executor(arrays, inside)

@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from vdbflow.core.volume import Topology, Volume
-from vdbflow.distribution.forward import default_wave, forward_arrays
+from vdbflow.distribution.forward import default_wave, forward_arrays, routed
 from vdbflow.distribution.partitions import (
     DistributedFile,
     build_partitions,
@@ -66,7 +66,6 @@ from vdbflow.distribution.reverse import DistributedVJP, vjp_graph
 from vdbflow.errors import DeviceError
 from vdbflow.io.identity import FileIdentity
 from vdbflow.ops.request import OUTPUTS, SampleRequest
-from vdbflow.ops.results import result_dataset
 
 __all__ = ["DistributedFile", "default_wave", "resolve_client", "close_client", "vjp_graph"]  # importable here too
 
@@ -167,31 +166,20 @@ class DistributedVolume:
         hessian_space: str | None = None,
         *,
         device: str = "cpu",
+        dims: Any = None,
         wave: int | None = None,
     ):
         """Values, Jacobians and Hessians at ``points``; the Dataset of :meth:`Volume.sample_hessian`,
         Dask-backed, equal to it bit for bit."""
         request = SampleRequest(mode, OUTPUTS, space, jacobian_space, hessian_space, device=device)
-        return self._dataset(request, points, wave)
+        return self._dataset(request, points, wave, dims=dims)
 
     def _dataset(self, request: SampleRequest, points: Any, wave: int | None, inside: bool = False, dims: Any = None):
-        """The Dataset of ``request`` at points (N, 3) or (..., 3): sampled as (N, 3) and shaped back."""
-        from vdbflow.ops.results import points_in
+        """The Dataset of ``request`` at points (N, 3) or (..., 3): routed to the partitions as (N, 3)
+        (:func:`vdbflow.distribution.forward.routed`) and shaped back."""
+        from vdbflow.ops.sampling import sample_dataset
 
-        given, lead, dims_, coords = points_in(points, dims)
-        flat, arrays = forward_arrays(self, request, given.reshape(-1, 3) if len(lead) > 1 else given, wave)
-        pts = flat
-        if len(lead) > 1:
-            pts = given
-            arrays = {name: a.reshape(lead + a.shape[1:]) for name, a in arrays.items()}
-        ds = result_dataset(self.template, request, pts, arrays, dims=dims_, point_coords=coords or None)
-        if inside:  # the flag from the whole topology, which the client holds: one task a chunk of points
-            from vdbflow.core import schema
-            from vdbflow.ops.coverage import stencil_inside_flags
-
-            flags = stencil_inside_flags(self.topology, flat, request.mode, request.space).reshape(lead)
-            ds[schema.STENCIL_INSIDE] = (dims_, flags, schema.stencil_inside_attrs(request.mode, self.template.name))
-        return ds
+        return sample_dataset(self, request, points, dims, inside, executor=routed(self, wave))
 
     def sample_grad_vjp(
         self,

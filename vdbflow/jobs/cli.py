@@ -19,7 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from vdbflow.jobs.console import rows_table as _rows_table
+from vdbflow.jobs.console import say as _say
+from vdbflow.jobs.console import stdout as _stdout
+from vdbflow.jobs.convert_cli import convert
 from vdbflow.jobs.gpu_cli import build_cuda
+from vdbflow.jobs.info_cli import info
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -37,26 +42,6 @@ def main() -> None:
     """Sample values and Jacobians from sparse NanoVDB-style volumes."""
 
 
-def _stdout() -> Console:
-    from rich.console import Console
-
-    return Console(highlight=False)
-
-
-def _stderr() -> Console:
-    """Messages to stderr: plain text, not wrapped (a long path stays one line in a log)."""
-    from rich.console import Console
-
-    return Console(stderr=True, soft_wrap=True, highlight=False)
-
-
-def _say(kind: str, message: str, style: str = "red") -> None:
-    """``kind: message`` on stderr; the message is text, never markup."""
-    from rich.text import Text
-
-    _stderr().print(Text.assemble((f"{kind}:", style), " ", message))
-
-
 def _logging(verbose: int) -> None:
     """Log to stderr, one unwrapped line per record: vdbflow's at -v (INFO) and -vv (DEBUG, and Dask's)."""
     import distributed  # noqa: F401 - sets its loggers up on import; ours come after
@@ -68,21 +53,6 @@ def _logging(verbose: int) -> None:
     logging.getLogger("vdbflow").setLevel(level)
     for name in ("distributed", "dask_jobqueue", "dask_cuda"):
         logging.getLogger(name).setLevel(logging.INFO if verbose > 1 else logging.ERROR)
-
-
-def _rows_table(title: str | None, rows: list[tuple[str, str]], sections: tuple[int, ...] = ()) -> Any:
-    """A two-column table (key, value) whose values are text (not markup), wrapped to the terminal."""
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(title=title, show_header=False)
-    table.add_column(style="bold", no_wrap=True)
-    table.add_column(overflow="fold")
-    for n, (key, value) in enumerate(rows):
-        if n in sections:
-            table.add_section()
-        table.add_row(Text(key), Text(value))
-    return table
 
 
 def _print_plan(plan: Any, console: Console) -> None:
@@ -402,295 +372,8 @@ def demo(overrides: tuple[str, ...], dry_run: bool, verbose: int) -> None:
     _run(str(path), overrides, dry_run, verbose)
 
 
-class _ConvertCommand(click.Command):
-    """``--voxel-size`` takes three values like ``--origin``, or one for cubic voxels (``--voxel-size 0.1``
-    is read as ``--voxel-size 0.1 0.1 0.1``)."""
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        def numbers(values: list[str]) -> int:
-            n = 0
-            for text in values:
-                try:
-                    float(text)
-                except ValueError:
-                    break
-                n += 1
-            return n
-
-        args, out, i = list(args), [], 0
-        while i < len(args):
-            if args[i] == "--":
-                out += args[i:]
-                break
-            if args[i].startswith("--voxel-size="):
-                args[i : i + 1] = ["--voxel-size", args[i].partition("=")[2]]
-            if args[i] == "--voxel-size" and numbers(args[i + 1 : i + 4]) == 2:
-                raise click.BadParameter(
-                    f"expected 1 or 3 numbers (DX or DX DY DZ), got 2: {args[i + 1 : i + 3]}",
-                    ctx,
-                    param_hint="'--voxel-size'",
-                )
-            if args[i] == "--voxel-size" and numbers(args[i + 1 : i + 4]) == 1:
-                out += ["--voxel-size", *[args[i + 1]] * 3]
-                i += 2
-                continue
-            out.append(args[i])
-            i += 1
-        return super().parse_args(ctx, out)
-
-
-@main.command(cls=_ConvertCommand)
-@click.argument("source", type=click.Path(exists=True))
-@click.argument("output", type=click.Path(dir_okay=False))
-@click.option(
-    "--variable",
-    "variables",
-    multiple=True,
-    help="NetCDF/Zarr variable(s); several (u, v, w) become one vec3 grid. Default: the first 3-D one.",
-)
-@click.option(
-    "--threshold",
-    type=float,
-    default=None,
-    help="Active where |value| (vector norm) > THRESHOLD. Default: where value != background.",
-)
-@click.option("--mask-variable", default=None, help="A NetCDF/Zarr variable: active where it is non-zero.")
-@click.option("--background", type=float, default=0.0, show_default=True, help="Value of inactive voxels.")
-@click.option(
-    "--voxel-size",
-    type=float,
-    nargs=3,
-    default=None,
-    metavar="DX [DY DZ]",
-    help="World size of a voxel along x, y, z (one value: cubic voxels). Default: the coordinates' spacing, else 1.",
-)
-@click.option("--origin", type=float, nargs=3, default=None, metavar="X Y Z", help="World position of voxel (0, 0, 0).")
-@click.option("--dtype", type=click.Choice(["float32", "float64"]), default=None, help="Stored value type.")
-@click.option(
-    "--name",
-    default=None,
-    help="Grid name. Default: the variable's name, else 'velocity' for a vec3 grid and 'density' otherwise.",
-)
-@click.option(
-    "--units",
-    default=None,
-    help="Units of the values (e.g. m/s). Default: the variables' CF 'units' attr.",
-)
-@click.option(
-    "--length-units",
-    default=None,
-    help="Units of the coordinates (e.g. m). Default: the x, y, z coordinates' CF 'units' attr.",
-)
-@click.option("--codec", type=click.Choice(["none", "zip", "blosc"]), default="none", show_default=True)
-@click.option(
-    "--nvdb-version",
-    default=None,
-    metavar="VERSION",
-    help="NanoVDB version whose layout, magic numbers and checksum rules OUTPUT follows (32.4, 32.6, 32.7, "
-    "32.8, 32.9). Default: the one NanoVDB's tools since OpenVDB 10, Warp and vdbflow all open (see docs/nanovdb.md).",
-)
-@click.option(
-    "--slab",
-    type=click.IntRange(8, None),
-    default=64,
-    show_default=True,
-    help="X-planes held dense at a time (a multiple of 8).",
-)
-@click.option("--overwrite", is_flag=True, help="Replace OUTPUT if it exists.")
-def convert(
-    source: str,
-    output: str,
-    variables: tuple[str, ...],
-    threshold: float | None,
-    mask_variable: str | None,
-    background: float,
-    voxel_size: tuple[float, float, float] | None,
-    origin: tuple[float, float, float] | None,
-    dtype: str | None,
-    name: str | None,
-    units: str | None,
-    length_units: str | None,
-    codec: str,
-    nvdb_version: str | None,
-    slab: int,
-    overwrite: bool,
-) -> None:
-    """Convert a dense array (SOURCE: .npy, NetCDF or Zarr) to a sparse .nvdb grid (OUTPUT), one slab at a time,
-    or the grids of an OpenVDB .vdb file (SOURCE; --variable picks grids by name) to a .nvdb file."""
-    import numpy as np
-    from rich.progress import Progress
-
-    from vdbflow.errors import VdbflowError
-    from vdbflow.io.dense import convert as to_volume
-    from vdbflow.io.dense import default_name, open_dense
-    from vdbflow.io.openvdb import is_openvdb
-
-    out = Path(output)
-    if out.exists() and not overwrite:
-        _say("error", f"{out} exists (pass --overwrite to replace it)")
-        raise SystemExit(2)
-    if is_openvdb(source):
-        _convert_openvdb(source, out, variables, codec, nvdb_version)
-        return
-    try:
-        if nvdb_version is not None:  # an unknown version is refused before anything is read
-            from vdbflow.io.nanovdb.write import write_format
-
-            write_format(nvdb_version, {})
-        src = open_dense(source, variables, mask_variable, units, length_units)
-        grid_name = name or default_name(src, variables)
-        console = _stderr()
-        with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
-            task = bar.add_task("converting", total=src.shape[0])
-            vol = to_volume(
-                src,
-                threshold,
-                background,
-                dtype,
-                voxel_size,
-                origin,
-                slab,
-                grid_name,
-                progress=lambda done, total: bar.update(task, completed=done),
-                units=units,
-                length_units=length_units,
-            )
-        vol.to_nvdb(str(out), codec=codec, version=nvdb_version)  # atomic: a private directory beside it, then a rename
-    except VdbflowError as err:
-        _say("error", str(err))
-        raise SystemExit(2) from None
-    dense = int(np.prod(src.shape[:3]))
-    if src.others and not variables:
-        stack = " ".join(f"--variable {v}" for v in (*src.variables, *src.others[: 4 - len(src.variables)]))
-        _say(
-            "note",
-            f"converted {', '.join(src.variables)} only; {source} also holds {', '.join(src.others)} "
-            f"(3-D variables; `{stack}` stacks several as the components of one grid)",
-            style="yellow",
-        )
-    stated = f"units {vol.units or '(none)'}, length units {vol.length_units or '(none)'}"
-    click.echo(
-        f"wrote {out}: grid {grid_name!r}, {vol.value_type.name}, {vol.active_voxel_count:,} active voxels "
-        f"of {dense:,} ({vol.active_voxel_count / max(dense, 1):.1%}), {vol.leaf_count:,} leaves; {stated}"
-    )
-
-
-def _convert_openvdb(source: str, out: Path, names: tuple[str, ...], codec: str, version: str | None) -> None:
-    """The grids of an OpenVDB file (all, or those ``names``) written to one .nvdb file: value grids as
-    value grids, bool and mask grids as OnIndex grids; a repeated name gets its number (``density_1``)."""
-    from vdbflow.errors import VdbflowError
-    from vdbflow.io.nanovdb import save
-    from vdbflow.io.volumes import list_grids, open_volume
-
-    try:
-        infos = list_grids(source)
-        known = {g.name.split("\x1e")[0] for g in infos} | {g.name for g in infos}
-        missing = [n for n in names if n not in known]
-        if missing:
-            raise VdbflowError(f"expected grid names of {source} ({sorted(known)}), got {missing}")
-        grids = {}
-        for g in infos:
-            base, _, number = g.name.partition("\x1e")
-            if names and base not in names and g.name not in names:
-                continue
-            grids[f"{base}_{number}" if number and number != "0" else base] = open_volume(source, g.index)
-        save(out, grids, codec=codec, version=version)  # atomic: a private directory beside it, then a rename
-    except VdbflowError as err:
-        _say("error", str(err))
-        raise SystemExit(2) from None
-    for name, vol in grids.items():
-        click.echo(f"wrote {out}: grid {name!r}, {vol!r}")
-
-
-def _format_version(version: str) -> str:
-    """'NanoVDB 32.6.0' for .nvdb grids; .vdb grids' version already names OpenVDB."""
-    return version if version.startswith("OpenVDB") else f"NanoVDB {version}"
-
-
-def _box_text(box: Any) -> str:
-    if box is None:
-        return "(empty)"
-    return f"{[float(f'{v:.6g}') for v in box[0]]} .. {[float(f'{v:.6g}') for v in box[1]]}"
-
-
-def _grid_rows(g: Any) -> list[tuple[str, str]]:
-    """One grid of ``vdbflow info``, as (key, value) rows."""
-    (i0, i1), (w0, w1) = g.index_bbox, g.world_bbox
-    return [
-        (f"grid {g.index}", repr(g.name) if g.name else "(unnamed)"),
-        ("type", f"{g.grid_type}, class {g.grid_class}"),
-        ("active voxels", f"{g.active_voxel_count:,}"),
-        ("nodes", f"{g.leaf_count:,} leaves, {g.lower_count:,} lower, {g.upper_count:,} upper"),
-        ("tiles", "/".join(f"{c:,}" for c in g.tile_counts) + " (lower/upper/root: 8³/128³/4096³ voxels)"),
-        ("index bbox", f"{list(i0)} .. {list(i1)}"),
-        ("world bbox", f"{[float(f'{v:.6g}') for v in w0]} .. {[float(f'{v:.6g}') for v in w1]} (voxel cells)"),
-        ("voxel centres", _box_text(g.centre_bbox)),
-        ("voxel size", " ".join(f"{v:.6g}" for v in g.voxel_size) + (f" {g.length_units}" if g.length_units else "")),
-        ("units", g.units or "(none stored)"),
-        *([("components", ", ".join(g.component_names))] if g.component_names else []),
-        ("stored", f"{g.grid_size:,} bytes, codec {g.codec}, {_format_version(g.version)}"),
-    ]
-
-
-def _json_value(value: Any) -> Any:
-    """GridInfo fields as JSON: arrays and tuples as lists, bytes as hex."""
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    if isinstance(value, (list, tuple)):
-        return [_json_value(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _json_value(v) for k, v in value.items()}
-    if isinstance(value, (bytes, bytearray)):
-        return value.hex()
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    if hasattr(value, "__dataclass_fields__"):
-        return _json_value({k: getattr(value, k) for k in value.__dataclass_fields__})
-    return str(value)
-
-
-@main.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option(
-    "--json",
-    "as_json",
-    is_flag=True,
-    help="Print JSON (a list: path and grids of each file, or its error) instead of tables.",
-)
-def info(paths: tuple[str, ...], as_json: bool) -> None:
-    """List the grids of NanoVDB (.nvdb) and OpenVDB (.vdb) files.  Exit code 2: a file could not be read
-    (the others are still listed)."""
-    import json
-
-    from vdbflow.errors import NanoVDBError, OpenVDBError
-    from vdbflow.io.volumes import list_grids
-
-    console, failed, listing = _stdout(), False, []
-    for path in paths:
-        try:
-            grids = list_grids(path)
-        except (NanoVDBError, OpenVDBError) as err:
-            failed = True
-            if as_json:
-                listing.append({"path": path, "error": str(err)})
-            else:
-                _say("error", str(err) if path in str(err) else f"{path}: {err}")
-            continue
-        if as_json:
-            listing.append({"path": path, "grids": [_json_value(g) for g in grids]})
-            continue
-        rows, sections = [], []
-        for g in grids:
-            sections.append(len(rows))
-            rows += _grid_rows(g)
-        click.echo(f"{path}: {len(grids)} grid(s)")  # a path is not wrapped
-        console.print(_rows_table(None, rows, tuple(sections[1:])))
-    if as_json:
-        click.echo(json.dumps(listing, indent=2))
-    if failed:
-        raise SystemExit(2)
-
-
+main.add_command(convert)
+main.add_command(info)
 main.add_command(build_cuda)
 
 if __name__ == "__main__":  # pragma: no cover

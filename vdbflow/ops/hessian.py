@@ -102,6 +102,7 @@ def sample_hessian(
     hessian_space: str | None = None,
     *,
     device: str = "cpu",
+    dims: Any = None,
 ) -> xr.Dataset:
     """Values, Jacobians and Hessians of a volume at points, as an xarray Dataset.
 
@@ -127,6 +128,8 @@ def sample_hessian(
         ``jacobian_space``.
     device : {"cpu", "cuda", "auto"}, default ``"cpu"``
         Where the kernels run (see :func:`vdbflow.sample`).
+    dims : str or sequence of str, optional
+        Names of the points' leading dims (see :func:`vdbflow.sample`).
 
     Returns
     -------
@@ -171,4 +174,4 @@ def sample_hessian(
     [10.25, 3.5, 0.0]
     """
     request = SampleRequest(mode, OUTPUTS, space, jacobian_space, hessian_space, device=device)
-    return sample_dataset(vol, request, points)
+    return sample_dataset(vol, request, points, dims)

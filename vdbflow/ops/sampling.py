@@ -5,7 +5,8 @@ points) - and the entry points that make one: :func:`sample_grad_arrays`, :func:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,7 @@ import xarray as xr
 
 from vdbflow.core import kernel, schema
 from vdbflow.core.volume import Volume
-from vdbflow.devices import backend, is_cupy_array
+from vdbflow.devices import is_cupy_array, run
 from vdbflow.errors import PointsError, ShapeError
 from vdbflow.ops.coverage import stencil_inside_flags
 from vdbflow.ops.request import POINT_ORDERS, SPACES, SampleRequest, check_choice
@@ -228,7 +229,8 @@ def sample_arrays(
     points_world, jacobian_world = request.space == "world", request.jacobian_space == "world"
     derived = {name: arrays[name] for name in request.derived}
     if request.hessian:
-        backend(device).sample_hessian(
+        run(
+            "sample_hessian",
             vol.kernel_arrays(),
             pts,
             request.mode_code,
@@ -238,12 +240,14 @@ def sample_arrays(
             arrays["value"],
             arrays["jacobian"],
             arrays["hessian"],
+            device=device,
         )
         if derived:  # from the Jacobian just sampled, by the same function the fused pass runs
-            backend(device).derive(arrays["jacobian"], arrays["value"], derived)
+            run("derive", arrays["jacobian"], arrays["value"], derived, device=device)
         return arrays
     if derived:  # one pass: only the asked outputs are written
-        backend(device).sample_derived(
+        run(
+            "sample_derived",
             vol.kernel_arrays(),
             pts,
             request.mode_code,
@@ -253,12 +257,14 @@ def sample_arrays(
             arrays.get("jacobian"),
             derived,
             request.point_order,
+            device=device,
         )
         return arrays
     kernel_jac = arrays["jacobian"] if (request.jacobian and vt.is_float) else None
     if request.jacobian and not vt.is_float:
         arrays["jacobian"][...] = 0
-    backend(device).sample(
+    run(
+        "sample",
         vol.kernel_arrays(),
         pts,
         request.mode_code,
@@ -267,6 +273,7 @@ def sample_arrays(
         arrays["value"],
         kernel_jac,
         request.point_order,
+        device=device,
     )
     return arrays
 
@@ -354,25 +361,57 @@ def split_inside(outputs: Sequence[str]) -> tuple[tuple[str, ...], bool]:
     return tuple(o for o in outputs if o != schema.INSIDE), schema.INSIDE in outputs
 
 
+@dataclass(frozen=True)
+class Executor:
+    """How a source answers a request at points shaped (*lead, 3): ``arrays(request, points, lead)`` gives
+    the points the result records and each output shaped ``lead + (...)``; ``inside(request, points, lead)``
+    the ``lead``-shaped flags of points whose stencil reads only defined voxels.  :func:`eager` and
+    :func:`lazy` serve a :class:`~vdbflow.core.volume.Volume`; a distributed volume routes
+    (:mod:`vdbflow.distribution.forward`), a series interpolates in time (:mod:`vdbflow.temporal.series`)."""
+
+    arrays: Callable[[SampleRequest, Any, tuple], tuple[Any, dict[str, Any]]]
+    inside: Callable[[SampleRequest, Any, tuple], Any]
+
+
+def eager(vol: Volume) -> Executor:
+    """A volume's NumPy or CuPy points, sampled now in one call of the kernels."""
+
+    def arrays(request: SampleRequest, pts: Any, lead: tuple) -> tuple[Any, dict[str, Any]]:
+        flat = sample_arrays(vol, request, pts.reshape(-1, 3))
+        return pts, {name: a.reshape(lead + a.shape[1:]) for name, a in flat.items()}
+
+    return Executor(arrays, lambda request, pts, lead: stencil_inside_flags(vol, pts, request.mode, request.space))
+
+
+def lazy(vol: Volume) -> Executor:
+    """A volume's Dask points: one task a block of points, nothing computed here."""
+    return Executor(
+        lambda request, pts, lead: (pts, _sample_lazy(vol, request, pts)),
+        lambda request, pts, lead: stencil_inside_flags(vol, pts, request.mode, request.space),
+    )
+
+
 def sample_dataset(
-    vol: Volume, request: SampleRequest, points: Any, dims: Any = None, inside: bool = False
+    source: Any, request: SampleRequest, points: Any, dims: Any = None, inside: bool = False, executor: Any = None
 ) -> xr.Dataset:
     """The Dataset of ``request`` at points (N, 3) or (..., 3) - NumPy, CuPy, Dask (a lazy result) or a
-    DataArray of points - shaped like the points: the one door of :func:`sample`, :func:`sample_grad`
-    and :func:`vdbflow.sample_hessian`.  ``inside`` adds the bool variable ``stencil_inside``: whether
-    each point's stencil reads only active voxels (where not, the result mixes in the background)."""
+    DataArray of points - shaped like the points: the one door of every volume-like class's ``sample``,
+    ``sample_grad`` and ``sample_hessian`` (and :func:`sample`, :func:`sample_grad`,
+    :func:`vdbflow.sample_hessian`).  ``source`` is a Volume, or anything with a ``template`` Volume that
+    names its results (a distributed volume, a series) with its ``executor``; a Volume's executor is
+    :func:`eager` or, for Dask points, :func:`lazy`.  ``inside`` adds the bool variable ``stencil_inside``:
+    whether each point's stencil reads only active voxels (where not, the result mixes in the background)."""
     pts, lead, dims, coords = points_in(points, dims)
-    if is_dask(pts):
-        arrays = _sample_lazy(vol, request, pts)
-    else:
-        flat = sample_arrays(vol, request, pts.reshape(-1, 3))
-        arrays = {name: a.reshape(lead + a.shape[1:]) for name, a in flat.items()}
-    ds = result_dataset(vol, request, pts, arrays, dims=dims, point_coords=coords)
+    if executor is None:
+        executor = lazy(source) if is_dask(pts) else eager(source)
+    recorded, arrays = executor.arrays(request, pts, lead)
+    template = getattr(source, "template", source)
+    ds = result_dataset(template, request, recorded, arrays, dims=dims, point_coords=coords)
     if inside:
         ds[schema.STENCIL_INSIDE] = xr.DataArray(
-            stencil_inside_flags(vol, pts, request.mode, request.space),
+            executor.inside(request, recorded, lead),
             dims=dims,
-            attrs=schema.stencil_inside_attrs(request.mode, vol.name),
+            attrs=schema.stencil_inside_attrs(request.mode, template.name),
         )
     return ds
 
@@ -504,7 +543,7 @@ def sample_grad(
         What to compute: ``value`` and ``jacobian``, and for vec3 float fields the quantities the
         kernels derive from the Jacobian in the same pass (``vdbflow.core.kernel.DERIVED``:
         ``divergence``, ``vorticity``, ``vorticity_magnitude``, ``q_criterion``, ``lambda2``,
-        ``swirling_strength``, ``helicity``, ``strain_rate_magnitude``), alone or with either field;
+        ``swirling_strength``, ``helicity``, ``strain_rate_magnitude``, ``r_invariant``), alone or with either field;
         only what is asked is written.  ``"inside"`` adds the bool variable ``stencil_inside``: True
         where the point's stencil reads only active voxels, False where it reaches the background or a
         tile (the edge of the data, where values and derivatives are not those of the field; plots

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from vdbflow.core.volume import Volume
-from vdbflow.devices import backend, resolve_device
+from vdbflow.devices import resolve_device, run
 from vdbflow.errors import PointsError, SamplingError
 from vdbflow.ops.sampling import MODES, SPACES, check_choice, prepare_points  # noqa: F401
 
@@ -154,8 +154,18 @@ def sample_grad_vjp(
     accumulator = xp.zeros((value_rows + tile_rows + 1, C), np.float64)
     adj_points = xp.zeros((N, 3), R)
     if N:
-        backend(device).sample_vjp(
-            k, pts, MODES[mode], space == "world", jacobian_space == "world", a_val, a_jac, accumulator, adj_points
+        run(
+            "sample_vjp",
+            k,
+            pts,
+            MODES[mode],
+            space == "world",
+            jacobian_space == "world",
+            a_val,
+            a_jac,
+            accumulator,
+            adj_points,
+            device=device,
         )
     acc = accumulator.astype(vt.dtype)
     data = acc[:value_rows]

@@ -382,20 +382,24 @@ class VolumeSeries:
         return np.concatenate([value, grad.reshape(len(g), 3 * C)], axis=1)
 
     def _dataset(self, request: SampleRequest, points: Any, t: Any, time: str, dims: Any, inside: bool = False) -> Any:
-        from vdbflow.core import schema
-        from vdbflow.ops.results import is_dask, points_in, result_dataset
+        from vdbflow.ops.results import is_dask, points_in
+        from vdbflow.ops.sampling import Executor, sample_dataset
 
-        pts, lead, dims_, coords = points_in(points, dims)
-        if is_dask(pts):
-            raise PointsError("expected NumPy points for a VolumeSeries (Dask points are not supported), got Dask")
-        pts = np.asarray(pts)
+        lead, dims_ = points_in(points, dims)[1:3]
         tt = self._times_for(t, lead)
-        flat = self.sample_arrays(request, pts.reshape(-1, 3), tt, time)
-        arrays = {name: a.reshape(lead + a.shape[1:]) for name, a in flat.items()}
-        ds = result_dataset(self.template, request, pts, arrays, dims=dims_, point_coords=coords)
-        if inside:  # every step the interpolation reads: its stencil on defined voxels
-            flags = self.stencil_inside(pts.reshape(-1, 3), tt, request.mode, time, request.space).reshape(lead)
-            ds[schema.STENCIL_INSIDE] = (dims_, flags, schema.stencil_inside_attrs(request.mode, self.template.name))
+
+        def arrays(request: SampleRequest, pts: Any, lead: tuple) -> tuple[Any, dict[str, Any]]:
+            if is_dask(pts):
+                raise PointsError("expected NumPy points for a VolumeSeries (Dask points are not supported), got Dask")
+            pts = np.asarray(pts)
+            flat = self.sample_arrays(request, pts.reshape(-1, 3), tt, time)
+            return pts, {name: a.reshape(lead + a.shape[1:]) for name, a in flat.items()}
+
+        def inside_flags(request: SampleRequest, pts: Any, lead: tuple) -> Any:
+            # every step the interpolation reads: its stencil on defined voxels
+            return self.stencil_inside(pts.reshape(-1, 3), tt, request.mode, time, request.space).reshape(lead)
+
+        ds = sample_dataset(self, request, points, dims, inside, executor=Executor(arrays, inside_flags))
         tattrs = {"long_name": "time", "standard_name": "time", "time_interpolation": time}
         if np.ndim(t) == 0:
             ds = ds.assign_coords(time=((), float(t), tattrs))

@@ -38,10 +38,10 @@ def writer(format_name: str) -> ModuleType:
     """The writer module of an output format (a name of :data:`WRITERS`)."""
     import importlib
 
-    from vdbflow.jobs.config import ConfigError
+    from vdbflow.errors import WriteError
 
     if format_name not in WRITERS:
-        raise ConfigError(f"expected an output format among {', '.join(WRITERS)}, got {format_name!r}")
+        raise WriteError(f"expected an output format among {', '.join(WRITERS)}, got {format_name!r}")
     return importlib.import_module(WRITERS[format_name][0])
 
 

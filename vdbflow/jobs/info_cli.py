@@ -1,0 +1,100 @@
+"""``vdbflow info``: the grids of NanoVDB (.nvdb) and OpenVDB (.vdb) files, as tables or JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from vdbflow.jobs.console import rows_table as _rows_table
+from vdbflow.jobs.console import say as _say
+from vdbflow.jobs.console import stdout as _stdout
+
+
+def _format_version(version: str) -> str:
+    """'NanoVDB 32.6.0' for .nvdb grids; .vdb grids' version already names OpenVDB."""
+    return version if version.startswith("OpenVDB") else f"NanoVDB {version}"
+
+
+def _box_text(box: Any) -> str:
+    if box is None:
+        return "(empty)"
+    return f"{[float(f'{v:.6g}') for v in box[0]]} .. {[float(f'{v:.6g}') for v in box[1]]}"
+
+
+def _grid_rows(g: Any) -> list[tuple[str, str]]:
+    """One grid of ``vdbflow info``, as (key, value) rows."""
+    (i0, i1), (w0, w1) = g.index_bbox, g.world_bbox
+    return [
+        (f"grid {g.index}", repr(g.name) if g.name else "(unnamed)"),
+        ("type", f"{g.grid_type}, class {g.grid_class}"),
+        ("active voxels", f"{g.active_voxel_count:,}"),
+        ("nodes", f"{g.leaf_count:,} leaves, {g.lower_count:,} lower, {g.upper_count:,} upper"),
+        ("tiles", "/".join(f"{c:,}" for c in g.tile_counts) + " (lower/upper/root: 8³/128³/4096³ voxels)"),
+        ("index bbox", f"{list(i0)} .. {list(i1)}"),
+        ("world bbox", f"{[float(f'{v:.6g}') for v in w0]} .. {[float(f'{v:.6g}') for v in w1]} (voxel cells)"),
+        ("voxel centres", _box_text(g.centre_bbox)),
+        ("voxel size", " ".join(f"{v:.6g}" for v in g.voxel_size) + (f" {g.length_units}" if g.length_units else "")),
+        ("units", g.units or "(none stored)"),
+        *([("components", ", ".join(g.component_names))] if g.component_names else []),
+        ("stored", f"{g.grid_size:,} bytes, codec {g.codec}, {_format_version(g.version)}"),
+    ]
+
+
+def _json_value(value: Any) -> Any:
+    """GridInfo fields as JSON: arrays and tuples as lists, bytes as hex."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    if isinstance(value, (bytes, bytearray)):
+        return value.hex()
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if hasattr(value, "__dataclass_fields__"):
+        return _json_value({k: getattr(value, k) for k in value.__dataclass_fields__})
+    return str(value)
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print JSON (a list: path and grids of each file, or its error) instead of tables.",
+)
+def info(paths: tuple[str, ...], as_json: bool) -> None:
+    """List the grids of NanoVDB (.nvdb) and OpenVDB (.vdb) files.  Exit code 2: a file could not be read
+    (the others are still listed)."""
+    import json
+
+    from vdbflow.errors import NanoVDBError, OpenVDBError
+    from vdbflow.io.volumes import list_grids
+
+    console, failed, listing = _stdout(), False, []
+    for path in paths:
+        try:
+            grids = list_grids(path)
+        except (NanoVDBError, OpenVDBError) as err:
+            failed = True
+            if as_json:
+                listing.append({"path": path, "error": str(err)})
+            else:
+                _say("error", str(err) if path in str(err) else f"{path}: {err}")
+            continue
+        if as_json:
+            listing.append({"path": path, "grids": [_json_value(g) for g in grids]})
+            continue
+        rows, sections = [], []
+        for g in grids:
+            sections.append(len(rows))
+            rows += _grid_rows(g)
+        click.echo(f"{path}: {len(grids)} grid(s)")  # a path is not wrapped
+        console.print(_rows_table(None, rows, tuple(sections[1:])))
+    if as_json:
+        click.echo(json.dumps(listing, indent=2))
+    if failed:
+        raise SystemExit(2)

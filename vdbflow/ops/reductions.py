@@ -1,0 +1,310 @@
+"""Statistics of sampled quantities, reduced in the kernels' sampling pass (kernels/vdbflow/reduce.h):
+histograms of one to three quantities, moments to order 4, and means of a quantity binned by another.
+
+A quantity is named as a result variable would be:
+
+- a derived quantity of the table of outputs (``"q_criterion"``, ``"r_invariant"``), or one entry of a
+  vector one (``"vorticity[x]"``);
+- a value component: ``"value"`` (scalar data), ``"value[u]"`` or ``"value[0]"``;
+- a Jacobian entry: ``"jacobian[u,x]"`` (component, axis; labels or indices; ``"jacobian[x]"`` for scalar
+  data), the axes those of ``jacobian_space``.
+
+:class:`Statistics` lists what to compute; :func:`partial` reduces one set of points into a
+:class:`Partial` (exact int64 counts, float64 sums and moments); :func:`merge` merges two (counts add,
+moments by the pairwise update); :meth:`Statistics.dataset` names the result.  Partials of the chunks of
+Dask points are merged in a fixed tree over the chunks' order, so a result does not depend on the
+workers, the threads or the partitions that computed it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from vdbflow.core import kernel, outputs, schema
+from vdbflow.errors import SamplingError
+
+VALUE, JACOBIAN, DERIVED = 0, 1, 2  # reduce.h ChannelSource
+_ENTRY = re.compile(r"^(\w+)(?:\[([^\]]+)\])?$")
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """One channel: its name as given, a variable-safe name, where the kernels read it, its attrs."""
+
+    name: str
+    label: str
+    source: int
+    index: int
+    attrs: dict = field(default_factory=dict, compare=False, hash=False)
+
+
+def _position(token: str, labels: Sequence[str], what: str, text: str) -> int:
+    token = token.strip()
+    if token in labels:
+        return list(labels).index(token)
+    if token.isdigit() and int(token) < len(labels):
+        return int(token)
+    raise SamplingError(
+        f"expected {what} among {', '.join(labels)} (or 0 .. {len(labels) - 1}) in {text!r}, got {token!r}"
+    )
+
+
+def quantity(text: str, vol: Any, jacobian_space: str) -> Quantity:
+    """The channel named by ``text`` for the volume ``vol`` (module docstring)."""
+    m = _ENTRY.match(str(text).replace(" ", ""))
+    if m is None:
+        raise SamplingError(f"expected a quantity such as 'q_criterion', 'value[u]' or 'jacobian[u,x]', got {text!r}")
+    base, inner = m.group(1), m.group(2)
+    C = vol.components
+    components = tuple(vol.component_names) if C > 1 else ("value",)
+    axes = schema.AXIS_LABELS[jacobian_space]
+    units = getattr(vol, "units", None)
+    if base == "value":
+        c = 0 if inner is None and C == 1 else _position(inner or "", components, "a component", text)
+        label = "value" if C == 1 else f"value_{components[c]}"
+        return Quantity(text, label, VALUE, c, {"long_name": f"{vol.name} {components[c]}" if C > 1 else vol.name})
+    if base == "jacobian":
+        parts = (inner or "").split(",")
+        if C == 1 and len(parts) == 1:
+            c, a = 0, _position(parts[0], axes, "an axis", text)
+        elif len(parts) == 2:
+            c, a = _position(parts[0], components, "a component", text), _position(parts[1], axes, "an axis", text)
+        else:
+            raise SamplingError(
+                f"expected 'jacobian[component,axis]' (or 'jacobian[axis]' for scalar data), got {text!r}"
+            )
+        label = f"jacobian_{axes[a]}" if C == 1 else f"jacobian_{components[c]}_{axes[a]}"
+        return Quantity(text, label, JACOBIAN, 3 * c + a, {"long_name": f"d{components[c]}/d{axes[a]}"})
+    if base in outputs.TABLE and outputs.TABLE[base].kind == "derived":
+        o = outputs.TABLE[base]
+        q = kernel.DERIVED.index(base)
+        if o.width == 1 and inner is None:
+            return Quantity(text, base, DERIVED, 4 * q, {"long_name": o.long_name, "formula": o.formula})
+        if o.width > 1 and inner is not None:
+            a = _position(inner, axes, "an axis", text)
+            return Quantity(text, f"{base}_{axes[a]}", DERIVED, 4 * q + a, {"long_name": f"{o.long_name} {axes[a]}"})
+        raise SamplingError(
+            f"expected {base}[axis] for the vector {base}, got {text!r}"
+            if o.width > 1
+            else f"expected {base} without an entry (a scalar), got {text!r}"
+        )
+    raise SamplingError(
+        f"expected a quantity: value, jacobian or one of {', '.join(outputs.names('derived'))}, got {text!r}"
+        + ("" if units is None else "")
+    )
+
+
+def edges_of(bins: Any, lo_hi: Any, what: str) -> np.ndarray:
+    """Increasing float64 bin edges: ``bins`` edges given, or ``bins`` equal bins over ``(lo, hi)`` (as
+    ``numpy.linspace``, the edges ``numpy.histogram`` makes)."""
+    if np.ndim(bins) == 1:
+        e = np.asarray(bins, np.float64)
+    else:
+        if lo_hi is None:
+            raise SamplingError(f"expected a range (lo, hi) or explicit edges for {what}")
+        lo, hi = (float(x) for x in lo_hi)
+        if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
+            raise SamplingError(f"expected a finite range lo < hi for {what}, got {lo_hi!r}")
+        if int(bins) != bins or int(bins) < 1:
+            raise SamplingError(f"expected a positive whole number of bins for {what}, got {bins!r}")
+        e = np.linspace(lo, hi, int(bins) + 1)
+    if e.ndim != 1 or len(e) < 2 or not np.all(np.isfinite(e)) or not np.all(np.diff(e) > 0):
+        raise SamplingError(f"expected two or more finite, increasing bin edges for {what}")
+    return e
+
+
+@dataclass
+class Histogram:
+    of: tuple[Quantity, ...]
+    edges: tuple[np.ndarray, ...]
+    weight: Quantity | None = None
+
+
+@dataclass
+class Conditional:
+    of: Quantity
+    given: Quantity
+    edges: np.ndarray
+
+
+@dataclass
+class Partial:
+    """One reduction's sums: int64 ``ints`` (counts) and float64 ``reals`` (weighted sums, binned means,
+    moments), laid out by the :class:`Statistics` that made it."""
+
+    ints: np.ndarray
+    reals: np.ndarray
+
+
+@dataclass
+class Statistics:
+    """What one pass computes: histograms, moments of quantities, means of quantities binned by others."""
+
+    histograms: list[Histogram] = field(default_factory=list)
+    moments: list[Quantity] = field(default_factory=list)
+    conditionals: list[Conditional] = field(default_factory=list)
+
+    def channels(self) -> list[Quantity]:
+        out: dict[tuple[int, int], Quantity] = {}
+        for h in self.histograms:
+            for q in (*h.of, *((h.weight,) if h.weight else ())):
+                out.setdefault((q.source, q.index), q)
+        for q in self.moments:
+            out.setdefault((q.source, q.index), q)
+        for c in self.conditionals:
+            out.setdefault((c.given.source, c.given.index), c.given)
+            out.setdefault((c.of.source, c.of.index), c.of)
+        return list(out.values())
+
+    def layout(self) -> tuple[bytes, np.ndarray, Partial, dict]:
+        """The kernels' spec (bytes), the bin edges, an empty partial and the offsets of each item."""
+        channels = self.channels()
+        if not channels:
+            raise SamplingError("expected at least one histogram, moment or binned mean to compute")
+        limits = (kernel.REDUCE_MAX_CHANNELS, kernel.REDUCE_MAX_HISTOGRAMS, kernel.REDUCE_MAX_CONDITIONALS)
+        asked = (len(channels), len(self.histograms), len(self.conditionals))
+        for what, n, most in zip(("quantities", "histograms", "binned means"), asked, limits, strict=True):
+            if n > most:
+                raise SamplingError(f"expected at most {most} {what} in one pass, got {n}")
+        at = {(q.source, q.index): f for f, q in enumerate(channels)}
+        s = np.zeros((), kernel.REDUCE_SPEC_DTYPE)
+        s["channels"] = len(channels)
+        s["source"][: len(channels)] = [q.source for q in channels]
+        s["index"][: len(channels)] = [q.index for q in channels]
+        edges: list[np.ndarray] = []
+        n_ints = n_reals = n_edges = 0
+        where: dict = {"hist": [], "moments": [], "cond": []}
+
+        def add_edges(e: np.ndarray) -> int:
+            nonlocal n_edges
+            edges.append(e)
+            n_edges += len(e)
+            return n_edges - len(e)
+
+        s["histograms"] = len(self.histograms)
+        for h, hist in enumerate(self.histograms):
+            shape = tuple(len(e) - 1 for e in hist.edges)
+            s["hist_dims"][h] = len(shape)
+            for d, (q, e) in enumerate(zip(hist.of, hist.edges, strict=True)):
+                s["hist_channel"][3 * h + d] = at[(q.source, q.index)]
+                s["hist_bins"][3 * h + d] = len(e) - 1
+                s["hist_edges"][3 * h + d] = add_edges(e)
+            s["hist_weight"][h] = -1 if hist.weight is None else at[(hist.weight.source, hist.weight.index)]
+            s["hist_counts"][h], n_ints = n_ints, n_ints + int(np.prod(shape)) + 2
+            s["hist_sums"][h] = -1
+            if hist.weight is not None:
+                s["hist_sums"][h], n_reals = n_reals, n_reals + int(np.prod(shape))
+            where["hist"].append((int(s["hist_counts"][h]), int(s["hist_sums"][h]), shape))
+        s["conditionals"] = len(self.conditionals)
+        for k, c in enumerate(self.conditionals):
+            bins = len(c.edges) - 1
+            s["cond_given"][k], s["cond_of"][k] = at[(c.given.source, c.given.index)], at[(c.of.source, c.of.index)]
+            s["cond_bins"][k], s["cond_edges"][k] = bins, add_edges(c.edges)
+            s["cond_counts"][k], n_ints = n_ints, n_ints + bins + 2
+            s["cond_stats"][k], n_reals = n_reals, n_reals + 3 * bins
+            where["cond"].append((int(s["cond_counts"][k]), int(s["cond_stats"][k]), bins))
+        s["moments"] = len(self.moments)
+        for m, q in enumerate(self.moments):
+            s["moment_channel"][m] = at[(q.source, q.index)]
+            s["moment_at"][m], n_reals = n_reals, n_reals + kernel.MOMENT_FIELDS
+            where["moments"].append(int(s["moment_at"][m]))
+        empty = Partial(np.zeros(n_ints, np.int64), np.zeros(n_reals, np.float64))
+        for m in where["moments"]:
+            empty.reals[m + 6], empty.reals[m + 7] = np.inf, -np.inf
+        where["channels"] = channels
+        return s.tobytes(), np.concatenate(edges) if edges else np.zeros(1), empty, where
+
+    def needs(self) -> tuple[bool, tuple[str, ...]]:
+        """Whether a Jacobian is read, and the derived quantities the channels read."""
+        chans = self.channels()
+        derived = tuple(dict.fromkeys(kernel.DERIVED[q.index // 4] for q in chans if q.source == DERIVED))
+        return any(q.source != VALUE for q in chans), derived
+
+
+def _merge_central(a: np.ndarray, b: np.ndarray, order: int) -> np.ndarray:
+    """Rows (n, mean, M2[, M3, M4]) of b merged into rows of a (the pairwise update, vectorised)."""
+    out = a.copy()
+    na, nb = a[..., 0], b[..., 0]
+    n = na + nb
+    with np.errstate(invalid="ignore", divide="ignore"):
+        d = b[..., 1] - a[..., 1]
+        safe = np.where(n > 0, n, 1.0)
+        out[..., 1] = a[..., 1] + d * nb / safe
+        out[..., 2] = a[..., 2] + b[..., 2] + d * d * na * nb / safe
+        if order >= 4:
+            m2a, m2b = a[..., 2], b[..., 2]
+            out[..., 3] = (
+                a[..., 3] + b[..., 3] + d**3 * na * nb * (na - nb) / safe**2 + 3 * d * (na * m2b - nb * m2a) / safe
+            )
+            out[..., 4] = (
+                a[..., 4]
+                + b[..., 4]
+                + d**4 * na * nb * (na * na - na * nb + nb * nb) / safe**3
+                + 6 * d * d * (na * na * m2b + nb * nb * m2a) / safe**2
+                + 4 * d * (na * b[..., 3] - nb * a[..., 3]) / safe
+            )
+    out[..., 0] = n
+    out[na == 0] = b[na == 0]
+    keep = nb == 0
+    out[keep] = a[keep]
+    return out
+
+
+def merge(stats_where: dict, a: Partial, b: Partial) -> Partial:
+    """Partial ``b`` merged into a copy of ``a`` (``stats_where``: the layout's offsets)."""
+    out = Partial(a.ints + b.ints, a.reals.copy())
+    for _, sums, shape in stats_where["hist"]:
+        if sums >= 0:
+            size = int(np.prod(shape))
+            out.reals[sums : sums + size] += b.reals[sums : sums + size]
+    for _, stats, bins in stats_where["cond"]:
+        block = slice(stats, stats + 3 * bins)
+        out.reals[block] = _merge_central(a.reals[block].reshape(bins, 3), b.reals[block].reshape(bins, 3), 2).ravel()
+    for m in stats_where["moments"]:
+        fa, fb = a.reals[m : m + kernel.MOMENT_FIELDS], b.reals[m : m + kernel.MOMENT_FIELDS]
+        central = _merge_central(fa[[0, 2, 3, 4, 5]][None], fb[[0, 2, 3, 4, 5]][None], 4)[0]
+        out.reals[m : m + kernel.MOMENT_FIELDS] = [
+            central[0],
+            fa[1] + fb[1],
+            *central[1:],
+            min(fa[6], fb[6]),
+            max(fa[7], fb[7]),
+        ]
+    return out
+
+
+def merge_all(stats_where: dict, parts: Sequence[Partial]) -> Partial:
+    """Partials merged pairwise in a fixed tree over their order (the chunks' order)."""
+    parts = list(parts)
+    while len(parts) > 1:
+        parts = [
+            merge(stats_where, *parts[i : i + 2]) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)
+        ]
+    return parts[0]
+
+
+def features_of(stats: Statistics, arrays: dict[str, np.ndarray], components: int) -> np.ndarray:
+    """The features (N, channels) of sampled arrays (``value``, ``jacobian`` and derived ones, as
+    :func:`vdbflow.ops.sampling.sample_arrays` returns them)."""
+    cols = []
+    for q in stats.channels():
+        if q.source == VALUE:
+            v = arrays["value"]
+            cols.append(v if v.ndim == 1 else v[:, q.index])
+        elif q.source == JACOBIAN:
+            cols.append(arrays["jacobian"].reshape(len(arrays["jacobian"]), 3 * components)[:, q.index])
+        else:
+            d = arrays[kernel.DERIVED[q.index // 4]]
+            cols.append(d if d.ndim == 1 else d[:, q.index % 4])
+    jdtype = np.result_type(*(c.dtype for c in cols), np.float32)
+    return np.ascontiguousarray(np.stack([c.astype(jdtype, copy=False) for c in cols], axis=1))
+
+
+def replace(stats: Statistics, **changes: Any) -> Statistics:
+    return dataclasses.replace(stats, **changes)

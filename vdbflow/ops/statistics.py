@@ -1,0 +1,371 @@
+"""``vdbflow.histogram``, ``vdbflow.moments``, ``vdbflow.conditional_mean`` and ``vdbflow.statistics`` (all
+of them in one pass): statistics of sampled quantities, reduced where the points are sampled
+(:mod:`vdbflow.ops.reductions`, kernels/vdbflow/reduce.h), returned as small xarray Datasets.
+
+The source is a :class:`~vdbflow.core.volume.Volume` (NumPy, CuPy or Dask points) or a
+:class:`~vdbflow.distribution.volume.DistributedVolume` (points routed to the partitions, reduced by chunk
+on the workers); Dask points are reduced chunk by chunk on the workers and the chunks' partials merged in a
+fixed tree over the chunks' order, so a result never depends on the workers, threads or partitions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from vdbflow.core import kernel
+from vdbflow.devices import run
+from vdbflow.errors import SamplingError
+from vdbflow.ops.reductions import (
+    Conditional,
+    Histogram,
+    Partial,
+    Statistics,
+    edges_of,
+    merge,
+    quantity,
+)
+from vdbflow.ops.request import SampleRequest
+from vdbflow.ops.results import as_numpy, is_dask
+
+
+def _request(stats: Statistics, mode: str, space: str, jacobian_space: str | None, device: str) -> SampleRequest:
+    jacobian, derived = stats.needs()
+    outputs = ("value", "jacobian", *derived) if (jacobian or derived) else ("value",)
+    return SampleRequest(mode, outputs, space, jacobian_space, device=device)
+
+
+def _chunk_partial(
+    vol: Any, points: Any, spec: bytes, edges: np.ndarray, empty: Partial, request: SampleRequest
+) -> Partial:
+    """One set of points (N, 3) reduced in the kernels' pass into a copy of ``empty``."""
+    from vdbflow.ops.sampling import prepare_points
+
+    out = Partial(empty.ints.copy(), empty.reals.copy())
+    device = request.device_for(points)
+    pts = prepare_points(vol, points, device, request.space)
+    if len(pts):
+        run(
+            "sample_reduce",
+            vol.kernel_arrays(),
+            pts,
+            request.mode_code,
+            request.space == "world",
+            request.jacobian_space == "world",
+            spec,
+            edges,
+            out.ints,
+            out.reals,
+            request.point_order,
+            device=device,
+        )
+    return out
+
+
+def _features_partial(
+    spec: bytes, edges: np.ndarray, empty: Partial, stats: Statistics, C: int, names, *arrays
+) -> Partial:
+    """One chunk's sampled arrays (``names``: their outputs) reduced into a copy of ``empty``."""
+    from vdbflow.ops.reductions import features_of
+
+    out = Partial(empty.ints.copy(), empty.reals.copy())
+    features = features_of(stats, dict(zip(names, arrays, strict=True)), C)
+    if len(features):
+        run("reduce_features", spec, features, edges, out.ints, out.reals, device="cpu")
+    return out
+
+
+def reduce(source: Any, points: Any, stats: Statistics, request: SampleRequest, wave: int | None = None) -> Partial:
+    """``stats`` of ``source`` at points (N, 3) or (..., 3), one partial: a Volume with NumPy or CuPy points
+    in one call of the kernels; Dask points, or a DistributedVolume's points, chunk by chunk."""
+    import dask
+
+    template = getattr(source, "template", source)
+    request.for_value_type(template.value_type)
+    if not template.value_type.is_float:
+        raise SamplingError(f"expected float data for statistics, got {template.value_type.name}")
+    spec, edges, empty, where = stats.layout()
+    shape = getattr(points, "shape", np.shape(points))
+    if len(shape) < 1 or shape[-1] != 3:
+        raise SamplingError(f"expected points of shape (N, 3) or (..., 3), got {tuple(shape)}")
+    if hasattr(source, "template"):  # a DistributedVolume: routed, one partial a chunk of points
+        names = request.outputs
+        arrays = source.sample_arrays(request, points.reshape(-1, 3) if len(shape) != 2 else points, wave)
+        blocks = [list(arrays[name].to_delayed().ravel()) for name in names]
+        parts = [
+            dask.delayed(_features_partial, pure=True)(spec, edges, empty, stats, template.components, names, *chunk)
+            for chunk in zip(*blocks, strict=True)
+        ]
+        return _tree(where, parts, getattr(source, "client", None))
+    if is_dask(points):
+        pts = points.reshape(-1, 3).rechunk({1: 3})
+        parts = [
+            dask.delayed(_chunk_partial, pure=True)(source, block, spec, edges, empty, request)
+            for block in pts.to_delayed().ravel()
+        ]
+        return _tree(where, parts, None)
+    flat = points if hasattr(points, "__cuda_array_interface__") else as_numpy(points)
+    return _chunk_partial(source, flat.reshape(-1, 3), spec, edges, empty, request)
+
+
+def _tree(where: dict, parts: list, client: Any) -> Partial:
+    """Chunk partials (Delayed) merged pairwise in a fixed tree over the chunks' order, on the workers."""
+    import dask
+
+    if not parts:
+        raise SamplingError("expected at least one point chunk, got none")
+    while len(parts) > 1:
+        parts = [
+            dask.delayed(merge, pure=True)(where, *parts[i : i + 2]) if i + 1 < len(parts) else parts[i]
+            for i in range(0, len(parts), 2)
+        ]
+    return client.compute(parts[0]).result() if client is not None else parts[0].compute()
+
+
+# ---- results ----------------------------------------------------------------------------------------------
+
+
+def _bins(q: Any, e: np.ndarray) -> dict[str, Any]:
+    dim = f"{q.label}_bin"
+    return {
+        dim: xr.Variable(dim, (e[:-1] + e[1:]) / 2, {**q.attrs, "bounds": f"{dim}_bounds"}),
+        f"{dim}_bounds": xr.Variable((dim, "bound"), np.stack([e[:-1], e[1:]], axis=1)),
+    }
+
+
+def _moments_vars(fields: np.ndarray, labels: list[str]) -> dict[str, Any]:
+    n, nan, mean, m2, m3, m4, lo, hi = fields.T
+    with np.errstate(invalid="ignore", divide="ignore"):
+        var = np.where(n > 0, m2 / n, np.nan)
+        skew = np.where(m2 > 0, np.sqrt(n) * m3 / m2**1.5, np.nan)
+        flat = np.where(m2 > 0, n * m4 / (m2 * m2), np.nan)
+    dims = ("quantity",)
+    empty = n == 0
+    return {
+        "count": (dims, n.astype(np.int64), {"long_name": "finite values"}),
+        "nan_count": (dims, nan.astype(np.int64), {"long_name": "NaN values (left out)"}),
+        "mean": (dims, np.where(empty, np.nan, mean)),
+        "variance": (dims, var, {"long_name": "population variance M2 / n"}),
+        "skewness": (dims, skew, {"long_name": "skewness sqrt(n) M3 / M2^1.5"}),
+        "flatness": (dims, flat, {"long_name": "flatness (kurtosis) n M4 / M2^2"}),
+        "min": (dims, np.where(empty, np.nan, lo)),
+        "max": (dims, np.where(empty, np.nan, hi)),
+        "m2": (dims, m2, {"long_name": "central sum of squares"}),
+        "m3": (dims, m3, {"long_name": "central sum of cubes"}),
+        "m4": (dims, m4, {"long_name": "central sum of fourth powers"}),
+    }
+
+
+def dataset(stats: Statistics, partial: Partial, where: dict) -> xr.Dataset:
+    """The named result of a partial: per histogram ``<key>_count`` (int64, one ``<quantity>_bin`` dim per
+    quantity, bin centres and CF bounds), ``<key>_outside``, ``<key>_nan``, ``<key>_pdf`` (count / (in-range
+    points x bin volume)) and ``<key>_weighted``; moments on a ``quantity`` dim; binned means
+    ``<of>_mean_by_<given>``, ``<of>_variance_by_<given>`` and their counts."""
+    ds = xr.Dataset()
+    for h, (counts, sums, shape) in zip(stats.histograms, where["hist"], strict=True):
+        key = "_".join(q.label for q in h.of)
+        dims = tuple(f"{q.label}_bin" for q in h.of)
+        for q, e in zip(h.of, h.edges, strict=True):
+            for name, var in _bins(q, e).items():
+                if name in ds.variables and not np.array_equal(ds[name].values, var.values):
+                    raise SamplingError(f"expected one set of bins for {q.name} in one pass, got two")
+                ds.coords[name] = var
+        size = int(np.prod(shape))
+        count = partial.ints[counts : counts + size].reshape(shape)
+        inside = int(count.sum())
+        volume = np.ones(shape)
+        for d, e in enumerate(h.edges):
+            volume = volume * np.diff(e).reshape([-1 if i == d else 1 for i in range(len(shape))])
+        title = " and ".join(q.name for q in h.of)
+        ds[f"{key}_count"] = (dims, count, {"long_name": f"points by bin of {title}"})
+        ds[f"{key}_outside"] = ((), partial.ints[counts + size], {"long_name": "points outside the bins"})
+        ds[f"{key}_nan"] = ((), partial.ints[counts + size + 1], {"long_name": "points with a NaN quantity"})
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ds[f"{key}_pdf"] = (dims, count / (inside * volume), {"long_name": f"probability density of {title}"})
+        if h.weight is not None:
+            ds[f"{key}_weighted"] = (dims, partial.reals[sums : sums + size].reshape(shape), {"weight": h.weight.name})
+    if stats.moments:
+        fields = np.stack([partial.reals[m : m + kernel.MOMENT_FIELDS] for m in where["moments"]])
+        labels = [q.label for q in stats.moments]
+        ds = ds.assign_coords(quantity=("quantity", labels))
+        for name, var in _moments_vars(fields, labels).items():
+            ds[name] = var
+    for c, (counts, at, bins) in zip(stats.conditionals, where["cond"], strict=True):
+        dim = f"{c.given.label}_bin"
+        for name, var in _bins(c.given, c.edges).items():
+            if name in ds.variables and not np.array_equal(ds[name].values, var.values):
+                raise SamplingError(f"expected one set of bins for {c.given.name} in one pass, got two")
+            ds.coords[name] = var
+        t = partial.reals[at : at + 3 * bins].reshape(bins, 3)
+        n = partial.ints[counts : counts + bins]
+        by = f"{c.of.label}_by_{c.given.label}"
+        ds[f"count_{by}"] = (dim, n, {"long_name": f"points by bin of {c.given.name} with a finite {c.of.name}"})
+        ds[f"{c.of.label}_mean_by_{c.given.label}"] = (dim, np.where(n > 0, t[:, 1], np.nan), c.of.attrs)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ds[f"{c.of.label}_variance_by_{c.given.label}"] = (dim, np.where(n > 0, t[:, 2] / t[:, 0], np.nan))
+        ds[f"outside_{by}"] = ((), partial.ints[counts + bins])
+        ds[f"nan_{by}"] = ((), partial.ints[counts + bins + 1])
+    return ds
+
+
+# ---- the doors ----------------------------------------------------------------------------------------------
+
+
+def _quantities(of: Any, vol: Any, jacobian_space: str) -> list[Any]:
+    names = [of] if isinstance(of, str) else list(of)
+    if not names:
+        raise SamplingError("expected at least one quantity, got none")
+    return [quantity(n, vol, jacobian_space) for n in names]
+
+
+def _ranges(
+    source: Any, points: Any, qs: list, bins: Any, range_: Any, request: SampleRequest, wave: int | None
+) -> list[np.ndarray]:
+    """Edges per quantity: given, or (range None) over the quantities' min and max from a first pass."""
+    if np.ndim(bins) == 0:
+        per = [bins] * len(qs)
+    elif len(qs) == 1 and np.ndim(bins) == 1 and np.asarray(bins).dtype.kind in "iuf" and len(bins) > 1:
+        per = [bins]  # one quantity's edges
+    else:
+        per = list(bins)
+    if len(per) != len(qs):
+        raise SamplingError(f"expected bins for each of {len(qs)} quantities, got {len(per)}")
+    if range_ is None:
+        if all(np.ndim(b) == 1 for b in per):
+            return [edges_of(b, None, q.name) for q, b in zip(qs, per, strict=True)]
+        first = Statistics(moments=qs)
+        spec, _, _, where = first.layout()
+        got = reduce(source, points, first, request, wave)
+        fields = [got.reals[m : m + kernel.MOMENT_FIELDS] for m in where["moments"]]
+        ranges = [(f[6], f[7] if f[7] > f[6] else f[6] + 1.0) for f in fields]
+    else:
+        ranges = [range_] if len(qs) == 1 and np.ndim(range_) == 1 else list(range_)
+    if len(ranges) != len(qs):
+        raise SamplingError(f"expected a range (lo, hi) for each of {len(qs)} quantities, got {len(ranges)}")
+    return [edges_of(b, r, q.name) for q, b, r in zip(qs, per, ranges, strict=True)]
+
+
+def histogram(
+    source: Any,
+    points: Any,
+    of: str | Sequence[str],
+    bins: Any = 64,
+    range: Any = None,  # noqa: A002 - numpy.histogram's name
+    weights: str | None = None,
+    *,
+    mode: str = "linear",
+    space: str = "world",
+    jacobian_space: str | None = None,
+    device: str = "cpu",
+    wave: int | None = None,
+) -> xr.Dataset:
+    """The histogram of one to three quantities sampled at points, counted in the kernels' pass.
+
+    Parameters
+    ----------
+    source : Volume or DistributedVolume
+    points : array_like, shape (N, 3) or (..., 3)
+        NumPy, CuPy or Dask points in ``space``; Dask points are reduced chunk by chunk on the workers.
+    of : str or sequence of str
+        One to three quantities (:mod:`vdbflow.ops.reductions`): ``"q_criterion"``, ``"vorticity[x]"``,
+        ``"value[u]"``, ``"jacobian[u,x]"``, ...
+    bins : int, sequence of edges, or one of those per quantity
+    range : (lo, hi) or one per quantity, optional
+        Default: each quantity's minimum and maximum, from a first pass over the points.
+    weights : str, optional
+        A quantity whose sum in each bin is returned as ``weighted``.
+    mode, space, jacobian_space, device, wave
+        As :meth:`Volume.sample_grad` (``wave``: a DistributedVolume's point chunks routed together).
+
+    Returns
+    -------
+    xarray.Dataset
+        ``count`` (int64, dims ``<quantity>_bin`` per quantity, bin centres with CF ``bounds``), ``pdf``
+        (count over in-range points and bin volume), ``outside`` and ``nan`` (points left out), and
+        ``weighted`` with ``weights``.  Counts equal ``numpy.histogramdd`` of the same quantities'
+        per-point values with the same edges.
+    """
+    template = getattr(source, "template", source)
+    request = _request(Statistics(), mode, space, jacobian_space, device)
+    js = request.jacobian_space
+    qs = _quantities(of, template, js)
+    if len(qs) > 3:
+        raise SamplingError(f"expected one to three quantities for a histogram, got {len(qs)}")
+    w = None if weights is None else quantity(weights, template, js)
+    probe = Statistics(moments=qs + ([w] if w else []))
+    edges = _ranges(source, points, qs, bins, range, _request(probe, mode, space, js, device), wave)
+    stats = Statistics(histograms=[Histogram(tuple(qs), tuple(edges), w)])
+    ds = statistics(source, points, stats, mode=mode, space=space, jacobian_space=js, device=device, wave=wave)
+    key = "_".join(q.label for q in qs)
+    return ds.rename({f"{key}_{v}": v for v in ("count", "outside", "nan", "pdf", "weighted") if f"{key}_{v}" in ds})
+
+
+def moments(
+    source: Any,
+    points: Any,
+    of: str | Sequence[str],
+    *,
+    mode: str = "linear",
+    space: str = "world",
+    jacobian_space: str | None = None,
+    device: str = "cpu",
+    wave: int | None = None,
+) -> xr.Dataset:
+    """Count, mean, variance, skewness, flatness, minimum and maximum of quantities sampled at points (NaN
+    values left out and counted), on a ``quantity`` dim; the central sums ``m2``..``m4`` merge further
+    results (the pairwise update).  Arguments as :func:`histogram`."""
+    template = getattr(source, "template", source)
+    js = _request(Statistics(), mode, space, jacobian_space, device).jacobian_space
+    stats = Statistics(moments=_quantities(of, template, js))
+    return statistics(source, points, stats, mode=mode, space=space, jacobian_space=js, device=device, wave=wave)
+
+
+def conditional_mean(
+    source: Any,
+    points: Any,
+    of: str | Sequence[str],
+    given: str,
+    bins: Any = 64,
+    range: Any = None,  # noqa: A002 - numpy.histogram's name
+    *,
+    mode: str = "linear",
+    space: str = "world",
+    jacobian_space: str | None = None,
+    device: str = "cpu",
+    wave: int | None = None,
+) -> xr.Dataset:
+    """Means and variances of quantities ``of`` in bins of the quantity ``given`` (e.g. <|omega|^2 | Q>),
+    with each bin's count: ``<of>_mean_by_<given>``, ``<of>_variance_by_<given>``, ``count_<of>_by_<given>``.
+    Arguments as :func:`histogram`."""
+    template = getattr(source, "template", source)
+    js = _request(Statistics(), mode, space, jacobian_space, device).jacobian_space
+    g = quantity(given, template, js)
+    (edges,) = _ranges(
+        source, points, [g], bins, range, _request(Statistics(moments=[g]), mode, space, js, device), wave
+    )
+    stats = Statistics(conditionals=[Conditional(q, g, edges) for q in _quantities(of, template, js)])
+    return statistics(source, points, stats, mode=mode, space=space, jacobian_space=js, device=device, wave=wave)
+
+
+def statistics(
+    source: Any,
+    points: Any,
+    stats: Statistics,
+    *,
+    mode: str = "linear",
+    space: str = "world",
+    jacobian_space: str | None = None,
+    device: str = "cpu",
+    wave: int | None = None,
+) -> xr.Dataset:
+    """Every histogram, moment and binned mean of ``stats`` (:class:`vdbflow.ops.reductions.Statistics`)
+    in one pass over the points (:func:`dataset` names the variables)."""
+    request = _request(stats, mode, space, jacobian_space, device)
+    where = stats.layout()[3]
+    partial = reduce(source, points, stats, request, wave)
+    ds = dataset(stats, partial, where)
+    ds.attrs.update({"mode": mode, "space": space, "jacobian_space": request.jacobian_space, "reduced_in": "kernels"})
+    return ds
