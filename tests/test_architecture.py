@@ -75,6 +75,8 @@ CONFIG_MODULES = {
     "vdbflow.errors",
     "vdbflow.jobs",
     "vdbflow.jobs.config",
+    "vdbflow.jobs.config_base",
+    "vdbflow.jobs.config_reduce",
     "vdbflow.jobs.writers",
     "vdbflow.ops",
     "vdbflow.ops.request",

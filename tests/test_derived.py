@@ -48,9 +48,17 @@ def flow_reference(J: np.ndarray, u: np.ndarray) -> dict[str, np.ndarray]:
     """The flow module's quantities of Jacobians (N, 3, 3) and velocities (N, 3)."""
     jac = xr.DataArray(J, dims=("point", "component", "axis"))
     vel = xr.DataArray(u, dims=("point", "component"))
-    out = {name: getattr(flow, name)(jac).values for name in DERIVED if name != "helicity"}
+    out = {name: getattr(flow, name)(jac).values for name in DERIVED if name not in ("helicity", "r_invariant")}
     out["helicity"] = flow.helicity(vel, jac).values
+    out["r_invariant"] = r_invariant_float64(J)
     return out
+
+
+def r_invariant_float64(J: np.ndarray) -> np.ndarray:
+    """R = -det(A) of the traceless part A of J, in float64 (LAPACK's determinant)."""
+    A = J.astype(np.float64)
+    A = A - np.trace(A, axis1=1, axis2=2)[:, None, None] * np.eye(3) / 3
+    return -np.linalg.det(A)
 
 
 def lambda2_float64(J: np.ndarray) -> np.ndarray:
@@ -82,6 +90,11 @@ def check_against_references(out, J, u, complex_pairs=True):
     # and the flow module's (LAPACK in the Jacobian's dtype) within the same bounds
     assert np.all(np.abs(out["lambda2"][finite] - ref["lambda2"][finite]) <= 64 * eps * norm + 1e-30)
     assert np.all(np.abs(got - ref["swirling_strength"][finite]) <= 4 * np.sqrt(eps) * size)
+    # r_invariant: evaluated in double and rounded once: within half an ulp of the dtype, plus double rounding
+    r = ref["r_invariant"][finite]
+    bound = eps * np.abs(r) + 64 * np.finfo(np.float64).eps * size**3 + np.finfo(J.dtype).tiny
+    assert np.all(np.abs(out["r_invariant"][finite] - r) <= bound)
+    assert np.isnan(out["r_invariant"][~finite]).all()
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -4,7 +4,8 @@ The helpers take a Dataset from :meth:`Volume.sample_grad` (or a ``vdbflow run``
 points form a slice plane - sampled at (ns, nt, 3) points, so that its values lie on two point dims,
 or flat (N, 3) points with ``shape=(ns, nt)`` (s-major) - or a line (``line_plot``), and label every
 panel with its variable, component, axis and units. Also reachable as ``ds.vdbflow.analysis.plot.slice(...)``,
-``.jacobian_grid(...)``, ``.line(...)``.
+``.jacobian_grid(...)``, ``.line(...)``; and histograms of :func:`vdbflow.histogram`: the Q-R joint PDF
+(:func:`qr_plot`, ``.qr()``) and 1-D PDFs (:func:`pdf_plot`, ``.pdf()``).
 """
 
 from __future__ import annotations
@@ -346,6 +347,58 @@ def line_plot(
     return ax
 
 
+def _histogram_edges(ds: xr.Dataset, dim: str) -> np.ndarray:
+    bounds = ds[f"{dim}_bounds"].values if f"{dim}_bounds" in ds.variables else None
+    if bounds is None:
+        raise SamplingError(f"expected the bounds {dim}_bounds of a vdbflow histogram's bins, found none")
+    return np.append(bounds[:, 0], bounds[-1, 1])
+
+
+def qr_plot(ds: xr.Dataset, count: str | None = None, ax: Any = None, cmap: str = "viridis", line: bool = True) -> Any:
+    """The joint PDF of the velocity gradient's invariants Q and R (a :func:`vdbflow.histogram` of
+    ``["q_criterion", "r_invariant"]``, or a ``reduce:`` job's result), as log10 of the density, with the
+    Vieillefosse line 27 R^2 / 4 + Q^3 = 0 (where the discriminant of the gradient's eigenvalues changes
+    sign; the teardrop of turbulence hugs its lower right branch).  Returns the mesh (``.axes``: its Axes)."""
+    from vdbflow.ops.statistics import pdf
+
+    name = count or ("count" if "count" in ds else "q_criterion_r_invariant_count")
+    if name not in ds or ds[name].dims[:2] != ("q_criterion_bin", "r_invariant_bin"):
+        raise SamplingError(f"expected a Q-R histogram (dims q_criterion_bin, r_invariant_bin), got {name!r}")
+    density = pdf(ds, name).transpose("q_criterion_bin", "r_invariant_bin").values
+    eq, er = _histogram_edges(ds, "q_criterion_bin"), _histogram_edges(ds, "r_invariant_bin")
+    if ax is None:
+        _, ax = _pyplot().subplots(figsize=(5.5, 4.5))
+    with np.errstate(divide="ignore"):
+        logd = np.where(density > 0, np.log10(density), np.nan)
+    mesh = ax.pcolormesh(er, eq, logd, cmap=cmap, shading="flat")
+    ax.figure.colorbar(mesh, ax=ax, label="log10 PDF")
+    if line:  # Q = -(27 R^2 / 4)^(1/3)
+        R = np.linspace(er[0], er[-1], 401)
+        ax.plot(R, -np.cbrt(27.0 * R * R / 4.0), "w--", lw=1.0, label="27R²/4 + Q³ = 0")
+        ax.set_ylim(eq[0], eq[-1])
+    ax.set_xlabel("R")
+    ax.set_ylabel("Q")
+    return mesh
+
+
+def pdf_plot(ds: xr.Dataset, count: str = "count", ax: Any = None, log: bool = True) -> Any:
+    """The PDF of a one-quantity :func:`vdbflow.histogram` as a step line (log scale by default)."""
+    from vdbflow.ops.statistics import pdf
+
+    if count not in ds or ds[count].ndim != 1:
+        raise SamplingError(f"expected a histogram of one quantity, got {count!r}")
+    dim = ds[count].dims[0]
+    edges = _histogram_edges(ds, dim)
+    if ax is None:
+        _, ax = _pyplot().subplots(figsize=(5.5, 3.5))
+    ax.stairs(pdf(ds, count).values, edges)
+    if log:
+        ax.set_yscale("log")
+    ax.set_xlabel(dim.removesuffix("_bin"))
+    ax.set_ylabel("PDF")
+    return ax
+
+
 class PlotMethods:
     """``ds.vdbflow.analysis.plot``: :func:`slice_plot`, :func:`jacobian_grid` and :func:`line_plot` on ``ds``."""
 
@@ -366,3 +419,11 @@ class PlotMethods:
         """``var`` (or one component / Jacobian entry) along the points against the distance from the
         first; keyword arguments as :func:`line_plot`. Returns the Axes."""
         return line_plot(self._ds, var, **kwargs)
+
+    def qr(self, **kwargs: Any) -> Any:
+        """The Q-R joint PDF of a histogram Dataset, with the Vieillefosse line (:func:`qr_plot`)."""
+        return qr_plot(self._ds, **kwargs)
+
+    def pdf(self, **kwargs: Any) -> Any:
+        """The PDF of a one-quantity histogram Dataset (:func:`pdf_plot`)."""
+        return pdf_plot(self._ds, **kwargs)

@@ -40,7 +40,7 @@ VALUE_DTYPES = tuple(_CTYPES)
 # expression the backend calls comes from this table.
 _VALUE_TYPES = {"any": VALUE_DTYPES, "float": FLOAT_DTYPES}
 TEMPLATES: dict[str, tuple[str, tuple[np.dtype, ...], tuple[int, ...] | None]] = {
-    op: (gpu, _VALUE_TYPES[types], fixed) for op, (gpu, types, fixed) in OPERATIONS.items() if types != "untyped"
+    op: (gpu, _VALUE_TYPES[types], fixed) for op, (gpu, types, fixed) in OPERATIONS.items() if types in _VALUE_TYPES
 }
 
 
@@ -50,6 +50,8 @@ def entry(operation: str, dtype: np.dtype | None = None, components: int | None 
     template's fixed counts, and read at run time (0) otherwise."""
     if operation not in OPERATIONS:
         raise DeviceError(f"expected an operation among {', '.join(OPERATIONS)}, got {operation!r}")
+    if not OPERATIONS[operation][0]:
+        raise DeviceError(f"{operation} has no entry of its own in sample.cu (the backend composes it)")
     if operation not in TEMPLATES:
         return OPERATIONS[operation][0]
     template, dtypes, fixed = TEMPLATES[operation]

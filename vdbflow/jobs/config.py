@@ -26,8 +26,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
-    ConfigDict,
     Field,
     PrivateAttr,
     ValidationInfo,
@@ -40,6 +38,8 @@ from vdbflow.core.kernel import MODES
 from vdbflow.core.value_types import VALUE_TYPES
 from vdbflow.devices import DEVICES
 from vdbflow.errors import TimeError, VdbflowError
+from vdbflow.jobs.config_base import StrictModel
+from vdbflow.jobs.config_reduce import MAX_HISTOGRAM_BINS, ReduceSpec  # noqa: F401 - MAX_HISTOGRAM_BINS: here too
 from vdbflow.jobs.writers import WRITERS, format_of_path
 from vdbflow.ops.request import SPACES
 from vdbflow.synthetic.steady import FIELDS
@@ -106,8 +106,7 @@ class ConfigError(VdbflowError, ValueError):
     """A job config is malformed: unknown keys, wrong types, impossible values or missing files."""
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
+_Model = StrictModel
 
 
 # -- volume -----------------------------------------------------------------------------------------------
@@ -280,7 +279,18 @@ class LinePoints(_Points):
     count: int = Field(ge=1)
 
 
-PointsSpec = Annotated[FilePoints | RandomPoints | GridPoints | PlanePoints | LinePoints, Field(discriminator="kind")]
+class VoxelPoints(_Points):
+    """Every active voxel's centre (``per_voxel: 0``), or ``per_voxel`` uniform random points in each active
+    voxel: "over the whole field" without a points file."""
+
+    kind: Literal["voxels"]
+    per_voxel: int = Field(0, ge=0, le=1_000_000, description="0: the centres; k: k random points a voxel")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="the random generator's seed (per_voxel > 0)")
+
+
+PointsSpec = Annotated[
+    FilePoints | RandomPoints | GridPoints | PlanePoints | LinePoints | VoxelPoints, Field(discriminator="kind")
+]
 
 
 # -- sampling, cluster, output ----------------------------------------------------------------------------
@@ -605,6 +615,7 @@ class JobConfig(_Model):
     points: PointsSpec
     sampling: SamplingSpec = SamplingSpec()
     advect: AdvectSpec | None = Field(None, description="particle trajectories from the points as seeds")
+    reduce: ReduceSpec | None = Field(None, description="statistics written instead of every point's outputs")
     partitions: int | None = Field(None, ge=1, description="default: one per worker")
     cluster: ClusterSpec = LocalClusterSpec(kind="local")
     output: OutputSpec
@@ -659,6 +670,12 @@ class JobConfig(_Model):
                 "expected advect.time 'linear' or 'pchip' with volume.series and sampling.device 'cuda' (windows "
                 "of a series' steps on the GPU), got 'none'"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _reduce_samples(self) -> JobConfig:
+        if self.reduce is not None and self.advect is not None:
+            raise ValueError("expected 'reduce' or 'advect', got both (statistics of trajectories are not reduced)")
         return self
 
     def record_where(self, found: Mapping[tuple, str]) -> None:

@@ -4,7 +4,9 @@
 - :func:`one_pass`: every worker reads the whole (small) volume, one task a chunk of points samples,
   derives, checks and tallies in one pass (:mod:`vdbflow.jobs.chunks`);
 - :func:`partitioned`: the volume partitioned across the workers, points routed to their partitions
-  (:mod:`vdbflow.distribution`).
+  (:mod:`vdbflow.distribution`);
+- :func:`reduced`: a ``reduce:`` job: statistics computed in the kernels' pass, one partial a chunk of
+  points, merged in a fixed tree on the workers; the Dataset is a few kilobytes, in memory.
 
 Each returns a :class:`Sampled`: the lazy Dataset and the lazy figures the job summary reads (analytic
 errors, point tally, the one-pass path's own timing).  :func:`executor_for` picks one for a config;
@@ -61,6 +63,8 @@ def executor_for(cfg: JobConfig, client: Any, sources: dict[str, Any]) -> Callab
     partitioned (``partitions:`` set, or volumes too large to replicate)."""
     if cfg.advect is not None:
         return particles
+    if cfg.reduce is not None:
+        return reduced
     if cfg.partitions is None and _replicable(client, sources):
         return one_pass
     return partitioned
@@ -87,6 +91,86 @@ def particles(
     """An ``advect:`` job: trajectories of seeds, one task a chunk of seeds (:mod:`vdbflow.jobs.particles`)."""
     ds, point_set = _particle_job(cfg, client, sources, timings)
     return Sampled(ds, point_set)
+
+
+def job_statistics(cfg: JobConfig, template: Volume) -> Any:
+    """The :class:`~vdbflow.ops.reductions.Statistics` of a config's ``reduce`` section for a grid."""
+    from vdbflow.errors import SamplingError
+    from vdbflow.ops.reductions import Conditional, Histogram, Statistics, edges_of, quantity
+
+    js = cfg.sampling.jacobian_space or cfg.points.space
+    spec = cfg.reduce
+    try:
+        q = lambda text: quantity(text, template, js)  # noqa: E731
+        histograms = [
+            Histogram(
+                tuple(q(n) for n in h.of),
+                tuple(edges_of(b, r, n) for n, b, r in zip(h.of, h.bin_counts(), h.range, strict=True)),
+                None if h.weights is None else q(h.weights),
+            )
+            for h in spec.histograms
+        ]
+        conditionals = [
+            Conditional(q(of), q(c.given), edges_of(c.bins, c.range, c.given)) for c in spec.conditional for of in c.of
+        ]
+        stats = Statistics(histograms, [q(n) for n in spec.moments], conditionals)
+        stats.layout()  # the kernels' limits
+    except SamplingError as err:
+        raise ConfigError(f"reduce{cfg.where('reduce')}: {err}") from None
+    return stats
+
+
+def reduce_chunk(source: Any, points: Any, spec: bytes, edges: Any, empty: Any, request: Any) -> Any:
+    """One chunk of points reduced on a worker (the grid opened once a worker, as the one-pass tasks do)."""
+    from vdbflow.jobs.chunks import opened_volume
+    from vdbflow.ops.statistics import chunk_partial
+
+    vol = opened_volume(*source) if isinstance(source, tuple) else source
+    return chunk_partial(vol, points, spec, edges, empty, request)
+
+
+def reduced(
+    cfg: JobConfig, client: Any, sources: dict[str, Any], analytic: Any, plan: JobPlan, timings: dict[str, float]
+) -> Sampled:
+    """A ``reduce:`` job: the statistics of the first grid's samples at the points, reduced chunk by chunk where
+    they are sampled (a volume every worker reads whole: in the kernels' pass; a partitioned one: routed, then
+    reduced by chunk); the result is the small Dataset of :func:`vdbflow.ops.statistics.dataset`."""
+    import dask
+
+    from vdbflow.io.volumes import open_volume
+    from vdbflow.ops.statistics import dataset, merge_tree, reduce, statistics_request
+
+    t0 = time.perf_counter()
+    ((name, src),) = list(sources.items())[:1]
+    template = open_volume(src[0], src[1]) if isinstance(src, tuple) else src
+    stats = job_statistics(cfg, template)
+    request = statistics_request(
+        stats, cfg.sampling.mode, cfg.points.space, cfg.sampling.jacobian_space, cfg.sampling.device
+    )
+    spec, edges, empty, where = stats.layout()
+    topology = template.topology
+    point_set = make_points(cfg.points, topology, topology.data_bounds(cfg.points.space, inner=True))
+    pts = point_set.points.rechunk({1: 3})
+    timings["distribute_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    if cfg.partitions is None and _replicable(client, {name: src}):
+        on_workers = (str(src[0]), src[1]) if isinstance(src, tuple) else client.scatter(src, broadcast=True)
+        parts = [
+            dask.delayed(reduce_chunk, pure=True)(on_workers, block, spec, edges, empty, request)
+            for block in pts.to_delayed().ravel()
+        ]
+        partial, partitions = merge_tree(where, parts, client), 0
+    else:
+        from vdbflow.distribution.volume import distribute
+
+        grid = src[1] if isinstance(src, tuple) else None
+        with distribute(src[0] if isinstance(src, tuple) else src, client, cfg.partitions, plan.halo, grid=grid) as dv:
+            partial, partitions = reduce(dv, pts, stats, request), len(dv.partitions)
+    timings["reduce_s"] = time.perf_counter() - t0
+    ds = dataset(stats, partial, where)
+    ds.attrs.update({"reduced_grid": name, "reduced_points": int(point_set.count)})
+    log.info("reduced %d points of grid %s in %.2f s", point_set.count, name, timings["reduce_s"])
+    return Sampled(ds, point_set, partitions)
 
 
 def one_pass(

@@ -187,6 +187,8 @@ def _bytes_per_point(cfg: JobConfig, grids: list[GridPlan]) -> int:
         kept = len(step_plan(cfg.advect.t0, cfg.advect.t1, cfg.advect.dt, cfg.advect.save_every)[3])
         per_kept = 3 * 8 + 3 * 8 * ("velocity" in cfg.advect.outputs) + 9 * 8 * ("jacobian" in cfg.advect.outputs)
         return kept * per_kept + 1 + 8 + 8 * ("ftle" in cfg.advect.outputs)  # status, end time, FTLE
+    if cfg.reduce is not None:  # statistics: a result of its own fixed size, nothing a point
+        return 0
     total = 8 + 3 * 8  # the int64 point index and float64 coordinates
     for g in grids:
         item = g.value_type.dtype.itemsize
@@ -311,7 +313,7 @@ def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False, own_clu
     warnings = check_inputs(cfg, missing_ok=dry_run)
     missing_volume = _missing_volume(cfg)
     grids = _grid_plans(cfg, missing_volume)
-    count = _point_count(cfg)
+    count = _point_count(cfg, grids)
     script = None
     if isinstance(cfg.cluster, SlurmClusterSpec):
         try:
@@ -381,6 +383,11 @@ def _grid_plans(cfg: JobConfig, missing_volume: str | Path | None) -> list[GridP
             raise ConfigError(
                 f"sampling.outputs: {derived} need a vec3 field; grid {g.name!r} has {g.components} component(s)"
             )
+    if cfg.reduce is not None and len(grids) != 1:
+        raise ConfigError(
+            f"reduce{cfg.where('reduce')}: expected one grid to reduce (volume.grids: [name]), got {len(grids)}: "
+            f"{', '.join(g.name for g in grids)}"
+        )
     if cfg.advect is not None:
         if len(grids) != 1:
             raise ConfigError(
@@ -396,8 +403,13 @@ def _grid_plans(cfg: JobConfig, missing_volume: str | Path | None) -> list[GridP
     return grids
 
 
-def _point_count(cfg: JobConfig) -> int | None:
-    """How many points the job samples (None: a points file not here yet, in a dry run)."""
+def _point_count(cfg: JobConfig, grids: list[GridPlan]) -> int | None:
+    """How many points the job samples (None: a points file not here yet, or a volume not read, in a dry
+    run)."""
+    if cfg.points.kind == "voxels":  # every active voxel of the first grid (random points: in the same)
+        from vdbflow.jobs.points import voxel_point_count
+
+        return voxel_point_count(cfg.points, grids[0].active_voxels) if grids[0].active_voxels >= 0 else None
     if isinstance(cfg.points, FilePoints) and not cfg.points.path.exists():
         return None
     if isinstance(cfg.points, FilePoints):

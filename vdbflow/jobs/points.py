@@ -15,7 +15,7 @@ import numpy as np
 
 from vdbflow.core.transform import Transform
 from vdbflow.errors import PointsError
-from vdbflow.jobs.config import FilePoints, GridPoints, LinePoints, PlanePoints, RandomPoints
+from vdbflow.jobs.config import FilePoints, GridPoints, LinePoints, PlanePoints, RandomPoints, VoxelPoints
 from vdbflow.ops.points import lattice_block, line, line_block, plane, plane_block  # noqa: F401 (line, plane: here too)
 
 POINTS_KEY = "vdbflow-points"  # task-key prefix of the generated point chunks (jobs.progress groups by it)
@@ -100,6 +100,34 @@ def _random_in_voxels(
     pts = rng.uniform(-0.5, 0.5, (stop - start, 3))
     pts += ijk
     return pts if transform is None else transform.apply(pts)
+
+
+def _in_each_voxel(
+    block: int,
+    start: int,
+    stop: int,
+    per_voxel: int,
+    seed: int,
+    origins: np.ndarray,
+    masks: np.ndarray,
+    leaf_end: np.ndarray,
+    transform: Transform | None,
+) -> np.ndarray:
+    """Points ``start`` .. ``stop`` of every active voxel in tree order: its centre (``per_voxel`` 0), or its
+    ``per_voxel`` uniform random points (point p in voxel p // per_voxel)."""
+    from vdbflow.devices import run
+
+    k = max(1, per_voxel)
+    rank = np.arange(start, stop, dtype=np.int64) // k
+    pts = run("active_voxels_at", origins, masks, leaf_end, rank).astype(np.float64)
+    if per_voxel:
+        pts += np.random.default_rng([seed, block]).uniform(-0.5, 0.5, (stop - start, 3))
+    return pts if transform is None else transform.apply(pts)
+
+
+def voxel_point_count(spec: Any, active_voxels: int) -> int:
+    """Points of a ``kind: voxels`` spec over ``active_voxels`` voxels."""
+    return active_voxels * max(1, spec.per_voxel)
 
 
 def _random_in_leaves(
@@ -239,6 +267,27 @@ def make_points(spec: Any, topology: Any, bbox: np.ndarray | None = None) -> Poi
             )
         else:
             made = _generated(spec.count, spec.chunk, _random_in_leaves, spec.seed, origins, to_world)
+        return PointSet(attrs=attrs, **made)
+    if isinstance(spec, VoxelPoints):
+        live = np.bitwise_count(topology.masks).sum(axis=1) > 0
+        leaf_end = np.cumsum(np.bitwise_count(topology.masks[live]).sum(axis=1, dtype=np.int64))
+        n = voxel_point_count(spec, int(leaf_end[-1]) if len(leaf_end) else 0)
+        if n == 0:
+            raise PointsError("points: expected a volume with active voxels (kind: voxels), got none")
+        attrs.update(points_per_voxel=spec.per_voxel, points_seed=spec.seed)
+        origins = np.ascontiguousarray(topology.leaf_origins.astype(np.int64)[live])
+        to_world = topology.transform if spec.space == "world" else None
+        made = _generated(
+            n,
+            spec.chunk,
+            _in_each_voxel,
+            spec.per_voxel,
+            spec.seed,
+            origins,
+            np.ascontiguousarray(topology.masks[live]),
+            leaf_end,
+            to_world,
+        )
         return PointSet(attrs=attrs, **made)
     if isinstance(spec, GridPoints):
         bounds = np.asarray(spec.bounds if spec.bounds is not None else bbox, dtype=np.float64)

@@ -32,13 +32,15 @@ from vdbflow.ops.request import SampleRequest
 from vdbflow.ops.results import as_numpy, is_dask
 
 
-def _request(stats: Statistics, mode: str, space: str, jacobian_space: str | None, device: str) -> SampleRequest:
+def statistics_request(
+    stats: Statistics, mode: str, space: str, jacobian_space: str | None, device: str
+) -> SampleRequest:
     jacobian, derived = stats.needs()
     outputs = ("value", "jacobian", *derived) if (jacobian or derived) else ("value",)
     return SampleRequest(mode, outputs, space, jacobian_space, device=device)
 
 
-def _chunk_partial(
+def chunk_partial(
     vol: Any, points: Any, spec: bytes, edges: np.ndarray, empty: Partial, request: SampleRequest
 ) -> Partial:
     """One set of points (N, 3) reduced in the kernels' pass into a copy of ``empty``."""
@@ -99,19 +101,19 @@ def reduce(source: Any, points: Any, stats: Statistics, request: SampleRequest, 
             dask.delayed(_features_partial, pure=True)(spec, edges, empty, stats, template.components, names, *chunk)
             for chunk in zip(*blocks, strict=True)
         ]
-        return _tree(where, parts, getattr(source, "client", None))
+        return merge_tree(where, parts, getattr(source, "client", None))
     if is_dask(points):
         pts = points.reshape(-1, 3).rechunk({1: 3})
         parts = [
-            dask.delayed(_chunk_partial, pure=True)(source, block, spec, edges, empty, request)
+            dask.delayed(chunk_partial, pure=True)(source, block, spec, edges, empty, request)
             for block in pts.to_delayed().ravel()
         ]
-        return _tree(where, parts, None)
+        return merge_tree(where, parts, None)
     flat = points if hasattr(points, "__cuda_array_interface__") else as_numpy(points)
-    return _chunk_partial(source, flat.reshape(-1, 3), spec, edges, empty, request)
+    return chunk_partial(source, flat.reshape(-1, 3), spec, edges, empty, request)
 
 
-def _tree(where: dict, parts: list, client: Any) -> Partial:
+def merge_tree(where: dict, parts: list, client: Any) -> Partial:
     """Chunk partials (Delayed) merged pairwise in a fixed tree over the chunks' order, on the workers."""
     import dask
 
@@ -128,12 +130,20 @@ def _tree(where: dict, parts: list, client: Any) -> Partial:
 # ---- results ----------------------------------------------------------------------------------------------
 
 
-def _bins(q: Any, e: np.ndarray) -> dict[str, Any]:
-    dim = f"{q.label}_bin"
-    return {
-        dim: xr.Variable(dim, (e[:-1] + e[1:]) / 2, {**q.attrs, "bounds": f"{dim}_bounds"}),
-        f"{dim}_bounds": xr.Variable((dim, "bound"), np.stack([e[:-1], e[1:]], axis=1)),
-    }
+def _bin_dim(ds: xr.Dataset, q: Any, e: np.ndarray) -> str:
+    """The dim of quantity q's bins with edges e in ``ds`` (added with its centres and CF bounds):
+    ``<quantity>_bin``, or ``<quantity>_bin_2``, ... where other bins of the same quantity came first."""
+    n = 1
+    while True:
+        dim = f"{q.label}_bin" + ("" if n == 1 else f"_{n}")
+        bounds = np.stack([e[:-1], e[1:]], axis=1)
+        if dim not in ds.variables:
+            ds.coords[dim] = xr.Variable(dim, (e[:-1] + e[1:]) / 2, {**q.attrs, "bounds": f"{dim}_bounds"})
+            ds.coords[f"{dim}_bounds"] = xr.Variable((dim, "bound"), bounds)
+            return dim
+        if ds[f"{dim}_bounds"].shape == bounds.shape and np.array_equal(ds[f"{dim}_bounds"].values, bounds):
+            return dim
+        n += 1
 
 
 def _moments_vars(fields: np.ndarray, labels: list[str]) -> dict[str, Any]:
@@ -161,30 +171,19 @@ def _moments_vars(fields: np.ndarray, labels: list[str]) -> dict[str, Any]:
 
 def dataset(stats: Statistics, partial: Partial, where: dict) -> xr.Dataset:
     """The named result of a partial: per histogram ``<key>_count`` (int64, one ``<quantity>_bin`` dim per
-    quantity, bin centres and CF bounds), ``<key>_outside``, ``<key>_nan``, ``<key>_pdf`` (count / (in-range
-    points x bin volume)) and ``<key>_weighted``; moments on a ``quantity`` dim; binned means
-    ``<of>_mean_by_<given>``, ``<of>_variance_by_<given>`` and their counts."""
+    quantity, bin centres and CF bounds), ``<key>_outside``, ``<key>_nan`` and ``<key>_weighted``; moments on
+    a ``quantity`` dim; binned means ``<of>_mean_by_<given>``, ``<of>_variance_by_<given>`` and their counts.
+    (:func:`pdf` makes a histogram's probability density.)"""
     ds = xr.Dataset()
     for h, (counts, sums, shape) in zip(stats.histograms, where["hist"], strict=True):
         key = "_".join(q.label for q in h.of)
-        dims = tuple(f"{q.label}_bin" for q in h.of)
-        for q, e in zip(h.of, h.edges, strict=True):
-            for name, var in _bins(q, e).items():
-                if name in ds.variables and not np.array_equal(ds[name].values, var.values):
-                    raise SamplingError(f"expected one set of bins for {q.name} in one pass, got two")
-                ds.coords[name] = var
+        dims = tuple(_bin_dim(ds, q, e) for q, e in zip(h.of, h.edges, strict=True))
         size = int(np.prod(shape))
         count = partial.ints[counts : counts + size].reshape(shape)
-        inside = int(count.sum())
-        volume = np.ones(shape)
-        for d, e in enumerate(h.edges):
-            volume = volume * np.diff(e).reshape([-1 if i == d else 1 for i in range(len(shape))])
         title = " and ".join(q.name for q in h.of)
         ds[f"{key}_count"] = (dims, count, {"long_name": f"points by bin of {title}"})
         ds[f"{key}_outside"] = ((), partial.ints[counts + size], {"long_name": "points outside the bins"})
         ds[f"{key}_nan"] = ((), partial.ints[counts + size + 1], {"long_name": "points with a NaN quantity"})
-        with np.errstate(invalid="ignore", divide="ignore"):
-            ds[f"{key}_pdf"] = (dims, count / (inside * volume), {"long_name": f"probability density of {title}"})
         if h.weight is not None:
             ds[f"{key}_weighted"] = (dims, partial.reals[sums : sums + size].reshape(shape), {"weight": h.weight.name})
     if stats.moments:
@@ -194,11 +193,7 @@ def dataset(stats: Statistics, partial: Partial, where: dict) -> xr.Dataset:
         for name, var in _moments_vars(fields, labels).items():
             ds[name] = var
     for c, (counts, at, bins) in zip(stats.conditionals, where["cond"], strict=True):
-        dim = f"{c.given.label}_bin"
-        for name, var in _bins(c.given, c.edges).items():
-            if name in ds.variables and not np.array_equal(ds[name].values, var.values):
-                raise SamplingError(f"expected one set of bins for {c.given.name} in one pass, got two")
-            ds.coords[name] = var
+        dim = _bin_dim(ds, c.given, c.edges)
         t = partial.reals[at : at + 3 * bins].reshape(bins, 3)
         n = partial.ints[counts : counts + bins]
         by = f"{c.of.label}_by_{c.given.label}"
@@ -209,6 +204,20 @@ def dataset(stats: Statistics, partial: Partial, where: dict) -> xr.Dataset:
         ds[f"outside_{by}"] = ((), partial.ints[counts + bins])
         ds[f"nan_{by}"] = ((), partial.ints[counts + bins + 1])
     return ds
+
+
+def pdf(ds: xr.Dataset, name: str = "count") -> xr.DataArray:
+    """The probability density of the histogram ``ds[name]``: count / (points in the bins x bin volume), the
+    bin widths read from each dim's ``<dim>_bounds``."""
+    count = ds[name]
+    out = count.astype(np.float64) / float(count.sum())
+    for dim in count.dims:
+        if f"{dim}_bounds" not in ds.variables:
+            raise SamplingError(f"expected the bounds {dim}_bounds of the histogram's bins, found none")
+        bounds = ds[f"{dim}_bounds"]
+        out = out / (bounds.isel(bound=1) - bounds.isel(bound=0)).drop_vars(f"{dim}_bounds", errors="ignore")
+    out.attrs = {"long_name": f"probability density ({count.attrs.get('long_name', 'histogram')})"}
+    return out
 
 
 # ---- the doors ----------------------------------------------------------------------------------------------
@@ -225,12 +234,15 @@ def _ranges(
     source: Any, points: Any, qs: list, bins: Any, range_: Any, request: SampleRequest, wave: int | None
 ) -> list[np.ndarray]:
     """Edges per quantity: given, or (range None) over the quantities' min and max from a first pass."""
-    if np.ndim(bins) == 0:
-        per = [bins] * len(qs)
-    elif len(qs) == 1 and np.ndim(bins) == 1 and np.asarray(bins).dtype.kind in "iuf" and len(bins) > 1:
-        per = [bins]  # one quantity's edges
+    numbers = isinstance(bins, np.ndarray) or (
+        isinstance(bins, (list, tuple)) and all(isinstance(b, (int, float, np.number)) for b in bins)
+    )
+    if isinstance(bins, (int, np.integer)):
+        per = [bins] * len(qs)  # this many bins for each quantity
+    elif numbers and len(qs) == 1:
+        per = [bins]  # the one quantity's edges
     else:
-        per = list(bins)
+        per = list(bins)  # bins or edges per quantity
     if len(per) != len(qs):
         raise SamplingError(f"expected bins for each of {len(qs)} quantities, got {len(per)}")
     if range_ is None:
@@ -289,18 +301,20 @@ def histogram(
         per-point values with the same edges.
     """
     template = getattr(source, "template", source)
-    request = _request(Statistics(), mode, space, jacobian_space, device)
+    request = statistics_request(Statistics(), mode, space, jacobian_space, device)
     js = request.jacobian_space
     qs = _quantities(of, template, js)
     if len(qs) > 3:
         raise SamplingError(f"expected one to three quantities for a histogram, got {len(qs)}")
     w = None if weights is None else quantity(weights, template, js)
     probe = Statistics(moments=qs + ([w] if w else []))
-    edges = _ranges(source, points, qs, bins, range, _request(probe, mode, space, js, device), wave)
+    edges = _ranges(source, points, qs, bins, range, statistics_request(probe, mode, space, js, device), wave)
     stats = Statistics(histograms=[Histogram(tuple(qs), tuple(edges), w)])
     ds = statistics(source, points, stats, mode=mode, space=space, jacobian_space=js, device=device, wave=wave)
     key = "_".join(q.label for q in qs)
-    return ds.rename({f"{key}_{v}": v for v in ("count", "outside", "nan", "pdf", "weighted") if f"{key}_{v}" in ds})
+    ds = ds.rename({f"{key}_{v}": v for v in ("count", "outside", "nan", "weighted") if f"{key}_{v}" in ds})
+    ds["pdf"] = pdf(ds)
+    return ds
 
 
 def moments(
@@ -314,11 +328,24 @@ def moments(
     device: str = "cpu",
     wave: int | None = None,
 ) -> xr.Dataset:
-    """Count, mean, variance, skewness, flatness, minimum and maximum of quantities sampled at points (NaN
-    values left out and counted), on a ``quantity`` dim; the central sums ``m2``..``m4`` merge further
-    results (the pairwise update).  Arguments as :func:`histogram`."""
+    """Count, mean, variance, skewness, flatness, minimum and maximum of quantities sampled at points.
+
+    Parameters
+    ----------
+    source, points, mode, space, jacobian_space, device, wave
+        As :func:`histogram`.
+    of : str or sequence of str
+        The quantities (:mod:`vdbflow.ops.reductions`).
+
+    Returns
+    -------
+    xarray.Dataset
+        On a ``quantity`` dim (the quantities' variable-safe names): ``count`` and ``nan_count`` (int64: NaN
+        values are left out and counted), ``mean``, ``variance`` (M2 / n), ``skewness``, ``flatness``, ``min``,
+        ``max``, and the central sums ``m2``, ``m3``, ``m4`` that merge further results (the pairwise update).
+    """
     template = getattr(source, "template", source)
-    js = _request(Statistics(), mode, space, jacobian_space, device).jacobian_space
+    js = statistics_request(Statistics(), mode, space, jacobian_space, device).jacobian_space
     stats = Statistics(moments=_quantities(of, template, js))
     return statistics(source, points, stats, mode=mode, space=space, jacobian_space=js, device=device, wave=wave)
 
@@ -337,14 +364,31 @@ def conditional_mean(
     device: str = "cpu",
     wave: int | None = None,
 ) -> xr.Dataset:
-    """Means and variances of quantities ``of`` in bins of the quantity ``given`` (e.g. <|omega|^2 | Q>),
-    with each bin's count: ``<of>_mean_by_<given>``, ``<of>_variance_by_<given>``, ``count_<of>_by_<given>``.
-    Arguments as :func:`histogram`."""
+    """Means and variances of quantities ``of`` in bins of the quantity ``given`` (e.g. <|omega|^2 | Q>).
+
+    Parameters
+    ----------
+    source, points, mode, space, jacobian_space, device, wave
+        As :func:`histogram`.
+    of : str or sequence of str
+        The quantities averaged.
+    given : str
+        The quantity binned.
+    bins, range
+        The bins of ``given`` (as :func:`histogram`: edges, or a count over ``range``, default its min and max).
+
+    Returns
+    -------
+    xarray.Dataset
+        On the dim ``<given>_bin`` (centres and CF bounds): ``<of>_mean_by_<given>`` and
+        ``<of>_variance_by_<given>`` (NaN in empty bins), ``count_<of>_by_<given>`` (int64), and the points
+        outside the bins (``outside_<of>_by_<given>``) or with a NaN quantity (``nan_<of>_by_<given>``).
+    """
     template = getattr(source, "template", source)
-    js = _request(Statistics(), mode, space, jacobian_space, device).jacobian_space
+    js = statistics_request(Statistics(), mode, space, jacobian_space, device).jacobian_space
     g = quantity(given, template, js)
     (edges,) = _ranges(
-        source, points, [g], bins, range, _request(Statistics(moments=[g]), mode, space, js, device), wave
+        source, points, [g], bins, range, statistics_request(Statistics(moments=[g]), mode, space, js, device), wave
     )
     stats = Statistics(conditionals=[Conditional(q, g, edges) for q in _quantities(of, template, js)])
     return statistics(source, points, stats, mode=mode, space=space, jacobian_space=js, device=device, wave=wave)
@@ -361,9 +405,22 @@ def statistics(
     device: str = "cpu",
     wave: int | None = None,
 ) -> xr.Dataset:
-    """Every histogram, moment and binned mean of ``stats`` (:class:`vdbflow.ops.reductions.Statistics`)
-    in one pass over the points (:func:`dataset` names the variables)."""
-    request = _request(stats, mode, space, jacobian_space, device)
+    """Every histogram, moment and binned mean of ``stats`` in one pass over the points.
+
+    Parameters
+    ----------
+    source, points, mode, space, jacobian_space, device, wave
+        As :func:`histogram`.
+    stats : vdbflow.ops.reductions.Statistics
+        The histograms, moments and binned means to compute.
+
+    Returns
+    -------
+    xarray.Dataset
+        The variables of each (:func:`dataset` names them), with attrs ``mode``, ``space`` and
+        ``jacobian_space``.
+    """
+    request = statistics_request(stats, mode, space, jacobian_space, device)
     where = stats.layout()[3]
     partial = reduce(source, points, stats, request, wave)
     ds = dataset(stats, partial, where)
