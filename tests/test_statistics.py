@@ -259,7 +259,9 @@ def test_a_reduce_job_writes_the_statistics_of_every_voxel(tmp_path, suffix):
     ref = vol.sample_grad(pts, outputs=("jacobian", "q_criterion", "r_invariant", "vorticity_magnitude"))
     Q, R = ref["q_criterion"].values, ref["r_invariant"].values
     edges = [np.linspace(-3, 1.5, 25), np.linspace(-1.5, 1.5, 21)]
-    np.testing.assert_array_equal(ds["q_criterion_r_invariant_count"].values, np.histogramdd(np.stack([Q, R], 1), edges)[0])
+    np.testing.assert_array_equal(
+        ds["q_criterion_r_invariant_count"].values, np.histogramdd(np.stack([Q, R], 1), edges)[0]
+    )
     q = ds.sel(quantity="q_criterion")
     np.testing.assert_allclose(float(q["mean"]), Q.astype(np.float64).mean(), rtol=1e-12)
     assert int(q["count"]) == len(pts) and int(ds["count_vorticity_magnitude_by_q_criterion"].sum()) <= len(pts)
@@ -316,6 +318,9 @@ def test_the_qr_plot_draws_the_log_density_and_the_vieillefosse_line(field):
     R, Q = mesh.axes.lines[0].get_data()
     np.testing.assert_allclose(27 * R**2 / 4 + Q**3, 0, atol=1e-9)
     below = h["count"].where(h["q_criterion_bin"] < 0)
-    assert float(below.where(h["r_invariant_bin"] > 0).sum()) > 0 and float(below.where(h["r_invariant_bin"] < 0).sum()) > 0
+    assert (
+        float(below.where(h["r_invariant_bin"] > 0).sum()) > 0
+        and float(below.where(h["r_invariant_bin"] < 0).sum()) > 0
+    )
     ax = vdbflow.histogram(vol, pts, of="q_criterion", bins=30, range=(-3, 1.5)).vdbflow.plot.pdf()
     assert ax.get_yscale() == "log" and ax.get_xlabel() == "q_criterion"

@@ -302,7 +302,7 @@ def histogram(
     """
     template = getattr(source, "template", source)
     request = statistics_request(Statistics(), mode, space, jacobian_space, device)
-    js = request.jacobian_space
+    js = request.jacobian_space or space
     qs = _quantities(of, template, js)
     if len(qs) > 3:
         raise SamplingError(f"expected one to three quantities for a histogram, got {len(qs)}")
@@ -345,7 +345,7 @@ def moments(
         ``max``, and the central sums ``m2``, ``m3``, ``m4`` that merge further results (the pairwise update).
     """
     template = getattr(source, "template", source)
-    js = statistics_request(Statistics(), mode, space, jacobian_space, device).jacobian_space
+    js = statistics_request(Statistics(), mode, space, jacobian_space, device).jacobian_space or space
     stats = Statistics(moments=_quantities(of, template, js))
     return statistics(source, points, stats, mode=mode, space=space, jacobian_space=js, device=device, wave=wave)
 
@@ -385,7 +385,7 @@ def conditional_mean(
         outside the bins (``outside_<of>_by_<given>``) or with a NaN quantity (``nan_<of>_by_<given>``).
     """
     template = getattr(source, "template", source)
-    js = statistics_request(Statistics(), mode, space, jacobian_space, device).jacobian_space
+    js = statistics_request(Statistics(), mode, space, jacobian_space, device).jacobian_space or space
     g = quantity(given, template, js)
     (edges,) = _ranges(
         source, points, [g], bins, range, statistics_request(Statistics(moments=[g]), mode, space, js, device), wave
