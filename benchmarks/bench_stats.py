@@ -5,12 +5,14 @@ On the demo field (Taylor-Green, 64 voxels an edge, a shell) at random points in
 - ``kernel``: ``vdbflow.sample_grad_arrays`` (values and Jacobians written for every point: the kernel's rate);
 - ``stats``: ``vdbflow.statistics`` with a 256 x 256 Q-R histogram and the moments of the 9 gradient entries
   (nothing written a point; the same points, threads and interpolation);
+- ``job`` (``--job``): a ``vdbflow run`` job with the same statistics in a ``reduce:`` section, its reduction's
+  seconds against the kernel on as many points;
 - ``memory``: the peak resident memory of a process reducing Dask points made chunk by chunk (1M a chunk,
   never held whole) at 32M and at 128M points: flat when nothing grows with the points.
 
 Rounds are interleaved; the spread of the rounds is printed.  The machine is shared: read the spread.
 
-    python benchmarks/bench_stats.py [--points 32000000] [--rounds 3] [--memory]
+    python benchmarks/bench_stats.py [--points 32000000] [--rounds 3] [--job] [--memory]
 """
 
 from __future__ import annotations
@@ -98,11 +100,55 @@ def memory(points: int) -> tuple[int, int]:
     return int(out[0]), int(out[1])
 
 
+JOB = """
+volume: {{synthetic: {{field: taylor_green, resolution: 64, write: {tmp}/tg.nvdb}}}}
+points: {{kind: random, count: {points}, inside: voxels, seed: 0, chunk: 1000000}}
+reduce:
+  histograms: [{{of: [q_criterion, r_invariant], bins: [256, 256], range: [[-3, 1.5], [-1.5, 1.5]]}}]
+  moments: {moments}
+output: {{path: {tmp}/stats.nc, overwrite: always}}
+"""
+
+
+def job(points: int, rounds: int) -> dict:
+    """A ``reduce:`` job (one worker, one task thread: the kernels' OpenMP threads are the machine's) against
+    the kernel at the same number of points, rounds interleaved: the job's reduction seconds (its tasks,
+    merge and all, timings reduce_s) against sample_grad_arrays on as many points."""
+    import os
+    import tempfile
+
+    import distributed
+
+    moments = json.dumps([f"jacobian[{c},{a}]" for c in "uvw" for a in "xyz"])
+    vol = demo_volume()
+    pts = points_in_voxels(vol, points, 1)
+    kernel, reduced, size = [], [], 0
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0") as c,
+        distributed.Client(c) as client,
+    ):
+        config = f"{tmp}/job.yaml"
+        with open(config, "w") as f:
+            f.write(JOB.format(tmp=tmp, points=points, moments=moments))
+        vdbflow.run(config, client=client, **{"points.count": 100_000})  # warm
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            vdbflow.sample_grad_arrays(vol, pts)
+            kernel.append(points / (time.perf_counter() - t0))
+            result = vdbflow.run(config, client=client)
+            reduced.append(points / result.timings["reduce_s"])
+        size = os.path.getsize(f"{tmp}/stats.nc")
+    ratios = [r / k for r, k in zip(reduced, kernel, strict=True)]
+    return {"job_points_per_s": reduced, "job_kernel_points_per_s": kernel, "job_ratio": ratios, "job_bytes": size}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--points", type=int, default=32_000_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--memory", action="store_true", help="also the peak memory at 32M and 128M Dask points")
+    parser.add_argument("--job", action="store_true", help="also a reduce: job against the kernel")
     args = parser.parse_args()
     out = rates(args.points, args.rounds)
     k, s = out["kernel_points_per_s"], out["stats_points_per_s"]
@@ -112,6 +158,13 @@ def main() -> None:
     r = out["ratio"]
     print(f"  ratio statistics / kernel: {min(r):.2f}-{max(r):.2f} (median {out['ratio_median']:.2f})")
     print(f"  result: {out['result_bytes']:,} bytes")
+    if args.job:
+        j = job(args.points, args.rounds)
+        out.update(j)
+        k, r, q = j["job_kernel_points_per_s"], j["job_points_per_s"], j["job_ratio"]
+        job_rate, kernel_rate = f"{min(r) / 1e6:.1f}-{max(r) / 1e6:.1f}", f"{min(k) / 1e6:.1f}-{max(k) / 1e6:.1f}"
+        print(f"  reduce: job: {job_rate} M points/s, kernel {kernel_rate}")
+        print(f"  ratio job / kernel: {min(q):.2f}-{max(q):.2f}; the job's output {j['job_bytes']:,} bytes")
     if args.memory:
         for n in (32_000_000, 128_000_000):
             peak, binned = memory(n)

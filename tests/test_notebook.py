@@ -43,11 +43,13 @@ def test_notebook_executes(tmp_path):
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     images = [o for o in outputs if "image/png" in o.get("data", {})]
-    assert len(images) >= 6  # slices, Jacobian grid, line comparison, trajectories, FTLE fields, distributed FTLE
+    assert len(images) >= 7  # slices, Jacobian grid, line, trajectories, FTLE fields, distributed FTLE, Q-R plane
     html = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})]
     assert any("velocity_jacobian" in h and "xarray" in h for h in html)  # the Dataset repr
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "Dask dashboard: http" in text
+    binned = [line for line in text.splitlines() if line.startswith("Q-R points binned:")]
+    assert binned and 0 < int(binned[0].split()[3]) <= int(binned[0].split()[5])  # the Q-R section ran
     stayed = text.split("particles that stayed in the shell:")[1].split()
     assert 0 < int(stayed[0]) < int(stayed[2])  # the distributed FTLE run (equal to one process: asserted there)
     assert "VolumeSeries of 41 steps" in text  # the double gyre's series, opened lazily

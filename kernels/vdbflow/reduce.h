@@ -177,34 +177,48 @@ inline void accumulate_block(const ReduceSpec& s, const double* edges, const R* 
     }
   }
   // moments: the block's mean first, then its central sums (two passes over the block's values: no division
-  // a value, and more accurate than the running update)
+  // a value, and more accurate than the running update).  Each sum is kept in LANES partial sums (value r in
+  // lane r % LANES) added in lane order at the end: a fixed order, and LANES chains of additions the CPU
+  // overlaps instead of one it waits on.
+  constexpr int LANES = 4;
   for (int m = 0; m < s.moments; ++m) {
     double* p = moments_out + m * MOMENT_FIELDS;
     const R* x = features + s.moment_channel[m];
-    double sum = 0.0, lo = INFINITY, hi = -INFINITY;
-    i64 finite = 0, nan = 0;
-    for (i64 r = 0; r < count; ++r) {
+    double sum[LANES] = {}, lo[LANES], hi[LANES];
+    i64 n[LANES] = {};
+    for (int l = 0; l < LANES; ++l) lo[l] = INFINITY, hi[l] = -INFINITY;
+    auto first_pass = [&](i64 r, int l) {
       const double v = (double)x[r * F];
-      if (v != v) {
-        ++nan;
-        continue;
-      }
-      sum += v;
-      ++finite;
-      lo = v < lo ? v : lo;
-      hi = v > hi ? v : hi;
-    }
-    const double mean = finite ? sum / (double)finite : 0.0;
-    double m2 = 0.0, m3 = 0.0, m4 = 0.0;
-    for (i64 r = 0; r < count; ++r) {
-      const double v = (double)x[r * F];
-      if (v != v) continue;
-      const double d = v - mean, d2 = d * d;
-      m2 += d2;
-      m3 += d2 * d;
-      m4 += d2 * d2;
-    }
-    p[0] = (double)finite, p[1] = (double)nan, p[2] = mean, p[3] = m2, p[4] = m3, p[5] = m4, p[6] = lo, p[7] = hi;
+      const bool ok = v == v;  // NaN left out (and counted)
+      sum[l] += ok ? v : 0.0;
+      n[l] += ok;
+      lo[l] = ok && v < lo[l] ? v : lo[l];
+      hi[l] = ok && v > hi[l] ? v : hi[l];
+    };
+    i64 r = 0;
+    for (; r + LANES <= count; r += LANES)
+      for (int l = 0; l < LANES; ++l) first_pass(r + l, l);
+    for (; r < count; ++r) first_pass(r, (int)(r % LANES));
+    const i64 finite = (n[0] + n[1]) + (n[2] + n[3]);
+    const double mean = finite ? ((sum[0] + sum[1]) + (sum[2] + sum[3])) / (double)finite : 0.0;
+    double m2[LANES] = {}, m3[LANES] = {}, m4[LANES] = {};
+    auto second_pass = [&](i64 q, int l) {
+      const double v = (double)x[q * F];
+      const double d = v == v ? v - mean : 0.0, d2 = d * d;
+      m2[l] += d2;
+      m3[l] += d2 * d;
+      m4[l] += d2 * d2;
+    };
+    for (r = 0; r + LANES <= count; r += LANES)
+      for (int l = 0; l < LANES; ++l) second_pass(r + l, l);
+    for (; r < count; ++r) second_pass(r, (int)(r % LANES));
+    const double lowest = fmin(fmin(lo[0], lo[1]), fmin(lo[2], lo[3]));
+    const double highest = fmax(fmax(hi[0], hi[1]), fmax(hi[2], hi[3]));
+    p[0] = (double)finite, p[1] = (double)(count - finite), p[2] = mean;
+    p[3] = (m2[0] + m2[1]) + (m2[2] + m2[3]);
+    p[4] = (m3[0] + m3[1]) + (m3[2] + m3[3]);
+    p[5] = (m4[0] + m4[1]) + (m4[2] + m4[3]);
+    p[6] = lowest, p[7] = highest;
   }
   for (i64 slot : t.touched) {
     SparseEntry e{slot, t.mark[slot], {0.0, 0.0, 0.0}};
@@ -299,16 +313,23 @@ VDB_ENTRY void reduce_feature_rows(const ReduceSpec& s, const double* edges, con
                             [&](i64 first, i64, R*, NoState&) { return features + first * s.channels; });
 }
 
-// A block's features from its values v (count x C), Jacobians j (count x C x 3) and derived quantities.
+// A block's features from its values v (count x C), Jacobians j (count x C x 3) and derived quantities, one
+// channel (a column) at a time.
 template <class T, class R>
 inline void block_features(const ReduceSpec& s, const T* v, const R* j, R* const* derived, int C, i64 count, R* out) {
-  for (i64 r = 0; r < count; ++r)
-    for (int f = 0; f < s.channels; ++f) {
-      const int i = s.index[f];
-      out[r * s.channels + f] = s.source[f] == CHANNEL_VALUE      ? (R)v[r * C + i]
-                                : s.source[f] == CHANNEL_JACOBIAN ? j[r * 3 * C + i]
-                                                                  : derived[i / 4][r * derived_width(i / 4) + i % 4];
+  const int F = s.channels;
+  for (int f = 0; f < F; ++f) {
+    const int i = s.index[f];
+    if (s.source[f] == CHANNEL_VALUE)
+      for (i64 r = 0; r < count; ++r) out[r * F + f] = (R)v[r * C + i];
+    else if (s.source[f] == CHANNEL_JACOBIAN)
+      for (i64 r = 0; r < count; ++r) out[r * F + f] = j[r * 3 * C + i];
+    else {
+      const R* d = derived[i / 4];
+      const int w = derived_width(i / 4), e = i % 4;
+      for (i64 r = 0; r < count; ++r) out[r * F + f] = d[r * w + e];
     }
+  }
 }
 
 // The fused pass: each block of points is sampled into the thread's own buffers (values and Jacobians,
