@@ -324,3 +324,25 @@ def test_the_qr_plot_draws_the_log_density_and_the_vieillefosse_line(field):
     )
     ax = vdbflow.histogram(vol, pts, of="q_criterion", bins=30, range=(-3, 1.5)).vdbflow.plot.pdf()
     assert ax.get_yscale() == "log" and ax.get_xlabel() == "q_criterion"
+
+
+def test_the_qr_plane_normalised_by_the_mean_enstrophy(field):
+    """normalize=True: Q / <Q_w> and R / <Q_w>^(3/2) with <Q_w> = <|omega|^2> / 4 of the same points;
+    counts as NumPy's of the quotients (ties at an edge aside: none here), bins in the normalised units."""
+    vol, pts, ds = field
+    Q, R, w = (ds[n].values.astype(np.float64) for n in ("q_criterion", "r_invariant", "vorticity_magnitude"))
+    q_w = np.nanmean(w * w) / 4
+    h = vdbflow.histogram(
+        vol, pts, of=["q_criterion", "r_invariant"], bins=[20, 16], range=[(-3, 1), (-1, 1)], normalize=True
+    )
+    np.testing.assert_allclose(h.attrs["normalized_by_mean_q_w"], q_w, rtol=1e-12)
+    edges = [np.linspace(-3, 1, 21), np.linspace(-1, 1, 17)]
+    ref = np.histogramdd(np.stack([Q / q_w, R / q_w**1.5], 1), edges)[0]
+    np.testing.assert_array_equal(h["count"].values, ref)
+    np.testing.assert_allclose(h["q_criterion_bin"].values, (edges[0][:-1] + edges[0][1:]) / 2)
+    given = vdbflow.histogram(vol, pts, of="q_criterion", bins=10, range=(-3, 1), normalize=2.0)
+    np.testing.assert_array_equal(
+        given["count"].values, np.histogram(Q[np.isfinite(Q)] / 2.0, np.linspace(-3, 1, 11))[0]
+    )
+    with pytest.raises(vdbflow.SamplingError, match="positive, finite <Q_w>"):
+        vdbflow.histogram(vol, pts, of="q_criterion", bins=10, range=(-3, 1), normalize=-1.0)

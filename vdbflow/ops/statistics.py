@@ -16,10 +16,12 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from vdbflow.core import kernel
+from vdbflow.core import kernel, outputs
 from vdbflow.devices import run
 from vdbflow.errors import SamplingError
 from vdbflow.ops.reductions import (
+    JACOBIAN,
+    VALUE,
     Conditional,
     Histogram,
     Partial,
@@ -268,6 +270,7 @@ def histogram(
     range: Any = None,  # noqa: A002 - numpy.histogram's name
     weights: str | None = None,
     *,
+    normalize: bool | float = False,
     mode: str = "linear",
     space: str = "world",
     jacobian_space: str | None = None,
@@ -289,6 +292,13 @@ def histogram(
         Default: each quantity's minimum and maximum, from a first pass over the points.
     weights : str, optional
         A quantity whose sum in each bin is returned as ``weighted``.
+    normalize : bool or float, default False
+        Bin each quantity over <Q_w>^(p/2), p the power of the Jacobian's units it carries (the table of
+        outputs): Q / <Q_w> and R / <Q_w>^(3/2), the usual axes of the Q-R plane, |omega| / <Q_w>^(1/2), a
+        Jacobian entry likewise, values as they are; <Q_w> = <|omega|^2> / 4 given, or (``True``) from a
+        first pass over the same points.  ``bins`` and ``range`` are then in those units.  The kernels bin
+        against the edges times the scale: a value within rounding of an edge may fall on the other side
+        of it than its quotient would.
     mode, space, jacobian_space, device, wave
         As :meth:`Volume.sample_grad` (``wave``: a DistributedVolume's point chunks routed together).
 
@@ -309,12 +319,50 @@ def histogram(
     w = None if weights is None else quantity(weights, template, js)
     probe = Statistics(moments=qs + ([w] if w else []))
     edges = _ranges(source, points, qs, bins, range, statistics_request(probe, mode, space, js, device), wave)
-    stats = Statistics(histograms=[Histogram(tuple(qs), tuple(edges), w)])
+    q_w = None
+    if normalize is not False and normalize is not None:
+        q_w = _mean_q_w(source, points, template, js, mode, space, device, wave) if normalize is True else normalize
+        if not (np.isfinite(float(q_w)) and float(q_w) > 0):
+            raise SamplingError(f"expected a positive, finite <Q_w> to normalize by, got {q_w!r}")
+        scale = [float(q_w) ** (_jacobian_power(q) / 2) for q in qs]
+        if range is None:  # the first pass's range, in the normalised units
+            edges = [e / f for e, f in zip(edges, scale, strict=True)]
+        binned = [e * f for e, f in zip(edges, scale, strict=True)]
+    else:
+        binned = edges
+    stats = Statistics(histograms=[Histogram(tuple(qs), tuple(binned), w)])
     ds = statistics(source, points, stats, mode=mode, space=space, jacobian_space=js, device=device, wave=wave)
     key = "_".join(q.label for q in qs)
     ds = ds.rename({f"{key}_{v}": v for v in ("count", "outside", "nan", "weighted") if f"{key}_{v}" in ds})
+    if q_w is not None:  # the bins in the normalised units
+        for q, e in zip(qs, edges, strict=True):
+            dim = f"{q.label}_bin"
+            ds = ds.assign_coords({dim: (dim, (e[:-1] + e[1:]) / 2, ds[dim].attrs)})
+            ds.coords[f"{dim}_bounds"] = ((dim, "bound"), np.stack([e[:-1], e[1:]], axis=1))
+        ds.attrs["normalized_by_mean_q_w"] = float(q_w)
     ds["pdf"] = pdf(ds)
     return ds
+
+
+def _jacobian_power(q: Any) -> float:
+    """The power of the Jacobian's units a quantity carries (the table of outputs' exponent): Q 2, R 3, |omega|
+    and a Jacobian entry 1, a value 0."""
+    if q.source == JACOBIAN:
+        return 1.0
+    if q.source == VALUE:
+        return 0.0
+    return float(outputs.TABLE[kernel.DERIVED[q.index // 4]].exponent or 0)
+
+
+def _mean_q_w(source: Any, points: Any, template: Any, js: str, mode: str, space: str, device: str, wave: Any) -> float:
+    """<Q_w> = <|omega|^2> / 4 over the points (a moments pass of |omega|: <x^2> = M2 / n + mean^2)."""
+    stats = Statistics(moments=[quantity("vorticity_magnitude", template, js)])
+    where = stats.layout()[3]
+    got = reduce(source, points, stats, statistics_request(stats, mode, space, js, device), wave)
+    n, _, mean, m2 = got.reals[where["moments"][0] : where["moments"][0] + 4]
+    if n == 0:
+        raise SamplingError("expected points with a finite vorticity to normalize by <Q_w>, got none")
+    return float((m2 / n + mean * mean) / 4.0)
 
 
 def moments(
