@@ -251,6 +251,7 @@ def test_a_reduce_job_writes_the_statistics_of_every_voxel(tmp_path, suffix):
     ):
         result = vdbflow.run(path, client=client)
     assert result.points == 3 * vdbflow.open(tmp_path / "tg.nvdb").topology.active_voxel_count
+    assert result.worker_seconds["reduction"] > 0  # the chunk tasks' time, in the summary's step
     with xr.open_dataset(tmp_path / f"stats.{suffix}", engine=None if suffix == "nc" else "zarr") as ds:
         ds = ds.load()
     vol = vdbflow.open(tmp_path / "tg.nvdb")

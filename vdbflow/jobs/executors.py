@@ -42,6 +42,7 @@ from vdbflow.jobs.plan import JobPlan
 from vdbflow.jobs.points import make_points
 
 log = logging.getLogger("vdbflow.run")
+REDUCE_KEY = "vdbflow-reduce"  # task-key prefix of a reduce: job's chunk tasks (jobs.progress: "reduction")
 
 
 @dataclass
@@ -56,6 +57,7 @@ class Sampled:
     tally: Any = None  # lazy (3,): non-finite points, points checked against the data's edge, outside it
     chunk_seconds: Any = None  # lazy: the one-pass chunk tasks' time by phase
     volumes: list = field(default_factory=list)  # distributed volumes to close when the job ends
+    stream: list = field(default_factory=list)  # task-stream records of work done before the write (reduce:)
 
 
 def executor_for(cfg: JobConfig, client: Any, sources: dict[str, Any]) -> Callable[..., Sampled]:
@@ -153,24 +155,31 @@ def reduced(
     pts = point_set.points.rechunk({1: 3})
     timings["distribute_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    if cfg.partitions is None and _replicable(client, {name: src}):
-        on_workers = (str(src[0]), src[1]) if isinstance(src, tuple) else client.scatter(src, broadcast=True)
-        parts = [
-            dask.delayed(reduce_chunk, pure=True)(on_workers, block, spec, edges, empty, request)
-            for block in pts.to_delayed().ravel()
-        ]
-        partial, partitions = merge_tree(where, parts, client), 0
-    else:
-        from vdbflow.distribution.volume import distribute
+    from distributed import get_task_stream
 
-        grid = src[1] if isinstance(src, tuple) else None
-        with distribute(src[0] if isinstance(src, tuple) else src, client, cfg.partitions, plan.halo, grid=grid) as dv:
-            partial, partitions = reduce(dv, pts, stats, request), len(dv.partitions)
+    with get_task_stream(client) as stream:  # the job's summary splits this worker time by step too
+        if cfg.partitions is None and _replicable(client, {name: src}):
+            on_workers = (str(src[0]), src[1]) if isinstance(src, tuple) else client.scatter(src, broadcast=True)
+            token = dask.base.tokenize(spec, edges, pts.name)
+            parts = [
+                dask.delayed(reduce_chunk, pure=True)(
+                    on_workers, block, spec, edges, empty, request, dask_key_name=f"{REDUCE_KEY}-{token}-{b}"
+                )
+                for b, block in enumerate(pts.to_delayed().ravel())
+            ]
+            partial, partitions = merge_tree(where, parts, client), 0
+        else:
+            from vdbflow.distribution.volume import distribute
+
+            grid = src[1] if isinstance(src, tuple) else None
+            source = src[0] if isinstance(src, tuple) else src
+            with distribute(source, client, cfg.partitions, plan.halo, grid=grid) as dv:
+                partial, partitions = reduce(dv, pts, stats, request), len(dv.partitions)
     timings["reduce_s"] = time.perf_counter() - t0
     ds = dataset(stats, partial, where)
     ds.attrs.update({"reduced_grid": name, "reduced_points": int(point_set.count)})
     log.info("reduced %d points of grid %s in %.2f s", point_set.count, name, timings["reduce_s"])
-    return Sampled(ds, point_set, partitions)
+    return Sampled(ds, point_set, partitions, stream=list(stream.data))
 
 
 def one_pass(

@@ -11,6 +11,7 @@ from typing import Any
 
 from vdbflow.distribution import keys
 from vdbflow.jobs.chunks import CHUNK_KEY, TALLY_KEY
+from vdbflow.jobs.executors import REDUCE_KEY
 from vdbflow.jobs.particles import ADVECT_KEY
 from vdbflow.jobs.points import POINTS_KEY
 from vdbflow.jobs.writers.zarr_store import INDEX_KEY
@@ -25,6 +26,7 @@ STEPS = {
     "checks": (TALLY_KEY,),  # non-finite points, the edge of the data
     "advection": (ADVECT_KEY,),
     "chunk": (CHUNK_KEY,),  # one-pass chunk tasks: the job replaces this by the phases they measured
+    "reduction": (REDUCE_KEY,),  # a reduce: job's chunk tasks (sampling and statistics in one pass)
 }
 # every other task belongs to the step of the first collection whose graph holds it (steps_of_graphs):
 # the points, then the samples (unprefixed tasks there: "derived", the arithmetic xarray adds), then the

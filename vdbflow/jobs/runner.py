@@ -411,7 +411,7 @@ class _Job:
         # a reduce job's sampling ran in its executor (reduce_s): its writing is the statistics' few bytes
         self.timings["sample_and_write_s"] = time.perf_counter() - t0 + self.timings.get("reduce_s", 0.0)
         log.debug("warmed %d worker(s) ahead of the job's tasks", len(self.warming))
-        worker_seconds = worker_time_by_step(stream.data, steps)
+        worker_seconds = worker_time_by_step([*sampled.stream, *stream.data], steps)
         if sampled.chunk_seconds is not None:  # the chunk tasks' time, by what they measured of it
             worker_seconds.pop("chunk", None)
             worker_seconds.update(zip(CHUNK_PHASES, map(float, results["seconds"]), strict=True))
