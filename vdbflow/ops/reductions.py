@@ -18,7 +18,6 @@ workers, the threads or the partitions that computed it.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -64,7 +63,6 @@ def quantity(text: str, vol: Any, jacobian_space: str) -> Quantity:
     C = vol.components
     components = tuple(vol.component_names) if C > 1 else ("value",)
     axes = schema.AXIS_LABELS[jacobian_space]
-    units = getattr(vol, "units", None)
     if base == "value":
         c = 0 if inner is None and C == 1 else _position(inner or "", components, "a component", text)
         label = "value" if C == 1 else f"value_{components[c]}"
@@ -96,7 +94,6 @@ def quantity(text: str, vol: Any, jacobian_space: str) -> Quantity:
         )
     raise SamplingError(
         f"expected a quantity: value, jacobian or one of {', '.join(outputs.names('derived'))}, got {text!r}"
-        + ("" if units is None else "")
     )
 
 
@@ -304,7 +301,3 @@ def features_of(stats: Statistics, arrays: dict[str, np.ndarray], components: in
             cols.append(d if d.ndim == 1 else d[:, q.index % 4])
     jdtype = np.result_type(*(c.dtype for c in cols), np.float32)
     return np.ascontiguousarray(np.stack([c.astype(jdtype, copy=False) for c in cols], axis=1))
-
-
-def replace(stats: Statistics, **changes: Any) -> Statistics:
-    return dataclasses.replace(stats, **changes)
