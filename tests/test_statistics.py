@@ -368,3 +368,37 @@ def test_a_reduce_job_gives_the_same_bits_whole_or_partitioned(tmp_path):
         assert set(a.data_vars) == set(b.data_vars)
         for name in a.data_vars:
             np.testing.assert_array_equal(a[name].values, b[name].values, err_msg=name)
+
+
+def test_edge_cases_a_review_found(field):
+    vol, pts, ds = field
+    Q = ds["q_criterion"].values.astype(np.float64)
+    # normalize= with the caller's edges equals normalize= with a range; with the data's range nothing is lost
+    a = vdbflow.histogram(vol, pts, "q_criterion", bins=4, range=(-1, 1), normalize=0.5)
+    b = vdbflow.histogram(vol, pts, "q_criterion", bins=np.linspace(-1, 1, 5), normalize=0.5)
+    _same(a, b)
+    np.testing.assert_array_equal(a["count"].values, np.histogram(Q[np.isfinite(Q)] / 0.5, np.linspace(-1, 1, 5))[0])
+    auto = vdbflow.histogram(vol, pts, ["q_criterion", "r_invariant"], bins=8, normalize=0.3)
+    assert int(auto["outside"]) == 0 and int(auto["count"].sum()) == int(np.isfinite(Q).sum())
+    # two items of the same quantities with other edges keep a variable each
+    q, w = quantity("q_criterion", vol, "world"), quantity("vorticity_magnitude", vol, "world")
+    two = Statistics(
+        histograms=[Histogram((q,), (np.linspace(-2, 2, 5),)), Histogram((q,), (np.linspace(-1, 1, 9),))],
+        conditionals=[Conditional(w, q, np.linspace(-2, 2, 3)), Conditional(w, q, np.linspace(-1, 1, 4))],
+    )
+    got = vdbflow.statistics(vol, pts, two)
+    assert got["q_criterion_count"].shape == (4,) and got["q_criterion_2_count"].shape == (8,)
+    assert got["count_vorticity_magnitude_by_q_criterion"].shape == (2,)
+    assert got["vorticity_magnitude_mean_by_q_criterion_2"].shape == (3,)
+    finite = Q[np.isfinite(Q)]
+    np.testing.assert_array_equal(got["q_criterion_2_count"].values, np.histogram(finite, np.linspace(-1, 1, 9))[0])
+    # the same quantity twice in one histogram, as numpy.histogramdd takes it
+    same = vdbflow.histogram(vol, pts, ["q_criterion", "q_criterion"], bins=[[-1, 0, 1]] * 2)
+    ref = np.histogramdd(np.stack([finite, finite], 1), [[-1, 0, 1]] * 2)[0]
+    np.testing.assert_array_equal(same["count"].values, ref)
+    # bins=[10] is 10 bins; no points with the default range: (0, 1), as numpy
+    assert vdbflow.histogram(vol, pts, "q_criterion", bins=[10])["count"].shape == (10,)
+    empty = vdbflow.histogram(vol, np.zeros((0, 3)), "q_criterion", bins=4)
+    assert int(empty["count"].sum()) == 0 and empty["q_criterion_bin_bounds"].values[[0, -1], [0, 1]].tolist() == [0, 1]
+    with pytest.raises(vdbflow.SamplingError, match="at most 32 moments"):
+        vdbflow.moments(vol, pts, of=["q_criterion"] * 33)

@@ -160,7 +160,7 @@ def reduced(
     with get_task_stream(client) as stream:  # the job's summary splits this worker time by step too
         if cfg.partitions is None and _replicable(client, {name: src}):
             on_workers = (str(src[0]), src[1]) if isinstance(src, tuple) else client.scatter(src, broadcast=True)
-            token = dask.base.tokenize(spec, edges, pts.name)
+            token = dask.base.tokenize(spec, edges, pts.name, on_workers, name, request)
             parts = [
                 dask.delayed(reduce_chunk, pure=True)(
                     on_workers, block, spec, edges, empty, request, dask_key_name=f"{REDUCE_KEY}-{token}-{b}"

@@ -273,8 +273,9 @@ def run_job(
                 raise killed from err
             raise
         finally:
-            for dvol in sampled.volumes if sampled is not None else ():
-                dvol.close()
+            with contextlib.ExitStack() as closing:  # every volume closed, even if one close fails
+                for dvol in sampled.volumes if sampled is not None else ():
+                    closing.callback(dvol.close)
     log.info("published %s", job.final)
     return result
 

@@ -164,9 +164,15 @@ class Statistics:
         channels = self.channels()
         if not channels:
             raise SamplingError("expected at least one histogram, moment or binned mean to compute")
-        limits = (kernel.REDUCE_MAX_CHANNELS, kernel.REDUCE_MAX_HISTOGRAMS, kernel.REDUCE_MAX_CONDITIONALS)
-        asked = (len(channels), len(self.histograms), len(self.conditionals))
-        for what, n, most in zip(("quantities", "histograms", "binned means"), asked, limits, strict=True):
+        limits = (
+            kernel.REDUCE_MAX_CHANNELS,
+            kernel.REDUCE_MAX_HISTOGRAMS,
+            kernel.REDUCE_MAX_CONDITIONALS,
+            kernel.REDUCE_MAX_CHANNELS,
+        )
+        asked = (len(channels), len(self.histograms), len(self.conditionals), len(self.moments))
+        what_asked = ("quantities", "histograms", "binned means", "moments")
+        for what, n, most in zip(what_asked, asked, limits, strict=True):
             if n > most:
                 raise SamplingError(f"expected at most {most} {what} in one pass, got {n}")
         at = {(q.source, q.index): f for f, q in enumerate(channels)}

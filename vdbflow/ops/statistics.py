@@ -132,13 +132,17 @@ def merge_tree(where: dict, parts: list, client: Any) -> Partial:
 # ---- results ----------------------------------------------------------------------------------------------
 
 
-def _bin_dim(ds: xr.Dataset, q: Any, e: np.ndarray) -> str:
+def _bin_dim(ds: xr.Dataset, q: Any, e: np.ndarray, taken: Sequence[str] = ()) -> str:
     """The dim of quantity q's bins with edges e in ``ds`` (added with its centres and CF bounds):
-    ``<quantity>_bin``, or ``<quantity>_bin_2``, ... where other bins of the same quantity came first."""
+    ``<quantity>_bin``, or ``<quantity>_bin_2``, ... where other bins of the same quantity came first (or the
+    same item already bins this quantity on a dim of ``taken``)."""
     n = 1
     while True:
         dim = f"{q.label}_bin" + ("" if n == 1 else f"_{n}")
         bounds = np.stack([e[:-1], e[1:]], axis=1)
+        if dim in taken:
+            n += 1
+            continue
         if dim not in ds.variables:
             ds.coords[dim] = xr.Variable(dim, (e[:-1] + e[1:]) / 2, {**q.attrs, "bounds": f"{dim}_bounds"})
             ds.coords[f"{dim}_bounds"] = xr.Variable((dim, "bound"), bounds)
@@ -171,6 +175,16 @@ def _moments_vars(fields: np.ndarray, labels: list[str]) -> dict[str, Any]:
     }
 
 
+def _unique(ds: xr.Dataset, key: str, pattern: str) -> str:
+    """``key``, or ``key_2``, ``key_3``, ... : the first whose variable ``pattern.format(key)`` is not yet in
+    ``ds`` (two items of the same quantities keep a variable each)."""
+    n, out = 1, key
+    while pattern.format(out) in ds.variables:
+        n += 1
+        out = f"{key}_{n}"
+    return out
+
+
 def dataset(stats: Statistics, partial: Partial, where: dict) -> xr.Dataset:
     """The named result of a partial: per histogram ``<key>_count`` (int64, one ``<quantity>_bin`` dim per
     quantity, bin centres and CF bounds), ``<key>_outside``, ``<key>_nan`` and ``<key>_weighted``; moments on
@@ -178,8 +192,10 @@ def dataset(stats: Statistics, partial: Partial, where: dict) -> xr.Dataset:
     (:func:`pdf` makes a histogram's probability density.)"""
     ds = xr.Dataset()
     for h, (counts, sums, shape) in zip(stats.histograms, where["hist"], strict=True):
-        key = "_".join(q.label for q in h.of)
-        dims = tuple(_bin_dim(ds, q, e) for q, e in zip(h.of, h.edges, strict=True))
+        key = _unique(ds, "_".join(q.label for q in h.of), "{}_count")
+        dims: tuple[str, ...] = ()
+        for q, e in zip(h.of, h.edges, strict=True):
+            dims += (_bin_dim(ds, q, e, dims),)
         size = int(np.prod(shape))
         count = partial.ints[counts : counts + size].reshape(shape)
         title = " and ".join(q.name for q in h.of)
@@ -198,11 +214,12 @@ def dataset(stats: Statistics, partial: Partial, where: dict) -> xr.Dataset:
         dim = _bin_dim(ds, c.given, c.edges)
         t = partial.reals[at : at + 3 * bins].reshape(bins, 3)
         n = partial.ints[counts : counts + bins]
-        by = f"{c.of.label}_by_{c.given.label}"
+        by = _unique(ds, f"{c.of.label}_by_{c.given.label}", "count_{}")
         ds[f"count_{by}"] = (dim, n, {"long_name": f"points by bin of {c.given.name} with a finite {c.of.name}"})
-        ds[f"{c.of.label}_mean_by_{c.given.label}"] = (dim, np.where(n > 0, t[:, 1], np.nan), c.of.attrs)
+        of_by = by.replace("_by_", "_{}_by_", 1)  # <of>_mean_by_<given>[_n]
+        ds[of_by.format("mean")] = (dim, np.where(n > 0, t[:, 1], np.nan), c.of.attrs)
         with np.errstate(invalid="ignore", divide="ignore"):
-            ds[f"{c.of.label}_variance_by_{c.given.label}"] = (dim, np.where(n > 0, t[:, 2] / t[:, 0], np.nan))
+            ds[of_by.format("variance")] = (dim, np.where(n > 0, t[:, 2] / t[:, 0], np.nan))
         ds[f"outside_{by}"] = ((), partial.ints[counts + bins])
         ds[f"nan_{by}"] = ((), partial.ints[counts + bins + 1])
     return ds
@@ -234,32 +251,37 @@ def _quantities(of: Any, vol: Any, jacobian_space: str) -> list[Any]:
 
 def _ranges(
     source: Any, points: Any, qs: list, bins: Any, range_: Any, request: SampleRequest, wave: int | None
-) -> list[np.ndarray]:
-    """Edges per quantity: given, or (range None) over the quantities' min and max from a first pass."""
+) -> tuple[list[np.ndarray], list[bool]]:
+    """Edges per quantity, given, or (range None) over the quantities' min and max from a first pass (over
+    (0, 1) where no finite value was found, as numpy.histogram of nothing); and for each whether its edges
+    came from the data (a first pass) rather than from the caller."""
     numbers = isinstance(bins, np.ndarray) or (
         isinstance(bins, (list, tuple)) and all(isinstance(b, (int, float, np.number)) for b in bins)
     )
     if isinstance(bins, (int, np.integer)):
         per = [bins] * len(qs)  # this many bins for each quantity
+    elif numbers and len(qs) == 1 and len(bins) == 1 and float(bins[0]).is_integer():
+        per = [int(bins[0])]  # [n]: n bins, as numpy reads it
     elif numbers and len(qs) == 1:
         per = [bins]  # the one quantity's edges
     else:
         per = list(bins)  # bins or edges per quantity
     if len(per) != len(qs):
         raise SamplingError(f"expected bins for each of {len(qs)} quantities, got {len(per)}")
+    measured = [range_ is None and np.ndim(b) == 0 for b in per]
     if range_ is None:
-        if all(np.ndim(b) == 1 for b in per):
-            return [edges_of(b, None, q.name) for q, b in zip(qs, per, strict=True)]
+        if not any(measured):
+            return [edges_of(b, None, q.name) for q, b in zip(qs, per, strict=True)], measured
         first = Statistics(moments=qs)
         spec, _, _, where = first.layout()
         got = reduce(source, points, first, request, wave)
         fields = [got.reals[m : m + kernel.MOMENT_FIELDS] for m in where["moments"]]
-        ranges = [(f[6], f[7] if f[7] > f[6] else f[6] + 1.0) for f in fields]
+        ranges = [(0.0, 1.0) if not np.isfinite(f[6]) else (f[6], f[7] if f[7] > f[6] else f[6] + 1.0) for f in fields]
     else:
         ranges = [range_] if len(qs) == 1 and np.ndim(range_) == 1 else list(range_)
     if len(ranges) != len(qs):
         raise SamplingError(f"expected a range (lo, hi) for each of {len(qs)} quantities, got {len(ranges)}")
-    return [edges_of(b, r, q.name) for q, b, r in zip(qs, per, ranges, strict=True)]
+    return [edges_of(b, r, q.name) for q, b, r in zip(qs, per, ranges, strict=True)], measured
 
 
 def histogram(
@@ -318,18 +340,18 @@ def histogram(
         raise SamplingError(f"expected one to three quantities for a histogram, got {len(qs)}")
     w = None if weights is None else quantity(weights, template, js)
     probe = Statistics(moments=qs + ([w] if w else []))
-    edges = _ranges(source, points, qs, bins, range, statistics_request(probe, mode, space, js, device), wave)
+    edges, measured = _ranges(source, points, qs, bins, range, statistics_request(probe, mode, space, js, device), wave)
     q_w = None
+    binned = edges  # the edges the kernels bin against, in the quantities' own units
     if normalize is not False and normalize is not None:
         q_w = _mean_q_w(source, points, template, js, mode, space, device, wave) if normalize is True else normalize
         if not (np.isfinite(float(q_w)) and float(q_w) > 0):
             raise SamplingError(f"expected a positive, finite <Q_w> to normalize by, got {q_w!r}")
         scale = [float(q_w) ** (_jacobian_power(q) / 2) for q in qs]
-        if range is None:  # the first pass's range, in the normalised units
-            edges = [e / f for e, f in zip(edges, scale, strict=True)]
-        binned = [e * f for e, f in zip(edges, scale, strict=True)]
-    else:
-        binned = edges
+        # edges from the data are binned as they are and labelled in the normalised units; the caller's
+        # edges are in the normalised units, binned times the scale
+        binned = [e if m else e * f for e, m, f in zip(edges, measured, scale, strict=True)]
+        edges = [e / f if m else e for e, m, f in zip(edges, measured, scale, strict=True)]
     stats = Statistics(histograms=[Histogram(tuple(qs), tuple(binned), w)])
     ds = statistics(source, points, stats, mode=mode, space=space, jacobian_space=js, device=device, wave=wave)
     key = "_".join(q.label for q in qs)
@@ -435,7 +457,7 @@ def conditional_mean(
     template = getattr(source, "template", source)
     js = statistics_request(Statistics(), mode, space, jacobian_space, device).jacobian_space or space
     g = quantity(given, template, js)
-    (edges,) = _ranges(
+    (edges,), _ = _ranges(
         source, points, [g], bins, range, statistics_request(Statistics(moments=[g]), mode, space, js, device), wave
     )
     stats = Statistics(conditionals=[Conditional(q, g, edges) for q in _quantities(of, template, js)])
