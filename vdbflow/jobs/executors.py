@@ -1,4 +1,4 @@
-"""How a job samples: three executors, each building the lazy Dataset of a job's samples on its cluster.
+"""How a job samples: four executors, each building the Dataset of a job's samples on its cluster.
 
 - :func:`particles`: an ``advect:`` job, one task a chunk of seeds through the whole volume;
 - :func:`one_pass`: every worker reads the whole (small) volume, one task a chunk of points samples,
@@ -8,8 +8,8 @@
 - :func:`reduced`: a ``reduce:`` job: statistics computed in the kernels' pass, one partial a chunk of
   points, merged in a fixed tree on the workers; the Dataset is a few kilobytes, in memory.
 
-Each returns a :class:`Sampled`: the lazy Dataset and the lazy figures the job summary reads (analytic
-errors, point tally, the one-pass path's own timing).  :func:`executor_for` picks one for a config;
+Each returns a :class:`Sampled`: the Dataset (lazy, but for the few kilobytes of ``reduced``) and the
+lazy figures the job summary reads (analytic errors, point tally, the one-pass path's own timing).  :func:`executor_for` picks one for a config;
 :func:`vdbflow.jobs.runner.run_job` computes and writes what it returns.
 """
 
@@ -61,8 +61,8 @@ class Sampled:
 
 
 def executor_for(cfg: JobConfig, client: Any, sources: dict[str, Any]) -> Callable[..., Sampled]:
-    """The executor of a job: particles, one pass (the volumes replicable to every worker), or
-    partitioned (``partitions:`` set, or volumes too large to replicate)."""
+    """The executor of a job: particles, statistics (``reduce:``), one pass (the volumes replicable to every
+    worker), or partitioned (``partitions:`` set, or volumes too large to replicate)."""
     if cfg.advect is not None:
         return particles
     if cfg.reduce is not None:
