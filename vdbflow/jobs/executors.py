@@ -9,8 +9,9 @@
   points, merged in a fixed tree on the workers; the Dataset is a few kilobytes, in memory.
 
 Each returns a :class:`Sampled`: the Dataset (lazy, but for the few kilobytes of ``reduced``) and the
-lazy figures the job summary reads (analytic errors, point tally, the one-pass path's own timing).  :func:`executor_for` picks one for a config;
-:func:`vdbflow.jobs.runner.run_job` computes and writes what it returns.
+lazy figures the job summary reads (analytic errors, point tally, the one-pass path's own timing).
+:func:`executor_for` picks one for a config; :func:`vdbflow.jobs.runner.run_job` computes and writes what it
+returns.
 """
 
 from __future__ import annotations
