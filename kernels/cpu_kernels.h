@@ -160,6 +160,11 @@ void reduce_features_entry(const void* spec, const double* edges, const void* fe
     reduce_feature_rows<float>(s, edges, (const float*)features, n, n_ints, n_reals, ints, reals);
 }
 
+void merge_partials_entry(const void* spec, i64 n_ints, i64* ints, double* reals, const i64* ints_b,
+                          const double* reals_b) {
+  merge_partial_into(*(const ReduceSpec*)spec, n_ints, ints, reals, ints_b, reals_b);
+}
+
 #define VDBFLOW_CPU_ENTRY(name, gpu_entry, value_types, gpu_components, signature) &name##_entry,
 const VdbflowCpuKernels KERNELS = {VDBFLOW_OPERATIONS(VDBFLOW_CPU_ENTRY)};
 #undef VDBFLOW_CPU_ENTRY

@@ -586,6 +586,16 @@ void reduce_features(nb::bytes spec, InArray features, In<double, nb::ndim<1>> e
                           (i64)reals.shape(0), (i64*)ints.data(), reals.data());
 }
 
+// Partial b merged into partial a (in place), both laid out by the spec.
+void merge_partials(nb::bytes spec, In<double, nb::ndim<1>> edges, Out<int64_t, nb::ndim<1>> ints,
+                    Out<double, nb::ndim<1>> reals, In<int64_t, nb::ndim<1>> ints_b, In<double, nb::ndim<1>> reals_b) {
+  const ReduceSpec s = read_spec(spec, 0, false, edges.shape(0), ints.shape(0), reals.shape(0), edges.data());
+  check(ints_b.shape(0) == ints.shape(0) && reals_b.shape(0) == reals.shape(0), "the partials must have one layout");
+  nb::gil_scoped_release release;
+  active->merge_partials(&s, (i64)ints.shape(0), (i64*)ints.data(), reals.data(), (const i64*)ints_b.data(),
+                         reals_b.data());
+}
+
 // ReduceSpec's fields for Python's spec dtype (as abi_fields).
 static_assert(std::is_standard_layout<ReduceSpec>::value, "ReduceSpec must be plain data");
 #define VDBFLOW_SPEC_FIELD(name, fmt, elem) \
@@ -807,6 +817,8 @@ NB_MODULE(_core, m) {
         "Histograms, moments and binned means of sampled quantities, added into ints and reals (reduce.h).");
   m.def("reduce_features", &reduce_features, nb::arg("spec"), nb::arg("features"), nb::arg("edges"), nb::arg("ints"),
         nb::arg("reals"), "The same statistics of given features (N, channels), added into ints and reals.");
+  m.def("merge_partials", &merge_partials, nb::arg("spec"), nb::arg("edges"), nb::arg("ints"), nb::arg("reals"),
+        nb::arg("ints_b"), nb::arg("reals_b"), "A reduction's partial merged into another, in place (reduce.h).");
   m.attr("REDUCE_SPEC_SIZE") = sizeof(ReduceSpec);
   m.attr("REDUCE_SPEC_FIELDS") = reduce_spec_fields();
   m.attr("REDUCE_BLOCK") = REDUCE_BLOCK;

@@ -89,6 +89,9 @@ def reduce_features(spec: bytes, features: Annotated[NDArray, dict(order='C', de
     The same statistics of given features (N, channels), added into ints and reals.
     """
 
+def merge_partials(spec: bytes, edges: Annotated[NDArray[numpy.float64], dict(shape=(None,), order='C', device='cpu', writable=False)], ints: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu')], reals: Annotated[NDArray[numpy.float64], dict(shape=(None,), order='C', device='cpu')], ints_b: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], reals_b: Annotated[NDArray[numpy.float64], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> None:
+    """A reduction's partial merged into another, in place (reduce.h)."""
+
 REDUCE_SPEC_SIZE: int
 
 REDUCE_SPEC_FIELDS: tuple

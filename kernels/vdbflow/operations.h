@@ -88,4 +88,8 @@ typedef long long vdbflow_op_i64;
   /* the same statistics of given features (n, channels) float or double (reduce.h) */                             \
   X(reduce_features, "", OPERATION_HOST, NO_COMPONENT_PARAMETER,                                                     \
     (const void* spec, const double* edges, const void* features, bool is_double, vdbflow_op_i64 n,                  \
-     vdbflow_op_i64 n_ints, vdbflow_op_i64 n_reals, vdbflow_op_i64* ints, double* reals))
+     vdbflow_op_i64 n_ints, vdbflow_op_i64 n_reals, vdbflow_op_i64* ints, double* reals))                            \
+  /* one reduction's partial merged into another, as the kernels merge blocks (reduce.h) */                         \
+  X(merge_partials, "", OPERATION_HOST, NO_COMPONENT_PARAMETER,                                                      \
+    (const void* spec, vdbflow_op_i64 n_ints, vdbflow_op_i64* ints, double* reals, const vdbflow_op_i64* ints_b,     \
+     const double* reals_b))

@@ -265,6 +265,22 @@ inline void merge_blocks(const ReduceSpec& s, std::vector<ReduceThread>& threads
   }
 }
 
+// Partial b (ints_b, reals_b) merged into a (ints, reals), as blocks are merged: counts and weighted sums
+// added, binned means and moments by the pairwise update (the merge of the partials of Dask chunks).
+inline void merge_partial_into(const ReduceSpec& s, i64 n_ints, i64* ints, double* reals, const i64* ints_b,
+                               const double* reals_b) {
+  for (i64 i = 0; i < n_ints; ++i) ints[i] += ints_b[i];
+  for (int h = 0; h < s.histograms; ++h) {
+    if (s.hist_weight[h] < 0) continue;
+    i64 total = 1;
+    for (int d = 0; d < s.hist_dims[h]; ++d) total *= s.hist_bins[h][d];
+    for (i64 b = 0; b < total; ++b) reals[s.hist_sums[h] + b] += reals_b[s.hist_sums[h] + b];
+  }
+  for (int k = 0; k < s.conditionals; ++k)
+    for (int b = 0; b < s.cond_bins[k]; ++b) moment_merge(reals + s.cond_stats[k] + 3 * b, reals_b + s.cond_stats[k] + 3 * b, 2);
+  for (int m = 0; m < s.moments; ++m) moment_fields_merge(reals + s.moment_at[m], reals_b + s.moment_at[m]);
+}
+
 // ---- the loops ---------------------------------------------------------------------------------------------
 
 inline int reduce_thread_id() {

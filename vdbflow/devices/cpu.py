@@ -91,6 +91,13 @@ def reduce_features(spec: bytes, features: np.ndarray, edges: np.ndarray, ints: 
     _core.reduce_features(spec, features, edges, ints, reals)
 
 
+def merge_partials(
+    spec: bytes, edges: np.ndarray, ints: np.ndarray, reals: np.ndarray, ints_b: np.ndarray, reals_b: np.ndarray
+) -> None:
+    """Partial ``(ints_b, reals_b)`` merged into ``(ints, reals)`` in place, as the kernels merge blocks."""
+    _core.merge_partials(spec, edges, ints, reals, ints_b, reals_b)
+
+
 def derive(jacobian: np.ndarray, velocity: np.ndarray | None, derived: dict[str, np.ndarray]) -> None:
     """The ``derived`` quantities of Jacobians (N, 3, 3) and velocities (N, 3) (helicity) into their buffers."""
     _core.derive(jacobian, velocity, kernel.derived_slots(derived))

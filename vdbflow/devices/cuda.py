@@ -312,6 +312,15 @@ def reduce_features(spec: bytes, features: Any, edges: np.ndarray, ints: np.ndar
     cpu.reduce_features(spec, np.ascontiguousarray(cupy_module().asnumpy(features)), edges, ints, reals)
 
 
+def merge_partials(
+    spec: bytes, edges: np.ndarray, ints: np.ndarray, reals: np.ndarray, ints_b: np.ndarray, reals_b: np.ndarray
+) -> None:
+    """Partials live on the host: the CPU's merge."""
+    from vdbflow.devices import cpu
+
+    cpu.merge_partials(spec, edges, ints, reals, ints_b, reals_b)
+
+
 def derive(jacobian: Any, velocity: Any | None, derived: dict[str, Any]) -> None:
     """The ``derived`` quantities of CuPy Jacobians (N, 3, 3) and velocities (N, 3) into their buffers."""
     n = jacobian.shape[0]

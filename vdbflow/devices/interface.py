@@ -97,6 +97,9 @@ class Backend(Protocol):
     def reduce_features(self, spec: bytes, features: Any, edges: Any, ints: Any, reals: Any) -> None:
         """The same statistics of given features (N, channels), added into host ``ints`` and ``reals``."""
 
+    def merge_partials(self, spec: bytes, edges: Any, ints: Any, reals: Any, ints_b: Any, reals_b: Any) -> None:
+        """Partial ``(ints_b, reals_b)`` of a reduction merged into host ``(ints, reals)`` in place."""
+
     def grid_gradient(self, k: KernelArrays, leaf_origins: Any, scheme: int, jacobian_world: bool) -> Any:
         """(n_active, C, 3) Jacobians of a finite-difference ``scheme`` at the active voxels of leaves."""
 

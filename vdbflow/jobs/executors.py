@@ -168,7 +168,7 @@ def reduced(
                 )
                 for b, block in enumerate(pts.to_delayed().ravel())
             ]
-            partial, partitions = merge_tree(where, parts, client), 0
+            partial, partitions = merge_tree(spec, edges, parts, client), 0
         else:
             from vdbflow.distribution.volume import distribute
 

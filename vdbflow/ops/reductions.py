@@ -230,66 +230,15 @@ class Statistics:
         return any(q.source != VALUE for q in chans), derived
 
 
-def _merge_central(a: np.ndarray, b: np.ndarray, order: int) -> np.ndarray:
-    """Rows (n, mean, M2[, M3, M4]) of b merged into rows of a (the pairwise update, vectorised)."""
-    out = a.copy()
-    na, nb = a[..., 0], b[..., 0]
-    n = na + nb
-    with np.errstate(invalid="ignore", divide="ignore"):
-        d = b[..., 1] - a[..., 1]
-        safe = np.where(n > 0, n, 1.0)
-        out[..., 1] = a[..., 1] + d * nb / safe
-        out[..., 2] = a[..., 2] + b[..., 2] + d * d * na * nb / safe
-        if order >= 4:
-            m2a, m2b = a[..., 2], b[..., 2]
-            out[..., 3] = (
-                a[..., 3] + b[..., 3] + d**3 * na * nb * (na - nb) / safe**2 + 3 * d * (na * m2b - nb * m2a) / safe
-            )
-            out[..., 4] = (
-                a[..., 4]
-                + b[..., 4]
-                + d**4 * na * nb * (na * na - na * nb + nb * nb) / safe**3
-                + 6 * d * d * (na * na * m2b + nb * nb * m2a) / safe**2
-                + 4 * d * (na * b[..., 3] - nb * a[..., 3]) / safe
-            )
-    out[..., 0] = n
-    out[na == 0] = b[na == 0]
-    keep = nb == 0
-    out[keep] = a[keep]
+def merge(spec: bytes, edges: np.ndarray, a: Partial, b: Partial) -> Partial:
+    """Partial ``b`` merged into a copy of ``a`` by the kernels (reduce.h ``merge_partials``: counts added,
+    moments and binned means by the pairwise update, as blocks are merged); ``spec`` and ``edges`` from
+    :meth:`Statistics.layout`."""
+    from vdbflow.devices import run
+
+    out = Partial(a.ints.copy(), a.reals.copy())
+    run("merge_partials", spec, edges, out.ints, out.reals, b.ints, b.reals, device="cpu")
     return out
-
-
-def merge(stats_where: dict, a: Partial, b: Partial) -> Partial:
-    """Partial ``b`` merged into a copy of ``a`` (``stats_where``: the layout's offsets)."""
-    out = Partial(a.ints + b.ints, a.reals.copy())
-    for _, sums, shape in stats_where["hist"]:
-        if sums >= 0:
-            size = int(np.prod(shape))
-            out.reals[sums : sums + size] += b.reals[sums : sums + size]
-    for _, stats, bins in stats_where["cond"]:
-        block = slice(stats, stats + 3 * bins)
-        out.reals[block] = _merge_central(a.reals[block].reshape(bins, 3), b.reals[block].reshape(bins, 3), 2).ravel()
-    for m in stats_where["moments"]:
-        fa, fb = a.reals[m : m + kernel.MOMENT_FIELDS], b.reals[m : m + kernel.MOMENT_FIELDS]
-        central = _merge_central(fa[[0, 2, 3, 4, 5]][None], fb[[0, 2, 3, 4, 5]][None], 4)[0]
-        out.reals[m : m + kernel.MOMENT_FIELDS] = [
-            central[0],
-            fa[1] + fb[1],
-            *central[1:],
-            min(fa[6], fb[6]),
-            max(fa[7], fb[7]),
-        ]
-    return out
-
-
-def merge_all(stats_where: dict, parts: Sequence[Partial]) -> Partial:
-    """Partials merged pairwise in a fixed tree over their order (the chunks' order)."""
-    parts = list(parts)
-    while len(parts) > 1:
-        parts = [
-            merge(stats_where, *parts[i : i + 2]) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)
-        ]
-    return parts[0]
 
 
 def features_of(stats: Statistics, arrays: dict[str, np.ndarray], components: int) -> np.ndarray:

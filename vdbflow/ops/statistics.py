@@ -91,7 +91,7 @@ def reduce(source: Any, points: Any, stats: Statistics, request: SampleRequest, 
     request.for_value_type(template.value_type)
     if not template.value_type.is_float:
         raise SamplingError(f"expected float data for statistics, got {template.value_type.name}")
-    spec, edges, empty, where = stats.layout()
+    spec, edges, empty, _ = stats.layout()
     shape = getattr(points, "shape", np.shape(points))
     if len(shape) < 1 or shape[-1] != 3:
         raise SamplingError(f"expected points of shape (N, 3) or (..., 3), got {tuple(shape)}")
@@ -103,19 +103,19 @@ def reduce(source: Any, points: Any, stats: Statistics, request: SampleRequest, 
             dask.delayed(_features_partial, pure=True)(spec, edges, empty, stats, template.components, names, *chunk)
             for chunk in zip(*blocks, strict=True)
         ]
-        return merge_tree(where, parts, getattr(source, "client", None))
+        return merge_tree(spec, edges, parts, getattr(source, "client", None))
     if is_dask(points):
         pts = points.reshape(-1, 3).rechunk({1: 3})
         parts = [
             dask.delayed(chunk_partial, pure=True)(source, block, spec, edges, empty, request)
             for block in pts.to_delayed().ravel()
         ]
-        return merge_tree(where, parts, None)
+        return merge_tree(spec, edges, parts, None)
     flat = points if hasattr(points, "__cuda_array_interface__") else as_numpy(points)
     return chunk_partial(source, flat.reshape(-1, 3), spec, edges, empty, request)
 
 
-def merge_tree(where: dict, parts: list, client: Any) -> Partial:
+def merge_tree(spec: bytes, edges: np.ndarray, parts: list, client: Any) -> Partial:
     """Chunk partials (Delayed) merged pairwise in a fixed tree over the chunks' order, on the workers."""
     import dask
 
@@ -123,7 +123,7 @@ def merge_tree(where: dict, parts: list, client: Any) -> Partial:
         raise SamplingError("expected at least one point chunk, got none")
     while len(parts) > 1:
         parts = [
-            dask.delayed(merge, pure=True)(where, *parts[i : i + 2]) if i + 1 < len(parts) else parts[i]
+            dask.delayed(merge, pure=True)(spec, edges, *parts[i : i + 2]) if i + 1 < len(parts) else parts[i]
             for i in range(0, len(parts), 2)
         ]
     return client.compute(parts[0]).result() if client is not None else parts[0].compute()
@@ -242,6 +242,12 @@ def pdf(ds: xr.Dataset, name: str = "count") -> xr.DataArray:
 # ---- the doors ----------------------------------------------------------------------------------------------
 
 
+def _template_and_axes(source: Any, mode: str, space: str, jacobian_space: str | None, device: str) -> tuple[Any, str]:
+    """The Volume that names the source's results, and the Jacobian's space (checked with the request)."""
+    request = statistics_request(Statistics(), mode, space, jacobian_space, device)
+    return getattr(source, "template", source), request.jacobian_space or space
+
+
 def _quantities(of: Any, vol: Any, jacobian_space: str) -> list[Any]:
     names = [of] if isinstance(of, str) else list(of)
     if not names:
@@ -332,9 +338,7 @@ def histogram(
         ``weighted`` with ``weights``.  Counts equal ``numpy.histogramdd`` of the same quantities'
         per-point values with the same edges.
     """
-    template = getattr(source, "template", source)
-    request = statistics_request(Statistics(), mode, space, jacobian_space, device)
-    js = request.jacobian_space or space
+    template, js = _template_and_axes(source, mode, space, jacobian_space, device)
     qs = _quantities(of, template, js)
     if len(qs) > 3:
         raise SamplingError(f"expected one to three quantities for a histogram, got {len(qs)}")
@@ -414,8 +418,7 @@ def moments(
         values are left out and counted), ``mean``, ``variance`` (M2 / n), ``skewness``, ``flatness``, ``min``,
         ``max``, and the central sums ``m2``, ``m3``, ``m4`` that merge further results (the pairwise update).
     """
-    template = getattr(source, "template", source)
-    js = statistics_request(Statistics(), mode, space, jacobian_space, device).jacobian_space or space
+    template, js = _template_and_axes(source, mode, space, jacobian_space, device)
     stats = Statistics(moments=_quantities(of, template, js))
     return statistics(source, points, stats, mode=mode, space=space, jacobian_space=js, device=device, wave=wave)
 
@@ -454,8 +457,7 @@ def conditional_mean(
         ``<of>_variance_by_<given>`` (NaN in empty bins), ``count_<of>_by_<given>`` (int64), and the points
         outside the bins (``outside_<of>_by_<given>``) or with a NaN quantity (``nan_<of>_by_<given>``).
     """
-    template = getattr(source, "template", source)
-    js = statistics_request(Statistics(), mode, space, jacobian_space, device).jacobian_space or space
+    template, js = _template_and_axes(source, mode, space, jacobian_space, device)
     g = quantity(given, template, js)
     (edges,), _ = _ranges(
         source, points, [g], bins, range, statistics_request(Statistics(moments=[g]), mode, space, js, device), wave
