@@ -238,3 +238,36 @@ def test_a_rename_that_fails_while_publishing_keeps_the_complete_result(tmp_path
         publish(part, final, "always")
     (kept,) = tmp_path.glob("r.zarr.unpublished-*")
     assert str(kept) in str(caught.value) and (kept / "data" / "0").read_text() == "new"
+
+
+# -- issue 40, rows 1 and 2: what came out of an exchange is checked again before it is deleted ----------
+
+
+@pytest.mark.parametrize("earlier", [True, False])
+@pytest.mark.parametrize("exchange", [True, False])
+def test_to_zarr_never_deletes_a_directory_that_appeared_during_the_write(tmp_path, monkeypatch, earlier, exchange):
+    """``to_zarr(overwrite=True)`` checks the path before the write; a directory of someone's files that
+    replaces what was checked (or appears where nothing was) during the write is left untouched: a
+    WriteError, and the new store is not published."""
+    from vdbflow.io import volumes
+
+    target = tmp_path / "v.zarr"
+    if earlier:
+        _volume().to_zarr(str(target))
+    real_check = volumes._check_replaceable
+
+    def then_someone_writes(path, overwrite):  # the race: right after the check
+        real_check(path, overwrite)
+        if earlier:
+            os.rename(target, tmp_path / "moved-away")
+        target.mkdir()
+        (target / "thesis.tex").write_text("precious")
+
+    monkeypatch.setattr(volumes, "_check_replaceable", then_someone_writes)
+    if not exchange:
+        monkeypatch.setattr(atomic, "renameat2", lambda *args: False)
+    with pytest.raises(vdbflow.WriteError, match="a directory of other files") as caught:
+        _volume().to_zarr(str(target), overwrite=True)
+    assert f"it is back at {target}" in str(caught.value)
+    assert _listing(target) == ["thesis.tex"] and (target / "thesis.tex").read_text() == "precious"
+    assert _listing(tmp_path) == sorted(["v.zarr"] + ["moved-away"] * earlier)

@@ -478,3 +478,62 @@ def test_the_plan_says_how_the_input_is_read(tmp_path):
     assert result.exit_code == 0 and "private snapshot" in said(result), result.output
     result = invoke("run", str(cfg_path), "--dry-run", "--set", "volume.snapshot=false")
     assert result.exit_code == 0 and "memory-mapped in place" in said(result), result.output
+
+
+# -- issue 40, row 1: what comes out of the exchange is checked again before it is deleted ---------------
+
+
+@pytest.mark.parametrize("exchange", [True, False])
+def test_publish_never_deletes_a_directory_that_replaced_the_checked_result(tmp_path, monkeypatch, exchange):
+    """Publishing checks that the output is an earlier result, then exchanges; a directory of someone's
+    files that took its place in between comes out of the exchange, is put back untouched, and the
+    complete new result is kept at an unpublished path that the error names."""
+    from vdbflow.jobs import output
+
+    final = fake_result(tmp_path / "r.zarr", "old")
+    part = fake_result(partial_path(final), "new")
+    calls = []
+
+    def check_then_race(path):
+        problem = not_a_result(path)
+        if not calls:  # the first check, of the earlier result: then someone's directory replaces it
+            os.rename(final, tmp_path / "moved-away")
+            final.mkdir()
+            (final / "thesis.tex").write_text("precious")
+        calls.append(path)
+        return problem
+
+    monkeypatch.setattr(output, "not_a_result", check_then_race)
+    if not exchange:
+        monkeypatch.setattr(output, "renameat2", lambda *args: False)
+    with pytest.raises(OutputError, match="appeared after the check") as caught:
+        publish(part, final, "always")
+    (kept,) = tmp_path.glob("r.zarr.unpublished-*")
+    assert str(kept) in str(caught.value) and f"it is back at {final}" in str(caught.value)
+    assert _tree(final) == ["thesis.tex"] and (final / "thesis.tex").read_text() == "precious"
+    assert (kept / "data" / "0").read_text() == "new" and (tmp_path / "moved-away" / "data" / "0").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["r.zarr", "moved-away", kept.name])
+
+
+def test_publish_replaces_a_result_that_replaced_the_checked_one(tmp_path, monkeypatch):
+    """Another run's result that took the checked one's place is a result too: overwrite: always replaces it."""
+    from vdbflow.jobs import output
+
+    final = fake_result(tmp_path / "r.zarr", "old")
+    part = fake_result(partial_path(final), "new")
+    calls = []
+
+    def check_then_race(path):
+        problem = not_a_result(path)
+        if not calls:
+            remove_tree_then = tmp_path / "other"
+            fake_result(remove_tree_then, "other")
+            os.replace(final, tmp_path / "gone")
+            os.rename(remove_tree_then, final)
+        calls.append(path)
+        return problem
+
+    monkeypatch.setattr(output, "not_a_result", check_then_race)
+    publish(part, final, "always")
+    assert (final / "data" / "0").read_text() == "new" and len(calls) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gone", "r.zarr"]

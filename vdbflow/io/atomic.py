@@ -18,7 +18,7 @@ import os
 import shutil
 import socket
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -30,8 +30,11 @@ __all__ = [
     "atomic_directory",
     "atomic_file",
     "create_exclusive",
+    "displaced_path",
     "hidden_sibling",
     "private_directory",
+    "put_back_aside",
+    "put_back_exchanged",
     "remove_tree",
     "renameat2",
     "sibling_stem",
@@ -171,14 +174,19 @@ def atomic_file(path: str | os.PathLike, *, replace: bool = True) -> Iterator[Bi
 
 
 @contextlib.contextmanager
-def atomic_directory(path: str | os.PathLike, *, replace: bool = False) -> Iterator[Path]:
+def atomic_directory(
+    path: str | os.PathLike, *, replace: bool = False, replaceable: Callable[[Path], str | None] | None = None
+) -> Iterator[Path]:
     """A directory (a Zarr store, say) that appears at ``path`` whole or not at all.
 
     Yields a fresh path inside :func:`private_directory` for the writer to create; when the block
     ends without an error it is renamed onto ``path``.  With ``replace=True`` an earlier directory at
     ``path`` is exchanged with the new one in one step where Linux allows (else set aside, then
-    replaced) and removed; ``replace=False`` refuses when anything is at ``path``.  Any error removes
-    the private directory; an ``OSError`` becomes a :class:`~vdbflow.errors.WriteError`.
+    replaced) and removed; ``replace=False`` refuses when anything is at ``path``.  ``replaceable``
+    (with ``replace``) checks what came out of ``path`` once it is out, before it is removed: None
+    when it may go, else what it is; then it is put back (what appeared at ``path`` during the write
+    is never deleted) and a :class:`~vdbflow.errors.WriteError` says what was found.  Any error
+    removes the private directory; an ``OSError`` becomes a :class:`~vdbflow.errors.WriteError`.
     """
     target = Path(path)
     where = _private_or_fail(target)
@@ -190,16 +198,75 @@ def atomic_directory(path: str | os.PathLike, *, replace: bool = False) -> Itera
                 os.rename(written, target)
         elif not replace:
             raise FileExistsError(f"{target} exists")
-        elif not renameat2(written, target, RENAME_EXCHANGE):  # else the earlier one is now at `written`
-            aside = hidden_sibling(target, "replaced")  # vdbflow clean puts it back should this be killed
-            os.rename(target, aside)
-            try:
-                os.rename(written, target)
-            except BaseException:
-                os.rename(aside, target)
-                raise
-            remove_tree(aside)
+        else:
+            _replace_directory(written, target, replaceable)
     except OSError as err:
         raise _write_error(target, err) from err
     finally:
         remove_tree(where)
+
+
+def _replace_directory(written: Path, target: Path, replaceable: Callable[[Path], str | None] | None) -> None:
+    """``written`` onto ``target``, what was there removed once ``replaceable`` passed it (else put back)."""
+    check = replaceable or (lambda out: None)
+    if renameat2(written, target, RENAME_EXCHANGE):  # the earlier one is now at `written`
+        problem = check(written)
+        if problem is not None:
+            put_back = put_back_exchanged(written, target)
+            raise WriteError(
+                errno.EEXIST,
+                f"expected to replace what was checked at {target} before the write, found {problem} there "
+                f"once the write was done (it appeared meanwhile); {put_back}, and the new data was not kept",
+            )
+        return
+    aside = hidden_sibling(target, "replaced")  # vdbflow clean puts it back should this be killed
+    os.rename(target, aside)
+    problem = check(aside)
+    if problem is not None:
+        put_back = put_back_aside(aside, target)
+        raise WriteError(
+            errno.EEXIST,
+            f"expected to replace what was checked at {target} before the write, found {problem} there once "
+            f"the write was done (it appeared meanwhile); {put_back}, and the new data was not kept",
+        )
+    try:
+        os.rename(written, target)
+    except BaseException:
+        os.rename(aside, target)
+        raise
+    remove_tree(aside)
+
+
+def displaced_path(target: Path) -> Path:
+    """A fresh visible sibling of ``target`` for what came out of it and could not be put back:
+    ``NAME.displaced-XXXXXXXX`` (no leftover pattern matches it, so no cleanup removes it)."""
+    return target.parent / f"{target.name}.displaced-{writer_tag()[:8]}"
+
+
+def put_back_exchanged(out: Path, target: Path) -> str:
+    """Undo an exchange of ``target`` with ``out`` (what came out of ``target`` is at ``out``): exchange
+    them again; where that fails, move ``out`` to :func:`displaced_path`.  Returns what was done."""
+    try:
+        if renameat2(out, target, RENAME_EXCHANGE):
+            return f"it is back at {target}"
+    except OSError:
+        pass
+    return put_back_aside(out, target)
+
+
+def put_back_aside(aside: Path, target: Path) -> str:
+    """Put ``aside`` (what came out of ``target``) back at ``target`` if nothing is there now, else at
+    :func:`displaced_path`.  Returns what was done."""
+    try:
+        if not os.path.lexists(target):
+            if not renameat2(aside, target, RENAME_NOREPLACE):
+                os.rename(aside, target)
+            return f"it is back at {target}"
+    except OSError:
+        pass
+    kept = displaced_path(target)
+    try:
+        os.rename(aside, kept)
+    except OSError as err:
+        return f"it could not be put back ({err}) and is at {aside}"
+    return f"it could not be put back at {target} (something else is there now) and is kept at {kept}"

@@ -181,7 +181,8 @@ def to_zarr(vol: Volume, path: str | os.PathLike, *, overwrite: bool = False, ch
     ds = to_dataset(vol)  # imports xarray
     ds = ds.chunk({"voxel": chunk, "leaf": chunk, "tile": chunk})
     target.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_directory(target, replace=overwrite) as new:
+    # what is at the path is checked again once it is out (a directory that appeared during the write)
+    with atomic_directory(target, replace=overwrite, replaceable=_not_replaceable) as new:
         ds.to_zarr(new, mode="w-", zarr_format=2, consolidated=True, write_empty_chunks=True)
 
 
@@ -189,16 +190,20 @@ def _check_replaceable(target: Path, overwrite: bool) -> None:
     """Nothing at ``target``, or (with ``overwrite``) a Zarr store or an empty directory to replace."""
     if not os.path.lexists(target):
         return
-    if not overwrite:
-        found = "a file or directory (overwrite=True replaces a Zarr store)"
-    elif target.is_symlink() or not target.is_dir():
-        found = "a file or link, not a Zarr store"
-    else:
-        entries = {e.name for e in os.scandir(target)}
-        if not entries or entries & {".zgroup", ".zattrs", "zarr.json"}:
-            return
-        found = "a directory of other files, not a Zarr store"
-    raise WriteError(errno.EEXIST, f"expected no file at {target} or a store to replace, found {found}")
+    found = _not_replaceable(target) if overwrite else "a file or directory (overwrite=True replaces a Zarr store)"
+    if found is not None:
+        raise WriteError(errno.EEXIST, f"expected no file at {target} or a store to replace, found {found}")
+
+
+def _not_replaceable(path: Path) -> str | None:
+    """None when ``path`` is a Zarr store or an empty directory (what ``overwrite=True`` may replace);
+    else what it is."""
+    if path.is_symlink() or not path.is_dir():
+        return "a file or link, not a Zarr store"
+    entries = {e.name for e in os.scandir(path)}
+    if not entries or entries & {".zgroup", ".zattrs", "zarr.json"}:
+        return None
+    return "a directory of other files, not a Zarr store"
 
 
 def open_zarr(path: str | os.PathLike) -> Volume:

@@ -19,6 +19,7 @@ import logging
 import os
 import re
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,8 @@ from vdbflow.io.atomic import (
     RENAME_EXCHANGE,
     RENAME_NOREPLACE,
     hidden_sibling,
+    put_back_aside,
+    put_back_exchanged,
     remove_tree,
     renameat2,
     sibling_stem,
@@ -228,11 +231,13 @@ def _move_into_place(target: Path, final: Path, overwrite: str) -> None:
                 f"left as it is, and the complete new result is kept at {keep(target, final)} (vdbflow "
                 "clean leaves it)"
             )
-        if renameat2(target, final, RENAME_EXCHANGE):
-            remove_tree(target)  # now the earlier result
+        if renameat2(target, final, RENAME_EXCHANGE):  # `target` now holds what was at `final`
+            _checked_out(target, target, final, lambda: put_back_exchanged(target, final))
+            remove_tree(target)
             return
         retired = hidden_sibling(final, "replaced")
         os.replace(final, retired)
+        _checked_out(retired, target, final, lambda: put_back_aside(retired, final))
         os.replace(target, final)
         remove_tree(retired)
     else:
@@ -245,6 +250,23 @@ def _move_into_place(target: Path, final: Path, overwrite: str) -> None:
             ) from None
         if not done:
             os.replace(target, final)
+
+
+def _checked_out(out: Path, target: Path, final: Path, put_back: Callable[[], str]) -> None:
+    """What came out of ``final`` (now at ``out``) checked again before it is deleted: the earlier result
+    checked before the exchange, or another result.  Anything else appeared at ``final`` between that
+    check and the exchange: it is put back (or kept at a visible name) and the complete new result is
+    kept at an unpublished path, both said in the :class:`OutputError`."""
+    problem = not_a_result(out)
+    if problem is None:
+        return
+    where = put_back()
+    new = f"kept at {keep(target, final)}" if os.path.lexists(target) else f"at {final}"  # not put back: published
+    raise OutputError(
+        f"expected the earlier vdbflow result checked at {final} to replace, found {problem} there when "
+        f"publishing (it appeared after the check); {where}, and the complete new result is {new} (vdbflow "
+        "clean leaves it)"
+    )
 
 
 def unpublished_path(final: Path) -> Path:
