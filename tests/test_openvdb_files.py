@@ -6,6 +6,7 @@ OpenVDBError naming the byte offset, what was expected and what was found."""
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
 
@@ -318,3 +319,62 @@ def test_bbox_reads_of_the_seeds_are_the_full_reads_cut_to_the_box():
     for bad in ((0, 0, 0), [[0, 0], [1, 1]], np.zeros((2, 3, 1))):
         with pytest.raises(vdbflow.OpenVDBError, match=r"expected bbox as \(\(i0, j0, k0\), \(i1, j1, k1\)\)"):
             vdbflow.open(GRIDS, bbox=bad)
+
+
+# -- issue 40, row 3: the topology and the leaf values come from one open file --------------------------
+
+
+@pytest.mark.parametrize("leaves", [100, 20_000])  # the leaf loop's scatter-read, and the early read beside it
+def test_a_vdb_renamed_over_while_it_is_read_never_mixes_two_files(tmp_path, monkeypatch, leaves):
+    """A writer that renames a new file over the path (docs/jobs.md: safe) while a reader is between the
+    topology and the leaf values: the reader gets the file it opened, whole."""
+    from vdb_writer import write_vdb
+
+    from vdbflow.io.openvdb import read, scatter
+
+    if not scatter.available():
+        pytest.skip("no preadv here: the leaf values come from the mapped bytes")
+    ijk = np.array([[8 * (n % 64), 8 * ((n // 64) % 64), 8 * (n // 4096)] for n in range(leaves)])
+    old_values = np.arange(len(ijk), dtype=np.float32)
+    path, other = tmp_path / "field.vdb", tmp_path / "new.vdb"
+    write_vdb(path, "Tree_float_5_4_3", np.float32, 1, ijk, old_values, 0.0)
+    write_vdb(other, "Tree_float_5_4_3", np.float32, 1, ijk, -old_values - 1, 0.0)  # same topology
+    real = read.read_head
+
+    def renamed_over_then_read(f, d):
+        os.replace(other, path)  # after the file was opened and mapped, before its tree is read
+        return real(f, d)
+
+    monkeypatch.setattr(read, "read_head", renamed_over_then_read)
+    vol = vdbflow.open(path)
+    monkeypatch.setattr(read, "read_head", real)
+
+    def at_voxels(v, points):
+        return v.sample(points.astype(np.float64), space="index", mode="closest")[v.name].values
+
+    np.testing.assert_array_equal(at_voxels(vol, ijk), old_values)
+    assert at_voxels(vdbflow.open(path), ijk[:3]).tolist() == [-1, -2, -3]  # the new file, read afresh
+
+
+def test_a_vdb_written_in_place_while_it_is_read_is_refused(tmp_path, monkeypatch):
+    from vdb_writer import write_vdb
+
+    from vdbflow.io.openvdb import read
+
+    path = tmp_path / "field.vdb"
+    write_vdb(path, "Tree_float_5_4_3", np.float32, 1, [[0, 0, 0], [8, 0, 0]], [1.0, 2.0], 0.0)
+    real = read.read_head
+
+    def appended_then_read(f, d):
+        with open(path, "ab") as fh:  # a writer appending to the file in place
+            fh.write(b"\0" * 10)
+        return real(f, d)
+
+    monkeypatch.setattr(read, "read_head", appended_then_read)
+    with pytest.raises(vdbflow.OpenVDBError, match="to stay as it was while it was read .* written to in place"):
+        vdbflow.open(path)
+    for kind in ("fifo", "dir"):
+        odd = tmp_path / kind
+        os.mkfifo(odd) if kind == "fifo" else odd.mkdir()
+        with pytest.raises(vdbflow.OpenVDBError, match="to be a regular file"):
+            read.open_vdb(odd)

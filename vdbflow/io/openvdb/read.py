@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from vdbflow.io.nanovdb.records import GridInfo
 from vdbflow.io.openvdb import format as fmt
 from vdbflow.io.openvdb.header import Descriptor, FileHeader, read_descriptors, read_header
 from vdbflow.io.openvdb.metadata import read_metadata
+from vdbflow.io.openvdb.scatter import OpenFile
 from vdbflow.io.openvdb.stream import Cursor
 from vdbflow.io.openvdb.transform import read_transform
 from vdbflow.io.openvdb.tree import TreeParts, read_flag_leaves, read_topology
@@ -53,39 +55,77 @@ def is_openvdb(data: Any) -> bool:
     return len(head) == 8 and int.from_bytes(head, "little", signed=True) == fmt.MAGIC
 
 
-def _buffer(data: Data) -> tuple[np.ndarray, str]:
-    """The bytes of ``data`` (a file memory-mapped) and what to call them in messages (the path)."""
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _buffer(data: Data) -> tuple[np.ndarray, str, OpenFile | None]:
+    """The bytes of ``data`` (a file memory-mapped) and what to call them in messages (the path), and
+    for a path the file, kept open: the leaf buffers are read from it, never from a second ``open`` of
+    the path (which a file renamed over it meanwhile would answer)."""
     if isinstance(data, (str, os.PathLike)):
         name = os.fspath(data)
-        size = os.path.getsize(name)
-        if size == 0:
-            raise OpenVDBError(f"{name} is empty: expected an OpenVDB file header at byte 0")
-        with open(name, "rb") as fh:
-            mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        return np.frombuffer(mapped, np.uint8), name
+        fd = os.open(name, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))  # a FIFO
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise OpenVDBError(f"expected {name} to be a regular file, found another kind of file")
+            if info.st_size == 0:
+                raise OpenVDBError(f"{name} is empty: expected an OpenVDB file header at byte 0")
+            mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        except BaseException:
+            os.close(fd)
+            raise
+        return np.frombuffer(mapped, np.uint8), name, OpenFile(fd, name)
     if isinstance(data, np.ndarray):
-        return data.reshape(-1).view(np.uint8), "the buffer"
-    return np.frombuffer(data, np.uint8), "the buffer"
+        return data.reshape(-1).view(np.uint8), "the buffer", None
+    return np.frombuffer(data, np.uint8), "the buffer", None
 
 
 @dataclass
 class VdbFile:
-    """An opened .vdb file: its bytes, header and grid descriptors; ``path`` the file the bytes are
-    mapped from (None for bytes and arrays), which leaf buffers may be read from directly."""
+    """An opened .vdb file: its bytes, header and grid descriptors; ``path`` the open file the bytes are
+    mapped from (None for bytes and arrays), which leaf buffers may be read from directly, and
+    ``identity`` its device, inode, size and modification time when it was opened."""
 
     buf: np.ndarray
     source: str
     header: FileHeader
     descriptors: list[Descriptor]
-    path: str | None = None
+    path: OpenFile | None = None
+    identity: tuple[int, int, int, int] | None = None
 
     @classmethod
     def open(cls, data: Data) -> VdbFile:
-        buf, source = _buffer(data)
-        cur = Cursor(buf, 0, where=f" of {source}")
-        header = read_header(cur)
-        path = source if isinstance(data, (str, os.PathLike)) else None
-        return cls(buf, source, header, read_descriptors(cur, header), path)
+        buf, source, opened = _buffer(data)
+        try:
+            cur = Cursor(buf, 0, where=f" of {source}")
+            header = read_header(cur)
+            identity = None if opened is None else _identity(os.fstat(opened.fd))
+            return cls(buf, source, header, read_descriptors(cur, header), opened, identity)
+        except BaseException:
+            if opened is not None:
+                os.close(opened.fd)
+            raise
+
+    def close(self) -> None:
+        """Close the file (the mapped bytes stay readable)."""
+        if self.path is not None:
+            os.close(self.path.fd)
+            self.path = None
+
+    def check_unchanged(self) -> None:
+        """Raise :class:`OpenVDBError` when the file was written to in place since it was opened (its
+        size or modification time changed): what was read may mix old and new bytes."""
+        if self.path is None or self.identity is None:
+            return
+        now = _identity(os.fstat(self.path.fd))
+        if now != self.identity:
+            raise OpenVDBError(
+                f"expected {self.source} to stay as it was while it was read (size {self.identity[2]}, "
+                f"modified at {self.identity[3]} ns), found size {now[2]}, modified at {now[3]} ns: it was "
+                "written to in place meanwhile; read it again once its writer is done"
+            )
 
     def select(self, grid: int | str | None) -> Descriptor:
         """The descriptor of grid ``grid``: an index, a name (the first grid of that name) or a unique
@@ -162,10 +202,10 @@ def read_head(f: VdbFile, d: Descriptor) -> GridHead:
 
 
 def _tree(
-    f: VdbFile, head: GridHead, early_from: str | None = None
+    f: VdbFile, head: GridHead, early_from: OpenFile | None = None
 ) -> tuple[Storage, TreeParts, Cursor, EarlyRead | None]:
     """The storage facts, topology and a cursor at the leaf buffers of ``head``'s tree; with
-    ``early_from`` (the file's path) the leaf records of a large uncompressed value grid are read
+    ``early_from`` (the open file) the leaf records of a large uncompressed value grid are read
     in a helper thread meanwhile (:class:`~vdbflow.io.openvdb.values.EarlyRead`; None otherwise)."""
     d = head.desc
     owner = next(p for p in f.descriptors if p.unique_name == d.parent) if d.parent else d
@@ -343,7 +383,12 @@ def open_vdb(data: Data, grid: int | str | None = None, leaves: Any = None, bbox
     files, naming the byte offset, and for a ``bbox`` of another shape."""
     box = as_box(bbox)
     f = VdbFile.open(data)
-    return read_grid(f, f.select(grid), leaves, box)
+    try:
+        got = read_grid(f, f.select(grid), leaves, box)
+        f.check_unchanged()
+        return got
+    finally:
+        f.close()
 
 
 def _bbox(parts: TreeParts) -> tuple[np.ndarray, np.ndarray] | None:
@@ -403,4 +448,7 @@ def list_vdb(data: Data) -> list[GridInfo]:
     heads and topologies (leaf buffers are not read).  ``name`` is the unique name (a repeated
     name carries OpenVDB's ``\\x1e`` and a number); ``checksum`` is 0 (.vdb files have none)."""
     f = VdbFile.open(data)
-    return [grid_info(f, d) for d in f.descriptors]
+    try:
+        return [grid_info(f, d) for d in f.descriptors]
+    finally:
+        f.close()

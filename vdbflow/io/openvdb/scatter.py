@@ -17,6 +17,7 @@ import os
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,22 @@ import numpy as np
 from vdbflow.errors import OpenVDBError
 
 IOVEC = np.dtype([("base", np.uintp), ("len", np.uintp)])  # struct iovec
+
+
+@dataclass(frozen=True)
+class OpenFile:
+    """A file already open for reading: its descriptor (owned by the caller, read with ``preadv`` and
+    never closed here) and its path, for messages.  Reading through the descriptor that the bytes of
+    the topology were mapped from means a file renamed over the path meanwhile is never read."""
+
+    fd: int
+    path: str
+
+    def __str__(self) -> str:
+        return self.path
+
+
+Source = str | OpenFile  # a path (opened for each read) or an open file
 
 
 def _find_preadv() -> Any:
@@ -53,7 +70,7 @@ def available() -> bool:
 
 
 def read_records(
-    path: str, offset: int, head_size: int, value_sizes: np.ndarray, heads: np.ndarray, values: np.ndarray
+    path: Source, offset: int, head_size: int, value_sizes: np.ndarray, heads: np.ndarray, values: np.ndarray
 ) -> None:
     """Read ``L = len(value_sizes)`` consecutive leaf records of ``path`` starting at byte ``offset``:
     record ``n`` is ``head_size`` bytes, stored into ``heads[n * head_size:]``, then
@@ -68,7 +85,7 @@ class Records:
     :meth:`read` (in another thread, say: it holds the GIL only between its ``preadv`` calls)."""
 
     def __init__(
-        self, path: str, offset: int, head_size: int, value_sizes: np.ndarray, heads: np.ndarray, values: np.ndarray
+        self, path: Source, offset: int, head_size: int, value_sizes: np.ndarray, heads: np.ndarray, values: np.ndarray
     ):
         sizes = np.asarray(value_sizes, np.int64)
         L = len(sizes)
@@ -101,7 +118,10 @@ class Records:
             for first in range(0, L, per_call)
         ]
         work = iter(calls)  # shared: each next() is one step under the GIL
-        fd = os.open(self.path, os.O_RDONLY)
+        if isinstance(self.path, OpenFile):
+            fd, own = self.path.fd, False
+        else:
+            fd, own = os.open(self.path, os.O_RDONLY), True
         try:
             if L < 2 * MIN_SPLIT or THREADS < 2:
                 self._calls(fd, work)
@@ -123,7 +143,8 @@ class Records:
             if failed:
                 raise failed[0]
         finally:
-            os.close(fd)
+            if own:
+                os.close(fd)
 
     def _calls(self, fd: int, work: Iterator[tuple[int, int, int]]) -> None:
         """``preadv`` calls of records [first, last) from byte ``pos``, for each (first, last, pos)

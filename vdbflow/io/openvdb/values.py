@@ -169,7 +169,7 @@ def _plain(codes: np.ndarray, full: bool) -> bool:
 
 
 def _fixed_layout(
-    cur: Cursor, st: Storage, counts: np.ndarray, want: np.ndarray | None, path: str | None
+    cur: Cursor, st: Storage, counts: np.ndarray, want: np.ndarray | None, path: scatter.Source | None
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Leaf buffers of a grid without zip or blosc whose codes store nothing but the values, each of
     its fixed size: (the stored values (N, C) of the leaves ``want`` selects (all for None), the codes
@@ -214,7 +214,7 @@ def _fixed_layout(
 
 
 def _gather(
-    cur: Cursor, starts: np.ndarray, sizes: np.ndarray, head: int, path: str | None
+    cur: Cursor, starts: np.ndarray, sizes: np.ndarray, head: int, path: scatter.Source | None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Leaf records at byte ``starts`` past the cursor (the caller checked that they end before its
     end), each a ``head``-byte head and ``sizes`` bytes of values: (the last byte of each head, the
@@ -259,7 +259,7 @@ class EarlyRead:
     read only if the topology agrees (the same leaf count, the cursor at ``start``, every code plain),
     else it is dropped and the leaves are read as usual, which says what is wrong."""
 
-    def __init__(self, path: str, st: Storage, start: int, end: int):
+    def __init__(self, path: scatter.Source, st: Storage, start: int, end: int):
         head = fmt.LEAF_MASK_BYTES + 1
         size = tree.LEAF_VOXELS * st.stored.itemsize
         self.start, self.end = start, end
@@ -272,7 +272,7 @@ class EarlyRead:
         self.thread.start()
 
     @classmethod
-    def start(cls, path: str | None, st: Storage, start: int, end: int, min_leaves: int) -> EarlyRead | None:
+    def start(cls, path: scatter.Source | None, st: Storage, start: int, end: int, min_leaves: int) -> EarlyRead | None:
         """An early read of the leaf records in bytes [start, end) of ``path``, or None where the grid
         is compressed (zip, blosc or mask), holds fewer than ``min_leaves`` leaves or the bytes are
         no whole number of records."""
@@ -311,7 +311,7 @@ def read_leaf_values(
     st: Storage,
     masks: np.ndarray,
     wanted: np.ndarray | None = None,
-    path: str | None = None,
+    path: scatter.Source | None = None,
     early: EarlyRead | None = None,
 ) -> np.ndarray:
     """The values of every leaf (or of the leaves ``wanted`` (L,) bool selects), (W*512, C) of the
