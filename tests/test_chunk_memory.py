@@ -134,3 +134,64 @@ def test_a_given_clients_workers_are_checked_when_the_job_starts(tmp_path):
             vdbflow.run(spec, client=client)
     assert "the smallest memory_limit of the cluster's workers" in str(err.value) and "--force" in str(err.value)
     assert not (tmp_path / "result.zarr").exists()
+
+
+# -- issue 40, row 4: the chunk's working set counts what its outputs are computed from ------------------
+
+
+def test_a_laplacian_chunk_is_counted_with_its_hessian_and_refused_naming_points_chunk(tmp_path):
+    """``[laplacian]`` writes C numbers a point but each chunk holds the value, Jacobian and Hessian it is
+    computed from: a chunk that fits the written size (44 bytes a point) but not those arrays is
+    refused, exit 2, as ``[hessian]`` is."""
+    chunk = 3_000_000
+    for outputs in (["hessian"], ["laplacian"]):
+        cfg = base_config(tmp_path, points={"kind": "random", "count": chunk, "chunk": chunk, "seed": 0})
+        cfg["volume"] = {"synthetic": {"field": "taylor_green", "resolution": 16}}
+        cfg["sampling"] = {"mode": "linear", "outputs": outputs}
+        cfg["cluster"]["memory_limit"] = "1GB"
+        path = write_config(tmp_path / "job.yaml", cfg)
+        result = invoke("run", str(path), "--dry-run")
+        assert result.exit_code == 2, (outputs, result.output)
+        assert f"points.chunk ({path}, line " in result.output and "more than a worker's memory limit" in result.output
+
+
+def _measured_chunk(cfg_dict, tmp_path):
+    """(bytes a point of every array a chunk task returns and the job's outputs computed from them, the
+    plan's figure): the chunk run here on 4,000 points of the job's synthetic field."""
+    import numpy as np
+
+    from vdbflow import synthetic
+    from vdbflow.jobs.chunks import ChunkSpec, grid_request, grid_variables, sample_chunk
+
+    cfg = load_config(data=cfg_dict)
+    plan = plan_job(cfg, dry_run=True)
+    field = synthetic.make_field("taylor_green")
+    vol = synthetic.flow_volume(field, 16, 2 * np.pi, np.dtype("float32"), 0.0, 0.6)
+    n = 4000
+    points = np.random.default_rng(0).uniform(1, 15, (n, 3))
+    request = grid_request(cfg)
+    spec = ChunkSpec(request, None, "inside" in cfg.sampling.outputs, None)
+    returned = sample_chunk(0, 0, n, spec, points, vol)
+    arrays = dict(zip(request.outputs, returned[1 : 1 + len(request.outputs)], strict=True))
+    inside = returned[1 + len(request.outputs)] if spec.inside else None
+    ds, _ = grid_variables(vol, request, points, arrays, cfg, "", inside)
+    held = sum(a.nbytes for a in returned[: 1 + len(request.outputs) + spec.inside]) + 8 * n  # + the point index
+    sampled = [*arrays.values(), inside]
+    held += sum(
+        ds[v].nbytes for v in ds.data_vars if not any(np.shares_memory(ds[v].data, a) for a in sampled if a is not None)
+    )
+    return held / n, plan
+
+
+def test_the_plan_counts_at_least_what_a_chunk_holds_for_every_output(tmp_path):
+    """The plan's bytes a point of a chunk against what a chunk task really returns and derives, for each
+    output alone (the oracle measures the arrays; the plan derives them from the request)."""
+    from vdbflow.core import outputs as output_table
+
+    for out in output_table.TABLE:
+        cfg = base_config(tmp_path, points={"kind": "random", "count": 4000, "chunk": 4000, "seed": 0})
+        cfg["volume"] = {"synthetic": {"field": "taylor_green", "resolution": 16}}
+        cfg["sampling"] = {"mode": "linear", "outputs": [out]}
+        measured, plan = _measured_chunk(cfg, tmp_path)
+        assert plan.held_per_point >= measured, (out, plan.held_per_point, measured)
+        assert plan.held_per_point <= 1.5 * measured + 32, (out, plan.held_per_point, measured)  # not wildly over

@@ -16,7 +16,7 @@ import numpy as np
 from vdbflow import synthetic
 from vdbflow.core import outputs as output_table
 from vdbflow.core.value_types import VALUE_TYPES, ValueType, value_type_for
-from vdbflow.errors import NanoVDBError, OpenVDBError, PointsError, TimeError, VolumeError
+from vdbflow.errors import NanoVDBError, OpenVDBError, PointsError, SamplingError, TimeError, VolumeError
 from vdbflow.jobs.checks import check_inputs
 from vdbflow.jobs.clusters import MissingExtraError, describe_cluster, slurm_job_script, worker_memory_limit
 from vdbflow.jobs.config import (
@@ -86,6 +86,13 @@ class JobPlan:
     bytes_per_point: int = 0
     inputs: dict[str, InputIdentity] = field(default_factory=dict)  # by config key
     warnings: list[str] = field(default_factory=list)  # a dry run's problems that a run would refuse
+    chunk_bytes_per_point: int = 0  # what a chunk holds a point: every array it computes (0: bytes_per_point)
+
+    @property
+    def held_per_point(self) -> int:
+        """Bytes a point that one chunk holds on a worker once computed: every output and intermediate
+        (for ``[laplacian]`` the value, Jacobian and Hessian it is computed from), at least the result's."""
+        return max(self.chunk_bytes_per_point, self.bytes_per_point)
 
     @property
     def output_bytes(self) -> int | None:
@@ -110,11 +117,11 @@ class JobPlan:
             points, key = cfg.output.chunk, "output.chunk"
         if self.point_count is not None:
             points = max(1, min(points, self.point_count))
-        return points * self.bytes_per_point * CHUNK_WORKING_SET_FACTOR, points, key
+        return points * self.held_per_point * CHUNK_WORKING_SET_FACTOR, points, key
 
     def chunk_that_fits(self, limit: int) -> int:
         """The most points a chunk may have for its working set to take half of ``limit`` bytes."""
-        per_point = max(1, self.bytes_per_point * CHUNK_WORKING_SET_FACTOR)
+        per_point = max(1, self.held_per_point * CHUNK_WORKING_SET_FACTOR)
         return max(1, int(limit * CHUNK_MEMORY_WARN_FRACTION) // per_point)
 
 
@@ -129,8 +136,8 @@ def chunk_memory(plan: JobPlan, limit: int, source: str) -> tuple[str | None, st
     more = "cluster.memory" if isinstance(cfg.cluster, SlurmClusterSpec) else "cluster.memory_limit"
     what = (
         f"{key}{cfg.where(key)}: one chunk of {points:,} points needs about {human_bytes(need)} on a worker "
-        f"({plan.bytes_per_point} bytes a {'particle' if cfg.advect is not None else 'point'} of results, "
-        f"x{CHUNK_WORKING_SET_FACTOR} for its copies while it is computed and written)"
+        f"({plan.held_per_point} bytes a {'particle' if cfg.advect is not None else 'point'} of results and "
+        f"what they are computed from, x{CHUNK_WORKING_SET_FACTOR} for its copies while it is computed and written)"
     )
     advice = f"a {key} of at most {fit:,} points fits in half of it, or give the workers more memory ({more})"
     if need > limit:
@@ -193,6 +200,32 @@ def _bytes_per_point(cfg: JobConfig, grids: list[GridPlan]) -> int:
     for g in grids:
         item = g.value_type.dtype.itemsize
         total += sum(output_table.bytes_per_point(out, g.components, item) for out in cfg.sampling.outputs)
+    return total
+
+
+def _chunk_bytes_per_point(cfg: JobConfig, grids: list[GridPlan]) -> int:
+    """Bytes a point that one chunk task computes and holds, derived from the job's sampling request
+    (not from what is written): the points and their index, every array the request samples for each
+    grid (a Laplacian or a tensor is computed from the Hessian or Jacobian, which the chunk holds
+    too), then each written output the request does not sample.  0 for particle and statistics jobs."""
+    if cfg.advect is not None or cfg.reduce is not None:
+        return 0
+    from vdbflow.jobs.chunks import grid_request
+
+    try:
+        request = grid_request(cfg)
+    except SamplingError:  # the config's own checks say what is wrong with it
+        return 0
+    total = 8 + 3 * 8  # the int64 point index and float64 coordinates
+    for g in grids:
+        shapes, dtypes = request.shapes((), g.components), request.dtypes(g.value_type)
+        total += sum(int(np.prod(shapes[o], dtype=np.int64)) * dtypes[o].itemsize for o in request.outputs)
+        item = g.value_type.jacobian_dtype.itemsize
+        total += sum(
+            output_table.bytes_per_point(out, g.components, item)
+            for out in cfg.sampling.outputs
+            if out not in request.outputs
+        )
     return total
 
 
@@ -339,6 +372,7 @@ def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False, own_clu
         _bytes_per_point(cfg, grids),
         inputs,
         warnings,
+        _chunk_bytes_per_point(cfg, grids),
     )
     _check_size(plan, force, dry_run)
     return plan
