@@ -289,3 +289,88 @@ def test_convert_says_which_3d_variables_it_left_out(tmp_path):
     assert "--variable u --variable v --variable w" in result.stderr
     result = CliRunner().invoke(main, ["convert", str(src), str(tmp_path / "v.nvdb"), "--variable", "v"])
     assert result.exit_code == 0 and "note" not in result.stderr  # chosen on purpose: nothing to say
+
+
+# -- issue 40, rows 5 and 9: declared sizes, and variables and coordinates that are not real numbers ----
+
+
+def _declared_only(path, shape, dtype="f4"):
+    """A NetCDF (HDF5) file that declares a variable of ``shape`` and stores none of it (a few kB)."""
+    import h5netcdf
+
+    with h5netcdf.File(path, "w") as f:
+        f.dimensions = dict(zip("xyz", shape, strict=True))
+        f.create_variable("a", "xyz", dtype, chunks=(1, 1000, 1000))
+    return path
+
+
+def test_convert_refuses_a_plane_larger_than_it_reads_at_once(tmp_path):
+    """8 x 100000 x 100000 float32 declared in a tiny file: one X-plane is 40 GB.  Refused before anything
+    is read, with the sizes (run under a 3 GiB address-space limit: a read of it would be a MemoryError)."""
+    import subprocess
+    import sys
+
+    src = _declared_only(tmp_path / "huge.nc", (8, 100_000, 100_000))
+    assert src.stat().st_size < 1 << 20
+    code = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30)); "
+        "from vdbflow.jobs.cli import main; sys.argv = ['vdbflow', 'convert', sys.argv[1], sys.argv[2]]; main()"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(src), str(tmp_path / "o.nvdb")], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and proc.stderr.count("error:") == 1, proc.stderr
+    assert "40,000,000,000 bytes" in proc.stderr and "(8, 100000, 100000)" in proc.stderr, proc.stderr
+    assert not (tmp_path / "o.nvdb").exists()
+
+
+def test_convert_reads_large_planes_a_few_at_a_time():
+    """A slab is cut to fewer planes when its planes are large: at most MAX_BLOCK_BYTES dense at once."""
+    from vdbflow.io import dense as dense_module
+
+    data = blob((32, 16, 16))
+    reads = []
+
+    def read(a, b):
+        reads.append((a, b))
+        return data[a:b].copy()
+
+    plane = data[0].nbytes
+    old = dense_module.MAX_BLOCK_BYTES
+    dense_module.MAX_BLOCK_BYTES = 3 * plane
+    try:
+        vol = convert(DenseSource(data.shape, read, data.dtype), threshold=0.2, slab=16)
+    finally:
+        dense_module.MAX_BLOCK_BYTES = old
+    assert max(b - a for a, b in reads) == 3 and reads[0] == (0, 3) and reads[-1][1] == 32
+    assert vol.active_voxel_count == (data > 0.2).sum()
+
+
+XYZ = ("x", "y", "z")
+
+
+@pytest.mark.parametrize(
+    "make, found",
+    [
+        (
+            lambda: xr.Dataset({"a": (("x", "y", "z"), np.ones((8, 8, 8)))}, coords={"x": list("abcdefgh")}),
+            "coordinate 'x'",
+        ),
+        (lambda: xr.Dataset({"a": (("x", "y", "z"), np.full((8, 8, 8), b"a", "S1"))}), "variable 'a'"),
+        (lambda: xr.Dataset({"a": (("x", "y", "z"), np.ones((8, 8, 8)) * (1 + 2j))}), "variable 'a'"),
+        (lambda: xr.Dataset({"a": (("x", "y", "z"), np.ones((8, 8, 8)), {"units": ["m", "s"]})}), "units"),
+    ],
+    ids=["string-coordinate", "bytes-variable", "complex-variable", "list-units"],
+)
+@pytest.mark.filterwarnings("ignore:You are writing invalid netcdf")
+def test_convert_refuses_what_is_not_real_numbers_with_one_error_line(tmp_path, make, found):
+    import warnings
+
+    make().to_netcdf(tmp_path / "odd.nc", engine="h5netcdf", invalid_netcdf=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no NumPy ComplexWarning either
+        result = invoke("convert", tmp_path / "odd.nc", tmp_path / "o.nvdb")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.count("error:") == 1 and found in result.stderr and "expected" in result.stderr, result.stderr
+    assert not (tmp_path / "o.nvdb").exists()

@@ -21,10 +21,19 @@ from vdbflow.errors import VolumeError
 log = logging.getLogger("vdbflow.convert")
 
 _XYZ = ("x", "y", "z")
+MAX_BLOCK_BYTES = 1 << 30  # dense bytes read at once: a slab is cut to fewer X-planes, a larger plane refused
+
+
+def _real(dtype: Any, what: str) -> None:
+    """Refuse a dtype that is not of real numbers (or booleans): strings, bytes, complex, objects, dates."""
+    dt = np.dtype(dtype)
+    if dt.kind not in "biuf":
+        raise VolumeError(f"expected {what} of real numbers, found dtype {dt} ({dt.kind!r}: not a real number)")
 
 
 def _regular_axis(coord: np.ndarray, name: str) -> tuple[float, float] | None:
     """(origin, spacing) of an evenly spaced 1-D coordinate, or None."""
+    _real(np.asarray(coord).dtype, f"coordinate {name!r} to place voxels, as numbers")
     c = np.asarray(coord, np.float64)
     if c.ndim != 1 or len(c) < 2:
         return None
@@ -90,6 +99,7 @@ def open_dense(
             arr = np.load(path, mmap_mode="r")
         except (ValueError, OSError) as err:
             raise VolumeError(f"cannot read {path} as a .npy array: {err}") from None
+        _real(arr.dtype, f"the array of {path}")
         return DenseSource(
             arr.shape, lambda a, b: np.asarray(arr[a:b]), arr.dtype, units=units, length_units=length_units
         )
@@ -111,6 +121,8 @@ def open_dense(
     if missing:
         raise VolumeError(f"variables {missing} are not in {path} (it has {list(ds.data_vars)})")
     arrays = [_spatial(ds[v]) for v in names]
+    for v, a in zip(names, arrays, strict=True):
+        _real(a.dtype, f"variable {v!r} of {path}")
     dims = arrays[0].dims
     for v, a in zip(names, arrays, strict=True):
         if a.dims != dims or a.shape != arrays[0].shape:
@@ -140,6 +152,7 @@ def open_dense(
         if mask_variable not in ds.data_vars:
             raise VolumeError(f"mask variable {mask_variable!r} is not in {path} (it has {list(ds.data_vars)})")
         m = _spatial(ds[mask_variable])
+        _real(m.dtype, f"mask variable {mask_variable!r} of {path}")
         if m.dims != dims[:3]:
             raise VolumeError(f"expected the mask on dims {dims[:3]}, got {m.dims}")
 
@@ -166,7 +179,19 @@ def _cf_units(variables: list[Any], what: str, option: str) -> str | None:
     """The CF ``units`` attr the ``variables`` share (None where none states one); refuses differing ones."""
     from vdbflow.core.units import same
 
-    stated = {str(v.name): str(v.attrs["units"]) for v in variables if v.attrs.get("units") not in (None, "")}
+    stated = {}
+    for v in variables:
+        text = v.attrs.get("units")
+        if text is None or (isinstance(text, str) and not text):
+            continue
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", "replace")
+        if not isinstance(text, str):
+            raise VolumeError(
+                f"expected the CF units of {v.name!r} as text, found {type(text).__name__} {str(text)[:60]} "
+                f"({option} states the units to use)"
+            )
+        stated[str(v.name)] = text
     if not stated:
         return None
     first = next(iter(stated.values()))
@@ -218,6 +243,7 @@ def convert(
     if slab < 8 or slab % 8:
         raise VolumeError(f"expected a slab of a positive multiple of 8 planes, got {slab}")
     C = source.components
+    slab = _bounded_slab(source, slab)
     out_dtype = (
         np.dtype(dtype) if dtype else (np.dtype(np.float64) if source.dtype == np.float64 else np.dtype(np.float32))
     )
@@ -255,6 +281,19 @@ def convert(
     vol.units = units or source.units
     vol.length_units = length_units or source.length_units
     return vol
+
+
+def _bounded_slab(source: DenseSource, slab: int) -> int:
+    """``slab``, or fewer X-planes where that many would take more than ``MAX_BLOCK_BYTES`` dense; refuses
+    (:class:`VolumeError`, with the sizes) a source one of whose planes alone would."""
+    plane = int(np.prod(source.shape[1:], dtype=object)) * max(source.dtype.itemsize, 1)
+    if plane > MAX_BLOCK_BYTES:
+        raise VolumeError(
+            f"expected one X-plane of the dense input to take at most {MAX_BLOCK_BYTES:,} bytes (read at once), "
+            f"found {plane:,} bytes: shape {source.shape} of {source.dtype}; cut the input into smaller "
+            "pieces first"
+        )
+    return max(1, min(slab, MAX_BLOCK_BYTES // max(plane, 1)))
 
 
 def _transform(voxel_size: Sequence[float], origin: Sequence[float]) -> np.ndarray:
