@@ -58,3 +58,38 @@ def test_the_summary_counts_non_finite_points_and_the_edge_of_the_data(tmp_path,
     assert (again.edge_checked, again.edge_outside) == (result.edge_checked, result.edge_outside)
     attrs = xr.open_zarr(tmp_path / "result.zarr").attrs
     assert attrs["points_nonfinite"] == 2 and attrs["stencil_outside_points"] == again.edge_outside > 0
+
+
+# -- issue 40, row 6: a chunk whose points are all non-finite, on a synthetic field with its analytic check --
+
+
+@pytest.mark.parametrize("partitions", [None, 2])
+def test_a_chunk_of_only_nan_points_publishes_with_them_counted(tmp_path, client, partitions):
+    from vdbflow.jobs.runner import run_job
+
+    pts = np.random.default_rng(6).random((3000, 3)) * 3.2
+    pts[1000:2000] = np.nan  # the whole second chunk
+    np.save(tmp_path / "p.npy", pts)
+    cfg = base_config(tmp_path, points={"kind": "file", "path": str(tmp_path / "p.npy"), "chunk": 1000})
+    if partitions:
+        cfg["partitions"] = partitions
+    result = run_job(load_config(data=cfg), client=client)
+    assert result.nonfinite_points == 1000
+    ds = xr.open_zarr(tmp_path / "result.zarr")
+    assert ds.sizes["point"] == 3000 and ds.attrs["points_nonfinite"] == 1000
+    jac = ds["velocity_jacobian"].values
+    assert np.isnan(jac[1000:2000]).all() and np.isfinite(jac[:1000]).all() and np.isfinite(jac[2000:]).all()
+
+
+def test_the_analytic_check_of_no_finite_points_is_empty():
+    """The check of a chunk without a finite point: no error, no point compared."""
+    from vdbflow import synthetic
+    from vdbflow.jobs.chunks import AnalyticCheck, analytic_error
+
+    field = synthetic.make_field("taylor_green")
+    vol = synthetic.flow_volume(field, 16, 2 * np.pi, np.dtype("float32"), 0.0, 0.6)
+    P = np.full((50, 3), np.nan)
+    for output, shape in (("jacobian", (50, 3, 3)), ("q_criterion", (50,)), ("vorticity", (50, 3))):
+        check = AnalyticCheck(field, output, "linear", "index", "index", vol.index_to_world)
+        got = analytic_error(check, np.full(shape, np.nan, np.float32), P, vol.topology)
+        assert got.tolist() == [[0.0, 0.0]], output
