@@ -297,3 +297,25 @@ def test_the_workers_filter_drops_task_tracebacks_and_closing_heartbeats_only():
     assert not keep(record("Compute Failed\nKey: x\nException: ..."))
     assert not keep(record("Failed to communicate with scheduler during heartbeat."))
     assert keep(record("Worker exceeded 95% memory budget. Restarting..."))
+
+
+# -- issue 40, row 7 and "--set points.count=True": numbers YAML cannot hold, and booleans for numbers ----
+
+
+@pytest.mark.parametrize("value", ["1e9999999", "-1e9999999", "1.5e99999999", "True", "false"])
+@pytest.mark.parametrize("where", ["file", "set"])
+def test_numbers_beyond_any_float_and_booleans_are_config_errors_naming_the_key(tmp_path, value, where):
+    cfg = base_config(tmp_path)
+    if where == "file":
+        text = write_config(tmp_path / "job.yaml", cfg).read_text().replace("count: 20000", f"count: {value}")
+        assert f"count: {value}" in text
+        (tmp_path / "job.yaml").write_text(text)
+        args = ["run", str(tmp_path / "job.yaml"), "--dry-run"]
+    else:
+        args = ["run", str(write_config(tmp_path / "job.yaml", cfg)), "--dry-run", "--set", f"points.count={value}"]
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert "config error" in said and "points.count (" in said and "Traceback" not in said, said
+    assert ("boolean" in said) == (value in ("True", "false")), said
+    assert not (tmp_path / "result.zarr").exists()

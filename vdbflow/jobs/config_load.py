@@ -12,7 +12,7 @@ import re
 import types
 import typing
 from collections.abc import Mapping
-from decimal import Decimal
+from decimal import Decimal, DecimalException
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from vdbflow.jobs.config import ConfigError, JobConfig
+from vdbflow.jobs.config_base import booleans_for_numbers
 
 MAX_CONFIG_BYTES = 1 << 20  # a job config is a few hundred bytes; anything this large is not one
 MAX_CONFIG_NODES = 10_000  # scalars, lists and mappings once aliases are expanded
@@ -37,9 +38,12 @@ _MAX_EXACT = Decimal(2) ** 63
 
 def _exponent_number(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int | float | str:
     text = loader.construct_scalar(node)
-    number = Decimal(text.replace("_", ""))
-    if number == number.to_integral_value() and abs(number) < _MAX_EXACT:
-        return int(number)
+    try:
+        number = Decimal(text.replace("_", ""))
+        if number == number.to_integral_value() and abs(number) < _MAX_EXACT:
+            return int(number)
+    except (DecimalException, ValueError, OverflowError):  # an exponent beyond Decimal's (1e9999999)
+        return text  # the key's check names it
     value = float(number)
     return text if math.isinf(value) else value
 
@@ -311,6 +315,10 @@ def load_config(
         made = raw.get(section)
         if section not in given and isinstance(made, dict) and "kind" not in made and isinstance(default, BaseModel):
             raw[section] = {"kind": getattr(default, "kind"), **made}  # noqa: B009 - every union form has one
+    booleans = booleans_for_numbers(JobConfig, raw)
+    if booleans:  # pydantic reads `count: true` as 1
+        problems = [f"  {_describe(k, lines, overridden, source)}: expected a number, got a boolean" for k in booleans]
+        raise ConfigError(f"{len(problems)} problem(s) in the job config {source}:\n" + "\n".join(problems))
     try:
         cfg = JobConfig.model_validate(raw)
     except ValidationError as err:
