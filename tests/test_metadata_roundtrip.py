@@ -124,3 +124,82 @@ def test_metadata_survives_a_job(tmp_path):
     assert ds.attrs["Conventions"] == "CF-1.10" and ds.attrs["featureType"] == "point"
     vol = vdbflow.open(str(tmp_path / "tg.nvdb"))
     np.testing.assert_array_equal(np.asarray(ds.attrs["index_to_world"]).reshape(4, 4), vol.index_to_world)
+
+
+# -- issue 40, rows 8 and 12: text that is not valid Unicode, and names and paths save() cannot write ------
+
+
+def _with_record(tmp_path, monkeypatch, record: bytes):
+    """The Taylor-Green field saved with ``record`` as its vdbflow.metadata blind data, as a hostile
+    writer would."""
+    from vdbflow.io.nanovdb import METADATA_NAME, BlindData, write
+
+    vol = synthetic.flow_volume(synthetic.taylor_green(), resolution=16)
+    vol.blind_data = (BlindData(METADATA_NAME, 0, 0, 0, 1, record),)
+    with monkeypatch.context() as patch:
+        patch.setattr(write, "blind_records", lambda obj: tuple(obj.blind_data))
+        vdbflow.save(tmp_path / "lone.nvdb", {"velocity": vol})
+    assert record in (tmp_path / "lone.nvdb").read_bytes()
+    return tmp_path / "lone.nvdb"
+
+
+@pytest.mark.parametrize("key", ["units", "length_units", "component_names"])
+def test_a_lone_surrogate_in_the_metadata_record_is_dropped_with_a_warning(tg, tmp_path, monkeypatch, key):
+    from click.testing import CliRunner
+
+    from vdbflow.jobs.cli import main
+
+    value = ["a", "\ud800", "c"] if key == "component_names" else "\ud800"
+    path = _with_record(tmp_path, monkeypatch, json.dumps({"format": 1, key: value}).encode())
+    with pytest.warns(UserWarning, match="lone surrogate"):
+        back = vdbflow.open(path)
+    assert back.units is None and back.length_units is None and back.component_names == ("x", "y", "z")
+    np.testing.assert_array_equal(back.active_values(), tg.active_values())
+    back.to_nvdb(str(tmp_path / "again.nvdb"))  # what was read saves again
+    result = CliRunner().invoke(main, ["info", str(path)], catch_exceptions=False)
+    assert result.exit_code == 0 and "velocity" in result.output, result.output
+    result = CliRunner().invoke(main, ["info", "--json", str(path)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    json.loads(result.output)
+
+
+def test_a_lone_surrogate_in_a_stores_attrs_is_refused(tg, tmp_path):
+    store = tmp_path / "v.zarr"
+    tg.to_zarr(str(store))
+    for name in (".zattrs", ".zmetadata"):
+        text = (store / name).read_text()
+        (store / name).write_text(text.replace('"volume_units"', '"volume_units": "\\ud800", "x"', 1))
+    with pytest.raises(vdbflow.VolumeError, match="lone surrogate"):
+        vdbflow.open_zarr(store)
+
+
+@pytest.mark.parametrize("attr", ["units", "length_units", "name", "component_names"])
+def test_volumes_with_text_no_file_can_hold_are_refused_when_saved(tg, tmp_path, attr):
+    vol = synthetic.flow_volume(synthetic.taylor_green(), resolution=16)
+    setattr(vol, attr, ("x", "\udc80", "z") if attr == "component_names" else "\udc80")
+    with pytest.raises(vdbflow.NanoVDBError, match="expected .*text"):
+        vol.to_nvdb(str(tmp_path / "v.nvdb"))
+    with pytest.raises(vdbflow.VolumeError, match="expected .*text"):
+        vol.to_zarr(str(tmp_path / "v.zarr"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "name, error",
+    [("\ud800", "not text"), (1, "a str"), ("a\0b", "NUL"), (b"velocity", "a str")],
+    ids=["surrogate", "int", "nul", "bytes"],
+)
+def test_save_refuses_grid_names_it_cannot_write_as_given(tg, tmp_path, name, error):
+    with pytest.raises(vdbflow.NanoVDBError, match=f"expected .*grid name.*{error}"):
+        vdbflow.save(tmp_path / "v.nvdb", {name: tg})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_save_paths_with_nul_are_write_errors_and_bytes_paths_work(tg, tmp_path):
+    with pytest.raises(vdbflow.WriteError, match="NUL"):
+        vdbflow.save(str(tmp_path / "a\0b.nvdb"), {"velocity": tg})
+    with pytest.raises(vdbflow.WriteError, match="NUL"):
+        vdbflow.save(bytes(tmp_path / "a\0b.nvdb"), {"velocity": tg})
+    vdbflow.save(bytes(tmp_path / "b.nvdb"), {"velocity": tg})  # a bytes path, as os functions take
+    assert vdbflow.open(tmp_path / "b.nvdb").active_voxel_count == tg.active_voxel_count
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.nvdb"]

@@ -177,6 +177,7 @@ def to_zarr(vol: Volume, path: str | os.PathLike, *, overwrite: bool = False, ch
     exists and ``overwrite`` is False, or when it is something other than a Zarr store (a file, a
     link, a directory of other files)."""
     target = Path(path)
+    _check_text(vol)
     _check_replaceable(target, overwrite)
     ds = to_dataset(vol)  # imports xarray
     ds = ds.chunk({"voxel": chunk, "leaf": chunk, "tile": chunk})
@@ -184,6 +185,16 @@ def to_zarr(vol: Volume, path: str | os.PathLike, *, overwrite: bool = False, ch
     # what is at the path is checked again once it is out (a directory that appeared during the write)
     with atomic_directory(target, replace=overwrite, replaceable=_not_replaceable) as new:
         ds.to_zarr(new, mode="w-", zarr_format=2, consolidated=True, write_empty_chunks=True)
+
+
+def _check_text(vol: Volume) -> None:
+    """The volume's name, units and component names as text a store can hold (a :class:`VolumeError`)."""
+    texts = {"name": vol.name, "units": vol.units, "length_units": vol.length_units}
+    texts.update({f"component name {n}": c for n, c in enumerate(vol.component_names)})
+    for key, value in texts.items():
+        problem = None if value is None else bounded_json.not_text(value)
+        if problem is not None:
+            raise VolumeError(f"expected the volume's {key} as text a store can hold, got {problem}")
 
 
 def _check_replaceable(target: Path, overwrite: bool) -> None:

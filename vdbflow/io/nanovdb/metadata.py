@@ -29,6 +29,13 @@ def metadata_record(obj: Volume | Topology) -> BlindData | None:
         meta["component_names"] = [str(n) for n in names]
     if not meta:
         return None
+    from vdbflow.errors import NanoVDBError
+    from vdbflow.io.bounded_json import not_text
+
+    for key, value in meta.items():
+        problem = next(filter(None, map(not_text, value if isinstance(value, list) else [value])), None)
+        if problem is not None:
+            raise NanoVDBError(f"expected the {key} of the grid as text a file can hold, got {problem}")
     data = json.dumps({"format": 1, **meta}, ensure_ascii=False).encode("utf-8")
     return BlindData(METADATA_NAME, 0, 0, 0, 1, data)
 
@@ -84,7 +91,7 @@ def apply_metadata(obj: Volume | Topology, records: tuple[BlindData, ...], base:
             for key in ("units", "length_units"):
                 if meta.get(key) is not None:
                     setattr(obj, key, str(meta[key]))
-        except (UnicodeDecodeError, ValueError) as err:
+        except (UnicodeDecodeError, ValueError) as err:  # a lone surrogate too (bounded_json refuses it)
             warnings.warn(
                 f"expected {METADATA_NAME} blind data of the grid at byte {base} to hold a UTF-8 JSON "
                 f"object of units and component names, got {err}; ignored",

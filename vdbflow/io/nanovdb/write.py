@@ -3,16 +3,19 @@ one grid buffer from its parts (:mod:`~vdbflow.io.nanovdb.encode`), and the publ
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 import zlib
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 from vdbflow.core.volume import Topology, Volume
-from vdbflow.errors import NanoVDBError
+from vdbflow.errors import NanoVDBError, WriteError
 from vdbflow.io.atomic import atomic_file
+from vdbflow.io.bounded_json import not_text
 from vdbflow.io.nanovdb import format as fmt
 from vdbflow.io.nanovdb.checksum import blocked_crc, node_crcs, span_crc
 from vdbflow.io.nanovdb.codec import BLOSC_MAX_CHUNK
@@ -190,8 +193,31 @@ def name_key(name: str) -> int:
     return key
 
 
+def _checked_path(path: Any) -> str:
+    """``path`` (str, bytes or os.PathLike) as a str; a :class:`WriteError` for a NUL byte in it or
+    another type."""
+    try:
+        text = os.fsdecode(path)
+    except TypeError:
+        raise WriteError(
+            errno.EINVAL, f"expected a path as str, bytes or os.PathLike, got {type(path).__name__}"
+        ) from None
+    if "\0" in text:
+        raise WriteError(errno.EINVAL, f"expected a path without NUL bytes, got {text!r:.200}; nothing was written")
+    return text
+
+
+def _check_grid_name(name: Any) -> None:
+    """A grid name save() writes as given: UTF-8 text without NUL bytes (C strings end at one)."""
+    problem = not_text(name)
+    if problem is None and "\0" in name:
+        problem = f"{name!r:.60}, which holds a NUL byte (NanoVDB names end at the first one)"
+    if problem is not None:
+        raise NanoVDBError(f"expected each grid name as a str of UTF-8 text, got {problem}")
+
+
 def save(
-    path: str | os.PathLike,
+    path: str | bytes | os.PathLike,
     grids: dict[str, Volume | Topology],
     codec: str = "none",
     version: str | None = None,
@@ -275,6 +301,9 @@ def save(
         raise NanoVDBError(f"expected grids as a dict of name -> Volume or Topology, got {type(grids).__name__}")
     if not grids:
         raise NanoVDBError("expected at least one grid to save, got none")
+    path = _checked_path(path)
+    for name in grids:
+        _check_grid_name(name)
     form = write_format(version, grids)
     payloads, metas = [], []
     for n, (name, obj) in enumerate(grids.items()):
