@@ -378,3 +378,58 @@ def test_a_vdb_written_in_place_while_it_is_read_is_refused(tmp_path, monkeypatc
         os.mkfifo(odd) if kind == "fifo" else odd.mkdir()
         with pytest.raises(vdbflow.OpenVDBError, match="to be a regular file"):
             read.open_vdb(odd)
+
+
+# -- issue 40, row 11: bbox= and leaves= checked one way for both formats --------------------------------
+
+
+def _both_formats(tmp_path):
+    from vdb_writer import write_vdb
+
+    ijk = np.array([[0, 0, 0], [8, 0, 0], [16, 0, 0]])
+    write_vdb(tmp_path / "f.vdb", "Tree_float_5_4_3", np.float32, 1, ijk, [1.0, 2.0, 3.0], 0.0)
+    vol = vdbflow.Volume.from_voxels(ijk, np.array([1.0, 2.0, 3.0], np.float32))
+    vdbflow.save(tmp_path / "f.nvdb", {"value": vol})
+    return {tmp_path / "f.vdb": vdbflow.OpenVDBError, tmp_path / "f.nvdb": vdbflow.NanoVDBError}
+
+
+@pytest.mark.parametrize(
+    "bbox, found",
+    [
+        (((0, 0, 0), (np.nan, 1, 1)), "finite"),
+        (((0, 0, 0), (1, 1, "x")), "numbers"),
+        ("abc", "numbers"),
+        (((0, 0, 0), (1, 1)), "numbers|shape"),
+    ],
+)
+def test_bad_bboxes_are_format_errors(tmp_path, bbox, found):
+    for path, error in _both_formats(tmp_path).items():
+        with pytest.raises(error, match=f"expected .*bbox.*({found})"):
+            vdbflow.open(path, bbox=bbox)
+
+
+def test_bboxes_beyond_int64_cover_everything(tmp_path):
+    for path in _both_formats(tmp_path):
+        full = vdbflow.open(path)
+        for box in (((0, 0, 0), (2**64, 2**64, 2**64)), ((-(2**70), 0, 0), (1e300, 7, 7))):
+            part = vdbflow.open(path, bbox=box)
+            assert part.leaf_count == full.leaf_count == 3, (path, box)
+
+
+@pytest.mark.parametrize(
+    "leaves, found",
+    [
+        (np.array([True, False, True]), "boolean mask"),
+        (np.array([0, "x"], dtype=object), "leaf indices"),
+        ([[0, 1]], "leaf indices"),
+        ([2**64], r"leaf indices in \[0, 3\)"),
+        ([0.5], "leaf indices"),
+    ],
+    ids=["mask", "object", "2d", "huge", "float"],
+)
+def test_bad_leaves_are_format_errors_with_one_meaning(tmp_path, leaves, found):
+    for path, error in _both_formats(tmp_path).items():
+        with pytest.raises(error, match=found):
+            vdbflow.open(path, leaves=leaves)
+    for path in _both_formats(tmp_path):  # indices mean the same for both
+        assert vdbflow.open(path, leaves=[2, 0]).topology.leaf_origins.tolist() == [[0, 0, 0], [16, 0, 0]]

@@ -35,6 +35,7 @@ from vdbflow.io.nanovdb.nodes import (
     values_of,
 )
 from vdbflow.io.nanovdb.records import BlindData
+from vdbflow.io.selection import leaf_indices
 
 
 def read_blind_data(buf: np.ndarray, base: int, h: dict[str, Any]) -> tuple[BlindData, ...]:
@@ -342,11 +343,9 @@ def _read_leaves(
     order = tree.tree_order(refs.origins >> fmt.LEAF_LOG2)
     index, origins = index[order], refs.origins[order]
     keep = overlaps(origins, fmt.LEAF_DIM, bbox)
-    if leaf_subset is not None:
+    wanted = leaf_indices(leaf_subset, len(keep), NanoVDBError, "the grid")
+    if wanted is not None:
         chosen = np.zeros(len(keep), bool)
-        wanted = np.asarray(leaf_subset, dtype=np.int64)
-        if np.any((wanted < 0) | (wanted >= len(keep))):
-            raise NanoVDBError(f"expected leaf indices in [0, {len(keep)}), got {wanted.min()}..{wanted.max()}")
         chosen[wanted] = True
         keep &= chosen
     return _Leaves(gbuf, origins[keep], index[keep], addrs, nodes)

@@ -22,6 +22,7 @@ from vdbflow.io.nanovdb.decode import decode_grid, read_blind_data
 from vdbflow.io.nanovdb.header import MAX_GRID_BYTES, MAX_NAME_BYTES, grid_header, need, unpack
 from vdbflow.io.nanovdb.metadata import stored_metadata
 from vdbflow.io.nanovdb.records import GridInfo, GridSource
+from vdbflow.io.selection import index_box
 
 
 def _segments(buf: np.ndarray, file_name: str | None) -> list[tuple[dict[str, Any], GridSource]]:
@@ -227,11 +228,7 @@ def open_grid(
     a :class:`~vdbflow.ChecksumWarning` (as NanoVDB's reader and Warp read it: writers such as fVDB
     leave stale checksums), ``"strict"`` raises :class:`NanoVDBError`, False does not check.
     """
-    box = None
-    if bbox is not None:
-        box = np.asarray(bbox, dtype=np.int64)
-        if box.shape != (2, 3):
-            raise NanoVDBError(f"expected bbox as ((i0, j0, k0), (i1, j1, k1)), got shape {box.shape}")
+    box = index_box(bbox, NanoVDBError)
     g = _select(data, grid)
     _, result = decode_grid(g.buffer, g.offset, box, leaves, checksum, g.position)
     return result

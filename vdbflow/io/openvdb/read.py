@@ -31,6 +31,7 @@ from vdbflow.io.openvdb.stream import Cursor
 from vdbflow.io.openvdb.transform import read_transform
 from vdbflow.io.openvdb.tree import TreeParts, read_flag_leaves, read_topology
 from vdbflow.io.openvdb.values import EarlyRead, Storage, read_leaf_values
+from vdbflow.io.selection import index_box, leaf_indices
 
 Data = str | os.PathLike | bytes | np.ndarray
 A = TypeVar("A")
@@ -257,13 +258,8 @@ def _wanted(leaves: Any, origins: np.ndarray, box: np.ndarray | None, f: VdbFile
     if leaves is None and box is None:
         return None
     wanted = overlaps(origins, fmt.LEAF_DIM, box)
-    if leaves is not None:
-        idx = np.asarray(leaves)
-        if idx.ndim != 1 or (idx.size and idx.dtype.kind not in "iu"):
-            raise OpenVDBError(f"expected leaves as a 1-D array of leaf indices, got {idx.dtype} of shape {idx.shape}")
-        idx = idx.astype(np.int64)
-        if idx.size and (idx.min() < 0 or idx.max() >= count):
-            raise OpenVDBError(f"expected leaf indices in [0, {count}) of {f.source}, got {idx.min()}..{idx.max()}")
+    idx = leaf_indices(leaves, count, OpenVDBError, f.source)
+    if idx is not None:
         chosen = np.zeros(count, bool)
         chosen[idx] = True
         wanted &= chosen
@@ -272,13 +268,9 @@ def _wanted(leaves: Any, origins: np.ndarray, box: np.ndarray | None, f: VdbFile
 
 def as_box(bbox: Any) -> np.ndarray | None:
     """``bbox`` ((i0, j0, k0), (i1, j1, k1)), inclusive index coordinates, as (2, 3) int64; None for
-    None.  Raises :class:`OpenVDBError` for another shape (as the .nvdb reader raises its own)."""
-    if bbox is None:
-        return None
-    box = np.asarray(bbox, dtype=np.int64)
-    if box.shape != (2, 3):
-        raise OpenVDBError(f"expected bbox as ((i0, j0, k0), (i1, j1, k1)), got shape {box.shape}")
-    return box
+    None.  Raises :class:`OpenVDBError` for another shape or what is not finite numbers
+    (:func:`~vdbflow.io.selection.index_box`)."""
+    return index_box(bbox, OpenVDBError)
 
 
 def _near_tiles(parts: TreeParts, box: np.ndarray | None) -> np.ndarray:
