@@ -93,3 +93,35 @@ def test_the_analytic_check_of_no_finite_points_is_empty():
         check = AnalyticCheck(field, output, "linear", "index", "index", vol.index_to_world)
         got = analytic_error(check, np.full(shape, np.nan, np.float32), P, vol.topology)
         assert got.tolist() == [[0.0, 0.0]], output
+
+
+# -- issue 40, "also look at these": points files whose header repeats a column, or whose codecs run code --
+
+
+def test_a_csv_header_that_repeats_a_column_is_refused(tmp_path):
+    path = tmp_path / "points.csv"
+    path.write_text("x,x,y,z\n0.1,0.2,0.3,0.4\n")
+    cfg = base_config(tmp_path, points={"kind": "file", "path": str(path)})
+    result = invoke("run", str(write_config(tmp_path / "job.yaml", cfg)), "--dry-run")
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert "points.columns" in said and "['x'] more than once" in said, said
+    path.write_text("x,y,z,x2\n0.1,0.2,0.3,0.4\n")  # a header without repeats still reads
+    assert invoke("run", str(write_config(tmp_path / "job.yaml", cfg)), "--dry-run").exit_code == 0
+
+
+def test_a_zarr_points_file_naming_pickle_is_refused_before_zarr_reads_it(tmp_path):
+    import json
+
+    import zarr
+
+    store = tmp_path / "points.zarr"
+    zarr.save_array(str(store), np.random.default_rng(0).random((100, 3)), zarr_format=2)
+    meta = json.loads((store / ".zarray").read_text())
+    meta["filters"] = [{"id": "pickle", "protocol": 4}]
+    (store / ".zarray").write_text(json.dumps(meta))
+    cfg = base_config(tmp_path, points={"kind": "file", "path": str(store)})
+    result = invoke("run", str(write_config(tmp_path / "job.yaml", cfg)), "--dry-run")
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert "points.path" in said and "'pickle'" in said and "would run code" in said, said

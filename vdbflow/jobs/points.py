@@ -161,6 +161,13 @@ def _file_points(spec: FilePoints) -> Any:
         _check_shape(arr.shape, arr.dtype, path)
         return _lazy(arr.shape[0], spec.chunk, _npy_rows, str(path.resolve()))
     if suffix == ".zarr":
+        from vdbflow.errors import VolumeError
+        from vdbflow.io.zarr_v2 import refuse_code_codecs
+
+        try:  # Zarr 2 would run a pickle codec the store's metadata names
+            refuse_code_codecs(path)
+        except VolumeError as err:
+            raise PointsError(f"points.path: {err}") from None
         try:
             arr = da.from_zarr(str(path), component=spec.array)
         except Exception as err:  # zarr raises several kinds for a missing or malformed store
@@ -194,14 +201,21 @@ def _check_shape(shape: tuple, dtype: np.dtype, path: Path) -> None:
         raise PointsError(f"points.path: expected numeric points in {path}, got dtype {dtype}")
 
 
+def _csv_header(path: Path) -> list[str]:
+    """The names of a CSV file's header as written (pandas renames a repeated ``x`` to ``x.1``)."""
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as f:
+        first = f.readline(1 << 20)
+    return next(csv.reader([first]), [])
+
+
 def _table_columns(spec: FilePoints) -> list[str]:
     """The three coordinate columns of a .csv / .parquet file, checked against its header."""
     columns = list(spec.columns or (("x", "y", "z") if spec.space == "world" else ("i", "j", "k")))
     try:
         if spec.path.suffix.lower() == ".csv":
-            import pandas as pd
-
-            have = list(pd.read_csv(spec.path, nrows=0).columns)
+            have = _csv_header(spec.path)
         else:
             import pyarrow.parquet as pq
 
@@ -212,6 +226,12 @@ def _table_columns(spec: FilePoints) -> list[str]:
         ) from None
     except Exception as err:  # pandas / pyarrow parse errors
         raise PointsError(f"points.path: cannot read {spec.path}: {err}") from None
+    twice = sorted({c for c in have if have.count(c) > 1} | {c for c in columns if columns.count(c) > 1})
+    if twice:  # pandas would read the first of them (and name the others x.1, ...)
+        raise PointsError(
+            f"points.columns: expected each of the columns {columns} once in {spec.path} and in points.columns, "
+            f"found {twice} more than once (its header: {have})"
+        )
     missing = [c for c in columns if c not in have]
     if missing:
         raise PointsError(
