@@ -18,6 +18,7 @@
 #include "vdbflow/advect.h"
 #include "vdbflow/derived.h"
 #include "vdbflow/hessian.h"
+#include "vdbflow/reduce.h"
 #include "vdbflow/route.h"
 
 // Every entry is launched with VDB_THREADS_PER_BLOCK threads a block (the backend passes its block size as
@@ -55,6 +56,20 @@ template <class T, int NC>
 __global__ void VDB_BOUNDS hessian_kernel(const KernelAbi* abi, const double* points, i64 n, T* out_values,
                                typename RealOf<T>::type* out_jacobian, typename RealOf<T>::type* out_hessian) {
   hessian_points<T, NC>(*abi, points, n, out_values, out_jacobian, out_hessian);
+}
+
+// Statistics in the sampling pass (reduce.h reduce_block_points), the first of two launches a call of n
+// points: one block of threads per REDUCE_BLOCK points (its features to `features`, counts through shared
+// memory into ints, its moment and per-bin partials to block_moments, dense and mark); vdbflow_reduce_merge
+// then merges the partials in block order.  The CPU's accumulation, so the same bits for the same samples;
+// its threads synchronize (cuda_build.BLOCK_SYNCHRONIZED).
+template <class T, int NC>
+__global__ void VDB_BOUNDS reduce_kernel(const KernelAbi* abi, const double* points, i64 n, const ReduceSpec* spec,
+                                         const double* edges, i64 n_ints, i64 n_reals, unsigned long long* ints,
+                                         typename RealOf<T>::type* features, double* block_moments, double* dense,
+                                         unsigned char* mark) {
+  reduce_block_points<T, NC>(*abi, points, n, *spec, edges, n_ints, n_reals, ints, features, block_moments, dense,
+                             mark);
 }
 
 // Reverse mode (adjoint.h): corner shares are added to a float64 accumulator with atomicAdd, so on the
@@ -150,4 +165,12 @@ extern "C" __global__ void VDB_BOUNDS vdbflow_active_voxels_at(const int* origin
                                                     const vdbflow::i64* leaf_end, vdbflow::i64 leaves,
                                                     const vdbflow::i64* rank, vdbflow::i64 n, int* ijk) {
   vdbflow::active_voxels_points(origins, masks, leaf_end, leaves, rank, n, ijk);
+}
+
+// The blocks' partials of a reduce_kernel launch (blocks of them) merged in block order into reals (reduce.h
+// merge_block_partials; grid-stride over moments + n_reals), dense and mark left zero.
+extern "C" __global__ void VDB_BOUNDS vdbflow_reduce_merge(const vdbflow::ReduceSpec* spec, vdbflow::i64 blocks,
+                                                vdbflow::i64 n_reals, double* reals, const double* block_moments,
+                                                double* dense, unsigned char* mark) {
+  vdbflow::merge_block_partials(*spec, blocks, n_reals, reals, block_moments, dense, mark);
 }

@@ -257,6 +257,52 @@ def test_statistics_of_gpu_samples_match_the_cpu(rng):
         np.testing.assert_allclose(m_gpu[name].values, m_cpu[name].values, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_gpu_reduction_equals_the_cpu_reduction_of_its_samples(rng, dtype, monkeypatch):
+    """reduce_kernel (counts through shared memory, or global ones past REDUCE_SHARED_COUNTS; one thread a
+    moment and a per-bin item; block partials merged in block order on the device) against the oracle: the
+    same GPU's samples, reduced by the CPU's accumulation.  Counts equal; the floats to rounding (the CPU's
+    wider targets fuse multiply-adds the emulation leaves apart); several launches a call, as a long call has."""
+    from vdbflow.devices import cpu, cuda
+    from vdbflow.ops.reductions import Conditional, Histogram, Statistics, features_of, quantity
+    from vdbflow.ops.request import SampleRequest
+    from vdbflow.ops.sampling import sample_arrays
+    from vdbflow.ops.statistics import reduce
+
+    ijk, values = random_sparse_voxels(rng, components=3, dtype=dtype)
+    vol = vdbflow.Volume.from_voxels(ijk, values, 0)
+    pts = probe_points(rng, ijk, 3 * 4096 + 1234)  # four blocks, the last one short
+    q = {n: quantity(n, vol, "index") for n in ("q_criterion", "r_invariant", "vorticity_magnitude", "jacobian[0,1]")}
+    small = Statistics(
+        histograms=[
+            Histogram((q["q_criterion"], q["r_invariant"]), (np.linspace(-2, 2, 17), np.linspace(-2, 2, 13))),
+            Histogram((q["vorticity_magnitude"],), (np.linspace(0, 3, 9),), weight=q["q_criterion"]),
+        ],
+        moments=[q["jacobian[0,1]"], q["vorticity_magnitude"], q["r_invariant"]],
+        conditionals=[Conditional(q["vorticity_magnitude"], q["q_criterion"], np.linspace(-2, 2, 11))],
+    )
+    large = Statistics(  # 100 x 100 bins: more counts than a block holds in shared memory
+        histograms=[Histogram((q["q_criterion"], q["r_invariant"]), (np.linspace(-2, 2, 101), np.linspace(-2, 2, 101)))],
+        moments=[q["q_criterion"]],
+    )
+    launches = []
+    real = cuda._function
+    monkeypatch.setattr(cuda, "_function", lambda name: launches.append(name) or real(name))
+    monkeypatch.setattr(cuda, "REDUCE_CHUNK_BLOCKS", 2)  # 2 blocks a launch: 2 launches of each phase
+    for stats in (small, large):
+        jacobian, derived = stats.needs()
+        request = SampleRequest("linear", ("value", "jacobian", *derived), "index", device="cuda")
+        launches.clear()
+        on_gpu = reduce(vol, cupy.asarray(pts), stats, request)
+        assert any(name.startswith("vdbflow::reduce_kernel<") for name in launches)
+        arrays = {k: cupy.asnumpy(v) for k, v in sample_arrays(vol, request, cupy.asarray(pts)).items()}
+        spec, edges, empty, _ = stats.layout()
+        cpu.reduce_features(spec, features_of(stats, arrays, 3), edges, empty.ints, empty.reals)
+        np.testing.assert_array_equal(on_gpu.ints, empty.ints)
+        assert empty.ints.sum() > 0
+        np.testing.assert_allclose(on_gpu.reals, empty.reals, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("time", ["linear", "pchip"])
 def test_series_windows_on_the_gpu_match_the_cpu(rng, time, monkeypatch):
     """Particles through a VolumeSeries in windows of steps on the GPU (advect_series_kernel): statuses

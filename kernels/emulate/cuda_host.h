@@ -5,12 +5,17 @@
 // C++ compiler into a shared library that vdbflow/devices/emulation.py loads in place of a CUDA module:
 //   - the execution-space keywords (__global__, __device__, __host__, __forceinline__, __launch_bounds__)
 //     expand to host C++; threadIdx, blockIdx, blockDim and gridDim are per-host-thread variables;
-//   - the intrinsics the kernels call (__popc, __popcll, __ffsll, __fns, __fmul_rn, __dmul_rn) and atomicAdd on double (a real
+//   - the intrinsics the kernels call (__popc, __popcll, __ffsll, __fns, __fmul_rn, __dmul_rn, __longlong_as_double) and atomicAdd on double (a real
 //     compare-and-swap loop: blocks run on several host threads, so a missing atomic loses updates here
 //     as it would on a GPU);
 //   - launch<F>(grid, block, args, host_threads): a kernel launch.  args is CUDA's kernelParams array (one
 //     pointer to each argument); blocks are handed out to host_threads threads, the threads of one block
-//     run one after another (the kernels use no __syncthreads and no shared memory);
+//     run one after another (such kernels use no __syncthreads and no shared memory);
+//   - launch_synchronized<F>(...): the launch of a kernel that synchronizes its threads
+//     (cuda_build.BLOCK_SYNCHRONIZED): every thread of a block is a host thread, __syncthreads() a barrier
+//     among them, blocks run one after another, and __shared__ is a static variable of the kernel (one block
+//     at a time holds it, as one block holds its shared memory on a GPU); atomicAdd on 32- and 64-bit
+//     unsigned counters;
 //   - signature<F>(): a letter a scalar parameter, 'p' and the pointee's letter a pointer, so the Python side
 //     packs each argument as the kernel reads it and refuses a scalar of another type or an array of another
 //     dtype (what CuPy would pass through silently).
@@ -21,6 +26,10 @@
 
 #include <atomic>
 #include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -38,6 +47,7 @@
 #define __host__
 #define __forceinline__ inline __attribute__((always_inline))
 #define __launch_bounds__(...)
+#define __shared__ static
 
 struct dim3 {
   unsigned x = 1, y = 1, z = 1;
@@ -47,6 +57,11 @@ extern thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
 // products rounded on their own (never fused into an add): what -ffp-contract=off makes of a plain product
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __longlong_as_double(long long v) {
+  double d;
+  std::memcpy(&d, &v, sizeof d);
+  return d;
+}
 inline int __popc(unsigned v) { return __builtin_popcount(v); }
 inline int __popcll(unsigned long long v) { return __builtin_popcountll(v); }
 inline int __ffsll(long long v) { return __builtin_ffsll(v); }
@@ -78,7 +93,38 @@ inline double atomicAdd(double* address, double value) {
   return before;
 }
 
+inline unsigned atomicAdd(unsigned* address, unsigned value) {
+  return __atomic_fetch_add(address, value, __ATOMIC_RELAXED);
+}
+inline unsigned long long atomicAdd(unsigned long long* address, unsigned long long value) {
+  return __atomic_fetch_add(address, value, __ATOMIC_RELAXED);
+}
+
 namespace vdb_emulate {
+
+// The threads of one block waiting for each other (C++17 has no std::barrier).
+class BlockBarrier {
+  std::mutex lock_;
+  std::condition_variable wake_;
+  unsigned threads_, waiting_ = 0;
+  unsigned long long generation_ = 0;
+
+ public:
+  explicit BlockBarrier(unsigned threads) : threads_(threads) {}
+  void wait() {
+    std::unique_lock<std::mutex> hold(lock_);
+    const unsigned long long generation = generation_;
+    if (++waiting_ == threads_) {
+      waiting_ = 0;
+      ++generation_;
+      wake_.notify_all();
+    } else {
+      wake_.wait(hold, [&] { return generation != generation_; });
+    }
+  }
+};
+
+inline thread_local BlockBarrier* block_barrier = nullptr;
 
 template <class T>
 constexpr char letter();
@@ -155,6 +201,29 @@ void launch(unsigned grid, unsigned block, void** args, int host_threads) {
   for (auto& t : threads) t.join();
 }
 
+// One launch of a kernel that synchronizes its threads: `block` host threads, each the same thread of every
+// block in turn, a barrier at each __syncthreads() and at the end of each block.
+template <auto F>
+void launch_synchronized(unsigned grid, unsigned block, void** args, int) {
+  BlockBarrier barrier(block);
+  auto worker = [&](unsigned t) {
+    block_barrier = &barrier;
+    blockDim = dim3{block, 1, 1};
+    gridDim = dim3{grid, 1, 1};
+    threadIdx = dim3{t, 0, 0};
+    for (unsigned b = 0; b < grid; ++b) {
+      blockIdx = dim3{b, 0, 0};
+      Params<decltype(F)>::call(F, args);
+      barrier.wait();
+    }
+    block_barrier = nullptr;
+  };
+  std::vector<std::thread> threads;
+  for (unsigned t = 1; t < block; ++t) threads.emplace_back(worker, t);
+  worker(0);
+  for (auto& t : threads) t.join();
+}
+
 struct Entry {
   const char* name;
   void (*launch)(unsigned, unsigned, void**, int);
@@ -163,5 +232,18 @@ struct Entry {
 
 }  // namespace vdb_emulate
 
+// A barrier among the threads of the block; outside launch_synchronized a kernel missing from
+// cuda_build.BLOCK_SYNCHRONIZED, which would deadlock: said and stopped.
+inline void __syncthreads() {
+  if (!vdb_emulate::block_barrier) {
+    std::fputs("vdbflow emulation: __syncthreads() in a kernel launched without launch_synchronized: list it in "
+               "vdbflow/devices/cuda_build.py BLOCK_SYNCHRONIZED\n", stderr);
+    std::abort();
+  }
+  vdb_emulate::block_barrier->wait();
+}
+
 #define VDB_EMULATE_ENTRY(NAME, ...) \
   vdb_emulate::Entry { NAME, &vdb_emulate::launch<__VA_ARGS__>, &vdb_emulate::signature<__VA_ARGS__> }
+#define VDB_EMULATE_SYNCHRONIZED_ENTRY(NAME, ...) \
+  vdb_emulate::Entry { NAME, &vdb_emulate::launch_synchronized<__VA_ARGS__>, &vdb_emulate::signature<__VA_ARGS__> }

@@ -82,14 +82,15 @@ typedef long long vdbflow_op_i64;
     (const int* origins, const void* masks, const vdbflow_op_i64* leaf_end, vdbflow_op_i64 leaves,                   \
      const vdbflow_op_i64* rank, vdbflow_op_i64 n, int* ijk))                                                        \
   /* statistics in the sampling pass (reduce.h): histograms, moments, binned means into ints and reals */          \
-  X(sample_reduce, "", OPERATION_HOST, NO_COMPONENT_PARAMETER,                                                       \
+  X(sample_reduce, "reduce_kernel", OPERATION_FLOAT_VALUE, COMPONENTS_1_3,                                           \
     (const void* k, const void* points, bool points_double, vdbflow_op_i64 n, const void* spec, const double* edges, \
      vdbflow_op_i64 n_ints, vdbflow_op_i64 n_reals, vdbflow_op_i64* ints, double* reals, int order))                 \
   /* the same statistics of given features (n, channels) float or double (reduce.h) */                             \
   X(reduce_features, "", OPERATION_HOST, NO_COMPONENT_PARAMETER,                                                     \
     (const void* spec, const double* edges, const void* features, bool is_double, vdbflow_op_i64 n,                  \
      vdbflow_op_i64 n_ints, vdbflow_op_i64 n_reals, vdbflow_op_i64* ints, double* reals))                            \
-  /* one reduction's partial merged into another, as the kernels merge blocks (reduce.h) */                         \
-  X(merge_partials, "", OPERATION_HOST, NO_COMPONENT_PARAMETER,                                                      \
+  /* one reduction's partial merged into another, as the kernels merge blocks (reduce.h); on the GPU the             \
+     blocks' partials of a sample_reduce call, merged in block order */                                              \
+  X(merge_partials, "vdbflow_reduce_merge", OPERATION_UNTYPED, NO_COMPONENT_PARAMETER,                               \
     (const void* spec, vdbflow_op_i64 n_ints, vdbflow_op_i64* ints, double* reals, const vdbflow_op_i64* ints_b,     \
      const double* reals_b))

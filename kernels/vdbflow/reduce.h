@@ -20,6 +20,7 @@
 #ifndef VDB_DEVICE_COMPILE
 #include <cmath>
 #include <vector>
+#endif
 
 namespace vdbflow {
 
@@ -28,6 +29,9 @@ constexpr int REDUCE_MAX_HISTOGRAMS = 8;
 constexpr int REDUCE_MAX_CONDITIONALS = 16;
 constexpr i64 REDUCE_BLOCK = 4096;
 constexpr int MOMENT_FIELDS = 8;  // count, nan count, mean, M2, M3, M4, min, max
+// Counts a GPU block keeps in shared memory (32 KiB of 32-bit counters; a block counts at most REDUCE_BLOCK
+// points, so no counter overflows); calls with more counts add straight to the global ones.
+constexpr i64 REDUCE_SHARED_COUNTS = 8192;
 enum ChannelSource { CHANNEL_VALUE = 0, CHANNEL_JACOBIAN = 1, CHANNEL_DERIVED = 2 };
 
 // What to reduce, as plain data (built by vdbflow.ops.reductions; its layout is exported by offsetof).
@@ -59,7 +63,7 @@ struct ReduceSpec {
 // ---- the pairwise update ---------------------------------------------------------------------------------
 
 // One value x into (n, mean, M2, M3, M4) (order: up to 4; fewer central sums are left alone).
-inline void moment_push(double* m, double x, int order) {
+VDB_HD void moment_push(double* m, double x, int order) {
   const double n1 = m[0], n = n1 + 1.0;
   const double delta = x - m[1], dn = delta / n, term = delta * dn * n1;
   m[0] = n;
@@ -70,7 +74,7 @@ inline void moment_push(double* m, double x, int order) {
 }
 
 // b merged into a: (n, mean, M2[, M3, M4]) of the union.
-inline void moment_merge(double* a, const double* b, int order) {
+VDB_HD void moment_merge(double* a, const double* b, int order) {
   const double na = a[0], nb = b[0];
   if (nb == 0.0) return;
   if (na == 0.0) {
@@ -88,9 +92,19 @@ inline void moment_merge(double* a, const double* b, int order) {
   a[0] = n;
 }
 
+// Moment partial b merged into a (both MOMENT_FIELDS wide).
+VDB_HD void moment_fields_merge(double* a, const double* b) {
+  double ca[5] = {a[0], a[2], a[3], a[4], a[5]}, cb[5] = {b[0], b[2], b[3], b[4], b[5]};
+  moment_merge(ca, cb, 4);
+  a[0] = ca[0], a[2] = ca[1], a[3] = ca[2], a[4] = ca[3], a[5] = ca[4];
+  a[1] += b[1];
+  a[6] = b[6] < a[6] ? b[6] : a[6];
+  a[7] = b[7] > a[7] ? b[7] : a[7];
+}
+
 // The bin of x among edges e[0..bins] (numpy's searchsorted(side="right") - 1, the right edge closing the
 // last bin): -1 outside, -2 NaN.
-inline i64 bin_of(double x, const double* e, int bins) {
+VDB_HD i64 bin_of(double x, const double* e, int bins) {
   if (x != x) return -2;
   if (!(x >= e[0] && x <= e[bins])) return -1;
   if (x == e[bins]) return bins - 1;
@@ -101,6 +115,159 @@ inline i64 bin_of(double x, const double* e, int bins) {
   while (b < bins - 1 && x >= e[b + 1]) ++b;
   return b;
 }
+
+// ---- one block of points: counts, moments and per-bin floats -------------------------------------------------
+
+// The features of a block: row r, channel f at x[r * row + f * column] (rows given by the caller: row =
+// channels, column = 1; sampled here: one column of REDUCE_BLOCK per channel).
+template <class R>
+struct FeatureView {
+  const R* x;
+  i64 row, column;
+  VDB_HD double at(i64 r, int f) const { return (double)x[r * row + f * column]; }
+};
+
+// The count slot (in ints) of row r in histogram h: a bin, outside or nan.
+template <class R>
+VDB_HD i64 histogram_slot(const ReduceSpec& s, const double* edges, const FeatureView<R>& x, i64 r, int h, i64* bin) {
+  const int dims = s.hist_dims[h];
+  i64 flat = 0, bad = 0, total = 1;
+  for (int d = 0; d < dims; ++d) {
+    const int bins = s.hist_bins[h][d];
+    const i64 b = bin_of(x.at(r, s.hist_channel[h][d]), edges + s.hist_edges[h][d], bins);
+    if (b == -2) bad = -2;
+    else if (b == -1 && bad == 0) bad = -1;
+    flat = flat * bins + b;
+    total *= bins;
+  }
+  *bin = bad ? -1 : flat;
+  return s.hist_counts[h] + (bad == -2 ? total + 1 : bad == -1 ? total : flat);
+}
+
+// The count slot of row r in conditional k, and its bin (-1 for outside or nan).
+template <class R>
+VDB_HD i64 conditional_slot(const ReduceSpec& s, const double* edges, const FeatureView<R>& x, i64 r, int k, i64* bin) {
+  const int bins = s.cond_bins[k];
+  const double of = x.at(r, s.cond_of[k]);
+  const i64 b = bin_of(x.at(r, s.cond_given[k]), edges + s.cond_edges[k], bins);
+  *bin = b >= 0 && of == of ? b : -1;
+  return s.cond_counts[k] + (b == -2 || of != of ? bins + 1 : b == -1 ? bins : b);
+}
+
+// Row r's counts: count(slot) once for each histogram and each conditional (integers: any order).
+template <class R, class Count>
+VDB_HD void count_row(const ReduceSpec& s, const double* edges, const FeatureView<R>& x, i64 r, Count& count) {
+  i64 bin;
+  for (int h = 0; h < s.histograms; ++h) count(histogram_slot(s, edges, x, r, h, &bin));
+  for (int k = 0; k < s.conditionals; ++k) count(conditional_slot(s, edges, x, r, k, &bin));
+}
+
+// Items of a block's per-bin floats: the weighted histograms (item h < histograms), then the conditionals.
+VDB_HD int reduce_items(const ReduceSpec& s) { return s.histograms + s.conditionals; }
+
+// Item `item` of the block's rows 0..count-1, in row order, into dense (the block's reals, zero where not
+// touched): a weighted histogram's sums, or a conditional's (n, mean, M2) per bin; touch(slot, width) is
+// called for every slot written (width 1 or 3).  An unweighted histogram has none.
+template <class R, class Touch>
+VDB_HD void accumulate_item(const ReduceSpec& s, const double* edges, const FeatureView<R>& x, i64 count, int item,
+                            double* dense, Touch& touch) {
+  i64 bin;
+  if (item < s.histograms) {
+    const int h = item, w = s.hist_weight[h];
+    if (w < 0) return;
+    for (i64 r = 0; r < count; ++r) {
+      histogram_slot(s, edges, x, r, h, &bin);
+      if (bin < 0) continue;
+      const i64 slot = s.hist_sums[h] + bin;
+      dense[slot] += x.at(r, w);
+      touch(slot, 1);
+    }
+    return;
+  }
+  const int k = item - s.histograms;
+  for (i64 r = 0; r < count; ++r) {
+    conditional_slot(s, edges, x, r, k, &bin);
+    if (bin < 0) continue;
+    const i64 slot = s.cond_stats[k] + 3 * bin;
+    moment_push(dense + slot, x.at(r, s.cond_of[k]), 2);
+    touch(slot, 3);
+  }
+}
+
+// Moment m of the block's rows 0..count-1 into p (MOMENT_FIELDS): the block's mean first, then its central
+// sums (two passes over the block's values: no division a value, and more accurate than the running
+// update).  Each sum is kept in LANES partial sums (value r in lane r % LANES) added in lane order at the
+// end: a fixed order, and LANES chains of additions the CPU overlaps instead of one it waits on.
+// +infinity, where NVRTC has no math.h and so no INFINITY
+VDB_HD double reduce_infinity() {
+#ifdef VDB_DEVICE_COMPILE
+  return __longlong_as_double(0x7ff0000000000000LL);
+#else
+  return INFINITY;
+#endif
+}
+
+VDB_HD void moment_first(double v, double& sum, i64& n, double& lo, double& hi) {
+  const bool ok = v == v;  // NaN left out (and counted)
+  sum += ok ? v : 0.0;
+  n += ok;
+  lo = ok && v < lo ? v : lo;
+  hi = ok && v > hi ? v : hi;
+}
+
+VDB_HD void moment_second(double v, double mean, double& m2, double& m3, double& m4) {
+  const double d = v == v ? v - mean : 0.0, d2 = d * d;
+  m2 += d2;
+  m3 += d2 * d;
+  m4 += d2 * d2;
+}
+
+template <class R>
+VDB_HD void block_moment(const ReduceSpec& s, const FeatureView<R>& x, i64 count, int m, double* p) {
+  constexpr int LANES = 4;
+  const int f = s.moment_channel[m];
+  double sum[LANES] = {0.0, 0.0, 0.0, 0.0}, lo[LANES], hi[LANES];
+  i64 n[LANES] = {0, 0, 0, 0};
+  for (int l = 0; l < LANES; ++l) lo[l] = reduce_infinity(), hi[l] = -reduce_infinity();
+  i64 r = 0;
+  for (; r + LANES <= count; r += LANES)
+    for (int l = 0; l < LANES; ++l) moment_first(x.at(r + l, f), sum[l], n[l], lo[l], hi[l]);
+  for (; r < count; ++r) moment_first(x.at(r, f), sum[r % LANES], n[r % LANES], lo[r % LANES], hi[r % LANES]);
+  const i64 finite = (n[0] + n[1]) + (n[2] + n[3]);
+  const double mean = finite ? ((sum[0] + sum[1]) + (sum[2] + sum[3])) / (double)finite : 0.0;
+  double m2[LANES] = {0.0, 0.0, 0.0, 0.0}, m3[LANES] = {0.0, 0.0, 0.0, 0.0}, m4[LANES] = {0.0, 0.0, 0.0, 0.0};
+  for (r = 0; r + LANES <= count; r += LANES)
+    for (int l = 0; l < LANES; ++l) moment_second(x.at(r + l, f), mean, m2[l], m3[l], m4[l]);
+  for (; r < count; ++r) moment_second(x.at(r, f), mean, m2[r % LANES], m3[r % LANES], m4[r % LANES]);
+  p[0] = (double)finite, p[1] = (double)(count - finite), p[2] = mean;
+  p[3] = (m2[0] + m2[1]) + (m2[2] + m2[3]);
+  p[4] = (m3[0] + m3[1]) + (m3[2] + m3[3]);
+  p[5] = (m4[0] + m4[1]) + (m4[2] + m4[3]);
+  p[6] = fmin(fmin(lo[0], lo[1]), fmin(lo[2], lo[3]));
+  p[7] = fmax(fmax(hi[0], hi[1]), fmax(hi[2], hi[3]));
+}
+
+// Channel f of a point from its values v (C), Jacobian j (3 C) and derived quantities d[q] (derived_width(q)).
+template <class T, class R>
+VDB_HD R point_channel(const ReduceSpec& s, int f, const T* v, const R* j, R* const* d) {
+  const int i = s.index[f];
+  if (s.source[f] == CHANNEL_VALUE) return (R)v[i];
+  if (s.source[f] == CHANNEL_JACOBIAN) return j[i];
+  return d[i / 4][i % 4];
+}
+
+// Slot (width 1 or 3) b's block partial merged into the total, as the CPU merges a block's sparse entries.
+VDB_HD void merge_slot(double* total, const double* partial, int width) {
+  if (width == 3)
+    moment_merge(total, partial, 2);
+  else
+    total[0] += partial[0];
+}
+
+}  // namespace vdbflow
+
+#ifndef VDB_DEVICE_COMPILE
+namespace vdbflow {
 
 // ---- one thread's accumulator ------------------------------------------------------------------------------
 
@@ -115,11 +282,10 @@ struct ReduceThread {
   std::vector<double> dense;        // per-bin floats of the block being accumulated (zero between blocks)
   std::vector<unsigned char> mark;  // the width of each slot of `dense` this block touched (0: untouched)
   std::vector<i64> touched;
-  std::vector<double> moments;      // the block's moment partials
-  ReduceThread(i64 n_ints, i64 n_reals, int moments_asked)
-      : ints(n_ints, 0), dense(n_reals, 0.0), mark(n_reals, 0), moments((size_t)moments_asked * MOMENT_FIELDS) {}
+  ReduceThread(i64 n_ints, i64 n_reals) : ints(n_ints, 0), dense(n_reals, 0.0), mark(n_reals, 0) {}
 
-  void touch(i64 slot, int width) {
+  void operator()(i64 slot) { ++ints[slot]; }  // a count
+  void operator()(i64 slot, int width) {       // a slot of dense written
     if (!mark[slot]) {
       mark[slot] = (unsigned char)width;
       touched.push_back(slot);
@@ -127,99 +293,15 @@ struct ReduceThread {
   }
 };
 
-// The rows of one block (features: count x channels, of R) into the thread's counts, its moment partial
-// (moments_out: moments x MOMENT_FIELDS) and its sparse per-bin entries (appended to `entries`).
+// The rows of one block into the thread's counts, its moment partial (moments_out: moments x MOMENT_FIELDS)
+// and its sparse per-bin entries (appended to `entries`).
 template <class R>
-inline void accumulate_block(const ReduceSpec& s, const double* edges, const R* features, i64 count, ReduceThread& t,
-                             double* moments_out, std::vector<SparseEntry>& entries) {
-  const int F = s.channels;
-  for (i64 r = 0; r < count; ++r) {
-    const R* x = features + r * F;
-    for (int h = 0; h < s.histograms; ++h) {
-      const int dims = s.hist_dims[h];
-      i64 flat = 0, bad = 0;
-      for (int d = 0; d < dims; ++d) {
-        const int bins = s.hist_bins[h][d];
-        const i64 b = bin_of((double)x[s.hist_channel[h][d]], edges + s.hist_edges[h][d], bins);
-        if (b == -2) bad = -2;
-        else if (b == -1 && bad == 0) bad = -1;
-        flat = flat * bins + b;
-      }
-      i64 total = 1;
-      for (int d = 0; d < dims; ++d) total *= s.hist_bins[h][d];
-      if (bad == -2) {
-        ++t.ints[s.hist_counts[h] + total + 1];
-      } else if (bad == -1) {
-        ++t.ints[s.hist_counts[h] + total];
-      } else {
-        ++t.ints[s.hist_counts[h] + flat];
-        if (s.hist_weight[h] >= 0) {
-          const i64 slot = s.hist_sums[h] + flat;
-          t.dense[slot] += (double)x[s.hist_weight[h]];
-          t.touch(slot, 1);
-        }
-      }
-    }
-    for (int k = 0; k < s.conditionals; ++k) {
-      const int bins = s.cond_bins[k];
-      const double of = (double)x[s.cond_of[k]];
-      const i64 b = bin_of((double)x[s.cond_given[k]], edges + s.cond_edges[k], bins);
-      if (b == -2 || of != of) {
-        ++t.ints[s.cond_counts[k] + bins + 1];
-      } else if (b == -1) {
-        ++t.ints[s.cond_counts[k] + bins];
-      } else {
-        ++t.ints[s.cond_counts[k] + b];
-        const i64 slot = s.cond_stats[k] + 3 * b;
-        moment_push(&t.dense[slot], of, 2);
-        t.touch(slot, 3);
-      }
-    }
-  }
-  // moments: the block's mean first, then its central sums (two passes over the block's values: no division
-  // a value, and more accurate than the running update).  Each sum is kept in LANES partial sums (value r in
-  // lane r % LANES) added in lane order at the end: a fixed order, and LANES chains of additions the CPU
-  // overlaps instead of one it waits on.
-  constexpr int LANES = 4;
-  for (int m = 0; m < s.moments; ++m) {
-    double* p = moments_out + m * MOMENT_FIELDS;
-    const R* x = features + s.moment_channel[m];
-    double sum[LANES] = {}, lo[LANES], hi[LANES];
-    i64 n[LANES] = {};
-    for (int l = 0; l < LANES; ++l) lo[l] = INFINITY, hi[l] = -INFINITY;
-    auto first_pass = [&](i64 r, int l) {
-      const double v = (double)x[r * F];
-      const bool ok = v == v;  // NaN left out (and counted)
-      sum[l] += ok ? v : 0.0;
-      n[l] += ok;
-      lo[l] = ok && v < lo[l] ? v : lo[l];
-      hi[l] = ok && v > hi[l] ? v : hi[l];
-    };
-    i64 r = 0;
-    for (; r + LANES <= count; r += LANES)
-      for (int l = 0; l < LANES; ++l) first_pass(r + l, l);
-    for (; r < count; ++r) first_pass(r, (int)(r % LANES));
-    const i64 finite = (n[0] + n[1]) + (n[2] + n[3]);
-    const double mean = finite ? ((sum[0] + sum[1]) + (sum[2] + sum[3])) / (double)finite : 0.0;
-    double m2[LANES] = {}, m3[LANES] = {}, m4[LANES] = {};
-    auto second_pass = [&](i64 q, int l) {
-      const double v = (double)x[q * F];
-      const double d = v == v ? v - mean : 0.0, d2 = d * d;
-      m2[l] += d2;
-      m3[l] += d2 * d;
-      m4[l] += d2 * d2;
-    };
-    for (r = 0; r + LANES <= count; r += LANES)
-      for (int l = 0; l < LANES; ++l) second_pass(r + l, l);
-    for (; r < count; ++r) second_pass(r, (int)(r % LANES));
-    const double lowest = fmin(fmin(lo[0], lo[1]), fmin(lo[2], lo[3]));
-    const double highest = fmax(fmax(hi[0], hi[1]), fmax(hi[2], hi[3]));
-    p[0] = (double)finite, p[1] = (double)(count - finite), p[2] = mean;
-    p[3] = (m2[0] + m2[1]) + (m2[2] + m2[3]);
-    p[4] = (m3[0] + m3[1]) + (m3[2] + m3[3]);
-    p[5] = (m4[0] + m4[1]) + (m4[2] + m4[3]);
-    p[6] = lowest, p[7] = highest;
-  }
+inline void accumulate_block(const ReduceSpec& s, const double* edges, const FeatureView<R>& x, i64 count,
+                             ReduceThread& t, double* moments_out, std::vector<SparseEntry>& entries) {
+  if (s.histograms + s.conditionals)
+    for (i64 r = 0; r < count; ++r) count_row(s, edges, x, r, t);
+  for (int item = 0; item < reduce_items(s); ++item) accumulate_item(s, edges, x, count, item, t.dense.data(), t);
+  for (int m = 0; m < s.moments; ++m) block_moment(s, x, count, m, moments_out + m * MOMENT_FIELDS);
   for (i64 slot : t.touched) {
     SparseEntry e{slot, t.mark[slot], {0.0, 0.0, 0.0}};
     for (int f = 0; f < e.width; ++f) {
@@ -230,16 +312,6 @@ inline void accumulate_block(const ReduceSpec& s, const double* edges, const R* 
     entries.push_back(e);
   }
   t.touched.clear();
-}
-
-// Moment partial b merged into a (both MOMENT_FIELDS wide).
-inline void moment_fields_merge(double* a, const double* b) {
-  double ca[5] = {a[0], a[2], a[3], a[4], a[5]}, cb[5] = {b[0], b[2], b[3], b[4], b[5]};
-  moment_merge(ca, cb, 4);
-  a[0] = ca[0], a[2] = ca[1], a[3] = ca[2], a[4] = ca[3], a[5] = ca[4];
-  a[1] += b[1];
-  a[6] = b[6] < a[6] ? b[6] : a[6];
-  a[7] = b[7] > a[7] ? b[7] : a[7];
 }
 
 // The blocks' partials merged in block order into ints and reals (added to what they hold: a caller merges
@@ -256,12 +328,7 @@ inline void merge_blocks(const ReduceSpec& s, std::vector<ReduceThread>& threads
   for (i64 b = 0; b < blocks; ++b) {
     for (int m = 0; m < s.moments; ++m)
       moment_fields_merge(reals + s.moment_at[m], block_moments.data() + (b * s.moments + m) * MOMENT_FIELDS);
-    for (const SparseEntry& e : block_entries[b]) {
-      if (e.width == 3)
-        moment_merge(reals + e.slot, e.m, 2);
-      else
-        reals[e.slot] += e.m[0];
-    }
+    for (const SparseEntry& e : block_entries[b]) merge_slot(reals + e.slot, e.m, e.width);
   }
 }
 
@@ -291,8 +358,9 @@ inline int reduce_thread_id() {
 #endif
 }
 
-// The reduction of n points whose features make(block, first, count, buffer, state) gives (count x channels
-// of R, in `buffer` or elsewhere): blocks handed out dynamically, each accumulated alone, merged in order.
+// The reduction of n points whose features make(first, count, buffer, state) gives (a FeatureView of count
+// rows, in `buffer`: REDUCE_BLOCK x channels of R, or elsewhere): blocks handed out dynamically, each
+// accumulated alone, merged in order.
 template <class R, class State, class Make>
 inline void reduce_blocks(const ReduceSpec& s, const double* edges, i64 n, i64 n_ints, i64 n_reals, i64* ints,
                           double* reals, Make make) {
@@ -300,7 +368,7 @@ inline void reduce_blocks(const ReduceSpec& s, const double* edges, i64 n, i64 n
   const int threads = threads_for(blocks, 1);
   std::vector<ReduceThread> per;
   per.reserve(threads);
-  for (int t = 0; t < threads; ++t) per.emplace_back(n_ints, n_reals, s.moments);
+  for (int t = 0; t < threads; ++t) per.emplace_back(n_ints, n_reals);
   std::vector<double> block_moments((size_t)(blocks * s.moments * MOMENT_FIELDS));
   std::vector<std::vector<SparseEntry>> block_entries((size_t)blocks);
 #pragma omp parallel num_threads(threads) if (threads > 1)
@@ -311,7 +379,7 @@ inline void reduce_blocks(const ReduceSpec& s, const double* edges, i64 n, i64 n
 #pragma omp for schedule(dynamic, 1)
     for (i64 b = 0; b < blocks; ++b) {
       const i64 first = b * REDUCE_BLOCK, count = first + REDUCE_BLOCK < n ? REDUCE_BLOCK : n - first;
-      const R* features = make(first, count, buffer.data(), state);
+      const FeatureView<R> features = make(first, count, buffer.data(), state);
       accumulate_block<R>(s, edges, features, count, t, block_moments.data() + b * s.moments * MOMENT_FIELDS,
                           block_entries[b]);
     }
@@ -326,26 +394,30 @@ template <class R>
 VDB_ENTRY void reduce_feature_rows(const ReduceSpec& s, const double* edges, const R* features, i64 n, i64 n_ints,
                                    i64 n_reals, i64* ints, double* reals) {
   reduce_blocks<R, NoState>(s, edges, n, n_ints, n_reals, ints, reals,
-                            [&](i64 first, i64, R*, NoState&) { return features + first * s.channels; });
+                            [&](i64 first, i64, R*, NoState&) {
+                              return FeatureView<R>{features + first * s.channels, s.channels, 1};
+                            });
 }
 
 // A block's features from its values v (count x C), Jacobians j (count x C x 3) and derived quantities, one
-// channel (a column) at a time.
+// channel (a column of REDUCE_BLOCK in out) at a time: a moment then reads its channel contiguously.
 template <class T, class R>
-inline void block_features(const ReduceSpec& s, const T* v, const R* j, R* const* derived, int C, i64 count, R* out) {
-  const int F = s.channels;
-  for (int f = 0; f < F; ++f) {
+inline FeatureView<R> block_features(const ReduceSpec& s, const T* v, const R* j, R* const* derived, int C, i64 count,
+                                     R* out) {
+  for (int f = 0; f < s.channels; ++f) {
     const int i = s.index[f];
+    R* column = out + f * REDUCE_BLOCK;
     if (s.source[f] == CHANNEL_VALUE)
-      for (i64 r = 0; r < count; ++r) out[r * F + f] = (R)v[r * C + i];
+      for (i64 r = 0; r < count; ++r) column[r] = (R)v[r * C + i];
     else if (s.source[f] == CHANNEL_JACOBIAN)
-      for (i64 r = 0; r < count; ++r) out[r * F + f] = j[r * 3 * C + i];
+      for (i64 r = 0; r < count; ++r) column[r] = j[r * 3 * C + i];
     else {
       const R* d = derived[i / 4];
       const int w = derived_width(i / 4), e = i % 4;
-      for (i64 r = 0; r < count; ++r) out[r * F + f] = d[r * w + e];
+      for (i64 r = 0; r < count; ++r) column[r] = d[r * w + e];
     }
   }
+  return FeatureView<R>{out, 1, REDUCE_BLOCK};
 }
 
 // The fused pass: each block of points is sampled into the thread's own buffers (values and Jacobians,
@@ -404,10 +476,127 @@ VDB_ENTRY void sample_reduce_points(const KernelAbi& k, const P* pts, i64 n, con
         const R u[3] = {(R)st.v[3 * r], (R)st.v[3 * r + 1], (R)st.v[3 * r + 2]};
         derive_point<R>(st.j.data() + 9 * r, u, outs, r);
       }
-    block_features<T, R>(s, st.v.data(), st.j.data(), outs, C, count, buffer);
-    return (const R*)buffer;
+    return block_features<T, R>(s, st.v.data(), st.j.data(), outs, C, count, buffer);
   });
 }
 
 }  // namespace vdbflow
 #endif  // host
+
+#ifdef VDB_DEVICE_COMPILE
+namespace vdbflow {
+
+// A GPU block's counts: in shared memory for the first n_shared slots, else straight to the global counts.
+struct BlockCounts {
+  unsigned* shared;
+  i64 n_shared;
+  unsigned long long* global;
+  __device__ void operator()(i64 slot) {
+    if (slot < n_shared)
+      atomicAdd(shared + slot, 1u);
+    else
+      atomicAdd(global + slot, 1ull);
+  }
+};
+
+// A GPU block's per-bin floats: the width of each slot written (the merge reads it).
+struct MarkSlots {
+  unsigned char* mark;
+  __device__ void operator()(i64 slot, int width) { mark[slot] = (unsigned char)width; }
+};
+
+// Point i's features (sample_point and derive_point, as the fused sampling entry computes them) to
+// x[f * REDUCE_BLOCK] for each channel f.
+template <class T, int NC>
+__device__ __forceinline__ void reduce_point_features(const GridView<T>& g, const PointTransform& xf, int mode,
+                                                          bool derive, const ReduceSpec& s, const double* pts, i64 i,
+                                                          typename RealOf<T>::type* x, LeafCache& cache) {
+  typedef typename RealOf<T>::type R;
+  constexpr int CMAX = NC > 0 ? NC : MAX_COMPONENTS;
+  double p[3];
+  T v[CMAX];
+  R j[3 * CMAX], d[DERIVED_COUNT][4];
+  R* outs[DERIVED_COUNT];
+  for (int q = 0; q < DERIVED_COUNT; ++q) outs[q] = d[q];
+  load_point(pts, i, p);
+  sample_point<T, NC>(g, xf, p, mode, true, v, j, cache);
+  if (derive) {
+    const R u[3] = {(R)v[0], (R)v[1], (R)v[2]};
+    derive_point<R>(j, u, outs, 0);
+  }
+  for (int f = 0; f < s.channels; ++f) x[f * REDUCE_BLOCK] = point_channel<T, R>(s, f, v, j, outs);
+}
+
+// The first launch (sample.cu reduce_kernel; grid: one block of threads per REDUCE_BLOCK points of the
+// call's n points): the block's points sampled (reduce_point_features), their features written in columns
+// to its slice of `features` (blocks x channels x REDUCE_BLOCK), then counted by all its threads into
+// shared-memory counters (flushed to the global counts at the end), while one thread a moment and one an
+// item of per-bin floats go through the rows in order, exactly as the CPU accumulates a block: the block's
+// moment partials to block_moments (blocks x moments x MOMENT_FIELDS), its per-bin floats to its slice of
+// dense (blocks x n_reals, zero on entry) with the width of each slot it wrote in mark.
+template <class T, int NC>
+VDB_ENTRY void reduce_block_points(const KernelAbi& k, const double* pts, i64 n, const ReduceSpec& s,
+                                   const double* edges, i64 n_ints, i64 n_reals, unsigned long long* ints,
+                                   typename RealOf<T>::type* features, double* block_moments, double* dense,
+                                   unsigned char* mark) {
+  typedef typename RealOf<T>::type R;
+  __shared__ unsigned counts[REDUCE_SHARED_COUNTS];
+  const int tid = threadIdx.x, threads = blockDim.x;
+  const i64 b = blockIdx.x, first = b * REDUCE_BLOCK, count = n - first < REDUCE_BLOCK ? n - first : REDUCE_BLOCK;
+  const i64 n_shared = n_ints <= REDUCE_SHARED_COUNTS ? n_ints : 0;
+  for (i64 i = tid; i < n_shared; i += threads) counts[i] = 0u;
+  R* x = features + b * s.channels * REDUCE_BLOCK;
+  {
+    const GridView<T> g = abi_grid<T>(k);
+    const PointTransform xf = abi_transform(k);
+    LeafCache cache;
+    bool derive = false;
+    for (int f = 0; f < s.channels; ++f) derive = derive || s.source[f] == CHANNEL_DERIVED;
+    for (i64 r = tid; r < count; r += threads)
+      reduce_point_features<T, NC>(g, xf, k.mode, derive && k.components == 3, s, pts, first + r, x + r, cache);
+  }
+  __syncthreads();
+  const FeatureView<R> view{x, 1, REDUCE_BLOCK};
+  BlockCounts counter{counts, n_shared, ints};
+  if (s.histograms + s.conditionals)
+    for (i64 r = tid; r < count; r += threads) count_row(s, edges, view, r, counter);
+  if (tid < s.moments) {
+    block_moment(s, view, count, tid, block_moments + (b * s.moments + tid) * MOMENT_FIELDS);
+  } else if (tid - s.moments < reduce_items(s)) {
+    MarkSlots touch{mark + b * n_reals};
+    accumulate_item(s, edges, view, count, tid - s.moments, dense + b * n_reals, touch);
+  }
+  __syncthreads();
+  for (i64 i = tid; i < n_shared; i += threads)
+    if (counts[i]) atomicAdd(ints + i, (unsigned long long)counts[i]);
+}
+
+VDB_HD void merge_block_item(const ReduceSpec& s, i64 blocks, i64 n_reals, double* reals,
+                             const double* block_moments, double* dense, unsigned char* mark, i64 item) {
+  if (item < s.moments) {
+    for (i64 b = 0; b < blocks; ++b)
+      moment_fields_merge(reals + s.moment_at[item], block_moments + (b * s.moments + item) * MOMENT_FIELDS);
+    return;
+  }
+  const i64 slot = item - s.moments;
+  for (i64 b = 0; b < blocks; ++b) {
+    unsigned char* m = mark + b * n_reals + slot;
+    if (!*m) continue;
+    double* partial = dense + b * n_reals + slot;
+    merge_slot(reals + slot, partial, *m);
+    for (int f = 0; f < *m; ++f) partial[f] = 0.0;
+    *m = 0;
+  }
+}
+
+// The second launch (sample.cu vdbflow_reduce_merge, one thread a moment and a slot of reals): the blocks'
+// partials of reduce_block_points merged in block order into reals, as merge_blocks merges the CPU's; dense
+// and mark left zero for the next launch.  A kernel of its own: in the same kernel as the sampling, ptxas
+// spilled registers for both.
+VDB_ENTRY void merge_block_partials(const ReduceSpec& s, i64 blocks, i64 n_reals, double* reals,
+                                    const double* block_moments, double* dense, unsigned char* mark) {
+  for_each<1>(s.moments + n_reals, [=, &s](i64 item) { merge_block_item(s, blocks, n_reals, reals, block_moments, dense, mark, item); });
+}
+
+}  // namespace vdbflow
+#endif  // device

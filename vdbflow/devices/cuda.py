@@ -256,6 +256,9 @@ def sample_derived(
     )
 
 
+REDUCE_CHUNK_BLOCKS = 256  # REDUCE_BLOCKs of points a launch (1M points): the features' scratch on the device
+
+
 def sample_reduce(
     k: KernelArrays,
     points: Any,
@@ -268,41 +271,48 @@ def sample_reduce(
     reals: np.ndarray,
     point_order: str = "auto",
 ) -> None:
-    """Statistics of quantities sampled on the GPU: each block of points is sampled there (values, Jacobians and
-    the derived quantities the spec reads, one fused launch), its features copied to the host and reduced
-    there (``reduce_features``: the CPU's accumulation, block for block, in the same order)."""
+    """Statistics of quantities sampled on the GPU, reduced there: a million points a ``reduce_kernel`` launch,
+    each block of threads sampling one ``REDUCE_BLOCK`` of points and counting through shared memory, then
+    the blocks' partials merged in block order on the device (``vdbflow_reduce_merge``); host ``ints`` and
+    ``reals`` get the result once.  The CPU's accumulation, block for block: the same bits for the same
+    samples."""
     from vdbflow.devices import cpu
 
     cupy = cupy_module()
     s = np.frombuffer(spec, kernel.REDUCE_SPEC_DTYPE)[0]
-    sources, index, F = s["source"], s["index"], int(s["channels"])
-    rec = kernel.host_record(k)
-    C, vt = k.components, np.dtype(rec.arrays.values.dtype)
-    R = np.float64 if vt == np.float64 else np.float32
-    names = [kernel.DERIVED[int(index[f]) // 4] for f in range(F) if sources[f] == 2]
-    block = 1 << 20  # points a launch: features of a million points at a time on the host
-    for first in range(0, points.shape[0], block):
-        pts = cupy.ascontiguousarray(cupy.asarray(points[first : first + block]), dtype=cupy.float64)
-        n = pts.shape[0]
-        values, jac = cupy.empty((n, C), vt), cupy.empty((n, C, 3), R)
-        derived = {
-            q: cupy.empty((n, kernel.DERIVED_WIDTHS[q]) if kernel.DERIVED_WIDTHS[q] > 1 else (n,), R) for q in names
-        }
-        if derived:
-            sample_derived(k, pts, mode, points_world, jacobian_world, values, jac, derived)
-        else:
-            sample(k, pts, mode, points_world, jacobian_world, values, jac)
-        columns = []
-        for f in range(F):
-            i = int(index[f])
-            if sources[f] == 0:
-                columns.append(values[:, i].astype(R))
-            elif sources[f] == 1:
-                columns.append(jac.reshape(n, 3 * C)[:, i])
-            else:
-                q = derived[kernel.DERIVED[i // 4]]
-                columns.append(q if q.ndim == 1 else q[:, i % 4])
-        cpu.reduce_features(spec, cupy.stack(columns, axis=1).get(), edges, ints, reals)
+    # the spec's offsets checked by the CPU binding (no points: nothing else runs)
+    F = int(s["channels"])
+    rec, call = _call_record(k, mode, points_world, jacobian_world)
+    R = np.float64 if np.dtype(rec.arrays.values.dtype) == np.float64 else np.float32
+    cpu.reduce_features(spec, np.zeros((0, F), R), edges, ints, reals)
+    n_ints, n_reals, moments = len(ints), len(reals), int(s["moments"])
+    name = entry("sample_reduce", rec.arrays.values.dtype, k.components)
+    block, chunk = kernel.REDUCE_BLOCK, REDUCE_CHUNK_BLOCKS * kernel.REDUCE_BLOCK
+    spec_d, edges_d = cupy.asarray(np.frombuffer(spec, np.uint8)), cupy.asarray(edges)
+    ints_d, reals_d = cupy.zeros(n_ints, cupy.uint64), cupy.asarray(reals)
+    blocks_max = min(REDUCE_CHUNK_BLOCKS, -(-points.shape[0] // block))
+    features = cupy.empty(blocks_max * F * block, R)
+    block_moments = cupy.empty(max(1, blocks_max * moments * kernel.MOMENT_FIELDS), cupy.float64)
+    dense, mark = (
+        cupy.zeros(max(1, blocks_max * n_reals), cupy.float64),
+        cupy.zeros(max(1, blocks_max * n_reals), cupy.uint8),
+    )
+    sizes = (np.int64(n_ints), np.int64(n_reals))
+    for first in range(0, points.shape[0], chunk):
+        pts = cupy.ascontiguousarray(cupy.asarray(points[first : first + chunk]), dtype=cupy.float64)
+        blocks = -(-pts.shape[0] // block)
+        _function(name)(
+            (blocks,),
+            (THREADS_PER_BLOCK,),
+            (call, pts, np.int64(pts.shape[0]), spec_d, edges_d, *sizes, ints_d, features, block_moments, dense, mark),
+        )
+        _launch(
+            entry("merge_partials"),
+            moments + n_reals,
+            (spec_d, np.int64(blocks), np.int64(n_reals), reals_d, block_moments, dense, mark),
+        )
+    ints += ints_d.get().astype(np.int64)
+    reals[:] = reals_d.get()
 
 
 def reduce_features(spec: bytes, features: Any, edges: np.ndarray, ints: np.ndarray, reals: np.ndarray) -> None:
