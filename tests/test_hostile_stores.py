@@ -337,3 +337,34 @@ def test_a_hostile_metadata_record_is_ignored_with_a_warning(vol, tmp_path, data
 def test_a_hostile_time_record_is_no_time(data):
     assert record_time([nanovdb.BlindData(TIME_RECORD, 0, 0, 0, 1, data)]) is None
     assert record_time([nanovdb.BlindData(TIME_RECORD, 0, 0, 0, 1, b'{"time": 2.5}')]) == 2.5
+
+
+# -- issue 40 (its campaign): a store renamed over while it is read -------------------------------------
+
+
+def test_a_store_replaced_while_it_is_read_is_refused_never_mixed(tmp_path, monkeypatch):
+    """A writer that replaces the whole store (as to_zarr does) between two chunk reads: the reader
+    refuses (its files are read by path), and then reads the new store whole."""
+    from vdbflow.io import zarr_v2
+    from vdbflow.io.volumes import to_zarr
+
+    ijk = np.argwhere(np.ones((12, 10, 9), bool))
+    old = vdbflow.Volume.from_voxels(ijk, ijk[:, 0].astype(np.float32), background=-1.0)
+    new = vdbflow.Volume.from_voxels(ijk, -ijk[:, 0].astype(np.float32) - 5, background=-1.0)
+    path, other = tmp_path / "v.zarr", tmp_path / "new.zarr"
+    to_zarr(old, path, chunk=64)
+    to_zarr(new, other, chunk=64)
+    real, calls = zarr_v2.read_regular, []
+
+    def replaced_on_the_fourth_read(p, limit, what):
+        calls.append(p)
+        if len(calls) == 4:
+            os.rename(path, tmp_path / "old-store")
+            os.rename(other, path)
+        return real(p, limit, what)
+
+    monkeypatch.setattr(zarr_v2, "read_regular", replaced_on_the_fourth_read)
+    with pytest.raises(vdbflow.VolumeError, match="replaced meanwhile"):
+        vdbflow.open_zarr(path)
+    monkeypatch.setattr(zarr_v2, "read_regular", real)
+    np.testing.assert_array_equal(vdbflow.open_zarr(path).active_values(), new.active_values())

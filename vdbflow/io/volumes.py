@@ -256,13 +256,22 @@ def open_zarr(path: str | os.PathLike) -> Volume:
             f"expected a Zarr format 2 store (what Volume.to_zarr writes) at {root}, found a format 3 store "
             "(zarr.json): vdbflow reads volumes from format 2 stores only"
         )
+    opened = os.stat(root)
     attrs = zarr_v2.read_json(root / ".zattrs", "the store's attrs (.zattrs)")
     names = [*_VARIABLES, *(axis for axis in "ijk" if (root / axis / ".zarray").exists())]
     arrays = {name: zarr_v2.Array.open(root / name) for name in names if (root / name).exists()}
     _check_declared(attrs, {name: a.shape for name, a in arrays.items()})
     for a in arrays.values():
         a.check_stored()  # every chunk there, before anything is read
-    return _volume(attrs, {name: a.shape for name, a in arrays.items()}, lambda name: arrays[name].read())
+    vol = _volume(attrs, {name: a.shape for name, a in arrays.items()}, lambda name: arrays[name].read())
+    now = os.stat(root)
+    if (now.st_dev, now.st_ino) != (opened.st_dev, opened.st_ino):  # files are read by path: one store whole
+        raise VolumeError(
+            f"expected the store at {root} to stay the same directory while it was read (inode {opened.st_ino}), "
+            f"found another (inode {now.st_ino}): it was replaced meanwhile, and what was read may mix the two; "
+            "open it again"
+        )
+    return vol
 
 
 def _zarr_kind(path: Path) -> str | None:
