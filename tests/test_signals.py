@@ -136,3 +136,52 @@ def test_run_job_sets_publishing_right_before_publishing(tmp_path, monkeypatch):
     cfg = load_config(data=base_config(tmp_path))
     runner.run_job(cfg, progress=False, publishing=event)
     assert seen == [True] and (tmp_path / "result.zarr").is_dir()
+
+
+# -- issue 40, row 10: a signal while the workers start ----------------------------------------------------
+
+SLOW_START = """
+import time
+
+open({marker!r}, "a").close()
+time.sleep(4)  # the worker is still starting when the job is stopped
+"""
+
+
+@pytest.mark.slow
+def test_a_signal_while_the_workers_start_is_one_line_and_its_exit_code(tmp_path):
+    marker = tmp_path / "starting"
+    preload = tmp_path / "slow_start.py"
+    preload.write_text(SLOW_START.format(marker=str(marker)))
+    env = {**os.environ, "DASK_DISTRIBUTED__WORKER__PRELOAD": json.dumps([str(preload)])}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "vdbflow.jobs.cli",
+            "run",
+            str(write_config(tmp_path / "job.yaml", base_config(tmp_path))),
+        ],
+        cwd=tmp_path,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists():
+            assert proc.poll() is None, "the run ended before it was stopped: " + proc.stderr.read()
+            assert time.monotonic() < deadline, "no worker started within 120 s"
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "by SIGTERM: no result was published" in " ".join(err.split()), err
+    assert "Traceback" not in err and "AssertionError" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml", "slow_start.py", "starting"]

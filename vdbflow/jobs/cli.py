@@ -246,6 +246,27 @@ def _stop_on_signals() -> Iterator[SignalGuard]:
             signal.signal(sig, old)
 
 
+def _close_half_started_clusters() -> None:
+    """Close the clusters a signal stopped while their workers started, quietly: distributed's exit hook
+    would close them again and print a traceback (``AssertionError: Status.init``) after the job's line."""
+    import sys
+
+    spec = sys.modules.get("distributed.deploy.spec")
+    if spec is None:
+        return
+    from distributed.core import Status
+
+    for cluster in list(getattr(spec.SpecCluster, "_instances", ())):
+        if getattr(cluster, "status", Status.closed) == Status.closed:
+            continue
+        try:
+            cluster.close(timeout=10)
+        except BaseException as err:  # noqa: BLE001 - workers still starting: logged, the exit goes on
+            logging.getLogger("vdbflow").debug("closing a half-started cluster: %r", err)
+        finally:
+            cluster.status = Status.closed  # nothing for the exit hook to close again
+
+
 def _run(config_path: str, overrides: tuple[str, ...], dry_run: bool, verbose: int, force: bool = False) -> None:
     from vdbflow.errors import PointsError, VdbflowError
     from vdbflow.jobs.config import ConfigError
@@ -267,6 +288,7 @@ def _run(config_path: str, overrides: tuple[str, ...], dry_run: bool, verbose: i
         raise SystemExit(2) from None
     except KeyboardInterrupt as err:  # Ctrl-C, or Stopped by a signal: the cleanup has run
         signum = err.signum if isinstance(err, Stopped) else signal.SIGINT
+        _close_half_started_clusters()
         _say(
             "interrupted" if signum == signal.SIGINT else "stopped",
             f"by {signal.Signals(signum).name}: no result was published",
