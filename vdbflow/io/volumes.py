@@ -319,7 +319,7 @@ def open_volume(
         buffer or .vdb file.
     grid : int or str, optional
         Which grid of a .nvdb or .vdb file (index or name; default the first; for .vdb files also
-        the unique name OpenVDB gives a repeated name, ``"density\x1e1"``).  For a Zarr store only
+        the unique name OpenVDB gives a repeated name, ``"density\\x1e1"``).  For a Zarr store only
         None, 0 or the name of its one volume.
     **kwargs
         For .nvdb data, passed to :func:`vdbflow.io.nanovdb.open_grid`: ``bbox`` (inclusive index
@@ -406,7 +406,7 @@ def list_grids(data: str | os.PathLike | bytes | np.ndarray) -> list[Any]:
         One :class:`~vdbflow.GridInfo` per grid, in file order (see
         :func:`vdbflow.io.nanovdb.list_grids`).  For .vdb files they come from the grids' heads
         and topologies (leaf buffers are not read); ``name`` is the grid's unique name (OpenVDB
-        appends ``\x1e`` and a number to a repeated name) and ``checksum`` is 0.
+        appends ``"\\x1e"`` and a number to a repeated name) and ``checksum`` is 0.
 
     Raises
     ------

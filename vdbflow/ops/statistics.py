@@ -322,8 +322,8 @@ def histogram(
         A quantity whose sum in each bin is returned as ``weighted``.
     normalize : bool or float, default False
         Bin each quantity over <Q_w>^(p/2), p the power of the Jacobian's units it carries (the table of
-        outputs): Q / <Q_w> and R / <Q_w>^(3/2), the usual axes of the Q-R plane, |omega| / <Q_w>^(1/2), a
-        Jacobian entry likewise, values as they are; <Q_w> = <|omega|^2> / 4 given, or (``True``) from a
+        outputs): Q / <Q_w> and R / <Q_w>^(3/2), the usual axes of the Q-R plane, ``|omega| / <Q_w>^(1/2)``, a
+        Jacobian entry likewise, values as they are; ``<Q_w> = <|omega|^2> / 4`` given, or (``True``) from a
         first pass over the same points.  ``bins`` and ``range`` are then in those units.  The kernels bin
         against the edges times the scale: a value within rounding of an edge may fall on the other side
         of it than its quotient would.
@@ -437,7 +437,7 @@ def conditional_mean(
     device: str = "cpu",
     wave: int | None = None,
 ) -> xr.Dataset:
-    """Means and variances of quantities ``of`` in bins of the quantity ``given`` (e.g. <|omega|^2 | Q>).
+    """Means and variances of quantities ``of`` in bins of the quantity ``given`` (e.g. ``<|omega|^2 | Q>``).
 
     Parameters
     ----------
