@@ -75,3 +75,41 @@ def test_the_oracles_catch_what_they_are_for(campaign, tmp_path, monkeypatch):
     monkeypatch.setattr(vdbflow, "open_zarr", lambda path: scaled)
     with pytest.raises(campaign.Wrong, match="opened with other contents"):
         campaign.case_stores(np.random.default_rng(1), tmp_path)
+
+
+def test_40_cases_of_races_reads_mid_replace_planner_peaks_and_bad_text(campaign):
+    """Issue 40's surfaces, a sampled slice: races between check and act, files replaced while read,
+    the planner against a chunk's measured peak, and text that is not valid UTF-8."""
+    counts, bugs = campaign.run_campaign(40, list(campaign.ROUND_FOUR), seed=2027, jobs=2, progress=False)
+    assert not bugs, _no_bugs(bugs)
+    assert sum(counts.values()) == 40
+    assert counts["races", "refused"] > 0 and counts["planner", "same"] > 0
+
+
+def test_the_round_four_oracles_catch_what_they_are_for(campaign, tmp_path, monkeypatch):
+    """A publish that deleted what appeared after its check, a reader that mixed two files and a planner
+    that counted only the written bytes are each caught as 'wrong'."""
+    from vdbflow.io import atomic, volumes
+    from vdbflow.jobs import output, plan
+
+    for module, name in ((atomic, "renameat2"), (output, "renameat2"), (volumes, "_check_replaceable")):
+        monkeypatch.setattr(module, name, getattr(module, name))  # the cases patch these (they run in a child)
+    monkeypatch.setattr(output, "put_back_exchanged", lambda out, final: atomic.remove_tree(out) or "gone")
+    monkeypatch.setattr(output, "not_a_result", lambda path: None)  # the old code: no check after the exchange
+    monkeypatch.setattr(campaign, "INTRUDERS", ("files",))  # a directory of someone's files, every case
+    found = []
+    for index in range(60):
+        work = tmp_path / str(index)
+        work.mkdir()
+        try:
+            campaign.case_races(np.random.default_rng([5, index]), work)
+        except campaign.Wrong as err:
+            found.append(str(err))
+    assert any("published over files" in f or "was changed" in f for f in found), found
+
+    monkeypatch.setattr(plan.JobPlan, "held_per_point", property(lambda self: self.bytes_per_point))
+    with pytest.raises(campaign.Wrong, match="the plan counts|the plan's working set"):
+        for index in range(40):  # some draw outputs whose intermediates exceed their written bytes
+            work = tmp_path / f"p{index}"
+            work.mkdir()
+            campaign.case_planner(np.random.default_rng([9, index]), work)
