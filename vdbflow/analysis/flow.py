@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from vdbflow.core import outputs
+from vdbflow.core import outputs, schema
 from vdbflow.core import units as _u
 from vdbflow.devices import run
 from vdbflow.errors import SamplingError
@@ -158,7 +158,7 @@ def vorticity(jac: xr.DataArray) -> xr.DataArray:
 
 
 def vorticity_magnitude(jac: xr.DataArray) -> xr.DataArray:
-    """|omega|."""
+    """``|omega|``."""
     return _apply(_vorticity_magnitude, jac, (), "vorticity_magnitude")
 
 
@@ -169,7 +169,7 @@ def strain_rate(jac: xr.DataArray) -> xr.DataArray:
 
 
 def strain_rate_magnitude(jac: xr.DataArray) -> xr.DataArray:
-    """|S| = sqrt(2 S:S), the strain-rate magnitude of Smagorinsky-type models."""
+    """``|S| = sqrt(2 S:S)``, the strain-rate magnitude of Smagorinsky-type models."""
     return _apply(_strain_rate_magnitude, jac, (), "strain_rate_magnitude")
 
 
@@ -182,7 +182,7 @@ def rotation_rate(jac: xr.DataArray) -> xr.DataArray:
 def q_criterion(jac: xr.DataArray) -> xr.DataArray:
     """The Q-criterion of a velocity gradient: Q > 0 where rotation dominates strain.
 
-    Q = (|Omega|^2 - |S|^2) / 2 with Frobenius norms of the rotation rate Omega and strain rate S.
+    ``Q = (|Omega|^2 - |S|^2) / 2`` with Frobenius norms of the rotation rate Omega and strain rate S.
 
     Parameters
     ----------
@@ -361,7 +361,8 @@ class VdbflowAccessor:
         return self._ds[names[0]]
 
     def _velocity(self) -> xr.DataArray:
-        return self._ds[self._jacobian().name[: -len("_jacobian")]]
+        grid = str(self._jacobian().name)[: -len("_jacobian")]
+        return self._ds[schema.value_name(grid) if schema.value_name(grid) in self._ds else grid]
 
     @property
     def plot(self) -> Any:
@@ -379,7 +380,7 @@ class VdbflowAccessor:
         return vorticity(self._jacobian())
 
     def vorticity_magnitude(self) -> xr.DataArray:
-        """|curl u| (see :func:`vdbflow.analysis.flow.vorticity_magnitude`)."""
+        """``|curl u|`` (see :func:`vdbflow.analysis.flow.vorticity_magnitude`)."""
         return vorticity_magnitude(self._jacobian())
 
     def strain_rate(self) -> xr.DataArray:
@@ -387,7 +388,7 @@ class VdbflowAccessor:
         return strain_rate(self._jacobian())
 
     def strain_rate_magnitude(self) -> xr.DataArray:
-        """|S| = sqrt(2 S:S) (see :func:`vdbflow.analysis.flow.strain_rate_magnitude`)."""
+        """``|S| = sqrt(2 S:S)`` (see :func:`vdbflow.analysis.flow.strain_rate_magnitude`)."""
         return strain_rate_magnitude(self._jacobian())
 
     def rotation_rate(self) -> xr.DataArray:
@@ -395,7 +396,7 @@ class VdbflowAccessor:
         return rotation_rate(self._jacobian())
 
     def q_criterion(self) -> xr.DataArray:
-        """Q = (|Ω|² − |S|²)/2, positive in vortex cores (see :func:`vdbflow.analysis.flow.q_criterion`)."""
+        """``Q = (|Ω|² − |S|²)/2``, positive in vortex cores (see :func:`vdbflow.analysis.flow.q_criterion`)."""
         return q_criterion(self._jacobian())
 
     def lambda2(self) -> xr.DataArray:

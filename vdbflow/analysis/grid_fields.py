@@ -9,7 +9,7 @@ import numpy as np
 import xarray as xr
 
 from vdbflow.analysis import flow
-from vdbflow.core import outputs, tree, units
+from vdbflow.core import outputs, schema, tree, units
 from vdbflow.core.volume import Topology, Volume
 from vdbflow.devices import run
 from vdbflow.errors import SamplingError, VolumeError
@@ -29,7 +29,7 @@ def _grid_jacobian(vol: Volume, scheme: str, dvol: Any = None, device: str = "cp
         _check_distributed_of(vol, dvol)
         pts = vol.active_voxels().astype(np.float64)  # voxel centres: the kernels take the node differences there
         ds = dvol.sample_grad(pts, scheme, space="index", jacobian_space="world").compute(scheduler=dvol.client)
-        _check_values_of(vol, ds[vol.name].values)
+        _check_values_of(vol, ds[schema.value_name(vol.name)].values)
         jac = ds[f"{vol.name}_jacobian"].values
     elif device in ("cpu", "cuda"):  # the per-node kernel, looping over the leaves' active voxels directly
         jac = run("grid_gradient", vol.kernel_arrays(), vol.topology.leaf_origins, MODES[scheme], True, device=device)
@@ -173,7 +173,7 @@ def _grid_hessian(vol: Volume, scheme: str, dvol: Any = None, device: str = "cpu
     if dvol is not None:
         _check_distributed_of(vol, dvol)
         ds = dvol.sample_hessian(pts, scheme, space="index", hessian_space="world").compute(scheduler=dvol.client)
-        _check_values_of(vol, ds[vol.name].values)
+        _check_values_of(vol, ds[schema.value_name(vol.name)].values)
         hess = ds[f"{vol.name}_hessian"].values
     elif device in ("cpu", "cuda"):
         if device == "cuda":

@@ -26,10 +26,31 @@ AXIS_LABELS = {"index": ("i", "j", "k"), "world": ("x", "y", "z")}
 RESERVED_DIMS = (COMPONENT, AXIS, "x", "y", "z", "i", "j", "k")  # names point dims may not take
 POINT = "point"
 PARTICLE, TIME = "particle", "time"
+INSIDE = "inside"  # the output name that asks for the stencil-inside flag (sample_grad, job configs)
+STENCIL_INSIDE = "stencil_inside"  # its variable
+# every name a result gives a coordinate, a dim or a variable of its own (point, series, particle and job
+# results): a grid of one of these names is sampled into ``<name>_value`` (value_name), never clashing
+RESULT_NAMES = frozenset(
+    {POINT, COMPONENT, AXIS, *HESSIAN_AXES, *OWN_HESSIAN_AXES, "x", "y", "z", "i", "j", "k", PARTICLE, TIME}
+    | {"position", "status", "end_time", "ftle", STENCIL_INSIDE, "plane_s", "plane_t"}
+    | {f"lattice_{a}" for a in "xyzijk"}
+    | set(outputs.names("derived", "tensor"))
+    | {"laplacian"}
+)
 
 # particle status codes (kernels/vdbflow/advect.h) and their CF flag meanings
 STATUS_VALUES = (0, 1, 2)
 STATUS_MEANINGS = "active left_data non_finite"
+
+
+def value_name(name: str) -> str:
+    """The variable of grid ``name``'s values in a result: the grid's name, or ``<name>_value`` where the
+    name is one the result gives a coordinate, dim or variable of its own (:data:`RESULT_NAMES`, and
+    ``point_0``, ``point_1``, ... the dims of shaped points), e.g. a grid named ``z`` is sampled into
+    ``z_value`` beside the ``z`` coordinate.  Its Jacobian and Hessian keep the grid's name
+    (``z_jacobian``, ``z_hessian``)."""
+    clash = name in RESULT_NAMES or (name.startswith("point_") and name[6:].isdigit())
+    return f"{name}_value" if clash else name
 
 
 def jacobian_name(name: str) -> str:
@@ -88,10 +109,6 @@ def hessian_attrs(name: str, value_units: str | None, length: str | None, compon
     return attrs
 
 
-INSIDE = "inside"  # the output name that asks for the stencil-inside flag (sample_grad, job configs)
-STENCIL_INSIDE = "stencil_inside"  # its variable
-
-
 def stencil_inside_attrs(mode: str, name: str) -> dict[str, Any]:
     """Attrs of the flag that says whether a point's ``mode`` stencil reads only active voxels of ``name``."""
     return {
@@ -129,7 +146,11 @@ def trajectory_attrs(name: str, value_units: str | None, length_units: str | Non
         "position": {"long_name": "particle position", **lattrs},
         "status": status_attrs(),
         "end_time": {"long_name": "time of the last valid position"},
-        name: {"long_name": f"{name} along the path", **({"units": vunits} if vunits else {})},
+        value_name(name): {
+            "long_name": f"{name} along the path",
+            **({"units": vunits} if vunits else {}),
+            **({"grid_name": name} if value_name(name) != name else {}),
+        },
         jacobian_name(name): {
             "long_name": f"Jacobian of {name} along the path",
             **({"units": junits} if junits else {}),
@@ -145,7 +166,7 @@ def trajectory_dims(name: str) -> dict[str, tuple[str, ...]]:
         "position": (PARTICLE, TIME, AXIS),
         "status": (PARTICLE,),
         "end_time": (PARTICLE,),
-        name: (PARTICLE, TIME, COMPONENT),
+        value_name(name): (PARTICLE, TIME, COMPONENT),
         jacobian_name(name): (PARTICLE, TIME, COMPONENT, AXIS),
         "ftle": (PARTICLE,),
     }

@@ -226,7 +226,11 @@ def grid_variables(
     sp = cfg.sampling
     ds = result_dataset(template, request, pts, arrays)
     name = template.name
-    variables = {"value": name, "jacobian": schema.jacobian_name(name), "hessian": schema.hessian_name(name)}
+    variables = {
+        "value": schema.value_name(name),
+        "jacobian": schema.jacobian_name(name),
+        "hessian": schema.hessian_name(name),
+    }
     out = ds[[v for o, v in variables.items() if o in sp.outputs]]
     if "laplacian" in sp.outputs:
         out[f"{prefix}laplacian"] = flow.laplacian(ds[variables["hessian"]])
@@ -234,7 +238,7 @@ def grid_variables(
         if quantity in TENSORS:
             out[f"{prefix}{quantity}"] = getattr(flow, quantity)(ds[variables["jacobian"]])
         elif quantity in DERIVED:
-            out[f"{prefix}{quantity}"] = ds[quantity if quantity in ds else f"{name}_{quantity}"]
+            out[f"{prefix}{quantity}"] = ds[quantity]
     if inside is not None:
         out[f"{prefix}{schema.STENCIL_INSIDE}"] = xr.DataArray(
             inside, dims="point", attrs=schema.stencil_inside_attrs(sp.mode, name)

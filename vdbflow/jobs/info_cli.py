@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from vdbflow.core import schema
 from vdbflow.jobs.console import rows_table as _rows_table
 from vdbflow.jobs.console import say as _say
 from vdbflow.jobs.console import stdout as _stdout
@@ -25,8 +26,11 @@ def _box_text(box: Any) -> str:
 def _grid_rows(g: Any) -> list[tuple[str, str]]:
     """One grid of ``vdbflow info``, as (key, value) rows."""
     (i0, i1), (w0, w1) = g.index_bbox, g.world_bbox
+    variable = schema.value_name(g.name)
+    renamed = [("values", f"sampled as {variable!r} ({g.name!r} is a name results give their own coordinates)")]
     return [
         (f"grid {g.index}", repr(g.name) if g.name else "(unnamed)"),
+        *(renamed if variable != g.name else []),
         ("type", f"{g.grid_type}, class {g.grid_class}"),
         ("active voxels", f"{g.active_voxel_count:,}"),
         ("nodes", f"{g.leaf_count:,} leaves, {g.lower_count:,} lower, {g.upper_count:,} upper"),
@@ -86,7 +90,9 @@ def info(paths: tuple[str, ...], as_json: bool) -> None:
                 _say("error", str(err) if path in str(err) else f"{path}: {err}")
             continue
         if as_json:
-            listing.append({"path": path, "grids": [_json_value(g) for g in grids]})
+            listing.append(
+                {"path": path, "grids": [{**_json_value(g), "variable": schema.value_name(g.name)} for g in grids]}
+            )
             continue
         rows, sections = [], []
         for g in grids:

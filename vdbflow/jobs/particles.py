@@ -97,7 +97,11 @@ def _advect_chunk(source: Any, seeds: np.ndarray, settings: dict[str, Any]) -> t
     )
     name = vol.template.name if isinstance(vol, VolumeSeries) else vol.name
     names = ["position", "status", "end_time"]
-    names += [v for v, o in ((name, "velocity"), (f"{name}_jacobian", "jacobian"), ("ftle", "ftle")) if o in outputs]
+    names += [
+        v
+        for v, o in ((schema.value_name(name), "velocity"), (f"{name}_jacobian", "jacobian"), ("ftle", "ftle"))
+        if o in outputs
+    ]
     start = np.asarray(seeds, np.float64).reshape(-1, 3)
     return (*(ds[v].values for v in names), *(np.ascontiguousarray(start[:, a]) for a in range(3)))
 
@@ -146,7 +150,7 @@ def particle_dataset(cfg: Any, source: Any, template: Volume, seeds: Any) -> xr.
         ("end_time", (), np.float64),
     ]
     if "velocity" in spec.outputs:
-        shapes.append((name, (S, 3), np.float64))
+        shapes.append((schema.value_name(name), (S, 3), np.float64))
     if "jacobian" in spec.outputs:
         shapes.append((schema.jacobian_name(name), (S, 3, 3), np.float64))
     if "ftle" in spec.outputs:

@@ -115,7 +115,10 @@ def result_dataset(
     common = {"sampling_mode": mode, "point_space": space}
     value_units = units.normalize(vol.units)
     value_attrs: dict[str, Any] = {"long_name": vol.name, **({"units": value_units} if value_units else {}), **common}
-    data_vars: dict[str, Any] = {vol.name: (vdims, values, value_attrs)} if "value" in arrays else {}
+    vname = schema.value_name(vol.name)
+    if vname != vol.name:  # a grid named like one of the result's own names (docs/results.md)
+        value_attrs["grid_name"] = vol.name
+    data_vars: dict[str, Any] = {vname: (vdims, values, value_attrs)} if "value" in arrays else {}
     jspace = request.jacobian_space
     assert jspace is not None  # resolved when the request was made
     jattrs = schema.jacobian_attrs(vol.name, value_units, schema.length_of(vol.length_units, jspace), C)
@@ -134,8 +137,7 @@ def result_dataset(
     for quantity in request.derived:
         qdims = dims + (schema.AXIS,) if arrays[quantity].ndim > len(dims) else dims
         qattrs = schema.derived_attrs(quantity, jattrs.get("units"), value_units)
-        name = quantity if quantity not in (vol.name, schema.jacobian_name(vol.name)) else f"{vol.name}_{quantity}"
-        data_vars[name] = (qdims, arrays[quantity], {**qattrs, "jacobian_space": jspace, **common})
+        data_vars[quantity] = (qdims, arrays[quantity], {**qattrs, "jacobian_space": jspace, **common})
     if "hessian" in arrays:
         hspace = request.hessian_space
         assert hspace is not None  # resolved when the request was made
@@ -149,6 +151,9 @@ def result_dataset(
         labels = list(schema.AXIS_LABELS[hspace])
         data_vars[schema.hessian_name(vol.name)] = (vdims + haxes, arrays["hessian"], hattrs)
         coords.update({axis: labels for axis in haxes if axis != schema.AXIS})
+    clash = sorted(set(data_vars) & (set(dims) | set(coords)))
+    if clash:
+        raise PointsError(f"expected point dims and coordinates named apart from the result's variables, got {clash}")
     attrs = {
         "Conventions": CONVENTIONS,
         **({"featureType": "point"} if len(dims) == 1 else {}),

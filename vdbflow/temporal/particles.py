@@ -205,7 +205,7 @@ def advect(
     if run.velocity is not None or run.jacobian is not None:
         coords["component"] = ("component", schema.labels(src.component_names), {"long_name": f"component of {name}"})
     if run.velocity is not None:
-        arrays[name] = run.velocity
+        arrays[schema.value_name(name)] = run.velocity
     if run.jacobian is not None:
         arrays[schema.jacobian_name(name)] = run.jacobian
     if run.F is not None:

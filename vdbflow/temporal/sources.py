@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from vdbflow.core import schema
 from vdbflow.core.volume import Volume
 from vdbflow.errors import DeviceError, SamplingError
 from vdbflow.ops.coverage import InsideCheck
@@ -222,10 +223,12 @@ class DistributedSource(VolumeSource):
         name = self.dvol.template.name
         if jacobian:
             ds = self.dvol.sample_grad(points, self.mode, "world", "world")
-            u, J = dask.compute(ds[name].data, ds[f"{name}_jacobian"].data, scheduler=self.dvol.client)
+            u, J = dask.compute(
+                ds[schema.value_name(name)].data, ds[f"{name}_jacobian"].data, scheduler=self.dvol.client
+            )
             return np.asarray(u, np.float64), np.asarray(J, np.float64)
         ds = self.dvol.sample(points, self.mode, "world")
-        (u,) = dask.compute(ds[name].data, scheduler=self.dvol.client)
+        (u,) = dask.compute(ds[schema.value_name(name)].data, scheduler=self.dvol.client)
         return np.asarray(u, np.float64), None
 
 
