@@ -7,6 +7,7 @@ import pytest
 import xarray as xr
 from test_run import base_config, invoke, write_config
 
+from vdbflow.errors import PointsError
 from vdbflow.jobs.config_load import load_config
 
 
@@ -125,3 +126,20 @@ def test_a_zarr_points_file_naming_pickle_is_refused_before_zarr_reads_it(tmp_pa
     assert result.exit_code == 2, result.output
     said = " ".join(result.output.split())
     assert "points.path" in said and "'pickle'" in said and "would run code" in said, said
+
+
+def test_a_npy_points_file_replaced_while_the_job_runs_is_refused_never_mixed(tmp_path):
+    """Each chunk of a .npy points file is read checked against the file the job planned with: a file
+    renamed over it (or rewritten in place) between two chunks is a PointsError, not a mix of two files."""
+    from vdbflow.jobs.points import make_points
+
+    path = tmp_path / "p.npy"
+    np.save(path, np.random.default_rng(1).random((3000, 3)))
+    cfg = load_config(data=base_config(tmp_path, points={"kind": "file", "path": str(path), "chunk": 1000}))
+    points = make_points(cfg.points, None).points
+    first = points.blocks[0].compute(scheduler="synchronous")
+    np.testing.assert_array_equal(first, np.load(path)[:1000])
+    np.save(tmp_path / "other.npy", np.full((3000, 3), 7.0))
+    (tmp_path / "other.npy").replace(path)  # another writer's file renamed over it
+    with pytest.raises(PointsError, match="the points file .* as the job was planned .* replaced or rewrote it"):
+        points.blocks[1].compute(scheduler="synchronous")

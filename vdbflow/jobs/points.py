@@ -15,6 +15,7 @@ import numpy as np
 
 from vdbflow.core.transform import Transform
 from vdbflow.errors import PointsError
+from vdbflow.io.identity import FileIdentity
 from vdbflow.jobs.config import FilePoints, GridPoints, LinePoints, PlanePoints, RandomPoints, VoxelPoints
 from vdbflow.ops.points import lattice_block, line, line_block, plane, plane_block  # noqa: F401 (line, plane: here too)
 
@@ -145,8 +146,20 @@ def _random_in_leaves(
 # -- files --------------------------------------------------------------------------------------------
 
 
-def _npy_rows(block: int, start: int, stop: int, path: str) -> np.ndarray:
-    return np.asarray(np.load(path, mmap_mode="r")[start:stop], dtype=np.float64)
+class PointsFileIdentity(FileIdentity):
+    """A points file as it was when the job was planned: a file replaced or rewritten in place while
+    the job runs is refused when a chunk of it is read (never a mix of two files' points)."""
+
+    label = "the points file"
+    seen = "the job was planned"
+    error = PointsError
+
+
+def _npy_rows(block: int, start: int, stop: int, path: str, identity: FileIdentity | None = None) -> np.ndarray:
+    def read() -> np.ndarray:
+        return np.array(np.load(path, mmap_mode="r")[start:stop], dtype=np.float64)  # a copy, while checked
+
+    return read() if identity is None else identity.opened(read, f"when its points {start:,} to {stop:,} were read")
 
 
 def _file_points(spec: FilePoints) -> Any:
@@ -159,7 +172,8 @@ def _file_points(spec: FilePoints) -> Any:
         except (ValueError, OSError) as err:
             raise PointsError(f"points.path: expected a .npy array, cannot read {path}: {err}") from None
         _check_shape(arr.shape, arr.dtype, path)
-        return _lazy(arr.shape[0], spec.chunk, _npy_rows, str(path.resolve()))
+        identity = PointsFileIdentity.of(path.resolve())
+        return _lazy(arr.shape[0], spec.chunk, _npy_rows, str(path.resolve()), identity)
     if suffix == ".zarr":
         from vdbflow.errors import VolumeError
         from vdbflow.io.zarr_v2 import refuse_code_codecs
