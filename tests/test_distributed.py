@@ -590,3 +590,37 @@ def test_points_with_a_shape_keep_it_through_a_distributed_volume(rng):
     assert named["value"].dims == ("row", "col", "component") and named["value"].shape == (12, 17, 3)
     for name in ("value", "value_jacobian"):
         np.testing.assert_array_equal(lazy[name].values, want[name].values, err_msg=name)
+
+
+# -- issue 40, also: spilled partitions in a directory others can write ------------------------------------
+
+
+class _Planted:
+    """What an attacker plants as a spill file: unpickling it makes a directory (it would run code)."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.mkdir, (self.marker,))
+
+
+def test_a_spill_file_replaced_in_its_directory_is_refused_never_unpickled(tmp_path):
+    import pickle
+    from types import SimpleNamespace
+
+    from vdbflow.distribution.partitions import load_spilled, spill_pieces
+
+    ijk = np.argwhere(np.ones((8, 8, 8), bool))
+    piece = vdbflow.Volume.from_voxels(ijk, ijk[:, 0].astype(np.float32))
+    client = SimpleNamespace(run=lambda fn, path: {"worker": fn(path)})
+    digests: list[str] = []
+    (path,) = spill_pieces([piece], client, tmp_path, digests)
+    np.testing.assert_array_equal(load_spilled(path, digests[0]).active_values(), piece.active_values())
+    marker = tmp_path / "code-ran"
+    os.unlink(path)  # the directory is writable by others: a file of theirs under the same name
+    with open(path, "wb") as f:
+        pickle.dump(_Planted(str(marker)), f)
+    with pytest.raises(vdbflow.VolumeError, match="someone replaced or changed it .* not unpickled"):
+        load_spilled(path, digests[0])
+    assert not marker.exists()

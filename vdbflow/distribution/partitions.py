@@ -5,6 +5,7 @@ tasks; :func:`build_partitions` submits them."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 import tempfile
@@ -66,11 +67,19 @@ def read_leaves(path: str, grid: Any, identity: FileIdentity | None, leaves: np.
     return read() if identity is None else identity.opened(read, "when a partition was read")
 
 
-def load_spilled(path: str) -> Volume:
+def load_spilled(path: str, sha256: str | None = None) -> Volume:
     """A partition's own leaves, spilled to a file by the client (an in-memory volume made recoverable:
-    a worker that dies with it is replaced by rerunning this task elsewhere)."""
+    a worker that dies with it is replaced by rerunning this task elsewhere).  The file's bytes must
+    have the SHA-256 the client wrote (``sha256``) before they are unpickled: a file replaced in a spill
+    directory others can write is refused, never run."""
     with open(path, "rb") as f:
-        volume = pickle.load(f)
+        data = f.read()
+    if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+        raise VolumeError(
+            f"expected the spilled partition {path} as it was written (SHA-256 {sha256[:16]}...), found other "
+            "bytes: someone replaced or changed it in the spill directory; it was not unpickled"
+        )
+    volume = pickle.loads(data)
     if not isinstance(volume, Volume):
         raise VolumeError(f"expected a spilled partition (a Volume) in {path}, got {type(volume).__name__}")
     return volume
@@ -82,16 +91,22 @@ def hold(volume: Volume) -> Volume:
     return volume
 
 
-def spill_pieces(pieces: list[Volume], client: Any, spill: str | os.PathLike | bool | None) -> list[str] | None:
-    """Write the pieces to files that every worker can read, or return None (no such directory)."""
+def spill_pieces(
+    pieces: list[Volume], client: Any, spill: str | os.PathLike | bool | None, digests: list[str]
+) -> list[str] | None:
+    """Write the pieces to files that every worker can read, or return None (no such directory); the
+    SHA-256 of each file's bytes goes to ``digests``."""
     if spill is False:
         return None
     folder = tempfile.gettempdir() if spill is None or spill is True else os.fspath(spill)
     paths = [os.path.join(folder, f"vdbflow-partition-{uuid.uuid4().hex}.pkl") for _ in pieces]
+    digests.clear()
     try:
         for piece, path in zip(pieces, paths, strict=True):
+            data = pickle.dumps(piece, protocol=pickle.HIGHEST_PROTOCOL)
+            digests.append(hashlib.sha256(data).hexdigest())  # checked before the file is unpickled
             with create_exclusive(path, 0o600) as f:  # new, not through a link, the owner's alone
-                pickle.dump(piece, f, protocol=pickle.HIGHEST_PROTOCOL)
+                f.write(data)
         seen = client.run(os.path.isfile, paths[0]) if paths else {}
     except OSError as err:
         remove_files(paths)
@@ -292,9 +307,10 @@ def build_partitions(
     spilled: list[str] | None = None
     if loader_source is None:
         pieces = [whole.select_leaves(plan.owned[p]) for p in range(P)]
-        spilled = spill_pieces(pieces, client, spill)
+        digests: list[str] = []
+        spilled = spill_pieces(pieces, client, spill, digests)
         if spilled is not None:
-            owned = [client.submit(load_spilled, spilled[p], pure=False, **place(p)) for p in range(P)]
+            owned = [client.submit(load_spilled, spilled[p], digests[p], pure=False, **place(p)) for p in range(P)]
         else:
             owned = [client.submit(hold, pieces[p], pure=False, **place(p)) for p in range(P)]
         del pieces
