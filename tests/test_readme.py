@@ -1,6 +1,7 @@
-"""The README is a contract: its ```python blocks run in order, in one namespace, and its ```bash
-blocks run line by line, in a folder where the Quick start's demo job has run (its files are what the
-snippets open).  The Quick start block itself (pip install, pytest) is what CI runs around the suite."""
+"""The README and the user guide are a contract: their ```python blocks run in order (the README's, then
+docs/guide.md's), in one namespace, and their ```bash blocks run line by line, in a folder where the Quick
+start's demo job has run (its files are what the snippets open).  The Quick start block itself (pip
+install, pytest) is what CI runs around the suite."""
 
 import json
 import os
@@ -15,14 +16,17 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
+GUIDE = REPO / "docs" / "guide.md"
+PAGES = (README, GUIDE)  # the pages whose examples run, in this order
 
 
-def blocks(language: str) -> list[tuple[int, str]]:
-    """(line number, code) of every fenced block of ``language`` in the README."""
-    text = README.read_text()
+def blocks(language: str, pages: tuple[Path, ...] = PAGES) -> list[tuple[str, str]]:
+    """(page:line, code) of every fenced block of ``language`` in ``pages``, in order."""
     out = []
-    for m in re.finditer(r"^```" + language + r"\n(.*?)^```", text, flags=re.S | re.M):
-        out.append((text[: m.start()].count("\n") + 1, m.group(1)))
+    for page in pages:
+        text = page.read_text()
+        for m in re.finditer(r"^```" + language + r"\n(.*?)^```", text, flags=re.S | re.M):
+            out.append((f"{page.relative_to(REPO)}:{text[: m.start()].count(chr(10)) + 1}", m.group(1)))
     return out
 
 
@@ -31,6 +35,7 @@ def demo_folder(tmp_path_factory):
     """A folder with the configs and the demo job's files (a small run of configs/demo.yaml)."""
     folder = tmp_path_factory.mktemp("readme")
     (folder / "configs").symlink_to(REPO / "configs")
+    (folder / "docs").symlink_to(REPO / "docs")  # the README builds the documentation site into vdbflow-demo/
     env = {**os.environ, "MPLBACKEND": "Agg"}
     result = subprocess.run(
         [sys.executable, "-m", "vdbflow.jobs.cli", "run", "configs/demo.yaml", "--set", "points.count=20000"],
@@ -46,7 +51,18 @@ def demo_folder(tmp_path_factory):
 
 
 def test_the_readme_has_runnable_blocks():
-    assert len(blocks("python")) >= 8 and len(blocks("bash")) >= 2
+    assert len(blocks("python", (README,))) >= 1 and len(blocks("bash", (README,))) >= 2
+    assert len(blocks("python", (GUIDE,))) >= 8 and len(blocks("bash", (GUIDE,))) >= 1
+
+
+def test_the_readme_is_short_and_its_links_resolve():
+    """A newcomer's five minutes (issue: the README was 60 KB): at most 12 KB, every relative link a file."""
+    text = README.read_text()
+    assert len(text.encode()) <= 12_000
+    links = re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text)
+    assert len(links) >= 15
+    missing = [link for link in links if not (REPO / link).exists()]
+    assert not missing, missing
 
 
 @pytest.mark.slow
@@ -60,11 +76,11 @@ def test_python_blocks_run_in_order(demo_folder, monkeypatch):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                exec(compile(code, f"README.md:{line}", "exec"), namespace)  # noqa: S102 - the README's own code
+                exec(compile(code, line, "exec"), namespace)  # noqa: S102 - the pages' own code
             except Exception as err:  # name the block that failed
-                raise AssertionError(f"the python block at README.md line {line} fails: {err!r}") from err
+                raise AssertionError(f"the python block at {line} fails: {err!r}") from err
         said = [f"{w.category.__name__}: {w.message}" for w in caught]
-        assert not said, f"the python block at README.md line {line} warns: {said}"
+        assert not said, f"the python block at {line} warns: {said}"
     import matplotlib.pyplot as plt
 
     plt.close("all")
@@ -75,7 +91,7 @@ def assert_written_under_the_demo_folder(folder: Path) -> None:
     """The README's examples write only under vdbflow-demo/ (which .gitignore names): a user who runs
     them in a clone is left with no stray files."""
     assert "vdbflow-demo/" in (REPO / ".gitignore").read_text().splitlines()
-    stray = sorted(p.name for p in folder.iterdir() if p.name not in ("configs", "vdbflow-demo"))
+    stray = sorted(p.name for p in folder.iterdir() if p.name not in ("configs", "docs", "vdbflow-demo"))
     assert not stray, f"README examples wrote {stray} outside vdbflow-demo/"
 
 
@@ -92,9 +108,9 @@ def test_bash_blocks_run(demo_folder):
             result = subprocess.run(
                 command, shell=True, cwd=demo_folder, env=env, capture_output=True, text=True, timeout=600
             )
-            assert result.returncode == 0, f"README.md line {line}: {command}\n{result.stdout}\n{result.stderr}"
+            assert result.returncode == 0, f"{line}: {command}\n{result.stdout}\n{result.stderr}"
             ran += 1
-    assert ran >= 5
+    assert ran >= 6
     assert_written_under_the_demo_folder(demo_folder)
 
 
@@ -114,8 +130,8 @@ def test_the_committed_figures_are_what_the_figure_script_draws(tmp_path):
     labels = json.dumps(fresh, ensure_ascii=False)
     assert "[1/s]" in labels and "m/s/m" not in labels
     for name in fresh:
-        assert (REPO / "docs" / "figures" / name).stat().st_size > 10_000 and f"]({'docs/figures/' + name})" in (
-            README.read_text()
+        assert (REPO / "docs" / "figures" / name).stat().st_size > 10_000 and f"]({'figures/' + name})" in (
+            GUIDE.read_text()
         )
 
 

@@ -295,9 +295,9 @@ def test_reduce_configs_are_checked():
 
     import yaml
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "guide.md").read_text()
     block = yaml.safe_load(re.search(r"```yaml\n(points: \{kind: voxels.*?)```", readme, re.S).group(1))
-    shown = JobConfig.model_validate({**base, **block})  # the README's reduce section is a valid config
+    shown = JobConfig.model_validate({**base, **block})  # the user guide's reduce section is a valid config
     assert shown.points.per_voxel == 4 and shown.reduce.histograms[0].bin_counts() == [256, 256]
     with pytest.raises(ValueError, match="expected 'reduce' or 'advect'"):
         JobConfig.model_validate({**base, "reduce": {"moments": ["q_criterion"]}, "advect": {"t1": 1.0, "dt": 0.1}})
