@@ -163,7 +163,7 @@ def test_info_fits_80_columns_and_takes_several_files(tmp_path):
     lines = result.stdout.splitlines()
     assert f"{two}: 2 grid(s)" in lines and f"{one}: 1 grid(s)" in lines  # a heading per file, its path unwrapped
     assert max(len(line) for line in lines if not line.endswith("grid(s)")) <= 80
-    for text in ("'velocity'", "'rho'", "Vec3f", "active voxels", "world bbox", "voxel size"):
+    for text in ("'velocity'", "'rho'", "Vec3f", "active voxels", "data box (world)", "voxel size"):
         assert text in result.stdout, text
 
 

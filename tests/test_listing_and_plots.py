@@ -30,7 +30,11 @@ def test_info_shows_stored_units_and_component_names(tmp_path, tg):
     assert (grids[1].units, grids[1].component_names) == (None, None)
     runner = CliRunner(env={"COLUMNS": "120"})
     table = runner.invoke(main, ["info", str(tmp_path / "two.nvdb")]).output
-    assert "│ units         │ m/s" in table and "│ components    │ u, v, w" in table and " m " in table
+    rows: dict[str, str] = {}  # the first grid's rows
+    for line in table.splitlines():
+        if line.count("│") == 3:
+            rows.setdefault(line.split("│")[1].strip(), line.split("│")[2].strip())
+    assert rows["units"] == "m/s" and rows["components"] == "u, v, w" and " m " in table
     assert "(none stored)" in table
     listing = json.loads(runner.invoke(main, ["info", "--json", str(tmp_path / "two.nvdb")]).output)
     first = listing[0]["grids"][0]
@@ -68,7 +72,7 @@ def test_an_ftle_field_plots_x_across_and_y_up_with_equal_aspect(tg):
 def test_a_lattice_spans_the_voxel_centres_by_default(tmp_path):
     """A dense field sampled at x = 0 .. 2 pi: the default bounds of a `grid` job and `data_bounds` are
     the span of the samples (voxel centres), not the voxel cells NanoVDB's world bbox records, so no
-    lattice point lies beyond the data; `vdbflow info` shows both."""
+    lattice point lies beyond the data; `vdbflow info` shows the voxel centres' box as the data box."""
     from vdbflow.jobs.config_load import load_config
     from vdbflow.jobs.points import make_points
 
@@ -91,7 +95,7 @@ def test_a_lattice_spans_the_voxel_centres_by_default(tmp_path):
     assert not vol.stencil_inside(outer).all()  # on the last centres the sampler takes the cell beyond
     vdbflow.save(tmp_path / "v.nvdb", {"density": vol})
     table = CliRunner(env={"COLUMNS": "120"}).invoke(main, ["info", str(tmp_path / "v.nvdb")]).output
-    assert "│ voxel centres │ [0.0, 0.0, 0.0] .. [6.28319, 6.28319, 6.28319]" in table
+    assert "│ data box (world) │ [0.0, 0.0, 0.0] .. [6.28319, 6.28319, 6.28319] (voxel centres)" in table
 
 
 @pytest.mark.slow

@@ -233,12 +233,22 @@ class FilePoints(_Points):
 
 
 class RandomPoints(_Points):
-    """Uniform random points inside the active voxels (or the active leaves' 8^3 boxes)."""
+    """Uniform random points in the active voxels' cells (``voxels``), the active leaves' 8^3 boxes
+    (``leaves``) or where the ``sampling.mode`` stencil reads only data (``stencil``); with ``bounds``,
+    only those inside that box (docs/design.md, "Boxes")."""
 
     kind: Literal["random"]
     count: int = Field(ge=1)
-    inside: Literal["voxels", "leaves"] = "voxels"
+    inside: Literal["voxels", "leaves", "stencil"] = "voxels"
+    bounds: tuple[Vec3, Vec3] | None = Field(None, description="[[x0, y0, z0], [x1, y1, z1]] in the points' space")
     seed: int = Field(0, ge=0, le=MAX_SEED, description="the random generator's seed")
+
+    @field_validator("bounds")
+    @classmethod
+    def _box(cls, v: tuple[Vec3, Vec3] | None) -> tuple[Vec3, Vec3] | None:
+        if v is not None and not all(math.isfinite(a) and math.isfinite(b) and a < b for a, b in zip(*v, strict=True)):
+            raise ValueError(f"expected finite bounds [[x0, y0, z0], [x1, y1, z1]] with x0 < x1 ..., got {list(v)}")
+        return v
 
 
 class GridPoints(_Points):

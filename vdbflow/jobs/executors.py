@@ -152,7 +152,7 @@ def reduced(
     )
     spec, edges, empty, where = stats.layout()
     topology = template.topology
-    point_set = make_points(cfg.points, topology, topology.data_bounds(cfg.points.space, inner=True))
+    point_set = make_points(cfg.points, topology, topology.data_bounds(cfg.points.space, inner=True), cfg.sampling.mode)
     pts = point_set.points.rechunk({1: 3})
     timings["distribute_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -198,7 +198,7 @@ def one_pass(
     }
     topology = next(iter(templates.values())).topology  # random points are drawn inside the first grid
     bbox = topology.data_bounds(cfg.points.space, inner=True)  # a lattice's default: the voxel centres
-    point_set = make_points(cfg.points, topology, bbox)
+    point_set = make_points(cfg.points, topology, bbox, cfg.sampling.mode)
     timings["distribute_s"] = time.perf_counter() - t0
     ds, errors, seconds, checked, tally = chunked_dataset(cfg, templates, on_workers, point_set, analytic)
     log.info("every worker reads the whole volume: one task a chunk of points")
@@ -237,7 +237,7 @@ def _partitioned_samples(cfg: JobConfig, dvols: dict[str, Any], analytic: Any, t
     )
     topology = first.topology  # random points are drawn inside the first grid
     bbox = topology.data_bounds(cfg.points.space, inner=True)  # a lattice's default: the voxel centres
-    point_set = make_points(cfg.points, topology, bbox)
+    point_set = make_points(cfg.points, topology, bbox, cfg.sampling.mode)
     pts = point_set.points
     parts, errors, checked_output = [], None, None
     for name, dvol in dvols.items():
@@ -341,7 +341,7 @@ def _particle_job(
         raise ConfigError(f"advect: expected a grid of values to advect through, got an index grid {name!r}")
     topology = template.topology
     bbox = topology.data_bounds(cfg.points.space, inner=True)  # a lattice's default: the voxel centres
-    point_set = make_points(cfg.points, topology, bbox)
+    point_set = make_points(cfg.points, topology, bbox, cfg.sampling.mode)
     seeds = point_set.points
     if cfg.points.space == "index":  # particles move in world space
         import dask.array as da

@@ -24,8 +24,10 @@ def _box_text(box: Any) -> str:
 
 
 def _grid_rows(g: Any) -> list[tuple[str, str]]:
-    """One grid of ``vdbflow info``, as (key, value) rows."""
-    (i0, i1), (w0, w1) = g.index_bbox, g.world_bbox
+    """One grid of ``vdbflow info``, as (key, value) rows; its box is the data's, that of the voxel centres
+    (docs/design.md, "Boxes"), in index and world space."""
+    i0, i1 = g.index_bbox
+    centres = " (voxel centres)" if g.centre_bbox is not None else ""  # the box of the data: docs/design.md
     variable = schema.value_name(g.name)
     renamed = [("values", f"sampled as {variable!r} ({g.name!r} is a name results give their own coordinates)")]
     return [
@@ -35,9 +37,8 @@ def _grid_rows(g: Any) -> list[tuple[str, str]]:
         ("active voxels", f"{g.active_voxel_count:,}"),
         ("nodes", f"{g.leaf_count:,} leaves, {g.lower_count:,} lower, {g.upper_count:,} upper"),
         ("tiles", "/".join(f"{c:,}" for c in g.tile_counts) + " (lower/upper/root: 8³/128³/4096³ voxels)"),
-        ("index bbox", f"{list(i0)} .. {list(i1)}"),
-        ("world bbox", f"{[float(f'{v:.6g}') for v in w0]} .. {[float(f'{v:.6g}') for v in w1]} (voxel cells)"),
-        ("voxel centres", _box_text(g.centre_bbox)),
+        ("data box (index)", f"{list(i0)} .. {list(i1)}{centres}" if centres else "(empty)"),
+        ("data box (world)", _box_text(g.centre_bbox) + centres),
         ("voxel size", " ".join(f"{v:.6g}" for v in g.voxel_size) + (f" {g.length_units}" if g.length_units else "")),
         ("units", g.units or "(none stored)"),
         *([("components", ", ".join(g.component_names))] if g.component_names else []),
@@ -91,7 +92,17 @@ def info(paths: tuple[str, ...], as_json: bool) -> None:
             continue
         if as_json:
             listing.append(
-                {"path": path, "grids": [{**_json_value(g), "variable": schema.value_name(g.name)} for g in grids]}
+                {
+                    "path": path,
+                    "grids": [
+                        {
+                            **_json_value(g),
+                            "data_box": _json_value(g.centre_bbox),
+                            "variable": schema.value_name(g.name),
+                        }
+                        for g in grids
+                    ],
+                }
             )
             continue
         rows, sections = [], []

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from vdbflow.core.topology import Topology
 from vdbflow.core.transform import Transform
 from vdbflow.errors import PointsError
 from vdbflow.io.identity import FileIdentity
@@ -70,7 +71,7 @@ def _lazy(n: int, chunk: int, fn: Any, *args: Any) -> Any:
     sizes = _chunks(n, chunk)
     if not sizes:
         return da.zeros((0, 3), dtype=np.float64, chunks=(1, 3))
-    shared = [dask.delayed(a) if isinstance(a, np.ndarray) else a for a in args]  # one graph key each
+    shared = [dask.delayed(a) if isinstance(a, (np.ndarray, Topology)) else a for a in args]  # one graph key each
     refs = [a.key if isinstance(a, Delayed) else a for a in shared]
     name = f"{POINTS_KEY}-{tokenize(fn, n, chunk, *args)}"
     starts = np.cumsum((0,) + sizes)
@@ -138,6 +139,104 @@ def _random_in_leaves(
     leaf = rng.integers(0, len(origins), stop - start)
     pts = origins[leaf] - 0.5 + rng.uniform(0.0, 8.0, (len(leaf), 3))
     return pts if transform is None else transform.apply(pts)
+
+
+PROBE = 4096  # candidates drawn when the job starts, to refuse bounds without a point inside them
+MAX_DRAWS = 10_000  # candidates a point at most, before a chunk gives up (a region of data that small)
+
+
+def _voxel_draw(topology: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The live leaves' origins and masks and the cumulative active-voxel counts (``active_voxels_at``)."""
+    live = np.bitwise_count(topology.masks).sum(axis=1) > 0
+    leaf_end = np.cumsum(np.bitwise_count(topology.masks[live]).sum(axis=1, dtype=np.int64))
+    origins = np.ascontiguousarray(topology.leaf_origins.astype(np.int64)[live])
+    return origins, np.ascontiguousarray(topology.masks[live]), leaf_end
+
+
+def _candidates(rng: Any, m: int, topology: Any, bounds: np.ndarray | None, world: bool) -> np.ndarray:
+    """``m`` candidate points in the points' space: uniform in ``bounds`` (that space), else uniform in
+    the active voxels' cells (a uniform voxel, a uniform offset of at most half a voxel)."""
+    if bounds is not None:
+        return rng.uniform(bounds[0], bounds[1], (m, 3))
+    from vdbflow.devices import run
+
+    origins, masks, leaf_end = _voxel_draw(topology)
+    pts = run("active_voxels_at", origins, masks, leaf_end, rng.integers(0, leaf_end[-1], m)).astype(np.float64)
+    pts += rng.uniform(-0.5, 0.5, (m, 3))
+    return topology.transform.apply(pts) if world else pts
+
+
+def _accepted(pts: np.ndarray, topology: Any, inside: str, mode: str, world: bool) -> np.ndarray:
+    """(m,) bool: candidates whose nearest voxel holds data (``voxels``), whose leaf is active (``leaves``),
+    or whose ``mode`` stencil reads only data (``stencil``)."""
+    from vdbflow.ops.coverage import stencil_inside
+
+    space = "world" if world else "index"
+    if inside != "leaves":
+        return np.asarray(stencil_inside(topology, pts, "closest" if inside == "voxels" else mode, space))
+    ijk = topology.transform.apply_inverse(pts) if world else pts
+    leaf = np.floor((np.floor(ijk + 0.5)) / 8.0).astype(np.int64) * 8
+    rows = np.ascontiguousarray(topology.leaf_origins.astype(np.int64)).view([("", np.int64)] * 3).ravel()
+    return np.isin(np.ascontiguousarray(leaf).view(rows.dtype).ravel(), rows)
+
+
+def _random_accepted(
+    block: int,
+    start: int,
+    stop: int,
+    seed: int,
+    topology: Any,
+    bounds: np.ndarray | None,
+    inside: str,
+    mode: str,
+    world: bool,
+) -> np.ndarray:
+    """Points uniform over the accepted part (:func:`_accepted`) of ``bounds`` (or of the active voxels'
+    cells): candidates drawn and kept until the chunk is full (a point of the region is as likely as any)."""
+    rng = np.random.default_rng([seed, block])
+    n, kept, got, draws = stop - start, [], 0, 0
+    while got < n:
+        m = min(max(1024, 2 * (n - got)), 1 << 20)
+        pts = _candidates(rng, m, topology, bounds, world)
+        pts = pts[_accepted(pts, topology, inside, mode, world)][: n - got]
+        kept.append(pts)
+        got, draws = got + len(pts), draws + m
+        if got < n and draws > MAX_DRAWS * n:
+            raise PointsError(
+                f"points: expected random points inside {inside} {_where(bounds)}, found {got:,} in {draws:,} draws"
+            )
+    return np.concatenate(kept) if kept else np.empty((0, 3))
+
+
+def _where(bounds: np.ndarray | None) -> str:
+    return "the active voxels" if bounds is None else f"bounds {np.asarray(bounds).tolist()}"
+
+
+def _random_points(spec: RandomPoints, topology: Any, mode: str, attrs: dict[str, Any]) -> PointSet:
+    """Random points of a ``kind: random`` spec (:class:`~vdbflow.jobs.config.RandomPoints`)."""
+    to_world = topology.transform if spec.space == "world" else None
+    attrs.update(points_seed=spec.seed, points_inside=spec.inside)
+    if spec.bounds is None and spec.inside == "voxels":  # the uniform voxel, uniform offset: nothing refused
+        made = _generated(spec.count, spec.chunk, _random_in_voxels, spec.seed, *_voxel_draw(topology), to_world)
+    elif spec.bounds is None and spec.inside == "leaves":
+        origins = topology.leaf_origins.astype(np.int64)
+        made = _generated(spec.count, spec.chunk, _random_in_leaves, spec.seed, origins, to_world)
+    else:
+        bounds = None if spec.bounds is None else np.asarray(spec.bounds, np.float64)
+        if bounds is not None:
+            attrs["points_bounds"] = bounds.tolist()
+        world = spec.space == "world"
+        probe = _candidates(np.random.default_rng([spec.seed, 1 << 32]), PROBE, topology, bounds, world)
+        if not _accepted(probe, topology, spec.inside, mode, world).any():
+            what = {"voxels": "nearest voxel", "leaves": "leaf", "stencil": f"{mode} stencil"}[spec.inside]
+            raise PointsError(
+                f"points.bounds: expected random points whose {what} is inside the data {_where(bounds)}, "
+                f"found none of {PROBE:,} drawn (the data box, voxel centres: "
+                f"{np.round(topology.data_bounds(spec.space), 6).tolist()})"
+            )
+        args = (spec.seed, topology, bounds, spec.inside, mode, world)
+        made = _generated(spec.count, spec.chunk, _random_accepted, *args)
+    return PointSet(attrs=attrs, **made)
 
 
 # -- lattices -----------------------------------------------------------------------------------------
@@ -273,9 +372,10 @@ def file_point_count(spec: FilePoints) -> int | None:
 # -- entry point --------------------------------------------------------------------------------------
 
 
-def make_points(spec: Any, topology: Any, bbox: np.ndarray | None = None) -> PointSet:
+def make_points(spec: Any, topology: Any, bbox: np.ndarray | None = None, mode: str = "linear") -> PointSet:
     """The points of a config's ``points`` section for a volume of ``topology``; ``bbox`` (2, 3) is
-    the span of the volume's voxel centres in the points' space (the default bounds of a lattice)."""
+    the span of the volume's voxel centres in the points' space (the default bounds of a lattice);
+    ``mode``: the sampling mode whose stencil ``inside: stencil`` random points keep inside the data."""
     attrs: dict[str, Any] = {"points_kind": spec.kind, "point_space": spec.space}
     if isinstance(spec, FilePoints):
         attrs["points_file"] = str(spec.path)
@@ -283,25 +383,7 @@ def make_points(spec: Any, topology: Any, bbox: np.ndarray | None = None) -> Poi
     if isinstance(spec, RandomPoints):
         if topology.active_voxel_count == 0:
             raise PointsError("points: expected a volume with active voxels to draw random points in, got none")
-        to_world = topology.transform if spec.space == "world" else None
-        origins = topology.leaf_origins.astype(np.int64)
-        attrs.update(points_seed=spec.seed, points_inside=spec.inside)
-        if spec.inside == "voxels":
-            live = np.bitwise_count(topology.masks).sum(axis=1) > 0
-            leaf_end = np.cumsum(np.bitwise_count(topology.masks[live]).sum(axis=1, dtype=np.int64))
-            made = _generated(
-                spec.count,
-                spec.chunk,
-                _random_in_voxels,
-                spec.seed,
-                np.ascontiguousarray(origins[live]),
-                np.ascontiguousarray(topology.masks[live]),
-                leaf_end,
-                to_world,
-            )
-        else:
-            made = _generated(spec.count, spec.chunk, _random_in_leaves, spec.seed, origins, to_world)
-        return PointSet(attrs=attrs, **made)
+        return _random_points(spec, topology, mode, attrs)
     if isinstance(spec, VoxelPoints):
         live = np.bitwise_count(topology.masks).sum(axis=1) > 0
         leaf_end = np.cumsum(np.bitwise_count(topology.masks[live]).sum(axis=1, dtype=np.int64))

@@ -28,6 +28,8 @@ class GridInfo:
     tile_counts: tuple[int, int, int]  # lower, upper, root
     active_voxel_count: int
     index_bbox: tuple[tuple[int, int, int], tuple[int, int, int]]
+    # NanoVDB's header box, the index box taken as [min, max + 1] and mapped (computed so for a .vdb); not
+    # vdbflow's box of the data, which is :attr:`centre_bbox` (docs/design.md, "Boxes")
     world_bbox: tuple[tuple[float, float, float], tuple[float, float, float]]
     index_to_world: np.ndarray = field(repr=False)
     voxel_size: tuple[float, float, float]
@@ -41,8 +43,8 @@ class GridInfo:
 
     @property
     def centre_bbox(self) -> np.ndarray | None:
-        """(2, 3) world box of the voxel centres (where the values lie; ``world_bbox`` is NanoVDB's box of
-        the voxel cells, half a voxel further), None for an empty grid."""
+        """(2, 3) world box of the voxel centres: the box of the data (where the values lie, ``data_bounds``
+        of the opened volume; docs/design.md, "Boxes"), None for an empty grid."""
         from vdbflow.core.transform import box_to_world
 
         lo, hi = np.asarray(self.index_bbox, np.float64)

@@ -407,7 +407,8 @@ def grid_info(f: VdbFile, d: Descriptor) -> GridInfo:
     m = head.matrix
     box = _bbox(parts)
     lo, hi = (np.zeros(3, np.int64), np.full(3, -1, np.int64)) if box is None else box
-    corners = np.array([[x, y, z, 1.0] for x in (lo[0], hi[0]) for y in (lo[1], hi[1]) for z in (lo[2], hi[2])])
+    top = hi + 1  # NanoVDB's header box: the index box taken as [min, max + 1], the same for both formats
+    corners = np.array([[x, y, z, 1.0] for x in (lo[0], top[0]) for y in (lo[1], top[1]) for z in (lo[2], top[2])])
     world = (m @ corners.T).T[:, :3]
     vt = None if head.layout.topology else value_type_for(st.dtype, st.components)
     end = d.end_pos
