@@ -27,6 +27,16 @@ def test_the_notebook_says_what_is_true():
     assert '".[notebook]"' in text and "jupyter lab" in text
 
 
+def test_the_ftle_comparison_is_drawn_on_one_colour_scale():
+    """The two FTLE panels (variational, finite differences) share one scale and one colour bar through
+    vdbflow.plot.slice_panels (its figure's limits are checked against the data in tests/test_plot.py),
+    not panels that scale their colours each on its own under one bar."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    (cell,) = [c for c in nb.cells if c.cell_type == "code" and 'method="finite_difference"' in c.source]
+    assert "vdbflow.plot.slice_panels(\n    [field, fd]," in cell.source
+    assert "pcolormesh" not in cell.source and "colorbar" not in cell.source
+
+
 @pytest.mark.slow
 def test_notebook_executes(tmp_path):
     """Run from a clone's notebooks/ folder (as `jupyter lab` starts it there), the notebook finds or

@@ -130,3 +130,35 @@ def test_plane_sampled_with_its_shape_plots_without_a_shape(plane_ds):
     with pytest.raises(vdbflow.SamplingError, match="one point dim"):
         shaped.vdbflow.plot.line("velocity", component="u")
     plt.close("all")
+
+
+def test_slice_panels_share_one_colour_scale_spanning_every_panel():
+    """Two FTLE estimates side by side (as the notebook shows them): each panel's colours and the one colour
+    bar span the values of both fields, so a colour reads the same value in either panel."""
+    tg = synthetic.taylor_green()
+    seeds = plane((0.5, 0.5, 1.0), (5.2, 0, 0), (0, 5.2, 0), (24, 18)).reshape(24, 18, 3)
+    a = vdbflow.ftle(tg, seeds, 0.0, 1.5, 0.1, dims=("s", "t"))
+    b = vdbflow.ftle(tg, seeds, 0.0, 1.5, 0.1, dims=("s", "t"), method="finite_difference")
+    va, vb = a.ftle.values, b.ftle.values
+    lo, hi = min(np.nanmin(va), np.nanmin(vb)), max(np.nanmax(va), np.nanmax(vb))
+    assert (np.nanmin(va), np.nanmax(va)) != (np.nanmin(vb), np.nanmax(vb))  # the fields' own ranges differ
+    fig = vdbflow.plot.slice_panels([a, b], "ftle", ["variational", "finite differences"])
+    panels = [ax for ax in fig.axes if ax.collections]
+    bars = [ax for ax in fig.axes if not ax.collections or ax.get_label() == "<colorbar>"]
+    assert [ax.get_title() for ax in panels[:2]] == ["variational", "finite differences"]
+    assert len(fig.axes) == 3 and len(bars) == 1  # two panels, one colour bar
+    for ax, values in zip(panels[:2], (va, vb), strict=True):
+        (mesh,) = ax.collections
+        assert mesh.get_clim() == pytest.approx((lo, hi))
+        shown = np.ma.filled(mesh.get_array().astype(float), np.nan).ravel()
+        np.testing.assert_array_equal(np.sort(shown[np.isfinite(shown)]), np.sort(values[np.isfinite(values)]))
+    bar = fig.axes[-1]
+    assert bar.get_ylim() == pytest.approx((lo, hi))  # the bar's scale is the panels' one
+    assert "finite-time Lyapunov exponent" in bar.get_ylabel()
+    png_bytes(fig)
+
+
+def test_slice_plot_takes_colour_limits(plane_ds):
+    ax = plane_ds.vdbflow.plot.slice("velocity", component="u", shape=RES, vmin=-3.0, vmax=2.0)
+    assert ax.collections[0].get_clim() == (-3.0, 2.0)
+    png_bytes(ax.figure)

@@ -174,28 +174,12 @@ def _limits(values: np.ndarray, symmetric: bool, robust: bool = False) -> tuple[
     return float(lo), float(hi)
 
 
-def slice_plot(
-    ds: xr.Dataset,
-    var: str | xr.DataArray,
-    *,
-    component: str | int | None = None,
-    shape: Sequence[int] | None = None,
-    ax: Any = None,
-    cmap: str | None = None,
-    symmetric: bool | None = None,
-    robust: bool = False,
-    title: str | None = None,
-    colorbar: bool = True,
-    mask_edge: bool = True,
-) -> Any:
-    """An image of ``var`` (a data variable, or a derived quantity such as ``"q_criterion"``) over
-    a slice plane of (ns, nt) points; vector variables need ``component`` (a label or a position;
-    ``"magnitude"`` for the norm). ``robust``: colour limits from the 2nd-98th percentiles.
-    ``mask_edge``: points whose stencil reads the background (False in the Dataset's ``stencil_inside``
-    flags, where it has them) are left blank, and the title says how many.
-    Returns the matplotlib Axes."""
-    plt = _pyplot()
-    ds, da, shape = _plane(ds, _variable(ds, var), shape)
+def _slice_values(
+    ds: xr.Dataset, var: str | xr.DataArray, component: str | int | None, shape: Sequence[int] | None, mask_edge: bool
+) -> tuple[xr.Dataset, xr.DataArray, str, np.ndarray, str, tuple[int, int]]:
+    """What a slice image of ``var`` shows: the plane's Dataset, the variable, its name as shown, its values
+    (float64, blanked where the stencil leaves the data), the note on the blanked points and the plane's shape."""
+    ds, da, shape2 = _plane(ds, _variable(ds, var), shape)
     name = str(da.name)
     extra = [d for d in da.dims if d != "point"]
     if extra:
@@ -217,16 +201,103 @@ def slice_plot(
     else:
         values = np.asarray(da.values, np.float64)
     values, note = _masked(values, _edge_flags(ds, str(da.name)) if mask_edge else None)
+    return ds, da, name, values, note, shape2
+
+
+def _symmetric(values: np.ndarray) -> bool:
+    return bool(np.nanmin(values) < 0 < np.nanmax(values)) if np.isfinite(values).any() else False
+
+
+def slice_plot(
+    ds: xr.Dataset,
+    var: str | xr.DataArray,
+    *,
+    component: str | int | None = None,
+    shape: Sequence[int] | None = None,
+    ax: Any = None,
+    cmap: str | None = None,
+    symmetric: bool | None = None,
+    robust: bool = False,
+    title: str | None = None,
+    colorbar: bool = True,
+    mask_edge: bool = True,
+    vmin: float | None = None,
+    vmax: float | None = None,
+) -> Any:
+    """An image of ``var`` (a data variable, or a derived quantity such as ``"q_criterion"``) over
+    a slice plane of (ns, nt) points; vector variables need ``component`` (a label or a position;
+    ``"magnitude"`` for the norm). ``robust``: colour limits from the 2nd-98th percentiles; ``vmin``,
+    ``vmax``: colour limits given (e.g. one scale for several panels: :func:`slice_panels`).
+    ``mask_edge``: points whose stencil reads the background (False in the Dataset's ``stencil_inside``
+    flags, where it has them) are left blank, and the title says how many.
+    Returns the matplotlib Axes."""
+    plt = _pyplot()
+    ds, da, name, values, note, plane_shape = _slice_values(ds, var, component, shape, mask_edge)
     if symmetric is None:
-        symmetric = bool(np.nanmin(values) < 0 < np.nanmax(values)) if np.isfinite(values).any() else False
+        symmetric = _symmetric(values)
     cmap = cmap or ("RdBu_r" if symmetric else "viridis")
     if ax is None:
         _, ax = plt.subplots(figsize=(5, 4.2), layout="constrained")
-    mesh = _image(ax, ds, values, shape, cmap, *_limits(values, symmetric, robust))
+    lo, hi = _limits(values, symmetric, robust)
+    mesh = _image(ax, ds, values, plane_shape, cmap, lo if vmin is None else vmin, hi if vmax is None else vmax)
     ax.set_title(title or (f"{name}\n({note})" if note else name), fontsize=None if title or not note else 9)
     if colorbar:
         ax.figure.colorbar(mesh, ax=ax, label=_label(da, name))
     return ax
+
+
+def slice_panels(
+    datasets: Sequence[xr.Dataset],
+    var: str,
+    titles: Sequence[str] | None = None,
+    *,
+    component: str | int | None = None,
+    cmap: str | None = None,
+    robust: bool = False,
+    mask_edge: bool = True,
+    label: str | None = None,
+    panel_size: float = 5.0,
+) -> Any:
+    """Slice images of ``var`` from several Datasets side by side, on one colour scale with one colour bar
+    (e.g. two estimates of a field): the limits span every panel's values (``robust``: their 2nd-98th
+    percentiles together), so that each colour means the same value in every panel.
+
+    Parameters
+    ----------
+    datasets : sequence of xarray.Dataset
+        Datasets of a slice plane (as :func:`slice_plot` takes), each holding ``var``.
+    var : str
+        The variable (or derived quantity) to show.
+    titles : sequence of str, optional
+        A title for each panel (default: the variable's name).
+    component, cmap, robust, mask_edge
+        As :func:`slice_plot`.
+    label : str, optional
+        The colour bar's label (default: the first variable's ``long_name`` and units).
+    panel_size : float, default 5.0
+        The width of a panel in inches.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        One Axes a Dataset, and one colour bar for them all.
+    """
+    plt = _pyplot()
+    shown = [_slice_values(ds, var, component, None, mask_edge) for ds in datasets]
+    if not shown:
+        raise SamplingError("expected at least one Dataset to show, got none")
+    every = np.concatenate([values.ravel() for _, _, _, values, _, _ in shown])
+    symmetric = _symmetric(every)
+    lo, hi = _limits(every, symmetric, robust)
+    cmap = cmap or ("RdBu_r" if symmetric else "viridis")
+    fig, axes = plt.subplots(1, len(shown), figsize=(panel_size * len(shown) + 1.2, 0.8 * panel_size), squeeze=False)
+    fig.set_layout_engine("constrained")
+    titles = list(titles) if titles is not None else [s[2] for s in shown]
+    for ax, (ds, _, _, values, note, shape), title in zip(axes[0], shown, titles, strict=True):
+        mesh = _image(ax, ds, values, shape, cmap, lo, hi)
+        ax.set_title(f"{title}\n({note})" if note else title, fontsize=9 if note else None)
+    fig.colorbar(mesh, ax=axes[0].tolist(), label=label or _label(shown[0][1]))
+    return fig
 
 
 def jacobian_grid(
