@@ -34,7 +34,7 @@ from vdbflow.jobs.config import ConfigError, JobConfig, SlurmClusterSpec
 from vdbflow.jobs.config_load import dump_config
 from vdbflow.jobs.executors import Sampled, executor_for, shaped, worker_memory
 from vdbflow.jobs.inputs import InputIdentity, build_volumes, snapshot
-from vdbflow.jobs.output import OutputError, discard, partial_path, publish, tidy
+from vdbflow.jobs.output import OutputError, partial_path, publish, tidy
 from vdbflow.jobs.plan import JobPlan, check_worker_memory, plan_job
 from vdbflow.jobs.progress import DaskRichBar, steps_of_graphs, worker_time_by_step
 from vdbflow.jobs.writers import writer
@@ -459,11 +459,11 @@ class _Job:
     def fail(self, client: Any, after_cluster: contextlib.ExitStack) -> None:
         """A failed job: stop its tasks and remove its partial store (again once an embedded cluster's
         workers are gone)."""
-        after_cluster.callback(discard, self.target)
+        after_cluster.callback(self.writer.discard, self.target)
         try:
             stop_writing(client, self.futures, self.write_task)
         finally:  # also when a signal interrupts the wait
-            discard(self.target)
+            self.writer.discard(self.target)
 
 
 STOP_WAIT_S = 30.0  # how long a failed job waits for its tasks still running before it removes its partial

@@ -1,4 +1,13 @@
-"""The NetCDF-4 writer of job results (h5netcdf): one file, written through the Dask scheduler's lock."""
+"""The NetCDF-4 writer of job results (h5netcdf): the workers write their chunks to a hidden Zarr store
+beside the target, and one task then writes the whole file from it, in one process.
+
+Why not every worker into the file: HDF5 locks a file while a process has it open, and xarray keeps the
+files it wrote open in each worker's file cache.  On a cluster whose workers outlive a job (``cluster:
+{kind: address}``) the next job's chunks then failed to open the file ("unable to lock file, errno = 11"),
+and writes from several processes to one HDF5 file were only as safe as a lock on the scheduler.  Writing
+the chunks to Zarr (one object a chunk, any number of writers) and the file once costs a second pass over
+the result, which is small next to the sampling of a slice or a line.
+"""
 
 from __future__ import annotations
 
@@ -7,18 +16,48 @@ from typing import Any
 
 import xarray as xr
 
-from vdbflow.jobs.writers import plain_attrs, with_plain_attrs
+from vdbflow.io.atomic import remove_tree
+from vdbflow.jobs.writers import plain_attrs, zarr_store
 
 FORMAT = "netcdf"
 
 
+class _Staging:
+    """The Zarr store's options: chunks stored as they are (read once, then removed)."""
+
+    compression = "none"
+
+
+def staging_path(target: Path) -> Path:
+    """The hidden Zarr store of ``target``'s chunks: ``.NAME.tmp-TAG`` beside ``.NAME.partial-TAG`` (a
+    leftover ``vdbflow clean`` and the next job's tidy recognise)."""
+    return target.parent / target.name.replace(".partial-", ".tmp-", 1)
+
+
 def prepare(client: Any, spec: Any) -> None:
-    """Nothing to set up on the workers."""
+    """What the Zarr store of the chunks needs on the workers."""
+    zarr_store.prepare(client, _Staging())
+
+
+def _write_file(staged: Any, staging: str, target: str) -> None:
+    """The file ``target`` written from the complete Zarr store ``staging`` (in this process, chunk by
+    chunk), then the store removed."""
+    import dask
+
+    with dask.config.set(scheduler="synchronous"), xr.open_zarr(staging, consolidated=True) as ds:
+        ds.to_netcdf(target, engine="h5netcdf")
+    remove_tree(Path(staging))
 
 
 def lazy_write(ds: xr.Dataset, spec: Any, target: Path) -> Any:
-    """A Dask Delayed that writes ``ds`` to the NetCDF file ``target`` (its header is written now)."""
-    return with_plain_attrs(ds).to_netcdf(target, engine="h5netcdf", compute=False)
+    """A Dask Delayed that writes ``ds`` to the NetCDF file ``target``: the chunks to the hidden Zarr store
+    :func:`staging_path` from the workers, then the file by one task."""
+    import dask
+
+    staging = staging_path(target)
+    staged = zarr_store.lazy_write(ds, _Staging(), staging)
+    name = f"vdbflow-netcdf-{dask.base.tokenize(str(target))}"
+    return dask.delayed(_write_file, pure=False)(staged, str(staging), str(target), dask_key_name=name)
 
 
 def add_attrs(target: Path, attrs: dict[str, Any]) -> None:
@@ -28,3 +67,9 @@ def add_attrs(target: Path, attrs: dict[str, Any]) -> None:
     with h5netcdf.File(target, "a") as f:
         for k, v in plain_attrs(attrs).items():
             f.attrs[k] = v
+
+
+def discard(target: Path) -> None:
+    """Remove what a failed attempt wrote: the file, and the store of its chunks."""
+    remove_tree(target)
+    remove_tree(staging_path(target))

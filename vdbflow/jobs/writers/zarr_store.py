@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from vdbflow.io.atomic import remove_tree
 from vdbflow.jobs.writers import plain_attrs, with_plain_attrs
 
 FORMAT = "zarr"
@@ -132,3 +133,8 @@ def add_attrs(target: Path, attrs: dict[str, Any]) -> None:
     group = zarr.open_group(str(target), mode="r+")
     group.attrs.update(plain_attrs(attrs))
     zarr.consolidate_metadata(str(target), zarr_format=2)
+
+
+def discard(target: Path) -> None:
+    """Remove what a failed attempt wrote."""
+    remove_tree(target)
