@@ -180,7 +180,9 @@ def _slice_values(
     """What a slice image of ``var`` shows: the plane's Dataset, the variable, its name as shown, its values
     (float64, blanked where the stencil leaves the data), the note on the blanked points and the plane's shape."""
     ds, da, shape2 = _plane(ds, _variable(ds, var), shape)
-    name = str(da.name)
+    long_name = str(da.attrs.get("long_name", ""))
+    gradient = long_name.startswith("gradient of ")  # a scalar grid's Jacobian
+    name = long_name if gradient else str(da.name)
     extra = [d for d in da.dims if d != "point"]
     if extra:
         if len(extra) != 1:
@@ -197,7 +199,7 @@ def _slice_values(
         else:
             sel = da.isel({dim: component}) if isinstance(component, int) else da.sel({dim: component})
             values = np.asarray(sel.values, np.float64)
-            name = f"{name} {sel[dim].item()}"
+            name = f"{name}, {sel[dim].item()}" if gradient else f"{name} {sel[dim].item()}"
     else:
         values = np.asarray(da.values, np.float64)
     values, note = _masked(values, _edge_flags(ds, str(da.name)) if mask_edge else None)
@@ -361,7 +363,9 @@ def jacobian_grid(
     if share_limits:
         fig.colorbar(mesh, ax=axes, label=f"∂{field}/∂axis" + (f" [{units}]" if units else ""), shrink=0.9)
     fig.suptitle(
-        f"Jacobian of {field} ({J.attrs.get('sampling_mode', '')})".replace(" ()", "") + (f"; {note}" if note else "")
+        f"{'Jacobian' if len(comps) > 1 or comps[0] is not None else 'Gradient'} of {field} "
+        f"({J.attrs.get('sampling_mode', '')})".replace(" ()", "")
+        + (f"; {note}" if note else "")
     )
     return fig
 

@@ -78,7 +78,7 @@ def jacobian_attrs(name: str, value_units: str | None, length: str | None, compo
     comp = "[component]" if components > 1 else ""
     jname = jacobian_name(name)
     return {
-        "long_name": f"Jacobian of {name}",
+        "long_name": f"Jacobian of {name}" if components > 1 else f"gradient of {name}",  # a scalar's: its gradient
         **({"units": junits} if junits else {}),
         "convention": f"{jname}[{'component, ' if components > 1 else ''}axis] = d {name}{comp} / d axis",
     }
@@ -109,12 +109,15 @@ def hessian_attrs(name: str, value_units: str | None, length: str | None, compon
     return attrs
 
 
-def stencil_inside_attrs(mode: str, name: str) -> dict[str, Any]:
-    """Attrs of the flag that says whether a point's ``mode`` stencil reads only active voxels of ``name``."""
+def stencil_inside_attrs(mode: str, name: str, tiles: bool = True) -> dict[str, Any]:
+    """Attrs of the flag that says whether a point's ``mode`` stencil reads only active voxels of ``name``
+    (and, with ``tiles``, voxels of its tiles: not for a level set, whose tiles are its constant inside)."""
+    where = "active voxels or tiles" if tiles else "active voxels (its tiles are not data: a level set)"
     return {
-        "long_name": f"the {mode} stencil of the point reads only active voxels of {name}",
+        "long_name": f"the {mode} stencil of the point reads only {where} of {name}",
         "flag_values": np.array([0, 1], np.int8),
         "flag_meanings": "reads_background all_data",
+        "tiles_are_data": np.int8(tiles),
         "comment": "where 0, values and derivatives mix in the background or tile values: the edge of the data",
     }
 

@@ -232,7 +232,18 @@ class Topology:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state.pop("_kernel_arrays", None)  # rebuilt where it is needed
+        state.pop("_without_tiles", None)
         return state
+
+    def without_tiles(self) -> Topology:
+        """This topology's leaves alone, no tiles (itself when it has none): what a level set's stencil
+        checks take as data (:func:`vdbflow.ops.coverage.counts_tiles`).  Made once."""
+        if not self.tile_count:
+            return self
+        leaves: Topology | None = self.__dict__.get("_without_tiles")
+        if leaves is None:
+            leaves = self._without_tiles = Topology(self.leaf_origins, self.masks, self.transform)
+        return leaves
 
     @property
     def leaf_count(self) -> int:

@@ -664,12 +664,12 @@ class Volume:
 
         return sample_arrays(self, request, points)
 
-    def stencil_inside(self, points: Any, mode: str = "linear", space: str = "world") -> np.ndarray:
-        """(N,) bool: points whose ``mode`` stencil reads only active voxels (or tiles), so that their
-        values and Jacobians mix in no background; see :func:`vdbflow.ops.coverage.stencil_inside`."""
+    def stencil_inside(self, points: Any, mode: str = "linear", space: str = "world", tiles: Any = None) -> np.ndarray:
+        """(N,) bool: points whose ``mode`` stencil reads only active voxels (or ``tiles``, by default unless a
+        level set's), mixing in no background; see :func:`vdbflow.ops.coverage.stencil_inside`."""
         from vdbflow.ops.coverage import stencil_inside
 
-        return stencil_inside(self, points, mode, space)
+        return stencil_inside(self, points, mode, space, tiles)
 
     def to_dataset(self) -> xr.Dataset:
         """This volume as an xarray Dataset: leaves, active-voxel values with i, j, k coordinates,

@@ -203,7 +203,7 @@ def routed(dvol: Any, wave: int | None = None) -> Any:
     """The executor of a DistributedVolume (:class:`vdbflow.ops.sampling.Executor`): points (*lead, 3)
     routed as (N, 3) through :func:`forward_arrays` and shaped back; the inside flags from the whole
     topology, which the client holds (one task a chunk of points for Dask points)."""
-    from vdbflow.ops.coverage import stencil_inside_flags
+    from vdbflow.ops.coverage import counts_tiles, stencil_inside_flags
     from vdbflow.ops.sampling import Executor
 
     def arrays(request: SampleRequest, given: Any, lead: tuple) -> tuple[Any, dict[str, Any]]:
@@ -214,6 +214,6 @@ def routed(dvol: Any, wave: int | None = None) -> Any:
 
     def inside(request: SampleRequest, pts: Any, lead: tuple) -> Any:
         flat = pts.reshape(-1, 3) if len(lead) > 1 else pts
-        return stencil_inside_flags(dvol.topology, flat, request.mode, request.space).reshape(lead)
+        return stencil_inside_flags(dvol.topology, flat, request.mode, request.space, counts_tiles(dvol)).reshape(lead)
 
     return Executor(arrays, inside)

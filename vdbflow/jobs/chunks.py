@@ -165,7 +165,7 @@ def sample_chunk(block: int, start: int, stop: int, spec: ChunkSpec, given: Any,
         arrays = sample_host_arrays(vol, spec.request, points)  # a GPU worker: through its pinned pipeline
         out += [arrays[name] for name in spec.request.outputs]
         if spec.inside:
-            out.append(stencil_inside(vol.topology, points, spec.request.mode, spec.request.space))
+            out.append(stencil_inside(vol, points, spec.request.mode, spec.request.space))
         if topology is None:
             first, topology, flags = arrays, vol.topology, (out[-1] if spec.inside else None)
     t2 = time.perf_counter()
@@ -221,6 +221,7 @@ def grid_variables(
     from vdbflow.analysis import flow
     from vdbflow.core import schema
     from vdbflow.core.kernel import DERIVED
+    from vdbflow.ops.coverage import counts_tiles
     from vdbflow.ops.results import result_dataset
 
     sp = cfg.sampling
@@ -241,7 +242,7 @@ def grid_variables(
             out[f"{prefix}{quantity}"] = ds[quantity]
     if inside is not None:
         out[f"{prefix}{schema.STENCIL_INSIDE}"] = xr.DataArray(
-            inside, dims="point", attrs=schema.stencil_inside_attrs(sp.mode, name)
+            inside, dims="point", attrs=schema.stencil_inside_attrs(sp.mode, name, counts_tiles(template))
         )
     if "jacobian" in sp.outputs:
         return out, variables["jacobian"]

@@ -258,9 +258,9 @@ def _grid_dataset(dvol: Any, pts: Any, cfg: JobConfig, prefix: str) -> tuple[xr.
     request = grid_request(cfg)
     inside = None
     if "inside" in cfg.sampling.outputs:  # lazy, one task a chunk of points
-        from vdbflow.ops.coverage import stencil_inside_flags
+        from vdbflow.ops.coverage import counts_tiles, stencil_inside_flags
 
-        inside = stencil_inside_flags(dvol.topology, pts, cfg.sampling.mode, cfg.points.space)
+        inside = stencil_inside_flags(dvol.topology, pts, cfg.sampling.mode, cfg.points.space, counts_tiles(dvol))
     return grid_variables(dvol.template, request, pts, dvol.sample_arrays(request, pts), cfg, prefix, inside)
 
 

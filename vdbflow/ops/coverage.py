@@ -19,6 +19,25 @@ from vdbflow.errors import PointsError, SamplingError
 from vdbflow.ops.request import SPACES
 from vdbflow.ops.results import as_numpy
 
+LEVEL_SET = "level set"  # the grid class (OpenVDB metadata "class", NanoVDB GridClass) of signed distances
+
+
+def counts_tiles(vol: Any) -> bool:
+    """Whether tiles count as data in ``vol``'s stencil checks by default: yes, except for a level set (a
+    grid of class ``level set``, as OpenVDB and NanoVDB mark them), whose tiles are the constant inside of
+    its narrow band (at minus the background), not data: a gradient there is zero by construction."""
+    for obj in (vol, getattr(vol, "template", None), getattr(vol, "topology", None)):
+        if getattr(obj, "grid_class", None) == LEVEL_SET:
+            return False
+    return True
+
+
+def checked_topology(vol: Any, tiles: bool | None = None) -> Any:
+    """The topology whose defined voxels a stencil check of ``vol`` reads: its own, or (``tiles`` False; None:
+    :func:`counts_tiles`) its leaves alone, so that a point whose stencil reads a tile is not inside."""
+    topology = getattr(vol, "topology", vol)
+    return topology if (counts_tiles(vol) if tiles is None else tiles) else topology.without_tiles()
+
 
 def defined_voxels(topology: Any, ijk: Any) -> Any:
     """(M,) bool: voxels ``ijk`` (M, 3) that are active in a leaf or inside a tile of any level
@@ -27,12 +46,13 @@ def defined_voxels(topology: Any, ijk: Any) -> Any:
     return run("defined_voxels", getattr(topology, "topology", topology), ijk)
 
 
-def stencil_inside(vol: Any, points: Any, mode: str = "linear", space: str = "world") -> Any:
+def stencil_inside(vol: Any, points: Any, mode: str = "linear", space: str = "world", tiles: bool | None = None) -> Any:
     """(N,) bool: points (N, 3) of a Volume or Topology ``vol`` whose ``mode`` stencil reads only defined voxels (see
     :func:`defined_voxels`); False for non-finite points. ``closest`` reads the nearest voxel (rounding
     half away from zero), ``linear`` the 2^3 corners of the cell, wider schemes ``STENCIL_RADIUS``
     voxels each way.  Decided by the kernels themselves (coverage.h ``stencil_inside_point``): the
-    point is mapped to index space and rounded exactly as the sampler does."""
+    point is mapped to index space and rounded exactly as the sampler does.  ``tiles``: whether voxels of
+    tiles count as data (None: yes, except for a level set, :func:`counts_tiles`)."""
     if mode not in STENCIL_RADIUS:
         raise SamplingError(f"expected a mode in {sorted(STENCIL_RADIUS)}, got {mode!r}")
     if space not in SPACES:
@@ -41,17 +61,19 @@ def stencil_inside(vol: Any, points: Any, mode: str = "linear", space: str = "wo
     pts = points if device == "cuda" else np.asarray(points, np.float64)
     if pts.ndim != 2 or pts.shape[1] != 3:
         raise PointsError(f"expected points of shape (N, 3), got {tuple(pts.shape)}")
-    return run("stencil_inside", getattr(vol, "topology", vol), pts, MODES[mode], space == "world", device=device)
+    return run("stencil_inside", checked_topology(vol, tiles), pts, MODES[mode], space == "world", device=device)
 
 
 def _inside_block(block: Any, topology: Any, mode: str, space: str) -> Any:
-    return stencil_inside(topology, block.reshape(-1, 3), mode, space).reshape(block.shape[:-1])
+    return stencil_inside(topology, block.reshape(-1, 3), mode, space, tiles=True).reshape(block.shape[:-1])
 
 
-def stencil_inside_flags(vol: Any, points: Any, mode: str = "linear", space: str = "world") -> Any:
+def stencil_inside_flags(
+    vol: Any, points: Any, mode: str = "linear", space: str = "world", tiles: bool | None = None
+) -> Any:
     """:func:`stencil_inside` of points (..., 3), shaped (...): NumPy, CuPy, or Dask points (a lazy
     result, one task a block, the topology sent once)."""
-    topology = getattr(vol, "topology", vol)
+    topology = checked_topology(vol, tiles)
     if not hasattr(points, "dask"):
         return _inside_block(points, topology, mode, space)
     import dask
@@ -75,10 +97,10 @@ class InsideCheck:
     """:func:`stencil_inside` of one topology and mode, for points checked again and again (particles).
     The topology's kernel record is made once."""
 
-    def __init__(self, topology: Any, mode: str):
+    def __init__(self, topology: Any, mode: str, tiles: bool | None = None):
         if mode not in STENCIL_RADIUS:
             raise SamplingError(f"expected a mode in {sorted(STENCIL_RADIUS)}, got {mode!r}")
-        self.topology = getattr(topology, "topology", topology)
+        self.topology = checked_topology(topology, tiles)
         self.mode = mode
         self.topology.kernel_arrays()  # the topology's kernel record, made once
 

@@ -16,7 +16,7 @@ from vdbflow.core import kernel, schema
 from vdbflow.core.volume import Volume
 from vdbflow.devices import is_cupy_array, run
 from vdbflow.errors import PointsError, ShapeError
-from vdbflow.ops.coverage import stencil_inside_flags
+from vdbflow.ops.coverage import counts_tiles, stencil_inside_flags
 from vdbflow.ops.request import POINT_ORDERS, SPACES, SampleRequest, check_choice
 from vdbflow.ops.results import as_numpy, is_dask, points_in, result_dataset
 
@@ -411,7 +411,7 @@ def sample_dataset(
         ds[schema.STENCIL_INSIDE] = xr.DataArray(
             executor.inside(request, recorded, lead),
             dims=dims,
-            attrs=schema.stencil_inside_attrs(request.mode, template.name),
+            attrs=schema.stencil_inside_attrs(request.mode, template.name, counts_tiles(template)),
         )
     return ds
 

@@ -266,7 +266,7 @@ class VolumeSeries:
             if len(rows):
                 check = self._inside.get((int(s), mode))
                 if check is None:
-                    check = self._inside[(int(s), mode)] = InsideCheck(vol.topology, mode)
+                    check = self._inside[(int(s), mode)] = InsideCheck(vol, mode)
                 inside[rows] &= check(pts[rows], space)
         return inside
 
