@@ -155,3 +155,74 @@ def test_a_failed_netcdf_job_leaves_nothing(tmp_path, monkeypatch):
             vdbflow.run(config, client=client)
     assert sorted(p.name for p in tmp_path.glob(".slice*")) == []
     assert (tmp_path / "slice.nc").read_bytes() == before
+
+
+@pytest.mark.slow
+def test_a_job_that_loses_a_worker_says_so(tmp_path):
+    """A worker SIGKILLed mid-job (its nanny starts a fresh one): the job completes, and its summary and
+    attrs say a worker was lost and how many tasks were computed again (issue: "workers 2" and nothing else)."""
+    import os
+    import signal
+    import threading
+
+    import distributed
+
+    from vdbflow.jobs.progress import recomputed
+
+    cfg = {
+        "volume": {"synthetic": {"field": "taylor_green", "resolution": 32}},
+        "points": {"kind": "random", "count": 1_500_000, "chunk": 25_000, "seed": 1},
+        "sampling": {"mode": "linear", "outputs": ["value", "jacobian"]},
+        "cluster": {"kind": "address", "address": "tcp://127.0.0.1:1"},
+        "output": {"path": str(tmp_path / "result.zarr")},
+    }
+    config = tmp_path / "job.yaml"
+    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as c,
+        distributed.Client(c) as client,
+    ):
+        pids = client.run(os.getpid)
+        outcome: dict = {}
+        job = threading.Thread(target=lambda: outcome.update(result=vdbflow.run(config, client=client)))
+        job.start()
+        deadline = time.monotonic() + 300
+        while not any(len(list(p.rglob("velocity/*"))) > 3 for p in tmp_path.glob(".result.zarr.partial-*")):
+            assert time.monotonic() < deadline and job.is_alive(), "the job wrote no chunks"
+            time.sleep(0.05)
+        os.kill(sorted(pids.values())[0], signal.SIGKILL)
+        job.join(600)
+    result = outcome["result"]
+    assert result.workers_lost == 1 and result.workers == 2
+    assert result.tasks_recomputed >= 0 and (result.recompute_seconds > 0) == (result.tasks_recomputed > 0)
+    with xr.open_zarr(tmp_path / "result.zarr") as ds:
+        assert ds.attrs["workers_lost"] == 1 and ds.attrs["tasks_recomputed"] == result.tasks_recomputed
+        pts = np.stack([ds[c].values for c in "xyz"], axis=-1)
+        vol = synthetic.flow_volume(synthetic.taylor_green(), 32)
+        np.testing.assert_array_equal(ds["velocity_jacobian"].values, vol.sample_grad(pts)["velocity_jacobian"].values)
+    records = [  # the count of the stream's repeated keys, on a stream made by hand
+        {"key": "a", "startstops": [{"action": "compute", "start": 0.0, "stop": 2.0}]},
+        {"key": "a", "startstops": [{"action": "compute", "start": 5.0, "stop": 6.0}]},
+        {"key": "b", "startstops": [{"action": "compute", "start": 0.0, "stop": 1.0}]},
+    ]
+    assert recomputed(records) == (1, 2.0)
+
+
+def test_the_summary_has_a_row_for_lost_workers():
+    from rich.console import Console
+
+    from vdbflow.jobs.cli import _print_summary
+    from vdbflow.jobs.runner import JobResult
+
+    timings = {"total_s": 1.0, "cluster_s": 0.1, "distribute_s": 0.1, "sample_and_write_s": 0.8}
+    result = JobResult(
+        Path("out.zarr"), 10, 0, 2, ["velocity"], timings, workers_lost=1, tasks_recomputed=3, recompute_seconds=1.25
+    )
+    console = Console(record=True, width=200)
+    _print_summary(result, console)
+    text = console.export_text()
+    assert "workers lost" in text and "1 of 2 during the job; 3 task(s) computed again (1.2 s" in text
+    quiet = JobResult(Path("out.zarr"), 10, 0, 2, ["velocity"], timings)
+    console = Console(record=True, width=200)
+    _print_summary(quiet, console)
+    assert "workers lost" not in console.export_text()

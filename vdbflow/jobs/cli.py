@@ -190,6 +190,14 @@ def _print_summary(result: Any, console: Console) -> None:
         )
     if result.cuda_builds:
         rows.append(("CUDA entries", f"{result.cuda_builds} (summed over the workers)"))
+    if result.workers_lost or result.tasks_recomputed:
+        rows.append(
+            (
+                "workers lost",
+                f"{result.workers_lost} of {result.workers} during the job; {result.tasks_recomputed} task(s) "
+                f"computed again ({result.recompute_seconds:.1f} s of worker time); the result is complete",
+            )
+        )
     rows.append(("output", str(result.output)))
     console.print(_rows_table("vdbflow run: summary", rows))
 

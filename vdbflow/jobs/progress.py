@@ -78,6 +78,17 @@ def worker_time_by_step(records: list[dict], steps: dict[Any, str] | None = None
     return out
 
 
+def recomputed(records: list[dict]) -> tuple[int, float]:
+    """Tasks Dask's task stream shows computed more than once (a lost worker's results computed again
+    elsewhere), and the worker seconds of every run but each task's last."""
+    runs: dict[Any, list[float]] = {}
+    for r in records:
+        seconds = sum(s["stop"] - s["start"] for s in r.get("startstops", ()) if s.get("action") == "compute")
+        runs.setdefault(r["key"], []).append(seconds)
+    again = [times for times in runs.values() if len(times) > 1]
+    return len(again), float(sum(sum(times[:-1]) for times in again))
+
+
 class DaskRichBar:
     """Dask's scheduler progress feed for a set of futures, drawn with a rich progress bar."""
 

@@ -36,7 +36,7 @@ from vdbflow.jobs.executors import Sampled, executor_for, shaped, worker_memory
 from vdbflow.jobs.inputs import InputIdentity, build_volumes, snapshot
 from vdbflow.jobs.output import OutputError, partial_path, publish, tidy
 from vdbflow.jobs.plan import JobPlan, check_worker_memory, plan_job
-from vdbflow.jobs.progress import DaskRichBar, steps_of_graphs, worker_time_by_step
+from vdbflow.jobs.progress import DaskRichBar, recomputed, steps_of_graphs, worker_time_by_step
 from vdbflow.jobs.writers import writer
 
 log = logging.getLogger("vdbflow.run")
@@ -152,6 +152,9 @@ class JobResult:
     edge_checked: int | None = None  # finite points whose stencil was checked against the data ...
     edge_outside: int | None = None  # ... and those of them whose stencil reads the background
     cuda_builds: str | None = None  # device: cuda: the CUDA entries the workers compiled or loaded
+    workers_lost: int = 0  # workers of the job's start gone at its end (died, or restarted by their nanny)
+    tasks_recomputed: int = 0  # tasks computed more than once (a lost worker's results, again elsewhere)
+    recompute_seconds: float = 0.0  # worker seconds of those extra runs
 
     def edge_summary(self) -> str:
         """The share of points whose stencil reads the background, and how many were checked."""
@@ -356,6 +359,7 @@ class _Job:
     t_start: float
     timings: dict[str, float] = field(default_factory=dict)
     workers: int = 0
+    worker_addresses: set = field(default_factory=set)  # the workers at the start of the job
     memory: int = 0
     dashboard: str | None = None
     warming: list = field(default_factory=list)
@@ -377,7 +381,8 @@ class _Job:
         if cfg.sampling.device == "cuda":
             self.cuda_marks = {pid: len(log) for pid, log in client.run(cuda_build.build_records).values()}
         self.dashboard = client.dashboard_link if cfg.cluster.dashboard else None
-        self.workers = len(client.scheduler_info(n_workers=-1)["workers"])
+        self.worker_addresses = set(client.scheduler_info(n_workers=-1)["workers"])
+        self.workers = len(self.worker_addresses)
         self.memory = worker_memory(client)
         if given or worker_memory_limit(cfg.cluster) is None:  # the plan did not know the workers' memory
             check_worker_memory(self.plan, self.memory, force)
@@ -412,7 +417,8 @@ class _Job:
         # a reduce job's sampling ran in its executor (reduce_s): its writing is the statistics' few bytes
         self.timings["sample_and_write_s"] = time.perf_counter() - t0 + self.timings.get("reduce_s", 0.0)
         log.debug("warmed %d worker(s) ahead of the job's tasks", len(self.warming))
-        worker_seconds = worker_time_by_step([*sampled.stream, *stream.data], steps)
+        records = [*sampled.stream, *stream.data]
+        worker_seconds = worker_time_by_step(records, steps)
         if sampled.chunk_seconds is not None:  # the chunk tasks' time, by what they measured of it
             worker_seconds.pop("chunk", None)
             worker_seconds.update(zip(CHUNK_PHASES, map(float, results["seconds"]), strict=True))
@@ -427,6 +433,15 @@ class _Job:
             dashboard=self.dashboard,
             steps=None if cfg.advect is None else int(ds.attrs["steps"]),
         )
+        result.workers_lost = len(self.worker_addresses - set(client.scheduler_info(n_workers=-1)["workers"]))
+        result.tasks_recomputed, result.recompute_seconds = recomputed(records)
+        if result.workers_lost or result.tasks_recomputed:
+            log.warning(
+                "%d worker(s) lost during the job; %d task(s) computed again (%.1f s)",
+                result.workers_lost,
+                result.tasks_recomputed,
+                result.recompute_seconds,
+            )
         if self.cuda_marks is not None:  # what the workers compiled or loaded for this job (seconds summed)
             answers = client.run(cuda_build.build_records, self.cuda_marks)
             result.cuda_builds = cuda_build.build_summary(cuda_build.worker_builds(answers))
@@ -454,6 +469,9 @@ class _Job:
         self.timings["total_s"] = time.perf_counter() - self.t_start
         provenance["timings_s"] = {k: round(v, 4) for k, v in self.timings.items()}
         provenance["worker_seconds_by_step"] = {k: round(v, 4) for k, v in result.worker_seconds.items()}
+        provenance["workers_lost"] = result.workers_lost
+        provenance["tasks_recomputed"] = result.tasks_recomputed
+        provenance["recompute_seconds"] = round(result.recompute_seconds, 4)
         return provenance
 
     def fail(self, client: Any, after_cluster: contextlib.ExitStack) -> None:
