@@ -15,7 +15,7 @@ from vdbflow.core import schema
 from vdbflow.jobs.cli import main
 
 CLASHING = ["x", "y", "z", "i", "point", "component", "axis", "axis2", "time", "particle", "position", "ftle"]
-CLASHING += ["stencil_inside", "divergence", "vorticity", "laplacian", "lattice_x", "plane_s", "point_0"]
+CLASHING += ["stencil_inside", "lattice_x", "plane_s", "point_0"]
 MATRIX = np.array([[0.5, -1.0, 2.0], [1.5, 0.25, -0.75], [-2.0, 1.0, 0.125]])
 
 
@@ -51,7 +51,7 @@ def test_a_grid_named_like_a_result_name_is_sampled_into_name_value(name, compon
         np.testing.assert_allclose(ds.vdbflow.helicity().values, np.sum(ds[vname].values * curl, axis=1), rtol=1e-12)
 
 
-@pytest.mark.parametrize("name", ["velocity", "u", "value", "z_jacobian"])
+@pytest.mark.parametrize("name", ["velocity", "u", "value", "z_jacobian", "q_criterion"])
 def test_other_names_are_kept(name):
     ds = linear_field(name).sample(POINTS)
     assert list(ds.data_vars) == [name] and "grid_name" not in ds[name].attrs
@@ -125,3 +125,12 @@ def test_info_names_the_variable_of_a_clashing_grid(tmp_path):
     assert "sampled as 'z_value'" in out and out.count("sampled as") == 1
     listing = json.loads(runner.invoke(main, ["info", "--json", str(path)], catch_exceptions=False).output)
     assert [g["variable"] for g in listing[0]["grids"]] == ["z_value", "velocity"]
+
+
+def test_a_grid_named_for_a_derived_quantity_keeps_its_name():
+    """A grid named ``divergence`` (or a grid field such as ``q_criterion_field``'s) keeps its name; a derived
+    quantity of the same name beside it is ``<grid>_<quantity>``."""
+    ds = linear_field("divergence").sample_grad(POINTS, outputs=("value", "jacobian", "divergence", "vorticity"))
+    np.testing.assert_allclose(ds.divergence.values, POINTS @ MATRIX.T + 100.0, rtol=1e-12)
+    np.testing.assert_allclose(ds.divergence_divergence.values, np.trace(MATRIX), rtol=1e-12)
+    assert ds.vorticity.dims == ("point", "axis")

@@ -96,3 +96,24 @@ def test_a_level_set_plot_blanks_the_tiles_and_says_gradient():
     fig = ds.vdbflow.plot.jacobian_grid()
     assert fig.get_suptitle().startswith("Gradient of phi")
     plt.close("all")
+
+
+# -- issue 41 row 10: FTLE units ----------------------------------------------------------------------------
+
+
+def test_ftle_has_units_of_one_over_time():
+    """u = A x in m/s over a box in m: the FTLE is per second, in vdbflow.ftle and in advect's ftle output;
+    a field without units gives none (no units invented)."""
+    ijk = np.stack(np.meshgrid(*[np.arange(16.0)] * 3, indexing="ij"), -1)
+    vol = vdbflow.Volume.from_dense(ijk @ np.diag([0.1, -0.05, -0.05]).T + 10.0, name="velocity")
+    seeds = np.stack(np.meshgrid([6.0, 7.0], [6.0, 7.0], [7.0], indexing="ij"), -1)[:, :, 0]
+    bare = vdbflow.ftle(vol, seeds, 0.0, 0.2, 0.1, dims=("s", "t"))
+    assert "units" not in bare.ftle.attrs
+    vol.units, vol.length_units = "m/s", "m"
+    field = vdbflow.ftle(vol, seeds, 0.0, 0.2, 0.1, dims=("s", "t"))
+    assert field.ftle.attrs["units"] == "1/s" and field.ftle.attrs["long_name"] == "finite-time Lyapunov exponent"
+    np.testing.assert_allclose(field.ftle.values, 0.1, rtol=1e-6)  # the largest stretching rate of A
+    paths = vdbflow.advect(vol, seeds.reshape(-1, 3), 0.0, 0.2, 0.1, with_ftle=True)
+    assert paths.ftle.attrs["units"] == "1/s"
+    vol.units, vol.length_units = "km/h", "km"
+    assert vdbflow.ftle(vol, seeds, 0.0, 0.2, 0.1, dims=("s", "t")).ftle.attrs["units"] == "1/h"

@@ -34,9 +34,7 @@ RESULT_NAMES = frozenset(
     {POINT, COMPONENT, AXIS, *HESSIAN_AXES, *OWN_HESSIAN_AXES, "x", "y", "z", "i", "j", "k", PARTICLE, TIME}
     | {"position", "status", "end_time", "ftle", STENCIL_INSIDE, "plane_s", "plane_t"}
     | {f"lattice_{a}" for a in "xyzijk"}
-    | set(outputs.names("derived", "tensor"))
-    | {"laplacian"}
-)
+)  # a grid named for a derived quantity keeps its name: the quantity is then <grid>_<quantity>
 
 # particle status codes (kernels/vdbflow/advect.h) and their CF flag meanings
 STATUS_VALUES = (0, 1, 2)
@@ -134,6 +132,14 @@ def status_attrs() -> dict[str, Any]:
 
 
 FTLE_ATTRS = {"long_name": "finite-time Lyapunov exponent", "method": "variational"}
+
+
+def ftle_attrs(value_units: str | None, length_units: str | None, method: str = "variational") -> dict[str, Any]:
+    """Attrs of an FTLE: per unit of time, the velocity's units over the length's (``1/s`` for m/s in m)."""
+    per_time = units.divide(units.normalize(value_units), units.normalize(length_units))
+    return {**FTLE_ATTRS, "method": method, **({"units": per_time} if per_time else {})}
+
+
 TIME_ATTRS = {"long_name": "time", "standard_name": "time"}
 WORLD_AXIS_ATTRS = {"long_name": "axis (world space)"}
 
@@ -159,7 +165,7 @@ def trajectory_attrs(name: str, value_units: str | None, length_units: str | Non
             **({"units": junits} if junits else {}),
             "convention": f"{jacobian_name(name)}[component, axis] = d {name}[component] / d axis",
         },
-        "ftle": dict(FTLE_ATTRS),
+        "ftle": ftle_attrs(value_units, length_units),
     }
 
 

@@ -239,7 +239,7 @@ def grid_variables(
         if quantity in TENSORS:
             out[f"{prefix}{quantity}"] = getattr(flow, quantity)(ds[variables["jacobian"]])
         elif quantity in DERIVED:
-            out[f"{prefix}{quantity}"] = ds[quantity]
+            out[f"{prefix}{quantity}"] = ds[quantity if quantity != schema.value_name(name) else f"{name}_{quantity}"]
     if inside is not None:
         out[f"{prefix}{schema.STENCIL_INSIDE}"] = xr.DataArray(
             inside, dims="point", attrs=schema.stencil_inside_attrs(sp.mode, name, counts_tiles(template))

@@ -137,7 +137,11 @@ def result_dataset(
     for quantity in request.derived:
         qdims = dims + (schema.AXIS,) if arrays[quantity].ndim > len(dims) else dims
         qattrs = schema.derived_attrs(quantity, jattrs.get("units"), value_units)
-        data_vars[quantity] = (qdims, arrays[quantity], {**qattrs, "jacobian_space": jspace, **common})
+        data_vars[quantity if quantity != vname else f"{vol.name}_{quantity}"] = (
+            qdims,
+            arrays[quantity],
+            {**qattrs, "jacobian_space": jspace, **common},
+        )
     if "hessian" in arrays:
         hspace = request.hessian_space
         assert hspace is not None  # resolved when the request was made

@@ -309,7 +309,7 @@ def ftle(
     Returns
     -------
     xarray.Dataset
-        On the seeds' leading dims: ``ftle`` float64, per unit of time (no ``units`` attr),
+        On the seeds' leading dims: ``ftle`` float64, per unit of time (``units``: the velocity's over the length's),
         ``status`` int8 (as in :func:`advect`), and ``final_position`` (..., axis), the position at
         ``t0 + T`` in length units; coordinates ``x, y, z`` (the seeds at ``t0``) and ``axis``.
 
@@ -381,7 +381,7 @@ def ftle(
         coords[label] = (dims_, pts[..., a], schema.seed_coord_attrs(label, src.length_units))
     length = units.normalize(src.length_units)
     data = {
-        "ftle": (dims_, value, {**schema.FTLE_ATTRS, "method": method}),
+        "ftle": (dims_, value, schema.ftle_attrs(src.units, src.length_units, method)),
         "status": (dims_, run.status.reshape(lead), schema.status_attrs()),
         "final_position": (
             dims_ + ("axis",),
