@@ -259,7 +259,7 @@ def test_statistics_of_gpu_samples_match_the_cpu(rng):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_the_gpu_reduction_equals_the_cpu_reduction_of_its_samples(rng, dtype, monkeypatch):
-    """reduce_kernel (counts through shared memory, or global ones past REDUCE_SHARED_COUNTS; one thread a
+    """reduce_kernel (counts through shared memory, the global ones past REDUCE_SHARED_COUNTS; one thread a
     moment and a per-bin item; block partials merged in block order on the device) against the oracle: the
     same GPU's samples, reduced by the CPU's accumulation.  Counts equal; the floats to rounding (the CPU's
     wider targets fuse multiply-adds the emulation leaves apart); several launches a call, as a long call has."""
@@ -281,7 +281,7 @@ def test_the_gpu_reduction_equals_the_cpu_reduction_of_its_samples(rng, dtype, m
         moments=[q["jacobian[0,1]"], q["vorticity_magnitude"], q["r_invariant"]],
         conditionals=[Conditional(q["vorticity_magnitude"], q["q_criterion"], np.linspace(-2, 2, 11))],
     )
-    large = Statistics(  # 100 x 100 bins: more counts than a block holds in shared memory
+    large = Statistics(  # 100 x 100 bins: more counts than a block holds in shared memory (both kinds)
         histograms=[Histogram((q["q_criterion"], q["r_invariant"]), (np.linspace(-2, 2, 101), np.linspace(-2, 2, 101)))],
         moments=[q["q_criterion"]],
     )

@@ -30,7 +30,7 @@ constexpr int REDUCE_MAX_CONDITIONALS = 16;
 constexpr i64 REDUCE_BLOCK = 4096;
 constexpr int MOMENT_FIELDS = 8;  // count, nan count, mean, M2, M3, M4, min, max
 // Counts a GPU block keeps in shared memory (32 KiB of 32-bit counters; a block counts at most REDUCE_BLOCK
-// points, so no counter overflows); calls with more counts add straight to the global ones.
+// points, so no counter overflows); the counts of a call past these add straight to the global ones.
 constexpr i64 REDUCE_SHARED_COUNTS = 8192;
 enum ChannelSource { CHANNEL_VALUE = 0, CHANNEL_JACOBIAN = 1, CHANNEL_DERIVED = 2 };
 
@@ -486,7 +486,7 @@ VDB_ENTRY void sample_reduce_points(const KernelAbi& k, const P* pts, i64 n, con
 #ifdef VDB_DEVICE_COMPILE
 namespace vdbflow {
 
-// A GPU block's counts: in shared memory for the first n_shared slots, else straight to the global counts.
+// A GPU block's counts: in shared memory for the first n_shared slots, the others straight to the global counts.
 struct BlockCounts {
   unsigned* shared;
   i64 n_shared;
@@ -543,7 +543,7 @@ VDB_ENTRY void reduce_block_points(const KernelAbi& k, const double* pts, i64 n,
   __shared__ unsigned counts[REDUCE_SHARED_COUNTS];
   const int tid = threadIdx.x, threads = blockDim.x;
   const i64 b = blockIdx.x, first = b * REDUCE_BLOCK, count = n - first < REDUCE_BLOCK ? n - first : REDUCE_BLOCK;
-  const i64 n_shared = n_ints <= REDUCE_SHARED_COUNTS ? n_ints : 0;
+  const i64 n_shared = n_ints < REDUCE_SHARED_COUNTS ? n_ints : REDUCE_SHARED_COUNTS;
   for (i64 i = tid; i < n_shared; i += threads) counts[i] = 0u;
   R* x = features + b * s.channels * REDUCE_BLOCK;
   {
