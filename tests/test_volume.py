@@ -186,3 +186,20 @@ def test_empty_volume_reads_background():
     v, j = vdbflow.sample_grad_arrays(vol, np.array([[0.5, 0.5, 0.5]]))
     np.testing.assert_array_equal(v, [[1, 2, 3]])
     assert not j.any()
+
+
+def test_from_dense_and_from_voxels_take_units():
+    """Units given to the constructors are the volume's and its samples' (issue: from_dense took none);
+    text that is not printable is refused."""
+    vel = np.ones((8, 8, 8, 3), np.float32)
+    vol = vdbflow.Volume.from_dense(vel, voxel_size=0.5, name="velocity", units="m/s", length_units="m")
+    assert (vol.units, vol.length_units) == ("m/s", "m")
+    ds = vol.sample_grad([[1.0, 1.0, 1.0]])
+    assert ds["velocity"].attrs["units"] == "m/s" and ds["velocity_jacobian"].attrs["units"] == "1/s"
+    pts = vdbflow.Volume.from_voxels([[0, 0, 0]], [2.0], units="K")
+    assert pts.units == "K" and pts.length_units is None
+    for bad in ("\ud800", "m\x00s", 5):
+        with pytest.raises(vdbflow.VolumeError, match="printable text"):
+            vdbflow.Volume.from_dense(np.ones((8, 8, 8)), units=bad)
+    with pytest.raises(vdbflow.VolumeError, match="length_units"):
+        vdbflow.Volume.from_voxels([[0, 0, 0]], [1.0], length_units=b"m")

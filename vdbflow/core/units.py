@@ -326,3 +326,13 @@ def same(a: str | None, b: str | None) -> bool:
 
     result = _safely(equal)
     return ta == tb if result is None else bool(result)
+
+
+def given(text: Any, what: str) -> str | None:
+    """Units a caller gives (``Volume.from_dense(units=...)``): None, or printable text (a lone surrogate,
+    a control character or a non-string is a :class:`~vdbflow.VolumeError` naming ``what``)."""
+    from vdbflow.errors import VolumeError
+
+    if text is None or (isinstance(text, str) and text.isprintable()):
+        return text
+    raise VolumeError(f"expected {what} as printable text (e.g. 'm/s'), got {text!r}")

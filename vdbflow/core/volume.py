@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vdbflow.core import tree
+from vdbflow.core import units as _units
 from vdbflow.core.kernel import KernelArrays
 from vdbflow.core.topology import (
     Topology,
@@ -63,11 +64,8 @@ class Volume:
         self.index_layout = bool(index_layout)
         self.name = name
         C = value_type.components
-        names = (
-            tuple(component_names)
-            if component_names is not None
-            else (DEFAULT_COMPONENT_NAMES[:C] if C <= 4 else tuple(f"c{c}" for c in range(C)))
-        )
+        default = DEFAULT_COMPONENT_NAMES[:C] if C <= 4 else tuple(f"c{c}" for c in range(C))
+        names = tuple(component_names) if component_names is not None else default
         if len(names) != C or len(set(names)) != C:
             raise VolumeError(f"expected {C} distinct component names, got {list(names)}")
         self.component_names = names
@@ -152,6 +150,8 @@ class Volume:
         tiles: tuple | None = None,
         name: str = "value",
         component_names: Sequence[str] | None = None,
+        units: str | None = None,
+        length_units: str | None = None,
     ) -> Volume:
         """A volume holding values at a list of voxels.
 
@@ -183,11 +183,14 @@ class Volume:
             The volume's name: the variable name of its sampled Datasets.
         component_names : sequence of str, optional
             C distinct names of the components (default ``x, y, z, w`` for up to 4, else ``c0, c1, ...``).
+        units, length_units : str, optional
+            Units of the values (``"m/s"``) and of world space (``"m"``): the ``units`` and
+            ``length_units`` of the volume and of what is sampled from it.
 
         Returns
         -------
         Volume
-            A per-leaf layout volume; its ``units`` and ``length_units`` are None until set.
+            A per-leaf layout volume with the given ``units`` and ``length_units``.
 
         Raises
         ------
@@ -238,7 +241,7 @@ class Volume:
         data = np.empty((len(leaf_origins) * tree.LEAF_VOXELS, C), vt.dtype)
         data[:] = bg
         data[flat] = vals.reshape(len(coords), C)
-        return cls.from_parts(topo, data, bg, t_values, False, name, component_names)
+        return cls.from_parts(topo, data, bg, t_values, False, name, component_names).with_units(units, length_units)
 
     @classmethod
     def from_dense(
@@ -251,6 +254,8 @@ class Volume:
         *,
         name: str = "value",
         component_names: Sequence[str] | None = None,
+        units: str | None = None,
+        length_units: str | None = None,
     ) -> Volume:
         """A volume from a dense array.
 
@@ -277,11 +282,14 @@ class Volume:
             The volume's name: the variable name of its sampled Datasets.
         component_names : sequence of str, optional
             C distinct names of the components (default ``x, y, z, w`` for up to 4, else ``c0, c1, ...``).
+        units, length_units : str, optional
+            Units of the values (``"m/s"``) and of world space (``"m"``): the ``units`` and
+            ``length_units`` of the volume and of what is sampled from it.
 
         Returns
         -------
         Volume
-            A per-leaf layout volume; its ``units`` and ``length_units`` are None until set.
+            A per-leaf layout volume with the given ``units`` and ``length_units``.
 
         Raises
         ------
@@ -320,7 +328,7 @@ class Volume:
         transform = Transform.from_voxel_size(voxel_size, origin)
         leaf_origins, mask_arr, data = dense_leaves(arr4, active, bg)
         topo = Topology(leaf_origins, mask_arr, transform)
-        return cls.from_parts(topo, data, bg, None, False, name, component_names)
+        return cls.from_parts(topo, data, bg, None, False, name, component_names).with_units(units, length_units)
 
     @staticmethod
     def from_active(
@@ -499,34 +507,24 @@ class Volume:
             data = np.ascontiguousarray(self.leaf_values[idx]).reshape(-1, C)
         else:
             data = self._data[t.leaf_rows(idx, True)]
-        vol = Volume(
-            topo,
-            data,
-            self._background,
-            self._tile_values,
-            self.value_type,
-            self.index_layout,
-            self.name,
-            self.component_names,
-        )
-        vol.grid_class, vol.blind_data = self.grid_class, self.blind_data
-        vol.units, vol.length_units = self.units, self.length_units
-        return vol
+        return self._with_parts(topo, data)
 
     def contiguous(self) -> Volume:
         """This volume with its values in one contiguous in-memory array (itself when they already are)."""
         if self._leaf_values_at is None:
             return self
-        vol = Volume(
-            self.topology,
-            self.value_rows(),
-            self._background,
-            self._tile_values,
-            self.value_type,
-            self.index_layout,
-            self.name,
-            self.component_names,
-        )
+        return self._with_parts(self.topology, self.value_rows())
+
+    def with_units(self, units: str | None, length_units: str | None = None) -> Volume:
+        """This volume, its ``units`` and ``length_units`` set to those given (not None)."""
+        self.units = _units.given(units, "units") or self.units
+        self.length_units = _units.given(length_units, "length_units") or self.length_units
+        return self
+
+    def _with_parts(self, topology: Topology, data: np.ndarray) -> Volume:
+        """This volume's grid with another topology and values; its metadata carried over."""
+        args = (self._background, self._tile_values, self.value_type, self.index_layout, self.name)
+        vol = Volume(topology, data, *args, self.component_names)
         vol.grid_class, vol.blind_data = self.grid_class, self.blind_data
         vol.units, vol.length_units = self.units, self.length_units
         return vol
