@@ -527,6 +527,9 @@ def test_particle_job_writes_the_trajectories_of_advect(tmp_path, written):
     ):
         np.testing.assert_array_equal(got.values.reshape(expected.shape), expected.values)
     assert {0, 1} <= set(np.unique(ds.status.values).tolist())  # some particles leave the shell's box
+    left, nonfinite = int((ds.status.values == 1).sum()), int((ds.status.values == 2).sum())
+    assert (ds.attrs["particles_left_data"], ds.attrs["particles_nonfinite"]) == (left, nonfinite)
+    assert f"{left + nonfinite:,} of 600 particles: {left:,} left the data (status 1)" in result.output
     assert ds.attrs["steps"] == 12 and ds.attrs["method"] == "rk4" and ds.attrs["sampling_mode"] == "lag4"
     assert load_config(text=ds.attrs["vdbflow_config"]).advect.outputs == ["velocity", "jacobian", "ftle"]
     sha = json.loads(ds.attrs["input_sha256"]) if written else ds.attrs["input_sha256"]

@@ -101,3 +101,29 @@ def test_no_sbatch_on_path_is_said_before_anything_starts(tmp_path):
         f"error: expected SLURM's 'sbatch' on PATH to submit the workers' jobs, found none (PATH={path}): run "
         "`vdbflow run` where SLURM's commands are (a login node), or use cluster.kind 'local' or 'address'"
     ]
+
+
+def test_a_dry_run_notes_a_missing_sbatch(tmp_path):
+    """--dry-run of a SLURM job where sbatch is not on PATH: the plan warns that the run would stop at the
+    start (issue 41 row 10: the dry run passed silently), exit 0 as dry runs do with warnings; with a (fake)
+    sbatch on PATH there is no such warning."""
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    path = f"{empty}:{VDBFLOW.parent}:/usr/bin:/bin"
+    if shutil.which("sbatch", path=path) is not None:
+        pytest.skip("this machine has SLURM's sbatch")
+    config = slurm_job(tmp_path)
+    env = {**os.environ, "PATH": path, "COLUMNS": "300"}
+    done = subprocess.run(
+        [str(VDBFLOW), "run", str(config), "--dry-run"], capture_output=True, text=True, env=env, timeout=HANG_GUARD_S
+    )
+    assert done.returncode == 0, done.stderr
+    assert "expected SLURM's 'sbatch' on PATH" in done.stdout + done.stderr
+    (tmp_path / "with").mkdir()
+    found = fake_sbatch(tmp_path / "with", "echo 'Submitted batch job 1'\n")
+    env["PATH"] = f"{found}:{path}"
+    done = subprocess.run(
+        [str(VDBFLOW), "run", str(config), "--dry-run"], capture_output=True, text=True, env=env, timeout=HANG_GUARD_S
+    )
+    assert done.returncode == 0, done.stderr
+    assert "sbatch" not in (done.stdout + done.stderr).replace("#SBATCH", "")

@@ -188,6 +188,15 @@ def _print_summary(result: Any, console: Console) -> None:
                 f"{result.nonfinite_points:,}: a coordinate is NaN or infinite; their results are NaN",
             )
         )
+    if result.particles_left is not None:
+        stopped = result.particles_left + result.particles_nonfinite
+        rows.append(
+            (
+                "stopped",
+                f"{stopped:,} of {result.points:,} particles: {result.particles_left:,} left the data (status 1), "
+                f"{result.particles_nonfinite:,} met a non-finite value (status 2); the others ran to the end",
+            )
+        )
     if result.cuda_builds:
         rows.append(("CUDA entries", f"{result.cuda_builds} (summed over the workers)"))
     if result.workers_lost or result.tasks_recomputed:

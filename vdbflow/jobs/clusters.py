@@ -233,16 +233,23 @@ def _recording_job(job: Any, failures: SubmitFailures) -> Any:
     return RecordingSLURMJob
 
 
+def submit_command_missing(command: str = "sbatch") -> str | None:
+    """What is wrong when SLURM's submit ``command`` is not on PATH (None when it is)."""
+    if shutil.which(command) is not None:
+        return None
+    return (
+        f"expected SLURM's {command!r} on PATH to submit the workers' jobs, found none (PATH="
+        f"{os.environ.get('PATH', '')}): run `vdbflow run` where SLURM's commands are (a login node), or "
+        "use cluster.kind 'local' or 'address'"
+    )
+
+
 def _submit_command_found(job: Any) -> None:
     """Refuses a SLURM cluster where the submit command of its job class ``job`` (``sbatch``) is not on
     PATH: dask-jobqueue would fail in the background and the job wait ``wait_timeout`` for nothing."""
-    command = shlex.split(job.submit_command)[0]
-    if shutil.which(command) is None:
-        raise ClusterError(
-            f"expected SLURM's {command!r} on PATH to submit the workers' jobs, found none (PATH="
-            f"{os.environ.get('PATH', '')}): run `vdbflow run` where SLURM's commands are (a login node), or "
-            "use cluster.kind 'local' or 'address'"
-        )
+    missing = submit_command_missing(shlex.split(job.submit_command)[0])
+    if missing is not None:
+        raise ClusterError(missing)
 
 
 class _NoTaskTracebacks(logging.Filter):

@@ -59,6 +59,7 @@ class Sampled:
     chunk_seconds: Any = None  # lazy: the one-pass chunk tasks' time by phase
     volumes: list = field(default_factory=list)  # distributed volumes to close when the job ends
     stream: list = field(default_factory=list)  # task-stream records of work done before the write (reduce:)
+    stopped: Any = None  # lazy (2,): particles that left the data (status 1) and that met a non-finite value (2)
 
 
 def executor_for(cfg: JobConfig, client: Any, sources: dict[str, Any]) -> Callable[..., Sampled]:
@@ -92,8 +93,11 @@ def particles(
     cfg: JobConfig, client: Any, sources: dict[str, Any], analytic: Any, plan: JobPlan, timings: dict[str, float]
 ) -> Sampled:
     """An ``advect:`` job: trajectories of seeds, one task a chunk of seeds (:mod:`vdbflow.jobs.particles`)."""
+    import dask.array as da
+
     ds, point_set = _particle_job(cfg, client, sources, timings)
-    return Sampled(ds, point_set)
+    status = ds["status"].data  # the written variable's own tasks: computed once, with the write
+    return Sampled(ds, point_set, stopped=da.stack([(status == 1).sum(), (status == 2).sum()]))
 
 
 def job_statistics(cfg: JobConfig, template: Volume) -> Any:

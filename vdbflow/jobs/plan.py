@@ -18,7 +18,13 @@ from vdbflow.core import outputs as output_table
 from vdbflow.core.value_types import VALUE_TYPES, ValueType, value_type_for
 from vdbflow.errors import NanoVDBError, OpenVDBError, PointsError, SamplingError, TimeError, VolumeError
 from vdbflow.jobs.checks import check_inputs
-from vdbflow.jobs.clusters import MissingExtraError, describe_cluster, slurm_job_script, worker_memory_limit
+from vdbflow.jobs.clusters import (
+    MissingExtraError,
+    describe_cluster,
+    slurm_job_script,
+    submit_command_missing,
+    worker_memory_limit,
+)
 from vdbflow.jobs.config import (
     DERIVED,
     ConfigError,
@@ -355,6 +361,8 @@ def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False, own_clu
             if not dry_run:
                 raise
             warnings.append(f"cluster{cfg.where('cluster')}: no job script shown: {err}")
+        if dry_run and (missing := submit_command_missing()) is not None:  # the run would stop at the start
+            warnings.append(f"cluster{cfg.where('cluster')}: {missing}")
     notes, inputs = _input_notes(cfg, missing_volume is not None)
     plan = JobPlan(
         cfg,

@@ -155,6 +155,8 @@ class JobResult:
     workers_lost: int = 0  # workers of the job's start gone at its end (died, or restarted by their nanny)
     tasks_recomputed: int = 0  # tasks computed more than once (a lost worker's results, again elsewhere)
     recompute_seconds: float = 0.0  # worker seconds of those extra runs
+    particles_left: int | None = None  # a particle job's particles that left the data (status 1) ...
+    particles_nonfinite: int | None = None  # ... and those that met a non-finite value (status 2)
 
     def edge_summary(self) -> str:
         """The share of points whose stencil reads the background, and how many were checked."""
@@ -401,7 +403,12 @@ class _Job:
         self.write_task = self.writer.lazy_write(ds, cfg.output, self.target)
         extras = {
             k: x
-            for k, x in (("errors", sampled.errors), ("seconds", sampled.chunk_seconds), ("tally", sampled.tally))
+            for k, x in (
+                ("errors", sampled.errors),
+                ("seconds", sampled.chunk_seconds),
+                ("tally", sampled.tally),
+                ("stopped", sampled.stopped),
+            )
             if x is not None
         }
         steps = steps_of_graphs(
@@ -445,6 +452,8 @@ class _Job:
         if self.cuda_marks is not None:  # what the workers compiled or loaded for this job (seconds summed)
             answers = client.run(cuda_build.build_records, self.cuda_marks)
             result.cuda_builds = cuda_build.build_summary(cuda_build.worker_builds(answers))
+        if sampled.stopped is not None:
+            result.particles_left, result.particles_nonfinite = map(int, results["stopped"])
         if sampled.tally is not None:
             result.nonfinite_points, result.edge_checked, result.edge_outside = map(int, results["tally"])
         if sampled.errors is not None:
@@ -469,6 +478,9 @@ class _Job:
         self.timings["total_s"] = time.perf_counter() - self.t_start
         provenance["timings_s"] = {k: round(v, 4) for k, v in self.timings.items()}
         provenance["worker_seconds_by_step"] = {k: round(v, 4) for k, v in result.worker_seconds.items()}
+        if result.particles_left is not None:
+            provenance["particles_left_data"] = result.particles_left
+            provenance["particles_nonfinite"] = result.particles_nonfinite
         provenance["workers_lost"] = result.workers_lost
         provenance["tasks_recomputed"] = result.tasks_recomputed
         provenance["recompute_seconds"] = round(result.recompute_seconds, 4)
