@@ -118,18 +118,25 @@ VDB_HD i64 bin_of(double x, const double* e, int bins) {
 
 // ---- one block of points: counts, moments and per-bin floats -------------------------------------------------
 
-// The features of a block: row r, channel f at x[r * row + f * column] (rows given by the caller: row =
-// channels, column = 1; sampled here: one column of REDUCE_BLOCK per channel).
+// The features of a block, row r and channel f read by at(r, f): given rows (row-major, `channels` a row),
+// or columns of REDUCE_BLOCK (what the sampling pass writes: a moment then reads one channel contiguously, and
+// the compiler knows it).
 template <class R>
-struct FeatureView {
+struct RowFeatures {
   const R* x;
-  i64 row, column;
-  VDB_HD double at(i64 r, int f) const { return (double)x[r * row + f * column]; }
+  i64 channels;
+  VDB_HD double at(i64 r, int f) const { return (double)x[r * channels + f]; }
+};
+
+template <class R>
+struct ColumnFeatures {
+  const R* x;
+  VDB_HD double at(i64 r, int f) const { return (double)x[r + (i64)f * REDUCE_BLOCK]; }
 };
 
 // The count slot (in ints) of row r in histogram h: a bin, outside or nan.
-template <class R>
-VDB_HD i64 histogram_slot(const ReduceSpec& s, const double* edges, const FeatureView<R>& x, i64 r, int h, i64* bin) {
+template <class V>
+VDB_HD i64 histogram_slot(const ReduceSpec& s, const double* edges, const V& x, i64 r, int h, i64* bin) {
   const int dims = s.hist_dims[h];
   i64 flat = 0, bad = 0, total = 1;
   for (int d = 0; d < dims; ++d) {
@@ -145,8 +152,8 @@ VDB_HD i64 histogram_slot(const ReduceSpec& s, const double* edges, const Featur
 }
 
 // The count slot of row r in conditional k, and its bin (-1 for outside or nan).
-template <class R>
-VDB_HD i64 conditional_slot(const ReduceSpec& s, const double* edges, const FeatureView<R>& x, i64 r, int k, i64* bin) {
+template <class V>
+VDB_HD i64 conditional_slot(const ReduceSpec& s, const double* edges, const V& x, i64 r, int k, i64* bin) {
   const int bins = s.cond_bins[k];
   const double of = x.at(r, s.cond_of[k]);
   const i64 b = bin_of(x.at(r, s.cond_given[k]), edges + s.cond_edges[k], bins);
@@ -155,8 +162,8 @@ VDB_HD i64 conditional_slot(const ReduceSpec& s, const double* edges, const Feat
 }
 
 // Row r's counts: count(slot) once for each histogram and each conditional (integers: any order).
-template <class R, class Count>
-VDB_HD void count_row(const ReduceSpec& s, const double* edges, const FeatureView<R>& x, i64 r, Count& count) {
+template <class V, class Count>
+VDB_HD void count_row(const ReduceSpec& s, const double* edges, const V& x, i64 r, Count& count) {
   i64 bin;
   for (int h = 0; h < s.histograms; ++h) count(histogram_slot(s, edges, x, r, h, &bin));
   for (int k = 0; k < s.conditionals; ++k) count(conditional_slot(s, edges, x, r, k, &bin));
@@ -168,8 +175,8 @@ VDB_HD int reduce_items(const ReduceSpec& s) { return s.histograms + s.condition
 // Item `item` of the block's rows 0..count-1, in row order, into dense (the block's reals, zero where not
 // touched): a weighted histogram's sums, or a conditional's (n, mean, M2) per bin; touch(slot, width) is
 // called for every slot written (width 1 or 3).  An unweighted histogram has none.
-template <class R, class Touch>
-VDB_HD void accumulate_item(const ReduceSpec& s, const double* edges, const FeatureView<R>& x, i64 count, int item,
+template <class V, class Touch>
+VDB_HD void accumulate_item(const ReduceSpec& s, const double* edges, const V& x, i64 count, int item,
                             double* dense, Touch& touch) {
   i64 bin;
   if (item < s.histograms) {
@@ -222,8 +229,8 @@ VDB_HD void moment_second(double v, double mean, double& m2, double& m3, double&
   m4 += d2 * d2;
 }
 
-template <class R>
-VDB_HD void block_moment(const ReduceSpec& s, const FeatureView<R>& x, i64 count, int m, double* p) {
+template <class V>
+VDB_HD void block_moment(const ReduceSpec& s, const V& x, i64 count, int m, double* p) {
   constexpr int LANES = 4;
   const int f = s.moment_channel[m];
   double sum[LANES] = {0.0, 0.0, 0.0, 0.0}, lo[LANES], hi[LANES];
@@ -295,8 +302,8 @@ struct ReduceThread {
 
 // The rows of one block into the thread's counts, its moment partial (moments_out: moments x MOMENT_FIELDS)
 // and its sparse per-bin entries (appended to `entries`).
-template <class R>
-inline void accumulate_block(const ReduceSpec& s, const double* edges, const FeatureView<R>& x, i64 count,
+template <class V>
+inline void accumulate_block(const ReduceSpec& s, const double* edges, const V& x, i64 count,
                              ReduceThread& t, double* moments_out, std::vector<SparseEntry>& entries) {
   if (s.histograms + s.conditionals)
     for (i64 r = 0; r < count; ++r) count_row(s, edges, x, r, t);
@@ -358,9 +365,9 @@ inline int reduce_thread_id() {
 #endif
 }
 
-// The reduction of n points whose features make(first, count, buffer, state) gives (a FeatureView of count
-// rows, in `buffer`: REDUCE_BLOCK x channels of R, or elsewhere): blocks handed out dynamically, each
-// accumulated alone, merged in order.
+// The reduction of n points whose features make(first, count, buffer, state) gives (RowFeatures or
+// ColumnFeatures of count rows, in `buffer`: REDUCE_BLOCK x channels of R, or elsewhere): blocks handed out
+// dynamically, each accumulated alone, merged in order.
 template <class R, class State, class Make>
 inline void reduce_blocks(const ReduceSpec& s, const double* edges, i64 n, i64 n_ints, i64 n_reals, i64* ints,
                           double* reals, Make make) {
@@ -379,8 +386,8 @@ inline void reduce_blocks(const ReduceSpec& s, const double* edges, i64 n, i64 n
 #pragma omp for schedule(dynamic, 1)
     for (i64 b = 0; b < blocks; ++b) {
       const i64 first = b * REDUCE_BLOCK, count = first + REDUCE_BLOCK < n ? REDUCE_BLOCK : n - first;
-      const FeatureView<R> features = make(first, count, buffer.data(), state);
-      accumulate_block<R>(s, edges, features, count, t, block_moments.data() + b * s.moments * MOMENT_FIELDS,
+      const auto features = make(first, count, buffer.data(), state);
+      accumulate_block(s, edges, features, count, t, block_moments.data() + b * s.moments * MOMENT_FIELDS,
                           block_entries[b]);
     }
   }
@@ -395,15 +402,15 @@ VDB_ENTRY void reduce_feature_rows(const ReduceSpec& s, const double* edges, con
                                    i64 n_reals, i64* ints, double* reals) {
   reduce_blocks<R, NoState>(s, edges, n, n_ints, n_reals, ints, reals,
                             [&](i64 first, i64, R*, NoState&) {
-                              return FeatureView<R>{features + first * s.channels, s.channels, 1};
+                              return RowFeatures<R>{features + first * s.channels, s.channels};
                             });
 }
 
 // A block's features from its values v (count x C), Jacobians j (count x C x 3) and derived quantities, one
 // channel (a column of REDUCE_BLOCK in out) at a time: a moment then reads its channel contiguously.
 template <class T, class R>
-inline FeatureView<R> block_features(const ReduceSpec& s, const T* v, const R* j, R* const* derived, int C, i64 count,
-                                     R* out) {
+inline ColumnFeatures<R> block_features(const ReduceSpec& s, const T* v, const R* j, R* const* derived, int C,
+                                        i64 count, R* out) {
   for (int f = 0; f < s.channels; ++f) {
     const int i = s.index[f];
     R* column = out + f * REDUCE_BLOCK;
@@ -417,7 +424,7 @@ inline FeatureView<R> block_features(const ReduceSpec& s, const T* v, const R* j
       for (i64 r = 0; r < count; ++r) column[r] = d[r * w + e];
     }
   }
-  return FeatureView<R>{out, 1, REDUCE_BLOCK};
+  return ColumnFeatures<R>{out};
 }
 
 // The fused pass: each block of points is sampled into the thread's own buffers (values and Jacobians,
@@ -556,7 +563,7 @@ VDB_ENTRY void reduce_block_points(const KernelAbi& k, const double* pts, i64 n,
       reduce_point_features<T, NC>(g, xf, k.mode, derive && k.components == 3, s, pts, first + r, x + r, cache);
   }
   __syncthreads();
-  const FeatureView<R> view{x, 1, REDUCE_BLOCK};
+  const ColumnFeatures<R> view{x};
   BlockCounts counter{counts, n_shared, ints};
   if (s.histograms + s.conditionals)
     for (i64 r = tid; r < count; r += threads) count_row(s, edges, view, r, counter);
@@ -595,7 +602,9 @@ VDB_HD void merge_block_item(const ReduceSpec& s, i64 blocks, i64 n_reals, doubl
 // spilled registers for both.
 VDB_ENTRY void merge_block_partials(const ReduceSpec& s, i64 blocks, i64 n_reals, double* reals,
                                     const double* block_moments, double* dense, unsigned char* mark) {
-  for_each<1>(s.moments + n_reals, [=, &s](i64 item) { merge_block_item(s, blocks, n_reals, reals, block_moments, dense, mark, item); });
+  for_each<1>(s.moments + n_reals, [=, &s](i64 item) {
+    merge_block_item(s, blocks, n_reals, reals, block_moments, dense, mark, item);
+  });
 }
 
 }  // namespace vdbflow
