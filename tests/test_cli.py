@@ -107,6 +107,8 @@ def test_templates_dry_run_as_the_readme_says_with_inputs_missing():
         path = REPO / "configs" / f"{template}.yaml"
         if template == "slurm" and importlib.util.find_spec("dask_jobqueue") is None:
             missing += ("cluster",)
+        if template == "slurm" and shutil.which("sbatch") is None:  # said by the plan: the run stops at the start
+            missing += ("cluster",)
         result = invoke("run", path, "--dry-run")
         assert result.exit_code == 0, (template, result.output)
         assert "nothing has run" in result.stdout and "not read" in result.stdout
