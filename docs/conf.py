@@ -1,7 +1,7 @@
 """Sphinx configuration of vdbflow's documentation site: the user guide (the Markdown pages of docs/, read by
 MyST) and the API reference (docs/api.md, from the docstrings).  Built with warnings as errors:
 
-    sphinx-build -W -b html docs docs/_build/html
+    python -m sphinx -W -b html docs docs/_build/html
 """
 
 project = "vdbflow"

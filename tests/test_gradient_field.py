@@ -101,3 +101,20 @@ def test_gradient_field_device_errors():
         vdbflow.gradient_field(vol, "fd2", device="tpu")
     with pytest.raises(vdbflow.SamplingError, match="float data"):
         vdbflow.gradient_field(vdbflow.Volume.from_voxels(np.zeros((1, 3), int), np.ones(1, np.int32)), "fd2")
+
+
+def test_derived_fields_carry_the_units_sample_grad_gives():
+    """q_criterion_field and derived_field fill in units as sample_grad does for the same quantity (the
+    new-user pass found Q's field without units, so they never reached a saved .nvdb)."""
+    i, j, k = np.meshgrid(np.arange(12.0), np.arange(12.0), np.arange(12.0), indexing="ij")
+    u = np.stack([5.5 - j, i - 5.5, 0.1 * k], axis=-1)
+    vel = vdbflow.Volume.from_dense(u, voxel_size=0.5, name="velocity", units="m/s", length_units="m")
+    from vdbflow.analysis.grid_fields import FIELD_QUANTITIES as FLOW
+
+    sampled = vel.sample_grad([[3.0, 3.0, 3.0]], outputs=("value", "jacobian", *FLOW))
+    for name in FLOW:
+        field = vdbflow.derived_field(vel, name, "fd2")
+        assert field.units == sampled[name].attrs["units"] and field.length_units == "m", name
+    assert vdbflow.q_criterion_field(vel, "fd2").units == "1/s^2"
+    bare = vdbflow.Volume.from_dense(u, name="velocity")
+    assert vdbflow.q_criterion_field(bare, "fd2").units is None

@@ -50,17 +50,16 @@ def _headless_command() -> list[str]:
 
 @pytest.mark.slow
 def test_notebook_executes(tmp_path):
-    """Run headless by the command docs/install.md gives (`jupyter execute`, with --inplace to keep the
+    """Run headless by the command docs/install.md gives (`python -m jupyter execute`, with --inplace to keep the
     outputs) from a clone's root: the notebook finds or writes the demo's files in the root's vdbflow-demo/,
     never under notebooks/."""
     command = _headless_command()
-    assert command == ["jupyter", "execute", "notebooks/explore_gradients.ipynb"]
+    assert command == ["python", "-m", "jupyter", "execute", "notebooks/explore_gradients.ipynb"]
     folder = tmp_path / "notebooks"
     folder.mkdir()
     shutil.copy(NOTEBOOK, folder)
-    jupyter = [sys.executable, "-m", "jupyter"]  # this interpreter's, whatever is first on PATH
     done = subprocess.run(
-        [*jupyter, *command[1:], "--inplace", "--timeout=240"],
+        [sys.executable, *command[1:], "--inplace", "--timeout=240"],
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -318,6 +318,12 @@ def test_the_qr_plot_draws_the_log_density_and_the_vieillefosse_line(field):
     np.testing.assert_allclose(shown, want, rtol=1e-12)
     R, Q = mesh.axes.lines[0].get_data()
     np.testing.assert_allclose(27 * R**2 / 4 + Q**3, 0, atol=1e-9)
+    # drawn to be seen over the empty bins (blank, white), and named in a legend
+    from matplotlib.colors import to_rgb
+
+    assert to_rgb(mesh.axes.lines[0].get_color()) == (0.0, 0.0, 0.0)
+    legend = mesh.axes.get_legend()
+    assert legend is not None and [t.get_text() for t in legend.get_texts()] == ["27R²/4 + Q³ = 0"]
     below = h["count"].where(h["q_criterion_bin"] < 0)
     assert (
         float(below.where(h["r_invariant_bin"] > 0).sum()) > 0
@@ -402,3 +408,46 @@ def test_edge_cases_a_review_found(field):
     assert int(empty["count"].sum()) == 0 and empty["q_criterion_bin_bounds"].values[[0, -1], [0, 1]].tolist() == [0, 1]
     with pytest.raises(vdbflow.SamplingError, match="at most 32 moments"):
         vdbflow.moments(vol, pts, of=["q_criterion"] * 33)
+
+
+def test_statistics_takes_the_specs_of_a_reduce_section(field):
+    """vdbflow.statistics(vol, pts, histograms=[...], moments=[...], conditional=[...]) - the call a new user
+    guessed from the guide - gives what the Statistics built by hand gives, bit for bit; bad specs say why."""
+    vol, pts, _ = field
+    q = {n: quantity(n, vol, "world") for n in ("q_criterion", "r_invariant", "vorticity_magnitude", "jacobian[u,x]")}
+    by_hand = Statistics(
+        histograms=[
+            Histogram((q["q_criterion"], q["r_invariant"]), (np.linspace(-3, 1.5, 17), np.linspace(-1.5, 1.5, 9))),
+            Histogram((q["vorticity_magnitude"],), (np.array([0.0, 0.5, 1.0, 2.0, 4.0]),), weight=q["q_criterion"]),
+        ],
+        moments=[q["jacobian[u,x]"], q["q_criterion"]],
+        conditionals=[Conditional(q["vorticity_magnitude"], q["q_criterion"], np.linspace(-3, 1.5, 7))],
+    )
+    want = vdbflow.statistics(vol, pts, by_hand)
+    got = vdbflow.statistics(
+        vol,
+        pts,
+        histograms=[
+            {"of": ["q_criterion", "r_invariant"], "bins": [16, 8], "range": [(-3, 1.5), (-1.5, 1.5)]},
+            {"of": "vorticity_magnitude", "bins": [0.0, 0.5, 1.0, 2.0, 4.0], "weights": "q_criterion"},
+        ],
+        moments=["jacobian[u,x]", "q_criterion"],
+        conditional=[{"of": ["vorticity_magnitude"], "given": "q_criterion", "bins": 6, "range": (-3, 1.5)}],
+    )
+    assert sorted(got.data_vars) == sorted(want.data_vars)
+    for name in want.data_vars:
+        np.testing.assert_array_equal(got[name].values, want[name].values, err_msg=name)
+    once = vdbflow.statistics(
+        vol, pts, histograms=[{"of": ["q_criterion", "r_invariant"], "bins": 8, "range": (-2, 2)}]
+    )
+    assert once["q_criterion_r_invariant_count"].shape == (8, 8)
+    for bad, match in (
+        ({"histograms": [{"of": "q_criterion", "bins": 8}]}, "range"),
+        ({"histograms": [{"of": "q_criterion", "range": (0, 1), "colour": "red"}]}, "keys among"),
+        ({"conditional": [{"of": "q_criterion", "bins": 4, "range": (0, 1)}]}, "given"),
+        ({"moments": ["pressure"]}, "quantity"),
+    ):
+        with pytest.raises(vdbflow.SamplingError, match=match):
+            vdbflow.statistics(vol, pts, **bad)
+    with pytest.raises(vdbflow.SamplingError, match="not both"):
+        vdbflow.statistics(vol, pts, by_hand, moments=["q_criterion"])

@@ -270,9 +270,9 @@ def derived_field(
     -------
     Volume
         An index-layout volume on ``vol``'s topology (tiles read 0) named ``quantity``: one channel
-        per active voxel for the flow quantities; for ``"laplacian"`` one channel per component of
-        ``vol`` (named like them), in units ``vol.units / vol.length_units²`` when the volume has
-        both.
+        per active voxel for the flow quantities, in the units ``sample_grad`` gives them (``1/s^2``
+        for Q of m/s over m); for ``"laplacian"`` one channel per component of ``vol`` (named like
+        them), in units ``vol.units / vol.length_units²``; units only when the volume has both.
 
     Raises
     ------
@@ -314,11 +314,15 @@ def derived_field(
         )
     if vol.components != 3:
         raise SamplingError(f"expected a vec3 volume for {quantity!r}, got {vol.components} component(s)")
-    fn = getattr(flow, quantity)
     jac = _grid_jacobian(vol, scheme, distributed, device)
     da = xr.DataArray(jac, dims=("point", "component", "axis"))
-    values = np.asarray(fn(da).values)
-    return _on_voxels(vol, values, quantity)
+    named = getattr(flow, quantity, None)  # NumPy's; a quantity without one (r_invariant): the kernels' formula
+    values = np.asarray((named(da) if named is not None else flow.derived(da, quantity)).values)
+    out = _on_voxels(vol, values, quantity)
+    if vol.units and vol.length_units:  # the units sample_grad gives the same quantity
+        attrs = schema.derived_attrs(quantity, units.divide(vol.units, vol.length_units), vol.units)
+        out.units, out.length_units = attrs.get("units"), vol.length_units
+    return out
 
 
 def q_criterion_field(vol: Volume, scheme: str = "fd4", *, distributed: Any = None, device: str = "cpu") -> Volume:
@@ -343,8 +347,8 @@ def q_criterion_field(vol: Volume, scheme: str = "fd4", *, distributed: Any = No
     -------
     Volume
         An index-layout scalar volume named ``"q_criterion"`` on ``vol``'s topology (tiles read 0),
-        in the Jacobian dtype.  Q is in (velocity units / length units)², e.g. 1/s² for m/s over
-        m; unlike :func:`gradient_field`, this does not fill in the result's ``units``.
+        in the Jacobian dtype, in units of (velocity units / length units)² (1/s^2 for m/s over m)
+        when the volume has both.
 
     Raises
     ------

@@ -449,8 +449,10 @@ def qr_plot(ds: xr.Dataset, count: str | None = None, ax: Any = None, cmap: str 
     ax.figure.colorbar(mesh, ax=ax, label="log10 PDF")
     if line:  # Q = -(27 R^2 / 4)^(1/3)
         R = np.linspace(er[0], er[-1], 401)
-        ax.plot(R, -np.cbrt(27.0 * R * R / 4.0), "w--", lw=1.0, label="27R²/4 + Q³ = 0")
+        # black: seen over the colour map and over the empty (blank) bins alike
+        ax.plot(R, -np.cbrt(27.0 * R * R / 4.0), color="black", ls="--", lw=1.0, label="27R²/4 + Q³ = 0")
         ax.set_ylim(eq[0], eq[-1])
+        ax.legend(loc="upper right", fontsize="small")
     ax.set_xlabel("R")
     ax.set_ylabel("Q")
     return mesh

@@ -55,7 +55,9 @@ def _position(token: str, labels: Sequence[str], what: str, text: str) -> int:
 
 
 def quantity(text: str, vol: Any, jacobian_space: str) -> Quantity:
-    """The channel named by ``text`` for the volume ``vol`` (module docstring)."""
+    """The channel named by ``text`` for the volume ``vol`` (module docstring): a derived quantity
+    (``"q_criterion"``, ``"vorticity[z]"``), a value component (``"value[u]"``) or a Jacobian entry
+    (``"jacobian[u,x]"``, axes of ``jacobian_space``)."""
     m = _ENTRY.match(str(text).replace(" ", ""))
     if m is None:
         raise SamplingError(f"expected a quantity such as 'q_criterion', 'value[u]' or 'jacobian[u,x]', got {text!r}")
@@ -118,6 +120,9 @@ def edges_of(bins: Any, lo_hi: Any, what: str) -> np.ndarray:
 
 @dataclass
 class Histogram:
+    """A histogram of one to three quantities (:func:`quantity`) over bin ``edges`` (one float64 array a
+    quantity), optionally weighted by a quantity."""
+
     of: tuple[Quantity, ...]
     edges: tuple[np.ndarray, ...]
     weight: Quantity | None = None
@@ -125,9 +130,59 @@ class Histogram:
 
 @dataclass
 class Conditional:
+    """The mean and variance of the quantity ``of`` in each bin (``edges``) of the quantity ``given``."""
+
     of: Quantity
     given: Quantity
     edges: np.ndarray
+
+
+def _per_quantity(value: Any, n: int, what: str) -> list:
+    """``value`` (``bins`` or ``range``) given once for n quantities, or as a list of n, one a quantity: ranges
+    that are pairs, bins that are counts or edges."""
+    if n > 1 and isinstance(value, (list, tuple)) and len(value) == n:
+        one = (lambda v: np.ndim(v) == 1) if what == "range" else (lambda v: np.ndim(v) == 1 or isinstance(v, int))
+        if all(one(v) for v in value):
+            return list(value)
+    return [value] * n
+
+
+def statistics_from(
+    vol: Any, jacobian_space: str, histograms: Any = (), moments: Any = (), conditional: Any = ()
+) -> Any:
+    """A :class:`Statistics` from plain specs, as a job's ``reduce:`` section writes them: ``histograms`` a
+    list of ``{"of": name or [1-3 names], "bins": n or edges (or one a quantity), "range": (lo, hi) (or one
+    a quantity), "weights": name}``, ``moments`` a list of names, ``conditional`` a list of ``{"of": name or
+    [names], "given": name, "bins": n or edges, "range": (lo, hi)}``; names as :func:`quantity` reads them."""
+    q = lambda text: quantity(text, vol, jacobian_space)  # noqa: E731
+    keys = {"histograms": {"of", "bins", "range", "weights"}, "conditional": {"of", "given", "bins", "range"}}
+    for what, specs in (("histograms", histograms), ("conditional", conditional)):
+        for spec in specs:
+            if not isinstance(spec, dict) or "of" not in spec or set(spec) - keys[what]:
+                raise SamplingError(
+                    f"expected each of {what} as a dict with 'of' and keys among {sorted(keys[what])}, got {spec!r}"
+                )
+    hists = []
+    for h in histograms:
+        names = [h["of"]] if isinstance(h["of"], str) else list(h["of"])
+        bins, ranges = (
+            _per_quantity(h.get("bins", 64), len(names), "bins"),
+            _per_quantity(h.get("range"), len(names), "range"),
+        )
+        edges = tuple(edges_of(b, r, n) for n, b, r in zip(names, bins, ranges, strict=True))
+        hists.append(
+            Histogram(tuple(q(n) for n in names), edges, None if h.get("weights") is None else q(h["weights"]))
+        )
+    conds = []
+    for c in conditional:
+        if "given" not in c:
+            raise SamplingError(f"expected 'given' in each of conditional, got {c!r}")
+        given_edges = edges_of(c.get("bins", 64), c.get("range"), c["given"])
+        of_names = [c["of"]] if isinstance(c["of"], str) else c["of"]
+        conds += [Conditional(q(of), q(c["given"]), given_edges) for of in of_names]
+    stats = Statistics(hists, [q(n) for n in ([moments] if isinstance(moments, str) else moments)], conds)
+    stats.layout()  # the kernels' limits
+    return stats
 
 
 @dataclass

@@ -469,29 +469,62 @@ def conditional_mean(
 def statistics(
     source: Any,
     points: Any,
-    stats: Statistics,
+    stats: Statistics | None = None,
     *,
+    histograms: Any = (),
+    moments: Any = (),
+    conditional: Any = (),
     mode: str = "linear",
     space: str = "world",
     jacobian_space: str | None = None,
     device: str = "cpu",
     wave: int | None = None,
 ) -> xr.Dataset:
-    """Every histogram, moment and binned mean of ``stats`` in one pass over the points.
+    """Every histogram, moment and binned mean of ``stats`` (or of the keyword specs) in one pass over the points.
 
     Parameters
     ----------
     source, points, mode, space, jacobian_space, device, wave
         As :func:`histogram`.
-    stats : vdbflow.ops.reductions.Statistics
-        The histograms, moments and binned means to compute.
+    stats : vdbflow.ops.reductions.Statistics, optional
+        The histograms, moments and binned means to compute; or give them as plain specs, as a job's
+        ``reduce:`` section writes them (:func:`vdbflow.ops.reductions.statistics_from`):
+    histograms : list of dict, optional
+        ``{"of": ["q_criterion", "r_invariant"], "bins": [256, 256], "range": [(-3, 1.5), (-1.5, 1.5)]}``
+        (``bins`` a count or edges, once or one a quantity; ``range`` required with counts; ``weights``
+        a quantity).
+    moments : list of str, optional
+        Quantities whose count, mean, variance, skewness, flatness, minimum and maximum are computed.
+    conditional : list of dict, optional
+        ``{"of": ["vorticity_magnitude"], "given": "q_criterion", "bins": 64, "range": (-3, 1.5)}``.
 
     Returns
     -------
     xarray.Dataset
         The variables of each (:func:`dataset` names them), with attrs ``mode``, ``space`` and
         ``jacobian_space``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import vdbflow
+    >>> from vdbflow import synthetic
+    >>> vol = synthetic.flow_volume(synthetic.taylor_green(), 32)
+    >>> pts = np.random.default_rng(0).uniform(1.0, 5.0, (10_000, 3))
+    >>> ds = vdbflow.statistics(
+    ...     vol, pts, histograms=[{"of": ["q_criterion", "r_invariant"], "bins": 32, "range": [(-3, 3), (-2, 2)]}],
+    ...     moments=["jacobian[u,x]"], conditional=[{"of": "vorticity_magnitude", "given": "q_criterion",
+    ...     "bins": 8, "range": (-3, 3)}])
+    >>> int(ds["q_criterion_r_invariant_count"].sum() + ds["q_criterion_r_invariant_outside"])
+    10000
     """
+    if stats is None:
+        from vdbflow.ops.reductions import statistics_from
+
+        template = getattr(source, "template", source)
+        stats = statistics_from(template, jacobian_space or space, histograms, moments, conditional)
+    elif histograms or moments or conditional:
+        raise SamplingError("expected stats or histograms=, moments=, conditional=, not both")
     request = statistics_request(stats, mode, space, jacobian_space, device)
     where = stats.layout()[3]
     partial = reduce(source, points, stats, request, wave)
