@@ -203,3 +203,17 @@ def test_from_dense_and_from_voxels_take_units():
             vdbflow.Volume.from_dense(np.ones((8, 8, 8)), units=bad)
     with pytest.raises(vdbflow.VolumeError, match="length_units"):
         vdbflow.Volume.from_voxels([[0, 0, 0]], [1.0], length_units=b"m")
+
+
+def test_a_transform_reads_as_its_matrix():
+    """``vol.transform[0, 0]`` and ``numpy.asarray(vol.transform)`` (the new-user pass tried the first: not
+    subscriptable) read the index-to-world matrix."""
+    vol = vdbflow.Volume.from_dense(np.ones((8, 8, 8)), voxel_size=(0.5, 0.25, 2.0), origin=(1.0, 2.0, 3.0))
+    t = vol.transform
+    assert t[0, 0] == 0.5 and t[1, 1] == 0.25 and t[2, 2] == 2.0
+    np.testing.assert_array_equal(t[:3, 3], [1.0, 2.0, 3.0])
+    m = np.asarray(t)
+    np.testing.assert_array_equal(m, t.index_to_world)
+    m[0, 0] = 7.0  # a copy: the transform is unchanged
+    assert t[0, 0] == 0.5
+    np.testing.assert_allclose(t.apply([[2.0, 4.0, 1.0]]), [[2.0, 3.0, 5.0]])

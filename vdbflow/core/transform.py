@@ -4,6 +4,7 @@ anisotropic scale)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -112,6 +113,14 @@ class Transform:
     def world_to_index(self) -> np.ndarray:
         """(4, 4) float64 world-to-index matrix (read-only)."""
         return self._inverse
+
+    def __getitem__(self, key: Any) -> Any:
+        """Entries of the index-to-world matrix: ``transform[0, 0]``, ``transform[:3, 3]`` (the origin)."""
+        return self._matrix[key]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        """``numpy.asarray(transform)``: a copy of the (4, 4) index-to-world matrix."""
+        return np.array(self._matrix, dtype=dtype)
 
     @property
     def voxel_size(self) -> np.ndarray:

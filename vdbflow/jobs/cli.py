@@ -105,7 +105,8 @@ def _print_plan(plan: Any, console: Console) -> None:
                 f"({plan.bytes_per_point} bytes a point); {'about ' if plan.seconds >= 1 else ''}"
                 f"{human_seconds(plan.seconds)} of "
                 f"sampling + writing at {REFERENCE_POINTS_PER_S / 1e6:g} M points/s (the demo's "
-                "rate on one workstation; yours depends on the workers)",
+                "rate at 8M points on one workstation, the cluster's start not counted: a small job, "
+                "such as the demo's 1M points, runs slower; yours depends on the workers)",
             )
         )
     rows.append(
