@@ -101,7 +101,7 @@ def _random_in_voxels(
     ijk = run("active_voxels_at", origins, masks, leaf_end, rng.integers(0, leaf_end[-1], stop - start))
     pts = rng.uniform(-0.5, 0.5, (stop - start, 3))
     pts += ijk
-    return pts if transform is None else transform.apply(pts)
+    return pts if transform is None else transform.apply_finite(pts)
 
 
 def _in_each_voxel(
@@ -124,7 +124,7 @@ def _in_each_voxel(
     pts = run("active_voxels_at", origins, masks, leaf_end, rank).astype(np.float64)
     if per_voxel:
         pts += np.random.default_rng([seed, block]).uniform(-0.5, 0.5, (stop - start, 3))
-    return pts if transform is None else transform.apply(pts)
+    return pts if transform is None else transform.apply_finite(pts)
 
 
 def voxel_point_count(spec: Any, active_voxels: int) -> int:
@@ -138,7 +138,7 @@ def _random_in_leaves(
     rng = np.random.default_rng([seed, block])
     leaf = rng.integers(0, len(origins), stop - start)
     pts = origins[leaf] - 0.5 + rng.uniform(0.0, 8.0, (len(leaf), 3))
-    return pts if transform is None else transform.apply(pts)
+    return pts if transform is None else transform.apply_finite(pts)
 
 
 PROBE = 4096  # candidates drawn when the job starts, to refuse bounds without a point inside them
@@ -163,7 +163,7 @@ def _candidates(rng: Any, m: int, topology: Any, bounds: np.ndarray | None, worl
     origins, masks, leaf_end = _voxel_draw(topology)
     pts = run("active_voxels_at", origins, masks, leaf_end, rng.integers(0, leaf_end[-1], m)).astype(np.float64)
     pts += rng.uniform(-0.5, 0.5, (m, 3))
-    return topology.transform.apply(pts) if world else pts
+    return topology.transform.apply_finite(pts) if world else pts
 
 
 def _accepted(pts: np.ndarray, topology: Any, inside: str, mode: str, world: bool) -> np.ndarray:
