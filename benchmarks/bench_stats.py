@@ -5,8 +5,9 @@ On the demo field (Taylor-Green, 64 voxels an edge, a shell) at random points in
 - ``kernel``: ``vdbflow.sample_grad_arrays`` (values and Jacobians written for every point: the kernel's rate);
 - ``stats``: ``vdbflow.statistics`` with a 256 x 256 Q-R histogram and the moments of the 9 gradient entries
   (nothing written a point; the same points, threads and interpolation);
-- ``job`` (``--job``): a ``vdbflow run`` job with the same statistics in a ``reduce:`` section, its reduction's
-  seconds against the kernel on as many points;
+- ``job`` (``--job``): ``vdbflow run`` jobs with the same statistics in a ``reduce:`` section, their
+  reduction's seconds against the kernel on the same points: one drawing its random points (as the demo job
+  does), one reading the same points from a .npy file;
 - ``memory``: the peak resident memory of a process reducing Dask points made chunk by chunk (1M a chunk,
   never held whole) at 32M and at 128M points: flat when nothing grows with the points.
 
@@ -102,18 +103,21 @@ def memory(points: int) -> tuple[int, int]:
 
 JOB = """
 volume: {{synthetic: {{field: taylor_green, resolution: 64, write: {tmp}/tg.nvdb}}}}
-points: {{kind: random, count: {points}, inside: voxels, seed: 0, chunk: 1000000}}
+points: {points}
 reduce:
   histograms: [{{of: [q_criterion, r_invariant], bins: [256, 256], range: [[-3, 1.5], [-1.5, 1.5]]}}]
   moments: {moments}
 output: {{path: {tmp}/stats.nc, overwrite: always}}
 """
+DRAWN = "{{kind: random, count: {points}, inside: voxels, seed: 1, chunk: 1000000}}"
+FROM_FILE = "{{kind: file, path: {tmp}/points.npy, chunk: 1000000}}"
 
 
 def job(points: int, rounds: int) -> dict:
-    """A ``reduce:`` job (one worker, one task thread: the kernels' OpenMP threads are the machine's) against
-    the kernel at the same number of points, rounds interleaved: the job's reduction seconds (its tasks,
-    merge and all, timings reduce_s) against sample_grad_arrays on as many points."""
+    """``reduce:`` jobs (one worker, two task threads: the kernels' OpenMP threads are the machine's) against
+    the kernel on the same points, rounds interleaved: the job's reduction seconds (its tasks, merge and all,
+    timings reduce_s) of a job that draws its random points (``drawn``: the same points the kernel samples,
+    drawn by the job as a writing job draws them) and of one that reads them from a .npy file (``file``)."""
     import os
     import tempfile
 
@@ -121,26 +125,39 @@ def job(points: int, rounds: int) -> dict:
 
     moments = json.dumps([f"jacobian[{c},{a}]" for c in "uvw" for a in "xyz"])
     vol = demo_volume()
-    pts = points_in_voxels(vol, points, 1)
-    kernel, reduced, size = [], [], 0
+    out: dict = {"job_kernel_points_per_s": [], "job_drawn_points_per_s": [], "job_file_points_per_s": []}
     with (
         tempfile.TemporaryDirectory() as tmp,
         distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0") as c,
         distributed.Client(c) as client,
     ):
-        config = f"{tmp}/job.yaml"
-        with open(config, "w") as f:
-            f.write(JOB.format(tmp=tmp, points=points, moments=moments))
-        vdbflow.run(config, client=client, **{"points.count": 100_000})  # warm
+        configs = {}
+        for kind, points_spec in (("drawn", DRAWN), ("file", FROM_FILE)):
+            configs[kind] = f"{tmp}/{kind}.yaml"
+            with open(configs[kind], "w") as f:
+                spec = points_spec.format(points=points, tmp=tmp)
+                f.write(JOB.format(tmp=tmp, points=spec, moments=moments))
+        vdbflow.run(configs["drawn"], client=client, **{"points.count": 100_000})  # warm
+        from vdbflow.jobs.config_load import load_config
+        from vdbflow.jobs.points import make_points
+
+        cfg = load_config(configs["drawn"])
+        topology = vdbflow.open(f"{tmp}/tg.nvdb").topology
+        pts = make_points(cfg.points, topology, topology.data_bounds("world", inner=True)).points.compute()
+        np.save(f"{tmp}/points.npy", pts)  # the drawn job's own points
         for _ in range(rounds):
             t0 = time.perf_counter()
             vdbflow.sample_grad_arrays(vol, pts)
-            kernel.append(points / (time.perf_counter() - t0))
-            result = vdbflow.run(config, client=client)
-            reduced.append(points / result.timings["reduce_s"])
-        size = os.path.getsize(f"{tmp}/stats.nc")
-    ratios = [r / k for r, k in zip(reduced, kernel, strict=True)]
-    return {"job_points_per_s": reduced, "job_kernel_points_per_s": kernel, "job_ratio": ratios, "job_bytes": size}
+            out["job_kernel_points_per_s"].append(points / (time.perf_counter() - t0))
+            for kind in ("drawn", "file"):
+                result = vdbflow.run(configs[kind], client=client)
+                out[f"job_{kind}_points_per_s"].append(points / result.timings["reduce_s"])
+        out["job_bytes"] = os.path.getsize(f"{tmp}/stats.nc")
+    for kind in ("drawn", "file"):
+        out[f"job_{kind}_ratio"] = [
+            r / k for r, k in zip(out[f"job_{kind}_points_per_s"], out["job_kernel_points_per_s"], strict=True)
+        ]
+    return out
 
 
 def main() -> None:
@@ -161,10 +178,12 @@ def main() -> None:
     if args.job:
         j = job(args.points, args.rounds)
         out.update(j)
-        k, r, q = j["job_kernel_points_per_s"], j["job_points_per_s"], j["job_ratio"]
-        job_rate, kernel_rate = f"{min(r) / 1e6:.1f}-{max(r) / 1e6:.1f}", f"{min(k) / 1e6:.1f}-{max(k) / 1e6:.1f}"
-        print(f"  reduce: job: {job_rate} M points/s, kernel {kernel_rate}")
-        print(f"  ratio job / kernel: {min(q):.2f}-{max(q):.2f}; the job's output {j['job_bytes']:,} bytes")
+        span = lambda v, scale=1e6: f"{min(v) / scale:.2f}-{max(v) / scale:.2f}"  # noqa: E731
+        print(f"  reduce: jobs against the kernel on the same points ({span(j['job_kernel_points_per_s'])} M/s):")
+        for kind, what in (("drawn", "drawing its random points"), ("file", "reading them from a .npy file")):
+            rate, ratio = span(j[f"job_{kind}_points_per_s"]), span(j[f"job_{kind}_ratio"], 1)
+            print(f"    {what}: {rate} M points/s, ratio {ratio}")
+        print(f"  the job's output {j['job_bytes']:,} bytes")
     if args.memory:
         for n in (32_000_000, 128_000_000):
             peak, binned = memory(n)
