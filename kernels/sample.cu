@@ -61,8 +61,9 @@ __global__ void VDB_BOUNDS hessian_kernel(const KernelAbi* abi, const double* po
 // Statistics in the sampling pass (reduce.h reduce_block_points), the first of two launches a call of n
 // points: one block of threads per REDUCE_BLOCK points (its features to `features`, counts through shared
 // memory into ints, its moment and per-bin partials to block_moments, dense and mark); vdbflow_reduce_merge
-// then merges the partials in block order.  The CPU's accumulation, so the same bits for the same samples;
-// its threads synchronize (cuda_build.BLOCK_SYNCHRONIZED).
+// then merges the partials in block order.  The CPU's accumulation in the CPU's order (counts equal; floats
+// to rounding where compilers fuse multiply-adds differently); its threads synchronize
+// (cuda_build.BLOCK_SYNCHRONIZED).
 template <class T, int NC>
 __global__ void VDB_BOUNDS reduce_kernel(const KernelAbi* abi, const double* points, i64 n, const ReduceSpec* spec,
                                          const double* edges, i64 n_ints, i64 n_reals, unsigned long long* ints,

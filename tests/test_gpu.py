@@ -282,7 +282,9 @@ def test_the_gpu_reduction_equals_the_cpu_reduction_of_its_samples(rng, dtype, m
         conditionals=[Conditional(q["vorticity_magnitude"], q["q_criterion"], np.linspace(-2, 2, 11))],
     )
     large = Statistics(  # 100 x 100 bins: more counts than a block holds in shared memory (both kinds)
-        histograms=[Histogram((q["q_criterion"], q["r_invariant"]), (np.linspace(-2, 2, 101), np.linspace(-2, 2, 101)))],
+        histograms=[
+            Histogram((q["q_criterion"], q["r_invariant"]), (np.linspace(-2, 2, 101), np.linspace(-2, 2, 101)))
+        ],
         moments=[q["q_criterion"]],
     )
     launches = []

@@ -274,16 +274,16 @@ def sample_reduce(
     """Statistics of quantities sampled on the GPU, reduced there: a million points a ``reduce_kernel`` launch,
     each block of threads sampling one ``REDUCE_BLOCK`` of points and counting through shared memory, then
     the blocks' partials merged in block order on the device (``vdbflow_reduce_merge``); host ``ints`` and
-    ``reals`` get the result once.  The CPU's accumulation, block for block: the same bits for the same
-    samples."""
+    ``reals`` get the result once.  The CPU's accumulation in its order, block for block: for the same
+    samples, equal counts and floats to rounding."""
     from vdbflow.devices import cpu
 
     cupy = cupy_module()
     s = np.frombuffer(spec, kernel.REDUCE_SPEC_DTYPE)[0]
-    # the spec's offsets checked by the CPU binding (no points: nothing else runs)
     F = int(s["channels"])
     rec, call = _call_record(k, mode, points_world, jacobian_world)
     R = np.float64 if np.dtype(rec.arrays.values.dtype) == np.float64 else np.float32
+    # the spec's offsets checked by the CPU binding (no points: nothing else runs)
     cpu.reduce_features(spec, np.zeros((0, F), R), edges, ints, reals)
     n_ints, n_reals, moments = len(ints), len(reals), int(s["moments"])
     name = entry("sample_reduce", rec.arrays.values.dtype, k.components)
