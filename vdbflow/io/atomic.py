@@ -206,29 +206,28 @@ def atomic_directory(
         remove_tree(where)
 
 
+def _appeared_meanwhile(target: Path, problem: str, put_back: str) -> WriteError:
+    """The error of a replace that found, once the write was done, something else than what was checked."""
+    return WriteError(
+        errno.EEXIST,
+        f"expected to replace what was checked at {target} before the write, found {problem} there once the "
+        f"write was done (it appeared meanwhile); {put_back}, and the new data was not kept",
+    )
+
+
 def _replace_directory(written: Path, target: Path, replaceable: Callable[[Path], str | None] | None) -> None:
     """``written`` onto ``target``, what was there removed once ``replaceable`` passed it (else put back)."""
     check = replaceable or (lambda out: None)
     if renameat2(written, target, RENAME_EXCHANGE):  # the earlier one is now at `written`
         problem = check(written)
         if problem is not None:
-            put_back = put_back_exchanged(written, target)
-            raise WriteError(
-                errno.EEXIST,
-                f"expected to replace what was checked at {target} before the write, found {problem} there "
-                f"once the write was done (it appeared meanwhile); {put_back}, and the new data was not kept",
-            )
+            raise _appeared_meanwhile(target, problem, put_back_exchanged(written, target))
         return
     aside = hidden_sibling(target, "replaced")  # vdbflow clean puts it back should this be killed
     os.rename(target, aside)
     problem = check(aside)
     if problem is not None:
-        put_back = put_back_aside(aside, target)
-        raise WriteError(
-            errno.EEXIST,
-            f"expected to replace what was checked at {target} before the write, found {problem} there once "
-            f"the write was done (it appeared meanwhile); {put_back}, and the new data was not kept",
-        )
+        raise _appeared_meanwhile(target, problem, put_back_aside(aside, target))
     try:
         os.rename(written, target)
     except BaseException:
