@@ -6,6 +6,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+from object_store import memory_fs, s3  # noqa: E402, F401  (fixtures: moto's S3 server, memory://)
+
 
 @pytest.fixture
 def rng():
