@@ -630,7 +630,8 @@ nb::tuple abi_fields() {
       VDBFLOW_ABI_FIELD(index_layout, "i4", int), VDBFLOW_ABI_FIELD(value_kind, "i4", int),
       VDBFLOW_ABI_FIELD(xform, "f8", double), VDBFLOW_ABI_FIELD(mode, "i4", int),
       VDBFLOW_ABI_FIELD(points_world, "i4", int), VDBFLOW_ABI_FIELD(jacobian_world, "i4", int),
-      VDBFLOW_ABI_FIELD(hessian_world, "i4", int));
+      VDBFLOW_ABI_FIELD(hessian_world, "i4", int),
+      VDBFLOW_ABI_FIELD(period, "i8", i64));
 }
 #undef VDBFLOW_ABI_FIELD
 
@@ -645,11 +646,11 @@ int get_max_threads() { return max_threads(); }
 // points, bucket p + 1: partition p) and the points in sorted order (same dtype as given).
 nb::tuple route_points(InArray points, In<double, nb::shape<12>> xform, bool points_world,
                        In<int64_t, nb::shape<3>> origin, int shift, In<uint64_t, nb::ndim<1>> boundaries,
-                       IntTable near_blocks) {
+                       IntTable near_blocks, In<int64_t, nb::shape<6>> period) {
   const i64 n = point_count(points);
   check(shift >= 0 && shift <= 63, "Morton shift must be in [0, 63]");
   const RouteSpec r = make_route_spec((const i64*)origin.data(), shift, (const u64*)boundaries.data(),
-                                      (int)boundaries.shape(0) + 1, as_table(near_blocks));
+                                      (int)boundaries.shape(0) + 1, as_table(near_blocks), (const i64*)period.data());
   const int buckets = r.partitions + 1;
   const bool dbl = is<double>(points);
   typedef std::unique_ptr<void, decltype(&std::free)> Buffer;
@@ -829,7 +830,7 @@ NB_MODULE(_core, m) {
   for (int kind = KIND_F32; kind <= KIND_U32; ++kind) kinds[VALUE_KIND_NAMES[kind]] = kind;
   m.attr("VALUE_KINDS") = kinds;
   m.def("route_points", &route_points, nb::arg("points"), nb::arg("xform"), nb::arg("points_world"), nb::arg("origin"),
-        nb::arg("shift"), nb::arg("boundaries"), nb::arg("near_blocks"),
+        nb::arg("shift"), nb::arg("boundaries"), nb::arg("near_blocks"), nb::arg("period"),
         "Partition of each point and a stable counting sort: (order, bounds (P + 2), sorted points).");
   m.def("scatter_rows", &scatter_rows, nb::arg("dst"), nb::arg("index"), nb::arg("src"));
   m.def("active_voxels_at", &active_voxels_at, nb::arg("origins"), nb::arg("masks"), nb::arg("leaf_end"),

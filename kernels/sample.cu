@@ -135,9 +135,11 @@ __global__ void VDB_BOUNDS advect_series_kernel(const KernelAbi* abis, int grids
 extern "C" __global__ void VDB_BOUNDS vdbflow_route_partition(const double* points, vdbflow::i64 n, const double* xform,
                                                    int points_world, const vdbflow::i64* origin, int shift,
                                                    const vdbflow::u64* boundaries, int partitions,
-                                                   const int* near_table, unsigned near_mask, int* out_partition) {
+                                                   const int* near_table, unsigned near_mask,
+                                                   const vdbflow::i64* period, int* out_partition) {
   using namespace vdbflow;
-  const RouteSpec r = make_route_spec(origin, shift, boundaries, partitions, HashTable{near_table, near_mask});
+  const RouteSpec r =
+      make_route_spec(origin, shift, boundaries, partitions, HashTable{near_table, near_mask}, period);
   route_partitions(r, make_point_transform(xform, points_world, 0), points, n, out_partition);
 }
 

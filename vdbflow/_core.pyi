@@ -106,7 +106,7 @@ ABI_FIELDS: tuple
 
 VALUE_KINDS: dict
 
-def route_points(points: Annotated[NDArray, dict(order='C', device='cpu', writable=False)], xform: Annotated[NDArray[numpy.float64], dict(shape=(12), order='C', device='cpu', writable=False)], points_world: bool, origin: Annotated[NDArray[numpy.int64], dict(shape=(3), order='C', device='cpu', writable=False)], shift: int, boundaries: Annotated[NDArray[numpy.uint64], dict(shape=(None,), order='C', device='cpu', writable=False)], near_blocks: Annotated[NDArray[numpy.int32], dict(shape=(None, None), order='C', device='cpu', writable=False)]) -> tuple:
+def route_points(points: Annotated[NDArray, dict(order='C', device='cpu', writable=False)], xform: Annotated[NDArray[numpy.float64], dict(shape=(12), order='C', device='cpu', writable=False)], points_world: bool, origin: Annotated[NDArray[numpy.int64], dict(shape=(3), order='C', device='cpu', writable=False)], shift: int, boundaries: Annotated[NDArray[numpy.uint64], dict(shape=(None,), order='C', device='cpu', writable=False)], near_blocks: Annotated[NDArray[numpy.int32], dict(shape=(None, None), order='C', device='cpu', writable=False)], period: Annotated[NDArray[numpy.int64], dict(shape=(6), order='C', device='cpu', writable=False)]) -> tuple:
     """
     Partition of each point and a stable counting sort: (order, bounds (P + 2), sorted points).
     """

@@ -42,6 +42,8 @@ struct KernelAbi {
   int points_world;    // points are world coordinates
   int jacobian_world;  // Jacobian columns are world axes
   int hessian_world;   // Hessian axes are world axes
+  // periodic axes (grid.h Period): the first index of each axis' period, then its size in voxels (0: none)
+  i64 period[6];
 };
 
 // The record's grid as the kernels read it (values of type T).  `contiguous` ignores leaf_values_at
@@ -50,9 +52,11 @@ template <class T>
 VDB_HD GridView<T> abi_grid(const KernelAbi& a, bool contiguous = false) {
   HashTable tables[LEVEL_COUNT];
   for (int l = 0; l < LEVEL_COUNT; ++l) tables[l] = HashTable{a.tables[l], a.table_masks[l]};
-  return make_grid_view(tables, a.masks, a.prefix, a.leaf_offset, contiguous ? (const i64*)nullptr : a.leaf_values_at,
-                        (const T*)a.values, (const T*)a.tile_values, (const T*)a.background, a.components,
-                        a.index_layout);
+  GridView<T> g = make_grid_view(tables, a.masks, a.prefix, a.leaf_offset,
+                                 contiguous ? (const i64*)nullptr : a.leaf_values_at, (const T*)a.values,
+                                 (const T*)a.tile_values, (const T*)a.background, a.components, a.index_layout);
+  g.period = make_period(a.period);
+  return g;
 }
 
 VDB_HD PointTransform abi_transform(const KernelAbi& a) {

@@ -12,9 +12,15 @@
 
 namespace vdbflow {
 
-// Active voxel of a leaf, or inside a tile of any level.
+// Active voxel of a leaf, or inside a tile of any level (wrapped on periodic axes: a periodic axis has
+// no edge).
 template <class T>
 VDB_HD bool voxel_defined(const GridView<T>& g, i64 i, i64 j, i64 k, LeafCache& cache) {
+  if (g.period.any) {
+    i = wrap_index(g.period, 0, i);
+    j = wrap_index(g.period, 1, j);
+    k = wrap_index(g.period, 2, k);
+  }
   if (!in_index_range(i, j, k)) return false;
   const int x = (int)i, y = (int)j, z = (int)k;
   const int slot = leaf_slot(g, x, y, z, cache);
@@ -36,6 +42,11 @@ VDB_HD bool voxel_defined(const GridView<T>& g, i64 i, i64 j, i64 k, LeafCache& 
 template <class T>
 VDB_HD bool row_defined(const GridView<T>& g, i64 x, i64 y, i64 z0, int n, LeafCache& cache) {
   const i64 end = z0 + n;
+  if (g.period.any) {  // the run may wrap: voxel by voxel
+    for (i64 z = z0; z < end; ++z)
+      if (!voxel_defined(g, x, y, z, cache)) return false;
+    return true;
+  }
   for (i64 z = z0; z < end;) {
     const i64 block_end = (z & ~(i64)(LEAF_DIM - 1)) + LEAF_DIM;
     const i64 run_end = end < block_end ? end : block_end;
@@ -77,7 +88,7 @@ VDB_HD bool stencil_inside_point(const GridView<T>& g, const PointTransform& xf,
   to_index_space(xf, p, u);
   if (!finite3(u)) return false;
   i64 b[3];
-  for (int a = 0; a < 3; ++a) b[a] = clamp_far(mode == MODE_CLOSEST ? round(u[a]) : floor(u[a]));
+  for (int a = 0; a < 3; ++a) b[a] = base_index(g.period, a, mode == MODE_CLOSEST ? round(u[a]) : floor(u[a]));
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < n; ++j)
       if (!row_defined(g, b[0] + lo + i, b[1] + lo + j, b[2] + lo, n, cache)) return false;

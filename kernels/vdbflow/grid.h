@@ -105,6 +105,37 @@ VDB_HD int popcount64(u64 v) {
 #endif
 }
 
+// Periods of index space: along axis a with size[a] > 0, voxel i reads voxel lo[a] + (i - lo[a]) mod
+// size[a] (whole voxels, integer arithmetic: points any number of periods away read the same voxels).
+// size[a] == 0: the axis does not wrap.  `any`: some axis wraps (the non-periodic path tests only it).
+struct Period {
+  i64 lo[3];
+  i64 size[3];
+  int any;
+};
+
+VDB_HD Period make_period(const i64* lo_size) {  // lo_size: lo[3] then size[3], or null (no period)
+  Period q;
+  q.any = 0;
+  for (int a = 0; a < 3; ++a) {
+    q.lo[a] = lo_size != nullptr ? lo_size[a] : 0;
+    q.size[a] = lo_size != nullptr && lo_size[3 + a] > 0 ? lo_size[3 + a] : 0;
+    q.any |= q.size[a] > 0;
+  }
+  return q;
+}
+
+// Voxel index i along axis a, wrapped into [lo, lo + size) when the axis is periodic.  One unsigned
+// comparison for indices already inside (a stencil around a wrapped base cell); a remainder otherwise.
+VDB_HD i64 wrap_index(const Period& q, int a, i64 i) {
+  const i64 P = q.size[a];
+  if (P <= 0) return i;
+  const i64 d = i - q.lo[a];
+  if ((u64)d < (u64)P) return i;
+  i64 r = d % P;
+  return q.lo[a] + (r < 0 ? r + P : r);
+}
+
 // Everything a kernel needs to read values of type T (C components per voxel).
 template <class T>
 struct GridView {
@@ -119,6 +150,7 @@ struct GridView {
   const T* background;            // [C]
   int components;                 // C
   int index_layout;               // 0: per-leaf values, 1: per-active-voxel values
+  Period period;                  // periodic axes (none unless set after make_grid_view)
 };
 
 template <class T>
@@ -136,6 +168,7 @@ VDB_HD GridView<T> make_grid_view(const HashTable tables[LEVEL_COUNT], const u64
   g.background = background;
   g.components = components;
   g.index_layout = index_layout;
+  g.period = make_period(nullptr);
   return g;
 }
 
@@ -311,9 +344,14 @@ VDB_HD void active_voxel_at(const int* origins, const u64* masks, const i64* lea
   ijk[2] = origins[3 * leaf + 2] + (bit & 7);
 }
 
-// Pointer to the C values read at voxel (i, j, k): voxel, tile or background.
+// Pointer to the C values read at voxel (i, j, k) (wrapped on periodic axes): voxel, tile or background.
 template <class T>
 VDB_HD const T* read_voxel(const GridView<T>& g, i64 i, i64 j, i64 k, LeafCache& cache) {
+  if (g.period.any) {
+    i = wrap_index(g.period, 0, i);
+    j = wrap_index(g.period, 1, j);
+    k = wrap_index(g.period, 2, k);
+  }
   if (!in_index_range(i, j, k)) return g.background;
   const int x = (int)i, y = (int)j, z = (int)k;
   const int slot = leaf_slot(g, x, y, z, cache);

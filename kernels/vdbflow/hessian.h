@@ -102,7 +102,7 @@ VDB_HD void sample_point_hessian(const GridView<T>& g, const PointTransform& xf,
   double f[3];
   for (int a = 0; a < 3; ++a) {
     const double fl = floor(u[a]);
-    b[a] = clamp_far(fl);
+    b[a] = base_index(g.period, a, fl);
     f[a] = u[a] - fl;
   }
   if (is_separable(mode)) {

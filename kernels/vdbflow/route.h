@@ -57,12 +57,14 @@ struct RouteSpec {
   const u64* boundaries;  // (P - 1,) ascending
   int partitions;         // P
   HashTable near_blocks;  // entries == nullptr: no shortcut
+  Period period;          // periodic axes: a point goes where its wrapped base cell is
 };
 
 // The spec of one routing call (the CPU extension and sample.cu build it alike).
 VDB_HD RouteSpec make_route_spec(const i64 origin[3], int shift, const u64* boundaries, int partitions,
-                                 HashTable near_blocks) {
+                                 HashTable near_blocks, const i64* period = nullptr) {
   RouteSpec r;
+  r.period = make_period(period);
   for (int a = 0; a < 3; ++a) r.origin[a] = origin[a];
   r.shift = shift;
   r.boundaries = boundaries;
@@ -87,12 +89,12 @@ VDB_HD int partition_of_code(const RouteSpec& r, u64 code) {
 
 // Base leaf key of a point (index-space u); false for non-finite points and points outside the int32
 // index range (any partition answers those alike: NaN or background).
-VDB_HD bool base_leaf_key(const PointTransform& xf, const double p[3], i64 key[3]) {
+VDB_HD bool base_leaf_key(const PointTransform& xf, const Period& q, const double p[3], i64 key[3]) {
   double u[3];
   to_index_space(xf, p, u);
   bool ok = finite3(u);
   for (int a = 0; a < 3; ++a) {
-    const i64 b = ok ? clamp_far(floor(u[a])) : 0;
+    const i64 b = ok ? base_index(q, a, floor(u[a])) : 0;
     ok = ok && b >= INDEX_MIN && b <= INDEX_MAX;
     key[a] = b >> 3;
   }
@@ -102,7 +104,7 @@ VDB_HD bool base_leaf_key(const PointTransform& xf, const double p[3], i64 key[3
 // Partition of one point, or ROUTE_BACKGROUND.  Points without a valid base leaf go to partition 0.
 VDB_HD int route_point(const RouteSpec& r, const PointTransform& xf, const double p[3]) {
   i64 k[3];
-  if (!base_leaf_key(xf, p, k)) return 0;
+  if (!base_leaf_key(xf, r.period, p, k)) return 0;
   if (r.near_blocks.entries != nullptr) {
     const int block = table_find(r.near_blocks, (int)(k[0] >> ROUTE_BLOCK_SHIFT), (int)(k[1] >> ROUTE_BLOCK_SHIFT),
                                  (int)(k[2] >> ROUTE_BLOCK_SHIFT));

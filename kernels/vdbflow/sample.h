@@ -110,6 +110,22 @@ VDB_HD i64 clamp_far(double b) {
   return b > FAR_COORDINATE ? (i64)FAR_COORDINATE : (b < -FAR_COORDINATE ? -(i64)FAR_COORDINATE : (i64)b);
 }
 
+// The base voxel index along axis a of b, the floor or rounding of an index coordinate (a whole number):
+// clamp_far(b) without periods; on a periodic axis b wrapped into its period in integers (exact for
+// |b| < 4e18, so a point k periods away has the same base voxel and, being u + k P, the same fraction).
+VDB_HD i64 base_index(const Period& q, int a, double b) {
+  if (!q.any) return clamp_far(b);
+  if (q.size[a] > 0 && b > -4.0e18 && b < 4.0e18) return wrap_index(q, a, (i64)b);
+  return wrap_index(q, a, clamp_far(b));
+}
+
+// Whether the cell of base voxel (bi, bj, bk) (wrapped: base_index) crosses the end of a period, where
+// its upper corner wraps to the period's first voxel.
+VDB_HD bool crosses_period(const Period& q, i64 bi, i64 bj, i64 bk) {
+  return q.any && ((q.size[0] > 0 && bi == q.lo[0] + q.size[0] - 1) || (q.size[1] > 0 && bj == q.lo[1] + q.size[1] - 1) ||
+                   (q.size[2] > 0 && bk == q.lo[2] + q.size[2] - 1));
+}
+
 // Where a point's stencil lives: the corner value pointers and the fractional position.
 // kind: CELL_NAN (non-finite point), CELL_CLOSEST (corner[0] is the voxel), CELL_LINEAR (8 corners).
 enum CellKind { CELL_NAN = 0, CELL_CLOSEST = 1, CELL_LINEAR = 2 };
@@ -136,7 +152,8 @@ VDB_HD VDB_INLINE void locate_cell_inline(const GridView<T>& g, const PointTrans
   }
   if (mode == MODE_CLOSEST) {
     cell.kind = CELL_CLOSEST;
-    cell.corner[0] = read_voxel(g, clamp_far(round(u[0])), clamp_far(round(u[1])), clamp_far(round(u[2])), cache);
+    cell.corner[0] = read_voxel(g, base_index(g.period, 0, round(u[0])), base_index(g.period, 1, round(u[1])),
+                                base_index(g.period, 2, round(u[2])), cache);
     return;
   }
   cell.kind = CELL_LINEAR;
@@ -145,9 +162,10 @@ VDB_HD VDB_INLINE void locate_cell_inline(const GridView<T>& g, const PointTrans
   cell.f[0] = (R)(u[0] - b0);
   cell.f[1] = (R)(u[1] - b1);
   cell.f[2] = (R)(u[2] - b2);
-  const i64 bi = clamp_far(b0), bj = clamp_far(b1), bk = clamp_far(b2);
+  const i64 bi = base_index(g.period, 0, b0), bj = base_index(g.period, 1, b1), bk = base_index(g.period, 2, b2);
   const T** corner = cell.corner;
-  if ((bi & 7) != 7 && (bj & 7) != 7 && (bk & 7) != 7 && in_index_range(bi, bj, bk)) {
+  if ((bi & 7) != 7 && (bj & 7) != 7 && (bk & 7) != 7 && in_index_range(bi, bj, bk) &&
+      !crosses_period(g.period, bi, bj, bk)) {
     const int x = (int)bi, y = (int)bj, z = (int)bk;
     const int slot = leaf_slot(g, x, y, z, cache);
     if (slot >= 0) {  // the whole stencil is inside one leaf

@@ -246,7 +246,7 @@ template <class T, int NC>
 VDB_HD void gradient_at_node(const GridView<T>& g, const PointTransform& xf, const double u[3], int scheme,
                              bool want_jacobian, T* value, typename RealOf<T>::type* jacobian, LeafCache& cache) {
   const int C = NC > 0 ? NC : g.components;
-  const i64 b[3] = {clamp_far(u[0]), clamp_far(u[1]), clamp_far(u[2])};
+  const i64 b[3] = {base_index(g.period, 0, u[0]), base_index(g.period, 1, u[1]), base_index(g.period, 2, u[2])};
   const T* v0 = read_voxel(g, b[0], b[1], b[2], cache);
   for (int c = 0; c < C; ++c) value[c] = load(v0, c);
   if (!want_jacobian) return;
@@ -284,7 +284,7 @@ VDB_HD void sample_point_scheme(const GridView<T>& g, const PointTransform& xf, 
   i64 b[3];
   for (int a = 0; a < 3; ++a) {
     const double fl = floor(u[a]);
-    b[a] = clamp_far(fl);
+    b[a] = base_index(g.period, a, fl);
     axis_weights(scheme, u[a] - fl, w[a]);
   }
   constexpr int CMAX = NC > 0 ? NC : MAX_COMPONENTS;

@@ -27,9 +27,8 @@
 //     bytes each) instead of one 4- or 8-byte movnti per element (which the write-combining buffers
 //     turn into partial-line writes: 1.5-6 GB/s measured, against ~18 GB/s for full lines); the values
 //     themselves are the computed ones, copied.
-// Known: on x86-64-v3 the scalar coherent loop itself rounds J M^-1 differently from the scalar
-// scattered loop for float64 data with a run-time C (not 1, 3, 4) and world Jacobians; this path gives
-// the scattered loop's bytes there (tests/test_simd.py).
+// Periodic volumes (grid.h Period) take the general locate_cell_simd for every point: its base cell
+// wrapped, its in-leaf shortcut only where the cell does not cross the end of a period.
 #pragma once
 #include "launch.h"
 #include "sample.h"
@@ -98,6 +97,11 @@ VDB_INLINE inline int leaf_slot_inline(const GridView<T>& g, int x, int y, int z
 
 template <class T>
 VDB_INLINE inline const T* read_voxel_inline(const GridView<T>& g, i64 i, i64 j, i64 k, LeafCache& cache) {
+  if (g.period.any) {
+    i = wrap_index(g.period, 0, i);
+    j = wrap_index(g.period, 1, j);
+    k = wrap_index(g.period, 2, k);
+  }
   if (!in_index_range(i, j, k)) return g.background;
   const int x = (int)i, y = (int)j, z = (int)k;
   const int slot = leaf_slot_inline(g, x, y, z, cache);
@@ -122,8 +126,8 @@ VDB_INLINE inline void locate_cell_simd(const GridView<T>& g, const PointTransfo
   }
   if (mode == MODE_CLOSEST) {
     cell.kind = CELL_CLOSEST;
-    cell.corner[0] =
-        read_voxel_inline(g, clamp_far(round(u[0])), clamp_far(round(u[1])), clamp_far(round(u[2])), cache);
+    cell.corner[0] = read_voxel_inline(g, base_index(g.period, 0, round(u[0])), base_index(g.period, 1, round(u[1])),
+                                       base_index(g.period, 2, round(u[2])), cache);
     return;
   }
   cell.kind = CELL_LINEAR;
@@ -132,9 +136,10 @@ VDB_INLINE inline void locate_cell_simd(const GridView<T>& g, const PointTransfo
   cell.f[0] = (R)(u[0] - b0);
   cell.f[1] = (R)(u[1] - b1);
   cell.f[2] = (R)(u[2] - b2);
-  const i64 bi = clamp_far(b0), bj = clamp_far(b1), bk = clamp_far(b2);
+  const i64 bi = base_index(g.period, 0, b0), bj = base_index(g.period, 1, b1), bk = base_index(g.period, 2, b2);
   const T** corner = cell.corner;
-  if ((bi & 7) != 7 && (bj & 7) != 7 && (bk & 7) != 7 && in_index_range(bi, bj, bk)) {
+  if ((bi & 7) != 7 && (bj & 7) != 7 && (bk & 7) != 7 && in_index_range(bi, bj, bk) &&
+      !crosses_period(g.period, bi, bj, bk)) {
     const int x = (int)bi, y = (int)bj, z = (int)bk;
     const int slot = leaf_slot_inline(g, x, y, z, cache);
     if (slot >= 0) {
@@ -155,7 +160,8 @@ VDB_INLINE inline void locate_cell_simd(const GridView<T>& g, const PointTransfo
       return;
     }
   }
-  if (!g.index_layout && in_index_range(bi, bj, bk) && bi < INDEX_MAX && bj < INDEX_MAX && bk < INDEX_MAX) {
+  if (!g.index_layout && !g.period.any && in_index_range(bi, bj, bk) && bi < INDEX_MAX && bj < INDEX_MAX &&
+      bk < INDEX_MAX) {
     // A stencil across leaves (per-leaf layout): the slots of its 2, 4 or 8 leaves, looked up once each
     // (corners o and o | bit share a leaf along an axis the stencil does not cross), then the corners
     // as read_voxel places them.
@@ -350,7 +356,7 @@ __attribute__((noinline)) void coherent_run_simd(const GridView<T>& g, const Poi
                                                  LineStream<typename RealOf<T>::type>& oj, LeafCache& cache) {
   typedef typename RealOf<T>::type R;
   const int C = NC > 0 ? NC : g.components;
-  const bool fast = simd_lanes<T, NC>() && mode == MODE_LINEAR && !g.index_layout;
+  const bool fast = simd_lanes<T, NC>() && mode == MODE_LINEAR && !g.index_layout && !g.period.any;
   int lx = 2147483647, ly = 0, lz = 0;  // the fast path's leaf (none yet: an impossible key)
   // values of the leaves (lx + (o >> 2), ly + ((o >> 1) & 1), lz + (o & 1)), null where that leaf is a
   // tile or absent; `present` has bit o set where near[o] is a leaf

@@ -141,6 +141,7 @@ class KernelArrays:
     index_layout: bool
     leaf_values_at: np.ndarray | None = None  # per-leaf layout: element offset of each leaf's values
     xform: np.ndarray | None = None  # (12,) float64 transform parameters (None: the identity)
+    period: np.ndarray | None = None  # (6,) int64 periods (core.periodic: lo, then size; None: none)
     device_cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -199,6 +200,9 @@ def _checked_host_arrays(k: KernelArrays) -> KernelArrays:
     xform = IDENTITY_PARAMETERS if k.xform is None else plain(k.xform, np.float64)
     if xform.shape != (len(TRANSFORM_PARAMETERS),):
         raise VolumeError(f"expected {len(TRANSFORM_PARAMETERS)} transform parameters, got shape {xform.shape}")
+    period = None if k.period is None else plain(k.period, np.int64)
+    if period is not None and (period.shape != (6,) or np.any(period[3:] < 0)):
+        raise VolumeError(f"expected 3 period origins and 3 periods >= 0, got {period.tolist()}")
     return dataclasses.replace(
         k,
         tables=tables,
@@ -210,6 +214,7 @@ def _checked_host_arrays(k: KernelArrays) -> KernelArrays:
         background=background,
         leaf_values_at=at,
         xform=xform,
+        period=period,
         device_cache={},
     )
 
@@ -249,6 +254,8 @@ def make_record(k: KernelArrays, address: Callable[[Any], int] = host_address) -
     r["index_layout"] = int(k.index_layout)
     r["value_kind"] = VALUE_KINDS[np.dtype(k.values.dtype).name]
     r["xform"] = IDENTITY_PARAMETERS if k.xform is None else k.xform
+    if k.period is not None:
+        r["period"] = k.period
     return r
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vdbflow.core import kernel, tree
+from vdbflow.core.periodic import Periodicity, resolve_periodic
 from vdbflow.core.transform import Transform
 from vdbflow.errors import VolumeError
 
@@ -91,6 +92,7 @@ class Topology:
         self.blind_data: tuple = ()  # NanoVDB blind data records, kept for .nvdb round trips
         self.units: str | None = None  # units of the values, e.g. "m/s" (for Dataset attrs)
         self.length_units: str | None = None  # units of world space, e.g. "m"
+        self.periodic: Periodicity | None = None  # periodic axes (with_periodic), None: none
         self.tables = self._build_tables()
         self.prefix, self.leaf_offset = tree.word_prefix(masks)
         # the active voxel count, from the prefix sums: the last leaf's first index, its last word's
@@ -226,6 +228,7 @@ class Topology:
                 True,
                 None,
                 self.transform.kernel_parameters(),
+                None if self.periodic is None else self.periodic.kernel_parameters(),
             )
         return k
 
@@ -235,6 +238,18 @@ class Topology:
         state.pop("_without_tiles", None)
         return state
 
+    def with_periodic(self, periodic: Any) -> Topology:
+        """This topology with the periods ``periodic`` asks for (:func:`vdbflow.core.periodic.resolve_periodic`:
+        True, axis names such as ``"xz"``, 3 bools or periods in voxels, or None for none), a shallow copy
+        sharing its arrays (itself when they are the same)."""
+        p = resolve_periodic(periodic, self.index_bbox)
+        if p == self.periodic:
+            return self
+        copy = object.__new__(Topology)
+        copy.__dict__.update(self.__getstate__())
+        copy.periodic = p
+        return copy
+
     def without_tiles(self) -> Topology:
         """This topology's leaves alone, no tiles (itself when it has none): what a level set's stencil
         checks take as data (:func:`vdbflow.ops.coverage.counts_tiles`).  Made once."""
@@ -243,6 +258,7 @@ class Topology:
         leaves: Topology | None = self.__dict__.get("_without_tiles")
         if leaves is None:
             leaves = self._without_tiles = Topology(self.leaf_origins, self.masks, self.transform)
+            leaves.periodic = self.periodic
         return leaves
 
     @property
@@ -384,6 +400,24 @@ def split_tiles(tiles: Any, with_values: bool) -> tuple[np.ndarray | None, np.nd
         what = "(origins, sizes, values)" if with_values else "(origins, sizes)"
         raise VolumeError(f"expected tiles as {what}, got {len(parts)} items")
     return parts[0], parts[1], (parts[2] if with_values else None)
+
+
+def voxel_leaves(coords: np.ndarray, values: np.ndarray, bg: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The leaves of voxels ``coords`` (n, 3) holding ``values`` (n, C): origins (L, 3) in tree order, masks
+    (L, 8) and per-leaf values (L * 512, C) of ``bg``'s dtype, ``bg`` (C,) where no voxel was given."""
+    leaf_origins, slot, offset = leaves_of(coords)
+    flat = slot * tree.LEAF_VOXELS + offset
+    counts = np.bincount(flat, minlength=len(leaf_origins) * tree.LEAF_VOXELS) if len(flat) else np.zeros(0)
+    if np.any(counts > 1):
+        dup = int(np.argmax(counts[flat] > 1))
+        raise VolumeError(f"expected each voxel once, got voxel {coords[dup].tolist()} more than once")
+    bits = np.zeros(len(leaf_origins) * tree.LEAF_VOXELS, bool)
+    bits[flat] = True
+    masks = tree.masks_from_bits(bits.reshape(-1, tree.LEAF_VOXELS))
+    data = np.empty((len(leaf_origins) * tree.LEAF_VOXELS, len(bg)), bg.dtype)
+    data[:] = bg
+    data[flat] = values.reshape(len(coords), len(bg))
+    return leaf_origins, masks, data
 
 
 def active_topology(ijk: Any, transform: Transform, tiles: tuple | None = None) -> Topology:

@@ -127,3 +127,29 @@ def active_bbox(leaf_origins: np.ndarray, masks: np.ndarray, chunk: int = 1 << 1
             lo[axis] = min(lo[axis], int((origins[has, axis] + idx[first[has]]).min()))
             hi[axis] = max(hi[axis], int((origins[has, axis] + idx[last[has]]).max()))
     return np.stack([lo, hi]) if found else None
+
+
+def gather_leaf_values(flat: np.ndarray, at: np.ndarray, C: int) -> np.ndarray:
+    """(L * 512, C) read-only copy of the leaves' values, leaf l's 512 x C starting at element ``at[l]`` of
+    the flat array ``flat`` (values left in place inside a mapped file)."""
+    out = np.empty((len(at) * LEAF_VOXELS, C), flat.dtype)
+    span = np.arange(LEAF_VOXELS * C)
+    for start in range(0, len(at), 4096):
+        block = at[start : start + 4096]
+        out[start * LEAF_VOXELS : (start + len(block)) * LEAF_VOXELS] = flat[block[:, None] + span].reshape(-1, C)
+    out.setflags(write=False)
+    return out
+
+
+def strided_leaf_values(flat: np.ndarray, at: np.ndarray, C: int) -> np.ndarray | None:
+    """(L, 512, C) read-only strided view of the leaves' values when they lie evenly spaced in ``flat``
+    (leaf l at element ``at[l]``), else None."""
+    if len(at) > 1 and np.all(np.diff(at) == at[1] - at[0]) and at[1] > at[0]:
+        item = flat.itemsize
+        return np.lib.stride_tricks.as_strided(
+            flat[at[0] :],
+            shape=(len(at), LEAF_VOXELS, C),
+            strides=(int(at[1] - at[0]) * item, C * item, item),
+            writeable=False,
+        )
+    return None

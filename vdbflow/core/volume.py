@@ -11,15 +11,16 @@ import numpy as np
 from vdbflow.core import tree
 from vdbflow.core import units as _units
 from vdbflow.core.kernel import KernelArrays
+from vdbflow.core.periodic import Periodicity, resolve_periodic
 from vdbflow.core.topology import (
     Topology,
     TransformLike,
     active_topology,
     as_coordinates,
     dense_leaves,
-    leaves_of,
     same_topology,
     split_tiles,
+    voxel_leaves,
 )
 from vdbflow.core.transform import Transform
 from vdbflow.core.value_types import ValueType, cast_values, value_type_for
@@ -152,6 +153,7 @@ class Volume:
         component_names: Sequence[str] | None = None,
         units: str | None = None,
         length_units: str | None = None,
+        periodic: Any = None,
     ) -> Volume:
         """A volume holding values at a list of voxels.
 
@@ -186,6 +188,9 @@ class Volume:
         units, length_units : str, optional
             Units of the values (``"m/s"``) and of world space (``"m"``): the ``units`` and
             ``length_units`` of the volume and of what is sampled from it.
+        periodic : bool, str or sequence of 3, optional
+            Periodic axes (see :meth:`with_periodic`): True, axis names (``"xz"``), or per axis a bool or
+            a period in voxels; by default the extent of the active bounding box.
 
         Returns
         -------
@@ -226,22 +231,12 @@ class Volume:
             raise VolumeError(f"expected values of shape ({len(coords)},) or ({len(coords)}, C), got {vals.shape}")
         C = 1 if vals.ndim == 1 else vals.shape[1]
         vt = value_type_for(vals.dtype, C)
-        leaf_origins, slot, offset = leaves_of(coords)
-        flat = slot * tree.LEAF_VOXELS + offset
-        counts = np.bincount(flat, minlength=len(leaf_origins) * tree.LEAF_VOXELS) if len(flat) else np.zeros(0)
-        if np.any(counts > 1):
-            dup = int(np.argmax(counts[flat] > 1))
-            raise VolumeError(f"expected each voxel once, got voxel {coords[dup].tolist()} more than once")
-        bits = np.zeros(len(leaf_origins) * tree.LEAF_VOXELS, bool)
-        bits[flat] = True
-        masks = tree.masks_from_bits(bits.reshape(-1, tree.LEAF_VOXELS))
+        bg = cast_values(background, vt, "background", (C,))
+        leaf_origins, masks, data = voxel_leaves(coords, vals, bg)
         t_origins, t_sizes, t_values = split_tiles(tiles, with_values=True)
         topo = Topology(leaf_origins, masks, Transform.coerce(transform, voxel_size, origin), t_origins, t_sizes)
-        bg = cast_values(background, vt, "background", (C,))
-        data = np.empty((len(leaf_origins) * tree.LEAF_VOXELS, C), vt.dtype)
-        data[:] = bg
-        data[flat] = vals.reshape(len(coords), C)
-        return cls.from_parts(topo, data, bg, t_values, False, name, component_names).with_units(units, length_units)
+        vol = cls.from_parts(topo, data, bg, t_values, False, name, component_names).with_units(units, length_units)
+        return vol.with_periodic(periodic)
 
     @classmethod
     def from_dense(
@@ -256,6 +251,7 @@ class Volume:
         component_names: Sequence[str] | None = None,
         units: str | None = None,
         length_units: str | None = None,
+        periodic: Any = None,
     ) -> Volume:
         """A volume from a dense array.
 
@@ -285,6 +281,9 @@ class Volume:
         units, length_units : str, optional
             Units of the values (``"m/s"``) and of world space (``"m"``): the ``units`` and
             ``length_units`` of the volume and of what is sampled from it.
+        periodic : bool, str or sequence of 3, optional
+            Periodic axes (see :meth:`with_periodic`): ``True`` makes the array one period of a periodic
+            field along every axis (voxel X is voxel 0 again, whatever is active), ``"xz"`` along those.
 
         Returns
         -------
@@ -327,7 +326,8 @@ class Volume:
                 )
         transform = Transform.from_voxel_size(voxel_size, origin)
         leaf_origins, mask_arr, data = dense_leaves(arr4, active, bg)
-        topo = Topology(leaf_origins, mask_arr, transform)
+        topo = Topology(leaf_origins, mask_arr, transform)  # periods: the array's shape, whatever is active
+        topo = topo.with_periodic(resolve_periodic(periodic, np.array([[0, 0, 0], np.subtract(arr.shape[:3], 1)])))
         return cls.from_parts(topo, data, bg, None, False, name, component_names).with_units(units, length_units)
 
     @staticmethod
@@ -338,13 +338,15 @@ class Volume:
         voxel_size: float | Sequence[float] | None = None,
         origin: Sequence[float] | None = None,
         tiles: tuple | None = None,
+        periodic: Any = None,
     ) -> Topology:
         """An index-layout topology whose active voxels are ``ijk`` (n, 3) (repeats allowed).
 
         Attach values with ``topology.with_data(voxel_data, background)``; ``voxel_data`` follows
         ``topology.active_voxels()`` order (leaves in tree order, voxels by mask bit).
-        ``tiles`` is ``(origins (T, 3), sizes (T,))``."""
-        return active_topology(ijk, Transform.coerce(transform, voxel_size, origin), tiles)
+        ``tiles`` is ``(origins (T, 3), sizes (T,))``; ``periodic`` as :meth:`with_periodic`."""
+        topology = active_topology(ijk, Transform.coerce(transform, voxel_size, origin), tiles)
+        return topology.with_periodic(periodic)
 
     # -- properties ---------------------------------------------------------------------------
     @property
@@ -388,6 +390,20 @@ class Volume:
         return self.topology.transform
 
     @property
+    def periodic(self) -> Periodicity | None:
+        """The periodic axes (index space: first voxel and period of each), None when no axis wraps."""
+        return self.topology.periodic
+
+    def with_periodic(self, periodic: Any) -> Volume:
+        """This volume with periodic axes: stencils wrap across the faces and a point any whole number of
+        periods away samples what its image in the box samples (the same bits).  ``periodic``: True (every
+        axis), axis names (``"xz"``), 3 entries each a bool or a period in voxels (default: the extent of the
+        active bounding box along the axis, from its first voxel), a :class:`~vdbflow.core.periodic.Periodicity`,
+        or None/False for none.  Shares this volume's arrays."""
+        topology = self.topology.with_periodic(periodic)
+        return self if topology is self.topology else self._with_parts(topology, self._data, self._leaf_values_at)
+
+    @property
     def index_to_world(self) -> np.ndarray:
         return self.topology.index_to_world
 
@@ -411,15 +427,8 @@ class Volume:
         if self._leaf_values_at is None:
             return self._data
         if self._contiguous_cache is None:
-            C, flat = self.components, self._data.reshape(-1)
-            out = np.empty((self.leaf_count * tree.LEAF_VOXELS, C), self.dtype)
-            span = np.arange(tree.LEAF_VOXELS * C)
-            for start in range(0, self.leaf_count, 4096):
-                at = self._leaf_values_at[start : start + 4096]
-                rows = slice(start * tree.LEAF_VOXELS, (start + len(at)) * tree.LEAF_VOXELS)
-                out[rows] = flat[at[:, None] + span].reshape(-1, C)
-            out.setflags(write=False)
-            self._contiguous_cache = out
+            flat = self._data.reshape(-1)
+            self._contiguous_cache = tree.gather_leaf_values(flat, self._leaf_values_at, self.components)
         return self._contiguous_cache
 
     @property
@@ -437,17 +446,8 @@ class Volume:
             raise VolumeError("expected a per-leaf layout volume for leaf_values, got the index layout")
         if self._leaf_values_at is None:
             return self._data.reshape(self.leaf_count, tree.LEAF_VOXELS, self.components)
-        at = self._leaf_values_at
-        C, flat = self.components, self._data.reshape(-1)
-        if len(at) > 1 and np.all(np.diff(at) == at[1] - at[0]) and at[1] > at[0]:
-            item = flat.itemsize
-            return np.lib.stride_tricks.as_strided(
-                flat[at[0] :],
-                shape=(len(at), tree.LEAF_VOXELS, C),
-                strides=(int(at[1] - at[0]) * item, C * item, item),
-                writeable=False,
-            )
-        return self.value_rows().reshape(self.leaf_count, tree.LEAF_VOXELS, C)
+        view = tree.strided_leaf_values(self._data.reshape(-1), self._leaf_values_at, self.components)
+        return view if view is not None else self.value_rows().reshape(self.leaf_count, tree.LEAF_VOXELS, -1)
 
     def active_voxels(self) -> np.ndarray:
         return self.topology.active_voxels()
@@ -486,6 +486,7 @@ class Volume:
                 self.index_layout,
                 self._leaf_values_at,
                 t.transform.kernel_parameters(),
+                None if t.periodic is None else t.periodic.kernel_parameters(),
             )
         return k
 
@@ -502,6 +503,7 @@ class Volume:
         if len(idx) and (idx[0] < 0 or idx[-1] >= t.leaf_count):
             raise VolumeError(f"expected leaf indices in [0, {t.leaf_count}), got {idx[0]}..{idx[-1]}")
         topo = Topology(t.leaf_origins[idx], t.masks[idx], t.transform, t.tile_origins, t.tile_sizes)
+        topo.periodic = t.periodic
         C = self.components
         if not self.index_layout:
             data = np.ascontiguousarray(self.leaf_values[idx]).reshape(-1, C)
@@ -521,10 +523,10 @@ class Volume:
         self.length_units = _units.given(length_units, "length_units") or self.length_units
         return self
 
-    def _with_parts(self, topology: Topology, data: np.ndarray) -> Volume:
+    def _with_parts(self, topology: Topology, data: np.ndarray, leaf_values_at: np.ndarray | None = None) -> Volume:
         """This volume's grid with another topology and values; its metadata carried over."""
         args = (self._background, self._tile_values, self.value_type, self.index_layout, self.name)
-        vol = Volume(topology, data, *args, self.component_names)
+        vol = Volume(topology, data, *args, self.component_names, leaf_values_at)
         vol.grid_class, vol.blind_data = self.grid_class, self.blind_data
         vol.units, vol.length_units = self.units, self.length_units
         return vol

@@ -278,10 +278,12 @@ def route(
     xform: np.ndarray,
     points_world: bool,
     near: np.ndarray | None,
+    period: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Points (N, 3) grouped by partition in one pass (route.h ``route_point``): ``order`` (N,) int64
     (input index of each grouped point, stable), ``bounds`` (P + 2,) int64 (group 0: background-only
-    points, group p + 1: partition p) and the grouped points (N, 3)."""
+    points, group p + 1: partition p) and the grouped points (N, 3).  ``period`` (6,): the volume's
+    periods (a point goes where its wrapped base cell is), None for none."""
     pts = np.ascontiguousarray(points)
     if pts.dtype not in (np.float32, np.float64):
         pts = pts.astype(np.float64)
@@ -293,6 +295,7 @@ def route(
         int(shift),
         np.ascontiguousarray(boundaries, np.uint64),
         np.zeros((0, 4), np.int32) if near is None else near,
+        np.zeros(6, np.int64) if period is None else np.ascontiguousarray(period, np.int64),
     )
 
 

@@ -405,6 +405,7 @@ def route(
     xform: np.ndarray,
     points_world: bool,
     near: np.ndarray | None,
+    period: np.ndarray | None = None,
 ) -> tuple[Any, Any, Any]:
     """Routing on the GPU (``vdbflow_route_partition``, route.h) and a stable grouping by partition
     with CuPy: ``(order, bounds (P + 2,), grouped points)`` as CuPy arrays, as the CPU's ``route_points``."""
@@ -431,6 +432,7 @@ def route(
                 np.int32(P),
                 table,
                 mask,
+                cupy.asarray(np.zeros(6, np.int64) if period is None else np.asarray(period, np.int64)),
                 part,
             ),
         )

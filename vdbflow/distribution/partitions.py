@@ -159,6 +159,7 @@ def merge(owned: Volume, *halo_pieces: Volume) -> Volume:
         data = np.concatenate([v.leaf_values for v in parts])[order].reshape(-1, C)
     t = owned.topology
     topo = Topology(origins[order], masks[order], t.transform, t.tile_origins, t.tile_sizes)
+    topo.periodic = t.periodic
     return Volume(
         topo,
         data,
@@ -339,7 +340,8 @@ def build_partitions(
     template = whole.select_leaves(np.zeros(0, np.int64))
     leaf_bytes = 512 * whole.components * whole.dtype.itemsize + 64
     # blocks near data, for the background shortcut (cut for the halo's stencil: any allowed mode fits)
-    near = near_blocks(whole.topology, plan.stencil, plan.router)
+    # (none on a periodic volume: every point there has data within a period, routed by its Morton code)
+    near = None if whole.periodic is not None else near_blocks(whole.topology, plan.stencil, plan.router)
     counts = np.bitwise_count(whole.topology.masks).sum(axis=1).astype(np.int64)
     workers = max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
     return {

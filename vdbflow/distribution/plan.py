@@ -38,6 +38,7 @@ class Router:
     origin: np.ndarray
     shift: int
     boundaries: np.ndarray  # (P - 1,) uint64
+    period: np.ndarray | None = None  # (6,) int64 periods (core.periodic): points go where their wrapped base cell is
 
     @property
     def partitions(self) -> int:
@@ -53,7 +54,8 @@ class Router:
         """Points grouped by partition, in one pass of the kernels (``route_points``, route.h).
 
         Each point goes to the owner of its base cell's leaf slot, empty or not; the base cell comes
-        from the kernels' own index mapping, so routing and sampling agree to the last bit.  Non-finite
+        from the kernels' own index mapping (wrapped into the periods of a periodic volume), so routing
+        and sampling agree to the last bit.  Non-finite
         points and points outside the int32 index range go to partition 0 (any partition answers them
         alike: NaN or background).  With a ``near`` table (:func:`near_blocks`), points based in a
         block far from all data are grouped apart: they read only background.
@@ -72,6 +74,7 @@ class Router:
             transform.kernel_parameters(),
             space == "world",
             near,
+            self.period,
             device=device,
         )
 
@@ -173,17 +176,50 @@ def plan_partitions(topology: Topology, partitions: int, stencil_radius: int = 1
         dtype=np.uint64,
     )
     lo, hi = leaf_stencil(stencil_radius)
-    router = Router(origin, shift, boundaries)
-    # leaf k is needed by every partition that owns a base leaf k - o for an offset o of the stencil
-    halo: list[list[np.ndarray]] = [[] for _ in range(partitions)]
-    offsets = np.stack(np.meshgrid(*[np.arange(lo, hi + 1)] * 3, indexing="ij"), -1).reshape(-1, 3)
+    period = topology.periodic
+    router = Router(origin, shift, boundaries, None if period is None else period.kernel_parameters())
     owner = np.empty(L, np.int64)
     for p, leaves in enumerate(owned):
         owner[leaves] = p
-    for o in offsets:
-        needed_by = router.partition_of_keys(keys - o)
-        foreign = np.nonzero(needed_by != owner)[0]
-        for p in np.unique(needed_by[foreign]):
-            halo[int(p)].append(foreign[needed_by[foreign] == p])
+    halo: list[list[np.ndarray]] = [[] for _ in range(partitions)]
+    for leaves, first, last in leaf_images(topology, (lo, hi)):
+        # the leaf's image covers leaf keys first .. last (last - first is 0 or 1 per axis): it is needed by
+        # every partition that owns a base leaf in [first - hi, last - lo], i.e. first - o for o in
+        # [lo - (last - first), hi] (one key more than needed where last == first)
+        widest = (last - first).max(axis=0)
+        ranges = [np.arange(lo - int(widest[a]), hi + 1) for a in range(3)]
+        for o in np.stack(np.meshgrid(*ranges, indexing="ij"), -1).reshape(-1, 3):
+            needed_by = router.partition_of_keys(first - o)
+            foreign = np.nonzero(needed_by != owner[leaves])[0]
+            for p in np.unique(needed_by[foreign]):
+                halo[int(p)].append(leaves[foreign[needed_by[foreign] == p]])
     halos = [np.unique(np.concatenate(h)) if h else np.zeros(0, np.int64) for h in halo]
     return PartitionPlan(router, owned, halos, (lo, hi))
+
+
+def leaf_images(topology: Topology, stencil: tuple[int, int]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The leaves as stencils see them: ``(leaves (n,), first keys (n, 3), last keys (n, 3))`` for each image
+    of the leaves - themselves, and on a periodic volume their copies one period away along each combination of
+    periodic axes, kept where a stencil based inside the periods reaches them (``stencil``: leaf offsets lo, hi).
+    An image of leaf voxels ``[o + s, o + s + 7]`` covers leaf keys ``(o + s) >> 3 .. (o + s + 7) >> 3``."""
+    origins = topology.leaf_origins.astype(np.int64)
+    every = np.arange(len(origins), dtype=np.int64)
+    images = [(every, origins >> LEAF_SHIFT, origins >> LEAF_SHIFT)]
+    period = topology.periodic
+    if period is None:
+        return images
+    lo_v, size = np.array(period.lo, np.int64), np.array(period.size, np.int64)
+    # base leaf keys inside the periods (a wrapped base cell lies in [lo, lo + size))
+    base_first, base_last = lo_v >> LEAF_SHIFT, (lo_v + np.maximum(size, 1) - 1) >> LEAF_SHIFT
+    choices = [(-1, 0, 1) if size[a] else (0,) for a in range(3)]
+    for s in np.stack(np.meshgrid(*choices, indexing="ij"), -1).reshape(-1, 3):
+        if not s.any():
+            continue
+        shifted = origins + s * size
+        first, last = shifted >> LEAF_SHIFT, (shifted + 7) >> LEAF_SHIFT
+        # reached by some base key in [base_first, base_last]: first - hi <= base_last and last - lo >= base_first
+        periodic = size > 0
+        reach = np.all(~periodic | ((first - stencil[1] <= base_last) & (last - stencil[0] >= base_first)), axis=1)
+        if reach.any():
+            images.append((every[reach], first[reach], last[reach]))
+    return images
