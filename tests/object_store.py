@@ -3,15 +3,19 @@
 ``s3`` (session-scoped) starts :class:`moto.server.ThreadedMotoServer` on a free port, as s3fs's own
 test suite does, with dummy credentials in the environment, and gives an :class:`S3Endpoint`:
 its ``endpoint_url``, the ``storage_options`` dict that s3fs (and vdbflow, and zarr through fsspec)
-take, and ``bucket()`` for a fresh empty bucket. ``memory_fs`` gives a clean ``memory://`` store.
+take, and ``bucket()`` for a fresh empty bucket; ``checked_credentials()`` makes the server check
+credentials for a while (moto accepts any by default). ``memory_fs`` gives a clean ``memory://`` store.
 Registered for every test file by an import in tests/conftest.py.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import json
 import os
 import socket
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -53,6 +57,33 @@ class S3Endpoint:
         client = boto3.client("s3", endpoint_url=self.endpoint_url, region_name="us-east-1")
         client.create_bucket(Bucket=name)
         return name
+
+    @contextlib.contextmanager
+    def checked_credentials(self) -> Iterator[dict]:
+        """Within the block the server checks every request's credentials (moto's IAM authorization);
+        yields storage_options with a valid key (an IAM user allowed s3:*), others are refused (403)."""
+        import boto3
+
+        iam = boto3.client("iam", endpoint_url=self.endpoint_url, region_name="us-east-1")
+        user = f"vdbflow-test-{next(_counter)}"
+        iam.create_user(UserName=user)
+        policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
+        iam.put_user_policy(UserName=user, PolicyName="s3", PolicyDocument=json.dumps(policy))
+        key = iam.create_access_key(UserName=user)["AccessKey"]
+        options = {k: v for k, v in self.storage_options.items() if k != "token"}
+        options.update(key=key["AccessKeyId"], secret=key["SecretAccessKey"])
+        self._reset_auth(b"0")
+        try:
+            yield options
+        finally:
+            self._reset_auth(b"inf")
+
+    def _reset_auth(self, count: bytes) -> None:
+        """Requests the server lets through before it checks credentials (``inf``: never checks)."""
+        url = f"{self.endpoint_url}/moto-api/reset-auth"
+        request = urllib.request.Request(url, data=count, method="POST", headers={"Content-Type": "text/plain"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.status == 200
 
     def put(self, url: str, data: bytes) -> None:
         """Write ``data`` to ``s3://bucket/key`` with plain boto3 (independent of vdbflow and s3fs)."""

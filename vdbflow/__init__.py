@@ -21,6 +21,7 @@ from vdbflow.errors import (
     PointsError,
     SamplingError,
     ShapeError,
+    StorageError,
     VdbflowError,
     VolumeError,
     WriteError,

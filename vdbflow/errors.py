@@ -43,6 +43,11 @@ class WriteError(VdbflowError, OSError):
     """A file or store could not be written (a full disk, no permission); its path is as it was."""
 
 
+class StorageError(VdbflowError, OSError):
+    """A path or URL (``s3://``, ``https://``, ...) could not be read: no such object, no permission (bad
+    credentials in ``storage_options``), an unknown protocol or a missing fsspec package; the URL is named."""
+
+
 class ClusterError(VdbflowError, RuntimeError):
     """A Dask cluster did not start, or its workers did not arrive in time."""
 

@@ -1,17 +1,20 @@
 """The identity of an input file (device, inode, size, modification time), recorded when it is first
 seen and checked whenever it is read again, so that a file replaced (write-and-rename) or rewritten
 in place meanwhile is refused rather than read as if it were the same one.  Subclasses say what the
-file is and which error a change raises (a job's input, a series step)."""
+file is and which error a change raises (a job's input, a series step).  For a URL (``s3://...``) the
+identity is the object's size and version tag (its ETag), and it carries the ``storage_options`` it
+was read with, so that a worker given the identity reads the URL with them too (:meth:`opened`)."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import ClassVar, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
 
-from vdbflow.errors import VdbflowError, VolumeError
+from vdbflow.errors import StorageError, VdbflowError, VolumeError
+from vdbflow.io.location import RemoteFile, is_url, storage_options_for
 
 _T = TypeVar("_T")
 
@@ -25,14 +28,29 @@ class FileIdentity:
     inode: int
     size: int
     mtime_ns: int
+    tag: str = ""  # a URL's ETag (or modification time): what changes when the object is rewritten
+    storage_options: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     label: ClassVar[str] = "the file"  # what the file is, in messages
     seen: ClassVar[str] = "it was first seen"  # when the identity was recorded, in messages
     error: ClassVar[type[VdbflowError]] = VolumeError  # what a change raises
 
     @classmethod
-    def of(cls, path: str | os.PathLike, stat: os.stat_result | None = None) -> FileIdentity:
-        """The identity of the file at ``path`` now (or of ``stat``, an ``os.fstat`` of it)."""
+    def of(
+        cls,
+        path: str | os.PathLike,
+        stat: os.stat_result | None = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> FileIdentity:
+        """The identity of the file at ``path`` now (or of ``stat``, an ``os.fstat`` of it); for a URL,
+        of the object there (read with ``storage_options``, or those in effect for it)."""
+        if is_url(path):
+            try:
+                remote = RemoteFile.open(os.fspath(path), storage_options)
+            except StorageError as err:
+                raise cls.error(f"expected {cls.label} at {os.fspath(path)}, cannot read it: {err}") from None
+            options = remote.fs.storage_options if storage_options is None else storage_options
+            return cls(os.fspath(path), 0, 0, remote.size, 0, remote.tag, dict(options) or None)
         if stat is None:
             try:
                 stat = os.stat(path)
@@ -41,12 +59,14 @@ class FileIdentity:
         return cls(os.fspath(path), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
 
     def __str__(self) -> str:
+        if is_url(self.path):
+            return f"{self.size:,} bytes, tag {self.tag!r}"
         return f"{self.size:,} bytes, device {self.device}, inode {self.inode}, mtime {self.mtime_ns} ns"
 
     def check(self, when: str, stat: os.stat_result | None = None) -> None:
         """Raise :attr:`error` unless the file (or ``stat``) is still this one."""
         try:
-            now = self.of(self.path, stat)
+            now = self.of(self.path, stat, self.storage_options)
         except self.error:
             raise self.error(f"expected {self.label} {self.path} ({self}) {when}, found none") from None
         if now != self:
@@ -58,13 +78,17 @@ class FileIdentity:
     def opened(self, opener: Callable[[], _T], when: str) -> _T:
         """``opener()``, the file checked to be this one before and after it (a file swapped in while
         it opens is caught by the second check)."""
-        self.check(when)
-        result = opener()
-        self.check(when)
+        with storage_options_for(self.path, self.storage_options):
+            self.check(when)
+            result = opener()
+            self.check(when)
         return result
 
     def sha256(self) -> str:
-        """The SHA-256 of the file, read through one descriptor checked to be this file before and after."""
+        """The SHA-256 of the file, read through one descriptor checked to be this file before and after
+        (a URL: streamed, the object checked to be this one before and after)."""
+        if is_url(self.path):
+            return self._sha256_url()
         try:
             with open(self.path, "rb") as f:
                 self.check("when it was hashed", os.fstat(f.fileno()))
@@ -74,4 +98,17 @@ class FileIdentity:
                 self.check("when it was hashed", os.fstat(f.fileno()))
         except OSError as err:
             raise self.error(f"expected to read {self.label} {self.path} ({self}), cannot: {err}") from None
+        return digest.hexdigest()
+
+    def _sha256_url(self) -> str:
+        self.check("when it was hashed")
+        digest = hashlib.sha256()
+        try:
+            remote = RemoteFile.open(self.path, self.storage_options)
+            with remote.fs.open(remote.path, "rb", block_size=1 << 24) as f:
+                while block := f.read(1 << 24):
+                    digest.update(block)
+        except (StorageError, OSError) as err:
+            raise self.error(f"expected to read {self.label} {self.path} ({self}), cannot: {err}") from None
+        self.check("when it was hashed")
         return digest.hexdigest()

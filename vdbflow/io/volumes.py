@@ -19,8 +19,9 @@ import numpy as np
 from vdbflow.core import tree
 from vdbflow.core.transform import Transform
 from vdbflow.core.volume import Topology, Volume
-from vdbflow.errors import OpenVDBError, VolumeError, WriteError
+from vdbflow.errors import OpenVDBError, StorageError, VolumeError, WriteError
 from vdbflow.io import bounded_json, zarr_v2
+from vdbflow.io.location import ReadStats, RemoteFile, filesystem, is_url, local_path, stat_url, storage_error
 from vdbflow.io.atomic import atomic_directory
 
 if TYPE_CHECKING:
@@ -302,7 +303,11 @@ def _zarr_kind(path: Path) -> str | None:
 
 
 def open_volume(
-    data: str | os.PathLike | bytes | np.ndarray, grid: int | str | None = None, **kwargs: Any
+    data: str | os.PathLike | bytes | np.ndarray,
+    grid: int | str | None = None,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    **kwargs: Any,
 ) -> Volume | Topology:
     """Open a volume: ``vdbflow.open``, a grid of a .nvdb or OpenVDB .vdb file or buffer, or a Zarr store.
 
@@ -317,10 +322,17 @@ def open_volume(
     data : str, os.PathLike, bytes or numpy.ndarray
         A .nvdb or OpenVDB .vdb file path, a Zarr store path, or the bytes of a .nvdb file, grid
         buffer or .vdb file.
+        Or a URL fsspec opens (``s3://``, ``gs://``, ``https://``, ``memory://``): a .nvdb file is
+        read by byte ranges (headers and tree first, then only the leaves asked for), a .vdb file
+        and a Zarr store whole; ``read_stats`` on the result says how many bytes were read
+        (docs/storage.md).
     grid : int or str, optional
         Which grid of a .nvdb or .vdb file (index or name; default the first; for .vdb files also
         the unique name OpenVDB gives a repeated name, ``"density\\x1e1"``).  For a Zarr store only
         None, 0 or the name of its one volume.
+    storage_options : dict, optional
+        For a URL: fsspec's options (credentials, ``endpoint_url``, ``anon``, ...), as xarray and
+        zarr take them.  Refused for a local path.
     **kwargs
         For .nvdb data, passed to :func:`vdbflow.io.nanovdb.open_grid`: ``bbox`` (inclusive index
         coordinates ``((i0, j0, k0), (i1, j1, k1))``) or ``leaves`` (leaf indices in tree order) to
@@ -349,6 +361,9 @@ def open_volume(
     VolumeError
         A directory that is not a stored volume (saying what it is), a missing ``.zarr`` path, or
         ``bbox``/``leaves``/``checksum`` or another ``grid`` given for a Zarr store.
+    StorageError
+        A URL that cannot be read (no such object or bucket, no permission, an unknown protocol),
+        named in the message; ``storage_options`` with a local path.
 
     See Also
     --------
@@ -359,7 +374,12 @@ def open_volume(
     from vdbflow.io.nanovdb import open_grid
     from vdbflow.io.openvdb import is_openvdb
 
+    if is_url(data):
+        return open_url(os.fspath(data), grid, storage_options, kwargs)
+    if storage_options:
+        raise StorageError(f"expected a URL with storage_options, got {type(data).__name__} {str(data)[:80]!r}")
     if isinstance(data, (str, os.PathLike)):
+        data = local_path(data)
         path = Path(data)
         if path.is_dir() or (path.suffix.lower() == ".zarr" and not path.is_file()):
             if not path.exists():
@@ -380,6 +400,63 @@ def open_volume(
     return open_grid(data, grid, **kwargs)
 
 
+def open_url(url: str, grid: int | str | None, storage_options: dict[str, Any] | None, kwargs: dict) -> Any:
+    """A volume at a URL (:func:`open_volume`): a Zarr store (a ``.zarr`` URL or a prefix) through xarray,
+    a .vdb file read whole, a .nvdb file by byte ranges; ``read_stats`` set on files' volumes."""
+    from vdbflow.io.nanovdb.read import named
+    from vdbflow.io.nanovdb.remote import open_grid_remote
+    from vdbflow.io.openvdb import is_openvdb
+
+    fs, path = filesystem(url, storage_options)
+    if url.rstrip("/").lower().endswith(".zarr") or stat_url(fs, path, url).get("type") == "directory":
+        return _open_zarr_url(url, fs, path, grid, kwargs)
+    remote = RemoteFile.open(url, storage_options)
+    if is_openvdb(_head(remote)):  # OpenVDB files are streams: read whole (docs/storage.md)
+        data = remote.read()
+        vol = _named_vdb(url, lambda: _open_openvdb(data, grid, kwargs))
+        remote.check_unchanged()
+        vol.read_stats = remote.stats
+        return vol
+    unknown = sorted(set(kwargs) - {"bbox", "leaves", "checksum"})
+    if unknown:
+        raise TypeError(f"open() got unexpected keyword arguments {unknown} for the .nvdb file {url}")
+    bbox, leaves, checksum = kwargs.get("bbox"), kwargs.get("leaves"), kwargs.get("checksum", True)
+    return named(url, lambda: open_grid_remote(remote, grid, bbox, leaves, checksum))
+
+
+def _named_vdb(url: str, read: Callable[[], Any]) -> Any:
+    """``read()``, an OpenVDBError from it naming ``url``."""
+    try:
+        return read()
+    except OpenVDBError as err:
+        if url in str(err):
+            raise
+        raise OpenVDBError(f"{url}: {err}") from None
+
+
+def _open_zarr_url(url: str, fs: Any, path: str, grid: int | str | None, kwargs: dict) -> Volume:
+    """A volume store at a URL, read whole through xarray's Zarr backend."""
+    import xarray as xr
+
+    if kwargs:
+        raise VolumeError(f"{sorted(kwargs)} apply to .nvdb files; a Zarr store is read whole")
+    try:
+        ds = xr.open_zarr(fs.get_mapper(path), consolidated=None)
+    except (FileNotFoundError, KeyError) as err:
+        raise VolumeError(f"expected a Zarr store of a volume at {url}, found none ({err})") from None
+    except Exception as err:  # noqa: BLE001 - the store's own error types vary (botocore, aiohttp)
+        raise storage_error(url, err) from None
+    if ds.attrs.get("format") != FORMAT:
+        raise VolumeError(
+            f"expected a volume store written by vdbflow (Volume.to_zarr) at {url}, found a Zarr store with "
+            f"format={ds.attrs.get('format')!r}"
+        )
+    vol = from_dataset(ds)
+    if grid not in (None, 0, vol.name):
+        raise VolumeError(f"expected grid None, 0 or {vol.name!r} (the one volume of {url}), got {grid!r}")
+    return vol
+
+
 def _open_openvdb(data: Any, grid: int | str | None, kwargs: dict[str, Any]) -> Volume | Topology:
     """A grid of a .vdb file; ``leaves`` (tree-order indices) keeps only those leaves (and every tile),
     ``bbox`` (inclusive index box) only the leaves and tiles that meet it (the other leaves' buffers
@@ -392,13 +469,18 @@ def _open_openvdb(data: Any, grid: int | str | None, kwargs: dict[str, Any]) -> 
     return open_vdb(data, grid, kwargs.get("leaves"), kwargs.get("bbox"))
 
 
-def list_grids(data: str | os.PathLike | bytes | np.ndarray) -> list[Any]:
+def list_grids(
+    data: str | os.PathLike | bytes | np.ndarray, storage_options: dict[str, Any] | None = None
+) -> list[Any]:
     """What each grid of a .nvdb or .vdb file (or buffer) is: ``vdbflow.list_grids``.
 
     Parameters
     ----------
     data : str, os.PathLike, bytes or numpy.ndarray
-        A .nvdb or OpenVDB .vdb file path, or the bytes of one.
+        A .nvdb or OpenVDB .vdb file path or URL (``s3://...``: a .nvdb file's headers, roots and
+        blind data are read by byte ranges, a .vdb file whole), or the bytes of one.
+    storage_options : dict, optional
+        For a URL: fsspec's options (credentials, ``endpoint_url``, ...).
 
     Returns
     -------
@@ -415,12 +497,35 @@ def list_grids(data: str | os.PathLike | bytes | np.ndarray) -> list[Any]:
     OpenVDBError
         A malformed, truncated or unsupported .vdb file.
     OSError
-        A path that cannot be read.
+        A path that cannot be read; for a URL a :class:`~vdbflow.StorageError` naming it.
     """
+    return list_grids_read(data, storage_options)[0]
+
+
+def list_grids_read(
+    data: str | os.PathLike | bytes | np.ndarray, storage_options: dict[str, Any] | None = None
+) -> tuple[list[Any], ReadStats | None]:
+    """:func:`list_grids`, and for a URL what was read of it (None for a local file or a buffer)."""
     from vdbflow.io.nanovdb import list_grids as list_nvdb
+    from vdbflow.io.nanovdb.read import named
+    from vdbflow.io.nanovdb.remote import list_grids_remote
     from vdbflow.io.openvdb import is_openvdb, list_vdb
 
-    return list_vdb(data) if is_openvdb(data) else list_nvdb(data)
+    if is_url(data):
+        remote = RemoteFile.open(os.fspath(data), storage_options)
+        if is_openvdb(_head(remote)):
+            return _named_vdb(remote.url, lambda: list_vdb(remote.read())), remote.stats
+        return named(remote.url, lambda: list_grids_remote(remote)), remote.stats
+    if storage_options:
+        raise StorageError(f"expected a URL with storage_options, got {type(data).__name__} {str(data)[:80]!r}")
+    if isinstance(data, (str, os.PathLike)):
+        data = local_path(data)
+    return (list_vdb(data) if is_openvdb(data) else list_nvdb(data)), None
+
+
+def _head(remote: RemoteFile) -> bytes:
+    """The first 8 bytes of a remote file (its magic number), or fewer."""
+    return remote.read_ranges([(0, min(8, remote.size))])[0][1] if remote.size else b""
 
 
 def split_channels(vol: Volume, size: int = 3) -> dict[str, Volume]:

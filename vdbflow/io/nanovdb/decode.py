@@ -6,6 +6,7 @@ its ``vdbflow.metadata`` record applied."""
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -349,6 +350,53 @@ def _read_leaves(
         chosen[wanted] = True
         keep &= chosen
     return _Leaves(gbuf, origins[keep], index[keep], addrs, nodes)
+
+
+Fetch = Callable[[list[tuple[int, int]]], None]
+
+
+def selected_leaf_rows(
+    buf: np.ndarray, base: int, bbox: np.ndarray | None, leaf_subset: np.ndarray | None, fetch: Fetch
+) -> np.ndarray | None:
+    """Positions in the grid's leaf array of the leaves :func:`decode_grid` reads for ``bbox`` /
+    ``leaf_subset``, walking the tree as it does and calling ``fetch`` with the byte ranges of each
+    level's nodes it is about to touch (the root's table, then the upper and lower nodes that meet
+    ``bbox``, each found through offsets already checked); no leaf byte is touched.  A reader by byte
+    ranges then fetches those leaves only.  None for FpN grids, whose leaves differ in size."""
+    h = grid_header(buf, base)
+    layout = layout_of(h, base)
+    if layout.leaf_kind == "fpn":
+        return None
+    end = _grid_end(h, base)
+    gbuf, t = buf[:end], h["tree"]
+    root_at = t + h["node_offsets"][3]
+    fetch([(root_at, min(end, root_at + layout.root_size))])
+    table_size = unpack(gbuf, root_at + fmt.ROOT_OFF_TABLE_SIZE, "<I", "root table size")[0]
+    fetch([(root_at, min(end, root_at + layout.root_size + table_size * layout.root_tile_size))])
+    root = _read_root(gbuf, h, layout)
+    linked = root.child != 0
+    start, count = t + h["node_offsets"][2], h["node_counts"][2]
+    upper = node_index(
+        np.full(int(linked.sum()), root.address),
+        root.child[linked],
+        root.entry_at[linked] + fmt.ROOT_TILE_OFF_CHILD,
+        start,
+        count,
+        layout.upper_size,
+        "upper",
+        "root tile",
+        t + fmt.TREE_OFF_UPPER_COUNT,
+    )
+    near = overlaps(root.origins[linked], fmt.UPPER_DIM, bbox)
+    fetch([(start + int(u) * layout.upper_size, start + (int(u) + 1) * layout.upper_size) for u in upper[near]])
+    refs = _read_upper_nodes(gbuf, h, layout, root, bbox, _TileParts())
+    start, count = t + h["node_offsets"][1], h["node_counts"][1]
+    args = (start, count, layout.lower_size, "lower", "upper node", t + fmt.TREE_OFF_LOWER_COUNT)
+    lower = node_index(refs.parents, refs.offsets, refs.fields, *args)
+    near = overlaps(refs.origins, fmt.LOWER_DIM, bbox)
+    fetch([(start + int(n) * layout.lower_size, start + (int(n) + 1) * layout.lower_size) for n in lower[near]])
+    leaf_refs = _read_lower_nodes(gbuf, h, layout, refs, root.background, bbox, _TileParts())
+    return _read_leaves(gbuf, h, layout, leaf_refs, end, bbox, leaf_subset).index
 
 
 def _grid_transform(h: dict[str, Any], base: int) -> Transform:

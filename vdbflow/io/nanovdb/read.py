@@ -7,15 +7,16 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from vdbflow.core.value_types import VALUE_TYPES, ValueType
 from vdbflow.core.volume import Topology, Volume
-from vdbflow.errors import NanoVDBError
+from vdbflow.errors import NanoVDBError, StorageError
+from vdbflow.io.location import RemoteFile, is_url, local_path
 from vdbflow.io.nanovdb import format as fmt
 from vdbflow.io.nanovdb.codec import compressed_chunks, decompress
 from vdbflow.io.nanovdb.decode import decode_grid, read_blind_data
@@ -23,6 +24,23 @@ from vdbflow.io.nanovdb.header import MAX_GRID_BYTES, MAX_NAME_BYTES, grid_heade
 from vdbflow.io.nanovdb.metadata import stored_metadata
 from vdbflow.io.nanovdb.records import GridInfo, GridSource
 from vdbflow.io.selection import index_box
+
+_T = TypeVar("_T")
+
+
+def _check_options(data: Any, storage_options: dict[str, Any] | None) -> None:
+    if storage_options and not is_url(data):
+        raise StorageError(f"expected a URL with storage_options, got {type(data).__name__} {str(data)[:80]!r}")
+
+
+def named(url: str, read: Callable[[], _T]) -> _T:
+    """``read()``, a NanoVDBError from it naming ``url`` (the parser of a fetched buffer names bytes only)."""
+    try:
+        return read()
+    except NanoVDBError as err:
+        if url in str(err):
+            raise
+        raise NanoVDBError(f"{url}: {err}") from None
 
 
 def _segments(buf: np.ndarray, file_name: str | None) -> list[tuple[dict[str, Any], GridSource]]:
@@ -107,12 +125,12 @@ def _sources(data: str | os.PathLike | bytes | np.ndarray) -> list[tuple[dict[st
     if len(buf) < fmt.MAGIC_SIZE:
         raise NanoVDBError(f"expected a NanoVDB file header or grid at byte 0, but the buffer ends at byte {len(buf)}")
     magic = struct.unpack_from("<Q", buf, fmt.GRID_OFF_MAGIC)[0]  # a grid's and a file's magic alike
-    if magic == fmt.MAGIC_GRID or (magic == fmt.MAGIC_NUMBER and _looks_like_grid(buf)):
+    if magic == fmt.MAGIC_GRID or (magic == fmt.MAGIC_NUMBER and looks_like_grid(buf)):
         return _raw_grids(buf, name)
     return _segments(buf, name)
 
 
-def _looks_like_grid(buf: np.ndarray) -> bool:
+def looks_like_grid(buf: np.ndarray) -> bool:
     """A buffer starting with the legacy magic is a raw grid when its version field (at byte 16)
     reads as major 32 and bytes 8..12 do not (a file keeps its version at byte 8)."""
     if len(buf) < fmt.GRID_SIZE:
@@ -194,7 +212,9 @@ def _grids(data: str | os.PathLike | bytes | np.ndarray) -> Iterator[_Grid]:
         yield from _payload_grids(meta, src)
 
 
-def _select(data: str | os.PathLike | bytes | np.ndarray, grid: int | str | None) -> _Grid:
+def select_grid(data: str | os.PathLike | bytes | np.ndarray, grid: int | str | None) -> _Grid:
+    """The grid ``grid`` (index or name; None: the first) of a file or buffer, ready to decode: its file
+    metadata (``meta``), ``buffer``, ``offset`` and ``position`` in its payload."""
     seen = []
     for n, g in enumerate(_grids(data)):
         if (
@@ -216,6 +236,7 @@ def open_grid(
     bbox: Any = None,
     leaves: Any = None,
     checksum: bool | str = True,
+    storage_options: dict[str, Any] | None = None,
 ) -> Volume | Topology:
     """A grid of a .nvdb file (path) or of an in-memory buffer: a :class:`Volume` for value grids, an
     index-layout :class:`Topology` for Index / OnIndex grids (attach values with ``with_data``).
@@ -227,9 +248,17 @@ def open_grid(
     rules of the grid's version: True (default) reads a grid whose checksum matches none of them with
     a :class:`~vdbflow.ChecksumWarning` (as NanoVDB's reader and Warp read it: writers such as fVDB
     leave stale checksums), ``"strict"`` raises :class:`NanoVDBError`, False does not check.
+    ``data`` may be a URL fsspec opens (``s3://...``, with ``storage_options``): the headers and nodes
+    are then read by byte ranges, and of the leaves only those asked for (docs/storage.md).
     """
+    _check_options(data, storage_options)
+    if is_url(data):  # read by byte ranges (vdbflow.io.nanovdb.remote)
+        from vdbflow.io.nanovdb.remote import open_grid_remote
+
+        remote = RemoteFile.open(os.fspath(data), storage_options)
+        return named(remote.url, lambda: open_grid_remote(remote, grid, bbox, leaves, checksum))
     box = index_box(bbox, NanoVDBError)
-    g = _select(data, grid)
+    g = select_grid(local_path(data) if isinstance(data, (str, os.PathLike)) else data, grid)
     _, result = decode_grid(g.buffer, g.offset, box, leaves, checksum, g.position)
     return result
 
@@ -241,15 +270,20 @@ def _value_type(grid_type: int) -> ValueType | None:
     return None if layout is None or layout.value_type is None else VALUE_TYPES[layout.value_type]
 
 
-def list_grids(data: str | os.PathLike | bytes | np.ndarray) -> list[GridInfo]:
+def list_grids(
+    data: str | os.PathLike | bytes | np.ndarray, storage_options: dict[str, Any] | None = None
+) -> list[GridInfo]:
     """What each grid of a .nvdb file or buffer is, from the headers alone (nodes are not decoded).
 
     Parameters
     ----------
     data : str, os.PathLike, bytes or numpy.ndarray
-        A .nvdb file path (memory-mapped), or bytes or a uint8 array holding a file or grid
+        A .nvdb file path (memory-mapped), a URL fsspec opens (``s3://...``: headers, roots and
+        blind data read by byte ranges), or bytes or a uint8 array holding a file or grid
         buffers back to back.  Compressed payloads (zip, blosc) are decompressed to read their
         headers.
+    storage_options : dict, optional
+        For a URL: fsspec's options (credentials, ``endpoint_url``, ...).
 
     Returns
     -------
@@ -268,13 +302,22 @@ def list_grids(data: str | os.PathLike | bytes | np.ndarray) -> list[GridInfo]:
     NanoVDBError
         A malformed, truncated, empty or unsupported file or buffer.
     OSError
-        A path that cannot be read (e.g. FileNotFoundError).
+        A path that cannot be read (e.g. FileNotFoundError); for a URL a
+        :class:`~vdbflow.errors.StorageError` naming it (no such object, no permission).
 
     See Also
     --------
     vdbflow.open : read a grid.
     save : write grids.
     """
+    _check_options(data, storage_options)
+    if is_url(data):  # headers, roots and blind data by byte ranges
+        from vdbflow.io.nanovdb.remote import list_grids_remote
+
+        remote = RemoteFile.open(os.fspath(data), storage_options)
+        return named(remote.url, lambda: list_grids_remote(remote))
+    if isinstance(data, (str, os.PathLike)):
+        data = local_path(data)
     infos = []
     for n, g in enumerate(_grids(data)):
         buf, meta = g.buffer, g.meta

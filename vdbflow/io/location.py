@@ -1,0 +1,221 @@
+"""Where an input is: a local path (read as it always was: memory maps, ``open``) or a URL that
+fsspec opens (``s3://``, ``gs://``, ``https://``, ``memory://``) with ``storage_options``.
+
+:func:`resolve` is the one place that tells them apart.  A URL becomes a :class:`RemoteFile`: its
+size and version tag (ETag) read once, bytes read whole or by ranges, nearby ranges merged into few
+large requests (:func:`coalesce`), every request counted in its :class:`ReadStats`, and fsspec's and
+the store's errors turned into a :class:`~vdbflow.errors.StorageError` that names the URL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from vdbflow.errors import StorageError
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+GAP = 1 << 16  # ranges closer than this are read as one request (fsspec's merge_offset_ranges uses 64 kB too)
+
+# storage options by URL prefix, for code that reads a URL it was handed without them (a worker's task)
+_OPTIONS: contextvars.ContextVar[tuple[tuple[str, dict], ...]] = contextvars.ContextVar("vdbflow_storage", default=())
+
+
+def is_url(path: Any) -> bool:
+    """True for a string (or path-like) of the form ``protocol://...`` other than ``file://``."""
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    return isinstance(path, str) and bool(_URL.match(path)) and not path.lower().startswith("file://")
+
+
+def local_path(path: str | os.PathLike) -> str:
+    """A local path as a string (``file://`` URLs lose their prefix)."""
+    text = os.fspath(path)
+    return text[len("file://") :] if isinstance(text, str) and text.lower().startswith("file://") else str(text)
+
+
+@contextlib.contextmanager
+def storage_options_for(url: str, options: Mapping[str, Any] | None) -> Iterator[None]:
+    """Within this block, URLs under ``url`` read without ``storage_options`` use ``options``."""
+    if not options:
+        yield
+        return
+    token = _OPTIONS.set(((url, dict(options)), *_OPTIONS.get()))
+    try:
+        yield
+    finally:
+        _OPTIONS.reset(token)
+
+
+def _options_of(url: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
+    if options is not None:
+        return dict(options)
+    for prefix, found in _OPTIONS.get():
+        if url == prefix or url.startswith(prefix.rstrip("/") + "/"):
+            return dict(found)
+    return {}
+
+
+@dataclass
+class ReadStats:
+    """What was read of one object: bytes, requests (after merging) and the object's size."""
+
+    url: str
+    file_size: int
+    bytes_read: int = 0
+    requests: int = 0
+
+    @property
+    def fraction(self) -> float:
+        """Bytes read over the object's size (0 for an empty object)."""
+        return self.bytes_read / self.file_size if self.file_size else 0.0
+
+    def __str__(self) -> str:
+        return (
+            f"{self.bytes_read:,} of {self.file_size:,} bytes ({100 * self.fraction:.1f} %) "
+            f"in {self.requests} request{'s' * (self.requests != 1)}"
+        )
+
+
+def storage_error(url: str, err: BaseException, doing: str = "read") -> StorageError:
+    """``err`` from fsspec or the store as a StorageError naming ``url`` and what to check."""
+    if isinstance(err, StorageError):
+        return err
+    if isinstance(err, FileNotFoundError):
+        found = "no such object (or no such bucket)"
+    elif isinstance(err, PermissionError):
+        found = f"permission denied ({err}); check the credentials in storage_options or the environment"
+    elif isinstance(err, ImportError):
+        found = f"a missing package ({err}); for s3:// install the s3 extra: pip install 'vdbflow[s3]'"
+    else:
+        found = f"{type(err).__name__}: {err}"
+    return StorageError(f"expected to {doing} {url}, got {found}")
+
+
+def filesystem(url: str, storage_options: Mapping[str, Any] | None = None) -> tuple[Any, str]:
+    """The fsspec filesystem and the path within it for ``url``."""
+    try:
+        import fsspec
+
+        fs, path = fsspec.core.url_to_fs(url, **_options_of(url, storage_options))
+    except (ImportError, ValueError, TypeError, OSError) as err:
+        if isinstance(err, ValueError) and "protocol" in str(err).lower():
+            raise StorageError(f"expected a URL whose protocol fsspec knows, got {url} ({err})") from None
+        raise storage_error(url, err, "open") from None
+    return fs, path
+
+
+@dataclass
+class RemoteFile:
+    """An object read through fsspec: its URL, filesystem, size and version tag, and what was read."""
+
+    url: str
+    fs: Any
+    path: str
+    size: int
+    tag: str
+    stats: ReadStats = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.stats = ReadStats(self.url, self.size)
+
+    @classmethod
+    def open(cls, url: str, storage_options: Mapping[str, Any] | None = None) -> RemoteFile:
+        """The object at ``url`` (its size and tag read now); a StorageError when there is none."""
+        fs, path = filesystem(url, storage_options)
+        info = stat_url(fs, path, url)
+        if info.get("type") == "directory":
+            raise StorageError(f"expected a file at {url}, found a directory (a prefix)")
+        return cls(url, fs, path, int(info.get("size") or 0), version_tag(info))
+
+    def read(self) -> bytes:
+        """The whole object."""
+        try:
+            data = self.fs.cat_file(self.path)
+        except Exception as err:  # noqa: BLE001 - the store's own error types vary (botocore, aiohttp)
+            raise storage_error(self.url, err) from None
+        self.stats.bytes_read += len(data)
+        self.stats.requests += 1
+        return bytes(data)
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int]], gap: int = GAP) -> list[tuple[int, bytes]]:
+        """The bytes of the ``[start, stop)`` ranges, read as the fewest merged requests (:func:`coalesce`):
+        ``(start, data)`` per merged range, in order."""
+        merged = coalesce(ranges, gap)
+        if not merged:
+            return []
+        try:
+            blobs = self.fs.cat_ranges(
+                [self.path] * len(merged), [a for a, _ in merged], [b for _, b in merged], on_error="raise"
+            )
+        except Exception as err:  # noqa: BLE001 - the store's own error types vary (botocore, aiohttp)
+            raise storage_error(self.url, err) from None
+        out = []
+        for (a, b), blob in zip(merged, blobs, strict=True):
+            if isinstance(blob, BaseException):
+                raise storage_error(self.url, blob)
+            if len(blob) != b - a:
+                raise StorageError(
+                    f"expected bytes [{a}, {b}) of {self.url} ({self.size:,} bytes), got {len(blob):,}: "
+                    "the object changed or was truncated while it was read"
+                )
+            self.stats.bytes_read += len(blob)
+            out.append((a, bytes(blob)))
+        self.stats.requests += len(merged)
+        return out
+
+    def check_unchanged(self) -> None:
+        """Raise a StorageError when the object's size or tag is no longer what it was when opened."""
+        info = stat_url(self.fs, self.path, self.url, refresh=True)
+        size, tag = int(info.get("size") or 0), version_tag(info)
+        if (size, tag) != (self.size, self.tag):
+            raise StorageError(
+                f"expected {self.url} to stay the same object while it was read ({self.size:,} bytes, tag "
+                f"{self.tag!r}), found {size:,} bytes, tag {tag!r}: it was replaced meanwhile; open it again"
+            )
+
+
+def stat_url(fs: Any, path: str, url: str, refresh: bool = False) -> dict[str, Any]:
+    """fsspec's ``info`` of ``path`` (a StorageError naming ``url`` when it fails)."""
+    try:
+        if refresh:
+            fs.invalidate_cache(path)
+        return dict(fs.info(path))
+    except Exception as err:  # noqa: BLE001 - the store's own error types vary (botocore, aiohttp)
+        raise storage_error(url, err) from None
+
+
+def version_tag(info: Mapping[str, Any]) -> str:
+    """What changes when an object is rewritten: its ETag, else its modification time, else ''."""
+    for key in ("ETag", "etag", "VersionId", "LastModified", "mtime", "last_modified", "created"):
+        value = info.get(key)
+        if value:
+            return str(value).strip('"')
+    return ""
+
+
+def coalesce(ranges: Sequence[tuple[int, int]], gap: int = GAP) -> list[tuple[int, int]]:
+    """``[start, stop)`` ranges sorted and merged where they overlap or lie at most ``gap`` bytes apart."""
+    out: list[list[int]] = []
+    for a, b in sorted((int(a), int(b)) for a, b in ranges if b > a):
+        if out and a <= out[-1][1] + gap:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def resolve(path: str | os.PathLike, storage_options: Mapping[str, Any] | None = None) -> str | RemoteFile:
+    """A local path (a string, unchanged) or, for a URL, the :class:`RemoteFile` to read.
+
+    ``storage_options`` are refused for a local path: they would be silently ignored."""
+    if is_url(path):
+        return RemoteFile.open(os.fspath(path), storage_options)
+    if storage_options:
+        raise StorageError(f"expected a URL with storage_options, got the local path {os.fspath(path)!r}")
+    return local_path(path)
