@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import pickle
 import re
 from pathlib import Path
 
@@ -114,6 +115,8 @@ def test_chunks_are_whole_leaves_and_dask_computes_the_same(tmp_path, rng):
     want, mask = reference(ijk, vals, 0.25, lo, hi)
     np.testing.assert_array_equal(ds["value"].values, want)
     np.testing.assert_array_equal(ds["value_active"].values, mask)
+    shipped = pickle.loads(pickle.dumps(ds))  # as the tasks go to a distributed worker
+    np.testing.assert_array_equal(shipped["value"].values, want)
 
 
 def test_leaf_chunk_sizes_round_up_to_whole_leaves():
