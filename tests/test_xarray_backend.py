@@ -307,6 +307,9 @@ def test_bad_input_gets_vdbflows_errors(tmp_path, rng):
     xr.Dataset({"a": ("x", np.arange(3.0))}).to_netcdf(tmp_path / "a.nc")
     with pytest.raises(NanoVDBError, match="NanoVDB file header"):
         xr.open_dataset(tmp_path / "a.nc", engine=ENGINE)
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(VolumeError, match="without Zarr metadata"):
+        xr.open_dataset(tmp_path / "folder", engine=ENGINE)
     for bbox, what in (
         (((0, 0), (1, 1)), "shape"),
         (((5, 0, 0), (1, 9, 9)), "lower bound"),
@@ -335,6 +338,10 @@ def test_drop_variables_leaves_out_values_mask_and_coordinates(tmp_path, rng):
     assert list(ds.data_vars) == ["density"] and "i" not in ds.coords and "k" in ds.coords
     only_mask = xr.open_dataset(tmp_path / "d.nvdb", engine=ENGINE, drop_variables="density")
     assert list(only_mask.data_vars) == ["density_active"]
+    named_k, _, _ = sparse(rng, name="k")  # a grid named as a coordinate: its values are "k_values"
+    named_k.to_nvdb(tmp_path / "k.nvdb")
+    k = xr.open_dataset(tmp_path / "k.nvdb", engine=ENGINE)
+    assert list(k.data_vars) == ["k_values", "k_active"] and k.attrs["grid"] == "k" and k["k"].dims == ("z",)
 
 
 def test_guess_can_open_by_magic_and_extension(tmp_path, rng):

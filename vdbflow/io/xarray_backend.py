@@ -33,6 +33,7 @@ DIM_ORDERS = {"xyz": ("x", "y", "z"), "zyx": ("z", "y", "x")}
 AXES = {"x": 0, "y": 1, "z": 2}
 INDEX_NAMES = {"x": "i", "y": "j", "z": "k"}
 COMPONENT_DIM = "component"
+COORDINATE_NAMES = {*AXES, *INDEX_NAMES.values(), COMPONENT_DIM}
 DEFAULT_LEAF_CHUNKS = 64
 SUFFIXES = (".nvdb", ".vdb")
 MAX_EXTENT = 1 << 24  # voxels a side of a Dataset's box (its coordinates: 128 MiB an axis)
@@ -197,7 +198,8 @@ def open_grid_dataset(
     Returns
     -------
     xarray.Dataset
-        ``<grid>``: the values (dims ``x, y, z`` [, ``component``]), background where no data;
+        ``<grid>``: the values (dims ``x, y, z`` [, ``component``]; ``<grid>_values`` for a grid named as a
+        coordinate), background where no data;
         ``<grid>_active``: bool, True at active voxels and tiles; coordinates ``x, y, z`` (voxel centres,
         world units: ``units`` is the length units where known) and ``i, j, k`` (index), ``component``
         (the component names).  Attrs: the grid's name, value type, ``index_to_world`` (16 numbers),
@@ -220,6 +222,7 @@ def open_grid_dataset(
     head = source.head()
     name, box = _box(source, bbox, head)
     name = name or (head.name if isinstance(head, Volume) and head.name else "value")
+    values_name = f"{name}_values" if name in COORDINATE_NAMES else name  # a grid named "x" or "k"
     extent = box[1] - box[0] + 1
     _check_size(extent, sizes, dims)
     coords = _coordinates(head, name, box, dims, source)
@@ -236,8 +239,8 @@ def open_grid_dataset(
             attrs["background"] = attrs["background"][0]
         if head.units:
             attrs["units"] = head.units
-        variables[name] = xr.Variable(vdims, indexing.LazilyIndexedArray(values), attrs)
-        variables[name].encoding["preferred_chunks"] = preferred
+        variables[values_name] = xr.Variable(vdims, indexing.LazilyIndexedArray(values), attrs)
+        variables[values_name].encoding["preferred_chunks"] = preferred
         if head.components > 1:
             coords[COMPONENT_DIM] = xr.Variable((COMPONENT_DIM,), np.array(head.component_names, dtype=object))
     active = f"{name}_active"
