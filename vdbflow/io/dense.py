@@ -17,6 +17,7 @@ import numpy as np
 
 from vdbflow.core.volume import Volume
 from vdbflow.errors import VolumeError
+from vdbflow.io.location import is_url
 
 log = logging.getLogger("vdbflow.convert")
 
@@ -85,10 +86,18 @@ def open_dense(
     mask_variable: str | None = None,
     units: str | None = None,
     length_units: str | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> DenseSource:
     """A :class:`DenseSource` over an .npy file, or variables of a NetCDF / Zarr dataset (via xarray).
     The values' and the coordinates' units are ``units`` and ``length_units`` where given, else those the
-    variables and coordinates state in CF ``units`` attrs (refused when they differ)."""
+    variables and coordinates state in CF ``units`` attrs (refused when they differ).  ``path`` may be a
+    URL (``s3://...``, read with ``storage_options``): an .npy file slab by slab by byte ranges, a Zarr
+    store or NetCDF file through fsspec."""
+    if is_url(path):
+        opened = _url_dataset(str(path), variables, mask_variable, units, length_units, storage_options)
+        if isinstance(opened, DenseSource):  # an .npy file
+            return opened
+        return _dataset_source(opened, str(path), variables, mask_variable, units, length_units)
     path = Path(path)
     if not path.exists():
         raise VolumeError(f"expected a dense input file, found nothing at {path}")
@@ -114,6 +123,74 @@ def open_dense(
         ds = xr.open_zarr(path) if zarr else xr.open_dataset(path, chunks={})
     except Exception as err:  # the backends raise many kinds for unreadable files
         raise VolumeError(f"cannot open {path} as a NetCDF or Zarr dataset: {err}") from None
+    return _dataset_source(ds, path, variables, mask_variable, units, length_units)
+
+
+def _url_dataset(
+    url: str,
+    variables: Sequence[str],
+    mask_variable: str | None,
+    units: str | None,
+    length_units: str | None,
+    storage_options: dict[str, Any] | None,
+) -> Any:
+    """A dense input at a URL: an .npy file as a DenseSource read slab by slab by byte ranges, else the
+    xarray Dataset of a Zarr store (checked for code codecs first) or a NetCDF file (fsspec file object)."""
+    import xarray as xr
+
+    from vdbflow.io.location import RemoteFile, filesystem
+    from vdbflow.io.zarr_url import refuse_code_codecs_url
+
+    fs, where = filesystem(url, storage_options)
+    if url.lower().endswith(".npy"):
+        if variables or mask_variable:
+            raise VolumeError("--variable and --mask-variable select variables of NetCDF / Zarr inputs, not .npy")
+        return _npy_url_source(RemoteFile.open(url, storage_options), units, length_units)
+    zarr = url.rstrip("/").lower().endswith(".zarr") or fs.isdir(where)
+    try:
+        if zarr:
+            refuse_code_codecs_url(url, storage_options)
+            return xr.open_zarr(fs.get_mapper(where))
+        return xr.open_dataset(fs.open(where, "rb"), engine="h5netcdf", chunks={})
+    except VolumeError:
+        raise
+    except Exception as err:  # the backends and the store raise many kinds
+        raise VolumeError(f"cannot open {url} as a NetCDF or Zarr dataset: {err}") from None
+
+
+def _npy_url_source(remote: Any, units: str | None, length_units: str | None) -> DenseSource:
+    """An .npy file at a URL: its header by one range, each slab ``[a, b)`` by another."""
+    import io
+
+    ((_, head),) = remote.read_ranges([(0, min(remote.size, 1 << 16))])
+    fp = io.BytesIO(head)
+    try:
+        version = np.lib.format.read_magic(fp)
+        reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = reader(fp)
+    except (ValueError, OSError) as err:
+        raise VolumeError(f"cannot read {remote.url} as a .npy array: {err}") from None
+    if fortran and len(shape) > 1:
+        raise VolumeError(f"expected a C-ordered .npy array at {remote.url}, got a Fortran-ordered one")
+    _real(dtype, f"the array of {remote.url}")
+    offset, row = fp.tell(), int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+
+    def slab(a: int, b: int) -> np.ndarray:
+        ((_, data),) = remote.read_ranges([(offset + a * row, offset + b * row)])
+        return np.frombuffer(data, dtype).reshape((b - a, *shape[1:]))
+
+    return DenseSource(tuple(shape), slab, dtype, units=units, length_units=length_units)
+
+
+def _dataset_source(
+    ds: Any,
+    path: Any,
+    variables: Sequence[str],
+    mask_variable: str | None,
+    units: str | None,
+    length_units: str | None,
+) -> DenseSource:
+    """The DenseSource of variables of an opened NetCDF / Zarr Dataset."""
     names = list(variables) or [v for v in ds.data_vars if ds[v].ndim >= 3][:1]
     if not names:
         raise VolumeError(f"expected a variable with 3 dims in {path}, found {list(ds.data_vars)}")

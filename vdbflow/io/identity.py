@@ -100,6 +100,14 @@ class FileIdentity:
             raise self.error(f"expected to read {self.label} {self.path} ({self}), cannot: {err}") from None
         return digest.hexdigest()
 
+    def fingerprint(self) -> str:
+        """What a result records of the file: its SHA-256 (hex); for a URL its size and version tag
+        (``"etag:TAG size:N"``), which do not need the object's bytes read again."""
+        if is_url(self.path):
+            self.check("when it was fingerprinted")
+            return f"etag:{self.tag} size:{self.size}"
+        return self.sha256()
+
     def _sha256_url(self) -> str:
         self.check("when it was hashed")
         digest = hashlib.sha256()

@@ -15,7 +15,9 @@ import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import urlsplit
 
 from vdbflow.errors import StorageError
 
@@ -53,6 +55,8 @@ def storage_options_for(url: str, options: Mapping[str, Any] | None) -> Iterator
 
 
 def _options_of(url: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
+    if options is None:
+        options = getattr(url, "storage_options", None)  # a Url carries its own
     if options is not None:
         return dict(options)
     for prefix, found in _OPTIONS.get():
@@ -61,14 +65,95 @@ def _options_of(url: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
     return {}
 
 
+class Url(str):
+    """A URL as a job config holds it: the text, the ``storage_options`` to read it with (carried along
+    when it is pickled to a worker, never printed), and the few ``pathlib.Path`` methods job code uses."""
+
+    storage_options: dict[str, Any]
+
+    def __new__(cls, url: str, storage_options: Mapping[str, Any] | None = None) -> Url:
+        obj = super().__new__(cls, url)
+        obj.storage_options = dict(storage_options or {})
+        return obj
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Url, (str(self), self.storage_options))
+
+    @property
+    def name(self) -> str:
+        """The last part of the URL's path."""
+        return PurePosixPath(urlsplit(str(self)).path).name
+
+    @property
+    def suffix(self) -> str:
+        """The suffix of :attr:`name` (``".nvdb"``)."""
+        return PurePosixPath(urlsplit(str(self)).path).suffix
+
+    def resolve(self) -> Url:
+        """Itself: a URL is absolute."""
+        return self
+
+    absolute = resolve
+
+    @property
+    def parents(self) -> tuple[()]:
+        """No local folders hold a URL (what ``Path.parents`` checks compare against)."""
+        return ()
+
+    def _info(self) -> dict[str, Any] | None:
+        fs, path = filesystem(self, self.storage_options)
+        try:
+            return stat_url(fs, path, self, refresh=True)
+        except StorageError as err:
+            if "no such object" in str(err):
+                return None
+            raise
+
+    def exists(self) -> bool:
+        """Whether an object or a prefix is there (a StorageError when the store cannot be asked)."""
+        return self._info() is not None
+
+    def is_file(self) -> bool:
+        """Whether an object (not a prefix) is there (a StorageError when the store cannot be asked)."""
+        info = self._info()
+        return info is not None and info.get("type") != "directory"
+
+    def is_dir(self) -> bool:
+        """Whether a prefix (a 'directory': a Zarr store, say) is there."""
+        info = self._info()
+        return info is not None and info.get("type") == "directory"
+
+
+def as_location(path: str | os.PathLike, storage_options: Mapping[str, Any] | None = None) -> Path | Url:
+    """A :class:`Url` (with ``storage_options``) for a URL, else a local :class:`pathlib.Path`."""
+    if is_url(path):
+        return Url(os.fspath(path), storage_options if storage_options is not None else _options_of(str(path), None))
+    if storage_options:
+        raise StorageError(f"expected a URL with storage_options, got the local path {os.fspath(path)!r}")
+    return Path(local_path(path))
+
+
+def glob(pattern: str, storage_options: Mapping[str, Any] | None = None) -> list[Url]:
+    """The objects matching a URL glob pattern (``s3://bucket/run/step-*.nvdb``), in name order."""
+    fs, path = filesystem(pattern, storage_options)
+    try:
+        found = sorted(fs.glob(path))
+    except Exception as err:  # noqa: BLE001 - the store's own error types vary (botocore, aiohttp)
+        raise storage_error(pattern, err, "list") from None
+    protocol = pattern.split("://", 1)[0]
+    return [Url(f"{protocol}://{p.split('://', 1)[-1]}", storage_options) for p in found]
+
+
 @dataclass
 class ReadStats:
-    """What was read of one object: bytes, requests (after merging) and the object's size."""
+    """What was read of one object: bytes, requests (ranges after merging, one HTTP GET each), rounds
+    (batches of requests issued together: the latencies paid one after another) and the object's size."""
 
     url: str
     file_size: int
     bytes_read: int = 0
     requests: int = 0
+    rounds: int = 0
 
     @property
     def fraction(self) -> float:
@@ -78,7 +163,7 @@ class ReadStats:
     def __str__(self) -> str:
         return (
             f"{self.bytes_read:,} of {self.file_size:,} bytes ({100 * self.fraction:.1f} %) "
-            f"in {self.requests} request{'s' * (self.requests != 1)}"
+            f"in {self.requests} request{'s' * (self.requests != 1)} ({self.rounds} round{'s' * (self.rounds != 1)})"
         )
 
 
@@ -141,6 +226,7 @@ class RemoteFile:
             raise storage_error(self.url, err) from None
         self.stats.bytes_read += len(data)
         self.stats.requests += 1
+        self.stats.rounds += 1
         return bytes(data)
 
     def read_ranges(self, ranges: Sequence[tuple[int, int]], gap: int = GAP) -> list[tuple[int, bytes]]:
@@ -167,6 +253,7 @@ class RemoteFile:
             self.stats.bytes_read += len(blob)
             out.append((a, bytes(blob)))
         self.stats.requests += len(merged)
+        self.stats.rounds += 1
         return out
 
     def check_unchanged(self) -> None:
@@ -208,6 +295,14 @@ def coalesce(ranges: Sequence[tuple[int, int]], gap: int = GAP) -> list[tuple[in
         else:
             out.append([a, b])
     return [(a, b) for a, b in out]
+
+
+def size_of(path: str | os.PathLike) -> int:
+    """The size in bytes of a local file or of the object at a URL (its own storage_options, if a :class:`Url`)."""
+    if is_url(path):
+        fs, where = filesystem(os.fspath(path))
+        return int(stat_url(fs, where, os.fspath(path)).get("size") or 0)
+    return os.stat(local_path(path)).st_size
 
 
 def resolve(path: str | os.PathLike, storage_options: Mapping[str, Any] | None = None) -> str | RemoteFile:

@@ -21,8 +21,8 @@ from vdbflow.core.transform import Transform
 from vdbflow.core.volume import Topology, Volume
 from vdbflow.errors import OpenVDBError, StorageError, VolumeError, WriteError
 from vdbflow.io import bounded_json, zarr_v2
-from vdbflow.io.location import ReadStats, RemoteFile, filesystem, is_url, local_path, stat_url, storage_error
 from vdbflow.io.atomic import atomic_directory
+from vdbflow.io.location import ReadStats, RemoteFile, filesystem, is_url, local_path, stat_url, storage_error
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -411,8 +411,10 @@ def open_url(url: str, grid: int | str | None, storage_options: dict[str, Any] |
     if url.rstrip("/").lower().endswith(".zarr") or stat_url(fs, path, url).get("type") == "directory":
         return _open_zarr_url(url, fs, path, grid, kwargs)
     remote = RemoteFile.open(url, storage_options)
-    if is_openvdb(_head(remote)):  # OpenVDB files are streams: read whole (docs/storage.md)
-        data = remote.read()
+    part = kwargs.get("bbox") is not None or kwargs.get("leaves") is not None
+    whole = None if part else remote.read()  # read whole anyway: one request
+    if is_openvdb(_head(remote) if whole is None else whole[:8]):  # OpenVDB files are streams: read whole
+        data = remote.read() if whole is None else whole
         vol = _named_vdb(url, lambda: _open_openvdb(data, grid, kwargs))
         remote.check_unchanged()
         vol.read_stats = remote.stats
@@ -421,7 +423,7 @@ def open_url(url: str, grid: int | str | None, storage_options: dict[str, Any] |
     if unknown:
         raise TypeError(f"open() got unexpected keyword arguments {unknown} for the .nvdb file {url}")
     bbox, leaves, checksum = kwargs.get("bbox"), kwargs.get("leaves"), kwargs.get("checksum", True)
-    return named(url, lambda: open_grid_remote(remote, grid, bbox, leaves, checksum))
+    return named(url, lambda: open_grid_remote(remote, grid, bbox, leaves, checksum, whole))
 
 
 def _named_vdb(url: str, read: Callable[[], Any]) -> Any:

@@ -39,6 +39,7 @@ from vdbflow.core.value_types import VALUE_TYPES
 from vdbflow.devices import DEVICES
 from vdbflow.errors import TimeError, VdbflowError
 from vdbflow.jobs.config_base import StrictModel
+from vdbflow.jobs.config_inputs import InputPath, InputSection, series_files
 from vdbflow.jobs.config_reduce import MAX_HISTOGRAM_BINS, ReduceSpec  # noqa: F401 - MAX_HISTOGRAM_BINS: here too
 from vdbflow.jobs.writers import WRITERS, format_of_path
 from vdbflow.ops.request import SPACES
@@ -153,33 +154,32 @@ class SyntheticVolume(_Model):
         return v
 
 
-class SeriesVolume(_Model):
+class SeriesVolume(InputSection):
     """A time series of .nvdb files (one a step), for particle jobs: advected through in space and time."""
 
-    paths: FilePattern | list[FilePath] = Field(
+    paths: FilePattern | list[InputPath] = Field(
         description="a glob pattern or a list of files (ordered by time record)"
     )
     times: list[float] | None = Field(None, description="the time of each file; default its vdbflow.time record")
     grid: str | None = Field(None, description="the grid of each file (default the first)")
     cache: int = Field(4, ge=1, description="steps open at once in each worker (pchip reads 4)")
 
+    url_fields = ("paths",)
+
     def files(self) -> list[Path]:
-        """The files as given (a glob's matches in name order); open_series orders them by time."""
-        if isinstance(self.paths, str):
-            import glob
-
-            return [Path(p) for p in sorted(glob.glob(self.paths))]
-        return list(self.paths)
+        """The files as given (a glob's matches in name order; URLs too); open_series orders them by time."""
+        return series_files(self.paths, self.storage_options)
 
 
-class VolumeSpec(_Model):
+class VolumeSpec(InputSection):
     """An .nvdb ``path`` with optional ``grids`` (names; default the first grid), ``synthetic``, or a
     ``series`` of files (particle jobs)."""
 
-    path: FilePath | None = None
+    path: InputPath | None = None  # a local path or a URL (config_inputs.py)
     grids: list[str] | None = None
     synthetic: SyntheticVolume | None = None
     series: SeriesVolume | None = None
+    url_fields = ("path", "series")
     snapshot: bool = Field(
         True,
         description="read a private copy of 'path' (a reflink where the filesystem "
@@ -216,11 +216,12 @@ class _Points(_Model):
     chunk: int = Field(262_144, ge=1, le=MAX_CHUNK_POINTS, description="points per Dask chunk")
 
 
-class FilePoints(_Points):
+class FilePoints(_Points, InputSection):
     """Points from a file: .npy (N, 3), .csv / .parquet (three columns), .zarr (an (N, 3) array)."""
 
     kind: Literal["file"]
-    path: FilePath
+    path: InputPath
+    url_fields = ("path",)
     columns: tuple[str, str, str] | None = Field(None, description="csv/parquet columns; default x y z or i j k")
     array: str | None = Field(None, description="the array inside a Zarr group")
 

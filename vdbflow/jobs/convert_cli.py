@@ -8,6 +8,7 @@ import click
 
 from vdbflow.jobs.console import say as _say
 from vdbflow.jobs.console import stderr as _stderr
+from vdbflow.jobs.info_cli import storage_options_callback
 
 
 class _ConvertCommand(click.Command):
@@ -47,8 +48,15 @@ class _ConvertCommand(click.Command):
         return super().parse_args(ctx, out)
 
 
+def _local_or_url(ctx: click.Context, param: click.Parameter, source: str) -> str:
+    """A local SOURCE must exist (as click.Path checks); a URL is read through fsspec."""
+    from vdbflow.io.location import is_url
+
+    return source if is_url(source) else click.Path(exists=True).convert(source, param, ctx)
+
+
 @click.command(cls=_ConvertCommand)
-@click.argument("source", type=click.Path(exists=True))
+@click.argument("source", callback=_local_or_url)
 @click.argument("output", type=click.Path(dir_okay=False))
 @click.option(
     "--variable",
@@ -104,6 +112,13 @@ class _ConvertCommand(click.Command):
     show_default=True,
     help="X-planes held dense at a time (a multiple of 8).",
 )
+@click.option(
+    "--storage-options",
+    default=None,
+    callback=storage_options_callback,
+    metavar="JSON",
+    help="fsspec's options for a SOURCE URL (s3://...), a JSON object (default: the environment's credentials).",
+)
 @click.option("--overwrite", is_flag=True, help="Replace OUTPUT if it exists.")
 def convert(
     source: str,
@@ -121,6 +136,7 @@ def convert(
     codec: str,
     nvdb_version: str | None,
     slab: int,
+    storage_options: dict | None,
     overwrite: bool,
 ) -> None:
     """Convert a dense array (SOURCE: .npy, NetCDF or Zarr) to a sparse .nvdb grid (OUTPUT), one slab at a time,
@@ -137,15 +153,16 @@ def convert(
     if out.exists() and not overwrite:
         _say("error", f"{out} exists (pass --overwrite to replace it)")
         raise SystemExit(2)
-    if is_openvdb(source):
-        _convert_openvdb(source, out, variables, codec, nvdb_version)
+    vdb = _remote_vdb(source, storage_options)  # a .vdb file at a URL, read whole (or None)
+    if vdb is not None or is_openvdb(source):
+        _convert_openvdb(source, out, variables, codec, nvdb_version, data=vdb)
         return
     try:
         if nvdb_version is not None:  # an unknown version is refused before anything is read
             from vdbflow.io.nanovdb.write import write_format
 
             write_format(nvdb_version, {})
-        src = open_dense(source, variables, mask_variable, units, length_units)
+        src = open_dense(source, variables, mask_variable, units, length_units, storage_options=storage_options)
         grid_name = name or default_name(src, variables)
         console = _stderr()
         with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
@@ -183,7 +200,30 @@ def convert(
     )
 
 
-def _convert_openvdb(source: str, out: Path, names: tuple[str, ...], codec: str, version: str | None) -> None:
+def _remote_vdb(source: str, storage_options: dict | None) -> bytes | None:
+    """The bytes of an OpenVDB file at the URL ``source`` (a stream: read whole), None for anything else."""
+    from vdbflow.errors import StorageError
+    from vdbflow.io.location import RemoteFile, is_url
+    from vdbflow.io.openvdb import is_openvdb
+
+    if not is_url(source):
+        return None
+    try:
+        if source.rstrip("/").lower().endswith(".zarr"):
+            return None
+        remote = RemoteFile.open(source, storage_options)
+        head = remote.read_ranges([(0, min(8, remote.size))]) if remote.size else []
+        return remote.read() if head and is_openvdb(head[0][1]) else None
+    except StorageError as err:
+        if "found a directory" in str(err):  # a Zarr store without the suffix
+            return None
+        _say("error", str(err))
+        raise SystemExit(2) from None
+
+
+def _convert_openvdb(
+    source: str, out: Path, names: tuple[str, ...], codec: str, version: str | None, data: bytes | None = None
+) -> None:
     """The grids of an OpenVDB file (all, or those ``names``) written to one .nvdb file: value grids as
     value grids, bool and mask grids as OnIndex grids; a repeated name gets its number (``density_1``)."""
     from vdbflow.errors import VdbflowError
@@ -191,7 +231,7 @@ def _convert_openvdb(source: str, out: Path, names: tuple[str, ...], codec: str,
     from vdbflow.io.volumes import list_grids, open_volume
 
     try:
-        infos = list_grids(source)
+        infos = list_grids(source if data is None else data)
         known = {g.name.split("\x1e")[0] for g in infos} | {g.name for g in infos}
         missing = [n for n in names if n not in known]
         if missing:
@@ -201,7 +241,9 @@ def _convert_openvdb(source: str, out: Path, names: tuple[str, ...], codec: str,
             base, _, number = g.name.partition("\x1e")
             if names and base not in names and g.name not in names:
                 continue
-            grids[f"{base}_{number}" if number and number != "0" else base] = open_volume(source, g.index)
+            grids[f"{base}_{number}" if number and number != "0" else base] = open_volume(
+                source if data is None else data, g.index
+            )
         save(out, grids, codec=codec, version=version)  # atomic: a private directory beside it, then a rename
     except VdbflowError as err:
         _say("error", str(err))

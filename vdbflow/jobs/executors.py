@@ -17,10 +17,10 @@ returns.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -77,9 +77,10 @@ def executor_for(cfg: JobConfig, client: Any, sources: dict[str, Any]) -> Callab
 def _replicable(client: Any, sources: dict[str, Any]) -> bool:
     """Whether every worker reads the job's whole volume (:func:`vdbflow.jobs.chunks.replicable`): its
     files' sizes (or the in-memory volumes' bytes) against the smallest worker memory limit."""
+    from vdbflow.io.location import size_of  # a URL's object too
     from vdbflow.jobs.chunks import replicable
 
-    size = sum(Path(s[0]).stat().st_size if isinstance(s, tuple) else s.nbytes for s in sources.values())
+    size = sum(size_of(s[0]) if isinstance(s, tuple) else s.nbytes for s in sources.values())
     return replicable(size, worker_memory(client))
 
 
@@ -164,7 +165,7 @@ def reduced(
 
     with get_task_stream(client) as stream:  # the job's summary splits this worker time by step too
         if cfg.partitions is None and _replicable(client, {name: src}):
-            on_workers = (str(src[0]), src[1]) if isinstance(src, tuple) else client.scatter(src, broadcast=True)
+            on_workers = (os.fspath(src[0]), src[1]) if isinstance(src, tuple) else client.scatter(src, broadcast=True)
             token = dask.base.tokenize(spec, edges, pts.name, on_workers, name, request)
             parts = [
                 dask.delayed(reduce_chunk, pure=True)(
@@ -198,7 +199,8 @@ def one_pass(
     # names, units and topology, memory-mapped here (not cached: the snapshot's mapping ends with the job)
     templates = {n: open_volume(s[0], s[1]) if isinstance(s, tuple) else s for n, s in sources.items()}
     on_workers = {
-        n: (str(s[0]), s[1]) if isinstance(s, tuple) else client.scatter(s, broadcast=True) for n, s in sources.items()
+        n: (os.fspath(s[0]), s[1]) if isinstance(s, tuple) else client.scatter(s, broadcast=True)
+        for n, s in sources.items()
     }
     topology = next(iter(templates.values())).topology  # random points are drawn inside the first grid
     bbox = topology.data_bounds(cfg.points.space, inner=True)  # a lattice's default: the voxel centres
@@ -337,7 +339,7 @@ def _particle_job(
         source: Any = src
     elif isinstance(src, tuple):
         template = open_volume(src[0], src[1])
-        source = (str(src[0]), src[1])
+        source = (os.fspath(src[0]), src[1])
     else:
         template = src
         source = client.scatter(src, broadcast=True)  # one copy a worker, sent once

@@ -63,27 +63,58 @@ def _json_value(value: Any) -> Any:
     return str(value)
 
 
+def _local_file(ctx: click.Context, param: click.Parameter, paths: tuple[str, ...]) -> tuple[str, ...]:
+    """Local paths must be files that exist (as click.Path checks); URLs are read through fsspec."""
+    from vdbflow.io.location import is_url
+
+    check = click.Path(exists=True, dir_okay=False)
+    return tuple(p if is_url(p) else check.convert(p, param, ctx) for p in paths)
+
+
+def storage_options_callback(ctx: click.Context, param: click.Parameter, text: str | None) -> dict | None:
+    """``--storage-options`` as a dict (JSON text)."""
+    import json
+
+    if text is None:
+        return None
+    try:
+        options = json.loads(text)
+    except ValueError as err:
+        raise click.BadParameter(f"expected a JSON object, got {text[:80]!r} ({err})") from None
+    if not isinstance(options, dict):
+        raise click.BadParameter(f"expected a JSON object, got a JSON {type(options).__name__}")
+    return options
+
+
 @click.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.argument("paths", nargs=-1, required=True, callback=_local_file)
 @click.option(
     "--json",
     "as_json",
     is_flag=True,
     help="Print JSON (a list: path and grids of each file, or its error) instead of tables.",
 )
-def info(paths: tuple[str, ...], as_json: bool) -> None:
-    """List the grids of NanoVDB (.nvdb) and OpenVDB (.vdb) files.  Exit code 2: a file could not be read
-    (the others are still listed)."""
+@click.option(
+    "--storage-options",
+    default=None,
+    callback=storage_options_callback,
+    metavar="JSON",
+    help="fsspec's options for URL paths, e.g. '{\"anon\": true}' (default: the environment's credentials).",
+)
+def info(paths: tuple[str, ...], as_json: bool, storage_options: dict | None) -> None:
+    """List the grids of NanoVDB (.nvdb) and OpenVDB (.vdb) files, local or at URLs (s3://..., read by byte
+    ranges: the bytes read are shown).  Exit code 2: a file could not be read (the others are still listed)."""
     import json
 
-    from vdbflow.errors import NanoVDBError, OpenVDBError
-    from vdbflow.io.volumes import list_grids
+    from vdbflow.errors import NanoVDBError, OpenVDBError, StorageError
+    from vdbflow.io.location import is_url
+    from vdbflow.io.volumes import list_grids_read
 
     console, failed, listing = _stdout(), False, []
     for path in paths:
         try:
-            grids = list_grids(path)
-        except (NanoVDBError, OpenVDBError) as err:
+            grids, stats = list_grids_read(path, storage_options if is_url(path) else None)
+        except (NanoVDBError, OpenVDBError, StorageError) as err:
             failed = True
             if as_json:
                 listing.append({"path": path, "error": str(err)})
@@ -94,6 +125,7 @@ def info(paths: tuple[str, ...], as_json: bool) -> None:
             listing.append(
                 {
                     "path": path,
+                    **({"read": {"bytes": stats.bytes_read, "file_bytes": stats.file_size}} if stats else {}),
                     "grids": [
                         {
                             **_json_value(g),
@@ -109,7 +141,7 @@ def info(paths: tuple[str, ...], as_json: bool) -> None:
         for g in grids:
             sections.append(len(rows))
             rows += _grid_rows(g)
-        click.echo(f"{path}: {len(grids)} grid(s)")  # a path is not wrapped
+        click.echo(f"{path}: {len(grids)} grid(s)" + (f", read {stats}" if stats else ""))  # not wrapped
         console.print(_rows_table(None, rows, tuple(sections[1:])))
     if as_json:
         click.echo(json.dumps(listing, indent=2))

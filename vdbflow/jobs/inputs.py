@@ -90,7 +90,7 @@ def build_volumes(cfg: JobConfig, grids: list[str]) -> tuple[dict[str, Any], Any
     series = cfg.volume.series
     if series is not None:
         times = None if series.times is None else tuple(series.times)
-        files = SeriesFiles(tuple(str(f) for f in series.files()), times, series.grid, series.cache)
+        files = SeriesFiles(tuple(map(os.fspath, series.files())), times, series.grid, series.cache)  # Urls kept
         return {grids[0]: files}, None
     s = cfg.volume.synthetic
     if s is None:

@@ -16,7 +16,8 @@ import numpy as np
 from vdbflow import synthetic
 from vdbflow.core import outputs as output_table
 from vdbflow.core.value_types import VALUE_TYPES, ValueType, value_type_for
-from vdbflow.errors import NanoVDBError, OpenVDBError, PointsError, SamplingError, TimeError, VolumeError
+from vdbflow.errors import NanoVDBError, OpenVDBError, PointsError, SamplingError, StorageError, TimeError, VolumeError
+from vdbflow.io.location import is_url
 from vdbflow.jobs.checks import check_inputs
 from vdbflow.jobs.clusters import (
     MissingExtraError,
@@ -283,7 +284,7 @@ def _nvdb_grids(cfg: JobConfig) -> list[GridPlan]:
     key = "volume.path" if series is None else "volume.series.paths"
     try:
         infos = list_grids(path)
-    except (NanoVDBError, OpenVDBError) as err:
+    except (NanoVDBError, OpenVDBError, StorageError) as err:
         raise ConfigError(f"{key}: {err}") from None
     by_name = {g.name: g for g in infos}
     if not infos:
@@ -310,10 +311,10 @@ def _series_times(cfg: JobConfig) -> tuple[float, float]:
 
     s, a = cfg.volume.series, cfg.advect
     assert s is not None and a is not None  # a series job is a particle job (JobConfig checks it)
-    files = SeriesFiles(tuple(str(f) for f in s.files()), None if s.times is None else tuple(s.times), s.grid, 1)
+    files = SeriesFiles(tuple(map(os.fspath, s.files())), None if s.times is None else tuple(s.times), s.grid, 1)
     try:
         times = files.open().times
-    except (VolumeError, TimeError, NanoVDBError, OpenVDBError) as err:
+    except (VolumeError, TimeError, NanoVDBError, OpenVDBError, StorageError) as err:
         raise ConfigError(f"volume.series{cfg.where('volume.series')}: {err}") from None
     lo, hi = float(times[0]), float(times[-1])
     if not (lo <= min(a.t0, a.t1) and max(a.t0, a.t1) <= hi):
@@ -476,7 +477,9 @@ def _input_notes(cfg: JobConfig, volume_missing: bool) -> tuple[list[str], dict[
                 "copied to a private snapshot next to the output first (a reflink where the filesystem allows, "
                 "else a copy), so no other process can truncate what the job maps"
             )
-            if cfg.volume.snapshot
+            if cfg.volume.snapshot and not is_url(cfg.volume.path)
+            else "read by byte ranges from the object store, its ETag checked at every read (docs/storage.md)"
+            if is_url(cfg.volume.path)
             else (
                 "memory-mapped in place (volume.snapshot: false): the job must not run while another process "
                 "rewrites it"

@@ -17,6 +17,7 @@ from vdbflow.core.topology import Topology
 from vdbflow.core.transform import Transform
 from vdbflow.errors import PointsError
 from vdbflow.io.identity import FileIdentity
+from vdbflow.io.location import is_url
 from vdbflow.jobs.config import FilePoints, GridPoints, LinePoints, PlanePoints, RandomPoints, VoxelPoints
 from vdbflow.ops.points import lattice_block, line, line_block, plane, plane_block  # noqa: F401 (line, plane: here too)
 
@@ -265,6 +266,8 @@ def _file_points(spec: FilePoints) -> Any:
     import dask.array as da
 
     path, suffix = spec.path, spec.path.suffix.lower()
+    if is_url(path):  # an object store: by byte ranges (.npy) or through fsspec (points_remote.py)
+        return _url_points(spec, path, suffix)
     if suffix == ".npy":
         try:
             arr = np.load(path, mmap_mode="r")
@@ -305,6 +308,27 @@ def _file_points(spec: FilePoints) -> Any:
     return arr.astype(np.float64).rechunk((spec.chunk, 3))
 
 
+def _url_points(spec: FilePoints, url: Any, suffix: str) -> Any:
+    from vdbflow.jobs import points_remote
+
+    if suffix == ".npy":
+        shape, dtype, offset = points_remote.npy_header(url)
+        _check_shape(shape, dtype, url)
+        identity = PointsFileIdentity.of(url)
+        return _lazy(shape[0], spec.chunk, points_remote.npy_url_rows, url, identity, offset, dtype.str)
+    if suffix == ".zarr":
+        arr = points_remote.zarr_array(url, spec.array)
+    else:
+        columns = _table_columns(spec)
+        try:
+            frame = points_remote.read_table(url, suffix)
+        except Exception as err:  # pandas / pyarrow parse errors, the store's errors
+            raise PointsError(f"points.path: cannot read {url}: {err}") from None
+        arr = frame[columns].to_dask_array(lengths=True)
+    _check_shape(arr.shape, arr.dtype, url)
+    return arr.astype(np.float64).rechunk((spec.chunk, 3))
+
+
 def _check_shape(shape: tuple, dtype: np.dtype, path: Path) -> None:
     if len(shape) != 2 or shape[1] != 3:
         raise PointsError(f"points.path: expected points of shape (N, 3) in {path}, got {tuple(shape)}")
@@ -327,7 +351,11 @@ def _table_columns(spec: FilePoints) -> list[str]:
     """The three coordinate columns of a .csv / .parquet file, checked against its header."""
     columns = list(spec.columns or (("x", "y", "z") if spec.space == "world" else ("i", "j", "k")))
     try:
-        if spec.path.suffix.lower() == ".csv":
+        if is_url(spec.path):
+            from vdbflow.jobs.points_remote import table_header
+
+            have = table_header(spec.path, spec.path.suffix.lower())
+        elif spec.path.suffix.lower() == ".csv":
             have = _csv_header(spec.path)
         else:
             import pyarrow.parquet as pq
@@ -356,6 +384,12 @@ def _table_columns(spec: FilePoints) -> list[str]:
 def file_point_count(spec: FilePoints) -> int | None:
     """The number of points in a .npy or .zarr file without reading it (None for csv/parquet, whose
     header is checked)."""
+    if spec.path.suffix.lower() == ".npy" and is_url(spec.path):
+        from vdbflow.jobs.points_remote import npy_header
+
+        shape, dtype, _ = npy_header(spec.path)
+        _check_shape(shape, dtype, spec.path)
+        return int(shape[0])
     if spec.path.suffix.lower() == ".npy":
         try:
             arr = np.load(spec.path, mmap_mode="r")

@@ -26,6 +26,7 @@ import xarray as xr
 
 from vdbflow.devices import cuda_build
 from vdbflow.errors import VdbflowError
+from vdbflow.io.location import is_url
 from vdbflow.jobs.chunks import (
     CHUNK_PHASES,
 )
@@ -187,7 +188,7 @@ def _volume_file(
     snapshot (unless ``volume.snapshot`` is false) made in ``pool`` while the cluster starts, and
     removed afterwards."""
     done: concurrent.futures.Future = concurrent.futures.Future()
-    if cfg.volume.path is None or not cfg.volume.snapshot:
+    if cfg.volume.path is None or not cfg.volume.snapshot or is_url(cfg.volume.path):  # a URL: no map to guard
         if cfg.volume.path is not None:
             plan.inputs["volume.path"].check("when the job started")
         done.set_result((cfg.volume.path, None))
@@ -310,17 +311,18 @@ def _inputs(
     if volume_file is not None:
         sources = {name: (volume_file, src[1]) for name, src in sources.items()}
     hashes: dict[Path, concurrent.futures.Future] = {}
+    where = lambda p: p if is_url(p) else Path(p)  # noqa: E731 - a URL stays one (its storage_options too)
     for src in sources.values():
-        if isinstance(src, tuple) and Path(src[0]) not in hashes:
-            hashes[Path(src[0])] = hasher.submit(
-                lambda p: volume_sha256 if p == volume_file and volume_sha256 else InputIdentity.of(p).sha256(),
-                Path(src[0]),
+        if isinstance(src, tuple) and where(src[0]) not in hashes:
+            hashes[where(src[0])] = hasher.submit(  # a URL: its ETag and size, not its bytes (docs/storage.md)
+                lambda p: volume_sha256 if p == volume_file and volume_sha256 else InputIdentity.of(p).fingerprint(),
+                where(src[0]),
             )
     checksum: dict[Any, concurrent.futures.Future] = {
-        name: hashes[Path(src[0])] for name, src in sources.items() if isinstance(src, tuple)
+        name: hashes[where(src[0])] for name, src in sources.items() if isinstance(src, tuple)
     }
     if cfg.volume.series is not None:  # each file of the series
-        checksum = {i.path: hasher.submit(i.sha256) for src in sources.values() for i in src.identities}
+        checksum = {i.path: hasher.submit(i.fingerprint) for src in sources.values() for i in src.identities}
     return sources, analytic, checksum, volume_file
 
 

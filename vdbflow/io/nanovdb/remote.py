@@ -155,15 +155,24 @@ def _fetch_blind(sparse: SparseFile, base: int) -> dict[str, Any]:
     return h
 
 
-def open_grid_remote(remote: RemoteFile, grid: int | str | None, bbox: Any, leaves: Any, checksum: bool | str) -> Any:
+def open_grid_remote(
+    remote: RemoteFile,
+    grid: int | str | None,
+    bbox: Any,
+    leaves: Any,
+    checksum: bool | str,
+    whole: bytes | None = None,
+) -> Any:
     """A grid of the .nvdb file ``remote`` (:func:`~vdbflow.io.nanovdb.open_grid`'s arguments): the part
-    asked for by ranges, or the whole file in one request; ``read_stats`` set on the result."""
+    asked for by ranges, or the whole file in one request (``whole``: its bytes, read already);
+    ``read_stats`` set on the result."""
     from vdbflow.io.nanovdb.read import open_grid
 
     box = index_box(bbox, NanoVDBError)
     sparse = None if box is None and leaves is None else SparseFile(remote)
     if sparse is None:
-        result = open_grid(np.frombuffer(remote.read(), np.uint8), grid, checksum=checksum)
+        data = remote.read() if whole is None else whole
+        result = open_grid(np.frombuffer(data, np.uint8), grid, checksum=checksum)
     elif not fetch_structure(sparse):  # compressed: the rest of the file, then as a buffer
         sparse.fetch([(0, remote.size)])
         result = open_grid(sparse.array, grid, bbox=bbox, leaves=leaves, checksum=checksum)

@@ -1,0 +1,99 @@
+"""Points files at URLs (``points.path: s3://...``, read with ``points.storage_options``): a .npy file's
+header by one range and each chunk's rows by another (in the task that needs them, the object checked to
+be the one the job planned with), a Zarr array through fsspec, .csv / .parquet through Dask's readers."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import numpy as np
+
+from vdbflow.errors import PointsError, StorageError, VolumeError
+from vdbflow.io.identity import FileIdentity
+from vdbflow.io.location import RemoteFile, Url, filesystem
+from vdbflow.io.zarr_url import refuse_code_codecs_url
+
+NPY_HEAD = 1 << 16  # a .npy header is at most this long (numpy pads it to 64 bytes; 4 GiB headers are absurd)
+
+
+def npy_header(url: Url) -> tuple[tuple[int, ...], np.dtype, int]:
+    """Shape, dtype and data offset of the .npy file at ``url`` (one request)."""
+    remote = RemoteFile.open(url)
+    head = remote.read_ranges([(0, min(remote.size, NPY_HEAD))])
+    fp = io.BytesIO(head[0][1] if head else b"")
+    try:
+        version = np.lib.format.read_magic(fp)
+        reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = reader(fp)
+    except (ValueError, OSError) as err:
+        raise PointsError(f"points.path: expected a .npy array, cannot read {url}: {err}") from None
+    if fortran and len(shape) > 1:
+        raise PointsError(f"points.path: expected a C-ordered .npy array at {url}, got a Fortran-ordered one")
+    if dtype.hasobject:
+        raise PointsError(f"points.path: expected numeric points in {url}, got dtype {dtype}")
+    offset = fp.tell()
+    need = offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if remote.size < need:
+        raise PointsError(f"points.path: {url} holds {remote.size:,} bytes, its header promises {need:,}")
+    return tuple(shape), dtype, offset
+
+
+def npy_url_rows(
+    block: int, start: int, stop: int, url: Url, identity: FileIdentity, offset: int, dtype: str
+) -> np.ndarray:
+    """Rows ``[start, stop)`` of the (N, 3) .npy file at ``url`` as float64 (one range request)."""
+    dt = np.dtype(dtype)
+    row = 3 * dt.itemsize
+
+    def read() -> np.ndarray:
+        remote = RemoteFile.open(url)
+        try:
+            ((_, data),) = remote.read_ranges([(offset + start * row, offset + stop * row)])
+        except StorageError as err:
+            raise PointsError(f"points.path: {err}") from None
+        return np.frombuffer(data, dt).reshape(-1, 3).astype(np.float64)
+
+    return identity.opened(read, f"when its points {start:,} to {stop:,} were read")
+
+
+def zarr_array(url: Url, component: str | None) -> Any:
+    """The Dask array of a Zarr store at ``url`` (``component``: the array inside a group), once no
+    metadata file of the store names a pickle codec (decoding it would run code from the store)."""
+    import dask.array as da
+
+    try:
+        refuse_code_codecs_url(url)
+    except (VolumeError, StorageError) as err:
+        raise PointsError(f"points.path: {err}") from None
+    try:
+        return da.from_zarr(str(url), component=component, storage_options=url.storage_options or None)
+    except Exception as err:  # zarr, fsspec and the store raise several kinds
+        where = f" (array {component!r})" if component else ""
+        raise PointsError(f"points.path: expected a Zarr array of shape (N, 3) at {url}{where}: {err}") from None
+
+
+def table_header(url: Url, suffix: str) -> list[str]:
+    """The column names of a .csv (its first line) or .parquet (its schema) file at ``url``."""
+    import csv
+
+    fs, path = filesystem(url)
+    with fs.open(path, "rb") as f:
+        if suffix == ".csv":
+            first = f.read(1 << 20).split(b"\n", 1)[0].decode("utf-8")
+            return next(csv.reader([first]), [])
+        import pyarrow.parquet as pq
+
+        return list(pq.read_schema(f).names)
+
+
+def read_table(url: Url, suffix: str) -> Any:
+    """A Dask dataframe of a .csv or .parquet file at ``url``."""
+    import dask.dataframe as dd
+
+    options = url.storage_options or None
+    return (
+        dd.read_csv(str(url), storage_options=options)
+        if suffix == ".csv"
+        else dd.read_parquet(str(url), storage_options=options)
+    )
