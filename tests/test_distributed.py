@@ -333,10 +333,10 @@ def test_reading_leaves_checks_the_file_it_was_given(rng, tmp_path):
     vol.to_nvdb(str(path))
     identity = DistributedFile.of(path)
     leaves = np.arange(vol.leaf_count)
-    assert read_leaves(str(path), None, identity, leaves).leaf_count == vol.leaf_count
+    assert read_leaves(str(path), None, identity, False, leaves).leaf_count == vol.leaf_count
     vol.to_nvdb(str(path))  # the same volume again: another inode, another file
     with pytest.raises(vdbflow.VolumeError, match="another process replaced or rewrote it"):
-        read_leaves(str(path), None, identity, leaves)
+        read_leaves(str(path), None, identity, False, leaves)
 
 
 def test_partitions_stay_on_their_workers_and_waves_are_assembled_where_routed(rng, client):

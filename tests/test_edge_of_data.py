@@ -8,14 +8,16 @@ import vdbflow
 from vdbflow import synthetic
 
 
-def _reference_inside(active: set, points_index: np.ndarray) -> np.ndarray:
-    """Trilinear stencil: the 8 corners of the cell floor(u) .. floor(u) + 1 are all active voxels."""
+def _reference_inside(active: set, points_index: np.ndarray, period: tuple | None = None) -> np.ndarray:
+    """Trilinear stencil: the 8 corners of the cell floor(u) .. floor(u) + 1 are all active voxels (voxel
+    indices taken modulo ``period`` (3,) where given: a periodic box from voxel 0)."""
     out = np.zeros(len(points_index), bool)
+    wrap = (lambda c: tuple(np.mod(c, period).tolist())) if period is not None else tuple
     for n, u in enumerate(points_index):
         if not np.isfinite(u).all():
             continue
         b = np.floor(u).astype(int)
-        out[n] = all((b[0] + dx, b[1] + dy, b[2] + dz) in active for dx in (0, 1) for dy in (0, 1) for dz in (0, 1))
+        out[n] = all(wrap(b + (dx, dy, dz)) in active for dx in (0, 1) for dy in (0, 1) for dz in (0, 1))
     return out
 
 
@@ -31,7 +33,8 @@ def test_inside_flag_matches_a_reference_and_costs_nothing_else(shell, rng):
     flagged = shell.sample_grad(pts, outputs=["value", "jacobian", "inside"])
     M = np.asarray(shell.index_to_world)
     index = (np.linalg.inv(M) @ np.c_[pts, np.ones(len(pts))].T).T[:, :3]
-    expected = _reference_inside({tuple(v) for v in shell.active_voxels().tolist()}, index)
+    assert shell.periodic.lo == (0, 0, 0)  # the synthetic box is periodic: the reference wraps too
+    expected = _reference_inside({tuple(v) for v in shell.active_voxels().tolist()}, index, shell.periodic.size)
     assert flagged["stencil_inside"].dtype == bool and flagged["stencil_inside"].dims == ("point",)
     np.testing.assert_array_equal(flagged["stencil_inside"].values, expected)
     assert 0.05 < expected.mean() < 0.95  # both kinds of point are there

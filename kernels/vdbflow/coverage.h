@@ -88,7 +88,8 @@ VDB_HD bool stencil_inside_point(const GridView<T>& g, const PointTransform& xf,
   to_index_space(xf, p, u);
   if (!finite3(u)) return false;
   i64 b[3];
-  for (int a = 0; a < 3; ++a) b[a] = base_index(g.period, a, mode == MODE_CLOSEST ? round(u[a]) : floor(u[a]));
+  for (int a = 0; a < 3; ++a)
+    b[a] = mode == MODE_CLOSEST ? closest_index(g.period, a, u[a]) : base_index(g.period, a, floor(u[a]));
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < n; ++j)
       if (!row_defined(g, b[0] + lo + i, b[1] + lo + j, b[2] + lo, n, cache)) return false;

@@ -119,6 +119,13 @@ VDB_HD i64 base_index(const Period& q, int a, double b) {
   return wrap_index(q, a, clamp_far(b));
 }
 
+// The voxel `closest` reads along axis a at coordinate u: u rounded half away from zero (Warp's rule), but on
+// a periodic axis half up, floor(u + 0.5), so that every image u + k P of a point rounds to the same voxel.
+VDB_HD i64 closest_index(const Period& q, int a, double u) {
+  if (!q.any) return clamp_far(round(u));
+  return base_index(q, a, q.size[a] > 0 ? floor(u + 0.5) : round(u));
+}
+
 // Whether the cell of base voxel (bi, bj, bk) (wrapped: base_index) crosses the end of a period, where
 // its upper corner wraps to the period's first voxel.
 VDB_HD bool crosses_period(const Period& q, i64 bi, i64 bj, i64 bk) {
@@ -152,8 +159,8 @@ VDB_HD VDB_INLINE void locate_cell_inline(const GridView<T>& g, const PointTrans
   }
   if (mode == MODE_CLOSEST) {
     cell.kind = CELL_CLOSEST;
-    cell.corner[0] = read_voxel(g, base_index(g.period, 0, round(u[0])), base_index(g.period, 1, round(u[1])),
-                                base_index(g.period, 2, round(u[2])), cache);
+    cell.corner[0] = read_voxel(g, closest_index(g.period, 0, u[0]), closest_index(g.period, 1, u[1]),
+                                closest_index(g.period, 2, u[2]), cache);
     return;
   }
   cell.kind = CELL_LINEAR;

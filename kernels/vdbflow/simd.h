@@ -126,8 +126,8 @@ VDB_INLINE inline void locate_cell_simd(const GridView<T>& g, const PointTransfo
   }
   if (mode == MODE_CLOSEST) {
     cell.kind = CELL_CLOSEST;
-    cell.corner[0] = read_voxel_inline(g, base_index(g.period, 0, round(u[0])), base_index(g.period, 1, round(u[1])),
-                                       base_index(g.period, 2, round(u[2])), cache);
+    cell.corner[0] = read_voxel_inline(g, closest_index(g.period, 0, u[0]), closest_index(g.period, 1, u[1]),
+                                       closest_index(g.period, 2, u[2]), cache);
     return;
   }
   cell.kind = CELL_LINEAR;

@@ -79,7 +79,7 @@ def _check_values_of(vol: Volume, sampled: np.ndarray) -> None:
 
 def _on_voxels(vol: Volume, values: np.ndarray, name: str, component_names: list[str] | None = None) -> Volume:
     """An index-layout volume holding ``values`` (one row per active voxel, ``active_voxels()``
-    order) on ``vol``'s topology; tiles read the background 0 (the gradient of a constant)."""
+    order) on ``vol``'s topology and periods; tiles read the background 0 (the gradient of a constant)."""
     t = vol.topology
     rows_follow_voxels = t.value_count == t.active_voxel_count and np.array_equal(
         t.leaf_offset, tree.word_prefix(t.masks)[1]
@@ -87,9 +87,10 @@ def _on_voxels(vol: Volume, values: np.ndarray, name: str, component_names: list
     if rows_follow_voxels:
         if t.tile_count:
             t = Topology(t.leaf_origins, t.masks, t.transform, t.tile_origins, t.tile_sizes)
+            t.periodic = vol.periodic
         return t.with_data(values, background=0, name=name, component_names=component_names)
     # an index grid from a file whose value rows do not follow its active voxels: a fresh topology
-    return Volume.from_active(vol.active_voxels(), vol.transform).with_data(
+    return Volume.from_active(vol.active_voxels(), vol.transform, periodic=vol.periodic).with_data(
         values, background=0, name=name, component_names=component_names
     )
 

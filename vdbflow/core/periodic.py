@@ -94,7 +94,7 @@ class Periodicity:
         if not isinstance(data, dict) or not isinstance(data.get("lo"), list) or not isinstance(data.get("size"), list):
             raise VolumeError(f"expected periods as {{'lo': [3 ints], 'size': [3 ints]}}, got {data!r}")
         try:
-            p = cls(tuple(data["lo"]), tuple(data["size"]))  # type: ignore[arg-type]
+            p = cls(tuple(data["lo"]), tuple(data["size"]))
         except (TypeError, ValueError) as err:
             raise VolumeError(f"expected periods as {{'lo': [3 ints], 'size': [3 ints]}}, got {data!r}") from err
         return p if p.any else None

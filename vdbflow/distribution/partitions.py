@@ -53,14 +53,14 @@ class DistributedFile(FileIdentity):
     seen = "it was distributed"
 
 
-def read_leaves(path: str, grid: Any, identity: FileIdentity | None, leaves: np.ndarray) -> Volume:
+def read_leaves(path: str, grid: Any, identity: FileIdentity | None, periodic: Any, leaves: np.ndarray) -> Volume:
     """The given leaves of an .nvdb or .vdb grid, read by the worker itself (an .nvdb file memory-mapped,
     then copied; a .vdb file's topology and those leaves' buffers), from the file ``identity`` says it
-    is (checked before and after)."""
+    is (checked before and after), with the whole grid's periods ``periodic`` (a Periodicity, or False)."""
     from vdbflow.io.volumes import open_volume
 
     def read() -> Volume:
-        vol = open_volume(path, grid, leaves=leaves)
+        vol = open_volume(path, grid, leaves=leaves, periodic=periodic)
         assert isinstance(vol, Volume)  # distribute refused index grids
         return vol.contiguous()
 
@@ -261,6 +261,7 @@ def build_partitions(
     spill: str | os.PathLike | bool | None,
     plan: PartitionPlan | None,
     identity: FileIdentity | None,
+    periodic: Any = None,
 ) -> dict[str, Any]:
     """The partitions of ``source`` on ``client``'s cluster (``owns``: started for this volume) -
     own leaves, halo exchange - as the fields of the :class:`DistributedVolume` that holds them
@@ -277,10 +278,11 @@ def build_partitions(
         if identity is None:
             identity = DistributedFile.of(source)
         # .nvdb: values stay in the mapped file, only the topology is read; .vdb: the grid is read
-        whole = identity.opened(lambda: open_volume(source, grid), "when it was distributed")
+        whole = identity.opened(lambda: open_volume(source, grid, periodic=periodic), "when it was distributed")
         if not isinstance(whole, Volume):
             raise VolumeError("expected a value grid to distribute; attach values to index grids with with_data")
-        loader_source = (os.fspath(source), grid, identity)
+        # the workers' leaves take the whole grid's periods (their own box would give others)
+        loader_source = (os.fspath(source), grid, identity, whole.periodic or False)
     if plan is None:
         P = partitions or max(1, len(client.scheduler_info()["workers"]))
         plan = plan_partitions(whole.topology, P, halo)

@@ -253,6 +253,7 @@ def distribute(
     plan: PartitionPlan | None = None,
     cache: int = 4,
     identity: FileIdentity | None = None,
+    periodic: Any = None,
 ) -> Any:
     """Partition a volume across a Dask cluster, for sampling in parallel.
 
@@ -293,6 +294,9 @@ def distribute(
         For an .nvdb ``source``: what the file must be (a series step's identity, say); default what
         it is now.  Workers check it whenever they read their leaves, also when a partition is rebuilt
         after its worker died, so a file replaced meanwhile is refused rather than mixed in.
+    periodic : bool, str or sequence, optional
+        Periodic axes, over those the source records (:meth:`vdbflow.Volume.with_periodic`; False: none).
+        The halos of a periodic volume wrap across its faces and points route to their wrapped cell.
 
     Returns
     -------
@@ -315,10 +319,12 @@ def distribute(
     """
     if not isinstance(source, (Volume, str, os.PathLike)) and hasattr(source, "distribute"):
         return source.distribute(client, partitions, halo, spill=spill, cache=cache)  # a VolumeSeries
+    if isinstance(source, Volume) and periodic is not None:
+        source = source.with_periodic(periodic)
     client, owns = resolve_client(client)
     try:
         return DistributedVolume(
-            **build_partitions(source, client, owns, partitions, halo, grid, spill, plan, identity)
+            **build_partitions(source, client, owns, partitions, halo, grid, spill, plan, identity, periodic)
         )
     except BaseException:
         if owns:

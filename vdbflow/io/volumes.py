@@ -9,6 +9,7 @@ coordinates), ``tile`` and ``channel``; the transform, names and units go in the
 from __future__ import annotations
 
 import errno
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vdbflow.core import tree
+from vdbflow.core.periodic import Periodicity
 from vdbflow.core.transform import Transform
 from vdbflow.core.volume import Topology, Volume
 from vdbflow.errors import OpenVDBError, StorageError, VolumeError, WriteError
@@ -68,6 +70,8 @@ def to_dataset(vol: Volume) -> xr.Dataset:
     )
     if vol.length_units:
         ds.attrs["length_units"] = vol.length_units
+    if vol.periodic is not None:  # JSON text, as a provenance attr: {"axes", "lo", "size"}
+        ds.attrs["periodic"] = json.dumps(vol.periodic.to_json())
     return ds
 
 
@@ -159,6 +163,12 @@ def _volume(attrs: dict, shapes: dict[str, tuple[int, ...]], read: Callable[[str
         component_names=[str(c) for c in read("channel")],
     )
     vol.units, vol.length_units = _text_attr(attrs, "volume_units"), _text_attr(attrs, "length_units")
+    periodic = _text_attr(attrs, "periodic")
+    if periodic is not None:
+        try:
+            vol = vol.with_periodic(Periodicity.from_json(bounded_json.loads(periodic)))
+        except ValueError as err:  # VolumeError is one
+            raise VolumeError(f"expected the periodic attr as JSON {{'lo': [...], 'size': [...]}}, got {err}") from None
     return vol
 
 
@@ -334,6 +344,8 @@ def open_volume(
         For a URL: fsspec's options (credentials, ``endpoint_url``, ``anon``, ...), as xarray and
         zarr take them.  Refused for a local path.
     **kwargs
+        ``periodic``: periodic axes (True, ``"xz"``, 3 bools or periods in voxels; False: none; None: as
+        the file records), over the periods the file records (:meth:`vdbflow.Volume.with_periodic`).
         For .nvdb data, passed to :func:`vdbflow.io.nanovdb.open_grid`: ``bbox`` (inclusive index
         coordinates ``((i0, j0, k0), (i1, j1, k1))``) or ``leaves`` (leaf indices in tree order) to
         load part of the grid, and ``checksum`` (True, the default: a checksum that matches no rule of
@@ -374,6 +386,10 @@ def open_volume(
     from vdbflow.io.nanovdb import open_grid
     from vdbflow.io.openvdb import is_openvdb
 
+    if "periodic" in kwargs:  # the periods asked for, over what the file records (None: those)
+        periodic = kwargs.pop("periodic")
+        opened = open_volume(data, grid, storage_options=storage_options, **kwargs)
+        return opened if periodic is None else opened.with_periodic(periodic)
     if is_url(data):
         return open_url(os.fspath(data), grid, storage_options, kwargs)
     if storage_options:

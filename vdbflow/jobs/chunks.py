@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import time
 from dataclasses import dataclass
+from operator import getitem
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,8 @@ from vdbflow.ops.request import SampleRequest
 
 CHUNK_KEY = "vdbflow-chunk"  # task-key prefix of the chunk tasks (jobs.progress groups by it)
 TALLY_KEY = "vdbflow-tally"  # the partitioned path's point tallies (non-finite points, the edge of the data)
+ANALYTIC_KEY = "vdbflow-analytic"  # each one-pass chunk's analytic errors, picked from its task's result
+SECONDS_KEY = "vdbflow-seconds"  # ... and its seconds by phase
 CHUNK_PHASES = ("points", "sampling", "checks")  # the seconds each chunk task returns
 REPLICATE_FRACTION = 0.125  # a volume up to this share of a worker's memory is read whole by every worker
 ANALYTIC_CHECK_PER_CHUNK = 65_536  # points of each chunk compared with a synthetic field's analytic values
@@ -36,13 +39,22 @@ OPEN_VOLUMES_PER_WORKER = 2  # volumes kept open (memory-mapped) in a worker pro
 
 
 @functools.lru_cache(maxsize=OPEN_VOLUMES_PER_WORKER)
-def opened_volume(path: str, grid: str | int | None) -> Any:
+def opened_volume(path: str, grid: str | int | None, periodic: Any = None) -> Any:
     """The grid ``grid`` of the .nvdb file at ``path``, memory-mapped, opened once per process: the tasks
     of a job read their volume through this (a job's volume file is its private snapshot, so a path
-    names one file for the job's life)."""
+    names one file for the job's life).  ``periodic``: its periods (a Periodicity or False) over those the
+    file records, None for those (``volume.periodic``)."""
     from vdbflow.io.volumes import open_volume
 
-    return open_volume(path, grid)
+    return open_volume(path, grid, periodic=periodic)
+
+
+def open_source(source: tuple) -> Any:
+    """A job's file source ``(path, grid, periodic)`` opened here (not cached: the snapshot's mapping
+    ends with the job), as :func:`opened_volume` opens it on the workers."""
+    from vdbflow.io.volumes import open_volume
+
+    return open_volume(source[0], source[1], periodic=source[2] if len(source) > 2 else None)
 
 
 @dataclass(frozen=True)
@@ -304,9 +316,14 @@ def chunked_dataset(
         )
         for column, part, (_, _, shape, dtype) in zip(parts, task, columns, strict=False):
             column.append(da.from_delayed(part, (rows, *shape), dtype=dtype))
-        errors.append(task[len(columns)])
-        tallies.append(task[len(columns) + 1])
-        seconds.append(task[len(columns) + 2])
+        # the figures of each chunk named for it, so that a resumed job finds them (jobs.writers.units)
+        errors.append(dask.delayed(getitem, pure=True)(task, len(columns), dask_key_name=f"{ANALYTIC_KEY}-{token}-{b}"))
+        tallies.append(
+            dask.delayed(getitem, pure=True)(task, len(columns) + 1, dask_key_name=f"{TALLY_KEY}-{token}-{b}")
+        )
+        seconds.append(
+            dask.delayed(getitem, pure=True)(task, len(columns) + 2, dask_key_name=f"{SECONDS_KEY}-{token}-{b}")
+        )
     lazy = [da.concatenate(column) for column in parts]
     pts = lazy[0]
     datasets = []

@@ -40,8 +40,8 @@ from vdbflow.devices import DEVICES
 from vdbflow.errors import TimeError, VdbflowError
 from vdbflow.jobs.config_base import StrictModel
 from vdbflow.jobs.config_inputs import InputPath, InputSection, series_files
+from vdbflow.jobs.config_output import COMPRESSIONS, MAX_CHUNK_POINTS, OUTPUT_FORMATS, OutputSpec  # noqa: F401 - here too
 from vdbflow.jobs.config_reduce import MAX_HISTOGRAM_BINS, ReduceSpec  # noqa: F401 - MAX_HISTOGRAM_BINS: here too
-from vdbflow.jobs.writers import WRITERS, format_of_path
 from vdbflow.ops.request import SPACES
 from vdbflow.synthetic.steady import FIELDS
 from vdbflow.temporal.interpolation import TIME_MODES
@@ -60,15 +60,12 @@ OUTPUTS = tuple(output_table.TABLE)  # and inside: whether the stencil reads onl
 SYNTHETIC_FIELDS = tuple(FIELDS)
 SYNTHETIC_DTYPES = tuple(n for n, vt in VALUE_TYPES.items() if vt.components == 1 and vt.is_float)
 SAMPLING_DEVICES = tuple(d for d in DEVICES if d != "auto")  # auto follows the points, which a job makes on the CPU
-OUTPUT_FORMATS = tuple(WRITERS)
-COMPRESSIONS = ("lz4", "zstd", "none")  # of Zarr chunks (jobs.output.lazy_write)
 
 Vec3 = tuple[float, float, float]
 Count = Annotated[int, Field(ge=1)]
 
 MAX_MAGNITUDE = 1e12  # extents and synthetic parameters: world sizes, values and derivatives stay finite
 MAX_SEED = 2**32 - 1  # random points' seed: numpy's legacy range, an int every output format stores
-MAX_CHUNK_POINTS = 1 << 27  # points of one chunk: one task holds them and every output (gigabytes)
 MIN_WORKER_MEMORY = 256 << 20  # a local worker's memory_limit: less than a bare worker process needs
 
 
@@ -111,6 +108,13 @@ _Model = StrictModel
 
 
 # -- volume -----------------------------------------------------------------------------------------------
+
+
+def _axis_names(value: str) -> str:
+    names = value.replace(",", "").replace(" ", "").lower()
+    if not names or set(names) - set("xyz") or len(set(names)) != len(names):
+        raise ValueError(f"expected periodic axes named among x, y, z (e.g. 'xz' or 'x,y,z'), got {value!r}")
+    return names
 
 
 class SyntheticVolume(_Model):
@@ -184,6 +188,13 @@ class VolumeSpec(InputSection):
         True,
         description="read a private copy of 'path' (a reflink where the filesystem "
         "allows), so no other process can truncate what the job maps",
+    )
+    periodic: bool | Annotated[str, AfterValidator(_axis_names)] | tuple[bool | int, bool | int, bool | int] | None = (
+        Field(
+            None,
+            description="periodic axes: true, 'xz', or [true, false, 96] (a period in voxels); default what the "
+            "file records, and for a synthetic field its own periods (false: none)",
+        )
     )
 
     @field_validator("grids", mode="before")
@@ -560,28 +571,6 @@ class SlurmClusterSpec(_Cluster):
 ClusterSpec = Annotated[
     LocalClusterSpec | AddressClusterSpec | CudaClusterSpec | SlurmClusterSpec, Field(discriminator="kind")
 ]
-
-
-class OutputSpec(_Model):
-    path: FilePath
-    format: Literal[OUTPUT_FORMATS] | None = Field(  # type: ignore[valid-type]
-        None, description="default: netcdf for .nc, .nc4 and .netcdf, else zarr"
-    )
-    chunk: int | None = Field(
-        None, ge=1, le=MAX_CHUNK_POINTS, description="points per stored chunk; default: the points' chunk"
-    )
-    overwrite: Literal["never", "always"] = "never"
-    compression: Literal[COMPRESSIONS] = Field(  # type: ignore[valid-type]
-        "lz4",
-        description="Zarr chunks: Blosc lz4 or zstd (byte shuffle), or none (fastest: float samples compress "
-        "to ~0.8-0.9 of their size)",
-    )
-
-    @property
-    def resolved_format(self) -> str:
-        if self.format is not None:
-            return self.format
-        return format_of_path(self.path)
 
 
 ByteSize = Annotated[int, Field(ge=0)] | MemorySize

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -113,6 +114,13 @@ def _local_or_url(ctx: click.Context, param: click.Parameter, source: str) -> st
     help="X-planes held dense at a time (a multiple of 8).",
 )
 @click.option(
+    "--periodic",
+    default=None,
+    metavar="AXES",
+    help="Periodic axes, e.g. x,y,z or xz: a dense SOURCE is one period along them (voxel X is voxel 0 again); "
+    "a .vdb grid's period is its active box. Stored in OUTPUT (docs/periodic.md).",
+)
+@click.option(
     "--storage-options",
     default=None,
     callback=storage_options_callback,
@@ -136,6 +144,7 @@ def convert(
     codec: str,
     nvdb_version: str | None,
     slab: int,
+    periodic: str | None,
     storage_options: dict | None,
     overwrite: bool,
 ) -> None:
@@ -155,7 +164,7 @@ def convert(
         raise SystemExit(2)
     vdb = _remote_vdb(source, storage_options)  # a .vdb file at a URL, read whole (or None)
     if vdb is not None or is_openvdb(source):
-        _convert_openvdb(source, out, variables, codec, nvdb_version, data=vdb)
+        _convert_openvdb(source, out, variables, codec, nvdb_version, periodic, data=vdb)
         return
     try:
         if nvdb_version is not None:  # an unknown version is refused before anything is read
@@ -180,6 +189,8 @@ def convert(
                 units=units,
                 length_units=length_units,
             )
+        if periodic is not None:  # the dense array is one period along these axes, whatever is active
+            vol = vol.with_periodic(dense_periods(periodic, src.shape[:3]))
         vol.to_nvdb(str(out), codec=codec, version=nvdb_version)  # atomic: a private directory beside it, then a rename
     except VdbflowError as err:
         _say("error", str(err))
@@ -194,10 +205,22 @@ def convert(
             style="yellow",
         )
     stated = f"units {vol.units or '(none)'}, length units {vol.length_units or '(none)'}"
+    if vol.periodic is not None:
+        stated += f"; periodic {vol.periodic.describe()}"
     click.echo(
         f"wrote {out}: grid {grid_name!r}, {vol.value_type.name}, {vol.active_voxel_count:,} active voxels "
         f"of {dense:,} ({vol.active_voxel_count / max(dense, 1):.1%}), {vol.leaf_count:,} leaves; {stated}"
     )
+
+
+def dense_periods(axes: str, shape: tuple[int, ...]) -> Any:
+    """The periods of a dense array of ``shape`` (X, Y, Z) that is one period along ``axes`` ("x,y,z", "xz")."""
+    import numpy as np
+
+    from vdbflow.core.periodic import Periodicity, resolve_periodic
+
+    chosen = resolve_periodic(axes, np.array([[0, 0, 0], np.subtract(shape, 1)]))
+    return chosen if chosen is not None else Periodicity((0, 0, 0), (0, 0, 0))
 
 
 def _remote_vdb(source: str, storage_options: dict | None) -> bytes | None:
@@ -222,7 +245,13 @@ def _remote_vdb(source: str, storage_options: dict | None) -> bytes | None:
 
 
 def _convert_openvdb(
-    source: str, out: Path, names: tuple[str, ...], codec: str, version: str | None, data: bytes | None = None
+    source: str,
+    out: Path,
+    names: tuple[str, ...],
+    codec: str,
+    version: str | None,
+    periodic: str | None = None,
+    data: bytes | None = None,
 ) -> None:
     """The grids of an OpenVDB file (all, or those ``names``) written to one .nvdb file: value grids as
     value grids, bool and mask grids as OnIndex grids; a repeated name gets its number (``density_1``)."""
@@ -241,8 +270,9 @@ def _convert_openvdb(
             base, _, number = g.name.partition("\x1e")
             if names and base not in names and g.name not in names:
                 continue
-            grids[f"{base}_{number}" if number and number != "0" else base] = open_volume(
-                source if data is None else data, g.index
+            grid = open_volume(source if data is None else data, g.index)
+            grids[f"{base}_{number}" if number and number != "0" else base] = (
+                grid if periodic is None else grid.with_periodic(periodic)
             )
         save(out, grids, codec=codec, version=version)  # atomic: a private directory beside it, then a rename
     except VdbflowError as err:

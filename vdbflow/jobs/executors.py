@@ -35,6 +35,7 @@ from vdbflow.jobs.chunks import (
     analytic_error,
     grid_request,
     grid_variables,
+    open_source,
     point_tally,
 )
 from vdbflow.jobs.config import ConfigError, JobConfig
@@ -145,12 +146,11 @@ def reduced(
     reduced by chunk); the result is the small Dataset of :func:`vdbflow.ops.statistics.dataset`."""
     import dask
 
-    from vdbflow.io.volumes import open_volume
     from vdbflow.ops.statistics import dataset, merge_tree, reduce, statistics_request
 
     t0 = time.perf_counter()
     ((name, src),) = list(sources.items())[:1]
-    template = open_volume(src[0], src[1]) if isinstance(src, tuple) else src
+    template = open_source(src) if isinstance(src, tuple) else src
     stats = job_statistics(cfg, template)
     request = statistics_request(
         stats, cfg.sampling.mode, cfg.points.space, cfg.sampling.jacobian_space, cfg.sampling.device
@@ -165,7 +165,9 @@ def reduced(
 
     with get_task_stream(client) as stream:  # the job's summary splits this worker time by step too
         if cfg.partitions is None and _replicable(client, {name: src}):
-            on_workers = (os.fspath(src[0]), src[1]) if isinstance(src, tuple) else client.scatter(src, broadcast=True)
+            on_workers = (
+                (os.fspath(src[0]), *src[1:]) if isinstance(src, tuple) else client.scatter(src, broadcast=True)
+            )
             token = dask.base.tokenize(spec, edges, pts.name, on_workers, name, request)
             parts = [
                 dask.delayed(reduce_chunk, pure=True)(
@@ -177,9 +179,9 @@ def reduced(
         else:
             from vdbflow.distribution.volume import distribute
 
-            grid = src[1] if isinstance(src, tuple) else None
+            grid, periodic = (src[1], src[2]) if isinstance(src, tuple) else (None, None)
             source = src[0] if isinstance(src, tuple) else src
-            with distribute(source, client, cfg.partitions, plan.halo, grid=grid) as dv:
+            with distribute(source, client, cfg.partitions, plan.halo, grid=grid, periodic=periodic) as dv:
                 partial, partitions = reduce(dv, pts, stats, request), len(dv.partitions)
     timings["reduce_s"] = time.perf_counter() - t0
     ds = dataset(stats, partial, where)
@@ -192,14 +194,13 @@ def one_pass(
     cfg: JobConfig, client: Any, sources: dict[str, Any], analytic: Any, plan: JobPlan, timings: dict[str, float]
 ) -> Sampled:
     """Samples, one pass per chunk of points: every worker reads the whole (small) volume."""
-    from vdbflow.io.volumes import open_volume
     from vdbflow.jobs.chunks import chunked_dataset
 
     t0 = time.perf_counter()
     # names, units and topology, memory-mapped here (not cached: the snapshot's mapping ends with the job)
-    templates = {n: open_volume(s[0], s[1]) if isinstance(s, tuple) else s for n, s in sources.items()}
+    templates = {n: open_source(s) if isinstance(s, tuple) else s for n, s in sources.items()}
     on_workers = {
-        n: (os.fspath(s[0]), s[1]) if isinstance(s, tuple) else client.scatter(s, broadcast=True)
+        n: (os.fspath(s[0]), *s[1:]) if isinstance(s, tuple) else client.scatter(s, broadcast=True)  # a Url: kept
         for n, s in sources.items()
     }
     topology = next(iter(templates.values())).topology  # random points are drawn inside the first grid
@@ -222,7 +223,7 @@ def partitioned(
     try:
         for name, src in sources.items():
             if isinstance(src, tuple):
-                dvols[name] = distribute(src[0], client, cfg.partitions, plan.halo, grid=src[1])
+                dvols[name] = distribute(src[0], client, cfg.partitions, plan.halo, grid=src[1], periodic=src[2])
             else:
                 dvols[name] = distribute(src, client, cfg.partitions, plan.halo)
         timings["distribute_s"] = time.perf_counter() - t0
@@ -326,7 +327,6 @@ def _particle_job(
 ) -> tuple[xr.Dataset, Any]:
     """The lazy result of an ``advect:`` job and its seeds (:mod:`vdbflow.jobs.particles`): the volume is
     opened here for its topology and names (memory-mapped), and by each worker for its tasks."""
-    from vdbflow.io.volumes import open_volume
     from vdbflow.jobs.particles import SeriesFiles, particle_dataset, seed_chunk
 
     t0 = time.perf_counter()
@@ -338,8 +338,8 @@ def _particle_job(
             raise ConfigError(f"volume.series{cfg.where('volume.series')}: {err}") from None
         source: Any = src
     elif isinstance(src, tuple):
-        template = open_volume(src[0], src[1])
-        source = (os.fspath(src[0]), src[1])
+        template = open_source(src)
+        source = (os.fspath(src[0]), *src[1:])  # a Url stays one (its storage_options)
     else:
         template = src
         source = client.scatter(src, broadcast=True)  # one copy a worker, sent once

@@ -42,6 +42,7 @@ def _grid_rows(g: Any) -> list[tuple[str, str]]:
         ("voxel size", " ".join(f"{v:.6g}" for v in g.voxel_size) + (f" {g.length_units}" if g.length_units else "")),
         ("units", g.units or "(none stored)"),
         *([("components", ", ".join(g.component_names))] if g.component_names else []),
+        ("periodic", g.periodic.describe() if getattr(g, "periodic", None) is not None else "no"),
         ("stored", f"{g.grid_size:,} bytes, codec {g.codec}, {_format_version(g.version)}"),
     ]
 

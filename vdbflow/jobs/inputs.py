@@ -81,6 +81,20 @@ def snapshot(identity: InputIdentity, final: Path, stop: threading.Event | None 
     return target, None if digest is None else digest.hexdigest()
 
 
+def file_periods(cfg: JobConfig, grid: str) -> Any:
+    """The periods ``volume.periodic`` gives grid ``grid`` of ``volume.path`` (resolved here, against the whole
+    grid's box: a Periodicity, or False for none), or None where the config leaves the file's own."""
+    if cfg.volume.periodic is None:
+        return None
+    from vdbflow.io.volumes import open_volume
+
+    try:
+        opened = open_volume(cfg.volume.path, grid, periodic=cfg.volume.periodic)  # mapped: the topology is read
+    except VolumeError as err:
+        raise ConfigError(f"volume.periodic{cfg.where('volume.periodic')}: {err}") from None
+    return opened.periodic or False
+
+
 def build_volumes(cfg: JobConfig, grids: list[str]) -> tuple[dict[str, Any], Any]:
     """Volumes by grid name (a Volume, the .nvdb path workers read, or a series' SeriesFiles) and the
     analytic field, if any."""
@@ -92,12 +106,12 @@ def build_volumes(cfg: JobConfig, grids: list[str]) -> tuple[dict[str, Any], Any
         times = None if series.times is None else tuple(series.times)
         files = SeriesFiles(tuple(map(os.fspath, series.files())), times, series.grid, series.cache)  # Urls kept
         return {grids[0]: files}, None
-    s = cfg.volume.synthetic
+    s, periodic = cfg.volume.synthetic, cfg.volume.periodic
     if s is None:
-        return {name: (cfg.volume.path, name) for name in grids}, None
+        return {name: (cfg.volume.path, name, file_periods(cfg, name)) for name in grids}, None
     try:
         analytic = synthetic.make_field(s.field, **s.params)
-        vol = synthetic.flow_volume(analytic, s.resolution, s.extent, np.dtype(s.dtype), *s.shell)
+        vol = synthetic.flow_volume(analytic, s.resolution, s.extent, np.dtype(s.dtype), *s.shell, periodic=periodic)
     except (VolumeError, ValueError) as err:
         raise ConfigError(f"volume.synthetic: {err}") from None
     if s.write is not None:
@@ -106,5 +120,5 @@ def build_volumes(cfg: JobConfig, grids: list[str]) -> tuple[dict[str, Any], Any
             log.warning("%s", line)
         save(s.write, {vol.name: vol})  # atomic: a private directory beside it, then a rename
         log.info("wrote the synthetic field to %s", s.write)
-        return {vol.name: (s.write, vol.name)}, analytic
+        return {vol.name: (s.write, vol.name, None)}, analytic  # the file records the periods
     return {vol.name: vol}, analytic

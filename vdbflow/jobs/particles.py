@@ -64,8 +64,8 @@ def _opened_series(files: SeriesFiles) -> VolumeSeries:
     return files.open()
 
 
-def _opened(path: str, grid: str | int | None) -> Volume:
-    vol = opened_volume(path, grid)
+def _opened(path: str, grid: str | int | None, periodic: Any = None) -> Volume:
+    vol = opened_volume(path, grid, periodic)
     if not isinstance(vol, Volume):
         raise VolumeError(f"expected a grid of values to advect through in {path}, got an index grid")
     return vol

@@ -35,10 +35,12 @@ from vdbflow.jobs.config import ConfigError, JobConfig, SlurmClusterSpec
 from vdbflow.jobs.config_load import dump_config
 from vdbflow.jobs.executors import Sampled, executor_for, shaped, worker_memory
 from vdbflow.jobs.inputs import InputIdentity, build_volumes, snapshot
-from vdbflow.jobs.output import OutputError, partial_path, publish, tidy
+from vdbflow.jobs.output import ACTIVE_PARTIALS, OutputError, partial_path, publish, tidy
 from vdbflow.jobs.plan import JobPlan, check_worker_memory, plan_job
 from vdbflow.jobs.progress import DaskRichBar, recomputed, steps_of_graphs, worker_time_by_step
+from vdbflow.jobs.resume import check_same_job, job_record, record_inputs_when_hashed, resumable, unit_plan
 from vdbflow.jobs.writers import writer
+from vdbflow.jobs.writers.units import Manifest
 
 log = logging.getLogger("vdbflow.run")
 
@@ -137,7 +139,7 @@ def killed_worker_error(err: BaseException, plan: JobPlan, memory: int) -> Vdbfl
 class JobResult:
     """A finished job: where the result is, and the figures of its summary table."""
 
-    output: Path
+    output: Path | str  # a local path, or the URL of an object store
     points: int
     partitions: int
     workers: int
@@ -158,6 +160,8 @@ class JobResult:
     recompute_seconds: float = 0.0  # worker seconds of those extra runs
     particles_left: int | None = None  # a particle job's particles that left the data (status 1) ...
     particles_nonfinite: int | None = None  # ... and those that met a non-finite value (status 2)
+    units_written: int = 0  # units (stored chunks or shards along the first dimension) this run wrote ...
+    units_kept: int = 0  # ... and those a resumed run kept from the partial result, verified
 
     def edge_summary(self) -> str:
         """The share of points whose stencil reads the background, and how many were checked."""
@@ -182,11 +186,11 @@ class JobResult:
 
 @contextlib.contextmanager
 def _volume_file(
-    cfg: JobConfig, plan: JobPlan, final: Path, pool: concurrent.futures.Executor
+    cfg: JobConfig, plan: JobPlan, final: Path | str, pool: concurrent.futures.Executor
 ) -> Iterator[concurrent.futures.Future]:
     """The .nvdb file the job reads, as a future of (path or None, its sha256 if known already): a
     snapshot (unless ``volume.snapshot`` is false) made in ``pool`` while the cluster starts, and
-    removed afterwards."""
+    removed afterwards (beside the output; beside the input when the output is on an object store)."""
     done: concurrent.futures.Future = concurrent.futures.Future()
     if cfg.volume.path is None or not cfg.volume.snapshot or is_url(cfg.volume.path):  # a URL: no map to guard
         if cfg.volume.path is not None:
@@ -198,7 +202,8 @@ def _volume_file(
 
     def make() -> tuple[Path, str | None]:
         t0 = time.perf_counter()
-        path, digest = snapshot(plan.inputs["volume.path"], final, stop)
+        beside = final if isinstance(final, Path) else Path(str(cfg.volume.path)).absolute()
+        path, digest = snapshot(plan.inputs["volume.path"], beside, stop)
         log.info(
             "reading %s through a private snapshot %s (%s in %.2f s)",
             cfg.volume.path,
@@ -224,6 +229,7 @@ def run_job(
     force: bool = False,
     client: Any = None,
     publishing: threading.Event | None = None,
+    resume: bool = False,
 ) -> JobResult:
     """Run a job: start its cluster, distribute the volume, sample, write; return the summary.
 
@@ -238,22 +244,34 @@ def run_job(
     The job is a composition: an executor (:mod:`vdbflow.jobs.executors`) builds the lazy samples, a
     writer (:mod:`vdbflow.jobs.writers`) writes them to a hidden path from the workers, and
     :mod:`vdbflow.jobs.output` publishes the complete result.
+
+    ``resume`` continues the newest partial result a killed run of the same job left at the output
+    (:mod:`vdbflow.jobs.resume`: a changed config or input is a ConfigError), writing only its units not
+    written and verified; and a run stopped by a signal or a failure keeps its partial result for the next
+    ``resume``.
     """
     plan = plan_job(cfg, force, own_cluster=client is None)
     given = client is not None
     if given:
         plan.cluster = f"the given client's cluster (scheduler {client.scheduler.address})"
-    job = _Job(cfg, plan, _prepare_output(cfg), writer(cfg.output.resolved_format), time.perf_counter())
+    out = writer(cfg.output.resolved_format)
+    final, reused = _prepare_output(cfg, resume, out)
+    job = _Job(cfg, plan, final, out, time.perf_counter(), resume=resume, resumed_from=reused)
     with (
         contextlib.ExitStack() as after_cluster,  # exits last: after the cluster is closed
         concurrent.futures.ThreadPoolExecutor(1) as hasher,
         _volume_file(cfg, plan, job.final, hasher) as reading,
         contextlib.nullcontext(client) if given else open_cluster(cfg.cluster) as client,
     ):
+        ACTIVE_PARTIALS.add(str(job.target).rstrip("/").rsplit("/", 1)[-1])  # this process writes it ...
+        after_cluster.callback(ACTIVE_PARTIALS.discard, str(job.target).rstrip("/").rsplit("/", 1)[-1])  # ... until now
         job.timings["cluster_s"] = time.perf_counter() - job.t_start
         job.meet_cluster(client, given, force, console)
         t0 = time.perf_counter()
         sources, analytic, checksum, volume_file = _inputs(cfg, plan, reading.result(), hasher)
+        job.checksum = checksum
+        if reused is not None:
+            check_same_job(cfg, plan, job.manifest, checksum)
         job.grids = list(sources)
         _warmed(job.warming)
         sampled = None
@@ -265,12 +283,14 @@ def run_job(
             ds = _labelled(sampled, cfg, plan)
             result = job.write(ds, sampled, client, console if progress else None, after_cluster)
             provenance = job.provenance(result, checksum, analytic)
-            job.writer.add_attrs(job.target, provenance)
+            job.writer.add_attrs(job.target, provenance, cfg.output)
             if volume_file is not None and not cfg.volume.snapshot:
                 plan.inputs["volume.path"].check("when the job finished")
             if publishing is not None:
                 publishing.set()
-            publish(job.target, job.final, cfg.output.overwrite)
+            job.manifest.remove()
+            job.publishing = True  # from now on the complete result is never discarded
+            publish(job.target, job.final, cfg.output.overwrite, cfg.output.storage_options)
         except OutputError:
             raise  # the complete result was kept at an unpublished path, which the message names
         except BaseException as err:
@@ -286,18 +306,32 @@ def run_job(
     return result
 
 
-def _prepare_output(cfg: JobConfig) -> Path:
-    """The output's final path, its leftovers dealt with (each logged), its folder made."""
-    final = cfg.output.path.absolute()
-    for line in tidy(final):
+def _prepare_output(cfg: JobConfig, resume: bool, out: Any) -> tuple[Path | str, Path | str | None]:
+    """The output's final path (or URL), its leftovers dealt with (each logged), its folder made; and the
+    partial result to resume (``resume``: None where there is none)."""
+    options = cfg.output.storage_options
+    final: Path | str = cfg.output.url if cfg.output.url is not None else cfg.output.local.absolute()
+    reused = resumable(final, options, out.manifest_target) if resume else None
+    keep = None if reused is None else {reused, out.manifest_target(reused)}
+    for line in tidy(final, keep=keep, options=options):
         log.warning("%s", line)
+    if reused is None and resume:
+        log.info("--resume: no partial result of a killed run at %s; the job starts from the beginning", final)
+    if isinstance(final, str):
+        from vdbflow.jobs.output_remote import exists
+
+        if cfg.output.overwrite == "never" and exists(final, options):
+            raise ConfigError(
+                f"output.path{cfg.where('output.path')}: {final} holds a result, and output.overwrite is 'never'"
+            )
+        return final, reused
     if cfg.output.overwrite == "never" and (final.exists() or final.is_symlink()):
         raise ConfigError(
             f"output.path{cfg.where('output.path')}: {final} holds the earlier result restored "
             "just now, and output.overwrite is 'never'"
         )
     final.parent.mkdir(parents=True, exist_ok=True)
-    return final
+    return final, reused
 
 
 def _inputs(
@@ -309,7 +343,7 @@ def _inputs(
     volume_file, volume_sha256 = volume  # the snapshot, made while the cluster started
     sources, analytic = build_volumes(cfg, [g.name for g in plan.grids])
     if volume_file is not None:
-        sources = {name: (volume_file, src[1]) for name, src in sources.items()}
+        sources = {name: (volume_file, *src[1:]) for name, src in sources.items()}
     hashes: dict[Path, concurrent.futures.Future] = {}
     where = lambda p: p if is_url(p) else Path(p)  # noqa: E731 - a URL stays one (its storage_options too)
     for src in sources.values():
@@ -358,9 +392,11 @@ class _Job:
 
     cfg: JobConfig
     plan: JobPlan
-    final: Path
+    final: Path | str  # a local path, or a URL
     writer: Any  # a module of vdbflow.jobs.writers
     t_start: float
+    resume: bool = False  # keep the partial result of a failed or stopped run, for the next resume
+    resumed_from: Path | str | None = None  # the partial result this run resumes
     timings: dict[str, float] = field(default_factory=dict)
     workers: int = 0
     worker_addresses: set = field(default_factory=set)  # the workers at the start of the job
@@ -371,11 +407,16 @@ class _Job:
     futures: list = field(default_factory=list)
     write_task: Any = None
     grids: list[str] = field(default_factory=list)
+    checksum: dict = field(default_factory=dict)  # futures of the inputs' sha256
+    units: Any = None  # the result's units (vdbflow.jobs.writers.units.UnitPlan)
+    publishing: bool = False  # the complete result is being published
 
-    target: Path = field(init=False)  # the hidden path the result is written to (a new tag a job)
+    target: Path | str = field(init=False)  # the hidden path the result is written to (a new tag a job)
+    manifest: Manifest = field(init=False)  # the record of the units written, in the store the workers write
 
     def __post_init__(self) -> None:
-        self.target = partial_path(self.final)
+        self.target = self.resumed_from if self.resumed_from is not None else partial_path(self.final)
+        self.manifest = Manifest(self.writer.manifest_target(self.target), self.cfg.output.storage_options)
 
     def meet_cluster(self, client: Any, given: bool, force: bool, console: Any) -> None:
         """Warm the workers, read their count and memory (checked against the plan where the plan did
@@ -402,7 +443,17 @@ class _Job:
         cfg, point_set = self.cfg, sampled.point_set
         log.info("writing %d points to %s (published at %s when complete)", point_set.count, self.target, self.final)
         t0 = time.perf_counter()
-        self.write_task = self.writer.lazy_write(ds, cfg.output, self.target)
+        resumed = self.resumed_from is not None
+        units = unit_plan(self.manifest.target, cfg.output.storage_options, sampled, point_set, resumed)
+        self.write_task = self.writer.lazy_write(ds, cfg.output, self.target, units)
+        if not resumed:
+            self.manifest.write_job(job_record(cfg, self.plan, units.units))
+        record_inputs_when_hashed(self.manifest, self.checksum)
+        for name, attr in (("tally", "tally"), ("errors", "errors"), ("seconds", "chunk_seconds")):
+            if name in units.parts:  # the whole figure: kept chunks' from the manifest, the others computed
+                setattr(sampled, attr, units.figure(name))
+        self.units = units
+        log.info("writing %d of %d unit(s) of the result (%d kept)", units.written, units.units, len(units.done))
         extras = {
             k: x
             for k, x in (
@@ -441,6 +492,8 @@ class _Job:
             worker_seconds,
             dashboard=self.dashboard,
             steps=None if cfg.advect is None else int(ds.attrs["steps"]),
+            units_written=units.written,
+            units_kept=len(units.done),
         )
         result.workers_lost = len(self.worker_addresses - set(client.scheduler_info(n_workers=-1)["workers"]))
         result.tasks_recomputed, result.recompute_seconds = recomputed(records)
@@ -490,12 +543,20 @@ class _Job:
 
     def fail(self, client: Any, after_cluster: contextlib.ExitStack) -> None:
         """A failed job: stop its tasks and remove its partial store (again once an embedded cluster's
-        workers are gone)."""
-        after_cluster.callback(self.writer.discard, self.target)
+        workers are gone); a job run with ``resume`` keeps a partial store that has its manifest."""
+        if self.publishing:  # what publishing left is finished by the next run or vdbflow clean
+            log.warning("kept %s: publishing it was interrupted; the next run or vdbflow clean finishes it", self.target)
+            return
+        keep = self.resume and self.manifest.job() is not None
+        if not keep:
+            after_cluster.callback(self.writer.discard, self.target, self.cfg.output)
         try:
             stop_writing(client, self.futures, self.write_task)
         finally:  # also when a signal interrupts the wait
-            self.writer.discard(self.target)
+            if keep:
+                log.warning("kept the partial result %s: `vdbflow run --resume` continues it", self.target)
+            else:
+                self.writer.discard(self.target, self.cfg.output)
 
 
 STOP_WAIT_S = 30.0  # how long a failed job waits for its tasks still running before it removes its partial
@@ -537,6 +598,7 @@ def run(
     *,
     overrides: Mapping[str, Any] | None = None,
     force: bool = False,
+    resume: bool = False,
     **settings: Any,
 ) -> JobResult:
     """Run a batch job, as ``vdbflow run`` does, from Python (a notebook, Airflow, cron).
@@ -560,6 +622,10 @@ def run(
         Values by dotted key path, e.g. ``{"points.count": 1000}``.
     force : bool, default False
         Run a job beyond the config's ``limits``.
+    resume : bool, default False
+        Continue the partial result of a killed run of the same job (``vdbflow run --resume``): only its
+        units not written and verified are computed; a changed config or input is a ConfigError.  A
+        run that fails keeps its partial result for the next resume.
     **settings
         More overrides, ``__`` standing for the dot (``output__path="x.zarr"``); they win over
         ``overrides``.
@@ -591,7 +657,7 @@ def run(
     else:
         raise ConfigError(f"expected a config path, mapping or JobConfig, got {type(config).__name__}")
     try:
-        return run_job(cfg, progress=False, force=force, client=client)
+        return run_job(cfg, progress=False, force=force, client=client, resume=resume)
     except VdbflowError:
         raise
     except Exception as err:  # a worker's or a library's failure

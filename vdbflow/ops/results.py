@@ -167,4 +167,9 @@ def result_dataset(
         "sampling_mode": mode,
         "point_space": space,
     }
+    periodic = getattr(vol, "periodic", None)
+    if periodic is not None:  # index-space periods: voxels lo .. lo + size - 1 wrap (docs/periodic.md)
+        attrs.update(
+            periodic_axes=periodic.axes, period_lo=np.array(periodic.lo), period_voxels=np.array(periodic.size)
+        )
     return xr.Dataset(data_vars, coords=coords, attrs=attrs)

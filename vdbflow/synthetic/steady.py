@@ -23,6 +23,14 @@ class FlowField:
     name: str
     velocity: Callable[[np.ndarray], np.ndarray]
     jacobian: Callable[[np.ndarray], np.ndarray]
+    period: float | None = None  # the field's period along every axis (world units); None: not periodic
+
+    def periodic_over(self, extent: float) -> bool:
+        """Whether the cube ``[0, extent]^3`` holds a whole number of the field's periods along each axis."""
+        if self.period is None or not extent > 0:
+            return False
+        turns = extent / self.period
+        return round(turns) >= 1 and abs(turns - round(turns)) <= 1e-9 * max(turns, 1.0)
 
 
 def taylor_green(k: float = 1.0, amplitude: float = 1.0) -> FlowField:
@@ -44,7 +52,7 @@ def taylor_green(k: float = 1.0, amplitude: float = 1.0) -> FlowField:
         ]
         return amplitude * k * np.stack([np.stack(r, axis=1) for r in rows], axis=1)
 
-    return FlowField("taylor_green", velocity, jacobian)
+    return FlowField("taylor_green", velocity, jacobian, 2 * np.pi / abs(k) if k else None)
 
 
 def abc_flow(a: float = 1.0, b: float = np.sqrt(2.0 / 3.0), c: float = np.sqrt(1.0 / 3.0)) -> FlowField:
@@ -66,7 +74,7 @@ def abc_flow(a: float = 1.0, b: float = np.sqrt(2.0 / 3.0), c: float = np.sqrt(1
         ]
         return np.stack([np.stack(r, axis=1) for r in rows], axis=1)
 
-    return FlowField("abc", velocity, jacobian)
+    return FlowField("abc", velocity, jacobian, 2 * np.pi)
 
 
 def burgers_vortex(circulation: float = 2.0, strain: float = 1.0, core_radius: float = 0.5) -> FlowField:
@@ -157,9 +165,12 @@ def flow_volume(
     dtype: np.dtype | type = np.float32,
     inner: float = 0.35,
     outer: float = 0.5,
+    periodic: object = None,
 ) -> Volume:
     """A sparse vec3 volume of ``field`` sampled at voxel centres of a shell inside the cube
-    ``[0, extent]^3`` split into ``resolution`` voxels per edge."""
+    ``[0, extent]^3`` split into ``resolution`` voxels per edge.  ``periodic``: the cube's axes that wrap
+    (True, ``"xz"``, ...: :meth:`vdbflow.Volume.with_periodic`, the period ``resolution`` voxels); by default
+    every axis where ``extent`` holds a whole number of the field's periods (Taylor-Green, ABC), else none."""
     ijk = shell_voxels(resolution, inner, outer)
     voxel_size = extent / resolution
     world = (ijk + 0.5) * voxel_size
@@ -175,6 +186,12 @@ def flow_volume(
         name="velocity",
         component_names=("u", "v", "w") if values.shape[1] == 3 else None,
     )
+    if periodic is None:
+        periodic = field.periodic_over(extent)
+    if periodic is not False:  # the cube is the period: voxels 0 .. resolution - 1, whatever the shell holds
+        from vdbflow.core.periodic import resolve_periodic
+
+        vol = vol.with_periodic(resolve_periodic(periodic, np.array([[0, 0, 0], [resolution - 1] * 3])))
     vol.units, vol.length_units = "m/s", "m"  # nondimensional fields, labelled in SI for the plots
     return vol
 

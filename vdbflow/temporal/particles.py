@@ -211,6 +211,16 @@ def advect(
     if run.F is not None:
         arrays["ftle"] = _ftle_of(run.F, float(t1) - float(t0))
     data = {var: (var_dims[var], arr, var_attrs[var]) for var, arr in arrays.items()}
+    if src.periodic is not None and isinstance(run.position, np.ndarray):  # positions stay unwrapped (continuous across faces); their images in the box too
+        wrapped = src.transform.apply(src.periodic.wrap_index_points(src.transform.apply_inverse(run.position)))
+        data["position_wrapped"] = (
+            var_dims["position"],
+            wrapped.reshape(run.position.shape),
+            {
+                **var_attrs["position"],
+                "long_name": "particle position moved by whole periods into the box",
+            },
+        )
     attrs = {
         "featureType": "trajectory",
         "method": method,
@@ -226,6 +236,8 @@ def advect(
     }
     if src.kind == "series":
         attrs["time_interpolation"] = time
+    if src.periodic is not None:
+        attrs["periodic"] = src.periodic.describe()
     if run.resident:  # resident particles: how they travelled (vdbflow.temporal.resident)
         attrs.update(
             rounds=run.rounds,

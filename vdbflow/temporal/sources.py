@@ -48,6 +48,8 @@ class Source:
     partitioned = False  # whether the particles live on the partitions of a DistributedVolume
     windowed = False  # whether ``advect_window`` integrates windows of a series' steps in the kernels
     device = "cpu"  # where the kernels integrate (VolumeSource, SeriesSource, DistributedSource)
+    transform: Any = None  # the index-to-world Transform of a source with periods
+    periodic: Any = None  # its periods (a vdbflow.core.periodic.Periodicity): trajectories cross them unwrapped
 
     @property
     def on_gpu(self) -> bool:
@@ -73,6 +75,7 @@ class VolumeSource(Source):
     def __init__(self, vol: Volume, mode: str, device: str = "cpu"):
         check_vec3(vol.components, "volume")
         self.vol, self.mode, self.device = vol, mode, device
+        self.transform, self.periodic = vol.transform, vol.periodic
         self._names(vol)
         self._inside = InsideCheck(vol.topology, mode)
 
@@ -199,6 +202,7 @@ class DistributedSource(VolumeSource):
 
     def __init__(self, dvol: Any, mode: str, device: str = "cpu"):
         self.dvol, self.mode, self.device = dvol, mode, device
+        self.transform, self.periodic = dvol.topology.transform, dvol.topology.periodic
         check_vec3(dvol.template.components, "volume")
         self._names(dvol.template)
         self._inside = InsideCheck(dvol.topology, mode)

@@ -1,11 +1,13 @@
-"""vdbflow's own blind data record, ``vdbflow.metadata``: a volume's units, length units and
-component names as UTF-8 JSON, made when a grid is written and applied when it is read."""
+"""vdbflow's own blind data record, ``vdbflow.metadata``: a volume's units, length units, component
+names and periods as UTF-8 JSON, made when a grid is written and applied when it is read."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from vdbflow.core.periodic import Periodicity
 from vdbflow.core.volume import Topology, Volume
+from vdbflow.errors import VolumeError
 from vdbflow.io.nanovdb.records import BlindData
 
 # vdbflow's own blind data: units and component names as UTF-8 JSON, plain bytes to other tools
@@ -27,12 +29,17 @@ def metadata_record(obj: Volume | Topology) -> BlindData | None:
         ("x", "y", "z", "w")[: len(names)] if len(names) <= 4 else tuple(f"c{c}" for c in range(len(names)))
     ):
         meta["component_names"] = [str(n) for n in names]
+    periodic = getattr(obj, "periodic", None)
+    if periodic is not None:
+        meta["periodic"] = periodic.to_json()
     if not meta:
         return None
     from vdbflow.errors import NanoVDBError
     from vdbflow.io.bounded_json import not_text
 
     for key, value in meta.items():
+        if key == "periodic":
+            continue
         problem = next(filter(None, map(not_text, value if isinstance(value, list) else [value])), None)
         if problem is not None:
             raise NanoVDBError(f"expected the {key} of the grid as text a file can hold, got {problem}")
@@ -58,6 +65,7 @@ def stored_metadata(records: tuple[BlindData, ...]) -> dict[str, Any]:
                 "units": str(meta["units"]) if meta.get("units") is not None else None,
                 "length_units": str(meta["length_units"]) if meta.get("length_units") is not None else None,
                 "component_names": tuple(map(str, names)) if isinstance(names, list) else None,
+                "periodic": _periodic(meta.get("periodic")),
             }
     return {}
 
@@ -91,6 +99,16 @@ def apply_metadata(obj: Volume | Topology, records: tuple[BlindData, ...], base:
             for key in ("units", "length_units"):
                 if meta.get(key) is not None:
                     setattr(obj, key, str(meta[key]))
+            if meta.get("periodic") is not None:
+                topology = obj.topology if isinstance(obj, Volume) else obj
+                topology.periodic = Periodicity.from_json(meta["periodic"])  # read before any kernel record
+        except VolumeError as err:
+            warnings.warn(
+                f"expected the periods in {METADATA_NAME} of the grid at byte {base} as "
+                f"{{'lo': [3 ints], 'size': [3 ints]}}: {err}; the grid is read without them",
+                UserWarning,
+                stacklevel=4,
+            )
         except (UnicodeDecodeError, ValueError) as err:  # a lone surrogate too (bounded_json refuses it)
             warnings.warn(
                 f"expected {METADATA_NAME} blind data of the grid at byte {base} to hold a UTF-8 JSON "
@@ -99,3 +117,11 @@ def apply_metadata(obj: Volume | Topology, records: tuple[BlindData, ...], base:
                 stacklevel=4,
             )
     return rest
+
+
+def _periodic(data: Any) -> Periodicity | None:
+    """The periods a record's ``periodic`` entry holds, None when absent or unreadable (listings)."""
+    try:
+        return None if data is None else Periodicity.from_json(data)
+    except VolumeError:
+        return None

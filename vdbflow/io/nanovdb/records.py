@@ -5,6 +5,7 @@ bytes are in a file or buffer)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -40,6 +41,7 @@ class GridInfo:
     units: str | None = None  # from vdbflow's metadata record, where the grid has one
     length_units: str | None = None
     component_names: tuple[str, ...] | None = None  # None: not stored (x, y, z, w)
+    periodic: Any = None  # a vdbflow.core.periodic.Periodicity, from vdbflow's metadata record; None: not periodic
 
     @property
     def centre_bbox(self) -> np.ndarray | None:
