@@ -73,9 +73,12 @@ CONFIG_MODULES = {
     "vdbflow.core.value_types",
     "vdbflow.devices",
     "vdbflow.errors",
+    "vdbflow.io",  # its __init__ imports nothing
+    "vdbflow.io.location",  # paths and URLs (the standard library; fsspec only when a URL is read)
     "vdbflow.jobs",
     "vdbflow.jobs.config",
     "vdbflow.jobs.config_base",
+    "vdbflow.jobs.config_inputs",
     "vdbflow.jobs.config_reduce",
     "vdbflow.jobs.writers",
     "vdbflow.ops",
