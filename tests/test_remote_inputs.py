@@ -320,6 +320,10 @@ def test_series_paths_glob_an_object_store(s3, packed_file):
     assert [f.name for f in files] == ["step-0.nvdb", "step-1.nvdb", "step-2.nvdb"]
     assert all(f.storage_options == s3.storage_options and f.is_file() for f in files)
     same_volume(vdbflow.open(files[1], leaves=[0, 5]), vdbflow.open(packed_file, leaves=[0, 5]))
+    local = vdbflow.open_series([packed_file] * 3, times=[0.0, 1.0, 2.0])
+    remote = vdbflow.open_series(files, times=[0.0, 1.0, 2.0])
+    pts = vdbflow.open(packed_file).active_voxels()[::997] * 0.25 + 0.1
+    assert remote.sample(pts, 1.5).identical(local.sample(pts, 1.5))
 
 
 def test_distributed_partitions_each_read_their_own_leaves(s3, packed_file, rng, monkeypatch):
@@ -361,3 +365,18 @@ def test_distributed_partitions_each_read_their_own_leaves(s3, packed_file, rng,
         merged = coalesce([(int(i) * leaf, (int(i) + 1) * leaf) for i in own], 1 << 16)
         assert len(own) * LEAF * 12 <= nbytes <= tree + (1 << 16) + sum(b - a for a, b in merged)
         assert nbytes < 0.8 * size
+
+
+def test_a_volume_store_at_a_url_is_read_whole(memory_fs, tmp_path, packed_file):
+    import fsspec
+
+    vol = vdbflow.open(packed_file, leaves=np.arange(40))
+    vol.to_zarr(tmp_path / "v.zarr")
+    fsspec.filesystem("memory").put(
+        str(tmp_path / "v.zarr"), f"{memory_fs}/v.zarr".removeprefix("memory://"), recursive=True
+    )
+    got = vdbflow.open(f"{memory_fs}/v.zarr")
+    want = vdbflow.open(tmp_path / "v.zarr")
+    same_volume(got, want)
+    with pytest.raises(vdbflow.VolumeError, match="Zarr store"):
+        vdbflow.open(f"{memory_fs}/v.zarr", leaves=[0])
