@@ -79,6 +79,7 @@ CONFIG_MODULES = {
     "vdbflow.jobs.config",
     "vdbflow.jobs.config_base",
     "vdbflow.jobs.config_inputs",
+    "vdbflow.jobs.config_output",
     "vdbflow.jobs.config_reduce",
     "vdbflow.jobs.writers",
     "vdbflow.ops",

@@ -34,8 +34,12 @@ def _output_problems(cfg: JobConfig) -> list[str]:
     """Where the result goes: a path that can be written, and replaced only if it holds an earlier result."""
     from vdbflow.jobs.results import not_a_result
 
-    out = cfg.output.path
     key = f"output.path{cfg.where('output.path')}"
+    if cfg.output.url is not None:  # an object store (vdbflow.jobs.output_checks)
+        from vdbflow.jobs.output_checks import remote_output_problems
+
+        return remote_output_problems(cfg, key)
+    out = cfg.output.local
     if out.is_symlink():
         dangling = "" if out.exists() else " (dangling)"
         return [
@@ -112,7 +116,7 @@ def check_inputs(cfg: JobConfig, missing_ok: bool = False) -> list[str]:
             problems.append(f"{where}: expected a path for an .nvdb file, found a directory at {write}")
         elif (problem := _unwritable(write)) is not None:
             problems.append(f"{where}: cannot write {write}: {problem}")
-    if cfg.output.resolved_format == "netcdf" and cfg.output.path.suffix.lower() == ".zarr":
+    if cfg.output.resolved_format == "netcdf" and str(cfg.output.path).lower().endswith(".zarr"):
         problems.append(
             f"output.format{cfg.where('output.format')}: netcdf was asked for a path ending in .zarr "
             f"({cfg.output.path})"

@@ -285,7 +285,9 @@ def _close_half_started_clusters() -> None:
             cluster.status = Status.closed  # nothing for the exit hook to close again
 
 
-def _run(config_path: str, overrides: tuple[str, ...], dry_run: bool, verbose: int, force: bool = False) -> None:
+def _run(
+    config_path: str, overrides: tuple[str, ...], dry_run: bool, verbose: int, force: bool = False, resume: bool = False
+) -> None:
     from vdbflow.errors import PointsError, VdbflowError
     from vdbflow.jobs.config import ConfigError
     from vdbflow.jobs.config_load import load_config
@@ -300,7 +302,7 @@ def _run(config_path: str, overrides: tuple[str, ...], dry_run: bool, verbose: i
             if dry_run:
                 _print_plan(plan_job(cfg, force, dry_run=True), console)
                 return
-            result = run_job(cfg, console, force=force, publishing=guard.publishing)
+            result = run_job(cfg, console, force=force, publishing=guard.publishing, resume=resume)
     except (ConfigError, PointsError) as err:  # the config, or the points it names, are wrong: nothing ran
         _say("config error", str(err))
         raise SystemExit(2) from None
@@ -346,11 +348,17 @@ _SET_HELP = "Override a config key, e.g. --set points.count=1000000 (the value i
     is_flag=True,
     help="Run a job larger than the config's limits (limits.max_points, limits.max_output_bytes, limits.max_chunks).",
 )
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue the partial result a killed run of this job left (only what it did not write and verify is "
+    "computed; a changed config or input is refused), and keep this run's partial result if it is stopped.",
+)
 @click.option("-v", "--verbose", count=True, help="Log progress to stderr (-vv: also Dask's own logs).")
-def run(config: str, overrides: tuple[str, ...], dry_run: bool, force: bool, verbose: int) -> None:
+def run(config: str, overrides: tuple[str, ...], dry_run: bool, force: bool, resume: bool, verbose: int) -> None:
     """Run the batch job described by CONFIG (YAML): sample a volume at points on a Dask cluster and
     write the result (Zarr or NetCDF).  Exit code 2: the config or its inputs are wrong; nothing ran."""
-    _run(config, overrides, dry_run, verbose, force)
+    _run(config, overrides, dry_run, verbose, force, resume)
 
 
 @main.command()
@@ -371,13 +379,18 @@ def clean(target: str, dry_run: bool, force: bool) -> None:
     (default: the current directory).  Exit code 2: TARGET cannot be read."""
     from vdbflow.jobs.config import ConfigError
     from vdbflow.jobs.config_load import load_config
+    from vdbflow.jobs.config_output import url_protocol
     from vdbflow.jobs.output import tidy
     from vdbflow.jobs.results import not_a_result
 
     path = Path(target)
     try:
-        if path.suffix.lower() in (".yaml", ".yml") and path.is_file():
-            lines = tidy(load_config(path).output.path.absolute(), force=force, dry_run=dry_run)
+        if url_protocol(target) is not None:  # an output on an object store (credentials from the environment)
+            lines = tidy(target.rstrip("/"), force=force, dry_run=dry_run)
+        elif path.suffix.lower() in (".yaml", ".yml") and path.is_file():
+            out = load_config(path).output
+            final = out.url if out.url is not None else out.local.absolute()
+            lines = tidy(final, force=force, dry_run=dry_run, options=out.storage_options)
         elif path.is_dir() and not path.is_symlink() and not_a_result(path) is not None:
             lines = tidy(directory=path.absolute(), force=force, dry_run=dry_run)
         else:

@@ -22,6 +22,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from vdbflow.errors import VdbflowError
 from vdbflow.io.atomic import (
@@ -36,6 +37,7 @@ from vdbflow.io.atomic import (
     writer_tag,
 )
 from vdbflow.jobs.results import not_a_result
+from vdbflow.jobs.stores import Target, filesystem, is_remote
 
 log = logging.getLogger("vdbflow.run")
 
@@ -44,18 +46,25 @@ class OutputError(VdbflowError, RuntimeError):
     """A result could not be written or moved into place."""
 
 
-_KINDS = ("partial", "replaced", "input", "tmp")
+_KINDS = ("partial", "replaced", "input", "tmp", "publishing")  # publishing: object stores (jobs.output_remote)
 # the host is matched lazily so that the ".tmp-PID" suffix of an older vdbflow's save() inside a
 # partial path (".NAME.partial-TAG.tmp-PID") is not read as part of the host name
 _LEFTOVER = re.compile(
-    r"\.(?P<name>.+)\.(?P<kind>partial|replaced|input|tmp)-(?P<token>[0-9a-f]{8})"
+    r"\.(?P<name>.+)\.(?P<kind>partial|replaced|input|tmp|publishing)-(?P<token>[0-9a-f]{8})"
     r"(?:-(?P<pid>\d+)@(?P<host>.+?))?(?:\.tmp-(?P<saver>\d+))?"
 )
 
 
-def partial_path(final: Path) -> Path:
-    """A fresh hidden sibling of ``final`` for one attempt: ``.NAME.partial-XXXXXXXX-PID@HOST``."""
-    return hidden_sibling(final, "partial")
+ACTIVE_PARTIALS: set[str] = set()  # names of the partial results the jobs of this process are writing
+
+
+def partial_path(final: Target) -> Target:
+    """A fresh hidden sibling of ``final`` (a path or a URL) for one attempt: ``.NAME.partial-XXXXXXXX-PID@HOST``."""
+    if is_remote(final):
+        from vdbflow.jobs.output_remote import sibling
+
+        return sibling(str(final), "partial")
+    return hidden_sibling(Path(final), "partial")
 
 
 def snapshot_path(final: Path) -> Path:
@@ -75,20 +84,25 @@ def _pid_alive(pid: int) -> bool:
 
 @dataclass(frozen=True)
 class Leftover:
-    """A hidden file of a job next to ``final``: what it is and who wrote it."""
+    """A hidden file of a job next to ``final``: what it is and who wrote it (paths, or URLs of an object
+    store)."""
 
-    path: Path
-    final: Path
-    kind: str  # partial | replaced | input
+    path: Any
+    final: Any
+    kind: str  # partial | replaced | input | tmp | publishing
     pid: int | None
     host: str | None
 
     @property
     def writer_gone(self) -> bool | None:
         """True when its writer ran on this host and has exited; False while it runs; None: unknown
-        (another host, or a file named before writers were recorded)."""
+        (another host, or a file named before writers were recorded).  A partial result of this process
+        is gone once no job of this process writes it (a failed ``vdbflow.run`` in a notebook)."""
         if self.pid is None or self.pid <= 0 or self.host != socket.gethostname():
             return None
+        if self.kind in ("partial", "publishing") and self.pid == os.getpid():  # a publishing record: its partial's tag
+            name = str(self.path).rstrip("/").rsplit("/", 1)[-1].replace(".publishing-", ".partial-", 1)
+            return name not in ACTIVE_PARTIALS
         return not _pid_alive(self.pid)
 
     @property
@@ -134,6 +148,26 @@ def leftovers(final: Path | None = None, directory: Path | None = None) -> list[
     return sorted(found, key=lambda item: _mtime(item.path))
 
 
+def leftovers_at(final: Target, options: dict[str, Any] | None = None) -> list[Leftover]:
+    """:func:`leftovers` of a local path, or of a URL (the prefixes beside it, in name order)."""
+    if not is_remote(final):
+        return leftovers(Path(final))
+    fs, path = filesystem(final, options)
+    parent, name = path.rstrip("/").rpartition("/")[::2]
+    stem = sibling_stem(name)
+    fs.invalidate_cache()
+    try:
+        entries = fs.ls(parent, detail=False)
+    except (OSError, ValueError):
+        return []
+    found = []
+    for entry in sorted(entries):
+        item = _leftover(Path(entry.rstrip("/").rsplit("/", 1)[-1]))
+        if item is not None and item.final.name == stem:
+            found.append(dataclasses.replace(item, path=fs.unstrip_protocol(entry.rstrip("/")), final=str(final)))
+    return found
+
+
 def _glob_escape(name: str) -> str:
     """``name`` with glob's special characters made literal."""
     return re.sub(r"([*?\[])", r"[\1]", name)
@@ -145,25 +179,38 @@ def stale_partials(final: Path) -> list[Path]:
 
 
 def tidy(
-    final: Path | None = None, directory: Path | None = None, force: bool = False, dry_run: bool = False
+    final: Any = None,
+    directory: Path | None = None,
+    force: bool = False,
+    dry_run: bool = False,
+    keep: set | None = None,
+    options: dict[str, Any] | None = None,
 ) -> list[str]:
     """Deal with the leftovers of killed jobs at ``final`` (or at every output in ``directory``).
 
     A partial store or input snapshot whose writer has exited is removed; an earlier result set aside
     by a swap that was killed half-way is put back at its path if nothing is there (else removed).
     Leftovers of a running writer are kept; those of an unknown writer (another host, or no record)
-    only go with ``force``.  Returns one line per leftover saying what was (or, ``dry_run``, would be)
-    done.
+    only go with ``force``; those in ``keep`` (a resumed partial result, its staging store) stay.
+    ``final`` may be a URL (``options``: its storage options): a publishing record of a killed run is
+    then finished first (:mod:`~vdbflow.jobs.output_remote`).  Returns one line per leftover saying what
+    was (or, ``dry_run``, would be) done.
     """
+    if final is not None and is_remote(final):
+        return _tidy_remote(str(final), options, force, dry_run, keep)
     report = []
     restored: set[Path] = set()
-    for item in reversed(leftovers(final, directory)):  # newest first: the newest set-aside result is restored
+    for item in reversed(leftovers(final, directory)):
+        if keep is not None and item.path in keep:
+            report.append(f"kept {item.path}: the partial result this run resumes")
+            continue  # newest first: the newest set-aside result is restored
         gone = item.writer_gone
         what = {
             "partial": "the partial result",
             "replaced": "the earlier result set aside",
             "input": "the input snapshot",
             "tmp": "the private directory of an unfinished save",
+            "publishing": "the record of an unfinished publication",
         }[item.kind]
         if gone is False:
             report.append(f"kept {item.path}: {what} of a running job ({item.writer})")
@@ -198,14 +245,21 @@ def tidy(
     return report
 
 
-def publish(target: Path, final: Path, overwrite: str) -> None:
+def publish(target: Target, final: Target, overwrite: str, options: dict[str, Any] | None = None) -> None:
     """Move a complete store from its partial path to ``final``, replacing an earlier vdbflow result
     there if ``overwrite`` is ``always`` (never anything else).  The final path holds either the old
     result or the new one, never a mixture: the two are exchanged in one step where Linux allows
     (``renameat2``); elsewhere the old one is first set aside as ``.NAME.replaced-TAG``, which
     :func:`tidy` puts back should the job be killed between the two renames.  Whatever stops the
     move (something appeared at ``final``, a rename that fails), the complete result is kept at an
-    unpublished path, named in the :class:`OutputError`."""
+    unpublished path, named in the :class:`OutputError`.  On an object store (URLs) the result is copied,
+    root metadata last (:func:`vdbflow.jobs.output_remote.publish`)."""
+    if is_remote(final):
+        from vdbflow.jobs.output_remote import publish as publish_remote
+
+        publish_remote(str(target), str(final), overwrite, options)
+        return
+    target, final = Path(target), Path(final)
     try:
         _move_into_place(target, final, overwrite)
     except OutputError:
@@ -297,3 +351,45 @@ def keep(target: Path, final: Path) -> Path:
 def discard(target: Path) -> None:
     """Remove the partial store of a failed attempt."""
     remove_tree(target)
+
+
+def _tidy_remote(final: str, options: dict[str, Any] | None, force: bool, dry_run: bool, keep: set | None) -> list[str]:
+    """:func:`tidy` at a URL: publishing records of killed runs finished first, then their partial prefixes
+    removed as local leftovers are."""
+    from vdbflow.jobs.output_remote import finish_publishing
+
+    report: list[str] = []
+    verb = "would " if dry_run else ""
+    items = leftovers_at(final, options)
+    fs, _ = filesystem(final, options)
+    finished = set()
+    for item in items:
+        if item.kind != "publishing" or (item.writer_gone is not True and not force):
+            continue
+        done = finish_publishing(fs, filesystem(item.path, options)[1], dry_run)
+        if done is not None:
+            finished.add(item.path)
+            report.append(
+                f"{verb}{'finish' if dry_run else 'finished'} publishing {final} from its complete partial result: "
+                f"a run ({item.writer}) was killed while publishing it"
+            )
+    for item in items:
+        if item.kind == "publishing":
+            continue
+        if keep is not None and item.path in keep:
+            report.append(f"kept {item.path}: the partial result this run resumes")
+            continue
+        gone = item.writer_gone
+        if gone is False or (gone is None and not force):
+            why = "of a running job" if gone is False else "whose writer cannot be checked from here"
+            report.append(f"kept {item.path}: the partial result {why} ({item.writer})")
+            continue
+        if not fs.exists(filesystem(item.path, options)[1]):
+            continue  # published from just now
+        if not dry_run:
+            fs.rm(filesystem(item.path, options)[1], recursive=True)
+        report.append(
+            f"{verb}{'remove' if dry_run else 'removed'} {item.path}: the partial result of an interrupted run "
+            f"({item.writer}, {'exited' if gone else 'not checked'})"
+        )
+    return report

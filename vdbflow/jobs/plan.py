@@ -37,6 +37,7 @@ from vdbflow.jobs.config import (
 )
 from vdbflow.jobs.inputs import InputIdentity
 from vdbflow.jobs.output import tidy
+from vdbflow.jobs.output_checks import shard_problem
 from vdbflow.jobs.points import file_point_count
 from vdbflow.ops.sampling import STENCIL_RADIUS
 
@@ -351,6 +352,8 @@ def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False, own_clu
     if own_cluster:
         check_gpu_cluster(cfg)
     warnings = check_inputs(cfg, missing_ok=dry_run)
+    if (shards := shard_problem(cfg)) is not None:
+        raise ConfigError(f"the job cannot start:\n  {shards}")
     missing_volume = _missing_volume(cfg)
     grids = _grid_plans(cfg, missing_volume)
     count = _point_count(cfg, grids)
@@ -466,9 +469,21 @@ def _point_count(cfg: JobConfig, grids: list[GridPlan]) -> int | None:
 def _input_notes(cfg: JobConfig, volume_missing: bool) -> tuple[list[str], dict[str, InputIdentity]]:
     """The plan's notes on the output and the inputs, and the identities of the input files it read."""
     notes = []
-    if cfg.output.path.exists():
-        notes.append(f"{cfg.output.path} holds an earlier vdbflow result, replaced when the new one is complete")
-    notes += tidy(cfg.output.path.absolute(), dry_run=True)
+    out = cfg.output
+    if out.url is not None:
+        from vdbflow.jobs.output_remote import exists
+
+        if exists(out.url, out.storage_options):
+            notes.append(f"{out.url} holds an earlier vdbflow result, replaced when the new one is complete")
+        notes.append(
+            f"{out.url} is on an object store: the result is written under a hidden prefix beside it and copied "
+            "into place once complete, root metadata last (docs/jobs.md)"
+        )
+        notes += tidy(out.url, dry_run=True, options=out.storage_options)
+    else:
+        if out.local.exists():
+            notes.append(f"{out.local} holds an earlier vdbflow result, replaced when the new one is complete")
+        notes += tidy(out.local.absolute(), dry_run=True)
     inputs = {}
     if cfg.volume.path is not None and not volume_missing:
         inputs["volume.path"] = InputIdentity.of(cfg.volume.path)
@@ -512,7 +527,7 @@ def _check_size(plan: JobPlan, force: bool, dry_run: bool) -> None:
         notes.append(tight)
         if not dry_run:
             log.warning("%s", tight)
-    free = _free_bytes(cfg.output.path)
+    free = None if cfg.output.url is not None else _free_bytes(cfg.output.local)
     if plan.output_bytes is not None and free is not None and plan.output_bytes > free:
         notes.append(
             f"the result (about {human_bytes(plan.output_bytes)} before compression) may not fit in the "

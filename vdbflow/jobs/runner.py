@@ -545,7 +545,7 @@ class _Job:
         """A failed job: stop its tasks and remove its partial store (again once an embedded cluster's
         workers are gone); a job run with ``resume`` keeps a partial store that has its manifest."""
         if self.publishing:  # what publishing left is finished by the next run or vdbflow clean
-            log.warning("kept %s: publishing it was interrupted; the next run or vdbflow clean finishes it", self.target)
+            log.warning("kept %s: publishing was interrupted; the next run or vdbflow clean finishes it", self.target)
             return
         keep = self.resume and self.manifest.job() is not None
         if not keep:

@@ -4,10 +4,13 @@ A writer module defines
 
 - ``FORMAT``, the name ``output.format`` takes;
 - ``prepare(client, spec)``: anything the cluster's workers need before writing (run once a job);
-- ``lazy_write(ds, spec, target) -> Delayed``: a Dask Delayed that writes the chunked Dataset ``ds`` to
-  the hidden path ``target`` from the workers (the store's metadata is written now);
-- ``add_attrs(target, attrs)``: global attrs added to the written, not yet published, store;
-- ``discard(target)``: remove everything a failed attempt wrote (the store, and any store of its own).
+- ``lazy_write(ds, spec, target, plan) -> Delayed``: a Dask Delayed that writes the chunked Dataset ``ds``
+  to the hidden path ``target`` from the workers, the units ``plan`` says are not written yet (the store's
+  metadata is written now);
+- ``add_attrs(target, attrs, spec)``: global attrs added to the written, not yet published, store;
+- ``manifest_target(target)``: the Zarr store the workers write, whose manifest records the units written
+  (:mod:`~vdbflow.jobs.writers.units`);
+- ``discard(target, spec)``: remove everything a failed attempt wrote (the store, and any store of its own).
 
 :mod:`vdbflow.jobs.output` publishes what a writer wrote (atomically, at the final path).  A new format is
 a new module here and a row of :data:`WRITERS`; the config's format names come from the table.

@@ -23,9 +23,12 @@ FORMAT = "netcdf"
 
 
 class _Staging:
-    """The Zarr store's options: chunks stored as they are (read once, then removed)."""
+    """The Zarr store's options: chunks stored as they are (read once, then removed), format 2, local."""
 
     compression = "none"
+    resolved_zarr_format = 2
+    storage_options = None
+    shard = None
 
 
 def staging_path(target: Path) -> Path:
@@ -44,23 +47,30 @@ def _write_file(staged: Any, staging: str, target: str) -> None:
     chunk), then the store removed."""
     import dask
 
-    with dask.config.set(scheduler="synchronous"), xr.open_zarr(staging, consolidated=True) as ds:
+    with dask.config.set(scheduler="synchronous"), xr.open_zarr(staging, consolidated=False) as ds:
         ds.to_netcdf(target, engine="h5netcdf")
     remove_tree(Path(staging))
 
 
-def lazy_write(ds: xr.Dataset, spec: Any, target: Path) -> Any:
+def manifest_target(target: Path) -> Path:
+    """The store the workers write for ``target`` (and whose manifest says what was written): the staging
+    store of its chunks."""
+    return staging_path(Path(target))
+
+
+def lazy_write(ds: xr.Dataset, spec: Any, target: Path, plan: Any = None) -> Any:
     """A Dask Delayed that writes ``ds`` to the NetCDF file ``target``: the chunks to the hidden Zarr store
-    :func:`staging_path` from the workers, then the file by one task."""
+    :func:`staging_path` from the workers (``plan``: :func:`vdbflow.jobs.writers.zarr_store.lazy_write`'s),
+    then the file by one task."""
     import dask
 
     staging = staging_path(target)
-    staged = zarr_store.lazy_write(ds, _Staging(), staging)
+    staged = zarr_store.lazy_write(ds, _Staging(), staging, plan)
     name = f"vdbflow-netcdf-{dask.base.tokenize(str(target))}"
     return dask.delayed(_write_file, pure=False)(staged, str(staging), str(target), dask_key_name=name)
 
 
-def add_attrs(target: Path, attrs: dict[str, Any]) -> None:
+def add_attrs(target: Path, attrs: dict[str, Any], spec: Any = None) -> None:
     """Add global attrs to a written (not yet published) file."""
     import h5netcdf
 
@@ -69,7 +79,7 @@ def add_attrs(target: Path, attrs: dict[str, Any]) -> None:
             f.attrs[k] = v
 
 
-def discard(target: Path) -> None:
+def discard(target: Path, spec: Any = None) -> None:
     """Remove what a failed attempt wrote: the file, and the store of its chunks."""
     remove_tree(target)
     remove_tree(staging_path(target))

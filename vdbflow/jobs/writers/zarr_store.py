@@ -1,17 +1,20 @@
-"""The Zarr writer of job results: Zarr format 2 with consolidated metadata, Blosc-compressed chunks
-written by the workers, and the point index written chunk by chunk by them too."""
+"""The Zarr writer of job results: Zarr format 2 (default) or 3 (``output.zarr_format``; shards with
+``output.shard``) with consolidated metadata, Blosc-compressed chunks written by the workers one unit
+(a chunk or a shard) a task, the point index with them, each unit recorded in the store's manifest
+(:mod:`~vdbflow.jobs.writers.units`).  A local path or an fsspec URL (``output.storage_options``)."""
 
 from __future__ import annotations
 
+import json
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import xarray as xr
 
-from vdbflow.io.atomic import remove_tree
+from vdbflow.jobs.stores import Target, remove, zarr_store
 from vdbflow.jobs.writers import plain_attrs, with_plain_attrs
+from vdbflow.jobs.writers.units import UnitPlan, write_unit
 
 FORMAT = "zarr"
 
@@ -39,10 +42,6 @@ def _point_index(ds: xr.Dataset) -> tuple[dict[str, Any], tuple[int, ...]] | Non
     if index.dtype != np.int64 or not exact:  # strictly increasing integers from 0 to n - 1: 0 .. n - 1
         return None
     return dict(ds[POINT_INDEX].attrs), tuple(int(c) for c in ds.chunks[POINT_INDEX])
-
-
-def _write_index(array: Any, start: int, stop: int) -> None:
-    array[start:stop] = np.arange(start, stop, dtype=np.int64)
 
 
 def _done(*parts: Any) -> None:
@@ -81,60 +80,211 @@ def spare_cores_for_blosc(client: Any) -> dict[str, int]:
     return out
 
 
-def lazy_write(ds: xr.Dataset, spec: Any, target: Path) -> Any:
-    """A Dask Delayed that writes ``ds`` to ``target`` from the workers (metadata is written now)."""
-    ds = with_plain_attrs(ds)
-    # Zarr format 2: consolidated metadata and fixed-width strings are in its specification; Blosc
-    # is a codec any Zarr reader with numcodecs decodes
-    from numcodecs import Blosc
+def _codecs(spec: Any, zarr_format: int) -> tuple:
+    """The chunks' codecs: Blosc with byte shuffle (lz4 at level 5: 1.1 GB/s a core on the demo's samples,
+    ratio 0.83; zstd at level 1: 0.5 GB/s, 0.73), as numcodecs' (format 2) or zarr's (format 3) codec."""
+    if spec.compression == "none":
+        return ()
+    level = 5 if spec.compression == "lz4" else 1
+    if zarr_format == 2:
+        from numcodecs import Blosc
 
-    # Blosc with byte shuffle (lz4 at level 5: 1.1 GB/s a core on the demo's samples, ratio 0.83;
-    # zstd at level 1: 0.5 GB/s, 0.73), or chunks stored as they are
-    codec = (
-        None
-        if spec.compression == "none"
-        else Blosc(cname=spec.compression, clevel=5 if spec.compression == "lz4" else 1, shuffle=Blosc.SHUFFLE)
-    )
-    compressors = () if codec is None else (codec,)
-    index = _point_index(ds)
-    if index is not None:  # written by the workers, chunk by chunk, not by this process now
-        ds = ds.drop_vars(POINT_INDEX)
-    encoding = {name: {"compressors": compressors} for name in ds.variables if ds[name].dtype.kind in "fiub"}
-    write = ds.to_zarr(target, mode="w-", compute=False, consolidated=True, zarr_format=2, encoding=encoding)
-    if index is None:
-        return write
+        return (Blosc(cname=spec.compression, clevel=level, shuffle=Blosc.SHUFFLE),)
+    from zarr.codecs import BloscCodec
+
+    return (BloscCodec(cname=spec.compression, clevel=level, shuffle="shuffle"),)
+
+
+def _unit_dim(ds: xr.Dataset) -> str | None:
+    """The dimension the result is written along, unit by unit: the first of its lazy variables' (None:
+    nothing lazy)."""
+    lazy = [v for v in ds.variables.values() if v.chunks is not None and v.ndim]
+    return str(lazy[0].dims[0]) if lazy else None
+
+
+def _layout(ds: xr.Dataset, spec: Any, dim: str, points: int) -> tuple[xr.Dataset, int, int, int]:
+    """``ds`` with each lazy variable along ``dim`` in units (a chunk, or a shard, of rows; whole in its
+    other dimensions), anything else lazy computed now; the rows of a chunk and of a unit, and the points
+    of a row."""
+    size = ds.sizes[dim]
+    row = points // size if size and points % size == 0 else 1
+    chunk_rows = max(1, int(ds.chunks[dim][0])) if size else 1
+    shard = getattr(spec, "shard", None)
+    unit_rows = chunk_rows * max(1, shard // (chunk_rows * row)) if shard else chunk_rows
+    coords: dict[Any, xr.Variable] = {}
+    data: dict[Any, xr.Variable] = {}
+    for name, var in ds.variables.items():
+        if var.chunks is None:
+            continue
+        if var.ndim and var.dims[0] == dim:
+            var = var.chunk({dim: unit_rows, **{d: -1 for d in var.dims[1:]}})
+        else:
+            var = var.load()
+        (coords if name in ds.coords else data)[name] = var
+    return ds.assign_coords(coords).assign(data), chunk_rows, unit_rows, row
+
+
+def _encoding(ds: xr.Dataset, dim: str, codecs: tuple, chunk_rows: int, unit_rows: int, sharded: bool) -> dict:
+    encoding: dict[str, dict] = {}
+    for name, var in ds.variables.items():
+        if var.dtype.kind not in "fiub":
+            continue
+        encoding[str(name)] = {"compressors": codecs}
+        if var.chunks is not None and var.dims[0] == dim:
+            whole = tuple(var.shape[1:])
+            encoding[str(name)]["chunks"] = (chunk_rows if sharded else unit_rows, *whole)
+            if sharded:
+                encoding[str(name)]["shards"] = (unit_rows, *whole)
+    return encoding
+
+
+def lazy_write(ds: xr.Dataset, spec: Any, target: Target, plan: UnitPlan | None = None) -> Any:
+    """A Dask Delayed that writes ``ds`` to ``target`` (a path, or a URL with ``spec.storage_options``) from
+    the workers, one task a unit (:mod:`~vdbflow.jobs.writers.units`; ``plan``: the units written already,
+    and the chunks' figures each unit records).  The store's metadata is written now, unless ``plan``
+    resumes a store, whose metadata is checked against what this job writes instead."""
     import dask
+
+    ds = with_plain_attrs(ds)
+    zarr_format = int(getattr(spec, "resolved_zarr_format", 2))
+    options = getattr(spec, "storage_options", None)
+    codecs = _codecs(spec, zarr_format)
+    index = _point_index(ds)
+    if index is not None:  # written by the workers, unit by unit, not by this process now
+        ds = ds.drop_vars(POINT_INDEX)
+    dim = _unit_dim(ds)
+    store = zarr_store(target, options)
+    if dim is None:  # a few kilobytes in memory (statistics): written now
+        encoding = {str(n): {"compressors": codecs} for n in ds.variables if ds[n].dtype.kind in "fiub"}
+        return ds.to_zarr(
+            store, mode="w-", compute=False, consolidated=False, zarr_format=zarr_format, encoding=encoding
+        )
+    points = int(plan.chunk_starts[-1]) if plan is not None else ds.sizes[dim]
+    ds, chunk_rows, unit_rows, row = _layout(ds, spec, dim, points)
+    sharded = zarr_format == 3 and getattr(spec, "shard", None) is not None
+    encoding = _encoding(ds, dim, codecs, chunk_rows, unit_rows, sharded)
+    resumed = plan is not None and plan.resumed
+    _write_metadata(ds, store, zarr_format, encoding, index, codecs, (chunk_rows, unit_rows, sharded), resumed)
+    size = ds.sizes[dim]
+    bounds = np.append(np.arange(0, size, unit_rows), size) if size else np.array([0, 0])
+    if plan is None:
+        plan = UnitPlan(target, options, bounds * row)
+    plan.assign(bounds * row)
+    names = tuple(str(n) for n, v in ds.variables.items() if v.chunks is not None)
+    blocks = {n: ds[n].data.to_delayed(optimize_graph=False).reshape(-1) for n in names}
+    token = dask.base.tokenize(str(target), names, unit_rows, size)
+    opts = json.dumps(options or {}, sort_keys=True)
+    tasks = []
+    for unit in range(len(bounds) - 1):
+        if unit in plan.done:
+            continue
+        rows = (int(bounds[unit]), int(bounds[unit + 1]))
+        tasks.append(
+            dask.delayed(write_unit, pure=False)(
+                unit,
+                target,
+                opts,
+                names,
+                rows,
+                index is not None,
+                plan.extras_of(unit),
+                *(blocks[n][unit] for n in names),
+                dask_key_name=f"{INDEX_KEY}-{token}-{unit}",
+            )
+        )
+    plan.units, plan.written = len(bounds) - 1, len(tasks)
+    return dask.delayed(_done, pure=False)(*tasks, dask_key_name=f"{INDEX_KEY}-done-{token}")
+
+
+def _write_metadata(
+    ds: xr.Dataset,
+    store: Any,
+    zarr_format: int,
+    encoding: dict,
+    index: tuple[dict[str, Any], tuple[int, ...]] | None,
+    codecs: tuple,
+    chunking: tuple[int, int, bool],
+    resumed: bool,
+) -> None:
+    """The store's metadata and the variables held in memory (and the point index's array); a resumed
+    store's checked instead: its arrays must be those this job writes (an OutputError names the first that
+    differs)."""
     import zarr
 
-    attrs, chunks = index
-    n = int(sum(chunks))
-    array = zarr.open_group(str(target), mode="r+", zarr_format=2).create_array(
-        POINT_INDEX,
-        shape=(n,),
-        chunks=(max(chunks, default=1) or 1,),
-        dtype=np.int64,
-        compressors=compressors,
-        fill_value=None,
-        attributes={**attrs, "_ARRAY_DIMENSIONS": [POINT_INDEX]},
-    )
-    starts = np.cumsum((0, *chunks))
-    token = dask.base.tokenize(str(target), chunks)
-    parts = [
-        dask.delayed(_write_index, pure=False)(array, int(a), int(b), dask_key_name=f"{INDEX_KEY}-{token}-{k}")
-        for k, (a, b) in enumerate(zip(starts[:-1], starts[1:], strict=True))
-    ]
-    return dask.delayed(_done, pure=False)(write, *parts, dask_key_name=f"{INDEX_KEY}-done-{token}")
+    into = zarr.storage.MemoryStore() if resumed else store
+    ds.to_zarr(into, mode="w-", compute=False, consolidated=False, zarr_format=zarr_format, encoding=encoding)
+    if index is not None:
+        attrs, _ = index
+        chunk_rows, unit_rows, sharded = chunking
+        n = ds.sizes[POINT_INDEX]
+        zarr.open_group(into, mode="r+", zarr_format=zarr_format).create_array(  # type: ignore[arg-type]
+            POINT_INDEX,
+            shape=(n,),
+            chunks=(max(1, chunk_rows if sharded else unit_rows),),
+            shards=(max(1, unit_rows),) if sharded else None,
+            dtype=np.int64,
+            compressors=codecs,
+            fill_value=None if zarr_format == 2 else 0,
+            attributes={**attrs, "_ARRAY_DIMENSIONS": [POINT_INDEX]} if zarr_format == 2 else attrs,
+            dimension_names=None if zarr_format == 2 else [POINT_INDEX],
+        )
+    if resumed:
+        _same_arrays(into, store, zarr_format)
 
 
-def add_attrs(target: Path, attrs: dict[str, Any]) -> None:
-    """Add global attrs to a written (not yet published) store, and consolidate its metadata again."""
+def _array_metadata(store: Any, zarr_format: int) -> dict[str, Any]:
+    import warnings
+
     import zarr
 
-    group = zarr.open_group(str(target), mode="r+")
+    group = zarr.open_group(store, mode="r", zarr_format=zarr_format, use_consolidated=False)
+    out = {}
+    with warnings.catch_warnings():  # the manifest is not a Zarr node
+        warnings.filterwarnings("ignore", message=".*not recognized as a component.*")
+        arrays = list(group.arrays())
+    for name, array in arrays:
+        meta = array.metadata.to_dict()
+        meta.pop("attributes", None)
+        out[name] = json.loads(json.dumps(meta, default=str))
+    return out
+
+
+def _same_arrays(expected_store: Any, store: Any, zarr_format: int) -> None:
+    from vdbflow.jobs.output import OutputError
+
+    expected, found = _array_metadata(expected_store, zarr_format), _array_metadata(store, zarr_format)
+    if sorted(expected) != sorted(found):
+        raise OutputError(
+            f"expected the partial result to resume to hold the arrays {sorted(expected)}, found {sorted(found)}"
+        )
+    for name, meta in expected.items():
+        if meta != found[name]:
+            raise OutputError(
+                f"expected array {name} of the partial result to resume stored as this job stores it ({meta}), "
+                f"found {found[name]}"
+            )
+
+
+def add_attrs(target: Target, attrs: dict[str, Any], spec: Any = None) -> None:
+    """Add global attrs to a written (not yet published) store, and consolidate its metadata."""
+    import warnings
+
+    import zarr
+
+    store = zarr_store(target, getattr(spec, "storage_options", None))
+    group = zarr.open_group(store, mode="r+", use_consolidated=False)
     group.attrs.update(plain_attrs(attrs))
-    zarr.consolidate_metadata(str(target), zarr_format=2)
+    with warnings.catch_warnings():  # consolidated metadata is zarr-python's extension of format 3
+        warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
+        warnings.filterwarnings("ignore", message=".*not recognized as a component.*")  # the manifest
+        zarr.consolidate_metadata(store, zarr_format=2 if group.metadata.zarr_format == 2 else 3)
 
 
-def discard(target: Path) -> None:
+def manifest_target(target: Target) -> Target:
+    """The store the workers write for ``target`` (and whose manifest says what was written): itself."""
+    return target
+
+
+def discard(target: Target, spec: Any = None) -> None:
     """Remove what a failed attempt wrote."""
-    remove_tree(target)
+    remove(target, getattr(spec, "storage_options", None))
