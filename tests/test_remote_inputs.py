@@ -6,6 +6,7 @@ read whole; errors that name the URL; ``vdbflow info``, ``convert``, points file
 import glob
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -380,3 +381,19 @@ def test_a_volume_store_at_a_url_is_read_whole(memory_fs, tmp_path, packed_file)
     same_volume(got, want)
     with pytest.raises(vdbflow.VolumeError, match="Zarr store"):
         vdbflow.open(f"{memory_fs}/v.zarr", leaves=[0])
+
+
+@pytest.mark.parametrize(
+    "path, text",
+    [
+        ("memory://vdbflow-nothing/here.nvdb", "volume.path .*expected an .nvdb file, found nothing at memory://"),
+        ("nosuchprotocol://x/y.nvdb", "volume.path .*expected a URL whose protocol fsspec knows"),
+    ],
+)
+def test_a_job_with_a_missing_or_unknown_url_exits_2_naming_the_key(tmp_path, path, text):
+    points = {"kind": "random", "count": 100}
+    cfg = {"volume": {"path": path}, "points": points, "output": {"path": str(tmp_path / "o")}}
+    done = CliRunner().invoke(main, ["run", write_config(tmp_path / "job.yaml", cfg)])
+    assert done.exit_code == 2, done.output
+    assert re.search(text, done.output), done.output
+    assert not (tmp_path / "o").exists()

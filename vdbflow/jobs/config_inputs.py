@@ -25,7 +25,14 @@ def _location(value: Any) -> Path | Url:
         raise ValueError(f"expected a path or a URL (s3://...), got {type(value).__name__} {value!r:.80}")
     if "\0" in text:
         raise ValueError(f"expected a path without NUL bytes, got {text!r:.80}")
-    return Url(text) if is_url(text) else Path(local_path(text))
+    if not is_url(text):
+        return Path(local_path(text))
+    from fsspec.registry import known_implementations, registry
+
+    protocol = text.split("://", 1)[0].lower()
+    if protocol not in known_implementations and protocol not in registry:
+        raise ValueError(f"expected a URL whose protocol fsspec knows (s3, gs, az, https, ...), got {text!r:.80}")
+    return Url(text)
 
 
 # a local path (pathlib.Path) or a URL (Url: a str); as JSON, the text given
