@@ -147,11 +147,17 @@ def fetch_structure(sparse: SparseFile) -> bool:
     return True
 
 
-def _fetch_blind(sparse: SparseFile, base: int) -> dict[str, Any]:
-    """The header of the grid at ``base``, its blind metadata and data fetched."""
+def _fetch_head(sparse: SparseFile, base: int) -> dict[str, Any]:
+    """The header of the grid at ``base``; fetched: everything before its upper nodes (headers, root, root
+    table and any padding: what the head half of an older version's checksum covers), its blind
+    metadata and data, and a grid without upper nodes whole (small: its checksum covers it all)."""
     h = grid_header(sparse.array, base)
+    end = base + h["grid_size"]
+    upper = h["tree"] + h["node_offsets"][2]
+    ranges = [(base, min(max(upper, base), end) if h["node_counts"][2] else end)]
     if h["blind_count"]:
-        sparse.fetch([(base + h["blind_offset"], base + h["grid_size"])])
+        ranges.append((base + h["blind_offset"], end))
+    sparse.fetch(ranges)
     return h
 
 
@@ -178,7 +184,7 @@ def open_grid_remote(
         result = open_grid(sparse.array, grid, bbox=bbox, leaves=leaves, checksum=checksum)
     else:
         g = select_grid(sparse.array, grid)
-        h = _fetch_blind(sparse, g.offset)
+        h = _fetch_head(sparse, g.offset)
         rows = selected_leaf_rows(sparse.array, g.offset, box, leaves, sparse.fetch)
         if rows is None:  # FpN: leaves of varying size, found by walking them all
             sparse.fetch([(g.offset, g.offset + h["grid_size"])])
