@@ -228,7 +228,7 @@ def test_convert_reads_npy_and_vdb_urls(memory_fs, tmp_path):
 
 
 def test_points_files_at_urls_give_the_local_points(s3, tmp_path):
-    """.npy (by ranges, chunk by chunk), .csv and .zarr points at s3:// equal the local files' points."""
+    """.npy (by ranges, chunk by chunk), .csv, .parquet and .zarr points at s3:// equal the local files'."""
     pd = pytest.importorskip("pandas")
     from vdbflow.jobs.config import FilePoints
     from vdbflow.jobs.points import make_points
@@ -237,12 +237,18 @@ def test_points_files_at_urls_give_the_local_points(s3, tmp_path):
     pts = np.random.default_rng(7).uniform(-3, 3, (2_500, 3))
     np.save(tmp_path / "p.npy", pts)
     pd.DataFrame(pts, columns=list("xyz")).to_csv(tmp_path / "p.csv", index=False)
+    pd.DataFrame(pts, columns=["px", "py", "pz"]).to_parquet(tmp_path / "p.parquet")
     xr.DataArray(pts, dims=("n", "c")).to_dataset(name="probes").to_zarr(tmp_path / "p.zarr", zarr_format=2)
     fs = s3.filesystem()
     fs.put(str(tmp_path / "p.zarr"), f"{bucket}/p.zarr", recursive=True)
-    for name in ("p.npy", "p.csv"):
+    for name in ("p.npy", "p.csv", "p.parquet"):
         to_s3(s3, bucket, tmp_path / name)
-    for name, extra in (("p.npy", {}), ("p.csv", {}), ("p.zarr", {"array": "probes"})):
+    for name, extra in (
+        ("p.npy", {}),
+        ("p.csv", {}),
+        ("p.parquet", {"columns": ["px", "py", "pz"]}),
+        ("p.zarr", {"array": "probes"}),
+    ):
         spec = {"kind": "file", "chunk": 700, "storage_options": s3.storage_options, **extra}
         remote = FilePoints.model_validate({**spec, "path": f"s3://{bucket}/{name}"})
         local = FilePoints.model_validate(
