@@ -55,7 +55,7 @@ _LEFTOVER = re.compile(
 )
 
 
-ACTIVE_PARTIALS: set[str] = set()  # names of the partial results the jobs of this process are writing
+KEPT_PARTIALS: set[str] = set()  # names of the partial results failed jobs of this process kept (writers gone)
 
 
 def partial_path(final: Target) -> Target:
@@ -97,12 +97,13 @@ class Leftover:
     def writer_gone(self) -> bool | None:
         """True when its writer ran on this host and has exited; False while it runs; None: unknown
         (another host, or a file named before writers were recorded).  A partial result of this process
-        is gone once no job of this process writes it (a failed ``vdbflow.run`` in a notebook)."""
+        is gone once a failed job of this process kept it (a failed ``vdbflow.run`` in a notebook)."""
         if self.pid is None or self.pid <= 0 or self.host != socket.gethostname():
             return None
         if self.kind in ("partial", "publishing") and self.pid == os.getpid():  # a publishing record: its partial's tag
             name = str(self.path).rstrip("/").rsplit("/", 1)[-1].replace(".publishing-", ".partial-", 1)
-            return name not in ACTIVE_PARTIALS
+            if name in KEPT_PARTIALS:
+                return True
         return not _pid_alive(self.pid)
 
     @property

@@ -35,7 +35,7 @@ from vdbflow.jobs.config import ConfigError, JobConfig, SlurmClusterSpec
 from vdbflow.jobs.config_load import dump_config
 from vdbflow.jobs.executors import Sampled, executor_for, shaped, worker_memory
 from vdbflow.jobs.inputs import InputIdentity, build_volumes, snapshot
-from vdbflow.jobs.output import ACTIVE_PARTIALS, OutputError, partial_path, publish, tidy
+from vdbflow.jobs.output import KEPT_PARTIALS, OutputError, partial_path, publish, tidy
 from vdbflow.jobs.plan import JobPlan, check_worker_memory, plan_job
 from vdbflow.jobs.progress import DaskRichBar, recomputed, steps_of_graphs, worker_time_by_step
 from vdbflow.jobs.resume import check_same_job, job_record, record_inputs_when_hashed, resumable, unit_plan
@@ -263,8 +263,6 @@ def run_job(
         _volume_file(cfg, plan, job.final, hasher) as reading,
         contextlib.nullcontext(client) if given else open_cluster(cfg.cluster) as client,
     ):
-        ACTIVE_PARTIALS.add(str(job.target).rstrip("/").rsplit("/", 1)[-1])  # this process writes it ...
-        after_cluster.callback(ACTIVE_PARTIALS.discard, str(job.target).rstrip("/").rsplit("/", 1)[-1])  # ... until now
         job.timings["cluster_s"] = time.perf_counter() - job.t_start
         job.meet_cluster(client, given, force, console)
         t0 = time.perf_counter()
@@ -544,10 +542,14 @@ class _Job:
     def fail(self, client: Any, after_cluster: contextlib.ExitStack) -> None:
         """A failed job: stop its tasks and remove its partial store (again once an embedded cluster's
         workers are gone); a job run with ``resume`` keeps a partial store that has its manifest."""
+        name = str(self.target).rstrip("/").rsplit("/", 1)[-1]
         if self.publishing:  # what publishing left is finished by the next run or vdbflow clean
+            KEPT_PARTIALS.add(name)  # its writer is gone, though this process lives on (a notebook)
             log.warning("kept %s: publishing was interrupted; the next run or vdbflow clean finishes it", self.target)
             return
         keep = self.resume and self.manifest.job() is not None
+        if keep:
+            KEPT_PARTIALS.add(name)
         if not keep:
             after_cluster.callback(self.writer.discard, self.target, self.cfg.output)
         try:
