@@ -147,3 +147,33 @@ def test_resume_without_a_partial_runs_the_whole_job(tmp_path, client, reference
     result = vdbflow.run(job(tmp_path, tmp_path / "r.zarr"), client, resume=True)
     assert (result.units_kept, result.units_written) == (0, UNITS)
     assert objects(result.output) == reference[1]
+
+
+def test_an_interrupted_notebook_run_keeps_its_partial(tmp_path, client, monkeypatch):  # noqa: F811
+    """Ctrl-C in a notebook (KeyboardInterrupt while the client waits) once 2 units are recorded: the run
+    keeps its partial result, and the next ``resume=True`` in the same process continues it."""
+    import time
+
+    gather = client.gather
+
+    def interrupted(*args, **kwargs):
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            found = list(tmp_path.glob(".r.zarr.partial-*/.vdbflow-manifest/units/*.json"))
+            if len(found) >= 2:
+                raise KeyboardInterrupt
+            time.sleep(0.01)
+        return gather(*args, **kwargs)
+
+    cfg = job(tmp_path, tmp_path / "r.zarr", count=40_000, chunk=5_000)  # 8 units, slow enough to stop
+    with monkeypatch.context() as patch:
+        patch.setattr(client, "gather", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            vdbflow.run(cfg, client, resume=True)
+    partial = _partial(tmp_path)
+    recorded = _records(partial)
+    assert 2 <= len(recorded) <= UNITS
+    result = vdbflow.run(cfg, client, resume=True)
+    assert (result.units_kept, result.units_written) == (len(recorded), UNITS - len(recorded))
+    again = vdbflow.run(job(tmp_path, tmp_path / "whole.zarr", count=40_000, chunk=5_000), client)
+    assert objects(result.output) == objects(again.output)

@@ -124,10 +124,12 @@ def check_same_job(
 def resumable(final: Target, options: dict[str, Any] | None, store_of: Callable[[Any], Any]) -> Target | None:
     """The newest partial result at ``final`` whose writer has exited and whose manifest (in the store
     ``store_of(partial)``: the writer's :func:`manifest_target`) has its ``job.json`` (None: none)."""
-    for item in reversed(leftovers_at(final, options)):
-        if item.kind == "partial" and item.writer_gone and Manifest(store_of(item.path), options).job() is not None:
-            return item.path
-    return None
+    found = []
+    for item in leftovers_at(final, options):
+        manifest = Manifest(store_of(item.path), options)
+        if item.kind == "partial" and item.writer_gone and manifest.job() is not None:
+            found.append((manifest.started(), item.path))
+    return max(found, key=lambda pair: pair[0])[1] if found else None
 
 
 def record_inputs_when_hashed(manifest: Manifest, checksum: Mapping[Any, concurrent.futures.Future]) -> None:

@@ -57,6 +57,15 @@ class Manifest:
         """``job.json``: what the result depends on (None: none yet, the store is not resumable)."""
         return read_json(*self._path("job.json"))
 
+    def started(self) -> float:
+        """When ``job.json`` was written (seconds since the epoch; 0 where the store does not say)."""
+        fs, path = self._path("job.json")
+        try:
+            modified = fs.modified(path)
+        except (OSError, NotImplementedError, ValueError):
+            return 0.0
+        return float(modified.timestamp())
+
     def write_job(self, record: dict[str, Any]) -> None:
         write_json(*self._path("job.json"), record)
 
