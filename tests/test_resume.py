@@ -177,3 +177,17 @@ def test_an_interrupted_notebook_run_keeps_its_partial(tmp_path, client, monkeyp
     assert (result.units_kept, result.units_written) == (len(recorded), UNITS - len(recorded))
     again = vdbflow.run(job(tmp_path, tmp_path / "whole.zarr", count=40_000, chunk=5_000), client)
     assert objects(result.output) == objects(again.output)
+
+
+def test_a_netcdf_job_resumes_from_the_store_of_its_chunks(tmp_path, client, reference):  # noqa: F811
+    """A NetCDF job writes its chunks to a hidden Zarr store first: killed there, it resumes from it."""
+    config = write_config(tmp_path / "job.yaml", job(tmp_path, tmp_path / "r.nc"))
+    proc, marker = start_job(tmp_path, config)
+    kill_after_units(proc, marker, 3)
+    (staging,) = tmp_path.glob(".r.nc.tmp-*")
+    recorded = _records(staging)
+    result = vdbflow.run(config, client, resume=True)
+    assert (result.units_kept, result.units_written) == (len(recorded), UNITS - len(recorded))
+    with xr.open_dataset(result.output, engine="h5netcdf") as ds, xr.open_zarr(reference[0].output) as expected:
+        same_data(ds.load(), expected.load())
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []

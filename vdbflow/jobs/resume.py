@@ -124,12 +124,18 @@ def check_same_job(
 def resumable(final: Target, options: dict[str, Any] | None, store_of: Callable[[Any], Any]) -> Target | None:
     """The newest partial result at ``final`` whose writer has exited and whose manifest (in the store
     ``store_of(partial)``: the writer's :func:`manifest_target`) has its ``job.json`` (None: none)."""
-    found = []
+    found = {}
     for item in leftovers_at(final, options):
-        manifest = Manifest(store_of(item.path), options)
-        if item.kind == "partial" and item.writer_gone and manifest.job() is not None:
-            found.append((manifest.started(), item.path))
-    return max(found, key=lambda pair: pair[0])[1] if found else None
+        if item.kind not in ("partial", "tmp") or not item.writer_gone:
+            continue
+        # a NetCDF job's partial file exists only once its chunks' store (.NAME.tmp-TAG) is complete
+        head, _, name = str(item.path).rstrip("/").rpartition("/")
+        partial = f"{head}/{name.replace('.tmp-', '.partial-', 1)}"
+        target = partial if isinstance(item.path, str) else type(item.path)(partial)
+        manifest = Manifest(store_of(target), options)
+        if target not in found and manifest.job() is not None:
+            found[target] = manifest.started()
+    return max(found, key=lambda t: found[t]) if found else None
 
 
 def record_inputs_when_hashed(manifest: Manifest, checksum: Mapping[Any, concurrent.futures.Future]) -> None:
