@@ -85,12 +85,13 @@ def test_warp_assets_from_s3_sample_like_the_local_files(s3, rng, asset):
 
 
 def test_uncompressed_nvdb_from_s3_whole_and_in_parts(s3, rng, packed_file):
-    """A whole grid in one request; bbox= and leaves= parts equal the local file's parts, bit for bit."""
+    """A whole grid in two requests (the first 64 KiB, then the rest); bbox= and leaves= parts equal the
+    local file's parts, bit for bit."""
     url = to_s3(s3, s3.bucket(), packed_file)
     local = vdbflow.open(packed_file)
     whole = vdbflow.open(url, storage_options=s3.storage_options)
     same_volume(local, whole)
-    assert (whole.read_stats.bytes_read, whole.read_stats.requests) == (os.path.getsize(packed_file), 1)
+    assert (whole.read_stats.bytes_read, whole.read_stats.requests) == (os.path.getsize(packed_file), 2)
     assert_same_samples(local, whole, rng)
     box = ((8, 16, 0), (40, 47, 30))
     part_local = vdbflow.open(packed_file, bbox=box)
@@ -135,18 +136,45 @@ def test_a_leaf_subset_reads_its_leaves_and_the_tree_only(s3, memory_fs, packed_
         same_volume(vdbflow.open(packed_file, leaves=leaves), vol)
 
 
-def test_vdb_from_s3_is_read_whole_with_the_local_values(s3, rng):
+def test_vdb_grids_from_s3_read_by_grid_with_the_local_values(s3):
+    """Each grid of OpenVDB files (several grids, an instance, half floats, a mask, zip) from S3: the
+    listing and every grid equal the local file's; no byte is read twice."""
     bucket = s3.bucket()
     for path in sorted(glob.glob(os.path.join(OPENVDB, "*.vdb"))):
         url = to_s3(s3, bucket, path)
-        infos = vdbflow.list_grids(url, storage_options=s3.storage_options)
-        assert [g.name for g in infos] == [g.name for g in vdbflow.list_grids(path)]
+        infos, stats = vdbflow.io.volumes.list_grids_read(url, s3.storage_options)
+        assert [(g.name, g.leaf_count, g.index_bbox) for g in infos] == [
+            (g.name, g.leaf_count, g.index_bbox) for g in vdbflow.list_grids(path)
+        ]
+        assert stats.bytes_read <= os.path.getsize(path)
         for g in infos:
             local = vdbflow.open(path, g.index)
             remote = vdbflow.open(url, g.index, storage_options=s3.storage_options)
-            assert remote.read_stats.bytes_read >= os.path.getsize(path)
+            assert remote.read_stats.bytes_read <= os.path.getsize(path)
             if isinstance(local, vdbflow.Volume):
                 same_volume(local, remote)
+            else:
+                assert np.array_equal(local.masks, remote.masks)
+
+
+def test_a_large_vdb_is_listed_from_its_topology_alone(memory_fs, tmp_path, rng):
+    """Listing a .vdb file at a URL reads its header, descriptor, head and topology, not its leaf buffers;
+    a part of it opens with the local file's values."""
+    import fsspec
+    from vdb_writer import write_vdb
+
+    grid = np.stack(np.meshgrid(*[np.arange(10)] * 3, indexing="ij"), -1).reshape(-1, 3) * 8
+    local = np.stack(np.meshgrid(*[np.arange(8)] * 3, indexing="ij"), -1).reshape(-1, 3)
+    ijk = np.concatenate([o + local for o in grid])
+    path = tmp_path / "big.vdb"
+    write_vdb(path, "Tree_float_5_4_3", np.float32, 1, ijk, rng.standard_normal(len(ijk)), 0.0)
+    url = f"{memory_fs}/big.vdb"
+    fsspec.filesystem("memory").pipe(url.removeprefix("memory://"), path.read_bytes())
+    infos, stats = vdbflow.io.volumes.list_grids_read(url)
+    assert infos[0].leaf_count == vdbflow.list_grids(path)[0].leaf_count == 1000
+    assert stats.bytes_read < 0.1 * path.stat().st_size, str(stats)  # no leaf buffer
+    box = ((0, 0, 0), (20, 20, 20))
+    same_volume(vdbflow.open(path, bbox=box), vdbflow.open(url, bbox=box))
 
 
 def test_errors_name_the_url(s3, packed_file, tmp_path):
@@ -447,11 +475,15 @@ def _outcome(source, **kw):
         return type(err).__name__, None, []
 
 
-def test_corrupt_files_read_by_ranges_fail_or_read_as_the_local_file(memory_fs, tmp_path):
+@pytest.mark.parametrize("head", [1 << 16, 256])
+def test_corrupt_files_read_by_ranges_fail_or_read_as_the_local_file(memory_fs, tmp_path, monkeypatch, head):
     """Bytes flipped or cut anywhere in a two-grid file: read by ranges from memory:// gives what the local
     file gives (the same error type, or the same values and the same checksum warnings), for whole grids,
-    leaves= and bbox=: the ranges fetched are the bytes the decoder reads."""
+    leaves= and bbox=: the ranges fetched are the bytes the decoder reads.  With a first request of 256
+    bytes the headers too are fetched piece by piece."""
     import fsspec
+
+    monkeypatch.setattr("vdbflow.io.sparse.HEAD", head)
 
     rng = np.random.default_rng(5)
     ijk = np.argwhere(np.ones((20, 20, 20))).astype(np.int32)
@@ -475,3 +507,43 @@ def test_corrupt_files_read_by_ranges_fail_or_read_as_the_local_file(memory_fs, 
             assert len(a[2]) == len(b[2]), (kw, a[2], b[2])
             kinds.add(a[0])
     assert {"ok", "NanoVDBError"} <= kinds  # both outcomes were met
+
+
+@pytest.mark.parametrize("head", [1 << 16, 256])
+def test_corrupt_vdb_files_read_by_ranges_fail_or_read_as_the_local_file(memory_fs, tmp_path, monkeypatch, head):
+    """The same for OpenVDB files of several grids (an instance, half floats, a mask): listing and each
+    grid opened from memory:// give the local file's outcome, bytes flipped or cut anywhere (a first
+    request of 256 bytes: the header grown, each descriptor fetched)."""
+    import fsspec
+
+    monkeypatch.setattr("vdbflow.io.sparse.HEAD", head)
+
+    rng = np.random.default_rng(11)
+    good = open(os.path.join(OPENVDB, "grids.vdb"), "rb").read()
+    fs, url, local = fsspec.filesystem("memory"), f"{memory_fs}/g.vdb", tmp_path / "g.vdb"
+
+    def outcome(source, grid):
+        try:
+            if grid is None:
+                return "ok", [(g.name, g.leaf_count, g.index_bbox) for g in vdbflow.list_grids(source)]
+            got = vdbflow.open(source, grid)
+            return "ok", np.asarray(got.active_values() if isinstance(got, vdbflow.Volume) else got.masks).copy()
+        except vdbflow.VdbflowError as err:
+            return type(err).__name__, None
+
+    kinds = set()
+    for _ in range(60):
+        data = bytearray(good)
+        for _ in range(rng.integers(1, 4)):
+            data[int(rng.integers(0, len(data)))] = int(rng.integers(0, 256))
+        if rng.random() < 0.1:
+            data = data[: int(rng.integers(1, len(data)))]
+        local.write_bytes(data)
+        fs.pipe(url.removeprefix("memory://"), bytes(data))
+        for grid in (None, 0, 3, 4, 6):
+            a, b = outcome(local, grid), outcome(url, grid)
+            assert a[0] == b[0], (grid, a[0], b[0])
+            if a[1] is not None:
+                assert (a[1] == b[1]) if grid is None else np.array_equal(a[1], b[1], equal_nan=True), grid
+            kinds.add(a[0])
+    assert {"ok", "OpenVDBError"} <= kinds

@@ -422,24 +422,24 @@ def open_url(url: str, grid: int | str | None, storage_options: dict[str, Any] |
     from vdbflow.io.nanovdb.read import named
     from vdbflow.io.nanovdb.remote import open_grid_remote
     from vdbflow.io.openvdb import is_openvdb
+    from vdbflow.io.openvdb.remote import open_vdb_remote
 
     fs, path = filesystem(url, storage_options)
     if url.rstrip("/").lower().endswith(".zarr") or stat_url(fs, path, url).get("type") == "directory":
         return _open_zarr_url(url, fs, path, grid, kwargs)
     remote = RemoteFile.open(url, storage_options)
-    part = kwargs.get("bbox") is not None or kwargs.get("leaves") is not None
-    whole = None if part else remote.read()  # read whole anyway: one request
-    if is_openvdb(_head(remote) if whole is None else whole[:8]):  # OpenVDB files are streams: read whole
-        data = remote.read() if whole is None else whole
-        vol = _named_vdb(url, lambda: _open_openvdb(data, grid, kwargs))
-        remote.check_unchanged()
-        vol.read_stats = remote.stats
-        return vol
+    sparse, head = _head(remote)
+    if is_openvdb(head):  # the header, descriptors and the grid asked for
+        unknown = sorted(set(kwargs) - {"bbox", "leaves", "checksum"})
+        if unknown:
+            raise OpenVDBError(f"expected only bbox=, leaves= or checksum= for an OpenVDB file, got {unknown}")
+        box, leaves = kwargs.get("bbox"), kwargs.get("leaves")
+        return _named_vdb(url, lambda: open_vdb_remote(remote, grid, leaves, box, sparse))
     unknown = sorted(set(kwargs) - {"bbox", "leaves", "checksum"})
     if unknown:
         raise TypeError(f"open() got unexpected keyword arguments {unknown} for the .nvdb file {url}")
     bbox, leaves, checksum = kwargs.get("bbox"), kwargs.get("leaves"), kwargs.get("checksum", True)
-    return named(url, lambda: open_grid_remote(remote, grid, bbox, leaves, checksum, whole))
+    return named(url, lambda: open_grid_remote(remote, grid, bbox, leaves, checksum, sparse))
 
 
 def _named_vdb(url: str, read: Callable[[], Any]) -> Any:
@@ -528,12 +528,14 @@ def list_grids_read(
     from vdbflow.io.nanovdb.read import named
     from vdbflow.io.nanovdb.remote import list_grids_remote
     from vdbflow.io.openvdb import is_openvdb, list_vdb
+    from vdbflow.io.openvdb.remote import list_vdb_remote
 
     if is_url(data):
         remote = RemoteFile.open(os.fspath(data), storage_options)
-        if is_openvdb(_head(remote)):
-            return _named_vdb(remote.url, lambda: list_vdb(remote.read())), remote.stats
-        return named(remote.url, lambda: list_grids_remote(remote)), remote.stats
+        sparse, head = _head(remote)
+        if is_openvdb(head):  # heads and topologies by ranges, no leaf buffer
+            return _named_vdb(remote.url, lambda: list_vdb_remote(remote, sparse)), remote.stats
+        return named(remote.url, lambda: list_grids_remote(remote, sparse)), remote.stats
     if storage_options:
         raise StorageError(f"expected a URL with storage_options, got {type(data).__name__} {str(data)[:80]!r}")
     if isinstance(data, (str, os.PathLike)):
@@ -541,9 +543,16 @@ def list_grids_read(
     return (list_vdb(data) if is_openvdb(data) else list_nvdb(data)), None
 
 
-def _head(remote: RemoteFile) -> bytes:
-    """The first 8 bytes of a remote file (its magic number), or fewer."""
-    return remote.read_ranges([(0, min(8, remote.size))])[0][1] if remote.size else b""
+def _head(remote: RemoteFile) -> tuple[Any, bytes]:
+    """A remote file's buffer (None for an empty object) with its first 64 KiB fetched (the headers of most
+    files), and its first 8 bytes (the magic number that says .nvdb or .vdb)."""
+    from vdbflow.io import sparse as sparse_file
+
+    if remote.size == 0:
+        return None, b""
+    sparse = sparse_file.SparseFile(remote)
+    sparse.fetch([(0, min(remote.size, sparse_file.HEAD))])
+    return sparse, bytes(sparse.array[:8])
 
 
 def split_channels(vol: Volume, size: int = 3) -> dict[str, Volume]:

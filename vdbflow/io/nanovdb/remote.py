@@ -5,15 +5,15 @@ memory until written (an anonymous mapping: pages never written read as zeros an
 the same parser and decoder as for local files read them (:mod:`~vdbflow.io.nanovdb.read`,
 :mod:`~vdbflow.io.nanovdb.decode`) and the results are the same, bit for bit.  What is fetched:
 
-1. the file and grid headers, segment after segment (a first request of :data:`HEAD` bytes usually
-   holds them all);
+1. the file and grid headers, segment after segment (a first request of
+   :data:`vdbflow.io.sparse.HEAD` bytes usually holds them all);
 2. for a part of a grid (``leaves=`` / ``bbox=``): its blind data, the root and its table, the upper
    nodes that meet ``bbox`` (all of them for ``leaves=``), the lower nodes that do, then only the
    leaves selected, level by level as the decoder walks the tree
    (:func:`~vdbflow.io.nanovdb.decode.selected_leaf_rows`), each level's ranges merged into few
    requests (:func:`~vdbflow.io.location.coalesce`);
-3. for a whole grid, a compressed file (zip, blosc) or FpN leaves (whose sizes vary): the whole file,
-   in one request.
+3. for a whole grid or a compressed file (zip, blosc): the rest of the file, in one request; for FpN
+   leaves (whose sizes vary): the rest of the grid.
 
 What was read is in :class:`~vdbflow.io.location.ReadStats` (``volume.read_stats``).
 """
@@ -21,75 +21,21 @@ What was read is in :class:`~vdbflow.io.location.ReadStats` (``volume.read_stats
 from __future__ import annotations
 
 import itertools
-import mmap
 import struct
-import sys
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+import vdbflow.io.sparse as sparse_file
 from vdbflow.errors import NanoVDBError
-from vdbflow.io.location import RemoteFile, coalesce
+from vdbflow.io.location import RemoteFile
 from vdbflow.io.nanovdb import format as fmt
 from vdbflow.io.nanovdb.decode import decode_grid, selected_leaf_rows
 from vdbflow.io.nanovdb.header import grid_header, layout_of
 from vdbflow.io.nanovdb.read import list_grids, looks_like_grid, select_grid
 from vdbflow.io.nanovdb.records import GridInfo
 from vdbflow.io.selection import index_box
-
-HEAD = 1 << 16  # the first request: file header, grid metadata and (usually) the first grid's headers
-_MAP_NORESERVE = 0x4000 if sys.platform.startswith("linux") else 0  # no swap reserved for the sparse buffer
-
-
-class SparseFile:
-    """A remote file's bytes as a NumPy uint8 array of its full size, filled in range by range."""
-
-    def __init__(self, remote: RemoteFile) -> None:
-        self.remote = remote
-        size = remote.size
-        if size == 0:
-            raise NanoVDBError(f"{remote.url} is empty: expected a NanoVDB file header at byte 0")
-        try:
-            flags = mmap.MAP_PRIVATE | _MAP_NORESERVE  # type: ignore[attr-defined]
-            self._map = mmap.mmap(-1, size, flags=flags)
-        except (AttributeError, TypeError):  # pragma: no cover - platforms without MAP_PRIVATE (Windows)
-            self._map = mmap.mmap(-1, size)
-        self._array = np.frombuffer(self._map, np.uint8)
-        self.have: list[tuple[int, int]] = []
-
-    @property
-    def array(self) -> np.ndarray:
-        """A read-only view of the buffer (the parts not fetched read as zeros: only fetched parts are read)."""
-        view = self._array.view()
-        view.flags.writeable = False
-        return view
-
-    def fetch(self, ranges: Sequence[tuple[int, int]]) -> None:
-        """Fetch the ``[start, stop)`` ranges (clipped to the file) not fetched already."""
-        size = self.remote.size
-        wanted = coalesce([(max(0, a), min(size, b)) for a, b in ranges], 0)
-        missing = _subtract(wanted, self.have)
-        for start, data in self.remote.read_ranges(missing):
-            self._array[start : start + len(data)] = np.frombuffer(data, np.uint8)
-        self.have = coalesce([*self.have, *missing], 0)
-
-
-def _subtract(ranges: list[tuple[int, int]], have: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The parts of the sorted, disjoint ``ranges`` outside the sorted, disjoint ``have``."""
-    out = []
-    for a, b in ranges:
-        for c, d in have:
-            if d <= a or c >= b:
-                continue
-            if c > a:
-                out.append((a, c))
-            a = max(a, d)
-            if a >= b:
-                break
-        if a < b:
-            out.append((a, b))
-    return out
+from vdbflow.io.sparse import SparseFile
 
 
 def _u(sparse: SparseFile, pos: int, form: str) -> tuple[Any, ...] | None:
@@ -98,7 +44,7 @@ def _u(sparse: SparseFile, pos: int, form: str) -> tuple[Any, ...] | None:
     if pos < 0 or pos + n > sparse.remote.size:
         return None
     sparse.fetch([(pos, pos + n)])
-    return struct.unpack_from(form, sparse._array, pos)
+    return struct.unpack_from(form, sparse.array, pos)
 
 
 def _fetch_grid_headers(sparse: SparseFile, pos: int, end: int) -> None:
@@ -117,11 +63,11 @@ def fetch_structure(sparse: SparseFile) -> bool:
     (its grids are read from the whole file).  A malformed file stops the walk: the parser then reports
     it, naming the byte."""
     size = sparse.remote.size
-    sparse.fetch([(0, min(size, HEAD))])
+    sparse.fetch([(0, min(size, sparse_file.HEAD))])
     magic = _u(sparse, 0, "<Q")
     if magic is None:
         return True
-    if magic[0] == fmt.MAGIC_GRID or (magic[0] == fmt.MAGIC_NUMBER and looks_like_grid(sparse._array)):
+    if magic[0] == fmt.MAGIC_GRID or (magic[0] == fmt.MAGIC_NUMBER and looks_like_grid(sparse.array)):
         _fetch_grid_headers(sparse, 0, size)
         return True
     pos = 0
@@ -161,24 +107,30 @@ def _fetch_head(sparse: SparseFile, base: int) -> dict[str, Any]:
     return h
 
 
+def _not_empty(remote: RemoteFile) -> None:
+    if remote.size == 0:  # as for a local file
+        raise NanoVDBError(f"{remote.url} is empty: expected a NanoVDB file header at byte 0")
+
+
 def open_grid_remote(
     remote: RemoteFile,
     grid: int | str | None,
     bbox: Any,
     leaves: Any,
     checksum: bool | str,
-    whole: bytes | None = None,
+    sparse: SparseFile | None = None,
 ) -> Any:
     """A grid of the .nvdb file ``remote`` (:func:`~vdbflow.io.nanovdb.open_grid`'s arguments): the part
-    asked for by ranges, or the whole file in one request (``whole``: its bytes, read already);
+    asked for by ranges, or the whole file (``sparse``: its buffer, if some of it was fetched already);
     ``read_stats`` set on the result."""
     from vdbflow.io.nanovdb.read import open_grid
 
+    _not_empty(remote)
     box = index_box(bbox, NanoVDBError)
-    sparse = None if box is None and leaves is None else SparseFile(remote)
-    if sparse is None:
-        data = remote.read() if whole is None else whole
-        result = open_grid(np.frombuffer(data, np.uint8), grid, checksum=checksum)
+    sparse = SparseFile(remote) if sparse is None else sparse
+    if box is None and leaves is None:  # the whole grid: the rest of the file in one request
+        sparse.fetch([(0, remote.size)])
+        result = open_grid(sparse.array, grid, checksum=checksum)
     elif not fetch_structure(sparse):  # compressed: the rest of the file, then as a buffer
         sparse.fetch([(0, remote.size)])
         result = open_grid(sparse.array, grid, bbox=bbox, leaves=leaves, checksum=checksum)
@@ -198,10 +150,11 @@ def open_grid_remote(
     return result
 
 
-def list_grids_remote(remote: RemoteFile) -> list[GridInfo]:
+def list_grids_remote(remote: RemoteFile, sparse: SparseFile | None = None) -> list[GridInfo]:
     """:func:`~vdbflow.io.nanovdb.list_grids` of the .nvdb file ``remote``, from its headers, roots and
-    blind data (a compressed file: read whole)."""
-    sparse = SparseFile(remote)
+    blind data (a compressed file: read whole); ``sparse``: its buffer, if some was fetched already."""
+    _not_empty(remote)
+    sparse = SparseFile(remote) if sparse is None else sparse
     if fetch_structure(sparse):
         for index in itertools.count():
             try:
