@@ -68,11 +68,25 @@ def _sha256(path: Any) -> str:
     return digest.hexdigest()
 
 
+def _points_file(path: Any) -> dict[str, Any]:
+    """What identifies a points file: its SHA-256 (a local file or folder); a URL's size and ETag."""
+    from vdbflow.io.identity import FileIdentity
+    from vdbflow.io.location import is_url
+
+    if is_url(path):
+        found = FileIdentity.of(path, storage_options=getattr(path, "storage_options", None) or None)
+        return {"path": str(path), "size": found.size, "tag": found.tag}
+    return {"path": str(path), "sha256": _sha256(path)}
+
+
 def job_record(cfg: JobConfig, plan: Any, units: int) -> dict[str, Any]:
     """``job.json`` of a new partial result."""
-    inputs = {key: {"path": i.path, "size": i.size, "mtime_ns": i.mtime_ns} for key, i in plan.inputs.items()}
+    inputs = {
+        key: {"path": i.path, "size": i.size, "mtime_ns": i.mtime_ns, "tag": getattr(i, "tag", "")}
+        for key, i in plan.inputs.items()
+    }
     if isinstance(cfg.points, FilePoints):
-        inputs["points.path"] = {"path": str(cfg.points.path), "sha256": _sha256(cfg.points.path)}
+        inputs["points.path"] = _points_file(cfg.points.path)
     return {"config": config_record(cfg), "inputs": inputs, "units": units}
 
 
@@ -97,8 +111,9 @@ def check_same_job(
     now_sha = None
     for key, seen in recorded.items():
         if key == "points.path":
-            if _sha256(cfg.points.path) != seen.get("sha256"):  # type: ignore[union-attr]
-                problems.append(f"points.path: the file {seen.get('path')} changed (its SHA-256 differs)")
+            now = _points_file(cfg.points.path)  # type: ignore[union-attr]
+            if any(now.get(k) != seen.get(k) for k in ("sha256", "size", "tag")):
+                problems.append(f"points.path: the file {seen.get('path')} changed (its contents or ETag differ)")
             continue
         identity = plan.inputs.get(key)
         if identity is None:
@@ -106,9 +121,13 @@ def check_same_job(
             continue
         if hashed:  # the SHA-256 of every input file, as the result's input_sha256 records them
             now_sha = now_sha or {str(k): f.result() for k, f in checksum.items()}
-            if hashed != now_sha:
+            if hashed != now_sha:  # (a URL's: etag:TAG size:N)
                 problems.append(f"{key}: {identity.path} changed (its SHA-256 differs from the partial result's)")
-        elif (identity.size, identity.mtime_ns) != (seen.get("size"), seen.get("mtime_ns")):
+        elif (identity.size, identity.mtime_ns, getattr(identity, "tag", "")) != (
+            seen.get("size"),
+            seen.get("mtime_ns"),
+            seen.get("tag", ""),
+        ):
             problems.append(
                 f"{key}: {identity.path} changed ({seen.get('size'):,} bytes, mtime {seen.get('mtime_ns')} then; "
                 f"{identity.size:,} bytes, mtime {identity.mtime_ns} now)"
