@@ -149,9 +149,11 @@ def test_resume_without_a_partial_runs_the_whole_job(tmp_path, client, reference
     assert objects(result.output) == reference[1]
 
 
-def test_an_interrupted_notebook_run_keeps_its_partial(tmp_path, client, monkeypatch):  # noqa: F811
+@pytest.mark.parametrize("partitions", [None, 2])
+def test_an_interrupted_notebook_run_keeps_its_partial(tmp_path, client, monkeypatch, partitions):  # noqa: F811
     """Ctrl-C in a notebook (KeyboardInterrupt while the client waits) once 2 units are recorded: the run
-    keeps its partial result, and the next ``resume=True`` in the same process continues it."""
+    keeps its partial result, and the next ``resume=True`` in the same process continues it; also for a
+    volume partitioned across the workers (its edge tally kept chunk by chunk)."""
     import time
 
     gather = client.gather
@@ -166,6 +168,7 @@ def test_an_interrupted_notebook_run_keeps_its_partial(tmp_path, client, monkeyp
         return gather(*args, **kwargs)
 
     cfg = job(tmp_path, tmp_path / "r.zarr", count=40_000, chunk=5_000)  # 8 units, slow enough to stop
+    cfg["partitions"] = partitions
     with monkeypatch.context() as patch:
         patch.setattr(client, "gather", interrupted)
         with pytest.raises(KeyboardInterrupt):
@@ -175,8 +178,12 @@ def test_an_interrupted_notebook_run_keeps_its_partial(tmp_path, client, monkeyp
     assert 2 <= len(recorded) <= UNITS
     result = vdbflow.run(cfg, client, resume=True)
     assert (result.units_kept, result.units_written) == (len(recorded), UNITS - len(recorded))
-    again = vdbflow.run(job(tmp_path, tmp_path / "whole.zarr", count=40_000, chunk=5_000), client)
+    whole = job(tmp_path, tmp_path / "whole.zarr", count=40_000, chunk=5_000)
+    whole["partitions"] = partitions
+    again = vdbflow.run(whole, client)
     assert objects(result.output) == objects(again.output)
+    assert (result.edge_checked, result.edge_outside) == (again.edge_checked, again.edge_outside)
+    assert result.partitions == again.partitions == (partitions or 0)
 
 
 def test_a_netcdf_job_resumes_from_the_store_of_its_chunks(tmp_path, client, reference):  # noqa: F811
