@@ -62,6 +62,12 @@ ints = vdbflow.Volume.from_voxels(ijk, rng.integers(-1000, 1000, len(ijk)).astyp
 out["cpu/int"] = vdbflow.sample_grad_arrays(ints, np.nan_to_num(pts[:2000]), "closest", jacobian=False)[0]
 gi = vdbflow.sample_grad_arrays(ints, xp.asarray(np.nan_to_num(pts[:2000])), "closest", jacobian=False, device="cuda")
 out["gpu/int"] = gi[0].get()
+per = vdbflow.Volume.from_voxels(ijk, rng.standard_normal((len(ijk), 3)).astype(np.float32), periodic=(True, 36, False))
+for mode in MODES:  # periodic: stencils and points wrap on the device as on the host
+    for dev, p in (("cpu", pts), ("gpu", xp.asarray(pts))):
+        v, j = vdbflow.sample_grad_arrays(per, p, mode, device="cpu" if dev == "cpu" else "cuda")
+        out[f"{dev}/periodic/{mode}/v"] = v if dev == "cpu" else v.get()
+        out[f"{dev}/periodic/{mode}/j"] = j if dev == "cpu" else j.get()
 np.savez(sys.argv[1], **out)
 print(_core.CPU_TARGET)
 """

@@ -16,11 +16,7 @@ namespace vdbflow {
 // no edge).
 template <class T>
 VDB_HD bool voxel_defined(const GridView<T>& g, i64 i, i64 j, i64 k, LeafCache& cache) {
-  if (g.period.any) {
-    i = wrap_index(g.period, 0, i);
-    j = wrap_index(g.period, 1, j);
-    k = wrap_index(g.period, 2, k);
-  }
+  if (g.period.any()) wrap_voxel(g.period, i, j, k);
   if (!in_index_range(i, j, k)) return false;
   const int x = (int)i, y = (int)j, z = (int)k;
   const int slot = leaf_slot(g, x, y, z, cache);
@@ -42,7 +38,7 @@ VDB_HD bool voxel_defined(const GridView<T>& g, i64 i, i64 j, i64 k, LeafCache& 
 template <class T>
 VDB_HD bool row_defined(const GridView<T>& g, i64 x, i64 y, i64 z0, int n, LeafCache& cache) {
   const i64 end = z0 + n;
-  if (g.period.any) {  // the run may wrap: voxel by voxel
+  if (g.period.any()) {  // the run may wrap: voxel by voxel
     for (i64 z = z0; z < end; ++z)
       if (!voxel_defined(g, x, y, z, cache)) return false;
     return true;

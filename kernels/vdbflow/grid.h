@@ -105,35 +105,44 @@ VDB_HD int popcount64(u64 v) {
 #endif
 }
 
-// Periods of index space: along axis a with size[a] > 0, voxel i reads voxel lo[a] + (i - lo[a]) mod
-// size[a] (whole voxels, integer arithmetic: points any number of periods away read the same voxels).
-// size[a] == 0: the axis does not wrap.  `any`: some axis wraps (the non-periodic path tests only it).
+// Periods of index space: along axis a with size(a) > 0, voxel i reads voxel lo(a) + (i - lo(a)) mod
+// size(a) (whole voxels, integer arithmetic: points any number of periods away read the same voxels).
+// size(a) == 0: the axis does not wrap.  The numbers stay where the caller keeps them (the kernel record's
+// `period`: lo[3] then size[3]); a grid view holds one pointer, null when no axis wraps, so that views of
+// volumes without periods keep their registers (the GPU's particle kernel has none to spare).
 struct Period {
-  i64 lo[3];
-  i64 size[3];
-  int any;
+  const i64* lo_size;
+  VDB_HD bool any() const { return lo_size != nullptr; }
+  VDB_HD i64 lo(int a) const { return lo_size[a]; }
+  VDB_HD i64 size(int a) const { return lo_size != nullptr ? lo_size[3 + a] : 0; }
 };
 
 VDB_HD Period make_period(const i64* lo_size) {  // lo_size: lo[3] then size[3], or null (no period)
   Period q;
-  q.any = 0;
-  for (int a = 0; a < 3; ++a) {
-    q.lo[a] = lo_size != nullptr ? lo_size[a] : 0;
-    q.size[a] = lo_size != nullptr && lo_size[3 + a] > 0 ? lo_size[3 + a] : 0;
-    q.any |= q.size[a] > 0;
-  }
+  q.lo_size = lo_size != nullptr && (lo_size[3] > 0 || lo_size[4] > 0 || lo_size[5] > 0) ? lo_size : nullptr;
   return q;
 }
 
-// Voxel index i along axis a, wrapped into [lo, lo + size) when the axis is periodic.  One unsigned
-// comparison for indices already inside (a stencil around a wrapped base cell); a remainder otherwise.
+// Voxel index i (|i - lo| < 2^53) along axis a, wrapped into [lo, lo + size) when the axis is periodic.  One
+// unsigned comparison for indices already inside (a stencil around a wrapped base cell); otherwise the
+// quotient in double, corrected by one period either way, never a 64-bit division (a subroutine call on
+// GPUs, whose registers the particle kernel cannot spare).
 VDB_HD i64 wrap_index(const Period& q, int a, i64 i) {
-  const i64 P = q.size[a];
+  const i64 P = q.size(a);
   if (P <= 0) return i;
-  const i64 d = i - q.lo[a];
+  const i64 lo = q.lo(a), d = i - lo;
   if ((u64)d < (u64)P) return i;
-  i64 r = d % P;
-  return q.lo[a] + (r < 0 ? r + P : r);
+  i64 r = d - P * (i64)floor((double)d / (double)P);
+  r += r < 0 ? P : 0;
+  r -= r >= P ? P : 0;
+  return lo + r;
+}
+
+// A voxel (i, j, k) wrapped on every periodic axis of q.
+VDB_HD void wrap_voxel(const Period& q, i64& i, i64& j, i64& k) {
+  i = wrap_index(q, 0, i);
+  j = wrap_index(q, 1, j);
+  k = wrap_index(q, 2, k);
 }
 
 // Everything a kernel needs to read values of type T (C components per voxel).
@@ -347,11 +356,7 @@ VDB_HD void active_voxel_at(const int* origins, const u64* masks, const i64* lea
 // Pointer to the C values read at voxel (i, j, k) (wrapped on periodic axes): voxel, tile or background.
 template <class T>
 VDB_HD const T* read_voxel(const GridView<T>& g, i64 i, i64 j, i64 k, LeafCache& cache) {
-  if (g.period.any) {
-    i = wrap_index(g.period, 0, i);
-    j = wrap_index(g.period, 1, j);
-    k = wrap_index(g.period, 2, k);
-  }
+  if (g.period.any()) wrap_voxel(g.period, i, j, k);
   if (!in_index_range(i, j, k)) return g.background;
   const int x = (int)i, y = (int)j, z = (int)k;
   const int slot = leaf_slot(g, x, y, z, cache);

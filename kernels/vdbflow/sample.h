@@ -112,25 +112,30 @@ VDB_HD i64 clamp_far(double b) {
 
 // The base voxel index along axis a of b, the floor or rounding of an index coordinate (a whole number):
 // clamp_far(b) without periods; on a periodic axis b wrapped into its period in integers (exact for
-// |b| < 4e18, so a point k periods away has the same base voxel and, being u + k P, the same fraction).
-VDB_HD i64 base_index(const Period& q, int a, double b) {
-  if (!q.any) return clamp_far(b);
-  if (q.size[a] > 0 && b > -4.0e18 && b < 4.0e18) return wrap_index(q, a, (i64)b);
+// |b| < 4e15, so a point k periods away has the same base voxel and, being u + k P, the same fraction).
+VDB_HD i64 periodic_base_index(const Period& q, int a, double b) {
+  if (q.size(a) > 0 && b > -4.0e15 && b < 4.0e15) return wrap_index(q, a, (i64)b);
   return wrap_index(q, a, clamp_far(b));
+}
+VDB_HD i64 base_index(const Period& q, int a, double b) {
+  return q.any() ? periodic_base_index(q, a, b) : clamp_far(b);
 }
 
 // The voxel `closest` reads along axis a at coordinate u: u rounded half away from zero (Warp's rule), but on
 // a periodic axis half up, floor(u + 0.5), so that every image u + k P of a point rounds to the same voxel.
 VDB_HD i64 closest_index(const Period& q, int a, double u) {
-  if (!q.any) return clamp_far(round(u));
-  return base_index(q, a, q.size[a] > 0 ? floor(u + 0.5) : round(u));
+  if (!q.any()) return clamp_far(round(u));
+  return periodic_base_index(q, a, q.size(a) > 0 ? floor(u + 0.5) : round(u));
 }
 
 // Whether the cell of base voxel (bi, bj, bk) (wrapped: base_index) crosses the end of a period, where
 // its upper corner wraps to the period's first voxel.
+VDB_HD bool cell_crosses_period(const Period& q, i64 bi, i64 bj, i64 bk) {
+  return (q.size(0) > 0 && bi == q.lo(0) + q.size(0) - 1) || (q.size(1) > 0 && bj == q.lo(1) + q.size(1) - 1) ||
+         (q.size(2) > 0 && bk == q.lo(2) + q.size(2) - 1);
+}
 VDB_HD bool crosses_period(const Period& q, i64 bi, i64 bj, i64 bk) {
-  return q.any && ((q.size[0] > 0 && bi == q.lo[0] + q.size[0] - 1) || (q.size[1] > 0 && bj == q.lo[1] + q.size[1] - 1) ||
-                   (q.size[2] > 0 && bk == q.lo[2] + q.size[2] - 1));
+  return q.any() && cell_crosses_period(q, bi, bj, bk);
 }
 
 // Where a point's stencil lives: the corner value pointers and the fractional position.

@@ -27,6 +27,9 @@
 //     bytes each) instead of one 4- or 8-byte movnti per element (which the write-combining buffers
 //     turn into partial-line writes: 1.5-6 GB/s measured, against ~18 GB/s for full lines); the values
 //     themselves are the computed ones, copied.
+// Known: on x86-64-v3 the scalar coherent loop itself rounds J M^-1 differently from the scalar
+// scattered loop for float64 data with a run-time C (not 1, 3, 4) and world Jacobians; this path gives
+// the scattered loop's bytes there (tests/test_simd.py).
 // Periodic volumes (grid.h Period) take the general locate_cell_simd for every point: its base cell
 // wrapped, its in-leaf shortcut only where the cell does not cross the end of a period.
 #pragma once
@@ -97,11 +100,7 @@ VDB_INLINE inline int leaf_slot_inline(const GridView<T>& g, int x, int y, int z
 
 template <class T>
 VDB_INLINE inline const T* read_voxel_inline(const GridView<T>& g, i64 i, i64 j, i64 k, LeafCache& cache) {
-  if (g.period.any) {
-    i = wrap_index(g.period, 0, i);
-    j = wrap_index(g.period, 1, j);
-    k = wrap_index(g.period, 2, k);
-  }
+  if (g.period.any()) wrap_voxel(g.period, i, j, k);
   if (!in_index_range(i, j, k)) return g.background;
   const int x = (int)i, y = (int)j, z = (int)k;
   const int slot = leaf_slot_inline(g, x, y, z, cache);
@@ -160,7 +159,7 @@ VDB_INLINE inline void locate_cell_simd(const GridView<T>& g, const PointTransfo
       return;
     }
   }
-  if (!g.index_layout && !g.period.any && in_index_range(bi, bj, bk) && bi < INDEX_MAX && bj < INDEX_MAX &&
+  if (!g.index_layout && !g.period.any() && in_index_range(bi, bj, bk) && bi < INDEX_MAX && bj < INDEX_MAX &&
       bk < INDEX_MAX) {
     // A stencil across leaves (per-leaf layout): the slots of its 2, 4 or 8 leaves, looked up once each
     // (corners o and o | bit share a leaf along an axis the stencil does not cross), then the corners
@@ -356,7 +355,7 @@ __attribute__((noinline)) void coherent_run_simd(const GridView<T>& g, const Poi
                                                  LineStream<typename RealOf<T>::type>& oj, LeafCache& cache) {
   typedef typename RealOf<T>::type R;
   const int C = NC > 0 ? NC : g.components;
-  const bool fast = simd_lanes<T, NC>() && mode == MODE_LINEAR && !g.index_layout && !g.period.any;
+  const bool fast = simd_lanes<T, NC>() && mode == MODE_LINEAR && !g.index_layout && !g.period.any();
   int lx = 2147483647, ly = 0, lz = 0;  // the fast path's leaf (none yet: an impossible key)
   // values of the leaves (lx + (o >> 2), ly + ((o >> 1) & 1), lz + (o & 1)), null where that leaf is a
   // tile or absent; `present` has bit o set where near[o] is a leaf
