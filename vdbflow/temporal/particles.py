@@ -211,7 +211,8 @@ def advect(
     if run.F is not None:
         arrays["ftle"] = _ftle_of(run.F, float(t1) - float(t0))
     data = {var: (var_dims[var], arr, var_attrs[var]) for var, arr in arrays.items()}
-    if src.periodic is not None and isinstance(run.position, np.ndarray):  # positions stay unwrapped (continuous across faces); their images in the box too
+    # positions stay unwrapped (continuous across faces); their images in the box as well
+    if src.periodic is not None and isinstance(run.position, np.ndarray):
         wrapped = src.transform.apply(src.periodic.wrap_index_points(src.transform.apply_inverse(run.position)))
         data["position_wrapped"] = (
             var_dims["position"],
