@@ -42,7 +42,7 @@ def rates(n: int, points: int, repeat: int, periodic: bool, spread: float) -> di
         pts = np.clip(pts, 0, n - 1.001)
     out = {}
     for mode in MODES:
-        t = min(timed(lambda mode=mode: vdbflow.sample_grad_arrays(vol, pts, mode, "index"), repeat))
+        t = min(timed(lambda mode=mode: vdbflow.sample_grad_arrays(vol, pts, mode), repeat))
         out[mode] = points / t / 1e6
     return out
 
