@@ -384,7 +384,7 @@ def test_distributed_partitions_each_read_their_own_leaves(s3, packed_file, rng,
     with (
         distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as c,
         distributed.Client(c) as client,
-        vdbflow.distribute(url, client, partitions=2, halo=1) as dv,
+        vdbflow.distribute(str(url), client, partitions=2, halo=1, storage_options=s3.storage_options) as dv,
     ):
         got = dv.sample_grad(pts, "linear").compute()
     want = local.sample_grad(pts, "linear")

@@ -155,8 +155,10 @@ class Backend(Protocol):
         xform: Any,
         points_world: bool,
         near: Any | None,
+        period: Any | None = None,
     ) -> tuple[Any, Any, Any]:
-        """Points grouped by partition: ``(order (N,), bounds (P + 2,), grouped points (N, 3))``."""
+        """Points grouped by partition: ``(order (N,), bounds (P + 2,), grouped points (N, 3))``; ``period``
+        (6,): the volume's periods (a point goes where its wrapped base cell is), None for none."""
 
     def stencil_inside(self, topology: Any, points: Any, mode: int, points_world: bool) -> Any:
         """(N,) bool: points whose ``mode`` stencil reads only defined voxels of ``topology``."""

@@ -254,6 +254,7 @@ def distribute(
     cache: int = 4,
     identity: FileIdentity | None = None,
     periodic: Any = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> Any:
     """Partition a volume across a Dask cluster, for sampling in parallel.
 
@@ -297,6 +298,9 @@ def distribute(
     periodic : bool, str or sequence, optional
         Periodic axes, over those the source records (:meth:`vdbflow.Volume.with_periodic`; False: none).
         The halos of a periodic volume wrap across its faces and points route to their wrapped cell.
+    storage_options : dict, optional
+        For a URL ``source`` (``s3://...``): fsspec's options, carried to the workers that read their
+        leaves by byte ranges (docs/storage.md).  Refused for a local path.
 
     Returns
     -------
@@ -321,6 +325,10 @@ def distribute(
         return source.distribute(client, partitions, halo, spill=spill, cache=cache)  # a VolumeSeries
     if isinstance(source, Volume) and periodic is not None:
         source = source.with_periodic(periodic)
+    if storage_options is not None and isinstance(source, (str, os.PathLike)):
+        from vdbflow.io.location import as_location
+
+        source = as_location(source, storage_options)  # a Url carries its options to the workers
     client, owns = resolve_client(client)
     try:
         return DistributedVolume(

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vdbflow.errors import VdbflowError
 from vdbflow.io.atomic import (
     RENAME_EXCHANGE,
     RENAME_NOREPLACE,
@@ -37,13 +36,9 @@ from vdbflow.io.atomic import (
     writer_tag,
 )
 from vdbflow.jobs.results import not_a_result
-from vdbflow.jobs.stores import Target, filesystem, is_remote
+from vdbflow.jobs.stores import OutputError, Target, filesystem, is_remote
 
 log = logging.getLogger("vdbflow.run")
-
-
-class OutputError(VdbflowError, RuntimeError):
-    """A result could not be written or moved into place."""
 
 
 _KINDS = ("partial", "replaced", "input", "tmp", "publishing")  # publishing: object stores (jobs.output_remote)

@@ -94,8 +94,8 @@ def publish(target: str, final: str, overwrite: str, options: dict[str, Any] | N
     an earlier vdbflow result there if ``overwrite`` is ``always`` (never anything else): steps 1-4 above.
     Anything at ``final`` that may not be replaced leaves the complete result at an unpublished prefix,
     named in the :class:`~vdbflow.jobs.output.OutputError`."""
-    from vdbflow.jobs.output import OutputError
     from vdbflow.jobs.results import not_a_remote_result
+    from vdbflow.jobs.stores import OutputError
 
     fs, source = filesystem(target, options)
     _, dest = filesystem(final, options)

@@ -11,7 +11,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from vdbflow.errors import VdbflowError
+
 Target = Path | str  # a local path, or a URL (s3://bucket/prefix)
+
+
+class OutputError(VdbflowError, RuntimeError):
+    """A result could not be written or moved into place."""
 
 
 def is_remote(target: Any) -> bool:

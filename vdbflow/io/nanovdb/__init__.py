@@ -12,7 +12,8 @@ grid header), :mod:`~vdbflow.io.nanovdb.records` (:class:`GridInfo`, :class:`Bli
 (CRC rules and verification), :mod:`~vdbflow.io.nanovdb.metadata` (the ``vdbflow.metadata`` blind
 record), :mod:`~vdbflow.io.nanovdb.decode` (a grid's nodes into a Volume or Topology),
 :mod:`~vdbflow.io.nanovdb.codec` (zip and blosc payloads), :mod:`~vdbflow.io.nanovdb.read` (files
-and buffers: :func:`open_grid`, :func:`list_grids`), :mod:`~vdbflow.io.nanovdb.plan` (the nodes,
+and buffers), :mod:`~vdbflow.io.nanovdb.remote` (URLs by byte ranges), :mod:`~vdbflow.io.nanovdb.entry`
+(:func:`open_grid`, :func:`list_grids` of any of them), :mod:`~vdbflow.io.nanovdb.plan` (the nodes,
 offsets and bounding boxes of a grid to write), :mod:`~vdbflow.io.nanovdb.encode` (its nodes into bytes) and
 :mod:`~vdbflow.io.nanovdb.write` (headers and checksums by the version written, and :func:`save`).
 """
@@ -20,9 +21,9 @@ offsets and bounding boxes of a grid to write), :mod:`~vdbflow.io.nanovdb.encode
 from __future__ import annotations
 
 from vdbflow.io.nanovdb.codec import BLOSC_MAX_CHUNK, ZIP_MAX_RATIO, ZIP_SLACK
+from vdbflow.io.nanovdb.entry import list_grids, open_grid
 from vdbflow.io.nanovdb.header import MAX_BLIND_COUNT, MAX_GRID_BYTES, MAX_NAME_BYTES, MAX_VALUE_COUNT
 from vdbflow.io.nanovdb.metadata import METADATA_NAME
-from vdbflow.io.nanovdb.read import list_grids, open_grid
 from vdbflow.io.nanovdb.records import BlindData, GridInfo
 from vdbflow.io.nanovdb.write import save
 

@@ -1,6 +1,6 @@
 """Reading NanoVDB (.nvdb) files and raw grid buffers: file segments (header, metadata and names,
-payloads), memory-mapped files, multi-grid payloads, the grid asked for, and the public
-:func:`open_grid` and :func:`list_grids`."""
+payloads), memory-mapped files, multi-grid payloads, the grid asked for, and :func:`open_grid` and
+:func:`list_grids` of local files and buffers (URLs: :mod:`~vdbflow.io.nanovdb.entry`)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import numpy as np
 
 from vdbflow.core.value_types import VALUE_TYPES, ValueType
 from vdbflow.core.volume import Topology, Volume
-from vdbflow.errors import NanoVDBError, StorageError
-from vdbflow.io.location import RemoteFile, is_url, local_path
+from vdbflow.errors import NanoVDBError
+from vdbflow.io.location import local_path
 from vdbflow.io.nanovdb import format as fmt
 from vdbflow.io.nanovdb.codec import compressed_chunks, decompress
 from vdbflow.io.nanovdb.decode import decode_grid, read_blind_data
@@ -26,11 +26,6 @@ from vdbflow.io.nanovdb.records import GridInfo, GridSource
 from vdbflow.io.selection import index_box
 
 _T = TypeVar("_T")
-
-
-def _check_options(data: Any, storage_options: dict[str, Any] | None) -> None:
-    if storage_options and not is_url(data):
-        raise StorageError(f"expected a URL with storage_options, got {type(data).__name__} {str(data)[:80]!r}")
 
 
 def named(url: str, read: Callable[[], _T]) -> _T:
@@ -236,27 +231,9 @@ def open_grid(
     bbox: Any = None,
     leaves: Any = None,
     checksum: bool | str = True,
-    storage_options: dict[str, Any] | None = None,
 ) -> Volume | Topology:
-    """A grid of a .nvdb file (path) or of an in-memory buffer: a :class:`Volume` for value grids, an
-    index-layout :class:`Topology` for Index / OnIndex grids (attach values with ``with_data``).
-
-    ``grid`` is an index or a name (default the first grid).  ``bbox`` ((i0, j0, k0), (i1, j1, k1)),
-    inclusive index coordinates, or ``leaves`` (leaf indices in tree order) load only part of the
-    grid; the rest of an uncompressed file is not read.  ``checksum`` checks the grid's NanoVDB
-    checksum where it has one (the tail half, over all nodes, only when the whole grid is read) by the
-    rules of the grid's version: True (default) reads a grid whose checksum matches none of them with
-    a :class:`~vdbflow.ChecksumWarning` (as NanoVDB's reader and Warp read it: writers such as fVDB
-    leave stale checksums), ``"strict"`` raises :class:`NanoVDBError`, False does not check.
-    ``data`` may be a URL fsspec opens (``s3://...``, with ``storage_options``): the headers and nodes
-    are then read by byte ranges, and of the leaves only those asked for (docs/storage.md).
-    """
-    _check_options(data, storage_options)
-    if is_url(data):  # read by byte ranges (vdbflow.io.nanovdb.remote)
-        from vdbflow.io.nanovdb.remote import open_grid_remote
-
-        remote = RemoteFile.open(os.fspath(data), storage_options)
-        return named(remote.url, lambda: open_grid_remote(remote, grid, bbox, leaves, checksum))
+    """A grid of a local .nvdb file (memory-mapped) or of an in-memory buffer: what
+    :func:`vdbflow.io.nanovdb.open_grid` reads for anything but a URL (its arguments)."""
     box = index_box(bbox, NanoVDBError)
     g = select_grid(local_path(data) if isinstance(data, (str, os.PathLike)) else data, grid)
     _, result = decode_grid(g.buffer, g.offset, box, leaves, checksum, g.position)
@@ -270,52 +247,9 @@ def _value_type(grid_type: int) -> ValueType | None:
     return None if layout is None or layout.value_type is None else VALUE_TYPES[layout.value_type]
 
 
-def list_grids(
-    data: str | os.PathLike | bytes | np.ndarray, storage_options: dict[str, Any] | None = None
-) -> list[GridInfo]:
-    """What each grid of a .nvdb file or buffer is, from the headers alone (nodes are not decoded).
-
-    Parameters
-    ----------
-    data : str, os.PathLike, bytes or numpy.ndarray
-        A .nvdb file path (memory-mapped), a URL fsspec opens (``s3://...``: headers, roots and
-        blind data read by byte ranges), or bytes or a uint8 array holding a file or grid
-        buffers back to back.  Compressed payloads (zip, blosc) are decompressed to read their
-        headers.
-    storage_options : dict, optional
-        For a URL: fsspec's options (credentials, ``endpoint_url``, ...).
-
-    Returns
-    -------
-    list of GridInfo
-        One :class:`GridInfo` per grid, in file order: index, name, grid type, value type (the
-        :class:`~vdbflow.core.value_types.ValueType` :func:`open_grid` reads it as; None for index and
-        topology grids, whose values are external or absent), grid class, node and tile counts,
-        active voxel count (the tree's, as NanoVDB counts it: voxels of active tiles included, where
-        ``Volume.active_voxel_count`` counts leaf voxels), the index bounding box (inclusive, voxels)
-        and world bounding box (length units), the (4, 4) index-to-world matrix, voxel size, codec,
-        version, size in bytes, checksum, and the units, length units and component names the file
-        stores (None where not).
-
-    Raises
-    ------
-    NanoVDBError
-        A malformed, truncated, empty or unsupported file or buffer.
-    OSError
-        A path that cannot be read (e.g. FileNotFoundError); for a URL a
-        :class:`~vdbflow.errors.StorageError` naming it (no such object, no permission).
-
-    See Also
-    --------
-    vdbflow.open : read a grid.
-    save : write grids.
-    """
-    _check_options(data, storage_options)
-    if is_url(data):  # headers, roots and blind data by byte ranges
-        from vdbflow.io.nanovdb.remote import list_grids_remote
-
-        remote = RemoteFile.open(os.fspath(data), storage_options)
-        return named(remote.url, lambda: list_grids_remote(remote))
+def list_grids(data: str | os.PathLike | bytes | np.ndarray) -> list[GridInfo]:
+    """What each grid of a local .nvdb file or a buffer is, from the headers alone: what
+    :func:`vdbflow.io.nanovdb.list_grids` lists for anything but a URL."""
     if isinstance(data, (str, os.PathLike)):
         data = local_path(data)
     infos = []

@@ -31,6 +31,8 @@ import numpy as np
 from vdbflow.jobs.chunks import ANALYTIC_KEY, SECONDS_KEY, TALLY_KEY
 from vdbflow.jobs.stores import Target, filesystem, read_json, write_json, zarr_store
 
+POINT_INDEX = "point"  # the point-index coordinate (0 .. N-1) of a job's random, file or line points
+
 MANIFEST = ".vdbflow-manifest"
 # the job summary's figures of each chunk of points, kept per chunk in the manifest: the per-chunk task-key
 # prefix that finds them in the graph of the figure (vdbflow.jobs.chunks), and how the chunks add up
@@ -122,7 +124,6 @@ def write_unit(
 ) -> dict[str, Any]:
     """One unit written on a worker: each variable's block at ``rows`` of the first dimension (and the
     point index there, where ``index``), then its record added to the manifest; returns the record."""
-    from vdbflow.jobs.writers.zarr_store import POINT_INDEX
 
     start, stop = rows
     hashes = {}

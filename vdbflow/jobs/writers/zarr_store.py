@@ -14,7 +14,7 @@ import xarray as xr
 
 from vdbflow.jobs.stores import Target, remove, zarr_store
 from vdbflow.jobs.writers import plain_attrs, with_plain_attrs
-from vdbflow.jobs.writers.units import UnitPlan, write_unit
+from vdbflow.jobs.writers.units import POINT_INDEX, UnitPlan, write_unit
 
 FORMAT = "zarr"
 
@@ -27,7 +27,6 @@ def prepare(client: Any, spec: Any) -> None:
         logging.getLogger("vdbflow.jobs").debug("Blosc threads by worker: %s", spare_cores_for_blosc(client))
 
 
-POINT_INDEX = "point"  # the point-index coordinate (0 .. N-1) of a job's random, file or line points
 INDEX_KEY = "vdbflow-write-index"  # the tasks that write the point index
 
 
