@@ -300,3 +300,21 @@ def test_the_periodic_page_examples_run(capsys):
         "x: 32 voxels from 0, y: 32 voxels from 0, z: 32 voxels from 0",
         "True",
     ]
+
+
+@pytest.mark.parametrize("mode", ["linear", "lag6"])
+def test_reductions_of_a_periodic_box_equal_the_tiled_fields(rng, mode):
+    """The kernels' statistics pass (histograms, moments) wraps like sampling: Q-R counts and moments of
+    points near the faces equal those of the tiled copy at the same points."""
+    data, vol = periodic_field(rng, components=3)
+    ref = tiled_volume(data)
+    pts = box_points(rng, 4000, margin=0.9)
+    of, rng_qr = ["q_criterion", "r_invariant"], [(-20, 20), (-40, 40)]
+    got = vdbflow.histogram(vol, pts, of=of, bins=32, range=rng_qr, mode=mode, space="index")
+    want = vdbflow.histogram(ref, pts + PAD, of=of, bins=32, range=rng_qr, mode=mode, space="index")
+    np.testing.assert_array_equal(got["count"].values, want["count"].values)
+    assert int(got["count"].sum()) > 3000
+    m_got = vdbflow.moments(vol, pts, of=["q_criterion"], mode=mode, space="index")
+    m_want = vdbflow.moments(ref, pts + PAD, of=["q_criterion"], mode=mode, space="index")
+    for var in m_got.data_vars:
+        np.testing.assert_array_equal(m_got[var].values, m_want[var].values, err_msg=var)
