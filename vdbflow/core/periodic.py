@@ -84,6 +84,17 @@ class Periodicity:
         u -= self.images(u) * np.array(self.size, np.float64)
         return u
 
+    def wrap_world_points(self, transform: Any, x: Any) -> np.ndarray:
+        """World points ``x`` (..., 3) moved by whole periods so that their index coordinates lie in the box
+        (``transform``: the volume's :class:`~vdbflow.core.transform.Transform`); NaN stays NaN."""
+        x = np.asarray(x, np.float64)
+        flat = x.reshape(-1, 3)
+        return transform.apply(self.wrap_index_points(transform.apply_inverse(flat))).reshape(x.shape)
+
+    def wrap_world_points_of(self, x: Any, transform: Any) -> np.ndarray:
+        """:meth:`wrap_world_points` with the points first (what ``dask.array.map_blocks`` calls)."""
+        return self.wrap_world_points(transform, x)
+
     def to_json(self) -> dict[str, Any]:
         """``{"axes": "xyz", "lo": [...], "size": [...]}``: what files and attrs store."""
         return {"axes": self.axes, "lo": list(self.lo), "size": list(self.size)}

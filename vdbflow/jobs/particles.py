@@ -184,10 +184,16 @@ def particle_dataset(cfg: Any, source: Any, template: Volume, seeds: Any) -> xr.
             schema.labels(template.component_names),
             {"long_name": f"component of {name}"},
         )
+    periodic = getattr(template, "periodic", None)
+    if periodic is not None:  # positions stay unwrapped (continuous across faces); their images in the box too
+        wrapped = data["position"][1].map_blocks(periodic.wrap_world_points_of, template.transform, dtype=np.float64)
+        long_name = "particle position moved by whole periods into the box"
+        data["position_wrapped"] = (dims["position"], wrapped, {**attrs["position"], "long_name": long_name})
     return xr.Dataset(
         data,
         coords=coords,
         attrs={
+            **({"periodic": periodic.describe()} if periodic is not None else {}),
             "featureType": "trajectory",
             "method": spec.method,
             "sampling_mode": mode,

@@ -213,7 +213,7 @@ def advect(
     data = {var: (var_dims[var], arr, var_attrs[var]) for var, arr in arrays.items()}
     # positions stay unwrapped (continuous across faces); their images in the box as well
     if src.periodic is not None and isinstance(run.position, np.ndarray):
-        wrapped = src.transform.apply(src.periodic.wrap_index_points(src.transform.apply_inverse(run.position)))
+        wrapped = src.periodic.wrap_world_points(src.transform, run.position)
         data["position_wrapped"] = (
             var_dims["position"],
             wrapped.reshape(run.position.shape),
