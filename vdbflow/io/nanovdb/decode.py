@@ -221,15 +221,11 @@ def _joined(parts: list[np.ndarray], shape: tuple[int, ...] = (0,)) -> np.ndarra
     return np.concatenate(parts) if parts else np.zeros(shape, np.int64)
 
 
-def _read_upper_nodes(
-    gbuf: np.ndarray, h: dict[str, Any], layout: fmt.GridLayout, root: _Root, bbox: np.ndarray | None, tiles: _TileParts
-) -> _ChildRefs:
-    """The upper nodes the root points to that meet ``bbox``, one by one: their kept tiles go to
-    ``tiles``; returns the lower nodes they point to."""
+def _upper_index(h: dict[str, Any], layout: Any, root: Any) -> np.ndarray:
+    """The upper-node index of each root tile with a child (checked against the upper node array)."""
     t, start, count = h["tree"], h["tree"] + h["node_offsets"][2], h["node_counts"][2]
-    uppers = node_rows(gbuf, start, count, layout.upper_size, "upper node")
     linked = root.child != 0
-    index = node_index(
+    return node_index(
         np.full(int(linked.sum()), root.address),
         root.child[linked],
         root.entry_at[linked] + fmt.ROOT_TILE_OFF_CHILD,
@@ -240,6 +236,17 @@ def _read_upper_nodes(
         "root tile",
         t + fmt.TREE_OFF_UPPER_COUNT,
     )
+
+
+def _read_upper_nodes(
+    gbuf: np.ndarray, h: dict[str, Any], layout: fmt.GridLayout, root: _Root, bbox: np.ndarray | None, tiles: _TileParts
+) -> _ChildRefs:
+    """The upper nodes the root points to that meet ``bbox``, one by one: their kept tiles go to
+    ``tiles``; returns the lower nodes they point to."""
+    start, count = h["tree"] + h["node_offsets"][2], h["node_counts"][2]
+    uppers = node_rows(gbuf, start, count, layout.upper_size, "upper node")
+    linked = root.child != 0
+    index = _upper_index(h, layout, root)
     origins = root.origins[linked]
     near = overlaps(origins, fmt.UPPER_DIM, bbox)
     parents, offsets, fields, child_origins = [], [], [], []
@@ -376,17 +383,7 @@ def selected_leaf_rows(
     root = _read_root(gbuf, h, layout)
     linked = root.child != 0
     start, count = t + h["node_offsets"][2], h["node_counts"][2]
-    upper = node_index(
-        np.full(int(linked.sum()), root.address),
-        root.child[linked],
-        root.entry_at[linked] + fmt.ROOT_TILE_OFF_CHILD,
-        start,
-        count,
-        layout.upper_size,
-        "upper",
-        "root tile",
-        t + fmt.TREE_OFF_UPPER_COUNT,
-    )
+    upper = _upper_index(h, layout, root)
     near = overlaps(root.origins[linked], fmt.UPPER_DIM, bbox)
     fetch([(start + int(u) * layout.upper_size, start + (int(u) + 1) * layout.upper_size) for u in upper[near]])
     refs = _read_upper_nodes(gbuf, h, layout, root, bbox, _TileParts())
