@@ -129,9 +129,18 @@ def cache_dir() -> Path:
     return root
 
 
+def exact() -> bool:
+    """Whether ``VDBFLOW_CUDA_EXACT=1``: entries compiled with ``--fmad=false`` (no multiply-add contracted into
+    an FMA), bit for bit the CPU's baseline target (docs/gpu.md "Bits"); a key of its own in the cache."""
+    return os.environ.get("VDBFLOW_CUDA_EXACT", "0") == "1"
+
+
 def nvrtc_options(arch: str) -> tuple[str, ...]:
-    """NVRTC's options for ``arch`` (``sm_90``: machine code; ``compute_90``: PTX)."""
+    """NVRTC's options for ``arch`` (``sm_90``: machine code; ``compute_90``: PTX); ``--fmad=false`` under
+    ``VDBFLOW_CUDA_EXACT=1``."""
     options = ("-std=c++17", f"-I{kernel_dir()}", f"-arch={arch}", f"-DVDB_THREADS_PER_BLOCK={THREADS_PER_BLOCK}")
+    if exact():
+        options = (*options, "--fmad=false")
     # machine code: ptxas reports each entry's registers, stack and spills into the log (resources())
     return (*options, "--ptxas-options=-v") if arch.startswith("sm_") else options
 
@@ -153,12 +162,13 @@ def choose_arch(compute_capability: int, compiler: nvrtc.Nvrtc) -> str:
 
 @dataclass(frozen=True)
 class Resources:
-    """What ptxas reports of one entry: registers a thread, stack frame and spills in bytes."""
+    """What ptxas reports of one entry: registers a thread, stack frame, spills and static shared memory in bytes."""
 
     registers: int
     stack: int
     spill_stores: int
     spill_loads: int
+    shared: int = 0
 
 
 def resources(log: str) -> dict[str, Resources]:
@@ -176,7 +186,8 @@ def resources(log: str) -> dict[str, Resources]:
             continue
         m = re.search(r"Used (\d+) registers", line)
         if m and entry:
-            found[entry] = Resources(int(m.group(1)), *frame)
+            smem = re.search(r"(\d+) bytes smem", line)
+            found[entry] = Resources(int(m.group(1)), *frame, shared=int(smem.group(1)) if smem else 0)
             entry, frame = None, (0, 0, 0)
     return found
 
