@@ -9,6 +9,7 @@ Axis order: the first three dims are i, j, k (x, y, z); xarray variables with di
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -139,7 +140,7 @@ def _url_dataset(
     import xarray as xr
 
     from vdbflow.io.location import RemoteFile, filesystem
-    from vdbflow.io.zarr_url import refuse_code_codecs_url
+    from vdbflow.io.zarr_url import checked
 
     fs, where = filesystem(url, storage_options)
     if url.lower().endswith(".npy"):
@@ -149,8 +150,7 @@ def _url_dataset(
     zarr = url.rstrip("/").lower().endswith(".zarr") or fs.isdir(where)
     try:
         if zarr:
-            refuse_code_codecs_url(url, storage_options)
-            return xr.open_zarr(fs.get_mapper(where))
+            return xr.open_zarr(checked(fs.get_mapper(where), url))  # metadata checked as Zarr reads it
         return xr.open_dataset(fs.open(where, "rb"), engine="h5netcdf", chunks={})
     except VolumeError:
         raise
@@ -173,7 +173,14 @@ def _npy_url_source(remote: Any, units: str | None, length_units: str | None) ->
     if fortran and len(shape) > 1:
         raise VolumeError(f"expected a C-ordered .npy array at {remote.url}, got a Fortran-ordered one")
     _real(dtype, f"the array of {remote.url}")
-    offset, row = fp.tell(), int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+    if any(n < 0 for n in shape):  # numpy's header reader takes them; np.load refuses the local file
+        raise VolumeError(f"expected a .npy array of non-negative dimensions at {remote.url}, got {shape}")
+    offset, row = fp.tell(), math.prod(shape[1:]) * dtype.itemsize
+    if offset + row * (shape[0] if shape else 1) > remote.size:
+        raise VolumeError(
+            f"expected {remote.url} to hold the {offset + row * (shape[0] if shape else 1):,} bytes its header "
+            f"promises, found {remote.size:,}"
+        )
 
     def slab(a: int, b: int) -> np.ndarray:
         ((_, data),) = remote.read_ranges([(offset + a * row, offset + b * row)])

@@ -13,6 +13,7 @@ import contextlib
 import contextvars
 import os
 import re
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -23,6 +24,27 @@ from vdbflow.errors import StorageError
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 GAP = 1 << 16  # ranges closer than this are read as one request (fsspec's merge_offset_ranges uses 64 kB too)
+MAX_SIZE = 1 << 50  # bytes an object may report (1 PiB): more is a store's or a proxy's error
+# what changes when an object is rewritten, in the order trusted: S3's and HTTP's ETag, a version id, a
+# modification time (s3fs: LastModified; HTTP: Last-Modified; local and memory: mtime / created), a digest
+_VERSION_KEYS = (
+    "ETag",
+    "etag",
+    "VersionId",
+    "LastModified",
+    "Last-Modified",
+    "mtime",
+    "last_modified",
+    "updated",
+    "created",
+    "Content-MD5",
+    "Digest",
+)
+
+
+class UnversionedWarning(UserWarning):
+    """A store gives an object no version (no ETag, Last-Modified or modification time): an object replaced
+    by one of the same size while it is read cannot be told apart (docs/storage.md)."""
 
 # storage options by URL prefix, for code that reads a URL it was handed without them (a worker's task)
 _OPTIONS: contextvars.ContextVar[tuple[tuple[str, dict], ...]] = contextvars.ContextVar("vdbflow_storage", default=())
@@ -216,7 +238,15 @@ class RemoteFile:
         info = stat_url(fs, path, url)
         if info.get("type") == "directory":
             raise StorageError(f"expected a file at {url}, found a directory (a prefix)")
-        return cls(url, fs, path, int(info.get("size") or 0), version_tag(info))
+        tag = version_tag(info)
+        if not tag:
+            warnings.warn(
+                f"{url}: the store gives no ETag or Last-Modified (no version of the object): a replacement of "
+                "the same size while it is read cannot be detected (docs/storage.md)",
+                UnversionedWarning,
+                stacklevel=2,
+            )
+        return cls(url, fs, path, object_size(info, url), tag)
 
     def read(self) -> bytes:
         """The whole object."""
@@ -259,7 +289,7 @@ class RemoteFile:
     def check_unchanged(self) -> None:
         """Raise a StorageError when the object's size or tag is no longer what it was when opened."""
         info = stat_url(self.fs, self.path, self.url, refresh=True)
-        size, tag = int(info.get("size") or 0), version_tag(info)
+        size, tag = object_size(info, self.url), version_tag(info)
         if (size, tag) != (self.size, self.tag):
             raise StorageError(
                 f"expected {self.url} to stay the same object while it was read ({self.size:,} bytes, tag "
@@ -278,12 +308,30 @@ def stat_url(fs: Any, path: str, url: str, refresh: bool = False) -> dict[str, A
 
 
 def version_tag(info: Mapping[str, Any]) -> str:
-    """What changes when an object is rewritten: its ETag, else its modification time, else ''."""
-    for key in ("ETag", "etag", "VersionId", "LastModified", "mtime", "last_modified", "created"):
+    """What changes when an object is rewritten: its ETag, else its version id, else its modification
+    time (HTTP's Last-Modified too), else a digest, else ''."""
+    for key in _VERSION_KEYS:
         value = info.get(key)
         if value:
             return str(value).strip('"')
     return ""
+
+
+def object_size(info: Mapping[str, Any], url: str) -> int:
+    """The size fsspec's ``info`` reports for the object at ``url``: a StorageError naming the URL for one
+    that is not a whole number in [0, :data:`MAX_SIZE`] (a store, proxy or server that misreports it)."""
+    raw = info.get("size") or 0
+    try:
+        size = int(raw)
+        exact = size == raw or isinstance(raw, str)
+    except (TypeError, ValueError, OverflowError):
+        size, exact = -1, False
+    if not exact or not 0 <= size <= MAX_SIZE:
+        raise StorageError(
+            f"expected {url} to report a size of 0 to {MAX_SIZE:,} bytes, got {raw!r:.40}: the store (or a proxy) "
+            "misreports it"
+        )
+    return size
 
 
 def coalesce(ranges: Sequence[tuple[int, int]], gap: int = GAP) -> list[tuple[int, int]]:
@@ -301,7 +349,7 @@ def size_of(path: str | os.PathLike) -> int:
     """The size in bytes of a local file or of the object at a URL (its own storage_options, if a :class:`Url`)."""
     if is_url(path):
         fs, where = filesystem(os.fspath(path))
-        return int(stat_url(fs, where, os.fspath(path)).get("size") or 0)
+        return object_size(stat_url(fs, where, os.fspath(path)), os.fspath(path))
     return os.stat(local_path(path)).st_size
 
 

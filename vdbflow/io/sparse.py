@@ -30,10 +30,16 @@ class SparseFile:
         if size == 0:
             raise StorageError(f"expected a file with data at {remote.url}, found an empty object")
         try:
-            flags = mmap.MAP_PRIVATE | _MAP_NORESERVE  # type: ignore[attr-defined]
-            self._map = mmap.mmap(-1, size, flags=flags)
-        except (AttributeError, TypeError):  # pragma: no cover - platforms without MAP_PRIVATE (Windows)
-            self._map = mmap.mmap(-1, size)
+            try:
+                flags = mmap.MAP_PRIVATE | _MAP_NORESERVE  # type: ignore[attr-defined]
+                self._map = mmap.mmap(-1, size, flags=flags)
+            except (AttributeError, TypeError):  # pragma: no cover - platforms without MAP_PRIVATE (Windows)
+                self._map = mmap.mmap(-1, size)
+        except (OSError, OverflowError, ValueError) as err:  # a size no address space holds
+            raise StorageError(
+                f"expected {remote.url} of a size this machine can map ({size:,} bytes reported), got "
+                f"{type(err).__name__}: {err}"
+            ) from None
         self._array = np.frombuffer(self._map, np.uint8)
         self.have: list[tuple[int, int]] = []
 

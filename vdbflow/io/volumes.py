@@ -456,10 +456,14 @@ def _open_zarr_url(url: str, fs: Any, path: str, grid: int | str | None, kwargs:
     """A volume store at a URL, read whole through xarray's Zarr backend."""
     import xarray as xr
 
+    from vdbflow.io.zarr_url import checked
+
     if kwargs:
         raise VolumeError(f"{sorted(kwargs)} apply to .nvdb files; a Zarr store is read whole")
-    try:
-        ds = xr.open_zarr(fs.get_mapper(path), consolidated=None)
+    try:  # each metadata document checked for code codecs as Zarr reads it (issue 49)
+        ds = xr.open_zarr(checked(fs.get_mapper(path), url), consolidated=None)
+    except VolumeError:
+        raise
     except (FileNotFoundError, KeyError) as err:
         raise VolumeError(f"expected a Zarr store of a volume at {url}, found none ({err})") from None
     except Exception as err:  # noqa: BLE001 - the store's own error types vary (botocore, aiohttp)

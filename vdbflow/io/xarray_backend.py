@@ -214,9 +214,10 @@ def open_grid_dataset(
     NanoVDBError, OpenVDBError
         A malformed file or a grid it lacks (the reader's own errors).
     """
-    if dim_order not in DIM_ORDERS:
-        raise VolumeError(f"expected dim_order 'xyz' or 'zyx', got {dim_order!r}")
+    if not isinstance(dim_order, str) or dim_order not in DIM_ORDERS:
+        raise VolumeError(f"expected dim_order 'xyz' or 'zyx', got {type(dim_order).__name__} {dim_order!r:.80}")
     dims = DIM_ORDERS[dim_order]
+    drop = _names(drop_variables)
     sizes = leaf_chunk_sizes(leaf_chunks, dims)
     source = source_for(os.fspath(path), grid, storage_options)
     head = source.head()
@@ -248,13 +249,30 @@ def open_grid_dataset(
         dims, indexing.LazilyIndexedArray(mask), {"long_name": f"whether {name} holds data (active voxels, tiles)"}
     )
     variables[active].encoding["preferred_chunks"] = preferred
-    drop = {drop_variables} if isinstance(drop_variables, str) else set(drop_variables or ())
     ds = xr.Dataset(
         {k: v for k, v in variables.items() if k not in drop},
         coords={k: v for k, v in coords.items() if k not in drop},
         attrs=_attrs(head, name, box),
     )
     return ds
+
+
+def _names(drop_variables: Any) -> set[str]:
+    """``drop_variables`` (None, a name or an iterable of names) as a set of names (a VolumeError else)."""
+    if drop_variables is None:
+        return set()
+    if isinstance(drop_variables, str):
+        return {drop_variables}
+    if isinstance(drop_variables, (bytes, Mapping)) or not isinstance(drop_variables, Iterable):
+        raise VolumeError(
+            f"expected drop_variables as a name or an iterable of names, got {type(drop_variables).__name__} "
+            f"{drop_variables!r:.80}"
+        )
+    names = list(drop_variables)
+    wrong = [n for n in names if not isinstance(n, str)]
+    if wrong:
+        raise VolumeError(f"expected drop_variables as variable names (str), got {wrong!r:.80} among the names")
+    return set(names)
 
 
 def _check_size(extent: np.ndarray, sizes: dict[str, int], dims: tuple[str, ...]) -> None:

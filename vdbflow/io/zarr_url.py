@@ -1,10 +1,15 @@
-"""Zarr stores at URLs handed to Zarr itself (dense inputs of ``vdbflow convert``, points files): refused
-when their metadata names a ``pickle`` codec, whose decoding runs code from the store (what
-:func:`vdbflow.io.zarr_v2.refuse_code_codecs` does for local stores)."""
+"""Zarr stores at URLs handed to Zarr itself (volume stores, dense inputs of ``vdbflow convert``, points
+files): refused when their metadata names a ``pickle`` codec, whose decoding runs code from the store
+(what :func:`vdbflow.io.zarr_v2.refuse_code_codecs` does for local stores).
+
+:func:`checked_store` is the store Zarr reads: each metadata document is checked as Zarr reads it, so
+the bytes checked are the bytes Zarr decodes (no second read that a store replaced meanwhile could
+answer differently), and nothing is decoded before its metadata passed."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from vdbflow.errors import VolumeError
@@ -24,26 +29,80 @@ def pickle_codecs(meta: Any) -> list[str]:
     return []
 
 
+def is_metadata(key: str) -> bool:
+    """Whether a store key names a Zarr metadata document (``.zarray``, ``zarr.json``, ...)."""
+    return key.rsplit("/", 1)[-1] in _METADATA
+
+
+def check_metadata(data: bytes, name: str, url: str) -> None:
+    """Raise VolumeError when the metadata document ``data`` (store key ``name``) is not JSON or names a
+    pickle codec."""
+    try:
+        meta = json.loads(data)
+    except (ValueError, RecursionError) as err:
+        raise VolumeError(f"expected JSON Zarr metadata in {name} of {url}: {err}") from None
+    found = pickle_codecs(meta)
+    if found:
+        raise VolumeError(
+            f"expected Zarr codecs that only decode data in {url}, found {sorted(found)} in {name}: decoding "
+            "them would run code from the store"
+        )
+
+
 def refuse_code_codecs_url(url: str, storage_options: dict[str, Any] | None = None) -> None:
     """Raise VolumeError when a metadata file of the Zarr store at ``url`` names a pickle codec; a
     StorageError when the store cannot be listed."""
     fs, path = filesystem(url, storage_options)
     try:
-        names = [p for p in fs.find(path) if p.rsplit("/", 1)[-1] in _METADATA]
+        names = [p for p in fs.find(path) if is_metadata(p)]
     except Exception as err:  # noqa: BLE001 - the store's own error types vary (botocore, aiohttp)
         raise storage_error(url, err, "list") from None
     if len(names) > _MAX_METADATA_FILES:
         raise VolumeError(f"expected at most {_MAX_METADATA_FILES:,} Zarr metadata files in {url}, found more")
     for name in names:
         try:
-            meta = json.loads(fs.cat_file(name))
-        except ValueError as err:
-            raise VolumeError(f"expected JSON Zarr metadata in {name} of {url}: {err}") from None
+            data = fs.cat_file(name)
         except Exception as err:  # noqa: BLE001
             raise storage_error(url, err) from None
-        found = pickle_codecs(meta)
-        if found:
-            raise VolumeError(
-                f"expected Zarr codecs that only decode data in {url}, found {sorted(found)} in {name}: decoding "
-                "them would run code from the store"
-            )
+        check_metadata(data, name, url)
+
+
+class CheckedMapping(Mapping):
+    """A read-only view of an fsspec mapper whose metadata values are checked as they are read (Zarr 2)."""
+
+    def __init__(self, mapper: Any, url: str) -> None:
+        self.mapper, self.url = mapper, url
+
+    def __getitem__(self, key: str) -> bytes:
+        data = self.mapper[key]
+        if is_metadata(key):
+            check_metadata(data, key, self.url)
+        return data
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.mapper)
+
+    def __len__(self) -> int:
+        return len(self.mapper)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.mapper
+
+
+def checked_store(url: str, storage_options: dict[str, Any] | None = None) -> Any:
+    """The read-only store of the Zarr store at ``url`` to hand to Zarr (``xr.open_zarr``,
+    ``zarr.open_array``): a metadata document naming a pickle codec raises VolumeError when Zarr reads
+    it, before anything is decoded."""
+    fs, path = filesystem(url, storage_options)
+    return checked(fs.get_mapper(path), url)
+
+
+def checked(mapper: Any, url: str) -> Any:
+    """:func:`checked_store` of an fsspec mapper of the store at ``url``."""
+    import zarr
+
+    if int(zarr.__version__.split(".")[0]) < 3:
+        return CheckedMapping(mapper, url)
+    from vdbflow.io.zarr_checked import CheckedStore
+
+    return CheckedStore.of(mapper, url)

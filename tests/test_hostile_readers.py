@@ -1,0 +1,271 @@
+"""Readers under a hostile user and a faulty network (issue 49, rows 2, 5, 6, 8, 15, 16, 18, 19): a volume
+store at a URL naming a pickle codec, a file renamed over under an open Dataset, strided selections of the
+xarray backend (against NumPy's own strided slice of the dense reference), bad backend arguments, https
+objects versioned by Last-Modified (a local HTTP server with byte ranges), absurd reported sizes, remote
+.npy points with negative shapes, and ``leaf_values`` of a volume without leaves."""
+
+from __future__ import annotations
+
+import email.utils
+import http.server
+import json
+import os
+import pickle
+import threading
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import vdbflow
+from vdbflow.errors import PointsError, StorageError, VolumeError
+from vdbflow.io.location import RemoteFile, UnversionedWarning
+from vdbflow.io.xarray_backend import VdbflowBackendEntrypoint
+
+ENGINE = VdbflowBackendEntrypoint
+
+
+# -- a local HTTP server: HEAD and ranged GET of objects held in a dict, with the headers a test chooses ----------
+
+
+class Objects:
+    """What the server serves: bytes by path, and per path the headers it sends (ETag, Last-Modified)."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+        self.headers: dict[str, dict[str, str]] = {}
+        self.size_override: dict[str, str] = {}
+
+    def put(self, path: str, data: bytes, **headers: str) -> None:
+        self.data[path], self.headers[path] = data, {k.replace("_", "-"): v for k, v in headers.items()}
+
+
+def _handler(objects: Objects) -> type[http.server.BaseHTTPRequestHandler]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:  # quiet
+            pass
+
+        def _head(self, status: int, length: int, extra: dict[str, str]) -> None:
+            self.send_response(status)
+            size = objects.size_override.get(self.path, str(length))
+            self.send_header("Content-Length", size)
+            self.send_header("Accept-Ranges", "bytes")
+            for key, value in {**objects.headers.get(self.path, {}), **extra}.items():
+                self.send_header(key, value)
+            self.end_headers()
+
+        def do_HEAD(self) -> None:  # noqa: N802 - http.server's name
+            if self.path not in objects.data:
+                self.send_error(404)
+                return
+            self._head(200, len(objects.data[self.path]), {})
+
+        def do_GET(self) -> None:  # noqa: N802
+            data = objects.data.get(self.path)
+            if data is None:
+                self.send_error(404)
+                return
+            ranged = self.headers.get("Range")
+            if ranged:
+                a, _, b = ranged.removeprefix("bytes=").partition("-")
+                start, stop = int(a), min(int(b) + 1 if b else len(data), len(data))
+                part = data[start:stop]
+                self._head(206, len(part), {"Content-Range": f"bytes {start}-{stop - 1}/{len(data)}"})
+                self.wfile.write(part)
+                return
+            self._head(200, len(data), {})
+            self.wfile.write(data)
+
+    return Handler
+
+
+@pytest.fixture
+def http_objects() -> Iterator[tuple[str, Objects]]:
+    """A threaded HTTP server on 127.0.0.1 serving an :class:`Objects`; yields its base URL and the objects."""
+    objects = Objects()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(objects))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", objects
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _stamp(seconds: float) -> str:
+    return email.utils.formatdate(seconds, usegmt=True)
+
+
+def _nvdb_bytes(tmp_path: Path, values: np.ndarray, name: str) -> bytes:
+    vdbflow.Volume.from_dense(values).to_nvdb(tmp_path / name)
+    return (tmp_path / name).read_bytes()
+
+
+# -- row 6: Last-Modified is a version; no version at all is a warning -----------------------------------------
+
+
+def test_an_https_object_without_etag_is_versioned_by_last_modified(http_objects, tmp_path):
+    base, objects = http_objects
+    first = _nvdb_bytes(tmp_path, np.arange(512, dtype=np.float32).reshape(8, 8, 8), "a.nvdb")
+    second = _nvdb_bytes(tmp_path, -np.arange(512, dtype=np.float32).reshape(8, 8, 8), "b.nvdb")
+    assert len(first) == len(second) and first != second
+    objects.put("/v.nvdb", first, Last_Modified=_stamp(1_700_000_000))
+    remote = RemoteFile.open(f"{base}/v.nvdb")
+    assert remote.tag == _stamp(1_700_000_000)
+    remote.check_unchanged()  # the same object: no error
+    objects.put("/v.nvdb", second, Last_Modified=_stamp(1_700_000_060))  # replaced, same size, no ETag
+    with pytest.raises(StorageError, match=r"v\.nvdb to stay the same object .* replaced meanwhile"):
+        remote.check_unchanged()
+
+
+def test_an_object_without_any_version_is_read_with_a_warning_saying_so(http_objects, tmp_path):
+    base, objects = http_objects
+    values = np.arange(1, 513, dtype=np.float32).reshape(8, 8, 8)
+    objects.put("/plain.nvdb", _nvdb_bytes(tmp_path, values, "p.nvdb"))
+    with pytest.warns(UnversionedWarning, match=r"plain\.nvdb.*no ETag or Last-Modified"):
+        vol = vdbflow.open(f"{base}/plain.nvdb")
+    np.testing.assert_array_equal(np.sort(vol.active_values()), np.sort(values.ravel()))
+    objects.put("/tagged.nvdb", objects.data["/plain.nvdb"], ETag='"abc"')
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        vdbflow.open(f"{base}/tagged.nvdb")
+
+
+# -- row 15: absurd reported sizes ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [2**50, 2**63, 2**70, -5])
+def test_an_absurd_reported_size_is_a_storage_error_naming_the_url(http_objects, tmp_path, size):
+    base, objects = http_objects
+    objects.put("/huge.nvdb", _nvdb_bytes(tmp_path, np.ones((8, 8, 8), np.float32), "h.nvdb"), ETag='"x"')
+    objects.size_override["/huge.nvdb"] = str(size)
+    with pytest.raises(StorageError, match=r"huge\.nvdb"):
+        vdbflow.open(f"{base}/huge.nvdb")
+
+
+# -- row 16: a remote .npy of points with a negative shape -------------------------------------------------------
+
+
+def _npy_with_shape(shape_text: str) -> bytes:
+    header = "{'descr': '<f8', 'fortran_order': False, 'shape': " + shape_text + ", }"
+    header = header.ljust(118) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode() + bytes(8 * 3 * 4)
+
+
+@pytest.mark.parametrize("shape", ["(-4, 3)", "(4, -3)", "(-1,)", "(9223372036854775807, 3)"])
+def test_remote_npy_points_with_impossible_shapes_are_refused_at_planning(memory_fs, tmp_path, shape):
+    import fsspec
+
+    from vdbflow.jobs.config import FilePoints
+    from vdbflow.jobs.points import file_point_count
+
+    fsspec.filesystem("memory").pipe(f"{memory_fs}/p.npy".removeprefix("memory://"), _npy_with_shape(shape))
+    spec = FilePoints.model_validate({"kind": "file", "path": f"{memory_fs}/p.npy"})
+    with pytest.raises(PointsError, match=r"points\.path.*p\.npy"):
+        file_point_count(spec)
+    (tmp_path / "p.npy").write_bytes(_npy_with_shape(shape))  # the local file: refused too
+    with pytest.raises(PointsError, match=r"points\.path"):
+        file_point_count(FilePoints.model_validate({"kind": "file", "path": str(tmp_path / "p.npy")}))
+
+
+def test_a_remote_dense_npy_with_a_negative_shape_is_refused(memory_fs):
+    import fsspec
+
+    from vdbflow.io.dense import open_dense
+
+    fsspec.filesystem("memory").pipe(f"{memory_fs}/d.npy".removeprefix("memory://"), _npy_with_shape("(-2, 4, 4)"))
+    with pytest.raises(VolumeError, match=r"d\.npy"):
+        open_dense(f"{memory_fs}/d.npy", [])
+
+
+# -- row 19: leaf_values of a volume without leaves ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("components", [1, 3])
+def test_leaf_values_of_a_volume_with_no_leaves_is_an_empty_array(tmp_path, components):
+    empty = vdbflow.Volume.from_voxels(np.zeros((0, 3)), np.zeros((0, components), np.float32))
+    empty.to_nvdb(tmp_path / "e.nvdb")
+    for vol in (vdbflow.open(tmp_path / "e.nvdb"), vdbflow.open(tmp_path / "e.nvdb", bbox=((0, 0, 0), (9, 9, 9)))):
+        assert vol.leaf_count == 0
+        got = vol.leaf_values
+        assert got.shape == (0, 512, components) and got.dtype == np.float32
+
+
+# -- row 18: bad argument types of the backend -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, text",
+    [
+        ({"dim_order": ["x", "y", "z"]}, "dim_order 'xyz' or 'zyx', got list"),
+        ({"dim_order": {"xyz": 1}}, "dim_order"),
+        ({"drop_variables": 5}, "drop_variables .* got int"),
+        ({"drop_variables": [5]}, "drop_variables .* names"),
+        ({"drop_variables": b"value"}, "drop_variables"),
+    ],
+)
+def test_bad_dim_order_and_drop_variables_are_volume_errors(tmp_path, kwargs, text):
+    vdbflow.Volume.from_dense(np.ones((8, 8, 8), np.float32)).to_nvdb(tmp_path / "v.nvdb")
+    with pytest.raises(VolumeError, match=text):
+        xr.open_dataset(tmp_path / "v.nvdb", engine=ENGINE, **kwargs)
+
+
+# -- row 2: a volume store at a URL naming a pickle codec -----------------------------------------------------------
+
+
+class Payload:
+    """Unpickles to a call that creates the marker file: proof that a store's pickle ran."""
+
+    marker = ""
+
+    def __reduce__(self) -> tuple:
+        return (open, (self.marker, "w"))
+
+
+@pytest.mark.parametrize(
+    "array, edit",
+    [
+        ("values", {"filters": [{"id": "pickle", "protocol": 4}]}),
+        ("values", {"compressor": {"id": "pickle"}}),
+        ("channel", {"filters": [{"id": "pickle"}], "compressor": None}),
+    ],
+)
+@pytest.mark.parametrize("consolidated", [True, False])
+def test_a_volume_store_at_a_url_naming_pickle_is_refused_before_decoding(
+    memory_fs, tmp_path, array, edit, consolidated
+):
+    import fsspec
+
+    vol = vdbflow.Volume.from_dense(np.arange(1, 513, dtype=np.float32).reshape(8, 8, 8))
+    store = tmp_path / "v.zarr"
+    vol.to_zarr(store)
+    meta = json.loads((store / array / ".zarray").read_text())
+    meta.update(edit)
+    (store / array / ".zarray").write_text(json.dumps(meta))
+    whole = json.loads((store / ".zmetadata").read_text())
+    whole["metadata"][f"{array}/.zarray"] = meta
+    (store / ".zmetadata").write_text(json.dumps(whole))
+    if not consolidated:
+        (store / ".zmetadata").unlink()
+    Payload.marker = str(tmp_path / "ran")
+    chunk = next(p for p in (store / array).iterdir() if not p.name.startswith("."))
+    chunk.write_bytes(pickle.dumps(np.array([Payload()], dtype=object)))
+    fsspec.filesystem("memory").put(str(store), f"{memory_fs}/v.zarr".removeprefix("memory://"), recursive=True)
+    with pytest.raises(VolumeError, match=r"v\.zarr.*\['pickle'\].*would run code"):
+        vdbflow.open(f"{memory_fs}/v.zarr")
+    assert not os.path.exists(Payload.marker)
+
+
+def test_a_clean_volume_store_at_a_url_reads_as_the_local_one(memory_fs, tmp_path):
+    import fsspec
+
+    vol = vdbflow.Volume.from_dense(np.arange(1, 1 + 16**3, dtype=np.float32).reshape(16, 16, 16))
+    vol.to_zarr(tmp_path / "v.zarr")
+    fsspec.filesystem("memory").put(str(tmp_path / "v.zarr"), f"{memory_fs}/v.zarr"[len("memory://") :], recursive=True)
+    got, want = vdbflow.open(f"{memory_fs}/v.zarr"), vdbflow.open(tmp_path / "v.zarr")
+    np.testing.assert_array_equal(got.active_voxels(), want.active_voxels())
+    np.testing.assert_array_equal(got.active_values(), want.active_values())
