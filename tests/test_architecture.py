@@ -171,8 +171,8 @@ def test_each_output_format_is_one_writer_module():
         for function in ("prepare", "lazy_write", "add_attrs"):
             assert callable(getattr(module, function)), (name, function)
     assert writers.format_of_path(Path("a/b.NC")) == "netcdf" and writers.format_of_path(Path("b.zarr")) == "zarr"
-    assert writers.format_of_path(Path("b")) == "zarr"
-    with pytest.raises(vdbflow.WriteError, match="expected an output format among zarr, netcdf, got 'hdf4'"):
+    assert writers.format_of_path(Path("b")) == "zarr" and writers.format_of_path(Path("c.vtkhdf")) == "vtkhdf"
+    with pytest.raises(vdbflow.WriteError, match="expected an output format among zarr, netcdf, vtkhdf, got 'hdf4'"):
         writers.writer("hdf4")
 
 

@@ -11,6 +11,8 @@ are reachable as ``ds.vdbflow.<name>()`` on a sample_grad Dataset.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -423,6 +425,13 @@ class VdbflowAccessor:
         :func:`vdbflow.analysis.flow.derived`)."""
         needs = outputs.TABLE[name].velocity if name in outputs.TABLE else False
         return derived(self._jacobian(), name, self._velocity() if needs else None)
+
+    def to_vtkhdf(self, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
+        """Write this Dataset as a VTKHDF file for ParaView / VTK (:func:`vdbflow.io.vtkhdf.to_vtkhdf`: regular
+        lattices as ImageData, other points as PolyData with one vertex a point; whole or not at all)."""
+        from vdbflow.io.vtkhdf import to_vtkhdf
+
+        return to_vtkhdf(self._ds, path, overwrite=overwrite)
 
     def laplacian(self) -> xr.DataArray:
         """Laplacian of the field, from the ``<field>_hessian`` variable of a sample_hessian Dataset."""

@@ -676,6 +676,11 @@ class JobConfig(_Model):
     def _reduce_samples(self) -> JobConfig:
         if self.reduce is not None and self.advect is not None:
             raise ValueError("expected 'reduce' or 'advect', got both (statistics of trajectories are not reduced)")
+        if self.output.resolved_format == "vtkhdf" and (self.reduce is not None or self.advect is not None):
+            raise ValueError(
+                "expected output.format vtkhdf only for sampled points (VTK points with their values), got a "
+                f"'{'reduce' if self.reduce is not None else 'advect'}' job: write it as zarr or netcdf"
+            )
         return self
 
     def record_where(self, found: Mapping[tuple, str]) -> None:

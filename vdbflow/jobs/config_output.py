@@ -60,7 +60,7 @@ class OutputSpec(StrictModel):
         None, description="with a URL: fsspec's options (credentials, endpoint_url, ...)"
     )
     format: Literal[OUTPUT_FORMATS] | None = Field(  # type: ignore[valid-type]
-        None, description="default: netcdf for .nc, .nc4 and .netcdf, else zarr"
+        None, description="default: netcdf for .nc, .nc4 and .netcdf, vtkhdf for .vtkhdf, else zarr"
     )
     chunk: int | None = Field(
         None, ge=1, le=MAX_CHUNK_POINTS, description="points per stored chunk; default: the points' chunk"
@@ -86,13 +86,15 @@ class OutputSpec(StrictModel):
             )
         if self.shard is not None and self.zarr_format == 2:
             raise ValueError("expected zarr_format 3 with shard (shards are a Zarr format 3 codec), got 2")
-        if self.resolved_format == "netcdf":
+        if self.resolved_format != "zarr":  # one file: netcdf, vtkhdf
+            fmt = self.resolved_format
             if self.zarr_format is not None or self.shard is not None:
-                raise ValueError("expected zarr_format and shard only with format zarr, got format netcdf")
+                raise ValueError(f"expected zarr_format and shard only with format zarr, got format {fmt}")
             if self.url is not None:
+                what = "NetCDF" if fmt == "netcdf" else "VTKHDF"
                 raise ValueError(
-                    f"expected a local path for a NetCDF result, got the URL {self.url}: write format zarr to "
-                    "object stores (one object a chunk or shard), or a NetCDF file to a local path"
+                    f"expected a local path for a {what} result, got the URL {self.url}: write format zarr to "
+                    f"object stores (one object a chunk or shard), or a {what} file to a local path"
                 )
         return self
 

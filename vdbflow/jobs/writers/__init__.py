@@ -29,6 +29,7 @@ import numpy as np
 WRITERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "zarr": ("vdbflow.jobs.writers.zarr_store", (".zarr",)),
     "netcdf": ("vdbflow.jobs.writers.netcdf_file", (".nc", ".nc4", ".netcdf")),
+    "vtkhdf": ("vdbflow.jobs.writers.vtkhdf_file", (".vtkhdf",)),  # ParaView / VTK (vdbflow.io.vtkhdf)
 }
 
 
