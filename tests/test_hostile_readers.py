@@ -6,6 +6,7 @@ objects versioned by Last-Modified (a local HTTP server with byte ranges), absur
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import http.server
 import json
@@ -22,6 +23,7 @@ import xarray as xr
 
 import vdbflow
 from vdbflow.errors import PointsError, StorageError, VolumeError
+from vdbflow.io import box_reader
 from vdbflow.io.location import RemoteFile, UnversionedWarning
 from vdbflow.io.xarray_backend import VdbflowBackendEntrypoint
 
@@ -269,3 +271,103 @@ def test_a_clean_volume_store_at_a_url_reads_as_the_local_one(memory_fs, tmp_pat
     got, want = vdbflow.open(f"{memory_fs}/v.zarr"), vdbflow.open(tmp_path / "v.zarr")
     np.testing.assert_array_equal(got.active_voxels(), want.active_voxels())
     np.testing.assert_array_equal(got.active_values(), want.active_values())
+
+
+# -- row 5: a file renamed over under an open Dataset -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("suffix", [".nvdb", ".zarr"])
+def test_a_file_renamed_over_an_open_dataset_is_an_error_naming_it(tmp_path, suffix):
+    first = np.arange(24**3, dtype=np.float32).reshape(24, 24, 24)
+    path = tmp_path / f"v{suffix}"
+    other = tmp_path / f"other{suffix}"
+    for values, where in ((first, path), (first + 1000, other)):
+        vol = vdbflow.Volume.from_dense(values)
+        vol.to_nvdb(where) if suffix == ".nvdb" else vol.to_zarr(where)
+    box_reader.clear_caches()
+    ds = xr.open_dataset(path, engine=ENGINE, leaf_chunks=8)
+    np.testing.assert_array_equal(ds["value"][:8, :8, :8].values, first[:8, :8, :8])
+    os.replace(other, path) if suffix == ".nvdb" else (os.rename(path, tmp_path / "gone"), os.rename(other, path))
+    if suffix == ".nvdb":  # a box not read yet: the replaced file is named, never read as the opened one
+        with pytest.raises(VolumeError, match=rf"v\{suffix}.*replaced"):
+            ds["value"][16:, 16:, 16:].load()
+    else:  # a store is read whole, once: every box comes from the store the Dataset opened
+        np.testing.assert_array_equal(ds["value"][16:, 16:, 16:].values, first[16:, 16:, 16:])
+    box_reader.clear_caches()  # what this process kept is gone: the next read meets the new file
+    with pytest.raises(VolumeError, match=rf"v\{suffix}.*replaced"):
+        ds["value"][:8, :8, :8].load()
+
+
+# -- row 8: strided selections read what they select -------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _largest_dense(limit: int) -> Iterator[list[int]]:
+    """Records the voxels of every dense box made for a read; raises when one exceeds ``limit``."""
+    sizes: list[int] = []
+    real = box_reader.dense_box
+
+    def counting(vol, lo, hi):
+        n = int(np.prod(np.asarray(hi) - np.asarray(lo) + 1))
+        sizes.append(n)
+        assert n <= limit, f"a dense box of {n} voxels for a strided read"
+        return real(vol, lo, hi)
+
+    import vdbflow.io.xarray_backend as backend
+
+    saved = backend.dense_box
+    backend.dense_box = counting
+    try:
+        yield sizes
+    finally:
+        backend.dense_box = saved
+
+
+def test_a_strided_selection_of_a_large_box_reads_only_what_it_selects(tmp_path, rng):
+    ijk = np.array([[0, 0, 0], [2047, 2047, 2047], [512, 1024, 1536], [511, 3, 1024]])
+    values = np.arange(1, 5, dtype=np.float32) * 10
+    vdbflow.Volume.from_voxels(ijk, values, background=-1.0).to_nvdb(tmp_path / "big.nvdb")
+    box_reader.clear_caches()
+    ds = xr.open_dataset(tmp_path / "big.nvdb", engine=ENGINE)
+    assert ds["value"].shape == (2048, 2048, 2048)
+    with _largest_dense(64):
+        got = ds["value"][::512, ::512, ::512].values
+        mask = ds["value_active"][::512, ::512, ::512].values
+    want = np.full((4, 4, 4), -1.0, np.float32)
+    want[0, 0, 0], want[1, 2, 3] = 10, 30
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(mask, want != -1)
+
+
+def _random_key(rng: np.random.Generator, n: int) -> slice | int:
+    """An int, or a slice of any step (negative too; xarray cannot take an empty reversed one)."""
+    if rng.random() < 0.2:
+        return int(rng.integers(0, n))
+    step = int(rng.choice([1, 2, 3, 7, 9, 16, -1, -4]))
+    a, b = sorted(int(v) for v in rng.integers(-n, n + 1, 2))
+    key = slice(b, a, step) if step < 0 else slice(a, b, step)
+    return key if step > 0 or len(range(*key.indices(n))) else slice(None, None, step)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_strided_and_reversed_selections_equal_numpys_slices_of_the_dense_reference(tmp_path, seed):
+    rng = np.random.default_rng(seed)
+    shape = (40, 33, 29)
+    dense = rng.standard_normal(shape).astype(np.float32)
+    keep = rng.random(shape) < 0.4
+    keep[24:32, 0:8, 8:16] = False  # the tile's cube holds no voxel
+    ijk = np.argwhere(keep)
+    tiles = ([[24, 0, 8]], [8], [5.0])
+    vol = vdbflow.Volume.from_voxels(ijk, dense[keep], background=0.5, tiles=tiles)
+    vol.to_nvdb(tmp_path / "v.nvdb")
+    box_reader.clear_caches()
+    ds = xr.open_dataset(tmp_path / "v.nvdb", engine=ENGINE, bbox=((0, 0, 0), (39, 32, 28)))
+    want = np.full(shape, 0.5, np.float32)
+    want[24:32, 0:8, 8:16] = 5.0
+    want[keep] = dense[keep]
+    active = keep.copy()
+    active[24:32, 0:8, 8:16] = True
+    for _ in range(8):
+        key = tuple(_random_key(rng, n) for n in shape)
+        np.testing.assert_array_equal(ds["value"][key].values, want[key], err_msg=str(key))
+        np.testing.assert_array_equal(ds["value_active"][key].values, active[key], err_msg=str(key))

@@ -13,8 +13,9 @@ from __future__ import annotations
 import functools
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -24,6 +25,7 @@ from vdbflow.errors import VolumeError
 from vdbflow.io.location import filesystem, is_url, local_path, stat_url, version_tag
 from vdbflow.io.volumes import list_grids, open_volume
 
+_T = TypeVar("_T")
 BOX_CACHE = 32  # boxes each process keeps (a chunk's values and its mask read the same box)
 WHOLE_CACHE = 4  # grids read whole that each process keeps
 
@@ -116,12 +118,42 @@ class GridSource:
 
 @functools.lru_cache(maxsize=WHOLE_CACHE)
 def _whole(source: GridSource) -> Volume | Topology:
-    return open_volume(source.path, source.grid, storage_options=source.storage_options)
+    return _same_file(source, lambda: open_volume(source.path, source.grid, storage_options=source.storage_options))
 
 
 @functools.lru_cache(maxsize=BOX_CACHE)
 def _box(source: GridSource, lo: tuple[int, ...], hi: tuple[int, ...]) -> Volume | Topology:
-    return open_volume(source.path, source.grid, bbox=(lo, hi), storage_options=source.storage_options)
+    return _same_file(
+        source, lambda: open_volume(source.path, source.grid, bbox=(lo, hi), storage_options=source.storage_options)
+    )
+
+
+def _same_file(source: GridSource, read: Callable[[], _T]) -> _T:
+    """``read()``, the file or store checked to be the one the Dataset was opened on before and after it:
+    one renamed over it (or rewritten) is a VolumeError naming it, never read as a part of that Dataset."""
+    _check_identity(source)
+    result = read()
+    _check_identity(source)
+    return result
+
+
+def _check_identity(source: GridSource) -> None:
+    if not source.identity:
+        return
+    now = file_identity(source.path, source.storage_options)
+    if now != source.identity:
+        raise VolumeError(
+            f"expected {source.path} to be the file the Dataset was opened on ({_described(source.identity)}), "
+            f"found {_described(now)}: it was replaced or rewritten since; open the Dataset again"
+        )
+
+
+def _described(identity: tuple[Any, ...]) -> str:
+    if not identity:
+        return "nothing there"
+    if len(identity) == 3:
+        return f"{identity[1]:,} bytes, tag {identity[2]!r}"
+    return f"inode {identity[1]}, {identity[2]:,} bytes, mtime {identity[3]} ns"
 
 
 def clear_caches() -> None:
