@@ -4,9 +4,16 @@ A process compiles only the entries it calls (a few seconds each, where the whol
 only once per machine: each build is stored under a key of (the kernels' sources, the name expression, the
 options, the architecture, NVRTC's version) in :func:`cache_dir` (``$VDBFLOW_CUDA_CACHE``, else
 ``$XDG_CACHE_HOME/vdbflow/cuda`` or ``~/.cache/vdbflow/cuda``), shared by every process of the machine: a
-lock file makes the workers that want the same entry wait for one compile, the image and its record are
-written under temporary names and renamed into place, and an entry whose image does not match the digest in
-its record is rebuilt.  ``vdbflow build-cuda --arch sm_90`` fills the cache ahead of time (a cluster image).
+lock file makes the workers that want the same entry wait for one compile (at most
+``$VDBFLOW_CUDA_LOCK_TIMEOUT`` seconds, 600 by default), the image and its record are written under
+temporary names and renamed into place, and an entry whose image does not match the digest in its record
+is rebuilt.  ``vdbflow build-cuda --arch sm_90`` fills the cache ahead of time (a cluster image).
+
+A cached image is code this process runs, so an entry is trusted only where no other user could have
+written it (:func:`cache_problem`, :func:`entry_problem`): the folder must belong to this user or root and
+be writable by no one else (else a :class:`DeviceError`), and the image and its record must be regular
+files (not symbolic links) of this user or root that no one else may write, whose record names this very
+key; any other entry is built again, privately.
 
 Under ``VDBFLOW_CUDA_EMULATE=1`` the same sources are compiled by the host's C++ compiler into one shared
 library (:func:`emulated_library`), which :mod:`vdbflow.devices.emulation` loads in place of a CUDA module.
@@ -18,9 +25,11 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
 import threading
@@ -34,6 +43,7 @@ from vdbflow.core.kernel import OPERATIONS
 from vdbflow.devices import nvrtc
 from vdbflow.errors import DeviceError
 
+log = logging.getLogger("vdbflow.devices")
 THREADS_PER_BLOCK = 256  # every launch's block size; the kernels' launch bounds (sample.cu VDB_BOUNDS)
 # the entries of sample.cu that are not templates (operations.h rows with untyped values): compiled in every
 # program, built alone as the unit ""
@@ -123,24 +133,61 @@ def cache_dir() -> Path:
         base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
         root = Path(base) / "vdbflow" / "cuda"
     try:
-        root.mkdir(parents=True, exist_ok=True)
+        root.parent.mkdir(parents=True, exist_ok=True)
+        root.mkdir(mode=0o755, exist_ok=True)  # writable by its owner only, whatever the umask
     except OSError as err:
         raise DeviceError(f"expected a writable CUDA build cache at {root} (VDBFLOW_CUDA_CACHE), got {err}") from None
+    problem = cache_problem(root)
+    if problem is not None:
+        raise DeviceError(
+            f"expected a CUDA build cache that only its owner (this user or root) can write, found {root} {problem}: "
+            "another user could plant code there that this process would run; make it private (chmod go-w) or "
+            "set VDBFLOW_CUDA_CACHE to a folder of your own"
+        )
     return root
 
 
-def exact() -> bool:
-    """Whether ``VDBFLOW_CUDA_EXACT=1``: entries compiled with ``--fmad=false`` (no multiply-add contracted into
-    an FMA), bit for bit the CPU's baseline target (docs/gpu.md "Bits"); a key of its own in the cache."""
-    return os.environ.get("VDBFLOW_CUDA_EXACT", "0") == "1"
+def _trusted_owners() -> set[int]:
+    """The users whose cache files this process runs: itself and root (a cache baked into an image)."""
+    return {os.geteuid(), 0}
+
+
+def cache_problem(root: Path) -> str | None:
+    """Why the cache folder ``root`` may hold another user's code (None: it cannot)."""
+    try:
+        st = os.stat(root)
+    except OSError as err:
+        return f"cannot be read ({err})"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a folder"
+    if st.st_uid not in _trusted_owners():
+        return f"belongs to another user (uid {st.st_uid})"
+    if st.st_mode & 0o022:
+        return f"is writable by {'others' if st.st_mode & 0o002 else 'its group'} (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def entry_problem(path: Path) -> str | None:
+    """Why the cache file ``path`` may not be trusted (None: a regular file of this user or root that no one
+    else can write); not followed if it is a symbolic link."""
+    try:
+        st = os.lstat(path)
+    except OSError as err:
+        return f"cannot be read ({err})"
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    if st.st_uid not in _trusted_owners():
+        return f"belongs to another user (uid {st.st_uid})"
+    if st.st_mode & 0o022:
+        return f"is writable by others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
 
 
 def nvrtc_options(arch: str) -> tuple[str, ...]:
-    """NVRTC's options for ``arch`` (``sm_90``: machine code; ``compute_90``: PTX); ``--fmad=false`` under
-    ``VDBFLOW_CUDA_EXACT=1``."""
+    """NVRTC's options for ``arch`` (``sm_90``: machine code; ``compute_90``: PTX)."""
     options = ("-std=c++17", f"-I{kernel_dir()}", f"-arch={arch}", f"-DVDB_THREADS_PER_BLOCK={THREADS_PER_BLOCK}")
-    if exact():
-        options = (*options, "--fmad=false")
     # machine code: ptxas reports each entry's registers, stack and spills into the log (resources())
     return (*options, "--ptxas-options=-v") if arch.startswith("sm_") else options
 
@@ -162,13 +209,12 @@ def choose_arch(compute_capability: int, compiler: nvrtc.Nvrtc) -> str:
 
 @dataclass(frozen=True)
 class Resources:
-    """What ptxas reports of one entry: registers a thread, stack frame, spills and static shared memory in bytes."""
+    """What ptxas reports of one entry: registers a thread, stack frame and spills in bytes."""
 
     registers: int
     stack: int
     spill_stores: int
     spill_loads: int
-    shared: int = 0
 
 
 def resources(log: str) -> dict[str, Resources]:
@@ -186,8 +232,7 @@ def resources(log: str) -> dict[str, Resources]:
             continue
         m = re.search(r"Used (\d+) registers", line)
         if m and entry:
-            smem = re.search(r"(\d+) bytes smem", line)
-            found[entry] = Resources(int(m.group(1)), *frame, shared=int(smem.group(1)) if smem else 0)
+            found[entry] = Resources(int(m.group(1)), *frame)
             entry, frame = None, (0, 0, 0)
     return found
 
@@ -197,19 +242,47 @@ def unit_of(name: str) -> str:
     return "" if name in EXTERN_ENTRIES else name
 
 
+def lock_timeout() -> float:
+    """Seconds a process waits for another's compile of the same entry (``$VDBFLOW_CUDA_LOCK_TIMEOUT``)."""
+    text = os.environ.get("VDBFLOW_CUDA_LOCK_TIMEOUT", "600")
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise DeviceError(f"expected VDBFLOW_CUDA_LOCK_TIMEOUT to be a positive number of seconds, found {text!r}")
+    return seconds
+
+
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    """An exclusive lock on ``path`` (a file beside the entry), held by one process of the machine at a time;
-    a cache where the lock cannot be made (read-only, another user's) is a :class:`DeviceError`."""
+    """An exclusive lock on ``path`` (a file beside the entry, never followed if it is a link), held by one
+    process of the machine at a time, waited for at most :func:`lock_timeout` seconds; a cache where the
+    lock cannot be made (read-only, another user's) is a :class:`DeviceError`."""
+    timeout = lock_timeout()
     try:
-        handle = open(path, "a+")  # closed by the with below
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as err:
         raise DeviceError(
             f"expected a writable CUDA build cache at {path.parent} to build an entry into "
             f"(VDBFLOW_CUDA_CACHE, or fill it ahead with vdbflow build-cuda), got {err}"
         ) from None
-    with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    with os.fdopen(fd, "r+b") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise DeviceError(f"expected the CUDA build cache's lock {path} to be a regular file, found another kind")
+        deadline, pause = time.monotonic() + timeout, 0.01
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise DeviceError(
+                        f"expected to lock {path} within {timeout:g} s to build a CUDA entry, found it held by "
+                        "another process all that time (a hung compile?); VDBFLOW_CUDA_LOCK_TIMEOUT sets the wait"
+                    ) from None
+                time.sleep(pause)
+                pause = min(pause * 2, 0.5)
         try:
             yield
         finally:
@@ -227,12 +300,12 @@ _UMASK = _umask()  # read once, at import (setting it is process-wide)
 
 def _write_atomic(path: Path, data: bytes) -> None:
     """``data`` at ``path``, whole or not at all, readable as the umask allows (a cache in a cluster image is
-    read by other users; mkstemp alone would make it 0600)."""
+    read by other users; mkstemp alone would make it 0600), writable by this user only."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.chmod(tmp, 0o666 & ~_UMASK)
+        os.chmod(tmp, 0o644 & ~_UMASK)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -240,15 +313,24 @@ def _write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def _read_entry(record: Path, image: Path) -> dict | None:
-    """The record of a complete, intact entry, or None (missing, unreadable, or an image that does not
-    match its digest: a corrupt entry is rebuilt)."""
+def _read_entry(record: Path, image: Path, key_parts: dict) -> dict | None:
+    """The record of a complete, intact, trusted entry of ``key_parts``, or None: missing, unreadable, an
+    image that does not match its digest (a corrupt entry), a record of another key, or a file another user
+    could have written (:func:`entry_problem`): each is built again."""
+    for path in (record, image):
+        problem = entry_problem(path)
+        if problem is not None:
+            if os.path.lexists(path):
+                log.warning("not using the CUDA build cache's %s: it %s; building the entry again", path, problem)
+            return None
     try:
         meta = json.loads(record.read_text())
         data = image.read_bytes()
     except (OSError, ValueError):
         return None
     if not isinstance(meta, dict) or hashlib.sha256(data).hexdigest() != meta.get("image_sha256"):
+        return None
+    if meta.get("key") != json.loads(json.dumps(key_parts)):  # an entry renamed to another key's name
         return None
     return meta
 
@@ -259,11 +341,11 @@ def _cached_build(key_parts: dict, suffix: str, make: callable) -> tuple[Path, d
     root = cache_dir()
     image, record = root / f"{key}{suffix}", root / f"{key}.json"
     start = time.perf_counter()
-    meta = _read_entry(record, image)
+    meta = _read_entry(record, image, key_parts)
     if meta is not None:
         return image, meta, "cached", time.perf_counter() - start
     with _locked(root / f"{key}.lock"):
-        meta = _read_entry(record, image)  # another process may have built it while this one waited
+        meta = _read_entry(record, image, key_parts)  # another process may have built it while this one waited
         if meta is not None:
             return image, meta, "cached", time.perf_counter() - start
         data, meta = make()
