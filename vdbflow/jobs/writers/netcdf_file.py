@@ -22,7 +22,7 @@ from vdbflow.jobs.writers import plain_attrs, zarr_store
 FORMAT = "netcdf"
 
 
-class _Staging:
+class Staging:
     """The Zarr store's options: chunks stored as they are (read once, then removed), format 2, local."""
 
     compression = "none"
@@ -39,7 +39,7 @@ def staging_path(target: Path) -> Path:
 
 def prepare(client: Any, spec: Any) -> None:
     """What the Zarr store of the chunks needs on the workers."""
-    zarr_store.prepare(client, _Staging())
+    zarr_store.prepare(client, Staging())
 
 
 def _write_file(staged: Any, staging: str, target: str) -> None:
@@ -65,7 +65,7 @@ def lazy_write(ds: xr.Dataset, spec: Any, target: Path, plan: Any = None) -> Any
     import dask
 
     staging = staging_path(target)
-    staged = zarr_store.lazy_write(ds, _Staging(), staging, plan)
+    staged = zarr_store.lazy_write(ds, Staging(), staging, plan)
     name = f"vdbflow-netcdf-{dask.base.tokenize(str(target))}"
     return dask.delayed(_write_file, pure=False)(staged, str(staging), str(target), dask_key_name=name)
 

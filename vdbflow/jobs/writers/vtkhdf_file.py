@@ -47,7 +47,7 @@ def lazy_write(ds: xr.Dataset, spec: Any, target: Path, plan: Any = None) -> Any
 
     vtkhdf.point_coords(ds)
     staging = netcdf_file.staging_path(target)
-    staged = zarr_store.lazy_write(ds, netcdf_file._Staging(), staging, plan)
+    staged = zarr_store.lazy_write(ds, netcdf_file.Staging(), staging, plan)
     name = f"vdbflow-vtkhdf-{dask.base.tokenize(str(target))}"
     return dask.delayed(_write_file, pure=False)(staged, str(staging), str(target), dask_key_name=name)
 
