@@ -330,9 +330,22 @@ def test_a_strided_selection_of_a_large_box_reads_only_what_it_selects(tmp_path,
     box_reader.clear_caches()
     ds = xr.open_dataset(tmp_path / "big.nvdb", engine=ENGINE)
     assert ds["value"].shape == (2048, 2048, 2048)
-    with _largest_dense(64):
-        got = ds["value"][::512, ::512, ::512].values
-        mask = ds["value_active"][::512, ::512, ::512].values
+    boxes = []
+    real = box_reader.open_volume
+
+    def recording(path, grid=None, **kwargs):
+        boxes.append(np.asarray(kwargs.get("bbox")))
+        return real(path, grid, **kwargs)
+
+    box_reader.open_volume = recording
+    try:
+        with _largest_dense(64):
+            got = ds["value"][::512, ::512, ::512].values
+            mask = ds["value_active"][::512, ::512, ::512].values
+    finally:
+        box_reader.open_volume = real
+    # one-voxel boxes: 64 for the values, 64 again for the mask (more than the 32 boxes a process keeps)
+    assert len(boxes) == 128 and all(np.array_equal(b[0], b[1]) for b in boxes)
     want = np.full((4, 4, 4), -1.0, np.float32)
     want[0, 0, 0], want[1, 2, 3] = 10, 30
     np.testing.assert_array_equal(got, want)
@@ -349,25 +362,39 @@ def _random_key(rng: np.random.Generator, n: int) -> slice | int:
     return key if step > 0 or len(range(*key.indices(n))) else slice(None, None, step)
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_strided_and_reversed_selections_equal_numpys_slices_of_the_dense_reference(tmp_path, seed):
+@pytest.mark.parametrize(
+    "seed, kind",
+    [(0, "nvdb"), (1, "nvdb"), (2, "vec3"), (3, "zarr"), (4, "merged"), (5, "merged"), (6, "vec3"), (7, "zarr")],
+)
+def test_strided_and_reversed_selections_equal_numpys_slices_of_the_dense_reference(tmp_path, seed, kind, monkeypatch):
+    """Per-leaf (.nvdb), vec3, index-layout (a store, read whole) grids, and ("merged") boxes merged past
+    the limit and cut at every leaf: 8 random keys each against NumPy's slice of the dense reference."""
     rng = np.random.default_rng(seed)
     shape = (40, 33, 29)
-    dense = rng.standard_normal(shape).astype(np.float32)
+    C = 3 if kind == "vec3" else 1
+    dense = rng.standard_normal((*shape, C)).astype(np.float32)
     keep = rng.random(shape) < 0.4
     keep[24:32, 0:8, 8:16] = False  # the tile's cube holds no voxel
     ijk = np.argwhere(keep)
-    tiles = ([[24, 0, 8]], [8], [5.0])
-    vol = vdbflow.Volume.from_voxels(ijk, dense[keep], background=0.5, tiles=tiles)
-    vol.to_nvdb(tmp_path / "v.nvdb")
+    tiles = ([[24, 0, 8]], [8], [[5.0] * C])
+    vol = vdbflow.Volume.from_voxels(ijk, dense[keep].squeeze(-1) if C == 1 else dense[keep], 0.5, tiles=tiles)
+    path = tmp_path / ("v.zarr" if kind == "zarr" else "v.nvdb")
+    vol.to_zarr(path) if kind == "zarr" else vol.to_nvdb(path)
+    if kind == "merged":
+        monkeypatch.setattr(box_reader, "MAX_PICKED_BOXES", 3)
+        monkeypatch.setattr(box_reader, "RUN_LEAVES", 1)
     box_reader.clear_caches()
-    ds = xr.open_dataset(tmp_path / "v.nvdb", engine=ENGINE, bbox=((0, 0, 0), (39, 32, 28)))
-    want = np.full(shape, 0.5, np.float32)
+    ds = xr.open_dataset(path, engine=ENGINE, bbox=((0, 0, 0), (39, 32, 28)))
+    want = np.full((*shape, C), 0.5, np.float32)
     want[24:32, 0:8, 8:16] = 5.0
     want[keep] = dense[keep]
+    want = want[..., 0] if C == 1 else want
     active = keep.copy()
     active[24:32, 0:8, 8:16] = True
     for _ in range(8):
         key = tuple(_random_key(rng, n) for n in shape)
         np.testing.assert_array_equal(ds["value"][key].values, want[key], err_msg=str(key))
         np.testing.assert_array_equal(ds["value_active"][key].values, active[key], err_msg=str(key))
+        if C > 1:
+            c = int(rng.integers(0, C))
+            np.testing.assert_array_equal(ds["value"][(*key, c)].values, want[(*key, c)], err_msg=str(key))

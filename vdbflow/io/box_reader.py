@@ -11,6 +11,7 @@ volume store, which vdbflow reads whole, the whole grid, read once by each proce
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 from collections.abc import Callable
@@ -262,3 +263,129 @@ def dense_box(vol: Volume | Topology, lo: np.ndarray, hi: np.ndarray) -> tuple[n
     if values is not None and values.shape[-1] == 1:
         values = values[..., 0]
     return values, mask
+
+
+LEAF_BATCH = 4096  # leaves whose 512 bits are unpacked at once by picked_box
+
+
+def picked_box(vol: Volume | Topology, picks: tuple[np.ndarray, ...]) -> tuple[np.ndarray | None, np.ndarray]:
+    """The values and activity mask at the outer product of index lists: what :func:`dense_box` gives, at
+    ``picks[0] x picks[1] x picks[2]`` only (a strided selection), without the dense box they span.
+
+    Parameters
+    ----------
+    vol : Volume or Topology
+        What was read of the grid: at least the leaves and tiles that hold a picked voxel.
+    picks : tuple of 3 numpy.ndarray of int
+        The i, j and k indices picked, each sorted ascending without repeats.
+
+    Returns
+    -------
+    values : numpy.ndarray or None
+        (len(picks[0]), len(picks[1]), len(picks[2])[, C]), as :func:`dense_box`'s; None for a topology.
+    mask : numpy.ndarray
+        Bool of that shape: True at active voxels and over tiles.
+    """
+    p = [np.asarray(a, np.int64) for a in picks]
+    shape = tuple(len(a) for a in p)
+    topo = vol.topology if isinstance(vol, Volume) else vol
+    mask = np.zeros(shape, bool)
+    values = None
+    if isinstance(vol, Volume):
+        values = np.empty((*shape, vol.components), vol.dtype)
+        values[...] = vol.background_values
+    t_lo = topo.tile_origins.astype(np.int64)
+    t_hi = t_lo + topo.tile_sizes.astype(np.int64)[:, None] - 1
+    first, last = _pick_spans(p, t_lo, t_hi)
+    for t in np.flatnonzero(np.all(last > first, axis=1)):
+        cells = tuple(slice(int(first[t, d]), int(last[t, d])) for d in range(3))
+        mask[cells] = True
+        if values is not None and isinstance(vol, Volume):
+            values[cells] = vol.tile_values[t]
+    origins = topo.leaf_origins.astype(np.int64)
+    first, last = _pick_spans(p, origins, origins + tree.LEAF_DIM - 1)
+    meet = np.flatnonzero(np.all(last > first, axis=1))
+    for start in range(0, len(meet), LEAF_BATCH):
+        _fill_leaves(vol, topo, meet[start : start + LEAF_BATCH], p, values, mask)
+    if values is not None and values.shape[-1] == 1:
+        values = values[..., 0]
+    return values, mask
+
+
+def _pick_spans(p: list[np.ndarray], lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For boxes ``[lo, hi]`` (n, 3): the first and one-past-last position in each axis' picks inside them."""
+    first = np.stack([np.searchsorted(p[d], lo[:, d], "left") for d in range(3)], axis=1).reshape(-1, 3)
+    last = np.stack([np.searchsorted(p[d], hi[:, d], "right") for d in range(3)], axis=1).reshape(-1, 3)
+    return first, last
+
+
+def _fill_leaves(
+    vol: Volume | Topology,
+    topo: Topology,
+    leaves: np.ndarray,
+    p: list[np.ndarray],
+    values: np.ndarray | None,
+    mask: np.ndarray,
+) -> None:
+    """Write the active, picked voxels of ``leaves`` into ``values`` and ``mask`` (:func:`picked_box`)."""
+    origins = topo.leaf_origins[leaves].astype(np.int64)
+    local = np.arange(tree.LEAF_DIM)
+    where, hit = [], []
+    for d in range(3):  # per leaf and local coordinate: whether picked, and where among the picks
+        index = origins[:, d, None] + local
+        pos = np.searchsorted(p[d], index)
+        where.append(np.minimum(pos, len(p[d]) - 1))
+        hit.append((pos < len(p[d])) & (p[d][where[d]] == index))
+    lc = tree.LOCAL_COORDINATES
+    bits = tree.bits_from_masks(topo.masks[leaves])
+    leaf, offset = np.nonzero(bits)
+    keep = hit[0][leaf, lc[offset, 0]] & hit[1][leaf, lc[offset, 1]] & hit[2][leaf, lc[offset, 2]]
+    leaf_k, offset_k = leaf[keep], offset[keep]
+    at = tuple(where[d][leaf_k, lc[offset_k, d]] for d in range(3))
+    mask[at] = True
+    if values is None or not isinstance(vol, Volume):
+        return
+    if vol.index_layout:  # rows of the leaves' active voxels in np.nonzero's order, those kept
+        values[at] = vol.value_rows()[topo.leaf_rows(leaves, True)[keep]]
+    else:
+        values[at] = vol.leaf_values[leaves[leaf_k], offset_k]
+
+
+MAX_PICKED_BOXES = 4096  # boxes one strided selection is read in (runs of leaves picked, merged past this)
+RUN_LEAVES = 32  # leaves a side of one such box at most (a longer run of picked leaves is cut)
+
+
+def read_picked(source: GridSource, picks: list[np.ndarray]) -> tuple[np.ndarray | None, np.ndarray]:
+    """:func:`picked_box` of a grid at the sorted i, j, k index lists ``picks``, the grid read box by box:
+    one box per run of consecutive leaves holding picked voxels (so ``[::512]`` of a 2048^3 box reads 64
+    leaves, not the box; at most :data:`MAX_PICKED_BOXES` boxes, of :data:`RUN_LEAVES` leaves a side
+    unless merged).  A source read whole is read once."""
+    runs = [_runs(p) for p in picks]
+    if source.whole:
+        runs = [[(0, len(p))] for p in picks]
+    while np.prod([len(r) for r in runs], dtype=np.float64) > MAX_PICKED_BOXES:
+        a = int(np.argmax([len(r) for r in runs]))
+        runs[a] = [(runs[a][i][0], runs[a][min(i + 1, len(runs[a]) - 1)][1]) for i in range(0, len(runs[a]), 2)]
+    shape = tuple(len(p) for p in picks)
+    values: np.ndarray | None = None
+    mask = np.zeros(shape, bool)
+    for box in itertools.product(*runs):
+        part = [p[a:b] for p, (a, b) in zip(picks, box, strict=True)]
+        lo, hi = np.array([q[0] for q in part]), np.array([q[-1] for q in part])
+        got, got_mask = picked_box(source.read(lo, hi), tuple(part))
+        cells = tuple(slice(a, b) for a, b in box)
+        mask[cells] = got_mask
+        if got is not None:
+            if values is None:
+                values = np.empty(shape + got.shape[3:], got.dtype)
+            values[cells] = got
+    return values, mask
+
+
+def _runs(picked: np.ndarray) -> list[tuple[int, int]]:
+    """``[start, stop)`` positions in the sorted ``picked`` of runs whose leaves (index // 8) follow one
+    another without a gap, cut where they cross a block of :data:`RUN_LEAVES` leaves."""
+    leaf = np.floor_divide(picked, tree.LEAF_DIM)
+    cut = (np.diff(leaf) > 1) | (np.diff(np.floor_divide(leaf, RUN_LEAVES)) != 0)
+    edges = [0, *(np.flatnonzero(cut) + 1).tolist(), len(picked)]
+    return list(itertools.pairwise(edges))

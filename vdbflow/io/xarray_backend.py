@@ -26,7 +26,7 @@ from xarray.core import indexing
 from vdbflow.core import tree
 from vdbflow.core.volume import Volume
 from vdbflow.errors import VolumeError
-from vdbflow.io.box_reader import GridSource, dense_box, source_for
+from vdbflow.io.box_reader import GridSource, dense_box, read_picked, source_for
 from vdbflow.io.selection import index_box
 
 DIM_ORDERS = {"xyz": ("x", "y", "z"), "zyx": ("z", "y", "x")}
@@ -56,22 +56,44 @@ class LeafBoxArray(BackendArray):
         return indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.BASIC, self._read)
 
     def _read(self, key: tuple[Any, ...]) -> np.ndarray:
-        """The entries of a basic key (an int or a slice a dim): the box they span, read and cut."""
-        lo, hi, local = self.lo.copy(), self.lo.copy(), []
-        for n, dim in enumerate(self.dims):
-            picked = np.atleast_1d(np.arange(self.shape[n])[key[n]])
+        """The entries of a basic key (an int or a slice a dim): the box they span, read and cut; a strided
+        selection reads only the leaves of the voxels it picks (:meth:`_read_picked`), never its span dense."""
+        picks = []
+        for n in range(len(self.dims)):
+            picked = np.atleast_1d(np.asarray(range(self.shape[n])[key[n]], np.int64))
             if picked.size == 0:  # an empty selection reads nothing
                 return np.zeros(np.empty(self.shape, bool)[key].shape, self.dtype)
-            first = int(picked.min())
-            lo[AXES[dim]], hi[AXES[dim]] = self.lo[AXES[dim]] + first, self.lo[AXES[dim]] + int(picked.max())
-            local.append(_shifted(key[n], picked, first))
+            picks.append(picked)
+        if any(int(p.max()) - int(p.min()) + 1 != len(p) for p in picks):
+            return self._read_picked(key, picks)
+        lo, hi, local = self.lo.copy(), self.lo.copy(), []
+        for n, dim in enumerate(self.dims):
+            first = int(picks[n].min())
+            lo[AXES[dim]], hi[AXES[dim]] = self.lo[AXES[dim]] + first, self.lo[AXES[dim]] + int(picks[n].max())
+            local.append(_shifted(key[n], picks[n], first))
         values, mask = dense_box(self.source.read(lo, hi), lo, hi)
+        block = self._part(values, mask)
+        return np.asarray(block[tuple(local) + tuple(key[3:])])
+
+    def _part(self, values: np.ndarray | None, mask: np.ndarray) -> np.ndarray:
+        """The values or the mask (as ``part`` says) of a block in i, j, k order, in the order of ``dims``."""
         block = mask if self.part == "mask" else values
         if block is None:
             raise VolumeError(f"expected a grid of values in {self.source.path}, got a topology (no values)")
         axes = [AXES[d] for d in self.dims]
-        block = np.transpose(block, axes + ([3] if block.ndim == 4 else []))
-        return np.asarray(block[tuple(local) + tuple(key[3:])])
+        return np.transpose(block, axes + ([3] if block.ndim == 4 else []))
+
+    def _read_picked(self, key: tuple[Any, ...], picks: list[np.ndarray]) -> np.ndarray:
+        """A strided selection: the voxels at the picked indices (``picks``, per dim, in the key's order)."""
+        ordered: list[np.ndarray] = [np.empty(0, np.int64)] * 3
+        for n, dim in enumerate(self.dims):
+            ordered[AXES[dim]] = np.unique(picks[n]) + self.lo[AXES[dim]]
+        values, mask = read_picked(self.source, ordered)
+        block = self._part(values, mask)
+        for n in reversed(range(len(self.dims))):  # the key's order and ints, last dim first
+            at = np.searchsorted(np.unique(picks[n]), picks[n])
+            block = np.take(block, int(at[0]) if isinstance(key[n], (int, np.integer)) else at, axis=n)
+        return np.asarray(block[(Ellipsis, *key[3:])])
 
 
 def _shifted(k: Any, picked: np.ndarray, first: int) -> Any:
