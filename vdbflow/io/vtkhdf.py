@@ -29,7 +29,7 @@ import xarray as xr
 
 from vdbflow.errors import WriteError
 
-VERSION = (2, 2)  # of the VTKHDF format: ImageData and PolyData as VTK 9.3 and later read them
+VERSION = (2, 0)  # of the VTKHDF format: its first with PolyData (VTK 9.3, ParaView 5.12); ImageData is 1.0
 SUFFIXES = (".vtkhdf",)
 _BLOCK_BYTES = 64 << 20  # a variable is read (computed) and written in blocks of about this many bytes
 _COORDS = (("x", "y", "z"), ("i", "j", "k"))
@@ -217,10 +217,10 @@ def write(ds: xr.Dataset, target: Any, attrs: dict[str, Any] | None = None) -> N
             for name in ("Lines", "Polygons", "Strips"):
                 _cells(root, name, 0)
         point_data, field_data = root.create_group("PointData"), root.create_group("FieldData")
-        for name, var in ds.variables.items():
-            if str(name) in lay.coords or var.dtype.kind not in "biuf":
+        for key in ds.variables:
+            name, var = str(key), ds[key]
+            if name in lay.coords or var.dtype.kind not in "biuf":
                 continue
-            var = ds[name]
             if set(lay.dims) <= set(var.dims):
                 stored = _stored(var, lay.dims, lay.image)
                 comps = math.prod(stored.shape[len(lay.dims) :])
@@ -228,12 +228,12 @@ def write(ds: xr.Dataset, target: Any, attrs: dict[str, Any] | None = None) -> N
                     shape = tuple(sizes[d] for d in lay.dims[::-1]) + ((comps,) if var.ndim > len(lay.dims) else ())
                 else:
                     shape = (count, comps) if var.ndim > len(lay.dims) else (count,)
-                out = _write_array(point_data, str(name), stored, shape)
+                out = _write_array(point_data, name, stored, shape)
                 out.attrs["components"] = " ".join(_components(var, ds, lay.dims))
-            elif name in ds.coords:  # index coordinates of a box (i, j, k): the lattice says them
+            elif key in ds.coords:  # index coordinates of a box (i, j, k): the lattice says them
                 continue
             elif not set(lay.dims) & set(var.dims):
-                out = _write_array(field_data, str(name), var, tuple(var.shape) or (1,))
+                out = _write_array(field_data, name, var, tuple(var.shape) or (1,))
             else:
                 raise WriteError(
                     f"expected variable {name} over all the point dims {lay.dims} or none of them, got {var.dims}"
