@@ -46,6 +46,7 @@ class UnversionedWarning(UserWarning):
     """A store gives an object no version (no ETag, Last-Modified or modification time): an object replaced
     by one of the same size while it is read cannot be told apart (docs/storage.md)."""
 
+
 # storage options by URL prefix, for code that reads a URL it was handed without them (a worker's task)
 _OPTIONS: contextvars.ContextVar[tuple[tuple[str, dict], ...]] = contextvars.ContextVar("vdbflow_storage", default=())
 
@@ -201,7 +202,9 @@ def storage_error(url: str, err: BaseException, doing: str = "read") -> StorageE
         found = f"a missing package ({err}); for s3:// install the s3 extra: pip install 'vdbflow[s3]'"
     else:
         found = f"{type(err).__name__}: {err}"
-    return StorageError(f"expected to {doing} {url}, got {found}")
+    from vdbflow.io.redact import redact_text
+
+    return StorageError(redact_text(f"expected to {doing} {url}, got {found}"))  # no credentials of the URL
 
 
 def filesystem(url: str, storage_options: Mapping[str, Any] | None = None) -> tuple[Any, str]:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from vdbflow.jobs.console import RedactingFormatter
 from vdbflow.jobs.console import rows_table as _rows_table
 from vdbflow.jobs.console import say as _say
 from vdbflow.jobs.console import stdout as _stdout
@@ -48,7 +49,7 @@ def _logging(verbose: int) -> None:
 
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+    handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
     logging.basicConfig(level=logging.WARNING, handlers=[handler], force=True)
     logging.getLogger("vdbflow").setLevel(level)
     for name in ("distributed", "dask_jobqueue", "dask_cuda"):

@@ -5,13 +5,13 @@ take local paths or URLs fsspec opens (``s3://``, ``gs://``, ``https://``), read
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, PlainSerializer, PlainValidator, field_serializer, model_validator
 
 from vdbflow.io.location import Url, glob, is_url, local_path
+from vdbflow.io.redact import redact, redact_url
 from vdbflow.jobs.config_base import StrictModel
 
 
@@ -35,8 +35,11 @@ def _location(value: Any) -> Path | Url:
     return Url(text)
 
 
-# a local path (pathlib.Path) or a URL (Url: a str); as JSON, the text given
-InputPath = Annotated[Any, PlainValidator(_location), PlainSerializer(str, when_used="json")]
+# a local path (pathlib.Path) or a URL (Url: a str); as JSON (the stored config), the text given with any
+# credentials in it (user:password@, presigned signatures) redacted
+InputPath = Annotated[Any, PlainValidator(_location), PlainSerializer(lambda v: redact_url(str(v)), when_used="json")]
+
+__all__ = ["InputPath", "InputSection", "redact", "series_files"]
 
 
 def _with_options(value: Any, options: dict[str, Any] | None) -> Any:
@@ -45,19 +48,6 @@ def _with_options(value: Any, options: dict[str, Any] | None) -> Any:
     if isinstance(value, list):
         return [_with_options(v, options) for v in value]
     return value
-
-
-_SECRET = re.compile(r"key|secret|token|password|credential|signature|sas|auth", re.IGNORECASE)
-
-
-def redact(options: Any) -> Any:
-    """``storage_options`` with the values of credential-like keys (key, secret, token, password, ...)
-    replaced by "<redacted>", nested dicts too: what a result may record of them."""
-    if isinstance(options, dict):
-        return {k: "<redacted>" if _SECRET.search(str(k)) else redact(v) for k, v in options.items()}
-    if isinstance(options, list):
-        return [redact(v) for v in options]
-    return options
 
 
 def _holds_url(value: Any) -> bool:

@@ -12,7 +12,7 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field, field_serializer, model_validator
 
 from vdbflow.jobs.config_base import StrictModel
 from vdbflow.jobs.writers import WRITERS, format_of_path
@@ -77,6 +77,20 @@ class OutputSpec(StrictModel):
     shard: int | None = Field(
         None, ge=1, description="Zarr 3: points per shard (one object), a multiple of the chunk; default none"
     )
+
+    @field_serializer("path", when_used="json")
+    def _path_text(self, path: Path | str) -> str:
+        """As stored with results: the path, or the URL with any credentials in it redacted."""
+        from vdbflow.io.redact import redact_url
+
+        return redact_url(path) if isinstance(path, str) else str(path)
+
+    @field_serializer("storage_options", when_used="json")
+    def _options_text(self, options: dict[str, Any] | None) -> dict[str, Any] | None:
+        """As stored with results: credentials replaced by "<redacted>"."""
+        from vdbflow.io.redact import redact
+
+        return None if options is None else redact(options)
 
     @model_validator(mode="after")
     def _consistent(self) -> OutputSpec:

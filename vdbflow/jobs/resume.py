@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from vdbflow.io.redact import redact_url
 from vdbflow.jobs.config import ConfigError, FilePoints, JobConfig
 from vdbflow.jobs.output import leftovers_at
 from vdbflow.jobs.stores import Target
@@ -75,14 +76,14 @@ def _points_file(path: Any) -> dict[str, Any]:
 
     if is_url(path):
         found = FileIdentity.of(path, storage_options=getattr(path, "storage_options", None) or None)
-        return {"path": str(path), "size": found.size, "tag": found.tag}
+        return {"path": redact_url(str(path)), "size": found.size, "tag": found.tag}
     return {"path": str(path), "sha256": _sha256(path)}
 
 
 def job_record(cfg: JobConfig, plan: Any, units: int) -> dict[str, Any]:
     """``job.json`` of a new partial result."""
     inputs = {
-        key: {"path": i.path, "size": i.size, "mtime_ns": i.mtime_ns, "tag": getattr(i, "tag", "")}
+        key: {"path": redact_url(str(i.path)), "size": i.size, "mtime_ns": i.mtime_ns, "tag": getattr(i, "tag", "")}
         for key, i in plan.inputs.items()
     }
     if isinstance(cfg.points, FilePoints):
