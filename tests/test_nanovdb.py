@@ -376,7 +376,7 @@ def test_checksum_is_written_and_verified(good_file, tmp_path):
         vdbflow.open(path, checksum=False)  # not checked: no warning
         vdbflow.open(write(tmp_path, data, "ok.nvdb"))  # a good checksum: no warning
     assert issubclass(vdbflow.ChecksumWarning, UserWarning) and "ChecksumWarning" in vdbflow.__all__
-    with pytest.raises(vdbflow.NanoVDBError, match="expected checksum True, False or 'strict', got 'warn'"):
+    with pytest.raises(vdbflow.NanoVDBError, match="expected checksum True, False, 'strict' or 'head', got 'warn'"):
         vdbflow.open(path, checksum="warn")
 
 

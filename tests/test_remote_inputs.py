@@ -362,8 +362,8 @@ def test_series_paths_glob_an_object_store(s3, packed_file):
 
 
 def test_distributed_partitions_each_read_their_own_leaves(s3, packed_file, rng, monkeypatch):
-    """vdbflow.distribute of a URL: each partition's task reads its own leaves by ranges (plus the tree),
-    the client the whole grid once; sampling equals the local volume's, bit for bit."""
+    """vdbflow.distribute of a URL: each partition's task reads its own and its halo leaves by ranges (plus
+    the tree), the client the whole grid once; sampling equals the local volume's, bit for bit."""
     import distributed
 
     from vdbflow.io.nanovdb import remote
@@ -387,13 +387,16 @@ def test_distributed_partitions_each_read_their_own_leaves(s3, packed_file, rng,
         vdbflow.distribute(str(url), client, partitions=2, halo=1, storage_options=s3.storage_options) as dv,
     ):
         got = dv.sample_grad(pts, "linear").compute()
+        plan = dv.plan
     want = local.sample_grad(pts, "linear")
     np.testing.assert_array_equal(got["velocity"].values, want["velocity"].values)
     np.testing.assert_array_equal(got["velocity_jacobian"].values, want["velocity_jacobian"].values)
     size = os.path.getsize(packed_file)
     parts = [r for r in reads if r[0] is not None]
     assert [r for r in reads if r[0] is None] == [(None, size)]  # the client: the whole grid, once
-    assert len(parts) == 2 and sorted(np.concatenate([p for p, _ in parts])) == list(range(local.leaf_count))
+    wanted = sorted(np.union1d(o, h).tolist() for o, h in zip(plan.owned, plan.halo, strict=True))
+    assert len(parts) == 2 and sorted(p.tolist() for p, _ in parts) == wanted  # own and halo leaves, each once
+    assert np.union1d(*[p for p, _ in parts]).tolist() == list(range(local.leaf_count))
     leaf = LEAF * 12 + 128  # a vec3f leaf node: 512 values and a head of at most 128 bytes
     tree = size - local.leaf_count * (LEAF * 12 + 96)  # headers, root, upper and lower nodes (and blind data)
     for own, nbytes in parts:  # its own leaves (their ranges merged across gaps of at most 64 KiB), the tree

@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from vdbflow.core.value_types import VALUE_TYPES, ValueType
     from vdbflow.core.volume import Topology, Volume
     from vdbflow.distribution.volume import DistributedVolume, distribute
-    from vdbflow.errors import ChecksumWarning, ClusterError, TimeError
+    from vdbflow.errors import ChecksumWarning, ClusterError, DistributionError, TimeError
     from vdbflow.io.nanovdb import BlindData, GridInfo, save
     from vdbflow.io.volumes import list_grids, open_zarr, split_channels
     from vdbflow.io.volumes import open_volume as open  # noqa: A004 - vdbflow.open(path) reads like xarray.open_dataset
@@ -56,6 +56,7 @@ _LAZY = {
     "ClusterError": ("errors", "ClusterError"),
     "ConfigError": ("jobs.config", "ConfigError"),
     "DistributedVolume": ("distribution.volume", "DistributedVolume"),
+    "DistributionError": ("errors", "DistributionError"),
     "GridInfo": ("io.nanovdb", "GridInfo"),
     "InputError": ("jobs.inputs", "InputError"),
     "JobError": ("jobs.runner", "JobError"),

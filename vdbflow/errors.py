@@ -52,6 +52,11 @@ class ClusterError(VdbflowError, RuntimeError):
     """A Dask cluster did not start, or its workers did not arrive in time."""
 
 
+class DistributionError(ClusterError):
+    """A volume cannot be distributed as asked: partitions that do not fit the workers' memory (the
+    numbers needed and available are named), or partition tasks left with no worker that can run them."""
+
+
 class ChecksumWarning(UserWarning):
     """A NanoVDB grid's stored checksum matches none of the rules of its version (a writer left it stale);
     the grid was read after its structural checks.  ``open(..., checksum="strict")`` raises instead."""

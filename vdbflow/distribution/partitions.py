@@ -17,8 +17,9 @@ from dask.sizeof import sizeof
 
 from vdbflow.core import tree
 from vdbflow.core.volume import Topology, Volume
+from vdbflow.distribution.fit import check_fit
 from vdbflow.distribution.plan import PartitionPlan, leaf_stencil, near_blocks, plan_partitions
-from vdbflow.errors import ClusterError, VolumeError
+from vdbflow.errors import ClusterError, DistributionError, VolumeError
 from vdbflow.io.atomic import create_exclusive
 from vdbflow.io.identity import FileIdentity
 
@@ -53,10 +54,20 @@ class DistributedFile(FileIdentity):
     seen = "it was distributed"
 
 
+def _local_nvdb(source: str | os.PathLike) -> bool:
+    """Whether ``source`` is a local file that is not an OpenVDB file (a .nvdb file)."""
+    from vdbflow.io.location import is_url
+    from vdbflow.io.openvdb import is_openvdb
+
+    return not is_url(source) and os.path.isfile(source) and not is_openvdb(os.fspath(source))
+
+
 def read_leaves(path: str, grid: Any, identity: FileIdentity | None, periodic: Any, leaves: np.ndarray) -> Volume:
-    """The given leaves of an .nvdb or .vdb grid, read by the worker itself (an .nvdb file memory-mapped,
-    then copied; a .vdb file's topology and those leaves' buffers), from the file ``identity`` says it
-    is (checked before and after), with the whole grid's periods ``periodic`` (a Periodicity, or False)."""
+    """The given leaves of an .nvdb or .vdb grid, read by the worker itself (an .nvdb file: the tree, then
+    those leaves' values copied span by span from a mapping whose pages are given back as it goes, so the
+    worker ends up holding those leaves and nothing of the file; a .vdb file's topology and those leaves'
+    buffers), from the file ``identity`` says it is (checked before and after), with the whole grid's
+    periods ``periodic`` (a Periodicity, or False)."""
     from vdbflow.io.volumes import open_volume
 
     def read() -> Volume:
@@ -172,6 +183,68 @@ def merge(owned: Volume, *halo_pieces: Volume) -> Volume:
     )
 
 
+def exchange_halos(
+    client: Any, plan: PartitionPlan, leaf_count: int, owned: list, token: str, place: Any
+) -> tuple[list, list]:
+    """Partitions from futures of their own leaves: each owner extracts the leaves a neighbour needs, which
+    travel worker to worker and are merged there.  Returns the partitions and their lineage."""
+    from vdbflow.distribution.placement import PARTITION_PREFIX
+
+    owner = np.empty(leaf_count, np.int64)
+    local = np.empty(leaf_count, np.int64)
+    for p, leaves in enumerate(plan.owned):
+        owner[leaves] = p
+        local[leaves] = np.arange(len(leaves))
+    parts, lineage = [], list(owned)
+    for p in range(plan.partitions):
+        pieces = []
+        for q in np.unique(owner[plan.halo[p]]):
+            from_q = plan.halo[p][owner[plan.halo[p]] == q]
+            pieces.append(client.submit(extract, owned[int(q)], local[from_q], pure=False, **place(int(q))))
+        # stays with its own leaves; tasks that read it run there (placement.py)
+        parts.append(client.submit(merge, owned[p], *pieces, key=f"{PARTITION_PREFIX}{token}-{p}", **place(p)))
+        lineage.extend(pieces)
+    return parts, lineage
+
+
+def wait_for_partitions(client: Any, parts: list, poll: float = 2.0) -> None:
+    """Wait until every partition is built; the first partition's own error (an unreadable file, a worker
+    killed while reading: ``KilledWorker``) is raised here, and tasks the scheduler can no longer place
+    (``no-worker`` while workers are up) are a :class:`DistributionError` rather than a wait forever."""
+    _, _, distributed = import_dask()
+    pending = list(parts)
+    while pending:
+        try:
+            done, not_done = distributed.wait(pending, timeout=poll)
+        except TimeoutError:
+            done, not_done = [f for f in pending if f.done()], [f for f in pending if not f.done()]
+        for f in done:
+            if f.status == "error":
+                f.result()  # raises the partition's own error here, not at sampling
+        pending = list(not_done)
+        if pending:
+            stuck = client.run_on_scheduler(_unrunnable, [f.key for f in pending])
+            if stuck:
+                raise DistributionError(
+                    f"expected the partitions to be built, but {len(stuck)} of their tasks cannot run on any "
+                    f"worker now up (the workers they needed left): {stuck[:3]}; distribute the volume again"
+                )
+
+
+def _unrunnable(keys: list, dask_scheduler: Any = None) -> list[str]:
+    """The keys (and their dependencies) in the scheduler's ``no-worker`` state while it has workers."""
+    s = dask_scheduler
+    if not s.workers:
+        return []  # no worker at all (yet): Dask waits for one, as it should
+    out = []
+    for key in keys:
+        ts = s.tasks.get(key)
+        for t in (ts, *(ts.dependencies if ts is not None else ())):
+            if t is not None and t.state == "no-worker":
+                out.append(f"{t.key} (restricted to {sorted(t.worker_restrictions or ())})")
+    return out
+
+
 def resolve_client(client: Any = None) -> tuple[Any, bool]:
     """``client``; else the current client (``distributed.get_client``); else the client of a new
     embedded ``LocalCluster`` of processes sized to the machine.  Returns it and whether it is new
@@ -277,8 +350,12 @@ def build_partitions(
 
         if identity is None:
             identity = DistributedFile.of(source)
-        # .nvdb: values stay in the mapped file, only the topology is read; .vdb: the grid is read
-        whole = identity.opened(lambda: open_volume(source, grid, periodic=periodic), "when it was distributed")
+        # .nvdb: only the tree is read (the values stay unread in the mapping, the checksum's head half is
+        # checked); .vdb: the grid is read
+        options = {"checksum": "head"} if _local_nvdb(source) else {}
+        whole = identity.opened(
+            lambda: open_volume(source, grid, periodic=periodic, **options), "when it was distributed"
+        )
         if not isinstance(whole, Volume):
             raise VolumeError("expected a value grid to distribute; attach values to index grids with with_data")
         # the workers' leaves take the whole grid's periods (their own box would give others)
@@ -300,15 +377,37 @@ def build_partitions(
                 + f" for halo {halo} (leaf stencil {leaf_stencil(halo)}), got one of {leaves:,} leaves in {P} "
                 f"partitions with leaf stencil {plan.stencil}"
             )
-    # 1. each partition's own leaves: sent from the client, or read by a worker from the file
+    # refused before anything runs when a worker cannot hold its share (fit.py)
+    rows_per_leaf = tree.LEAF_VOXELS
+    if whole.index_layout:  # the active voxels' rows only
+        rows_per_leaf = -(-whole.topology.value_count // max(1, whole.leaf_count))
+    value_bytes = rows_per_leaf * whole.components * whole.dtype.itemsize
+    check_fit(plan, value_bytes, client.scheduler_info(n_workers=-1)["workers"])
     # spread the partitions over the workers round-robin (loosely: they are rebuilt elsewhere on loss)
     addresses = sorted(client.scheduler_info(n_workers=-1)["workers"])
 
     def place(p: int) -> dict[str, Any]:
         return {"workers": [addresses[p % len(addresses)]], "allow_other_workers": True} if addresses else {}
 
+    token = uuid.uuid4().hex
     spilled: list[str] | None = None
-    if loader_source is None:
+    if loader_source is not None:
+        # a file: each worker reads its own leaves and its halo leaves itself, in one bounded pass over
+        # those leaves' bytes (nothing else of the file stays mapped), into the partition it keeps
+        parts = [
+            client.submit(
+                read_leaves,
+                *loader_source,
+                np.union1d(plan.owned[p], plan.halo[p]),
+                key=f"{PARTITION_PREFIX}{token}-{p}",
+                **place(p),
+            )
+            for p in range(P)
+        ]
+        lineage: list = []
+    else:
+        # an in-memory volume: its pieces sent from the client (spilled to files, or inside the tasks),
+        # then the halo leaves exchanged worker to worker
         pieces = [whole.select_leaves(plan.owned[p]) for p in range(P)]
         digests: list[str] = []
         spilled = spill_pieces(pieces, client, spill, digests)
@@ -317,28 +416,8 @@ def build_partitions(
         else:
             owned = [client.submit(hold, pieces[p], pure=False, **place(p)) for p in range(P)]
         del pieces
-    else:
-        owned = [client.submit(read_leaves, *loader_source, plan.owned[p], pure=False, **place(p)) for p in range(P)]
-    # 2. halo exchange: each owner extracts the leaves a neighbour needs; they travel worker to worker
-    owner = np.empty(whole.leaf_count, np.int64)
-    local = np.empty(whole.leaf_count, np.int64)
-    for p, leaves in enumerate(plan.owned):
-        owner[leaves] = p
-        local[leaves] = np.arange(len(leaves))
-    parts, lineage = [], list(owned)
-    token = uuid.uuid4().hex
-    for p in range(P):
-        pieces = []
-        for q in np.unique(owner[plan.halo[p]]):
-            from_q = plan.halo[p][owner[plan.halo[p]] == q]
-            pieces.append(client.submit(extract, owned[int(q)], local[from_q], pure=False, **place(int(q))))
-        # stays with its own leaves; tasks that read it run there (placement.py)
-        parts.append(client.submit(merge, owned[p], *pieces, key=f"{PARTITION_PREFIX}{token}-{p}", **place(p)))
-        lineage.extend(pieces)
-    distributed.wait(parts)
-    for f in parts:
-        if f.status == "error":
-            f.result()  # raises the partition's own error (e.g. an unreadable file) here, not at sampling
+        parts, lineage = exchange_halos(client, plan, whole.leaf_count, owned, token, place)
+    wait_for_partitions(client, parts)
     template = whole.select_leaves(np.zeros(0, np.int64))
     leaf_bytes = 512 * whole.components * whole.dtype.itemsize + 64
     # blocks near data, for the background shortcut (cut for the halo's stencil: any allowed mode fits)

@@ -350,7 +350,8 @@ def open_volume(
         coordinates ``((i0, j0, k0), (i1, j1, k1))``) or ``leaves`` (leaf indices in tree order) to
         load part of the grid, and ``checksum`` (True, the default: a checksum that matches no rule of
         the grid's NanoVDB version is a :class:`~vdbflow.ChecksumWarning`; ``"strict"``: an error;
-        False: not checked).  For .vdb data, ``bbox`` and ``leaves`` alike (only those leaves'
+        ``"head"``: the head half only, which reads no values; False: not checked).  For .vdb data,
+        ``bbox`` and ``leaves`` alike (only those leaves'
         buffers are decompressed; see docs/openvdb.md); ``checksum`` is ignored.
 
     Returns

@@ -11,13 +11,18 @@ from typing import Any
 import numpy as np
 
 from vdbflow.errors import NanoVDBError
+from vdbflow.io.mapped import release, rows_per_span, spans
 from vdbflow.io.nanovdb import format as fmt
 from vdbflow.io.nanovdb.header import EMPTY_CHECKSUM
 from vdbflow.io.nanovdb.nodes import fpn_leaf_addresses, fpn_leaf_size
 
 
 def span_crc(buf: np.ndarray, start: int, stop: int, crc: int = 0) -> int:
-    return zlib.crc32(buf[start:stop], crc) & 0xFFFFFFFF
+    """CRC32 of bytes [start, stop) (continuing ``crc``), a mapped file's pages given back as it goes."""
+    for a, b in spans(start, stop):
+        crc = zlib.crc32(buf[a:b], crc)
+        release(buf, a, b)
+    return crc & 0xFFFFFFFF
 
 
 def blocked_crc(buf: np.ndarray, start: int, stop: int) -> int:
@@ -27,20 +32,30 @@ def blocked_crc(buf: np.ndarray, start: int, stop: int) -> int:
         return fmt.EMPTY_CRC32
     n = (stop - start) // fmt.CRC_BLOCK_SIZE
     edges = [start + k * fmt.CRC_BLOCK_SIZE for k in range(n)] + [stop]
-    crcs = np.array([span_crc(buf, a, b) for a, b in zip(edges[:-1], edges[1:], strict=True)], "<u4")
+    crcs = np.empty(n, "<u4")
+    step = rows_per_span(fmt.CRC_BLOCK_SIZE)
+    for first in range(0, n, step):
+        last = min(n, first + step)
+        for k in range(first, last):
+            crcs[k] = zlib.crc32(buf[edges[k] : edges[k + 1]])
+        release(buf, edges[first], edges[last])
     return zlib.crc32(crcs.tobytes()) & 0xFFFFFFFF
 
 
 def node_crcs(buf: np.ndarray, arrays: list[tuple[int, int, int]]) -> np.ndarray:
-    """CRC32 of every node of the (start, count, size) arrays, upper, lower then leaf."""
-    return np.array(
-        [
-            span_crc(buf, start + k * size, start + (k + 1) * size)
-            for start, count, size in arrays
-            for k in range(count)
-        ],
-        np.uint64,
-    )
+    """CRC32 of every node of the (start, count, size) arrays, upper, lower then leaf (a mapped file's
+    pages given back span by span)."""
+    out = np.empty(sum(count for _, count, _ in arrays), np.uint64)
+    n = 0
+    for start, count, size in arrays:
+        step = rows_per_span(size)
+        for first in range(0, count, step):
+            last = min(count, first + step)
+            for k in range(first, last):
+                out[n] = zlib.crc32(buf[start + k * size : start + (k + 1) * size])
+                n += 1
+            release(buf, start + first * size, start + last * size)
+    return out
 
 
 @dataclass(frozen=True)
@@ -115,14 +130,15 @@ def _head_as_if(buf: np.ndarray, base: int, start: int, stop: int, index_count: 
 
 
 def checksum_mode(checksum: bool | str) -> str:
-    """``open``'s ``checksum`` argument as "warn" (True), "off" (False) or "strict"."""
+    """``open``'s ``checksum`` argument as "warn" (True), "off" (False), "strict" or "head" (the head
+    half only, a warning on a mismatch: what a reader of the tree alone can check without reading values)."""
     if checksum is True:
         return "warn"
     if checksum is False:
         return "off"
-    if isinstance(checksum, str) and checksum == "strict":
-        return "strict"
-    raise NanoVDBError(f"expected checksum True, False or 'strict', got {checksum!r}")
+    if isinstance(checksum, str) and checksum in ("strict", "head"):
+        return checksum
+    raise NanoVDBError(f"expected checksum True, False, 'strict' or 'head', got {checksum!r}")
 
 
 def checksum_mismatch(

@@ -17,6 +17,7 @@ from vdbflow.core.transform import Transform
 from vdbflow.core.value_types import value_type_for
 from vdbflow.core.volume import Topology, Volume
 from vdbflow.errors import ChecksumWarning, NanoVDBError, VolumeError
+from vdbflow.io.mapped import release, rows_per_span
 from vdbflow.io.nanovdb import format as fmt
 from vdbflow.io.nanovdb.checksum import checksum_mismatch, checksum_mode
 from vdbflow.io.nanovdb.header import MAX_BLIND_COUNT, MAX_GRID_BYTES, MAX_VALUE_COUNT, grid_header, layout_of, unpack
@@ -82,12 +83,14 @@ def decode_grid(
 ) -> tuple[dict[str, Any], Any]:
     """Decode the grid at ``base``.  Its checksum is checked first (the tail only when the whole grid
     is read, since it covers every node): with ``checksum="strict"`` a mismatch raises, with True it
-    is a :class:`ChecksumWarning` once the grid has passed the structural checks, False skips it."""
+    is a :class:`ChecksumWarning` once the grid has passed the structural checks, False skips it,
+    ``"head"`` checks the head half only (no value byte read for it)."""
     mode = checksum_mode(checksum)
     problem = None
     if mode != "off":
         h = grid_header(buf, base)
-        problem = checksum_mismatch(buf, base, h, layout_of(h, base), bbox is None and leaf_subset is None, position)
+        whole = bbox is None and leaf_subset is None and mode != "head"
+        problem = checksum_mismatch(buf, base, h, layout_of(h, base), whole, position)
         if problem and mode == "strict":
             raise NanoVDBError(f"{problem} (checksum=True reads it with a ChecksumWarning, checksum=False unchecked)")
     try:
@@ -170,13 +173,38 @@ class _Leaves:
     nodes: np.ndarray | None
 
     def columns(self, start: int, stop: int) -> np.ndarray:
-        """Bytes [start, stop) of every leaf read, copied once into a contiguous array."""
-        if self.nodes is None:
-            return self.buf[self.addrs[self.index][:, None] + np.arange(start, stop)]
-        cols = self.nodes[:, start:stop]
-        n_leaf = len(self.nodes)
-        in_place = len(self.index) == n_leaf and np.array_equal(self.index, np.arange(n_leaf))
-        return np.ascontiguousarray(cols) if in_place else np.take(cols, self.index, axis=0)
+        """Bytes [start, stop) of every leaf read, copied into one contiguous array: only the rows of the
+        leaves read are touched, span by span, and a mapped file's pages are given back after each span."""
+        out = np.empty((len(self.index), stop - start), np.uint8)
+        step = rows_per_span(int(self.addrs[1] - self.addrs[0]) if len(self.addrs) > 1 else 1)
+        for first in range(0, len(self.index), step):
+            at = self.addrs[self.index[first : first + step]]
+            if self.nodes is None:
+                out[first : first + len(at)] = self.buf[at[:, None] + np.arange(start, stop)]
+            else:
+                out[first : first + len(at)] = self.nodes[self.index[first : first + step], start:stop]
+            release(self.buf, int(at.min()), int(at.max()) + stop)
+        return out
+
+    def values(self, layout: fmt.GridLayout) -> np.ndarray:
+        """(leaves * 512, C) copy of the values of the leaves read (fixed-size leaves only), gathered span
+        by span, a mapped file's pages given back after each."""
+        C, item = layout.components, layout.dtype.itemsize
+        table = layout.leaf_off_table
+        out = np.empty((len(self.index) * tree.LEAF_VOXELS, C), layout.dtype)
+        assert self.nodes is not None
+        step = rows_per_span(layout.leaf_size)
+        width = tree.LEAF_VOXELS * C * item
+        for first in range(0, len(self.index), step):
+            rows = self.index[first : first + step]
+            raw = self.nodes[rows, table : table + width]
+            out[first * tree.LEAF_VOXELS : (first + len(rows)) * tree.LEAF_VOXELS] = (
+                np.ascontiguousarray(raw).view(layout.dtype).reshape(-1, C)
+            )
+            at = self.addrs[rows]
+            release(self.buf, int(at.min()), int(at.max()) + layout.leaf_size)
+        out.setflags(write=False)
+        return out
 
 
 def _grid_end(h: dict[str, Any], base: int) -> int:
@@ -473,9 +501,11 @@ def _value_volume(
     background: np.ndarray,
     topo: Topology,
     tile_vals: np.ndarray,
+    selected: bool,
 ) -> Volume:
-    """A value grid as a Volume: quantised values decoded to float32 copies, plain values left where
-    they are (a flat view of the leaf array and each leaf's element offset into it)."""
+    """A value grid as a Volume: quantised values decoded to float32 copies; plain values of a whole grid
+    left where they are (a flat view of the leaf array and each leaf's element offset into it), those of
+    ``selected`` leaves copied (so that the file's mapping, and its pages, go with the call)."""
     if layout.is_quantised:
         vt = value_type_for(np.dtype(np.float32), 1)
         return Volume(
@@ -487,16 +517,20 @@ def _value_volume(
             False,
             h["name"] or "value",
         )
+    vt = value_type_for(layout.dtype, layout.components)
+    background = np.ascontiguousarray(background, vt.dtype)
+    tile_values = np.ascontiguousarray(tile_vals.reshape(-1, layout.components), vt.dtype)
+    if selected:
+        return Volume(topo, leaves.values(layout), background, tile_values, vt, False, h["name"] or "value")
     item = layout.dtype.itemsize
     start, count = h["tree"] + h["node_offsets"][0], h["node_counts"][0]
     flat = gbuf[start : start + count * layout.leaf_size].view(layout.dtype)
     values_at = (leaves.index * layout.leaf_size + layout.leaf_off_table) // item
-    vt = value_type_for(layout.dtype, layout.components)
     return Volume(
         topo,
         flat,
-        np.ascontiguousarray(background, vt.dtype),
-        np.ascontiguousarray(tile_vals.reshape(-1, layout.components), vt.dtype),
+        background,
+        tile_values,
         vt,
         False,
         h["name"] or "value",
@@ -535,4 +569,5 @@ def _decode_nodes(
     topo = Topology(leaves.origins.astype(np.int32), masks, transform, tile_origins, tile_sizes)
     if layout.is_topology:
         return h, topo
-    return h, _value_volume(gbuf, h, layout, leaves, root.background, topo, tile_vals)
+    selected = bbox is not None or leaf_subset is not None
+    return h, _value_volume(gbuf, h, layout, leaves, root.background, topo, tile_vals, selected)

@@ -39,7 +39,8 @@ def open_grid(
     checksum where it has one (the tail half, over all nodes, only when the whole grid is read) by the
     rules of the grid's version: True (default) reads a grid whose checksum matches none of them with
     a :class:`~vdbflow.ChecksumWarning` (as NanoVDB's reader and Warp read it: writers such as fVDB
-    leave stale checksums), ``"strict"`` raises :class:`NanoVDBError`, False does not check.
+    leave stale checksums), ``"strict"`` raises :class:`NanoVDBError`, ``"head"`` checks the head half
+    only (headers, tree and root: no value byte is read for it), False does not check.
     ``data`` may be a URL fsspec opens (``s3://...``, with ``storage_options``): the headers and nodes
     are then read by byte ranges, and of the leaves only those asked for (docs/storage.md).
     """

@@ -166,8 +166,8 @@ def leaf_floats(buf: np.ndarray, addrs: np.ndarray, layout: fmt.GridLayout) -> n
 
 
 def values_of(raw: np.ndarray, layout: fmt.GridLayout) -> np.ndarray:
-    """(n, value_size) uint8 -> (n, C) values."""
-    return np.ascontiguousarray(raw).view(layout.dtype).reshape(len(raw), layout.components)
+    """(n, value_size) uint8 -> (n, C) values, copied (never a view that keeps a mapped file alive)."""
+    return raw.copy().view(layout.dtype).reshape(len(raw), layout.components)
 
 
 def child_positions(bits: np.ndarray, log2: int) -> np.ndarray:

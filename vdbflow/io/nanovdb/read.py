@@ -4,7 +4,6 @@ payloads), memory-mapped files, multi-grid payloads, the grid asked for, and :fu
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 from collections.abc import Callable, Iterator
@@ -17,6 +16,7 @@ from vdbflow.core.value_types import VALUE_TYPES, ValueType
 from vdbflow.core.volume import Topology, Volume
 from vdbflow.errors import NanoVDBError
 from vdbflow.io.location import local_path
+from vdbflow.io.mapped import map_file
 from vdbflow.io.nanovdb import format as fmt
 from vdbflow.io.nanovdb.codec import compressed_chunks, decompress
 from vdbflow.io.nanovdb.decode import decode_grid, read_blind_data
@@ -102,19 +102,9 @@ def _segments(buf: np.ndarray, file_name: str | None) -> list[tuple[dict[str, An
     return out
 
 
-def _map_file(path: str | os.PathLike) -> np.ndarray:
-    """The file memory-mapped read-only: pages are read from disk only when a node is touched."""
-    size = os.path.getsize(path)
-    if size == 0:
-        raise NanoVDBError(f"{os.fspath(path)} is empty: expected a NanoVDB file header at byte 0")
-    with open(path, "rb") as fh:
-        mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-    return np.frombuffer(mapped, dtype=np.uint8)
-
-
 def _sources(data: str | os.PathLike | bytes | np.ndarray) -> list[tuple[dict[str, Any], GridSource]]:
     if isinstance(data, (str, os.PathLike)):
-        buf, name = _map_file(data), os.fspath(data)
+        buf, name = map_file(data), os.fspath(data)
     else:
         buf, name = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data, None
     if len(buf) < fmt.MAGIC_SIZE:

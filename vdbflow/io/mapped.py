@@ -1,0 +1,77 @@
+"""Local files memory-mapped read-only, whose pages are given back as the readers pass over them.
+
+A mapped page a process has touched counts in its resident memory (``RssFile``) until the mapping
+is closed or the page is released, and Dask's memory monitor counts it: a worker that read its own
+leaves through a mapping of a 3 GB file would be charged for every page it walked past.  The
+readers therefore walk a mapping in spans of :data:`RELEASE_BYTES` and hand each span's pages back
+(``madvise(MADV_DONTNEED)``: for a read-only file mapping the data stays in the page cache, and a
+later read faults it in again, so nothing is lost) once what they need from it is copied.
+
+Only mappings made by :func:`map_file` are released; any other buffer (bytes, a NumPy array, the
+anonymous buffer of a remote file, whose pages *are* its data) is left alone.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Iterator
+
+import numpy as np
+
+from vdbflow.errors import NanoVDBError
+
+RELEASE_BYTES = 32 << 20  # span of a mapping read before its pages are given back
+_PAGE = mmap.PAGESIZE
+
+
+class FileMap(mmap.mmap):
+    """A read-only mapping of a local file (its type marks the buffers whose pages may be released)."""
+
+
+def map_file(path: str | os.PathLike) -> np.ndarray:
+    """The file at ``path`` memory-mapped read-only as a uint8 array: pages are read from disk only
+    when touched, and can be given back with :func:`release`."""
+    size = os.path.getsize(path)
+    if size == 0:
+        raise NanoVDBError(f"{os.fspath(path)} is empty: expected a NanoVDB file header at byte 0")
+    with open(path, "rb") as fh:
+        mapped = FileMap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    return np.frombuffer(mapped, dtype=np.uint8)
+
+
+def _root(buf: np.ndarray) -> tuple[FileMap, int] | None:
+    """The file mapping under ``buf`` and the byte of the mapping ``buf[0]`` is, or None."""
+    arr: object = buf
+    while isinstance(arr, np.ndarray):
+        base = arr.base
+        owner = base.obj if isinstance(base, memoryview) else base  # np.frombuffer keeps a memoryview
+        if isinstance(owner, FileMap):
+            offset = buf.__array_interface__["data"][0] - arr.__array_interface__["data"][0]
+            return owner, offset
+        arr = base
+    return None
+
+
+def release(buf: np.ndarray, start: int, stop: int) -> None:
+    """Give back the whole pages of bytes ``[start, stop)`` of ``buf`` when it is a view of a
+    :func:`map_file` mapping (nothing otherwise).  The bytes stay readable: a later read faults them in."""
+    found = _root(buf)
+    if found is None or stop <= start:
+        return
+    mapping, offset = found
+    a = -(-(offset + start) // _PAGE) * _PAGE  # whole pages only: a neighbour's partial page stays
+    b = min((offset + stop) // _PAGE * _PAGE, len(mapping))
+    if b > a and not mapping.closed:
+        mapping.madvise(mmap.MADV_DONTNEED, a, b - a)
+
+
+def spans(start: int, stop: int, step: int = RELEASE_BYTES) -> Iterator[tuple[int, int]]:
+    """``[start, stop)`` cut into consecutive spans of at most ``step`` bytes."""
+    for a in range(start, stop, step):
+        yield a, min(stop, a + step)
+
+
+def rows_per_span(row_bytes: int) -> int:
+    """How many rows of ``row_bytes`` bytes a reader takes from a mapping before releasing them."""
+    return max(1, RELEASE_BYTES // max(1, row_bytes))
