@@ -21,6 +21,8 @@ OUTPUT_FORMATS = tuple(WRITERS)
 COMPRESSIONS = ("lz4", "zstd", "none")  # of Zarr chunks (jobs.writers.zarr_store)
 MAX_CHUNK_POINTS = 1 << 27  # points of one chunk: one task holds them and every output (gigabytes)
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
+# protocols whose first path segment is a bucket (or container): a result needs a prefix inside it
+BUCKETED = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss")
 
 
 def url_protocol(path: Any) -> str | None:
@@ -44,8 +46,14 @@ def _path_or_url(value: Any) -> Any:
 
     if protocol not in known_implementations and protocol not in registry:
         raise ValueError(f"expected a local path or a URL whose protocol fsspec knows, got {value!r}")
-    if not value[len(protocol) + 3 :].strip("/"):
+    rest = value[len(protocol) + 3 :].strip("/")
+    if not rest:
         raise ValueError(f"expected a URL naming the result's prefix, got {value!r}")
+    if protocol in BUCKETED and "/" not in rest:
+        raise ValueError(
+            f"expected a URL naming a prefix inside a bucket ({protocol}://BUCKET/NAME.zarr), got the bucket root "
+            f"{value!r}: a result is written beside its final prefix, and a bucket has nothing beside it"
+        )
     return value.rstrip("/")
 
 

@@ -357,13 +357,18 @@ def _tidy_remote(final: str, options: dict[str, Any] | None, force: bool, dry_ru
     report: list[str] = []
     verb = "would " if dry_run else ""
     items = leftovers_at(final, options)
-    fs, _ = filesystem(final, options)
+    fs, final_path = filesystem(final, options)
     finished = set()
     for item in items:
         if item.kind != "publishing" or (item.writer_gone is not True and not force):
             continue
-        done = finish_publishing(fs, filesystem(item.path, options)[1], dry_run)
-        if done is not None:
+        done, refused = finish_publishing(fs, filesystem(item.path, options)[1], final_path, dry_run)
+        if refused is not None:
+            report.append(
+                f"left {item.path}: a publishing record ({item.writer}) that this output's runs did not write - "
+                f"{refused}; nothing was copied or deleted (check it and remove it yourself)"
+            )
+        elif done is not None:
             finished.add(item.path)
             report.append(
                 f"{verb}{'finish' if dry_run else 'finished'} publishing {final} from its complete partial result: "

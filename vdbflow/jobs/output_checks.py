@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from vdbflow.jobs.config_output import BUCKETED as _BUCKETED
 from vdbflow.jobs.stores import filesystem
-
-_BUCKETED = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss")
 
 
 def _filesystem(url: str, options: dict[str, Any] | None) -> tuple[Any, str] | str:

@@ -13,6 +13,13 @@ Publishing, with the complete result under its partial prefix:
 4. the root metadata is copied last (``.zattrs``, ``.zgroup``, then ``.zmetadata``; format 3: the one
    ``zarr.json``), and the record and the partial prefix are deleted.
 
+A run that finds another run's publishing record beside ``final`` after writing its own (step 1) copies
+nothing: of two runs publishing to one URL at once, each sees the other's record or the later one sees
+the earlier's (listings are strongly consistent on S3, GCS and Azure), so at most one copies; the other
+keeps its complete result at an unpublished prefix and says so.  A leftover record is finished by the
+next run or ``vdbflow clean`` only if it names this output as its final and its own partial sibling
+(``.NAME.partial-`` with the record's tag) as its source; any other record is left, and said.
+
 ``xr.open_zarr(final)`` therefore opens the earlier result (until step 2), fails with "no Zarr store"
 (steps 2-4: the window of the copies), or opens the new, complete result.  A job killed during steps 2-4
 leaves its record: the next run at that output, or ``vdbflow clean``, finishes the copy from the
@@ -117,9 +124,31 @@ def publish(target: str, final: str, overwrite: str, options: dict[str, Any] | N
     record = f"{head}/{name.replace('.partial-', '.publishing-', 1)}"  # the partial's tag: its writer
     _, record_path = filesystem(record, options)
     write_json(fs, record_path, {"source": source, "final": dest})
+    other = _other_publisher(final, record_path, options)
+    if other is not None:  # two jobs publishing to one URL: neither copies over the other's objects
+        fs.rm_file(record_path)
+        raise OutputError(
+            f"another run is publishing to {final} ({other}); this run's complete result is kept at "
+            f"{_kept_url(fs, source, dest, final)} (vdbflow clean leaves it). Run one job a URL at a time; a "
+            "record of a run that no longer exists goes with vdbflow clean (--force where it ran on another host)"
+        )
     roll_forward(fs, source, dest)
     fs.rm_file(record_path)
     fs.rm(source, recursive=True)
+
+
+def _other_publisher(final: str, own_record: str, options: dict[str, Any] | None) -> str | None:
+    """Another run's publishing record beside ``final`` (listed after this run wrote its own: of two runs
+    publishing at once, each sees the other's record, or the later one sees the earlier's), said as its
+    name and writer; None where there is none."""
+    from vdbflow.jobs.output import leftovers_at
+
+    own = own_record.rstrip("/").rsplit("/", 1)[-1]
+    for item in leftovers_at(final, options):
+        name = str(item.path).rstrip("/").rsplit("/", 1)[-1]
+        if item.kind == "publishing" and name != own:
+            return f"its record {name}, written by {item.writer}"
+    return None
 
 
 def _kept_url(fs: Any, source: str, dest: str, final: str) -> str:
@@ -127,16 +156,35 @@ def _kept_url(fs: Any, source: str, dest: str, final: str) -> str:
     return final[: len(final) - len(dest)] + kept if final.endswith(dest) else kept
 
 
-def finish_publishing(fs: Any, record_path: str, dry_run: bool) -> str | None:
+def expected_source(record_path: str) -> str:
+    """The partial prefix a publishing record ``.NAME.publishing-TAG`` may publish: its own sibling
+    ``.NAME.partial-TAG`` (the same writer's tag), in the same folder."""
+    head, _, name = record_path.rstrip("/").rpartition("/")
+    return f"{head}/{name.replace('.publishing-', '.partial-', 1)}"
+
+
+def finish_publishing(fs: Any, record_path: str, final_path: str, dry_run: bool) -> tuple[str | None, str | None]:
     """Finish what a killed run's publishing record says (steps 2-4 again, from its complete partial
-    prefix); returns the final prefix it published (None: the record names no source any more)."""
+    prefix); returns ``(the final prefix it published, None)``, ``(None, None)`` where the record names no
+    source any more (it is removed), or ``(None, why)`` where the record is not one this output's run
+    wrote - its final is not ``final_path`` or its source not its own partial sibling - and is left alone:
+    a record planted (or damaged) to name another prefix never makes vdbflow copy over or delete it."""
     record = read_json(fs, record_path)
-    if not isinstance(record, dict) or not fs.exists(str(record.get("source", ""))):
+    source = expected_source(record_path)
+    if not isinstance(record, dict):
+        return None, "it is not a JSON object naming a source and a final prefix"
+    named = (record.get("source"), record.get("final"))
+    if named != (source, final_path.rstrip("/")):
+        return None, (
+            f"it names source {named[0]!r} and final {named[1]!r}, expected its own partial prefix {source!r} "
+            f"and this output {final_path.rstrip('/')!r}"
+        )
+    if not fs.exists(source):
         if not dry_run:
             fs.rm_file(record_path)
-        return None
+        return None, None
     if not dry_run:
-        roll_forward(fs, record["source"], record["final"])
+        roll_forward(fs, source, final_path.rstrip("/"))
         fs.rm_file(record_path)
-        fs.rm(record["source"], recursive=True)
-    return str(record["final"])
+        fs.rm(source, recursive=True)
+    return final_path.rstrip("/"), None
