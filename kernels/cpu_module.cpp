@@ -527,8 +527,13 @@ ReduceSpec read_spec(const nb::bytes& bytes, int components, bool sampled, size_
             "a derived channel needs a vec3 grid and one of the kernels' quantities");
     else check(false, "unknown channel source");
   }
+  // Every size and offset is checked against the call's arrays before it is added or multiplied, so that no
+  // sum or product overflows (a spec of 3 x 2^22 bins is refused, not wrapped to a small count array).
+  auto span_ok = [](i64 at, i64 count, size_t n) {  // [at, at + count) inside an array of n, without overflow
+    return at >= 0 && count >= 0 && (u64)at <= (u64)n && (u64)count <= (u64)n - (u64)at;
+  };
   auto edges_ok = [&](i64 at, int bins) {
-    check(bins >= 1 && at >= 0 && (size_t)(at + bins + 1) <= n_edges, "bin edges outside the edges array");
+    check(bins >= 1 && span_ok(at, (i64)bins + 1, n_edges), "bin edges outside the edges array");
     for (int b = 0; b < bins; ++b) check(edges[at + b] < edges[at + b + 1], "bin edges must increase");
   };
   auto channel_ok = [&](int c) { check(c >= 0 && c < s.channels, "a statistic names a missing channel"); };
@@ -539,26 +544,27 @@ ReduceSpec read_spec(const nb::bytes& bytes, int components, bool sampled, size_
     for (int d = 0; d < s.hist_dims[h]; ++d) {
       channel_ok(s.hist_channel[h][d]);
       edges_ok(s.hist_edges[h][d], s.hist_bins[h][d]);
-      total *= s.hist_bins[h][d];
+      check(total <= (i64)(n_ints / (size_t)s.hist_bins[h][d]), "histogram bins beyond the counts array");
+      total *= s.hist_bins[h][d];  // at most n_ints: no overflow
     }
-    check(s.hist_counts[h] >= 0 && (size_t)(s.hist_counts[h] + total + 2) <= n_ints, "histogram counts out of range");
+    check(span_ok(s.hist_counts[h], total + 2, n_ints), "histogram counts out of range");
     if (s.hist_weight[h] >= 0) {
       channel_ok(s.hist_weight[h]);
-      check(s.hist_sums[h] >= 0 && (size_t)(s.hist_sums[h] + total) <= n_reals, "histogram sums out of range");
+      check(span_ok(s.hist_sums[h], total, n_reals), "histogram sums out of range");
     }
   }
   check(s.moments >= 0 && s.moments <= REDUCE_MAX_CHANNELS, "at most 32 moment channels");
   for (int m = 0; m < s.moments; ++m) {
     channel_ok(s.moment_channel[m]);
-    check(s.moment_at[m] >= 0 && (size_t)(s.moment_at[m] + MOMENT_FIELDS) <= n_reals, "moments out of range");
+    check(span_ok(s.moment_at[m], MOMENT_FIELDS, n_reals), "moments out of range");
   }
   check(s.conditionals >= 0 && s.conditionals <= REDUCE_MAX_CONDITIONALS, "at most 16 binned means a call");
   for (int k = 0; k < s.conditionals; ++k) {
     channel_ok(s.cond_given[k]);
     channel_ok(s.cond_of[k]);
     edges_ok(s.cond_edges[k], s.cond_bins[k]);
-    check(s.cond_counts[k] >= 0 && (size_t)(s.cond_counts[k] + s.cond_bins[k] + 2) <= n_ints, "binned counts out of range");
-    check(s.cond_stats[k] >= 0 && (size_t)(s.cond_stats[k] + 3 * s.cond_bins[k]) <= n_reals, "binned means out of range");
+    check(span_ok(s.cond_counts[k], (i64)s.cond_bins[k] + 2, n_ints), "binned counts out of range");
+    check(span_ok(s.cond_stats[k], 3 * (i64)s.cond_bins[k], n_reals), "binned means out of range");
   }
   return s;
 }

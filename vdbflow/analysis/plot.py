@@ -433,7 +433,9 @@ def qr_plot(ds: xr.Dataset, count: str | None = None, ax: Any = None, cmap: str 
     """The joint PDF of the velocity gradient's invariants Q and R (a :func:`vdbflow.histogram` of
     ``["q_criterion", "r_invariant"]``, or a ``reduce:`` job's result), as log10 of the density, with the
     Vieillefosse line 27 R^2 / 4 + Q^3 = 0 (where the discriminant of the gradient's eigenvalues changes
-    sign; the teardrop of turbulence hugs its lower right branch).  Returns the mesh (``.axes``: its Axes)."""
+    sign; the teardrop of turbulence hugs its lower right branch).  A histogram normalised by <Q_w>
+    (``normalize=``: attr ``normalized_by_mean_q_w``) is labelled Q/<Q_w> and R/<Q_w>^(3/2) (the line is the
+    same in those units).  Returns the mesh (``.axes``: its Axes)."""
     from vdbflow.ops.statistics import pdf
 
     name = count or ("count" if "count" in ds else "q_criterion_r_invariant_count")
@@ -453,8 +455,9 @@ def qr_plot(ds: xr.Dataset, count: str | None = None, ax: Any = None, cmap: str 
         ax.plot(R, -np.cbrt(27.0 * R * R / 4.0), color="black", ls="--", lw=1.0, label="27R²/4 + Q³ = 0")
         ax.set_ylim(eq[0], eq[-1])
         ax.legend(loc="upper right", fontsize="small")
-    ax.set_xlabel("R")
-    ax.set_ylabel("Q")
+    normalised = "normalized_by_mean_q_w" in ds.attrs  # bins in units of <Q_w> (histogram(normalize=...))
+    ax.set_xlabel(r"$R/\langle Q_w\rangle^{3/2}$" if normalised else "R")
+    ax.set_ylabel(r"$Q/\langle Q_w\rangle$" if normalised else "Q")
     return mesh
 
 

@@ -18,6 +18,8 @@ workers, the threads or the partitions that computed it.
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,6 +31,10 @@ from vdbflow.core import kernel, outputs, schema
 from vdbflow.errors import SamplingError
 
 VALUE, JACOBIAN, DERIVED = 0, 1, 2  # reduce.h ChannelSource
+# bins of one histogram (all its quantities' bins multiplied) or one binned mean: 2^26, a 512 MiB count array
+# that every thread of the kernels' pass holds a copy of; sizes are checked in Python integers (and again by
+# the kernels' spec check), so no product of bins overflows
+MAX_BINS = 1 << 26
 _ENTRY = re.compile(r"^(\w+)(?:\[([^\]]+)\])?$")
 
 
@@ -58,7 +64,9 @@ def quantity(text: str, vol: Any, jacobian_space: str) -> Quantity:
     """The channel named by ``text`` for the volume ``vol`` (module docstring): a derived quantity
     (``"q_criterion"``, ``"vorticity[z]"``), a value component (``"value[u]"``) or a Jacobian entry
     (``"jacobian[u,x]"``, axes of ``jacobian_space``)."""
-    m = _ENTRY.match(str(text).replace(" ", ""))
+    if jacobian_space not in schema.AXIS_LABELS:
+        raise SamplingError(f"expected jacobian_space 'world' or 'index', got {jacobian_space!r}")
+    m = _ENTRY.match(text.replace(" ", "")) if isinstance(text, str) else None
     if m is None:
         raise SamplingError(f"expected a quantity such as 'q_criterion', 'value[u]' or 'jacobian[u,x]', got {text!r}")
     base, inner = m.group(1), m.group(2)
@@ -99,20 +107,57 @@ def quantity(text: str, vol: Any, jacobian_space: str) -> Quantity:
     )
 
 
+def names_of(value: Any, what: str) -> list[str]:
+    """Quantity names given as one name or a list (tuple, array) of names."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple, np.ndarray)) and all(isinstance(v, str) for v in np.ravel(value).tolist()):
+        return [str(v) for v in np.ravel(value).tolist()]
+    raise SamplingError(f"expected {what} as a quantity name or a list of names, got {value!r}")
+
+
+def _real(x: Any) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_))
+
+
+def bin_count(bins: Any, what: str) -> int:
+    """A number of bins: a whole number from 1 to :data:`MAX_BINS` (an int, or a float that is one)."""
+    if not _real(bins) or not math.isfinite(bins) or int(bins) != bins or not 1 <= int(bins) <= MAX_BINS:
+        raise SamplingError(f"expected a whole number of bins from 1 to {MAX_BINS:,} for {what}, got {bins!r}")
+    return int(bins)
+
+
+def range_of(lo_hi: Any, what: str) -> tuple[float, float]:
+    """A finite range ``(lo, hi)`` with lo < hi (two real numbers)."""
+    pair = lo_hi.tolist() if isinstance(lo_hi, np.ndarray) else lo_hi
+    if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not all(_real(x) for x in pair):
+        raise SamplingError(f"expected a range (lo, hi) of two numbers for {what}, got {lo_hi!r}")
+    lo, hi = float(pair[0]), float(pair[1])
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise SamplingError(f"expected a finite range lo < hi for {what}, got {lo_hi!r}")
+    return lo, hi
+
+
 def edges_of(bins: Any, lo_hi: Any, what: str) -> np.ndarray:
     """Increasing float64 bin edges: ``bins`` edges given, or ``bins`` equal bins over ``(lo, hi)`` (as
-    ``numpy.linspace``, the edges ``numpy.histogram`` makes)."""
-    if np.ndim(bins) == 1:
-        e = np.asarray(bins, np.float64)
+    ``numpy.linspace``, the edges ``numpy.histogram`` makes); at most :data:`MAX_BINS` bins."""
+    if isinstance(bins, (list, tuple, np.ndarray)):
+        try:
+            given = np.asarray(bins)
+        except ValueError:  # ragged
+            given = np.asarray([], np.float64)
+        if given.ndim != 1 or given.dtype.kind not in "iuf" or given.dtype == np.bool_:
+            raise SamplingError(f"expected bin edges as one list of numbers for {what}, got {bins!r}")
+        if len(given) - 1 > MAX_BINS:
+            raise SamplingError(f"expected at most {MAX_BINS:,} bins for {what}, got {len(given) - 1:,}")
+        e = given.astype(np.float64)
     else:
+        count = bin_count(bins, what)
         if lo_hi is None:
             raise SamplingError(f"expected a range (lo, hi) or explicit edges for {what}")
-        lo, hi = (float(x) for x in lo_hi)
-        if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
-            raise SamplingError(f"expected a finite range lo < hi for {what}, got {lo_hi!r}")
-        if int(bins) != bins or int(bins) < 1:
-            raise SamplingError(f"expected a positive whole number of bins for {what}, got {bins!r}")
-        e = np.linspace(lo, hi, int(bins) + 1)
+        lo, hi = range_of(lo_hi, what)
+        with np.errstate(over="ignore", invalid="ignore"):
+            e = np.linspace(lo, hi, count + 1)
     if e.ndim != 1 or len(e) < 2 or not np.all(np.isfinite(e)) or not np.all(np.diff(e) > 0):
         raise SamplingError(f"expected two or more finite, increasing bin edges for {what}")
     return e
@@ -141,10 +186,21 @@ def _per_quantity(value: Any, n: int, what: str) -> list:
     """``value`` (``bins`` or ``range``) given once for n quantities, or as a list of n, one a quantity: ranges
     that are pairs, bins that are counts or edges."""
     if n > 1 and isinstance(value, (list, tuple)) and len(value) == n:
-        one = (lambda v: np.ndim(v) == 1) if what == "range" else (lambda v: np.ndim(v) == 1 or isinstance(v, int))
-        if all(one(v) for v in value):
-            return list(value)
+        one = (lambda v: np.ndim(v) == 1) if what == "range" else (lambda v: np.ndim(v) == 1 or _real(v))
+        try:
+            if all(one(v) for v in value):
+                return list(value)
+        except ValueError:  # a ragged entry: refused as it is
+            pass
     return [value] * n
+
+
+def _specs(value: Any, what: str) -> list[dict]:
+    """``histograms=`` or ``conditional=``: a list of dicts (or one dict)."""
+    specs = [value] if isinstance(value, dict) else value
+    if not isinstance(specs, (list, tuple)) or not all(isinstance(v, dict) for v in specs):
+        raise SamplingError(f"expected {what} as a list of dicts, got {value!r}")
+    return list(specs)
 
 
 def statistics_from(
@@ -156,15 +212,19 @@ def statistics_from(
     [names], "given": name, "bins": n or edges, "range": (lo, hi)}``; names as :func:`quantity` reads them."""
     q = lambda text: quantity(text, vol, jacobian_space)  # noqa: E731
     keys = {"histograms": {"of", "bins", "range", "weights"}, "conditional": {"of", "given", "bins", "range"}}
+    histograms = _specs(histograms if histograms is not None else [], "histograms")
+    conditional = _specs(conditional if conditional is not None else [], "conditional")
     for what, specs in (("histograms", histograms), ("conditional", conditional)):
         for spec in specs:
-            if not isinstance(spec, dict) or "of" not in spec or set(spec) - keys[what]:
+            if "of" not in spec or set(spec) - keys[what]:
                 raise SamplingError(
                     f"expected each of {what} as a dict with 'of' and keys among {sorted(keys[what])}, got {spec!r}"
                 )
     hists = []
     for h in histograms:
-        names = [h["of"]] if isinstance(h["of"], str) else list(h["of"])
+        names = names_of(h["of"], "a histogram's 'of'")
+        if not 1 <= len(names) <= 3:
+            raise SamplingError(f"expected one to three quantities for a histogram, got {len(names)}")
         bins, ranges = (
             _per_quantity(h.get("bins", 64), len(names), "bins"),
             _per_quantity(h.get("range"), len(names), "range"),
@@ -175,12 +235,12 @@ def statistics_from(
         )
     conds = []
     for c in conditional:
-        if "given" not in c:
-            raise SamplingError(f"expected 'given' in each of conditional, got {c!r}")
+        if "given" not in c or not isinstance(c["given"], str):
+            raise SamplingError(f"expected 'given' (a quantity name) in each of conditional, got {c!r}")
         given_edges = edges_of(c.get("bins", 64), c.get("range"), c["given"])
-        of_names = [c["of"]] if isinstance(c["of"], str) else c["of"]
-        conds += [Conditional(q(of), q(c["given"]), given_edges) for of in of_names]
-    stats = Statistics(hists, [q(n) for n in ([moments] if isinstance(moments, str) else moments)], conds)
+        conds += [Conditional(q(of), q(c["given"]), given_edges) for of in names_of(c["of"], "a binned mean's 'of'")]
+    moment_names = [] if moments is None or (isinstance(moments, (list, tuple)) and not moments) else moments
+    stats = Statistics(hists, [q(n) for n in (names_of(moment_names, "moments") if moment_names else [])], conds)
     stats.layout()  # the kernels' limits
     return stats
 
@@ -248,20 +308,28 @@ class Statistics:
         s["histograms"] = len(self.histograms)
         for h, hist in enumerate(self.histograms):
             shape = tuple(len(e) - 1 for e in hist.edges)
+            size = math.prod(shape)  # Python integers: no overflow
+            if size > MAX_BINS:
+                raise SamplingError(
+                    f"expected at most {MAX_BINS:,} bins in a histogram, got "
+                    f"{' x '.join(f'{b:,}' for b in shape)} = {size:,}"
+                )
             s["hist_dims"][h] = len(shape)
             for d, (q, e) in enumerate(zip(hist.of, hist.edges, strict=True)):
                 s["hist_channel"][3 * h + d] = at[(q.source, q.index)]
                 s["hist_bins"][3 * h + d] = len(e) - 1
                 s["hist_edges"][3 * h + d] = add_edges(e)
             s["hist_weight"][h] = -1 if hist.weight is None else at[(hist.weight.source, hist.weight.index)]
-            s["hist_counts"][h], n_ints = n_ints, n_ints + int(np.prod(shape)) + 2
+            s["hist_counts"][h], n_ints = n_ints, n_ints + size + 2
             s["hist_sums"][h] = -1
             if hist.weight is not None:
-                s["hist_sums"][h], n_reals = n_reals, n_reals + int(np.prod(shape))
+                s["hist_sums"][h], n_reals = n_reals, n_reals + size
             where["hist"].append((int(s["hist_counts"][h]), int(s["hist_sums"][h]), shape))
         s["conditionals"] = len(self.conditionals)
         for k, c in enumerate(self.conditionals):
             bins = len(c.edges) - 1
+            if bins > MAX_BINS:
+                raise SamplingError(f"expected at most {MAX_BINS:,} bins in a binned mean, got {bins:,}")
             s["cond_given"][k], s["cond_of"][k] = at[(c.given.source, c.given.index)], at[(c.of.source, c.of.index)]
             s["cond_bins"][k], s["cond_edges"][k] = bins, add_edges(c.edges)
             s["cond_counts"][k], n_ints = n_ints, n_ints + bins + 2
@@ -272,7 +340,13 @@ class Statistics:
             s["moment_channel"][m] = at[(q.source, q.index)]
             s["moment_at"][m], n_reals = n_reals, n_reals + kernel.MOMENT_FIELDS
             where["moments"].append(int(s["moment_at"][m]))
-        empty = Partial(np.zeros(n_ints, np.int64), np.zeros(n_reals, np.float64))
+        try:
+            empty = Partial(np.zeros(n_ints, np.int64), np.zeros(n_reals, np.float64))
+        except MemoryError:
+            raise SamplingError(
+                f"expected statistics whose partial fits in memory, got {n_ints:,} counts and {n_reals:,} sums "
+                f"({(n_ints + n_reals) * 8:,} bytes)"
+            ) from None
         for m in where["moments"]:
             empty.reals[m + 6], empty.reals[m + 7] = np.inf, -np.inf
         where["channels"] = channels

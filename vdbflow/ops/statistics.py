@@ -28,6 +28,7 @@ from vdbflow.ops.reductions import (
     Statistics,
     edges_of,
     merge,
+    names_of,
     quantity,
 )
 from vdbflow.ops.request import SampleRequest
@@ -249,10 +250,42 @@ def _template_and_axes(source: Any, mode: str, space: str, jacobian_space: str |
 
 
 def _quantities(of: Any, vol: Any, jacobian_space: str) -> list[Any]:
-    names = [of] if isinstance(of, str) else list(of)
+    names = names_of(of, "of")
     if not names:
         raise SamplingError("expected at least one quantity, got none")
     return [quantity(n, vol, jacobian_space) for n in names]
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
+
+
+def _bins_per_quantity(bins: Any, n: int) -> list[Any]:
+    """``bins`` as one entry a quantity (a count or edges): a count for each; for one quantity its edges
+    (``[n]``: n bins, as numpy reads it); for several, a count or edges per quantity."""
+    if _is_number(bins):
+        return [bins] * n
+    if isinstance(bins, np.ndarray) and bins.ndim == 1:
+        bins = bins.tolist()
+    if not isinstance(bins, (list, tuple)):
+        raise SamplingError(f"expected bins as a count, edges, or one of those per quantity, got {bins!r}")
+    flat = all(_is_number(b) for b in bins)
+    if n == 1 and flat:
+        return [int(bins[0])] if len(bins) == 1 and float(bins[0]).is_integer() else [list(bins)]
+    if len(bins) != n:
+        raise SamplingError(f"expected bins for each of {n} quantities, got {len(bins)}")
+    return list(bins)
+
+
+def _ranges_per_quantity(range_: Any, n: int) -> list[Any]:
+    """``range``: one (lo, hi) for every quantity, or one a quantity."""
+    if isinstance(range_, np.ndarray):
+        range_ = range_.tolist()
+    if isinstance(range_, (list, tuple)) and len(range_) == 2 and all(_is_number(x) for x in range_):
+        return [range_] * n  # (lo, hi), the same for each quantity
+    if not isinstance(range_, (list, tuple)) or len(range_) != n:
+        raise SamplingError(f"expected range as (lo, hi) or one (lo, hi) for each of {n} quantities, got {range_!r}")
+    return list(range_)
 
 
 def _ranges(
@@ -261,20 +294,11 @@ def _ranges(
     """Edges per quantity, given, or (range None) over the quantities' min and max from a first pass (over
     (0, 1) where no finite value was found, as numpy.histogram of nothing); and for each whether its edges
     came from the data (a first pass) rather than from the caller."""
-    numbers = isinstance(bins, np.ndarray) or (
-        isinstance(bins, (list, tuple)) and all(isinstance(b, (int, float, np.number)) for b in bins)
-    )
-    if isinstance(bins, (int, np.integer)):
-        per = [bins] * len(qs)  # this many bins for each quantity
-    elif numbers and len(qs) == 1 and len(bins) == 1 and float(bins[0]).is_integer():
-        per = [int(bins[0])]  # [n]: n bins, as numpy reads it
-    elif numbers and len(qs) == 1:
-        per = [bins]  # the one quantity's edges
-    else:
-        per = list(bins)  # bins or edges per quantity
-    if len(per) != len(qs):
-        raise SamplingError(f"expected bins for each of {len(qs)} quantities, got {len(per)}")
-    measured = [range_ is None and np.ndim(b) == 0 for b in per]
+    per = _bins_per_quantity(bins, len(qs))
+    counts = [not isinstance(b, (list, tuple, np.ndarray)) for b in per]  # else edges
+    for q, b, n in zip(qs, per, counts, strict=True):  # counts and edges checked before any pass over the points
+        edges_of(b, (0.0, 1.0) if n else None, q.name)
+    measured = [range_ is None and n for n in counts]
     if range_ is None:
         if not any(measured):
             return [edges_of(b, None, q.name) for q, b in zip(qs, per, strict=True)], measured
@@ -284,10 +308,20 @@ def _ranges(
         fields = [got.reals[m : m + kernel.MOMENT_FIELDS] for m in where["moments"]]
         ranges = [(0.0, 1.0) if not np.isfinite(f[6]) else (f[6], f[7] if f[7] > f[6] else f[6] + 1.0) for f in fields]
     else:
-        ranges = [range_] if len(qs) == 1 and np.ndim(range_) == 1 else list(range_)
-    if len(ranges) != len(qs):
-        raise SamplingError(f"expected a range (lo, hi) for each of {len(qs)} quantities, got {len(ranges)}")
+        ranges = _ranges_per_quantity(range_, len(qs))
     return [edges_of(b, r, q.name) for q, b, r in zip(qs, per, ranges, strict=True)], measured
+
+
+def _normalize_by(normalize: Any) -> float | bool | None:
+    """``normalize=``: None (False or None: not normalised), True (<Q_w> from a first pass) or a positive,
+    finite <Q_w>."""
+    if normalize is None or isinstance(normalize, (bool, np.bool_)):
+        return True if normalize else None
+    if not _is_number(normalize) or not (np.isfinite(float(normalize)) and float(normalize) > 0):
+        raise SamplingError(
+            f"expected normalize= True, False or a positive, finite <Q_w> to normalize by, got {normalize!r}"
+        )
+    return float(normalize)
 
 
 def histogram(
@@ -343,19 +377,23 @@ def histogram(
     if len(qs) > 3:
         raise SamplingError(f"expected one to three quantities for a histogram, got {len(qs)}")
     w = None if weights is None else quantity(weights, template, js)
+    by = _normalize_by(normalize)
     probe = Statistics(moments=qs + ([w] if w else []))
     edges, measured = _ranges(source, points, qs, bins, range, statistics_request(probe, mode, space, js, device), wave)
     q_w = None
     binned = edges  # the edges the kernels bin against, in the quantities' own units
-    if normalize is not False and normalize is not None:
-        q_w = _mean_q_w(source, points, template, js, mode, space, device, wave) if normalize is True else normalize
+    if by is not None:
+        q_w = _mean_q_w(source, points, template, js, mode, space, device, wave) if by is True else by
         if not (np.isfinite(float(q_w)) and float(q_w) > 0):
             raise SamplingError(f"expected a positive, finite <Q_w> to normalize by, got {q_w!r}")
-        scale = [float(q_w) ** (_jacobian_power(q) / 2) for q in qs]
+        scale = [_scale(q, q_w) for q in qs]
         # edges from the data are binned as they are and labelled in the normalised units; the caller's
         # edges are in the normalised units, binned times the scale
-        binned = [e if m else e * f for e, m, f in zip(edges, measured, scale, strict=True)]
-        edges = [e / f if m else e for e, m, f in zip(edges, measured, scale, strict=True)]
+        binned = [e if m else _scaled_edges(q, e, q_w) for q, e, m in zip(qs, edges, measured, strict=True)]
+        with np.errstate(over="ignore", under="ignore"):
+            edges = [e / f if m else e for e, m, f in zip(edges, measured, scale, strict=True)]
+        for q, e in zip(qs, edges, strict=True):
+            edges_of(e, None, f"{q.name} over <Q_w>^{_jacobian_power(q) / 2:g}")
     stats = Statistics(histograms=[Histogram(tuple(qs), tuple(binned), w)])
     ds = statistics(source, points, stats, mode=mode, space=space, jacobian_space=js, device=device, wave=wave)
     key = "_".join(q.label for q in qs)
@@ -396,6 +434,7 @@ def moments(
     points: Any,
     of: str | Sequence[str],
     *,
+    order: int = 4,
     mode: str = "linear",
     space: str = "world",
     jacobian_space: str | None = None,
@@ -410,17 +449,28 @@ def moments(
         As :func:`histogram`.
     of : str or sequence of str
         The quantities (:mod:`vdbflow.ops.reductions`).
+    order : int, default 4
+        The highest moment returned, 1 to 4: 1 the mean, 2 also the variance (and ``m2``), 3 the skewness
+        (``m3``), 4 the flatness (``m4``).  The kernels' pass accumulates the central sums to the fourth
+        whatever the order (the pairwise update of all four costs no measurable time next to sampling).
 
     Returns
     -------
     xarray.Dataset
         On a ``quantity`` dim (the quantities' variable-safe names): ``count`` and ``nan_count`` (int64: NaN
-        values are left out and counted), ``mean``, ``variance`` (M2 / n), ``skewness``, ``flatness``, ``min``,
-        ``max``, and the central sums ``m2``, ``m3``, ``m4`` that merge further results (the pairwise update).
+        values are left out and counted), ``mean``, ``min``, ``max``, and to ``order`` ``variance`` (M2 / n),
+        ``skewness``, ``flatness`` and the central sums ``m2``, ``m3``, ``m4`` that merge further results (the
+        pairwise update); attr ``order``.
     """
+    if isinstance(order, (bool, np.bool_)) or not isinstance(order, (int, np.integer)) or not 1 <= order <= 4:
+        raise SamplingError(f"expected order= 1, 2, 3 or 4 (the highest moment), got {order!r}")
     template, js = _template_and_axes(source, mode, space, jacobian_space, device)
     stats = Statistics(moments=_quantities(of, template, js))
-    return statistics(source, points, stats, mode=mode, space=space, jacobian_space=js, device=device, wave=wave)
+    ds = statistics(source, points, stats, mode=mode, space=space, jacobian_space=js, device=device, wave=wave)
+    beyond = {2: ("variance", "m2"), 3: ("skewness", "m3"), 4: ("flatness", "m4")}
+    ds = ds.drop_vars([v for k, names in beyond.items() if k > order for v in names])
+    ds.attrs["order"] = int(order)
+    return ds
 
 
 def conditional_mean(
@@ -478,6 +528,7 @@ def statistics(
     space: str = "world",
     jacobian_space: str | None = None,
     device: str = "cpu",
+    normalize: bool | float = False,
     wave: int | None = None,
 ) -> xr.Dataset:
     """Every histogram, moment and binned mean of ``stats`` (or of the keyword specs) in one pass over the points.
@@ -497,6 +548,11 @@ def statistics(
         Quantities whose count, mean, variance, skewness, flatness, minimum and maximum are computed.
     conditional : list of dict, optional
         ``{"of": ["vorticity_magnitude"], "given": "q_criterion", "bins": 64, "range": (-3, 1.5)}``.
+    normalize : bool or float, default False
+        Every quantity over <Q_w>^(p/2), as :func:`histogram` (Q / <Q_w>, R / <Q_w>^(3/2), ...): the bins and
+        ranges are in those units (binned against the edges times the scale), and the moments, weighted sums
+        and binned means are returned in them; ``<Q_w>`` given (one pass) or ``True`` (a first pass over the
+        same points for it).  Attr ``normalized_by_mean_q_w``.
 
     Returns
     -------
@@ -518,16 +574,79 @@ def statistics(
     >>> int(ds["q_criterion_r_invariant_count"].sum() + ds["q_criterion_r_invariant_outside"])
     10000
     """
+    template, js = _template_and_axes(source, mode, space, jacobian_space, device)
+    specs_given = any(
+        x is not None and not (isinstance(x, (list, tuple)) and not x) for x in (histograms, moments, conditional)
+    )
     if stats is None:
         from vdbflow.ops.reductions import statistics_from
 
-        template = getattr(source, "template", source)
-        stats = statistics_from(template, jacobian_space or space, histograms, moments, conditional)
-    elif histograms or moments or conditional:
+        stats = statistics_from(template, js, histograms, moments, conditional)
+    elif not isinstance(stats, Statistics):
+        raise SamplingError(f"expected stats as a vdbflow.ops.reductions.Statistics, got {type(stats).__name__}")
+    elif specs_given:
         raise SamplingError("expected stats or histograms=, moments=, conditional=, not both")
+    by = _normalize_by(normalize)
     request = statistics_request(stats, mode, space, jacobian_space, device)
     where = stats.layout()[3]
-    partial = reduce(source, points, stats, request, wave)
-    ds = dataset(stats, partial, where)
+    q_w = None
+    if by is not None:
+        q_w = _mean_q_w(source, points, template, js, mode, space, device, wave) if by is True else by
+        partial = reduce(source, points, _scaled(stats, q_w), request, wave)
+        _normalised(stats, partial, where, q_w)
+    else:
+        partial = reduce(source, points, stats, request, wave)
+    ds = dataset(stats, partial, where)  # the bins labelled by stats' own edges (normalised units)
     ds.attrs.update({"mode": mode, "space": space, "jacobian_space": request.jacobian_space, "reduced_in": "kernels"})
+    if q_w is not None:
+        ds.attrs["normalized_by_mean_q_w"] = float(q_w)
     return ds
+
+
+def _scale(q: Any, q_w: float) -> float:
+    """<Q_w>^(p/2): the scale of quantity q's normalised units (finite and positive, else SamplingError)."""
+    try:
+        f = float(q_w) ** (_jacobian_power(q) / 2)
+    except OverflowError:
+        f = float("inf")
+    if not (np.isfinite(f) and f > 0):
+        raise SamplingError(f"expected <Q_w>^{_jacobian_power(q) / 2:g} finite and positive for {q.name}, got {q_w!r}")
+    return f
+
+
+def _scaled_edges(q: Any, e: np.ndarray, q_w: float) -> np.ndarray:
+    """Edges in normalised units times the scale: the edges the kernels bin against (checked again)."""
+    with np.errstate(over="ignore", under="ignore"):
+        return edges_of(e * _scale(q, q_w), None, f"{q.name} times <Q_w>^{_jacobian_power(q) / 2:g}")
+
+
+def _scaled(stats: Statistics, q_w: float) -> Statistics:
+    """``stats`` with every bin edge (given in normalised units) times its quantity's scale: what the kernels
+    bin against."""
+    return Statistics(
+        [
+            Histogram(h.of, tuple(_scaled_edges(q, e, q_w) for q, e in zip(h.of, h.edges, strict=True)), h.weight)
+            for h in stats.histograms
+        ],
+        stats.moments,
+        [Conditional(c.of, c.given, _scaled_edges(c.given, c.edges, q_w)) for c in stats.conditionals],
+    )
+
+
+def _normalised(stats: Statistics, partial: Partial, where: dict, q_w: float) -> None:
+    """A partial's sums, in place, in normalised units: moments (mean, M2, M3, M4, min, max), weighted sums and
+    binned means (mean, M2) over their quantities' scales."""
+    r = partial.reals
+    for q, m in zip(stats.moments, where["moments"], strict=True):
+        f = _scale(q, q_w)
+        r[m + 2] /= f
+        r[m + 3 : m + 6] /= np.array([f**2, f**3, f**4])
+        r[m + 6 : m + 8] /= f
+    for h, (_, sums, shape) in zip(stats.histograms, where["hist"], strict=True):
+        if h.weight is not None:
+            r[sums : sums + int(np.prod(shape))] /= _scale(h.weight, q_w)
+    for c, (_, at, bins) in zip(stats.conditionals, where["cond"], strict=True):
+        f = _scale(c.of, q_w)
+        t = r[at : at + 3 * bins].reshape(bins, 3)
+        t[:, 1] /= f
+        t[:, 2] /= f * f
