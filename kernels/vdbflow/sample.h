@@ -111,21 +111,32 @@ VDB_HD i64 clamp_far(double b) {
 }
 
 // The base voxel index along axis a of b, the floor or rounding of an index coordinate (a whole number):
-// clamp_far(b) without periods; on a periodic axis b wrapped into its period in integers (exact for
-// |b| < 4e15, so a point k periods away has the same base voxel and, being u + k P, the same fraction).
+// clamp_far(b) without periods; on a periodic axis b wrapped into its period exactly, so that a point k
+// periods away has the same base voxel and, being u + k P, the same fraction: in integers for |b| < 4e15,
+// beyond through fmod, which is exact in IEEE arithmetic (b mod P and lo mod P are whole numbers below P).
 VDB_HD i64 periodic_base_index(const Period& q, int a, double b) {
-  if (q.size(a) > 0 && b > -4.0e15 && b < 4.0e15) return wrap_index(q, a, (i64)b);
+  const i64 P = q.size(a);
+  if (P > 0 && b > -4.0e15 && b < 4.0e15) return wrap_index(q, a, (i64)b);
+  if (P > 0 && b - b == 0.0) {  // finite and far (b a whole number): its residue, exact
+    const double r = fmod(b, (double)P) - fmod((double)q.lo(a), (double)P);
+    return wrap_index(q, a, q.lo(a) + (i64)r);
+  }
   return wrap_index(q, a, clamp_far(b));
 }
 VDB_HD i64 base_index(const Period& q, int a, double b) {
   return q.any() ? periodic_base_index(q, a, b) : clamp_far(b);
 }
 
+// Beyond this magnitude (2^52) every double is a whole number, and u + 0.5 rounds to even.
+constexpr double WHOLE_COORDINATE = 4503599627370496.0;
+
 // The voxel `closest` reads along axis a at coordinate u: u rounded half away from zero (Warp's rule), but on
-// a periodic axis half up, floor(u + 0.5), so that every image u + k P of a point rounds to the same voxel.
+// a periodic axis half up, floor(u + 0.5), so that every image u + k P of a point rounds to the same voxel
+// (u itself where it is a whole number beyond 2^52, whose u + 0.5 would round to even).
 VDB_HD i64 closest_index(const Period& q, int a, double u) {
   if (!q.any()) return clamp_far(round(u));
-  return periodic_base_index(q, a, q.size(a) > 0 ? floor(u + 0.5) : round(u));
+  if (q.size(a) <= 0) return periodic_base_index(q, a, round(u));
+  return periodic_base_index(q, a, fabs(u) < WHOLE_COORDINATE ? floor(u + 0.5) : u);
 }
 
 // Whether the cell of base voxel (bi, bj, bk) (wrapped: base_index) crosses the end of a period, where

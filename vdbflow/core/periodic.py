@@ -9,6 +9,7 @@ its first voxel: a 96³ box of voxels 0 .. 95 has period 96 (voxel 96 is voxel 0
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ import numpy as np
 from vdbflow.errors import VolumeError
 
 AXES = "xyz"
+WHOLE_COORDINATE = 2.0**52  # beyond it every float64 is a whole number (kernels/vdbflow/sample.h)
 
 
 @dataclass(frozen=True)
@@ -69,19 +71,33 @@ class Periodicity:
 
     def images(self, u: Any) -> np.ndarray:
         """(N, 3) int64 image counts of index coordinates ``u`` (N, 3): how many periods each point lies
-        beyond the box, ``floor((u - lo) / size)``; 0 on other axes (and for non-finite coordinates)."""
+        beyond the box, ``floor((u - lo) / size)``; 0 on other axes (and for non-finite coordinates), and
+        saturated at +-2^62 for points further out than that many periods."""
         u = np.asarray(u, np.float64).reshape(-1, 3)
         out = np.zeros(u.shape, np.int64)
         for a in range(3):
             if self.size[a]:
-                n = np.floor((u[:, a] - self.lo[a]) / self.size[a])
-                out[:, a] = np.where(np.isfinite(n), n, 0).astype(np.int64)
+                with np.errstate(over="ignore", invalid="ignore"):
+                    n = np.floor((u[:, a] - self.lo[a]) / self.size[a])
+                out[:, a] = np.clip(np.where(np.isfinite(n), n, 0), -(2.0**62), 2.0**62).astype(np.int64)
         return out
 
     def wrap_index_points(self, u: Any) -> np.ndarray:
-        """(N, 3) float64 index coordinates ``u`` (N, 3) moved by whole periods into ``[lo, lo + size)``."""
+        """(N, 3) float64 index coordinates ``u`` (N, 3) moved by whole periods into ``[lo, lo + size)``; NaN
+        and infinities stay as they are.  Exact where a coordinate is a whole number beyond 2^52 (every
+        float64 there is): its residue comes from ``fmod``, which is exact, as the kernels wrap it."""
         u = np.array(u, np.float64).reshape(-1, 3)
-        u -= self.images(u) * np.array(self.size, np.float64)
+        for a in range(3):
+            P, lo = self.size[a], self.lo[a]
+            if not P:
+                continue
+            col = u[:, a]
+            near = np.abs(col) < WHOLE_COORDINATE  # |u - lo| < 2^53: the image count fits, u - n P is exact
+            with np.errstate(invalid="ignore"):  # infinities: left as they are below
+                n = np.floor((np.where(near, col, 0.0) - lo) / P)
+                wrapped = np.where(near, col - n * P, lo + np.fmod(np.fmod(col, P) - math.fmod(lo, P) + 2 * P, P))
+            wrapped = np.where(wrapped < lo, wrapped + P, np.where(wrapped >= lo + P, wrapped - P, wrapped))
+            u[:, a] = np.where(np.isfinite(col), wrapped, col)
         return u
 
     def wrap_world_points(self, transform: Any, x: Any) -> np.ndarray:
