@@ -70,6 +70,16 @@ class GridPlan:
 CHUNK_WORKING_SET_FACTOR = 3
 CHUNK_MEMORY_WARN_FRACTION = 0.5
 
+# a reduce: job's working set on a worker (its chunks' results are statistics partials of a fixed size, not
+# rows): each running chunk task holds the empty partial it is given, the partial it makes and the kernels'
+# accumulators (reduce.h ReduceThread: a copy of the counts, and of the per-bin sums with a byte of marks;
+# one OpenMP thread a task under Dask's nanny) - 2.07 partials above the given one, measured with ru_maxrss
+# for two weighted 2048^2 and 4096^2 histograms (2026-12-06) - and its points (float64, and their copy
+# prepared for the kernels); two partials wait for or take part in a merge beside them
+REDUCE_PARTIALS_A_TASK = 3
+REDUCE_PARTIALS_MERGING = 2
+REDUCE_BYTES_A_POINT = 2 * 3 * 8
+
 # how long a job takes, for the plan: configs/demo.yaml at 8M points sampled and wrote 2.0-2.3 M points/s
 # on one workstation (README); a job's own rate depends on its workers, mode and outputs
 REFERENCE_POINTS_PER_S = 2.0e6
@@ -135,8 +145,11 @@ class JobPlan:
 
 def chunk_memory(plan: JobPlan, limit: int, source: str) -> tuple[str | None, str | None]:
     """One chunk's working set against a worker's memory ``limit`` (bytes; ``source`` says where it
-    comes from): (why it cannot fit, or None; a warning that it takes more than half, or None)."""
+    comes from): (why it cannot fit, or None; a warning that it takes more than half, or None).  A
+    ``reduce:`` job's chunks make statistics partials instead (:func:`reduce_memory`)."""
     cfg = plan.config
+    if cfg.reduce is not None:
+        return reduce_memory(plan, limit, source)
     need, points, key = plan.chunk_working_set()
     if need <= limit * CHUNK_MEMORY_WARN_FRACTION:
         return None, None
@@ -148,6 +161,82 @@ def chunk_memory(plan: JobPlan, limit: int, source: str) -> tuple[str | None, st
         f"what they are computed from, x{CHUNK_WORKING_SET_FACTOR} for its copies while it is computed and written)"
     )
     advice = f"a {key} of at most {fit:,} points fits in half of it, or give the workers more memory ({more})"
+    if need > limit:
+        return (
+            f"{what}, more than a worker's memory limit ({human_bytes(limit)}: {source}), so the worker would "
+            f"be killed; {advice}",
+            None,
+        )
+    return None, (
+        f"{what}, more than half of a worker's memory limit ({human_bytes(limit)}: {source}): Dask spills "
+        f"to disk and pauses the worker beyond 60-80% of it; {advice}"
+    )
+
+
+def reduce_partials(cfg: JobConfig) -> list[tuple[str, int, str]]:
+    """The statistics of a ``reduce:`` section item by item: (its key, e.g. ``reduce.histograms[1]``, the
+    bytes it takes in one partial: int64 counts and float64 sums, what it is), laid out as
+    :meth:`vdbflow.ops.reductions.Statistics.layout` lays them out."""
+    from vdbflow.core import kernel
+
+    spec, items = cfg.reduce, []
+    for i, h in enumerate(spec.histograms if spec is not None else []):
+        bins = h.bin_counts()
+        size = int(np.prod(bins, dtype=object))  # Python integers
+        weighted = h.weights is not None
+        items.append(
+            (
+                f"reduce.histograms[{i}]",
+                8 * (size + 2) + 8 * size * weighted,
+                f"{' x '.join(f'{b:,}' for b in bins)} bins{', weighted' if weighted else ''}",
+            )
+        )
+    for i, c in enumerate(spec.conditional if spec is not None else []):
+        items.append((f"reduce.conditional[{i}]", len(c.of) * (8 * (c.bins + 2) + 3 * 8 * c.bins), f"{c.bins:,} bins"))
+    if spec is not None and spec.moments:
+        items.append(("reduce.moments", 8 * kernel.MOMENT_FIELDS * len(spec.moments), "moments"))
+    return items
+
+
+def _worker_threads(cluster: object) -> int:
+    """Tasks a worker runs at once, as far as the config says (1 where it does not)."""
+    if isinstance(cluster, SlurmClusterSpec):
+        return max(1, cluster.cores // cluster.processes)
+    return max(1, int(getattr(cluster, "threads_per_worker", 1) or 1))
+
+
+def reduce_working_set(plan: JobPlan) -> tuple[int, int, int]:
+    """A ``reduce:`` job on a worker: (bytes it needs, bytes of one partial, tasks it runs at once)."""
+    cfg = plan.config
+    partial = sum(b for _, b, _ in reduce_partials(cfg))
+    threads = _worker_threads(cfg.cluster)
+    points = cfg.points.chunk if plan.point_count is None else max(1, min(cfg.points.chunk, plan.point_count))
+    need = threads * (REDUCE_PARTIALS_A_TASK * partial + points * REDUCE_BYTES_A_POINT)
+    return need + REDUCE_PARTIALS_MERGING * partial, partial, threads
+
+
+def reduce_memory(plan: JobPlan, limit: int, source: str) -> tuple[str | None, str | None]:
+    """:func:`chunk_memory` for a ``reduce:`` job: its partials and accumulators against a worker's memory,
+    naming the largest item of the ``reduce:`` section (a smaller points.chunk cannot help)."""
+    cfg = plan.config
+    need, partial, threads = reduce_working_set(plan)
+    if need <= limit * CHUNK_MEMORY_WARN_FRACTION:
+        return None, None
+    items = sorted(reduce_partials(cfg), key=lambda item: -item[1])
+    key = items[0][0]
+    section = key.split("[")[0]
+    more = "cluster.memory" if isinstance(cfg.cluster, SlurmClusterSpec) else "cluster.memory_limit"
+    what = (
+        f"{key}{cfg.where(section)}: the statistics' partial takes {human_bytes(partial)} ("
+        + "; ".join(f"{k}: {d}, {human_bytes(b)}" for k, b, d in items[:4])
+        + f"), and a worker needs about {human_bytes(need)} for them ({threads} task(s) at once, each holding "
+        f"{REDUCE_PARTIALS_A_TASK} partials: the one it is given, the one it makes and the kernels' accumulators; "
+        f"{REDUCE_PARTIALS_MERGING} more being merged)"
+    )
+    advice = (
+        f"give the {section} entries fewer bins (a smaller points.chunk cannot help), or the workers more "
+        f"memory ({more})"
+    )
     if need > limit:
         return (
             f"{what}, more than a worker's memory limit ({human_bytes(limit)}: {source}), so the worker would "
@@ -386,6 +475,12 @@ def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False, own_clu
         warnings,
         _chunk_bytes_per_point(cfg, grids),
     )
+    if cfg.reduce is not None:
+        need, partial, threads = reduce_working_set(plan)
+        plan.notes.append(
+            f"reduce{cfg.where('reduce')}: statistics partials of {human_bytes(partial)}, one a chunk, merged in a "
+            f"fixed tree; a worker needs about {human_bytes(need)} for them ({threads} task(s) at once)"
+        )
     _check_size(plan, force, dry_run)
     return plan
 

@@ -27,6 +27,7 @@ import xarray as xr
 from vdbflow.devices import cuda_build
 from vdbflow.errors import VdbflowError
 from vdbflow.io.location import is_url
+from vdbflow.io.netcdf import command_line, history_line
 from vdbflow.jobs.chunks import (
     CHUNK_PHASES,
 )
@@ -119,6 +120,17 @@ def killed_worker_error(err: BaseException, plan: JobPlan, memory: int) -> Vdbfl
     cfg = plan.config
     need, points, key = plan.chunk_working_set()
     more = "cluster.memory" if isinstance(cfg.cluster, SlurmClusterSpec) else "cluster.memory_limit"
+    if cfg.reduce is not None:  # statistics partials, whatever points.chunk is (jobs.plan.reduce_memory)
+        from vdbflow.jobs.plan import reduce_working_set
+
+        need, partial, _ = reduce_working_set(plan)
+        return JobError(
+            f"the workers running task {err.task!r} died {err.allowed_failures + 1} time(s) (Dask's KilledWorker): "
+            f"most likely a worker ran out of memory - the statistics' partials of reduce{cfg.where('reduce')} "
+            f"take {human_bytes(partial)} each and a worker needs about {human_bytes(need)} for them. Give the "
+            f"reduce entries fewer bins (a smaller points.chunk cannot help) or the workers more memory ({more}). "
+            "No result was published"
+        )
     if memory > 0:
         limit = f"each worker may use {human_bytes(memory)}"
         fit = plan.chunk_that_fits(memory)
@@ -372,13 +384,15 @@ def _labelled(sampled: Sampled, cfg: JobConfig, plan: JobPlan) -> xr.Dataset:
         ds = shaped(ds, point_set.shape, point_set.dims, chunk, dim)
     ds.attrs.update(point_set.attrs)
     ds.attrs["source"] = f"vdbflow {_versions()['vdbflow']}"
+    created = datetime.now(timezone.utc)
     ds.attrs.update(
         {
             "title": "vdbflow run result",
             "vdbflow_config": dump_config(cfg),
             "versions": _versions(),
             "grids": [g.name for g in plan.grids],
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "created": created.isoformat(timespec="seconds"),
+            "history": history_line(command_line(), created.strftime("%Y-%m-%dT%H:%M:%SZ")),  # CF 2.6.2
         }
     )
     return ds
