@@ -53,6 +53,13 @@ Round four (issue 40; run them alone with ``--kinds races,midread,planner,text``
   length units, component names), .nvdb and .vdb grid names, store attrs, a CSV header and a config:
   refused, or read as text that UTF-8 encodes (what ``info``, saves and jobs need).
 
+Round five, statistics (issue 49; ``--kinds statistics``; the cases are in scripts/hostile_statistics.py):
+
+- ``statistics``: ten calls of the statistics doors (histogram, moments, conditional_mean, statistics)
+  with arguments from pools of good and hostile values (bin products past 2^63, ranges of the wrong
+  shape, ``normalize="yes"``, points of the wrong shape, ...) and two kernel specs with fields overwritten
+  by hostile numbers: a Dataset whose counts cover every point, a vdbflow error, or the kernels' refusal.
+
 The run prints a table of outcomes per kind and writes every bug as (kind, seed, index, detail) to
 ``--report``; ``--replay`` reruns one with its traceback.
 """
@@ -1192,6 +1199,19 @@ def case_text(rng: np.random.Generator, work: Path) -> tuple[str, str]:
     return "same", what
 
 
+# -- round five, statistics (issue 49): the cases are in scripts/hostile_statistics.py ---------------------
+
+
+def case_statistics(rng: np.random.Generator, work: Path) -> tuple[str, str]:
+    """Hostile statistics specs (hostile_statistics.case): the oracle's finding raised as :class:`Wrong`."""
+    import hostile_statistics
+
+    try:
+        return hostile_statistics.case(rng)
+    except AssertionError as err:
+        raise Wrong(str(err)) from None
+
+
 KINDS: dict[str, Kind] = {
     "units": Kind(case_units, 0.30, 20, 3),
     "metadata": Kind(case_metadata, 0.15, 20, 3),
@@ -1208,6 +1228,8 @@ KINDS: dict[str, Kind] = {
     "text": Kind(case_text, 0.10, 20, 3),
 }
 ROUND_FOUR = ("races", "midread", "planner", "text")
+# round five, statistics (issue 49): run it alone with --kinds statistics (10 door calls a case)
+KINDS["statistics"] = Kind(case_statistics, 0.10, 60, 4)
 CHEAP = ("units", "metadata", "stores", "series")  # the kinds the test suite runs
 
 
