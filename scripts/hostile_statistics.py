@@ -275,3 +275,31 @@ def mutated_spec(rng: np.random.Generator, vol: Any) -> tuple[bytes, np.ndarray,
     if rng.random() < 0.2:
         ints = ints[: int(rng.integers(len(ints) + 1))].copy()
     return s.tobytes(), edges, ints, reals, len(stats.channels())
+
+
+DOOR_CALLS_A_CASE = 10
+SPECS_A_CASE = 2
+
+
+def case(rng: np.random.Generator) -> tuple[str, str]:
+    """One campaign case: ``DOOR_CALLS_A_CASE`` door calls and ``SPECS_A_CASE`` mutated kernel specs on a
+    16^3 Taylor-Green volume.  ``"same"`` where every call gave a checked Dataset and every spec was reduced,
+    ``"refused"`` where some were refused (vdbflow's errors, the kernels' ValueError); a wrong Dataset raises
+    AssertionError, any other exception propagates (the campaign's "error")."""
+    from vdbflow import _core
+    from vdbflow.synthetic import flow_volume, taylor_green
+
+    vol = flow_volume(taylor_green(), 16)
+    outcomes = {"same": 0, "refused": 0}
+    for _ in range(DOOR_CALLS_A_CASE):
+        door, kwargs = door_call(rng)
+        outcomes[call_door(vol, door, kwargs)] += 1
+    for _ in range(SPECS_A_CASE):
+        spec, edges, ints, reals, channels = mutated_spec(rng, vol)
+        try:
+            _core.reduce_features(spec, np.full((5, channels), 0.25), edges, ints, reals)
+            outcomes["same"] += 1
+        except ValueError:
+            outcomes["refused"] += 1
+    detail = f"{outcomes['same']} checked results, {outcomes['refused']} refused"
+    return ("refused" if outcomes["refused"] else "same"), detail
