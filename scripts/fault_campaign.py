@@ -53,6 +53,15 @@ Round four (issue 40; run them alone with ``--kinds races,midread,planner,text``
   length units, component names), .nvdb and .vdb grid names, store attrs, a CSV header and a config:
   refused, or read as text that UTF-8 encodes (what ``info``, saves and jobs need).
 
+Round five, readers (issue 49; ``--kinds urlfaults,strided``; the cases are in scripts/fault_readers.py):
+
+- ``urlfaults``: a .nvdb volume, a volume store (naming a ``pickle`` codec, or clean), remote .npy points
+  and the xarray backend read through ``faulty://``, an fsspec store that misreports sizes, gives no
+  version, fails or shortens a read, or replaces the object mid-read: the local file's values, or a
+  vdbflow error; a store without versions warns; a pickle payload never runs;
+- ``strided``: strided, reversed and integer selections of the backend against NumPy's slice of the
+  dense reference, and hostile ``dim_order`` / ``drop_variables`` / ``leaf_chunks`` (refused).
+
 Round five, statistics (issue 49; ``--kinds statistics``; the cases are in scripts/hostile_statistics.py):
 
 - ``statistics``: ten calls of the statistics doors (histogram, moments, conditional_mean, statistics)
@@ -1199,6 +1208,29 @@ def case_text(rng: np.random.Generator, work: Path) -> tuple[str, str]:
     return "same", what
 
 
+# -- round five, readers (issue 49): the cases are in scripts/fault_readers.py ------------------------------
+
+
+def _readers_case(name: str, rng: np.random.Generator, work: Path) -> tuple[str, str]:
+    """A case of scripts/fault_readers.py, its oracle's finding raised as this module's :class:`Wrong`."""
+    import fault_readers
+
+    try:
+        return getattr(fault_readers, name)(rng, work)
+    except fault_readers.Wrong as err:
+        raise Wrong(str(err)) from None
+
+
+def case_urlfaults(rng: np.random.Generator, work: Path) -> tuple[str, str]:
+    """Inputs read through a fault-injecting fsspec store (fault_readers.case_urlfaults)."""
+    return _readers_case("case_urlfaults", rng, work)
+
+
+def case_strided(rng: np.random.Generator, work: Path) -> tuple[str, str]:
+    """Strided backend selections and hostile backend arguments (fault_readers.case_strided)."""
+    return _readers_case("case_strided", rng, work)
+
+
 # -- round five, statistics (issue 49): the cases are in scripts/hostile_statistics.py ---------------------
 
 
@@ -1228,6 +1260,10 @@ KINDS: dict[str, Kind] = {
     "text": Kind(case_text, 0.10, 20, 3),
 }
 ROUND_FOUR = ("races", "midread", "planner", "text")
+# round five, readers (issue 49): run them alone with --kinds urlfaults,strided
+KINDS["urlfaults"] = Kind(case_urlfaults, 0.10, 30, 3)
+KINDS["strided"] = Kind(case_strided, 0.10, 30, 3)
+ROUND_FIVE_READERS = ("urlfaults", "strided")
 # round five, statistics (issue 49): run it alone with --kinds statistics (10 door calls a case)
 KINDS["statistics"] = Kind(case_statistics, 0.10, 60, 4)
 CHEAP = ("units", "metadata", "stores", "series")  # the kinds the test suite runs

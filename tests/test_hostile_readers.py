@@ -398,3 +398,52 @@ def test_strided_and_reversed_selections_equal_numpys_slices_of_the_dense_refere
         if C > 1:
             c = int(rng.integers(0, C))
             np.testing.assert_array_equal(ds["value"][(*key, c)].values, want[(*key, c)], err_msg=str(key))
+
+
+# -- suspected: a same-size rewrite in place whose mtime is put back ---------------------------------------------
+
+
+def _rewrite_keeping_size_and_mtime(path: Path, data: bytes) -> None:
+    """Rewrite ``path`` in place (same inode) with ``data`` of its size, then put its mtime back (``touch -r``):
+    what size and mtime alone cannot tell apart; the inode's ctime, which no user can set, moves."""
+    before = os.stat(path)
+    assert len(data) == before.st_size
+    with open(path, "r+b") as f:
+        f.write(data)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(path)
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+
+
+def test_an_input_rewritten_in_place_with_its_size_and_mtime_kept_is_caught(tmp_path):
+    from vdbflow.io.identity import FileIdentity
+
+    path = tmp_path / "input.bin"
+    path.write_bytes(b"a" * 4096)
+    identity = FileIdentity.of(path)
+    identity.check("now")  # the same file: no error
+    _rewrite_keeping_size_and_mtime(path, b"b" * 4096)
+    with pytest.raises(VolumeError, match=r"input\.bin .* replaced or rewrote it"):
+        identity.check("when it was read")
+
+
+def test_a_file_rewritten_in_place_under_an_open_dataset_is_an_error(tmp_path):
+    values = np.arange(1, 1 + 16**3, dtype=np.float32).reshape(16, 16, 16)
+    vdbflow.Volume.from_dense(values).to_nvdb(tmp_path / "v.nvdb")
+    vdbflow.Volume.from_dense(values + 1).to_nvdb(tmp_path / "w.nvdb")
+    box_reader.clear_caches()
+    ds = xr.open_dataset(tmp_path / "v.nvdb", engine=ENGINE, leaf_chunks=8)
+    np.testing.assert_array_equal(ds["value"][:8, :8, :8].values, values[:8, :8, :8])
+    _rewrite_keeping_size_and_mtime(tmp_path / "v.nvdb", (tmp_path / "w.nvdb").read_bytes())
+    with pytest.raises(VolumeError, match=r"v\.nvdb.*replaced or rewritten"):
+        ds["value"][8:, 8:, 8:].load()
+
+
+def test_an_empty_selection_of_a_huge_box_allocates_nothing(tmp_path):
+    """The campaign's find: an empty selection made an array of the whole box's shape to learn its shape."""
+    vdbflow.Volume.from_dense(np.ones((8, 8, 8), np.float32)).to_nvdb(tmp_path / "v.nvdb")
+    side = 1 << 20  # 2^60 voxels: no array of that shape can be made
+    ds = xr.open_dataset(tmp_path / "v.nvdb", engine=ENGINE, bbox=((0, 0, 0), (side - 1,) * 3), leaf_chunks=1 << 17)
+    assert ds["value"][5:5, :3, 2].shape == (0, 3)
+    assert ds["value"][5:5, :3, 2].values.shape == (0, 3)
+    assert ds["value_active"][:2, 7:3, ::2].values.shape == (2, 0, side // 2)

@@ -32,8 +32,8 @@ WHOLE_CACHE = 4  # grids read whole that each process keeps
 
 
 def file_identity(path: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, ...]:
-    """What tells a file or store apart from one put in its place later: a local one's device, inode, size
-    and modification time, an object's size and version tag (ETag).  Part of the caches' keys: a replaced
+    """What tells a file or store apart from one put in its place later: a local one's device, inode, size,
+    modification and change times, an object's size and version tag (ETag).  Part of the caches' keys: a replaced
     file is read again."""
     if is_url(path):
         fs, inner = filesystem(path, storage_options)
@@ -43,7 +43,7 @@ def file_identity(path: str, storage_options: dict[str, Any] | None = None) -> t
         st = os.stat(local_path(path))
     except OSError:
         return ()
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns  # ctime: a rewrite with mtime put back
 
 
 def options_key(storage_options: dict[str, Any] | None) -> str | None:
@@ -154,7 +154,7 @@ def _described(identity: tuple[Any, ...]) -> str:
         return "nothing there"
     if len(identity) == 3:
         return f"{identity[1]:,} bytes, tag {identity[2]!r}"
-    return f"inode {identity[1]}, {identity[2]:,} bytes, mtime {identity[3]} ns"
+    return f"inode {identity[1]}, {identity[2]:,} bytes, mtime {identity[3]} ns, ctime {identity[4]} ns"
 
 
 def clear_caches() -> None:

@@ -1,6 +1,7 @@
-"""The identity of an input file (device, inode, size, modification time), recorded when it is first
-seen and checked whenever it is read again, so that a file replaced (write-and-rename) or rewritten
-in place meanwhile is refused rather than read as if it were the same one.  Subclasses say what the
+"""The identity of an input file (device, inode, size, modification and change times), recorded when it is
+first seen and checked whenever it is read again, so that a file replaced (write-and-rename) or rewritten
+in place meanwhile (even keeping its size and putting its mtime back: its change time moves) is refused
+rather than read as if it were the same one.  Subclasses say what the
 file is and which error a change raises (a job's input, a series step).  For a URL (``s3://...``) the
 identity is the object's size and version tag (its ETag), and it carries the ``storage_options`` it
 was read with, so that a worker given the identity reads the URL with them too (:meth:`opened`)."""
@@ -30,6 +31,9 @@ class FileIdentity:
     mtime_ns: int
     tag: str = ""  # a URL's ETag (or modification time): what changes when the object is rewritten
     storage_options: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    # the inode's change time: moved by every write and by setting the mtime back, and no user can set it,
+    # so a rewrite in place of the same size whose mtime was put back (touch -r) is told apart too
+    ctime_ns: int = 0
 
     label: ClassVar[str] = "the file"  # what the file is, in messages
     seen: ClassVar[str] = "it was first seen"  # when the identity was recorded, in messages
@@ -50,18 +54,21 @@ class FileIdentity:
             except StorageError as err:
                 raise cls.error(f"expected {cls.label} at {os.fspath(path)}, cannot read it: {err}") from None
             options = remote.fs.storage_options if storage_options is None else storage_options
-            return cls(os.fspath(path), 0, 0, remote.size, 0, remote.tag, dict(options) or None)
+            return cls(os.fspath(path), 0, 0, remote.size, 0, remote.tag, storage_options=dict(options) or None)
         if stat is None:
             try:
                 stat = os.stat(path)
             except OSError as err:
                 raise cls.error(f"expected {cls.label} at {os.fspath(path)}, cannot read it: {err}") from None
-        return cls(os.fspath(path), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        return cls(os.fspath(path), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, ctime_ns=stat.st_ctime_ns)
 
     def __str__(self) -> str:
         if is_url(self.path):
             return f"{self.size:,} bytes, tag {self.tag!r}"
-        return f"{self.size:,} bytes, device {self.device}, inode {self.inode}, mtime {self.mtime_ns} ns"
+        return (
+            f"{self.size:,} bytes, device {self.device}, inode {self.inode}, mtime {self.mtime_ns} ns, "
+            f"ctime {self.ctime_ns} ns"
+        )
 
     def check(self, when: str, stat: os.stat_result | None = None) -> None:
         """Raise :attr:`error` unless the file (or ``stat``) is still this one."""

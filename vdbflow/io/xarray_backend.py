@@ -62,7 +62,7 @@ class LeafBoxArray(BackendArray):
         for n in range(len(self.dims)):
             picked = np.atleast_1d(np.asarray(range(self.shape[n])[key[n]], np.int64))
             if picked.size == 0:  # an empty selection reads nothing
-                return np.zeros(np.empty(self.shape, bool)[key].shape, self.dtype)
+                return np.zeros(np.broadcast_to(np.empty((), bool), self.shape)[key].shape, self.dtype)  # no copy
             picks.append(picked)
         if any(int(p.max()) - int(p.min()) + 1 != len(p) for p in picks):
             return self._read_picked(key, picks)
