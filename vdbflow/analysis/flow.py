@@ -433,6 +433,13 @@ class VdbflowAccessor:
 
         return to_vtkhdf(self._ds, path, overwrite=overwrite)
 
+    def to_netcdf(self, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
+        """Write this Dataset (a result, or a Zarr result opened with xarray) as NetCDF-4 that CF checkers pass:
+        flags typed as stored, a history line for this call (:func:`vdbflow.io.netcdf.to_netcdf`)."""
+        from vdbflow.io.netcdf import to_netcdf
+
+        return to_netcdf(self._ds, path, overwrite=overwrite)
+
     def laplacian(self) -> xr.DataArray:
         """Laplacian of the field, from the ``<field>_hessian`` variable of a sample_hessian Dataset."""
         names = [v for v in self._ds.data_vars if v.endswith("_hessian")]

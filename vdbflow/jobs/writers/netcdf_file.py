@@ -47,8 +47,10 @@ def _write_file(staged: Any, staging: str, target: str) -> None:
     chunk), then the store removed."""
     import dask
 
+    from vdbflow.io.netcdf import cf_ready
+
     with dask.config.set(scheduler="synchronous"), xr.open_zarr(staging, consolidated=False) as ds:
-        ds.to_netcdf(target, engine="h5netcdf")
+        cf_ready(ds).to_netcdf(target, engine="h5netcdf")  # flags typed as stored (Zarr's JSON made them int64)
     remove_tree(Path(staging))
 
 
