@@ -1,6 +1,6 @@
 """Zarr format 3 results (issue 39): ``output.zarr_format: 3`` and ``output.shard`` write a store that
 ``xr.open_zarr`` opens with the asked chunk and shard shapes (one object a shard), holding the values of the
-same job written as format 2."""
+same job written as format 2 (its labels kept in an attr, put back by ``vdbflow.open_result``: issue 50)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def test_sharded_result_opens_in_xarray_equal_to_format_2(tmp_path, client, form
     result = vdbflow.run(job(tmp_path, tmp_path / "v3.zarr", shard=2_000), client)  # 4 chunks of 500 a shard
     root = json.loads((Path(result.output) / "zarr.json").read_text())
     assert root["zarr_format"] == 3 and root["attributes"]["title"] == "vdbflow run result"
-    with xr.open_zarr(result.output) as ds, xr.open_zarr(format_2) as expected:
+    with vdbflow.open_result(result.output) as ds, xr.open_zarr(format_2) as expected:
         assert ds["velocity"].encoding["chunks"] == (500, 3)
         assert ds["velocity"].encoding["shards"] == (2_000, 3)
         assert ds["q_criterion"].encoding["shards"] == (2_000,)
@@ -36,7 +36,7 @@ def test_sharded_result_opens_in_xarray_equal_to_format_2(tmp_path, client, form
 
 def test_format_3_without_shards(tmp_path, client, format_2):  # noqa: F811
     result = vdbflow.run(job(tmp_path, tmp_path / "v3.zarr", zarr_format=3), client)
-    with xr.open_zarr(result.output) as ds, xr.open_zarr(format_2) as expected:
+    with vdbflow.open_result(result.output) as ds, xr.open_zarr(format_2) as expected:
         assert ds["velocity"].encoding["chunks"] == (500, 3) and ds["velocity"].encoding.get("shards") is None
         same_data(ds, expected)
 

@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from vdbflow.core.volume import Topology, Volume
     from vdbflow.distribution.volume import DistributedVolume, distribute
     from vdbflow.errors import ChecksumWarning, ClusterError, DistributionError, TimeError
+    from vdbflow.io.labels import open_result
     from vdbflow.io.nanovdb import BlindData, GridInfo, save
     from vdbflow.io.volumes import list_grids, open_zarr, split_channels
     from vdbflow.io.volumes import open_volume as open  # noqa: A004 - vdbflow.open(path) reads like xarray.open_dataset
@@ -85,6 +86,7 @@ _LAZY = {
     "list_grids": ("io.volumes", "list_grids"),
     "open": ("io.volumes", "open_volume"),
     "open_series": ("temporal.series", "open_series"),
+    "open_result": ("io.labels", "open_result"),
     "open_zarr": ("io.volumes", "open_zarr"),
     "q_criterion_field": ("analysis.grid_fields", "q_criterion_field"),
     "run": ("jobs.runner", "run"),

@@ -1,7 +1,8 @@
 """The Zarr writer of job results: Zarr format 2 (default) or 3 (``output.zarr_format``; shards with
-``output.shard``) with consolidated metadata, Blosc-compressed chunks written by the workers one unit
-(a chunk or a shard) a task, the point index with them, each unit recorded in the store's manifest
-(:mod:`~vdbflow.jobs.writers.units`).  A local path or an fsspec URL (``output.storage_options``)."""
+``output.shard``; label coordinates in the ``vdbflow_labels`` attr, :mod:`vdbflow.io.labels`) with
+consolidated metadata, Blosc-compressed chunks written by the workers one unit (a chunk or a shard) a task,
+the point index with them, each unit recorded in the store's manifest (:mod:`~vdbflow.jobs.writers.units`).
+A local path or an fsspec URL (``output.storage_options``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from vdbflow.io import labels
 from vdbflow.jobs.stores import Target, remove, zarr_store
 from vdbflow.jobs.writers import plain_attrs, with_plain_attrs
 from vdbflow.jobs.writers.units import POINT_INDEX, UnitPlan, write_unit
@@ -146,6 +148,8 @@ def lazy_write(ds: xr.Dataset, spec: Any, target: Target, plan: UnitPlan | None 
 
     ds = with_plain_attrs(ds)
     zarr_format = int(getattr(spec, "resolved_zarr_format", 2))
+    if zarr_format == 3:  # no string arrays: the v3 core has none (vdbflow.io.labels)
+        ds = labels.to_attrs(ds)
     options = getattr(spec, "storage_options", None)
     codecs = _codecs(spec, zarr_format)
     index = _point_index(ds)
