@@ -95,8 +95,10 @@ class Leftover:
         is gone once a failed job of this process kept it (a failed ``vdbflow.run`` in a notebook)."""
         if self.pid is None or self.pid <= 0 or self.host != socket.gethostname():
             return None
-        if self.kind in ("partial", "publishing") and self.pid == os.getpid():  # a publishing record: its partial's tag
-            name = str(self.path).rstrip("/").rsplit("/", 1)[-1].replace(".publishing-", ".partial-", 1)
+        if self.kind in ("partial", "publishing", "tmp") and self.pid == os.getpid():
+            # a publishing record, a NetCDF job's store of chunks (.NAME.tmp-TAG): its partial's tag
+            name = str(self.path).rstrip("/").rsplit("/", 1)[-1]
+            name = name.replace(".publishing-", ".partial-", 1).replace(".tmp-", ".partial-", 1)
             if name in KEPT_PARTIALS:
                 return True
         return not _pid_alive(self.pid)

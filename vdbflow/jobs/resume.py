@@ -88,7 +88,13 @@ def job_record(cfg: JobConfig, plan: Any, units: int) -> dict[str, Any]:
     }
     if isinstance(cfg.points, FilePoints):
         inputs["points.path"] = _points_file(cfg.points.path)
-    return {"config": config_record(cfg), "inputs": inputs, "units": units}
+    return {"config": config_record(cfg), "inputs": inputs, "units": units, "vdbflow_version": _version()}
+
+
+def _version() -> str:
+    from vdbflow.version import __version__
+
+    return str(__version__)
 
 
 def _changed_keys(then: dict[str, Any], now: dict[str, Any]) -> list[str]:
@@ -107,6 +113,9 @@ def check_same_job(
     then = manifest.job() or {}
     where = f"the partial result {manifest.target}"
     problems = _changed_keys(then.get("config", {}), config_record(cfg))
+    if then.get("vdbflow_version") != _version():  # another release may write other bits: never one mixture
+        written = then.get("vdbflow_version") or "a release that did not record its version"
+        problems.append(f"vdbflow version: {written} then, {_version()} now")
     recorded = then.get("inputs", {})
     hashed = manifest.inputs()
     now_sha = None
@@ -146,7 +155,17 @@ def resumable(final: Target, options: dict[str, Any] | None, store_of: Callable[
     ``store_of(partial)``: the writer's :func:`manifest_target`) has its ``job.json`` (None: none)."""
     found = {}
     for item in leftovers_at(final, options):
-        if item.kind not in ("partial", "tmp") or not item.writer_gone:
+        if item.kind not in ("partial", "tmp"):
+            continue
+        if not item.writer_gone:
+            if item.writer_gone is None and item.pid is not None:
+                log.warning(
+                    "--resume: not resuming %s: it was written by %s, which cannot be checked from here (a "
+                    "replaced pod?); once that run is surely gone, `vdbflow clean --force` removes it, or move it "
+                    "to a name this host wrote to resume it (docs/jobs.md)",
+                    item.path,
+                    item.writer,
+                )
             continue
         # a NetCDF job's partial file exists only once its chunks' store (.NAME.tmp-TAG) is complete
         head, _, name = str(item.path).rstrip("/").rpartition("/")

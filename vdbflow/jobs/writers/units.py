@@ -221,6 +221,33 @@ class UnitPlan:
         last = np.maximum(self.chunk_starts[1:] - 1, self.chunk_starts[:-1])
         self.owner = np.searchsorted(unit_points, last, side="right") - 1
 
+    def keep_complete(self, unit_rows: np.ndarray, names: tuple[str, ...]) -> list[int]:
+        """Drop from ``done`` every record that does not cover its unit: its rows (``unit_rows``: the units'
+        boundaries in rows), a SHA-256 for each array ``names`` the job writes, and the figures of each chunk
+        the unit records; returns the units dropped (written again).  A record listing no arrays verifies
+        vacuously: kept, its unit would be published as the fill value."""
+        assert self.owner is not None
+        dropped = []
+        for unit, record in list(self.done.items()):
+            if not self._covers(unit, record, unit_rows, names):
+                del self.done[unit]
+                dropped.append(unit)
+        return sorted(dropped)
+
+    def _covers(self, unit: int, record: Any, unit_rows: np.ndarray, names: tuple[str, ...]) -> bool:
+        if not isinstance(record, dict) or not 0 <= unit < len(unit_rows) - 1:
+            return False
+        if record.get("rows") != [int(unit_rows[unit]), int(unit_rows[unit + 1])]:
+            return False
+        hashes = record.get("sha256")
+        if not isinstance(hashes, dict) or set(hashes) != set(names):
+            return False
+        extras = record.get("extras")
+        mine = [str(c) for c in np.flatnonzero(self.owner == unit)]
+        return isinstance(extras, dict) and all(
+            isinstance(extras.get(name), dict) and all(c in extras[name] for c in mine) for name in self.parts
+        )
+
     def extras_of(self, unit: int) -> dict[str, dict[int, Any]]:
         """The figures' parts of the chunks unit ``unit`` records."""
         assert self.owner is not None

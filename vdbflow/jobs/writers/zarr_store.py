@@ -7,6 +7,7 @@ A local path or an fsspec URL (``output.storage_options``)."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Any
 
@@ -19,12 +20,11 @@ from vdbflow.jobs.writers import plain_attrs, with_plain_attrs
 from vdbflow.jobs.writers.units import POINT_INDEX, UnitPlan, write_unit
 
 FORMAT = "zarr"
+log = logging.getLogger("vdbflow.run")
 
 
 def prepare(client: Any, spec: Any) -> None:
     """Blosc on each worker encodes with the worker's spare cores (when the chunks are compressed)."""
-    import logging
-
     if spec.compression != "none":
         logging.getLogger("vdbflow.jobs").debug("Blosc threads by worker: %s", spare_cores_for_blosc(client))
 
@@ -174,6 +174,15 @@ def lazy_write(ds: xr.Dataset, spec: Any, target: Target, plan: UnitPlan | None 
         plan = UnitPlan(target, options, bounds * row)
     plan.assign(bounds * row)
     names = tuple(str(n) for n, v in ds.variables.items() if v.chunks is not None)
+    dropped = plan.keep_complete(bounds, (*names, POINT_INDEX) if index is not None else names)
+    if dropped:
+        log.warning(
+            "resuming %s: %d unit record(s) do not cover their unit (rows, every array, the figures of its chunks) "
+            "and are written again: %s",
+            target,
+            len(dropped),
+            ", ".join(map(str, dropped[:10])) + (" ..." if len(dropped) > 10 else ""),
+        )
     blocks = {n: ds[n].data.to_delayed(optimize_graph=False).reshape(-1) for n in names}
     token = dask.base.tokenize(str(target), names, unit_rows, size)
     opts = json.dumps(options or {}, sort_keys=True)
