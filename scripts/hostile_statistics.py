@@ -290,16 +290,20 @@ def case(rng: np.random.Generator) -> tuple[str, str]:
     from vdbflow.synthetic import flow_volume, taylor_green
 
     vol = flow_volume(taylor_green(), 16)
-    outcomes = {"same": 0, "refused": 0}
+    doors = {"same": 0, "refused": 0}
     for _ in range(DOOR_CALLS_A_CASE):
         door, kwargs = door_call(rng)
-        outcomes[call_door(vol, door, kwargs)] += 1
+        doors[call_door(vol, door, kwargs)] += 1
+    specs = {"same": 0, "refused": 0}
     for _ in range(SPECS_A_CASE):
         spec, edges, ints, reals, channels = mutated_spec(rng, vol)
         try:
             _core.reduce_features(spec, np.full((5, channels), 0.25), edges, ints, reals)
-            outcomes["same"] += 1
+            specs["same"] += 1
         except ValueError:
-            outcomes["refused"] += 1
-    detail = f"{outcomes['same']} checked results, {outcomes['refused']} refused"
-    return ("refused" if outcomes["refused"] else "same"), detail
+            specs["refused"] += 1
+    detail = (
+        f"door calls: {doors['same']} checked results, {doors['refused']} refused; "
+        f"kernel specs: {specs['same']} reduced, {specs['refused']} refused"
+    )
+    return ("refused" if doors["refused"] or specs["refused"] else "same"), detail
