@@ -149,6 +149,30 @@ def test_an_absurd_reported_size_is_a_storage_error_naming_the_url(http_objects,
         vdbflow.open(f"{base}/huge.nvdb")
 
 
+@pytest.mark.parametrize("size", ["1e3", "abc", 2**70, -5, 1.5, None])
+def test_the_backend_refuses_a_misreported_size_naming_the_url(memory_fs, tmp_path, monkeypatch, size):
+    """The campaign's find: the backend's file identity took ``int(size)`` of what the store's ``info``
+    said (a raw ValueError for '1e3'); a store's own size field, whatever it holds, is checked."""
+    import fsspec
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    vdbflow.Volume.from_dense(np.ones((8, 8, 8), np.float32)).to_nvdb(tmp_path / "o.nvdb")
+    fsspec.filesystem("memory").pipe(f"{memory_fs}/odd.nvdb"[len("memory://") :], (tmp_path / "o.nvdb").read_bytes())
+    real = MemoryFileSystem.info
+
+    def misreporting(self, path, **kwargs):
+        info = real(self, path, **kwargs)
+        return {**info, "size": size} if str(path).endswith("odd.nvdb") else info
+
+    monkeypatch.setattr(MemoryFileSystem, "info", misreporting)
+    if size is None:  # no size at all reads as 0 bytes: an empty object
+        with pytest.raises(vdbflow.errors.VdbflowError, match=r"odd\.nvdb.*empty"):
+            xr.open_dataset(f"{memory_fs}/odd.nvdb", engine=ENGINE)
+        return
+    with pytest.raises(StorageError, match=r"odd\.nvdb to report a size"):
+        xr.open_dataset(f"{memory_fs}/odd.nvdb", engine=ENGINE)
+
+
 # -- row 16: a remote .npy of points with a negative shape -------------------------------------------------------
 
 

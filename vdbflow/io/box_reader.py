@@ -23,7 +23,7 @@ import numpy as np
 from vdbflow.core import tree
 from vdbflow.core.volume import Topology, Volume
 from vdbflow.errors import VolumeError
-from vdbflow.io.location import filesystem, is_url, local_path, stat_url, version_tag
+from vdbflow.io.location import filesystem, is_url, local_path, object_size, stat_url, version_tag
 from vdbflow.io.volumes import list_grids, open_volume
 
 _T = TypeVar("_T")
@@ -38,7 +38,7 @@ def file_identity(path: str, storage_options: dict[str, Any] | None = None) -> t
     if is_url(path):
         fs, inner = filesystem(path, storage_options)
         info = stat_url(fs, inner, path)
-        return str(info.get("type")), int(info.get("size") or 0), version_tag(info)
+        return str(info.get("type")), object_size(info, path), version_tag(info)
     try:
         st = os.stat(local_path(path))
     except OSError:
