@@ -68,20 +68,49 @@ def test_config_errors_go_to_stderr_unwrapped(tmp_path):
 
 
 def test_install_hints_keep_their_brackets(tmp_path, monkeypatch):
+    from vdbflow.version import install_hint
+
     monkeypatch.setitem(sys.modules, "dask_jobqueue", None)  # as if not installed: import raises ImportError
     slurm = {"kind": "slurm", "queue": "q", "cores": 2, "memory": "4GB", "dashboard": False}
     result = invoke("run", small_job(tmp_path, cluster=slurm))
-    assert result.exit_code == 2 and 'pip install "vdbflow[slurm]"' in result.stderr, result.stderr
+    assert result.exit_code == 2 and install_hint("slurm") in result.stderr, result.stderr
     # a dry run goes on without the job script, and says why
     result = invoke("run", small_job(tmp_path, cluster=slurm), "--dry-run")
     assert result.exit_code == 0 and "nothing has run" in result.stdout
-    assert "warning: cluster" in result.stderr and 'pip install "vdbflow[slurm]"' in result.stderr
+    assert "warning: cluster" in result.stderr and install_hint("slurm") in result.stderr
     assert "#SBATCH" not in result.stdout
     if importlib.util.find_spec("dask_cuda") is None:
         result = invoke("run", small_job(tmp_path, cluster={"kind": "cuda", "dashboard": False}))
-        assert result.exit_code == 2 and 'pip install "vdbflow[gpu]"' in result.stderr, result.stderr
+        assert result.exit_code == 2 and install_hint("gpu") in result.stderr, result.stderr
         result = invoke("run", small_job(tmp_path, cluster={"kind": "cuda", "dashboard": False}), "--dry-run")
-        assert result.exit_code == 0 and '"vdbflow[gpu]"' in result.stdout, result.stdout  # in the plan's table
+        assert result.exit_code == 0 and "[gpu]" in result.stdout, result.stdout  # in the plan's table
+
+
+@pytest.mark.parametrize(
+    ("direct_url", "hint"),
+    [
+        (
+            '{"url": "file:///home/me/vdbflow", "dir_info": {"editable": true}}',
+            'pip install -e "/home/me/vdbflow[gpu]"',
+        ),
+        ('{"url": "file:///src/my%20vdbflow", "dir_info": {}}', 'pip install "/src/my vdbflow[gpu]"'),
+        ('{"url": "https://example.org/vdbflow.whl", "archive_info": {}}', 'pip install "vdbflow[gpu]"'),
+        (None, 'pip install "vdbflow[gpu]"'),  # from an index: no direct_url.json
+    ],
+)
+def test_install_hints_fit_how_vdbflow_was_installed(monkeypatch, direct_url, hint):
+    """Issue 50 row 1: vdbflow is not on an index, so `pip install "vdbflow[gpu]"` fails from a checkout; the
+    hint follows PEP 610's record of where this vdbflow came from."""
+    import importlib.metadata
+
+    from vdbflow.version import install_hint
+
+    class Found:
+        def read_text(self, name):
+            return direct_url if name == "direct_url.json" else None
+
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: Found())
+    assert install_hint("gpu") == hint
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Plots of sampled fields and Jacobians (matplotlib; ``pip install "vdbflow[plot]"``).
+"""Plots of sampled fields and Jacobians (matplotlib; ``pip install -e ".[plot]"`` from the checkout).
 
 The helpers take a Dataset from :meth:`Volume.sample_grad` (or a ``vdbflow run`` result) whose
 points form a slice plane - sampled at (ns, nt, 3) points, so that its values lie on two point dims,
@@ -19,6 +19,7 @@ import xarray as xr
 from vdbflow.core import outputs, schema
 from vdbflow.errors import SamplingError
 from vdbflow.io import bounded_json
+from vdbflow.version import install_hint
 
 DERIVED_SCALARS = outputs.scalar_quantities()  # what a plot computes from a Dataset's Jacobian (and velocity)
 
@@ -27,7 +28,7 @@ def _pyplot() -> Any:
     try:
         import matplotlib.pyplot as plt
     except ImportError:
-        raise SamplingError('vdbflow.analysis.plot needs matplotlib: pip install "vdbflow[plot]"') from None
+        raise SamplingError(f"vdbflow.analysis.plot needs matplotlib: {install_hint('plot')}") from None
     return plt
 
 

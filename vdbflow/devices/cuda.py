@@ -21,6 +21,7 @@ from vdbflow.core.kernel import OPERATIONS, KernelArrays, KernelRecord
 from vdbflow.devices import cuda_build, nvrtc
 from vdbflow.devices.cuda_build import THREADS_PER_BLOCK, kernel_dir  # noqa: F401 (kernel_dir: re-exported)
 from vdbflow.errors import DeviceError
+from vdbflow.version import install_hint
 
 NULL = np.uint64(0)  # a null device pointer as a kernel argument
 # C++ types of the value dtypes, as the name expressions of the templates in sample.cu spell them
@@ -93,7 +94,7 @@ def cupy_module() -> Any:
         import cupy
     except ImportError as err:  # pragma: no cover - depends on the machine
         raise DeviceError(
-            "device='cuda' needs CuPy: pip install 'vdbflow[gpu]' (CUDA 12) or 'vdbflow[gpu-cuda13]'"
+            f"device='cuda' needs CuPy: {install_hint('gpu')} (CUDA 12) or {install_hint('gpu-cuda13')}"
         ) from err
     try:
         count = cupy.cuda.runtime.getDeviceCount()

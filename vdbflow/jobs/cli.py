@@ -2,7 +2,7 @@
 
 Results (plans, summaries, tables) go to stdout; errors, warnings and ``-v`` logs go to stderr,
 one unwrapped line each, so they survive pipes and log files.  Messages are printed as plain
-text, never as rich markup (``pip install "vdbflow[tables]"`` keeps its brackets).
+text, never as rich markup (``pip install -e ".[tables]"`` keeps its brackets).
 """
 
 from __future__ import annotations

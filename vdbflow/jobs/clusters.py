@@ -27,6 +27,7 @@ from vdbflow.jobs.config import (
     SlurmClusterSpec,
     bytes_of,
 )
+from vdbflow.version import install_hint
 
 log = logging.getLogger("vdbflow.cluster")
 
@@ -87,7 +88,7 @@ def _jobqueue() -> Any:
     try:
         import dask_jobqueue
     except ImportError:
-        raise MissingExtraError("cluster.kind 'slurm' needs dask-jobqueue: pip install \"vdbflow[slurm]\"") from None
+        raise MissingExtraError(f"cluster.kind 'slurm' needs dask-jobqueue: {install_hint('slurm')}") from None
     return dask_jobqueue
 
 
@@ -147,7 +148,7 @@ def describe_cluster(spec: Any) -> str:
 
             note = ""
         except ImportError:
-            note = ' (dask-cuda is not installed here: pip install "vdbflow[gpu]")'
+            note = f" (dask-cuda is not installed here: {install_hint('gpu')})"
         devices = ",".join(map(str, spec.devices)) if spec.devices else "all"
         return f"dask-cuda LocalCUDACluster, one worker per GPU (devices {devices}){note}"
     if isinstance(spec, SlurmClusterSpec):
@@ -420,7 +421,7 @@ def _start(spec: Any, distributed: Any, failures: SubmitFailures) -> Any:
         try:
             from dask_cuda import LocalCUDACluster
         except ImportError:
-            raise MissingExtraError("cluster.kind 'cuda' needs dask-cuda: pip install \"vdbflow[gpu]\"") from None
+            raise MissingExtraError(f"cluster.kind 'cuda' needs dask-cuda: {install_hint('gpu')}") from None
         kwargs = {"dashboard_address": dashboard, "scheduler_kwargs": show}
         if spec.devices:
             kwargs["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.devices))
@@ -429,7 +430,7 @@ def _start(spec: Any, distributed: Any, failures: SubmitFailures) -> Any:
                 import rmm  # noqa: F401 - dask-cuda makes the pool with it on each worker
             except ImportError:
                 raise MissingExtraError(
-                    'cluster.rmm_pool_size needs RMM: pip install "vdbflow[gpu]" (CUDA 12) or "vdbflow[gpu-cuda13]"'
+                    f"cluster.rmm_pool_size needs RMM: {install_hint('gpu')} (CUDA 12) or {install_hint('gpu-cuda13')}"
                 ) from None
             # each worker's pool, and CuPy's allocations (vdbflow's device arrays) taken from it
             kwargs["rmm_pool_size"] = spec.rmm_pool_size

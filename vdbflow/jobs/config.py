@@ -461,7 +461,7 @@ class AddressClusterSpec(_Cluster):
 
 
 class CudaClusterSpec(_Cluster):
-    """``dask_cuda.LocalCUDACluster``: one worker per GPU (``pip install "vdbflow[gpu]"``)."""
+    """``dask_cuda.LocalCUDACluster``: one worker per GPU (``pip install -e ".[gpu]"`` from the checkout)."""
 
     kind: Literal["cuda"]
     devices: list[int] | None = Field(None, description="CUDA_VISIBLE_DEVICES; default all")

@@ -1,5 +1,5 @@
 """What the ``vdbflow`` commands print: results to stdout, messages to stderr as plain unwrapped text
-(never rich markup: ``pip install "vdbflow[tables]"`` keeps its brackets), key-value tables and log lines,
+(never rich markup: ``pip install -e ".[tables]"`` keeps its brackets), key-value tables and log lines,
 every URL in them with its credentials redacted (:mod:`vdbflow.io.redact`)."""
 
 from __future__ import annotations

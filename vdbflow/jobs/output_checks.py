@@ -8,15 +8,14 @@ from typing import Any
 
 from vdbflow.jobs.config_output import BUCKETED as _BUCKETED
 from vdbflow.jobs.stores import filesystem
+from vdbflow.version import install_hint
 
 
 def _filesystem(url: str, options: dict[str, Any] | None) -> tuple[Any, str] | str:
     try:
         return filesystem(url, options)
     except ImportError as err:
-        return (
-            f"cannot open {url}: a missing package ({err}); for s3:// install the s3 extra: pip install 'vdbflow[s3]'"
-        )
+        return f"cannot open {url}: a missing package ({err}); for s3:// install the s3 extra: {install_hint('s3')}"
     except (ValueError, TypeError, OSError) as err:
         return f"cannot open {url} with output.storage_options: {type(err).__name__}: {err}"
 

@@ -20,6 +20,7 @@ from vdbflow.io.identity import FileIdentity
 from vdbflow.io.location import is_url
 from vdbflow.jobs.config import FilePoints, GridPoints, LinePoints, PlanePoints, RandomPoints, VoxelPoints
 from vdbflow.ops.points import lattice_block, line, line_block, plane, plane_block  # noqa: F401 (line, plane: here too)
+from vdbflow.version import install_hint
 
 POINTS_KEY = "vdbflow-points"  # task-key prefix of the generated point chunks (jobs.progress groups by it)
 
@@ -295,7 +296,7 @@ def _file_points(spec: FilePoints) -> Any:
         import dask.dataframe as dd
     except ImportError:
         raise PointsError(
-            'reading .csv / .parquet points needs dask\'s dataframe support: pip install "vdbflow[tables]"'
+            f"reading .csv / .parquet points needs dask's dataframe support: {install_hint('tables')}"
         ) from None
 
     columns = _table_columns(spec)
@@ -363,7 +364,7 @@ def _table_columns(spec: FilePoints) -> list[str]:
             have = list(pq.read_schema(spec.path).names)
     except ImportError:
         raise PointsError(
-            'reading .csv / .parquet points needs dask\'s dataframe support: pip install "vdbflow[tables]"'
+            f"reading .csv / .parquet points needs dask's dataframe support: {install_hint('tables')}"
         ) from None
     except Exception as err:  # pandas / pyarrow parse errors
         raise PointsError(f"points.path: cannot read {spec.path}: {err}") from None
