@@ -471,3 +471,32 @@ def test_an_empty_selection_of_a_huge_box_allocates_nothing(tmp_path):
     assert ds["value"][5:5, :3, 2].shape == (0, 3)
     assert ds["value"][5:5, :3, 2].values.shape == (0, 3)
     assert ds["value_active"][:2, 7:3, ::2].values.shape == (2, 0, side // 2)
+
+
+# -- suspected: Zarr metadata read twice (checked, then read by Zarr) ---------------------------------------------
+
+
+def test_a_dense_store_whose_metadata_turns_to_pickle_after_the_check_is_refused(tmp_path, monkeypatch):
+    """A store that answers the check with clean metadata and Zarr with a pickle codec (swapped in between):
+    Zarr reads through the checked store, so the codec is refused as Zarr reads it and nothing runs."""
+    from vdbflow.io import zarr_v2
+    from vdbflow.io.dense import open_dense
+
+    store = tmp_path / "dense.zarr"
+    xr.Dataset({"v": (("x", "y", "z"), np.zeros((8, 8, 8), np.float32))}).to_zarr(store, zarr_format=2)
+    (store / ".zmetadata").unlink()
+    marker = tmp_path / "ran"
+    Payload.marker = str(marker)
+    real = zarr_v2.refuse_code_codecs
+
+    def check_then_swap(path):
+        real(path)  # the check sees clean metadata; then the store changes under it
+        meta = json.loads((store / "v" / ".zarray").read_text())
+        meta.update(dtype="|O", compressor=None, filters=[{"id": "pickle"}])
+        (store / "v" / ".zarray").write_text(json.dumps(meta))
+        (store / "v" / "0.0.0").write_bytes(pickle.dumps(np.array([Payload()], dtype=object)))
+
+    monkeypatch.setattr(zarr_v2, "refuse_code_codecs", check_then_swap)
+    with pytest.raises(VolumeError, match=r"\['pickle'\] in v/\.zarray: decoding them would run code"):
+        open_dense(store, ["v"])
+    assert not marker.exists()

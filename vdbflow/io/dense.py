@@ -117,11 +117,19 @@ def open_dense(
 
     zarr = path.suffix.lower() == ".zarr" or path.is_dir()
     if zarr:
+        import fsspec
+
+        from vdbflow.io.zarr_url import checked
         from vdbflow.io.zarr_v2 import refuse_code_codecs
 
-        refuse_code_codecs(path)
+        refuse_code_codecs(path)  # every metadata file, before Zarr; and what Zarr reads, checked as it reads it
     try:
-        ds = xr.open_zarr(path) if zarr else xr.open_dataset(path, chunks={})
+        if zarr:
+            ds = xr.open_zarr(checked(fsspec.get_mapper(str(path)), str(path)))
+        else:
+            ds = xr.open_dataset(path, chunks={})
+    except VolumeError:
+        raise
     except Exception as err:  # the backends raise many kinds for unreadable files
         raise VolumeError(f"cannot open {path} as a NetCDF or Zarr dataset: {err}") from None
     return _dataset_source(ds, path, variables, mask_variable, units, length_units)
