@@ -168,7 +168,7 @@ def test_refusals(rng):
     with pytest.raises(SamplingError, match="fields"):
         SampleRequest("linear", ("hessian", "q_criterion"))
     with pytest.raises(SamplingError, match="fields"):
-        SampleRequest("linear", ("jacobian",))  # without derived quantities the fields are a prefix
+        SampleRequest("linear", ("jacobian", "hessian"))  # a Hessian comes with the value and the Jacobian
     ijk, values = random_sparse_voxels(rng, n_leaves=3, spread=2, fill=0.5, components=1)
     scalar = vdbflow.Volume.from_voxels(ijk, values.astype(np.float32))
     with pytest.raises(SamplingError, match="vec3 float field"):

@@ -25,8 +25,8 @@ def test_a_request_resolves_its_spaces_and_refuses_what_is_unknown():
         SampleRequest("cubic")
     with pytest.raises(vdbflow.SamplingError, match="expected a mode with a second derivative.*got 'closest'"):
         SampleRequest("closest", OUTPUTS)
-    with pytest.raises(vdbflow.SamplingError, match=r"expected outputs .* got \('jacobian',\)"):
-        SampleRequest("linear", ("jacobian",))
+    with pytest.raises(vdbflow.SamplingError, match=r"expected outputs .* got \('value', 'hessian'\)"):
+        SampleRequest("linear", ("value", "hessian"))
     with pytest.raises(vdbflow.SamplingError, match="expected space to be one of 'index', 'world', got 'voxel'"):
         SampleRequest("linear", space="voxel")
     with pytest.raises(vdbflow.SamplingError, match="expected jacobian_space"):
@@ -159,3 +159,38 @@ def test_one_function_makes_every_dataset(rng):
     assert ds["value_hessian"].attrs["units"] == "K/m^2" and ds["value_jacobian"].attrs["units"] == "K/voxel"
     same = vol.sample_hessian(pts, "lag4", "index", "index", "world")
     assert same.identical(ds)
+
+
+def test_the_jacobian_alone_on_every_path(tmp_path):
+    """Issue 50 row 9: ``outputs=("jacobian",)`` and ``("jacobian", "inside")`` are allowed, eager, lazy and
+    distributed, for vector, scalar and integer data, and give the Jacobian (and flags) of
+    ``("value", "jacobian", "inside")`` bit for bit."""
+    import dask.array as da
+    from distributed import Client, LocalCluster
+
+    from vdbflow import synthetic
+
+    vel = synthetic.flow_volume(synthetic.make_field("taylor_green"), 16, 2 * np.pi, np.dtype("float32"))
+    rng = np.random.default_rng(5)
+    pts = vel.transform.apply(rng.uniform(-1, 16, (600, 3)))
+    scalar = vdbflow.Volume.from_voxels(vel.active_voxels(), rng.standard_normal(vel.active_voxel_count).astype("f4"))
+    ints = vdbflow.Volume.from_voxels(vel.active_voxels(), np.arange(vel.active_voxel_count, dtype=np.int64))
+    for vol, mode, space in ((vel, "linear", "world"), (scalar, "lag4", "index"), (ints, "closest", "index")):
+        ref = vol.sample_grad(pts, mode, space=space, outputs=("value", "jacobian", "inside"))
+        jac = next(n for n in ref.data_vars if str(n).endswith("_jacobian"))
+        alone = vol.sample_grad(pts, mode, space=space, outputs=("jacobian",))
+        assert list(alone.data_vars) == [jac]
+        np.testing.assert_array_equal(alone[jac].values, ref[jac].values)
+        lazy = vol.sample_grad(da.from_array(pts, chunks=(150, 3)), mode, space=space, outputs=("jacobian", "inside"))
+        assert sorted(lazy.data_vars) == sorted([jac, "stencil_inside"])
+        np.testing.assert_array_equal(lazy[jac].values, ref[jac].values)
+        np.testing.assert_array_equal(lazy["stencil_inside"].values, ref["stencil_inside"].values)
+    ref = vel.sample_grad(pts, outputs=("value", "jacobian"))
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster,
+        Client(cluster) as client,
+        vdbflow.distribute(vel, client, 2) as dvol,
+    ):
+        far = dvol.sample_grad(pts, outputs=("jacobian",)).compute()  # points outside every partition too
+    assert list(far.data_vars) == ["velocity_jacobian"]
+    np.testing.assert_array_equal(far["velocity_jacobian"].values, ref["velocity_jacobian"].values)

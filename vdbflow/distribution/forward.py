@@ -55,9 +55,8 @@ def background_rows(template: Volume, request: SampleRequest) -> tuple:
     background value, zero derivatives, and the derived quantities of those (from the kernels, so the
     last bit and the sign of a zero are theirs)."""
     shapes, dtypes = request.shapes((1,), template.components), request.dtypes(template.value_type)
-    value = np.asarray(template.background, dtypes.get("value", template.value_type.dtype)).reshape(
-        shapes.get("value", (1,))
-    )
+    one = (1,) if template.components == 1 else (1, template.components)  # also where the value is not asked
+    value = np.asarray(template.background, dtypes.get("value", template.value_type.dtype)).reshape(one)
     rows = {"value": value}
     rows.update({name: np.zeros(shapes[name], dtypes[name]) for name in ("jacobian", "hessian") if name in shapes})
     if request.derived:

@@ -43,9 +43,9 @@ class SampleRequest:
     Attributes
     ----------
     mode : a sampling mode of ``vdbflow.core.kernel.MODES`` (``HESSIAN_MODES`` with a Hessian)
-    outputs : the fields ``("value",)``, ``("value", "jacobian")`` or ``("value", "jacobian", "hessian")``;
-        or derived quantities (``DERIVED``: ``q_criterion``, ``vorticity``, ...) of a vec3 float field,
-        alone or with any of ``value`` and ``jacobian`` (or with all three fields): the kernels compute them
+    outputs : the fields ``("value",)``, ``("jacobian",)``, ``("value", "jacobian")`` or ``("value", "jacobian",
+        "hessian")``; and derived quantities (``DERIVED``: ``q_criterion``, ``vorticity``, ...) of a vec3 float
+        field, alone or with any of those: the kernels compute them
         from the Jacobian in the same pass and write only what is asked.  Kept in ``ALL_OUTPUTS`` order.
     space : ``"index"`` or ``"world"``: the space of the points
     jacobian_space, hessian_space : the axes of the derivatives (defaults: ``space``, then
@@ -76,13 +76,13 @@ class SampleRequest:
             )
         outputs = tuple(o for o in ALL_OUTPUTS if o in asked)
         fields = tuple(o for o in outputs if o in OUTPUTS)
-        allowed: tuple[tuple[str, ...], ...] = (OUTPUTS[:1], OUTPUTS[:2], OUTPUTS)
-        if len(fields) < len(outputs):  # derived quantities: any of value and jacobian, or all three fields
-            allowed += ((), ("jacobian",))
+        allowed: tuple[tuple[str, ...], ...] = (OUTPUTS[:1], ("jacobian",), OUTPUTS[:2], OUTPUTS)
+        if len(fields) < len(outputs):  # derived quantities alone too
+            allowed += ((),)
         if fields not in allowed:
             raise SamplingError(
-                f"expected outputs with the fields {OUTPUTS[:1]}, {OUTPUTS[:2]} or {OUTPUTS} (or, with derived "
-                f"quantities, any of 'value' and 'jacobian'), got {fields}"
+                f"expected outputs with the fields {OUTPUTS[:1]}, ('jacobian',), {OUTPUTS[:2]} or {OUTPUTS} (or, "
+                f"with derived quantities, none), got {fields}"
             )
         if "hessian" in outputs:
             if self.mode not in HESSIAN_MODES:

@@ -263,6 +263,7 @@ def sample_arrays(
     kernel_jac = arrays["jacobian"] if (request.jacobian and vt.is_float) else None
     if request.jacobian and not vt.is_float:
         arrays["jacobian"][...] = 0
+    values = arrays.get("value")  # the Jacobian alone: the kernel writes the values to scratch
     run(
         "sample",
         vol.kernel_arrays(),
@@ -270,7 +271,7 @@ def sample_arrays(
         request.mode_code,
         points_world,
         jacobian_world,
-        arrays["value"],
+        xp.empty((N,) if C == 1 else (N, C), vt.dtype) if values is None else values,
         kernel_jac,
         request.point_order,
         device=device,
