@@ -250,8 +250,6 @@ def open_grid_dataset(
     _check_size(extent, sizes, dims)
     coords = _coordinates(head, name, box, dims, source)
     preferred = {d: aligned_chunks(int(box[0, AXES[d]]), int(extent[AXES[d]]), sizes[d]) for d in dims}
-    for dim in dims:  # the index coordinates chunked as the variables (xarray chunks all alike)
-        coords[INDEX_NAMES[dim]].encoding["preferred_chunks"] = {dim: preferred[dim]}
     variables: dict[str, xr.Variable] = {}
     mask = LeafBoxArray(source, box[0], extent, dims, "mask", np.dtype(bool))
     if isinstance(head, Volume):
@@ -276,6 +274,15 @@ def open_grid_dataset(
         coords={k: v for k, v in coords.items() if k not in drop},
         attrs=_attrs(head, name, box),
     )
+    return _indexed(ds)
+
+
+def _indexed(ds: xr.Dataset) -> xr.Dataset:
+    """``ds`` with ``i, j, k`` indexed beside ``x, y, z``: plain arrays after xarray's chunking (``chunks={}``
+    makes every coordinate without an index a Dask array), and ``ds.sel(i=...)`` works."""
+    for index_name in INDEX_NAMES.values():
+        if index_name in ds.coords:
+            ds = ds.set_xindex(index_name)
     return ds
 
 
@@ -323,6 +330,9 @@ def _attrs(head: Any, name: str, box: np.ndarray) -> dict[str, Any]:
         attrs["value_type"] = head.value_type.name
     if head.length_units:
         attrs["length_units"] = head.length_units
+    periodic = getattr(head, "periodic", None)
+    if periodic is not None:  # as results say it (vdbflow.ops.results): index-space periods, docs/periodic.md
+        attrs.update(periodic_axes=periodic.axes, period_lo=list(periodic.lo), period_voxels=list(periodic.size))
     return attrs
 
 
