@@ -36,6 +36,8 @@ def points_in(points: Any, dims: Any) -> tuple[Any, tuple[int, ...], tuple[str, 
     """Points of shape (..., 3) as given (NumPy, CuPy or Dask), the shape of their leading dims, the
     names of those dims and the coordinates a DataArray of points brings along."""
     coords: dict[str, Any] = {}
+    if isinstance(points, (tuple, list)) and len(points) == 3 and all(isinstance(p, xr.DataArray) for p in points):
+        points = _stacked(points)  # xr.broadcast(ds.x, ds.y, ds.z): three DataArrays of one shape
     if isinstance(points, xr.DataArray):
         lead_dims = points.dims[:-1]
         coords = {
@@ -59,13 +61,44 @@ def points_in(points: Any, dims: Any) -> tuple[Any, tuple[int, ...], tuple[str, 
         dims = (str(dims),) if isinstance(dims, str) else tuple(str(d) for d in dims)
     if len(dims) != len(lead) or len(set(dims)) != len(dims):
         raise PointsError(f"expected {len(lead)} distinct dim names for points of shape {shape}, got {list(dims)}")
-    clash = sorted(set(dims) & set(schema.RESERVED_DIMS))
+    grid = {d for d in GRID_DIMS if d in coords and coords[d].dims == (d,)}  # a grid's own x(x), i(x), ...
+    clash = sorted(set(dims) & set(schema.RESERVED_DIMS) - grid)
     if clash:
         raise PointsError(
             f"expected point dims named apart from the result's own names {list(schema.RESERVED_DIMS)}, "
             f"got {clash} (e.g. dims=('point_z', 'point_y', 'point_x'))"
         )
     return points, lead, dims, coords
+
+
+GRID_DIMS = ("x", "y", "z", "i", "j", "k")  # point dims a grid's points may keep, with its coordinate on each
+
+
+def _stacked(parts: Any) -> xr.DataArray:
+    """Three DataArrays of coordinates (x, y, z: ``xr.broadcast(ds.x, ds.y, ds.z)``) as one DataArray of points
+    with a last dim ``xyz``."""
+    first = parts[0]
+    if any(p.dims != first.dims or p.shape != first.shape for p in parts):
+        raise PointsError(
+            "expected three DataArrays of coordinates on the same dims (xr.broadcast(ds.x, ds.y, ds.z)), got dims "
+            + ", ".join(str(p.dims) for p in parts)
+        )
+    return xr.concat([p.drop_attrs(deep=False) for p in parts], dim="xyz", coords="minimal", join="exact").transpose(
+        *first.dims, "xyz"
+    )
+
+
+def _grid_coordinate(dims: tuple[str, ...], coord: Any, values: Any, label: str) -> Any:
+    """The point coordinate ``label`` of a grid's points whose dim ``label`` carries the grid's own 1-D
+    coordinate ``coord``: that coordinate, where the points are its values broadcast (a PointsError else)."""
+    if not is_dask(values):
+        along = np.asarray(coord.values, dtype=np.float64).reshape([-1 if d == label else 1 for d in dims])
+        if not np.array_equal(np.broadcast_to(along, values.shape), np.asarray(values, dtype=np.float64)):
+            raise PointsError(
+                f"expected the points' {label} to be their dim {label}'s coordinate broadcast (points on the grid "
+                f"of xr.broadcast(ds.x, ds.y, ds.z)), got other values: name the dims apart (dims=...)"
+            )
+    return coord
 
 
 def result_dataset(
@@ -110,6 +143,9 @@ def result_dataset(
             attrs: dict[str, Any] = {"long_name": f"{label} coordinate of the point ({space} space)"}
             if length:
                 attrs["units"] = length
+            if label in dims and label in coords:  # a grid's points keep its own 1-D coordinate on that dim
+                coords[label] = _grid_coordinate(dims, coords[label], pts[..., a], label)
+                continue
             # float64 points: views of them, as xarray keeps the arrays it is given (no copy of N points)
             coords[label] = (dims, pts[..., a].astype(np.float64, copy=False), attrs)
     common = {"sampling_mode": mode, "point_space": space}
