@@ -353,3 +353,17 @@ def test_the_statistics_page_python_block_runs_and_prints_what_it_says(capsys):
     exec(compile(block, "docs/statistics.md", "exec"), {})
     shown = [line.split("# ", 1)[1] for line in block.splitlines() if line.startswith("# [")]
     assert capsys.readouterr().out.splitlines() == shown
+
+
+def test_a_killed_worker_in_a_reduce_job_is_said_in_terms_of_its_partials(tmp_path):
+    """A KilledWorker of a reduce: job advised a smaller points.chunk, which cannot help."""
+    from distributed.scheduler import KilledWorker
+
+    from vdbflow.jobs.config_load import load_config
+    from vdbflow.jobs.plan import plan_job
+    from vdbflow.jobs.runner import killed_worker_error
+
+    plan = plan_job(load_config(_reduce_job(tmp_path, 256)), dry_run=True)
+    said = str(killed_worker_error(KilledWorker("vdbflow-reduce-1", "tcp://w", 3), plan, 1 << 30))
+    assert "the statistics' partials of reduce (" in said and "take 2.1 MB each" in said, said
+    assert "a smaller points.chunk cannot help" in said and "No result was published" in said, said
