@@ -26,6 +26,7 @@ import ctypes
 import functools
 import os
 import threading
+import time
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -135,12 +136,19 @@ class Event:
 
     def __init__(self, block: bool = False, disable_timing: bool = False, interprocess: bool = False):
         self._marker: Future | None = None
+        self._time: float | None = None  # perf_counter when the stream reached the marker
 
     def record(self, stream: Stream | None = None) -> None:
         stream = stream or get_current_stream()
         marker: Future = Future()
         self._marker = marker
-        stream.submit(lambda: marker.set_result(None), always=True)
+        self._time = None
+
+        def reached() -> None:
+            self._time = time.perf_counter()
+            marker.set_result(None)
+
+        stream.submit(reached, always=True)
 
     def synchronize(self) -> None:
         if self._marker is not None:
@@ -152,6 +160,17 @@ class Event:
 
 
 Stream.null = Stream(null=True)  # type: ignore[attr-defined]
+
+
+def get_elapsed_time(start: Event, end: Event) -> float:
+    """Milliseconds between two recorded events, once both were reached (cupy.cuda.get_elapsed_time)."""
+    if start._marker is None or end._marker is None:
+        raise DeviceError("emulated CUDA: get_elapsed_time needs two recorded events")
+    if not (start._marker.done() and end._marker.done()):
+        raise DeviceError("emulated CUDA: an event of get_elapsed_time is not reached yet (synchronize it first)")
+    return (end._time - start._time) * 1e3
+
+
 _local = threading.local()
 
 
@@ -571,6 +590,7 @@ class _Cuda:
     Event = Event
     Device = Device
     get_current_stream = staticmethod(get_current_stream)
+    get_elapsed_time = staticmethod(get_elapsed_time)
 
 
 cuda = _Cuda
