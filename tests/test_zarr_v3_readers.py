@@ -74,7 +74,9 @@ def test_open_result_gives_the_format_2_dataset(results):
 
 def test_tensorstore_refuses_zarr_python_string_arrays(tmp_path):
     """The oracle bites: what format 3 results held before (zarr-python's ``string``), tensorstore refuses."""
-    xr.Dataset(coords={"component": ["u", "v", "w"]}).to_zarr(tmp_path / "s.zarr", zarr_format=3, consolidated=False)
+    labels = np.array(["u", "v", "w"], dtype=object)  # variable-length strings: zarr-python's "string" type
+    xr.Dataset(coords={"component": labels}).to_zarr(tmp_path / "s.zarr", zarr_format=3, consolidated=False)
+    assert json.loads((tmp_path / "s.zarr" / "component" / "zarr.json").read_text())["data_type"] == "string"
     with pytest.raises(ValueError, match="data_type"):
         tensorstore_array(tmp_path / "s.zarr", "component")
 

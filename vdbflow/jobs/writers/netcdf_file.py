@@ -45,11 +45,16 @@ def prepare(client: Any, spec: Any) -> None:
 def _write_file(staged: Any, staging: str, target: str) -> None:
     """The file ``target`` written from the complete Zarr store ``staging`` (in this process, chunk by
     chunk), then the store removed."""
+    import warnings
+
     import dask
 
     from vdbflow.io.netcdf import cf_ready
 
-    with dask.config.set(scheduler="synchronous"), xr.open_zarr(staging, consolidated=False) as ds:
+    with warnings.catch_warnings():  # the staging store's manifest is not a Zarr node
+        warnings.filterwarnings("ignore", message=".*not recognized as a component.*")
+        ds = xr.open_zarr(staging, consolidated=False)
+    with dask.config.set(scheduler="synchronous"), ds:
         cf_ready(ds).to_netcdf(target, engine="h5netcdf")  # flags typed as stored (Zarr's JSON made them int64)
     remove_tree(Path(staging))
 
