@@ -185,9 +185,18 @@ def entry_problem(path: Path) -> str | None:
     return None
 
 
+def exact() -> bool:
+    """Whether ``VDBFLOW_CUDA_EXACT=1``: entries compiled with ``--fmad=false`` (no multiply-add contracted into
+    an FMA), bit for bit the CPU's baseline target (docs/gpu.md "Bits"); a key of its own in the cache."""
+    return os.environ.get("VDBFLOW_CUDA_EXACT", "0") == "1"
+
+
 def nvrtc_options(arch: str) -> tuple[str, ...]:
-    """NVRTC's options for ``arch`` (``sm_90``: machine code; ``compute_90``: PTX)."""
+    """NVRTC's options for ``arch`` (``sm_90``: machine code; ``compute_90``: PTX); ``--fmad=false`` under
+    ``VDBFLOW_CUDA_EXACT=1``."""
     options = ("-std=c++17", f"-I{kernel_dir()}", f"-arch={arch}", f"-DVDB_THREADS_PER_BLOCK={THREADS_PER_BLOCK}")
+    if exact():
+        options = (*options, "--fmad=false")
     # machine code: ptxas reports each entry's registers, stack and spills into the log (resources())
     return (*options, "--ptxas-options=-v") if arch.startswith("sm_") else options
 
@@ -209,12 +218,13 @@ def choose_arch(compute_capability: int, compiler: nvrtc.Nvrtc) -> str:
 
 @dataclass(frozen=True)
 class Resources:
-    """What ptxas reports of one entry: registers a thread, stack frame and spills in bytes."""
+    """What ptxas reports of one entry: registers a thread, stack frame, spills and static shared memory in bytes."""
 
     registers: int
     stack: int
     spill_stores: int
     spill_loads: int
+    shared: int = 0
 
 
 def resources(log: str) -> dict[str, Resources]:
@@ -232,7 +242,8 @@ def resources(log: str) -> dict[str, Resources]:
             continue
         m = re.search(r"Used (\d+) registers", line)
         if m and entry:
-            found[entry] = Resources(int(m.group(1)), *frame)
+            smem = re.search(r"(\d+) bytes smem", line)
+            found[entry] = Resources(int(m.group(1)), *frame, shared=int(smem.group(1)) if smem else 0)
             entry, frame = None, (0, 0, 0)
     return found
 
@@ -418,6 +429,15 @@ def _emulation_source(names: tuple[str, ...], source: Path) -> str:
     )
 
 
+def emulation_flags() -> tuple[str, ...]:
+    """The emulation's compiler flags: no contraction (the CPU's baseline target, and the GPU under
+    ``VDBFLOW_CUDA_EXACT=1``), or under ``VDBFLOW_CUDA_EMULATE_FMA=1`` multiply-adds contracted into FMAs where
+    the host compiler sees them, as NVRTC does by default (``-ffp-contract=fast -mfma``; docs/gpu.md "Bits")."""
+    if os.environ.get("VDBFLOW_CUDA_EMULATE_FMA", "0") == "1" and not exact():
+        return tuple("-ffp-contract=fast" if f == "-ffp-contract=off" else f for f in EMULATION_FLAGS) + ("-mfma",)
+    return EMULATION_FLAGS
+
+
 def host_compiler() -> str:
     """The C++ compiler of the emulation: ``$CXX``, else c++ / g++ / clang++ on the path."""
     for candidate in (os.environ.get("CXX"), "c++", "g++", "clang++"):
@@ -440,7 +460,7 @@ def emulated_library(names: tuple[str, ...], source: Path | None = None) -> Buil
             source.read_bytes() + (kernel_dir() / "emulate" / "cuda_host.h").read_bytes()
         ).hexdigest()
     table = _emulation_source(names, source)
-    flags = (*EMULATION_FLAGS, f"-DVDB_THREADS_PER_BLOCK={THREADS_PER_BLOCK}")
+    flags = (*emulation_flags(), f"-DVDB_THREADS_PER_BLOCK={THREADS_PER_BLOCK}")
     parts = {"source": digest, "table": table, "compiler": version, "flags": flags, "kind": "emulation"}
 
     def make() -> tuple[bytes, dict]:
