@@ -69,7 +69,7 @@ def test_a_netcdf_result_passes_the_cf_checker(tmp_path, client):  # noqa: F811
         created = datetime.fromisoformat(ds.attrs["created"])
         assert datetime.fromisoformat(stamp.replace("Z", "+00:00")) == created  # the job's own time
         assert ds["stencil_inside"].dtype == bool and list(ds["component"].values) == ["u", "v", "w"]
-    assert command.startswith("python ") and "pytest" in command  # this process: python -m pytest ...
+    assert command == netcdf.command_line() and command.startswith("python ")  # this process's command
 
 
 @pytest.mark.slow
