@@ -265,6 +265,17 @@ def _stop_on_signals() -> Iterator[SignalGuard]:
             signal.signal(sig, old)
 
 
+def _unretrieved(record: logging.LogRecord) -> bool:
+    """False for asyncio's "Task exception was never retrieved" (dropped): after a stop, the starts of the
+    workers that the stop cut short ("Nanny failed to start") end with no one left to await them."""
+    return "exception was never retrieved" not in record.getMessage()
+
+
+# the resource tracker (a process multiprocessing starts for the workers' nannies) warns of the semaphores of
+# workers a stop killed mid-start; it takes its warning filters from this process's -W options when it starts
+_TRACKER_QUIET = "ignore::UserWarning:multiprocessing.resource_tracker"
+
+
 def _close_half_started_clusters() -> None:
     """Close the clusters a signal stopped while their workers started, quietly: distributed's exit hook
     would close them again and print a traceback (``AssertionError: Status.init``) after the job's line."""
@@ -297,6 +308,8 @@ def _run(
 
     console = _stdout()
     _logging(verbose)
+    if verbose < 2 and _TRACKER_QUIET not in sys.warnoptions:
+        sys.warnoptions.append(_TRACKER_QUIET)
     try:
         with _stop_on_signals() as guard:
             cfg = load_config(config_path, overrides)
@@ -309,6 +322,8 @@ def _run(
         raise SystemExit(2) from None
     except KeyboardInterrupt as err:  # Ctrl-C, or Stopped by a signal: the cleanup has run
         signum = err.signum if isinstance(err, Stopped) else signal.SIGINT
+        if verbose < 2:  # the stop's one line, and nothing after it (-vv keeps everything)
+            logging.getLogger("asyncio").addFilter(_unretrieved)
         _close_half_started_clusters()
         _say(
             "interrupted" if signum == signal.SIGINT else "stopped",
