@@ -200,3 +200,53 @@ def test_partition_tasks_no_worker_can_run_are_an_error_not_a_wait():
         stuck = client.submit(np.ones, 3, key="vdbflow-partition-stuck", workers=["tcp://192.0.2.1:9"])
         with pytest.raises(vdbflow.DistributionError, match="vdbflow-partition-stuck"):
             wait_for_partitions(client, [ok, stuck], poll=0.2)
+
+
+@pytest.mark.slow
+def test_save_streams_in_memory_and_memory_mapped_values(tmp_path):
+    """``to_nvdb`` writes span by span: beside an in-memory volume's values it takes at most a fifth of
+    them plus two spans (it used to take the grid twice more); beside values in a ``numpy.memmap`` (a
+    volume built leaf block by leaf block) only the spans.  The files read back equal the values."""
+    out = _in_fresh_process(
+        f"""
+        import vdbflow
+        from vdbflow.core import tree
+        from vdbflow.core.volume import Topology, Volume
+        from vdbflow.io.mapped import RELEASE_BYTES, release_rows
+        def reset_peak():  # Linux: VmHWM starts again from the current resident size
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+        def peak():
+            return [int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM")][0]
+        keys = np.stack(np.meshgrid(*[np.arange(30)] * 3, indexing="ij"), -1).reshape(-1, 3)
+        keys = keys[tree.tree_order(keys)]
+        topo = Topology((keys * 8).astype(np.int32), np.full((len(keys), 8), np.iinfo(np.uint64).max, np.uint64))
+        n = len(keys) * 512
+        rng = np.random.default_rng(3)
+        values = rng.standard_normal((n, 3)).astype(np.float32)
+        vol = Volume.from_parts(topo, values, 0.0, None, False, "velocity", None)
+        reset_peak()
+        base = rss()["VmRSS"]
+        vol.to_nvdb({str(tmp_path / "memory.nvdb")!r})
+        grown_memory = peak() - base
+        # leaf block by leaf block into a memory map (docs/nanovdb.md), then saved from it
+        mm = np.memmap({str(tmp_path / "values.raw")!r}, np.float32, "w+", shape=(n, 3))
+        for a in range(0, n, 4096 * 512):
+            b = min(n, a + 4096 * 512)
+            mm[a:b] = values[a:b]
+            release_rows(mm, a, b)
+        del values, vol
+        mapped = Volume.from_parts(topo, mm, 0.0, None, False, "velocity", None)
+        reset_peak()
+        base = rss()["VmRSS"]
+        mapped.to_nvdb({str(tmp_path / "mapped.nvdb")!r})
+        grown_mapped = peak() - base
+        out = dict(grown_memory=grown_memory, grown_mapped=grown_mapped, nbytes=n * 12, span=RELEASE_BYTES)
+        """
+    )
+    values = np.random.default_rng(3).standard_normal((27000 * 512, 3)).astype(np.float32)
+    for name in ("memory.nvdb", "mapped.nvdb"):
+        back = vdbflow.open(str(tmp_path / name), checksum="strict")
+        np.testing.assert_array_equal(back.value_rows(), values)
+    assert out["grown_memory"] <= 0.2 * out["nbytes"] + 2 * out["span"], out
+    assert out["grown_mapped"] <= 3 * out["span"], out

@@ -65,12 +65,14 @@ def hidden_sibling(target: Path, kind: str) -> Path:
     return target.parent / f".{sibling_stem(target.name)}.{kind}-{writer_tag()}"
 
 
-def create_exclusive(path: str | os.PathLike, mode: int = 0o666) -> BinaryIO:
-    """``path`` opened for writing, newly made: never an existing file, never through a link."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+def create_exclusive(path: str | os.PathLike, mode: int = 0o666, readable: bool = False) -> BinaryIO:
+    """``path`` opened for writing (``readable``: and reading, as a writable memory map needs), newly made:
+    never an existing file, never through a link."""
+    access = os.O_RDWR if readable else os.O_WRONLY
+    flags = access | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(path, flags, mode)
     try:
-        return os.fdopen(fd, "wb")
+        return os.fdopen(fd, "w+b" if readable else "wb")
     except BaseException:
         os.close(fd)
         raise
@@ -146,7 +148,7 @@ def _publish(written: Path, target: Path, replace: bool) -> None:
 
 
 @contextlib.contextmanager
-def atomic_file(path: str | os.PathLike, *, replace: bool = True) -> Iterator[BinaryIO]:
+def atomic_file(path: str | os.PathLike, *, replace: bool = True, readable: bool = False) -> Iterator[BinaryIO]:
     """Write a file that appears at ``path`` whole or not at all::
 
         with atomic_file("out.nvdb") as fh:
@@ -156,13 +158,13 @@ def atomic_file(path: str | os.PathLike, *, replace: bool = True) -> Iterator[Bi
     without an error (``replace=False``: only if nothing is at ``path``); it gets the permissions a
     plain ``open`` would give (0666 less the umask).  Any error, a ``KeyboardInterrupt`` too, removes
     the private directory and leaves ``path`` as it was; an ``OSError`` becomes a
-    :class:`~vdbflow.errors.WriteError`.
+    :class:`~vdbflow.errors.WriteError`.  ``readable``: the file is open for reading too (to map it).
     """
     target = Path(path)
     where = _private_or_fail(target)
     try:
         written = where / target.name
-        with create_exclusive(written) as fh:  # 0666 less the umask; private in its 0700 directory
+        with create_exclusive(written, readable=readable) as fh:  # 0666 less the umask; private in its 0700 directory
             yield fh
             fh.flush()
             os.fsync(fh.fileno())

@@ -11,6 +11,7 @@ import numpy as np
 
 from vdbflow.core import tree
 from vdbflow.core.volume import Topology, Volume
+from vdbflow.io.mapped import release, release_rows, rows_per_span
 from vdbflow.io.nanovdb import format as fmt
 from vdbflow.io.nanovdb.metadata import METADATA_NAME, metadata_record
 from vdbflow.io.nanovdb.plan import (
@@ -65,32 +66,39 @@ def write_blind_data(buf: np.ndarray, off: GridOffsets, blind: tuple[BlindData, 
 
 def write_leaves(buf: np.ndarray, off: GridOffsets, plan: NodePlan, contents: GridContents) -> None:
     """Each leaf: its active bbox, flags (has a bbox) and value mask, then its 512 values, or (index grids) its
-    first value index and the prefix sums of its mask words."""
+    first value index and the prefix sums of its mask words.  Written span by span of leaves: the pages of a
+    file mapped for writing (and of a mapped source's values) are given back after each span, so that a
+    file larger than memory is written with a few spans resident."""
     layout, topo = contents.layout, contents.topo
     n_leaf = plan.counts[0]
     leaves = buf[off.leaf : off.blind].reshape(n_leaf, layout.leaf_size)
     has, bb_min, bb_dif = leaf_boxes(plan.leaf_origins, topo.masks)
-    at = fmt.LEAF_OFF_BBOX_MIN
-    leaves[:, at : at + 12] = bb_min.astype("<i4").view(np.uint8).reshape(n_leaf, 12)
-    leaves[:, fmt.LEAF_OFF_BBOX_DIF : fmt.LEAF_OFF_BBOX_DIF + 3] = bb_dif.astype(np.uint8)
-    leaves[:, fmt.LEAF_OFF_FLAGS] = np.where(has, fmt.LEAF_FLAG_HAS_BBOX, 0)
-    at = fmt.LEAF_OFF_VALUE_MASK
-    leaves[:, at : at + fmt.LEAF_MASK_SIZE] = (
-        np.ascontiguousarray(topo.masks.astype("<u8")).view(np.uint8).reshape(n_leaf, fmt.LEAF_MASK_SIZE)
-    )
+    masks = np.ascontiguousarray(topo.masks.astype("<u8")).view(np.uint8).reshape(n_leaf, fmt.LEAF_MASK_SIZE)
     if layout.is_index:
-        at = fmt.INDEX_LEAF_OFF_OFFSET
-        leaves[:, at : at + 8] = (topo.leaf_offset + 1).astype("<u8").view(np.uint8).reshape(n_leaf, 8)
         prefix = topo.prefix.astype(np.uint64)
         packed = np.zeros(n_leaf, np.uint64)
         for w in range(1, 8):
             packed |= prefix[:, w] << np.uint64(fmt.INDEX_PREFIX_BITS * (w - 1))
-        at = fmt.INDEX_LEAF_OFF_PREFIX
-        leaves[:, at : at + 8] = packed.astype("<u8").view(np.uint8).reshape(n_leaf, 8)
-    else:
-        width = tree.LEAF_VOXELS * layout.value_size
-        table = value_bytes(contents.leaf_values, layout).reshape(n_leaf, width)
-        leaves[:, layout.leaf_off_table : layout.leaf_off_table + width] = table
+    width = tree.LEAF_VOXELS * layout.value_size
+    step = rows_per_span(layout.leaf_size)
+    for a in range(0, n_leaf, step):
+        b = min(n_leaf, a + step)
+        span = leaves[a:b]
+        at = fmt.LEAF_OFF_BBOX_MIN
+        span[:, at : at + 12] = bb_min[a:b].astype("<i4").view(np.uint8).reshape(b - a, 12)
+        span[:, fmt.LEAF_OFF_BBOX_DIF : fmt.LEAF_OFF_BBOX_DIF + 3] = bb_dif[a:b].astype(np.uint8)
+        span[:, fmt.LEAF_OFF_FLAGS] = np.where(has[a:b], fmt.LEAF_FLAG_HAS_BBOX, 0)
+        span[:, fmt.LEAF_OFF_VALUE_MASK : fmt.LEAF_OFF_VALUE_MASK + fmt.LEAF_MASK_SIZE] = masks[a:b]
+        if layout.is_index:
+            at = fmt.INDEX_LEAF_OFF_OFFSET
+            span[:, at : at + 8] = (topo.leaf_offset[a:b] + 1).astype("<u8").view(np.uint8).reshape(b - a, 8)
+            at = fmt.INDEX_LEAF_OFF_PREFIX
+            span[:, at : at + 8] = packed[a:b].astype("<u8").view(np.uint8).reshape(b - a, 8)
+        else:
+            table = value_bytes(contents.leaf_values[a:b], layout).reshape(b - a, width)
+            span[:, layout.leaf_off_table : layout.leaf_off_table + width] = table
+            release_rows(contents.leaf_values, a, b)
+        release(buf, off.leaf + a * layout.leaf_size, off.leaf + b * layout.leaf_size)
 
 
 def node_head_bytes(boxes: np.ndarray) -> np.ndarray:

@@ -28,8 +28,8 @@ def _aligned(n: int) -> int:
 
 @dataclass(frozen=True)
 class GridContents:
-    """What a grid being written holds: its topology, node layout, background, per-leaf values (None for
-    an index grid), tile values, and the value count of its data1 field (index grids; 0 otherwise)."""
+    """What a grid being written holds: its topology, node layout, background, per-leaf values ((L, 512, C),
+    None for an index grid), tile values, and the value count of its data1 field (index grids; 0 otherwise)."""
 
     topo: Topology
     layout: fmt.GridLayout
@@ -64,8 +64,9 @@ def grid_contents(obj: Volume | Topology) -> GridContents:
         leaf_values[:] = background
         bits = tree.bits_from_masks(vol.topology.masks).ravel()
         leaf_values[np.nonzero(bits)[0]] = vol.value_rows()[: vol.active_voxel_count]
-    else:
-        leaf_values = vol.value_rows()
+        leaf_values = leaf_values.reshape(vol.leaf_count, tree.LEAF_VOXELS, vol.components)
+    else:  # a view where it can be (values in memory, a memory map, or left in a mapped .nvdb file): never a copy
+        leaf_values = vol.leaf_values
     return GridContents(vol.topology, fmt.LAYOUTS[gtype], background, leaf_values, vol.tile_values, 0)
 
 

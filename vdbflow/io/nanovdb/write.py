@@ -4,10 +4,12 @@ one grid buffer from its parts (:mod:`~vdbflow.io.nanovdb.encode`), and the publ
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import struct
 import zlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -16,6 +18,7 @@ from vdbflow.core.volume import Topology, Volume
 from vdbflow.errors import NanoVDBError, WriteError
 from vdbflow.io.atomic import atomic_file
 from vdbflow.io.bounded_json import not_text
+from vdbflow.io.mapped import FileMap
 from vdbflow.io.nanovdb import format as fmt
 from vdbflow.io.nanovdb.checksum import blocked_crc, node_crcs, span_crc
 from vdbflow.io.nanovdb.codec import BLOSC_MAX_CHUNK
@@ -138,12 +141,22 @@ def _write_checksum(
     put(buf, fmt.GRID_OFF_CHECKSUM, "<II", head, tail)
 
 
-def _encode_grid(
-    obj: Volume | Topology, name: str, form: fmt.WriteFormat, position: tuple[int, int]
-) -> tuple[bytes, int]:
-    """One NanoVDB grid buffer (value grid for a Volume, OnIndex grid for a Topology) as ``form``'s
-    version lays it out, and its active voxel count (tiles included): the nodes are planned, the bytes
-    laid out, then written leaves first and the headers and checksum last."""
+@dataclass(frozen=True)
+class _GridParts:
+    """A grid being written, planned: what it holds, its nodes and their boxes, blind data and byte offsets."""
+
+    obj: Volume | Topology
+    raw_name: bytes
+    contents: GridContents
+    plan: NodePlan
+    boxes: Any
+    blind: tuple
+    off: GridOffsets
+
+
+def _plan_grid(obj: Volume | Topology, name: str, form: fmt.WriteFormat) -> _GridParts:
+    """``obj`` planned as one NanoVDB grid (value grid for a Volume, OnIndex grid for a Topology) of
+    ``form``'s version: its nodes planned and its bytes laid out, nothing written yet."""
     contents = grid_contents(obj)
     raw_name = name.encode("utf-8")
     if len(raw_name) >= fmt.GRID_NAME_SIZE:
@@ -157,9 +170,16 @@ def _encode_grid(
     plan = plan_nodes(contents.topo)
     boxes = node_boxes(plan, contents.topo)
     blind = blind_records(obj)
-    off = plan_offsets(layout, plan, blind)
-    buf = np.zeros(off.size, np.uint8)
-    write_blind_data(buf, off, blind)
+    return _GridParts(obj, raw_name, contents, plan, boxes, blind, plan_offsets(layout, plan, blind))
+
+
+def _write_grid(buf: np.ndarray, g: _GridParts, form: fmt.WriteFormat, position: tuple[int, int]) -> int:
+    """Write the planned grid ``g`` into ``buf`` (``g.off.size`` zeroed bytes: memory, or a file mapped for
+    writing), leaves first (span by span) and the headers and checksum last; its active voxel count
+    (tiles included)."""
+    contents, off, plan, boxes = g.contents, g.off, g.plan, g.boxes
+    layout = contents.layout
+    write_blind_data(buf, off, g.blind)
     bg_bytes = value_bytes(contents.background, layout)[0]
     tile_values = contents.tile_values
     tile_bytes = value_bytes(tile_values, layout) if len(tile_values) else np.zeros((0, layout.value_size), np.uint8)
@@ -167,10 +187,73 @@ def _encode_grid(
     write_lower_nodes(buf, off, layout, plan, boxes, bg_bytes, tile_bytes)
     write_upper_nodes(buf, off, layout, plan, boxes, bg_bytes, tile_bytes)
     write_root(buf, off, layout, plan, contents.topo, bg_bytes, tile_bytes)
-    grid_class = getattr(obj, "grid_class", None)
-    _write_headers(buf, off, plan, contents, raw_name, grid_class, len(blind), form, boxes.tile_voxels, position)
+    grid_class = getattr(g.obj, "grid_class", None)
+    _write_headers(buf, off, plan, contents, g.raw_name, grid_class, len(g.blind), form, boxes.tile_voxels, position)
     _write_checksum(buf, off, layout, plan, form)
-    return buf.tobytes(), contents.topo.active_voxel_count + boxes.tile_voxels
+    return contents.topo.active_voxel_count + boxes.tile_voxels
+
+
+def _encode_grid(
+    obj: Volume | Topology, name: str, form: fmt.WriteFormat, position: tuple[int, int]
+) -> tuple[bytes, int]:
+    """One NanoVDB grid buffer in memory (:func:`_plan_grid`, :func:`_write_grid`) and its active voxel count."""
+    g = _plan_grid(obj, name, form)
+    buf = np.zeros(g.off.size, np.uint8)
+    voxels = _write_grid(buf, g, form, position)
+    return buf.tobytes(), voxels
+
+
+def _metadata(name: str, grid: np.ndarray, payload_size: int, voxels: int, obj: Any, codec: str, form: Any) -> bytes:
+    """The file's metadata record of one grid (``grid``: its bytes, whose header it repeats) and its name."""
+    h = grid_header(grid, 0)
+    raw_name = name.encode("utf-8") + b"\0"
+    topo = obj if isinstance(obj, Topology) else obj.topology
+    box = topo.index_bbox if topo.index_bbox is not None else np.array(fmt.EMPTY_INDEX_BBOX)
+    meta = struct.pack(
+        fmt.FILE_METADATA_FORMAT,
+        h["grid_size"],
+        payload_size,
+        name_key(name),
+        voxels,
+        h["grid_type"],
+        h["grid_class"],
+        *h["world_bbox"],
+        *[int(x) for x in box.ravel()],
+        *h["voxel_size"],
+        len(raw_name),
+        *h["node_counts"],
+        1,
+        *h["tile_counts"],
+        fmt.CODEC_IDS[codec],
+        0,
+        form.version,
+    )
+    return meta + raw_name
+
+
+def _save_uncompressed(path: str, grids: Mapping[str, Volume | Topology], form: fmt.WriteFormat) -> None:
+    """An uncompressed file written in place: the grids planned, the file sized, then each grid written
+    into its mapped bytes span by span (the pages given back as it goes), so that the memory it takes
+    beside the volumes is a few spans, not the file."""
+    parts = [_plan_grid(obj, name, form) for name, obj in grids.items()]
+    head = fmt.FILE_HEADER_SIZE + sum(fmt.FILE_METADATA_SIZE + len(g.raw_name) + 1 for g in parts)
+    starts = np.cumsum([head] + [g.off.size for g in parts]).tolist()
+    with atomic_file(path, readable=True) as fh:
+        fh.truncate(starts[-1])
+        mapping = FileMap(fh.fileno(), starts[-1], access=mmap.ACCESS_WRITE)
+        try:
+            whole = np.frombuffer(mapping, np.uint8)
+            metas = []
+            for n, (g, at, name) in enumerate(zip(parts, starts, grids, strict=False)):
+                grid = whole[at : at + g.off.size]
+                voxels = _write_grid(grid, g, form, (0, 1) if form.grids_stand_alone else (n, len(parts)))
+                metas.append(_metadata(name, grid, g.off.size, voxels, g.obj, "none", form))
+            header = struct.pack(fmt.FILE_HEADER_FORMAT, form.file_magic, form.version, len(parts), 0)
+            whole[:head] = np.frombuffer(header + b"".join(metas), np.uint8)
+            del whole, grid
+            mapping.flush()
+        finally:
+            mapping.close()
 
 
 def write_format(version: str | None, grids: Mapping[str, Volume | Topology]) -> fmt.WriteFormat:
@@ -305,12 +388,15 @@ def save(
     for name in grids:
         _check_grid_name(name)
     form = write_format(version, grids)
+    if codec == "none":
+        _save_uncompressed(path, grids, form)
+        return
     payloads, metas = [], []
     for n, (name, obj) in enumerate(grids.items()):
         grid, voxels = _encode_grid(obj, name, form, (0, 1) if form.grids_stand_alone else (n, len(grids)))
         if codec == "zip":
             payload = struct.pack("<Q", len(packed := zlib.compress(grid))) + packed
-        elif codec == "blosc":  # chunks of at most 1 GiB, each after its u64 size, as NanoVDB writes them
+        else:  # blosc: chunks of at most 1 GiB, each after its u64 size, as NanoVDB writes them
             from numcodecs import Blosc
 
             frame_codec = Blosc(cname="lz4", clevel=9, shuffle=Blosc.SHUFFLE)
@@ -318,32 +404,7 @@ def save(
             step = BLOSC_MAX_CHUNK // words.itemsize
             frames = [bytes(frame_codec.encode(words[at : at + step])) for at in range(0, len(words), step)]
             payload = b"".join(struct.pack("<Q", len(f)) + f for f in frames)
-        else:
-            payload = grid
-        h = grid_header(np.frombuffer(grid, np.uint8), 0)
-        raw_name = name.encode("utf-8") + b"\0"
-        topo = obj if isinstance(obj, Topology) else obj.topology
-        box = topo.index_bbox if topo.index_bbox is not None else np.array(fmt.EMPTY_INDEX_BBOX)
-        meta = struct.pack(
-            fmt.FILE_METADATA_FORMAT,
-            len(grid),
-            len(payload),
-            name_key(name),
-            voxels,
-            h["grid_type"],
-            h["grid_class"],
-            *h["world_bbox"],
-            *[int(x) for x in box.ravel()],
-            *h["voxel_size"],
-            len(raw_name),
-            *h["node_counts"],
-            1,
-            *h["tile_counts"],
-            fmt.CODEC_IDS[codec],
-            0,
-            form.version,
-        )
-        metas.append(meta + raw_name)
+        metas.append(_metadata(name, np.frombuffer(grid, np.uint8), len(payload), voxels, obj, codec, form))
         payloads.append(payload)
     header = struct.pack(fmt.FILE_HEADER_FORMAT, form.file_magic, form.version, len(grids), fmt.CODEC_IDS[codec])
     with atomic_file(path) as fh:  # a private directory beside `path`, never a predictable name
