@@ -250,3 +250,49 @@ def test_save_streams_in_memory_and_memory_mapped_values(tmp_path):
         np.testing.assert_array_equal(back.value_rows(), values)
     assert out["grown_memory"] <= 0.2 * out["nbytes"] + 2 * out["span"], out
     assert out["grown_mapped"] <= 3 * out["span"], out
+
+
+def _job(tmp_path, path: str, **cluster) -> dict:
+    from test_run import base_config
+
+    return base_config(
+        tmp_path,
+        volume={"path": path},
+        points={"kind": "random", "count": 60_000, "chunk": 20_000, "seed": 5, "inside": "voxels", "space": "index"},
+        sampling={"mode": "linear", "outputs": ["value", "jacobian"]},
+        partitions=2,
+        cluster={"kind": "local", "workers": 2, "dashboard": False, **cluster},
+    )
+
+
+def test_a_job_whose_partitions_cannot_fit_is_refused_naming_them(tmp_path, big_file):
+    """The planner counts a partitioned volume's share per worker (it used to blame points.chunk after the
+    workers were killed building the partitions): exit 2 naming ``partitions`` and the numbers."""
+    from test_run import invoke, write_config
+
+    path, _ = big_file
+    cfg = write_config(tmp_path / "job.yaml", _job(tmp_path, path, memory_limit="300MiB"))
+    result = invoke("run", str(cfg), "--dry-run")
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert "partitions" in text and "would hold about" in text and "(314.6 MB: cluster.memory_limit 300MiB)" in text
+    assert "points.chunk" not in text
+
+
+@pytest.mark.slow
+def test_a_partitioned_job_on_the_file_equals_one_process(tmp_path, big_file):
+    """``vdbflow run`` with volume.path and partitions, workers under a memory limit the volume does not fit
+    twice: the stored values and Jacobians equal one process's at the stored points, bit for bit."""
+    import xarray as xr
+    from test_run import invoke, write_config
+
+    path, vol = big_file
+    cfg = write_config(tmp_path / "job.yaml", _job(tmp_path, path, memory_limit="640MiB"))
+    result = invoke("run", str(cfg))
+    assert result.exit_code == 0, result.output
+    assert "2 / 2" in result.output  # partitions / workers
+    ds = xr.open_zarr(tmp_path / "result.zarr")
+    pts = np.stack([ds[c].values for c in "ijk"], axis=1)
+    want = vol.sample_grad(pts, space="index")
+    np.testing.assert_array_equal(ds["velocity"].values, want["velocity"].values)
+    np.testing.assert_array_equal(ds["velocity_jacobian"].values, want["velocity_jacobian"].values)

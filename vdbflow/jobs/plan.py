@@ -31,6 +31,7 @@ from vdbflow.jobs.config import (
     ConfigError,
     FilePoints,
     JobConfig,
+    LocalClusterSpec,
     SlurmClusterSpec,
     bytes_of,
     generated_count,
@@ -170,6 +171,54 @@ def chunk_memory(plan: JobPlan, limit: int, source: str) -> tuple[str | None, st
     return None, (
         f"{what}, more than half of a worker's memory limit ({human_bytes(limit)}: {source}): Dask spills "
         f"to disk and pauses the worker beyond 60-80% of it; {advice}"
+    )
+
+
+def job_workers(cluster: object) -> int | None:
+    """How many workers the job's own cluster has, as far as its config says (None: not known)."""
+    from vdbflow.jobs.clusters import _local_workers
+
+    if isinstance(cluster, LocalClusterSpec):
+        return _local_workers(cluster)
+    if isinstance(cluster, SlurmClusterSpec):
+        return cluster.processes * cluster.jobs
+    return None
+
+
+def partition_memory(plan: JobPlan, limit: int, source: str) -> str | None:
+    """Why the job's partitions cannot fit its workers (``limit`` bytes each; ``source`` says where it comes
+    from), or None: a partitioned volume's share per worker (its leaves over the workers, a tenth more for
+    the halos) and :data:`vdbflow.distribution.fit.RESERVE` against Dask's pause threshold of ``limit``.
+    Only partitioned jobs: a volume small enough for every worker to read whole is not partitioned."""
+    from vdbflow.distribution.fit import RESERVE, TOPOLOGY_BYTES_PER_LEAF, memory_fraction
+    from vdbflow.jobs.chunks import replicable
+
+    cfg = plan.config
+    workers = job_workers(cfg.cluster)
+    if not workers or limit <= 0 or not plan.grids or cfg.volume.path is None:
+        return None
+    leaf = sum(
+        g.leaves * (512 * g.components * g.value_type.dtype.itemsize + TOPOLOGY_BYTES_PER_LEAF) for g in plan.grids
+    )
+    if cfg.partitions is None and replicable(leaf, limit):
+        return None
+    partitions = cfg.partitions or workers
+    per_worker = -(-partitions // workers) * leaf / partitions * 1.1
+    available = limit * memory_fraction() - RESERVE
+    if per_worker <= available:
+        return None
+    where = f"partitions{cfg.where('partitions')}" if cfg.partitions else "the volume's partitions (one per worker)"
+    return (
+        f"{where}: each of the {workers} worker(s) would hold about {human_bytes(per_worker)} of the volume's "
+        f"{human_bytes(leaf)} (its own leaves and halos), but a worker's memory limit ({human_bytes(limit)}: {source}) "
+        f"leaves {human_bytes(max(0, available))} for them (x {memory_fraction():g}, Dask's pause threshold, less "
+        f"{human_bytes(RESERVE)} for the worker and its chunks in flight); "
+        + (
+            f"use more workers (about {max(workers + 1, -(-int(leaf * 1.1) // int(available)))} of this size) or "
+            "give them more memory"
+            if available > 0
+            else "give the workers more memory"
+        )
     )
 
 
@@ -618,6 +667,10 @@ def _check_size(plan: JobPlan, force: bool, dry_run: bool) -> None:
         )
     notes += [f"{p}: allowed by --force" for p in problems]
     memory = worker_memory_limit(cfg.cluster)
+    if memory is not None and (too_large := partition_memory(plan, *memory)) is not None:
+        if not force:
+            raise ConfigError(f"the job cannot start:\n  {too_large}\n  (or run with --force)")
+        notes.append(f"{too_large}: allowed by --force")
     if memory is not None and (tight := chunk_memory(plan, *memory)[1]) is not None:
         notes.append(tight)
         if not dry_run:

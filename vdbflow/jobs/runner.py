@@ -131,6 +131,17 @@ def killed_worker_error(err: BaseException, plan: JobPlan, memory: int) -> Vdbfl
             f"reduce entries fewer bins (a smaller points.chunk cannot help) or the workers more memory ({more}). "
             "No result was published"
         )
+    if str(err.task).startswith("vdbflow-partition"):  # a partition that did not fit its worker
+        from vdbflow.jobs.plan import partition_memory
+
+        why = partition_memory(plan, memory, "the workers' memory_limit") if memory > 0 else None
+        return JobError(
+            f"the workers building partition {err.task!r} died {err.allowed_failures + 1} time(s) (Dask's "
+            f"KilledWorker): most likely the partition did not fit a worker's memory"
+            + (f" - {why}" if why else f" ({human_bytes(memory)} each)" if memory > 0 else "")
+            + f". Use more workers (partitions{cfg.where('partitions')} follow them) or give them more memory "
+            f"({more}); a smaller points.chunk cannot help. No result was published"
+        )
     if memory > 0:
         limit = f"each worker may use {human_bytes(memory)}"
         fit = plan.chunk_that_fits(memory)
