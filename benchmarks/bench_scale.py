@@ -1,7 +1,7 @@
 """A volume no worker can hold: partitioned sampling of a >= 3 GB .nvdb against one process, side by side.
 
-The volume (made once, then cached): a Taylor-Green shell (radii 0.35 and 0.5 of the box edge) in a
-``--resolution``^3 box (default 2048: about 520,000 vec3f leaves, 3.3 GB), built leaf block by leaf
+The volume (made once, then cached): a Taylor-Green shell (radii 0.495 and 0.5 of the box edge) in a
+``--resolution``^3 box (default 2048: 528,512 vec3f leaves, 3.3 GB), built leaf block by leaf
 block into a ``numpy.memmap`` and saved from it (docs/nanovdb.md, "A volume larger than memory"), so
 that building it never holds the values in memory either.
 
@@ -38,7 +38,7 @@ import time
 
 import numpy as np
 
-INNER, OUTER = 0.35, 0.5
+INNER, OUTER = 0.495, 0.5  # a thin shell: at 2048^3, 528,512 leaves (a 3.3 GB file)
 EXTENT = 2 * np.pi
 BLOCK = 4096  # leaves a block while building
 
@@ -68,18 +68,18 @@ def shell_leaf_keys(resolution: int) -> np.ndarray:
     from vdbflow.core import tree
 
     n = resolution // 8
-    c = resolution / 2.0
+    c = (resolution - 1) / 2.0  # the centre, in voxel coordinates (as leaf_block measures radii)
     lo2, hi2 = (INNER * resolution) ** 2, (OUTER * resolution) ** 2
     axis = np.arange(n)
     j, k = np.meshgrid(axis, axis, indexing="ij")
     parts = []
     for i in range(n):
-        # nearest and farthest squared distances of each block [8i, 8i + 8) x ... to the centre
+        # nearest and farthest squared distances of each block's voxels 8i .. 8i + 7 (per axis) to the centre
         lo = np.zeros(j.shape)
         hi = np.zeros(j.shape)
         for a in (np.full(j.shape, i), j, k):
-            near = np.clip(c, 8 * a + 0.5, 8 * a + 7.5) - c
-            far = np.maximum(np.abs(8 * a + 0.5 - c), np.abs(8 * a + 7.5 - c))
+            near = np.clip(c, 8 * a, 8 * a + 7) - c
+            far = np.maximum(np.abs(8 * a - c), np.abs(8 * a + 7 - c))
             lo += near**2
             hi += far**2
         keep = (lo <= hi2) & (hi >= lo2)
@@ -154,6 +154,8 @@ def max_error(vol, pts: np.ndarray, jac: np.ndarray, resolution: int) -> float:
     r = np.linalg.norm(pts - c, axis=1)
     margin = 2 * np.sqrt(3.0)
     ok = (r >= INNER * resolution + margin) & (r <= OUTER * resolution - margin)
+    if not ok.any():  # a shell thinner than two stencils
+        return float("nan")
     exact = synthetic.taylor_green().jacobian((pts[ok] + 0.5) * h)
     return float(np.abs(jac[ok] / h - exact).max())
 
@@ -287,6 +289,31 @@ output:
     return {"exit": done.returncode, "seconds": seconds}
 
 
+def model(topology, counts: list[int], value_bytes: int = 512 * 12) -> dict:
+    """Per worker count W (one partition each): the largest and mean partition (own + halo leaves, bytes),
+    the halo's share, and the bytes a point moves between workers when the points are spread evenly
+    (a remote point's 24 B out and 48 B of value and Jacobian back: 72 (1 - 1/W))."""
+    from vdbflow.distribution.fit import partition_bytes
+    from vdbflow.distribution.plan import plan_partitions
+
+    out = {}
+    for w in counts:
+        plan = plan_partitions(topology, w, 1)
+        sizes = partition_bytes(plan, value_bytes)
+        halo = sum(len(h) for h in plan.halo) / max(1, sum(len(o) for o in plan.owned))
+        out[w] = {
+            "max": int(sizes.max()),
+            "mean": float(sizes.mean()),
+            "halo_share": halo,
+            "bytes_per_point": 72 * (1 - 1 / w),
+        }
+        print(
+            f"model W={w:4d}: partition {sizes.max() / 2**30:.3f} GiB max, {sizes.mean() / 2**30:.3f} mean; halo "
+            f"{halo:.1%} of the leaves; {72 * (1 - 1 / w):.1f} B/point between workers"
+        )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--resolution", type=int, default=2048)
@@ -295,10 +322,11 @@ def main() -> None:
     parser.add_argument("--limit", type=float, default=0.9, help="two workers' memory_limit, x the file size")
     parser.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "vdbflow-bench-scale"))
     parser.add_argument("--job", action="store_true")
+    parser.add_argument("--model", type=int, nargs="*", default=[2, 4, 8, 64, 512], help="worker counts to model")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     os.makedirs(args.cache, exist_ok=True)
-    path = os.path.join(args.cache, f"taylor_green_shell_{args.resolution}.nvdb")
+    path = os.path.join(args.cache, f"taylor_green_shell_{args.resolution}_r{INNER}.nvdb")
     if not os.path.exists(path):
         t = time.perf_counter()
         build_volume(path, args.resolution)
@@ -318,6 +346,7 @@ def main() -> None:
     from vdbflow.distribution.plan import plan_partitions
 
     topology = vdbflow.open(path, checksum="head").topology
+    report["model"] = model(topology, args.model)
     for w in args.workers:
         # two workers: --limit x the file (neither can hold the volume); more: what their share needs
         share = int(partition_bytes(plan_partitions(topology, w, 1), 512 * 12).max())
