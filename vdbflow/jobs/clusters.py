@@ -40,7 +40,8 @@ class MissingExtraError(ConfigError):
     """The cluster kind needs a package that is not installed (the message names the pip extra)."""
 
 
-def _local_workers(spec: LocalClusterSpec) -> int:
+def local_workers(spec: LocalClusterSpec) -> int:
+    """The worker processes of a local cluster: as configured, else one per core (over its threads)."""
     return spec.workers or max(1, (os.cpu_count() or 1) // spec.threads_per_worker)
 
 
@@ -55,8 +56,8 @@ def worker_memory_limit(spec: Any) -> tuple[int, str] | None:
         quiet = logging.getLogger("vdbflow.cluster.memory")  # Dask warns of a limit above the machine's here
         quiet.disabled = True
         if spec.memory_limit is None:  # LocalCluster: the machine's memory over the workers
-            limit = parse_memory_limit("auto", 1, _local_workers(spec), logger=quiet)
-            where = f"Dask's default: the machine's memory over {_local_workers(spec)} worker(s)"
+            limit = parse_memory_limit("auto", 1, local_workers(spec), logger=quiet)
+            where = f"Dask's default: the machine's memory over {local_workers(spec)} worker(s)"
         else:
             limit = parse_memory_limit(spec.memory_limit, spec.threads_per_worker, logger=quiet)
             where = f"cluster.memory_limit {spec.memory_limit}"
@@ -137,7 +138,7 @@ def describe_cluster(spec: Any) -> str:
     """One line saying what the job will run on."""
     if isinstance(spec, LocalClusterSpec):
         return (
-            f"embedded LocalCluster: {_local_workers(spec)} worker process(es) x {spec.threads_per_worker} "
+            f"embedded LocalCluster: {local_workers(spec)} worker process(es) x {spec.threads_per_worker} "
             f"thread(s){', ' + spec.memory_limit + ' each' if spec.memory_limit else ''}"
         )
     if isinstance(spec, AddressClusterSpec):
@@ -408,7 +409,7 @@ def _start(spec: Any, distributed: Any, failures: SubmitFailures) -> Any:
     cluster = None
     if isinstance(spec, LocalClusterSpec):
         kwargs: dict[str, Any] = {
-            "n_workers": _local_workers(spec),
+            "n_workers": local_workers(spec),
             "threads_per_worker": spec.threads_per_worker,
             "processes": True,
             "dashboard_address": dashboard,

@@ -22,6 +22,7 @@ from vdbflow.jobs.checks import check_inputs
 from vdbflow.jobs.clusters import (
     MissingExtraError,
     describe_cluster,
+    local_workers,
     slurm_job_script,
     submit_command_missing,
     worker_memory_limit,
@@ -176,10 +177,8 @@ def chunk_memory(plan: JobPlan, limit: int, source: str) -> tuple[str | None, st
 
 def job_workers(cluster: object) -> int | None:
     """How many workers the job's own cluster has, as far as its config says (None: not known)."""
-    from vdbflow.jobs.clusters import _local_workers
-
     if isinstance(cluster, LocalClusterSpec):
-        return _local_workers(cluster)
+        return local_workers(cluster)
     if isinstance(cluster, SlurmClusterSpec):
         return cluster.processes * cluster.jobs
     return None
