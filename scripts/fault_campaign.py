@@ -69,6 +69,17 @@ Round five, statistics (issue 49; ``--kinds statistics``; the cases are in scrip
   shape, ``normalize="yes"``, points of the wrong shape, ...) and two kernel specs with fields overwritten
   by hostile numbers: a Dataset whose counts cover every point, a vdbflow error, or the kernels' refusal.
 
+Round five, publishing, resume and the CUDA build cache (issue 49; ``--kinds pubrecords,unitrecords,
+cachetrust``; the cases are in scripts/hostile_publish_cases.py):
+
+- ``pubrecords``: tampered publishing records beside a ``memory://`` output and another team's prefix,
+  then ``tidy`` (``vdbflow clean``): the other prefix untouched, the output finished only from its own
+  record;
+- ``unitrecords``: tampered unit records and lost chunks of a store written by ``write_unit``: every unit a
+  resumed job keeps reads back its rows, every untouched unit is kept;
+- ``cachetrust``: CUDA build caches of hostile modes and owners with planted entries, links, FIFOs and
+  folders: the image this process builds, or a ``DeviceError``.
+
 The run prints a table of outcomes per kind and writes every bug as (kind, seed, index, detail) to
 ``--report``; ``--replay`` reruns one with its traceback.
 """
@@ -1244,6 +1255,19 @@ def case_statistics(rng: np.random.Generator, work: Path) -> tuple[str, str]:
         raise Wrong(str(err)) from None
 
 
+# -- round five, publishing, resume, CUDA cache (issue 49): the cases are in scripts/hostile_publish_cases.py --
+
+
+def _publish_case(name: str, rng: np.random.Generator, work: Path) -> tuple[str, str]:
+    """A case of scripts/hostile_publish_cases.py, its oracle's finding raised as :class:`Wrong`."""
+    import hostile_publish_cases
+
+    try:
+        return getattr(hostile_publish_cases, name)(rng, work)
+    except hostile_publish_cases.Wrong as err:
+        raise Wrong(str(err)) from None
+
+
 KINDS: dict[str, Kind] = {
     "units": Kind(case_units, 0.30, 20, 3),
     "metadata": Kind(case_metadata, 0.15, 20, 3),
@@ -1266,6 +1290,11 @@ KINDS["strided"] = Kind(case_strided, 0.10, 30, 3)
 ROUND_FIVE_READERS = ("urlfaults", "strided")
 # round five, statistics (issue 49): run it alone with --kinds statistics (10 door calls a case)
 KINDS["statistics"] = Kind(case_statistics, 0.10, 60, 4)
+# round five, publishing, resume and the CUDA build cache (issue 49): --kinds pubrecords,unitrecords,cachetrust
+KINDS["pubrecords"] = Kind(lambda rng, work: _publish_case("case_pubrecords", rng, work), 0.10, 30, 3)
+KINDS["unitrecords"] = Kind(lambda rng, work: _publish_case("case_unitrecords", rng, work), 0.10, 30, 3)
+KINDS["cachetrust"] = Kind(lambda rng, work: _publish_case("case_cachetrust", rng, work), 0.10, 30, 3)
+ROUND_FIVE_PUBLISH = ("pubrecords", "unitrecords", "cachetrust")
 CHEAP = ("units", "metadata", "stores", "series")  # the kinds the test suite runs
 
 

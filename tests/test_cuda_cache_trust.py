@@ -156,3 +156,10 @@ def test_a_bad_lock_timeout_is_refused(cache, monkeypatch, text):
     monkeypatch.setenv("VDBFLOW_CUDA_LOCK_TIMEOUT", text)
     with pytest.raises(DeviceError, match="VDBFLOW_CUDA_LOCK_TIMEOUT"):
         _build()
+
+
+@pytest.mark.parametrize("which", ["cubin", "json"])
+def test_a_folder_in_the_entry_s_place_is_a_device_error(cache, which):
+    (cache / f"{_key()}.{which}").mkdir()
+    with pytest.raises(DeviceError, match=r"expected to write the CUDA build cache's entry"):
+        _build()

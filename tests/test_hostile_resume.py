@@ -138,3 +138,30 @@ def test_a_netcdf_job_failed_in_this_process_resumes_and_leaves_nothing(tmp_path
     with xr.open_dataset(result.output, engine="h5netcdf") as ds, xr.open_zarr(whole.output) as expected:
         same_data(ds.load(), expected.load())
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_a_record_in_another_unit_s_name_is_not_taken_for_that_unit(kept, client):  # noqa: F811
+    """4.json claiming to be unit 3 (found by the campaign's unitrecords kind): unit 3's own record is
+    kept, and unit 4, whose record is not its own, is written again."""
+    tmp, partial = _fresh(kept)
+    path = _unit_record(partial, 4)
+    path.write_text(json.dumps({**json.loads(path.read_text()), "unit": 3}))
+    assert sorted(Manifest(partial).records()) == [0, 1, 2, 3, 5, 6, 7]
+    assert Manifest(partial).records()[3]["rows"] == [1500, 2000]
+    result = vdbflow.run(job(tmp, tmp / "r.zarr"), client, resume=True)
+    assert (result.units_kept, result.units_written) == (UNITS - 1, 1)
+    assert objects(result.output) == kept[2]
+
+
+def test_a_partial_of_another_host_is_not_resumed_and_said(tmp_path, caplog):
+    """A replaced pod's partial: its writer cannot be checked from here, so it is not resumed (two writers
+    of one partial would mix); the warning names it and the way out."""
+    from vdbflow.jobs.resume import resumable
+
+    partial = tmp_path / ".r.zarr.partial-deadbeef-123@another-host"
+    (partial / ".vdbflow-manifest").mkdir(parents=True)
+    (partial / ".vdbflow-manifest" / "job.json").write_text(json.dumps({"config": {}, "inputs": {}}))
+    with caplog.at_level("WARNING", logger="vdbflow.run"):
+        assert resumable(tmp_path / "r.zarr", None, lambda target: target) is None
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "not resuming" in said and "pid 123 on another-host" in said and "vdbflow clean --force" in said

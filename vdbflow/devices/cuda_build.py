@@ -324,14 +324,14 @@ def _write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def _read_entry(record: Path, image: Path, key_parts: dict) -> dict | None:
+def _read_entry(record: Path, image: Path, key_parts: dict, say: bool = False) -> dict | None:
     """The record of a complete, intact, trusted entry of ``key_parts``, or None: missing, unreadable, an
     image that does not match its digest (a corrupt entry), a record of another key, or a file another user
     could have written (:func:`entry_problem`): each is built again."""
     for path in (record, image):
         problem = entry_problem(path)
         if problem is not None:
-            if os.path.lexists(path):
+            if say and os.path.lexists(path):
                 log.warning("not using the CUDA build cache's %s: it %s; building the entry again", path, problem)
             return None
     try:
@@ -356,13 +356,18 @@ def _cached_build(key_parts: dict, suffix: str, make: callable) -> tuple[Path, d
     if meta is not None:
         return image, meta, "cached", time.perf_counter() - start
     with _locked(root / f"{key}.lock"):
-        meta = _read_entry(record, image, key_parts)  # another process may have built it while this one waited
+        meta = _read_entry(record, image, key_parts, say=True)  # another process may have built it meanwhile
         if meta is not None:
             return image, meta, "cached", time.perf_counter() - start
         data, meta = make()
         meta = {**meta, "key": key_parts, "image_sha256": hashlib.sha256(data).hexdigest()}
-        _write_atomic(image, data)
-        _write_atomic(record, json.dumps(meta, indent=1).encode())
+        try:
+            _write_atomic(image, data)
+            _write_atomic(record, json.dumps(meta, indent=1).encode())
+        except OSError as err:  # a folder or another user's file in the entry's place, a full disk
+            raise DeviceError(
+                f"expected to write the CUDA build cache's entry {image.name} in {root}, got {err}"
+            ) from None
     return image, meta, "compiled", time.perf_counter() - start
 
 

@@ -161,8 +161,8 @@ def resumable(final: Target, options: dict[str, Any] | None, store_of: Callable[
             if item.writer_gone is None and item.pid is not None:
                 log.warning(
                     "--resume: not resuming %s: it was written by %s, which cannot be checked from here (a "
-                    "replaced pod?); once that run is surely gone, `vdbflow clean --force` removes it, or move it "
-                    "to a name this host wrote to resume it (docs/jobs.md)",
+                    "replaced pod?); the job starts over, and once that run is surely gone `vdbflow clean --force` "
+                    "removes it (docs/jobs.md)",
                     item.path,
                     item.writer,
                 )

@@ -87,10 +87,13 @@ class Manifest:
             return {}
         found = fs.cat(names) if names else {}
         out = {}
-        for blob in found.values():
+        for path, blob in found.items():
             try:
                 record = json.loads(blob)
-                out[int(record["unit"])] = record
+                unit = int(record["unit"])
+                if str(path).rsplit("/", 1)[-1] != f"{unit}.json":  # a record in another unit's name
+                    continue
+                out[unit] = record
             except (ValueError, KeyError, TypeError):
                 continue  # a record cut short: its unit is written again
         return out
