@@ -500,3 +500,26 @@ def test_a_dense_store_whose_metadata_turns_to_pickle_after_the_check_is_refused
     with pytest.raises(VolumeError, match=r"\['pickle'\] in v/\.zarray: decoding them would run code"):
         open_dense(store, ["v"])
     assert not marker.exists()
+
+
+def test_the_zarr2_checked_mapping_checks_metadata_and_is_read_only(memory_fs):
+    """What Zarr 2 is given (a mutable mapping, as its stores must be): metadata naming pickle raises as it is
+    read, chunks pass through, writes are refused."""
+    import fsspec
+
+    from vdbflow.io.zarr_url import CheckedMapping
+
+    fs = fsspec.filesystem("memory")
+    root = f"{memory_fs}/m.zarr"[len("memory://") :]
+    fs.pipe(f"{root}/.zgroup", json.dumps({"zarr_format": 2}).encode())
+    fs.pipe(f"{root}/a/.zarray", json.dumps({"filters": [{"id": "pickle"}]}).encode())
+    fs.pipe(f"{root}/a/0", b"\x00" * 8)
+    mapping = CheckedMapping(fs.get_mapper(root), "memory://m.zarr")
+    assert json.loads(mapping[".zgroup"]) == {"zarr_format": 2} and mapping["a/0"] == b"\x00" * 8
+    assert sorted(mapping) == [".zgroup", "a/.zarray", "a/0"] and len(mapping) == 3 and "a/0" in mapping
+    with pytest.raises(VolumeError, match=r"\['pickle'\] in a/\.zarray"):
+        mapping["a/.zarray"]
+    with pytest.raises(PermissionError):
+        mapping["b"] = b""
+    with pytest.raises(PermissionError):
+        del mapping["a/0"]

@@ -9,7 +9,7 @@ answer differently), and nothing is decoded before its metadata passed."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 from vdbflow.errors import VolumeError
@@ -67,8 +67,9 @@ def refuse_code_codecs_url(url: str, storage_options: dict[str, Any] | None = No
         check_metadata(data, name, url)
 
 
-class CheckedMapping(Mapping):
-    """A read-only view of an fsspec mapper whose metadata values are checked as they are read (Zarr 2)."""
+class CheckedMapping(MutableMapping):
+    """A read-only view of an fsspec mapper whose metadata values are checked as they are read (Zarr 2, whose
+    stores must be mutable mappings: writing raises)."""
 
     def __init__(self, mapper: Any, url: str) -> None:
         self.mapper, self.url = mapper, url
@@ -87,6 +88,12 @@ class CheckedMapping(Mapping):
 
     def __contains__(self, key: object) -> bool:
         return key in self.mapper
+
+    def __setitem__(self, key: str, value: bytes) -> None:
+        raise PermissionError(f"{self.url} is read only here (writing {key})")
+
+    def __delitem__(self, key: str) -> None:
+        raise PermissionError(f"{self.url} is read only here (deleting {key})")
 
 
 def checked_store(url: str, storage_options: dict[str, Any] | None = None) -> Any:
