@@ -2,10 +2,12 @@
 ``X-Amz-Signature`` / ``X-Amz-Credential`` / ``X-Amz-Security-Token`` (and Google's, Azure's ``sig``) in a
 URL, and credential-like ``storage_options`` (adlfs' ``connection_string`` included) are ``<redacted>`` in
 the result's ``vdbflow_config``, in the CLI's messages and log, and in a ``StorageError``; the job itself
-reads the real URL (a local HTTP server that ignores the query and the userinfo serves the input)."""
+reads the real URL (a local HTTP server that checks the URL's user and password serves the input), also
+when a config object is run with overrides."""
 
 from __future__ import annotations
 
+import base64
 import http.server
 import threading
 from pathlib import Path
@@ -91,9 +93,12 @@ def test_the_stored_config_has_no_secrets(tmp_path):
     assert back["volume"]["path"].startswith("https://<redacted>@example.org/v.nvdb?X-Amz-Algorithm=AWS4-HMAC-SHA256")
 
 
+AUTH = "Basic " + base64.b64encode(b"alice:hunter2").decode()
+
+
 class _Ranges(http.server.BaseHTTPRequestHandler):
-    """GET/HEAD of the files of ``root`` with byte ranges (``Range: bytes=A-B``); the query and the userinfo
-    are ignored, as a store that accepted the credentials would."""
+    """GET/HEAD of the files of ``root`` with byte ranges (``Range: bytes=A-B``) for the URL's user and
+    password only (basic auth); the query is ignored, as a store that accepted the signature would."""
 
     root: Path
 
@@ -111,6 +116,9 @@ class _Ranges(http.server.BaseHTTPRequestHandler):
         self._answer(body=True)
 
     def _answer(self, body: bool) -> None:
+        if self.headers.get("Authorization") != AUTH:  # the userinfo of the URL, as basic auth
+            self.send_error(401)
+            return
         data = self._file()
         if data is None:
             self.send_error(404)
@@ -166,3 +174,16 @@ def test_a_job_reading_a_secret_url_stores_and_prints_no_secret(tmp_path, client
     assert said.exit_code != 0 and "missing.nvdb" in said.output, said.output
     assert not any(s in said.output for s in SECRETS), said.output
     assert not Path(tmp_path / "out2.zarr").exists()
+
+
+def test_a_config_object_run_with_overrides_keeps_its_credentials(tmp_path, client, http_root):  # noqa: F811
+    """vdbflow.run(JobConfig, overrides): the config is re-read from its fields, not from its stored
+    (redacted) form, so the job still reads the URL with its user and password."""
+    root, base = http_root
+    (root / "input.nvdb").write_bytes(volume_file(tmp_path).read_bytes())
+    cfg = job(tmp_path, tmp_path / "out.zarr", count=1_000)
+    cfg["volume"] = {"path": f"{base}/input.nvdb?{QUERY}"}
+    result = vdbflow.run(load_config(data=cfg), client, overrides={"points.count": 500})
+    with xr.open_zarr(result.output) as ds:
+        assert ds.sizes["point"] == 500
+        assert not any(s in ds.attrs["vdbflow_config"] for s in SECRETS)

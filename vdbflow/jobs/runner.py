@@ -676,7 +676,8 @@ def run(
 
     values = {**(overrides or {}), **{key.replace("__", "."): value for key, value in settings.items()}}
     if isinstance(config, JobConfig):
-        cfg = load_config(data=config.model_dump(mode="json", exclude_unset=True), values=values) if values else config
+        # its fields as they are (a JSON dump would redact the credentials of its URLs and storage_options)
+        cfg = load_config(data=config.model_dump(exclude_unset=True), values=values) if values else config
     elif isinstance(config, Mapping):
         cfg = load_config(data=config, values=values)
     elif isinstance(config, (str, os.PathLike)):
