@@ -99,7 +99,11 @@ def main() -> int:
     lo, hi = vol.topology.index_bbox
     rng = np.random.default_rng(0)
     host = rng.uniform(lo, hi + 1, (args.points, 3))
-    host_sorted = np.ascontiguousarray(host[np.lexsort((host[:, 2], host[:, 1], host[:, 0]))])
+    cells = np.floor(host).astype(np.int64) - np.asarray(lo, np.int64)  # sorted by voxel: one int64 key, one sort
+    span = np.asarray(hi, np.int64) - np.asarray(lo, np.int64) + 2
+    key = (cells[:, 0] * span[1] + cells[:, 1]) * span[2] + cells[:, 2]
+    host_sorted = np.ascontiguousarray(host[np.argsort(key, kind="stable")])
+    del cells, key
     request = SampleRequest("linear", ("value", "jacobian"), "index", device=args.device)
     report: dict = {"device": args.device, "points": args.points, "runs": args.runs}
     if args.device == "cuda":  # CuPy, or its emulation under VDBFLOW_CUDA_EMULATE=1 (device code on the CPU)

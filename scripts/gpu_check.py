@@ -2,11 +2,11 @@
 CPU (``--emulate``), each step in a process of its own with its own time limit.
 
     python scripts/gpu_check.py                       # on a GPU machine whose Python already has vdbflow
-    python scripts/gpu_check.py --wheelhouse WH       # offline: a venv of its own, vdbflow and its needs from WH
+    python scripts/gpu_check.py --wheelhouse WH       # offline: vdbflow and its needs from WH, into a folder of its own
     python scripts/gpu_check.py --emulate             # every step under VDBFLOW_CUDA_EMULATE=1, small sizes
 
-Steps (scripts/gpu_check_steps.py): ``install`` (only with --wheelhouse: a venv under the work folder that
-sees the image's packages, filled offline; vdbflow built from this checkout into it), ``import`` (vdbflow and
+Steps (scripts/gpu_check_steps.py): ``install`` (only with --wheelhouse: the wheelhouse's pins and vdbflow
+built from this checkout, offline, into a folder of the work folder put first on PYTHONPATH), ``import`` (vdbflow and
 its compiled extension from outside the checkout, so that the source tree cannot shadow the installed
 package), ``machine``, ``build`` (every entry into an empty cache, each image loaded, resources and blocks a
 multiprocessor), ``warm-load`` (a fresh process's first call loads its entry from the cache), ``compare``
@@ -17,8 +17,8 @@ partitions and halos, equal to one process), ``bench`` (sample_grad on 32M point
 A step that fails, times out or does not run (an earlier step it needs failed) is a FAIL; the exit status
 is 0 only when every step passed.  One ``PASS``/``FAIL`` line a step; the JSON summary goes to
 ``$OUT/gpu-check.json`` when OUT is set (or --out), with each step's output beside it.  Nothing is installed
-into the environment that runs the check, and nothing is left in the checkout: the work folder (venv, build
-cache) is a temporary folder.
+into the environment that runs the check, and nothing is left in the checkout: the work folder (packages,
+build folder, build cache) is a temporary folder.
 """
 
 from __future__ import annotations
@@ -54,11 +54,11 @@ STEPS = (
     Step("import", 15, 60, ("install",)),
     Step("machine", 10, 60, ("import",)),
     Step("build", 75, 900, ("machine",)),  # emulated: the one library, compiled once for the suite too
-    Step("warm-load", 15, 120, ("build",)),
+    Step("warm-load", 10, 120, ("build",)),
     Step("compare", 60, 300, ("warm-load",)),
     Step("workers", 45, 300, ("build",)),
-    Step("bench", 40, 300, ("build",)),
-    Step("gpu-tests", 70, 300, ("build",)),
+    Step("bench", 60, 300, ("build",)),
+    Step("gpu-tests", 55, 300, ("build",)),
 )
 
 
@@ -71,29 +71,26 @@ class Outcome:
     result: dict = field(default_factory=dict)
 
 
-def _python(work: Path, wheelhouse: str | None) -> str:
-    return str(work / "venv" / "bin" / "python") if wheelhouse else sys.executable
-
-
 def install(work: Path, wheelhouse: str, timeout: float) -> tuple[bool, str]:
-    """A venv of its own (seeing the image's packages: CuPy, NumPy, the CUDA wheels), vdbflow's needs from the
-    wheelhouse and vdbflow built from this checkout (no build isolation: the image's build tools), offline."""
-    venv = work / "venv"
+    """The wheelhouse's pins and vdbflow built from this checkout (no build isolation: the image's compiler,
+    CMake, scikit-build-core and nanobind), offline, into ``work/site``: a folder of the check's own that the
+    steps put first on PYTHONPATH (a venv made from the image's Python, itself a venv, would not see the
+    image's CuPy); the build folder is under ``work`` too, so nothing is written into the checkout."""
+    site = work / "site"
     start = time.monotonic()
     log = []
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile"]
+    pip += ["--target", str(site)]
     commands = [
-        [sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-index", "--find-links", wheelhouse]
-        + ["--no-warn-conflicts", "-r", str(Path(wheelhouse) / "requirements.txt")],
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-index", "--no-deps"]
-        + ["--no-build-isolation", str(REPO)],
+        [*pip, "--find-links", wheelhouse, "-r", str(Path(wheelhouse) / "requirements.txt")],
+        [*pip, "--no-build-isolation", "-C", f"build-dir={work / 'build'}", str(REPO)],
     ]
     for cmd in commands:
         left = timeout - (time.monotonic() - start)
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=max(1.0, left))
         except subprocess.TimeoutExpired:
-            return False, "\n".join(log) + f"\ntimed out: {' '.join(cmd[:4])}"
+            return False, "\n".join(log) + f"\ntimed out: {' '.join(cmd)}"
         log.append(f"$ {' '.join(cmd)}\n{done.stdout[-2000:]}{done.stderr[-4000:]}")
         if done.returncode != 0:
             return False, "\n".join(log)
@@ -150,7 +147,9 @@ def main(argv: list[str] | None = None) -> int:
         env.update(VDBFLOW_CUDA_EMULATE="1", VDBFLOW_CUDA_EMULATE_THREADS="2")
     else:  # every entry compiled into an empty cache of its own
         env.update(VDBFLOW_REQUIRE_GPU="1", VDBFLOW_CUDA_CACHE=str(work / "cuda-cache"))
-    python = _python(work, args.wheelhouse)
+    python = sys.executable
+    if args.wheelhouse:  # the check's own packages first: the image's Python is left as it is
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(work / "site"), env.get("PYTHONPATH", "")]))
     only = set(args.only.split(",")) if args.only else None
     outcomes: dict[str, Outcome] = {}
     started = time.monotonic()

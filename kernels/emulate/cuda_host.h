@@ -10,7 +10,8 @@
 //     as it would on a GPU);
 //   - launch<F>(grid, block, args, host_threads): a kernel launch.  args is CUDA's kernelParams array (one
 //     pointer to each argument); blocks are handed out to host_threads threads, the threads of one block
-//     run one after another (such kernels use no __syncthreads and no shared memory);
+//     run one after another, in an order that is not the index order (thread_order; such kernels use no
+//     __syncthreads and no shared memory);
 //   - launch_synchronized<F>(...): the launch of a kernel that synchronizes its threads
 //     (cuda_build.BLOCK_SYNCHRONIZED): every thread of a block is a host thread, __syncthreads() a barrier
 //     among them, blocks run one after another, and __shared__ is a static variable of the kernel (one block
@@ -179,7 +180,17 @@ const char* signature() {
   return s.c_str();
 }
 
-// One launch: blocks taken in turn by host_threads threads (the calling thread among them).
+// The k-th thread of block b to run: no block runs its threads in index order, so that code counting on it
+// (thread 0 first, a neighbour's write already made) shows: even blocks run them last to first, odd blocks
+// odd threads first, then even ones.
+inline unsigned thread_order(unsigned b, unsigned k, unsigned block) {
+  if (b % 2 == 0) return block - 1 - k;
+  const unsigned odd = block / 2;  // threads 1, 3, 5, ...
+  return k < odd ? 2 * k + 1 : 2 * (k - odd);
+}
+
+// One launch: blocks taken in turn by host_threads threads (the calling thread among them), the threads of a
+// block one after another in thread_order.
 template <auto F>
 void launch(unsigned grid, unsigned block, void** args, int host_threads) {
   std::atomic<unsigned> next{0};
@@ -188,8 +199,8 @@ void launch(unsigned grid, unsigned block, void** args, int host_threads) {
     gridDim = dim3{grid, 1, 1};
     for (unsigned b = next++; b < grid; b = next++) {
       blockIdx = dim3{b, 0, 0};
-      for (unsigned t = 0; t < block; ++t) {
-        threadIdx = dim3{t, 0, 0};
+      for (unsigned k = 0; k < block; ++k) {
+        threadIdx = dim3{thread_order(b, k, block), 0, 0};
         Params<decltype(F)>::call(F, args);
       }
     }

@@ -17,7 +17,13 @@ What is emulated as a GPU behaves, so that the mistakes a GPU punishes show here
   synchronize really runs concurrently; a copy reads its host buffer when it runs, not when it is asked
   for; a failure is raised at the stream's next synchronize; the null stream runs work at once on the
   calling thread after the blocking streams' work, and never waits for non-blocking streams;
-- a launch's blocks run on ``VDBFLOW_CUDA_EMULATE_THREADS`` host threads (default 4).
+- a launch's blocks run on ``VDBFLOW_CUDA_EMULATE_THREADS`` host threads (default 4);
+- ``asarray`` of pinned host memory (``empty_pinned``) reads it when the stream runs the copy, as
+  ``cudaMemcpyAsync`` does (pageable memory is staged at once, as CUDA stages it);
+- ``VDBFLOW_CUDA_EMULATE_MEMORY`` bytes of device memory at most: past it an allocation is
+  ``cuda.memory.OutOfMemoryError``; arrays give their bytes back when NumPy frees them (``memGetInfo``);
+- ``VDBFLOW_CUDA_EMULATE_DEVICES`` devices (default 1): ``Device(n)`` makes one current, each array belongs
+  to the device current when it was made, and a launch refuses an array of another device.
 """
 
 from __future__ import annotations
@@ -237,13 +243,70 @@ def _wrap(x: Any) -> Any:
     return x
 
 
+class OutOfMemoryError(MemoryError):
+    """An allocation past ``VDBFLOW_CUDA_EMULATE_MEMORY`` (cupy.cuda.memory.OutOfMemoryError)."""
+
+
+_memory_lock = threading.Lock()
+_allocated = [0]  # bytes of device memory alive
+_owners: dict[int, weakref.ref] = {}  # id -> the NumPy buffer counted (once, however often it is wrapped)
+
+
+def memory_limit() -> int | None:
+    """``VDBFLOW_CUDA_EMULATE_MEMORY``: bytes of emulated device memory at most (unset: no limit)."""
+    text = os.environ.get("VDBFLOW_CUDA_EMULATE_MEMORY")
+    if not text:
+        return None
+    if not text.isdigit():
+        raise DeviceError(f"expected VDBFLOW_CUDA_EMULATE_MEMORY in bytes (e.g. 1073741824), got {text!r}")
+    return int(text)
+
+
+def allocated_bytes() -> int:
+    """Bytes of emulated device memory held by live arrays."""
+    with _memory_lock:
+        return _allocated[0]
+
+
+def _release(key: int, nbytes: int) -> None:
+    with _memory_lock:
+        _allocated[0] -= nbytes
+        _owners.pop(key, None)
+
+
+def _account(a: np.ndarray) -> None:
+    """Counts a buffer that device memory owns, until NumPy frees it; past the limit, OutOfMemoryError."""
+    if not a.flags.owndata or a.nbytes == 0:
+        return
+    key = id(a)
+    limit = memory_limit()
+    with _memory_lock:
+        known = _owners.get(key)
+        if known is not None and known() is a:
+            return
+        if limit is not None and _allocated[0] + a.nbytes > limit:
+            raise OutOfMemoryError(
+                f"Out of memory allocating {a.nbytes:,} bytes (allocated so far: {_allocated[0]:,} bytes, "
+                f"limit {limit:,} bytes: VDBFLOW_CUDA_EMULATE_MEMORY)"
+            )
+        _allocated[0] += a.nbytes
+        _owners[key] = weakref.ref(a)
+    weakref.finalize(a, _release, key, a.nbytes)
+
+
 class ndarray(NDArrayOperatorsMixin):  # noqa: N801 - CuPy's name
-    """An array in (emulated) device memory."""
+    """An array in (emulated) device memory, on the device that was current when it was made."""
 
     __cuda_emulated__ = True
 
     def __init__(self, a: np.ndarray):
+        _account(a)
         self._a = a
+        self._device = _current_device()
+
+    @property
+    def device(self) -> Device:
+        return Device(self._device)
 
     # what CuPy arrays have
     shape = property(lambda self: self._a.shape)
@@ -371,8 +434,12 @@ def asarray(a: Any, dtype: Any = None, order: Any = None) -> ndarray:
     if isinstance(a, ndarray):
         _ordered()
         return a if dtype is None or np.dtype(dtype) == a.dtype else ndarray(a._a.astype(dtype))
-    host = np.array(a, dtype=dtype, order=order or "K", copy=True)  # read now, as CUDA stages pageable memory
-    out = ndarray(np.empty_like(host))
+    if isinstance(a, PinnedArray) and (dtype is None or np.dtype(dtype) == a.dtype):
+        host = a  # pinned: the copy reads the buffer when the stream reaches it (cudaMemcpyAsync)
+        out = ndarray(np.empty(a.shape, a.dtype))
+    else:
+        host = np.array(a, dtype=dtype, order=order or "K", copy=True)  # read now: CUDA stages pageable memory
+        out = ndarray(np.empty_like(host))
 
     def copy() -> None:
         out._a[...] = host
@@ -409,9 +476,13 @@ def from_dlpack(x: Any) -> ndarray:
     return ndarray(np.from_dlpack(x))
 
 
+class PinnedArray(np.ndarray):
+    """Host memory pinned for the device (views of it too): a copy from it is asynchronous."""
+
+
 def empty_pinned(shape: Any, dtype: Any = float) -> np.ndarray:
-    """Pinned host memory: host memory here (cupyx.empty_pinned)."""
-    return np.empty(shape, dtype)
+    """Pinned host memory (cupyx.empty_pinned): copies to the device read it when their stream runs them."""
+    return np.empty(shape, dtype).view(PinnedArray)
 
 
 def __getattr__(name: str) -> Any:
@@ -431,14 +502,30 @@ def __getattr__(name: str) -> Any:
 # --- the CUDA runtime and modules -----------------------------------------------------------------------
 
 
+def device_count() -> int:
+    """Emulated devices: ``VDBFLOW_CUDA_EMULATE_DEVICES`` (default 1), so that multi-GPU placement runs in CI."""
+    text = os.environ.get("VDBFLOW_CUDA_EMULATE_DEVICES", "1")
+    if not text.isdigit() or int(text) < 1:
+        raise DeviceError(f"expected VDBFLOW_CUDA_EMULATE_DEVICES to be a count of devices (1, 2, ...), got {text!r}")
+    return int(text)
+
+
+def _current_device() -> int:
+    return getattr(_local, "device", 0)
+
+
 class _Runtime:
     @staticmethod
     def getDevice() -> int:  # noqa: N802 - CUDA's names
-        return 0
+        return _current_device()
+
+    @staticmethod
+    def setDevice(device: int) -> None:  # noqa: N802
+        Device(device).use()
 
     @staticmethod
     def getDeviceCount() -> int:  # noqa: N802
-        return 1
+        return device_count()
 
     @staticmethod
     def deviceSynchronize() -> None:  # noqa: N802
@@ -448,22 +535,40 @@ class _Runtime:
     def runtimeGetVersion() -> int:  # noqa: N802
         return 0
 
+    @staticmethod
+    def memGetInfo() -> tuple[int, int]:  # noqa: N802
+        """(free, total) bytes of the emulated device memory (total: the limit, else the host's memory)."""
+        limit = memory_limit()
+        total = limit if limit is not None else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return max(0, total - allocated_bytes()), total
+
 
 class Device:
-    def __init__(self, device: int = 0):
-        if device != 0:
-            raise DeviceError(f"emulated CUDA has one device (0), got {device}")
-        self.id = 0
+    """An emulated device (``VDBFLOW_CUDA_EMULATE_DEVICES`` of them): ``with Device(1):`` or ``.use()`` makes it
+    the calling thread's current device, as in CuPy."""
+
+    def __init__(self, device: int | None = None):
+        device = _current_device() if device is None else int(device)
+        count = device_count()
+        if not 0 <= device < count:
+            raise DeviceError(f"expected an emulated device among 0..{count - 1}, got {device}")
+        self.id = device
         self.compute_capability = "emulated"
+        self._previous: list[int] = []
 
     def synchronize(self) -> None:
         synchronize_all()
 
+    def use(self) -> None:
+        _local.device = self.id
+
     def __enter__(self) -> Device:
+        self._previous.append(_current_device())
+        self.use()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        pass
+        _local.device = self._previous.pop()
 
 
 _PACK = {  # the signature letters of emulate/cuda_host.h: the NumPy scalar type each parameter takes
@@ -508,6 +613,11 @@ class Function:
             letter = token[0]
             if letter == "p":
                 if isinstance(arg, ndarray):
+                    if arg._device != _current_device():
+                        raise DeviceError(
+                            f"{where}: expected an array on the launch's device {_current_device()}, got one on "
+                            f"device {arg._device} (a GPU reads another GPU's memory only through peer access)"
+                        )
                     pointee = token[1]
                     want = np.dtype(np.uint64) if pointee == "P" else _PACK.get(pointee)
                     if want is not None and arg.dtype != np.dtype(want):
@@ -591,6 +701,9 @@ class _Cuda:
     Device = Device
     get_current_stream = staticmethod(get_current_stream)
     get_elapsed_time = staticmethod(get_elapsed_time)
+
+    class memory:  # noqa: N801 - cupy.cuda.memory
+        OutOfMemoryError = OutOfMemoryError
 
 
 cuda = _Cuda
