@@ -118,6 +118,7 @@ def test_a_partial_of_another_release_is_refused_naming_both(kept, client, then)
     assert partial.exists() and not (tmp / "r.zarr").exists()
 
 
+@pytest.mark.slow
 def test_a_netcdf_job_failed_in_this_process_resumes_and_leaves_nothing(tmp_path, client, monkeypatch):  # noqa: F811
     """A notebook: the file task fails once every chunk is in the staging store; the next resume=True in
     the same process continues that store (no unit computed again) and leaves no hidden file."""
