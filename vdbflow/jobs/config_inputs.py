@@ -11,7 +11,6 @@ from typing import Annotated, Any, ClassVar
 from pydantic import Field, PlainSerializer, PlainValidator, field_serializer, model_validator
 
 from vdbflow.io.location import Url, glob, is_url, local_path
-from vdbflow.io.redact import redact, redact_url
 from vdbflow.jobs.config_base import StrictModel
 
 
@@ -35,9 +34,24 @@ def _location(value: Any) -> Path | Url:
     return Url(text)
 
 
+def redact(options: Any) -> Any:
+    """``storage_options`` with credential-like values redacted (:func:`vdbflow.io.redact.redact`; imported
+    when a config is written, not when it is validated)."""
+    from vdbflow.io.redact import redact as redact_options
+
+    return redact_options(options)
+
+
+def _url_text(value: Any) -> str:
+    """A path, or a URL with any credentials in it (user:password@, presigned signatures) redacted."""
+    from vdbflow.io.redact import redact_url
+
+    return redact_url(str(value))
+
+
 # a local path (pathlib.Path) or a URL (Url: a str); as JSON (the stored config), the text given with any
-# credentials in it (user:password@, presigned signatures) redacted
-InputPath = Annotated[Any, PlainValidator(_location), PlainSerializer(lambda v: redact_url(str(v)), when_used="json")]
+# credentials in it redacted
+InputPath = Annotated[Any, PlainValidator(_location), PlainSerializer(_url_text, when_used="json")]
 
 __all__ = ["InputPath", "InputSection", "redact", "series_files"]
 
