@@ -232,7 +232,8 @@ def open_grid_dataset(
     ------
     VolumeError
         A non-axis-aligned transform, an empty grid without ``bbox``, a bad ``bbox``, ``leaf_chunks``,
-        ``dim_order`` or ``storage_options``.
+        ``dim_order``, ``drop_variables`` or ``storage_options``; a file replaced since the Dataset was opened
+        (when a chunk is read).
     NanoVDBError, OpenVDBError
         A malformed file or a grid it lacks (the reader's own errors).
     """
