@@ -1,7 +1,8 @@
-"""A volume cut into partitions on a Dask cluster: each partition's own leaves (sent from the client,
-spilled to a shared file, or read by a worker from the .nvdb file), the halo leaves exchanged worker
-to worker, and the cluster a volume starts when it is given none.  Small pure functions, run as
-tasks; :func:`build_partitions` submits them."""
+"""A volume cut into partitions on a Dask cluster: each partition's own and halo leaves read by a worker
+from the file itself, or (an in-memory volume) its own leaves sent from the client or spilled to a
+shared file and the halo leaves exchanged worker to worker; the wait for them that fails rather than
+hangs; and the cluster a volume starts when it is given none.  Small pure functions, run as tasks;
+:func:`build_partitions` submits them."""
 
 from __future__ import annotations
 

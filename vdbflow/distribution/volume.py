@@ -1,8 +1,11 @@
 """Distributed sampling: a volume's leaves partitioned across Dask workers, with halos.
 
 Each partition is a :class:`Volume` holding its own leaves plus the halo leaves its stencils reach,
-living on a worker: its own leaves come from the client (a Volume) or from the worker's own read of an
-.nvdb file, and its halo from the neighbouring partitions, as tasks that move leaves worker to worker.
+living on a worker.  From a file, the worker reads both itself, in one pass over those leaves' bytes
+(nothing else of the file stays resident); from an in-memory Volume, its own leaves come from the
+client and its halo from the neighbouring partitions, as tasks that move leaves worker to worker.  A
+plan whose partitions cannot fit the workers' memory limits is refused before anything runs
+(:mod:`vdbflow.distribution.fit`).
 Points are routed to the partition that owns their base cell (empty leaf slots included), sampled
 there with the same kernels, and returned in input order - equal bit for bit to
 :meth:`Volume.sample_grad` on the whole volume.
