@@ -108,6 +108,19 @@ def test_validating_a_config_loads_no_runtime_module():
     assert loaded <= CONFIG_MODULES, sorted(loaded - CONFIG_MODULES)
 
 
+def test_a_missing_fsspec_package_still_names_the_s3_install_hint():
+    """io/location.py imports vdbflow.version only when a missing package is reported (so that config
+    validation does not load it): the message still ends with the s3 extra's install command."""
+    from vdbflow.errors import StorageError
+    from vdbflow.io.location import storage_error
+    from vdbflow.version import install_hint
+
+    err = storage_error("s3://bucket/a.nvdb", ImportError("No module named 's3fs'"))
+    assert isinstance(err, StorageError)
+    assert str(err).endswith(f"for s3:// install the s3 extra: {install_hint('s3')}"), str(err)
+    assert "s3://bucket/a.nvdb" in str(err) and "s3fs" in str(err)
+
+
 def _defaults(fn, names):
     params = inspect.signature(fn).parameters
     return {n: (params[n].default, params[n].kind) for n in names if n in params}, set(names) - set(params)

@@ -21,7 +21,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from vdbflow.errors import StorageError
-from vdbflow.version import install_hint
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 GAP = 1 << 16  # ranges closer than this are read as one request (fsspec's merge_offset_ranges uses 64 kB too)
@@ -200,6 +199,8 @@ def storage_error(url: str, err: BaseException, doing: str = "read") -> StorageE
     elif isinstance(err, PermissionError):
         found = f"permission denied ({err}); check the credentials in storage_options or the environment"
     elif isinstance(err, ImportError):
+        from vdbflow.version import install_hint  # only on this error: validating a config loads no vdbflow.version
+
         found = f"a missing package ({err}); for s3:// install the s3 extra: {install_hint('s3')}"
     else:
         found = f"{type(err).__name__}: {err}"
