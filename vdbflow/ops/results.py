@@ -114,24 +114,43 @@ def result_dataset(
     Hessians (*lead[, C], 3, 3)) at ``points`` (*lead, 3), with CF attrs (docs/results.md).  ``vol``
     gives the names, units and transform (a Volume, or a distributed volume's or series' template);
     ``dims`` names the leading dims (default ``("point",)`` for (N, 3) points)."""
-    C = vol.components
     first = next(iter(arrays.values()))
-    values = arrays.get("value", first)
-    mode, space = request.mode, request.space
-    if is_cupy_array(points):
-        pts = points.get()
-    elif is_dask(points):
-        pts = points  # stays lazy: coordinates are computed with the values, never gathered here
-    else:
-        pts = np.asarray(points)
     lead = tuple(first.shape[:1] if dims is None else first.shape[: len(dims)])
     dims = (schema.POINT,) if dims is None else tuple(dims)
-    vdims = dims if C == 1 else dims + (schema.COMPONENT,)
+    coords = _point_coords(vol, request.space, _host_points(points), dims, lead, point_coords)
+    data_vars = _value_vars(vol, request, arrays, dims)
+    data_vars.update(_derivative_vars(vol, request, arrays, dims, coords))
+    clash = sorted(set(data_vars) & (set(dims) | set(coords)))
+    if clash:
+        raise PointsError(f"expected point dims and coordinates named apart from the result's variables, got {clash}")
+    return xr.Dataset(data_vars, coords=coords, attrs=_dataset_attrs(vol, request, dims))
+
+
+def _host_points(points: Any) -> Any:
+    """``points`` where coordinates can be taken from them: CuPy copied to the host, Dask kept lazy
+    (coordinates are computed with the values, never gathered here), anything else as NumPy."""
+    if is_cupy_array(points):
+        return points.get()
+    if is_dask(points):
+        return points
+    return np.asarray(points)
+
+
+def _point_coords(
+    vol: Volume,
+    space: str,
+    pts: Any,
+    dims: tuple[str, ...],
+    lead: tuple[int, ...],
+    point_coords: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The coordinates of the points' dims: the point index, the component labels and each point's
+    x, y, z (``pts`` (*lead, 3)), beside the coordinates the points brought along (``point_coords``)."""
     coords: dict[str, Any] = dict(point_coords or {})
     if dims == (schema.POINT,) and schema.POINT not in coords:
         # a RangeIndex: 0 .. N-1 without an array of N integers (the same int64 values wherever it is read)
         coords[schema.POINT] = (schema.POINT, pd.RangeIndex(lead[0]), {"long_name": "point index"})
-    if C > 1:
+    if vol.components > 1:
         coords[schema.COMPONENT] = (
             schema.COMPONENT,
             schema.labels(vol.component_names),
@@ -148,16 +167,47 @@ def result_dataset(
                 continue
             # float64 points: views of them, as xarray keeps the arrays it is given (no copy of N points)
             coords[label] = (dims, pts[..., a].astype(np.float64, copy=False), attrs)
-    common = {"sampling_mode": mode, "point_space": space}
+    return coords
+
+
+def _value_dims(vol: Volume, dims: tuple[str, ...]) -> tuple[str, ...]:
+    """The dims of a value: the points' dims, then ``component`` for a grid of several components."""
+    return dims if vol.components == 1 else dims + (schema.COMPONENT,)
+
+
+def _common_attrs(request: SampleRequest) -> dict[str, Any]:
+    return {"sampling_mode": request.mode, "point_space": request.space}
+
+
+def _value_vars(vol: Volume, request: SampleRequest, arrays: dict[str, Any], dims: tuple[str, ...]) -> dict[str, Any]:
+    """The sampled values' variable (none where the request asked for derivatives only)."""
+    if "value" not in arrays:
+        return {}
     value_units = units.normalize(vol.units)
-    value_attrs: dict[str, Any] = {"long_name": vol.name, **({"units": value_units} if value_units else {}), **common}
+    value_attrs: dict[str, Any] = {
+        "long_name": vol.name,
+        **({"units": value_units} if value_units else {}),
+        **_common_attrs(request),
+    }
     vname = schema.value_name(vol.name)
     if vname != vol.name:  # a grid named like one of the result's own names (docs/results.md)
         value_attrs["grid_name"] = vol.name
-    data_vars: dict[str, Any] = {vname: (vdims, values, value_attrs)} if "value" in arrays else {}
+    return {vname: (_value_dims(vol, dims), arrays["value"], value_attrs)}
+
+
+def _derivative_vars(
+    vol: Volume, request: SampleRequest, arrays: dict[str, Any], dims: tuple[str, ...], coords: dict[str, Any]
+) -> dict[str, Any]:
+    """The Jacobian, the derived quantities and the Hessian among ``arrays`` as variables; the axis
+    coordinates they need are added to ``coords``."""
+    vdims = _value_dims(vol, dims)
+    common = _common_attrs(request)
+    value_units = units.normalize(vol.units)
+    vname = schema.value_name(vol.name)
+    data_vars: dict[str, Any] = {}
     jspace = request.jacobian_space
     assert jspace is not None  # resolved when the request was made
-    jattrs = schema.jacobian_attrs(vol.name, value_units, schema.length_of(vol.length_units, jspace), C)
+    jattrs = schema.jacobian_attrs(vol.name, value_units, schema.length_of(vol.length_units, jspace), vol.components)
     if "jacobian" in arrays or "vorticity" in arrays:
         coords[schema.AXIS] = (
             schema.AXIS,
@@ -179,33 +229,43 @@ def result_dataset(
             {**qattrs, "jacobian_space": jspace, **common},
         )
     if "hessian" in arrays:
-        hspace = request.hessian_space
-        assert hspace is not None  # resolved when the request was made
-        hlength = getattr(vol, "length_units", None) if hspace == "world" else "voxel"
-        hattrs = {
-            **schema.hessian_attrs(vol.name, getattr(vol, "units", None), hlength, C),
-            "hessian_space": hspace,
-            "sampling_mode": mode,
-        }
-        haxes = schema.HESSIAN_AXES if hspace == request.jacobian_space else schema.OWN_HESSIAN_AXES
-        labels = list(schema.AXIS_LABELS[hspace])
-        data_vars[schema.hessian_name(vol.name)] = (vdims + haxes, arrays["hessian"], hattrs)
-        coords.update({axis: labels for axis in haxes if axis != schema.AXIS})
-    clash = sorted(set(data_vars) & (set(dims) | set(coords)))
-    if clash:
-        raise PointsError(f"expected point dims and coordinates named apart from the result's variables, got {clash}")
+        data_vars[schema.hessian_name(vol.name)] = _hessian_var(vol, request, arrays["hessian"], vdims, coords)
+    return data_vars
+
+
+def _hessian_var(
+    vol: Volume, request: SampleRequest, hessian: Any, vdims: tuple[str, ...], coords: dict[str, Any]
+) -> tuple[tuple[str, ...], Any, dict[str, Any]]:
+    """The Hessian's variable (dims, data, attrs); its own axis coordinates are added to ``coords``."""
+    hspace = request.hessian_space
+    assert hspace is not None  # resolved when the request was made
+    hlength = getattr(vol, "length_units", None) if hspace == "world" else "voxel"
+    hattrs = {
+        **schema.hessian_attrs(vol.name, getattr(vol, "units", None), hlength, vol.components),
+        "hessian_space": hspace,
+        "sampling_mode": request.mode,
+    }
+    haxes = schema.HESSIAN_AXES if hspace == request.jacobian_space else schema.OWN_HESSIAN_AXES
+    labels = list(schema.AXIS_LABELS[hspace])
+    coords.update({axis: labels for axis in haxes if axis != schema.AXIS})
+    return (vdims + haxes, hessian, hattrs)
+
+
+def _dataset_attrs(vol: Volume, request: SampleRequest, dims: tuple[str, ...]) -> dict[str, Any]:
+    """The result's global attrs: conventions, the grid's value type, layout and transform, how it was
+    sampled and its periods."""
     attrs = {
         "Conventions": CONVENTIONS,
         **({"featureType": "point"} if len(dims) == 1 else {}),
         "value_type": vol.value_type.name,
         "layout": "index" if vol.index_layout else "per-leaf",
         "index_to_world": np.asarray(vol.index_to_world, np.float64).ravel(),
-        "sampling_mode": mode,
-        "point_space": space,
+        "sampling_mode": request.mode,
+        "point_space": request.space,
     }
     periodic = getattr(vol, "periodic", None)
     if periodic is not None:  # index-space periods: voxels lo .. lo + size - 1 wrap (docs/periodic.md)
         attrs.update(
             periodic_axes=periodic.axes, period_lo=np.array(periodic.lo), period_voxels=np.array(periodic.size)
         )
-    return xr.Dataset(data_vars, coords=coords, attrs=attrs)
+    return attrs
