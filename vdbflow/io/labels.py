@@ -89,7 +89,29 @@ def restore(ds: xr.Dataset) -> xr.Dataset:
 def open_result(path: str | os.PathLike, **kwargs: Any) -> xr.Dataset:
     """A ``vdbflow run`` result (Zarr format 2 or 3 at a path or URL, or a NetCDF file) opened lazily with
     xarray, its label coordinates as written (a format 3 store keeps them in an attr: module docstring).
-    ``kwargs`` go to ``xr.open_zarr`` (``storage_options=...``) or, for ``.nc`` files, ``xr.open_dataset``."""
+    ``kwargs`` go to ``xr.open_zarr`` (``storage_options=...``) or, for ``.nc`` files, ``xr.open_dataset``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The result: a Zarr store (format 2 or 3; a local path or an fsspec URL such as ``s3://bucket/out.zarr``)
+        or a NetCDF file (``.nc``, ``.nc4``, ``.netcdf``).
+    **kwargs
+        Passed on to ``xr.open_zarr`` (e.g. ``storage_options``, ``chunks``) or ``xr.open_dataset``.
+
+    Returns
+    -------
+    xarray.Dataset
+        The result, lazy (a Zarr store's arrays Dask-backed, a NetCDF file's read on access): the grid's
+        values on the points' dims (``point`` (N,) or a grid's ``(x, y, z)``, then ``component`` (C,) for a
+        vector grid), derivatives with ``axis`` (3,), the points' ``x``, ``y``, ``z`` as coordinates and
+        ``component``/``axis`` labelled as they were written.
+
+    Raises
+    ------
+    StorageError
+        A format 3 store whose ``vdbflow_labels`` attr does not fit its dims.
+    """
     text = os.fspath(path)
     if text.lower().endswith((".nc", ".nc4", ".netcdf")):
         return xr.open_dataset(text, **kwargs)
