@@ -35,6 +35,7 @@ def memory_fraction() -> float:
     """The fraction of a worker's ``memory_limit`` its process may fill before Dask stops it (pauses or
     restarts it): the first of those thresholds that is set."""
     import dask
+    import distributed  # noqa: F401 - registers its defaults in dask.config (the thresholds below)
 
     for name in _FRACTIONS:
         value = dask.config.get(f"distributed.worker.memory.{name}", None)
