@@ -121,6 +121,37 @@ def main() -> None:
         print(f"routing / sampling ({label} points): {ratio:.2f}  route {spread(t_route)}; sample {spread(t_samp)}")
         report[f"route_over_sample_{label}"] = ratio
 
+    # one wave's work in one process, one thread: routing, the P = 2 pieces, assembly, against one piece
+    from vdbflow.distribution.forward import assemble_wave, background_rows, route_wave, sample_piece
+    from vdbflow.ops.request import SampleRequest
+
+    _core.set_num_threads(1)
+    wave = pts[:CHUNK]
+    plan2 = plan_partitions(vol.topology, 2)
+    near2 = near_blocks(vol.topology, plan2.stencil, plan2.router)
+    parts = [vol.select_leaves(np.union1d(o, h)) for o, h in zip(plan2.owned, plan2.halo, strict=True)]
+    req = SampleRequest("linear", ("value", "jacobian"), "index")
+    routed = route_wave(plan2.router, vol.transform, "index", near2, "cpu", wave)
+    sampled = [sample_piece(parts[p], routed[2 + p], req) for p in range(2)]
+    shapes, dtypes = req.shapes((), 3), req.dtypes(vol.value_type)
+    outputs = tuple((shapes[n], dtypes[n]) for n in req.outputs)
+    fills = background_rows(vol.select_leaves(np.zeros(0, np.int64)), req)
+    steps = {
+        "one piece": lambda: vol.sample_arrays(req, wave),
+        "route": lambda: route_wave(plan2.router, vol.transform, "index", near2, "cpu", wave),
+        "pieces": lambda: [sample_piece(parts[p], routed[2 + p], req) for p in range(2)],
+        "assemble": lambda: assemble_wave((len(wave),), outputs, fills, routed, *sampled),
+    }
+    costs = {k: min(timed(f, max(R, 3))) for k, f in steps.items()}
+    parts_sum = costs["route"] + costs["pieces"] + costs["assemble"]
+    print(
+        "one 1M-point wave, one thread: "
+        + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in costs.items())
+        + f"; route + pieces + assemble = {parts_sum / costs['one piece']:.2f} x one piece"
+    )
+    report["wave_costs"] = costs
+    _core.set_num_threads(2)
+
     single = timed(lambda: vol.sample_grad(pts, space="index"), R)
     t1 = statistics.median(single)
     print(f"one process, 2 threads: {N / t1 / 1e6:.2f} M samples/s ({spread(single)})")
