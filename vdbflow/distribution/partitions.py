@@ -19,7 +19,7 @@ from dask.sizeof import sizeof
 from vdbflow.core import tree
 from vdbflow.core.volume import Topology, Volume
 from vdbflow.distribution.fit import check_fit
-from vdbflow.distribution.plan import PartitionPlan, leaf_stencil, near_blocks, plan_partitions
+from vdbflow.distribution.plan import PartitionPlan, leaf_stencil, leaf_weights, near_blocks, plan_partitions
 from vdbflow.errors import ClusterError, DistributionError, VolumeError
 from vdbflow.io.atomic import create_exclusive
 from vdbflow.io.identity import FileIdentity
@@ -208,6 +208,24 @@ def exchange_halos(
     return parts, lineage
 
 
+def _balance(whole: Volume, P: int, balance: Any, client: Any) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Leaf weights and partition shares for :func:`plan_partitions`: by leaves and, with ``balance``
+    points (world space, (N, 3)), by where they fall; partition p's share follows the memory limit of the
+    worker it is placed on (p mod W, by address) when the workers' limits differ."""
+    weights = None
+    if balance is not None:
+        pts = np.asarray(balance, np.float64)
+        if pts.ndim != 2 or pts.shape[1] != 3:
+            raise VolumeError(f"expected balance points of shape (N, 3) in world space, got {pts.shape}")
+        weights = leaf_weights(whole.topology, whole.transform.apply_inverse(pts))
+    infos = client.scheduler_info(n_workers=-1)["workers"]
+    limits = [int(infos[a].get("memory_limit") or 0) for a in sorted(infos)]
+    shares = None
+    if limits and all(limits) and len(set(limits)) > 1:
+        shares = np.array([limits[p % len(limits)] / len(range(p % len(limits), P, len(limits))) for p in range(P)])
+    return weights, shares
+
+
 def wait_for_partitions(client: Any, parts: list, poll: float = 2.0) -> None:
     """Wait until every partition is built; the first partition's own error (an unreadable file, a worker
     killed while reading: ``KilledWorker``) is raised here, and tasks the scheduler can no longer place
@@ -336,6 +354,7 @@ def build_partitions(
     plan: PartitionPlan | None,
     identity: FileIdentity | None,
     periodic: Any = None,
+    balance: Any = None,
 ) -> dict[str, Any]:
     """The partitions of ``source`` on ``client``'s cluster (``owns``: started for this volume) -
     own leaves, halo exchange - as the fields of the :class:`DistributedVolume` that holds them
@@ -363,7 +382,7 @@ def build_partitions(
         loader_source = (os.fspath(source), grid, identity, whole.periodic or False)
     if plan is None:
         P = partitions or max(1, len(client.scheduler_info()["workers"]))
-        plan = plan_partitions(whole.topology, P, halo)
+        plan = plan_partitions(whole.topology, P, halo, *_balance(whole, P, balance, client))
     else:
         P = plan.partitions
         leaves = sum(len(o) for o in plan.owned)

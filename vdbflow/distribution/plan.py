@@ -151,12 +151,22 @@ def leaf_stencil(stencil_radius: int) -> tuple[int, int]:
     return -((max(stencil_radius, 1) - 1 + 7) // 8), (stencil_radius + 7) // 8
 
 
-def plan_partitions(topology: Topology, partitions: int, stencil_radius: int = 1) -> PartitionPlan:
+def plan_partitions(
+    topology: Topology,
+    partitions: int,
+    stencil_radius: int = 1,
+    weights: np.ndarray | None = None,
+    shares: np.ndarray | None = None,
+) -> PartitionPlan:
     """Balanced Morton-curve partitions of the leaves and the halo each needs.
 
     ``stencil_radius`` is the reach of a scheme's stencil in voxels on the positive side of the base
     cell (1 for ``linear``; higher-order schemes also reach ``stencil_radius - 1`` to the negative
     side); the halo of a partition is every leaf a stencil of one of its base cells can touch.
+    ``weights`` (L,): each leaf's cost (default 1: partitions of equal leaf counts), e.g.
+    :func:`leaf_weights` of some points; ``shares`` (P,): each partition's part of the total weight
+    (default equal), e.g. its worker's memory.  The curve is cut where the cumulative weight reaches each
+    partition's share.
     """
     if partitions < 1:
         raise VolumeError(f"expected at least one partition, got {partitions}")
@@ -169,7 +179,7 @@ def plan_partitions(topology: Topology, partitions: int, stencil_radius: int = 1
     shift = max(0, span.bit_length() - MORTON_BITS)
     codes = morton(keys, origin, shift)
     order = np.argsort(codes, kind="stable")
-    cuts = [int(round(L * p / partitions)) for p in range(partitions + 1)]
+    cuts = _cuts(L, partitions, None if weights is None else np.asarray(weights, np.float64)[order], shares)
     owned = [np.sort(order[cuts[p] : cuts[p + 1]]) for p in range(partitions)]
     boundaries = np.array(
         [codes[order[cuts[p]]] if cuts[p] < L else np.iinfo(np.uint64).max for p in range(1, partitions)],
@@ -195,6 +205,51 @@ def plan_partitions(topology: Topology, partitions: int, stencil_radius: int = 1
                 halo[int(p)].append(leaves[foreign[needed_by[foreign] == p]])
     halos = [np.unique(np.concatenate(h)) if h else np.zeros(0, np.int64) for h in halo]
     return PartitionPlan(router, owned, halos, (lo, hi))
+
+
+def _cuts(L: int, partitions: int, weights: np.ndarray | None, shares: np.ndarray | None) -> list[int]:
+    """Where the curve of ``L`` leaves (``weights`` in curve order) is cut for ``partitions`` partitions of
+    the given ``shares``: P + 1 non-decreasing positions from 0 to L."""
+    if weights is None and shares is None:
+        return [int(round(L * p / partitions)) for p in range(partitions + 1)]
+    w = np.ones(L) if weights is None else weights
+    if len(w) != L or not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise VolumeError(f"expected {L} finite leaf weights >= 0, got {len(w)}")
+    share = np.ones(partitions) if shares is None else np.asarray(shares, np.float64)
+    if share.shape != (partitions,) or not np.all(np.isfinite(share)) or np.any(share <= 0):
+        raise VolumeError(f"expected {partitions} positive partition shares, got {share.tolist()}")
+    cumulative = np.cumsum(w)
+    targets = cumulative[-1] * np.cumsum(share)[:-1] / share.sum() if L else np.zeros(partitions - 1)
+    inner = np.searchsorted(cumulative, targets, side="left") + 1 if L else np.zeros(partitions - 1, np.int64)
+    return [0, *np.minimum(np.maximum.accumulate(inner), L).astype(int).tolist(), L]
+
+
+def leaf_weights(topology: Topology, points: np.ndarray, points_weight: float = 0.5) -> np.ndarray:
+    """(L,) leaf costs for :func:`plan_partitions` balanced by leaves and by where points fall: a leaf's
+    share of the leaves (its memory) and its share of the ``points`` (index space, (N, 3): sampling work
+    lands on the leaf of each point's base cell), mixed ``1 - points_weight`` to ``points_weight``."""
+    keys = topology.leaf_origins.astype(np.int64) >> LEAF_SHIFT
+    L = len(keys)
+    if L == 0:
+        return np.zeros(0)
+    pts = np.asarray(points, np.float64).reshape(-1, 3)
+    pts = pts[np.all(np.isfinite(pts), axis=1)]
+    base = np.floor(pts).astype(np.int64) >> LEAF_SHIFT
+    lo = keys.min(axis=0)
+    span = keys.max(axis=0) - lo + 1
+
+    def code(k: np.ndarray) -> np.ndarray:
+        return ((k[:, 0] - lo[0]) * span[1] + (k[:, 1] - lo[1])) * span[2] + (k[:, 2] - lo[2])
+
+    inside = np.all((base >= lo) & (base < lo + span), axis=1)
+    leaf_codes = code(keys)
+    order = np.argsort(leaf_codes)
+    found = np.searchsorted(leaf_codes[order], code(base[inside]))
+    found = np.minimum(found, L - 1)
+    hit = leaf_codes[order][found] == code(base[inside])
+    counts = np.bincount(order[found[hit]], minlength=L).astype(np.float64)
+    by_points = counts / counts.sum() if counts.sum() else np.full(L, 1.0 / L)
+    return (1 - points_weight) / L + points_weight * by_points
 
 
 def leaf_images(topology: Topology, stencil: tuple[int, int]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:

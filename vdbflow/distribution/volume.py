@@ -258,6 +258,7 @@ def distribute(
     identity: FileIdentity | None = None,
     periodic: Any = None,
     storage_options: dict[str, Any] | None = None,
+    balance: Any = None,
 ) -> Any:
     """Partition a volume across a Dask cluster, for sampling in parallel.
 
@@ -304,6 +305,11 @@ def distribute(
     storage_options : dict, optional
         For a URL ``source`` (``s3://...``): fsspec's options, carried to the workers that read their
         leaves by byte ranges (docs/storage.md).  Refused for a local path.
+    balance : array_like, optional
+        Points (N, 3, world space) like those to be sampled, e.g. a sample of them: the partitions are
+        then balanced by leaves and by where these points fall (half each), so that a dense cloud of
+        points does not make one worker do most of the sampling.  Default: by leaves.  Either way, when
+        the workers' memory limits differ, each partition's part follows its worker's limit.
 
     Returns
     -------
@@ -318,7 +324,11 @@ def distribute(
     VolumeError
         An .nvdb ``source`` whose grid is an index grid, fewer than one partition, a negative
         halo, a ``spill`` directory given explicitly that cannot be written or that a worker
-        cannot read, or a ``plan`` made for another topology, partition count or halo.
+        cannot read, a ``plan`` made for another topology, partition count or halo, or ``balance``
+        points that are not (N, 3).
+    DistributionError
+        Partitions that cannot fit the workers' memory limits (refused before anything runs, with the
+        bytes needed and available), or partition tasks that no worker can run any more.
     NanoVDBError
         An .nvdb ``source`` that cannot be read, or lacks ``grid``.
     ImportError
@@ -335,7 +345,9 @@ def distribute(
     client, owns = resolve_client(client)
     try:
         return DistributedVolume(
-            **build_partitions(source, client, owns, partitions, halo, grid, spill, plan, identity, periodic)
+            **build_partitions(
+                source, client, owns, partitions, halo, grid, spill, plan, identity, periodic, balance=balance
+            )
         )
     except BaseException:
         if owns:
