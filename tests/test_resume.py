@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -198,3 +199,47 @@ def test_a_netcdf_job_resumes_from_the_store_of_its_chunks(tmp_path, client, ref
     with xr.open_dataset(result.output, engine="h5netcdf") as ds, xr.open_zarr(reference[0].output) as expected:
         same_data(ds.load(), expected.load())
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_a_resumed_summary_says_what_was_kept(tmp_path, client, killed):  # noqa: F811
+    """Issue 50, row 8: the summary of a resumed run says how many units it kept and its throughput counts
+    only the points it sampled now (those of the units it wrote: chunks and units are both 500 points)."""
+    from rich.console import Console
+
+    from vdbflow.jobs.cli import _print_summary
+
+    config, partial = _copy_of(killed, tmp_path)
+    kept = len(_records(partial))
+    result = vdbflow.run(config, client, resume=True)
+    assert result.resumed and result.units_kept == kept
+    assert result.points == 4_000 and result.points_sampled == 500 * (UNITS - kept)
+    assert result.throughput == pytest.approx(result.points_sampled / result.timings["sample_and_write_s"])
+    console = Console(record=True, width=300)
+    _print_summary(result, console)
+    text = console.export_text()
+    row = f"{kept} of {UNITS} units kept from the partial result (verified); {UNITS - kept} written now"
+    assert re.search(rf"resumed\W+{re.escape(row)}", text), text
+    assert f"counting the {500 * (UNITS - kept):,} points sampled now" in text
+
+
+def test_a_run_that_resumes_nothing_counts_every_point(tmp_path, client):  # noqa: F811
+    result = vdbflow.run(job(tmp_path, tmp_path / "r.zarr"), client)
+    assert not result.resumed and result.points_sampled is None
+    assert result.throughput == pytest.approx(4_000 / result.timings["sample_and_write_s"])
+
+
+def test_points_sampled_counts_the_chunks_the_written_units_overlap():
+    """Chunks of 300 points, units of 500: unit 0 kept, unit 1 ([500, 1000)) needs chunks 1-3 (700 points)."""
+    import numpy as np
+
+    from vdbflow.jobs.writers.units import UnitPlan
+
+    plan = UnitPlan("t", None, np.array([0, 300, 600, 900, 1000]))
+    plan.assign(np.array([0, 500, 1000]))
+    assert plan.points_sampled() == 1000
+    plan.done = {0: {}}
+    assert plan.points_sampled() == 700
+    plan.done = {1: {}}
+    assert plan.points_sampled() == 600  # chunks 0 and 1 ([0, 600)) overlap unit 0
+    plan.done = {0: {}, 1: {}}
+    assert plan.points_sampled() == 0

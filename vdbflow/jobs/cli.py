@@ -135,6 +135,13 @@ def _print_plan(plan: Any, console: Console) -> None:
         click.echo(plan.job_script)  # verbatim: rich would wrap the worker command at the terminal's width
 
 
+def _sampled(result: Any) -> str:
+    """What a resumed run's throughput counts: the points it sampled now, not the kept units'."""
+    if result.points_sampled is None or result.points_sampled == result.points:
+        return ""
+    return f", counting the {result.points_sampled:,} points sampled now"
+
+
 def _print_summary(result: Any, console: Console) -> None:
     from vdbflow.jobs.chunks import ANALYTIC_CHECK_PER_CHUNK
 
@@ -149,7 +156,7 @@ def _print_summary(result: Any, console: Console) -> None:
                 if result.partitions
                 else f"none (each worker reads the whole volume) / {result.workers}",
             ),
-            ("throughput", f"{result.throughput / 1e6:.2f} M points/s (sampling + writing)"),
+            ("throughput", f"{result.throughput / 1e6:.2f} M points/s (sampling + writing){_sampled(result)}"),
             (
                 "time",
                 f"{t['total_s']:.1f} s total: cluster {t['cluster_s']:.1f} s, "
@@ -168,6 +175,15 @@ def _print_summary(result: Any, console: Console) -> None:
                 f"{t['distribute_s']:.1f} s, advect + write {t['sample_and_write_s']:.1f} s",
             ),
         ]
+    if result.resumed:
+        rows.insert(
+            1,
+            (
+                "resumed",
+                f"{result.units_kept} of {result.units_kept + result.units_written} units kept from the partial "
+                f"result (verified); {result.units_written} written now",
+            ),
+        )
     if result.worker_seconds:
         steps = ", ".join(f"{k} {v:.2f}" for k, v in result.worker_seconds.items() if v >= 0.005)
         rows.append(("worker time (s)", f"{steps} (compute on {result.workers} worker(s), by Dask's task stream)"))

@@ -185,6 +185,8 @@ class JobResult:
     particles_nonfinite: int | None = None  # ... and those that met a non-finite value (status 2)
     units_written: int = 0  # units (stored chunks or shards along the first dimension) this run wrote ...
     units_kept: int = 0  # ... and those a resumed run kept from the partial result, verified
+    resumed: bool = False  # the run continued a partial result (``--resume`` found one)
+    points_sampled: int | None = None  # points this run sampled (a resumed run: only the units it wrote need)
 
     def edge_summary(self) -> str:
         """The share of points whose stencil reads the background, and how many were checked."""
@@ -203,8 +205,10 @@ class JobResult:
 
     @property
     def throughput(self) -> float:
-        """Points (a particle job: particle-steps) per second of sampling (advection) and writing."""
-        return self.points * (self.steps or 1) / max(self.timings["sample_and_write_s"], 1e-9)
+        """Points (a particle job: particle-steps) per second of sampling (advection) and writing; a resumed
+        run counts only the points it sampled, not those of the units it kept."""
+        points = self.points if self.points_sampled is None else self.points_sampled
+        return points * (self.steps or 1) / max(self.timings["sample_and_write_s"], 1e-9)
 
 
 @contextlib.contextmanager
@@ -517,6 +521,8 @@ class _Job:
             steps=None if cfg.advect is None else int(ds.attrs["steps"]),
             units_written=units.written,
             units_kept=len(units.done),
+            resumed=resumed,
+            points_sampled=units.points_sampled() if resumed else None,
         )
         result.workers_lost = len(self.worker_addresses - set(client.scheduler_info(n_workers=-1)["workers"]))
         result.tasks_recomputed, result.recompute_seconds = recomputed(records)

@@ -217,12 +217,27 @@ class UnitPlan:
     resumed: bool = False  # the store is a partial result resumed (its metadata is checked, not written)
     units: int = 0  # units of the result
     written: int = 0  # units this run writes
+    unit_points: np.ndarray | None = None  # (units + 1,) the units' boundaries in points
 
     def assign(self, unit_points: np.ndarray) -> None:
         """Each chunk of points recorded by the unit that holds its last point (``unit_points``: (units + 1,)
         boundaries of the units in points)."""
+        self.unit_points = np.asarray(unit_points)
         last = np.maximum(self.chunk_starts[1:] - 1, self.chunk_starts[:-1])
         self.owner = np.searchsorted(unit_points, last, side="right") - 1
+
+    def points_sampled(self) -> int:
+        """Points this run samples: those of every chunk of points that a unit written now overlaps (the
+        chunks only kept units need are culled); all points when nothing is kept."""
+        total = int(self.chunk_starts[-1])
+        if self.unit_points is None or not self.done:
+            return total
+        lo, hi = self.chunk_starts[:-1], self.chunk_starts[1:]
+        needed = np.zeros(len(lo), dtype=bool)
+        for unit in range(len(self.unit_points) - 1):
+            if unit not in self.done:
+                needed |= (lo < self.unit_points[unit + 1]) & (hi > self.unit_points[unit])
+        return int(np.sum((hi - lo)[needed]))
 
     def keep_complete(self, unit_rows: np.ndarray, names: tuple[str, ...]) -> list[int]:
         """Drop from ``done`` every record that does not cover its unit: its rows (``unit_rows``: the units'
