@@ -13,7 +13,8 @@ a generator), what to compute, the cluster, and where the result goes::
 
 With an ``advect:`` section (``{t1: 2.0, dt: 0.01, outputs: [ftle]}``) the points are seeds of particle
 trajectories instead (:class:`AdvectSpec`), through a volume or a ``volume.series`` of files
-(:class:`SeriesVolume`).  Relative paths are taken relative to the current directory.
+(:class:`SeriesVolume`).  Relative paths are taken relative to the current directory (also in a config
+read from a URL).
 """
 
 from __future__ import annotations

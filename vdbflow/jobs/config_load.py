@@ -261,6 +261,49 @@ def _problem(err: dict, lines: dict[tuple, int], overridden: dict[tuple, str], s
     return f"  {_describe(loc, lines, overridden, source)}: {message}"
 
 
+def _read_url(url: str) -> str:
+    """The first ``MAX_CONFIG_BYTES + 1`` bytes of the object at ``url`` (fsspec: credentials and endpoint
+    from the environment, e.g. AWS_ENDPOINT_URL), as text."""
+    from vdbflow.errors import StorageError
+    from vdbflow.io.location import filesystem, storage_error
+
+    try:
+        fs, key = filesystem(url)
+        if fs.isdir(key):
+            raise IsADirectoryError(f"{url} is a prefix (a directory), not an object")
+        with fs.open(key, "rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)  # enough to refuse an oversized object without reading it all
+    except FileNotFoundError:
+        raise ConfigError(f"expected a config file, found nothing at {url}") from None
+    except IsADirectoryError as err:
+        raise ConfigError(f"cannot read the config file {url}: {err}") from None
+    except StorageError as err:
+        raise ConfigError(f"cannot read the config file {url}: {err}") from None
+    except Exception as err:  # noqa: BLE001 - the store's own error types vary (botocore, aiohttp)
+        raise ConfigError(f"cannot read the config file {url}: {storage_error(url, err)}") from None
+    if len(data) > MAX_CONFIG_BYTES:  # refused by _compose as a local file is
+        return data.decode("utf-8", errors="replace")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"cannot read the config file {url}: {err}") from None
+
+
+def _read_config(path: str | Path, source: str) -> str:
+    """The text of the config file ``path``: a local file, or an object at a URL (``s3://``, ``gs://``, ...)."""
+    from vdbflow.io.location import is_url, local_path
+
+    if is_url(path):
+        return _read_url(str(path))
+    try:
+        with open(local_path(path), encoding="utf-8") as f:
+            return f.read(MAX_CONFIG_BYTES + 1)  # enough to refuse an oversized file without reading it all
+    except FileNotFoundError:
+        raise ConfigError(f"expected a config file, found nothing at {source}") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
+        raise ConfigError(f"cannot read the config file {source}: {err}") from None
+
+
 def load_config(
     path: str | Path | None = None,
     overrides: list[str] | tuple[str, ...] = (),
@@ -283,13 +326,7 @@ def load_config(
         source, raw, node = "<mapping>", _plain(dict(data), "config"), None
     else:
         if text is None:
-            try:
-                with open(path, encoding="utf-8") as f:
-                    text = f.read(MAX_CONFIG_BYTES + 1)  # enough to refuse an oversized file without reading it all
-            except FileNotFoundError:
-                raise ConfigError(f"expected a config file, found nothing at {source}") from None
-            except (IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
-                raise ConfigError(f"cannot read the config file {source}: {err}") from None
+            text = _read_config(path, source)
         node = _compose(text, source)  # first: refuses alias bombs before anything expands them
         try:
             raw = _load(text)
