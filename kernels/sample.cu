@@ -22,17 +22,27 @@
 #include "vdbflow/route.h"
 
 // Every entry is launched with VDB_THREADS_PER_BLOCK threads a block (the backend passes its block size as
-// -DVDB_THREADS_PER_BLOCK=...); the bound (one block an SM at least) makes ptxas fit each entry's registers
-// to that launch without pushing it further (a tighter bound made the particle entries spill kilobytes).
+// -DVDB_THREADS_PER_BLOCK=...).  Two launch bounds (docs/gpu.md "Occupancy"):
+//  - VDB_BOUNDS_FILL (two blocks an SM at least: at most 128 registers a thread at 256 threads a block) for
+//    the sampling, derived, reverse-mode, gradient-field and extern "C" entries, so that a multiprocessor
+//    holds 16 warps of them at least (one block, 8 warps, was 12.5 % occupancy and too few warps to hide
+//    memory latency); ptxas fits them in 128 registers at the price of some spill (sm_90, NVRTC 12.9:
+//    0-1,000 bytes; docs/gpu.md "Occupancy" has the table and what is left to measure on a card);
+//  - VDB_BOUNDS (one block an SM at least) for the Hessian, statistics and particle entries, which hold a
+//    whole stencil's second derivatives, a block's partials or a Runge-Kutta step in registers: held to
+//    128 they spill hundreds of bytes (hessian_kernel<float, 3>: 540 B; the particle entries kilobytes).
+// tests/test_nvrtc.py (sm_90, every entry) and tests/test_cuda_occupancy.py (sm_80, sm_100) hold the first kind
+// to two blocks a multiprocessor.
 #ifndef VDB_THREADS_PER_BLOCK
 #define VDB_THREADS_PER_BLOCK 256
 #endif
 #define VDB_BOUNDS __launch_bounds__(VDB_THREADS_PER_BLOCK, 1)
+#define VDB_BOUNDS_FILL __launch_bounds__(VDB_THREADS_PER_BLOCK, 2)
 
 namespace vdbflow {
 
 template <class T, int NC>
-__global__ void VDB_BOUNDS sample_kernel(const KernelAbi* abi, const double* points, i64 n, T* out_values,
+__global__ void VDB_BOUNDS_FILL sample_kernel(const KernelAbi* abi, const double* points, i64 n, T* out_values,
                               typename RealOf<T>::type* out_jacobian) {
   sample_points<T, NC>(*abi, points, n, out_values, out_jacobian);
 }
@@ -40,14 +50,14 @@ __global__ void VDB_BOUNDS sample_kernel(const KernelAbi* abi, const double* poi
 // Fused (derived.h): values and Jacobians of a vec3 grid where their pointers are not null, and each derived
 // quantity q whose pointer derived[q] (a device array of DERIVED_COUNT pointers) is not null.
 template <class T>
-__global__ void VDB_BOUNDS sample_derived_kernel(const KernelAbi* abi, const double* points, i64 n, T* out_values,
+__global__ void VDB_BOUNDS_FILL sample_derived_kernel(const KernelAbi* abi, const double* points, i64 n, T* out_values,
                                       typename RealOf<T>::type* out_jacobian, typename RealOf<T>::type* const* derived) {
   sample_derived_points<T, 3>(*abi, points, n, out_values, out_jacobian, derived);
 }
 
 // Derived quantities of Jacobians (n, 3, 3) and velocities (n, 3) or null (derived.h).
 template <class R>
-__global__ void VDB_BOUNDS derive_kernel(const R* jacobian, const R* velocity, i64 n, R* const* derived) {
+__global__ void VDB_BOUNDS_FILL derive_kernel(const R* jacobian, const R* velocity, i64 n, R* const* derived) {
   derive_points<R>(jacobian, velocity, n, derived);
 }
 
@@ -76,7 +86,7 @@ __global__ void VDB_BOUNDS reduce_kernel(const KernelAbi* abi, const double* poi
 // Reverse mode (adjoint.h): corner shares are added to a float64 accumulator with atomicAdd, so on the
 // GPU the order of the additions (and so the last bits of the sums) may change from run to run.
 template <class T, int NC>
-__global__ void VDB_BOUNDS vjp_kernel(const KernelAbi* abi, const double* points, i64 n,
+__global__ void VDB_BOUNDS_FILL vjp_kernel(const KernelAbi* abi, const double* points, i64 n,
                            const typename RealOf<T>::type* adj_values, const typename RealOf<T>::type* adj_jacobian,
                            double* accumulator, typename RealOf<T>::type* adj_points) {
   adjoint_points<T, NC>(*abi, points, n, adj_values, adj_jacobian, accumulator, adj_points);
@@ -86,7 +96,7 @@ __global__ void VDB_BOUNDS vjp_kernel(const KernelAbi* abi, const double* points
 // voxel, one thread per voxel, rows in OnIndex order; leaf_end (L,) is the running count of active voxels
 // at the end of each leaf, origins (L, 3) int32 the leaves' origins.
 template <class T, int NC>
-__global__ void VDB_BOUNDS grid_gradient_kernel(const KernelAbi* abi, const int* origins, const i64* leaf_end, i64 leaves,
+__global__ void VDB_BOUNDS_FILL grid_gradient_kernel(const KernelAbi* abi, const int* origins, const i64* leaf_end, i64 leaves,
                                      i64 rows, typename RealOf<T>::type* out_jacobian) {
   grid_gradient_voxels<T, NC>(*abi, origins, leaf_end, leaves, rows, out_jacobian);
 }
@@ -132,7 +142,7 @@ __global__ void VDB_BOUNDS advect_series_kernel(const KernelAbi* abis, int grids
 
 // Routing (route.h): the partition of each point (ROUTE_BACKGROUND for background-only points).
 // The stable grouping by partition follows on the device with CuPy (a stable argsort of the codes).
-extern "C" __global__ void VDB_BOUNDS vdbflow_route_partition(const double* points, vdbflow::i64 n, const double* xform,
+extern "C" __global__ void VDB_BOUNDS_FILL vdbflow_route_partition(const double* points, vdbflow::i64 n, const double* xform,
                                                    int points_world, const vdbflow::i64* origin, int shift,
                                                    const vdbflow::u64* boundaries, int partitions,
                                                    const int* near_table, unsigned near_mask,
@@ -145,26 +155,26 @@ extern "C" __global__ void VDB_BOUNDS vdbflow_route_partition(const double* poin
 
 // Coverage (coverage.h): out (N,) whether each point's stencil of the record's mode reads only defined
 // voxels; the record's tables, masks, transform and points_world are read, never its values.
-extern "C" __global__ void VDB_BOUNDS vdbflow_stencil_inside(const vdbflow::KernelAbi* abi, const double* points,
+extern "C" __global__ void VDB_BOUNDS_FILL vdbflow_stencil_inside(const vdbflow::KernelAbi* abi, const double* points,
                                                   vdbflow::i64 n, bool* out) {
   vdbflow::stencil_inside_points(*abi, points, n, out);
 }
 
 // Coverage (coverage.h): out (M,) whether each voxel ijk (M, 3) int64 is active in a leaf or inside a tile.
-extern "C" __global__ void VDB_BOUNDS vdbflow_defined_voxels(const vdbflow::KernelAbi* abi, const vdbflow::i64* ijk,
+extern "C" __global__ void VDB_BOUNDS_FILL vdbflow_defined_voxels(const vdbflow::KernelAbi* abi, const vdbflow::i64* ijk,
                                                   vdbflow::i64 n, bool* out) {
   vdbflow::defined_voxels_points(*abi, ijk, n, out);
 }
 
 // dst[index[r]] = src[r] for m rows of row_bytes bytes (launch.h; indices checked by the caller).
-extern "C" __global__ void VDB_BOUNDS vdbflow_scatter_rows(char* dst, const vdbflow::i64* index, const char* src, vdbflow::i64 m,
+extern "C" __global__ void VDB_BOUNDS_FILL vdbflow_scatter_rows(char* dst, const vdbflow::i64* index, const char* src, vdbflow::i64 m,
                                                 vdbflow::i64 row_bytes) {
   vdbflow::scatter_rows_points(dst, index, src, m, row_bytes);
 }
 
 // Voxels ijk (n, 3) int32 of the active voxels of ranks rank (n,) in OnIndex order (grid.h active_voxel_at;
 // ranks checked by the caller); leaf_end (L,) the running count of active voxels at the end of each leaf.
-extern "C" __global__ void VDB_BOUNDS vdbflow_active_voxels_at(const int* origins, const vdbflow::u64* masks,
+extern "C" __global__ void VDB_BOUNDS_FILL vdbflow_active_voxels_at(const int* origins, const vdbflow::u64* masks,
                                                     const vdbflow::i64* leaf_end, vdbflow::i64 leaves,
                                                     const vdbflow::i64* rank, vdbflow::i64 n, int* ijk) {
   vdbflow::active_voxels_points(origins, masks, leaf_end, leaves, rank, n, ijk);
@@ -172,7 +182,7 @@ extern "C" __global__ void VDB_BOUNDS vdbflow_active_voxels_at(const int* origin
 
 // The blocks' partials of a reduce_kernel launch (blocks of them) merged in block order into reals (reduce.h
 // merge_block_partials; grid-stride over moments + n_reals), dense and mark left zero.
-extern "C" __global__ void VDB_BOUNDS vdbflow_reduce_merge(const vdbflow::ReduceSpec* spec, vdbflow::i64 blocks,
+extern "C" __global__ void VDB_BOUNDS_FILL vdbflow_reduce_merge(const vdbflow::ReduceSpec* spec, vdbflow::i64 blocks,
                                                 vdbflow::i64 n_reals, double* reals, const double* block_moments,
                                                 double* dense, unsigned char* mark) {
   vdbflow::merge_block_partials(*spec, blocks, n_reals, reals, block_moments, dense, mark);

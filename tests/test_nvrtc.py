@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from vdbflow.devices import cuda, cuda_build, nvrtc
+from vdbflow.devices import cuda, cuda_build, cuda_occupancy, nvrtc
 
 REGISTER_FILE = 65536  # 32-bit registers a multiprocessor (sm_50 .. sm_120)
 
@@ -39,10 +39,17 @@ def test_every_entry_compiles_with_nvrtc_and_fits_its_launch(major, tmp_path, mo
         found = cuda_build.resources(meta["log"]).get(lowered)
         assert found is not None, f"ptxas reported nothing for {name}"
         assert found.registers * cuda_build.THREADS_PER_BLOCK <= REGISTER_FILE, (name, found)
-        # what the launch bound costs: only the particle entries (a whole Runge-Kutta step in registers) may
-        # spill, and at most a kilobyte; a spill in a sampling entry is a regression to look at
+        # the sampling, derived, reverse-mode and gradient entries fill the card: two blocks an SM at least
+        # (sample.cu VDB_BOUNDS_FILL); what that costs is spill, at most a kilobyte (NVRTC 12.9, 2026-12-06:
+        # sample_kernel<float, 3> 744 B, sample_derived 992 B; docs/gpu.md "Occupancy"); the Hessian and
+        # statistics entries keep one block and spill nothing; the particle entries (a whole Runge-Kutta step
+        # in registers) may spill, at most a kilobyte (NVRTC 12.9: advect<double> 40 B)
         spill = found.spill_stores + found.spill_loads
-        assert spill <= (1024 if "advect" in name else 0), (name, found)
+        if cuda_occupancy.fills_the_card(name):
+            assert cuda_occupancy.blocks_per_sm(found, arch, cuda_build.THREADS_PER_BLOCK) >= 2, (name, found)
+            assert spill <= 1024, (name, found)
+        else:
+            assert spill <= (1024 if "advect" in name else 0), (name, found)
         rows.append((name, found))
     with capsys.disabled():  # the resources table, in the test log of every CI run
         print(f"\nNVRTC {compiler.version[0]}.{compiler.version[1]} {arch}: registers / stack / spill bytes")

@@ -47,8 +47,9 @@ TEMPLATES: dict[str, tuple[str, tuple[np.dtype, ...], tuple[int, ...] | None]] =
 
 def entry(operation: str, dtype: np.dtype | None = None, components: int | None = None) -> str:
     """Name expression of an operation's entry in sample.cu (``OPERATIONS``): an extern "C" name, or a
-    template instance whose component count is fixed at compile time for float data with one of the
-    template's fixed counts, and read at run time (0) otherwise."""
+    template instance whose component count is fixed at compile time for data (of any value type) with one
+    of the template's fixed counts, and read at run time (0) otherwise (the run-time entries keep local
+    arrays of MAX_COMPONENTS: kilobytes of stack a thread)."""
     if operation not in OPERATIONS:
         raise DeviceError(f"expected an operation among {', '.join(OPERATIONS)}, got {operation!r}")
     if not OPERATIONS[operation][0]:
@@ -61,7 +62,7 @@ def entry(operation: str, dtype: np.dtype | None = None, components: int | None 
         raise DeviceError(f"expected {operation} data of {', '.join(map(str, dtypes))}, got {dt}")
     if fixed is None:
         return f"vdbflow::{template}<{_CTYPES[dt]}>"
-    nc = components if dt in FLOAT_DTYPES and components in fixed else 0
+    nc = components if components in fixed else 0
     return f"vdbflow::{template}<{_CTYPES[dt]}, {nc}>"
 
 
