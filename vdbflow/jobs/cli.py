@@ -105,9 +105,11 @@ def _print_plan(plan: Any, console: Console) -> None:
                 f"about {human_bytes(plan.output_bytes)} of results before compression "
                 f"({plan.bytes_per_point} bytes a point); {'about ' if plan.seconds >= 1 else ''}"
                 f"{human_seconds(plan.seconds)} of "
-                f"sampling + writing at {REFERENCE_POINTS_PER_S / 1e6:g} M points/s (the demo's "
-                "rate at 8M points on one workstation, the cluster's start not counted: a small job, "
-                "such as the demo's 1M points, runs slower; yours depends on the workers)",
+                f"sampling + writing at {plan.points_per_s / 1e6:.2g} M points/s for sampling.mode "
+                f"{cfg.sampling.mode} ({REFERENCE_POINTS_PER_S / 1e6:g} M points/s linear: the demo's rate at 8M "
+                "points on one workstation, the cluster's start not counted; a wider stencil or a Hessian costs "
+                "more a point, as measured of the kernels: a small job, such as the demo's 1M points, runs "
+                "slower; yours depends on the workers)",
             )
         )
     rows.append(
