@@ -10,6 +10,7 @@ fixed tree over the chunks' order, so a result never depends on the workers, thr
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -83,6 +84,35 @@ def _features_partial(
     return out
 
 
+# a Volume sent to a distributed client's workers, by client id: the Future its Dask-point tasks share
+_SENT: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
+def _on_workers(vol: Any) -> Any:
+    """``vol`` for the tasks of a Dask-point reduction: where the scheduler Dask will use is a distributed
+    client, a Future of ``vol`` scattered to every worker once (kept while ``vol`` lives and reused by later
+    calls), so no graph carries the volume (distributed warned "Sending large graph" on every call); else
+    ``vol`` itself (the threaded scheduler shares it in memory)."""
+    import dask
+
+    from vdbflow.core.volume import Volume
+
+    if not isinstance(vol, Volume):  # a series, a Future already: as given
+        return vol
+    client = getattr(dask.base.get_scheduler(), "__self__", None)
+    try:
+        from distributed import Client
+    except ImportError:
+        return vol
+    if not isinstance(client, Client) or client.status != "running":
+        return vol
+    sent = _SENT.setdefault(vol, {})
+    future = sent.get(client.id)
+    if future is None or future.status != "finished":
+        future = sent[client.id] = client.scatter(vol, broadcast=True, hash=False)
+    return future
+
+
 def reduce(source: Any, points: Any, stats: Statistics, request: SampleRequest, wave: int | None = None) -> Partial:
     """``stats`` of ``source`` at points (N, 3) or (..., 3), one partial: a Volume with NumPy or CuPy points
     in one call of the kernels; Dask points, or a DistributedVolume's points, chunk by chunk."""
@@ -107,8 +137,9 @@ def reduce(source: Any, points: Any, stats: Statistics, request: SampleRequest, 
         return merge_tree(spec, edges, parts, getattr(source, "client", None))
     if is_dask(points):
         pts = points.reshape(-1, 3).rechunk({1: 3})
+        shared = _on_workers(source)
         parts = [
-            dask.delayed(chunk_partial, pure=True)(source, block, spec, edges, empty, request)
+            dask.delayed(chunk_partial, pure=True)(shared, block, spec, edges, empty, request)
             for block in pts.to_delayed().ravel()
         ]
         return merge_tree(spec, edges, parts, None)
