@@ -89,7 +89,7 @@ REFERENCE_POINTS_PER_S = 2.0e6
 # what a point costs by sampling.mode (the stencil's size): CPU seconds a point of sample_grad_arrays with the
 # Jacobian, against linear's, measured 2026-12-06 on the shared 2-core machine at load 7-8 (other sessions'
 # work: CPU time of one thread, time.thread_time, OMP_NUM_THREADS=1, median of 3 interleaved rounds of 400k
-# random points in a 96^3 vec3f volume; linear 19.9 M points/s): the bench_sample_grad.py --cpu-time way
+# random points in a 96^3 vec3f volume; linear 19.9 M points/s): benchmarks/bench_mode_costs.py
 KERNEL_COST = {
     "closest": 0.63,
     "linear": 1.0,
