@@ -7,6 +7,7 @@ hangs; and the cluster a volume starts when it is given none.  Small pure functi
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import pickle
 import tempfile
@@ -18,7 +19,7 @@ from dask.sizeof import sizeof
 
 from vdbflow.core import tree
 from vdbflow.core.volume import Topology, Volume
-from vdbflow.distribution.fit import check_fit
+from vdbflow.distribution.fit import check_fit, keep_in_memory, needs_no_spilling
 from vdbflow.distribution.plan import PartitionPlan, leaf_stencil, leaf_weights, near_blocks, plan_partitions
 from vdbflow.errors import ClusterError, DistributionError, VolumeError
 from vdbflow.io.atomic import create_exclusive
@@ -32,6 +33,7 @@ def _sizeof_volume(volume: Volume) -> int:
 
 
 DEFAULT_CHUNK = 1 << 20  # points per chunk when the points are a NumPy array
+log = logging.getLogger("vdbflow.distribute")
 
 
 def import_dask() -> tuple[Any, Any, Any]:
@@ -402,7 +404,17 @@ def build_partitions(
     if whole.index_layout:  # the active voxels' rows only
         rows_per_leaf = -(-whole.topology.value_count // max(1, whole.leaf_count))
     value_bytes = rows_per_leaf * whole.components * whole.dtype.itemsize
-    check_fit(plan, value_bytes, client.scheduler_info(n_workers=-1)["workers"])
+    infos = client.scheduler_info(n_workers=-1)["workers"]
+    tight = [s.address for s in check_fit(plan, value_bytes, infos) if needs_no_spilling(s, infos)]
+    if tight:  # spilled partitions would be read back from disk by every wave
+        was_on = client.run(keep_in_memory, workers=tight)
+        if any(was_on.values()):
+            log.warning(
+                "turned off Dask's spilling to disk on %d worker(s) (%s): their partitions and chunks in flight pass "
+                "its spill threshold, and a spilled partition would be read back from disk by every wave",
+                len(tight),
+                ", ".join(tight[:3]),
+            )
     # spread the partitions over the workers round-robin (loosely: they are rebuilt elsewhere on loss)
     addresses = sorted(client.scheduler_info(n_workers=-1)["workers"])
 
