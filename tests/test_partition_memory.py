@@ -131,7 +131,7 @@ def test_workers_hold_their_partition_and_halo_not_the_file(big_file):
         import distributed, vdbflow
         if __name__ == "__main__":
             cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                               memory_limit="720MiB", dashboard_address=None)
+                                               memory_limit="900MiB", dashboard_address=None)
             client = distributed.Client(cluster)
             before = client.run(rss, {path!r})
             dv = vdbflow.distribute({path!r}, client)
@@ -287,7 +287,7 @@ def test_a_partitioned_job_on_the_file_equals_one_process(tmp_path, big_file):
     from test_run import invoke, write_config
 
     path, vol = big_file
-    cfg = write_config(tmp_path / "job.yaml", _job(tmp_path, path, memory_limit="640MiB"))
+    cfg = write_config(tmp_path / "job.yaml", _job(tmp_path, path, memory_limit="900MiB"))
     result = invoke("run", str(cfg))
     assert result.exit_code == 0, result.output
     assert "2 / 2" in result.output  # partitions / workers
@@ -311,7 +311,7 @@ def test_spilling_is_turned_off_only_where_partitions_would_be_spilled(big_file,
     import distributed
 
     path, vol = big_file
-    for limit, tight in (("650MiB", True), ("2GiB", False)):
+    for limit, tight in (("950MiB", True), ("2GiB", False)):
         with (
             distributed.LocalCluster(
                 n_workers=2, threads_per_worker=1, processes=True, memory_limit=limit, dashboard_address=None
