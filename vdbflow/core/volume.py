@@ -447,9 +447,7 @@ class Volume:
         if self._leaf_values_at is None:
             return self._data.reshape(self.leaf_count, tree.LEAF_VOXELS, self.components)
         view = tree.strided_leaf_values(self._data.reshape(-1), self._leaf_values_at, self.components)
-        return (
-            view if view is not None else self.value_rows().reshape(self.leaf_count, tree.LEAF_VOXELS, self.components)
-        )
+        return view if view is not None else self.value_rows().reshape(-1, tree.LEAF_VOXELS, self.components)
 
     def active_voxels(self) -> np.ndarray:
         return self.topology.active_voxels()

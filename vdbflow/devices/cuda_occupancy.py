@@ -34,7 +34,8 @@ REGISTER_UNIT = 256  # registers a warp are allocated in these units
 PARTITIONS = 4  # a multiprocessor's schedulers, each with a quarter of the register file
 
 
-def _arch_number(arch: str | int) -> int:
+def arch_number(arch: str | int) -> int:
+    """An architecture as its number: ``"sm_90"``, ``"sm_90a"``, ``"compute_100f"`` or ``90`` -> 90 (100)."""
     if isinstance(arch, int):
         return arch
     digits = arch.split("_", 1)[-1].rstrip("af")
@@ -45,7 +46,7 @@ def _arch_number(arch: str | int) -> int:
 
 def limits(arch: str | int) -> Limits:
     """The limits of ``arch`` (``sm_90``, ``compute_90`` or 90)."""
-    number = _arch_number(arch)
+    number = arch_number(arch)
     if number not in LIMITS:
         raise DeviceError(f"expected an architecture among {', '.join(f'sm_{a}' for a in LIMITS)}, got {arch!r}")
     return LIMITS[number]

@@ -345,61 +345,50 @@ def close_client(client: Any) -> None:
         cluster.close()
 
 
-def build_partitions(
-    source: Volume | str | os.PathLike,
-    client: Any,
-    owns: bool,
-    partitions: int | None,
-    halo: int,
-    grid: int | str | None,
-    spill: str | os.PathLike | bool | None,
-    plan: PartitionPlan | None,
-    identity: FileIdentity | None,
-    periodic: Any = None,
-    balance: Any = None,
-) -> dict[str, Any]:
-    """The partitions of ``source`` on ``client``'s cluster (``owns``: started for this volume) -
-    own leaves, halo exchange - as the fields of the :class:`DistributedVolume` that holds them
-    (:func:`vdbflow.distribute`)."""
-    _, _, distributed = import_dask()
-    from vdbflow.distribution.placement import PARTITION_PREFIX, register
-
-    register(client)
+def _open_source(
+    source: Volume | str | os.PathLike, grid: int | str | None, identity: FileIdentity | None, periodic: Any
+) -> tuple[Volume, tuple | None]:
+    """The whole volume as the client needs it, and what a worker reads its leaves with (None: an
+    in-memory volume).  A .nvdb file: only the tree is read (the values stay unread in the mapping, the
+    checksum's head half is checked); a .vdb file: the grid is read."""
     if isinstance(source, Volume):
-        whole, loader_source = source, None
-    else:
-        from vdbflow.io.volumes import open_volume
+        return source, None
+    from vdbflow.io.volumes import open_volume
 
-        if identity is None:
-            identity = DistributedFile.of(source)
-        # .nvdb: only the tree is read (the values stay unread in the mapping, the checksum's head half is
-        # checked); .vdb: the grid is read
-        options = {"checksum": "head"} if _local_nvdb(source) else {}
-        whole = identity.opened(
-            lambda: open_volume(source, grid, periodic=periodic, **options), "when it was distributed"
-        )
-        if not isinstance(whole, Volume):
-            raise VolumeError("expected a value grid to distribute; attach values to index grids with with_data")
-        # the workers' leaves take the whole grid's periods (their own box would give others)
-        loader_source = (os.fspath(source), grid, identity, whole.periodic or False)
+    if identity is None:
+        identity = DistributedFile.of(source)
+    options = {"checksum": "head"} if _local_nvdb(source) else {}
+    whole = identity.opened(lambda: open_volume(source, grid, periodic=periodic, **options), "when it was distributed")
+    if not isinstance(whole, Volume):
+        raise VolumeError("expected a value grid to distribute; attach values to index grids with with_data")
+    # the workers' leaves take the whole grid's periods (their own box would give others)
+    return whole, (os.fspath(source), grid, identity, whole.periodic or False)
+
+
+def _checked_plan(
+    whole: Volume, plan: PartitionPlan | None, partitions: int | None, halo: int, balance: Any, client: Any
+) -> PartitionPlan:
+    """The plan made here (balanced as :func:`_balance` says), or the plan given, checked against the volume."""
     if plan is None:
         P = partitions or max(1, len(client.scheduler_info()["workers"]))
-        plan = plan_partitions(whole.topology, P, halo, *_balance(whole, P, balance, client))
-    else:
-        P = plan.partitions
-        leaves = sum(len(o) for o in plan.owned)
-        if (
-            leaves != whole.leaf_count
-            or (partitions is not None and partitions != P)
-            or plan.stencil != leaf_stencil(halo)
-        ):
-            raise VolumeError(
-                f"expected a plan of this volume's {whole.leaf_count:,} leaves"
-                + (f" in {partitions} partitions" if partitions is not None else "")
-                + f" for halo {halo} (leaf stencil {leaf_stencil(halo)}), got one of {leaves:,} leaves in {P} "
-                f"partitions with leaf stencil {plan.stencil}"
-            )
-    # refused before anything runs when a worker cannot hold its share (fit.py)
+        return plan_partitions(whole.topology, P, halo, *_balance(whole, P, balance, client))
+    leaves = sum(len(o) for o in plan.owned)
+    if (
+        leaves != whole.leaf_count
+        or (partitions is not None and partitions != plan.partitions)
+        or (plan.stencil != leaf_stencil(halo))
+    ):
+        raise VolumeError(
+            f"expected a plan of this volume's {whole.leaf_count:,} leaves"
+            + (f" in {partitions} partitions" if partitions is not None else "")
+            + f" for halo {halo} (leaf stencil {leaf_stencil(halo)}), got one of {leaves:,} leaves in "
+            f"{plan.partitions} partitions with leaf stencil {plan.stencil}"
+        )
+    return plan
+
+
+def _fit_workers(whole: Volume, plan: PartitionPlan, client: Any) -> None:
+    """Refuse a plan a worker cannot hold (fit.py), and keep the partitions of tight workers in memory."""
     rows_per_leaf = tree.LEAF_VOXELS
     if whole.index_layout:  # the active voxels' rows only
         rows_per_leaf = -(-whole.topology.value_count // max(1, whole.leaf_count))
@@ -415,6 +404,46 @@ def build_partitions(
                 len(tight),
                 ", ".join(tight[:3]),
             )
+
+
+def _volume_fields(whole: Volume, plan: PartitionPlan, client: Any) -> dict[str, Any]:
+    """What a DistributedVolume keeps of the whole volume on the client: an empty template, the tree and
+    the background shortcut table (none on a periodic volume: every point there has data within a period)."""
+    near = None if whole.periodic is not None else near_blocks(whole.topology, plan.stencil, plan.router)
+    return {
+        "template": whole.select_leaves(np.zeros(0, np.int64)),
+        "leaf_bytes": 512 * whole.components * whole.dtype.itemsize + 64,
+        "near": near,
+        "template_leaf_count": whole.leaf_count,
+        "leaf_value_counts": np.bitwise_count(whole.topology.masks).sum(axis=1).astype(np.int64),
+        "topology": whole.topology,
+        "workers": max(1, len(client.scheduler_info(n_workers=-1)["workers"])),
+    }
+
+
+def build_partitions(
+    source: Volume | str | os.PathLike,
+    client: Any,
+    owns: bool,
+    partitions: int | None,
+    halo: int,
+    grid: int | str | None,
+    spill: str | os.PathLike | bool | None,
+    plan: PartitionPlan | None,
+    identity: FileIdentity | None,
+    periodic: Any = None,
+    balance: Any = None,
+) -> dict[str, Any]:
+    """The partitions of ``source`` on ``client``'s cluster (``owns``: started for this volume) -
+    own and halo leaves - as the fields of the :class:`DistributedVolume` that holds them
+    (:func:`vdbflow.distribute`)."""
+    from vdbflow.distribution.placement import PARTITION_PREFIX, register
+
+    register(client)
+    whole, loader_source = _open_source(source, grid, identity, periodic)
+    plan = _checked_plan(whole, plan, partitions, halo, balance, client)
+    P = plan.partitions
+    _fit_workers(whole, plan, client)
     # spread the partitions over the workers round-robin (loosely: they are rebuilt elsewhere on loss)
     addresses = sorted(client.scheduler_info(n_workers=-1)["workers"])
 
@@ -450,26 +479,13 @@ def build_partitions(
         del pieces
         parts, lineage = exchange_halos(client, plan, whole.leaf_count, owned, token, place)
     wait_for_partitions(client, parts)
-    template = whole.select_leaves(np.zeros(0, np.int64))
-    leaf_bytes = 512 * whole.components * whole.dtype.itemsize + 64
-    # blocks near data, for the background shortcut (cut for the halo's stencil: any allowed mode fits)
-    # (none on a periodic volume: every point there has data within a period, routed by its Morton code)
-    near = None if whole.periodic is not None else near_blocks(whole.topology, plan.stencil, plan.router)
-    counts = np.bitwise_count(whole.topology.masks).sum(axis=1).astype(np.int64)
-    workers = max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
     return {
         "client": client,
         "plan": plan,
         "partitions": parts,
-        "template": template,
-        "leaf_bytes": leaf_bytes,
-        "near": near,
-        "template_leaf_count": whole.leaf_count,
-        "leaf_value_counts": counts,
         "halo": halo,
         "owns_cluster": owns,
         "lineage": lineage,
-        "topology": whole.topology,
-        "workers": workers,
         "spilled": tuple(spilled or ()),
+        **_volume_fields(whole, plan, client),
     }

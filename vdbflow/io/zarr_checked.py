@@ -9,7 +9,7 @@ from typing import Any
 from zarr.storage import FsspecStore, WrapperStore
 
 from vdbflow.errors import VolumeError
-from vdbflow.io.zarr_url import check_metadata, is_metadata
+from vdbflow.io.zarr_metadata import check_metadata, is_metadata
 
 
 class CheckedStore(WrapperStore):

@@ -73,7 +73,7 @@ def build_cuda(
 
     def _blocks(r: cuda_build.Resources | None, arch: str) -> int | None:
         """Blocks an SM at the launches' block size (None: PTX, or an architecture without a known table)."""
-        if r is None or cuda_occupancy._arch_number(arch) not in cuda_occupancy.LIMITS:
+        if r is None or cuda_occupancy.arch_number(arch) not in cuda_occupancy.LIMITS:
             return None
         return cuda_occupancy.blocks_per_sm(r, arch, THREADS)
 

@@ -255,7 +255,7 @@ def publish(target: Target, final: Target, overwrite: str, options: dict[str, An
     if is_remote(final):
         from vdbflow.jobs.output_remote import publish as publish_remote
 
-        publish_remote(str(target), str(final), overwrite, options)
+        publish_remote(str(target), str(final), overwrite, options, listing=leftovers_at)
         return
     target, final = Path(target), Path(final)
     try:

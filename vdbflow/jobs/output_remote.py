@@ -96,7 +96,9 @@ def keep(fs: Any, source: str, final: str) -> str:
     return kept
 
 
-def publish(target: str, final: str, overwrite: str, options: dict[str, Any] | None = None) -> None:
+def publish(
+    target: str, final: str, overwrite: str, options: dict[str, Any] | None = None, listing: Any = None
+) -> None:
     """Publish the complete store at the URL ``target`` (its partial prefix) at the URL ``final``, replacing
     an earlier vdbflow result there if ``overwrite`` is ``always`` (never anything else): steps 1-4 above.
     Anything at ``final`` that may not be replaced leaves the complete result at an unpublished prefix,
@@ -124,7 +126,7 @@ def publish(target: str, final: str, overwrite: str, options: dict[str, Any] | N
     record = f"{head}/{name.replace('.partial-', '.publishing-', 1)}"  # the partial's tag: its writer
     _, record_path = filesystem(record, options)
     write_json(fs, record_path, {"source": source, "final": dest})
-    other = _other_publisher(final, record_path, options)
+    other = _other_publisher(final, record_path, options, listing)
     if other is not None:  # two jobs publishing to one URL: neither copies over the other's objects
         fs.rm_file(record_path)
         raise OutputError(
@@ -137,14 +139,13 @@ def publish(target: str, final: str, overwrite: str, options: dict[str, Any] | N
     fs.rm(source, recursive=True)
 
 
-def _other_publisher(final: str, own_record: str, options: dict[str, Any] | None) -> str | None:
+def _other_publisher(final: str, own_record: str, options: dict[str, Any] | None, listing: Any) -> str | None:
     """Another run's publishing record beside ``final`` (listed after this run wrote its own: of two runs
     publishing at once, each sees the other's record, or the later one sees the earlier's), said as its
-    name and writer; None where there is none."""
-    from vdbflow.jobs.output import leftovers_at
-
+    name and writer; None where there is none.  ``listing``: :func:`vdbflow.jobs.output.leftovers_at`
+    (given by its caller, which imports this module)."""
     own = own_record.rstrip("/").rsplit("/", 1)[-1]
-    for item in leftovers_at(final, options):
+    for item in listing(final, options) if listing is not None else ():
         name = str(item.path).rstrip("/").rsplit("/", 1)[-1]
         if item.kind == "publishing" and name != own:
             return f"its record {name}, written by {item.writer}"

@@ -38,6 +38,13 @@ from vdbflow.jobs.config import (
     bytes_of,
     generated_count,
 )
+from vdbflow.jobs.estimates import (  # noqa: F401 - REFERENCE_POINTS_PER_S, human_*: re-exported for callers
+    REFERENCE_POINTS_PER_S,
+    REFERENCE_SECONDS_PER_CHUNK,
+    human_bytes,
+    human_seconds,
+    mode_factor,
+)
 from vdbflow.jobs.inputs import InputIdentity
 from vdbflow.jobs.output import tidy
 from vdbflow.jobs.output_checks import shard_problem
@@ -82,50 +89,6 @@ CHUNK_MEMORY_WARN_FRACTION = 0.5
 REDUCE_PARTIALS_A_TASK = 3
 REDUCE_PARTIALS_MERGING = 2
 REDUCE_BYTES_A_POINT = 2 * 3 * 8
-
-# how long a job takes, for the plan: configs/demo.yaml at 8M points sampled and wrote 2.0-2.3 M points/s
-# on one workstation (README); a job's own rate depends on its workers, mode and outputs
-REFERENCE_POINTS_PER_S = 2.0e6
-# what a point costs by sampling.mode (the stencil's size): CPU seconds a point of sample_grad_arrays with the
-# Jacobian, against linear's, measured 2026-12-06 on the shared 2-core machine at load 7-8 (other sessions'
-# work: CPU time of one thread, time.thread_time, OMP_NUM_THREADS=1, median of 3 interleaved rounds of 400k
-# random points in a 96^3 vec3f volume; linear 19.9 M points/s): benchmarks/bench_mode_costs.py
-KERNEL_COST = {
-    "closest": 0.63,
-    "linear": 1.0,
-    "fd2": 13.7,
-    "bspline3": 16.5,
-    "catmull_rom": 17.7,
-    "lag4": 21.4,
-    "fd4": 28.7,
-    "lag6": 50.5,
-    "fd6": 51.9,
-    "fd4lag4": 65.8,
-    "fd8": 84.7,
-    "m2q8": 96.3,
-    "lag8": 102.8,
-}
-# a Hessian (sampling.outputs with a second derivative) multiplies the kernel's cost: sample_hessian_arrays
-# against sample_grad_arrays, same day and way (200k points): linear 7.2x, lag4 3.3x, fd4 3.2x, bspline3 2.4x
-HESSIAN_COST = {"closest": 7.2, "linear": 7.2}
-HESSIAN_COST_HIGHER = 3.2
-# the kernel's share of a linear job's time (the rest: points, routing, writing, Dask): fitted by least
-# squares to the demo job (configs/demo.yaml, 1M points, 2 workers of 1 thread) by mode, same day, load 7:
-# sample + write linear 1.32 s, lag4 2.53 s (1.9x), fd4 3.97 s (3.0x), lag8 17.25 s (13.1x), second of
-# two interleaved rounds; the fit gives 3.3x, 4.1x and 12.5x (the wide stencils right, lag4 high)
-KERNEL_SHARE = 0.11
-# and Dask's cost of each chunk (its tasks: points, routing, sampling, writing): 0.1-0.2 s measured for
-# the demo's outputs on 2 shared cores, less on a workstation
-REFERENCE_SECONDS_PER_CHUNK = 0.05
-
-
-def mode_factor(mode: str, hessian: bool = False) -> float:
-    """How many times a linear job's time a job of ``mode`` takes (``hessian``: its outputs need second
-    derivatives): ``1 + KERNEL_SHARE * (cost - 1)`` with the kernel's measured relative cost."""
-    cost = KERNEL_COST.get(mode, max(KERNEL_COST.values()))
-    if hessian:
-        cost *= HESSIAN_COST.get(mode, HESSIAN_COST_HIGHER)
-    return 1.0 + KERNEL_SHARE * (cost - 1.0)
 
 
 @dataclass
@@ -352,26 +315,6 @@ def check_worker_memory(plan: JobPlan, memory: int, force: bool = False) -> None
         raise ConfigError(f"{too_large} (or run with --force)")
     if too_large is not None or tight is not None:
         log.warning("%s", too_large or tight)
-
-
-def human_bytes(n: float) -> str:
-    """``1.5 GB`` (powers of 1000)."""
-    for unit in ("bytes", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:,.0f} {unit}" if unit == "bytes" else f"{n:,.1f} {unit}"
-        n /= 1000
-    return f"{n:,.1f} PB"  # pragma: no cover - the loop returns
-
-
-def human_seconds(s: float) -> str:
-    """``under 1 s``, ``45 s``, ``12 min``, ``3.5 h``, ``6.2 days``."""
-    if s < 1:
-        return "under 1 s"
-    if s < 60:
-        return f"{s:.0f} s"
-    if s < 3600:
-        return f"{s / 60:.0f} min"
-    return f"{s / 3600:.1f} h" if s < 86400 else f"{s / 86400:,.1f} days"
 
 
 def _bytes_per_point(cfg: JobConfig, grids: list[GridPlan]) -> int:
