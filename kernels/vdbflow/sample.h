@@ -114,14 +114,25 @@ VDB_HD i64 clamp_far(double b) {
 // clamp_far(b) without periods; on a periodic axis b wrapped into its period exactly, so that a point k
 // periods away has the same base voxel and, being u + k P, the same fraction: in integers for |b| < 4e15,
 // beyond through fmod, which is exact in IEEE arithmetic (b mod P and lo mod P are whole numbers below P).
-VDB_HD i64 periodic_base_index(const Period& q, int a, double b) {
+// The far and non-finite coordinates' branch, out of line on the host: the point loops that inline
+// periodic_base_index keep the code shape (and so the compiler's contractions, test_simd.py) they had
+// before the branch existed; it runs only for points beyond 4e15 voxels.
+#ifdef VDB_DEVICE_COMPILE
+#define VDB_FAR_PATH VDB_HD
+#else
+#define VDB_FAR_PATH inline __attribute__((noinline, cold))
+#endif
+VDB_FAR_PATH i64 periodic_far_index(const Period& q, int a, double b) {
   const i64 P = q.size(a);
-  if (P > 0 && b > -4.0e15 && b < 4.0e15) return wrap_index(q, a, (i64)b);
   if (P > 0 && b - b == 0.0) {  // finite and far (b a whole number): its residue, exact
     const double r = fmod(b, (double)P) - fmod((double)q.lo(a), (double)P);
     return wrap_index(q, a, q.lo(a) + (i64)r);
   }
   return wrap_index(q, a, clamp_far(b));
+}
+VDB_HD i64 periodic_base_index(const Period& q, int a, double b) {
+  if (q.size(a) > 0 && b > -4.0e15 && b < 4.0e15) return wrap_index(q, a, (i64)b);
+  return periodic_far_index(q, a, b);
 }
 VDB_HD i64 base_index(const Period& q, int a, double b) {
   return q.any() ? periodic_base_index(q, a, b) : clamp_far(b);

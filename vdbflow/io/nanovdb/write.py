@@ -240,20 +240,20 @@ def _save_uncompressed(path: str, grids: Mapping[str, Volume | Topology], form: 
     starts = np.cumsum([head] + [g.off.size for g in parts]).tolist()
     with atomic_file(path, readable=True) as fh:
         fh.truncate(starts[-1])
+        # (on an error the mapping goes with the arrays the traceback holds; atomic_file removes the file)
         mapping = FileMap(fh.fileno(), starts[-1], access=mmap.ACCESS_WRITE)
-        try:
-            whole = np.frombuffer(mapping, np.uint8)
-            metas = []
-            for n, (g, at, name) in enumerate(zip(parts, starts, grids, strict=False)):
-                grid = whole[at : at + g.off.size]
-                voxels = _write_grid(grid, g, form, (0, 1) if form.grids_stand_alone else (n, len(parts)))
-                metas.append(_metadata(name, grid, g.off.size, voxels, g.obj, "none", form))
-            header = struct.pack(fmt.FILE_HEADER_FORMAT, form.file_magic, form.version, len(parts), 0)
-            whole[:head] = np.frombuffer(header + b"".join(metas), np.uint8)
-            del whole, grid
-            mapping.flush()
-        finally:
-            mapping.close()
+        whole = np.frombuffer(mapping, np.uint8)
+        metas = []
+        for n, (g, at, name) in enumerate(zip(parts, starts, grids, strict=False)):
+            grid = whole[at : at + g.off.size]
+            voxels = _write_grid(grid, g, form, (0, 1) if form.grids_stand_alone else (n, len(parts)))
+            metas.append(_metadata(name, grid, g.off.size, voxels, g.obj, "none", form))
+            del grid
+        header = struct.pack(fmt.FILE_HEADER_FORMAT, form.file_magic, form.version, len(parts), 0)
+        whole[:head] = np.frombuffer(header + b"".join(metas), np.uint8)
+        del whole
+        mapping.flush()
+        mapping.close()
 
 
 def write_format(version: str | None, grids: Mapping[str, Volume | Topology]) -> fmt.WriteFormat:
