@@ -17,9 +17,15 @@ from vdbflow.jobs.config_load import MAX_CONFIG_BYTES, load_config
 
 @pytest.fixture
 def s3_env(s3, monkeypatch):
-    """The moto server as the environment's S3 endpoint (as AWS_ENDPOINT_URL names one for boto3 and s3fs)."""
+    """The moto server as the environment's S3 endpoint (as AWS_ENDPOINT_URL names one for boto3 and s3fs).
+    fsspec keeps one S3 filesystem per set of options: one an earlier test made without this endpoint would
+    be reused (and reach AWS), so the cache is cleared on both sides of the test."""
+    import s3fs
+
     monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint_url)
-    return s3
+    s3fs.S3FileSystem.clear_instance_cache()
+    yield s3
+    s3fs.S3FileSystem.clear_instance_cache()
 
 
 def test_a_config_on_s3_loads_as_the_same_file_does(s3_env, tmp_path):
