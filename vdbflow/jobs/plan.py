@@ -152,6 +152,20 @@ class JobPlan:
         return max(1, int(limit * CHUNK_MEMORY_WARN_FRACTION) // per_point)
 
 
+def _memory_verdict(what: str, advice: str, need: int, limit: int, source: str) -> tuple[str | None, str | None]:
+    """(why it cannot fit, None) past ``limit``, else (None, the warning that it takes more than half of it)."""
+    if need > limit:
+        return (
+            f"{what}, more than a worker's memory limit ({human_bytes(limit)}: {source}), so the worker would "
+            f"be killed; {advice}",
+            None,
+        )
+    return None, (
+        f"{what}, more than half of a worker's memory limit ({human_bytes(limit)}: {source}): Dask spills "
+        f"to disk and pauses the worker beyond 60-80% of it; {advice}"
+    )
+
+
 def chunk_memory(plan: JobPlan, limit: int, source: str) -> tuple[str | None, str | None]:
     """One chunk's working set against a worker's memory ``limit`` (bytes; ``source`` says where it
     comes from): (why it cannot fit, or None; a warning that it takes more than half, or None).  A
@@ -170,16 +184,7 @@ def chunk_memory(plan: JobPlan, limit: int, source: str) -> tuple[str | None, st
         f"what they are computed from, x{CHUNK_WORKING_SET_FACTOR} for its copies while it is computed and written)"
     )
     advice = f"a {key} of at most {fit:,} points fits in half of it, or give the workers more memory ({more})"
-    if need > limit:
-        return (
-            f"{what}, more than a worker's memory limit ({human_bytes(limit)}: {source}), so the worker would "
-            f"be killed; {advice}",
-            None,
-        )
-    return None, (
-        f"{what}, more than half of a worker's memory limit ({human_bytes(limit)}: {source}): Dask spills "
-        f"to disk and pauses the worker beyond 60-80% of it; {advice}"
-    )
+    return _memory_verdict(what, advice, need, limit, source)
 
 
 def job_workers(cluster: object) -> int | None:
@@ -292,16 +297,7 @@ def reduce_memory(plan: JobPlan, limit: int, source: str) -> tuple[str | None, s
         f"give the {section} entries fewer bins (a smaller points.chunk cannot help), or the workers more "
         f"memory ({more})"
     )
-    if need > limit:
-        return (
-            f"{what}, more than a worker's memory limit ({human_bytes(limit)}: {source}), so the worker would "
-            f"be killed; {advice}",
-            None,
-        )
-    return None, (
-        f"{what}, more than half of a worker's memory limit ({human_bytes(limit)}: {source}): Dask spills "
-        f"to disk and pauses the worker beyond 60-80% of it; {advice}"
-    )
+    return _memory_verdict(what, advice, need, limit, source)
 
 
 def check_worker_memory(plan: JobPlan, memory: int, force: bool = False) -> None:
