@@ -568,7 +568,7 @@ def case_config(rng: np.random.Generator, work: Path) -> tuple[str, str]:
     import distributed
 
     import vdbflow
-    from vdbflow.jobs.config_load import load_config
+    from vdbflow.jobs.config.load import load_config
     from vdbflow.jobs.plan import plan_job
 
     key = str(rng.choice(list(CONFIG_VALUES)))
@@ -1069,7 +1069,7 @@ def case_planner(rng: np.random.Generator, work: Path) -> tuple[str, str]:
     from vdbflow import synthetic
     from vdbflow.core import outputs as output_table
     from vdbflow.jobs.chunks import ChunkSpec, grid_request, grid_variables, sample_chunk
-    from vdbflow.jobs.config_load import load_config
+    from vdbflow.jobs.config.load import load_config
     from vdbflow.jobs.plan import CHUNK_WORKING_SET_FACTOR, plan_job
 
     names = list(output_table.TABLE)
@@ -1187,7 +1187,7 @@ def case_text(rng: np.random.Generator, work: Path) -> tuple[str, str]:
                 back = vdbflow.open(work / "f.vdb")
             elif where == "csv-header":
                 (work / "p.csv").write_bytes(b"x," + bytes(rng.choice(BAD_TEXT)) + b",z\n1,2,3\n")
-                from vdbflow.jobs.config_load import load_config
+                from vdbflow.jobs.config.load import load_config
                 from vdbflow.jobs.plan import plan_job
 
                 cfg = _job(work)
@@ -1195,7 +1195,7 @@ def case_text(rng: np.random.Generator, work: Path) -> tuple[str, str]:
                 plan_job(load_config(data=cfg), dry_run=True)
                 raise Wrong(f"{what}: a CSV header that is not text was read")
             else:
-                from vdbflow.jobs.config_load import load_config
+                from vdbflow.jobs.config.load import load_config
 
                 field = bytes(rng.choice(BAD_TEXT))
                 (work / "job.yaml").write_bytes(

@@ -16,8 +16,8 @@ import xarray as xr
 import vdbflow
 from vdbflow import synthetic
 from vdbflow.jobs import clusters
-from vdbflow.jobs.config import ConfigError, LocalClusterSpec
-from vdbflow.jobs.config_load import load_config
+from vdbflow.jobs.config.load import load_config
+from vdbflow.jobs.config.model import ConfigError, LocalClusterSpec
 from vdbflow.jobs.runner import JobError, JobResult
 
 REPO = Path(__file__).resolve().parents[1]

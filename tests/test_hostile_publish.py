@@ -15,13 +15,13 @@ import fsspec
 import pytest
 from click.testing import CliRunner
 from output_jobs import client, job, objects, write_config  # noqa: F401
+from vdbflow.jobs.stores import OutputError
 
 import vdbflow
 from vdbflow.jobs.cli import main
-from vdbflow.jobs.config import ConfigError
-from vdbflow.jobs.config_load import load_config
+from vdbflow.jobs.config.load import load_config
+from vdbflow.jobs.config.model import ConfigError
 from vdbflow.jobs.output import tidy
-from vdbflow.jobs.stores import OutputError
 
 DEAD = 4_194_000  # a pid above Linux's pid_max default: no such process
 VICTIM = {"team-b/data.zarr/.zgroup": b'{"zarr_format": 2}', "team-b/data.zarr/v/0": b"\x01" * 64}

@@ -103,7 +103,7 @@ def test_a_malformed_record_warns_and_the_grid_still_opens(tg, tmp_path):
 @pytest.mark.slow
 def test_metadata_survives_a_job(tmp_path):
     """A synthetic field written to .nvdb, read by the workers: the result keeps units and names."""
-    from vdbflow.jobs.config_load import load_config
+    from vdbflow.jobs.config.load import load_config
     from vdbflow.jobs.runner import run_job
 
     cfg = load_config(

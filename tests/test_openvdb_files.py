@@ -149,7 +149,7 @@ def test_crafted_numbers_are_refused_before_any_allocation(tmp_path):
 
 
 def test_a_job_config_with_a_vdb_volume_plans_its_grids(tmp_path):
-    from vdbflow.jobs.config_load import load_config
+    from vdbflow.jobs.config.load import load_config
     from vdbflow.jobs.plan import plan_job
 
     cfg = load_config(

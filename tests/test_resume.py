@@ -16,7 +16,7 @@ import xarray as xr
 from output_jobs import client, job, kill_after_units, objects, same_data, start_job, write_config  # noqa: F401
 
 import vdbflow
-from vdbflow.jobs.config import ConfigError
+from vdbflow.jobs.config.model import ConfigError
 
 UNITS = 8  # 4,000 points in chunks of 500
 

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 import vdbflow
 from vdbflow import synthetic
 from vdbflow.jobs.cli import main
-from vdbflow.jobs.config_load import load_config
+from vdbflow.jobs.config.load import load_config
 from vdbflow.jobs.points import plane
 
 REPO = Path(__file__).resolve().parents[1]

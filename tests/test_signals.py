@@ -127,7 +127,7 @@ def test_run_job_sets_publishing_right_before_publishing(tmp_path, monkeypatch):
     import threading
 
     from vdbflow.jobs import runner
-    from vdbflow.jobs.config_load import load_config
+    from vdbflow.jobs.config.load import load_config
 
     seen = []
     real_publish = runner.publish

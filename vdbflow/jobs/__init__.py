@@ -1,7 +1,7 @@
 """Layer 7, batch jobs, by role.
 
-- Config: the YAML schema (:mod:`~vdbflow.jobs.config`, which loads no runtime module), reading it
-  (:mod:`~vdbflow.jobs.config_load`) and checking its files (:mod:`~vdbflow.jobs.checks`).
+- Config: the YAML schema (:mod:`~vdbflow.jobs.config.model`, which loads no runtime module), reading it
+  (:mod:`~vdbflow.jobs.config.load`) and checking its files (:mod:`~vdbflow.jobs.config.checks`).
 - Engine: planning (:mod:`~vdbflow.jobs.plan`), input files (:mod:`~vdbflow.jobs.inputs`), points
   (:mod:`~vdbflow.jobs.points`), clusters (:mod:`~vdbflow.jobs.clusters`), the executors that build a job's
   samples (:mod:`~vdbflow.jobs.executors`, :mod:`~vdbflow.jobs.chunks`, :mod:`~vdbflow.jobs.particles`), the

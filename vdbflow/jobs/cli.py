@@ -319,8 +319,8 @@ def _run(
     config_path: str, overrides: tuple[str, ...], dry_run: bool, verbose: int, force: bool = False, resume: bool = False
 ) -> None:
     from vdbflow.errors import PointsError, VdbflowError
-    from vdbflow.jobs.config import ConfigError
-    from vdbflow.jobs.config_load import load_config
+    from vdbflow.jobs.config.load import load_config
+    from vdbflow.jobs.config.model import ConfigError
     from vdbflow.jobs.plan import plan_job
     from vdbflow.jobs.runner import run_job
 
@@ -412,9 +412,9 @@ def clean(target: str, dry_run: bool, force: bool) -> None:
 
     TARGET is a job config (.yaml: its output.path), an output path, or a directory holding outputs
     (default: the current directory).  Exit code 2: TARGET cannot be read."""
-    from vdbflow.jobs.config import ConfigError
-    from vdbflow.jobs.config_load import load_config
-    from vdbflow.jobs.config_output import url_protocol
+    from vdbflow.jobs.config.load import load_config
+    from vdbflow.jobs.config.model import ConfigError
+    from vdbflow.jobs.config.output import url_protocol
     from vdbflow.jobs.output import tidy
     from vdbflow.jobs.results import not_a_result
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vdbflow.jobs.config_output import BUCKETED as _BUCKETED
+from vdbflow.jobs.config.output import BUCKETED as _BUCKETED
 from vdbflow.jobs.stores import filesystem
 from vdbflow.version import install_hint
 
