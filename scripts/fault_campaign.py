@@ -612,7 +612,7 @@ def _write_job(work: Path, cfg: dict[str, Any], name: str = "job.yaml") -> Path:
 
 def _vdbflow(*args: str, cwd: Path, **kwargs: Any) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "vdbflow.jobs.cli", *args],
+        [sys.executable, "-m", "vdbflow.jobs.cli.main", *args],
         cwd=cwd,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -667,7 +667,7 @@ def case_signals(rng: np.random.Generator, work: Path) -> tuple[str, str]:
     earlier = None
     if rng.random() < 0.5:
         done = subprocess.run(
-            [sys.executable, "-m", "vdbflow.jobs.cli", "run", str(_write_job(work, cfg))],
+            [sys.executable, "-m", "vdbflow.jobs.cli.main", "run", str(_write_job(work, cfg))],
             cwd=work,
             capture_output=True,
             text=True,
@@ -706,7 +706,7 @@ def case_signals(rng: np.random.Generator, work: Path) -> tuple[str, str]:
             raise Wrong(f"{what}: after cleaning up, published={published}, leftovers {left}; {err[-200:]}")
         return "stopped", what
     clean = subprocess.run(
-        [sys.executable, "-m", "vdbflow.jobs.cli", "clean", str(work)], cwd=work, capture_output=True, text=True
+        [sys.executable, "-m", "vdbflow.jobs.cli.main", "clean", str(work)], cwd=work, capture_output=True, text=True
     )
     left = _hidden(work, "result.zarr")
     if clean.returncode != 0 or left:
@@ -761,7 +761,7 @@ def case_disk(rng: np.random.Generator, work: Path) -> tuple[str, str]:
                 cfg = _job(disk, count=int(rng.choice([20_000, 200_000, 600_000])), chunk=20_000)
                 cfg["volume"]["synthetic"]["write"] = str(disk / "tg.nvdb")
                 proc = subprocess.run(
-                    ["python", "-m", "vdbflow.jobs.cli", "run", str(_write_job(work, cfg))],
+                    ["python", "-m", "vdbflow.jobs.cli.main", "run", str(_write_job(work, cfg))],
                     cwd=work,
                     capture_output=True,
                     text=True,

@@ -10,7 +10,7 @@ import yaml
 from click.testing import CliRunner
 from output_jobs import job, write_config
 
-from vdbflow.jobs.cli import main
+from vdbflow.jobs.cli.main import main
 from vdbflow.jobs.config.load import MAX_CONFIG_BYTES, load_config
 from vdbflow.jobs.config.model import ConfigError
 

@@ -203,7 +203,7 @@ def test_a_failed_task_is_one_line_on_stderr_and_its_traceback_only_with_vv(tmp_
         cluster={"kind": "local", "workers": 1, "dashboard": False},
     )
     path = write_config(tmp_path / "job.yaml", cfg)
-    run = [sys.executable, "-m", "vdbflow.jobs.cli", "run", str(path)]
+    run = [sys.executable, "-m", "vdbflow.jobs.cli.main", "run", str(path)]
     quiet = subprocess.run(run, capture_output=True, text=True, timeout=300)
     assert quiet.returncode == 1, quiet.stderr
     assert quiet.stderr.strip().splitlines() == [

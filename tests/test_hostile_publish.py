@@ -18,7 +18,7 @@ from output_jobs import client, job, objects, write_config  # noqa: F401
 from vdbflow.jobs.stores import OutputError
 
 import vdbflow
-from vdbflow.jobs.cli import main
+from vdbflow.jobs.cli.main import main
 from vdbflow.jobs.config.load import load_config
 from vdbflow.jobs.config.model import ConfigError
 from vdbflow.jobs.output import tidy

@@ -326,7 +326,7 @@ def test_a_reduce_job_whose_partials_exceed_a_worker_is_refused_naming_the_reduc
     (0 bytes a point) and the workers were killed; now the plan counts partials and accumulators."""
     from click.testing import CliRunner
 
-    from vdbflow.jobs.cli import main
+    from vdbflow.jobs.cli.main import main
     from vdbflow.jobs.config.load import load_config
     from vdbflow.jobs.plan import plan_job
 

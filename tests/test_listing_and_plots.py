@@ -12,7 +12,7 @@ import vdbflow
 from vdbflow import synthetic
 from vdbflow.analysis.grid_fields import FIELD_QUANTITIES, derived_field
 from vdbflow.errors import SamplingError
-from vdbflow.jobs.cli import main
+from vdbflow.jobs.cli.main import main
 
 
 @pytest.fixture(scope="module")

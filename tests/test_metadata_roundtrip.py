@@ -147,7 +147,7 @@ def _with_record(tmp_path, monkeypatch, record: bytes):
 def test_a_lone_surrogate_in_the_metadata_record_is_dropped_with_a_warning(tg, tmp_path, monkeypatch, key):
     from click.testing import CliRunner
 
-    from vdbflow.jobs.cli import main
+    from vdbflow.jobs.cli.main import main
 
     value = ["a", "\ud800", "c"] if key == "component_names" else "\ud800"
     path = _with_record(tmp_path, monkeypatch, json.dumps({"format": 1, key: value}).encode())

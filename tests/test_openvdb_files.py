@@ -190,7 +190,7 @@ def test_vdbflow_run_samples_a_vdb_volume(tmp_path):
     from click.testing import CliRunner
 
     xr = pytest.importorskip("xarray")
-    from vdbflow.jobs.cli import main
+    from vdbflow.jobs.cli.main import main
 
     cfg = {
         "volume": {"path": str(GRIDS), "grids": ["sphere"]},

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 import vdbflow
 from vdbflow.io.location import Url, coalesce
-from vdbflow.jobs.cli import main
+from vdbflow.jobs.cli.main import main
 
 WARP_ASSETS = sorted(
     glob.glob(os.path.join(os.path.dirname(pytest.importorskip("warp").__file__), "**/*.nvdb"), recursive=True)

@@ -206,7 +206,7 @@ def test_a_resumed_summary_says_what_was_kept(tmp_path, client, killed):  # noqa
     only the points it sampled now (those of the units it wrote: chunks and units are both 500 points)."""
     from rich.console import Console
 
-    from vdbflow.jobs.cli import _print_summary
+    from vdbflow.jobs.cli.main import _print_summary
 
     config, partial = _copy_of(killed, tmp_path)
     kept = len(_records(partial))

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from vdbflow.jobs.console import RedactingFormatter
-from vdbflow.jobs.console import rows_table as _rows_table
-from vdbflow.jobs.console import say as _say
-from vdbflow.jobs.console import stdout as _stdout
-from vdbflow.jobs.convert_cli import convert
-from vdbflow.jobs.gpu_cli import build_cuda
-from vdbflow.jobs.info_cli import info
+from vdbflow.jobs.cli.console import RedactingFormatter
+from vdbflow.jobs.cli.console import rows_table as _rows_table
+from vdbflow.jobs.cli.console import say as _say
+from vdbflow.jobs.cli.console import stdout as _stdout
+from vdbflow.jobs.cli.convert import convert
+from vdbflow.jobs.cli.gpu import build_cuda
+from vdbflow.jobs.cli.info import info
 
 if TYPE_CHECKING:
     from rich.console import Console
