@@ -48,6 +48,10 @@ class StorageError(VdbflowError, OSError):
     credentials in ``storage_options``), an unknown protocol or a missing fsspec package; the URL is named."""
 
 
+class OutputError(VdbflowError, RuntimeError):
+    """A job's result could not be written or moved into place."""
+
+
 class ClusterError(VdbflowError, RuntimeError):
     """A Dask cluster did not start, or its workers did not arrive in time."""
 

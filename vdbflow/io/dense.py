@@ -18,7 +18,7 @@ import numpy as np
 
 from vdbflow.core.volume import Volume
 from vdbflow.errors import VolumeError
-from vdbflow.io.location import is_url
+from vdbflow.io.location import RemoteFile, filesystem, is_url, npy_header
 
 log = logging.getLogger("vdbflow.convert")
 
@@ -147,7 +147,6 @@ def _url_dataset(
     xarray Dataset of a Zarr store (checked for code codecs first) or a NetCDF file (fsspec file object)."""
     import xarray as xr
 
-    from vdbflow.io.location import RemoteFile, filesystem
     from vdbflow.io.zarr_url import checked
 
     fs, where = filesystem(url, storage_options)
@@ -168,27 +167,9 @@ def _url_dataset(
 
 def _npy_url_source(remote: Any, units: str | None, length_units: str | None) -> DenseSource:
     """An .npy file at a URL: its header by one range, each slab ``[a, b)`` by another."""
-    import io
-
-    ((_, head),) = remote.read_ranges([(0, min(remote.size, 1 << 16))])
-    fp = io.BytesIO(head)
-    try:
-        version = np.lib.format.read_magic(fp)
-        reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, fortran, dtype = reader(fp)
-    except (ValueError, OSError) as err:
-        raise VolumeError(f"cannot read {remote.url} as a .npy array: {err}") from None
-    if fortran and len(shape) > 1:
-        raise VolumeError(f"expected a C-ordered .npy array at {remote.url}, got a Fortran-ordered one")
+    shape, dtype, offset = npy_header(remote, VolumeError)
     _real(dtype, f"the array of {remote.url}")
-    if any(n < 0 for n in shape):  # numpy's header reader takes them; np.load refuses the local file
-        raise VolumeError(f"expected a .npy array of non-negative dimensions at {remote.url}, got {shape}")
-    offset, row = fp.tell(), math.prod(shape[1:]) * dtype.itemsize
-    if offset + row * (shape[0] if shape else 1) > remote.size:
-        raise VolumeError(
-            f"expected {remote.url} to hold the {offset + row * (shape[0] if shape else 1):,} bytes its header "
-            f"promises, found {remote.size:,}"
-        )
+    row = math.prod(shape[1:]) * dtype.itemsize
 
     def slab(a: int, b: int) -> np.ndarray:
         ((_, data),) = remote.read_ranges([(offset + a * row, offset + b * row)])

@@ -5,12 +5,19 @@ fsspec opens (``s3://``, ``gs://``, ``https://``, ``memory://``) with ``storage_
 size and version tag (ETag) read once, bytes read whole or by ranges, nearby ranges merged into few
 large requests (:func:`coalesce`), every request counted in its :class:`ReadStats`, and fsspec's and
 the store's errors turned into a :class:`~vdbflow.errors.StorageError` that names the URL.
+
+A job's stores (its result, the manifest of written chunks) are a :data:`Target`: a local ``Path`` (``os``,
+renames) or a URL (a :class:`Url` carries its ``storage_options``), seen the same way by the writers and
+publishing through :func:`filesystem`, :func:`zarr_store`, :func:`read_json` and :func:`write_json`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import io
+import json
+import math
 import os
 import re
 import warnings
@@ -20,9 +27,12 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
-from vdbflow.errors import StorageError
+import numpy as np
+
+from vdbflow.errors import StorageError, VdbflowError
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+Target = Path | str  # where a job's store is: a local path, or a URL (s3://bucket/prefix; a Url with its options)
 GAP = 1 << 16  # ranges closer than this are read as one request (fsspec's merge_offset_ranges uses 64 kB too)
 MAX_SIZE = 1 << 50  # bytes an object may report (1 PiB): more is a store's or a proxy's error
 # what changes when an object is rewritten, in the order trusted: S3's and HTTP's ETag, a version id, a
@@ -209,11 +219,14 @@ def storage_error(url: str, err: BaseException, doing: str = "read") -> StorageE
     return StorageError(redact_text(f"expected to {doing} {url}, got {found}"))  # no credentials of the URL
 
 
-def filesystem(url: str, storage_options: Mapping[str, Any] | None = None) -> tuple[Any, str]:
-    """The fsspec filesystem and the path within it for ``url``."""
+def filesystem(url: str | os.PathLike, storage_options: Mapping[str, Any] | None = None) -> tuple[Any, str]:
+    """The fsspec filesystem and the path within it for ``url`` (a local path: the local filesystem and the
+    absolute path)."""
     try:
         import fsspec
 
+        if not is_url(url):
+            return fsspec.filesystem("file"), str(Path(local_path(url)).absolute())
         fs, path = fsspec.core.url_to_fs(url, **_options_of(url, storage_options))
     except (ImportError, ValueError, TypeError, OSError) as err:
         if isinstance(err, ValueError) and "protocol" in str(err).lower():
@@ -367,3 +380,91 @@ def resolve(path: str | os.PathLike, storage_options: Mapping[str, Any] | None =
     if storage_options:
         raise StorageError(f"expected a URL with storage_options, got the local path {os.fspath(path)!r}")
     return local_path(path)
+
+
+def child(target: Target, name: str) -> Target:
+    """``target/name`` as a Path or a URL (a :class:`Url` keeps its ``storage_options``)."""
+    if not is_url(target):
+        return Path(target) / name
+    return Url(f"{str(target).rstrip('/')}/{name}", getattr(target, "storage_options", None))
+
+
+def parent_and_name(target: Target) -> tuple[Target, str]:
+    """The folder (or prefix) that holds ``target`` and its last name."""
+    if not is_url(target):
+        path = Path(target)
+        return path.parent, path.name
+    head, _, name = str(target).rstrip("/").rpartition("/")
+    return head, name
+
+
+def zarr_store(target: Target, options: Mapping[str, Any] | None = None, read_only: bool = False) -> Any:
+    """zarr's store of ``target``: a ``LocalStore`` of a path, an ``FsspecStore`` of a URL."""
+    import zarr.storage
+
+    if not is_url(target):
+        return zarr.storage.LocalStore(str(target), read_only=read_only)
+    options = _options_of(str(target), options) if options is None else options
+    return zarr.storage.FsspecStore.from_url(str(target), storage_options=dict(options), read_only=read_only)
+
+
+def read_json(fs: Any, path: str) -> Any:
+    """The JSON document at ``path`` of ``fs``, or None where there is none or it does not parse."""
+    try:
+        return json.loads(fs.cat_file(path))
+    except (OSError, ValueError):
+        return None
+
+
+def write_json(fs: Any, path: str, document: Any) -> None:
+    """Write ``document`` as JSON to ``path`` of ``fs`` (one object: a PUT of an object store is whole)."""
+    data = json.dumps(document, sort_keys=True).encode()
+    protocol = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+    if "file" in protocol:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fs.pipe_file(path, data)
+
+
+def remove(target: Target, options: Mapping[str, Any] | None = None) -> None:
+    """Remove everything at ``target`` (a tree, a prefix); errors are ignored."""
+    if not is_url(target):
+        from vdbflow.io.atomic import remove_tree
+
+        remove_tree(Path(target))
+        return
+    try:
+        fs, path = filesystem(target, options)
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+    except (OSError, ValueError):
+        pass
+
+
+NPY_HEAD = 1 << 16  # a .npy header is at most this long (numpy pads it to 64 bytes; 4 GiB headers are absurd)
+
+
+def npy_header(remote: RemoteFile, error: type[VdbflowError], what: str = "") -> tuple[tuple[int, ...], np.dtype, int]:
+    """Shape, dtype and data offset of the .npy file ``remote`` (one range request), checked: a C-ordered
+    array of numeric values and non-negative dimensions whose bytes the object holds; ``error`` (prefixed
+    with ``what``) otherwise."""
+    head = remote.read_ranges([(0, min(remote.size, NPY_HEAD))])
+    fp = io.BytesIO(head[0][1] if head else b"")
+    try:
+        version = np.lib.format.read_magic(fp)
+        reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = reader(fp)
+    except (ValueError, OSError) as err:
+        raise error(f"{what}expected a .npy array, cannot read {remote.url}: {err}") from None
+    if fortran and len(shape) > 1:
+        raise error(f"{what}expected a C-ordered .npy array at {remote.url}, got a Fortran-ordered one")
+    if dtype.hasobject:
+        raise error(f"{what}expected numeric values in {remote.url}, got dtype {dtype}")
+    if any(n < 0 for n in shape):  # numpy's header reader takes them; np.load refuses the local file
+        raise error(f"{what}expected a .npy array of non-negative dimensions at {remote.url}, got {shape}")
+    offset = fp.tell()
+    need = offset + math.prod(shape) * dtype.itemsize  # Python integers: no overflow
+    if remote.size < need:
+        raise error(
+            f"{what}expected {remote.url} to hold the {need:,} bytes its header promises, found {remote.size:,}"
+        )
+    return tuple(shape), dtype, offset

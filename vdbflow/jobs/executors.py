@@ -27,7 +27,7 @@ import numpy as np
 import xarray as xr
 
 from vdbflow.core.volume import Volume
-from vdbflow.errors import NanoVDBError, OpenVDBError, VolumeError
+from vdbflow.errors import NanoVDBError, OpenVDBError, OutputError, VolumeError
 from vdbflow.jobs.chunks import (
     TALLY_KEY,
     AnalyticCheck,
@@ -38,8 +38,7 @@ from vdbflow.jobs.chunks import (
     open_source,
     point_tally,
 )
-from vdbflow.jobs.config.model import ConfigError, JobConfig
-from vdbflow.jobs.output import OutputError
+from vdbflow.jobs.config import ConfigError, JobConfig
 from vdbflow.jobs.plan import JobPlan
 from vdbflow.jobs.points import make_points
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vdbflow.errors import OutputError
 from vdbflow.io.atomic import (
     RENAME_EXCHANGE,
     RENAME_NOREPLACE,
@@ -35,8 +36,8 @@ from vdbflow.io.atomic import (
     sibling_stem,
     writer_tag,
 )
+from vdbflow.io.location import Target, filesystem, is_url
 from vdbflow.jobs.results import not_a_result
-from vdbflow.jobs.stores import OutputError, Target, filesystem, is_remote
 
 log = logging.getLogger("vdbflow.run")
 
@@ -55,7 +56,7 @@ KEPT_PARTIALS: set[str] = set()  # names of the partial results failed jobs of t
 
 def partial_path(final: Target) -> Target:
     """A fresh hidden sibling of ``final`` (a path or a URL) for one attempt: ``.NAME.partial-XXXXXXXX-PID@HOST``."""
-    if is_remote(final):
+    if is_url(final):
         from vdbflow.jobs.output_remote import sibling
 
         return sibling(str(final), "partial")
@@ -148,7 +149,7 @@ def leftovers(final: Path | None = None, directory: Path | None = None) -> list[
 
 def leftovers_at(final: Target, options: dict[str, Any] | None = None) -> list[Leftover]:
     """:func:`leftovers` of a local path, or of a URL (the prefixes beside it, in name order)."""
-    if not is_remote(final):
+    if not is_url(final):
         return leftovers(Path(final))
     fs, path = filesystem(final, options)
     parent, name = path.rstrip("/").rpartition("/")[::2]
@@ -194,7 +195,7 @@ def tidy(
     then finished first (:mod:`~vdbflow.jobs.output_remote`).  Returns one line per leftover saying what
     was (or, ``dry_run``, would be) done.
     """
-    if final is not None and is_remote(final):
+    if final is not None and is_url(final):
         return _tidy_remote(str(final), options, force, dry_run, keep)
     report = []
     restored: set[Path] = set()
@@ -252,7 +253,7 @@ def publish(target: Target, final: Target, overwrite: str, options: dict[str, An
     move (something appeared at ``final``, a rename that fails), the complete result is kept at an
     unpublished path, named in the :class:`OutputError`.  On an object store (URLs) the result is copied,
     root metadata last (:func:`vdbflow.jobs.output_remote.publish`)."""
-    if is_remote(final):
+    if is_url(final):
         from vdbflow.jobs.output_remote import publish as publish_remote
 
         publish_remote(str(target), str(final), overwrite, options, listing=leftovers_at)

@@ -31,7 +31,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from vdbflow.jobs.stores import filesystem, parent_and_name, read_json, write_json
+from vdbflow.errors import OutputError
+from vdbflow.io.location import filesystem, parent_and_name, read_json, write_json
 
 log = logging.getLogger("vdbflow.run")
 
@@ -102,9 +103,8 @@ def publish(
     """Publish the complete store at the URL ``target`` (its partial prefix) at the URL ``final``, replacing
     an earlier vdbflow result there if ``overwrite`` is ``always`` (never anything else): steps 1-4 above.
     Anything at ``final`` that may not be replaced leaves the complete result at an unpublished prefix,
-    named in the :class:`~vdbflow.jobs.output.OutputError`."""
+    named in the :class:`~vdbflow.errors.OutputError`."""
     from vdbflow.jobs.results import not_a_remote_result
-    from vdbflow.jobs.stores import OutputError
 
     fs, source = filesystem(target, options)
     _, dest = filesystem(final, options)

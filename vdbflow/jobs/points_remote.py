@@ -4,42 +4,20 @@ be the one the job planned with), a Zarr array through fsspec, .csv / .parquet t
 
 from __future__ import annotations
 
-import io
-import math
 from typing import Any
 
 import numpy as np
 
 from vdbflow.errors import PointsError, StorageError, VolumeError
+from vdbflow.io import location
 from vdbflow.io.identity import FileIdentity
 from vdbflow.io.location import RemoteFile, Url, filesystem
 from vdbflow.io.zarr_url import checked_store
 
-NPY_HEAD = 1 << 16  # a .npy header is at most this long (numpy pads it to 64 bytes; 4 GiB headers are absurd)
-
 
 def npy_header(url: Url) -> tuple[tuple[int, ...], np.dtype, int]:
     """Shape, dtype and data offset of the .npy file at ``url`` (one request)."""
-    remote = RemoteFile.open(url)
-    head = remote.read_ranges([(0, min(remote.size, NPY_HEAD))])
-    fp = io.BytesIO(head[0][1] if head else b"")
-    try:
-        version = np.lib.format.read_magic(fp)
-        reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, fortran, dtype = reader(fp)
-    except (ValueError, OSError) as err:
-        raise PointsError(f"points.path: expected a .npy array, cannot read {url}: {err}") from None
-    if fortran and len(shape) > 1:
-        raise PointsError(f"points.path: expected a C-ordered .npy array at {url}, got a Fortran-ordered one")
-    if dtype.hasobject:
-        raise PointsError(f"points.path: expected numeric points in {url}, got dtype {dtype}")
-    if any(n < 0 for n in shape):  # numpy's header reader takes them; np.load refuses the local file
-        raise PointsError(f"points.path: expected a .npy array of non-negative dimensions at {url}, got {shape}")
-    offset = fp.tell()
-    need = offset + math.prod(shape) * dtype.itemsize  # Python integers: no overflow
-    if remote.size < need:
-        raise PointsError(f"points.path: {url} holds {remote.size:,} bytes, its header promises {need:,}")
-    return tuple(shape), dtype, offset
+    return location.npy_header(RemoteFile.open(url), PointsError, "points.path: ")
 
 
 def npy_url_rows(

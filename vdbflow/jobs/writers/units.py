@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from vdbflow.io.location import Target, filesystem, read_json, write_json, zarr_store
 from vdbflow.jobs.chunks import ANALYTIC_KEY, SECONDS_KEY, TALLY_KEY
-from vdbflow.jobs.stores import Target, filesystem, read_json, write_json, zarr_store
 
 POINT_INDEX = "point"  # the point-index coordinate (0 .. N-1) of a job's random, file or line points
 

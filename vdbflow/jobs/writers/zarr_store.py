@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from vdbflow.errors import OutputError
 from vdbflow.io import labels
-from vdbflow.jobs.stores import Target, remove, zarr_store
+from vdbflow.io.location import Target, remove, zarr_store
 from vdbflow.jobs.writers import plain_attrs, with_plain_attrs
 from vdbflow.jobs.writers.units import POINT_INDEX, UnitPlan, write_unit
 
@@ -262,8 +263,6 @@ def _array_metadata(store: Any, zarr_format: int) -> dict[str, Any]:
 
 
 def _same_arrays(expected_store: Any, store: Any, zarr_format: int) -> None:
-    from vdbflow.jobs.output import OutputError
-
     expected, found = _array_metadata(expected_store, zarr_format), _array_metadata(store, zarr_format)
     if sorted(expected) != sorted(found):
         raise OutputError(
