@@ -38,7 +38,7 @@ def main() -> None:
     import distributed
     import xarray as xr
 
-    from vdbflow.jobs.config_load import load_config
+    from vdbflow.jobs.config.load import load_config
     from vdbflow.jobs.runner import run_job
 
     args.dir.mkdir(parents=True, exist_ok=True)

@@ -139,7 +139,7 @@ def main() -> None:
     import distributed
 
     import vdbflow
-    from vdbflow.jobs.config_load import load_config
+    from vdbflow.jobs.config.load import load_config
 
     work = Path(tempfile.mkdtemp(prefix="vdbflow-bench-job-"))
     os.chdir(work)  # the demo config writes its volume under ./vdbflow-demo

@@ -282,7 +282,9 @@ output:
 """
         )
     t = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "vdbflow.jobs.cli", "run", config], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "vdbflow.jobs.cli.main", "run", config], capture_output=True, text=True
+    )
     seconds = time.perf_counter() - t
     print(f"vdbflow run ({n:,} points, {workers} partitions): exit {done.returncode} in {seconds:.1f} s")
     print(done.stdout[-3000:] if done.returncode == 0 else (done.stdout + done.stderr)[-3000:])

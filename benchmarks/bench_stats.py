@@ -138,7 +138,7 @@ def job(points: int, rounds: int) -> dict:
                 spec = points_spec.format(points=points, tmp=tmp)
                 f.write(JOB.format(tmp=tmp, points=spec, moments=moments))
         vdbflow.run(configs["drawn"], client=client, **{"points.count": 100_000})  # warm
-        from vdbflow.jobs.config_load import load_config
+        from vdbflow.jobs.config.load import load_config
         from vdbflow.jobs.points import make_points
 
         cfg = load_config(configs["drawn"])

@@ -235,7 +235,7 @@ def _store(rng: np.random.Generator, work: Path, fs: Any) -> tuple[str, str]:
 
 
 def _points(rng: np.random.Generator, work: Path, fs: Any) -> tuple[str, str]:
-    from vdbflow.jobs.config import FilePoints
+    from vdbflow.jobs.config.model import FilePoints
     from vdbflow.jobs.points import file_point_count
 
     n = int(rng.integers(0, 50))

@@ -113,7 +113,7 @@ def start_job(tmp_path: Path, config: Path, *extra: str, env: dict | None = None
     preload.write_text(SLOW_UNITS.format(marker=str(marker)))
     full_env = {**os.environ, **(env or {}), "DASK_DISTRIBUTED__WORKER__PRELOAD": json.dumps([str(preload)])}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "vdbflow.jobs.cli", "run", str(config), "--resume", *extra],
+        [sys.executable, "-m", "vdbflow.jobs.cli.main", "run", str(config), "--resume", *extra],
         env=full_env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -16,8 +16,8 @@ import xarray as xr
 import vdbflow
 from vdbflow import synthetic
 from vdbflow.jobs import clusters
-from vdbflow.jobs.config import ConfigError, LocalClusterSpec
-from vdbflow.jobs.config_load import load_config
+from vdbflow.jobs.config.load import load_config
+from vdbflow.jobs.config.model import ConfigError, LocalClusterSpec
 from vdbflow.jobs.runner import JobError, JobResult
 
 REPO = Path(__file__).resolve().parents[1]
@@ -200,8 +200,8 @@ def _modules_after(code: str) -> set[str]:
 def test_import_vdbflow_and_cli_help_load_no_xarray_dask_or_pandas():
     loaded = _modules_after("import vdbflow\nvdbflow.Volume, vdbflow.open, vdbflow.__version__")
     assert "vdbflow.core.volume" in loaded and not {m for m in HEAVY if m in loaded}
-    loaded = _modules_after("from vdbflow.jobs.cli import main\nmain(['--help'], standalone_mode=False)")
-    assert "vdbflow.jobs.cli" in loaded and not {m for m in HEAVY if m in loaded}
+    loaded = _modules_after("from vdbflow.jobs.cli.main import main\nmain(['--help'], standalone_mode=False)")
+    assert "vdbflow.jobs.cli.main" in loaded and not {m for m in HEAVY if m in loaded}
 
 
 def test_lazy_names_resolve_and_the_accessor_is_registered_whoever_imports_xarray():

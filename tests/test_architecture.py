@@ -77,10 +77,11 @@ CONFIG_MODULES = {
     "vdbflow.io.location",  # paths and URLs (the standard library; fsspec only when a URL is read)
     "vdbflow.jobs",
     "vdbflow.jobs.config",
-    "vdbflow.jobs.config_base",
-    "vdbflow.jobs.config_inputs",
-    "vdbflow.jobs.config_output",
-    "vdbflow.jobs.config_reduce",
+    "vdbflow.jobs.config.base",
+    "vdbflow.jobs.config.inputs",
+    "vdbflow.jobs.config.model",
+    "vdbflow.jobs.config.output",
+    "vdbflow.jobs.config.reduce",
     "vdbflow.jobs.writers",
     "vdbflow.ops",
     "vdbflow.ops.request",
@@ -97,7 +98,7 @@ def test_validating_a_config_loads_no_runtime_module():
     vdbflow only the modules above (no sampling, no volumes, no files, no clusters)."""
     code = (
         "import sys, json\n"
-        "from vdbflow.jobs.config import JobConfig\n"
+        "from vdbflow.jobs.config.model import JobConfig\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
         "('vdbflow', 'xarray', 'dask', 'distributed', 'pandas', 'zarr'))))\n"
     )
@@ -175,7 +176,7 @@ def test_hessians_take_the_points_dims_on_every_volume(rng, client):
 
 def test_each_output_format_is_one_writer_module():
     from vdbflow.jobs import writers
-    from vdbflow.jobs.config import OUTPUT_FORMATS
+    from vdbflow.jobs.config.model import OUTPUT_FORMATS
 
     assert OUTPUT_FORMATS == tuple(writers.WRITERS)
     for name in writers.WRITERS:

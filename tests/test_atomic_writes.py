@@ -152,7 +152,7 @@ def test_an_older_partial_save_name_is_read_with_its_writer(tmp_path):
 
 def test_a_job_that_writes_its_synthetic_field_leaves_no_temporary_on_failure(tmp_path, monkeypatch):
     from vdbflow.jobs import inputs
-    from vdbflow.jobs.config_load import load_config
+    from vdbflow.jobs.config.load import load_config
 
     def full(fd):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

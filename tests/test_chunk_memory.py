@@ -9,7 +9,7 @@ import pytest
 from test_run import base_config, invoke, write_config
 
 from vdbflow.jobs.clusters import worker_memory_limit
-from vdbflow.jobs.config_load import load_config
+from vdbflow.jobs.config.load import load_config
 from vdbflow.jobs.plan import CHUNK_WORKING_SET_FACTOR, plan_job
 
 BIG = {"kind": "random", "count": 30_000_000, "chunk": 30_000_000, "seed": 0}
@@ -121,7 +121,7 @@ def test_a_given_clients_workers_are_checked_when_the_job_starts(tmp_path):
     import distributed
 
     import vdbflow
-    from vdbflow.jobs.config import ConfigError
+    from vdbflow.jobs.config.model import ConfigError
 
     spec = base_config(tmp_path, points={"kind": "random", "count": 2_000_000, "chunk": 2_000_000, "seed": 0})
     with (

@@ -5,7 +5,7 @@ import subprocess
 
 from click.testing import CliRunner
 
-from vdbflow.jobs.cli import main
+from vdbflow.jobs.cli.main import main
 
 
 def test_help_on_every_command():

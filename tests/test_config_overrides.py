@@ -3,8 +3,8 @@ choices, counts written as 1e6, and a section made by ``--set`` alone."""
 
 import pytest
 
-from vdbflow.jobs.config import ConfigError, LocalClusterSpec
-from vdbflow.jobs.config_load import load_config
+from vdbflow.jobs.config.load import load_config
+from vdbflow.jobs.config.model import ConfigError, LocalClusterSpec
 
 BASE = """\
 volume:

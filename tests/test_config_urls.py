@@ -10,9 +10,9 @@ import yaml
 from click.testing import CliRunner
 from output_jobs import job, write_config
 
-from vdbflow.jobs.cli import main
-from vdbflow.jobs.config import ConfigError
-from vdbflow.jobs.config_load import MAX_CONFIG_BYTES, load_config
+from vdbflow.jobs.cli.main import main
+from vdbflow.jobs.config.load import MAX_CONFIG_BYTES, load_config
+from vdbflow.jobs.config.model import ConfigError
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 import vdbflow
 from vdbflow.io.dense import DenseSource, convert, open_dense
-from vdbflow.jobs.cli import main
+from vdbflow.jobs.cli.main import main
 
 
 def invoke(*args):
@@ -314,7 +314,7 @@ def test_convert_refuses_a_plane_larger_than_it_reads_at_once(tmp_path):
     assert src.stat().st_size < 1 << 20
     code = (
         "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30)); "
-        "from vdbflow.jobs.cli import main; sys.argv = ['vdbflow', 'convert', sys.argv[1], sys.argv[2]]; main()"
+        "from vdbflow.jobs.cli.main import main; sys.argv = ['vdbflow', 'convert', sys.argv[1], sys.argv[2]]; main()"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code, str(src), str(tmp_path / "o.nvdb")], capture_output=True, text=True, timeout=300

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 import vdbflow
 from vdbflow.core import schema
-from vdbflow.jobs.cli import main
+from vdbflow.jobs.cli.main import main
 
 CLASHING = ["x", "y", "z", "i", "point", "component", "axis", "axis2", "time", "particle", "position", "ftle"]
 CLASHING += ["stencil_inside", "lattice_x", "plane_s", "point_0"]

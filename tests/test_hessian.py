@@ -339,7 +339,7 @@ def test_job_writes_hessians_and_laplacians(tmp_path):
     from click.testing import CliRunner
 
     from vdbflow import synthetic
-    from vdbflow.jobs.cli import main
+    from vdbflow.jobs.cli.main import main
 
     cfg = {
         "volume": {

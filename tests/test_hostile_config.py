@@ -11,7 +11,7 @@ from test_run import base_config, invoke, write_config
 
 import vdbflow
 from vdbflow.errors import SamplingError, TimeError, VolumeError
-from vdbflow.jobs.config_load import load_config
+from vdbflow.jobs.config.load import load_config
 from vdbflow.synthetic import steady, unsteady
 from vdbflow.temporal import particles, steps
 
@@ -203,7 +203,7 @@ def test_a_failed_task_is_one_line_on_stderr_and_its_traceback_only_with_vv(tmp_
         cluster={"kind": "local", "workers": 1, "dashboard": False},
     )
     path = write_config(tmp_path / "job.yaml", cfg)
-    run = [sys.executable, "-m", "vdbflow.jobs.cli", "run", str(path)]
+    run = [sys.executable, "-m", "vdbflow.jobs.cli.main", "run", str(path)]
     quiet = subprocess.run(run, capture_output=True, text=True, timeout=300)
     assert quiet.returncode == 1, quiet.stderr
     assert quiet.stderr.strip().splitlines() == [
@@ -219,8 +219,8 @@ def test_a_failed_task_is_one_line_on_stderr_and_its_traceback_only_with_vv(tmp_
 )
 def test_a_path_with_a_nul_byte_is_a_config_error_naming_the_key(tmp_path, key):
     """os functions raise a raw ValueError ("embedded null byte") on such a path, in the plan."""
-    from vdbflow.jobs.config import ConfigError
-    from vdbflow.jobs.config_load import load_config
+    from vdbflow.jobs.config.load import load_config
+    from vdbflow.jobs.config.model import ConfigError
 
     with pytest.raises(ConfigError, match=rf"{key.split('.')[-1]}.*expected a path without NUL bytes"):
         load_config(data=_nul_config(tmp_path, key))
@@ -251,8 +251,8 @@ def _nul_config(tmp_path, key: str) -> dict:
 def test_an_output_where_no_file_can_be_made_exits_2_before_anything_runs(tmp_path):
     """Found by the fault campaign: os.access() says /proc is writable to root (and read-only mounts
     to anyone with the mode bits), so the plan passed and the run failed when it wrote its partial."""
-    from vdbflow.jobs.config import ConfigError
-    from vdbflow.jobs.config_load import load_config
+    from vdbflow.jobs.config.load import load_config
+    from vdbflow.jobs.config.model import ConfigError
     from vdbflow.jobs.plan import plan_job
 
     cfg = load_config(
@@ -269,8 +269,8 @@ def test_an_output_where_no_file_can_be_made_exits_2_before_anything_runs(tmp_pa
 @pytest.mark.parametrize("fraction", ["0.001", "1e-300"])
 def test_a_memory_fraction_too_small_for_a_worker_exits_2(tmp_path, fraction):
     """A fraction of the machine's memory below the per-worker minimum starts workers that die."""
-    from vdbflow.jobs.config import ConfigError
-    from vdbflow.jobs.config_load import load_config
+    from vdbflow.jobs.config.load import load_config
+    from vdbflow.jobs.config.model import ConfigError
 
     cfg = {
         "volume": {"synthetic": {"field": "taylor_green", "resolution": 16}},

@@ -18,9 +18,9 @@ from output_jobs import client, job, objects, write_config  # noqa: F401
 
 import vdbflow
 from vdbflow.errors import OutputError
-from vdbflow.jobs.cli import main
-from vdbflow.jobs.config import ConfigError
-from vdbflow.jobs.config_load import load_config
+from vdbflow.jobs.cli.main import main
+from vdbflow.jobs.config.load import load_config
+from vdbflow.jobs.config.model import ConfigError
 from vdbflow.jobs.output import tidy
 
 DEAD = 4_194_000  # a pid above Linux's pid_max default: no such process

@@ -186,7 +186,7 @@ def _npy_with_shape(shape_text: str) -> bytes:
 def test_remote_npy_points_with_impossible_shapes_are_refused_at_planning(memory_fs, tmp_path, shape):
     import fsspec
 
-    from vdbflow.jobs.config import FilePoints
+    from vdbflow.jobs.config.model import FilePoints
     from vdbflow.jobs.points import file_point_count
 
     fsspec.filesystem("memory").pipe(f"{memory_fs}/p.npy".removeprefix("memory://"), _npy_with_shape(shape))

@@ -15,7 +15,7 @@ import xarray as xr
 from output_jobs import client, job, objects, same_data  # noqa: F401
 
 import vdbflow
-from vdbflow.jobs.config import ConfigError
+from vdbflow.jobs.config.model import ConfigError
 from vdbflow.jobs.writers.units import Manifest
 
 UNITS = 8  # 4,000 points in chunks of 500

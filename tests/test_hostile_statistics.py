@@ -326,8 +326,8 @@ def test_a_reduce_job_whose_partials_exceed_a_worker_is_refused_naming_the_reduc
     (0 bytes a point) and the workers were killed; now the plan counts partials and accumulators."""
     from click.testing import CliRunner
 
-    from vdbflow.jobs.cli import main
-    from vdbflow.jobs.config_load import load_config
+    from vdbflow.jobs.cli.main import main
+    from vdbflow.jobs.config.load import load_config
     from vdbflow.jobs.plan import plan_job
 
     run = CliRunner(env={"COLUMNS": "250"}).invoke
@@ -359,7 +359,7 @@ def test_a_killed_worker_in_a_reduce_job_is_said_in_terms_of_its_partials(tmp_pa
     """A KilledWorker of a reduce: job advised a smaller points.chunk, which cannot help."""
     from distributed.scheduler import KilledWorker
 
-    from vdbflow.jobs.config_load import load_config
+    from vdbflow.jobs.config.load import load_config
     from vdbflow.jobs.plan import plan_job
     from vdbflow.jobs.runner import killed_worker_error
 

@@ -8,7 +8,7 @@ import xarray as xr
 from test_run import base_config, invoke, write_config
 
 from vdbflow.errors import PointsError
-from vdbflow.jobs.config_load import load_config
+from vdbflow.jobs.config.load import load_config
 
 
 @pytest.mark.parametrize("suffix", [".npy", ".csv"])

@@ -20,8 +20,8 @@ from test_run import base_config, fake_result, invoke, write_config
 
 import vdbflow
 from vdbflow import synthetic
-from vdbflow.jobs.config import ConfigError, LocalClusterSpec
-from vdbflow.jobs.config_load import load_config
+from vdbflow.jobs.config.load import load_config
+from vdbflow.jobs.config.model import ConfigError, LocalClusterSpec
 from vdbflow.jobs.output import OutputError, leftovers, partial_path, publish, tidy
 from vdbflow.jobs.results import not_a_result
 

@@ -12,7 +12,7 @@ import vdbflow
 from vdbflow import synthetic
 from vdbflow.analysis.grid_fields import FIELD_QUANTITIES, derived_field
 from vdbflow.errors import SamplingError
-from vdbflow.jobs.cli import main
+from vdbflow.jobs.cli.main import main
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +73,7 @@ def test_a_lattice_spans_the_voxel_centres_by_default(tmp_path):
     """A dense field sampled at x = 0 .. 2 pi: the default bounds of a `grid` job and `data_bounds` are
     the span of the samples (voxel centres), not the voxel cells NanoVDB's world bbox records, so no
     lattice point lies beyond the data; `vdbflow info` shows the voxel centres' box as the data box."""
-    from vdbflow.jobs.config_load import load_config
+    from vdbflow.jobs.config.load import load_config
     from vdbflow.jobs.points import make_points
 
     n, h = 24, 2 * np.pi / 23

@@ -103,7 +103,7 @@ def test_a_malformed_record_warns_and_the_grid_still_opens(tg, tmp_path):
 @pytest.mark.slow
 def test_metadata_survives_a_job(tmp_path):
     """A synthetic field written to .nvdb, read by the workers: the result keeps units and names."""
-    from vdbflow.jobs.config_load import load_config
+    from vdbflow.jobs.config.load import load_config
     from vdbflow.jobs.runner import run_job
 
     cfg = load_config(
@@ -147,7 +147,7 @@ def _with_record(tmp_path, monkeypatch, record: bytes):
 def test_a_lone_surrogate_in_the_metadata_record_is_dropped_with_a_warning(tg, tmp_path, monkeypatch, key):
     from click.testing import CliRunner
 
-    from vdbflow.jobs.cli import main
+    from vdbflow.jobs.cli.main import main
 
     value = ["a", "\ud800", "c"] if key == "component_names" else "\ud800"
     path = _with_record(tmp_path, monkeypatch, json.dumps({"format": 1, key: value}).encode())

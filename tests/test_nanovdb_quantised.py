@@ -229,7 +229,7 @@ def test_quantised_grid_checksums_and_bad_widths(tmp_path):
 def test_a_job_plans_a_quantised_grid_as_the_float32_it_reads(tmp_path):
     """The job plan takes a grid's value type from the listing (GridInfo.value_type), not from its type
     name: an Fp16 grid is float32 data, sampled with linear and sized 4 bytes a component."""
-    from vdbflow.jobs.config_load import load_config
+    from vdbflow.jobs.config.load import load_config
     from vdbflow.jobs.plan import plan_job
 
     built, _ = transcode(float_grid(tmp_path), "Fp16")

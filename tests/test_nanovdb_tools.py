@@ -357,7 +357,7 @@ def test_vdbflow_convert_output_passes_nanovdb_validate(tmp_path):
     """``vdbflow convert``'s default output (and ``--nvdb-version 32.4``) is a file NanoVDB 32.4 validates."""
     from click.testing import CliRunner
 
-    from vdbflow.jobs.cli import main
+    from vdbflow.jobs.cli.main import main
 
     i, j, k = np.meshgrid(*[np.arange(24)] * 3, indexing="ij")
     np.save(tmp_path / "d.npy", np.sin(i / 3.0) * np.cos(j / 4.0) + k / 24.0)

@@ -113,7 +113,7 @@ def test_repeated_netcdf_jobs_on_long_lived_workers(tmp_path, persistent_cluster
     vol = vdbflow.open(tmp_path / "tg.nvdb")
     for attempt in range(4):
         done = subprocess.run(
-            [sys.executable, "-m", "vdbflow.jobs.cli", "run", str(config)],
+            [sys.executable, "-m", "vdbflow.jobs.cli.main", "run", str(config)],
             cwd=tmp_path,
             capture_output=True,
             text=True,
@@ -211,7 +211,7 @@ def test_a_job_that_loses_a_worker_says_so(tmp_path):
 def test_the_summary_has_a_row_for_lost_workers():
     from rich.console import Console
 
-    from vdbflow.jobs.cli import _print_summary
+    from vdbflow.jobs.cli.main import _print_summary
     from vdbflow.jobs.runner import JobResult
 
     timings = {"total_s": 1.0, "cluster_s": 0.1, "distribute_s": 0.1, "sample_and_write_s": 0.8}

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from output_jobs import client, job, kill_after_units, objects, same_data, start_job, write_config  # noqa: F401
 
 import vdbflow
-from vdbflow.jobs.cli import main
+from vdbflow.jobs.cli.main import main
 from vdbflow.jobs.output import tidy
 
 

@@ -272,7 +272,7 @@ for n, g in enumerate(vdb.readAll(sys.argv[1])[0]):
 def test_file_metadata_and_info_cli(written):
     from click.testing import CliRunner
 
-    from vdbflow.jobs.cli import main
+    from vdbflow.jobs.cli.main import main
 
     out, _ = written
     result = CliRunner().invoke(main, ["info", "--json", str(out / "grids.vdb")])
@@ -288,7 +288,7 @@ def test_file_metadata_and_info_cli(written):
 def test_convert_to_nvdb_keeps_the_values(written, tmp_path):
     from click.testing import CliRunner
 
-    from vdbflow.jobs.cli import main
+    from vdbflow.jobs.cli.main import main
 
     out, dumps = written
     target = tmp_path / "grids.nvdb"

@@ -149,7 +149,7 @@ def test_crafted_numbers_are_refused_before_any_allocation(tmp_path):
 
 
 def test_a_job_config_with_a_vdb_volume_plans_its_grids(tmp_path):
-    from vdbflow.jobs.config_load import load_config
+    from vdbflow.jobs.config.load import load_config
     from vdbflow.jobs.plan import plan_job
 
     cfg = load_config(
@@ -190,7 +190,7 @@ def test_vdbflow_run_samples_a_vdb_volume(tmp_path):
     from click.testing import CliRunner
 
     xr = pytest.importorskip("xarray")
-    from vdbflow.jobs.cli import main
+    from vdbflow.jobs.cli.main import main
 
     cfg = {
         "volume": {"path": str(GRIDS), "grids": ["sphere"]},

@@ -11,7 +11,7 @@ import xarray as xr
 import vdbflow
 from vdbflow.analysis import flow, grid_fields, plot
 from vdbflow.core import kernel, outputs
-from vdbflow.jobs import config
+from vdbflow.jobs.config import model as config
 from vdbflow.ops.request import SampleRequest
 
 PACKAGE = Path(vdbflow.__file__).resolve().parent

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from test_run import base_config, invoke, write_config
 
-from vdbflow.jobs.config_load import load_config
+from vdbflow.jobs.config.load import load_config
 from vdbflow.jobs.plan import REFERENCE_POINTS_PER_S, plan_job
 
 

@@ -14,9 +14,9 @@ from click.testing import CliRunner
 
 import vdbflow
 from vdbflow.errors import PointsError
-from vdbflow.jobs.cli import main
-from vdbflow.jobs.config import ConfigError, RandomPoints
-from vdbflow.jobs.config_load import load_config
+from vdbflow.jobs.cli.main import main
+from vdbflow.jobs.config.load import load_config
+from vdbflow.jobs.config.model import ConfigError, RandomPoints
 from vdbflow.jobs.points import make_points
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -38,7 +38,7 @@ def demo_folder(tmp_path_factory):
     (folder / "docs").symlink_to(REPO / "docs")  # the README builds the documentation site into vdbflow-demo/
     env = {**os.environ, "MPLBACKEND": "Agg"}
     result = subprocess.run(
-        [sys.executable, "-m", "vdbflow.jobs.cli", "run", "configs/demo.yaml", "--set", "points.count=20000"],
+        [sys.executable, "-m", "vdbflow.jobs.cli.main", "run", "configs/demo.yaml", "--set", "points.count=20000"],
         cwd=folder,
         env=env,
         capture_output=True,
@@ -104,7 +104,7 @@ def test_bash_blocks_run(demo_folder):
             continue
         for command in (c for c in code.splitlines() if c.strip() and not c.startswith("#")):
             if shlex.split(command)[0] == "vdbflow":  # the installed command, in this interpreter
-                command = f"{shlex.quote(sys.executable)} -m vdbflow.jobs.cli {command[len('vdbflow ') :]}"
+                command = f"{shlex.quote(sys.executable)} -m vdbflow.jobs.cli.main {command[len('vdbflow ') :]}"
             result = subprocess.run(
                 command, shell=True, cwd=demo_folder, env=env, capture_output=True, text=True, timeout=600
             )
@@ -156,7 +156,7 @@ def test_the_demo_prints_the_summary_the_readme_shows(tmp_path):
     """The Quick start's demo, run as written: the rows that do not depend on the machine's speed
     (points, grids, the analytic check, the edge of the data) read as the README prints them."""
     result = subprocess.run(
-        [sys.executable, "-m", "vdbflow.jobs.cli", "demo"],
+        [sys.executable, "-m", "vdbflow.jobs.cli.main", "demo"],
         cwd=tmp_path,
         env={**os.environ, "COLUMNS": "80"},
         capture_output=True,

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 import vdbflow
 from vdbflow.io.location import Url, coalesce
-from vdbflow.jobs.cli import main
+from vdbflow.jobs.cli.main import main
 
 WARP_ASSETS = sorted(
     glob.glob(os.path.join(os.path.dirname(pytest.importorskip("warp").__file__), "**/*.nvdb"), recursive=True)
@@ -258,7 +258,7 @@ def test_convert_reads_npy_and_vdb_urls(memory_fs, tmp_path):
 def test_points_files_at_urls_give_the_local_points(s3, tmp_path):
     """.npy (by ranges, chunk by chunk), .csv, .parquet and .zarr points at s3:// equal the local files'."""
     pd = pytest.importorskip("pandas")
-    from vdbflow.jobs.config import FilePoints
+    from vdbflow.jobs.config.model import FilePoints
     from vdbflow.jobs.points import make_points
 
     bucket = s3.bucket()
@@ -327,7 +327,7 @@ def test_a_job_reads_its_volume_from_s3_like_the_local_file(s3, tmp_path, packed
 
 def test_config_takes_urls_and_refuses_options_without_one(tmp_path, s3):
     from vdbflow.errors import VdbflowError
-    from vdbflow.jobs.config_load import load_config
+    from vdbflow.jobs.config.load import load_config
 
     cfg = {
         "volume": {"path": "s3://bucket/field.nvdb", "storage_options": {"anon": True}},
@@ -343,7 +343,7 @@ def test_config_takes_urls_and_refuses_options_without_one(tmp_path, s3):
 
 
 def test_series_paths_glob_an_object_store(s3, packed_file):
-    from vdbflow.jobs.config import VolumeSpec
+    from vdbflow.jobs.config.model import VolumeSpec
 
     bucket = s3.bucket()
     for k in (2, 0, 1):

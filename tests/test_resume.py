@@ -16,7 +16,7 @@ import xarray as xr
 from output_jobs import client, job, kill_after_units, objects, same_data, start_job, write_config  # noqa: F401
 
 import vdbflow
-from vdbflow.jobs.config import ConfigError
+from vdbflow.jobs.config.model import ConfigError
 
 UNITS = 8  # 4,000 points in chunks of 500
 
@@ -206,7 +206,7 @@ def test_a_resumed_summary_says_what_was_kept(tmp_path, client, killed):  # noqa
     only the points it sampled now (those of the units it wrote: chunks and units are both 500 points)."""
     from rich.console import Console
 
-    from vdbflow.jobs.cli import _print_summary
+    from vdbflow.jobs.cli.main import _print_summary
 
     config, partial = _copy_of(killed, tmp_path)
     kept = len(_records(partial))

@@ -18,8 +18,8 @@ from click.testing import CliRunner
 
 import vdbflow
 from vdbflow import synthetic
-from vdbflow.jobs.cli import main
-from vdbflow.jobs.config_load import load_config
+from vdbflow.jobs.cli.main import main
+from vdbflow.jobs.config.load import load_config
 from vdbflow.jobs.points import plane
 
 REPO = Path(__file__).resolve().parents[1]
@@ -279,7 +279,7 @@ def test_interrupted_run_leaves_no_result_and_rerun_succeeds(tmp_path):
     preload.write_text(STALL_AFTER_A_WRITE.format(marker=str(marker), chunks=chunks))
     env = {**os.environ, "DASK_DISTRIBUTED__WORKER__PRELOAD": json.dumps([str(preload)])}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "vdbflow.jobs.cli", "run", str(cfg_path)],
+        [sys.executable, "-m", "vdbflow.jobs.cli.main", "run", str(cfg_path)],
         cwd=tmp_path,
         env=env,
         start_new_session=True,

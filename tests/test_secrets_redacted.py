@@ -21,8 +21,8 @@ from output_jobs import client, job, volume_file, write_config  # noqa: F401
 import vdbflow
 from vdbflow.io.location import storage_error
 from vdbflow.io.redact import redact, redact_text, redact_url
-from vdbflow.jobs.cli import main
-from vdbflow.jobs.config_load import dump_config, load_config
+from vdbflow.jobs.cli.main import main
+from vdbflow.jobs.config.load import dump_config, load_config
 
 SECRETS = ("hunter2", "SIGNATURE0123", "AKIAEXAMPLE", "SESSIONTOKEN9", "AccountKey=abc", "azuresig")
 QUERY = (

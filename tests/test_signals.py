@@ -59,7 +59,7 @@ def _stop_mid_write(tmp_path: Path, sig: int) -> tuple[int, str]:
     preload.write_text(SLOW_WRITES.format(marker=str(marker)))
     env = {**os.environ, "DASK_DISTRIBUTED__WORKER__PRELOAD": json.dumps([str(preload)])}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "vdbflow.jobs.cli", "run", str(_job(tmp_path))],
+        [sys.executable, "-m", "vdbflow.jobs.cli.main", "run", str(_job(tmp_path))],
         cwd=tmp_path,
         env=env,
         start_new_session=True,
@@ -96,7 +96,7 @@ def test_a_stopped_job_leaves_nothing_and_nothing_comes_back(tmp_path, sig):
 
 
 def test_signals_raise_stopped_once_and_are_restored(capfd):
-    from vdbflow.jobs.cli import Stopped, _stop_on_signals
+    from vdbflow.jobs.cli.main import Stopped, _stop_on_signals
 
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(Stopped) as caught, _stop_on_signals():
@@ -114,7 +114,7 @@ def test_signals_raise_stopped_once_and_are_restored(capfd):
 def test_a_signal_while_the_result_is_published_is_deferred():
     """Found by the fault campaign: SIGHUP just after publishing made the job say "no result was
     published" (exit 129) about the result it had just published."""
-    from vdbflow.jobs.cli import _stop_on_signals
+    from vdbflow.jobs.cli.main import _stop_on_signals
 
     with _stop_on_signals() as guard:
         guard.publishing.set()  # what run_job does right before it moves the result into place
@@ -127,7 +127,7 @@ def test_run_job_sets_publishing_right_before_publishing(tmp_path, monkeypatch):
     import threading
 
     from vdbflow.jobs import runner
-    from vdbflow.jobs.config_load import load_config
+    from vdbflow.jobs.config.load import load_config
 
     seen = []
     real_publish = runner.publish
@@ -158,7 +158,7 @@ def test_a_signal_while_the_workers_start_is_one_line_and_its_exit_code(tmp_path
         [
             sys.executable,
             "-m",
-            "vdbflow.jobs.cli",
+            "vdbflow.jobs.cli.main",
             "run",
             str(write_config(tmp_path / "job.yaml", base_config(tmp_path))),
         ],

@@ -240,7 +240,7 @@ def test_a_reduce_job_writes_the_statistics_of_every_voxel(tmp_path, suffix):
     import distributed
     import xarray as xr
 
-    from vdbflow.jobs.config_load import load_config
+    from vdbflow.jobs.config.load import load_config
     from vdbflow.jobs.points import make_points
 
     path = tmp_path / "job.yaml"
@@ -271,7 +271,7 @@ def test_a_reduce_job_writes_the_statistics_of_every_voxel(tmp_path, suffix):
 
 
 def test_reduce_configs_are_checked():
-    from vdbflow.jobs.config import JobConfig
+    from vdbflow.jobs.config.model import JobConfig
 
     base = {
         "volume": {"synthetic": {"field": "taylor_green", "resolution": 16}},

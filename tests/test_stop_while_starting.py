@@ -18,7 +18,7 @@ import time
 import pytest
 from test_run import base_config, write_config
 
-from vdbflow.jobs import cli
+from vdbflow.jobs.cli import main as cli
 
 SLOW_START = """
 import time
@@ -68,7 +68,7 @@ def _stop_at_start(tmp_path, n: int) -> tuple[int, str]:
     env = {**os.environ, "DASK_DISTRIBUTED__WORKER__PRELOAD": json.dumps([str(preload)])}
     config = write_config(folder / "job.yaml", base_config(folder))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "vdbflow.jobs.cli", "run", str(config)],
+        [sys.executable, "-m", "vdbflow.jobs.cli.main", "run", str(config)],
         cwd=folder,
         env=env,
         start_new_session=True,

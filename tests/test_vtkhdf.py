@@ -13,7 +13,7 @@ from output_jobs import client, job  # noqa: F401
 
 import vdbflow
 from vdbflow.errors import WriteError
-from vdbflow.jobs.config import ConfigError
+from vdbflow.jobs.config.model import ConfigError
 from vdbflow.jobs.results import not_a_result
 
 vtk = pytest.importorskip("vtkmodules.vtkIOHDF", reason="vtk is in the test extra")

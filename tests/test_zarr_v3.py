@@ -12,7 +12,7 @@ import xarray as xr
 from output_jobs import client, job, same_data  # noqa: F401
 
 import vdbflow
-from vdbflow.jobs.config import ConfigError
+from vdbflow.jobs.config.model import ConfigError
 
 
 @pytest.fixture(scope="module")

@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from vdbflow.io.nanovdb import BlindData, GridInfo, save
     from vdbflow.io.volumes import list_grids, open_zarr, split_channels
     from vdbflow.io.volumes import open_volume as open  # noqa: A004 - vdbflow.open(path) reads like xarray.open_dataset
-    from vdbflow.jobs.config import ConfigError
+    from vdbflow.jobs.config.model import ConfigError
     from vdbflow.jobs.inputs import InputError
     from vdbflow.jobs.runner import JobError, JobResult, run
     from vdbflow.ops.hessian import sample_hessian, sample_hessian_arrays
@@ -55,7 +55,7 @@ _LAZY = {
     "BlindData": ("io.nanovdb", "BlindData"),
     "ChecksumWarning": ("errors", "ChecksumWarning"),
     "ClusterError": ("errors", "ClusterError"),
-    "ConfigError": ("jobs.config", "ConfigError"),
+    "ConfigError": ("jobs.config.model", "ConfigError"),
     "DistributedVolume": ("distribution.volume", "DistributedVolume"),
     "DistributionError": ("errors", "DistributionError"),
     "GridInfo": ("io.nanovdb", "GridInfo"),

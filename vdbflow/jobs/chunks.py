@@ -200,7 +200,7 @@ def grid_request(cfg: Any) -> SampleRequest:
     output needs it) and the derived quantities the kernels compute in the same pass, so that a job
     asking for Q alone has 4 bytes a point written."""
     from vdbflow.core.kernel import DERIVED
-    from vdbflow.jobs.config import SECOND
+    from vdbflow.jobs.config.model import SECOND
     from vdbflow.ops.request import OUTPUTS
 
     sp = cfg.sampling

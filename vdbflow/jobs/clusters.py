@@ -19,7 +19,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from vdbflow.distribution.partitions import MAIN_GUARD_HINT, refuse_in_a_worker_import
 from vdbflow.errors import ClusterError
-from vdbflow.jobs.config import (
+from vdbflow.jobs.config.model import (
     AddressClusterSpec,
     ConfigError,
     CudaClusterSpec,

@@ -38,7 +38,7 @@ from vdbflow.jobs.chunks import (
     open_source,
     point_tally,
 )
-from vdbflow.jobs.config import ConfigError, JobConfig
+from vdbflow.jobs.config.model import ConfigError, JobConfig
 from vdbflow.jobs.plan import JobPlan
 from vdbflow.jobs.points import make_points
 

@@ -17,7 +17,7 @@ import numpy as np
 from vdbflow import synthetic
 from vdbflow.errors import VdbflowError, VolumeError
 from vdbflow.io.identity import FileIdentity
-from vdbflow.jobs.config import ConfigError, JobConfig
+from vdbflow.jobs.config.model import ConfigError, JobConfig
 from vdbflow.jobs.output import snapshot_path, tidy
 
 log = logging.getLogger("vdbflow.run")

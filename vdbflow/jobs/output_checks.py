@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from vdbflow.io.location import filesystem
-from vdbflow.jobs.config_output import BUCKETED as _BUCKETED
+from vdbflow.jobs.config.output import BUCKETED as _BUCKETED
 from vdbflow.version import install_hint
 
 

@@ -18,7 +18,6 @@ from vdbflow.core import outputs as output_table
 from vdbflow.core.value_types import VALUE_TYPES, ValueType, value_type_for
 from vdbflow.errors import NanoVDBError, OpenVDBError, PointsError, SamplingError, StorageError, TimeError, VolumeError
 from vdbflow.io.location import is_url
-from vdbflow.jobs.checks import check_inputs
 from vdbflow.jobs.clusters import (
     MissingExtraError,
     describe_cluster,
@@ -27,7 +26,8 @@ from vdbflow.jobs.clusters import (
     submit_command_missing,
     worker_memory_limit,
 )
-from vdbflow.jobs.config import (
+from vdbflow.jobs.config.checks import check_inputs
+from vdbflow.jobs.config.model import (
     DERIVED,
     SECOND,
     ConfigError,

@@ -18,7 +18,7 @@ from vdbflow.core.transform import Transform
 from vdbflow.errors import PointsError
 from vdbflow.io.identity import FileIdentity
 from vdbflow.io.location import is_url
-from vdbflow.jobs.config import FilePoints, GridPoints, LinePoints, PlanePoints, RandomPoints, VoxelPoints
+from vdbflow.jobs.config.model import FilePoints, GridPoints, LinePoints, PlanePoints, RandomPoints, VoxelPoints
 from vdbflow.ops.points import lattice_block, line, line_block, plane, plane_block  # noqa: F401 (line, plane: here too)
 from vdbflow.version import install_hint
 
@@ -215,7 +215,7 @@ def _where(bounds: np.ndarray | None) -> str:
 
 
 def _random_points(spec: RandomPoints, topology: Any, mode: str, attrs: dict[str, Any]) -> PointSet:
-    """Random points of a ``kind: random`` spec (:class:`~vdbflow.jobs.config.RandomPoints`)."""
+    """Random points of a ``kind: random`` spec (:class:`~vdbflow.jobs.config.model.RandomPoints`)."""
     to_world = topology.transform if spec.space == "world" else None
     attrs.update(points_seed=spec.seed, points_inside=spec.inside)
     if spec.bounds is None and spec.inside == "voxels":  # the uniform voxel, uniform offset: nothing refused

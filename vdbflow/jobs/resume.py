@@ -6,7 +6,7 @@ result depends on: everything but ``cluster``, ``limits``, ``output.overwrite`` 
 the paths of the output and inputs, whose contents are compared instead), the identity of its input
 files (size and modification time, then their SHA-256 once hashed, as the result's ``input_sha256``) and
 the SHA-256 of a points file.  A resumed run must match them all: a changed key or input is a
-:class:`~vdbflow.jobs.config.ConfigError` naming it.
+:class:`~vdbflow.jobs.config.model.ConfigError` naming it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 
 from vdbflow.io.location import Target
 from vdbflow.io.redact import redact_url
-from vdbflow.jobs.config import ConfigError, FilePoints, JobConfig
+from vdbflow.jobs.config.model import ConfigError, FilePoints, JobConfig
 from vdbflow.jobs.output import leftovers_at
 from vdbflow.jobs.writers.units import EXTRAS, Manifest, UnitPlan, per_chunk, verified
 

@@ -1,4 +1,4 @@
-"""``vdbflow run``: a batch job from a :class:`~vdbflow.jobs.config.JobConfig` - volume, points, sampling on a
+"""``vdbflow run``: a batch job from a :class:`~vdbflow.jobs.config.model.JobConfig` - volume, points, sampling on a
 Dask cluster, and a result store written from the workers.
 
 :func:`~vdbflow.jobs.plan.plan_job` reads only headers (it backs ``--dry-run``); :func:`run_job` runs the
@@ -32,8 +32,8 @@ from vdbflow.jobs.chunks import (
     CHUNK_PHASES,
 )
 from vdbflow.jobs.clusters import open_cluster, worker_memory_limit
-from vdbflow.jobs.config import ConfigError, JobConfig, SlurmClusterSpec
-from vdbflow.jobs.config_load import dump_config
+from vdbflow.jobs.config.load import dump_config
+from vdbflow.jobs.config.model import ConfigError, JobConfig, SlurmClusterSpec
 from vdbflow.jobs.executors import Sampled, executor_for, shaped, worker_memory
 from vdbflow.jobs.inputs import InputIdentity, build_volumes, snapshot
 from vdbflow.jobs.output import KEPT_PARTIALS, OutputError, partial_path, publish, tidy
@@ -648,7 +648,7 @@ def run(
     Parameters
     ----------
     config : str, os.PathLike, mapping or JobConfig
-        A YAML path, a mapping of sections or a :class:`~vdbflow.jobs.config.JobConfig`.
+        A YAML path, a mapping of sections or a :class:`~vdbflow.jobs.config.model.JobConfig`.
     client : distributed.Client, optional
         Runs the job on its cluster instead of starting the config's; it stays open.
     overrides : mapping of str to object, optional
@@ -678,7 +678,7 @@ def run(
     JobError
         Anything that failed while the job ran, with the original error as ``__cause__``.
     """
-    from vdbflow.jobs.config_load import load_config
+    from vdbflow.jobs.config.load import load_config
 
     values = {**(overrides or {}), **{key.replace("__", "."): value for key, value in settings.items()}}
     if isinstance(config, JobConfig):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from vdbflow.jobs.config import DERIVED, SECOND, ConfigError, FilePoints, JobConfig
+from vdbflow.jobs.config.model import DERIVED, SECOND, ConfigError, FilePoints, JobConfig
 
 
 def _unwritable(path: Path) -> str | None:

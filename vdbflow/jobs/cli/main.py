@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from vdbflow.jobs.console import RedactingFormatter
-from vdbflow.jobs.console import rows_table as _rows_table
-from vdbflow.jobs.console import say as _say
-from vdbflow.jobs.console import stdout as _stdout
-from vdbflow.jobs.convert_cli import convert
-from vdbflow.jobs.gpu_cli import build_cuda
-from vdbflow.jobs.info_cli import info
+from vdbflow.jobs.cli.console import RedactingFormatter
+from vdbflow.jobs.cli.console import rows_table as _rows_table
+from vdbflow.jobs.cli.console import say as _say
+from vdbflow.jobs.cli.console import stdout as _stdout
+from vdbflow.jobs.cli.convert import convert
+from vdbflow.jobs.cli.gpu import build_cuda
+from vdbflow.jobs.cli.info import info
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -319,8 +319,8 @@ def _run(
     config_path: str, overrides: tuple[str, ...], dry_run: bool, verbose: int, force: bool = False, resume: bool = False
 ) -> None:
     from vdbflow.errors import PointsError, VdbflowError
-    from vdbflow.jobs.config import ConfigError
-    from vdbflow.jobs.config_load import load_config
+    from vdbflow.jobs.config.load import load_config
+    from vdbflow.jobs.config.model import ConfigError
     from vdbflow.jobs.plan import plan_job
     from vdbflow.jobs.runner import run_job
 
@@ -412,9 +412,9 @@ def clean(target: str, dry_run: bool, force: bool) -> None:
 
     TARGET is a job config (.yaml: its output.path), an output path, or a directory holding outputs
     (default: the current directory).  Exit code 2: TARGET cannot be read."""
-    from vdbflow.jobs.config import ConfigError
-    from vdbflow.jobs.config_load import load_config
-    from vdbflow.jobs.config_output import url_protocol
+    from vdbflow.jobs.config.load import load_config
+    from vdbflow.jobs.config.model import ConfigError
+    from vdbflow.jobs.config.output import url_protocol
     from vdbflow.jobs.output import tidy
     from vdbflow.jobs.results import not_a_result
 

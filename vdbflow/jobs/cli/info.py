@@ -7,9 +7,9 @@ from typing import Any
 import click
 
 from vdbflow.core import schema
-from vdbflow.jobs.console import rows_table as _rows_table
-from vdbflow.jobs.console import say as _say
-from vdbflow.jobs.console import stdout as _stdout
+from vdbflow.jobs.cli.console import rows_table as _rows_table
+from vdbflow.jobs.cli.console import say as _say
+from vdbflow.jobs.cli.console import stdout as _stdout
 
 
 def _format_version(version: str) -> str:

@@ -19,8 +19,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from vdbflow.jobs.config import ConfigError, JobConfig
-from vdbflow.jobs.config_base import booleans_for_numbers
+from vdbflow.jobs.config.base import booleans_for_numbers
+from vdbflow.jobs.config.model import ConfigError, JobConfig
 
 MAX_CONFIG_BYTES = 1 << 20  # a job config is a few hundred bytes; anything this large is not one
 MAX_CONFIG_NODES = 10_000  # scalars, lists and mappings once aliases are expanded

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, field_serializer, model_validator
 
-from vdbflow.jobs.config_base import StrictModel
+from vdbflow.jobs.config.base import StrictModel
 from vdbflow.jobs.writers import WRITERS, format_of_path
 
 OUTPUT_FORMATS = tuple(WRITERS)

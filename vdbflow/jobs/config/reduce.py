@@ -10,7 +10,7 @@ import re
 from pydantic import Field, model_validator
 
 from vdbflow.core import outputs as output_table
-from vdbflow.jobs.config_base import StrictModel
+from vdbflow.jobs.config.base import StrictModel
 
 MAX_HISTOGRAM_BINS = 1 << 24  # bins of one histogram (each worker thread holds its counts)
 _QUANTITY = re.compile(r"^\s*(\w+)\s*(\[[^\]]+\])?\s*$")

@@ -1,6 +1,6 @@
 """The job config of ``vdbflow run``: one pydantic model, :class:`JobConfig`, and :class:`ConfigError`;
-read from YAML with line numbers in errors by :mod:`~vdbflow.jobs.config_load`, its inputs and outputs
-checked by :mod:`~vdbflow.jobs.checks`.
+read from YAML with line numbers in errors by :mod:`~vdbflow.jobs.config.load`, its inputs and outputs
+checked by :mod:`~vdbflow.jobs.config.checks`.
 
 A config names a volume (an .nvdb file or a synthetic flow field), the points to sample (a file or
 a generator), what to compute, the cluster, and where the result goes::
@@ -39,10 +39,10 @@ from vdbflow.core.kernel import MODES
 from vdbflow.core.value_types import VALUE_TYPES
 from vdbflow.devices import DEVICES
 from vdbflow.errors import TimeError, VdbflowError
-from vdbflow.jobs.config_base import StrictModel
-from vdbflow.jobs.config_inputs import InputPath, InputSection, series_files
-from vdbflow.jobs.config_output import COMPRESSIONS, MAX_CHUNK_POINTS, OUTPUT_FORMATS, OutputSpec  # noqa: F401 - here too
-from vdbflow.jobs.config_reduce import MAX_HISTOGRAM_BINS, ReduceSpec  # noqa: F401 - MAX_HISTOGRAM_BINS: here too
+from vdbflow.jobs.config.base import StrictModel
+from vdbflow.jobs.config.inputs import InputPath, InputSection, series_files
+from vdbflow.jobs.config.output import COMPRESSIONS, MAX_CHUNK_POINTS, OUTPUT_FORMATS, OutputSpec  # noqa: F401 - here too
+from vdbflow.jobs.config.reduce import MAX_HISTOGRAM_BINS, ReduceSpec  # noqa: F401 - MAX_HISTOGRAM_BINS: here too
 from vdbflow.ops.request import SPACES
 from vdbflow.synthetic.steady import FIELDS
 from vdbflow.temporal.interpolation import TIME_MODES

@@ -11,7 +11,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import Field, PlainSerializer, PlainValidator, field_serializer, model_validator
 
 from vdbflow.io.location import Url, glob, is_url, local_path
-from vdbflow.jobs.config_base import StrictModel
+from vdbflow.jobs.config.base import StrictModel
 
 
 def _location(value: Any) -> Path | Url:

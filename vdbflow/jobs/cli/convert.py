@@ -7,9 +7,9 @@ from typing import Any
 
 import click
 
-from vdbflow.jobs.console import say as _say
-from vdbflow.jobs.console import stderr as _stderr
-from vdbflow.jobs.info_cli import storage_options_callback
+from vdbflow.jobs.cli.console import say as _say
+from vdbflow.jobs.cli.console import stderr as _stderr
+from vdbflow.jobs.cli.info import storage_options_callback
 
 
 class _ConvertCommand(click.Command):
