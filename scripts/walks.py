@@ -3,10 +3,14 @@ order they are first entered, for points sampled by ``Volume.sample_grad`` and f
 (the client's side: the workers' task threads are not traced).
 
     python scripts/walks.py            # both walks, one module a line
+    python scripts/walks.py --markdown # both walks as docs/architecture.md lists them
+
+tests/test_walks.py holds docs/architecture.md's figures to these measurements.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -62,8 +66,32 @@ def job_walk() -> list[str]:
             return walk(lambda: vdbflow.run(config, client=client))
 
 
+def short(modules: list[str]) -> list[str]:
+    """Module names as docs/architecture.md writes them: without the leading ``vdbflow.``."""
+    return [m.removeprefix("vdbflow.") for m in modules]
+
+
+# "Measured with `python scripts/walks.py` (...): **N** modules: `a`, `b`, ..." - the count, then the names
+_DOCUMENTED = re.compile(
+    r"Measured with `python scripts/walks\.py`[^*]*\*\*(\d+)\*\*\s+modules:\s*((?:`[\w.]+`(?:,\s*)?)+)"
+)
+
+
+def documented(text: str) -> list[tuple[int, list[str]]]:
+    """The walks a page states, in its order: (the bold count, the module names listed after it)."""
+    return [(int(n), re.findall(r"`([\w.]+)`", names)) for n, names in _DOCUMENTED.findall(text)]
+
+
+def markdown(modules: list[str]) -> str:
+    """A walk as the page states it: the bold count, then the names."""
+    return f"**{len(modules)}** modules: " + ", ".join(f"`{m}`" for m in short(modules))
+
+
 if __name__ == "__main__":
     for title, modules in (("a point (Volume.sample_grad)", point_walk()), ("a job (vdbflow.run)", job_walk())):
+        if "--markdown" in sys.argv:
+            print(f"{title}: {markdown(modules)}")
+            continue
         print(f"{title}: {len(modules)} modules")
         for m in modules:
             print(f"  {m}")
