@@ -20,11 +20,12 @@
 #include "vdbflow/route.h"
 
 // The entry points of one compilation of the kernel section: one function pointer per row of the table of
-// operations (vdbflow/operations.h), with the row's CPU signature.  A record (KernelAbi), routing's RouteSpec
+// operations (vdbflow/operations.h), with the row's CPU parameters.  A record (KernelAbi), routing's RouteSpec
 // and the particles' AdvectSpec travel as `const void*`: the same plain data in every compilation, a type
 // of each compilation's own namespace.
 struct VdbflowCpuKernels {
-#define VDBFLOW_CPU_ENTRY_POINTER(name, gpu_entry, value_types, gpu_components, signature) void(*name) signature;
+#define VDBFLOW_CPU_ENTRY_POINTER(name, gpu_entry, value_types, gpu_components, cpu_parameters, gpu_parameters) \
+  void(*name) cpu_parameters;
   VDBFLOW_OPERATIONS(VDBFLOW_CPU_ENTRY_POINTER)
 #undef VDBFLOW_CPU_ENTRY_POINTER
 };
@@ -165,7 +166,7 @@ void merge_partials_entry(const void* spec, i64 n_ints, i64* ints, double* reals
   merge_partial_into(*(const ReduceSpec*)spec, n_ints, ints, reals, ints_b, reals_b);
 }
 
-#define VDBFLOW_CPU_ENTRY(name, gpu_entry, value_types, gpu_components, signature) &name##_entry,
+#define VDBFLOW_CPU_ENTRY(name, gpu_entry, value_types, gpu_components, cpu_parameters, gpu_parameters) &name##_entry,
 const VdbflowCpuKernels KERNELS = {VDBFLOW_OPERATIONS(VDBFLOW_CPU_ENTRY)};
 #undef VDBFLOW_CPU_ENTRY
 

@@ -489,8 +489,11 @@ NewArray<int64_t> voxel_offsets(In<int64_t, nb::ndim<2>> ijk) {
 }
 
 // The table of operations (operations.h) for the Python backends: name -> (GPU entry, value types: "any",
-// "float", "untyped" or "host", the GPU's fixed component counts or None).
-nb::dict operations() {
+// "float", "untyped" or "host", the GPU's fixed component counts or None, the CPU entry's parameters, the GPU
+// entry's parameters); steps: the GPU steps' table instead (VDBFLOW_GPU_STEPS).
+#define VDBFLOW_TEXT_(...) #__VA_ARGS__
+#define VDBFLOW_TEXT(...) VDBFLOW_TEXT_(__VA_ARGS__)  // its macros expanded first (VDBFLOW_GPU_POINTS, ...)
+nb::dict operations(bool steps) {
   nb::dict out;
   const char* type_names[] = {"any", "float", "untyped", "host"};
   auto counts = [](const int* fixed) -> nb::object {
@@ -499,9 +502,14 @@ nb::dict operations() {
     for (; *fixed; ++fixed) c.append(*fixed);
     return nb::tuple(c);
   };
-#define VDBFLOW_OPERATION_ROW(name, gpu_entry, value_types, gpu_components, signature) \
-  out[#name] = nb::make_tuple(gpu_entry, type_names[value_types], counts(gpu_components));
-  VDBFLOW_OPERATIONS(VDBFLOW_OPERATION_ROW)
+#define VDBFLOW_OPERATION_ROW(name, gpu_entry, value_types, gpu_components, cpu_parameters, gpu_parameters) \
+  out[#name] = nb::make_tuple(gpu_entry, type_names[value_types], counts(gpu_components),                    \
+                              VDBFLOW_TEXT(cpu_parameters), VDBFLOW_TEXT(gpu_parameters));
+  if (steps) {
+    VDBFLOW_GPU_STEPS(VDBFLOW_OPERATION_ROW)
+  } else {
+    VDBFLOW_OPERATIONS(VDBFLOW_OPERATION_ROW)
+  }
 #undef VDBFLOW_OPERATION_ROW
   return out;
 }
@@ -818,7 +826,8 @@ NB_MODULE(_core, m) {
   for (const char* name : TRANSFORM_PARAMETER_NAMES) transform_names.append(name);
   m.attr("TRANSFORM_PARAMETERS") = nb::tuple(transform_names);
   m.attr("ABI_SIZE") = sizeof(KernelAbi);
-  m.attr("OPERATIONS") = operations();  // vdbflow.core.kernel.OPERATIONS
+  m.attr("OPERATIONS") = operations(false);  // vdbflow.core.kernel.OPERATIONS
+  m.attr("GPU_STEPS") = operations(true);    // vdbflow.core.kernel.GPU_STEPS
   m.def("sample_reduce", &sample_reduce, nb::arg("record"), nb::arg("points"), nb::arg("spec"), nb::arg("edges"),
         nb::arg("ints"), nb::arg("reals"), nb::arg("order") = (int)ORDER_AUTO,
         "Histograms, moments and binned means of sampled quantities, added into ints and reals (reduce.h).");

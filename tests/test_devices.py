@@ -25,22 +25,65 @@ def test_the_interface_names_every_operation_of_the_kernels():
     """The Python interface and the kernels' table of operations (operations.h) list the same operations."""
     assert set(OPERATIONS) == set(kernel.OPERATIONS)
     assert {"sample", "derive", "sample_vjp", "route", "scatter_rows"} <= set(OPERATIONS)
-    for gpu_entry, types, fixed in kernel.OPERATIONS.values():
-        assert types in ("any", "float", "untyped", "host")
-        assert (types == "untyped") == gpu_entry.startswith("vdbflow_")  # extern "C" entries, else templates
-        assert (types == "host") == (gpu_entry == "")  # host loops: the CUDA backend composes them
-        assert fixed is None or (types in ("any", "float") and all(c >= 1 for c in fixed))
+    assert not set(kernel.GPU_STEPS) & set(OPERATIONS)  # a GPU step is no operation of its own
+    for op in (*kernel.OPERATIONS.values(), *kernel.GPU_STEPS.values()):
+        assert op.value_types in ("any", "float", "untyped", "host")
+        assert (op.value_types == "untyped") == op.gpu_entry.startswith("vdbflow_")  # extern "C", else templates
+        assert (op.value_types == "host") == (op.gpu_entry == "") == (op.gpu_parameters == ())  # run on the host
+        assert op.gpu_components is None or (op.value_types in ("any", "float") and min(op.gpu_components) >= 1)
+    assert all(op.cpu_parameters for op in kernel.OPERATIONS.values())  # every operation has a CPU entry
+    assert all(not op.cpu_parameters for op in kernel.GPU_STEPS.values())
 
 
-def test_every_gpu_entry_of_the_table_is_in_sample_cu():
+def _sample_cu_parameters(source: str, entry: str) -> tuple[tuple[str, str], ...]:
+    """The parameters of ``entry``'s definition in sample.cu, in the table's spelling (no ``vdbflow::``; the
+    accumulation type ``typename RealOf<T>::type`` written R)."""
+    import re
+
+    match = re.search(rf"\b{entry}\(([^)]*)\)\s*{{", source)
+    assert match, entry
+    text = match.group(1).replace("vdbflow::", "").replace("typename RealOf<T>::type", "R")
+    return kernel.parameters(f"({text})")
+
+
+def test_every_gpu_entry_of_the_table_is_in_sample_cu_with_the_rows_parameters():
+    """The typed, named GPU parameters of each row (from which the CUDA backend builds its launches) are those
+    of the entry's definition in sample.cu, name for name and type for type."""
     source = (cuda.kernel_dir() / "sample.cu").read_text()
-    for gpu_entry, types, _ in kernel.OPERATIONS.values():
-        if types == "host":
+    rows = {**kernel.OPERATIONS, **kernel.GPU_STEPS}
+    checked = 0
+    for op in rows.values():
+        if op.value_types == "host":
             continue
-        if types == "untyped":  # extern "C", under one of the launch bounds (one block an SM, or two)
-            assert any(f"void {bound} {gpu_entry}(" in source for bound in ("VDB_BOUNDS", "VDB_BOUNDS_FILL")), gpu_entry
-        else:
-            assert f" {gpu_entry}(" in source, gpu_entry
+        if op.value_types == "untyped":  # extern "C", under one of the launch bounds (one block an SM, or two)
+            bounds = ("VDB_BOUNDS", "VDB_BOUNDS_FILL")
+            assert any(f"void {bound} {op.gpu_entry}(" in source for bound in bounds), op.gpu_entry
+        assert _sample_cu_parameters(source, op.gpu_entry) == op.gpu_parameters, op.gpu_entry
+        checked += 1
+    assert checked == len(rows) - 2  # all but reduce_features and merge_partials, which run on the host
+    assert kernel.parameters("(const R* const* a, i64 n)") == (("const R* const*", "a"), ("i64", "n"))
+
+
+def test_a_launch_takes_its_arguments_by_the_rows_names_and_types():
+    """The CUDA backend's argument list of a launch: in the row's order, scalars cast to their C types,
+    None a null pointer, a missing name refused."""
+    from vdbflow.devices import cuda_launch
+
+    x = np.zeros(3)
+    args = cuda_launch.arguments(
+        "scatter_rows", {"dst": x, "index": None, "src": x, "m": 2, "row_bytes": 8, "other": 1}
+    )
+    assert [type(a) for a in args] == [np.ndarray, np.uint64, np.ndarray, np.int64, np.int64]
+    assert args[1] == 0 and args[3] == 2 and args[4] == 8
+    route = dict.fromkeys(name for _, name in kernel.OPERATIONS["route"].gpu_parameters)
+    route.update(n=5, points_world=True, shift=3, partitions=2, near_mask=7)
+    assert [type(a) for a in cuda_launch.arguments("route", route)][1:6] == [
+        np.int64, np.uint64, np.int32, np.uint64, np.int32
+    ]  # fmt: skip
+    with pytest.raises(vdbflow.DeviceError, match="needs m, row_bytes, which the call lacks"):
+        cuda_launch.arguments("scatter_rows", {"dst": x, "index": x, "src": x})
+    with pytest.raises(vdbflow.DeviceError, match="no entry of its own"):
+        cuda_launch.entry("merge_partials")
 
 
 def test_run_dispatches_an_operation_of_the_table_by_its_arrays(rng):
@@ -70,7 +113,9 @@ def test_nothing_outside_devices_calls_a_backend_module_itself():
     offenders = [
         str(p.relative_to(package))
         for p in package.rglob("*.py")
-        if p.parent.name != "devices" and p.name != "gpu_cli.py" and backend_import.search(p.read_text())
+        if p.parent.name != "devices"
+        and p.relative_to(package).as_posix() not in ("jobs/gpu_cli.py", "jobs/cli/gpu.py")
+        and backend_import.search(p.read_text())
     ]
     assert offenders == []
 

@@ -79,6 +79,8 @@ ABI_SIZE: int
 
 OPERATIONS: dict
 
+GPU_STEPS: dict
+
 def sample_reduce(record: bytes, points: Annotated[NDArray, dict(order='C', device='cpu', writable=False)], spec: bytes, edges: Annotated[NDArray[numpy.float64], dict(shape=(None,), order='C', device='cpu', writable=False)], ints: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu')], reals: Annotated[NDArray[numpy.float64], dict(shape=(None,), order='C', device='cpu')], order: int = 0) -> None:
     """
     Histograms, moments and binned means of sampled quantities, added into ints and reals (reduce.h).

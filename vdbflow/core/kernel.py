@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -27,13 +27,39 @@ STENCIL_RADIUS: dict[str, int] = dict(_core.STENCIL_REACH)
 # quantities of a velocity gradient the kernels compute with the Jacobian (derived.h), and their widths
 DERIVED: tuple[str, ...] = tuple(_core.DERIVED)
 DERIVED_WIDTHS: dict[str, int] = dict(zip(_core.DERIVED, _core.DERIVED_WIDTHS, strict=True))
-# operations.h: the kernels' operations, name -> (GPU entry in sample.cu, value types "any" / "float" /
-# "untyped", the GPU entry's fixed component counts or None for no count parameter); every backend
-# defines one function per name (vdbflow.devices.run)
-OPERATIONS: dict[str, tuple[str, str, tuple[int, ...] | None]] = {
-    name: (str(gpu), str(types), None if fixed is None else tuple(int(c) for c in fixed))
-    for name, (gpu, types, fixed) in _core.OPERATIONS.items()
-}
+
+
+class Operation(NamedTuple):
+    """A row of the kernels' table of operations (operations.h)."""
+
+    gpu_entry: str  # its entry in sample.cu ("" for a host operation)
+    value_types: str  # "any", "float", "untyped" or "host"
+    gpu_components: tuple[int, ...] | None  # the GPU entry's fixed component counts; None: no count parameter
+    cpu_parameters: tuple[tuple[str, str], ...]  # (C type, name) of its entry in a CPU target's table
+    gpu_parameters: tuple[tuple[str, str], ...]  # (C type, name) of its entry in sample.cu (T: value type, R: real)
+
+
+def parameters(text: str) -> tuple[tuple[str, str], ...]:
+    """``(C type, name)`` of each parameter of a C parameter list ``"(const double* x, i64 n)"``."""
+    out = []
+    for param in filter(None, (p.strip() for p in text.strip()[1:-1].split(","))):
+        ctype, name = param.replace("*", "* ").rsplit(None, 1)
+        out.append((" ".join(ctype.split()), name))
+    return tuple(out)
+
+
+def _operations(table: dict) -> dict[str, Operation]:
+    rows = {}
+    for name, (gpu, types, fixed, cpu, gpu_params) in table.items():
+        counts = None if fixed is None else tuple(int(c) for c in fixed)
+        rows[str(name)] = Operation(str(gpu), str(types), counts, parameters(cpu), parameters(gpu_params))
+    return rows
+
+
+# operations.h: the kernels' operations, name -> Operation; every backend defines one function per name
+# (vdbflow.devices.run).  GPU_STEPS: the entries of sample.cu that are a step of an operation on the GPU.
+OPERATIONS: dict[str, Operation] = _operations(_core.OPERATIONS)
+GPU_STEPS: dict[str, Operation] = _operations(_core.GPU_STEPS)
 
 
 def derived_slots(derived: dict[str, Any]) -> list[Any]:

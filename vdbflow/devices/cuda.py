@@ -17,67 +17,19 @@ from typing import Any
 import numpy as np
 
 from vdbflow.core import kernel
-from vdbflow.core.kernel import OPERATIONS, KernelArrays, KernelRecord
+from vdbflow.core.kernel import KernelArrays, KernelRecord
 from vdbflow.devices import cuda_build, nvrtc
 from vdbflow.devices.cuda_build import THREADS_PER_BLOCK, kernel_dir  # noqa: F401 (kernel_dir: re-exported)
+from vdbflow.devices.cuda_launch import (  # noqa: F401 (name expressions: re-exported)
+    FLOAT_DTYPES,
+    VALUE_DTYPES,
+    arguments,
+    entry,
+    entry_name,
+    name_expressions,
+)
 from vdbflow.errors import DeviceError
 from vdbflow.version import install_hint
-
-NULL = np.uint64(0)  # a null device pointer as a kernel argument
-# C++ types of the value dtypes, as the name expressions of the templates in sample.cu spell them
-_CTYPES = {
-    np.dtype(np.float32): "float",
-    np.dtype(np.float64): "double",
-    np.dtype(np.int32): "int",
-    np.dtype(np.int64): "long long",
-    np.dtype(np.uint32): "unsigned int",
-}
-FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-VALUE_DTYPES = tuple(_CTYPES)
-
-
-# The template entries of sample.cu, from the kernels' table of operations (operations.h): the value types
-# each takes and the component counts fixed at compile time (None: no component parameter).  Every name
-# expression the backend calls comes from this table.
-_VALUE_TYPES = {"any": VALUE_DTYPES, "float": FLOAT_DTYPES}
-TEMPLATES: dict[str, tuple[str, tuple[np.dtype, ...], tuple[int, ...] | None]] = {
-    op: (gpu, _VALUE_TYPES[types], fixed) for op, (gpu, types, fixed) in OPERATIONS.items() if types in _VALUE_TYPES
-}
-
-
-def entry(operation: str, dtype: np.dtype | None = None, components: int | None = None) -> str:
-    """Name expression of an operation's entry in sample.cu (``OPERATIONS``): an extern "C" name, or a
-    template instance whose component count is fixed at compile time for data (of any value type) with one
-    of the template's fixed counts, and read at run time (0) otherwise (the run-time entries keep local
-    arrays of MAX_COMPONENTS: kilobytes of stack a thread)."""
-    if operation not in OPERATIONS:
-        raise DeviceError(f"expected an operation among {', '.join(OPERATIONS)}, got {operation!r}")
-    if not OPERATIONS[operation][0]:
-        raise DeviceError(f"{operation} has no entry of its own in sample.cu (the backend composes it)")
-    if operation not in TEMPLATES:
-        return OPERATIONS[operation][0]
-    template, dtypes, fixed = TEMPLATES[operation]
-    dt = np.dtype(dtype)
-    if dt not in dtypes:
-        raise DeviceError(f"expected {operation} data of {', '.join(map(str, dtypes))}, got {dt}")
-    if fixed is None:
-        return f"vdbflow::{template}<{_CTYPES[dt]}>"
-    nc = components if components in fixed else 0
-    return f"vdbflow::{template}<{_CTYPES[dt]}, {nc}>"
-
-
-def entry_name(dtype: np.dtype, components: int) -> str:
-    """Name expression of the sampling entry point (values and Jacobians) for this value type."""
-    return entry("sample", dtype, components)
-
-
-def name_expressions() -> tuple[str, ...]:
-    """Every template instance the backend may call (each its own NVRTC program)."""
-    names = set()
-    for op, (_, dtypes, fixed) in TEMPLATES.items():
-        for dt in dtypes:
-            names |= {entry(op, dt, c) for c in (*(fixed or ()), 0)}
-    return tuple(sorted(names))
 
 
 def emulated() -> bool:
@@ -188,10 +140,25 @@ def _blocks(n: int) -> int:
     return max(1, min((n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK, MAX_BLOCKS))
 
 
-def _launch(name: str, threads: int, args: tuple) -> None:
-    """Entry ``name`` over ``threads`` work items: at most ``MAX_BLOCKS`` blocks of ``THREADS_PER_BLOCK``
-    (the entries' grid-stride loops take the rest), on the current stream."""
-    _function(name)((_blocks(threads),), (THREADS_PER_BLOCK,), args)
+def _launch(
+    operation: str, threads: int, values: dict, dtype: Any = None, components: int | None = None, blocks: int = 0
+) -> None:
+    """``operation``'s entry (its instance for ``dtype`` and ``components``) over ``threads`` work items, its
+    arguments taken by name from ``values`` (:func:`vdbflow.devices.cuda_launch.arguments`): ``blocks`` blocks
+    of ``THREADS_PER_BLOCK``, or at most ``MAX_BLOCKS`` (the entries' grid-stride loops take the rest), on the
+    current stream."""
+    name = entry(operation, dtype, components)
+    _function(name)((blocks or _blocks(threads),), (THREADS_PER_BLOCK,), arguments(operation, values))
+
+
+def _at_points(operation: str, k: KernelArrays, points: Any, options: tuple, **values: Any) -> Any:
+    """``operation`` at CuPy ``points`` (N, 3) (made float64) with the record of ``options`` (mode and spaces)."""
+    cupy = cupy_module()
+    pts = cupy.ascontiguousarray(cupy.asarray(points), dtype=cupy.float64)
+    if pts.shape[0]:
+        rec, call = _call_record(k, *options)
+        values.update(abi=call, points=pts, n=pts.shape[0])
+        _launch(operation, pts.shape[0], values, rec.arrays.values.dtype, k.components)
 
 
 def sample(
@@ -206,17 +173,8 @@ def sample(
 ) -> None:
     """Fills CuPy ``out_values`` (N, C) and optional ``out_jacobian`` (N, C, 3) for CuPy points.
     (``point_order`` is a CPU hint; the GPU hides latency with its many threads.)"""
-    cupy = cupy_module()
-    n = points.shape[0]
-    if n == 0:
-        return
-    pts = cupy.ascontiguousarray(points, dtype=cupy.float64)
-    rec, call = _call_record(k, mode, points_world, jacobian_world)
-    _launch(
-        entry_name(rec.arrays.values.dtype, k.components),
-        n,
-        (call, pts, np.int64(n), out_values, NULL if out_jacobian is None else out_jacobian),
-    )
+    options = (mode, points_world, jacobian_world)
+    _at_points("sample", k, points, options, out_values=out_values, out_jacobian=out_jacobian)
 
 
 def _derived_pointers(derived: dict[str, Any]) -> Any:
@@ -237,25 +195,8 @@ def sample_derived(
     point_order: str = "auto",
 ) -> None:
     """CuPy values (N, 3) and Jacobians (N, 3, 3) where given, and the ``derived`` quantities, in one launch."""
-    cupy = cupy_module()
-    n = points.shape[0]
-    if n == 0:
-        return
-    pts = cupy.ascontiguousarray(points, dtype=cupy.float64)
-    rec, call = _call_record(k, mode, points_world, jacobian_world)
-    pointers = _derived_pointers(derived)
-    _launch(
-        entry("sample_derived", rec.arrays.values.dtype),
-        n,
-        (
-            call,
-            pts,
-            np.int64(n),
-            NULL if out_values is None else out_values,
-            NULL if out_jacobian is None else out_jacobian,
-            pointers,
-        ),
-    )
+    out = {"out_values": out_values, "out_jacobian": out_jacobian, "derived": _derived_pointers(derived)}
+    _at_points("sample_derived", k, points, (mode, points_world, jacobian_world), **out)
 
 
 REDUCE_CHUNK_BLOCKS = 256  # REDUCE_BLOCKs of points a launch (1M points): the features' scratch on the device
@@ -275,46 +216,42 @@ def sample_reduce(
 ) -> None:
     """Statistics of quantities sampled on the GPU, reduced there: a million points a ``reduce_kernel`` launch,
     each block of threads sampling one ``REDUCE_BLOCK`` of points and counting through shared memory, then
-    the blocks' partials merged in block order on the device (``vdbflow_reduce_merge``); host ``ints`` and
-    ``reals`` get the result once.  The CPU's accumulation in its order, block for block: for the same
+    the blocks' partials merged in block order on the device (the step ``reduce_merge_blocks``); host ``ints``
+    and ``reals`` get the result once.  The CPU's accumulation in its order, block for block: for the same
     samples, equal counts and floats to rounding."""
     from vdbflow.devices import cpu
 
     cupy = cupy_module()
     s = np.frombuffer(spec, kernel.REDUCE_SPEC_DTYPE)[0]
-    F = int(s["channels"])
+    F, moments = int(s["channels"]), int(s["moments"])
     rec, call = _call_record(k, mode, points_world, jacobian_world)
     R = np.float64 if np.dtype(rec.arrays.values.dtype) == np.float64 else np.float32
     # the spec's offsets checked by the CPU binding (no points: nothing else runs)
     cpu.reduce_features(spec, np.zeros((0, F), R), edges, ints, reals)
-    n_ints, n_reals, moments = len(ints), len(reals), int(s["moments"])
-    name = entry("sample_reduce", rec.arrays.values.dtype, k.components)
     block, chunk = kernel.REDUCE_BLOCK, REDUCE_CHUNK_BLOCKS * kernel.REDUCE_BLOCK
-    spec_d, edges_d = cupy.asarray(np.frombuffer(spec, np.uint8)), cupy.asarray(edges)
-    ints_d, reals_d = cupy.zeros(n_ints, cupy.uint64), cupy.asarray(reals)
     blocks_max = min(REDUCE_CHUNK_BLOCKS, -(-points.shape[0] // block))
-    features = cupy.empty(blocks_max * F * block, R)
-    block_moments = cupy.empty(max(1, blocks_max * moments * kernel.MOMENT_FIELDS), cupy.float64)
-    dense, mark = (
-        cupy.zeros(max(1, blocks_max * n_reals), cupy.float64),
-        cupy.zeros(max(1, blocks_max * n_reals), cupy.uint8),
-    )
-    sizes = (np.int64(n_ints), np.int64(n_reals))
+    scratch = max(1, blocks_max * len(reals))
+    v = {
+        "abi": call,
+        "spec": cupy.asarray(np.frombuffer(spec, np.uint8)),
+        "edges": cupy.asarray(edges),
+        "n_ints": len(ints),
+        "n_reals": len(reals),
+        "ints": cupy.zeros(len(ints), cupy.uint64),
+        "reals": cupy.asarray(reals),
+        "features": cupy.empty(blocks_max * F * block, R),
+        "block_moments": cupy.empty(max(1, blocks_max * moments * kernel.MOMENT_FIELDS), cupy.float64),
+        "dense": cupy.zeros(scratch, cupy.float64),
+        "mark": cupy.zeros(scratch, cupy.uint8),
+    }
     for first in range(0, points.shape[0], chunk):
-        pts = cupy.ascontiguousarray(cupy.asarray(points[first : first + chunk]), dtype=cupy.float64)
-        blocks = -(-pts.shape[0] // block)
-        _function(name)(
-            (blocks,),
-            (THREADS_PER_BLOCK,),
-            (call, pts, np.int64(pts.shape[0]), spec_d, edges_d, *sizes, ints_d, features, block_moments, dense, mark),
-        )
-        _launch(
-            entry("merge_partials"),
-            moments + n_reals,
-            (spec_d, np.int64(blocks), np.int64(n_reals), reals_d, block_moments, dense, mark),
-        )
-    ints += ints_d.get().astype(np.int64)
-    reals[:] = reals_d.get()
+        v["points"] = cupy.ascontiguousarray(cupy.asarray(points[first : first + chunk]), dtype=cupy.float64)
+        v["n"] = v["points"].shape[0]
+        v["blocks"] = -(-v["n"] // block)
+        _launch("sample_reduce", v["n"], v, rec.arrays.values.dtype, k.components, blocks=v["blocks"])
+        _launch("reduce_merge_blocks", moments + len(reals), v)
+    ints += v["ints"].get().astype(np.int64)
+    reals[:] = v["reals"].get()
 
 
 def reduce_features(spec: bytes, features: Any, edges: np.ndarray, ints: np.ndarray, reals: np.ndarray) -> None:
@@ -327,7 +264,7 @@ def reduce_features(spec: bytes, features: Any, edges: np.ndarray, ints: np.ndar
 def merge_partials(
     spec: bytes, edges: np.ndarray, ints: np.ndarray, reals: np.ndarray, ints_b: np.ndarray, reals_b: np.ndarray
 ) -> None:
-    """Partials live on the host: the CPU's merge."""
+    """Partials live on the host: the CPU's merge (a host operation of the table)."""
     from vdbflow.devices import cpu
 
     cpu.merge_partials(spec, edges, ints, reals, ints_b, reals_b)
@@ -336,14 +273,9 @@ def merge_partials(
 def derive(jacobian: Any, velocity: Any | None, derived: dict[str, Any]) -> None:
     """The ``derived`` quantities of CuPy Jacobians (N, 3, 3) and velocities (N, 3) into their buffers."""
     n = jacobian.shape[0]
-    if n == 0:
-        return
-    pointers = _derived_pointers(derived)
-    _launch(
-        entry("derive", jacobian.dtype),
-        n,
-        (jacobian, NULL if velocity is None else velocity, np.int64(n), pointers),
-    )
+    if n:
+        values = {"jacobian": jacobian, "velocity": velocity, "n": n, "derived": _derived_pointers(derived)}
+        _launch("derive", n, values, jacobian.dtype)
 
 
 def sample_hessian(
@@ -358,17 +290,8 @@ def sample_hessian(
     out_hessian: Any,
 ) -> None:
     """Fills CuPy ``out_values`` (N, C), ``out_jacobian`` (N, C, 3) and ``out_hessian`` (N, C, 3, 3)."""
-    cupy = cupy_module()
-    n = points.shape[0]
-    if n == 0:
-        return
-    pts = cupy.ascontiguousarray(points, dtype=cupy.float64)
-    rec, call = _call_record(k, mode, points_world, jacobian_world, hessian_world)
-    _launch(
-        entry("sample_hessian", rec.arrays.values.dtype, k.components),
-        n,
-        (call, pts, np.int64(n), out_values, NULL if out_jacobian is None else out_jacobian, out_hessian),
-    )
+    out = {"out_values": out_values, "out_jacobian": out_jacobian, "out_hessian": out_hessian}
+    _at_points("sample_hessian", k, points, (mode, points_world, jacobian_world, hessian_world), **out)
 
 
 def sample_vjp(
@@ -386,17 +309,8 @@ def sample_vjp(
     ``k`` holds contiguous values (the accumulator's rows follow them)."""
     if k.leaf_values_at is not None:
         raise DeviceError("expected the kernel arrays of a contiguous volume for reverse mode (Volume.contiguous())")
-    cupy = cupy_module()
-    n = points.shape[0]
-    if n == 0:
-        return
-    pts = cupy.ascontiguousarray(points, dtype=cupy.float64)
-    rec, call = _call_record(k, mode, points_world, jacobian_world)
-    _launch(
-        entry("sample_vjp", rec.arrays.values.dtype, k.components),
-        n,
-        (call, pts, np.int64(n), adj_values, NULL if adj_jacobian is None else adj_jacobian, accumulator, adj_points),
-    )
+    adj = {"adj_values": adj_values, "adj_jacobian": adj_jacobian, "accumulator": accumulator, "adj_points": adj_points}
+    _at_points("sample_vjp", k, points, (mode, points_world, jacobian_world), **adj)
 
 
 def route(
@@ -413,36 +327,41 @@ def route(
     with CuPy: ``(order, bounds (P + 2,), grouped points)`` as CuPy arrays, as the CPU's ``route_points``."""
     cupy = cupy_module()
     pts = cupy.ascontiguousarray(cupy.asarray(points), dtype=cupy.float64)
-    n = pts.shape[0]
-    P = len(boundaries) + 1
+    n, P = pts.shape[0], len(boundaries) + 1
     part = cupy.empty(max(n, 1), cupy.int32)
     if n:
-        table = NULL if near is None or len(near) == 0 else cupy.asarray(near)
-        mask = np.uint32(0) if near is None or len(near) == 0 else np.uint32(len(near) - 1)
-        bounds_dev = cupy.asarray(boundaries if len(boundaries) else np.zeros(1, np.uint64))
-        _launch(
-            entry("route"),
-            n,
-            (
-                pts,
-                np.int64(n),
-                cupy.asarray(xform),
-                np.int32(points_world),
-                cupy.asarray(origin, cupy.int64),
-                np.int32(shift),
-                bounds_dev,
-                np.int32(P),
-                table,
-                mask,
-                cupy.asarray(np.zeros(6, np.int64) if period is None else np.asarray(period, np.int64)),
-                part,
-            ),
-        )
+        no_table = near is None or len(near) == 0
+        values = {
+            "points": pts,
+            "n": n,
+            "xform": cupy.asarray(xform),
+            "points_world": points_world,
+            "origin": cupy.asarray(origin, cupy.int64),
+            "shift": shift,
+            "boundaries": cupy.asarray(boundaries if len(boundaries) else np.zeros(1, np.uint64)),
+            "partitions": P,
+            "near_table": None if no_table else cupy.asarray(near),
+            "near_mask": 0 if no_table else len(near) - 1,
+            "period": cupy.asarray(np.zeros(6, np.int64) if period is None else np.asarray(period, np.int64)),
+            "out_partition": part,
+        }
+        _launch("route", n, values)
     group = part[:n] + 1  # 0: background-only, p + 1: partition p
     order = cupy.argsort(group, kind="stable")
     counts = cupy.bincount(group, minlength=P + 1)
     bounds = cupy.concatenate([cupy.zeros(1, cupy.int64), cupy.cumsum(counts)])
     return order.astype(cupy.int64), bounds, pts[order]
+
+
+def _particles(operation: str, dtype: Any, values: dict) -> None:
+    """A particle entry (advect.h) with the tableau ``a``, ``b`` and the steps' ``save_slot`` of ``values`` on
+    the device, and the rest of its parameters taken from ``values`` (the backends name them as the entries)."""
+    cupy = cupy_module()
+    b, slots = np.ascontiguousarray(values["b"], np.float64), np.ascontiguousarray(values["save_slot"], np.int64)
+    tableau = {"a_coef": cupy.asarray(np.ascontiguousarray(values["a"], np.float64)), "b_coef": cupy.asarray(b)}
+    steps = {"stages": len(b), "save_slot": cupy.asarray(slots), "steps": len(slots) - 1}
+    n = values["x"].shape[0]
+    _launch(operation, n, {**values, **tableau, **steps, "slots": values["position"].shape[1], "n": n}, dtype)
 
 
 def advect(
@@ -464,39 +383,10 @@ def advect(
     (N,) int8, ``last_step`` (N,) int64 and ``evaluations`` (N,) int32."""
     cupy = cupy_module()
     n = x.shape[0]
-    status = cupy.empty(n, cupy.int8)
-    last_step = cupy.empty(n, cupy.int64)
-    evaluations = cupy.empty(n, cupy.int32)
-    if n == 0:
-        return status, last_step, evaluations
-    rec, call = _call_record(k, mode, True, True)
-    A = cupy.asarray(np.ascontiguousarray(a, np.float64))
-    B = cupy.asarray(np.ascontiguousarray(b, np.float64))
-    slots = cupy.asarray(np.ascontiguousarray(save_slot, np.int64))
-    _launch(
-        entry("advect", rec.arrays.values.dtype),
-        n,
-        (
-            call,
-            A,
-            B,
-            np.int32(len(B)),
-            np.float64(h),
-            slots,
-            np.int64(len(save_slot) - 1),
-            np.int64(position.shape[1]),
-            x,
-            np.int64(n),
-            position,
-            NULL if velocity is None else velocity,
-            NULL if jacobian is None else jacobian,
-            NULL if F is None else F,
-            status,
-            last_step,
-            evaluations,
-            np.int32(validate_end),
-        ),
-    )
+    status, last_step, evaluations = cupy.empty(n, cupy.int8), cupy.empty(n, cupy.int64), cupy.empty(n, cupy.int32)
+    if n:
+        rec, abi = _call_record(k, mode, True, True)
+        _particles("advect", rec.arrays.values.dtype, locals())
     return status, last_step, evaluations
 
 
@@ -525,44 +415,19 @@ def advect_series(
     """Particle trajectories through a window of a series' steps on the GPU (kernels/vdbflow/advect.h), as
     :func:`vdbflow.devices.cpu.advect_series` with CuPy arrays (``x``, the outputs, ``status``,
     ``last_step`` and ``evaluations`` int64 updated in place)."""
-    cupy = cupy_module()
-    n = x.shape[0]
-    if n == 0:
+    if x.shape[0] == 0:
         return
+    cupy = cupy_module()
     calls = [_call_record(k, mode, True, True) for k in ks]  # the records stay cached with their arrays
     raw = np.concatenate([np.frombuffer(rec.call(mode, True, True).tobytes(), np.uint8) for rec, _ in calls])
-    records = cupy.asarray(raw)
-    b = np.ascontiguousarray(b, np.float64)
-    _launch(
-        entry("advect_series", calls[0][0].arrays.values.dtype),
-        n,
-        (
-            records,
-            np.int32(len(ks)),
-            cupy.asarray(np.ascontiguousarray(topology, np.int32)),
-            np.int32(time_kind),
-            cupy.asarray(np.ascontiguousarray(stage_grid, np.int32)),
-            cupy.asarray(np.ascontiguousarray(stage_coef, np.float64)),
-            np.int64(first_step),
-            cupy.asarray(np.ascontiguousarray(a, np.float64)),
-            cupy.asarray(b),
-            np.int32(len(b)),
-            np.float64(h),
-            cupy.asarray(np.ascontiguousarray(save_slot, np.int64)),
-            np.int64(len(save_slot) - 1),
-            np.int64(position.shape[1]),
-            x,
-            np.int64(n),
-            position,
-            NULL if velocity is None else velocity,
-            NULL if jacobian is None else jacobian,
-            NULL if F is None else F,
-            status,
-            last_step,
-            evaluations,
-            np.int32(validate_end),
-        ),
-    )
+    window = {
+        "abis": cupy.asarray(raw),
+        "grids": len(ks),
+        "topology": cupy.asarray(np.ascontiguousarray(topology, np.int32)),
+        "stage_grid": cupy.asarray(np.ascontiguousarray(stage_grid, np.int32)),
+        "stage_coef": cupy.asarray(np.ascontiguousarray(stage_coef, np.float64)),
+    }
+    _particles("advect_series", calls[0][0].arrays.values.dtype, {**locals(), **window})
 
 
 def _through_device(host: tuple, run: Any) -> tuple:
@@ -609,28 +474,21 @@ NODE_SCHEMES = tuple(kernel.MODES[f"fd{r}"] for r in (2, 4, 6, 8))  # what grid_
 def stencil_inside(topology: Any, points: Any, mode: int, points_world: bool) -> Any:
     """(N,) CuPy bool: whether each point's ``mode`` stencil reads only defined voxels of ``topology``
     (coverage.h), as :func:`vdbflow.devices.cpu.stencil_inside`."""
-    k = topology.kernel_arrays()
-    cupy = cupy_module()
-    pts = cupy.ascontiguousarray(cupy.asarray(points), dtype=cupy.float64)
-    n = pts.shape[0]
-    out = cupy.zeros(n, cupy.bool_)
-    if n:
-        _, call = _call_record(k, mode, points_world, False)
-        _launch(entry("stencil_inside"), n, (call, pts, np.int64(n), out))
+    out = cupy_module().zeros(len(points), bool)
+    _at_points("stencil_inside", topology.kernel_arrays(), points, (mode, points_world, False), out=out)
     return out
 
 
 def defined_voxels(topology: Any, ijk: Any) -> Any:
     """(M,) CuPy bool: whether each voxel ``ijk`` (M, 3) of ``topology`` is active in a leaf or inside a
     tile (coverage.h), as :func:`vdbflow.devices.cpu.defined_voxels`."""
-    k = topology.kernel_arrays()
     cupy = cupy_module()
     voxels = cupy.ascontiguousarray(cupy.asarray(ijk).reshape(-1, 3), dtype=cupy.int64)
     n = voxels.shape[0]
     out = cupy.zeros(n, cupy.bool_)
     if n:
-        _, call = _call_record(k, kernel.MODES["closest"], False, False)
-        _launch(entry("defined_voxels"), n, (call, voxels, np.int64(n), out))
+        _, call = _call_record(topology.kernel_arrays(), kernel.MODES["closest"], False, False)
+        _launch("defined_voxels", n, {"abi": call, "ijk": voxels, "n": n, "out": out})
     return out
 
 
@@ -650,11 +508,8 @@ def grid_gradient(k: KernelArrays, leaf_origins: np.ndarray, scheme: int, jacobi
     out = cupy.empty((rows, k.components, 3), dtype)
     if rows:
         origins = cupy.asarray(np.ascontiguousarray(leaf_origins, np.int32))
-        _launch(
-            entry("grid_gradient", dtype, k.components),
-            rows,
-            (call, origins, cupy.asarray(leaf_end), np.int64(len(leaf_end)), np.int64(rows), out),
-        )
+        values = {"abi": call, "origins": origins, "leaf_end": cupy.asarray(leaf_end), "leaves": len(leaf_end)}
+        _launch("grid_gradient", rows, {**values, "rows": rows, "out_jacobian": out}, dtype, k.components)
     return out
 
 
@@ -672,7 +527,7 @@ def scatter_rows(dst: Any, index: Any, src: Any) -> None:
     if lo < 0 or hi >= dst.shape[0]:
         raise IndexError(f"scatter index {lo if lo < 0 else hi} outside [0, {dst.shape[0]})")
     row_bytes = dst.dtype.itemsize * int(np.prod(dst.shape[1:], dtype=np.int64))
-    _launch(entry("scatter_rows"), m * row_bytes, (dst, at, rows, np.int64(m), np.int64(row_bytes)))
+    _launch("scatter_rows", m * row_bytes, {"dst": dst, "index": at, "src": rows, "m": m, "row_bytes": row_bytes})
 
 
 def active_voxels_at(origins: Any, masks: Any, leaf_end: Any, ranks: Any) -> Any:
@@ -693,5 +548,6 @@ def active_voxels_at(origins: Any, masks: Any, leaf_end: Any, ranks: Any) -> Any
     lo, hi = int(r.min()), int(r.max())
     if lo < 0 or hi >= total:
         raise IndexError(f"voxel rank {lo if lo < 0 else hi} outside [0, {total})")
-    _launch(entry("active_voxels_at"), n, (o, m, end, np.int64(L), r, np.int64(n), out))
+    values = {"origins": o, "masks": m, "leaf_end": end, "leaves": L, "rank": r, "n": n, "ijk": out}
+    _launch("active_voxels_at", n, values)
     return out

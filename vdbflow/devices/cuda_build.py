@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from vdbflow.core.kernel import OPERATIONS
+from vdbflow.core.kernel import GPU_STEPS, OPERATIONS
 from vdbflow.devices import nvrtc
 from vdbflow.errors import DeviceError
 
@@ -47,7 +47,9 @@ log = logging.getLogger("vdbflow.devices")
 THREADS_PER_BLOCK = 256  # every launch's block size; the kernels' launch bounds (sample.cu VDB_BOUNDS)
 # the entries of sample.cu that are not templates (operations.h rows with untyped values): compiled in every
 # program, built alone as the unit ""
-EXTERN_ENTRIES = tuple(gpu for gpu, types, _ in OPERATIONS.values() if types == "untyped")
+EXTERN_ENTRIES = tuple(
+    op.gpu_entry for op in (*OPERATIONS.values(), *GPU_STEPS.values()) if op.value_types == "untyped"
+)
 # the templates of sample.cu whose threads synchronize (__syncthreads, shared memory): the emulation launches
 # each of their blocks as one host thread a CUDA thread (emulate/cuda_host.h launch_synchronized)
 BLOCK_SYNCHRONIZED = ("reduce_kernel",)
