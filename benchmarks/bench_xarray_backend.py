@@ -21,7 +21,7 @@ import xarray as xr
 from timing import timed
 
 import vdbflow
-from vdbflow.io.box_reader import clear_caches
+from vdbflow.io.grid_ref import clear_cache
 from vdbflow.io.xarray_backend import VdbflowBackendEntrypoint
 
 
@@ -61,7 +61,7 @@ def main() -> None:
     want = by_hand(path, lo, hi)
 
     def opened(**kwargs: object) -> np.ndarray:
-        clear_caches()  # each call reads the file (the backend keeps the boxes it read)
+        clear_cache()  # each call reads the file (the backend keeps the boxes it read)
         ds = xr.open_dataset(path, engine=VdbflowBackendEntrypoint, bbox=(lo, hi), **kwargs)
         return ds["velocity"].values
 

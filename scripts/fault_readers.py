@@ -256,14 +256,14 @@ def _points(rng: np.random.Generator, work: Path, fs: Any) -> tuple[str, str]:
 def _backend(rng: np.random.Generator, work: Path, fs: Any) -> tuple[str, str]:
     import xarray as xr
 
-    from vdbflow.io import box_reader
+    from vdbflow.io import grid_ref
 
     vol = _volume(rng, 1)
     vol.to_nvdb(work / "v.nvdb")
     fs.pipe_file("/c/b.nvdb", (work / "v.nvdb").read_bytes())
     what = _choose_faults(rng, "b.nvdb", (work / "v.nvdb").stat().st_size, (work / "v.nvdb").read_bytes()[::-1])
     FAULTS_DESCRIPTION[0] = what
-    box_reader.clear_caches()
+    grid_ref.clear_cache()
     box = np.stack([vol.index_bbox[0], vol.index_bbox[1]])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -312,7 +312,7 @@ def case_strided(rng: np.random.Generator, work: Path) -> tuple[str, str]:
     import xarray as xr
 
     import vdbflow
-    from vdbflow.io import box_reader
+    from vdbflow.io import grid_ref
 
     C = int(rng.choice([1, 3]))
     vol = _volume(rng, C, leaves=int(rng.integers(1, 30)), span=16)  # a dense reference of at most 136^3
@@ -324,7 +324,7 @@ def case_strided(rng: np.random.Generator, work: Path) -> tuple[str, str]:
     kind = str(rng.choice(["nvdb", "nvdb", "store"]))
     path = work / ("v.zarr" if kind == "store" else "v.nvdb")
     vol.to_zarr(path) if kind == "store" else vol.to_nvdb(path)
-    box_reader.clear_caches()
+    grid_ref.clear_cache()
     if rng.random() < 0.15:
         bad = {
             "dim_order": [["x", "y", "z"], 5, None, "xzy", {"xyz"}, b"xyz"],

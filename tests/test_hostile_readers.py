@@ -23,7 +23,7 @@ import xarray as xr
 
 import vdbflow
 from vdbflow.errors import PointsError, StorageError, VolumeError
-from vdbflow.io import box_reader
+from vdbflow.io import box_reader, grid_ref
 from vdbflow.io.location import RemoteFile, UnversionedWarning
 from vdbflow.io.xarray_backend import VdbflowBackendEntrypoint
 
@@ -308,7 +308,7 @@ def test_a_file_renamed_over_an_open_dataset_is_an_error_naming_it(tmp_path, suf
     for values, where in ((first, path), (first + 1000, other)):
         vol = vdbflow.Volume.from_dense(values)
         vol.to_nvdb(where) if suffix == ".nvdb" else vol.to_zarr(where)
-    box_reader.clear_caches()
+    grid_ref.clear_cache()
     ds = xr.open_dataset(path, engine=ENGINE, leaf_chunks=8)
     np.testing.assert_array_equal(ds["value"][:8, :8, :8].values, first[:8, :8, :8])
     os.replace(other, path) if suffix == ".nvdb" else (os.rename(path, tmp_path / "gone"), os.rename(other, path))
@@ -317,7 +317,7 @@ def test_a_file_renamed_over_an_open_dataset_is_an_error_naming_it(tmp_path, suf
             ds["value"][16:, 16:, 16:].load()
     else:  # a store is read whole, once: every box comes from the store the Dataset opened
         np.testing.assert_array_equal(ds["value"][16:, 16:, 16:].values, first[16:, 16:, 16:])
-    box_reader.clear_caches()  # what this process kept is gone: the next read meets the new file
+    grid_ref.clear_cache()  # what this process kept is gone: the next read meets the new file
     with pytest.raises(VolumeError, match=rf"v\{suffix}.*replaced"):
         ds["value"][:8, :8, :8].load()
 
@@ -351,23 +351,23 @@ def test_a_strided_selection_of_a_large_box_reads_only_what_it_selects(tmp_path,
     ijk = np.array([[0, 0, 0], [2047, 2047, 2047], [512, 1024, 1536], [511, 3, 1024]])
     values = np.arange(1, 5, dtype=np.float32) * 10
     vdbflow.Volume.from_voxels(ijk, values, background=-1.0).to_nvdb(tmp_path / "big.nvdb")
-    box_reader.clear_caches()
+    grid_ref.clear_cache()
     ds = xr.open_dataset(tmp_path / "big.nvdb", engine=ENGINE)
     assert ds["value"].shape == (2048, 2048, 2048)
     boxes = []
-    real = box_reader.open_volume
+    real = grid_ref.open_volume
 
     def recording(path, grid=None, **kwargs):
         boxes.append(np.asarray(kwargs.get("bbox")))
         return real(path, grid, **kwargs)
 
-    box_reader.open_volume = recording
+    grid_ref.open_volume = recording
     try:
         with _largest_dense(64):
             got = ds["value"][::512, ::512, ::512].values
             mask = ds["value_active"][::512, ::512, ::512].values
     finally:
-        box_reader.open_volume = real
+        grid_ref.open_volume = real
     # one-voxel boxes: 64 for the values, 64 again for the mask (more than the 32 boxes a process keeps)
     assert len(boxes) == 128 and all(np.array_equal(b[0], b[1]) for b in boxes)
     want = np.full((4, 4, 4), -1.0, np.float32)
@@ -407,7 +407,7 @@ def test_strided_and_reversed_selections_equal_numpys_slices_of_the_dense_refere
     if kind == "merged":
         monkeypatch.setattr(box_reader, "MAX_PICKED_BOXES", 3)
         monkeypatch.setattr(box_reader, "RUN_LEAVES", 1)
-    box_reader.clear_caches()
+    grid_ref.clear_cache()
     ds = xr.open_dataset(path, engine=ENGINE, bbox=((0, 0, 0), (39, 32, 28)))
     want = np.full((*shape, C), 0.5, np.float32)
     want[24:32, 0:8, 8:16] = 5.0
@@ -455,11 +455,11 @@ def test_a_file_rewritten_in_place_under_an_open_dataset_is_an_error(tmp_path):
     values = np.arange(1, 1 + 16**3, dtype=np.float32).reshape(16, 16, 16)
     vdbflow.Volume.from_dense(values).to_nvdb(tmp_path / "v.nvdb")
     vdbflow.Volume.from_dense(values + 1).to_nvdb(tmp_path / "w.nvdb")
-    box_reader.clear_caches()
+    grid_ref.clear_cache()
     ds = xr.open_dataset(tmp_path / "v.nvdb", engine=ENGINE, leaf_chunks=8)
     np.testing.assert_array_equal(ds["value"][:8, :8, :8].values, values[:8, :8, :8])
     _rewrite_keeping_size_and_mtime(tmp_path / "v.nvdb", (tmp_path / "w.nvdb").read_bytes())
-    with pytest.raises(VolumeError, match=r"v\.nvdb.*replaced or rewritten"):
+    with pytest.raises(VolumeError, match=r"v\.nvdb.*replaced or rewrote"):
         ds["value"][8:, 8:, 8:].load()
 
 

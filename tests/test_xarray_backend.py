@@ -17,7 +17,7 @@ import xarray as xr
 
 import vdbflow
 from vdbflow.errors import NanoVDBError, OpenVDBError, VolumeError
-from vdbflow.io import box_reader
+from vdbflow.io import grid_ref
 from vdbflow.io.xarray_backend import VdbflowBackendEntrypoint, aligned_chunks, can_open, leaf_chunk_sizes
 
 ENGINE = VdbflowBackendEntrypoint  # xarray takes the class itself; the entry point is tested below
@@ -66,14 +66,14 @@ def box_of(ds):
 def reads(monkeypatch):
     """Every read of the grids' boxes through vdbflow.open: (bbox, leaves given, leaves read)."""
     seen = []
-    real = box_reader.open_volume
+    real = grid_ref.open_volume
 
     def counting(path, grid=None, **kwargs):
         vol = real(path, grid, **kwargs)
         seen.append((kwargs.get("bbox"), kwargs.get("leaves"), vol.leaf_count if hasattr(vol, "leaf_count") else 0))
         return vol
 
-    monkeypatch.setattr(box_reader, "open_volume", counting)
+    monkeypatch.setattr(grid_ref, "open_volume", counting)
     return seen
 
 
@@ -367,28 +367,34 @@ def test_guess_can_open_by_magic_and_extension(tmp_path, rng):
     assert {"grid", "bbox", "leaf_chunks", "dim_order", "storage_options"} <= set(backend.open_dataset_parameters)
 
 
-def test_storage_options_are_passed_on_only_when_given(tmp_path, rng, monkeypatch):
+def test_storage_options_are_passed_on_only_when_given(tmp_path, rng, monkeypatch, memory_fs):
+    """A URL's storage_options reach every read of it (its Url carries them); none given, none passed."""
+    import fsspec
+
     vol, _, _ = sparse(rng)
     vol.to_nvdb(tmp_path / "d.nvdb")
+    url = f"{memory_fs}/d.nvdb"
+    fsspec.filesystem("memory").pipe_file(url, (tmp_path / "d.nvdb").read_bytes())
     given = []
-    real_open, real_list = box_reader.open_volume, box_reader.list_grids
+    real_open, real_list = grid_ref.open_volume, grid_ref.list_grids
 
     def open_with(path, grid=None, storage_options=None, **kwargs):
         given.append(storage_options)
-        return real_open(path, grid, **kwargs)
+        return real_open(path, grid, storage_options=storage_options, **kwargs)
 
     def list_with(path, storage_options=None):
         given.append(storage_options)
-        return real_list(path)
+        return real_list(path, storage_options=storage_options)
 
-    monkeypatch.setattr(box_reader, "open_volume", open_with)
-    monkeypatch.setattr(box_reader, "list_grids", list_with)
-    options = {"anon": True, "client_kwargs": {"endpoint_url": "http://127.0.0.1:9"}}
-    ds = xr.open_dataset(tmp_path / "d.nvdb", engine=ENGINE, storage_options=options, chunks={})
+    monkeypatch.setattr(grid_ref, "open_volume", open_with)
+    monkeypatch.setattr(grid_ref, "list_grids", list_with)
+    options = {"anon": True, "client_kwargs": {"endpoint_url": "http://127.0.0.1:9"}}  # memory:// ignores them
+    ds = xr.open_dataset(url, engine=ENGINE, storage_options=options, chunks={})
     ds.load()
     assert given and all(o == options for o in given)
     given.clear()
-    xr.open_dataset(tmp_path / "d.nvdb", engine=ENGINE).load()
+    grid_ref.clear_cache()
+    xr.open_dataset(url, engine=ENGINE).load()
     assert given and all(o is None for o in given)
     with pytest.raises(VolumeError, match="storage_options as a dict"):
         xr.open_dataset(tmp_path / "d.nvdb", engine=ENGINE, storage_options="anon")

@@ -1,166 +1,65 @@
 """Dense boxes of a grid read leaf by leaf: what the xarray backend (:mod:`~vdbflow.io.xarray_backend`) reads
 for each chunk.
 
-A :class:`GridSource` names a grid of a file or store.  :meth:`GridSource.read` gives the part of the grid a
-box needs: for an uncompressed .nvdb file and a .vdb file, ``vdbflow.open(path, grid, bbox=box)`` (only the
-leaves and tiles that meet the box; the rest of the file is not read); for a zip or blosc .nvdb file and a
-volume store, which vdbflow reads whole, the whole grid, read once by each process and kept.
+A :class:`GridSource` names a grid of a file or store (its :class:`~vdbflow.io.grid_ref.GridRef`).
+:meth:`GridSource.read` gives the part of the grid a box needs: for an uncompressed .nvdb file and a .vdb
+file, ``vdbflow.open(path, grid, bbox=box)`` (only the leaves and tiles that meet the box; the rest of the
+file is not read); for a zip or blosc .nvdb file and a volume store, which vdbflow reads whole, the whole
+grid; either read once by each process and kept (:meth:`GridRef.open <vdbflow.io.grid_ref.GridRef.open>`).
 :func:`dense_box` turns what was read into the dense values and activity mask of the box.
 """
 
 from __future__ import annotations
 
-import functools
 import itertools
-import json
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
 from vdbflow.core import tree
 from vdbflow.core.volume import Topology, Volume
-from vdbflow.errors import VolumeError
-from vdbflow.io.location import filesystem, is_url, local_path, object_size, stat_url, version_tag
-from vdbflow.io.volumes import list_grids, open_volume
-
-_T = TypeVar("_T")
-BOX_CACHE = 32  # boxes each process keeps (a chunk's values and its mask read the same box)
-WHOLE_CACHE = 4  # grids read whole that each process keeps
+from vdbflow.io.grid_ref import GridRef
+from vdbflow.io.identity import FileIdentity
+from vdbflow.io.location import filesystem, is_url, stat_url
 
 
-def file_identity(path: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, ...]:
-    """What tells a file or store apart from one put in its place later: a local one's device, inode, size,
-    modification and change times, an object's size and version tag (ETag).  Part of the caches' keys: a replaced
-    file is read again."""
-    if is_url(path):
-        fs, inner = filesystem(path, storage_options)
-        info = stat_url(fs, inner, path)
-        return str(info.get("type")), object_size(info, path), version_tag(info)
-    try:
-        st = os.stat(local_path(path))
-    except OSError:
-        return ()
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns  # ctime: a rewrite with mtime put back
+class DatasetFile(FileIdentity):
+    """What the file or store of a Dataset was when the Dataset was opened: each chunk's read checks it."""
 
-
-def options_key(storage_options: dict[str, Any] | None) -> str | None:
-    """``storage_options`` as hashable text (the caches' key), None when not given."""
-    if storage_options is None:
-        return None
-    if not isinstance(storage_options, dict):
-        raise VolumeError(f"expected storage_options as a dict, got {type(storage_options).__name__}")
-    try:
-        return json.dumps(storage_options, sort_keys=True)
-    except (TypeError, ValueError) as err:
-        raise VolumeError(f"expected storage_options of JSON-like values (a dict of str keys), got: {err}") from None
+    seen = "the Dataset was opened"
 
 
 @dataclass(frozen=True)
 class GridSource:
-    """A grid of a file or store, as the chunks of a Dataset read it (small, picklable: sent to workers).
+    """A grid of a file or store, as the chunks of a Dataset read it (small, picklable: sent to workers):
+    its :class:`~vdbflow.io.grid_ref.GridRef`, and whether it is read ``whole`` once per process (zip or
+    blosc .nvdb files, volume stores) rather than by the leaves of each box, and whether it is a ``store``."""
 
-    Attributes
-    ----------
-    path : str
-        The file or store (a local path or a URL).
-    grid : int or str or None
-        The grid (index or name) as ``vdbflow.open`` takes it.
-    whole : bool
-        Read the whole grid once per process (zip or blosc .nvdb files, volume stores) rather than the
-        leaves of each box.
-    store : bool
-        A volume store (read whole), not a file.
-    options : str or None
-        ``storage_options`` as JSON text.
-    identity : tuple
-        The file's identity when the Dataset was opened (:func:`file_identity`).
-    """
-
-    path: str
-    grid: int | str | None
+    ref: GridRef
     whole: bool
     store: bool = False
-    options: str | None = None
-    identity: tuple[Any, ...] = ()
-
-    @property
-    def storage_options(self) -> dict[str, Any] | None:
-        """The ``storage_options`` (a dict again), None when not given."""
-        return None if self.options is None else json.loads(self.options)
 
     def read(self, lo: np.ndarray, hi: np.ndarray) -> Volume | Topology:
         """The part of the grid the inclusive index box ``[lo, hi]`` (3,) needs: its leaves and tiles (a
         box read) or the whole grid (a source read whole)."""
-        if self.whole:
-            return _whole(self)
-        return _box(self, tuple(int(v) for v in lo), tuple(int(v) for v in hi))
+        return self.ref.open() if self.whole else self.ref.box(lo, hi).open()
 
     def head(self) -> Volume | Topology:
         """The grid without its leaves (its transform, background, tiles, names and units), or the whole
         grid for a source read whole."""
-        if self.whole:
-            return _whole(self)
-        return open_volume(self.path, self.grid, leaves=[], storage_options=self.storage_options)
+        return self.ref.open() if self.whole else self.ref.head()
 
     def declared(self) -> tuple[str, np.ndarray | None]:
         """The grid's name and (2, 3) int64 index box of its data as its file's header gives it (a .vdb
         file's: from its topology; None for an empty grid).  A source read whole: its volume's."""
         if self.store:
-            vol = _whole(self)
+            vol = self.ref.open()
             return str(getattr(vol, "name", "")), vol.index_bbox
-        infos = list_grids(self.path, storage_options=self.storage_options)
-        info = infos[_grid_index(infos, self.grid, self.path, self.storage_options)]
+        info = self.ref.grid_info()
         box = np.asarray(info.index_bbox, np.int64)
         return info.name, None if np.any(box[0] > box[1]) else box
-
-
-@functools.lru_cache(maxsize=WHOLE_CACHE)
-def _whole(source: GridSource) -> Volume | Topology:
-    return _same_file(source, lambda: open_volume(source.path, source.grid, storage_options=source.storage_options))
-
-
-@functools.lru_cache(maxsize=BOX_CACHE)
-def _box(source: GridSource, lo: tuple[int, ...], hi: tuple[int, ...]) -> Volume | Topology:
-    return _same_file(
-        source, lambda: open_volume(source.path, source.grid, bbox=(lo, hi), storage_options=source.storage_options)
-    )
-
-
-def _same_file(source: GridSource, read: Callable[[], _T]) -> _T:
-    """``read()``, the file or store checked to be the one the Dataset was opened on before and after it:
-    one renamed over it (or rewritten) is a VolumeError naming it, never read as a part of that Dataset."""
-    _check_identity(source)
-    result = read()
-    _check_identity(source)
-    return result
-
-
-def _check_identity(source: GridSource) -> None:
-    if not source.identity:
-        return
-    now = file_identity(source.path, source.storage_options)
-    if now != source.identity:
-        raise VolumeError(
-            f"expected {source.path} to be the file the Dataset was opened on ({_described(source.identity)}), "
-            f"found {_described(now)}: it was replaced or rewritten since; open the Dataset again"
-        )
-
-
-def _described(identity: tuple[Any, ...]) -> str:
-    if not identity:
-        return "nothing there"
-    if len(identity) == 3:
-        return f"{identity[1]:,} bytes, tag {identity[2]!r}"
-    return f"inode {identity[1]}, {identity[2]:,} bytes, mtime {identity[3]} ns, ctime {identity[4]} ns"
-
-
-def clear_caches() -> None:
-    """Forget the grids and boxes this process has read (the next chunk reads its file again)."""
-    _whole.cache_clear()
-    _box.cache_clear()
 
 
 def source_for(path: str, grid: int | str | None, storage_options: dict[str, Any] | None) -> GridSource:
@@ -182,33 +81,17 @@ def source_for(path: str, grid: int | str | None, storage_options: dict[str, Any
     """
     from vdbflow.io.openvdb import is_openvdb
 
-    options = options_key(storage_options)
-    identity = file_identity(path, storage_options)
+    ref = GridRef.to(path, grid, storage_options=storage_options, identity=DatasetFile)
     url = is_url(path)
-    local = None if url else local_path(path)
-    store = os.path.isdir(local) if local is not None else identity[0] == "directory"
-    if store or path.rstrip("/").lower().endswith(".zarr"):
-        return GridSource(path, grid, True, True, options, identity)
-    if local is not None and is_openvdb(local):
-        return GridSource(path, grid, False, False, options, identity)  # leaves decompressed by the box
-    infos = list_grids(path, storage_options=storage_options)
-    info = infos[_grid_index(infos, grid, path, storage_options)]
+    if path.rstrip("/").lower().endswith(".zarr") or (
+        stat_url(*filesystem(ref.path), ref.path).get("type") == "directory" if url else os.path.isdir(ref.path)
+    ):
+        return GridSource(ref, True, True)
+    if not url and is_openvdb(ref.path):
+        return GridSource(ref, False)  # leaves decompressed by the box
+    info = ref.grid_info()
     # read whole: compressed .nvdb grids (decompressed whole) and .vdb objects (vdbflow reads them whole)
-    whole = info.codec != "none" or (url and str(info.grid_type).startswith("Tree_"))  # OpenVDB's tree types
-    return GridSource(path, grid, whole, False, options, identity)
-
-
-def _grid_index(infos: list[Any], grid: int | str | None, path: str, storage_options: dict[str, Any] | None) -> int:
-    """The position of ``grid`` among a file's grids (the reader's own error when it has none such)."""
-    if grid is None:
-        return 0
-    names = [i.name for i in infos]
-    if isinstance(grid, str) and grid in names:
-        return names.index(grid)
-    if isinstance(grid, (int, np.integer)) and not isinstance(grid, bool) and 0 <= grid < len(infos):
-        return int(grid)
-    open_volume(path, grid, leaves=[], storage_options=storage_options)  # the format's own error, naming the grids
-    raise VolumeError(f"expected a grid index in [0, {len(infos)}) or one of the names {names} of {path}, got {grid!r}")
+    return GridSource(ref, info.codec != "none" or (url and str(info.grid_type).startswith("Tree_")))  # OpenVDB's
 
 
 def dense_box(vol: Volume | Topology, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from vdbflow.errors import StorageError, VdbflowError, VolumeError
-from vdbflow.io.location import RemoteFile, is_url, storage_options_for
+from vdbflow.io.location import RemoteFile, filesystem, is_url, object_size, stat_url, storage_options_for, version_tag
 
 _T = TypeVar("_T")
 
@@ -48,13 +48,18 @@ class FileIdentity:
     ) -> FileIdentity:
         """The identity of the file at ``path`` now (or of ``stat``, an ``os.fstat`` of it); for a URL,
         of the object there (read with ``storage_options``, or those in effect for it)."""
-        if is_url(path):
+        if is_url(path):  # an object, or a prefix (a store: no size, no tag)
+            url = os.fspath(path)
             try:
-                remote = RemoteFile.open(os.fspath(path), storage_options)
-            except StorageError as err:
-                raise cls.error(f"expected {cls.label} at {os.fspath(path)}, cannot read it: {err}") from None
-            options = remote.fs.storage_options if storage_options is None else storage_options
-            return cls(os.fspath(path), 0, 0, remote.size, 0, remote.tag, storage_options=dict(options) or None)
+                fs, where = filesystem(url, storage_options)
+                info = stat_url(fs, where, url)
+                size = object_size(info, url)
+            except StorageError as err:  # none there: this kind's error; others (no permission) as they are
+                if "no such object" not in str(err):
+                    raise
+                raise cls.error(f"expected {cls.label} at {url}, cannot read it: {err}") from None
+            options = fs.storage_options if storage_options is None else storage_options
+            return cls(url, 0, 0, size, 0, version_tag(info), storage_options=dict(options) or None)
         if stat is None:
             try:
                 stat = os.stat(path)

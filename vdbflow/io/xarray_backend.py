@@ -79,7 +79,7 @@ class LeafBoxArray(BackendArray):
         """The values or the mask (as ``part`` says) of a block in i, j, k order, in the order of ``dims``."""
         block = mask if self.part == "mask" else values
         if block is None:
-            raise VolumeError(f"expected a grid of values in {self.source.path}, got a topology (no values)")
+            raise VolumeError(f"expected a grid of values in {self.source.ref.path}, got a topology (no values)")
         axes = [AXES[d] for d in self.dims]
         return np.transpose(block, axes + ([3] if block.ndim == 4 else []))
 
@@ -157,7 +157,7 @@ def _box(source: GridSource, bbox: Any, head: Any) -> tuple[str, np.ndarray]:
         return name, box
     boxes = [b for b in (declared, head.index_bbox) if b is not None]
     if not boxes:
-        raise VolumeError(f"expected a grid with data in {source.path}, got an empty grid: give its bbox=")
+        raise VolumeError(f"expected a grid with data in {source.ref.path}, got an empty grid: give its bbox=")
     return name, np.stack([np.min([b[0] for b in boxes], 0), np.max([b[1] for b in boxes], 0)]).astype(np.int64)
 
 
@@ -167,7 +167,7 @@ def _coordinates(head: Any, name: str, box: np.ndarray, dims: tuple[str, ...], s
     if not transform.is_axis_aligned:
         raise VolumeError(
             f"expected an axis-aligned index-to-world transform (a diagonal matrix) for the coordinates x, y, z "
-            f"of grid {name!r} in {source.path}, got {transform!r}: sample it at world points with "
+            f"of grid {name!r} in {source.ref.path}, got {transform!r}: sample it at world points with "
             "vdbflow.open(path).sample(points) instead"
         )
     matrix = transform.index_to_world
