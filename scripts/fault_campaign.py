@@ -843,7 +843,7 @@ INTRUDERS = ("files", "file", "link", "replaceable", "nothing")
 
 def _fake_result(path: Path, content: str) -> Path:
     """A directory shaped like a vdbflow Zarr result (vdbflow's attrs, one array holding ``content``)."""
-    from vdbflow.jobs.results import RESULT_TITLE
+    from vdbflow.jobs.publish.results import RESULT_TITLE
 
     path.mkdir()
     (path / ".zattrs").write_text(json.dumps({"title": RESULT_TITLE, "vdbflow_config": "{}"}))
@@ -891,7 +891,7 @@ def case_races(rng: np.random.Generator, work: Path) -> tuple[str, str]:
     with it: ``to_zarr(overwrite=True)`` and a job's publishing, with and without ``renameat2``."""
     import vdbflow
     from vdbflow.io import atomic, volumes
-    from vdbflow.jobs import output
+    from vdbflow.jobs.publish import output
 
     intruder = str(rng.choice(INTRUDERS))
     earlier, exchange, job = bool(rng.random() < 0.7), bool(rng.random() < 0.6), bool(rng.random() < 0.5)

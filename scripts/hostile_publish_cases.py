@@ -44,7 +44,7 @@ class Wrong(Exception):
 def case_pubrecords(rng: np.random.Generator, work: Path) -> tuple[str, str]:
     import fsspec
 
-    from vdbflow.jobs.output import tidy
+    from vdbflow.jobs.publish.output import tidy
 
     fs = fsspec.filesystem("memory")
     root = f"/campaign-{os.getpid()}-{int(rng.integers(1 << 30))}"
@@ -188,7 +188,7 @@ def _tampered(rng: np.random.Generator, record: dict[str, Any], how: str, units:
 def case_unitrecords(rng: np.random.Generator, work: Path) -> tuple[str, str]:
     import zarr
 
-    from vdbflow.jobs.writers.units import MANIFEST, POINT_INDEX, Manifest, UnitPlan, verified, write_unit
+    from vdbflow.jobs.publish.units import MANIFEST, POINT_INDEX, Manifest, UnitPlan, verified, write_unit
 
     store = work / "r.zarr"
     units, rows = int(rng.integers(1, 7)), int(rng.integers(1, 9))
@@ -238,7 +238,7 @@ def case_unitrecords(rng: np.random.Generator, work: Path) -> tuple[str, str]:
 
 
 def _array_cache_clear() -> None:
-    from vdbflow.jobs.writers import units
+    from vdbflow.jobs.publish import units
 
     units._array.cache_clear()
 

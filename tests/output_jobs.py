@@ -86,7 +86,7 @@ def same_data(a, b) -> None:
 SLOW_UNITS = """
 import time
 
-import vdbflow.jobs.writers.units as units
+import vdbflow.jobs.publish.units as units
 
 _write = getattr(units, "unslowed_write_json", units.write_json)
 units.unslowed_write_json = _write

@@ -82,7 +82,8 @@ CONFIG_MODULES = {
     "vdbflow.jobs.config.model",
     "vdbflow.jobs.config.output",
     "vdbflow.jobs.config.reduce",
-    "vdbflow.jobs.writers",
+    "vdbflow.jobs.publish",  # a docstring: the room of the writers, whose table names the formats
+    "vdbflow.jobs.publish.writers",
     "vdbflow.ops",
     "vdbflow.ops.request",
     "vdbflow.synthetic",
@@ -175,8 +176,8 @@ def test_hessians_take_the_points_dims_on_every_volume(rng, client):
 
 
 def test_each_output_format_is_one_writer_module():
-    from vdbflow.jobs import writers
     from vdbflow.jobs.config.model import OUTPUT_FORMATS
+    from vdbflow.jobs.publish import writers
 
     assert OUTPUT_FORMATS == tuple(writers.WRITERS)
     for name in writers.WRITERS:

@@ -14,7 +14,7 @@ from test_run import fake_result
 
 import vdbflow
 from vdbflow.io import atomic
-from vdbflow.jobs.output import leftovers, partial_path, publish, tidy
+from vdbflow.jobs.publish.output import leftovers, partial_path, publish, tidy
 
 HOST = socket.gethostname()
 
@@ -223,7 +223,7 @@ def test_a_long_file_name_saves_and_its_leftovers_are_found(tmp_path):
 
 
 def test_a_rename_that_fails_while_publishing_keeps_the_complete_result(tmp_path, monkeypatch):
-    from vdbflow.jobs import output
+    from vdbflow.jobs.publish import output
 
     final = fake_result(tmp_path / "r.zarr", "old")
     part = fake_result(partial_path(final), "new")

@@ -90,7 +90,8 @@ def test_the_round_four_oracles_catch_what_they_are_for(campaign, tmp_path, monk
     """A publish that deleted what appeared after its check, a reader that mixed two files and a planner
     that counted only the written bytes are each caught as 'wrong'."""
     from vdbflow.io import atomic, volumes
-    from vdbflow.jobs import output, plan
+    from vdbflow.jobs import plan
+    from vdbflow.jobs.publish import output
 
     for module, name in ((atomic, "renameat2"), (output, "renameat2"), (volumes, "_check_replaceable")):
         monkeypatch.setattr(module, name, getattr(module, name))  # the cases patch these (they run in a child)

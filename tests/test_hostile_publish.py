@@ -21,7 +21,7 @@ from vdbflow.errors import OutputError
 from vdbflow.jobs.cli.main import main
 from vdbflow.jobs.config.load import load_config
 from vdbflow.jobs.config.model import ConfigError
-from vdbflow.jobs.output import tidy
+from vdbflow.jobs.publish.output import tidy
 
 DEAD = 4_194_000  # a pid above Linux's pid_max default: no such process
 VICTIM = {"team-b/data.zarr/.zgroup": b'{"zarr_format": 2}', "team-b/data.zarr/v/0": b"\x01" * 64}

@@ -16,7 +16,7 @@ from output_jobs import client, job, objects, same_data  # noqa: F401
 
 import vdbflow
 from vdbflow.jobs.config.model import ConfigError
-from vdbflow.jobs.writers.units import Manifest
+from vdbflow.jobs.publish.units import Manifest
 
 UNITS = 8  # 4,000 points in chunks of 500
 
@@ -122,7 +122,7 @@ def test_a_partial_of_another_release_is_refused_naming_both(kept, client, then)
 def test_a_netcdf_job_failed_in_this_process_resumes_and_leaves_nothing(tmp_path, client, monkeypatch):  # noqa: F811
     """A notebook: the file task fails once every chunk is in the staging store; the next resume=True in
     the same process continues that store (no unit computed again) and leaves no hidden file."""
-    import vdbflow.jobs.writers.netcdf_file as netcdf
+    import vdbflow.jobs.publish.writers.netcdf_file as netcdf
 
     def failed(*args) -> None:
         raise RuntimeError("the file task failed")
@@ -157,7 +157,7 @@ def test_a_record_in_another_unit_s_name_is_not_taken_for_that_unit(kept, client
 def test_a_partial_of_another_host_is_not_resumed_and_said(tmp_path, caplog):
     """A replaced pod's partial: its writer cannot be checked from here, so it is not resumed (two writers
     of one partial would mix); the warning names it and the way out."""
-    from vdbflow.jobs.resume import resumable
+    from vdbflow.jobs.publish.resume import resumable
 
     partial = tmp_path / ".r.zarr.partial-deadbeef-123@another-host"
     (partial / ".vdbflow-manifest").mkdir(parents=True)

@@ -22,8 +22,8 @@ import vdbflow
 from vdbflow import synthetic
 from vdbflow.jobs.config.load import load_config
 from vdbflow.jobs.config.model import ConfigError, LocalClusterSpec
-from vdbflow.jobs.output import OutputError, leftovers, partial_path, publish, tidy
-from vdbflow.jobs.results import not_a_result
+from vdbflow.jobs.publish.output import OutputError, leftovers, partial_path, publish, tidy
+from vdbflow.jobs.publish.results import not_a_result
 
 HOST = socket.gethostname()
 
@@ -228,7 +228,7 @@ def test_publish_never_replaces_what_appeared_meanwhile(tmp_path):
 KILL_BETWEEN_RENAMES = """
 import os, signal, sys
 from pathlib import Path
-from vdbflow.jobs import output
+from vdbflow.jobs.publish import output
 final, part = Path(sys.argv[1]), output.partial_path(Path(sys.argv[1]))
 os.rename(sys.argv[2], part)  # the finished store, named by this process as a job names it
 output.renameat2 = lambda *args: False   # the two-rename path of filesystems without renameat2
@@ -280,7 +280,7 @@ def test_the_next_run_restores_a_result_set_aside(tmp_path):
 @pytest.mark.skipif(sys.platform != "linux", reason="renameat2 is Linux's")
 def test_publish_exchanges_in_one_step_on_linux(tmp_path, monkeypatch):
     """Where renameat2 works the swap is one system call: no two-rename window at all."""
-    from vdbflow.jobs import output
+    from vdbflow.jobs.publish import output
 
     final = fake_result(tmp_path / "r.zarr", "old")
     part = fake_result(partial_path(final), "new")
@@ -488,7 +488,7 @@ def test_publish_never_deletes_a_directory_that_replaced_the_checked_result(tmp_
     """Publishing checks that the output is an earlier result, then exchanges; a directory of someone's
     files that took its place in between comes out of the exchange, is put back untouched, and the
     complete new result is kept at an unpublished path that the error names."""
-    from vdbflow.jobs import output
+    from vdbflow.jobs.publish import output
 
     final = fake_result(tmp_path / "r.zarr", "old")
     part = fake_result(partial_path(final), "new")
@@ -517,7 +517,7 @@ def test_publish_never_deletes_a_directory_that_replaced_the_checked_result(tmp_
 
 def test_publish_replaces_a_result_that_replaced_the_checked_one(tmp_path, monkeypatch):
     """Another run's result that took the checked one's place is a result too: overwrite: always replaces it."""
-    from vdbflow.jobs import output
+    from vdbflow.jobs.publish import output
 
     final = fake_result(tmp_path / "r.zarr", "old")
     part = fake_result(partial_path(final), "new")

@@ -136,7 +136,7 @@ def test_a_failed_netcdf_job_leaves_nothing(tmp_path, monkeypatch):
     the file is left beside the output, and no earlier result is touched."""
     import distributed
 
-    from vdbflow.jobs.writers import netcdf_file
+    from vdbflow.jobs.publish.writers import netcdf_file
 
     config = _config(tmp_path, None)
     with (

@@ -15,7 +15,7 @@ from output_jobs import client, job, kill_after_units, objects, same_data, start
 
 import vdbflow
 from vdbflow.jobs.cli.main import main
-from vdbflow.jobs.output import tidy
+from vdbflow.jobs.publish.output import tidy
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +98,7 @@ def test_memory_store_replaces_an_earlier_result(memory_fs, tmp_path, client, lo
 def test_a_job_killed_while_publishing_leaves_no_mixture(memory_fs, tmp_path, client, local, monkeypatch):  # noqa: F811
     """Killed after the body was copied, before the root metadata: no store opens at the URL (the earlier
     result's root metadata went first), the record says what was being published, and tidy finishes it."""
-    import vdbflow.jobs.output_remote as remote
+    import vdbflow.jobs.publish.remote as remote
 
     url = f"{memory_fs}/out.zarr"
     vdbflow.run(_job(tmp_path, url, seed=7), client)

@@ -232,7 +232,7 @@ def test_points_sampled_counts_the_chunks_the_written_units_overlap():
     """Chunks of 300 points, units of 500: unit 0 kept, unit 1 ([500, 1000)) needs chunks 1-3 (700 points)."""
     import numpy as np
 
-    from vdbflow.jobs.writers.units import UnitPlan
+    from vdbflow.jobs.publish.units import UnitPlan
 
     plan = UnitPlan("t", None, np.array([0, 300, 600, 900, 1000]))
     plan.assign(np.array([0, 500, 1000]))

@@ -222,7 +222,7 @@ def fake_result(path: Path, content: str) -> Path:
 
 
 def test_publish_swaps_atomically_and_never_overwrites_unasked(tmp_path):
-    from vdbflow.jobs.output import OutputError, partial_path, publish
+    from vdbflow.jobs.publish.output import OutputError, partial_path, publish
 
     final = tmp_path / "r.zarr"
     for content in ("old", "new"):
@@ -642,7 +642,7 @@ def test_bad_config_files_and_overrides(tmp_path):
 
 
 def test_blosc_takes_a_workers_spare_cores():
-    from vdbflow.jobs.writers.zarr_store import blosc_threads
+    from vdbflow.jobs.publish.writers.zarr_store import blosc_threads
 
     assert blosc_threads(2, 2, 1) == 1  # this machine's 2 workers x 1 thread: none spare
     assert blosc_threads(16, 1, 1) == 16  # one GPU worker on 16 cores: its 15 spare ones and its own

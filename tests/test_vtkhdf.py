@@ -14,7 +14,7 @@ from output_jobs import client, job  # noqa: F401
 import vdbflow
 from vdbflow.errors import WriteError
 from vdbflow.jobs.config.model import ConfigError
-from vdbflow.jobs.results import not_a_result
+from vdbflow.jobs.publish.results import not_a_result
 
 vtk = pytest.importorskip("vtkmodules.vtkIOHDF", reason="vtk is in the test extra")
 from vtkmodules.util.numpy_support import vtk_to_numpy  # noqa: E402

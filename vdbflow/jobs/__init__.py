@@ -4,8 +4,8 @@
   module), reading it (:mod:`~vdbflow.jobs.config.load`) and checking its files (:mod:`~vdbflow.jobs.config.checks`).
 - Engine: planning (:mod:`~vdbflow.jobs.plan`), input files (:mod:`~vdbflow.jobs.inputs`), points
   (:mod:`~vdbflow.jobs.points`), clusters (:mod:`~vdbflow.jobs.clusters`), the executors that build a job's
-  samples (:mod:`~vdbflow.jobs.executors`, :mod:`~vdbflow.jobs.chunks`, :mod:`~vdbflow.jobs.particles`), the
-  writers of each output format (:mod:`~vdbflow.jobs.writers`), publishing (:mod:`~vdbflow.jobs.output`),
+  samples (:mod:`~vdbflow.jobs.executors`, :mod:`~vdbflow.jobs.chunks`, :mod:`~vdbflow.jobs.particles`),
   progress (:mod:`~vdbflow.jobs.progress`) and running (:mod:`~vdbflow.jobs.runner`).
+- :mod:`~vdbflow.jobs.publish`: the writers of each output format, resuming, and publishing the result.
 - :mod:`~vdbflow.jobs.cli`: the ``vdbflow`` command line.
 """

@@ -316,7 +316,7 @@ def chunked_dataset(
         )
         for column, part, (_, _, shape, dtype) in zip(parts, task, columns, strict=False):
             column.append(da.from_delayed(part, (rows, *shape), dtype=dtype))
-        # the figures of each chunk named for it, so that a resumed job finds them (jobs.writers.units)
+        # the figures of each chunk named for it, so that a resumed job finds them (jobs.publish.units)
         errors.append(dask.delayed(getitem, pure=True)(task, len(columns), dask_key_name=f"{ANALYTIC_KEY}-{token}-{b}"))
         tallies.append(
             dask.delayed(getitem, pure=True)(task, len(columns) + 1, dask_key_name=f"{TALLY_KEY}-{token}-{b}")

@@ -18,7 +18,7 @@ from vdbflow import synthetic
 from vdbflow.errors import VdbflowError, VolumeError
 from vdbflow.io.identity import FileIdentity
 from vdbflow.jobs.config.model import ConfigError, JobConfig
-from vdbflow.jobs.output import snapshot_path, tidy
+from vdbflow.jobs.publish.output import snapshot_path, tidy
 
 log = logging.getLogger("vdbflow.run")
 

@@ -46,9 +46,9 @@ from vdbflow.jobs.estimates import (  # noqa: F401 - REFERENCE_POINTS_PER_S, hum
     mode_factor,
 )
 from vdbflow.jobs.inputs import InputIdentity
-from vdbflow.jobs.output import tidy
-from vdbflow.jobs.output_checks import shard_problem
 from vdbflow.jobs.points import file_point_count
+from vdbflow.jobs.publish.checks import shard_problem
+from vdbflow.jobs.publish.output import tidy
 from vdbflow.ops.sampling import STENCIL_RADIUS
 
 log = logging.getLogger("vdbflow.plan")
@@ -597,7 +597,7 @@ def _input_notes(cfg: JobConfig, volume_missing: bool) -> tuple[list[str], dict[
     notes = []
     out = cfg.output
     if out.url is not None:
-        from vdbflow.jobs.output_remote import exists
+        from vdbflow.jobs.publish.remote import exists
 
         if exists(out.url, out.storage_options):
             notes.append(f"{out.url} holds an earlier vdbflow result, replaced when the new one is complete")

@@ -14,7 +14,7 @@ from vdbflow.jobs.chunks import CHUNK_KEY, TALLY_KEY
 from vdbflow.jobs.executors import REDUCE_KEY
 from vdbflow.jobs.particles import ADVECT_KEY
 from vdbflow.jobs.points import POINTS_KEY
-from vdbflow.jobs.writers.zarr_store import INDEX_KEY
+from vdbflow.jobs.publish.writers.zarr_store import INDEX_KEY
 
 # vdbflow's own task-key prefixes (dask.utils.key_split), constants of the modules that make the keys: a task
 # with one of them belongs to its step whichever graph holds it

@@ -36,12 +36,12 @@ from vdbflow.jobs.config.load import dump_config
 from vdbflow.jobs.config.model import ConfigError, JobConfig, SlurmClusterSpec
 from vdbflow.jobs.executors import Sampled, executor_for, shaped, worker_memory
 from vdbflow.jobs.inputs import InputIdentity, build_volumes, snapshot
-from vdbflow.jobs.output import KEPT_PARTIALS, OutputError, partial_path, publish, tidy
 from vdbflow.jobs.plan import JobPlan, check_worker_memory, plan_job
 from vdbflow.jobs.progress import DaskRichBar, recomputed, steps_of_graphs, worker_time_by_step
-from vdbflow.jobs.resume import check_same_job, job_record, record_inputs_when_hashed, resumable, unit_plan
-from vdbflow.jobs.writers import writer
-from vdbflow.jobs.writers.units import Manifest
+from vdbflow.jobs.publish.output import KEPT_PARTIALS, OutputError, partial_path, publish, tidy
+from vdbflow.jobs.publish.resume import check_same_job, job_record, record_inputs_when_hashed, resumable, unit_plan
+from vdbflow.jobs.publish.units import Manifest
+from vdbflow.jobs.publish.writers import writer
 
 log = logging.getLogger("vdbflow.run")
 
@@ -266,14 +266,14 @@ def run_job(
 
     ``force`` runs a job larger than ``cfg.limits``.  A ``client`` (``distributed.Client``) runs the
     job on its cluster instead of the one ``cfg.cluster`` describes, and is left open.  Leftovers of
-    killed runs at the output are dealt with first (:func:`vdbflow.jobs.output.tidy`), each logged.
+    killed runs at the output are dealt with first (:func:`vdbflow.jobs.publish.output.tidy`), each logged.
 
     The job is a composition: an executor (:mod:`vdbflow.jobs.executors`) builds the lazy samples, a
-    writer (:mod:`vdbflow.jobs.writers`) writes them to a hidden path from the workers, and
-    :mod:`vdbflow.jobs.output` publishes the complete result.
+    writer (:mod:`vdbflow.jobs.publish.writers`) writes them to a hidden path from the workers, and
+    :mod:`vdbflow.jobs.publish.output` publishes the complete result.
 
     ``resume`` continues the newest partial result a killed run of the same job left at the output
-    (:mod:`vdbflow.jobs.resume`: a changed config or input is a ConfigError), writing only its units not
+    (:mod:`vdbflow.jobs.publish.resume`: a changed config or input is a ConfigError), writing only its units not
     written and verified; and a run stopped by a signal or a failure keeps its partial result for the next
     ``resume``.
     """
@@ -343,7 +343,7 @@ def _prepare_output(cfg: JobConfig, resume: bool, out: Any) -> tuple[Path | str,
     if reused is None and resume:
         log.info("--resume: no partial result of a killed run at %s; the job starts from the beginning", final)
     if isinstance(final, str):
-        from vdbflow.jobs.output_remote import exists
+        from vdbflow.jobs.publish.remote import exists
 
         if cfg.output.overwrite == "never" and exists(final, options):
             raise ConfigError(
@@ -420,7 +420,7 @@ class _Job:
     cfg: JobConfig
     plan: JobPlan
     final: Path | str  # a local path, or a URL
-    writer: Any  # a module of vdbflow.jobs.writers
+    writer: Any  # a module of vdbflow.jobs.publish.writers
     t_start: float
     resume: bool = False  # keep the partial result of a failed or stopped run, for the next resume
     resumed_from: Path | str | None = None  # the partial result this run resumes
@@ -435,7 +435,7 @@ class _Job:
     write_task: Any = None
     grids: list[str] = field(default_factory=list)
     checksum: dict = field(default_factory=dict)  # futures of the inputs' sha256
-    units: Any = None  # the result's units (vdbflow.jobs.writers.units.UnitPlan)
+    units: Any = None  # the result's units (vdbflow.jobs.publish.units.UnitPlan)
     publishing: bool = False  # the complete result is being published
 
     target: Path | str = field(init=False)  # the hidden path the result is written to (a new tag a job)

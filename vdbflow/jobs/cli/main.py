@@ -415,8 +415,8 @@ def clean(target: str, dry_run: bool, force: bool) -> None:
     from vdbflow.jobs.config.load import load_config
     from vdbflow.jobs.config.model import ConfigError
     from vdbflow.jobs.config.output import url_protocol
-    from vdbflow.jobs.output import tidy
-    from vdbflow.jobs.results import not_a_result
+    from vdbflow.jobs.publish.output import tidy
+    from vdbflow.jobs.publish.results import not_a_result
 
     path = Path(target)
     try:

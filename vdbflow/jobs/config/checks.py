@@ -32,11 +32,11 @@ def _unwritable(path: Path) -> str | None:
 
 def _output_problems(cfg: JobConfig) -> list[str]:
     """Where the result goes: a path that can be written, and replaced only if it holds an earlier result."""
-    from vdbflow.jobs.results import not_a_result
+    from vdbflow.jobs.publish.results import not_a_result
 
     key = f"output.path{cfg.where('output.path')}"
-    if cfg.output.url is not None:  # an object store (vdbflow.jobs.output_checks)
-        from vdbflow.jobs.output_checks import remote_output_problems
+    if cfg.output.url is not None:  # an object store (vdbflow.jobs.publish.checks)
+        from vdbflow.jobs.publish.checks import remote_output_problems
 
         return remote_output_problems(cfg, key)
     out = cfg.output.local

@@ -15,10 +15,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, field_serializer, model_validator
 
 from vdbflow.jobs.config.base import StrictModel
-from vdbflow.jobs.writers import WRITERS, format_of_path
+from vdbflow.jobs.publish.writers import WRITERS, format_of_path
 
 OUTPUT_FORMATS = tuple(WRITERS)
-COMPRESSIONS = ("lz4", "zstd", "none")  # of Zarr chunks (jobs.writers.zarr_store)
+COMPRESSIONS = ("lz4", "zstd", "none")  # of Zarr chunks (jobs.publish.writers.zarr_store)
 MAX_CHUNK_POINTS = 1 << 27  # points of one chunk: one task holds them and every output (gigabytes)
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
 # protocols whose first path segment is a bucket (or container): a result needs a prefix inside it

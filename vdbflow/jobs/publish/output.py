@@ -37,12 +37,12 @@ from vdbflow.io.atomic import (
     writer_tag,
 )
 from vdbflow.io.location import Target, filesystem, is_url
-from vdbflow.jobs.results import not_a_result
+from vdbflow.jobs.publish.results import not_a_result
 
 log = logging.getLogger("vdbflow.run")
 
 
-_KINDS = ("partial", "replaced", "input", "tmp", "publishing")  # publishing: object stores (jobs.output_remote)
+_KINDS = ("partial", "replaced", "input", "tmp", "publishing")  # publishing: object stores (jobs.publish.remote)
 # the host is matched lazily so that the ".tmp-PID" suffix of an older vdbflow's save() inside a
 # partial path (".NAME.partial-TAG.tmp-PID") is not read as part of the host name
 _LEFTOVER = re.compile(
@@ -57,7 +57,7 @@ KEPT_PARTIALS: set[str] = set()  # names of the partial results failed jobs of t
 def partial_path(final: Target) -> Target:
     """A fresh hidden sibling of ``final`` (a path or a URL) for one attempt: ``.NAME.partial-XXXXXXXX-PID@HOST``."""
     if is_url(final):
-        from vdbflow.jobs.output_remote import sibling
+        from vdbflow.jobs.publish.remote import sibling
 
         return sibling(str(final), "partial")
     return hidden_sibling(Path(final), "partial")
@@ -192,7 +192,7 @@ def tidy(
     Leftovers of a running writer are kept; those of an unknown writer (another host, or no record)
     only go with ``force``; those in ``keep`` (a resumed partial result, its staging store) stay.
     ``final`` may be a URL (``options``: its storage options): a publishing record of a killed run is
-    then finished first (:mod:`~vdbflow.jobs.output_remote`).  Returns one line per leftover saying what
+    then finished first (:mod:`~vdbflow.jobs.publish.remote`).  Returns one line per leftover saying what
     was (or, ``dry_run``, would be) done.
     """
     if final is not None and is_url(final):
@@ -252,9 +252,9 @@ def publish(target: Target, final: Target, overwrite: str, options: dict[str, An
     :func:`tidy` puts back should the job be killed between the two renames.  Whatever stops the
     move (something appeared at ``final``, a rename that fails), the complete result is kept at an
     unpublished path, named in the :class:`OutputError`.  On an object store (URLs) the result is copied,
-    root metadata last (:func:`vdbflow.jobs.output_remote.publish`)."""
+    root metadata last (:func:`vdbflow.jobs.publish.remote.publish`)."""
     if is_url(final):
-        from vdbflow.jobs.output_remote import publish as publish_remote
+        from vdbflow.jobs.publish.remote import publish as publish_remote
 
         publish_remote(str(target), str(final), overwrite, options, listing=leftovers_at)
         return
@@ -355,7 +355,7 @@ def discard(target: Path) -> None:
 def _tidy_remote(final: str, options: dict[str, Any] | None, force: bool, dry_run: bool, keep: set | None) -> list[str]:
     """:func:`tidy` at a URL: publishing records of killed runs finished first, then their partial prefixes
     removed as local leftovers are."""
-    from vdbflow.jobs.output_remote import finish_publishing
+    from vdbflow.jobs.publish.remote import finish_publishing
 
     report: list[str] = []
     verb = "would " if dry_run else ""

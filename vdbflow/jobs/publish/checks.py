@@ -22,8 +22,8 @@ def _filesystem(url: str, options: dict[str, Any] | None) -> tuple[Any, str] | s
 
 def remote_output_problems(cfg: Any, key: str) -> list[str]:
     """Why the result cannot go to ``cfg.output.url``, one line each (none: it can)."""
-    from vdbflow.jobs.output_remote import exists
-    from vdbflow.jobs.results import not_a_remote_result
+    from vdbflow.jobs.publish.remote import exists
+    from vdbflow.jobs.publish.results import not_a_remote_result
 
     out = cfg.output
     url = out.url

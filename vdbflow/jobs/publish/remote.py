@@ -104,7 +104,7 @@ def publish(
     an earlier vdbflow result there if ``overwrite`` is ``always`` (never anything else): steps 1-4 above.
     Anything at ``final`` that may not be replaced leaves the complete result at an unpublished prefix,
     named in the :class:`~vdbflow.errors.OutputError`."""
-    from vdbflow.jobs.results import not_a_remote_result
+    from vdbflow.jobs.publish.results import not_a_remote_result
 
     fs, source = filesystem(target, options)
     _, dest = filesystem(final, options)
@@ -142,7 +142,7 @@ def publish(
 def _other_publisher(final: str, own_record: str, options: dict[str, Any] | None, listing: Any) -> str | None:
     """Another run's publishing record beside ``final`` (listed after this run wrote its own: of two runs
     publishing at once, each sees the other's record, or the later one sees the earlier's), said as its
-    name and writer; None where there is none.  ``listing``: :func:`vdbflow.jobs.output.leftovers_at`
+    name and writer; None where there is none.  ``listing``: :func:`vdbflow.jobs.publish.output.leftovers_at`
     (given by its caller, which imports this module)."""
     own = own_record.rstrip("/").rsplit("/", 1)[-1]
     for item in listing(final, options) if listing is not None else ():

@@ -10,7 +10,7 @@ from typing import Any
 import xarray as xr
 
 from vdbflow.io.atomic import remove_tree
-from vdbflow.jobs.writers import netcdf_file, plain_attrs
+from vdbflow.jobs.publish.writers import netcdf_file, plain_attrs
 
 FORMAT = "vtkhdf"
 
@@ -38,12 +38,12 @@ def _write_file(staged: Any, staging: str, target: str) -> None:
 
 def lazy_write(ds: xr.Dataset, spec: Any, target: Path, plan: Any = None) -> Any:
     """A Dask Delayed that writes ``ds`` to the VTKHDF file ``target``: the chunks to the hidden Zarr store
-    :func:`~vdbflow.jobs.writers.netcdf_file.staging_path` from the workers, then the file by one task.  A
+    :func:`~vdbflow.jobs.publish.writers.netcdf_file.staging_path` from the workers, then the file by one task.  A
     Dataset without point coordinates is a :class:`~vdbflow.errors.WriteError` now, before any sampling."""
     import dask
 
     from vdbflow.io import vtkhdf
-    from vdbflow.jobs.writers import zarr_store
+    from vdbflow.jobs.publish.writers import zarr_store
 
     vtkhdf.point_coords(ds)
     staging = netcdf_file.staging_path(target)

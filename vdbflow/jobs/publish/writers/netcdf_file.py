@@ -17,7 +17,7 @@ from typing import Any
 import xarray as xr
 
 from vdbflow.io.atomic import remove_tree
-from vdbflow.jobs.writers import plain_attrs, zarr_store
+from vdbflow.jobs.publish.writers import plain_attrs, zarr_store
 
 FORMAT = "netcdf"
 
@@ -67,7 +67,7 @@ def manifest_target(target: Path) -> Path:
 
 def lazy_write(ds: xr.Dataset, spec: Any, target: Path, plan: Any = None) -> Any:
     """A Dask Delayed that writes ``ds`` to the NetCDF file ``target``: the chunks to the hidden Zarr store
-    :func:`staging_path` from the workers (``plan``: :func:`vdbflow.jobs.writers.zarr_store.lazy_write`'s),
+    :func:`staging_path` from the workers (``plan``: :func:`vdbflow.jobs.publish.writers.zarr_store.lazy_write`'s),
     then the file by one task."""
     import dask
 

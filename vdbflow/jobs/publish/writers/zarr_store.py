@@ -1,7 +1,7 @@
 """The Zarr writer of job results: Zarr format 2 (default) or 3 (``output.zarr_format``; shards with
 ``output.shard``; label coordinates in the ``vdbflow_labels`` attr, :mod:`vdbflow.io.labels`) with
 consolidated metadata, Blosc-compressed chunks written by the workers one unit (a chunk or a shard) a task,
-the point index with them, each unit recorded in the store's manifest (:mod:`~vdbflow.jobs.writers.units`).
+the point index with them, each unit recorded in the store's manifest (:mod:`~vdbflow.jobs.publish.units`).
 A local path or an fsspec URL (``output.storage_options``)."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import xarray as xr
 from vdbflow.errors import OutputError
 from vdbflow.io import labels
 from vdbflow.io.location import Target, remove, zarr_store
-from vdbflow.jobs.writers import plain_attrs, with_plain_attrs
-from vdbflow.jobs.writers.units import POINT_INDEX, UnitPlan, write_unit
+from vdbflow.jobs.publish.units import POINT_INDEX, UnitPlan, write_unit
+from vdbflow.jobs.publish.writers import plain_attrs, with_plain_attrs
 
 FORMAT = "zarr"
 log = logging.getLogger("vdbflow.run")
@@ -142,7 +142,7 @@ def _encoding(ds: xr.Dataset, dim: str, codecs: tuple, chunk_rows: int, unit_row
 
 def lazy_write(ds: xr.Dataset, spec: Any, target: Target, plan: UnitPlan | None = None) -> Any:
     """A Dask Delayed that writes ``ds`` to ``target`` (a path, or a URL with ``spec.storage_options``) from
-    the workers, one task a unit (:mod:`~vdbflow.jobs.writers.units`; ``plan``: the units written already,
+    the workers, one task a unit (:mod:`~vdbflow.jobs.publish.units`; ``plan``: the units written already,
     and the chunks' figures each unit records).  The store's metadata is written now, unless ``plan``
     resumes a store, whose metadata is checked against what this job writes instead."""
     import dask

@@ -1,7 +1,7 @@
 """Resumable jobs: what a partial result records of the job that writes it, and the checks that let a
 later run (``vdbflow run --resume``, ``vdbflow.run(..., resume=True)``) continue it.
 
-The partial store's manifest (:mod:`~vdbflow.jobs.writers.units`) holds the job's config (the keys the
+The partial store's manifest (:mod:`~vdbflow.jobs.publish.units`) holds the job's config (the keys the
 result depends on: everything but ``cluster``, ``limits``, ``output.overwrite`` / ``storage_options`` and
 the paths of the output and inputs, whose contents are compared instead), the identity of its input
 files (size and modification time, then their SHA-256 once hashed, as the result's ``input_sha256``) and
@@ -22,8 +22,8 @@ import numpy as np
 from vdbflow.io.location import Target
 from vdbflow.io.redact import redact_url
 from vdbflow.jobs.config.model import ConfigError, FilePoints, JobConfig
-from vdbflow.jobs.output import leftovers_at
-from vdbflow.jobs.writers.units import EXTRAS, Manifest, UnitPlan, per_chunk, verified
+from vdbflow.jobs.publish.output import leftovers_at
+from vdbflow.jobs.publish.units import EXTRAS, Manifest, UnitPlan, per_chunk, verified
 
 log = logging.getLogger("vdbflow.run")
 # keys a result does not depend on; input files are compared by their contents (SHA-256), not their paths

@@ -9,10 +9,10 @@ A writer module defines
   metadata is written now);
 - ``add_attrs(target, attrs, spec)``: global attrs added to the written, not yet published, store;
 - ``manifest_target(target)``: the Zarr store the workers write, whose manifest records the units written
-  (:mod:`~vdbflow.jobs.writers.units`);
+  (:mod:`~vdbflow.jobs.publish.units`);
 - ``discard(target, spec)``: remove everything a failed attempt wrote (the store, and any store of its own).
 
-:mod:`vdbflow.jobs.output` publishes what a writer wrote (atomically, at the final path).  A new format is
+:mod:`vdbflow.jobs.publish.output` publishes what a writer wrote (atomically, at the final path).  A new format is
 a new module here and a row of :data:`WRITERS`; the config's format names come from the table.
 """
 
@@ -27,9 +27,9 @@ import numpy as np
 # format name -> (module, the path suffixes that imply it); the modules are imported when a job writes, so
 # that the config reads the names without loading xarray.  The first format is the default of other paths.
 WRITERS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "zarr": ("vdbflow.jobs.writers.zarr_store", (".zarr",)),
-    "netcdf": ("vdbflow.jobs.writers.netcdf_file", (".nc", ".nc4", ".netcdf")),
-    "vtkhdf": ("vdbflow.jobs.writers.vtkhdf_file", (".vtkhdf",)),  # ParaView / VTK (vdbflow.io.vtkhdf)
+    "zarr": ("vdbflow.jobs.publish.writers.zarr_store", (".zarr",)),
+    "netcdf": ("vdbflow.jobs.publish.writers.netcdf_file", (".nc", ".nc4", ".netcdf")),
+    "vtkhdf": ("vdbflow.jobs.publish.writers.vtkhdf_file", (".vtkhdf",)),  # ParaView / VTK (vdbflow.io.vtkhdf)
 }
 
 
