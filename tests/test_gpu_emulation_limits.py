@@ -1,7 +1,9 @@
 """The emulation of CUDA lies less: a device-memory limit (``VDBFLOW_CUDA_EMULATE_MEMORY``: an allocation past
 it is CuPy's OutOfMemoryError, freed arrays give their bytes back) and several devices
 (``VDBFLOW_CUDA_EMULATE_DEVICES``: each with its own copies of a volume, and a kernel refusing an array of
-another device), so that memory pressure and multi-GPU placement run in CI."""
+another device), so that memory pressure and multi-GPU placement run in CI; a pool as CuPy's (freed memory
+poisoned in stream order and reused at once) and guarded allocations (an out-of-bounds read or write is a
+DeviceError), so that a use-after-free or an out-of-bounds kernel shows here as it would on a GPU, or worse."""
 
 import threading
 from pathlib import Path
@@ -125,3 +127,93 @@ def test_the_threads_of_a_block_run_out_of_index_order(emulated):
     x = em.ones(16, np.int32)
     module.get_function("prefix_by_neighbour")((2,), (8,), (x,))
     assert x.get().tolist() != list(range(1, 9)) * 2  # index order would have made a running sum
+
+
+@pytest.fixture(scope="module")
+def memory_kernels():
+    """tests/harness/emulate_memory.cu built for the emulation (seconds: three small kernels)."""
+    from vdbflow.devices import cuda_build
+
+    built = cuda_build.emulated_library(("read_at", "write_at", "copy_through"), HARNESS / "emulate_memory.cu")
+    return em.RawModule(path=str(built.path))
+
+
+def _copy_through(module, record, out, stream=None):
+    """out[i] = x[i] for the array x whose address record[0] holds (as a KernelAbi holds its arrays)."""
+    module.get_function("copy_through")((4,), (256,), (record, out, np.int64(out.size)), stream=stream)
+
+
+def test_a_freed_array_is_poisoned_and_its_memory_reused_at_once(emulated, memory_kernels):
+    """A kernel that reads an array through an address kept after the array was freed reads NaN (the poison),
+    or, once an allocation of its size took the memory (CuPy's pool reuses it at once), that array's values."""
+    values = np.arange(1000.0)
+    x = em.asarray(values)
+    record = em.asarray(np.array([x.data.ptr], np.uint64))
+    out = em.zeros(1000)
+    _copy_through(memory_kernels, record, out)
+    np.testing.assert_array_equal(out.get(), values)  # correct: x is alive
+    del x  # the bug: the record still points at x
+    _copy_through(memory_kernels, record, out)
+    assert np.isnan(out.get()).all()  # poisoned: 0xFF bytes
+    y = em.asarray(np.full(1000, 7.0))  # the same size: the freed block, at once
+    _copy_through(memory_kernels, record, out)
+    np.testing.assert_array_equal(out.get(), 7.0)
+    assert int(record[0]) == y.data.ptr
+
+
+@pytest.mark.parametrize(
+    "allocated_on, stream_kind",
+    [("launch stream", "non-blocking"), ("null stream", "blocking"), ("null stream", "non-blocking")],
+)
+def test_memory_freed_while_a_stream_reads_it_is_poisoned_in_stream_order(
+    emulated, memory_kernels, allocated_on, stream_kind
+):
+    """An array freed after the launch that reads it is poisoned behind that launch where CUDA orders the reuse
+    behind it (the launch's own stream; the null stream behind a blocking stream's work), and before it where
+    nothing does (freed on the null stream while a non-blocking stream has still to read it: a real bug)."""
+    stream, blocker = em.cuda.Stream(non_blocking=stream_kind == "non-blocking"), threading.Event()
+    values = np.arange(1000.0)
+    with stream if allocated_on == "launch stream" else em.cuda.Device(0):
+        if allocated_on == "launch stream":
+            stream.submit(blocker.wait)  # busy until the host lets it go
+        x = em.asarray(values)
+        record = em.asarray(np.array([x.data.ptr], np.uint64))
+        out = em.asarray(np.zeros(1000))
+    if allocated_on == "null stream":
+        stream.submit(blocker.wait)
+    _copy_through(memory_kernels, record, out, stream=stream)
+    del x  # freed before the launch ran
+    blocker.set()
+    stream.synchronize()
+    if stream_kind == "blocking" or allocated_on == "launch stream":
+        np.testing.assert_array_equal(out.get(), values)
+    else:
+        assert np.isnan(out.get()).all()
+
+
+def test_out_of_bounds_reads_and_writes_are_device_errors(emulated, memory_kernels):
+    """Each array ends at a guard page (a read or write past the end faults: the launch reports it) and the
+    bytes before its start are checked after each launch; in-bounds accesses pass."""
+    read_at, write_at = memory_kernels.get_function("read_at"), memory_kernels.get_function("write_at")
+    x, out = em.asarray(np.arange(10.0)), em.zeros(1)
+    for i in (0, 9):
+        read_at((1,), (32,), (x, np.int64(i), out))
+        assert float(out[0]) == i
+        write_at((1,), (32,), (x, np.int64(i), np.float64(-1.0)))
+    with pytest.raises(
+        DeviceError,
+        match=r"read_at \(block 0, thread 0\) read device memory out of bounds .*: "
+        r"byte 0 after the end of a device array of 80 bytes \(float64, shape \(10,\)\)",
+    ):
+        read_at((1,), (32,), (x, np.int64(10), out))
+    with pytest.raises(DeviceError, match=r"write_at \(block 0, thread 0\) wrote device memory out of bounds"):
+        write_at((1,), (32,), (x, np.int64(10), np.float64(5.0)))
+    with pytest.raises(DeviceError, match=r"write_at wrote 8 bytes before the start of a device array of 80 bytes"):
+        write_at((1,), (32,), (x, np.int64(-1), np.float64(5.0)))
+    with pytest.raises(DeviceError, match="read device memory out of bounds .*no emulated device memory"):
+        read_at((1,), (32,), (x, np.int64(2**40), out))
+    np.testing.assert_array_equal(x.get(), [-1.0, 1, 2, 3, 4, 5, 6, 7, 8, -1.0])  # nothing out of bounds landed
+    stream = em.cuda.Stream(non_blocking=True)
+    read_at((1,), (32,), (x, np.int64(10), out), stream=stream)  # on a stream: raised at its synchronize
+    with pytest.raises(DeviceError, match="read device memory out of bounds"):
+        stream.synchronize()

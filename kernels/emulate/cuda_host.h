@@ -17,6 +17,9 @@
 //     among them, blocks run one after another, and __shared__ is a static variable of the kernel (one block
 //     at a time holds it, as one block holds its shared memory on a GPU); atomicAdd on 32- and 64-bit
 //     unsigned counters;
+//   - faults: a launch runs under a SIGSEGV handler (FaultGuard) that turns a fault inside a kernel (the
+//     emulated device memory's guard pages: an out-of-bounds read or write; a null pointer) into an error the
+//     launch returns (address, block, thread) instead of a crash; the other threads of the launch stop;
 //   - signature<F>(): a letter a scalar parameter, 'p' and the pointee's letter a pointer, so the Python side
 //     packs each argument as the kernel reads it and refuses a scalar of another type or an array of another
 //     dtype (what CuPy would pass through silently).
@@ -28,6 +31,9 @@
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
+#include <csetjmp>
+#include <csignal>
+#include <ucontext.h>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -103,25 +109,86 @@ inline unsigned long long atomicAdd(unsigned long long* address, unsigned long l
 
 namespace vdb_emulate {
 
+// Where a launch notes its first fault: address, block, thread, access (0 read, 1 write, 2 not known).
+struct Fault {
+  std::atomic<int> happened{0};
+  unsigned long long address = 0, block = 0, thread = 0, access = 2;
+  void note(void* at, void* context) {
+    if (happened.exchange(1) == 0) {
+      address = (unsigned long long)at;
+      block = blockIdx.x;
+      thread = threadIdx.x;
+#if defined(__x86_64__) && defined(REG_ERR)
+      access = (static_cast<ucontext_t*>(context)->uc_mcontext.gregs[REG_ERR] & 2) ? 1 : 0;  // page fault: W bit
+#else
+      (void)context;
+#endif
+    }
+  }
+};
+
+inline thread_local sigjmp_buf* fault_jump = nullptr;  // set while this host thread runs kernel code
+inline thread_local Fault* fault_note = nullptr;
+inline struct sigaction previous_action;
+inline std::mutex handler_lock;
+inline int launches_running = 0;
+
+inline void on_fault(int sig, siginfo_t* info, void* context) {
+  sigjmp_buf* jump = fault_jump;
+  if (jump != nullptr) {
+    fault_jump = nullptr;
+    fault_note->note(info->si_addr, context);
+    siglongjmp(*jump, 1);
+  }
+  sigaction(sig, &previous_action, nullptr);  // not a kernel's fault: the handler before ours takes it, at once
+}
+
+// The SIGSEGV handler installed while launches of this library run (the one before restored after the last).
+struct FaultGuard {
+  FaultGuard() {
+    std::lock_guard<std::mutex> hold(handler_lock);
+    if (launches_running++ > 0) return;
+    struct sigaction mine {};
+    mine.sa_sigaction = on_fault;
+    mine.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&mine.sa_mask);
+    sigaction(SIGSEGV, &mine, &previous_action);
+  }
+  ~FaultGuard() {
+    std::lock_guard<std::mutex> hold(handler_lock);
+    if (--launches_running == 0) sigaction(SIGSEGV, &previous_action, nullptr);
+  }
+};
+
+struct Stopped {};  // thrown at a barrier once a thread of the block faulted
+
 // The threads of one block waiting for each other (C++17 has no std::barrier).
 class BlockBarrier {
   std::mutex lock_;
   std::condition_variable wake_;
   unsigned threads_, waiting_ = 0;
   unsigned long long generation_ = 0;
+  bool stopped_ = false;
 
  public:
   explicit BlockBarrier(unsigned threads) : threads_(threads) {}
   void wait() {
     std::unique_lock<std::mutex> hold(lock_);
     const unsigned long long generation = generation_;
+    if (stopped_) throw Stopped{};
     if (++waiting_ == threads_) {
       waiting_ = 0;
       ++generation_;
       wake_.notify_all();
     } else {
-      wake_.wait(hold, [&] { return generation != generation_; });
+      wake_.wait(hold, [&] { return generation != generation_ || stopped_; });
+      if (stopped_) throw Stopped{};
     }
+  }
+  void stop() {
+    std::lock_guard<std::mutex> hold(lock_);
+    stopped_ = true;
+    wake_.notify_all();
   }
 };
 
@@ -192,18 +259,27 @@ inline unsigned thread_order(unsigned b, unsigned k, unsigned block) {
 // One launch: blocks taken in turn by host_threads threads (the calling thread among them), the threads of a
 // block one after another in thread_order.
 template <auto F>
-void launch(unsigned grid, unsigned block, void** args, int host_threads) {
+void launch_blocks(unsigned grid, unsigned block, void** args, int host_threads, Fault* fault) {
   std::atomic<unsigned> next{0};
   auto worker = [&]() {
     blockDim = dim3{block, 1, 1};
     gridDim = dim3{grid, 1, 1};
+    sigjmp_buf jump;
+    if (sigsetjmp(jump, 1) != 0) {  // a fault in this thread's kernel code: no further blocks
+      next = grid;
+      return;
+    }
+    fault_note = fault;
+    fault_jump = &jump;
     for (unsigned b = next++; b < grid; b = next++) {
       blockIdx = dim3{b, 0, 0};
       for (unsigned k = 0; k < block; ++k) {
         threadIdx = dim3{thread_order(b, k, block), 0, 0};
         Params<decltype(F)>::call(F, args);
       }
+      if (fault->happened) break;
     }
+    fault_jump = nullptr;
   };
   const int extra = host_threads > 1 ? (int)std::min<unsigned>(host_threads, grid) - 1 : 0;
   std::vector<std::thread> threads;
@@ -215,24 +291,65 @@ void launch(unsigned grid, unsigned block, void** args, int host_threads) {
 // One launch of a kernel that synchronizes its threads: `block` host threads, each the same thread of every
 // block in turn, a barrier at each __syncthreads() and at the end of each block.
 template <auto F>
-void launch_synchronized(unsigned grid, unsigned block, void** args, int) {
+void launch_synchronized_blocks(unsigned grid, unsigned block, void** args, Fault* fault) {
   BlockBarrier barrier(block);
   auto worker = [&](unsigned t) {
     block_barrier = &barrier;
     blockDim = dim3{block, 1, 1};
     gridDim = dim3{grid, 1, 1};
     threadIdx = dim3{t, 0, 0};
-    for (unsigned b = 0; b < grid; ++b) {
-      blockIdx = dim3{b, 0, 0};
-      Params<decltype(F)>::call(F, args);
-      barrier.wait();
+    sigjmp_buf jump;
+    if (sigsetjmp(jump, 1) != 0) {  // a fault: the block's other threads stop at their next barrier
+      barrier.stop();
+      block_barrier = nullptr;
+      return;
     }
+    fault_note = fault;
+    fault_jump = &jump;
+    try {
+      for (unsigned b = 0; b < grid; ++b) {
+        blockIdx = dim3{b, 0, 0};
+        Params<decltype(F)>::call(F, args);
+        barrier.wait();
+      }
+    } catch (const Stopped&) {
+    }
+    fault_jump = nullptr;
     block_barrier = nullptr;
   };
   std::vector<std::thread> threads;
   for (unsigned t = 1; t < block; ++t) threads.emplace_back(worker, t);
   worker(0);
   for (auto& t : threads) t.join();
+}
+
+// the calling thread's last launch: faulted, address, block, thread, access (vdbflow_emulate_fault)
+inline thread_local unsigned long long last_fault[5] = {0, 0, 0, 0, 0};
+
+inline void note_launch(const Fault& fault) {
+  const unsigned long long noted[5] = {(unsigned long long)fault.happened.load(), fault.address, fault.block,
+                                       fault.thread, fault.access};
+  std::memcpy(last_fault, noted, sizeof noted);
+}
+
+template <auto F>
+void launch(unsigned grid, unsigned block, void** args, int host_threads) {
+  Fault fault;
+  {
+    FaultGuard guard;
+    launch_blocks<F>(grid, block, args, host_threads, &fault);
+  }
+  note_launch(fault);
+}
+
+template <auto F>
+void launch_synchronized(unsigned grid, unsigned block, void** args, int) {
+  Fault fault;
+  {
+    FaultGuard guard;
+    launch_synchronized_blocks<F>(grid, block, args, &fault);
+  }
+  note_launch(fault);
 }
 
 struct Entry {
@@ -258,3 +375,10 @@ inline void __syncthreads() {
   vdb_emulate::Entry { NAME, &vdb_emulate::launch<__VA_ARGS__>, &vdb_emulate::signature<__VA_ARGS__> }
 #define VDB_EMULATE_SYNCHRONIZED_ENTRY(NAME, ...) \
   vdb_emulate::Entry { NAME, &vdb_emulate::launch_synchronized<__VA_ARGS__>, &vdb_emulate::signature<__VA_ARGS__> }
+
+// After a launch on the calling thread: 0, or 1 and its fault's address, block, thread and access (0 read,
+// 1 write, 2 not known) in out[0..3].
+extern "C" int vdbflow_emulate_fault(unsigned long long* out) {
+  std::memcpy(out, vdb_emulate::last_fault + 1, 4 * sizeof(unsigned long long));
+  return (int)vdb_emulate::last_fault[0];
+}

@@ -20,6 +20,9 @@ What is emulated as a GPU behaves, so that the mistakes a GPU punishes show here
 - a launch's blocks run on ``VDBFLOW_CUDA_EMULATE_THREADS`` host threads (default 4);
 - ``asarray`` of pinned host memory (``empty_pinned``) reads it when the stream runs the copy, as
   ``cudaMemcpyAsync`` does (pageable memory is staged at once, as CUDA stages it);
+- device memory is a pool as CuPy's (:mod:`vdbflow.devices.emulation_memory`): freed memory is poisoned in
+  its stream's order and reused at once, guard pages and guard bytes around each array make a kernel's
+  out-of-bounds read or write a DeviceError, and a launch keeps no argument alive (as CuPy's does not);
 - ``VDBFLOW_CUDA_EMULATE_MEMORY`` bytes of device memory at most: past it an allocation is
   ``cuda.memory.OutOfMemoryError``; arrays give their bytes back when NumPy frees them (``memGetInfo``);
 - ``VDBFLOW_CUDA_EMULATE_DEVICES`` devices (default 1): ``Device(n)`` makes one current, each array belongs
@@ -32,15 +35,22 @@ import ctypes
 import functools
 import os
 import threading
-import time
-import weakref
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
-from vdbflow.devices.emulation_memory import OutOfMemoryError, account, allocated_bytes, memory_limit
+from vdbflow.devices import emulation_memory as memory
+from vdbflow.devices.emulation_memory import OutOfMemoryError, allocated_bytes, memory_limit
+from vdbflow.devices.emulation_streams import (
+    Event,
+    Stream,
+    get_current_stream,
+    get_elapsed_time,
+    in_order_of,
+    ordered,
+    synchronize_all,
+)
 from vdbflow.errors import DeviceError
 
 float16, float32, float64 = np.float16, np.float32, np.float64
@@ -53,159 +63,6 @@ __version__ = "emulated"
 
 def host_threads() -> int:
     return max(1, int(os.environ.get("VDBFLOW_CUDA_EMULATE_THREADS", "4")))
-
-
-# --- streams and events --------------------------------------------------------------------------------
-
-
-_registry_lock = threading.Lock()
-
-
-def _streams(streams: weakref.WeakSet) -> list[Stream]:
-    """A copy of a set of streams, taken while no thread adds one."""
-    with _registry_lock:
-        return list(streams)
-
-
-class Stream:
-    """A CUDA stream: work runs in order on a thread of its own (the null stream: at once, see the module)."""
-
-    _blocking: weakref.WeakSet[Stream] = weakref.WeakSet()  # the legacy null stream waits for these
-    _all: weakref.WeakSet[Stream] = weakref.WeakSet()
-
-    def __init__(self, null: bool = False, non_blocking: bool = False, ptr: int = 0):
-        self.null = null
-        self.non_blocking = non_blocking
-        self.ptr = 0 if null else id(self)
-        self._executor = None if null else ThreadPoolExecutor(1, thread_name_prefix="emulated-stream")
-        self._last: Future | None = None
-        self._error: BaseException | None = None
-        self._lock = threading.Lock()
-        if not null:
-            with _registry_lock:
-                Stream._all.add(self)
-                if not non_blocking:
-                    Stream._blocking.add(self)
-
-    def submit(self, work: Any, always: bool = False) -> None:
-        """Runs ``work()`` in the stream's order; a failure is kept and raised by :meth:`synchronize` (as
-        CUDA reports a failed launch at the next synchronization), and the stream's later work is skipped."""
-        if self.null:
-            for other in _streams(Stream._blocking):
-                other.synchronize()
-            work()
-            return
-
-        def run() -> None:
-            if self._error is None or always:  # markers (events) run even after a failure: nothing waits forever
-                try:
-                    work()
-                except BaseException as err:
-                    self._error = err
-
-        with self._lock:
-            self._last = self._executor.submit(run)
-
-    def synchronize(self) -> None:
-        with self._lock:
-            last = self._last
-        if last is not None:
-            last.result()
-        error, self._error = self._error, None
-        if error is not None:
-            raise error
-
-    def record(self, event: Event | None = None) -> Event:
-        event = event or Event()
-        event.record(self)
-        return event
-
-    def wait_event(self, event: Event) -> None:
-        marker = event._marker
-        if marker is not None:
-            self.submit(marker.result)
-
-    def __enter__(self) -> Stream:
-        _current_stack().append(self)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        _current_stack().pop()
-
-    def use(self) -> Stream:
-        stack = _current_stack()
-        stack[:] = [self]
-        return self
-
-
-class Event:
-    """A CUDA event: a marker in a stream's order."""
-
-    def __init__(self, block: bool = False, disable_timing: bool = False, interprocess: bool = False):
-        self._marker: Future | None = None
-        self._time: float | None = None  # perf_counter when the stream reached the marker
-
-    def record(self, stream: Stream | None = None) -> None:
-        stream = stream or get_current_stream()
-        marker: Future = Future()
-        self._marker = marker
-        self._time = None
-
-        def reached() -> None:
-            self._time = time.perf_counter()
-            marker.set_result(None)
-
-        stream.submit(reached, always=True)
-
-    def synchronize(self) -> None:
-        if self._marker is not None:
-            self._marker.result()
-
-    @property
-    def done(self) -> bool:
-        return self._marker is None or self._marker.done()
-
-
-Stream.null = Stream(null=True)  # type: ignore[attr-defined]
-
-
-def get_elapsed_time(start: Event, end: Event) -> float:
-    """Milliseconds between two recorded events, once both were reached (cupy.cuda.get_elapsed_time)."""
-    if start._marker is None or end._marker is None:
-        raise DeviceError("emulated CUDA: get_elapsed_time needs two recorded events")
-    if not (start._marker.done() and end._marker.done()):
-        raise DeviceError("emulated CUDA: an event of get_elapsed_time is not reached yet (synchronize it first)")
-    return (end._time - start._time) * 1e3
-
-
-_local = threading.local()
-
-
-def _current_stack() -> list[Stream]:
-    stack = getattr(_local, "streams", None)
-    if stack is None:
-        stack = _local.streams = []
-    return stack
-
-
-def get_current_stream() -> Stream:
-    stack = _current_stack()
-    return stack[-1] if stack else Stream.null  # type: ignore[attr-defined]
-
-
-def _ordered() -> None:
-    """Work done at once on the calling thread follows the current stream's earlier work (stream order)."""
-    stream = get_current_stream()
-    if stream.null:
-        for other in _streams(Stream._blocking):
-            other.synchronize()
-    else:
-        stream.synchronize()
-
-
-def synchronize_all() -> None:
-    for stream in _streams(Stream._all):
-        stream.synchronize()
 
 
 # --- device arrays -------------------------------------------------------------------------------------
@@ -250,9 +107,8 @@ class ndarray(NDArrayOperatorsMixin):  # noqa: N801 - CuPy's name
     __cuda_emulated__ = True
 
     def __init__(self, a: np.ndarray):
-        account(a)
-        self._a = a
         self._device = _current_device()
+        self._a = _pooled(a, self._device) if a.flags.owndata else a  # views: of pool memory, or shared (DLPack)
 
     @property
     def device(self) -> Device:
@@ -284,32 +140,32 @@ class ndarray(NDArrayOperatorsMixin):  # noqa: N801 - CuPy's name
         raise TypeError("Implicit conversion to a NumPy array is not allowed. Please use `.get()` (emulated CuPy)")
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        _ordered()
+        ordered()
         args = _unwrap(inputs, f"{ufunc.__name__}")
         kw = _unwrap(kwargs, f"{ufunc.__name__}")
         return _wrap(getattr(ufunc, method)(*args, **kw))
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
-        _ordered()
+        ordered()
         return _wrap(func(*_unwrap(args, func.__name__), **_unwrap(kwargs, func.__name__)))
 
     def __getitem__(self, key: Any) -> Any:
-        _ordered()
+        ordered()
         return _wrap(self._a[_unwrap(key, "indexing")])
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        _ordered()
+        ordered()
         self._a[_unwrap(key, "indexing")] = _unwrap(value, "assignment", allow_host=True)
 
     def __len__(self) -> int:
         return len(self._a)
 
     def __iter__(self) -> Any:
-        _ordered()
+        ordered()
         return (_wrap(v) for v in self._a)
 
     def _scalar(self) -> Any:
-        _ordered()
+        ordered()
         if self._a.size != 1:
             raise TypeError("only size-1 arrays can be converted to Python scalars")
         return self._a.reshape(()).item()
@@ -327,7 +183,7 @@ class ndarray(NDArrayOperatorsMixin):  # noqa: N801 - CuPy's name
         return int(self._scalar())
 
     def __repr__(self) -> str:
-        _ordered()
+        ordered()
         return f"emulated {self._a!r}"
 
     def __getattr__(self, name: str) -> Any:
@@ -338,14 +194,14 @@ class ndarray(NDArrayOperatorsMixin):  # noqa: N801 - CuPy's name
             return _wrap(attr)
 
         def method(*args: Any, **kwargs: Any) -> Any:
-            _ordered()
+            ordered()
             return _wrap(attr(*_unwrap(args, name), **_unwrap(kwargs, name)))
 
         return method
 
     def __dlpack__(self, *, stream: Any = None, **kwargs: Any) -> Any:
         """DLPack of the device memory (host memory here: kDLCPU), after the current stream's work."""
-        _ordered()
+        ordered()
         return self._a.__dlpack__(**kwargs)
 
     def __dlpack_device__(self) -> tuple[int, int]:
@@ -379,17 +235,28 @@ class ndarray(NDArrayOperatorsMixin):  # noqa: N801 - CuPy's name
         stream.submit(copy)
 
 
+def _pooled(a: np.ndarray, device: int) -> np.ndarray:
+    """``a``'s values in device memory of the pool, on the current stream."""
+    stream = get_current_stream()
+    return memory.pooled_copy(a, device, stream.ptr, in_order_of(stream))
+
+
+def _empty(shape: tuple, dtype: Any) -> ndarray:
+    stream = get_current_stream()
+    return ndarray(memory.device_empty(shape, dtype, _current_device(), stream.ptr, in_order_of(stream)))
+
+
 def asarray(a: Any, dtype: Any = None, order: Any = None) -> ndarray:
     """A device array: ``a`` itself (or a cast) for a device array, a copy for host data."""
     if isinstance(a, ndarray):
-        _ordered()
+        ordered()
         return a if dtype is None or np.dtype(dtype) == a.dtype else ndarray(a._a.astype(dtype))
     if isinstance(a, PinnedArray) and (dtype is None or np.dtype(dtype) == a.dtype):
         host = a  # pinned: the copy reads the buffer when the stream reaches it (cudaMemcpyAsync)
-        out = ndarray(np.empty(a.shape, a.dtype))
+        out = _empty(a.shape, a.dtype)
     else:
         host = np.array(a, dtype=dtype, order=order or "K", copy=True)  # read now: CUDA stages pageable memory
-        out = ndarray(np.empty_like(host))
+        out = _empty(host.shape, host.dtype)
 
     def copy() -> None:
         out._a[...] = host
@@ -399,7 +266,7 @@ def asarray(a: Any, dtype: Any = None, order: Any = None) -> ndarray:
 
 
 def ascontiguousarray(a: Any, dtype: Any = None) -> ndarray:
-    _ordered()
+    ordered()
     if isinstance(a, ndarray):
         out = np.ascontiguousarray(a._a, dtype=dtype)
         return a if out is a._a else ndarray(out)
@@ -407,7 +274,7 @@ def ascontiguousarray(a: Any, dtype: Any = None) -> ndarray:
 
 
 def array(a: Any, dtype: Any = None, copy: bool = True) -> ndarray:
-    _ordered()
+    ordered()
     return ndarray(np.array(a._a if isinstance(a, ndarray) else a, dtype=dtype, copy=True))
 
 
@@ -443,7 +310,7 @@ def __getattr__(name: str) -> Any:
 
     @functools.wraps(func)
     def device_function(*args: Any, **kwargs: Any) -> Any:
-        _ordered()
+        ordered()
         return _wrap(func(*_unwrap(args, name), **_unwrap(kwargs, name)))
 
     return device_function
@@ -458,6 +325,9 @@ def device_count() -> int:
     if not text.isdigit() or int(text) < 1:
         raise DeviceError(f"expected VDBFLOW_CUDA_EMULATE_DEVICES to be a count of devices (1, 2, ...), got {text!r}")
     return int(text)
+
+
+_local = threading.local()
 
 
 def _current_device() -> int:
@@ -557,7 +427,7 @@ class Function:
         params = self.parameters
         if len(args) != len(params):
             raise TypeError(f"{self.name}: expected {len(params)} kernel arguments, got {len(args)}")
-        values, keep = [], []
+        values = []
         for position, (token, arg) in enumerate(zip(params, args, strict=True)):
             where = f"{self.name} argument {position}"
             letter = token[0]
@@ -572,8 +442,7 @@ class Function:
                     want = np.dtype(np.uint64) if pointee == "P" else _PACK.get(pointee)
                     if want is not None and arg.dtype != np.dtype(want):
                         raise TypeError(f"{where}: expected a device array of {np.dtype(want)}, got {arg.dtype}")
-                    value = ctypes.c_void_p(arg._a.ctypes.data)
-                    keep.append(arg)
+                    value = ctypes.c_void_p(arg._a.ctypes.data)  # CuPy keeps no argument alive: nor does this
                 elif type(arg) is np.uint64:
                     value = ctypes.c_void_p(int(arg) or None)
                 else:
@@ -589,7 +458,7 @@ class Function:
         pointers = (ctypes.c_void_p * max(1, len(values)))(
             *(ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values)
         )
-        return pointers, [values, keep]
+        return pointers, values
 
     def __call__(
         self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0, stream: Stream | None = None
@@ -604,8 +473,12 @@ class Function:
         threads = host_threads()
 
         def run() -> None:
-            _ = keep  # the arguments live until the launch has run
+            _ = keep  # the packed values (not the arrays) live until the launch has run
+            fault = (ctypes.c_uint64 * 4)()
             self._lib.vdbflow_emulate_launch(self._index, grid[0], block[0], pointers, threads)
+            if self._lib.vdbflow_emulate_fault(fault):  # a fault in kernel code, the launch stopped
+                raise DeviceError(memory.describe_fault(self.name, *fault))
+            memory.check_guards(self.name)
 
         stream.submit(run)
 
@@ -639,6 +512,8 @@ def _library(path: str) -> ctypes.CDLL:
     lib.vdbflow_emulate_signature.argtypes = [ctypes.c_int]
     lib.vdbflow_emulate_launch.restype = None
     lib.vdbflow_emulate_launch.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.c_int]
+    lib.vdbflow_emulate_fault.restype = ctypes.c_int  # 1: the calling thread's last launch faulted
+    lib.vdbflow_emulate_fault.argtypes = [ctypes.POINTER(ctypes.c_uint64)]
     return lib
 
 
