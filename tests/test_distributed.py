@@ -327,16 +327,17 @@ def test_a_partition_rebuilt_after_its_file_was_replaced_is_refused(rng, tmp_pat
 
 def test_reading_leaves_checks_the_file_it_was_given(rng, tmp_path):
     from vdbflow.distribution.partitions import DistributedFile, read_leaves
+    from vdbflow.io.grid_ref import GridRef
 
     ijk, vol = volume(rng, 3)
     path = tmp_path / "field.nvdb"
     vol.to_nvdb(str(path))
-    identity = DistributedFile.of(path)
+    ref = GridRef.to(path, None, False, identity=DistributedFile)
     leaves = np.arange(vol.leaf_count)
-    assert read_leaves(str(path), None, identity, False, leaves).leaf_count == vol.leaf_count
+    assert read_leaves(ref, leaves).leaf_count == vol.leaf_count
     vol.to_nvdb(str(path))  # the same volume again: another inode, another file
     with pytest.raises(vdbflow.VolumeError, match="another process replaced or rewrote it"):
-        read_leaves(str(path), None, identity, False, leaves)
+        read_leaves(ref, leaves)
 
 
 def test_partitions_stay_on_their_workers_and_waves_are_assembled_where_routed(rng, client):

@@ -6,6 +6,7 @@ hangs; and the cluster a volume starts when it is given none.  Small pure functi
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -23,7 +24,10 @@ from vdbflow.distribution.fit import check_fit, keep_in_memory, needs_no_spillin
 from vdbflow.distribution.plan import PartitionPlan, leaf_stencil, leaf_weights, near_blocks, plan_partitions
 from vdbflow.errors import ClusterError, DistributionError, VolumeError
 from vdbflow.io.atomic import create_exclusive
+from vdbflow.io.grid_ref import GridRef
 from vdbflow.io.identity import FileIdentity
+from vdbflow.io.location import is_url
+from vdbflow.io.openvdb import is_openvdb
 
 
 @sizeof.register(Volume)
@@ -57,28 +61,15 @@ class DistributedFile(FileIdentity):
     seen = "it was distributed"
 
 
-def _local_nvdb(source: str | os.PathLike) -> bool:
-    """Whether ``source`` is a local file that is not an OpenVDB file (a .nvdb file)."""
-    from vdbflow.io.location import is_url
-    from vdbflow.io.openvdb import is_openvdb
-
-    return not is_url(source) and os.path.isfile(source) and not is_openvdb(os.fspath(source))
-
-
-def read_leaves(path: str, grid: Any, identity: FileIdentity | None, periodic: Any, leaves: np.ndarray) -> Volume:
+def read_leaves(ref: GridRef, leaves: np.ndarray) -> Volume:
     """The given leaves of an .nvdb or .vdb grid, read by the worker itself (an .nvdb file: the tree, then
     those leaves' values copied span by span from a mapping whose pages are given back as it goes, so the
     worker ends up holding those leaves and nothing of the file; a .vdb file's topology and those leaves'
-    buffers), from the file ``identity`` says it is (checked before and after), with the whole grid's
-    periods ``periodic`` (a Periodicity, or False)."""
-    from vdbflow.io.volumes import open_volume
-
-    def read() -> Volume:
-        vol = open_volume(path, grid, leaves=leaves, periodic=periodic)
-        assert isinstance(vol, Volume)  # distribute refused index grids
-        return vol.contiguous()
-
-    return read() if identity is None else identity.opened(read, "when a partition was read")
+    buffers), from the file ``ref``'s identity says it is (checked before and after), with the whole grid's
+    periods (``ref.periodic``: a Periodicity, or False)."""
+    vol = ref.read(leaves=leaves)
+    assert isinstance(vol, Volume)  # distribute refused index grids
+    return vol.contiguous()
 
 
 def load_spilled(path: str, sha256: str | None = None) -> Volume:
@@ -345,24 +336,18 @@ def close_client(client: Any) -> None:
         cluster.close()
 
 
-def _open_source(
-    source: Volume | str | os.PathLike, grid: int | str | None, identity: FileIdentity | None, periodic: Any
-) -> tuple[Volume, tuple | None]:
-    """The whole volume as the client needs it, and what a worker reads its leaves with (None: an
+def _open_source(source: Volume | GridRef) -> tuple[Volume, GridRef | None]:
+    """The whole volume as the client needs it, and the grid a worker reads its leaves of (None: an
     in-memory volume).  A .nvdb file: only the tree is read (the values stay unread in the mapping, the
     checksum's head half is checked); a .vdb file: the grid is read."""
     if isinstance(source, Volume):
         return source, None
-    from vdbflow.io.volumes import open_volume
-
-    if identity is None:
-        identity = DistributedFile.of(source)
-    options = {"checksum": "head"} if _local_nvdb(source) else {}
-    whole = identity.opened(lambda: open_volume(source, grid, periodic=periodic, **options), "when it was distributed")
+    local_nvdb = not is_url(source.path) and os.path.isfile(source.path) and not is_openvdb(source.path)
+    whole = source.read(**({"checksum": "head"} if local_nvdb else {}))
     if not isinstance(whole, Volume):
         raise VolumeError("expected a value grid to distribute; attach values to index grids with with_data")
     # the workers' leaves take the whole grid's periods (their own box would give others)
-    return whole, (os.fspath(source), grid, identity, whole.periodic or False)
+    return whole, dataclasses.replace(source, periodic=whole.periodic or False)
 
 
 def _checked_plan(
@@ -422,16 +407,13 @@ def _volume_fields(whole: Volume, plan: PartitionPlan, client: Any) -> dict[str,
 
 
 def build_partitions(
-    source: Volume | str | os.PathLike,
+    source: Volume | GridRef,
     client: Any,
     owns: bool,
     partitions: int | None,
     halo: int,
-    grid: int | str | None,
     spill: str | os.PathLike | bool | None,
     plan: PartitionPlan | None,
-    identity: FileIdentity | None,
-    periodic: Any = None,
     balance: Any = None,
 ) -> dict[str, Any]:
     """The partitions of ``source`` on ``client``'s cluster (``owns``: started for this volume) -
@@ -440,7 +422,7 @@ def build_partitions(
     from vdbflow.distribution.placement import PARTITION_PREFIX, register
 
     register(client)
-    whole, loader_source = _open_source(source, grid, identity, periodic)
+    whole, ref = _open_source(source)
     plan = _checked_plan(whole, plan, partitions, halo, balance, client)
     P = plan.partitions
     _fit_workers(whole, plan, client)
@@ -452,13 +434,13 @@ def build_partitions(
 
     token = uuid.uuid4().hex
     spilled: list[str] | None = None
-    if loader_source is not None:
+    if ref is not None:
         # a file: each worker reads its own leaves and its halo leaves itself, in one bounded pass over
         # those leaves' bytes (nothing else of the file stays mapped), into the partition it keeps
         parts = [
             client.submit(
                 read_leaves,
-                *loader_source,
+                ref,
                 np.union1d(plan.owned[p], plan.halo[p]),
                 key=f"{PARTITION_PREFIX}{token}-{p}",
                 **place(p),

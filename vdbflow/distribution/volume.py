@@ -45,6 +45,7 @@ the partition's running total, in wave order; per wave one task puts the point a
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import os
 import weakref
@@ -67,7 +68,9 @@ from vdbflow.distribution.partitions import (
 from vdbflow.distribution.plan import PartitionPlan
 from vdbflow.distribution.reverse import DistributedVJP, vjp_graph
 from vdbflow.errors import DeviceError
+from vdbflow.io.grid_ref import GridRef
 from vdbflow.io.identity import FileIdentity
+from vdbflow.io.location import as_location
 from vdbflow.ops.request import OUTPUTS, SampleRequest
 
 __all__ = ["DistributedFile", "default_wave", "resolve_client", "close_client", "vjp_graph"]  # importable here too
@@ -246,7 +249,7 @@ class DistributedVolume:
 
 
 def distribute(
-    source: Volume | str | os.PathLike,
+    source: Volume | str | os.PathLike | GridRef,
     client: Any = None,
     partitions: int | None = None,
     halo: int = 1,
@@ -270,8 +273,9 @@ def distribute(
 
     Parameters
     ----------
-    source : Volume, str or os.PathLike
-        A Volume, or an .nvdb path whose leaves each worker reads itself (a value grid).
+    source : Volume, str, os.PathLike or GridRef
+        A Volume, or an .nvdb path whose leaves each worker reads itself (a value grid), or a
+        :class:`~vdbflow.io.grid_ref.GridRef` of one (its grid, periods and identity: the arguments below unused).
     client : distributed.Client, optional
         The cluster to use; by default the current client (``distributed.get_client``) when there
         is one, else an embedded ``LocalCluster`` of processes sized to the machine, closed with
@@ -338,17 +342,14 @@ def distribute(
         return source.distribute(client, partitions, halo, spill=spill, cache=cache)  # a VolumeSeries
     if isinstance(source, Volume) and periodic is not None:
         source = source.with_periodic(periodic)
-    if storage_options is not None and isinstance(source, (str, os.PathLike)):
-        from vdbflow.io.location import as_location
-
-        source = as_location(source, storage_options)  # a Url carries its options to the workers
+    if isinstance(source, (str, os.PathLike)):  # a Url carries its storage_options to the workers
+        source = GridRef(os.fspath(as_location(source, storage_options)), grid, periodic, identity)
+    if isinstance(source, GridRef) and source.identity is None:  # what the file is now, checked by the workers
+        now = DistributedFile.of(source.path, storage_options=source.storage_options)
+        source = dataclasses.replace(source, identity=now)
     client, owns = resolve_client(client)
     try:
-        return DistributedVolume(
-            **build_partitions(
-                source, client, owns, partitions, halo, grid, spill, plan, identity, periodic, balance=balance
-            )
-        )
+        return DistributedVolume(**build_partitions(source, client, owns, partitions, halo, spill, plan, balance))
     except BaseException:
         if owns:
             close_client(client)

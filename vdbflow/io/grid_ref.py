@@ -91,9 +91,11 @@ class GridRef:
         """This grid's inclusive index box ``[lo, hi]`` (3,) to read."""
         return dataclasses.replace(self, bbox=(tuple(int(v) for v in lo), tuple(int(v) for v in hi)))  # type: ignore[arg-type]
 
-    def read(self, leaves: np.ndarray | None = None, **kwargs: Any) -> Volume | Topology:
+    def read(
+        self, leaves: np.ndarray | None = None, when: str = "when it was read", **kwargs: Any
+    ) -> Volume | Topology:
         """The grid (its box, or ``leaves`` of it; ``kwargs`` for ``vdbflow.open``) read now, not kept,
-        the file checked to be the one first seen before and after."""
+        the file checked to be the one first seen before and after (an error saying ``when``)."""
         if self.bbox is not None:
             kwargs["bbox"] = self.bbox
         if leaves is not None:
@@ -104,7 +106,7 @@ class GridRef:
         def opener() -> Volume | Topology:
             return open_volume(self.path, self.grid, storage_options=self.storage_options, **kwargs)
 
-        return opener() if self.identity is None else self.identity.opened(opener, "when it was read")
+        return opener() if self.identity is None else self.identity.opened(opener, when)
 
     def open(self) -> Volume | Topology:
         """The grid (or its box), opened once per process (:data:`OPEN_CACHE` kept) and kept open."""

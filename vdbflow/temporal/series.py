@@ -35,6 +35,7 @@ import numpy as np
 from vdbflow.core import units
 from vdbflow.core.volume import Volume, same_topology
 from vdbflow.errors import PointsError, SamplingError, TimeError, VolumeError
+from vdbflow.io.grid_ref import GridRef
 from vdbflow.io.identity import FileIdentity
 from vdbflow.io.time_record import TIME_RECORD, record_time
 from vdbflow.ops.request import SampleRequest
@@ -54,10 +55,6 @@ class StepIdentity(FileIdentity):
     label = "the series step"
     seen = "the series was opened"
     error = StepChangedError
-
-
-def _identity_of(src: Any) -> StepIdentity | None:
-    return None if isinstance(src, Volume) else StepIdentity.of(src)
 
 
 def _name(src: Any) -> str:
@@ -127,8 +124,12 @@ class VolumeSeries:
             raise VolumeError(f"expected cache >= 1 open steps, got {cache}")
         t.setflags(write=False)
         self.times = t
-        # each file step's identity, checked whenever the step is opened (recorded now unless given)
-        self._identities = list(identities) if identities is not None else [_identity_of(s) for s in self._sources]
+        if identities is None:  # each file step's identity, checked whenever the step is opened: recorded now
+            identities = [None if isinstance(s, Volume) else StepIdentity.of(s) for s in self._sources]
+        self._refs = [
+            s if isinstance(s, Volume) else GridRef(os.fspath(s), grid, None, i)
+            for s, i in zip(self._sources, identities, strict=True)
+        ]
         self._check_time_records = bool(check_time_records)  # times came from the steps' time records
         self.grid = grid
         self.cache = int(cache)
@@ -161,16 +162,10 @@ class VolumeSeries:
         if k in self._open:
             self._open.move_to_end(k)
             return self._open[k]
-        src, identity = self._sources[k], self._identities[k]
-        if isinstance(src, Volume):
-            vol = src
-        else:
-            from vdbflow.io.volumes import open_volume
-
-            opener = lambda: open_volume(src, self.grid)  # noqa: E731
-            vol = opener() if identity is None else identity.opened(opener, f"when step {k} was opened")
-            if not isinstance(vol, Volume):
-                raise VolumeError(f"expected a value grid at step {k} ({src}), got an index grid")
+        step = self._refs[k]
+        vol = step if isinstance(step, Volume) else step.read(when=f"when step {k} was opened")
+        if not isinstance(vol, Volume):
+            raise VolumeError(f"expected a value grid at step {k} ({step.path}), got an index grid")
         self._check_time(k, vol)
         self._check_grid(k, vol)
         self.opened += 1
@@ -480,7 +475,7 @@ class DistributedSeries(VolumeSeries):
             series.times,
             series.grid,
             series.cache,
-            identities=series._identities,
+            identities=[None if isinstance(s, Volume) else s.identity for s in series._refs],
             check_time_records=series._check_time_records,
         )
         from vdbflow.distribution.volume import resolve_client
@@ -513,16 +508,13 @@ class DistributedSeries(VolumeSeries):
             self._distributed.move_to_end(k)
             return self._distributed[k]
         vol = self.volume(k)  # checks the grid; the values stay in the mapped file
-        src, identity = self._sources[k], self._identities[k]
+        step = self._refs[k]  # a file's identity is also checked by every worker that reads a partition of it
+        identity = None if isinstance(step, Volume) else step.identity
         plan = self._plan_for(vol.topology)
-        source = src if isinstance(src, Volume) else os.fspath(src)
-        kw = {"grid": self.grid} if not isinstance(src, Volume) else {}
         when = f"when step {k} was distributed"
         if identity is not None:
             identity.check(when)
-        if identity is not None:
-            kw["identity"] = identity  # also checked by every worker that reads a partition of it
-        dvol = distribute(source, self.client, self.partitions, self.halo, spill=self.spill, plan=plan, **kw)
+        dvol = distribute(step, self.client, self.partitions, self.halo, spill=self.spill, plan=plan)
         if identity is not None:  # the workers read their leaves while distribute waited
             try:
                 identity.check(when)
