@@ -217,3 +217,18 @@ def test_out_of_bounds_reads_and_writes_are_device_errors(emulated, memory_kerne
     read_at((1,), (32,), (x, np.int64(10), out), stream=stream)  # on a stream: raised at its synchronize
     with pytest.raises(DeviceError, match="read device memory out of bounds"):
         stream.synchronize()
+
+
+def test_a_fault_in_a_synchronizing_kernel_stops_its_block(emulated):
+    """A launch whose threads synchronize (a host thread a CUDA thread): the thread that faults stops, the
+    block's other threads waiting at __syncthreads are let go, and the launch reports the fault."""
+    from vdbflow.devices import cuda_build
+
+    name = "vdbflow::reduce_kernel<1>"
+    built = cuda_build.emulated_library((name,), HARNESS / "emulate_synchronized.cu")
+    kernel = em.RawModule(path=str(built.path)).get_function(name)
+    x, out = em.asarray(np.arange(10.0)), em.zeros(2)
+    kernel((2,), (32,), (x, np.int64(7), np.uint32(5), out))
+    assert out.get()[0] == 7.0
+    with pytest.raises(DeviceError, match=r"reduce_kernel<1> \(block 0, thread 5\) read device memory out of bounds"):
+        kernel((2,), (32,), (x, np.int64(10), np.uint32(5), out))
