@@ -175,16 +175,25 @@ def test_hessians_take_the_points_dims_on_every_volume(rng, client):
     np.testing.assert_array_equal(far["value_hessian"].values, ds["value_hessian"].values)
 
 
-def test_each_output_format_is_one_writer_module():
+def test_each_output_format_is_one_writer():
     from vdbflow.jobs.config.model import OUTPUT_FORMATS
+    from vdbflow.jobs.config.output import OutputSpec
     from vdbflow.jobs.publish import writers
+    from vdbflow.jobs.publish.writers.zarr_store import ZarrStore
 
     assert OUTPUT_FORMATS == tuple(writers.WRITERS)
+    methods = ("prepare", "lazy_write", "add_attrs", "manifest_target", "discard")
+    protocol = {m: list(inspect.signature(getattr(writers.Writer, m)).parameters) for m in methods}
     for name in writers.WRITERS:
-        module = writers.writer(name)
-        assert module.FORMAT == name
-        for function in ("prepare", "lazy_write", "add_attrs"):
-            assert callable(getattr(module, function)), (name, function)
+        writer = writers.writer(name)
+        assert writer.format == name
+        for method, parameters in protocol.items():  # every method of the Writer protocol, with its parameters
+            assert list(inspect.signature(getattr(type(writer), method)).parameters) == parameters, (name, method)
+    # a writer holds its options, read from the config once: no config object reaches a store
+    spec = OutputSpec(path="r.zarr", compression="zstd", shard=1000)
+    assert writers.writer("zarr", spec) == ZarrStore(compression="zstd", zarr_format=3, shard=1000)
+    staging = writers.writer("netcdf", OutputSpec(path="r.nc", compression="zstd")).staging
+    assert staging == ZarrStore(compression="none", zarr_format=2, storage_options=None, shard=None)  # local, as stored
     assert writers.format_of_path(Path("a/b.NC")) == "netcdf" and writers.format_of_path(Path("b.zarr")) == "zarr"
     assert writers.format_of_path(Path("b")) == "zarr" and writers.format_of_path(Path("c.vtkhdf")) == "vtkhdf"
     with pytest.raises(vdbflow.WriteError, match="expected an output format among zarr, netcdf, vtkhdf, got 'hdf4'"):

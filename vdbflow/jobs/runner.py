@@ -41,7 +41,7 @@ from vdbflow.jobs.progress import DaskRichBar, recomputed, steps_of_graphs, work
 from vdbflow.jobs.publish.output import KEPT_PARTIALS, OutputError, partial_path, publish, tidy
 from vdbflow.jobs.publish.resume import check_same_job, job_record, record_inputs_when_hashed, resumable, unit_plan
 from vdbflow.jobs.publish.units import Manifest
-from vdbflow.jobs.publish.writers import writer
+from vdbflow.jobs.publish.writers import Writer, writer
 
 log = logging.getLogger("vdbflow.run")
 
@@ -281,7 +281,7 @@ def run_job(
     given = client is not None
     if given:
         plan.cluster = f"the given client's cluster (scheduler {client.scheduler.address})"
-    out = writer(cfg.output.resolved_format)
+    out = writer(cfg.output.resolved_format, cfg.output)
     final, reused = _prepare_output(cfg, resume, out)
     job = _Job(cfg, plan, final, out, time.perf_counter(), resume=resume, resumed_from=reused)
     with (
@@ -308,7 +308,7 @@ def run_job(
             ds = _labelled(sampled, cfg, plan)
             result = job.write(ds, sampled, client, console if progress else None, after_cluster)
             provenance = job.provenance(result, checksum, analytic)
-            job.writer.add_attrs(job.target, provenance, cfg.output)
+            job.writer.add_attrs(job.target, provenance)
             if volume_file is not None and not cfg.volume.snapshot:
                 plan.inputs["volume.path"].check("when the job finished")
             if publishing is not None:
@@ -420,7 +420,7 @@ class _Job:
     cfg: JobConfig
     plan: JobPlan
     final: Path | str  # a local path, or a URL
-    writer: Any  # a module of vdbflow.jobs.publish.writers
+    writer: Writer
     t_start: float
     resume: bool = False  # keep the partial result of a failed or stopped run, for the next resume
     resumed_from: Path | str | None = None  # the partial result this run resumes
@@ -462,7 +462,7 @@ class _Job:
         log.info("cluster: %s; %d worker(s)%s", self.plan.cluster, self.workers, where)
         if console is not None and self.dashboard:
             console.print(f"Dask dashboard: {self.dashboard}")
-        self.writer.prepare(client, cfg.output)
+        self.writer.prepare(client)
 
     def write(self, ds: xr.Dataset, sampled: Sampled, client: Any, console: Any, after_cluster: Any) -> JobResult:
         """Compute the samples and write them to the hidden target from the workers (with the lazy
@@ -472,7 +472,7 @@ class _Job:
         t0 = time.perf_counter()
         resumed = self.resumed_from is not None
         units = unit_plan(self.manifest.target, cfg.output.storage_options, sampled, point_set, resumed)
-        self.write_task = self.writer.lazy_write(ds, cfg.output, self.target, units)
+        self.write_task = self.writer.lazy_write(ds, self.target, units)
         if not resumed:
             self.manifest.write_job(job_record(cfg, self.plan, units.units))
         record_inputs_when_hashed(self.manifest, self.checksum)
@@ -582,14 +582,14 @@ class _Job:
         if keep:
             KEPT_PARTIALS.add(name)
         if not keep:
-            after_cluster.callback(self.writer.discard, self.target, self.cfg.output)
+            after_cluster.callback(self.writer.discard, self.target)
         try:
             stop_writing(client, self.futures, self.write_task)
         finally:  # also when a signal interrupts the wait
             if keep:
                 log.warning("kept the partial result %s: `vdbflow run --resume` continues it", self.target)
             else:
-                self.writer.discard(self.target, self.cfg.output)
+                self.writer.discard(self.target)
 
 
 STOP_WAIT_S = 30.0  # how long a failed job waits for its tasks still running before it removes its partial

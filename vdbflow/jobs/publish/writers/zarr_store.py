@@ -1,33 +1,38 @@
-"""The Zarr writer of job results: Zarr format 2 (default) or 3 (``output.zarr_format``; shards with
-``output.shard``; label coordinates in the ``vdbflow_labels`` attr, :mod:`vdbflow.io.labels`) with
+"""The Zarr writer of job results (:class:`ZarrStore`): Zarr format 2 (default) or 3 (``output.zarr_format``;
+shards with ``output.shard``; label coordinates in the ``vdbflow_labels`` attr, :mod:`vdbflow.io.labels`) with
 consolidated metadata, Blosc-compressed chunks written by the workers one unit (a chunk or a shard) a task,
 the point index with them, each unit recorded in the store's manifest (:mod:`~vdbflow.jobs.publish.units`).
-A local path or an fsspec URL (``output.storage_options``)."""
+A local path or an fsspec URL (``output.storage_options``).  The writers of one file (:class:`StagedFile`:
+NetCDF, VTKHDF) stage their chunks in such a store, then write the file from it by one task."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
+import warnings
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import dask
+import numcodecs.blosc
 import numpy as np
 import xarray as xr
+import zarr
+from numcodecs import Blosc
+from zarr.codecs import BloscCodec
 
 from vdbflow.errors import OutputError
 from vdbflow.io import labels
+from vdbflow.io.atomic import remove_tree
 from vdbflow.io.location import Target, remove, zarr_store
 from vdbflow.jobs.publish.units import POINT_INDEX, UnitPlan, write_unit
 from vdbflow.jobs.publish.writers import plain_attrs, with_plain_attrs
 
-FORMAT = "zarr"
 log = logging.getLogger("vdbflow.run")
-
-
-def prepare(client: Any, spec: Any) -> None:
-    """Blosc on each worker encodes with the worker's spare cores (when the chunks are compressed)."""
-    if spec.compression != "none":
-        logging.getLogger("vdbflow.jobs").debug("Blosc threads by worker: %s", spare_cores_for_blosc(client))
 
 
 INDEX_KEY = "vdbflow-write-index"  # the tasks that write the point index
@@ -60,8 +65,6 @@ def blosc_threads(cores: int, workers_on_host: int, threads_per_worker: int) -> 
 def use_spare_cores(workers_on_host: int, threads_per_worker: int) -> int:
     """Run on a worker (``client.run``): Blosc encodes with the worker's spare cores, from any thread (by
     default numcodecs uses Blosc's threads from the main thread only).  Returns Blosc's thread count."""
-    import numcodecs.blosc
-
     threads = blosc_threads(os.cpu_count() or 1, workers_on_host, threads_per_worker)
     if threads > 1:
         numcodecs.blosc.use_threads = True
@@ -71,8 +74,6 @@ def use_spare_cores(workers_on_host: int, threads_per_worker: int) -> int:
 
 def spare_cores_for_blosc(client: Any) -> dict[str, int]:
     """Blosc threads of each worker of ``client``'s cluster (:func:`use_spare_cores` on each)."""
-    from collections import Counter
-
     info = client.scheduler_info(n_workers=-1)["workers"]
     per_host = Counter(w.get("host") for w in info.values())
     out = {}
@@ -82,18 +83,14 @@ def spare_cores_for_blosc(client: Any) -> dict[str, int]:
     return out
 
 
-def _codecs(spec: Any, zarr_format: int) -> tuple:
+def _codecs(spec: ZarrStore, zarr_format: int) -> tuple:
     """The chunks' codecs: Blosc with byte shuffle (lz4 at level 5: 1.1 GB/s a core on the demo's samples,
     ratio 0.83; zstd at level 1: 0.5 GB/s, 0.73), as numcodecs' (format 2) or zarr's (format 3) codec."""
     if spec.compression == "none":
         return ()
     level = 5 if spec.compression == "lz4" else 1
     if zarr_format == 2:
-        from numcodecs import Blosc
-
         return (Blosc(cname=spec.compression, clevel=level, shuffle=Blosc.SHUFFLE),)
-    from zarr.codecs import BloscCodec
-
     return (BloscCodec(cname=spec.compression, clevel=level, shuffle="shuffle"),)
 
 
@@ -104,14 +101,14 @@ def _unit_dim(ds: xr.Dataset) -> str | None:
     return str(lazy[0].dims[0]) if lazy else None
 
 
-def _layout(ds: xr.Dataset, spec: Any, dim: str, points: int) -> tuple[xr.Dataset, int, int, int]:
+def _layout(ds: xr.Dataset, spec: ZarrStore, dim: str, points: int) -> tuple[xr.Dataset, int, int, int]:
     """``ds`` with each lazy variable along ``dim`` in units (a chunk, or a shard, of rows; whole in its
     other dimensions), anything else lazy computed now; the rows of a chunk and of a unit, and the points
     of a row."""
     size = ds.sizes[dim]
     row = points // size if size and points % size == 0 else 1
     chunk_rows = max(1, int(ds.chunks[dim][0])) if size else 1
-    shard = getattr(spec, "shard", None)
+    shard = spec.shard
     unit_rows = chunk_rows * max(1, shard // (chunk_rows * row)) if shard else chunk_rows
     coords: dict[Any, xr.Variable] = {}
     data: dict[Any, xr.Variable] = {}
@@ -140,18 +137,13 @@ def _encoding(ds: xr.Dataset, dim: str, codecs: tuple, chunk_rows: int, unit_row
     return encoding
 
 
-def lazy_write(ds: xr.Dataset, spec: Any, target: Target, plan: UnitPlan | None = None) -> Any:
-    """A Dask Delayed that writes ``ds`` to ``target`` (a path, or a URL with ``spec.storage_options``) from
-    the workers, one task a unit (:mod:`~vdbflow.jobs.publish.units`; ``plan``: the units written already,
-    and the chunks' figures each unit records).  The store's metadata is written now, unless ``plan``
-    resumes a store, whose metadata is checked against what this job writes instead."""
-    import dask
-
+def _lazy_write(spec: ZarrStore, ds: xr.Dataset, target: Target, plan: UnitPlan | None) -> Any:
+    """:meth:`ZarrStore.lazy_write`."""
     ds = with_plain_attrs(ds)
-    zarr_format = int(getattr(spec, "resolved_zarr_format", 2))
+    zarr_format = spec.zarr_format
     if zarr_format == 3:  # no string arrays: the v3 core has none (vdbflow.io.labels)
         ds = labels.to_attrs(ds)
-    options = getattr(spec, "storage_options", None)
+    options = spec.storage_options
     codecs = _codecs(spec, zarr_format)
     index = _point_index(ds)
     if index is not None:  # written by the workers, unit by unit, not by this process now
@@ -165,7 +157,7 @@ def lazy_write(ds: xr.Dataset, spec: Any, target: Target, plan: UnitPlan | None 
         )
     points = int(plan.chunk_starts[-1]) if plan is not None else ds.sizes[dim]
     ds, chunk_rows, unit_rows, row = _layout(ds, spec, dim, points)
-    sharded = zarr_format == 3 and getattr(spec, "shard", None) is not None
+    sharded = zarr_format == 3 and spec.shard is not None
     encoding = _encoding(ds, dim, codecs, chunk_rows, unit_rows, sharded)
     resumed = plan is not None and plan.resumed
     _write_metadata(ds, store, zarr_format, encoding, index, codecs, (chunk_rows, unit_rows, sharded), resumed)
@@ -222,8 +214,6 @@ def _write_metadata(
     """The store's metadata and the variables held in memory (and the point index's array); a resumed
     store's checked instead: its arrays must be those this job writes (an OutputError names the first that
     differs)."""
-    import zarr
-
     into = zarr.storage.MemoryStore() if resumed else store
     ds.to_zarr(into, mode="w-", compute=False, consolidated=False, zarr_format=zarr_format, encoding=encoding)
     if index is not None:
@@ -246,10 +236,6 @@ def _write_metadata(
 
 
 def _array_metadata(store: Any, zarr_format: int) -> dict[str, Any]:
-    import warnings
-
-    import zarr
-
     group = zarr.open_group(store, mode="r", zarr_format=zarr_format, use_consolidated=False)
     out = {}
     with warnings.catch_warnings():  # the manifest is not a Zarr node
@@ -276,26 +262,99 @@ def _same_arrays(expected_store: Any, store: Any, zarr_format: int) -> None:
             )
 
 
-def add_attrs(target: Target, attrs: dict[str, Any], spec: Any = None) -> None:
-    """Add global attrs to a written (not yet published) store, and consolidate its metadata."""
-    import warnings
+@dataclass(frozen=True)
+class ZarrStore:
+    """The Zarr writer (a :class:`~vdbflow.jobs.publish.writers.Writer`) with its store's options; the defaults
+    (chunks stored as they are, format 2, local) are those of a file writer's staging store."""
 
-    import zarr
+    format = "zarr"
+    compression: str = "none"  # of the chunks: lz4, zstd or none
+    zarr_format: int = 2
+    storage_options: dict[str, Any] | None = None  # of a URL
+    shard: int | None = None  # points a shard (Zarr 3)
 
-    store = zarr_store(target, getattr(spec, "storage_options", None))
-    group = zarr.open_group(store, mode="r+", use_consolidated=False)
-    group.attrs.update(plain_attrs(attrs))
-    with warnings.catch_warnings():  # consolidated metadata is zarr-python's extension of format 3
-        warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
-        warnings.filterwarnings("ignore", message=".*not recognized as a component.*")  # the manifest
-        zarr.consolidate_metadata(store, zarr_format=2 if group.metadata.zarr_format == 2 else 3)
+    @classmethod
+    def of(cls, spec: Any) -> ZarrStore:
+        """The writer of the config's ``output`` section (None: the defaults)."""
+        if spec is None:
+            return cls()
+        return cls(spec.compression, spec.resolved_zarr_format, spec.storage_options, spec.shard)
+
+    def prepare(self, client: Any) -> None:
+        """Blosc on each worker encodes with the worker's spare cores (when the chunks are compressed)."""
+        if self.compression != "none":
+            logging.getLogger("vdbflow.jobs").debug("Blosc threads by worker: %s", spare_cores_for_blosc(client))
+
+    def lazy_write(self, ds: xr.Dataset, target: Target, plan: UnitPlan | None = None) -> Any:
+        """A Dask Delayed that writes ``ds`` to ``target`` (a path, or a URL with ``storage_options``) from
+        the workers, one task a unit (:mod:`~vdbflow.jobs.publish.units`; ``plan``: the units written already,
+        and the chunks' figures each unit records).  The store's metadata is written now, unless ``plan``
+        resumes a store, whose metadata is checked against what this job writes instead."""
+        return _lazy_write(self, ds, target, plan)
+
+    def add_attrs(self, target: Target, attrs: dict[str, Any]) -> None:
+        """Add global attrs to a written (not yet published) store, and consolidate its metadata."""
+        store = zarr_store(target, self.storage_options)
+        group = zarr.open_group(store, mode="r+", use_consolidated=False)
+        group.attrs.update(plain_attrs(attrs))
+        with warnings.catch_warnings():  # consolidated metadata is zarr-python's extension of format 3
+            warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
+            warnings.filterwarnings("ignore", message=".*not recognized as a component.*")  # the manifest
+            zarr.consolidate_metadata(store, zarr_format=2 if group.metadata.zarr_format == 2 else 3)
+
+    def manifest_target(self, target: Target) -> Target:
+        """The store the workers write for ``target`` (and whose manifest says what was written): itself."""
+        return target
+
+    def discard(self, target: Target) -> None:
+        """Remove what a failed attempt wrote."""
+        remove(target, self.storage_options)
 
 
-def manifest_target(target: Target) -> Target:
-    """The store the workers write for ``target`` (and whose manifest says what was written): itself."""
-    return target
+def staging_path(target: Path) -> Path:
+    """The hidden Zarr store of a file ``target``'s chunks: ``.NAME.tmp-TAG`` beside ``.NAME.partial-TAG`` (a
+    leftover ``vdbflow clean`` and the next job's tidy recognise)."""
+    return target.parent / target.name.replace(".partial-", ".tmp-", 1)
 
 
-def discard(target: Target, spec: Any = None) -> None:
-    """Remove what a failed attempt wrote."""
-    remove(target, getattr(spec, "storage_options", None))
+def open_staged(staging: str) -> xr.Dataset:
+    """The complete staging store of a file's chunks, lazily."""
+    with warnings.catch_warnings():  # the staging store's manifest is not a Zarr node
+        warnings.filterwarnings("ignore", message=".*not recognized as a component.*")
+        return xr.open_zarr(staging, consolidated=False)
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """A writer of one file (NetCDF, VTKHDF): the workers write the chunks to a hidden Zarr store beside the
+    target (:func:`staging_path`; resumable, unit by unit), then one task writes the whole file from it, in one
+    process.  A subclass gives its ``format``, ``lazy_write`` (through :meth:`staged`) and ``add_attrs``."""
+
+    format = ""
+    staging: ZarrStore = ZarrStore()
+
+    @classmethod
+    def of(cls, spec: Any) -> StagedFile:
+        """The writer (a local file, its staging store's defaults whatever the config)."""
+        return cls()
+
+    def prepare(self, client: Any) -> None:
+        """Nothing: the staging store's chunks are not compressed."""
+
+    def staged(self, ds: xr.Dataset, target: Path, plan: UnitPlan | None, write_file: Callable) -> Any:
+        """A Dask Delayed that writes ``ds``'s chunks to the staging store from the workers (``plan``: as
+        :meth:`ZarrStore.lazy_write`'s), then ``write_file(staged, staging, target)`` in one task."""
+        staging = staging_path(target)
+        staged = self.staging.lazy_write(ds, staging, plan)
+        name = f"vdbflow-{self.format}-{dask.base.tokenize(str(target))}"
+        return dask.delayed(write_file, pure=False)(staged, str(staging), str(target), dask_key_name=name)
+
+    def manifest_target(self, target: Path) -> Path:
+        """The store the workers write for ``target`` (and whose manifest says what was written): the staging
+        store of its chunks."""
+        return staging_path(Path(target))
+
+    def discard(self, target: Path) -> None:
+        """Remove what a failed attempt wrote: the file, and the store of its chunks."""
+        remove_tree(target)
+        remove_tree(staging_path(target))
