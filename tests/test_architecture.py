@@ -200,6 +200,17 @@ def test_each_output_format_is_one_writer():
         writers.writer("hdf4")
 
 
+def test_each_kind_of_points_is_a_config_class_and_a_row_of_the_sources():
+    import typing
+
+    from vdbflow.jobs.config.model import PointsSpec
+    from vdbflow.jobs.points import SOURCES
+
+    classes = typing.get_args(typing.get_args(PointsSpec)[0])  # Annotated[A | B | ..., discriminator]
+    kinds = [typing.get_args(c.model_fields["kind"].annotation)[0] for c in classes]
+    assert len(classes) == 6 and sorted(kinds) == sorted(SOURCES)
+
+
 def test_job_steps_are_read_from_the_graphs_not_from_dask_key_names():
     """Tasks of the points' graph are "points", the writer's own tasks "writing", the samples' unprefixed
     tasks "derived", and vdbflow's own prefixes win wherever they are."""

@@ -36,7 +36,6 @@ from vdbflow.jobs.config.model import (
     LocalClusterSpec,
     SlurmClusterSpec,
     bytes_of,
-    generated_count,
 )
 from vdbflow.jobs.estimates import (  # noqa: F401 - REFERENCE_POINTS_PER_S, human_*: re-exported for callers
     REFERENCE_POINTS_PER_S,
@@ -46,7 +45,7 @@ from vdbflow.jobs.estimates import (  # noqa: F401 - REFERENCE_POINTS_PER_S, hum
     mode_factor,
 )
 from vdbflow.jobs.inputs import InputIdentity
-from vdbflow.jobs.points import file_point_count
+from vdbflow.jobs.points import file_point_count, voxel_point_count
 from vdbflow.jobs.publish.checks import shard_problem
 from vdbflow.jobs.publish.output import tidy
 from vdbflow.ops.sampling import STENCIL_RADIUS
@@ -579,8 +578,6 @@ def _point_count(cfg: JobConfig, grids: list[GridPlan]) -> int | None:
     """How many points the job samples (None: a points file not here yet, or a volume not read, in a dry
     run)."""
     if cfg.points.kind == "voxels":  # every active voxel of the first grid (random points: in the same)
-        from vdbflow.jobs.points import voxel_point_count
-
         return voxel_point_count(cfg.points, grids[0].active_voxels) if grids[0].active_voxels >= 0 else None
     if isinstance(cfg.points, FilePoints) and not cfg.points.path.exists():
         return None
@@ -589,7 +586,7 @@ def _point_count(cfg: JobConfig, grids: list[GridPlan]) -> int | None:
             return file_point_count(cfg.points)
         except PointsError as err:
             raise ConfigError(str(err)) from None
-    return generated_count(cfg.points)
+    return cfg.points.generated()
 
 
 def _input_notes(cfg: JobConfig, volume_missing: bool) -> tuple[list[str], dict[str, InputIdentity]]:

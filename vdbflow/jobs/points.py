@@ -7,6 +7,7 @@ whatever the cluster, and no chunk is built on the client.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -404,67 +405,77 @@ def file_point_count(spec: FilePoints) -> int | None:
     return None
 
 
-# -- entry point --------------------------------------------------------------------------------------
+# -- the table of point sources ----------------------------------------------------------------------
+
+
+def _from_file(spec: FilePoints, topology: Any, bbox: np.ndarray | None, mode: str) -> PointSet:
+    return PointSet(_file_points(spec), {"points_file": str(spec.path)})
+
+
+def _random(spec: RandomPoints, topology: Any, bbox: np.ndarray | None, mode: str) -> PointSet:
+    if topology.active_voxel_count == 0:
+        raise PointsError("points: expected a volume with active voxels to draw random points in, got none")
+    return _random_points(spec, topology, mode, {})
+
+
+def _voxels(spec: VoxelPoints, topology: Any, bbox: np.ndarray | None, mode: str) -> PointSet:
+    live = np.bitwise_count(topology.masks).sum(axis=1) > 0
+    leaf_end = np.cumsum(np.bitwise_count(topology.masks[live]).sum(axis=1, dtype=np.int64))
+    n = voxel_point_count(spec, int(leaf_end[-1]) if len(leaf_end) else 0)
+    if n == 0:
+        raise PointsError("points: expected a volume with active voxels (kind: voxels), got none")
+    origins = np.ascontiguousarray(topology.leaf_origins.astype(np.int64)[live])
+    to_world = topology.transform if spec.space == "world" else None
+    masks = np.ascontiguousarray(topology.masks[live])
+    made = _generated(n, spec.chunk, _in_each_voxel, spec.per_voxel, spec.seed, origins, masks, leaf_end, to_world)
+    return PointSet(attrs={"points_per_voxel": spec.per_voxel, "points_seed": spec.seed}, **made)
+
+
+def _lattice(spec: GridPoints, topology: Any, bbox: np.ndarray | None, mode: str) -> PointSet:
+    bounds = np.asarray(spec.bounds if spec.bounds is not None else bbox, dtype=np.float64)
+    if bounds is None or bounds.shape != (2, 3):
+        raise PointsError("points.bounds: expected [[x0, y0, z0], [x1, y1, z1]] (the volume has no bounding box)")
+    shape = np.asarray(spec.shape, np.int64)
+    dims = tuple(f"lattice_{a}" for a in ("xyz" if spec.space == "world" else "ijk"))
+    made = _generated(int(shape.prod()), _rows_chunk(spec.chunk, shape), lattice_block, bounds[0], bounds[1], shape)
+    attrs = {"points_bounds": bounds.tolist()}
+    return PointSet(attrs=attrs, shape=tuple(int(n) for n in spec.shape), dims=dims, **made)
+
+
+def _plane(spec: PlanePoints, topology: Any, bbox: np.ndarray | None, mode: str) -> PointSet:
+    axes = np.asarray([spec.u, spec.v], np.float64)
+    shape = np.asarray(spec.resolution, np.int64)
+    attrs = {"plane_origin": list(spec.origin), "plane_u": list(spec.u), "plane_v": list(spec.v)}
+    origin = np.asarray(spec.origin, np.float64)
+    made = _generated(int(shape.prod()), _rows_chunk(spec.chunk, shape), plane_block, origin, axes, shape)
+    return PointSet(attrs=attrs, shape=tuple(int(n) for n in spec.resolution), dims=("plane_s", "plane_t"), **made)
+
+
+def _line(spec: LinePoints, topology: Any, bbox: np.ndarray | None, mode: str) -> PointSet:
+    start, end = np.asarray(spec.start, np.float64), np.asarray(spec.end, np.float64)
+    made = _generated(spec.count, spec.chunk, line_block, start, end, spec.count)
+    return PointSet(attrs={"line_start": list(spec.start), "line_end": list(spec.end)}, **made)
+
+
+# ``points.kind`` -> the function that makes that source's points (its config class is a member of
+# vdbflow.jobs.config.model.PointsSpec, whose ``generated()`` counts them).  A new kind of points is its config
+# class and its row here.
+SOURCES: dict[str, Callable[[Any, Any, np.ndarray | None, str], PointSet]] = {
+    "file": _from_file,
+    "random": _random,
+    "voxels": _voxels,
+    "grid": _lattice,
+    "plane": _plane,
+    "line": _line,
+}
 
 
 def make_points(spec: Any, topology: Any, bbox: np.ndarray | None = None, mode: str = "linear") -> PointSet:
     """The points of a config's ``points`` section for a volume of ``topology``; ``bbox`` (2, 3) is
     the span of the volume's voxel centres in the points' space (the default bounds of a lattice);
     ``mode``: the sampling mode whose stencil ``inside: stencil`` random points keep inside the data."""
-    attrs: dict[str, Any] = {"points_kind": spec.kind, "point_space": spec.space}
-    if isinstance(spec, FilePoints):
-        attrs["points_file"] = str(spec.path)
-        return PointSet(_file_points(spec), attrs)
-    if isinstance(spec, RandomPoints):
-        if topology.active_voxel_count == 0:
-            raise PointsError("points: expected a volume with active voxels to draw random points in, got none")
-        return _random_points(spec, topology, mode, attrs)
-    if isinstance(spec, VoxelPoints):
-        live = np.bitwise_count(topology.masks).sum(axis=1) > 0
-        leaf_end = np.cumsum(np.bitwise_count(topology.masks[live]).sum(axis=1, dtype=np.int64))
-        n = voxel_point_count(spec, int(leaf_end[-1]) if len(leaf_end) else 0)
-        if n == 0:
-            raise PointsError("points: expected a volume with active voxels (kind: voxels), got none")
-        attrs.update(points_per_voxel=spec.per_voxel, points_seed=spec.seed)
-        origins = np.ascontiguousarray(topology.leaf_origins.astype(np.int64)[live])
-        to_world = topology.transform if spec.space == "world" else None
-        made = _generated(
-            n,
-            spec.chunk,
-            _in_each_voxel,
-            spec.per_voxel,
-            spec.seed,
-            origins,
-            np.ascontiguousarray(topology.masks[live]),
-            leaf_end,
-            to_world,
-        )
-        return PointSet(attrs=attrs, **made)
-    if isinstance(spec, GridPoints):
-        bounds = np.asarray(spec.bounds if spec.bounds is not None else bbox, dtype=np.float64)
-        if bounds is None or bounds.shape != (2, 3):
-            raise PointsError("points.bounds: expected [[x0, y0, z0], [x1, y1, z1]] (the volume has no bounding box)")
-        shape = np.asarray(spec.shape, np.int64)
-        attrs.update(points_bounds=bounds.tolist())
-        dims = tuple(f"lattice_{a}" for a in ("xyz" if spec.space == "world" else "ijk"))
-        made = _generated(int(shape.prod()), _rows_chunk(spec.chunk, shape), lattice_block, bounds[0], bounds[1], shape)
-        return PointSet(attrs=attrs, shape=tuple(int(n) for n in spec.shape), dims=dims, **made)
-    if isinstance(spec, PlanePoints):
-        axes = np.asarray([spec.u, spec.v], np.float64)
-        shape = np.asarray(spec.resolution, np.int64)
-        attrs.update(plane_origin=list(spec.origin), plane_u=list(spec.u), plane_v=list(spec.v))
-        origin = np.asarray(spec.origin, np.float64)
-        made = _generated(int(shape.prod()), _rows_chunk(spec.chunk, shape), plane_block, origin, axes, shape)
-        return PointSet(attrs=attrs, shape=tuple(int(n) for n in spec.resolution), dims=("plane_s", "plane_t"), **made)
-    if isinstance(spec, LinePoints):
-        attrs.update(line_start=list(spec.start), line_end=list(spec.end))
-        made = _generated(
-            spec.count,
-            spec.chunk,
-            line_block,
-            np.asarray(spec.start, np.float64),
-            np.asarray(spec.end, np.float64),
-            spec.count,
-        )
-        return PointSet(attrs=attrs, **made)
-    raise PointsError(f"expected a points spec, got {type(spec).__name__}")
+    if getattr(spec, "kind", None) not in SOURCES:
+        raise PointsError(f"expected a points spec, got {type(spec).__name__}")
+    made = SOURCES[spec.kind](spec, topology, bbox, mode)
+    made.attrs = {"points_kind": spec.kind, "point_space": spec.space, **made.attrs}
+    return made

@@ -227,6 +227,10 @@ class _Points(_Model):
     space: Literal[SPACES] = Field("world", description="coordinates of the points")  # type: ignore[valid-type]
     chunk: int = Field(262_144, ge=1, le=MAX_CHUNK_POINTS, description="points per Dask chunk")
 
+    def generated(self) -> int | None:
+        """Points this source makes, known from the config alone (None: counted in a file or a volume)."""
+        return None
+
 
 class FilePoints(_Points, InputSection):
     """Points from a file: .npy (N, 3), .csv / .parquet (three columns), .zarr (an (N, 3) array)."""
@@ -256,6 +260,9 @@ class RandomPoints(_Points):
     bounds: tuple[Vec3, Vec3] | None = Field(None, description="[[x0, y0, z0], [x1, y1, z1]] in the points' space")
     seed: int = Field(0, ge=0, le=MAX_SEED, description="the random generator's seed")
 
+    def generated(self) -> int:
+        return self.count
+
     @field_validator("bounds")
     @classmethod
     def _box(cls, v: tuple[Vec3, Vec3] | None) -> tuple[Vec3, Vec3] | None:
@@ -271,6 +278,9 @@ class GridPoints(_Points):
     shape: tuple[Count, Count, Count]
     bounds: tuple[Vec3, Vec3] | None = None
 
+    def generated(self) -> int:
+        return math.prod(self.shape)  # exact: np.prod wraps around past 2**63
+
 
 class PlanePoints(_Points):
     """A slice plane ``origin + s u + t v`` for s, t in [0, 1], ``resolution`` (ns, nt) points."""
@@ -280,6 +290,9 @@ class PlanePoints(_Points):
     u: Vec3
     v: Vec3
     resolution: tuple[Count, Count]
+
+    def generated(self) -> int:
+        return math.prod(self.resolution)
 
     @model_validator(mode="after")
     def _spans(self) -> PlanePoints:
@@ -300,6 +313,9 @@ class LinePoints(_Points):
     start: Vec3
     end: Vec3
     count: int = Field(ge=1)
+
+    def generated(self) -> int:
+        return self.count
 
 
 class VoxelPoints(_Points):
@@ -598,17 +614,6 @@ class LimitsSpec(_Model):
     )
 
 
-def generated_count(spec: Any) -> int | None:
-    """Points a generator makes (None: read from a file)."""
-    if isinstance(spec, (RandomPoints, LinePoints)):
-        return spec.count
-    if isinstance(spec, GridPoints):
-        return math.prod(spec.shape)  # exact: np.prod wraps around past 2**63
-    if isinstance(spec, PlanePoints):
-        return math.prod(spec.resolution)
-    return None
-
-
 class JobConfig(_Model):
     """A whole ``vdbflow run`` job."""
 
@@ -645,7 +650,7 @@ class JobConfig(_Model):
     @model_validator(mode="after")
     def _sizes(self) -> JobConfig:
         """Each particle task's saved trajectories small enough for memory."""
-        count = generated_count(self.points)
+        count = self.points.generated()
         if self.advect is not None:
             seeds = min(self.points.chunk, count or self.points.chunk)  # one task advects a chunk of seeds
             outputs = self.advect.outputs
