@@ -1,8 +1,10 @@
-// cpu_module.cpp - the CPU build of the kernels: nanobind bindings, and the choice of CPU target.
+// cpu_module.cpp - the CPU build of the kernels: the checked nanobind bindings.
 //
 // The kernels and their point loops live in vdbflow/*.h, shared verbatim with the CUDA entry points of
 // sample.cu.  This file checks each call's arguments (a KernelAbi record, abi.h, and the call's arrays)
-// and hands the call to the kernel section (cpu_kernels.h) of the CPU target in use.
+// and hands the call to the kernel section (cpu_kernels.h) of the CPU target in use; cpu_targets.h picks
+// that target, cpu_facts.h exports the kernels' facts and table of operations, cpu_reduce_spec.h checks a
+// reduction's spec.
 //
 // CPU targets (CMakeLists.txt): the module is compiled for the compiler's portable default target, and
 // the kernel section is compiled again, once per wider target such as x86-64-v3 (AVX2 + FMA), with
@@ -28,6 +30,11 @@
 #include <vector>
 
 #include "cpu_kernels.h"
+#ifndef VDBFLOW_KERNEL_VARIANT
+#include "cpu_facts.h"
+#include "cpu_reduce_spec.h"
+#include "cpu_targets.h"
+#endif
 
 using namespace vdbflow;
 
@@ -37,94 +44,11 @@ using namespace vdbflow;
 #define VDBFLOW_PASTE(a, b) VDBFLOW_PASTE_(a, b)
 extern "C" const VdbflowCpuKernels* VDBFLOW_PASTE(vdbflow_cpu_kernels_, VDBFLOW_KERNEL_VARIANT)() { return &KERNELS; }
 #else
-// ---- the module: argument checks, target choice, bindings -----------------------------------------
-
-// The targets compiled besides this one (CMakeLists.txt: VDBFLOW_CPU_VARIANTS), widest last.
-#ifdef VDBFLOW_VARIANT_x86_64_v2
-extern "C" const VdbflowCpuKernels* vdbflow_cpu_kernels_x86_64_v2();
-#endif
-#ifdef VDBFLOW_VARIANT_x86_64_v3
-extern "C" const VdbflowCpuKernels* vdbflow_cpu_kernels_x86_64_v3();
-#endif
-#ifdef VDBFLOW_VARIANT_x86_64_v4
-extern "C" const VdbflowCpuKernels* vdbflow_cpu_kernels_x86_64_v4();
-#endif
+// ---- the module: argument checks and bindings -----------------------------------------------------
 
 namespace nb = nanobind;
 
 namespace {
-
-struct CpuTarget {
-  const char* name;   // x86-64-v3, ...
-  const char* flags;  // what the kernels were compiled with, besides -O3 -fno-math-errno
-  const VdbflowCpuKernels* kernels;
-  bool supported;     // by this CPU (and its operating system)
-};
-
-// The target this compilation was made for: the compiler's default (the portable baseline), or the
-// build machine's CPU when VDBFLOW_NATIVE is on.
-#if defined(VDBFLOW_NATIVE)
-#define VDBFLOW_BASELINE_NAME "native"
-#define VDBFLOW_BASELINE_FLAGS "-march=native"
-#elif defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && \
-    defined(__AVX512VL__)
-#define VDBFLOW_BASELINE_NAME "x86-64-v4"
-#elif defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
-#define VDBFLOW_BASELINE_NAME "x86-64-v3"
-#elif defined(__x86_64__) && defined(__SSE4_2__) && defined(__POPCNT__)
-#define VDBFLOW_BASELINE_NAME "x86-64-v2"
-#elif defined(__x86_64__)
-#define VDBFLOW_BASELINE_NAME "x86-64"
-#elif defined(__aarch64__)
-#define VDBFLOW_BASELINE_NAME "aarch64"
-#else
-#define VDBFLOW_BASELINE_NAME "generic"
-#endif
-#ifndef VDBFLOW_BASELINE_FLAGS
-#define VDBFLOW_BASELINE_FLAGS ""  // the compiler's default target
-#endif
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
-bool cpu_has(const char* level) {
-  __builtin_cpu_init();
-  const std::string l = level;
-  // the ISA levels of the x86-64 psABI: every feature of the level (and the OS saving its registers)
-  return l == "x86-64-v2"   ? __builtin_cpu_supports("x86-64-v2")
-         : l == "x86-64-v3" ? __builtin_cpu_supports("x86-64-v3")
-         : l == "x86-64-v4" ? __builtin_cpu_supports("x86-64-v4")
-                            : false;
-}
-#elif defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-bool cpu_has(const char* level) {
-  __builtin_cpu_init();
-  const std::string l = level;
-  // the ISA levels of the x86-64 psABI, by their defining features (every CPU with these has the rest:
-  // LZCNT, MOVBE, F16C for v3)
-  const bool v2 = __builtin_cpu_supports("sse4.2") && __builtin_cpu_supports("popcnt") &&
-                  __builtin_cpu_supports("ssse3");
-  const bool v3 = v2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                  __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2");
-  const bool v4 = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                  __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-  return l == "x86-64-v2" ? v2 : l == "x86-64-v3" ? v3 : l == "x86-64-v4" ? v4 : false;
-}
-#else
-bool cpu_has(const char*) { return false; }
-#endif
-
-std::vector<CpuTarget> cpu_targets() {
-  std::vector<CpuTarget> t{{VDBFLOW_BASELINE_NAME, VDBFLOW_BASELINE_FLAGS, &KERNELS, true}};
-#ifdef VDBFLOW_VARIANT_x86_64_v2
-  t.push_back({"x86-64-v2", "-march=x86-64-v2", vdbflow_cpu_kernels_x86_64_v2(), cpu_has("x86-64-v2")});
-#endif
-#ifdef VDBFLOW_VARIANT_x86_64_v3
-  t.push_back({"x86-64-v3", "-march=x86-64-v3", vdbflow_cpu_kernels_x86_64_v3(), cpu_has("x86-64-v3")});
-#endif
-#ifdef VDBFLOW_VARIANT_x86_64_v4
-  t.push_back({"x86-64-v4", "-march=x86-64-v4", vdbflow_cpu_kernels_x86_64_v4(), cpu_has("x86-64-v4")});
-#endif
-  return t;
-}
 
 // The kernels in use, chosen at import.
 const VdbflowCpuKernels* active = &KERNELS;
@@ -340,19 +264,18 @@ void grid_gradient(nb::bytes record, In<int32_t, nb::ndim<2>> leaf_origins, In<i
   active->grid_gradient(&k, leaf_origins.data(), (const i64*)first_row.data(), leaves, out_jacobian.data());
 }
 
-// advect.h: integrates particles x (N, 3) float64 in place with the tableau (a (s, s), b (s,)) and step h over
-// the steps of save_slot (n + 1,); fills the NaN-filled outputs and status, last_step and evaluations (N,).
-// F (N, 3, 3) holds each particle's starting flow-map gradient; validate_end = false leaves x_n unchecked.
+// advect.h: the arrays both particle bindings take, checked: particles x (N, 3) float64 integrated in place with
+// the tableau (a (s, s), b (s,)) and step h over the steps of save_slot (m + 1,), the NaN-filled outputs, F
+// (N, 3, 3) each particle's starting flow-map gradient, status, last_step and evaluations (N,) (evaluations'
+// dtype is the binding's); validate_end = false leaves x_m unchecked.  Returns the run's AdvectSpec.
 using F64Out = Out<double>;
-void advect(nb::bytes record, Out<double, nb::ndim<2>> x, In<double, nb::ndim<2>> a_coef,
-            In<double, nb::ndim<1>> b_coef, double h, In<int64_t, nb::ndim<1>> save_slot, F64Out position,
-            std::optional<F64Out> velocity, std::optional<F64Out> jacobian, std::optional<F64Out> F,
-            Out<int8_t, nb::ndim<1>> status, Out<int64_t, nb::ndim<1>> last_step, Out<int32_t, nb::ndim<1>> evaluations,
-            bool validate_end) {
-  const KernelAbi k = read_abi(record);
-  check(is_float_kind(k.value_kind), "particles need float32 or float64 velocity");
-  check(k.components == 3, "particles need a vec3 velocity");
-  check(k.points_world && k.jacobian_world, "particles move in world space");
+template <class Evaluations>
+AdvectSpec particle_spec(int mode, const Out<double, nb::ndim<2>>& x, const In<double, nb::ndim<2>>& a_coef,
+                         const In<double, nb::ndim<1>>& b_coef, double h, const In<int64_t, nb::ndim<1>>& save_slot,
+                         const F64Out& position, const std::optional<F64Out>& velocity,
+                         const std::optional<F64Out>& jacobian, const std::optional<F64Out>& F,
+                         const Out<int8_t, nb::ndim<1>>& status, const Out<int64_t, nb::ndim<1>>& last_step,
+                         const Evaluations& evaluations, bool validate_end) {
   const i64 n = (i64)x.shape(0);
   const int stages = (int)b_coef.shape(0);
   check(x.shape(1) == 3, "x must be (N, 3)");
@@ -368,19 +291,37 @@ void advect(nb::bytes record, Out<double, nb::ndim<2>> x, In<double, nb::ndim<2>
   check(!F || F->size() == (size_t)(n * 9), "F must be (N, 3, 3)");
   check((i64)status.shape(0) == n && (i64)last_step.shape(0) == n && (i64)evaluations.shape(0) == n,
         "status, last_step and evaluations must be (N,)");
-  const AdvectSpec s = make_advect_spec(k.mode, a_coef.data(), b_coef.data(), stages, h, (const i64*)save_slot.data(),
-                                        steps, S, velocity.has_value(), jacobian.has_value(), F.has_value(),
-                                        validate_end);
-  nb::gil_scoped_release release;
-  active->advect(&k, &s, x.data(), n, position.data(), data_or_null(velocity), data_or_null(jacobian), data_or_null(F),
-                 (signed char*)status.data(), (i64*)last_step.data(), evaluations.data());
+  return make_advect_spec(mode, a_coef.data(), b_coef.data(), stages, h, (const i64*)save_slot.data(), steps, S,
+                          velocity.has_value(), jacobian.has_value(), F.has_value(), validate_end);
 }
 
-// advect.h: as advect, through a window of a series' steps: records (G,) of the window's grids (one transform,
-// value type and mode), topology (G,) the first grid sharing each grid's topology, stage_grid (m + 1, s, 4)
-// int32 and stage_coef (m + 1, s, 8) the stages' grids and time coefficients (time_kind 2: linear, 4: pchip).
-// Particles whose status is not active are skipped; evaluations (int64) are added to; last_step is set,
-// first_step + the local step, where a step is validated.
+// A particle binding's record (one grid of a window): a vec3 float velocity, sampled in world space.
+void check_particle_record(const KernelAbi& k) {
+  check(is_float_kind(k.value_kind), "particles need float32 or float64 velocity");
+  check(k.components == 3, "particles need a vec3 velocity");
+  check(k.points_world && k.jacobian_world, "particles move in world space");
+}
+
+// Particles through a steady vec3 volume (advect.h advect_points), the arrays of particle_spec.
+void advect(nb::bytes record, Out<double, nb::ndim<2>> x, In<double, nb::ndim<2>> a_coef,
+            In<double, nb::ndim<1>> b_coef, double h, In<int64_t, nb::ndim<1>> save_slot, F64Out position,
+            std::optional<F64Out> velocity, std::optional<F64Out> jacobian, std::optional<F64Out> F,
+            Out<int8_t, nb::ndim<1>> status, Out<int64_t, nb::ndim<1>> last_step, Out<int32_t, nb::ndim<1>> evaluations,
+            bool validate_end) {
+  const KernelAbi k = read_abi(record);
+  check_particle_record(k);
+  const AdvectSpec s = particle_spec(k.mode, x, a_coef, b_coef, h, save_slot, position, velocity, jacobian, F, status,
+                                     last_step, evaluations, validate_end);
+  nb::gil_scoped_release release;
+  active->advect(&k, &s, x.data(), (i64)x.shape(0), position.data(), data_or_null(velocity), data_or_null(jacobian),
+                 data_or_null(F), (signed char*)status.data(), (i64*)last_step.data(), evaluations.data());
+}
+
+// As advect, through a window of a series' steps (advect.h advect_series_points): records (G,) of the window's
+// grids (one transform, value type and mode), topology (G,) the first grid sharing each grid's topology,
+// stage_grid (m + 1, s, 4) int32 and stage_coef (m + 1, s, 8) the stages' grids and time coefficients (time_kind
+// 2: linear, 4: pchip).  Particles whose status is not active are skipped; evaluations (int64) are added to;
+// last_step is set, first_step + the local step, where a step is validated.
 void advect_series(std::vector<nb::bytes> records, In<int32_t, nb::ndim<1>> topology, int time_kind,
                    In<int32_t, nb::ndim<3>> stage_grid, In<double, nb::ndim<3>> stage_coef, int64_t first_step,
                    Out<double, nb::ndim<2>> x, In<double, nb::ndim<2>> a_coef, In<double, nb::ndim<1>> b_coef,
@@ -392,9 +333,8 @@ void advect_series(std::vector<nb::bytes> records, In<int32_t, nb::ndim<1>> topo
   std::vector<KernelAbi> k;
   for (const nb::bytes& r : records) k.push_back(read_abi(r));
   for (const KernelAbi& g : k) {
-    check(is_float_kind(g.value_kind) && g.value_kind == k[0].value_kind, "a window's grids share one float type");
-    check(g.components == 3, "particles need a vec3 velocity");
-    check(g.points_world && g.jacobian_world, "particles move in world space");
+    check_particle_record(g);
+    check(g.value_kind == k[0].value_kind, "a window's grids share one float type");
     check(g.mode == k[0].mode, "a window's grids share one mode");
     check(std::memcmp(g.xform, k[0].xform, sizeof(g.xform)) == 0, "a window's grids share one transform");
   }
@@ -408,36 +348,20 @@ void advect_series(std::vector<nb::bytes> records, In<int32_t, nb::ndim<1>> topo
     check(topology(q) >= 0 && topology(q) <= q, "topology entries must lie in [0, g]");
     ss.topology[q] = topology(q);
   }
-  const i64 n = (i64)x.shape(0);
-  const int stages = (int)b_coef.shape(0);
-  check(x.shape(1) == 3, "x must be (N, 3)");
-  check(stages >= 1 && stages <= MAX_STAGES && a_coef.shape(0) == (size_t)stages && a_coef.shape(1) == (size_t)stages,
-        "the tableau must be a (s, s) and b (s,), 1 <= s <= 4");
-  check(save_slot.shape(0) >= 1, "save_slot must hold m + 1 entries");
-  const i64 steps = (i64)save_slot.shape(0) - 1;
-  check((i64)stage_grid.shape(0) == steps + 1 && (int)stage_grid.shape(1) == stages && stage_grid.shape(2) == 4,
+  const AdvectSpec s = particle_spec(k[0].mode, x, a_coef, b_coef, h, save_slot, position, velocity, jacobian, F,
+                                     status, last_step, evaluations, validate_end);
+  check((i64)stage_grid.shape(0) == s.steps + 1 && (int)stage_grid.shape(1) == s.stages && stage_grid.shape(2) == 4,
         "stage_grid must be (m + 1, s, 4)");
-  check((i64)stage_coef.shape(0) == steps + 1 && (int)stage_coef.shape(1) == stages &&
+  check((i64)stage_coef.shape(0) == s.steps + 1 && (int)stage_coef.shape(1) == s.stages &&
             stage_coef.shape(2) == SERIES_COEFS,
         "stage_coef must be (m + 1, s, 8)");
   for (size_t e = 0; e < stage_grid.size(); ++e)
     check(stage_grid.data()[e] >= -1 && stage_grid.data()[e] < G, "stage grids must lie in [-1, G)");
-  const i64 S = position.ndim() == 3 ? (i64)position.shape(1) : -1;
-  check(S >= 1 && (i64)position.shape(0) == n && position.shape(2) == 3, "position must be (N, S, 3)");
-  for (i64 s = 0; s <= steps; ++s) check(save_slot(s) >= -1 && save_slot(s) < S, "save slots must lie in [-1, S)");
-  check(!velocity || velocity->size() == (size_t)(n * S * 3), "velocity must be (N, S, 3)");
-  check(!jacobian || jacobian->size() == (size_t)(n * S * 9), "jacobian must be (N, S, 3, 3)");
-  check(!F || F->size() == (size_t)(n * 9), "F must be (N, 3, 3)");
-  check((i64)status.shape(0) == n && (i64)last_step.shape(0) == n && (i64)evaluations.shape(0) == n,
-        "status, last_step and evaluations must be (N,)");
-  const AdvectSpec s = make_advect_spec(k[0].mode, a_coef.data(), b_coef.data(), stages, h,
-                                        (const i64*)save_slot.data(), steps, S, velocity.has_value(),
-                                        jacobian.has_value(), F.has_value(), validate_end);
   ss.stage_grid = stage_grid.data();
   ss.stage_coef = stage_coef.data();
   ss.first_step = first_step;
   nb::gil_scoped_release release;
-  active->advect_series(k.data(), &s, &ss, x.data(), n, position.data(), data_or_null(velocity),
+  active->advect_series(k.data(), &s, &ss, x.data(), (i64)x.shape(0), position.data(), data_or_null(velocity),
                         data_or_null(jacobian), data_or_null(F), (signed char*)status.data(), (i64*)last_step.data(),
                         (i64*)evaluations.data());
 }
@@ -488,94 +412,7 @@ NewArray<int64_t> voxel_offsets(In<int64_t, nb::ndim<2>> ijk) {
   return owned(out, {n});
 }
 
-// The table of operations (operations.h) for the Python backends: name -> (GPU entry, value types: "any",
-// "float", "untyped" or "host", the GPU's fixed component counts or None, the CPU entry's parameters, the GPU
-// entry's parameters); steps: the GPU steps' table instead (VDBFLOW_GPU_STEPS).
-#define VDBFLOW_TEXT_(...) #__VA_ARGS__
-#define VDBFLOW_TEXT(...) VDBFLOW_TEXT_(__VA_ARGS__)  // its macros expanded first (VDBFLOW_GPU_POINTS, ...)
-nb::dict operations(bool steps) {
-  nb::dict out;
-  const char* type_names[] = {"any", "float", "untyped", "host"};
-  auto counts = [](const int* fixed) -> nb::object {
-    if (!fixed) return nb::none();
-    nb::list c;
-    for (; *fixed; ++fixed) c.append(*fixed);
-    return nb::tuple(c);
-  };
-#define VDBFLOW_OPERATION_ROW(name, gpu_entry, value_types, gpu_components, cpu_parameters, gpu_parameters) \
-  out[#name] = nb::make_tuple(gpu_entry, type_names[value_types], counts(gpu_components),                    \
-                              VDBFLOW_TEXT(cpu_parameters), VDBFLOW_TEXT(gpu_parameters));
-  if (steps) {
-    VDBFLOW_GPU_STEPS(VDBFLOW_OPERATION_ROW)
-  } else {
-    VDBFLOW_OPERATIONS(VDBFLOW_OPERATION_ROW)
-  }
-#undef VDBFLOW_OPERATION_ROW
-  return out;
-}
-
 // ---- reductions (reduce.h) ---------------------------------------------------------------------------------
-
-// The spec of a reduction, from the bytes Python built (vdbflow.ops.reductions), checked against the call's
-// arrays: every channel, bin, edge and offset inside what the kernels will read and write.
-ReduceSpec read_spec(const nb::bytes& bytes, int components, bool sampled, size_t n_edges, size_t n_ints,
-                     size_t n_reals, const double* edges) {
-  if (bytes.size() != sizeof(ReduceSpec))
-    throw std::invalid_argument("expected a reduction spec of " + std::to_string(sizeof(ReduceSpec)) + " bytes, got " +
-                                std::to_string(bytes.size()));
-  ReduceSpec s;
-  std::memcpy(&s, bytes.c_str(), sizeof(ReduceSpec));
-  check(s.channels >= 1 && s.channels <= REDUCE_MAX_CHANNELS, "a reduction needs 1 to 32 channels");
-  for (int f = 0; f < s.channels && sampled; ++f) {
-    const int i = s.index[f];
-    if (s.source[f] == CHANNEL_VALUE) check(i >= 0 && i < components, "a value channel names a missing component");
-    else if (s.source[f] == CHANNEL_JACOBIAN) check(i >= 0 && i < 3 * components, "a Jacobian channel is out of range");
-    else if (s.source[f] == CHANNEL_DERIVED)
-      check(components == 3 && i >= 0 && i / 4 < DERIVED_COUNT && i % 4 < derived_width(i / 4),
-            "a derived channel needs a vec3 grid and one of the kernels' quantities");
-    else check(false, "unknown channel source");
-  }
-  // Every size and offset is checked against the call's arrays before it is added or multiplied, so that no
-  // sum or product overflows (a spec of 3 x 2^22 bins is refused, not wrapped to a small count array).
-  auto span_ok = [](i64 at, i64 count, size_t n) {  // [at, at + count) inside an array of n, without overflow
-    return at >= 0 && count >= 0 && (u64)at <= (u64)n && (u64)count <= (u64)n - (u64)at;
-  };
-  auto edges_ok = [&](i64 at, int bins) {
-    check(bins >= 1 && span_ok(at, (i64)bins + 1, n_edges), "bin edges outside the edges array");
-    for (int b = 0; b < bins; ++b) check(edges[at + b] < edges[at + b + 1], "bin edges must increase");
-  };
-  auto channel_ok = [&](int c) { check(c >= 0 && c < s.channels, "a statistic names a missing channel"); };
-  check(s.histograms >= 0 && s.histograms <= REDUCE_MAX_HISTOGRAMS, "at most 8 histograms a call");
-  for (int h = 0; h < s.histograms; ++h) {
-    check(s.hist_dims[h] >= 1 && s.hist_dims[h] <= 3, "histograms have 1 to 3 dimensions");
-    i64 total = 1;
-    for (int d = 0; d < s.hist_dims[h]; ++d) {
-      channel_ok(s.hist_channel[h][d]);
-      edges_ok(s.hist_edges[h][d], s.hist_bins[h][d]);
-      check(total <= (i64)(n_ints / (size_t)s.hist_bins[h][d]), "histogram bins beyond the counts array");
-      total *= s.hist_bins[h][d];  // at most n_ints: no overflow
-    }
-    check(span_ok(s.hist_counts[h], total + 2, n_ints), "histogram counts out of range");
-    if (s.hist_weight[h] >= 0) {
-      channel_ok(s.hist_weight[h]);
-      check(span_ok(s.hist_sums[h], total, n_reals), "histogram sums out of range");
-    }
-  }
-  check(s.moments >= 0 && s.moments <= REDUCE_MAX_CHANNELS, "at most 32 moment channels");
-  for (int m = 0; m < s.moments; ++m) {
-    channel_ok(s.moment_channel[m]);
-    check(span_ok(s.moment_at[m], MOMENT_FIELDS, n_reals), "moments out of range");
-  }
-  check(s.conditionals >= 0 && s.conditionals <= REDUCE_MAX_CONDITIONALS, "at most 16 binned means a call");
-  for (int k = 0; k < s.conditionals; ++k) {
-    channel_ok(s.cond_given[k]);
-    channel_ok(s.cond_of[k]);
-    edges_ok(s.cond_edges[k], s.cond_bins[k]);
-    check(span_ok(s.cond_counts[k], (i64)s.cond_bins[k] + 2, n_ints), "binned counts out of range");
-    check(span_ok(s.cond_stats[k], 3 * (i64)s.cond_bins[k], n_reals), "binned means out of range");
-  }
-  return s;
-}
 
 void sample_reduce(nb::bytes record, InArray points, nb::bytes spec, In<double, nb::ndim<1>> edges,
                    Out<int64_t, nb::ndim<1>> ints, Out<double, nb::ndim<1>> reals, int order) {
@@ -583,7 +420,7 @@ void sample_reduce(nb::bytes record, InArray points, nb::bytes spec, In<double, 
   const i64 n = point_count(points);
   check(is_float_kind(k.value_kind), "statistics need float32 or float64 data");
   check(order >= ORDER_AUTO && order <= ORDER_SCATTERED, "order must be 0, 1 or 2");
-  const ReduceSpec s = read_spec(spec, k.components, true, edges.shape(0), ints.shape(0), reals.shape(0), edges.data());
+  const ReduceSpec s = read_spec(spec.c_str(), spec.size(), k.components, true, edges.shape(0), ints.shape(0), reals.shape(0), edges.data());
   nb::gil_scoped_release release;
   active->sample_reduce(&k, points.data(), is<double>(points), n, &s, edges.data(), (i64)ints.shape(0),
                         (i64)reals.shape(0), (i64*)ints.data(), reals.data(), order);
@@ -593,7 +430,7 @@ void reduce_features(nb::bytes spec, InArray features, In<double, nb::ndim<1>> e
                      Out<double, nb::ndim<1>> reals) {
   const bool dbl = is<double>(features);
   check((dbl || is<float>(features)) && features.ndim() == 2, "features must be (N, channels) float32 or float64");
-  const ReduceSpec s = read_spec(spec, 0, false, edges.shape(0), ints.shape(0), reals.shape(0), edges.data());
+  const ReduceSpec s = read_spec(spec.c_str(), spec.size(), 0, false, edges.shape(0), ints.shape(0), reals.shape(0), edges.data());
   check(features.shape(1) == (size_t)s.channels, "features must have one column per channel of the spec");
   nb::gil_scoped_release release;
   active->reduce_features(&s, edges.data(), features.data(), dbl, (i64)features.shape(0), (i64)ints.shape(0),
@@ -603,51 +440,12 @@ void reduce_features(nb::bytes spec, InArray features, In<double, nb::ndim<1>> e
 // Partial b merged into partial a (in place), both laid out by the spec.
 void merge_partials(nb::bytes spec, In<double, nb::ndim<1>> edges, Out<int64_t, nb::ndim<1>> ints,
                     Out<double, nb::ndim<1>> reals, In<int64_t, nb::ndim<1>> ints_b, In<double, nb::ndim<1>> reals_b) {
-  const ReduceSpec s = read_spec(spec, 0, false, edges.shape(0), ints.shape(0), reals.shape(0), edges.data());
+  const ReduceSpec s = read_spec(spec.c_str(), spec.size(), 0, false, edges.shape(0), ints.shape(0), reals.shape(0), edges.data());
   check(ints_b.shape(0) == ints.shape(0) && reals_b.shape(0) == reals.shape(0), "the partials must have one layout");
   nb::gil_scoped_release release;
   active->merge_partials(&s, (i64)ints.shape(0), (i64*)ints.data(), reals.data(), (const i64*)ints_b.data(),
                          reals_b.data());
 }
-
-// ReduceSpec's fields for Python's spec dtype (as abi_fields).
-static_assert(std::is_standard_layout<ReduceSpec>::value, "ReduceSpec must be plain data");
-#define VDBFLOW_SPEC_FIELD(name, fmt, elem) \
-  nb::make_tuple(#name, fmt, offsetof(ReduceSpec, name), sizeof(((ReduceSpec*)nullptr)->name) / sizeof(elem))
-nb::tuple reduce_spec_fields() {
-  return nb::make_tuple(
-      VDBFLOW_SPEC_FIELD(channels, "i4", int), VDBFLOW_SPEC_FIELD(source, "i4", int), VDBFLOW_SPEC_FIELD(index, "i4", int),
-      VDBFLOW_SPEC_FIELD(histograms, "i4", int), VDBFLOW_SPEC_FIELD(hist_dims, "i4", int),
-      VDBFLOW_SPEC_FIELD(hist_channel, "i4", int), VDBFLOW_SPEC_FIELD(hist_bins, "i4", int),
-      VDBFLOW_SPEC_FIELD(hist_weight, "i4", int), VDBFLOW_SPEC_FIELD(hist_edges, "i8", i64),
-      VDBFLOW_SPEC_FIELD(hist_counts, "i8", i64), VDBFLOW_SPEC_FIELD(hist_sums, "i8", i64),
-      VDBFLOW_SPEC_FIELD(moments, "i4", int), VDBFLOW_SPEC_FIELD(moment_channel, "i4", int),
-      VDBFLOW_SPEC_FIELD(moment_at, "i8", i64), VDBFLOW_SPEC_FIELD(conditionals, "i4", int),
-      VDBFLOW_SPEC_FIELD(cond_given, "i4", int), VDBFLOW_SPEC_FIELD(cond_of, "i4", int),
-      VDBFLOW_SPEC_FIELD(cond_bins, "i4", int), VDBFLOW_SPEC_FIELD(cond_edges, "i8", i64),
-      VDBFLOW_SPEC_FIELD(cond_counts, "i8", i64), VDBFLOW_SPEC_FIELD(cond_stats, "i8", i64));
-}
-#undef VDBFLOW_SPEC_FIELD
-
-// KernelAbi's fields for Python's record dtype: (name, NumPy format, byte offset, element count).
-static_assert(std::is_standard_layout<KernelAbi>::value, "KernelAbi must be plain data");
-#define VDBFLOW_ABI_FIELD(name, fmt, elem) \
-  nb::make_tuple(#name, fmt, offsetof(KernelAbi, name), sizeof(((KernelAbi*)nullptr)->name) / sizeof(elem))
-nb::tuple abi_fields() {
-  return nb::make_tuple(
-      VDBFLOW_ABI_FIELD(tables, "u8", u64), VDBFLOW_ABI_FIELD(table_masks, "u4", u32),
-      VDBFLOW_ABI_FIELD(components, "i4", int), VDBFLOW_ABI_FIELD(masks, "u8", u64),
-      VDBFLOW_ABI_FIELD(prefix, "u8", u64), VDBFLOW_ABI_FIELD(leaf_offset, "u8", u64),
-      VDBFLOW_ABI_FIELD(leaf_values_at, "u8", u64), VDBFLOW_ABI_FIELD(values, "u8", u64),
-      VDBFLOW_ABI_FIELD(tile_values, "u8", u64), VDBFLOW_ABI_FIELD(background, "u8", u64),
-      VDBFLOW_ABI_FIELD(value_rows, "i8", i64), VDBFLOW_ABI_FIELD(tile_rows, "i8", i64),
-      VDBFLOW_ABI_FIELD(index_layout, "i4", int), VDBFLOW_ABI_FIELD(value_kind, "i4", int),
-      VDBFLOW_ABI_FIELD(xform, "f8", double), VDBFLOW_ABI_FIELD(mode, "i4", int),
-      VDBFLOW_ABI_FIELD(points_world, "i4", int), VDBFLOW_ABI_FIELD(jacobian_world, "i4", int),
-      VDBFLOW_ABI_FIELD(hessian_world, "i4", int),
-      VDBFLOW_ABI_FIELD(period, "i8", i64));
-}
-#undef VDBFLOW_ABI_FIELD
 
 void set_num_threads(int threads) {
   check(threads >= 1, "threads must be >= 1");
@@ -732,32 +530,6 @@ NewArray<int32_t, 2> active_voxels_at(In<int32_t, nb::ndim<2>> origins, In<uint6
   return owned<int32_t, 2>(out, {(size_t)n, 3});
 }
 
-// The widest target this CPU runs, unless VDBFLOW_CPU_TARGET names another one (or "baseline").
-size_t choose_target(const std::vector<CpuTarget>& targets) {
-  size_t chosen = 0;
-  for (size_t i = 1; i < targets.size(); ++i)
-    if (targets[i].supported) chosen = i;
-  const char* asked = std::getenv("VDBFLOW_CPU_TARGET");
-  if (!asked || !*asked || std::string(asked) == "auto") return chosen;
-  const std::string want = std::string(asked) == "baseline" ? targets[0].name : asked;
-  size_t found = targets.size();
-  for (size_t i = 0; i < targets.size(); ++i)
-    if (want == targets[i].name) found = i;
-  std::string known = "baseline";
-  for (const CpuTarget& t : targets) known += std::string(", ") + t.name;
-  int warned = 0;
-  if (found == targets.size())
-    warned = PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "VDBFLOW_CPU_TARGET=%s is not among the compiled targets "
-                              "(%s); using %s", asked, known.c_str(), targets[chosen].name);
-  else if (!targets[found].supported)
-    warned = PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "VDBFLOW_CPU_TARGET=%s: this CPU does not run it; using %s",
-                              asked, targets[chosen].name);
-  else
-    chosen = found;
-  if (warned < 0) throw nb::python_error();  // warnings turned into errors
-  return chosen;
-}
-
 }  // namespace
 
 NB_MODULE(_core, m) {
@@ -775,6 +547,7 @@ NB_MODULE(_core, m) {
   m.attr("CPU_TARGETS") = nb::tuple(compiled);
   m.attr("CPU_TARGETS_SUPPORTED") = nb::tuple(runnable);
   m.def("build_table", &build_table, nb::arg("keys"), nb::arg("slots"));
+  add_kernel_facts(m);  // cpu_facts.h: constants, record layouts, the table of operations
   m.def("table_lookup", &table_lookup, nb::arg("table"), nb::arg("keys"));
   // sampling: a kernel record (abi.h, built by vdbflow.core.kernel) and the call's arrays
   m.def("sample", &sample, nb::arg("record"), nb::arg("points"), nb::arg("out_values"),
@@ -784,13 +557,6 @@ NB_MODULE(_core, m) {
         "Values, Jacobians and derived quantities of a vec3 grid in one pass (derived.h).");
   m.def("derive", &derive, nb::arg("jacobian"), nb::arg("velocity").none(), nb::arg("derived"),
         "Derived quantities of Jacobians (N, 3, 3) (derived.h).");
-  nb::list derived_names, derived_widths;
-  for (int q = 0; q < DERIVED_COUNT; ++q) {
-    derived_names.append(DERIVED_NAMES[q]);
-    derived_widths.append(derived_width(q));
-  }
-  m.attr("DERIVED") = nb::tuple(derived_names);         // vdbflow.core.kernel.DERIVED
-  m.attr("DERIVED_WIDTHS") = nb::tuple(derived_widths);
   m.def("sample_hessian", &sample_hessian, nb::arg("record"), nb::arg("points"), nb::arg("out_values"),
         nb::arg("out_jacobian").none(), nb::arg("out_hessian"));
   m.def("sample_vjp", &sample_vjp, nb::arg("record"), nb::arg("points"), nb::arg("adj_values"),
@@ -814,20 +580,6 @@ NB_MODULE(_core, m) {
         "Whether each voxel is active in a leaf or inside a tile (coverage.h).");
   m.def("encode_tiles", &encode_tiles, nb::arg("tiles"), "Table slot codes of tile indices (grid.h encode_tile).");
   m.def("voxel_offsets", &voxel_offsets, nb::arg("ijk"), "In-leaf offsets of voxels (grid.h voxel_offset).");
-  // facts of the kernels, read by vdbflow.core.kernel
-  m.attr("LEAF_DIM") = LEAF_DIM;
-  m.attr("LEAF_VOXELS") = LEAF_VOXELS;
-  m.attr("LEVEL_SHIFTS") = nb::make_tuple(level_shift(0), level_shift(1), level_shift(2));
-  m.attr("TILE_SIZES") = nb::make_tuple(level_size(0), level_size(1), level_size(2));
-  static_assert(LEVEL_COUNT == 3, "LEVEL_SHIFTS and TILE_SIZES list three levels");
-  m.attr("TILE_BASE") = TILE_BASE;
-  m.attr("SLOT_NOT_FOUND") = SLOT_NOT_FOUND;
-  nb::list transform_names;
-  for (const char* name : TRANSFORM_PARAMETER_NAMES) transform_names.append(name);
-  m.attr("TRANSFORM_PARAMETERS") = nb::tuple(transform_names);
-  m.attr("ABI_SIZE") = sizeof(KernelAbi);
-  m.attr("OPERATIONS") = operations(false);  // vdbflow.core.kernel.OPERATIONS
-  m.attr("GPU_STEPS") = operations(true);    // vdbflow.core.kernel.GPU_STEPS
   m.def("sample_reduce", &sample_reduce, nb::arg("record"), nb::arg("points"), nb::arg("spec"), nb::arg("edges"),
         nb::arg("ints"), nb::arg("reals"), nb::arg("order") = (int)ORDER_AUTO,
         "Histograms, moments and binned means of sampled quantities, added into ints and reals (reduce.h).");
@@ -835,15 +587,6 @@ NB_MODULE(_core, m) {
         nb::arg("reals"), "The same statistics of given features (N, channels), added into ints and reals.");
   m.def("merge_partials", &merge_partials, nb::arg("spec"), nb::arg("edges"), nb::arg("ints"), nb::arg("reals"),
         nb::arg("ints_b"), nb::arg("reals_b"), "A reduction's partial merged into another, in place (reduce.h).");
-  m.attr("REDUCE_SPEC_SIZE") = sizeof(ReduceSpec);
-  m.attr("REDUCE_SPEC_FIELDS") = reduce_spec_fields();
-  m.attr("REDUCE_BLOCK") = REDUCE_BLOCK;
-  m.attr("MOMENT_FIELDS") = MOMENT_FIELDS;
-  m.attr("REDUCE_LIMITS") = nb::make_tuple(REDUCE_MAX_CHANNELS, REDUCE_MAX_HISTOGRAMS, REDUCE_MAX_CONDITIONALS);
-  m.attr("ABI_FIELDS") = abi_fields();
-  nb::dict kinds;
-  for (int kind = KIND_F32; kind <= KIND_U32; ++kind) kinds[VALUE_KIND_NAMES[kind]] = kind;
-  m.attr("VALUE_KINDS") = kinds;
   m.def("route_points", &route_points, nb::arg("points"), nb::arg("xform"), nb::arg("points_world"), nb::arg("origin"),
         nb::arg("shift"), nb::arg("boundaries"), nb::arg("near_blocks"), nb::arg("period"),
         "Partition of each point and a stable counting sort: (order, bounds (P + 2), sorted points).");
@@ -851,26 +594,7 @@ NB_MODULE(_core, m) {
   m.def("active_voxels_at", &active_voxels_at, nb::arg("origins"), nb::arg("masks"), nb::arg("leaf_end"),
         nb::arg("rank"));
   m.def("morton_codes", &morton_codes, nb::arg("keys"), nb::arg("origin"), nb::arg("shift"));
-  m.attr("MORTON_BITS") = MORTON_BITS;
-  m.attr("ROUTE_BACKGROUND") = ROUTE_BACKGROUND;
-  m.attr("ROUTE_BLOCK_SHIFT") = ROUTE_BLOCK_SHIFT;
-  m.attr("ROUTE_MIXED_BLOCK") = ROUTE_MIXED_BLOCK;
   m.def("set_num_threads", &set_num_threads, nb::arg("threads"), "Threads of the CPU kernels (OpenMP).");
   m.def("get_max_threads", &get_max_threads, "Threads the CPU kernels use.");
-  m.attr("ORDER_AUTO") = (int)ORDER_AUTO;
-  m.attr("ORDER_COHERENT") = (int)ORDER_COHERENT;
-  m.attr("ORDER_SCATTERED") = (int)ORDER_SCATTERED;
-  m.attr("MODE_CLOSEST") = (int)MODE_CLOSEST;
-  m.attr("MODE_LINEAR") = (int)MODE_LINEAR;
-  m.attr("MAX_COMPONENTS") = MAX_COMPONENTS;
-  m.attr("SCHEME_LAST") = (int)SCHEME_LAST;
-  nb::dict modes, reach;
-  for (int mode = MODE_CLOSEST; mode <= SCHEME_LAST; ++mode) {
-    modes[MODE_NAMES[mode]] = mode;
-    reach[MODE_NAMES[mode]] = stencil_reach(mode);
-  }
-  m.attr("MODES") = modes;            // name -> id: vdbflow.ops.sampling.MODES
-  m.attr("STENCIL_REACH") = reach;    // name -> voxels on the positive side: vdbflow.ops.sampling.STENCIL_RADIUS
-  m.attr("OPENMP") = HOST_OPENMP;
 }
 #endif  // VDBFLOW_KERNEL_VARIANT

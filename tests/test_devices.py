@@ -173,3 +173,63 @@ def test_the_backend_function_is_not_shadowed_by_a_submodule():
         if info.name != "cuda" or importlib.util.find_spec("cupy") is not None:
             importlib.import_module(f"vdbflow.devices.{info.name}")
     assert callable(devices.backend) and devices.backend("cpu") is cpu
+
+
+def test_both_particle_bindings_refuse_bad_arrays_alike(rng):
+    """``_core.advect`` and ``_core.advect_series`` share their checks of the tableau, steps, outputs and
+    per-particle arrays (cpu_module.cpp particle_spec): the same bad array gets the same refusal from both."""
+    from vdbflow import _core
+
+    ijk = np.unique(rng.integers(-5, 5, (200, 3)), axis=0)
+    vol = vdbflow.Volume.from_voxels(ijk, rng.standard_normal((len(ijk), 3)))
+    record = kernel.host_record(vol.kernel_arrays())  # held: the record points into its arrays
+    raw = record.call(kernel.MODES["linear"], True, True).tobytes()
+    n = 4
+    common = {
+        "x": np.zeros((n, 3)),
+        "a": np.zeros((1, 1)),
+        "b": np.ones(1),
+        "h": 0.1,
+        "save_slot": np.array([0, 1], np.int64),
+        "position": np.full((n, 2, 3), np.nan),
+        "velocity": None,
+        "jacobian": None,
+        "F": None,
+        "status": np.zeros(n, np.int8),
+        "last_step": np.zeros(n, np.int64),
+    }
+    window = {
+        "records": [raw],
+        "topology": np.zeros(1, np.int32),
+        "time_kind": 2,
+        "stage_grid": np.zeros((2, 1, 4), np.int32),
+        "stage_coef": np.zeros((2, 1, 8)),
+        "first_step": 0,
+    }
+
+    def both(**bad):
+        one = {**common, "record": raw, "evaluations": np.zeros(n, np.int32), **bad}
+        series = {**common, **window, "evaluations": np.zeros(n, np.int64), **bad}
+        return [_call(_core.advect, one), _call(_core.advect_series, series)]
+
+    assert both() == ["ok", "ok"]
+    for bad, message in [
+        ({"a": np.zeros((2, 2))}, "the tableau must be a (s, s) and b (s,), 1 <= s <= 4"),
+        ({"status": np.zeros(3, np.int8)}, "status, last_step and evaluations must be (N,)"),
+        ({"save_slot": np.array([0, 5], np.int64)}, "save slots must lie in [-1, S)"),
+        ({"position": np.zeros((n, 2, 2))}, "position must be (N, S, 3)"),
+        ({"F": np.zeros((n, 3))}, "F must be (N, 3, 3)"),
+    ]:
+        assert both(**bad) == [message, message]
+    series = {**common, **window, "evaluations": np.zeros(n, np.int64)}
+    assert _call(_core.advect_series, {**series, "stage_grid": np.zeros((3, 1, 4), np.int32)}) == (
+        "stage_grid must be (m + 1, s, 4)"
+    )
+
+
+def _call(fn, kwargs: dict) -> str:
+    try:
+        fn(**kwargs)
+    except ValueError as err:
+        return str(err)
+    return "ok"

@@ -17,6 +17,72 @@ CPU_TARGETS_SUPPORTED: tuple
 
 def build_table(keys: Annotated[NDArray[numpy.int32], dict(shape=(None, None), order='C', device='cpu', writable=False)], slots: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> tuple: ...
 
+DERIVED: tuple
+
+DERIVED_WIDTHS: tuple
+
+LEAF_DIM: int
+
+LEAF_VOXELS: int
+
+LEVEL_SHIFTS: tuple
+
+TILE_SIZES: tuple
+
+TILE_BASE: int
+
+SLOT_NOT_FOUND: int
+
+TRANSFORM_PARAMETERS: tuple
+
+ABI_SIZE: int
+
+OPERATIONS: dict
+
+GPU_STEPS: dict
+
+REDUCE_SPEC_SIZE: int
+
+REDUCE_SPEC_FIELDS: tuple
+
+REDUCE_BLOCK: int
+
+MOMENT_FIELDS: int
+
+REDUCE_LIMITS: tuple
+
+ABI_FIELDS: tuple
+
+VALUE_KINDS: dict
+
+MORTON_BITS: int
+
+ROUTE_BACKGROUND: int
+
+ROUTE_BLOCK_SHIFT: int
+
+ROUTE_MIXED_BLOCK: int
+
+ORDER_AUTO: int
+
+ORDER_COHERENT: int
+
+ORDER_SCATTERED: int
+
+MODE_CLOSEST: int
+
+MODE_LINEAR: int
+
+MAX_COMPONENTS: int
+
+SCHEME_LAST: int
+
+MODES: dict
+
+STENCIL_REACH: dict
+
+OPENMP: bool
+
 def table_lookup(table: Annotated[NDArray[numpy.int32], dict(shape=(None, None), order='C', device='cpu', writable=False)], keys: Annotated[NDArray[numpy.int32], dict(shape=(None, None), order='C', device='cpu', writable=False)]) -> Annotated[NDArray[numpy.int32], dict(shape=(None,))]: ...
 
 def sample(record: bytes, points: Annotated[NDArray, dict(order='C', device='cpu', writable=False)], out_values: Annotated[NDArray, dict(order='C', device='cpu')], out_jacobian: Annotated[NDArray, dict(order='C', device='cpu')] | None, order: int = 0) -> None: ...
@@ -28,10 +94,6 @@ def sample_derived(record: bytes, points: Annotated[NDArray, dict(order='C', dev
 
 def derive(jacobian: Annotated[NDArray, dict(order='C', device='cpu', writable=False)], velocity: Annotated[NDArray, dict(order='C', device='cpu', writable=False)] | None, derived: Sequence[Annotated[NDArray, dict(order='C', device='cpu')] | None]) -> None:
     """Derived quantities of Jacobians (N, 3, 3) (derived.h)."""
-
-DERIVED: tuple
-
-DERIVED_WIDTHS: tuple
 
 def sample_hessian(record: bytes, points: Annotated[NDArray, dict(order='C', device='cpu', writable=False)], out_values: Annotated[NDArray, dict(order='C', device='cpu')], out_jacobian: Annotated[NDArray, dict(order='C', device='cpu')] | None, out_hessian: Annotated[NDArray, dict(order='C', device='cpu')]) -> None: ...
 
@@ -61,26 +123,6 @@ def encode_tiles(tiles: Annotated[NDArray[numpy.int32], dict(shape=(None,), orde
 def voxel_offsets(ijk: Annotated[NDArray[numpy.int64], dict(shape=(None, None), order='C', device='cpu', writable=False)]) -> Annotated[NDArray[numpy.int64], dict(shape=(None,))]:
     """In-leaf offsets of voxels (grid.h voxel_offset)."""
 
-LEAF_DIM: int
-
-LEAF_VOXELS: int
-
-LEVEL_SHIFTS: tuple
-
-TILE_SIZES: tuple
-
-TILE_BASE: int
-
-SLOT_NOT_FOUND: int
-
-TRANSFORM_PARAMETERS: tuple
-
-ABI_SIZE: int
-
-OPERATIONS: dict
-
-GPU_STEPS: dict
-
 def sample_reduce(record: bytes, points: Annotated[NDArray, dict(order='C', device='cpu', writable=False)], spec: bytes, edges: Annotated[NDArray[numpy.float64], dict(shape=(None,), order='C', device='cpu', writable=False)], ints: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu')], reals: Annotated[NDArray[numpy.float64], dict(shape=(None,), order='C', device='cpu')], order: int = 0) -> None:
     """
     Histograms, moments and binned means of sampled quantities, added into ints and reals (reduce.h).
@@ -94,20 +136,6 @@ def reduce_features(spec: bytes, features: Annotated[NDArray, dict(order='C', de
 def merge_partials(spec: bytes, edges: Annotated[NDArray[numpy.float64], dict(shape=(None,), order='C', device='cpu', writable=False)], ints: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu')], reals: Annotated[NDArray[numpy.float64], dict(shape=(None,), order='C', device='cpu')], ints_b: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], reals_b: Annotated[NDArray[numpy.float64], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> None:
     """A reduction's partial merged into another, in place (reduce.h)."""
 
-REDUCE_SPEC_SIZE: int
-
-REDUCE_SPEC_FIELDS: tuple
-
-REDUCE_BLOCK: int
-
-MOMENT_FIELDS: int
-
-REDUCE_LIMITS: tuple
-
-ABI_FIELDS: tuple
-
-VALUE_KINDS: dict
-
 def route_points(points: Annotated[NDArray, dict(order='C', device='cpu', writable=False)], xform: Annotated[NDArray[numpy.float64], dict(shape=(12), order='C', device='cpu', writable=False)], points_world: bool, origin: Annotated[NDArray[numpy.int64], dict(shape=(3), order='C', device='cpu', writable=False)], shift: int, boundaries: Annotated[NDArray[numpy.uint64], dict(shape=(None,), order='C', device='cpu', writable=False)], near_blocks: Annotated[NDArray[numpy.int32], dict(shape=(None, None), order='C', device='cpu', writable=False)], period: Annotated[NDArray[numpy.int64], dict(shape=(6), order='C', device='cpu', writable=False)]) -> tuple:
     """
     Partition of each point and a stable counting sort: (order, bounds (P + 2), sorted points).
@@ -119,36 +147,8 @@ def active_voxels_at(origins: Annotated[NDArray[numpy.int32], dict(shape=(None, 
 
 def morton_codes(keys: Annotated[NDArray[numpy.int64], dict(shape=(None, None), order='C', device='cpu', writable=False)], origin: Annotated[NDArray[numpy.int64], dict(shape=(3), order='C', device='cpu', writable=False)], shift: int) -> Annotated[NDArray[numpy.uint64], dict(shape=(None,))]: ...
 
-MORTON_BITS: int
-
-ROUTE_BACKGROUND: int
-
-ROUTE_BLOCK_SHIFT: int
-
-ROUTE_MIXED_BLOCK: int
-
 def set_num_threads(threads: int) -> None:
     """Threads of the CPU kernels (OpenMP)."""
 
 def get_max_threads() -> int:
     """Threads the CPU kernels use."""
-
-ORDER_AUTO: int
-
-ORDER_COHERENT: int
-
-ORDER_SCATTERED: int
-
-MODE_CLOSEST: int
-
-MODE_LINEAR: int
-
-MAX_COMPONENTS: int
-
-SCHEME_LAST: int
-
-MODES: dict
-
-STENCIL_REACH: dict
-
-OPENMP: bool
