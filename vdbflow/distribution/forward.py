@@ -5,7 +5,6 @@ docstring of :mod:`vdbflow.distribution.volume` draws the graph).  Small pure fu
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
 import numpy as np
@@ -14,6 +13,7 @@ from vdbflow.core.volume import Volume
 from vdbflow.devices import run
 from vdbflow.distribution import keys
 from vdbflow.distribution.plan import Router
+from vdbflow.ops.chunk_graph import blocks, stack_chunks
 from vdbflow.ops.request import SampleRequest
 
 DEFAULT_CHUNK = 1 << 20  # points per chunk when the points are a NumPy array
@@ -110,7 +110,6 @@ def forward_arrays(
 
     import dask
     import dask.array as da
-    from dask.highlevelgraph import HighLevelGraph
 
     from vdbflow.devices import is_cupy_array
     from vdbflow.errors import PointsError, SamplingError
@@ -133,7 +132,7 @@ def forward_arrays(
     shapes, dtypes = request.shapes((), template.components), request.dtypes(template.value_type)
     outputs = [(shapes[name], dtypes[name]) for name in request.outputs]
     if isinstance(points, da.Array):
-        chunks, sizes = list(points.to_delayed().ravel()), points.chunks[0]
+        chunks, sizes = blocks(points), points.chunks[0]
     else:  # NumPy points: each wave's chunks travel inside its routing task (recomputable if a worker dies)
         step = DEFAULT_CHUNK
         chunks = [points[s : s + step] for s in range(0, len(points), step)] or [points[:0]]
@@ -154,8 +153,7 @@ def forward_arrays(
         for name in request.outputs
     ]
     fills = background_rows(template, request)
-    layers: list[dict] = [{} for _ in outputs]
-    done_waves = []
+    parts = []  # each chunk's (wave task, its first array in the wave's result)
     for w, first in enumerate(range(0, len(chunks), W)):
         members = chunks[first : first + W]
         route = delayed(route_wave, pure=False, nout=2 * P + 1)(
@@ -183,18 +181,8 @@ def forward_arrays(
             *sampled,
             dask_key_name=f"{keys.REORDER}-{token}-{w}",
         )
-        done_waves.append(done)
-        for i in range(len(members)):
-            for k, (shape, _) in enumerate(outputs):
-                layers[k][(names[k], first + i) + (0,) * len(shape)] = (
-                    operator.getitem,
-                    done.key,
-                    len(outputs) * i + k,
-                )
-    arrays = {}
-    for output, name, layer, (shape, dtype) in zip(request.outputs, names, layers, outputs, strict=True):
-        graph = HighLevelGraph.from_collections(name, layer, dependencies=done_waves)
-        arrays[output] = da.Array(graph, name, chunks=(tuple(sizes),) + tuple((d,) for d in shape), dtype=dtype)
+        parts += [(done, len(outputs) * i) for i in range(len(members))]
+    arrays = dict(zip(request.outputs, stack_chunks(parts, (tuple(sizes),), outputs, names), strict=True))
     return points, arrays
 
 

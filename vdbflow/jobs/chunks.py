@@ -279,9 +279,10 @@ def chunked_dataset(
     (chunks, 2) analytic errors (or None), the lazy seconds by ``CHUNK_PHASES``, the checked output and
     the lazy (3,) sum of the chunks' :func:`point_tally`."""
     import dask
-    import dask.array as da
     import xarray as xr
     from dask.base import tokenize
+
+    from vdbflow.ops.chunk_graph import PerChunk, map_chunks, reduce_chunks, stack_chunks
 
     request = grid_request(cfg)
     inside = "inside" in cfg.sampling.outputs
@@ -298,33 +299,22 @@ def chunked_dataset(
             columns.append((name, "inside", (), np.bool_))
     points = point_set.points
     sizes = points.chunks[0]
-    starts = np.cumsum((0,) + tuple(sizes))
-    given = [None] * len(sizes) if spec.generator is not None else list(points.rechunk({1: 3}).to_delayed().ravel())
+    starts = [int(s) for s in np.cumsum((0,) + tuple(sizes))]
+    given = PerChunk([None] * len(sizes)) if spec.generator is not None else points
     token = tokenize(spec, tuple(map(str, sources.values())), points.name)
     shared_spec = dask.delayed(spec, name=f"vdbflow-chunk-spec-{token}")  # sent once to each worker
-    parts: list[list[Any]] = [[] for _ in columns]
-    errors, tallies, seconds = [], [], []
-    for b, rows in enumerate(sizes):
-        task = dask.delayed(sample_chunk, nout=len(columns) + 3, pure=True)(
-            b,
-            int(starts[b]),
-            int(starts[b + 1]),
-            shared_spec,
-            given[b],
-            *sources.values(),
-            dask_key_name=f"{CHUNK_KEY}-{token}-{b}",
-        )
-        for column, part, (_, _, shape, dtype) in zip(parts, task, columns, strict=False):
-            column.append(da.from_delayed(part, (rows, *shape), dtype=dtype))
-        # the figures of each chunk named for it, so that a resumed job finds them (jobs.publish.units)
-        errors.append(dask.delayed(getitem, pure=True)(task, len(columns), dask_key_name=f"{ANALYTIC_KEY}-{token}-{b}"))
-        tallies.append(
-            dask.delayed(getitem, pure=True)(task, len(columns) + 1, dask_key_name=f"{TALLY_KEY}-{token}-{b}")
-        )
-        seconds.append(
-            dask.delayed(getitem, pure=True)(task, len(columns) + 2, dask_key_name=f"{SECONDS_KEY}-{token}-{b}")
-        )
-    lazy = [da.concatenate(column) for column in parts]
+    chunk = (PerChunk(range(len(sizes))), PerChunk(starts[:-1]), PerChunk(starts[1:]), shared_spec, given)
+    tasks = map_chunks(sample_chunk, *chunk, *sources.values(), name=CHUNK_KEY, token=token)
+    outputs = [(shape, dtype) for _, _, shape, dtype in columns]
+    lazy = stack_chunks(tasks, (sizes,), outputs, [f"vdbflow-rows-{k}-{token}" for k in range(len(columns))])
+    # the figures of each chunk named for it, so that a resumed job finds them (jobs.publish.units)
+    errors, tallies, seconds = (
+        [
+            dask.delayed(getitem, pure=True)(task, len(columns) + i, dask_key_name=f"{key}-{token}-{b}")
+            for b, task in enumerate(tasks)
+        ]
+        for i, key in enumerate((ANALYTIC_KEY, TALLY_KEY, SECONDS_KEY))
+    )
     pts = lazy[0]
     datasets = []
     k = 1
@@ -337,7 +327,11 @@ def chunked_dataset(
         prefix = "" if len(templates) == 1 else f"{name}_"
         datasets.append(grid_variables(template, request, pts, arrays, cfg, prefix, flags)[0])
     ds = xr.merge(datasets, compat="override", join="override", combine_attrs="override")
-    error_rows = dask.delayed(np.concatenate, pure=True)(errors) if check is not None else None
-    total = dask.delayed(np.sum, pure=True)(dask.delayed(np.stack, pure=True)(seconds), axis=0)
-    tally = dask.delayed(np.sum, pure=True)(dask.delayed(np.concatenate, pure=True)(tallies), axis=0)
-    return ds, error_rows, total, None if check is None else check.output, tally
+    error_rows = reduce_chunks(errors, None, np.concatenate) if check is not None else None
+    total = reduce_chunks(seconds, None, functools.partial(np.sum, axis=0))
+    return ds, error_rows, total, None if check is None else check.output, reduce_chunks(tallies, None, sum_rows)
+
+
+def sum_rows(rows: list) -> np.ndarray:
+    """The chunks' rows (1, k) summed: (k,)."""
+    return np.sum(np.concatenate(rows), axis=0)

@@ -6,16 +6,18 @@
 - :func:`partitioned`: the volume partitioned across the workers, points routed to their partitions
   (:mod:`vdbflow.distribution`);
 - :func:`reduced`: a ``reduce:`` job: statistics computed in the kernels' pass, one partial a chunk of
-  points, merged in a fixed tree on the workers; the Dataset is a few kilobytes, in memory.
+  points, merged in a fixed tree on the workers (:mod:`vdbflow.ops.chunk_graph`); the Dataset is a few
+  kilobytes.
 
-Each returns a :class:`Sampled`: the Dataset (lazy, but for the few kilobytes of ``reduced``) and the
-lazy figures the job summary reads (analytic errors, point tally, the one-pass path's own timing).
+Each returns a :class:`Sampled`: the lazy Dataset and the lazy figures the job summary reads (analytic
+errors, point tally, the one-pass path's own timing), all computed with the job's write.
 :func:`executor_for` picks one for a config; :func:`vdbflow.jobs.runner.run_job` computes and writes what it
 returns.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -37,13 +39,16 @@ from vdbflow.jobs.chunks import (
     grid_variables,
     open_source,
     point_tally,
+    sum_rows,
 )
 from vdbflow.jobs.config.model import ConfigError, JobConfig
 from vdbflow.jobs.plan import JobPlan
 from vdbflow.jobs.points import make_points
+from vdbflow.ops.chunk_graph import map_chunks, reduce_chunks
 
 log = logging.getLogger("vdbflow.run")
 REDUCE_KEY = "vdbflow-reduce"  # task-key prefix of a reduce: job's chunk tasks (jobs.progress: "reduction")
+ROUTED_ANALYTIC_KEY = "vdbflow-analytic-routed"  # the partitioned path's analytic errors, a task a chunk
 
 
 @dataclass
@@ -58,7 +63,6 @@ class Sampled:
     tally: Any = None  # lazy (3,): non-finite points, points checked against the data's edge, outside it
     chunk_seconds: Any = None  # lazy: the one-pass chunk tasks' time by phase
     volumes: list = field(default_factory=list)  # distributed volumes to close when the job ends
-    stream: list = field(default_factory=list)  # task-stream records of work done before the write (reduce:)
     stopped: Any = None  # lazy (2,): particles that left the data (status 1) and that met a non-finite value (2)
 
 
@@ -142,10 +146,10 @@ def reduced(
 ) -> Sampled:
     """A ``reduce:`` job: the statistics of the first grid's samples at the points, reduced chunk by chunk where
     they are sampled (a volume every worker reads whole: in the kernels' pass; a partitioned one: routed, then
-    reduced by chunk); the result is the small Dataset of :func:`vdbflow.ops.statistics.dataset`."""
-    import dask
-
-    from vdbflow.ops.statistics import dataset, merge_tree, reduce, statistics_request
+    reduced by chunk) and merged in a fixed tree; the result is the small lazy Dataset of
+    :func:`vdbflow.ops.statistics.lazy_dataset`, computed with the job's write."""
+    from vdbflow.ops.reductions import merge
+    from vdbflow.ops.statistics import lazy_dataset, lazy_partial, statistics_request
 
     t0 = time.perf_counter()
     ((name, src),) = list(sources.items())[:1]
@@ -157,36 +161,27 @@ def reduced(
     spec, edges, empty, where = stats.layout()
     topology = template.topology
     point_set = make_points(cfg.points, topology, topology.data_bounds(cfg.points.space, inner=True), cfg.sampling.mode)
-    pts = point_set.points.rechunk({1: 3})
+    volumes = []
+    if cfg.partitions is None and _replicable(client, {name: src}):
+        on_workers = (os.fspath(src[0]), *src[1:]) if isinstance(src, tuple) else client.scatter(src, broadcast=True)
+        parts = map_chunks(reduce_chunk, on_workers, point_set.points, spec, edges, empty, request, name=REDUCE_KEY)
+        partial, partitions = reduce_chunks(parts, functools.partial(merge, spec, edges)), 0
+    else:
+        from vdbflow.distribution.volume import distribute
+
+        grid, periodic = (src[1], src[2]) if isinstance(src, tuple) else (None, None)
+        source = src[0] if isinstance(src, tuple) else src
+        volumes.append(distribute(source, client, cfg.partitions, plan.halo, grid=grid, periodic=periodic))
+        try:
+            partial = lazy_partial(volumes[0], point_set.points, stats, request, name=REDUCE_KEY)
+        except BaseException:  # the job closes the volumes of a Sampled; this one never reached it
+            volumes[0].close()
+            raise
+        partitions = len(volumes[0].partitions)
     timings["distribute_s"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    from distributed import get_task_stream
-
-    with get_task_stream(client) as stream:  # the job's summary splits this worker time by step too
-        if cfg.partitions is None and _replicable(client, {name: src}):
-            on_workers = (
-                (os.fspath(src[0]), *src[1:]) if isinstance(src, tuple) else client.scatter(src, broadcast=True)
-            )
-            token = dask.base.tokenize(spec, edges, pts.name, on_workers, name, request)
-            parts = [
-                dask.delayed(reduce_chunk, pure=True)(
-                    on_workers, block, spec, edges, empty, request, dask_key_name=f"{REDUCE_KEY}-{token}-{b}"
-                )
-                for b, block in enumerate(pts.to_delayed().ravel())
-            ]
-            partial, partitions = merge_tree(spec, edges, parts, client), 0
-        else:
-            from vdbflow.distribution.volume import distribute
-
-            grid, periodic = (src[1], src[2]) if isinstance(src, tuple) else (None, None)
-            source = src[0] if isinstance(src, tuple) else src
-            with distribute(source, client, cfg.partitions, plan.halo, grid=grid, periodic=periodic) as dv:
-                partial, partitions = reduce(dv, pts, stats, request), len(dv.partitions)
-    timings["reduce_s"] = time.perf_counter() - t0
-    ds = dataset(stats, partial, where)
+    ds = lazy_dataset(stats, partial, where)
     ds.attrs.update({"reduced_grid": name, "reduced_points": int(point_set.count)})
-    log.info("reduced %d points of grid %s in %.2f s", point_set.count, name, timings["reduce_s"])
-    return Sampled(ds, point_set, partitions, stream=list(stream.data))
+    return Sampled(ds, point_set, partitions, volumes=volumes)
 
 
 def one_pass(
@@ -297,15 +292,9 @@ def _tally(pts: Any, topology: Any, cfg: JobConfig) -> Any:
     """Lazy (3,): :func:`~vdbflow.jobs.chunks.point_tally` of the partitioned path, summed over its chunks."""
     import dask
 
-    shared = dask.delayed(topology)
     token = dask.base.tokenize(pts.name, cfg.sampling.mode, cfg.points.space, id(topology))
-    blocks = [
-        dask.delayed(point_tally, pure=True)(
-            P, shared, cfg.sampling.mode, cfg.points.space, dask_key_name=f"{TALLY_KEY}-{token}-{b}"
-        )
-        for b, P in enumerate(pts.rechunk({1: 3}).to_delayed().ravel())
-    ]
-    return dask.delayed(np.sum, pure=True)(dask.delayed(np.concatenate, pure=True)(blocks), axis=0)
+    args = (point_tally, pts, dask.delayed(topology), cfg.sampling.mode, cfg.points.space)
+    return reduce_chunks(map_chunks(*args, name=TALLY_KEY, token=token), None, sum_rows)
 
 
 def _analytic_error(checked: xr.DataArray, check: AnalyticCheck, pts: Any, topology: Any) -> Any:
@@ -313,12 +302,9 @@ def _analytic_error(checked: xr.DataArray, check: AnalyticCheck, pts: Any, topol
     partitioned path (one task a chunk, beside the sampling)."""
     import dask
 
-    shared = dask.delayed(topology)
-    blocks = [
-        dask.delayed(analytic_error, pure=True)(check, X, P, shared)
-        for X, P in zip(checked.data.to_delayed().ravel(), pts.rechunk({1: 3}).to_delayed().ravel(), strict=True)
-    ]
-    return dask.delayed(np.concatenate, pure=True)(blocks)
+    # not ANALYTIC_KEY: the one-pass chunks' figures, which a resumed job reads, are named by that
+    parts = map_chunks(analytic_error, check, checked.data, pts, dask.delayed(topology), name=ROUTED_ANALYTIC_KEY)
+    return reduce_chunks(parts, None, np.concatenate)
 
 
 def _particle_job(

@@ -28,6 +28,7 @@ from vdbflow.core import schema
 from vdbflow.core.volume import Volume
 from vdbflow.errors import VolumeError
 from vdbflow.jobs.chunks import OPEN_VOLUMES_PER_WORKER, opened_volume
+from vdbflow.ops.chunk_graph import map_chunks, stack_chunks
 from vdbflow.temporal.particles import advect, step_plan
 from vdbflow.temporal.series import StepIdentity, VolumeSeries, open_series
 
@@ -120,8 +121,6 @@ def particle_dataset(cfg: Any, source: Any, template: Volume, seeds: Any) -> xr.
     """The lazy result of a particle job: ``seeds`` a Dask (N, 3) array, ``source`` the Volume (or a
     future of it), ``(path, grid)`` or the :class:`SeriesFiles` workers open, ``template`` the volume
     (a series: its first step; names and units)."""
-    import dask
-    import dask.array as da
     from dask.base import tokenize
 
     spec, mode = cfg.advect, cfg.sampling.mode
@@ -158,20 +157,16 @@ def particle_dataset(cfg: Any, source: Any, template: Volume, seeds: Any) -> xr.
     shapes += [(label, (), np.float64) for label in "xyz"]  # the seeds' coordinates, from the same tasks
     dims = schema.trajectory_dims(name)
     token = tokenize(source, settings, seeds.name)
-    columns: list[list[Any]] = [[] for _ in shapes]
-    for b, (block, rows) in enumerate(zip(seeds.to_delayed().ravel(), seeds.chunks[0], strict=True)):
-        parts = dask.delayed(_advect_chunk, nout=len(shapes), pure=True)(
-            source, block, settings, dask_key_name=f"{ADVECT_KEY}-{token}-{b}"
-        )
-        for column, part, (_, shape, dtype) in zip(columns, parts, shapes, strict=True):
-            column.append(da.from_delayed(part, (rows, *shape), dtype=dtype))
+    parts = map_chunks(_advect_chunk, source, seeds, settings, name=ADVECT_KEY, token=token)
+    names = [f"vdbflow-trajectory-{var}-{token}" for var, _, _ in shapes]
+    columns = stack_chunks(parts, seeds.chunks[:1], [(shape, dtype) for _, shape, dtype in shapes], names)
     attrs = schema.trajectory_attrs(name, template.units, template.length_units)
     data, seed_columns = {}, {}
     for column, (var, _, _) in zip(columns, shapes, strict=True):
         if var in ("x", "y", "z"):
-            seed_columns[var] = da.concatenate(column)
+            seed_columns[var] = column
         else:
-            data[var] = (dims[var], da.concatenate(column), attrs[var])
+            data[var] = (dims[var], column, attrs[var])
     coords: dict[str, Any] = {
         "time": ("time", times, dict(schema.TIME_ATTRS)),
         "axis": ("axis", schema.labels(schema.AXIS_LABELS["world"]), dict(schema.WORLD_AXIS_ATTRS)),

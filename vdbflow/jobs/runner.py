@@ -391,7 +391,7 @@ def _labelled(sampled: Sampled, cfg: JobConfig, plan: JobPlan) -> xr.Dataset:
     ds, point_set = sampled.ds, sampled.point_set
     chunk = cfg.output.chunk or cfg.points.chunk
     dim = "point" if cfg.advect is None else "particle"
-    if dim not in ds.dims:  # statistics (reduce:): small, in memory, written as they are
+    if dim not in ds.dims:  # no points dim (statistics): written as they are
         pass
     elif point_set.shape is None:
         ds = ds.chunk({dim: chunk})
@@ -501,10 +501,9 @@ class _Job:
             if console is not None and console.is_terminal:
                 DaskRichBar(self.futures, client, console)
             results = dict(zip(extras, client.gather(self.futures)[1:], strict=True))
-        # a reduce job's sampling ran in its executor (reduce_s): its writing is the statistics' few bytes
-        self.timings["sample_and_write_s"] = time.perf_counter() - t0 + self.timings.get("reduce_s", 0.0)
+        self.timings["sample_and_write_s"] = time.perf_counter() - t0
         log.debug("warmed %d worker(s) ahead of the job's tasks", len(self.warming))
-        records = [*sampled.stream, *stream.data]
+        records = stream.data
         worker_seconds = worker_time_by_step(records, steps)
         if sampled.chunk_seconds is not None:  # the chunk tasks' time, by what they measured of it
             worker_seconds.pop("chunk", None)

@@ -16,6 +16,7 @@ from vdbflow.core import kernel, schema
 from vdbflow.core.volume import Volume
 from vdbflow.devices import is_cupy_array, run
 from vdbflow.errors import PointsError, ShapeError
+from vdbflow.ops.chunk_graph import map_chunks, stack_chunks
 from vdbflow.ops.coverage import counts_tiles, stencil_inside_flags
 from vdbflow.ops.request import POINT_ORDERS, SPACES, SampleRequest, check_choice
 from vdbflow.ops.results import as_numpy, is_dask, points_in, result_dataset
@@ -312,10 +313,6 @@ def _sample_block(block: np.ndarray, vol: Volume, request: SampleRequest) -> tup
     return tuple(arrays[name].reshape(lead + arrays[name].shape[1:]) for name in request.outputs)
 
 
-def _pick(arrays: tuple, which: int) -> Any:
-    return arrays[which]
-
-
 # task-key prefixes of the lazy graph of one volume's sampling
 LAZY_SAMPLE_KEY = "vdbflow-sample-local"
 LAZY_OUTPUT_KEYS = {
@@ -329,31 +326,18 @@ def _sample_lazy(vol: Volume, request: SampleRequest, points: Any) -> dict[str, 
     """Dask arrays of each output (values (*lead[, C]), Jacobians (*lead[, C], 3), ...): one task per
     block of the points (chunked along the leading dims), nothing computed here."""
     import dask
-    import dask.array as da
 
     request.for_value_type(vol.value_type)
     if points.dtype.kind not in "iuf":
         raise PointsError(f"expected float16/32/64 or integer points, got dtype {points.dtype}")
-    pts = points.rechunk({points.ndim - 1: 3})
-    lead = pts.ndim - 1
-    meta = np.empty((0,) * lead, object)
+    lead = points.ndim - 1
     shared = dask.delayed(vol, name=f"vdbflow-volume-{id(vol):x}-{dask.base.tokenize(vol.name, vol.leaf_count)}")
-    both = da.map_blocks(_sample_block, pts, shared, request, drop_axis=lead, meta=meta, token=LAZY_SAMPLE_KEY)
+    parts = map_chunks(_sample_block, points, shared, request, name=LAZY_SAMPLE_KEY, lead=lead)
     shapes, dtypes = request.shapes((), vol.components), request.dtypes(vol.value_type)
-    arrays = {}
-    for k, name in enumerate(request.outputs):
-        extra = tuple((d,) for d in shapes[name])
-        arrays[name] = da.map_blocks(
-            _pick,
-            both,
-            k,
-            dtype=dtypes[name],
-            chunks=both.chunks + extra,
-            new_axis=list(range(lead, lead + len(extra))) or None,
-            meta=np.empty((0,) * (lead + len(extra)), dtypes[name]),
-            token=LAZY_OUTPUT_KEYS.get(name, f"vdbflow-{name}-local"),
-        )
-    return arrays
+    token = dask.base.tokenize(*parts)
+    names = [f"{LAZY_OUTPUT_KEYS.get(name, f'vdbflow-{name}-local')}-{token}" for name in request.outputs]
+    outputs = [(shapes[name], dtypes[name]) for name in request.outputs]
+    return dict(zip(request.outputs, stack_chunks(parts, points.chunks[:lead], outputs, names), strict=True))
 
 
 def split_inside(outputs: Sequence[str]) -> tuple[tuple[str, ...], bool]:

@@ -10,6 +10,7 @@ fixed tree over the chunks' order, so a result never depends on the workers, thr
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -20,6 +21,7 @@ import xarray as xr
 from vdbflow.core import kernel, outputs
 from vdbflow.devices import run
 from vdbflow.errors import SamplingError
+from vdbflow.ops.chunk_graph import map_chunks, reduce_chunks
 from vdbflow.ops.reductions import (
     JACOBIAN,
     VALUE,
@@ -113,11 +115,16 @@ def _on_workers(vol: Any) -> Any:
     return future
 
 
-def reduce(source: Any, points: Any, stats: Statistics, request: SampleRequest, wave: int | None = None) -> Partial:
-    """``stats`` of ``source`` at points (N, 3) or (..., 3), one partial: a Volume with NumPy or CuPy points
-    in one call of the kernels; Dask points, or a DistributedVolume's points, chunk by chunk."""
-    import dask
+STATISTICS_KEY = "vdbflow-statistics"  # task-key prefix of the chunk tasks of statistics at Dask points
 
+
+def lazy_partial(
+    source: Any, points: Any, stats: Statistics, request: SampleRequest, wave: int | None = None, name: str = ""
+) -> Any:
+    """``stats`` of ``source`` at points (N, 3) or (..., 3), one partial: a Volume with NumPy or CuPy points in
+    one call of the kernels (a :class:`Partial`, now); Dask points, or a DistributedVolume's points, a Delayed
+    of one task a chunk (named ``name``, default ``STATISTICS_KEY``) merged in a fixed tree over the chunks'
+    order (:func:`vdbflow.ops.chunk_graph.reduce_chunks`), so that the result never depends on the workers."""
     template = getattr(source, "template", source)
     request.for_value_type(template.value_type)
     if not template.value_type.is_float:
@@ -129,36 +136,24 @@ def reduce(source: Any, points: Any, stats: Statistics, request: SampleRequest, 
     if hasattr(source, "template"):  # a DistributedVolume: routed, one partial a chunk of points
         names = request.outputs
         arrays = source.sample_arrays(request, points.reshape(-1, 3) if len(shape) != 2 else points, wave)
-        blocks = [list(arrays[name].to_delayed().ravel()) for name in names]
-        parts = [
-            dask.delayed(_features_partial, pure=True)(spec, edges, empty, stats, template.components, names, *chunk)
-            for chunk in zip(*blocks, strict=True)
-        ]
-        return merge_tree(spec, edges, parts, getattr(source, "client", None))
-    if is_dask(points):
-        pts = points.reshape(-1, 3).rechunk({1: 3})
-        shared = _on_workers(source)
-        parts = [
-            dask.delayed(chunk_partial, pure=True)(shared, block, spec, edges, empty, request)
-            for block in pts.to_delayed().ravel()
-        ]
-        return merge_tree(spec, edges, parts, None)
-    flat = points if hasattr(points, "__cuda_array_interface__") else as_numpy(points)
-    return chunk_partial(source, flat.reshape(-1, 3), spec, edges, empty, request)
+        outputs = [arrays[n] for n in names]
+        args: tuple = (_features_partial, spec, edges, empty, stats, template.components, names, *outputs)
+    elif is_dask(points):
+        args = (chunk_partial, _on_workers(source), points.reshape(-1, 3), spec, edges, empty, request)
+    else:
+        flat = points if hasattr(points, "__cuda_array_interface__") else as_numpy(points)
+        return chunk_partial(source, flat.reshape(-1, 3), spec, edges, empty, request)
+    parts = map_chunks(*args, name=name or STATISTICS_KEY)
+    return reduce_chunks(parts, functools.partial(merge, spec, edges))
 
 
-def merge_tree(spec: bytes, edges: np.ndarray, parts: list, client: Any) -> Partial:
-    """Chunk partials (Delayed) merged pairwise in a fixed tree over the chunks' order, on the workers."""
-    import dask
-
-    if not parts:
-        raise SamplingError("expected at least one point chunk, got none")
-    while len(parts) > 1:
-        parts = [
-            dask.delayed(merge, pure=True)(spec, edges, *parts[i : i + 2]) if i + 1 < len(parts) else parts[i]
-            for i in range(0, len(parts), 2)
-        ]
-    return client.compute(parts[0]).result() if client is not None else parts[0].compute()
+def reduce(source: Any, points: Any, stats: Statistics, request: SampleRequest, wave: int | None = None) -> Partial:
+    """:func:`lazy_partial`, computed here (on a DistributedVolume's client, else Dask's scheduler)."""
+    partial = lazy_partial(source, points, stats, request, wave)
+    if isinstance(partial, Partial):
+        return partial
+    client = getattr(source, "client", None)
+    return client.compute(partial).result() if client is not None else partial.compute()
 
 
 # ---- results ----------------------------------------------------------------------------------------------
@@ -255,6 +250,23 @@ def dataset(stats: Statistics, partial: Partial, where: dict) -> xr.Dataset:
         ds[f"outside_{by}"] = ((), partial.ints[counts + bins])
         ds[f"nan_{by}"] = ((), partial.ints[counts + bins + 1])
     return ds
+
+
+def lazy_dataset(stats: Statistics, partial: Any, where: dict) -> xr.Dataset:
+    """:func:`dataset` of a lazy partial (a Delayed): the same names, dims, coordinates and attrs, each variable
+    a Dask array of the one task that names the partial, computed where the caller computes the rest."""
+    import dask
+    import dask.array as da
+
+    ds = dataset(stats, stats.layout()[2], where)  # the layout, of the empty partial
+    values = dask.delayed(_variables, pure=True)(stats, partial, where)
+    for name, var in list(ds.data_vars.items()):
+        ds[name] = var.copy(data=da.from_delayed(values[name], var.shape, dtype=var.dtype))
+    return ds
+
+
+def _variables(stats: Statistics, partial: Partial, where: dict) -> dict[str, np.ndarray]:
+    return {str(name): var.values for name, var in dataset(stats, partial, where).data_vars.items()}
 
 
 def pdf(ds: xr.Dataset, name: str = "count") -> xr.DataArray:

@@ -95,9 +95,9 @@ def _codecs(spec: ZarrStore, zarr_format: int) -> tuple:
 
 
 def _unit_dim(ds: xr.Dataset) -> str | None:
-    """The dimension the result is written along, unit by unit: the first of its lazy variables' (None:
-    nothing lazy)."""
-    lazy = [v for v in ds.variables.values() if v.chunks is not None and v.ndim]
+    """The dimension the result is written along, unit by unit: the first of its lazy coordinates' (the
+    positions of its points or particles); None where none is lazy (statistics: written whole by one task)."""
+    lazy = [v for v in ds.coords.values() if v.chunks is not None and v.ndim]
     return str(lazy[0].dims[0]) if lazy else None
 
 
@@ -150,7 +150,7 @@ def _lazy_write(spec: ZarrStore, ds: xr.Dataset, target: Target, plan: UnitPlan 
         ds = ds.drop_vars(POINT_INDEX)
     dim = _unit_dim(ds)
     store = zarr_store(target, options)
-    if dim is None:  # a few kilobytes in memory (statistics): written now
+    if dim is None:  # a few kilobytes (statistics): written whole
         encoding = {str(n): {"compressors": codecs} for n in ds.variables if ds[n].dtype.kind in "fiub"}
         return ds.to_zarr(
             store, mode="w-", compute=False, consolidated=False, zarr_format=zarr_format, encoding=encoding
