@@ -61,9 +61,17 @@ struct dim3 {
 };
 extern thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
 
-// products rounded on their own (never fused into an add): what -ffp-contract=off makes of a plain product
-inline float __fmul_rn(float a, float b) { return a * b; }
-inline double __dmul_rn(double a, double b) { return a * b; }
+// products rounded on their own, never fused into an add (CUDA's promise for __fmul_rn): a volatile hides the
+// product from the compiler, so that even a build that contracts (VDBFLOW_CUDA_EMULATE_FMA=1,
+// -ffp-contract=fast) cannot fuse it once inlined
+inline float __fmul_rn(float a, float b) {
+  volatile float p = a * b;
+  return p;
+}
+inline double __dmul_rn(double a, double b) {
+  volatile double p = a * b;
+  return p;
+}
 inline double __longlong_as_double(long long v) {
   double d;
   std::memcpy(&d, &v, sizeof d);
