@@ -182,7 +182,7 @@ def check_guards(kernel: str) -> None:
     """After a launch of ``kernel``: every live array's bytes before its start still hold the pattern; a
     DeviceError names the first array written there (and the pattern is restored)."""
     with _lock:  # no block is placed, poisoned or freed meanwhile
-        for block in _live.values():
+        for block in list(_live.values()):  # a copy: a finalizer on this thread may free an array meanwhile
             low = block.low
             if low.size and not (low == PATTERN).all():
                 bad = int(np.flatnonzero(low != PATTERN)[0])
