@@ -23,6 +23,8 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from vdbflow.errors import VolumeError
+
 __all__ = ["UnitsWarning", "divide", "multiply", "normalize", "power", "registry", "same"]
 
 
@@ -331,8 +333,6 @@ def same(a: str | None, b: str | None) -> bool:
 def given(text: Any, what: str) -> str | None:
     """Units a caller gives (``Volume.from_dense(units=...)``): None, or printable text (a lone surrogate,
     a control character or a non-string is a :class:`~vdbflow.VolumeError` naming ``what``)."""
-    from vdbflow.errors import VolumeError
-
     if text is None or (isinstance(text, str) and text.isprintable()):
         return text
     raise VolumeError(f"expected {what} as printable text (e.g. 'm/s'), got {text!r}")

@@ -13,6 +13,7 @@ from vdbflow.core.volume import Volume
 from vdbflow.devices import run
 from vdbflow.distribution import keys
 from vdbflow.distribution.plan import Router
+from vdbflow.errors import PointsError, SamplingError
 from vdbflow.ops.chunk_graph import blocks, stack_chunks
 from vdbflow.ops.request import SampleRequest
 
@@ -112,7 +113,6 @@ def forward_arrays(
     import dask.array as da
 
     from vdbflow.devices import is_cupy_array
-    from vdbflow.errors import PointsError, SamplingError
 
     template = dvol.template
     request.for_value_type(template.value_type)

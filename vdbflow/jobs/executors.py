@@ -29,7 +29,7 @@ import numpy as np
 import xarray as xr
 
 from vdbflow.core.volume import Volume
-from vdbflow.errors import NanoVDBError, OpenVDBError, OutputError, VolumeError
+from vdbflow.errors import NanoVDBError, OpenVDBError, OutputError, SamplingError, VolumeError
 from vdbflow.jobs.chunks import (
     TALLY_KEY,
     AnalyticCheck,
@@ -107,7 +107,6 @@ def particles(
 
 def job_statistics(cfg: JobConfig, template: Volume) -> Any:
     """The :class:`~vdbflow.ops.reductions.Statistics` of a config's ``reduce`` section for a grid."""
-    from vdbflow.errors import SamplingError
     from vdbflow.ops.reductions import Conditional, Histogram, Statistics, edges_of, quantity
 
     js = cfg.sampling.jacobian_space or cfg.points.space

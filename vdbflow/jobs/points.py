@@ -7,6 +7,7 @@ whatever the cluster, and no chunk is built on the client.
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,10 +17,13 @@ import numpy as np
 
 from vdbflow.core.topology import Topology
 from vdbflow.core.transform import Transform
-from vdbflow.errors import PointsError
+from vdbflow.devices import run
+from vdbflow.errors import PointsError, VolumeError
 from vdbflow.io.identity import FileIdentity
 from vdbflow.io.location import is_url
+from vdbflow.io.zarr_v2 import refuse_code_codecs
 from vdbflow.jobs.config.model import FilePoints, GridPoints, LinePoints, PlanePoints, RandomPoints, VoxelPoints
+from vdbflow.ops.coverage import stencil_inside
 from vdbflow.ops.points import lattice_block, line, line_block, plane, plane_block  # noqa: F401 (line, plane: here too)
 from vdbflow.version import install_hint
 
@@ -98,8 +102,6 @@ def _random_in_voxels(
 ) -> np.ndarray:
     """Points uniform inside the active voxels: a uniform voxel rank, found by the kernels'
     rank-select over the masks (``active_voxels_at``), plus a uniform offset in the voxel."""
-    from vdbflow.devices import run
-
     rng = np.random.default_rng([seed, block])
     ijk = run("active_voxels_at", origins, masks, leaf_end, rng.integers(0, leaf_end[-1], stop - start))
     pts = rng.uniform(-0.5, 0.5, (stop - start, 3))
@@ -120,8 +122,6 @@ def _in_each_voxel(
 ) -> np.ndarray:
     """Points ``start`` .. ``stop`` of every active voxel in tree order: its centre (``per_voxel`` 0), or its
     ``per_voxel`` uniform random points (point p in voxel p // per_voxel)."""
-    from vdbflow.devices import run
-
     k = max(1, per_voxel)
     rank = np.arange(start, stop, dtype=np.int64) // k
     pts = run("active_voxels_at", origins, masks, leaf_end, rank).astype(np.float64)
@@ -161,8 +161,6 @@ def _candidates(rng: Any, m: int, topology: Any, bounds: np.ndarray | None, worl
     the active voxels' cells (a uniform voxel, a uniform offset of at most half a voxel)."""
     if bounds is not None:
         return rng.uniform(bounds[0], bounds[1], (m, 3))
-    from vdbflow.devices import run
-
     origins, masks, leaf_end = _voxel_draw(topology)
     pts = run("active_voxels_at", origins, masks, leaf_end, rng.integers(0, leaf_end[-1], m)).astype(np.float64)
     pts += rng.uniform(-0.5, 0.5, (m, 3))
@@ -172,8 +170,6 @@ def _candidates(rng: Any, m: int, topology: Any, bounds: np.ndarray | None, worl
 def _accepted(pts: np.ndarray, topology: Any, inside: str, mode: str, world: bool) -> np.ndarray:
     """(m,) bool: candidates whose nearest voxel holds data (``voxels``), whose leaf is active (``leaves``),
     or whose ``mode`` stencil reads only data (``stencil``)."""
-    from vdbflow.ops.coverage import stencil_inside
-
     space = "world" if world else "index"
     if inside != "leaves":
         return np.asarray(stencil_inside(topology, pts, "closest" if inside == "voxels" else mode, space))
@@ -279,9 +275,6 @@ def _file_points(spec: FilePoints) -> Any:
         identity = PointsFileIdentity.of(path.resolve())
         return _lazy(arr.shape[0], spec.chunk, _npy_rows, str(path.resolve()), identity)
     if suffix == ".zarr":
-        from vdbflow.errors import VolumeError
-        from vdbflow.io.zarr_v2 import refuse_code_codecs
-
         try:  # Zarr 2 would run a pickle codec the store's metadata names
             refuse_code_codecs(path)
         except VolumeError as err:
@@ -342,8 +335,6 @@ def _check_shape(shape: tuple, dtype: np.dtype, path: Path) -> None:
 
 def _csv_header(path: Path) -> list[str]:
     """The names of a CSV file's header as written (pandas renames a repeated ``x`` to ``x.1``)."""
-    import csv
-
     with open(path, newline="", encoding="utf-8") as f:
         first = f.readline(1 << 20)
     return next(csv.reader([first]), [])

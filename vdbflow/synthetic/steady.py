@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from vdbflow.errors import VolumeError
+
 if TYPE_CHECKING:
     from vdbflow.core.volume import Volume
 
@@ -206,8 +208,6 @@ FIELDS: dict[str, Callable[..., FlowField]] = {
 
 def make_field(name: str, **params: object) -> FlowField:
     """A synthetic field by name (``taylor_green``, ``abc``, ``burgers``, ``linear``) and its parameters."""
-    from vdbflow.errors import VolumeError
-
     if name not in FIELDS:
         raise VolumeError(f"expected a synthetic field in {sorted(FIELDS)}, got {name!r}")
     try:

@@ -162,8 +162,6 @@ def write_series(
     refused (a VolumeError) before anything is written."""
     import glob
 
-    from vdbflow.errors import VolumeError
-
     stem = prefix or field.name
     if not isinstance(stem, str) or any(c in stem for c in ("/", "\0", os.sep, os.altsep or "/")):
         raise VolumeError(

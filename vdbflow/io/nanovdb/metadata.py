@@ -7,7 +7,7 @@ from typing import Any
 
 from vdbflow.core.periodic import Periodicity
 from vdbflow.core.volume import Topology, Volume
-from vdbflow.errors import VolumeError
+from vdbflow.errors import NanoVDBError, VolumeError
 from vdbflow.io.nanovdb.records import BlindData
 
 # vdbflow's own blind data: units and component names as UTF-8 JSON, plain bytes to other tools
@@ -34,7 +34,6 @@ def metadata_record(obj: Volume | Topology) -> BlindData | None:
         meta["periodic"] = periodic.to_json()
     if not meta:
         return None
-    from vdbflow.errors import NanoVDBError
     from vdbflow.io.bounded_json import not_text
 
     for key, value in meta.items():

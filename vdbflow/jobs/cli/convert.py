@@ -7,6 +7,8 @@ from typing import Any
 
 import click
 
+from vdbflow.errors import StorageError, VdbflowError
+from vdbflow.io.location import RemoteFile, is_url
 from vdbflow.jobs.cli.console import say as _say
 from vdbflow.jobs.cli.console import stderr as _stderr
 from vdbflow.jobs.cli.info import storage_options_callback
@@ -51,8 +53,6 @@ class _ConvertCommand(click.Command):
 
 def _local_or_url(ctx: click.Context, param: click.Parameter, source: str) -> str:
     """A local SOURCE must exist (as click.Path checks); a URL is read through fsspec."""
-    from vdbflow.io.location import is_url
-
     return source if is_url(source) else click.Path(exists=True).convert(source, param, ctx)
 
 
@@ -153,7 +153,6 @@ def convert(
     import numpy as np
     from rich.progress import Progress
 
-    from vdbflow.errors import VdbflowError
     from vdbflow.io.dense import convert as to_volume
     from vdbflow.io.dense import default_name, open_dense
     from vdbflow.io.openvdb import is_openvdb
@@ -225,8 +224,6 @@ def dense_periods(axes: str, shape: tuple[int, ...]) -> Any:
 
 def _remote_vdb(source: str, storage_options: dict | None) -> bytes | None:
     """The bytes of an OpenVDB file at the URL ``source`` (a stream: read whole), None for anything else."""
-    from vdbflow.errors import StorageError
-    from vdbflow.io.location import RemoteFile, is_url
     from vdbflow.io.openvdb import is_openvdb
 
     if not is_url(source):
@@ -255,7 +252,6 @@ def _convert_openvdb(
 ) -> None:
     """The grids of an OpenVDB file (all, or those ``names``) written to one .nvdb file: value grids as
     value grids, bool and mask grids as OnIndex grids; a repeated name gets its number (``density_1``)."""
-    from vdbflow.errors import VdbflowError
     from vdbflow.io.nanovdb import save
     from vdbflow.io.volumes import list_grids, open_volume
 

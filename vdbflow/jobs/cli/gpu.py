@@ -8,6 +8,8 @@ import time
 
 import click
 
+from vdbflow.errors import DeviceError
+
 
 def _cupy_cuda_major() -> int | None:
     """CuPy's CUDA major version (12, 13), or None without CuPy: the NVRTC a worker compiles with."""
@@ -67,7 +69,6 @@ def build_cuda(
     from rich.table import Table
 
     from vdbflow.devices import cuda, cuda_build, cuda_occupancy, nvrtc
-    from vdbflow.errors import DeviceError
 
     THREADS = cuda_build.THREADS_PER_BLOCK  # noqa: N806 - the launches' block size
 

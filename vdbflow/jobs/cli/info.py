@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import click
 
 from vdbflow.core import schema
+from vdbflow.errors import NanoVDBError, OpenVDBError, StorageError
+from vdbflow.io.location import is_url
 from vdbflow.jobs.cli.console import rows_table as _rows_table
 from vdbflow.jobs.cli.console import say as _say
 from vdbflow.jobs.cli.console import stdout as _stdout
@@ -66,16 +69,12 @@ def _json_value(value: Any) -> Any:
 
 def _local_file(ctx: click.Context, param: click.Parameter, paths: tuple[str, ...]) -> tuple[str, ...]:
     """Local paths must be files that exist (as click.Path checks); URLs are read through fsspec."""
-    from vdbflow.io.location import is_url
-
     check = click.Path(exists=True, dir_okay=False)
     return tuple(p if is_url(p) else check.convert(p, param, ctx) for p in paths)
 
 
 def storage_options_callback(ctx: click.Context, param: click.Parameter, text: str | None) -> dict | None:
     """``--storage-options`` as a dict (JSON text)."""
-    import json
-
     if text is None:
         return None
     try:
@@ -105,10 +104,6 @@ def storage_options_callback(ctx: click.Context, param: click.Parameter, text: s
 def info(paths: tuple[str, ...], as_json: bool, storage_options: dict | None) -> None:
     """List the grids of NanoVDB (.nvdb) and OpenVDB (.vdb) files, local or at URLs (s3://..., read by byte
     ranges: the bytes read are shown).  Exit code 2: a file could not be read (the others are still listed)."""
-    import json
-
-    from vdbflow.errors import NanoVDBError, OpenVDBError, StorageError
-    from vdbflow.io.location import is_url
     from vdbflow.io.volumes import list_grids_read
 
     console, failed, listing = _stdout(), False, []

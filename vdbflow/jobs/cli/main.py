@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from vdbflow.errors import PointsError, VdbflowError
 from vdbflow.jobs.cli.console import RedactingFormatter
 from vdbflow.jobs.cli.console import rows_table as _rows_table
 from vdbflow.jobs.cli.console import say as _say
@@ -26,14 +27,16 @@ from vdbflow.jobs.cli.console import stdout as _stdout
 from vdbflow.jobs.cli.convert import convert
 from vdbflow.jobs.cli.gpu import build_cuda
 from vdbflow.jobs.cli.info import info
+from vdbflow.jobs.config.load import load_config
+from vdbflow.jobs.config.model import ConfigError
+from vdbflow.jobs.config.output import url_protocol
+from vdbflow.version import __version__
 
 if TYPE_CHECKING:
     from rich.console import Console
 
 
 def _version() -> str:
-    from vdbflow.version import __version__
-
     return __version__
 
 
@@ -297,8 +300,6 @@ _TRACKER_QUIET = "ignore::UserWarning:multiprocessing.resource_tracker"
 def _close_half_started_clusters() -> None:
     """Close the clusters a signal stopped while their workers started, quietly: distributed's exit hook
     would close them again and print a traceback (``AssertionError: Status.init``) after the job's line."""
-    import sys
-
     spec = sys.modules.get("distributed.deploy.spec")
     if spec is None:
         return
@@ -318,9 +319,6 @@ def _close_half_started_clusters() -> None:
 def _run(
     config_path: str, overrides: tuple[str, ...], dry_run: bool, verbose: int, force: bool = False, resume: bool = False
 ) -> None:
-    from vdbflow.errors import PointsError, VdbflowError
-    from vdbflow.jobs.config.load import load_config
-    from vdbflow.jobs.config.model import ConfigError
     from vdbflow.jobs.plan import plan_job
     from vdbflow.jobs.runner import run_job
 
@@ -412,9 +410,6 @@ def clean(target: str, dry_run: bool, force: bool) -> None:
 
     TARGET is a job config (.yaml: its output.path), an output path, or a directory holding outputs
     (default: the current directory).  Exit code 2: TARGET cannot be read."""
-    from vdbflow.jobs.config.load import load_config
-    from vdbflow.jobs.config.model import ConfigError
-    from vdbflow.jobs.config.output import url_protocol
     from vdbflow.jobs.publish.output import tidy
     from vdbflow.jobs.publish.results import not_a_result
 

@@ -7,7 +7,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from vdbflow.io.atomic import private_directory
 from vdbflow.jobs.config.model import DERIVED, SECOND, ConfigError, FilePoints, JobConfig
+from vdbflow.jobs.publish.checks import remote_output_problems
+from vdbflow.jobs.publish.results import not_a_result
 
 
 def _unwritable(path: Path) -> str | None:
@@ -21,8 +24,6 @@ def _unwritable(path: Path) -> str | None:
         return f"{parent} is a file, not a directory"
     if not os.access(parent, os.W_OK | os.X_OK):
         return f"the directory {parent} is not writable"
-    from vdbflow.io.atomic import private_directory
-
     try:  # access() says yes to root everywhere, and to read-only mounts and /proc: make a directory there
         os.rmdir(private_directory(parent / path.name))
     except OSError as err:
@@ -32,12 +33,8 @@ def _unwritable(path: Path) -> str | None:
 
 def _output_problems(cfg: JobConfig) -> list[str]:
     """Where the result goes: a path that can be written, and replaced only if it holds an earlier result."""
-    from vdbflow.jobs.publish.results import not_a_result
-
     key = f"output.path{cfg.where('output.path')}"
     if cfg.output.url is not None:  # an object store (vdbflow.jobs.publish.checks)
-        from vdbflow.jobs.publish.checks import remote_output_problems
-
         return remote_output_problems(cfg, key)
     out = cfg.output.local
     if out.is_symlink():

@@ -19,6 +19,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from vdbflow.errors import StorageError
+from vdbflow.io.location import filesystem, is_url, local_path, storage_error
 from vdbflow.jobs.config.base import booleans_for_numbers
 from vdbflow.jobs.config.model import ConfigError, JobConfig
 
@@ -264,8 +266,6 @@ def _problem(err: dict, lines: dict[tuple, int], overridden: dict[tuple, str], s
 def _read_url(url: str) -> str:
     """The first ``MAX_CONFIG_BYTES + 1`` bytes of the object at ``url`` (fsspec: credentials and endpoint
     from the environment, e.g. AWS_ENDPOINT_URL), as text."""
-    from vdbflow.errors import StorageError
-    from vdbflow.io.location import filesystem, storage_error
 
     try:
         fs, key = filesystem(url)
@@ -291,8 +291,6 @@ def _read_url(url: str) -> str:
 
 def _read_config(path: str | Path, source: str) -> str:
     """The text of the config file ``path``: a local file, or an object at a URL (``s3://``, ``gs://``, ...)."""
-    from vdbflow.io.location import is_url, local_path
-
     if is_url(path):
         return _read_url(str(path))
     try:

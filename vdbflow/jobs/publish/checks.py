@@ -8,6 +8,8 @@ from typing import Any
 
 from vdbflow.io.location import filesystem
 from vdbflow.jobs.config.output import BUCKETED as _BUCKETED
+from vdbflow.jobs.publish.remote import exists
+from vdbflow.jobs.publish.results import not_a_remote_result
 from vdbflow.version import install_hint
 
 
@@ -22,9 +24,6 @@ def _filesystem(url: str, options: dict[str, Any] | None) -> tuple[Any, str] | s
 
 def remote_output_problems(cfg: Any, key: str) -> list[str]:
     """Why the result cannot go to ``cfg.output.url``, one line each (none: it can)."""
-    from vdbflow.jobs.publish.remote import exists
-    from vdbflow.jobs.publish.results import not_a_remote_result
-
     out = cfg.output
     url = out.url
     opened = _filesystem(url, out.storage_options)

@@ -37,6 +37,8 @@ from vdbflow.io.atomic import (
     writer_tag,
 )
 from vdbflow.io.location import Target, filesystem, is_url
+from vdbflow.jobs.publish.remote import finish_publishing, sibling
+from vdbflow.jobs.publish.remote import publish as publish_remote
 from vdbflow.jobs.publish.results import not_a_result
 
 log = logging.getLogger("vdbflow.run")
@@ -57,8 +59,6 @@ KEPT_PARTIALS: set[str] = set()  # names of the partial results failed jobs of t
 def partial_path(final: Target) -> Target:
     """A fresh hidden sibling of ``final`` (a path or a URL) for one attempt: ``.NAME.partial-XXXXXXXX-PID@HOST``."""
     if is_url(final):
-        from vdbflow.jobs.publish.remote import sibling
-
         return sibling(str(final), "partial")
     return hidden_sibling(Path(final), "partial")
 
@@ -254,8 +254,6 @@ def publish(target: Target, final: Target, overwrite: str, options: dict[str, An
     unpublished path, named in the :class:`OutputError`.  On an object store (URLs) the result is copied,
     root metadata last (:func:`vdbflow.jobs.publish.remote.publish`)."""
     if is_url(final):
-        from vdbflow.jobs.publish.remote import publish as publish_remote
-
         publish_remote(str(target), str(final), overwrite, options, listing=leftovers_at)
         return
     target, final = Path(target), Path(final)
@@ -355,8 +353,6 @@ def discard(target: Path) -> None:
 def _tidy_remote(final: str, options: dict[str, Any] | None, force: bool, dry_run: bool, keep: set | None) -> list[str]:
     """:func:`tidy` at a URL: publishing records of killed runs finished first, then their partial prefixes
     removed as local leftovers are."""
-    from vdbflow.jobs.publish.remote import finish_publishing
-
     report: list[str] = []
     verb = "would " if dry_run else ""
     items = leftovers_at(final, options)

@@ -32,7 +32,9 @@ import logging
 from typing import Any
 
 from vdbflow.errors import OutputError
+from vdbflow.io.atomic import sibling_stem, writer_tag
 from vdbflow.io.location import filesystem, parent_and_name, read_json, write_json
+from vdbflow.jobs.publish.results import not_a_remote_result
 
 log = logging.getLogger("vdbflow.run")
 
@@ -79,8 +81,6 @@ def exists(final: str, options: dict[str, Any] | None = None) -> bool:
 
 def sibling(final: str, kind: str) -> str:
     """A fresh hidden sibling URL of ``final``: ``.NAME.KIND-TAG``."""
-    from vdbflow.io.atomic import sibling_stem, writer_tag
-
     parent, name = parent_and_name(final)
     return f"{parent}/.{sibling_stem(name)}.{kind}-{writer_tag()}"
 
@@ -88,8 +88,6 @@ def sibling(final: str, kind: str) -> str:
 def keep(fs: Any, source: str, final: str) -> str:
     """The complete result at ``source`` copied to a visible ``NAME.unpublished-XXXXXXXX`` beside ``final``
     (which no cleanup removes) and its partial prefix removed; returns where it is now."""
-    from vdbflow.io.atomic import writer_tag
-
     kept = f"{final}.unpublished-{writer_tag()[:8]}"
     keys = _objects(fs, source)
     fs.copy([f"{source}/{k}" for k in keys], [f"{kept}/{k}" for k in keys])
@@ -104,8 +102,6 @@ def publish(
     an earlier vdbflow result there if ``overwrite`` is ``always`` (never anything else): steps 1-4 above.
     Anything at ``final`` that may not be replaced leaves the complete result at an unpublished prefix,
     named in the :class:`~vdbflow.errors.OutputError`."""
-    from vdbflow.jobs.publish.results import not_a_remote_result
-
     fs, source = filesystem(target, options)
     _, dest = filesystem(final, options)
     fs.invalidate_cache()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,6 @@ def _array_folder(path: Path) -> bool:
 
 def not_a_remote_result(fs: Any, root: str) -> str | None:
     """:func:`not_a_result` of the prefix ``root`` of an fsspec filesystem (an object store)."""
-    import json
-
     fs.invalidate_cache()
     try:
         names = {p.rstrip("/").rsplit("/", 1)[-1]: p for p in fs.ls(root, detail=False)}

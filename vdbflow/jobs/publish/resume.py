@@ -14,16 +14,19 @@ from __future__ import annotations
 import concurrent.futures
 import hashlib
 import logging
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
-from vdbflow.io.location import Target
+from vdbflow.io.identity import FileIdentity
+from vdbflow.io.location import Target, is_url
 from vdbflow.io.redact import redact_url
 from vdbflow.jobs.config.model import ConfigError, FilePoints, JobConfig
 from vdbflow.jobs.publish.output import leftovers_at
 from vdbflow.jobs.publish.units import EXTRAS, Manifest, UnitPlan, per_chunk, verified
+from vdbflow.version import __version__
 
 log = logging.getLogger("vdbflow.run")
 # keys a result does not depend on; input files are compared by their contents (SHA-256), not their paths
@@ -55,8 +58,6 @@ def config_record(cfg: JobConfig) -> dict[str, Any]:
 
 def _sha256(path: Any) -> str:
     """SHA-256 of a file, or of a folder's files (a Zarr points store: names and bytes, in name order)."""
-    import os
-
     digest = hashlib.sha256()
     files = [str(path)]
     if os.path.isdir(path):
@@ -71,9 +72,6 @@ def _sha256(path: Any) -> str:
 
 def _points_file(path: Any) -> dict[str, Any]:
     """What identifies a points file: its SHA-256 (a local file or folder); a URL's size and ETag."""
-    from vdbflow.io.identity import FileIdentity
-    from vdbflow.io.location import is_url
-
     if is_url(path):
         found = FileIdentity.of(path, storage_options=getattr(path, "storage_options", None) or None)
         return {"path": redact_url(str(path)), "size": found.size, "tag": found.tag}
@@ -92,8 +90,6 @@ def job_record(cfg: JobConfig, plan: Any, units: int) -> dict[str, Any]:
 
 
 def _version() -> str:
-    from vdbflow.version import __version__
-
     return str(__version__)
 
 

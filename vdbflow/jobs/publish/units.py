@@ -23,10 +23,14 @@ import functools
 import hashlib
 import json
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+import dask
 import numpy as np
+import zarr
+from dask.delayed import Delayed
 
 from vdbflow.io.location import Target, filesystem, read_json, write_json, zarr_store
 from vdbflow.jobs.chunks import ANALYTIC_KEY, SECONDS_KEY, TALLY_KEY
@@ -110,8 +114,6 @@ class Manifest:
 
 @functools.lru_cache(maxsize=64)
 def _array(target: Target, options: str, name: str) -> Any:
-    import zarr
-
     return zarr.open_array(zarr_store(target, json.loads(options)), path=name, mode="r+")
 
 
@@ -151,10 +153,6 @@ def write_unit(
 
 def verified(target: Target, options: dict[str, Any] | None, records: dict[int, dict[str, Any]]) -> set[int]:
     """The units whose every recorded array reads back (decoded) with its recorded SHA-256."""
-    import warnings
-
-    import zarr
-
     with warnings.catch_warnings():  # the manifest is not a Zarr node
         warnings.filterwarnings("ignore", message=".*not recognized as a component.*")
         group = zarr.open_group(zarr_store(target, options), mode="r")
@@ -176,8 +174,6 @@ def per_chunk(figure: Any, prefix: str, chunks: int) -> list[Any] | None:
     chunks B = 0 .. chunks - 1 of points), or None where it has no such parts."""
     if figure is None:
         return None
-    from dask.delayed import Delayed
-
     graph = figure.__dask_graph__()
     pattern = re.compile(rf"{re.escape(prefix)}-[0-9a-f]+-(\d+)")
     found = {int(m.group(1)): key for key in graph if isinstance(key, str) and (m := pattern.fullmatch(key))}
@@ -275,8 +271,6 @@ class UnitPlan:
     def figure(self, name: str) -> Any:
         """The lazy whole of figure ``name``: recorded chunks from the manifest, the others computed (a
         resumed job's seconds count only the chunks computed now)."""
-        import dask
-
         assert self.owner is not None
         rows = []
         for c, unit in enumerate(self.owner):
