@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import os
 import threading
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,7 @@ from vdbflow.devices.cuda_launch import (  # noqa: F401 (name expressions: re-ex
     entry_name,
     name_expressions,
 )
+from vdbflow.devices.interface import implements
 from vdbflow.errors import DeviceError
 from vdbflow.version import install_hint
 
@@ -99,17 +101,13 @@ def _device_record(k: KernelArrays) -> KernelRecord:
     rec = k.device_cache.get(key)
     if rec is None:
         host = kernel.host_record(k).arrays
+        uploads = {
+            f: cupy.asarray(getattr(host, f)) for f in ("masks", "prefix", "leaf_offset", "values", "tile_values")
+        }
+        at = None if host.leaf_values_at is None else cupy.asarray(host.leaf_values_at)
+        tables = tuple(cupy.asarray(t) for t in host.tables)
         dev = dataclasses.replace(
-            host,
-            tables=tuple(cupy.asarray(t) for t in host.tables),
-            masks=cupy.asarray(host.masks),
-            prefix=cupy.asarray(host.prefix),
-            leaf_offset=cupy.asarray(host.leaf_offset),
-            values=cupy.asarray(host.values),
-            tile_values=cupy.asarray(host.tile_values),
-            background=cupy.asarray(host.background),
-            leaf_values_at=None if host.leaf_values_at is None else cupy.asarray(host.leaf_values_at),
-            device_cache={},
+            host, **uploads, tables=tables, background=cupy.asarray(host.background), leaf_values_at=at, device_cache={}
         )
         # the uploads ran on the current stream: finish them before another stream's kernels read them
         cupy.cuda.get_current_stream().synchronize()
@@ -151,30 +149,15 @@ def _launch(
     _function(name)((blocks or _blocks(threads),), (THREADS_PER_BLOCK,), arguments(operation, values))
 
 
-def _at_points(operation: str, k: KernelArrays, points: Any, options: tuple, **values: Any) -> Any:
-    """``operation`` at CuPy ``points`` (N, 3) (made float64) with the record of ``options`` (mode and spaces)."""
+def _at_points(operation: str, c: SimpleNamespace, *spaces: bool, **values: Any) -> None:
+    """``operation`` at the call's CuPy points (N, 3) (made float64), with the record of its volume ``c.k``,
+    mode and ``spaces``; its other GPU parameters from ``values`` and the call's arguments, by name."""
     cupy = cupy_module()
-    pts = cupy.ascontiguousarray(cupy.asarray(points), dtype=cupy.float64)
+    pts = cupy.ascontiguousarray(cupy.asarray(c.points), dtype=cupy.float64)
     if pts.shape[0]:
-        rec, call = _call_record(k, *options)
-        values.update(abi=call, points=pts, n=pts.shape[0])
-        _launch(operation, pts.shape[0], values, rec.arrays.values.dtype, k.components)
-
-
-def sample(
-    k: KernelArrays,
-    points: Any,
-    mode: int,
-    points_world: bool,
-    jacobian_world: bool,
-    out_values: Any,
-    out_jacobian: Any | None,
-    point_order: str = "auto",
-) -> None:
-    """Fills CuPy ``out_values`` (N, C) and optional ``out_jacobian`` (N, C, 3) for CuPy points.
-    (``point_order`` is a CPU hint; the GPU hides latency with its many threads.)"""
-    options = (mode, points_world, jacobian_world)
-    _at_points("sample", k, points, options, out_values=out_values, out_jacobian=out_jacobian)
+        rec, call = _call_record(c.k, c.mode, *spaces)
+        values = {**vars(c), **values, "abi": call, "points": pts, "n": pts.shape[0]}
+        _launch(operation, pts.shape[0], values, rec.arrays.values.dtype, c.k.components)
 
 
 def _derived_pointers(derived: dict[str, Any]) -> Any:
@@ -183,166 +166,123 @@ def _derived_pointers(derived: dict[str, Any]) -> Any:
     return cupy_module().asarray(np.array(ptrs, np.uint64))
 
 
-def sample_derived(
-    k: KernelArrays,
-    points: Any,
-    mode: int,
-    points_world: bool,
-    jacobian_world: bool,
-    out_values: Any | None,
-    out_jacobian: Any | None,
-    derived: dict[str, Any],
-    point_order: str = "auto",
-) -> None:
-    """CuPy values (N, 3) and Jacobians (N, 3, 3) where given, and the ``derived`` quantities, in one launch."""
-    out = {"out_values": out_values, "out_jacobian": out_jacobian, "derived": _derived_pointers(derived)}
-    _at_points("sample_derived", k, points, (mode, points_world, jacobian_world), **out)
+@implements
+def sample(c: SimpleNamespace) -> None:
+    """CuPy arrays; ``point_order`` is a CPU hint (the GPU hides latency with its many threads)."""
+    _at_points("sample", c, c.points_world, c.jacobian_world)
+
+
+@implements
+def sample_derived(c: SimpleNamespace) -> None:
+    """CuPy arrays, in one launch."""
+    _at_points("sample_derived", c, c.points_world, c.jacobian_world, derived=_derived_pointers(c.derived))
+
+
+@implements
+def sample_hessian(c: SimpleNamespace) -> None:
+    """CuPy arrays."""
+    _at_points("sample_hessian", c, c.points_world, c.jacobian_world, c.hessian_world)
+
+
+@implements
+def sample_vjp(c: SimpleNamespace) -> None:
+    """On the GPU: float64 atomics into ``accumulator``; ``k`` holds contiguous values (the accumulator's rows
+    follow them)."""
+    if c.k.leaf_values_at is not None:
+        raise DeviceError("expected the kernel arrays of a contiguous volume for reverse mode (Volume.contiguous())")
+    _at_points("sample_vjp", c, c.points_world, c.jacobian_world)
 
 
 REDUCE_CHUNK_BLOCKS = 256  # REDUCE_BLOCKs of points a launch (1M points): the features' scratch on the device
 
 
-def sample_reduce(
-    k: KernelArrays,
-    points: Any,
-    mode: int,
-    points_world: bool,
-    jacobian_world: bool,
-    spec: bytes,
-    edges: np.ndarray,
-    ints: np.ndarray,
-    reals: np.ndarray,
-    point_order: str = "auto",
-) -> None:
-    """Statistics of quantities sampled on the GPU, reduced there: a million points a ``reduce_kernel`` launch,
-    each block of threads sampling one ``REDUCE_BLOCK`` of points and counting through shared memory, then
-    the blocks' partials merged in block order on the device (the step ``reduce_merge_blocks``); host ``ints``
-    and ``reals`` get the result once.  The CPU's accumulation in its order, block for block: for the same
-    samples, equal counts and floats to rounding."""
+@implements
+def sample_reduce(c: SimpleNamespace) -> None:
+    """Reduced on the GPU: a million points a ``reduce_kernel`` launch, each block of threads sampling one
+    ``REDUCE_BLOCK`` of points and counting through shared memory, then the blocks' partials merged in block
+    order on the device (the step ``reduce_merge_blocks``); host ``ints`` and ``reals`` get the result once.
+    The CPU's accumulation in its order, block for block: for the same samples, equal counts and floats to
+    rounding."""
     from vdbflow.devices import cpu
 
     cupy = cupy_module()
-    s = np.frombuffer(spec, kernel.REDUCE_SPEC_DTYPE)[0]
+    s = np.frombuffer(c.spec, kernel.REDUCE_SPEC_DTYPE)[0]
     F, moments = int(s["channels"]), int(s["moments"])
-    rec, call = _call_record(k, mode, points_world, jacobian_world)
+    rec, call = _call_record(c.k, c.mode, c.points_world, c.jacobian_world)
     R = np.float64 if np.dtype(rec.arrays.values.dtype) == np.float64 else np.float32
     # the spec's offsets checked by the CPU binding (no points: nothing else runs)
-    cpu.reduce_features(spec, np.zeros((0, F), R), edges, ints, reals)
+    cpu.reduce_features(c.spec, np.zeros((0, F), R), c.edges, c.ints, c.reals)
     block, chunk = kernel.REDUCE_BLOCK, REDUCE_CHUNK_BLOCKS * kernel.REDUCE_BLOCK
-    blocks_max = min(REDUCE_CHUNK_BLOCKS, -(-points.shape[0] // block))
-    scratch = max(1, blocks_max * len(reals))
+    blocks_max = min(REDUCE_CHUNK_BLOCKS, -(-c.points.shape[0] // block))
+    scratch = max(1, blocks_max * len(c.reals))
     v = {
         "abi": call,
-        "spec": cupy.asarray(np.frombuffer(spec, np.uint8)),
-        "edges": cupy.asarray(edges),
-        "n_ints": len(ints),
-        "n_reals": len(reals),
-        "ints": cupy.zeros(len(ints), cupy.uint64),
-        "reals": cupy.asarray(reals),
+        "spec": cupy.asarray(np.frombuffer(c.spec, np.uint8)),
+        "edges": cupy.asarray(c.edges),
+        "n_ints": len(c.ints),
+        "n_reals": len(c.reals),
+        "ints": cupy.zeros(len(c.ints), cupy.uint64),
+        "reals": cupy.asarray(c.reals),
         "features": cupy.empty(blocks_max * F * block, R),
         "block_moments": cupy.empty(max(1, blocks_max * moments * kernel.MOMENT_FIELDS), cupy.float64),
         "dense": cupy.zeros(scratch, cupy.float64),
         "mark": cupy.zeros(scratch, cupy.uint8),
     }
-    for first in range(0, points.shape[0], chunk):
-        v["points"] = cupy.ascontiguousarray(cupy.asarray(points[first : first + chunk]), dtype=cupy.float64)
+    for first in range(0, c.points.shape[0], chunk):
+        v["points"] = cupy.ascontiguousarray(cupy.asarray(c.points[first : first + chunk]), dtype=cupy.float64)
         v["n"] = v["points"].shape[0]
         v["blocks"] = -(-v["n"] // block)
-        _launch("sample_reduce", v["n"], v, rec.arrays.values.dtype, k.components, blocks=v["blocks"])
-        _launch("reduce_merge_blocks", moments + len(reals), v)
-    ints += v["ints"].get().astype(np.int64)
-    reals[:] = v["reals"].get()
+        _launch("sample_reduce", v["n"], v, rec.arrays.values.dtype, c.k.components, blocks=v["blocks"])
+        _launch("reduce_merge_blocks", moments + len(c.reals), v)
+    c.ints += v["ints"].get().astype(np.int64)
+    c.reals[:] = v["reals"].get()
 
 
-def reduce_features(spec: bytes, features: Any, edges: np.ndarray, ints: np.ndarray, reals: np.ndarray) -> None:
-    """The statistics of CuPy features (N, channels), reduced on the host (the CPU's accumulation)."""
+@implements
+def reduce_features(c: SimpleNamespace) -> None:
+    """CuPy features, reduced on the host (the CPU's accumulation)."""
     from vdbflow.devices import cpu
 
-    cpu.reduce_features(spec, np.ascontiguousarray(cupy_module().asnumpy(features)), edges, ints, reals)
+    cpu.reduce_features(c.spec, np.ascontiguousarray(cupy_module().asnumpy(c.features)), c.edges, c.ints, c.reals)
 
 
-def merge_partials(
-    spec: bytes, edges: np.ndarray, ints: np.ndarray, reals: np.ndarray, ints_b: np.ndarray, reals_b: np.ndarray
-) -> None:
+@implements
+def merge_partials(c: SimpleNamespace) -> None:
     """Partials live on the host: the CPU's merge (a host operation of the table)."""
     from vdbflow.devices import cpu
 
-    cpu.merge_partials(spec, edges, ints, reals, ints_b, reals_b)
+    cpu.merge_partials(c.spec, c.edges, c.ints, c.reals, c.ints_b, c.reals_b)
 
 
-def derive(jacobian: Any, velocity: Any | None, derived: dict[str, Any]) -> None:
-    """The ``derived`` quantities of CuPy Jacobians (N, 3, 3) and velocities (N, 3) into their buffers."""
-    n = jacobian.shape[0]
+@implements
+def derive(c: SimpleNamespace) -> None:
+    """CuPy arrays."""
+    n = c.jacobian.shape[0]
     if n:
-        values = {"jacobian": jacobian, "velocity": velocity, "n": n, "derived": _derived_pointers(derived)}
-        _launch("derive", n, values, jacobian.dtype)
+        _launch("derive", n, {**vars(c), "n": n, "derived": _derived_pointers(c.derived)}, c.jacobian.dtype)
 
 
-def sample_hessian(
-    k: KernelArrays,
-    points: Any,
-    mode: int,
-    points_world: bool,
-    jacobian_world: bool,
-    hessian_world: bool,
-    out_values: Any,
-    out_jacobian: Any | None,
-    out_hessian: Any,
-) -> None:
-    """Fills CuPy ``out_values`` (N, C), ``out_jacobian`` (N, C, 3) and ``out_hessian`` (N, C, 3, 3)."""
-    out = {"out_values": out_values, "out_jacobian": out_jacobian, "out_hessian": out_hessian}
-    _at_points("sample_hessian", k, points, (mode, points_world, jacobian_world, hessian_world), **out)
-
-
-def sample_vjp(
-    k: KernelArrays,
-    points: Any,
-    mode: int,
-    points_world: bool,
-    jacobian_world: bool,
-    adj_values: Any,
-    adj_jacobian: Any | None,
-    accumulator: Any,
-    adj_points: Any,
-) -> None:
-    """Reverse mode on the GPU: float64 atomics into ``accumulator`` (rows, C); ``adj_points`` (N, 3).
-    ``k`` holds contiguous values (the accumulator's rows follow them)."""
-    if k.leaf_values_at is not None:
-        raise DeviceError("expected the kernel arrays of a contiguous volume for reverse mode (Volume.contiguous())")
-    adj = {"adj_values": adj_values, "adj_jacobian": adj_jacobian, "accumulator": accumulator, "adj_points": adj_points}
-    _at_points("sample_vjp", k, points, (mode, points_world, jacobian_world), **adj)
-
-
-def route(
-    points: Any,
-    origin: np.ndarray,
-    shift: int,
-    boundaries: np.ndarray,
-    xform: np.ndarray,
-    points_world: bool,
-    near: np.ndarray | None,
-    period: np.ndarray | None = None,
-) -> tuple[Any, Any, Any]:
-    """Routing on the GPU (``vdbflow_route_partition``, route.h) and a stable grouping by partition
-    with CuPy: ``(order, bounds (P + 2,), grouped points)`` as CuPy arrays, as the CPU's ``route_points``."""
+@implements
+def route(c: SimpleNamespace) -> tuple[Any, Any, Any]:
+    """On the GPU (``vdbflow_route_partition``, route.h), then a stable grouping by partition with CuPy: CuPy
+    arrays, as the CPU's ``route_points``."""
     cupy = cupy_module()
-    pts = cupy.ascontiguousarray(cupy.asarray(points), dtype=cupy.float64)
-    n, P = pts.shape[0], len(boundaries) + 1
+    pts = cupy.ascontiguousarray(cupy.asarray(c.points), dtype=cupy.float64)
+    n, P = pts.shape[0], len(c.boundaries) + 1
     part = cupy.empty(max(n, 1), cupy.int32)
     if n:
-        no_table = near is None or len(near) == 0
+        table = None if c.near is None or len(c.near) == 0 else cupy.asarray(c.near)
         values = {
+            **vars(c),
             "points": pts,
             "n": n,
-            "xform": cupy.asarray(xform),
-            "points_world": points_world,
-            "origin": cupy.asarray(origin, cupy.int64),
-            "shift": shift,
-            "boundaries": cupy.asarray(boundaries if len(boundaries) else np.zeros(1, np.uint64)),
+            "xform": cupy.asarray(c.xform),
+            "origin": cupy.asarray(c.origin, cupy.int64),
+            "boundaries": cupy.asarray(c.boundaries if len(c.boundaries) else np.zeros(1, np.uint64)),
             "partitions": P,
-            "near_table": None if no_table else cupy.asarray(near),
-            "near_mask": 0 if no_table else len(near) - 1,
-            "period": cupy.asarray(np.zeros(6, np.int64) if period is None else np.asarray(period, np.int64)),
+            "near_table": table,
+            "near_mask": 0 if table is None else len(table) - 1,
+            "period": cupy.asarray(np.zeros(6, np.int64) if c.period is None else np.asarray(c.period, np.int64)),
             "out_partition": part,
         }
         _launch("route", n, values)
@@ -364,70 +304,38 @@ def _particles(operation: str, dtype: Any, values: dict) -> None:
     _launch(operation, n, {**values, **tableau, **steps, "slots": values["position"].shape[1], "n": n}, dtype)
 
 
-def advect(
-    k: KernelArrays,
-    mode: int,
-    x: Any,
-    a: np.ndarray,
-    b: np.ndarray,
-    h: float,
-    save_slot: np.ndarray,
-    position: Any,
-    velocity: Any | None,
-    jacobian: Any | None,
-    F: Any | None,
-    validate_end: bool = True,
-) -> tuple[Any, Any, Any]:
-    """Particle trajectories on the GPU (kernels/vdbflow/advect.h), as :func:`vdbflow.devices.cpu.advect`
-    with CuPy arrays: ``x`` (N, 3) float64 moved in place, NaN-filled outputs; returns CuPy ``status``
-    (N,) int8, ``last_step`` (N,) int64 and ``evaluations`` (N,) int32."""
+@implements
+def advect(c: SimpleNamespace) -> tuple[Any, Any, Any]:
+    """On the GPU (kernels/vdbflow/advect.h), as :func:`vdbflow.devices.cpu.advect` with CuPy arrays: ``x``
+    (N, 3) float64 moved in place, NaN-filled outputs; CuPy ``status`` (N,) int8, ``last_step`` (N,) int64
+    and ``evaluations`` (N,) int32."""
     cupy = cupy_module()
-    n = x.shape[0]
-    status, last_step, evaluations = cupy.empty(n, cupy.int8), cupy.empty(n, cupy.int64), cupy.empty(n, cupy.int32)
+    n = c.x.shape[0]
+    out = {"status": cupy.empty(n, cupy.int8), "last_step": cupy.empty(n, cupy.int64)}
+    out["evaluations"] = cupy.empty(n, cupy.int32)
     if n:
-        rec, abi = _call_record(k, mode, True, True)
-        _particles("advect", rec.arrays.values.dtype, locals())
-    return status, last_step, evaluations
+        rec, abi = _call_record(c.k, c.mode, True, True)
+        _particles("advect", rec.arrays.values.dtype, {**vars(c), **out, "abi": abi})
+    return out["status"], out["last_step"], out["evaluations"]
 
 
-def advect_series(
-    ks: list[KernelArrays],
-    topology: np.ndarray,
-    time_kind: int,
-    stage_grid: np.ndarray,
-    stage_coef: np.ndarray,
-    first_step: int,
-    mode: int,
-    x: Any,
-    a: np.ndarray,
-    b: np.ndarray,
-    h: float,
-    save_slot: np.ndarray,
-    position: Any,
-    velocity: Any | None,
-    jacobian: Any | None,
-    F: Any | None,
-    status: Any,
-    last_step: Any,
-    evaluations: Any,
-    validate_end: bool = True,
-) -> None:
-    """Particle trajectories through a window of a series' steps on the GPU (kernels/vdbflow/advect.h), as
-    :func:`vdbflow.devices.cpu.advect_series` with CuPy arrays (``x``, the outputs, ``status``,
-    ``last_step`` and ``evaluations`` int64 updated in place)."""
-    if x.shape[0] == 0:
+@implements
+def advect_series(c: SimpleNamespace) -> None:
+    """On the GPU (kernels/vdbflow/advect.h), as :func:`vdbflow.devices.cpu.advect_series` with CuPy arrays
+    (``x``, the outputs, ``status``, ``last_step`` and ``evaluations`` int64 updated in place)."""
+    if c.x.shape[0] == 0:
         return
     cupy = cupy_module()
-    calls = [_call_record(k, mode, True, True) for k in ks]  # the records stay cached with their arrays
-    raw = np.concatenate([np.frombuffer(rec.call(mode, True, True).tobytes(), np.uint8) for rec, _ in calls])
+    calls = [_call_record(k, c.mode, True, True) for k in c.ks]  # the records stay cached with their arrays
+    raw = np.concatenate([np.frombuffer(rec.call(c.mode, True, True).tobytes(), np.uint8) for rec, _ in calls])
     window = {
         "abis": cupy.asarray(raw),
-        "grids": len(ks),
-        "topology": cupy.asarray(np.ascontiguousarray(topology, np.int32)),
-        "stage_grid": cupy.asarray(np.ascontiguousarray(stage_grid, np.int32)),
-        "stage_coef": cupy.asarray(np.ascontiguousarray(stage_coef, np.float64)),
+        "grids": len(c.ks),
+        "topology": cupy.asarray(np.ascontiguousarray(c.topology, np.int32)),
+        "stage_grid": cupy.asarray(np.ascontiguousarray(c.stage_grid, np.int32)),
+        "stage_coef": cupy.asarray(np.ascontiguousarray(c.stage_coef, np.float64)),
     }
-    _particles("advect_series", calls[0][0].arrays.values.dtype, {**locals(), **window})
+    _particles("advect_series", calls[0][0].arrays.values.dtype, {**vars(c), **window})
 
 
 def _through_device(host: tuple, run: Any) -> tuple:
@@ -471,53 +379,56 @@ def host_advect_series(ks: list[KernelArrays], topology: np.ndarray, time_kind: 
 NODE_SCHEMES = tuple(kernel.MODES[f"fd{r}"] for r in (2, 4, 6, 8))  # what grid_gradient takes
 
 
-def stencil_inside(topology: Any, points: Any, mode: int, points_world: bool) -> Any:
-    """(N,) CuPy bool: whether each point's ``mode`` stencil reads only defined voxels of ``topology``
-    (coverage.h), as :func:`vdbflow.devices.cpu.stencil_inside`."""
-    out = cupy_module().zeros(len(points), bool)
-    _at_points("stencil_inside", topology.kernel_arrays(), points, (mode, points_world, False), out=out)
+@implements
+def stencil_inside(c: SimpleNamespace) -> Any:
+    """CuPy arrays (coverage.h), as :func:`vdbflow.devices.cpu.stencil_inside`."""
+    out = cupy_module().zeros(len(c.points), bool)
+    _at_points(
+        "stencil_inside", SimpleNamespace(**vars(c), k=c.topology.kernel_arrays()), c.points_world, False, out=out
+    )
     return out
 
 
-def defined_voxels(topology: Any, ijk: Any) -> Any:
-    """(M,) CuPy bool: whether each voxel ``ijk`` (M, 3) of ``topology`` is active in a leaf or inside a
-    tile (coverage.h), as :func:`vdbflow.devices.cpu.defined_voxels`."""
+@implements
+def defined_voxels(c: SimpleNamespace) -> Any:
+    """CuPy arrays (coverage.h), as :func:`vdbflow.devices.cpu.defined_voxels`."""
     cupy = cupy_module()
-    voxels = cupy.ascontiguousarray(cupy.asarray(ijk).reshape(-1, 3), dtype=cupy.int64)
+    voxels = cupy.ascontiguousarray(cupy.asarray(c.ijk).reshape(-1, 3), dtype=cupy.int64)
     n = voxels.shape[0]
     out = cupy.zeros(n, cupy.bool_)
     if n:
-        _, call = _call_record(topology.kernel_arrays(), kernel.MODES["closest"], False, False)
+        _, call = _call_record(c.topology.kernel_arrays(), kernel.MODES["closest"], False, False)
         _launch("defined_voxels", n, {"abi": call, "ijk": voxels, "n": n, "out": out})
     return out
 
 
-def grid_gradient(k: KernelArrays, leaf_origins: np.ndarray, scheme: int, jacobian_world: bool) -> Any:
-    """(n_active, C, 3) CuPy Jacobians of an fd2/fd4/fd6/fd8 ``scheme`` at every active voxel of the leaves
-    at ``leaf_origins`` (L, 3), rows in ``active_voxels()`` order, as :func:`vdbflow.devices.cpu.grid_gradient`
-    (one thread per voxel, found by its rank)."""
-    if int(scheme) not in NODE_SCHEMES:
-        raise DeviceError(f"expected an fd2, fd4, fd6 or fd8 scheme for grid gradients, got mode {scheme}")
-    cupy = cupy_module()
+@implements
+def grid_gradient(c: SimpleNamespace) -> Any:
+    """CuPy Jacobians, rows in ``active_voxels()`` order, as :func:`vdbflow.devices.cpu.grid_gradient` (one
+    thread per voxel, found by its rank)."""
+    if int(c.scheme) not in NODE_SCHEMES:
+        raise DeviceError(f"expected an fd2, fd4, fd6 or fd8 scheme for grid gradients, got mode {c.scheme}")
+    cupy, k = cupy_module(), c.k
     leaf_end = np.cumsum(np.bitwise_count(k.masks).sum(axis=1).astype(np.int64))
     rows = int(leaf_end[-1]) if len(leaf_end) else 0
-    rec, call = _call_record(k, scheme, False, jacobian_world)
+    rec, call = _call_record(k, c.scheme, False, c.jacobian_world)
     dtype = rec.arrays.values.dtype
     if dtype not in FLOAT_DTYPES:
         raise DeviceError(f"expected float32 or float64 values for grid gradients, got {dtype}")
     out = cupy.empty((rows, k.components, 3), dtype)
     if rows:
-        origins = cupy.asarray(np.ascontiguousarray(leaf_origins, np.int32))
+        origins = cupy.asarray(np.ascontiguousarray(c.leaf_origins, np.int32))
         values = {"abi": call, "origins": origins, "leaf_end": cupy.asarray(leaf_end), "leaves": len(leaf_end)}
         _launch("grid_gradient", rows, {**values, "rows": rows, "out_jacobian": out}, dtype, k.components)
     return out
 
 
-def scatter_rows(dst: Any, index: Any, src: Any) -> None:
-    """``dst[index[r]] = src[r]`` for CuPy arrays, rows of any dtype (``_core.scatter_rows``)."""
-    cupy = cupy_module()
-    at = cupy.ascontiguousarray(cupy.asarray(index), dtype=cupy.int64)
-    rows = cupy.ascontiguousarray(cupy.asarray(src), dtype=dst.dtype)
+@implements
+def scatter_rows(c: SimpleNamespace) -> None:
+    """CuPy arrays, rows of any dtype (``_core.scatter_rows``)."""
+    cupy, dst = cupy_module(), c.dst
+    at = cupy.ascontiguousarray(cupy.asarray(c.index), dtype=cupy.int64)
+    rows = cupy.ascontiguousarray(cupy.asarray(c.src), dtype=dst.dtype)
     m = at.shape[0]
     if not dst.flags.c_contiguous or rows.shape != (m, *dst.shape[1:]):
         raise DeviceError(f"expected a C-contiguous dst and src of shape ({m}, {dst.shape[1:]}), got {rows.shape}")
@@ -530,14 +441,15 @@ def scatter_rows(dst: Any, index: Any, src: Any) -> None:
     _launch("scatter_rows", m * row_bytes, {"dst": dst, "index": at, "src": rows, "m": m, "row_bytes": row_bytes})
 
 
-def active_voxels_at(origins: Any, masks: Any, leaf_end: Any, ranks: Any) -> Any:
-    """(n, 3) CuPy int32 voxels of the active voxels of global ranks ``ranks`` (OnIndex order), with
-    ``leaf_end`` the running count of active voxels at the end of each leaf (``_core.active_voxels_at``)."""
+@implements
+def active_voxels_at(c: SimpleNamespace) -> Any:
+    """CuPy int32 voxels (OnIndex order), ``leaf_end`` the running count of active voxels at the end of each
+    leaf (``_core.active_voxels_at``)."""
     cupy = cupy_module()
-    o = cupy.ascontiguousarray(cupy.asarray(origins), dtype=cupy.int32)
-    m = cupy.ascontiguousarray(cupy.asarray(masks), dtype=cupy.uint64)
-    end = cupy.ascontiguousarray(cupy.asarray(leaf_end), dtype=cupy.int64)
-    r = cupy.ascontiguousarray(cupy.asarray(ranks), dtype=cupy.int64)
+    o = cupy.ascontiguousarray(cupy.asarray(c.origins), dtype=cupy.int32)
+    m = cupy.ascontiguousarray(cupy.asarray(c.masks), dtype=cupy.uint64)
+    end = cupy.ascontiguousarray(cupy.asarray(c.leaf_end), dtype=cupy.int64)
+    r = cupy.ascontiguousarray(cupy.asarray(c.ranks), dtype=cupy.int64)
     L, n = o.shape[0], r.shape[0]
     if o.shape != (L, 3) or m.shape != (L, 8) or end.shape != (L,):
         raise DeviceError("expected origins (L, 3), masks (L, 8) and leaf_end (L,)")
@@ -548,6 +460,7 @@ def active_voxels_at(origins: Any, masks: Any, leaf_end: Any, ranks: Any) -> Any
     lo, hi = int(r.min()), int(r.max())
     if lo < 0 or hi >= total:
         raise IndexError(f"voxel rank {lo if lo < 0 else hi} outside [0, {total})")
-    values = {"origins": o, "masks": m, "leaf_end": end, "leaves": L, "rank": r, "n": n, "ijk": out}
-    _launch("active_voxels_at", n, values)
+    _launch(
+        "active_voxels_at", n, {"origins": o, "masks": m, "leaf_end": end, "leaves": L, "rank": r, "n": n, "ijk": out}
+    )
     return out

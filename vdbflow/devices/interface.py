@@ -4,12 +4,17 @@ Every operation of the kernels is here once, with the same parameters on both de
 backend takes NumPy arrays, the CUDA backend CuPy arrays (the kernels' records and their arrays are
 put on the device by the backend).  ``KernelArrays`` (:mod:`vdbflow.core.kernel`) is a volume as the
 kernels read it; ``mode`` is a code of ``vdbflow.core.kernel.MODES``.  tests/test_devices.py checks that
-each backend defines every method with these parameters.
+each backend defines every method with these parameters; a backend function made with :func:`implements`
+takes them from here, declared once.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import functools
+import inspect
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any, Protocol, TypeVar
 
 from vdbflow.core.kernel import KernelArrays
 
@@ -176,3 +181,24 @@ class Backend(Protocol):
 OPERATIONS: tuple[str, ...] = tuple(
     name for name in vars(Backend) if not name.startswith("_") and callable(getattr(Backend, name))
 )
+
+R = TypeVar("R")
+
+
+def implements(body: Callable[[SimpleNamespace], R]) -> Callable[..., R]:
+    """The backend function of the operation ``body.__name__``, with the parameters, defaults and docstring of
+    :class:`Backend`'s method (declared once, here): ``body`` gets one call's arguments, defaults applied, as
+    the attributes of a namespace; its own docstring, if any, follows the interface's."""
+    method = getattr(Backend, body.__name__)
+    signature = inspect.signature(method)
+    signature = signature.replace(parameters=list(signature.parameters.values())[1:])  # without self
+
+    @functools.wraps(body)
+    def run(*args: Any, **kwargs: Any) -> R:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return body(SimpleNamespace(**bound.arguments))
+
+    run.__signature__ = signature  # type: ignore[attr-defined]
+    run.__doc__ = "\n\n".join(filter(None, (inspect.getdoc(method), inspect.getdoc(body))))
+    return run
