@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from vdbflow.core import outputs as output_table
+from vdbflow.io.grid_ref import GridRef
 from vdbflow.ops.request import SampleRequest
 
 CHUNK_KEY = "vdbflow-chunk"  # task-key prefix of the chunk tasks (jobs.progress groups by it)
@@ -35,26 +36,23 @@ CHUNK_PHASES = ("points", "sampling", "checks")  # the seconds each chunk task r
 REPLICATE_FRACTION = 0.125  # a volume up to this share of a worker's memory is read whole by every worker
 ANALYTIC_CHECK_PER_CHUNK = 65_536  # points of each chunk compared with a synthetic field's analytic values
 
-OPEN_VOLUMES_PER_WORKER = 2  # volumes kept open (memory-mapped) in a worker process between tasks
+
+def template(source: GridRef | Any) -> Any:
+    """A job's grid on the client: its file read here (memory-mapped; not kept, the snapshot's mapping
+    ends with the job), or the in-memory Volume."""
+    return source.read() if isinstance(source, GridRef) else source
 
 
-@functools.lru_cache(maxsize=OPEN_VOLUMES_PER_WORKER)
-def opened_volume(path: str, grid: str | int | None, periodic: Any = None) -> Any:
-    """The grid ``grid`` of the .nvdb file at ``path``, memory-mapped, opened once per process: the tasks
-    of a job read their volume through this (a job's volume file is its private snapshot, so a path
-    names one file for the job's life).  ``periodic``: its periods (a Periodicity or False) over those the
-    file records, None for those (``volume.periodic``)."""
-    from vdbflow.io.volumes import open_volume
-
-    return open_volume(path, grid, periodic=periodic)
+def on_workers(source: GridRef | Any, client: Any) -> Any:
+    """What a job's tasks are given of a grid: its GridRef (each worker opens the file once, as
+    :func:`opened` does), or the in-memory Volume scattered once to every worker."""
+    return source if isinstance(source, GridRef) else client.scatter(source, broadcast=True)
 
 
-def open_source(source: tuple) -> Any:
-    """A job's file source ``(path, grid, periodic)`` opened here (not cached: the snapshot's mapping
-    ends with the job), as :func:`opened_volume` opens it on the workers."""
-    from vdbflow.io.volumes import open_volume
-
-    return open_volume(source[0], source[1], periodic=source[2] if len(source) > 2 else None)
+def opened(source: GridRef | Any) -> Any:
+    """The grid a task samples: its file opened once per worker process (:meth:`GridRef.open`: a job's volume
+    file is its private snapshot, so a path names one file for the job's life), or the Volume."""
+    return source.open() if isinstance(source, GridRef) else source
 
 
 @dataclass(frozen=True)
@@ -146,13 +144,6 @@ class ChunkSpec:
     check: AnalyticCheck | None
 
 
-def _volume(source: Any) -> Any:
-    """The grid a task samples: opened once per worker process from ``(path, grid)``, or the Volume."""
-    if isinstance(source, tuple):
-        return opened_volume(*source)
-    return source
-
-
 def sample_chunk(block: int, start: int, stop: int, spec: ChunkSpec, given: Any, *sources: Any) -> tuple:
     """One chunk of a job: ``(points (n, 3) float64, each grid's outputs..., check (1, 2) or None,
     tally (1, 3), seconds (3,))``; ``given`` is the chunk's block of points where the spec has no
@@ -173,7 +164,7 @@ def sample_chunk(block: int, start: int, stop: int, spec: ChunkSpec, given: Any,
     first: dict[str, Any] = {}
     topology, flags = None, None
     for source in sources:
-        vol = _volume(source)
+        vol = opened(source)
         arrays = sample_host_arrays(vol, spec.request, points)  # a GPU worker: through its pinned pipeline
         out += [arrays[name] for name in spec.request.outputs]
         if spec.inside:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +29,8 @@ import xarray as xr
 
 from vdbflow.core.volume import Volume
 from vdbflow.errors import NanoVDBError, OpenVDBError, OutputError, SamplingError, VolumeError
+from vdbflow.io.grid_ref import GridRef
+from vdbflow.jobs import chunks
 from vdbflow.jobs.chunks import (
     TALLY_KEY,
     AnalyticCheck,
@@ -37,7 +38,7 @@ from vdbflow.jobs.chunks import (
     analytic_error,
     grid_request,
     grid_variables,
-    open_source,
+    opened,
     point_tally,
     sum_rows,
 )
@@ -84,7 +85,7 @@ def _replicable(client: Any, sources: dict[str, Any]) -> bool:
     from vdbflow.io.location import size_of  # a URL's object too
     from vdbflow.jobs.chunks import replicable
 
-    size = sum(size_of(s[0]) if isinstance(s, tuple) else s.nbytes for s in sources.values())
+    size = sum(size_of(s.path) if isinstance(s, GridRef) else s.nbytes for s in sources.values())
     return replicable(size, worker_memory(client))
 
 
@@ -133,11 +134,9 @@ def job_statistics(cfg: JobConfig, template: Volume) -> Any:
 
 def reduce_chunk(source: Any, points: Any, spec: bytes, edges: Any, empty: Any, request: Any) -> Any:
     """One chunk of points reduced on a worker (the grid opened once a worker, as the one-pass tasks do)."""
-    from vdbflow.jobs.chunks import opened_volume
     from vdbflow.ops.statistics import chunk_partial
 
-    vol = opened_volume(*source) if isinstance(source, tuple) else source
-    return chunk_partial(vol, points, spec, edges, empty, request)
+    return chunk_partial(opened(source), points, spec, edges, empty, request)
 
 
 def reduced(
@@ -152,7 +151,7 @@ def reduced(
 
     t0 = time.perf_counter()
     ((name, src),) = list(sources.items())[:1]
-    template = open_source(src) if isinstance(src, tuple) else src
+    template = chunks.template(src)
     stats = job_statistics(cfg, template)
     request = statistics_request(
         stats, cfg.sampling.mode, cfg.points.space, cfg.sampling.jacobian_space, cfg.sampling.device
@@ -162,15 +161,13 @@ def reduced(
     point_set = make_points(cfg.points, topology, topology.data_bounds(cfg.points.space, inner=True), cfg.sampling.mode)
     volumes = []
     if cfg.partitions is None and _replicable(client, {name: src}):
-        on_workers = (os.fspath(src[0]), *src[1:]) if isinstance(src, tuple) else client.scatter(src, broadcast=True)
+        on_workers = chunks.on_workers(src, client)
         parts = map_chunks(reduce_chunk, on_workers, point_set.points, spec, edges, empty, request, name=REDUCE_KEY)
         partial, partitions = reduce_chunks(parts, functools.partial(merge, spec, edges)), 0
     else:
         from vdbflow.distribution.volume import distribute
 
-        grid, periodic = (src[1], src[2]) if isinstance(src, tuple) else (None, None)
-        source = src[0] if isinstance(src, tuple) else src
-        volumes.append(distribute(source, client, cfg.partitions, plan.halo, grid=grid, periodic=periodic))
+        volumes.append(distribute(src, client, cfg.partitions, plan.halo))
         try:
             partial = lazy_partial(volumes[0], point_set.points, stats, request, name=REDUCE_KEY)
         except BaseException:  # the job closes the volumes of a Sampled; this one never reached it
@@ -191,11 +188,8 @@ def one_pass(
 
     t0 = time.perf_counter()
     # names, units and topology, memory-mapped here (not cached: the snapshot's mapping ends with the job)
-    templates = {n: open_source(s) if isinstance(s, tuple) else s for n, s in sources.items()}
-    on_workers = {
-        n: (os.fspath(s[0]), *s[1:]) if isinstance(s, tuple) else client.scatter(s, broadcast=True)  # a Url: kept
-        for n, s in sources.items()
-    }
+    templates = {n: chunks.template(s) for n, s in sources.items()}
+    on_workers = {n: chunks.on_workers(s, client) for n, s in sources.items()}
     topology = next(iter(templates.values())).topology  # random points are drawn inside the first grid
     bbox = topology.data_bounds(cfg.points.space, inner=True)  # a lattice's default: the voxel centres
     point_set = make_points(cfg.points, topology, bbox, cfg.sampling.mode)
@@ -215,10 +209,7 @@ def partitioned(
     dvols: dict[str, Any] = {}
     try:
         for name, src in sources.items():
-            if isinstance(src, tuple):
-                dvols[name] = distribute(src[0], client, cfg.partitions, plan.halo, grid=src[1], periodic=src[2])
-            else:
-                dvols[name] = distribute(src, client, cfg.partitions, plan.halo)
+            dvols[name] = distribute(src, client, cfg.partitions, plan.halo)
         timings["distribute_s"] = time.perf_counter() - t0
         return _partitioned_samples(cfg, dvols, analytic, timings)
     except BaseException:  # the job closes the volumes of a Sampled; these never reached it
@@ -321,12 +312,8 @@ def _particle_job(
         except (VolumeError, NanoVDBError, OpenVDBError) as err:
             raise ConfigError(f"volume.series{cfg.where('volume.series')}: {err}") from None
         source: Any = src
-    elif isinstance(src, tuple):
-        template = open_source(src)
-        source = (os.fspath(src[0]), *src[1:])  # a Url stays one (its storage_options)
     else:
-        template = src
-        source = client.scatter(src, broadcast=True)  # one copy a worker, sent once
+        template, source = chunks.template(src), chunks.on_workers(src, client)  # a Volume: once a worker
     if not isinstance(template, Volume):
         raise ConfigError(f"advect: expected a grid of values to advect through, got an index grid {name!r}")
     topology = template.topology

@@ -16,6 +16,7 @@ import numpy as np
 
 from vdbflow import synthetic
 from vdbflow.errors import VdbflowError, VolumeError
+from vdbflow.io.grid_ref import GridRef
 from vdbflow.io.identity import FileIdentity
 from vdbflow.jobs.config.model import ConfigError, JobConfig
 from vdbflow.jobs.publish.output import snapshot_path, tidy
@@ -96,7 +97,7 @@ def file_periods(cfg: JobConfig, grid: str) -> Any:
 
 
 def build_volumes(cfg: JobConfig, grids: list[str]) -> tuple[dict[str, Any], Any]:
-    """Volumes by grid name (a Volume, the .nvdb path workers read, or a series' SeriesFiles) and the
+    """Volumes by grid name (a Volume, the GridRef of the file workers read, or a series' SeriesFiles) and the
     analytic field, if any."""
     from vdbflow.io.nanovdb import save
     from vdbflow.jobs.particles import SeriesFiles
@@ -108,7 +109,7 @@ def build_volumes(cfg: JobConfig, grids: list[str]) -> tuple[dict[str, Any], Any
         return {grids[0]: files}, None
     s, periodic = cfg.volume.synthetic, cfg.volume.periodic
     if s is None:
-        return {name: (cfg.volume.path, name, file_periods(cfg, name)) for name in grids}, None
+        return {name: GridRef(os.fspath(cfg.volume.path), name, file_periods(cfg, name)) for name in grids}, None
     try:
         analytic = synthetic.make_field(s.field, **s.params)
         vol = synthetic.flow_volume(analytic, s.resolution, s.extent, np.dtype(s.dtype), *s.shell, periodic=periodic)
@@ -120,5 +121,5 @@ def build_volumes(cfg: JobConfig, grids: list[str]) -> tuple[dict[str, Any], Any
             log.warning("%s", line)
         save(s.write, {vol.name: vol})  # atomic: a private directory beside it, then a rename
         log.info("wrote the synthetic field to %s", s.write)
-        return {vol.name: (s.write, vol.name, None)}, analytic  # the file records the periods
+        return {vol.name: GridRef(os.fspath(s.write), vol.name)}, analytic  # the file records the periods
     return {vol.name: vol}, analytic

@@ -27,7 +27,7 @@ import xarray as xr
 from vdbflow.core import schema
 from vdbflow.core.volume import Volume
 from vdbflow.errors import VolumeError
-from vdbflow.jobs.chunks import OPEN_VOLUMES_PER_WORKER, opened_volume
+from vdbflow.jobs.chunks import opened
 from vdbflow.ops.chunk_graph import map_chunks, stack_chunks
 from vdbflow.temporal.particles import advect, step_plan
 from vdbflow.temporal.series import StepIdentity, VolumeSeries, open_series
@@ -60,16 +60,9 @@ class SeriesFiles:
         return open_series(list(self.paths), times, self.grid, cache=self.cache, identities=self.identities)
 
 
-@functools.lru_cache(maxsize=OPEN_VOLUMES_PER_WORKER)
+@functools.lru_cache(maxsize=2)  # series kept open in a worker process between tasks
 def _opened_series(files: SeriesFiles) -> VolumeSeries:
     return files.open()
-
-
-def _opened(path: str, grid: str | int | None, periodic: Any = None) -> Volume:
-    vol = opened_volume(path, grid, periodic)
-    if not isinstance(vol, Volume):
-        raise VolumeError(f"expected a grid of values to advect through in {path}, got an index grid")
-    return vol
 
 
 def _advect_chunk(source: Any, seeds: np.ndarray, settings: dict[str, Any]) -> tuple[np.ndarray, ...]:
@@ -79,7 +72,9 @@ def _advect_chunk(source: Any, seeds: np.ndarray, settings: dict[str, Any]) -> t
     if isinstance(source, SeriesFiles):
         vol: Any = _opened_series(source)
     else:
-        vol = _opened(*source) if isinstance(source, tuple) else source
+        vol = opened(source)
+        if not isinstance(vol, Volume):
+            raise VolumeError(f"expected a grid of values to advect through in {source.path}, got an index grid")
     outputs = settings["outputs"]
     ds = advect(
         vol,

@@ -26,6 +26,7 @@ import xarray as xr
 
 from vdbflow.devices import cuda_build
 from vdbflow.errors import VdbflowError
+from vdbflow.io.grid_ref import GridRef
 from vdbflow.io.location import is_url
 from vdbflow.io.netcdf import command_line, history_line
 from vdbflow.jobs.chunks import (
@@ -368,17 +369,17 @@ def _inputs(
     volume_file, volume_sha256 = volume  # the snapshot, made while the cluster started
     sources, analytic = build_volumes(cfg, [g.name for g in plan.grids])
     if volume_file is not None:
-        sources = {name: (volume_file, *src[1:]) for name, src in sources.items()}
+        sources = {name: GridRef(os.fspath(volume_file), src.grid, src.periodic) for name, src in sources.items()}
     hashes: dict[Path, concurrent.futures.Future] = {}
     where = lambda p: p if is_url(p) else Path(p)  # noqa: E731 - a URL stays one (its storage_options too)
     for src in sources.values():
-        if isinstance(src, tuple) and where(src[0]) not in hashes:
-            hashes[where(src[0])] = hasher.submit(  # a URL: its ETag and size, not its bytes (docs/storage.md)
+        if isinstance(src, GridRef) and where(src.path) not in hashes:
+            hashes[where(src.path)] = hasher.submit(  # a URL: its ETag and size, not its bytes (docs/storage.md)
                 lambda p: volume_sha256 if p == volume_file and volume_sha256 else InputIdentity.of(p).fingerprint(),
-                where(src[0]),
+                where(src.path),
             )
     checksum: dict[Any, concurrent.futures.Future] = {
-        name: hashes[where(src[0])] for name, src in sources.items() if isinstance(src, tuple)
+        name: hashes[where(src.path)] for name, src in sources.items() if isinstance(src, GridRef)
     }
     if cfg.volume.series is not None:  # each file of the series
         checksum = {i.path: hasher.submit(i.fingerprint) for src in sources.values() for i in src.identities}
