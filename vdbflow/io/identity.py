@@ -4,7 +4,7 @@ in place meanwhile (even keeping its size and putting its mtime back: its change
 rather than read as if it were the same one.  Subclasses say what the
 file is and which error a change raises (a job's input, a series step).  For a URL (``s3://...``) the
 identity is the object's size and version tag (its ETag), and it carries the ``storage_options`` it
-was read with, so that a worker given the identity reads the URL with them too (:meth:`opened`)."""
+was read with, which its checks use (readers take theirs from the :class:`~vdbflow.io.location.Url`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from vdbflow.errors import StorageError, VdbflowError, VolumeError
-from vdbflow.io.location import RemoteFile, filesystem, is_url, object_size, stat_url, storage_options_for, version_tag
+from vdbflow.io.location import RemoteFile, filesystem, is_url, object_size, stat_url, version_tag
 
 _T = TypeVar("_T")
 
@@ -90,10 +90,9 @@ class FileIdentity:
     def opened(self, opener: Callable[[], _T], when: str) -> _T:
         """``opener()``, the file checked to be this one before and after it (a file swapped in while
         it opens is caught by the second check)."""
-        with storage_options_for(self.path, self.storage_options):
-            self.check(when)
-            result = opener()
-            self.check(when)
+        self.check(when)
+        result = opener()
+        self.check(when)
         return result
 
     def sha256(self) -> str:

@@ -13,15 +13,13 @@ publishing through :func:`filesystem`, :func:`zarr_store`, :func:`read_json` and
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import io
 import json
 import math
 import os
 import re
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -57,10 +55,6 @@ class UnversionedWarning(UserWarning):
     by one of the same size while it is read cannot be told apart (docs/storage.md)."""
 
 
-# storage options by URL prefix, for code that reads a URL it was handed without them (a worker's task)
-_OPTIONS: contextvars.ContextVar[tuple[tuple[str, dict], ...]] = contextvars.ContextVar("vdbflow_storage", default=())
-
-
 def is_url(path: Any) -> bool:
     """True for a string (or path-like) of the form ``protocol://...`` other than ``file://``."""
     if isinstance(path, os.PathLike):
@@ -74,28 +68,9 @@ def local_path(path: str | os.PathLike) -> str:
     return text[len("file://") :] if isinstance(text, str) and text.lower().startswith("file://") else str(text)
 
 
-@contextlib.contextmanager
-def storage_options_for(url: str, options: Mapping[str, Any] | None) -> Iterator[None]:
-    """Within this block, URLs under ``url`` read without ``storage_options`` use ``options``."""
-    if not options:
-        yield
-        return
-    token = _OPTIONS.set(((url, dict(options)), *_OPTIONS.get()))
-    try:
-        yield
-    finally:
-        _OPTIONS.reset(token)
-
-
 def _options_of(url: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
-    if options is None:
-        options = getattr(url, "storage_options", None)  # a Url carries its own
-    if options is not None:
-        return dict(options)
-    for prefix, found in _OPTIONS.get():
-        if url == prefix or url.startswith(prefix.rstrip("/") + "/"):
-            return dict(found)
-    return {}
+    """``options``, else those a :class:`Url` carries, else none."""
+    return dict(options if options is not None else getattr(url, "storage_options", None) or {})
 
 
 class Url(str):
@@ -160,7 +135,7 @@ class Url(str):
 def as_location(path: str | os.PathLike, storage_options: Mapping[str, Any] | None = None) -> Path | Url:
     """A :class:`Url` (with ``storage_options``) for a URL, else a local :class:`pathlib.Path`."""
     if is_url(path):
-        return Url(os.fspath(path), storage_options if storage_options is not None else _options_of(str(path), None))
+        return Url(os.fspath(path), _options_of(path, storage_options))  # a Url keeps its own
     if storage_options:
         raise StorageError(f"expected a URL with storage_options, got the local path {os.fspath(path)!r}")
     return Path(local_path(path))
@@ -382,13 +357,6 @@ def resolve(path: str | os.PathLike, storage_options: Mapping[str, Any] | None =
     return local_path(path)
 
 
-def child(target: Target, name: str) -> Target:
-    """``target/name`` as a Path or a URL (a :class:`Url` keeps its ``storage_options``)."""
-    if not is_url(target):
-        return Path(target) / name
-    return Url(f"{str(target).rstrip('/')}/{name}", getattr(target, "storage_options", None))
-
-
 def parent_and_name(target: Target) -> tuple[Target, str]:
     """The folder (or prefix) that holds ``target`` and its last name."""
     if not is_url(target):
@@ -404,8 +372,8 @@ def zarr_store(target: Target, options: Mapping[str, Any] | None = None, read_on
 
     if not is_url(target):
         return zarr.storage.LocalStore(str(target), read_only=read_only)
-    options = _options_of(str(target), options) if options is None else options
-    return zarr.storage.FsspecStore.from_url(str(target), storage_options=dict(options), read_only=read_only)
+    options = _options_of(target, options)
+    return zarr.storage.FsspecStore.from_url(str(target), storage_options=options, read_only=read_only)
 
 
 def read_json(fs: Any, path: str) -> Any:
