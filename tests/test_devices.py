@@ -233,3 +233,33 @@ def _call(fn, kwargs: dict) -> str:
     except ValueError as err:
         return str(err)
     return "ok"
+
+
+def test_a_backend_function_binds_its_call_as_the_interface_declares_it():
+    """``interface.implements``: positional, keyword and default arguments reach the body by the interface's
+    names; a call the interface's signature refuses is refused with Python's TypeError."""
+    from vdbflow.devices.interface import implements
+
+    seen = []
+
+    @implements
+    def scatter_rows(c):
+        seen.append(vars(c))
+
+    @implements
+    def route(c):
+        return c.period
+
+    scatter_rows(1, 2, 3)
+    scatter_rows(1, src=3, index=2)
+    assert seen == [{"dst": 1, "index": 2, "src": 3}] * 2
+    assert route(*range(7)) is None and route(*range(7), period=9) == 9 and route(*range(8)) == 7
+    for args, kwargs, message in [
+        ((1, 2), {}, "missing a required argument: 'src'"),
+        ((1, 2, 3, 4), {}, "too many positional arguments"),
+        ((1, 2, 3), {"bogus": 1}, "unexpected keyword argument 'bogus'"),
+        ((1, 2, 3), {"dst": 1}, "multiple values for argument 'dst'"),
+    ]:
+        with pytest.raises(TypeError, match=message):
+            scatter_rows(*args, **kwargs)
+    assert "dst[index] = src" in scatter_rows.__doc__

@@ -193,11 +193,19 @@ def implements(body: Callable[[SimpleNamespace], R]) -> Callable[..., R]:
     signature = inspect.signature(method)
     signature = signature.replace(parameters=list(signature.parameters.values())[1:])  # without self
 
+    names = tuple(signature.parameters)
+    defaults = {n: p.default for n, p in signature.parameters.items() if p.default is not inspect.Parameter.empty}
+
     @functools.wraps(body)
     def run(*args: Any, **kwargs: Any) -> R:
-        bound = signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        return body(SimpleNamespace(**bound.arguments))
+        values = dict(zip(names, args, strict=False))  # too many: refused below
+        if kwargs or len(args) != len(names):  # Signature.bind only to word a bad call's TypeError: it is slow
+            if len(args) > len(names) or not kwargs.keys() <= set(names) - values.keys():
+                signature.bind(*args, **kwargs)
+            values = {**defaults, **values, **kwargs}
+            if len(values) != len(names):
+                signature.bind(*args, **kwargs)
+        return body(SimpleNamespace(**values))
 
     run.__signature__ = signature  # type: ignore[attr-defined]
     run.__doc__ = "\n\n".join(filter(None, (inspect.getdoc(method), inspect.getdoc(body))))
