@@ -172,8 +172,26 @@ struct Cell {
   int leaf, offset;  // CELL_LINEAR: the leaf slot and base voxel offset when all 8 corners are in one leaf, else -1
 };
 
+// How locate_cell_inline reads the grid: grid.h's leaf_slot and read_voxel, and no shortcut for a stencil
+// across leaves (simd.h's SimdReads inlines both and has one: the host's vector path locates cells with the
+// same code).
+struct GridReads {
+  template <class T>
+  VDB_HD static int slot(const GridView<T>& g, int x, int y, int z, LeafCache& cache) {
+    return leaf_slot(g, x, y, z, cache);
+  }
+  template <class T>
+  VDB_HD static const T* voxel(const GridView<T>& g, i64 i, i64 j, i64 k, LeafCache& cache) {
+    return read_voxel(g, i, j, k, cache);
+  }
+  template <class T>
+  VDB_HD static bool across_leaves(const GridView<T>&, i64, i64, i64, int, const T**, LeafCache&) {
+    return false;
+  }
+};
+
 // Phase 1 of sampling: map the point to index space and find its stencil's values.
-template <class T, int NC>
+template <class T, int NC, class Reads = GridReads>
 VDB_HD VDB_INLINE void locate_cell_inline(const GridView<T>& g, const PointTransform& xf, const double p[3],
                                           int mode, Cell<T>& cell, LeafCache& cache) {
   typedef typename RealOf<T>::type R;
@@ -186,8 +204,8 @@ VDB_HD VDB_INLINE void locate_cell_inline(const GridView<T>& g, const PointTrans
   }
   if (mode == MODE_CLOSEST) {
     cell.kind = CELL_CLOSEST;
-    cell.corner[0] = read_voxel(g, closest_index(g.period, 0, u[0]), closest_index(g.period, 1, u[1]),
-                                closest_index(g.period, 2, u[2]), cache);
+    cell.corner[0] = Reads::voxel(g, closest_index(g.period, 0, u[0]), closest_index(g.period, 1, u[1]),
+                                   closest_index(g.period, 2, u[2]), cache);
     return;
   }
   cell.kind = CELL_LINEAR;
@@ -201,7 +219,7 @@ VDB_HD VDB_INLINE void locate_cell_inline(const GridView<T>& g, const PointTrans
   if ((bi & 7) != 7 && (bj & 7) != 7 && (bk & 7) != 7 && in_index_range(bi, bj, bk) &&
       !crosses_period(g.period, bi, bj, bk)) {
     const int x = (int)bi, y = (int)bj, z = (int)bk;
-    const int slot = leaf_slot(g, x, y, z, cache);
+    const int slot = Reads::slot(g, x, y, z, cache);
     if (slot >= 0) {  // the whole stencil is inside one leaf
       const int base = voxel_offset(x, y, z);
       cell.leaf = slot;
@@ -220,8 +238,9 @@ VDB_HD VDB_INLINE void locate_cell_inline(const GridView<T>& g, const PointTrans
       return;
     }
   }
+  if (Reads::across_leaves(g, bi, bj, bk, C, corner, cache)) return;
   for (int o = 0; o < 8; ++o)
-    corner[o] = read_voxel(g, bi + (o >> 2), bj + ((o >> 1) & 1), bk + (o & 1), cache);
+    corner[o] = Reads::voxel(g, bi + (o >> 2), bj + ((o >> 1) & 1), bk + (o & 1), cache);
 }
 
 template <class T, int NC>

@@ -111,81 +111,52 @@ VDB_INLINE inline const T* read_voxel_inline(const GridView<T>& g, i64 i, i64 j,
   return tile_or_background(g, slot, x, y, z);
 }
 
-// locate_cell_inline of sample.h with the straddling stencils' corners read inline: the same cell.
+// locate_cell_inline of sample.h, the same cell: leaf_slot and read_voxel inlined, and the corners of a stencil
+// across leaves (per-leaf layout) read with one slot lookup a leaf.
+struct SimdReads {
+  template <class T>
+  VDB_INLINE static inline int slot(const GridView<T>& g, int x, int y, int z, LeafCache& cache) {
+    return leaf_slot_inline(g, x, y, z, cache);
+  }
+  template <class T>
+  VDB_INLINE static inline const T* voxel(const GridView<T>& g, i64 i, i64 j, i64 k, LeafCache& cache) {
+    return read_voxel_inline(g, i, j, k, cache);
+  }
+  template <class T>
+  VDB_INLINE static inline bool across_leaves(const GridView<T>& g, i64 bi, i64 bj, i64 bk, int C, const T** corner,
+                                              LeafCache& cache) {
+    if (!g.index_layout && !g.period.any() && in_index_range(bi, bj, bk) && bi < INDEX_MAX && bj < INDEX_MAX &&
+        bk < INDEX_MAX) {
+      // A stencil across leaves (per-leaf layout): the slots of its 2, 4 or 8 leaves, looked up once each
+      // (corners o and o | bit share a leaf along an axis the stencil does not cross), then the corners
+      // as read_voxel places them.
+      const int x = (int)bi, y = (int)bj, z = (int)bk;
+      const int cross = (((bi & 7) == 7) << 2) | (((bj & 7) == 7) << 1) | ((bk & 7) == 7);
+      int slots[8];
+#pragma GCC unroll 8
+      for (int o = 0; o < 8; ++o) {
+        if ((o & ~cross) != 0) {
+          slots[o] = slots[o & cross];
+          continue;
+        }
+        slots[o] = leaf_slot_inline(g, x + (o >> 2), y + ((o >> 1) & 1), z + (o & 1), cache);
+      }
+#pragma GCC unroll 8
+      for (int o = 0; o < 8; ++o) {
+        const int cx = x + (o >> 2), cy = y + ((o >> 1) & 1), cz = z + (o & 1);
+        corner[o] = slots[o] >= 0 ? g.values + leaf_values_base(g, slots[o]) + (i64)voxel_offset(cx, cy, cz) * C
+                                   : tile_or_background(g, slots[o], cx, cy, cz);
+      }
+      return true;
+    }
+    return false;
+  }
+};
+
 template <class T, int NC>
 VDB_INLINE inline void locate_cell_simd(const GridView<T>& g, const PointTransform& xf, const double p[3], int mode,
                                         Cell<T>& cell, LeafCache& cache) {
-  typedef typename RealOf<T>::type R;
-  const int C = NC > 0 ? NC : g.components;
-  double u[3];
-  to_index_space(xf, p, u);
-  if (!finite3(u)) {
-    cell.kind = CELL_NAN;
-    return;
-  }
-  if (mode == MODE_CLOSEST) {
-    cell.kind = CELL_CLOSEST;
-    cell.corner[0] = read_voxel_inline(g, closest_index(g.period, 0, u[0]), closest_index(g.period, 1, u[1]),
-                                       closest_index(g.period, 2, u[2]), cache);
-    return;
-  }
-  cell.kind = CELL_LINEAR;
-  cell.leaf = -1;
-  const double b0 = floor(u[0]), b1 = floor(u[1]), b2 = floor(u[2]);
-  cell.f[0] = (R)(u[0] - b0);
-  cell.f[1] = (R)(u[1] - b1);
-  cell.f[2] = (R)(u[2] - b2);
-  const i64 bi = base_index(g.period, 0, b0), bj = base_index(g.period, 1, b1), bk = base_index(g.period, 2, b2);
-  const T** corner = cell.corner;
-  if ((bi & 7) != 7 && (bj & 7) != 7 && (bk & 7) != 7 && in_index_range(bi, bj, bk) &&
-      !crosses_period(g.period, bi, bj, bk)) {
-    const int x = (int)bi, y = (int)bj, z = (int)bk;
-    const int slot = leaf_slot_inline(g, x, y, z, cache);
-    if (slot >= 0) {
-      const int base = voxel_offset(x, y, z);
-      cell.leaf = slot;
-      cell.offset = base;
-      if (!g.index_layout) {
-        const T* p0 = g.values + leaf_values_base(g, slot) + (i64)base * C;
-        const i64 sx = 64 * C, sy = 8 * C, sz = C;
-        corner[0] = p0;           corner[1] = p0 + sz;
-        corner[2] = p0 + sy;      corner[3] = p0 + sy + sz;
-        corner[4] = p0 + sx;      corner[5] = p0 + sx + sz;
-        corner[6] = p0 + sx + sy; corner[7] = p0 + sx + sy + sz;
-      } else {
-        for (int o = 0; o < 8; ++o)
-          corner[o] = leaf_value(g, slot, base + ((o >> 2) << 6) + (((o >> 1) & 1) << 3) + (o & 1));
-      }
-      return;
-    }
-  }
-  if (!g.index_layout && !g.period.any() && in_index_range(bi, bj, bk) && bi < INDEX_MAX && bj < INDEX_MAX &&
-      bk < INDEX_MAX) {
-    // A stencil across leaves (per-leaf layout): the slots of its 2, 4 or 8 leaves, looked up once each
-    // (corners o and o | bit share a leaf along an axis the stencil does not cross), then the corners
-    // as read_voxel places them.
-    const int x = (int)bi, y = (int)bj, z = (int)bk;
-    const int cross = (((bi & 7) == 7) << 2) | (((bj & 7) == 7) << 1) | ((bk & 7) == 7);
-    int slot[8];
-#pragma GCC unroll 8
-    for (int o = 0; o < 8; ++o) {
-      if ((o & ~cross) != 0) {
-        slot[o] = slot[o & cross];
-        continue;
-      }
-      slot[o] = leaf_slot_inline(g, x + (o >> 2), y + ((o >> 1) & 1), z + (o & 1), cache);
-    }
-#pragma GCC unroll 8
-    for (int o = 0; o < 8; ++o) {
-      const int cx = x + (o >> 2), cy = y + ((o >> 1) & 1), cz = z + (o & 1);
-      corner[o] = slot[o] >= 0 ? g.values + leaf_values_base(g, slot[o]) + (i64)voxel_offset(cx, cy, cz) * C
-                               : tile_or_background(g, slot[o], cx, cy, cz);
-    }
-    return;
-  }
-#pragma GCC unroll 8
-  for (int o = 0; o < 8; ++o)
-    corner[o] = read_voxel_inline(g, bi + (o >> 2), bj + ((o >> 1) & 1), bk + (o & 1), cache);
+  locate_cell_inline<T, NC, SimdReads>(g, xf, p, mode, cell, cache);
 }
 
 // evaluate_cell_inline of sample.h for a linear cell's 8 corners, one lane per component (C = 3, 4):
