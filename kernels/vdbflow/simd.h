@@ -21,7 +21,7 @@
 //   - locate: the scalar locate_cell_inline's arithmetic (double transform, floor, base cell).  Points
 //     in order keep the values of the current leaf and its 7 upper neighbours, so that stencils across
 //     leaves (a third of all cells) need no lookup; other points take locate_cell_simd (locate_cell_inline
-//     with read_voxel inlined) out of line.  Either way the corner pointers are read_voxel's.
+//     itself, with SimdReads: read_voxel inlined) out of line.  Either way the corner pointers are read_voxel's.
 //   - the world-space Jacobian (J M^-1, in double) is the scalar write_jacobian_inline on the lanes.
 //   - stores: outputs from 8 MiB on leave through full 64-byte lines of non-temporal stores (16 or 32
 //     bytes each) instead of one 4- or 8-byte movnti per element (which the write-combining buffers
