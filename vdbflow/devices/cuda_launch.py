@@ -15,7 +15,7 @@ from vdbflow.errors import DeviceError
 
 NULL = np.uint64(0)  # a null device pointer as a kernel argument
 # C++ types of the value dtypes, as the name expressions of the templates in sample.cu spell them
-_CTYPES = {
+_CTYPES: dict[np.dtype, str] = {
     np.dtype(np.float32): "float",
     np.dtype(np.float64): "double",
     np.dtype(np.int32): "int",
@@ -29,7 +29,7 @@ SCALARS = {"i64": np.int64, "int": np.int32, "unsigned": np.uint32, "double": np
 
 # The template entries of sample.cu: the value types each takes and the component counts fixed at compile time
 # (None: no component parameter).  Every name expression the backend calls comes from this table.
-_VALUE_TYPES = {"any": VALUE_DTYPES, "float": FLOAT_DTYPES}
+_VALUE_TYPES: dict[str, tuple[np.dtype, ...]] = {"any": VALUE_DTYPES, "float": FLOAT_DTYPES}
 TEMPLATES: dict[str, tuple[str, tuple[np.dtype, ...], tuple[int, ...] | None]] = {
     name: (op.gpu_entry, _VALUE_TYPES[op.value_types], op.gpu_components)
     for name, op in OPERATIONS.items()
