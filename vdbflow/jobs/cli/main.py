@@ -436,7 +436,7 @@ def clean(target: str, dry_run: bool, force: bool) -> None:
 
 def demo_config() -> Path:
     """configs/demo.yaml: installed next to the package, or in the source tree."""
-    here = Path(__file__).resolve().parents[1]  # the vdbflow package
+    here = Path(__file__).resolve().parents[2]  # the vdbflow package (this is vdbflow/jobs/cli/main.py)
     for candidate in (here / "configs" / "demo.yaml", here.parent / "configs" / "demo.yaml"):
         if candidate.is_file():
             return candidate
