@@ -326,6 +326,46 @@ def test_the_gpu_reduction_equals_the_cpu_reduction_of_its_samples(rng, dtype, m
         np.testing.assert_allclose(on_gpu.reals, empty.reals, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_gpu_reduction_of_a_run_time_component_count(rng, dtype, monkeypatch):
+    """Four components take reduce_kernel<T, 0> (the entry name ends in ", 0>"), which samples each channel's
+    component alone (component_view): the counts equal the CPU's reduction of the GPU's own samples, and those
+    samples equal the CPU's (to the FMA bound)."""
+    from vdbflow.devices import cpu, cuda
+    from vdbflow.ops.reductions import Histogram, Statistics, features_of, quantity
+    from vdbflow.ops.request import SampleRequest
+    from vdbflow.ops.sampling import sample_arrays
+    from vdbflow.ops.statistics import reduce
+
+    ijk, values = random_sparse_voxels(rng, components=4, dtype=dtype)
+    vol = vdbflow.Volume.from_voxels(ijk, values, 0)
+    pts = probe_points(rng, ijk, 4096 + 77)
+    names = vol.component_names
+    q = [quantity(t, vol, "index") for t in (f"value[{names[3]}]", f"jacobian[{names[2]},j]", f"value[{names[1]}]")]
+    stats = Statistics(
+        histograms=[Histogram((q[0], q[1]), (np.linspace(-2, 2, 9), np.linspace(-3, 3, 7)))], moments=[q[2]]
+    )
+    entry, launches = cuda.entry("sample_reduce", dtype, 4), []
+    assert entry.endswith(", 0>")
+    real = cuda._function
+    monkeypatch.setattr(cuda, "_function", lambda name: launches.append(name) or real(name))
+    scale = max(1.0, float(np.abs(values).max()))
+    for mode in ("linear", "lag4"):  # linear: the in-leaf corners (voxel_stride), lag4: read_voxel
+        request = SampleRequest(mode, ("value", "jacobian"), "index", device="cuda")
+        on_gpu = reduce(vol, cupy.asarray(pts), stats, request)
+        assert entry in launches
+        arrays = {k: cupy.asnumpy(v) for k, v in sample_arrays(vol, request, cupy.asarray(pts)).items()}
+        on_cpu = sample_arrays(vol, SampleRequest(mode, ("value", "jacobian"), "index"), pts)
+        for k in ("value", "jacobian"):
+            tol = bound(0.0, mode, dtype, scale, int(k == "jacobian"))
+            np.testing.assert_allclose(arrays[k], on_cpu[k], atol=tol, rtol=0, err_msg=mode)
+        spec, edges, empty, _ = stats.layout()
+        cpu.reduce_features(spec, features_of(stats, arrays, 4), edges, empty.ints, empty.reals)
+        np.testing.assert_array_equal(on_gpu.ints, empty.ints)
+        assert 0 < empty.ints.sum()
+        np.testing.assert_allclose(on_gpu.reals, empty.reals, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("time", ["linear", "pchip"])
 def test_series_windows_on_the_gpu_match_the_cpu(rng, time, monkeypatch):
     """Particles through a VolumeSeries in windows of steps on the GPU (advect_series_kernel): statuses

@@ -151,18 +151,48 @@ VDB_HD void sample_point_hessian(const GridView<T>& g, const PointTransform& xf,
   write_hessian(xf, hessian_world, C, (const double(*)[6])H, hessian);
 }
 
+#ifdef VDB_DEVICE_COMPILE
+// One point's sample_point_hessian out of line (for a run-time count, NC = 0: component c alone, of
+// component_view(g, c)).  Inlined into the entry, ptxas keeps a larger frame (and spills in the loop over
+// components).
+template <class T, int NC>
+__device__ __attribute__((noinline)) void point_hessian(const GridView<T>& g, int c, const PointTransform& xf,
+                                                        const double p[3], int mode, bool world, T* value,
+                                                        typename RealOf<T>::type* jacobian,
+                                                        typename RealOf<T>::type* hessian, LeafCache& cache) {
+  if constexpr (NC == 0)
+    sample_point_hessian<T, 1>(component_view(g, c), xf, p, mode, world, value, jacobian, hessian, cache);
+  else
+    sample_point_hessian<T, NC>(g, xf, p, mode, world, value, jacobian, hessian, cache);
+}
+#endif
+
 // Entry: values (N, C), Jacobians (N, C, 3) when out_j is not null, and Hessians (N, C, 3, 3) of n points.
+// On the GPU a point is point_hessian's, out of line, and a run-time count (NC = 0) goes through the components
+// one at a time (component_view): no frame of MAX_COMPONENTS' sums (6.9 KB); the CPU keeps one pass.
 template <class T, int NC, class P>
 VDB_ENTRY void hessian_points(const KernelAbi& k, const P* pts, i64 n, T* out_v, typename RealOf<T>::type* out_j,
                               typename RealOf<T>::type* out_h) {
+  typedef typename RealOf<T>::type R;
   const GridView<T> g = abi_grid<T>(k);
   const int C = k.components, mode = k.mode;
   const bool world = k.hessian_world != 0;
   auto body = [&](i64 i, const PointTransform& xf, LeafCache& cache) {
     double p[3];
     load_point(pts, i, p);
-    sample_point_hessian<T, NC>(g, xf, p, mode, world, out_v + i * C, out_j ? out_j + i * 3 * C : nullptr,
-                                out_h + i * 9 * C, cache);
+    T* v = out_v + i * C;
+    R* j = out_j ? out_j + i * 3 * C : nullptr;
+    R* h = out_h + i * 9 * C;
+#ifdef VDB_DEVICE_COMPILE
+    if constexpr (NC == 0) {
+      for (int c = 0; c < C; ++c)
+        point_hessian<T, 0>(g, c, xf, p, mode, world, v + c, j ? j + 3 * c : nullptr, h + 9 * c, cache);
+    } else {
+      point_hessian<T, NC>(g, 0, xf, p, mode, world, v, j, h, cache);
+    }
+#else
+    sample_point_hessian<T, NC>(g, xf, p, mode, world, v, j, h, cache);
+#endif
   };
   for_each_point<1024>(n, k, body);
 }

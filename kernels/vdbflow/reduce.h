@@ -513,25 +513,36 @@ struct MarkSlots {
 };
 
 // Point i's features (sample_point and derive_point, as the fused sampling entry computes them) to
-// x[f * REDUCE_BLOCK] for each channel f.
+// x[f * REDUCE_BLOCK] for each channel f.  A run-time count (NC = 0, never 3: derive is false) samples each
+// value or Jacobian channel's component alone (component_view), so no frame holds MAX_COMPONENTS' values.
 template <class T, int NC>
 __device__ __forceinline__ void reduce_point_features(const GridView<T>& g, const PointTransform& xf, int mode,
                                                           bool derive, const ReduceSpec& s, const double* pts, i64 i,
                                                           typename RealOf<T>::type* x, LeafCache& cache) {
   typedef typename RealOf<T>::type R;
-  constexpr int CMAX = NC > 0 ? NC : MAX_COMPONENTS;
   double p[3];
-  T v[CMAX];
-  R j[3 * CMAX], d[DERIVED_COUNT][4];
-  R* outs[DERIVED_COUNT];
-  for (int q = 0; q < DERIVED_COUNT; ++q) outs[q] = d[q];
   load_point(pts, i, p);
-  sample_point<T, NC>(g, xf, p, mode, true, v, j, cache);
-  if (derive) {
-    const R u[3] = {(R)v[0], (R)v[1], (R)v[2]};
-    derive_point<R>(j, u, outs, 0);
+  if constexpr (NC == 0) {
+    for (int f = 0; f < s.channels; ++f) {  // derived channels need C = 3 (never a run-time count): NaN
+      const bool value = s.source[f] == CHANNEL_VALUE;
+      T v = T(0);
+      R j[3] = {(R)nan(""), (R)nan(""), (R)nan("")};
+      if (s.source[f] != CHANNEL_DERIVED)
+        sample_point<T, 1>(component_view(g, value ? s.index[f] : s.index[f] / 3), xf, p, mode, true, &v, j, cache);
+      x[f * REDUCE_BLOCK] = value ? (R)v : j[s.source[f] == CHANNEL_DERIVED ? 0 : s.index[f] % 3];
+    }
+  } else {
+    T v[NC];
+    R j[3 * NC], d[DERIVED_COUNT][4];
+    R* outs[DERIVED_COUNT];
+    for (int q = 0; q < DERIVED_COUNT; ++q) outs[q] = d[q];
+    sample_point<T, NC>(g, xf, p, mode, true, v, j, cache);
+    if (derive) {
+      const R u[3] = {(R)v[0], (R)v[1], (R)v[2]};
+      derive_point<R>(j, u, outs, 0);
+    }
+    for (int f = 0; f < s.channels; ++f) x[f * REDUCE_BLOCK] = point_channel<T, R>(s, f, v, j, outs);
   }
-  for (int f = 0; f < s.channels; ++f) x[f * REDUCE_BLOCK] = point_channel<T, R>(s, f, v, j, outs);
 }
 
 // The first launch (sample.cu reduce_kernel; grid: one block of threads per REDUCE_BLOCK points of the

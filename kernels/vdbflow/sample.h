@@ -25,6 +25,27 @@ template <> struct HasNaN<double> { static constexpr bool value = true; };
 // Components handled by the run-time-C path (NC == 0).
 constexpr int MAX_COMPONENTS = 64;
 
+// Component c of g alone: a grid read as one component (NC = 1) whose voxels keep g's stride.  The GPU's
+// Hessian and statistics entries for a run-time count go through the components one at a time this way, so
+// their frames hold no MAX_COMPONENTS-sized arrays (each component's sums run in the same order).
+template <class T>
+VDB_HD GridView<T> component_view(GridView<T> g, int c) {
+  if (g.values) g.values += c;
+  if (g.tile_values) g.tile_values += c;
+  if (g.background) g.background += c;
+  return g;
+}
+// The stride of g's voxels (locate_cell's in-leaf reads): g's C on the GPU, where a component view reads fewer
+// (NC = 1), the compile-time count on the host (which reads no component view).
+template <int NC, class T>
+VDB_HD i64 voxel_stride(const GridView<T>& g) {
+#ifdef VDB_DEVICE_COMPILE
+  return g.components;
+#else
+  return NC > 0 ? NC : g.components;
+#endif
+}
+
 template <class R, int C>
 struct Jacobian {
   static_assert(C >= 1, "a Jacobian has at least one component row");
@@ -225,8 +246,8 @@ VDB_HD VDB_INLINE void locate_cell_inline(const GridView<T>& g, const PointTrans
       cell.leaf = slot;
       cell.offset = base;
       if (!g.index_layout) {
-        const T* p0 = g.values + leaf_values_base(g, slot) + (i64)base * C;
-        const i64 sx = 64 * C, sy = 8 * C, sz = C;
+        const i64 sz = voxel_stride<NC>(g), sx = 64 * sz, sy = 8 * sz;
+        const T* p0 = g.values + leaf_values_base(g, slot) + base * sz;
         corner[0] = p0;           corner[1] = p0 + sz;
         corner[2] = p0 + sy;      corner[3] = p0 + sy + sz;
         corner[4] = p0 + sx;      corner[5] = p0 + sx + sz;
