@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import vdbflow
+import vdbflow.core.value_types
 from vdbflow import _core
 from vdbflow.devices import cuda as cuda_backend
 
