@@ -1,7 +1,8 @@
-"""The fault campaign (scripts/fault_campaign.py) in the suite: 300 seeded cases of hostile unit
+"""The fault campaign (scripts/fault_campaign.py) sampled in the suite: 100 seeded cases of hostile unit
 strings, metadata records, Zarr volume stores and series, each in its own process under memory and
 time limits, and a few cases of jobs under signals, concurrent runs, hostile configs and (as root)
-full disks.  Every case must end in an outcome its oracle accepts (docs/reliability.md)."""
+full disks.  Every case must end in an outcome its oracle accepts (docs/reliability.md).  The whole
+campaign (thousands of cases) is `python scripts/fault_campaign.py` (docs/testing.md)."""
 
 import importlib.util
 import os
@@ -30,15 +31,15 @@ def _no_bugs(bugs: list[dict]) -> str:
 
 
 @pytest.mark.slow
-def test_300_cases_of_hostile_inputs_end_as_their_oracles_accept(campaign):
-    counts, bugs = campaign.run_campaign(300, list(campaign.CHEAP), seed=2026, jobs=2, progress=False)
+def test_100_cases_of_hostile_inputs_end_as_their_oracles_accept(campaign):
+    counts, bugs = campaign.run_campaign(100, list(campaign.CHEAP), seed=2026, jobs=2, progress=False)
     assert not bugs, _no_bugs(bugs)
-    assert sum(counts.values()) == 300
+    assert sum(counts.values()) == 100
     # the oracles are not vacuous: each kind both refused hostile inputs and read good ones back
-    assert counts["stores", "refused"] > 20 and counts["stores", "same"] > 5
-    assert counts["units", "warned"] > 20 and counts["units", "same"] > 0
-    assert counts["series", "refused"] > 5
-    assert counts["metadata", "same"] + counts["metadata", "refused"] > 10
+    assert counts["stores", "refused"] > 6 and counts["stores", "same"] > 1
+    assert counts["units", "warned"] > 6 and counts["units", "same"] > 0
+    assert counts["series", "refused"] > 1
+    assert counts["metadata", "same"] + counts["metadata", "refused"] > 3
 
 
 @pytest.mark.slow

@@ -1,9 +1,10 @@
 """Seeded structure-aware mutants of .nvdb files (scripts/fuzz_nvdb.py), each read in a subprocess batch
 under an address-space limit: every one is refused with a vdbflow error or opens consistently (closest
 samples equal the stored values, linear sampling runs, and - for one case in four - a write + read
-round trip keeps voxels and values).  No crash, no other exception.  2,000 mutants as the campaign
-makes them (most checksums cleared, the others read with the default checksum=True), and 1,000 with
-their checksums kept and ignored (checksum=False): the structural checks alone must hold."""
+round trip keeps voxels and values).  No crash, no other exception.  600 mutants as the campaign
+makes them (most checksums cleared, the others read with the default checksum=True), and 300 with
+their checksums kept and ignored (checksum=False): the structural checks alone must hold.  The suite
+samples the campaign; `python scripts/fuzz_nvdb.py` runs it whole (docs/testing.md)."""
 
 import importlib.util
 from pathlib import Path
@@ -31,17 +32,17 @@ def campaign(cases: int, seed: int, checksums: bool):
 
 
 @pytest.mark.slow
-def test_two_thousand_seeded_mutants():
-    counts = campaign(2000, 2026, checksums=True)
-    assert sum(counts.values()) == 2000, counts
+def test_six_hundred_seeded_mutants():
+    counts = campaign(600, 2026, checksums=True)
+    assert sum(counts.values()) == 600, counts
     assert counts["inconsistent"] == counts["error"] == counts["crash"] == counts["sanitizer"] == 0, counts
     # the campaign reaches both sides: mutants the reader refuses and mutants it accepts
-    assert counts["rejected"] > 1000 and counts["accepted"] > 100, counts
+    assert counts["rejected"] > 300 and counts["accepted"] > 30, counts
 
 
 @pytest.mark.slow
-def test_a_thousand_mutants_with_their_checksums_ignored():
-    counts = campaign(1000, 2027, checksums=False)
-    assert sum(counts.values()) == 1000, counts
+def test_three_hundred_mutants_with_their_checksums_ignored():
+    counts = campaign(300, 2027, checksums=False)
+    assert sum(counts.values()) == 300, counts
     assert counts["inconsistent"] == counts["error"] == counts["crash"] == counts["sanitizer"] == 0, counts
-    assert counts["rejected"] > 300 and counts["accepted"] > 100, counts
+    assert counts["rejected"] > 90 and counts["accepted"] > 30, counts

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from sampling import sample
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import gpu_wheelhouse  # noqa: E402 - scripts/ is not a package
@@ -20,7 +21,9 @@ def _versions(items: list[dict]) -> dict[str, str]:
     return {gpu_wheelhouse.canonical(i["metadata"]["name"]): i["metadata"]["version"] for i in items}
 
 
-@pytest.mark.parametrize(("extra", "cuda"), [("gpu", "12"), ("gpu-cuda13", "13")])
+# one of the two extras a run, drawn by tests/sampling.py (each resolution downloads for a minute or more);
+# `python scripts/gpu_wheelhouse.py FOLDER --extra EXTRA` resolves (and downloads) either one by hand
+@pytest.mark.parametrize(("extra", "cuda"), sample([("gpu", "12"), ("gpu-cuda13", "13")], 1, "gpu extra"))
 def test_each_gpu_extra_resolves_with_the_cuda_runtime_wheels(extra, cuda):
     got = _versions(gpu_wheelhouse.resolve(gpu_wheelhouse.requirements(extra)))
     cupy = f"cupy-cuda{cuda}x"
