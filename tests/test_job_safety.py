@@ -421,12 +421,15 @@ def test_a_truncated_input_cannot_crash_the_job(tmp_path, monkeypatch):
     original = nvdb.read_bytes()
     real = distributed.distribute
 
-    from vdbflow.io import volumes
+    from vdbflow.io import grid_ref
 
-    real_open = volumes.open_volume
+    real_open = grid_ref.open_volume
+
+    def path_of(source):  # a path, or the GridRef a job names its files by
+        return Path(getattr(source, "path", source))
 
     def truncate(source):
-        assert Path(source) != nvdb and Path(source).name.startswith(".result.zarr.input-")
+        assert path_of(source) != nvdb and path_of(source).name.startswith(".result.zarr.input-")
         with open(nvdb, "r+b") as f:
             f.truncate(100)
 
@@ -435,12 +438,12 @@ def test_a_truncated_input_cannot_crash_the_job(tmp_path, monkeypatch):
         return real(source, *args, **kwargs)
 
     def truncate_then_open(source, *args, **kwargs):  # every worker reads the whole (small) volume
-        if Path(source).name.startswith(".result.zarr.input-"):  # the job opening its snapshot
+        if path_of(source).name.startswith(".result.zarr.input-"):  # the job opening its snapshot
             truncate(source)
         return real_open(source, *args, **kwargs)
 
     monkeypatch.setattr(distributed, "distribute", truncate_then_distribute)
-    monkeypatch.setattr(volumes, "open_volume", truncate_then_open)
+    monkeypatch.setattr(grid_ref, "open_volume", truncate_then_open)  # where a GridRef opens its file
     result = invoke("run", str(cfg_path))
     assert result.exit_code == 0, result.output
     ds = xr.open_zarr(tmp_path / "result.zarr")
