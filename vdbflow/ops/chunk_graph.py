@@ -73,7 +73,7 @@ def stack_chunks(
     arrays = []
     for k, ((shape, dtype), name) in enumerate(zip(outputs, names, strict=True)):
         whole = (0,) * len(shape)
-        layer = {
+        layer: dict[Any, Any] = {  # Dask's task keys: (name, *block index)
             (name, *index, *whole): (operator.getitem, done.key, first + k)
             for index, (done, first) in zip(np.ndindex(*grid), parts, strict=True)
         }
