@@ -43,8 +43,10 @@ nb::dict operations(bool steps) {
 
 // ReduceSpec's fields for Python's spec dtype (as abi_fields).
 static_assert(std::is_standard_layout<ReduceSpec>::value, "ReduceSpec must be plain data");
-#define VDBFLOW_SPEC_FIELD(name, fmt, elem) \
-  nb::make_tuple(#name, fmt, offsetof(ReduceSpec, name), sizeof(((ReduceSpec*)nullptr)->name) / sizeof(elem))
+// a plain-data record's field for Python's dtype: (name, NumPy format, byte offset, element count)
+#define VDBFLOW_RECORD_FIELD(record, name, fmt, elem) \
+  nb::make_tuple(#name, fmt, offsetof(record, name), sizeof(((record*)nullptr)->name) / sizeof(elem))
+#define VDBFLOW_SPEC_FIELD(name, fmt, elem) VDBFLOW_RECORD_FIELD(ReduceSpec, name, fmt, elem)
 nb::tuple reduce_spec_fields() {
   return nb::make_tuple(
       VDBFLOW_SPEC_FIELD(channels, "i4", int), VDBFLOW_SPEC_FIELD(source, "i4", int), VDBFLOW_SPEC_FIELD(index, "i4", int),
@@ -62,8 +64,7 @@ nb::tuple reduce_spec_fields() {
 
 // KernelAbi's fields for Python's record dtype: (name, NumPy format, byte offset, element count).
 static_assert(std::is_standard_layout<KernelAbi>::value, "KernelAbi must be plain data");
-#define VDBFLOW_ABI_FIELD(name, fmt, elem) \
-  nb::make_tuple(#name, fmt, offsetof(KernelAbi, name), sizeof(((KernelAbi*)nullptr)->name) / sizeof(elem))
+#define VDBFLOW_ABI_FIELD(name, fmt, elem) VDBFLOW_RECORD_FIELD(KernelAbi, name, fmt, elem)
 nb::tuple abi_fields() {
   return nb::make_tuple(
       VDBFLOW_ABI_FIELD(tables, "u8", u64), VDBFLOW_ABI_FIELD(table_masks, "u4", u32),
@@ -79,6 +80,7 @@ nb::tuple abi_fields() {
       VDBFLOW_ABI_FIELD(period, "i8", i64));
 }
 #undef VDBFLOW_ABI_FIELD
+#undef VDBFLOW_RECORD_FIELD
 
 void add_kernel_facts(nb::module_& m) {
   nb::list derived_names, derived_widths;
