@@ -13,7 +13,7 @@ import pytest
 from test_run import fake_result
 
 import vdbflow
-from vdbflow.io import atomic
+from vdbflow.core import atomic
 from vdbflow.jobs.publish.output import leftovers, partial_path, publish, tidy
 
 HOST = socket.gethostname()

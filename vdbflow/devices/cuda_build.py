@@ -39,6 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from vdbflow.core.atomic import atomic_file
 from vdbflow.core.kernel import GPU_STEPS, OPERATIONS
 from vdbflow.devices import nvrtc
 from vdbflow.errors import DeviceError
@@ -302,30 +303,6 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _umask()  # read once, at import (setting it is process-wide)
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    """``data`` at ``path``, whole or not at all, readable as the umask allows (a cache in a cluster image is
-    read by other users; mkstemp alone would make it 0600), writable by this user only."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644 & ~_UMASK)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def _read_entry(record: Path, image: Path, key_parts: dict, say: bool = False) -> dict | None:
     """The record of a complete, intact, trusted entry of ``key_parts``, or None: missing, unreadable, an
     image that does not match its digest (a corrupt entry), a record of another key, or a file another user
@@ -364,8 +341,9 @@ def _cached_build(key_parts: dict, suffix: str, make: callable) -> tuple[Path, d
         data, meta = make()
         meta = {**meta, "key": key_parts, "image_sha256": hashlib.sha256(data).hexdigest()}
         try:
-            _write_atomic(image, data)
-            _write_atomic(record, json.dumps(meta, indent=1).encode())
+            for path, content in ((image, data), (record, json.dumps(meta, indent=1).encode())):
+                with atomic_file(path, mode=0o644) as fh:  # read by other users of a cluster image, written by one
+                    fh.write(content)
         except OSError as err:  # a folder or another user's file in the entry's place, a full disk
             raise DeviceError(
                 f"expected to write the CUDA build cache's entry {image.name} in {root}, got {err}"

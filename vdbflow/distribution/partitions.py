@@ -23,7 +23,7 @@ from vdbflow.core.volume import Topology, Volume
 from vdbflow.distribution.fit import check_fit, keep_in_memory, needs_no_spilling
 from vdbflow.distribution.plan import PartitionPlan, leaf_stencil, leaf_weights, near_blocks, plan_partitions
 from vdbflow.errors import ClusterError, DistributionError, VolumeError
-from vdbflow.io.atomic import create_exclusive
+from vdbflow.core.atomic import create_exclusive
 from vdbflow.io.grid_ref import GridRef
 from vdbflow.io.identity import FileIdentity
 from vdbflow.io.location import is_url

@@ -396,7 +396,7 @@ def write_json(fs: Any, path: str, document: Any) -> None:
 def remove(target: Target, options: Mapping[str, Any] | None = None) -> None:
     """Remove everything at ``target`` (a tree, a prefix); errors are ignored."""
     if not is_url(target):
-        from vdbflow.io.atomic import remove_tree
+        from vdbflow.core.atomic import remove_tree
 
         remove_tree(Path(target))
         return

@@ -75,7 +75,7 @@ def to_netcdf(ds: xr.Dataset, path: str | os.PathLike, *, overwrite: bool = Fals
     whose history says this call wrote it; whole or not at all (written in a private directory beside
     ``path``, then renamed).
     An existing file is replaced only with ``overwrite``.  Returns the path."""
-    from vdbflow.io.atomic import private_directory, remove_tree
+    from vdbflow.core.atomic import private_directory, remove_tree
 
     path = Path(path)
     if not overwrite and os.path.lexists(path):

@@ -23,7 +23,7 @@ from vdbflow.core.transform import Transform
 from vdbflow.core.volume import Topology, Volume
 from vdbflow.errors import OpenVDBError, StorageError, VolumeError, WriteError
 from vdbflow.io import bounded_json, zarr_v2
-from vdbflow.io.atomic import atomic_directory
+from vdbflow.core.atomic import atomic_directory
 from vdbflow.io.location import ReadStats, RemoteFile, filesystem, is_url, local_path, stat_url, storage_error
 
 if TYPE_CHECKING:
@@ -181,7 +181,7 @@ def from_dataset(ds: xr.Dataset) -> Volume:
 def to_zarr(vol: Volume, path: str | os.PathLike, *, overwrite: bool = False, chunk: int = 1 << 20) -> None:
     """Write ``vol`` to a Zarr store (format 2), ``chunk`` voxels per chunk, every chunk written.
 
-    The store is written by :func:`~vdbflow.io.atomic.atomic_directory`: in a private directory beside
+    The store is written by :func:`~vdbflow.core.atomic.atomic_directory`: in a private directory beside
     ``path``, renamed into place once complete, so a failed write (a full disk: a
     :class:`~vdbflow.errors.WriteError`) leaves nothing at ``path``, and ``overwrite=True`` replaces
     an earlier Zarr store there only then.  Raises :class:`~vdbflow.errors.WriteError` when ``path``

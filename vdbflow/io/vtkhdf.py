@@ -246,9 +246,9 @@ def write(ds: xr.Dataset, target: Any, attrs: dict[str, Any] | None = None) -> N
 
 
 def to_vtkhdf(ds: xr.Dataset, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
-    """Write ``ds`` to the VTKHDF file ``path`` (whole or not at all: :func:`vdbflow.io.atomic.atomic_file`);
+    """Write ``ds`` to the VTKHDF file ``path`` (whole or not at all: :func:`vdbflow.core.atomic.atomic_file`);
     an existing file is replaced only with ``overwrite``.  Returns the path."""
-    from vdbflow.io.atomic import atomic_file
+    from vdbflow.core.atomic import atomic_file
 
     path = Path(path)
     if not overwrite and os.path.lexists(path):

@@ -16,7 +16,7 @@ import numpy as np
 
 from vdbflow.core.volume import Topology, Volume
 from vdbflow.errors import NanoVDBError, WriteError
-from vdbflow.io.atomic import atomic_file
+from vdbflow.core.atomic import atomic_file
 from vdbflow.io.bounded_json import not_text
 from vdbflow.io.mapped import FileMap
 from vdbflow.io.nanovdb import format as fmt

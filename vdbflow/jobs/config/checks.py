@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from vdbflow.io.atomic import private_directory
+from vdbflow.core.atomic import private_directory
 from vdbflow.jobs.config.model import DERIVED, SECOND, ConfigError, FilePoints, JobConfig
 from vdbflow.jobs.publish.checks import remote_output_problems
 from vdbflow.jobs.publish.results import not_a_result

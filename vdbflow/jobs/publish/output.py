@@ -3,7 +3,7 @@ to its final path only once complete, so an interrupted job never leaves a resul
 
 Every hidden file a job leaves next to its output - ``.NAME.partial-TAG`` (a result being written),
 ``.NAME.replaced-TAG`` (the earlier result during the swap), ``.NAME.input-TAG`` (a private snapshot of
-an input), ``.NAME.tmp-TAG`` (the private directory of a file being saved, :mod:`vdbflow.io.atomic`) -
+an input), ``.NAME.tmp-TAG`` (the private directory of a file being saved, :mod:`vdbflow.core.atomic`) -
 names its writer in ``TAG`` (``XXXXXXXX-PID@HOST``), so :func:`tidy` can tell a running job's files
 from those of a killed one, remove the latter and restore an earlier result that a kill during the
 swap left aside.
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from vdbflow.errors import OutputError
-from vdbflow.io.atomic import (
+from vdbflow.core.atomic import (
     RENAME_EXCHANGE,
     RENAME_NOREPLACE,
     hidden_sibling,

@@ -19,7 +19,7 @@ import dask
 import h5netcdf
 import xarray as xr
 
-from vdbflow.io.atomic import remove_tree
+from vdbflow.core.atomic import remove_tree
 from vdbflow.io.netcdf import cf_ready
 from vdbflow.jobs.publish.units import UnitPlan
 from vdbflow.jobs.publish.writers import plain_attrs

@@ -148,7 +148,9 @@ def _publish(written: Path, target: Path, replace: bool) -> None:
 
 
 @contextlib.contextmanager
-def atomic_file(path: str | os.PathLike, *, replace: bool = True, readable: bool = False) -> Iterator[BinaryIO]:
+def atomic_file(
+    path: str | os.PathLike, *, replace: bool = True, readable: bool = False, mode: int = 0o666
+) -> Iterator[BinaryIO]:
     """Write a file that appears at ``path`` whole or not at all::
 
         with atomic_file("out.nvdb") as fh:
@@ -156,7 +158,7 @@ def atomic_file(path: str | os.PathLike, *, replace: bool = True, readable: bool
 
     The file is made in :func:`private_directory` and renamed onto ``path`` when the block ends
     without an error (``replace=False``: only if nothing is at ``path``); it gets the permissions a
-    plain ``open`` would give (0666 less the umask).  Any error, a ``KeyboardInterrupt`` too, removes
+    plain ``open`` would give, ``mode`` (0666) less the umask.  Any error, a ``KeyboardInterrupt`` too, removes
     the private directory and leaves ``path`` as it was; an ``OSError`` becomes a
     :class:`~vdbflow.errors.WriteError`.  ``readable``: the file is open for reading too (to map it).
     """
@@ -164,7 +166,7 @@ def atomic_file(path: str | os.PathLike, *, replace: bool = True, readable: bool
     where = _private_or_fail(target)
     try:
         written = where / target.name
-        with create_exclusive(written, readable=readable) as fh:  # 0666 less the umask; private in its 0700 directory
+        with create_exclusive(written, mode, readable) as fh:  # mode less the umask; private in its 0700 directory
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
