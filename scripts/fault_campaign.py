@@ -890,7 +890,8 @@ def case_races(rng: np.random.Generator, work: Path) -> tuple[str, str]:
     """A writer checks its output path, then something else takes the path before the writer exchanges
     with it: ``to_zarr(overwrite=True)`` and a job's publishing, with and without ``renameat2``."""
     import vdbflow
-    from vdbflow.core import atomic, volumes
+    from vdbflow.core import atomic
+    from vdbflow.io import volumes
     from vdbflow.jobs.publish import output
 
     intruder = str(rng.choice(INTRUDERS))

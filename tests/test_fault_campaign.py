@@ -90,7 +90,8 @@ def test_40_cases_of_races_reads_mid_replace_planner_peaks_and_bad_text(campaign
 def test_the_round_four_oracles_catch_what_they_are_for(campaign, tmp_path, monkeypatch):
     """A publish that deleted what appeared after its check, a reader that mixed two files and a planner
     that counted only the written bytes are each caught as 'wrong'."""
-    from vdbflow.core import atomic, volumes
+    from vdbflow.core import atomic
+    from vdbflow.io import volumes
     from vdbflow.jobs import plan
     from vdbflow.jobs.publish import output
 
