@@ -42,7 +42,7 @@ from vdbflow.jobs.chunks import (
     point_tally,
     sum_rows,
 )
-from vdbflow.jobs.config.model import ConfigError, JobConfig
+from vdbflow.jobs.config.model import JobConfig
 from vdbflow.jobs.plan import JobPlan
 from vdbflow.jobs.points import make_points
 from vdbflow.ops.chunk_graph import map_chunks, reduce_chunks
@@ -112,7 +112,7 @@ def job_statistics(cfg: JobConfig, template: Volume) -> Any:
 
     js = cfg.sampling.jacobian_space or cfg.points.space
     spec = cfg.reduce
-    try:
+    with cfg.about("reduce", SamplingError):
         q = lambda text: quantity(text, template, js)  # noqa: E731
         histograms = [
             Histogram(
@@ -127,8 +127,6 @@ def job_statistics(cfg: JobConfig, template: Volume) -> Any:
         ]
         stats = Statistics(histograms, [q(n) for n in spec.moments], conditionals)
         stats.layout()  # the kernels' limits
-    except SamplingError as err:
-        raise ConfigError(f"reduce{cfg.where('reduce')}: {err}") from None
     return stats
 
 
@@ -307,15 +305,14 @@ def _particle_job(
     t0 = time.perf_counter()
     ((name, src),) = sources.items()
     if isinstance(src, SeriesFiles):  # its times were checked by plan_job
-        try:
+        with cfg.about("volume.series", VolumeError, NanoVDBError, OpenVDBError):
             template = src.open().template
-        except (VolumeError, NanoVDBError, OpenVDBError) as err:
-            raise ConfigError(f"volume.series{cfg.where('volume.series')}: {err}") from None
         source: Any = src
     else:
         template, source = chunks.template(src), chunks.on_workers(src, client)  # a Volume: once a worker
-    if not isinstance(template, Volume):
-        raise ConfigError(f"advect: expected a grid of values to advect through, got an index grid {name!r}")
+    with cfg.about("advect", VolumeError):
+        if not isinstance(template, Volume):
+            raise VolumeError(f"expected a grid of values to advect through, got an index grid {name!r}")
     topology = template.topology
     bbox = topology.data_bounds(cfg.points.space, inner=True)  # a lattice's default: the voxel centres
     point_set = make_points(cfg.points, topology, bbox, cfg.sampling.mode)

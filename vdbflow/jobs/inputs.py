@@ -18,7 +18,7 @@ from vdbflow import synthetic
 from vdbflow.errors import VdbflowError, VolumeError
 from vdbflow.io.grid_ref import GridRef
 from vdbflow.io.identity import FileIdentity
-from vdbflow.jobs.config.model import ConfigError, JobConfig
+from vdbflow.jobs.config.model import JobConfig
 from vdbflow.jobs.publish.output import snapshot_path, tidy
 
 log = logging.getLogger("vdbflow.run")
@@ -89,10 +89,8 @@ def file_periods(cfg: JobConfig, grid: str) -> Any:
         return None
     from vdbflow.io.volumes import open_volume
 
-    try:
+    with cfg.about("volume.periodic", VolumeError):
         opened = open_volume(cfg.volume.path, grid, periodic=cfg.volume.periodic)  # mapped: the topology is read
-    except VolumeError as err:
-        raise ConfigError(f"volume.periodic{cfg.where('volume.periodic')}: {err}") from None
     return opened.periodic or False
 
 
@@ -110,11 +108,9 @@ def build_volumes(cfg: JobConfig, grids: list[str]) -> tuple[dict[str, Any], Any
     s, periodic = cfg.volume.synthetic, cfg.volume.periodic
     if s is None:
         return {name: GridRef(os.fspath(cfg.volume.path), name, file_periods(cfg, name)) for name in grids}, None
-    try:
+    with cfg.about("volume.synthetic", VolumeError, ValueError):
         analytic = synthetic.make_field(s.field, **s.params)
         vol = synthetic.flow_volume(analytic, s.resolution, s.extent, np.dtype(s.dtype), *s.shell, periodic=periodic)
-    except (VolumeError, ValueError) as err:
-        raise ConfigError(f"volume.synthetic: {err}") from None
     if s.write is not None:
         s.write.parent.mkdir(parents=True, exist_ok=True)
         for line in tidy(s.write.absolute()):  # what a killed run's save left beside it

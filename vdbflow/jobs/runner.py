@@ -34,7 +34,7 @@ from vdbflow.jobs.chunks import (
 )
 from vdbflow.jobs.clusters import open_cluster, worker_memory_limit
 from vdbflow.jobs.config.load import dump_config
-from vdbflow.jobs.config.model import ConfigError, JobConfig, SlurmClusterSpec
+from vdbflow.jobs.config.model import JobConfig, SlurmClusterSpec
 from vdbflow.jobs.executors import Sampled, executor_for, shaped, worker_memory
 from vdbflow.jobs.inputs import InputIdentity, build_volumes, snapshot
 from vdbflow.jobs.plan import JobPlan, check_worker_memory, plan_job
@@ -346,16 +346,13 @@ def _prepare_output(cfg: JobConfig, resume: bool, out: Any) -> tuple[Path | str,
     if isinstance(final, str):
         from vdbflow.jobs.publish.remote import exists
 
-        if cfg.output.overwrite == "never" and exists(final, options):
-            raise ConfigError(
-                f"output.path{cfg.where('output.path')}: {final} holds a result, and output.overwrite is 'never'"
-            )
+        with cfg.about("output.path", OutputError):
+            if cfg.output.overwrite == "never" and exists(final, options):
+                raise OutputError(f"{final} holds a result, and output.overwrite is 'never'")
         return final, reused
-    if cfg.output.overwrite == "never" and (final.exists() or final.is_symlink()):
-        raise ConfigError(
-            f"output.path{cfg.where('output.path')}: {final} holds the earlier result restored "
-            "just now, and output.overwrite is 'never'"
-        )
+    with cfg.about("output.path", OutputError):
+        if cfg.output.overwrite == "never" and (final.exists() or final.is_symlink()):
+            raise OutputError(f"{final} holds the earlier result restored just now, and output.overwrite is 'never'")
     final.parent.mkdir(parents=True, exist_ok=True)
     return final, reused
 
@@ -678,18 +675,10 @@ def run(
     JobError
         Anything that failed while the job ran, with the original error as ``__cause__``.
     """
-    from vdbflow.jobs.config.load import load_config
+    from vdbflow.jobs.config.load import as_config
 
     values = {**(overrides or {}), **{key.replace("__", "."): value for key, value in settings.items()}}
-    if isinstance(config, JobConfig):
-        # its fields as they are (a JSON dump would redact the credentials of its URLs and storage_options)
-        cfg = load_config(data=config.model_dump(exclude_unset=True), values=values) if values else config
-    elif isinstance(config, Mapping):
-        cfg = load_config(data=config, values=values)
-    elif isinstance(config, (str, os.PathLike)):
-        cfg = load_config(config, values=values)
-    else:
-        raise ConfigError(f"expected a config path, mapping or JobConfig, got {type(config).__name__}")
+    cfg = as_config(config, values)
     try:
         return run_job(cfg, progress=False, force=force, client=client, resume=resume)
     except VdbflowError:

@@ -302,6 +302,19 @@ def _read_config(path: str | Path, source: str) -> str:
         raise ConfigError(f"cannot read the config file {source}: {err}") from None
 
 
+def as_config(config: Any, values: Mapping[str, Any] | None = None) -> JobConfig:
+    """A :class:`JobConfig` from a config path, a mapping of sections or a JobConfig, with ``values`` set
+    (``{"points.count": 1000}``, by dotted key path)."""
+    if isinstance(config, JobConfig):
+        # its fields as they are (a JSON dump would redact the credentials of its URLs and storage_options)
+        return load_config(data=config.model_dump(exclude_unset=True), values=values) if values else config
+    if isinstance(config, Mapping):
+        return load_config(data=config, values=values)
+    if isinstance(config, (str, os.PathLike)):
+        return load_config(config, values=values)
+    raise ConfigError(f"expected a config path, mapping or JobConfig, got {type(config).__name__}")
+
+
 def load_config(
     path: str | Path | None = None,
     overrides: list[str] | tuple[str, ...] = (),

@@ -19,9 +19,10 @@ read from a URL).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -696,3 +697,20 @@ class JobConfig(_Model):
     def where(self, dotted: str) -> str:
         """`` (FILE, line N)`` where the key was given, or ``""``."""
         return self._where.get(tuple(dotted.split(".")), "")
+
+    @contextlib.contextmanager
+    def about(self, dotted: str, *kinds: type[Exception]) -> Iterator[None]:
+        """A block whose errors of ``kinds`` (vdbflow's own by default) are the config's fault at key ``dotted``:
+        they leave as a :class:`ConfigError` naming the key and its line, so the job's engine raises its own
+        errors and the config room says whose they are::
+
+            with cfg.about("volume.periodic", VolumeError):
+                opened = open_volume(...)
+        """
+        caught = kinds or (VdbflowError,)
+        try:
+            yield
+        except ConfigError:
+            raise
+        except caught as err:
+            raise ConfigError(f"{dotted}{self.where(dotted)}: {err}") from None

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vdbflow.errors import OutputError
 from vdbflow.core.atomic import (
     RENAME_EXCHANGE,
     RENAME_NOREPLACE,
@@ -36,6 +35,7 @@ from vdbflow.core.atomic import (
     sibling_stem,
     writer_tag,
 )
+from vdbflow.errors import OutputError
 from vdbflow.io.location import Target, filesystem, is_url
 from vdbflow.jobs.publish.remote import finish_publishing, sibling
 from vdbflow.jobs.publish.remote import publish as publish_remote

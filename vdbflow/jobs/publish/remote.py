@@ -31,8 +31,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from vdbflow.errors import OutputError
 from vdbflow.core.atomic import sibling_stem, writer_tag
+from vdbflow.errors import OutputError
 from vdbflow.io.location import filesystem, parent_and_name, read_json, write_json
 from vdbflow.jobs.publish.results import not_a_remote_result
 

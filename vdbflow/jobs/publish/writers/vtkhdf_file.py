@@ -11,8 +11,8 @@ import dask
 import h5py
 import xarray as xr
 
-from vdbflow.io import vtkhdf
 from vdbflow.core.atomic import remove_tree
+from vdbflow.io import vtkhdf
 from vdbflow.jobs.publish.units import UnitPlan
 from vdbflow.jobs.publish.writers import plain_attrs
 from vdbflow.jobs.publish.writers.zarr_store import StagedFile, open_staged

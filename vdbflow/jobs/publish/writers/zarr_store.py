@@ -25,9 +25,9 @@ import zarr
 from numcodecs import Blosc
 from zarr.codecs import BloscCodec
 
+from vdbflow.core.atomic import remove_tree
 from vdbflow.errors import OutputError
 from vdbflow.io import labels
-from vdbflow.core.atomic import remove_tree
 from vdbflow.io.location import Target, remove, zarr_store
 from vdbflow.jobs.publish.units import POINT_INDEX, UnitPlan, write_unit
 from vdbflow.jobs.publish.writers import plain_attrs, with_plain_attrs
