@@ -16,7 +16,9 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any, Protocol, TypeVar
 
+from vdbflow.core import kernel
 from vdbflow.core.kernel import KernelArrays
+from vdbflow.errors import DeviceError
 
 
 class Backend(Protocol):
@@ -178,9 +180,9 @@ class Backend(Protocol):
         """(M, 3) int coordinates of the active voxels of ranks ``ranks`` (M,) in tree order."""
 
 
-OPERATIONS: tuple[str, ...] = tuple(
-    name for name in vars(Backend) if not name.startswith("_") and callable(getattr(Backend, name))
-)
+# the operations, as the kernels' table lists them (operations.h, read by vdbflow.core.kernel); Backend declares
+# the parameters of each (tests/test_devices.py holds the two to one list)
+OPERATIONS: tuple[str, ...] = tuple(kernel.OPERATIONS)
 
 R = TypeVar("R")
 
@@ -189,6 +191,8 @@ def implements(body: Callable[[SimpleNamespace], R]) -> Callable[..., R]:
     """The backend function of the operation ``body.__name__``, with the parameters, defaults and docstring of
     :class:`Backend`'s method (declared once, here): ``body`` gets one call's arguments, defaults applied, as
     the attributes of a namespace; its own docstring, if any, follows the interface's."""
+    if body.__name__ not in OPERATIONS:
+        raise DeviceError(f"expected an operation of the kernels' table, got {body.__name__!r}")
     method = getattr(Backend, body.__name__)
     signature = inspect.signature(method)
     signature = signature.replace(parameters=list(signature.parameters.values())[1:])  # without self
