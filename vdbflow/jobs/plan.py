@@ -379,10 +379,10 @@ def _limits(plan: JobPlan) -> list[str]:
     return problems
 
 
-def _synthetic_estimate(cfg: JobConfig) -> GridPlan:
+def _synthetic_grid(cfg: JobConfig) -> GridPlan:
+    """The synthetic field's grid, its active voxels and leaves counted exactly (as the run will make it)."""
     s = cfg.volume.synthetic
-    inner, outer = s.shell
-    voxels = int(4.0 / 3.0 * np.pi * (outer**3 - inner**3) * s.resolution**3)
+    voxels, leaves = synthetic.shell_counts(s.resolution, *s.shell)  # exact: the shell clipped to the box
     comps = 3 if s.field != "linear" else len(s.params.get("matrix", [[0] * 3] * 3))
     where = f" (written to {s.write})" if s.write else ""
     vt = value_type_for(np.dtype(s.dtype), comps)
@@ -390,7 +390,7 @@ def _synthetic_estimate(cfg: JobConfig) -> GridPlan:
         "velocity",
         vt.name,
         vt,
-        -1,
+        leaves,
         voxels,
         f"synthetic {s.field}, {s.resolution}^3 box, shell {list(s.shell)}{where}",
     )
@@ -533,7 +533,7 @@ def _grid_plans(cfg: JobConfig, missing_volume: str | Path | None) -> list[GridP
             synthetic.make_field(cfg.volume.synthetic.field, **cfg.volume.synthetic.params)
         except (VolumeError, ValueError) as err:
             raise ConfigError(f"volume.synthetic.params{cfg.where('volume.synthetic.params')}: {err}") from None
-        grids = [_synthetic_estimate(cfg)]
+        grids = [_synthetic_grid(cfg)]
     elif missing_volume is not None:  # a dry run: the sizes assume vec3f grids
         grids = [
             GridPlan(

@@ -6,6 +6,7 @@ Each field maps world points (N, 3) to velocities (N, 3) and Jacobians (N, 3, 3)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -146,6 +147,39 @@ def shell_voxels(resolution: int, inner: float = 0.35, outer: float = 0.5) -> np
             jj, kk = j[keep], k[keep]
             parts.append(np.stack([np.full(len(jj), i), jj, kk], axis=1))
     return np.concatenate(parts).astype(np.int32) if parts else np.zeros((0, 3), np.int32)
+
+
+def shell_counts(resolution: int, inner: float = 0.35, outer: float = 0.5) -> tuple[int, int]:
+    """(active voxels, leaves) of :func:`shell_voxels` ``(resolution, inner, outer)`` - exactly, without making
+    the voxels: each (i, j) column's voxels are two runs of k, found by bisection in O(resolution^2 log) time.
+    Leaves are the 8^3 blocks of index space (NanoVDB's) that hold at least one of them."""
+    # twice the offsets from the centre are integers: 4 r^2 = a_i + a_j + a_k with a = (2 i - (n - 1))^2, and
+    # lo2 <= r^2 <= hi2 is exactly ceil(4 lo2) <= 4 r^2 <= floor(4 hi2) (4 x is exact in floating point)
+    n = int(resolution)
+    lo, hi = math.ceil(4 * (inner * n) ** 2), math.floor(4 * (outer * n) ** 2)
+    d = 2 * np.arange(n, dtype=np.int64) - (n - 1)
+    half = n // 2  # k >= half: d >= 0 (d = 0 at k = half when n is odd), a increasing; k < half mirrors it
+    up = d[half:] ** 2
+    blocks = -(-n // 8)
+    voxels, leaves = 0, 0
+    marks = np.zeros((blocks, blocks + 1), np.int64)  # the current i-block's leaves, a difference array along k
+    for i in range(n):
+        s = d[i] ** 2 + d**2  # (n,) by j
+        first = np.searchsorted(up, lo - s, "left")  # the run on the upper half: k = half + [first, last)
+        last = np.searchsorted(up, hi - s, "right")
+        run = np.maximum(last - first, 0)
+        mirrored = run - ((n % 2 == 1) & (first == 0) & (run > 0))  # the lower half's run, less the centre
+        voxels += int(run.sum() + mirrored.sum())
+        some = run > 0
+        jb = np.arange(n)[some] // 8
+        k0, k1 = half + first[some], half + last[some] - 1  # upper run, and its mirror n - 1 - k1 .. n - 1 - k0
+        for a, b in ((k0, k1), (n - 1 - k1, n - 1 - k0)):
+            np.add.at(marks, (jb, a // 8), 1)
+            np.add.at(marks, (jb, b // 8 + 1), -1)
+        if i % 8 == 7 or i == n - 1:
+            leaves += int(np.count_nonzero(np.cumsum(marks, axis=1)[:, :blocks]))
+            marks[:] = 0
+    return voxels, leaves
 
 
 def shell_interior(
