@@ -20,9 +20,9 @@
 #include "vdbflow/route.h"
 
 // The entry points of one compilation of the kernel section: one function pointer per row of the table of
-// operations (vdbflow/operations.h), with the row's CPU parameters.  A record (KernelAbi), routing's RouteSpec
-// and the particles' AdvectSpec travel as `const void*`: the same plain data in every compilation, a type
-// of each compilation's own namespace.
+// operations (vdbflow/operations.h), with the row's CPU parameters.  A record (KernelAbi) travels as a
+// vdbflow_op_record, a spec (ReduceSpec, RouteSpec, AdvectSpec, ...) as a vdbflow_op_spec: the same plain data in
+// every compilation, a type of each compilation's own namespace.
 struct VdbflowCpuKernels {
 #define VDBFLOW_CPU_ENTRY_POINTER(name, gpu_entry, value_types, gpu_components, cpu_parameters, gpu_parameters) \
   void(*name) cpu_parameters;
@@ -34,7 +34,7 @@ namespace {
 
 using namespace vdbflow;
 
-void sample_entry(const void* abi, const void* points, bool dbl, i64 n, void* out_v, void* out_j, int order) {
+void sample_entry(vdbflow_op_record abi, const void* points, bool dbl, i64 n, void* out_v, void* out_j, int order) {
   const KernelAbi& k = *(const KernelAbi*)abi;
   with_instance<false>(k.value_kind, k.components, dbl, [&](auto t, auto nc, auto p) {
     typedef type_of<decltype(t)> T;
@@ -44,7 +44,7 @@ void sample_entry(const void* abi, const void* points, bool dbl, i64 n, void* ou
   });
 }
 
-void sample_derived_entry(const void* abi, const void* points, bool dbl, i64 n, void* out_v, void* out_j,
+void sample_derived_entry(vdbflow_op_record abi, const void* points, bool dbl, i64 n, void* out_v, void* out_j,
                           void* const* derived, int order) {
   const KernelAbi& k = *(const KernelAbi*)abi;
   with_float_type(k.value_kind, [&](auto t) {
@@ -64,7 +64,7 @@ void derive_entry(const void* jacobian, const void* velocity, bool dbl, i64 n, v
     derive_points<float>((const float*)jacobian, (const float*)velocity, n, (float* const*)derived);
 }
 
-void sample_hessian_entry(const void* abi, const void* points, bool dbl, i64 n, void* out_v, void* out_j, void* out_h) {
+void sample_hessian_entry(vdbflow_op_record abi, const void* points, bool dbl, i64 n, void* out_v, void* out_j, void* out_h) {
   const KernelAbi& k = *(const KernelAbi*)abi;
   with_instance<true>(k.value_kind, k.components, dbl, [&](auto t, auto nc, auto p) {
     typedef type_of<decltype(t)> T;
@@ -74,7 +74,7 @@ void sample_hessian_entry(const void* abi, const void* points, bool dbl, i64 n, 
   });
 }
 
-void sample_vjp_entry(const void* abi, const void* points, bool dbl, i64 n, const void* adj_v, const void* adj_j,
+void sample_vjp_entry(vdbflow_op_record abi, const void* points, bool dbl, i64 n, const void* adj_v, const void* adj_j,
                double* accumulator, void* adj_p) {
   const KernelAbi& k = *(const KernelAbi*)abi;
   with_instance<true>(k.value_kind, k.components, dbl, [&](auto t, auto nc, auto p) {
@@ -86,7 +86,7 @@ void sample_vjp_entry(const void* abi, const void* points, bool dbl, i64 n, cons
   });
 }
 
-void grid_gradient_entry(const void* abi, const int* origins, const i64* first_row, i64 leaves, void* out) {
+void grid_gradient_entry(vdbflow_op_record abi, const int* origins, const i64* first_row, i64 leaves, void* out) {
   const KernelAbi& k = *(const KernelAbi*)abi;
   with_float_type(k.value_kind, [&](auto t) {
     typedef type_of<decltype(t)> T;
@@ -96,11 +96,11 @@ void grid_gradient_entry(const void* abi, const int* origins, const i64* first_r
   });
 }
 
-void stencil_inside_entry(const void* abi, const double* points, i64 n, bool* out) {
+void stencil_inside_entry(vdbflow_op_record abi, const double* points, i64 n, bool* out) {
   stencil_inside_points(*(const KernelAbi*)abi, points, n, out);
 }
 
-void route_entry(const void* r, const double* xform, bool world, const void* points, bool dbl, i64 n, int threads,
+void route_entry(vdbflow_op_spec r, const double* xform, bool world, const void* points, bool dbl, i64 n, int threads,
                  int* bucket, i64* order, void* sorted, i64* bounds) {
   const PointTransform xf = make_point_transform(xform, world, 0);
   with_point_type(dbl, [&](auto p) {
@@ -109,7 +109,7 @@ void route_entry(const void* r, const double* xform, bool world, const void* poi
   });
 }
 
-void advect_entry(const void* abi, const void* s, double* x, i64 n, double* position, double* velocity,
+void advect_entry(vdbflow_op_record abi, vdbflow_op_spec s, double* x, i64 n, double* position, double* velocity,
                   double* jacobian, double* F, signed char* status, i64* last_step, int* evaluations) {
   const KernelAbi& k = *(const KernelAbi*)abi;
   with_float_type(k.value_kind, [&](auto t) {
@@ -118,7 +118,7 @@ void advect_entry(const void* abi, const void* s, double* x, i64 n, double* posi
   });
 }
 
-void advect_series_entry(const void* abis, const void* s, const void* ss, double* x, i64 n, double* position,
+void advect_series_entry(const void* abis, vdbflow_op_spec s, vdbflow_op_spec ss, double* x, i64 n, double* position,
                          double* velocity, double* jacobian, double* F, signed char* status, i64* last_step,
                          i64* evaluations) {
   const KernelAbi* k = (const KernelAbi*)abis;
@@ -128,20 +128,20 @@ void advect_series_entry(const void* abis, const void* s, const void* ss, double
   });
 }
 
-void active_voxels_at_entry(const int* origins, const void* masks, const i64* leaf_end, i64 leaves, const i64* rank,
+void active_voxels_at_entry(const int* origins, const unsigned long long* masks, const i64* leaf_end, i64 leaves, const i64* rank,
                          i64 n, int* ijk) {
   active_voxels_points(origins, (const u64*)masks, (const i64*)leaf_end, leaves, (const i64*)rank, n, ijk);
 }
 
-void defined_voxels_entry(const void* abi, const i64* ijk, i64 n, bool* out) {
+void defined_voxels_entry(vdbflow_op_record abi, const i64* ijk, i64 n, bool* out) {
   defined_voxels_points(*(const KernelAbi*)abi, ijk, n, out);
 }
 
-void scatter_rows_entry(char* dst, const i64* index, const char* src, i64 m, i64 row) {
-  scatter_rows_points(dst, index, src, m, row);
+void scatter_rows_entry(void* dst, const i64* index, const void* src, i64 m, i64 row) {
+  scatter_rows_points((char*)dst, index, (const char*)src, m, row);
 }
 
-void sample_reduce_entry(const void* abi, const void* points, bool dbl, i64 n, const void* spec, const double* edges,
+void sample_reduce_entry(vdbflow_op_record abi, const void* points, bool dbl, i64 n, vdbflow_op_spec spec, const double* edges,
                          i64 n_ints, i64 n_reals, i64* ints, double* reals, int order) {
   const KernelAbi& k = *(const KernelAbi*)abi;
   with_instance<true>(k.value_kind, k.components, dbl, [&](auto t, auto nc, auto p) {
@@ -152,7 +152,7 @@ void sample_reduce_entry(const void* abi, const void* points, bool dbl, i64 n, c
   });
 }
 
-void reduce_features_entry(const void* spec, const double* edges, const void* features, bool dbl, i64 n, i64 n_ints,
+void reduce_features_entry(vdbflow_op_spec spec, const double* edges, const void* features, bool dbl, i64 n, i64 n_ints,
                            i64 n_reals, i64* ints, double* reals) {
   const ReduceSpec& s = *(const ReduceSpec*)spec;
   if (dbl)
@@ -161,7 +161,7 @@ void reduce_features_entry(const void* spec, const double* edges, const void* fe
     reduce_feature_rows<float>(s, edges, (const float*)features, n, n_ints, n_reals, ints, reals);
 }
 
-void merge_partials_entry(const void* spec, i64 n_ints, i64* ints, double* reals, const i64* ints_b,
+void merge_partials_entry(vdbflow_op_spec spec, i64 n_ints, i64* ints, double* reals, const i64* ints_b,
                           const double* reals_b) {
   merge_partial_into(*(const ReduceSpec*)spec, n_ints, ints, reals, ints_b, reals_b);
 }

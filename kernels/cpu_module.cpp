@@ -1,8 +1,10 @@
-// cpu_module.cpp - the CPU build of the kernels: the checked nanobind bindings.
+// cpu_module.cpp - the CPU build of the kernels: the nanobind bindings.
 //
 // The kernels and their point loops live in vdbflow/*.h, shared verbatim with the CUDA entry points of
-// sample.cu.  This file checks each call's arguments (a KernelAbi record, abi.h, and the call's arrays)
-// and hands the call to the kernel section (cpu_kernels.h) of the CPU target in use; cpu_targets.h picks
+// sample.cu.  This file binds each operation of the table (vdbflow/operations.h), most of them made from the
+// row's parameters (bind_row), checks each call's record (abi.h) and spec, and hands the call to the kernel
+// section (cpu_kernels.h) of the CPU target in use; what the arrays must hold is checked in Python, once for
+// both backends (vdbflow/devices/checks.py).  cpu_targets.h picks
 // that target, cpu_facts.h exports the kernels' facts and table of operations, cpu_reduce_spec.h checks a
 // reduction's spec.
 //
@@ -19,6 +21,7 @@
 #include <nanobind/stl/vector.h>
 #endif
 
+#include <cctype>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -27,6 +30,8 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "cpu_kernels.h"
@@ -128,15 +133,6 @@ KernelAbi read_abi(const nb::bytes& record) {
   return a;
 }
 
-template <class Array>
-bool is_kind(const Array& arr, int kind) {
-  return kind == KIND_F32 ? is<float>(arr) : kind == KIND_F64 ? is<double>(arr) : kind == KIND_I32 ? is<int32_t>(arr)
-         : kind == KIND_I64 ? is<int64_t>(arr) : is<uint32_t>(arr);
-}
-
-// Of the value kind's accumulation type (float32, or float64 for float64 data).
-template <class Array>
-bool is_real_of(const Array& arr, int kind) { return kind == KIND_F64 ? is<double>(arr) : is<float>(arr); }
 bool is_float_kind(int kind) { return kind == KIND_F32 || kind == KIND_F64; }
 
 // N of points (N, 3) float32 or float64.
@@ -146,122 +142,101 @@ i64 point_count(const InArray& points) {
   return (i64)points.shape(0);
 }
 
-void sample(nb::bytes record, InArray points, AnyArray out_values, std::optional<AnyArray> out_jacobian, int order) {
-  const KernelAbi k = read_abi(record);
-  const i64 n = point_count(points);
-  const size_t NC = (size_t)n * k.components;
-  check(is_kind(out_values, k.value_kind), "values and output must share one dtype");
-  check(order >= ORDER_AUTO && order <= ORDER_SCATTERED, "order must be 0, 1 or 2");
-  check(out_values.size() == NC, "out_values must hold N * C entries");
-  check(!out_jacobian || out_jacobian->size() == NC * 3, "out_jacobian must hold N * C * 3 entries");
-  if (is_float_kind(k.value_kind))
-    check(!out_jacobian || is_real_of(*out_jacobian, k.value_kind),
-          k.value_kind == KIND_F32 ? "jacobian must be float32" : "jacobian must be float64");
-  else
-    check(k.mode == MODE_CLOSEST && !out_jacobian, "integer data supports closest values only");
-  nb::gil_scoped_release release;
-  active->sample(&k, points.data(), is<double>(points), n, out_values.data(), data_or_null(out_jacobian), order);
-}
+vdbflow_op_record record_of(const KernelAbi& k) { return (vdbflow_op_record)&k; }
+template <class Spec>
+vdbflow_op_spec spec_of(const Spec& s) { return (vdbflow_op_spec)&s; }
 
-// The buffers of the derived quantities (derived.h order; None: not asked), each of the Jacobian dtype `kind`
-// with n * derived_width(q) entries.
-std::vector<void*> derived_buffers(std::vector<std::optional<AnyArray>>& derived, i64 n, int kind) {
-  check(derived.size() == (size_t)DERIVED_COUNT, "expected one buffer or None for each derived quantity");
-  std::vector<void*> out(DERIVED_COUNT, nullptr);
-  for (int q = 0; q < DERIVED_COUNT; ++q) {
-    if (!derived[q]) continue;
-    check(is_real_of(*derived[q], kind), kind == KIND_F64 ? "derived buffers must be float64" : "derived buffers must be float32");
-    check(derived[q]->size() == (size_t)n * derived_width(q), "a derived buffer must hold N * width entries");
-    out[q] = derived[q]->data();
+// ---- the bindings made from the table of operations (operations.h) ----------------------------------------
+// A row whose CPU parameters are records, arrays and scalars gets its binding from them, with the row's
+// parameter names: a vdbflow_op_record is the call's record bytes (read_abi checks them), a pointer an array
+// of its element type (void: any dtype) or None (null), void* const* a list of derived.h's DERIVED_COUNT
+// arrays or None, a scalar itself.  What the arrays' shapes and sizes must be is the operation's meaning:
+// vdbflow/devices/arguments.py checks it, once for both backends.  A row that takes a vdbflow_op_spec has a
+// binding of its own (below): only it can check the spec against its arrays.
+template <class C, class = void>
+struct Arg {
+  static constexpr bool bound = false;
+};
+template <class C>
+struct Arg<C, std::enable_if_t<std::is_arithmetic_v<C>>> {
+  static constexpr bool bound = true;
+  using Py = C;
+  C value;
+  explicit Arg(C v) : value(v) {}
+  C get() const { return value; }
+};
+template <>
+struct Arg<vdbflow_op_record> {
+  static constexpr bool bound = true;
+  using Py = nb::bytes;
+  KernelAbi k;
+  explicit Arg(const nb::bytes& record) : k(read_abi(record)) {}
+  vdbflow_op_record get() const { return record_of(k); }
+};
+template <class E>
+struct Arg<E*, std::enable_if_t<std::is_arithmetic_v<std::remove_const_t<E>> || std::is_void_v<E>>> {
+  static constexpr bool bound = true;
+  using Py = std::conditional_t<std::is_void_v<E>, std::conditional_t<std::is_const_v<E>, InArray, AnyArray>,
+                                nb::ndarray<E, nb::c_contig, nb::device::cpu>>;
+  E* p;
+  explicit Arg(const Py& a) : p((E*)a.data()) {}
+  E* get() const { return p; }
+};
+template <>
+struct Arg<void* const*> {
+  static constexpr bool bound = true;
+  using Py = std::vector<std::optional<AnyArray>>;
+  std::vector<void*> p;
+  explicit Arg(const Py& arrays) {
+    check(arrays.size() == (size_t)DERIVED_COUNT, "expected one buffer or None for each derived quantity");
+    for (const std::optional<AnyArray>& a : arrays) p.push_back(a ? a->data() : nullptr);
   }
-  return out;
+  void* const* get() const { return p.data(); }
+};
+
+template <class C>
+struct Tag {
+  using type = C;
+};
+
+template <auto Entry, class... P>
+void call_row(typename Arg<P>::Py... args) {
+  const std::tuple<Arg<P>...> held{Arg<P>(args)...};  // checked in order, before the kernel runs
+  nb::gil_scoped_release release;
+  std::apply([](const auto&... a) { (active->*Entry)(a.get()...); }, held);
 }
 
-void sample_derived(nb::bytes record, InArray points, std::optional<AnyArray> out_values,
-                    std::optional<AnyArray> out_jacobian, std::vector<std::optional<AnyArray>> derived, int order) {
-  const KernelAbi k = read_abi(record);
-  const i64 n = point_count(points);
-  check(is_float_kind(k.value_kind) && k.components == 3, "derived quantities need a vec3 float32 or float64 grid");
-  check(k.mode >= MODE_CLOSEST && k.mode <= SCHEME_LAST, "unknown sampling mode");
-  check(order >= ORDER_AUTO && order <= ORDER_SCATTERED, "order must be 0, 1 or 2");
-  check(!out_values || (is_kind(*out_values, k.value_kind) && out_values->size() == (size_t)n * 3),
-        "out_values must hold N * 3 entries of the grid's dtype");
-  check(!out_jacobian || (is_real_of(*out_jacobian, k.value_kind) && out_jacobian->size() == (size_t)n * 9),
-        "out_jacobian must hold N * 9 entries of the Jacobian dtype");
-  std::vector<void*> buffers = derived_buffers(derived, n, k.value_kind);
-  nb::gil_scoped_release release;
-  active->sample_derived(&k, points.data(), is<double>(points), n, data_or_null(out_values), data_or_null(out_jacobian),
-                         buffers.data(), order);
+template <auto Entry, class... P, size_t... I>
+void def_row(nb::module_& m, const char* name, std::vector<std::string> names, std::index_sequence<I...>) {
+  static std::vector<std::string> kept;  // nb::arg keeps the pointer
+  kept = std::move(names);
+  auto arg = [](auto p, const std::string& n) {  // an array may be None (null)
+    using C = typename decltype(p)::type;
+    if constexpr (std::is_pointer_v<C> && !std::is_same_v<C, vdbflow_op_record> && !std::is_same_v<C, void* const*>)
+      return nb::arg(n.c_str()).none();
+    else
+      return nb::arg(n.c_str());
+  };
+  m.def(name, &call_row<Entry, P...>, arg(Tag<P>(), kept[I])...);
 }
 
-void derive(InArray jacobian, std::optional<InArray> velocity, std::vector<std::optional<AnyArray>> derived) {
-  const bool dbl = is<double>(jacobian);
-  check((dbl || is<float>(jacobian)) && jacobian.ndim() == 3 && jacobian.shape(1) == 3 && jacobian.shape(2) == 3,
-        "jacobian must be (N, 3, 3) float32 or float64");
-  const i64 n = (i64)jacobian.shape(0);
-  check(!velocity || (velocity->dtype() == jacobian.dtype() && velocity->size() == (size_t)n * 3),
-        "velocity must be (N, 3) of the Jacobian's dtype");
-  std::vector<void*> buffers = derived_buffers(derived, n, dbl ? KIND_F64 : KIND_F32);
-  check(!buffers[DERIVED_HELICITY] || velocity, "helicity needs the velocity");
-  nb::gil_scoped_release release;
-  active->derive(jacobian.data(), velocity ? velocity->data() : nullptr, dbl, n, buffers.data());
-}
-
-void sample_hessian(nb::bytes record, InArray points, AnyArray out_values, std::optional<AnyArray> out_jacobian,
-                    AnyArray out_hessian) {
-  const KernelAbi k = read_abi(record);
-  const i64 n = point_count(points);
-  const size_t NC = (size_t)n * k.components;
-  const int kind = k.value_kind;
-  check(has_hessian(k.mode), "this mode has no second derivative");
-  check(is_float_kind(kind), "Hessians need float32 or float64 data");
-  check(is_kind(out_values, kind), "values and output must share one dtype");
-  check(out_values.size() == NC, "out_values must hold N * C entries");
-  check(!out_jacobian || out_jacobian->size() == NC * 3, "out_jacobian must hold N * C * 3 entries");
-  check(out_hessian.size() == NC * 9, "out_hessian must hold N * C * 9 entries");
-  check(is_real_of(out_hessian, kind), "the Hessian buffer must have the Jacobian dtype");
-  check(!out_jacobian || is_real_of(*out_jacobian, kind), "the Jacobian buffer has the wrong dtype");
-  nb::gil_scoped_release release;
-  active->sample_hessian(&k, points.data(), is<double>(points), n, out_values.data(), data_or_null(out_jacobian),
-                  out_hessian.data());
-}
-
-// Reverse mode: accumulator (value_rows + tile_rows + 1, C) float64 receives the corner shares (voxel
-// rows, then tile rows, then the background); adj_points (N, 3) the point adjoints.  The record must
-// describe contiguous values (leaf_values_at is not read).
-void sample_vjp(nb::bytes record, InArray points, InArray adj_values, std::optional<InArray> adj_jacobian,
-                Out<double, nb::ndim<2>> accumulator, AnyArray adj_points) {
-  const KernelAbi k = read_abi(record);
-  const i64 n = point_count(points);
-  const int C = k.components, kind = k.value_kind;
-  const size_t NC = (size_t)n * C;
-  check(k.mode <= MODE_LINEAR, "reverse mode supports closest and linear");
-  check(is_float_kind(kind), "reverse mode needs float32 or float64 data");
-  check(is_real_of(adj_values, kind) && adj_values.size() == NC, "adj_values must be (N, C) of the data's float type");
-  check(!adj_jacobian || (is_real_of(*adj_jacobian, kind) && adj_jacobian->size() == NC * 3),
-        "adj_jacobian must be (N, C, 3) of the data's float type");
-  check(is_real_of(adj_points, kind) && adj_points.size() == (size_t)n * 3,
-        "adj_points must be (N, 3) of the data's float type");
-  check(accumulator.shape(0) == (size_t)(k.value_rows + k.tile_rows + 1) && accumulator.shape(1) == (size_t)C,
-        "accumulator must be (value rows + tile rows + 1, C)");
-  nb::gil_scoped_release release;
-  active->sample_vjp(&k, points.data(), is<double>(points), n, adj_values.data(), data_or_null(adj_jacobian),
-              accumulator.data(), adj_points.data());
-}
-
-// Node Jacobians of every active voxel with the record's scheme (its mode: fd2 .. fd8), rows in OnIndex
-// order; the record's jacobian_world picks the Jacobian's axes.
-void grid_gradient(nb::bytes record, In<int32_t, nb::ndim<2>> leaf_origins, In<int64_t, nb::ndim<1>> first_row,
-                   AnyArray out_jacobian) {
-  const KernelAbi k = read_abi(record);
-  check(is_node_fd(k.mode), "grid gradients take fd2, fd4, fd6 or fd8");
-  check(is_float_kind(k.value_kind), "grid gradients need float32 or float64 values");
-  const i64 leaves = (i64)leaf_origins.shape(0);
-  check(leaf_origins.shape(1) == 3 && (i64)first_row.shape(0) == leaves,
-        "leaf origins (L, 3) and first rows (L,) must agree");
-  check(is_real_of(out_jacobian, k.value_kind), "the Jacobian must have the values' float dtype");
-  nb::gil_scoped_release release;
-  active->grid_gradient(&k, leaf_origins.data(), (const i64*)first_row.data(), leaves, out_jacobian.data());
+// The binding of the row `name` (its CPU entry Entry, its parameter list `text`), if its parameters make one.
+template <auto Entry, class... P>
+void bind_row(nb::module_& m, const char* name, const char* text, void (*)(P...)) {
+  if constexpr ((Arg<P>::bound && ...)) {
+    std::vector<std::string> names;  // the last word of each parameter
+    std::string word, last;
+    for (const char c : std::string(text)) {
+      if (std::isalnum((unsigned char)c) || c == '_') {
+        word += c;
+        continue;
+      }
+      if (!word.empty()) last = word, word.clear();
+      if (c == ',' || c == ')') names.push_back(last);
+    }
+    check(names.size() == sizeof...(P), "an operation's parameter names do not match its entry");
+    def_row<Entry, P...>(m, name, std::move(names), std::index_sequence_for<P...>());
+  }
 }
 
 // advect.h: the arrays both particle bindings take, checked: particles x (N, 3) float64 integrated in place with
@@ -313,7 +288,7 @@ void advect(nb::bytes record, Out<double, nb::ndim<2>> x, In<double, nb::ndim<2>
   const AdvectSpec s = particle_spec(k.mode, x, a_coef, b_coef, h, save_slot, position, velocity, jacobian, F, status,
                                      last_step, evaluations, validate_end);
   nb::gil_scoped_release release;
-  active->advect(&k, &s, x.data(), (i64)x.shape(0), position.data(), data_or_null(velocity), data_or_null(jacobian),
+  active->advect(record_of(k), spec_of(s), x.data(), (i64)x.shape(0), position.data(), data_or_null(velocity), data_or_null(jacobian),
                  data_or_null(F), (signed char*)status.data(), (i64*)last_step.data(), evaluations.data());
 }
 
@@ -361,36 +336,9 @@ void advect_series(std::vector<nb::bytes> records, In<int32_t, nb::ndim<1>> topo
   ss.stage_coef = stage_coef.data();
   ss.first_step = first_step;
   nb::gil_scoped_release release;
-  active->advect_series(k.data(), &s, &ss, x.data(), (i64)x.shape(0), position.data(), data_or_null(velocity),
+  active->advect_series(k.data(), spec_of(s), spec_of(ss), x.data(), (i64)x.shape(0), position.data(), data_or_null(velocity),
                         data_or_null(jacobian), data_or_null(F), (signed char*)status.data(), (i64*)last_step.data(),
                         (i64*)evaluations.data());
-}
-
-// coverage.h: (N,) bool, whether each point's stencil of the record's mode reads only defined voxels (the
-// record's tables, masks, transform and points_world are read, never its values).
-NewArray<bool> stencil_inside(nb::bytes record, In<double, nb::ndim<2>> points) {
-  const KernelAbi k = read_abi(record);
-  check(points.shape(1) == 3, "points must be (N, 3) float64");
-  const size_t n = points.shape(0);
-  bool* out = alloc<bool>(n);
-  {
-    nb::gil_scoped_release release;
-    active->stencil_inside(&k, points.data(), (i64)n, out);
-  }
-  return owned(out, {n});
-}
-
-// coverage.h: (M,) bool, whether each voxel (M, 3) of the record's grid is active in a leaf or inside a tile.
-NewArray<bool> defined_voxels(nb::bytes record, In<int64_t, nb::ndim<2>> ijk) {
-  const KernelAbi k = read_abi(record);
-  check(ijk.shape(1) == 3, "ijk must be (M, 3) int64");
-  const size_t n = ijk.shape(0);
-  bool* out = alloc<bool>(n);
-  {
-    nb::gil_scoped_release release;
-    active->defined_voxels(&k, (const i64*)ijk.data(), (i64)n, out);
-  }
-  return owned(out, {n});
 }
 
 // grid.h's tile slot code of each tile index (encode_tile).
@@ -422,7 +370,7 @@ void sample_reduce(nb::bytes record, InArray points, nb::bytes spec, In<double, 
   check(order >= ORDER_AUTO && order <= ORDER_SCATTERED, "order must be 0, 1 or 2");
   const ReduceSpec s = read_spec(spec.c_str(), spec.size(), k.components, true, edges.shape(0), ints.shape(0), reals.shape(0), edges.data());
   nb::gil_scoped_release release;
-  active->sample_reduce(&k, points.data(), is<double>(points), n, &s, edges.data(), (i64)ints.shape(0),
+  active->sample_reduce(record_of(k), points.data(), is<double>(points), n, spec_of(s), edges.data(), (i64)ints.shape(0),
                         (i64)reals.shape(0), (i64*)ints.data(), reals.data(), order);
 }
 
@@ -433,7 +381,7 @@ void reduce_features(nb::bytes spec, InArray features, In<double, nb::ndim<1>> e
   const ReduceSpec s = read_spec(spec.c_str(), spec.size(), 0, false, edges.shape(0), ints.shape(0), reals.shape(0), edges.data());
   check(features.shape(1) == (size_t)s.channels, "features must have one column per channel of the spec");
   nb::gil_scoped_release release;
-  active->reduce_features(&s, edges.data(), features.data(), dbl, (i64)features.shape(0), (i64)ints.shape(0),
+  active->reduce_features(spec_of(s), edges.data(), features.data(), dbl, (i64)features.shape(0), (i64)ints.shape(0),
                           (i64)reals.shape(0), (i64*)ints.data(), reals.data());
 }
 
@@ -443,7 +391,7 @@ void merge_partials(nb::bytes spec, In<double, nb::ndim<1>> edges, Out<int64_t, 
   const ReduceSpec s = read_spec(spec.c_str(), spec.size(), 0, false, edges.shape(0), ints.shape(0), reals.shape(0), edges.data());
   check(ints_b.shape(0) == ints.shape(0) && reals_b.shape(0) == reals.shape(0), "the partials must have one layout");
   nb::gil_scoped_release release;
-  active->merge_partials(&s, (i64)ints.shape(0), (i64*)ints.data(), reals.data(), (const i64*)ints_b.data(),
+  active->merge_partials(spec_of(s), (i64)ints.shape(0), (i64*)ints.data(), reals.data(), (const i64*)ints_b.data(),
                          reals_b.data());
 }
 
@@ -470,7 +418,7 @@ nb::tuple route_points(InArray points, In<double, nb::shape<12>> xform, bool poi
   Buffer sorted(alloc<char>(3 * (dbl ? 8 : 4) * (size_t)n), &std::free), bucket(alloc<int>(n), &std::free);
   {
     nb::gil_scoped_release release;
-    active->route(&r, xform.data(), points_world, points.data(), dbl, n, get_max_threads(), (int*)bucket.get(),
+    active->route(spec_of(r), xform.data(), points_world, points.data(), dbl, n, get_max_threads(), (int*)bucket.get(),
                   (i64*)order.get(), sorted.get(), (i64*)bounds.get());
   }
   nb::object sorted_points = dbl ? nb::cast(owned<double, 2>((double*)sorted.release(), {(size_t)n, 3}))
@@ -488,46 +436,6 @@ NewArray<uint64_t> morton_codes(In<int64_t, nb::ndim<2>> keys, In<int64_t, nb::s
   const i64* k = (const i64*)keys.data();
   for (size_t i = 0; i < n; ++i) out[i] = morton_code(k + 3 * i, (const i64*)origin.data(), shift);
   return owned(out, {n});
-}
-
-// dst[index[r]] = src[r] for rows of `row_bytes` bytes (the assembly of routed results; any dtype).
-void scatter_rows(AnyArray dst, InArray index, InArray src) {
-  check(index.dtype() == nb::dtype<int64_t>() && index.ndim() == 1, "index must be (m,) int64");
-  const i64 m = (i64)index.shape(0), n = dst.ndim() ? (i64)dst.shape(0) : 0;
-  check(src.dtype() == dst.dtype() && src.ndim() == dst.ndim() && (!src.ndim() || (i64)src.shape(0) == m),
-        "src must be (m, ...) of dst's dtype");
-  size_t row = dst.itemsize();
-  for (size_t a = 1; a < dst.ndim(); ++a) {
-    check(src.shape(a) == dst.shape(a), "src and dst rows differ in shape");
-    row *= dst.shape(a);
-  }
-  const i64* at = (const i64*)index.data();
-  for (i64 r = 0; r < m; ++r)
-    if (at[r] < 0 || at[r] >= n)
-      throw std::out_of_range("scatter index " + std::to_string(at[r]) + " outside [0, " + std::to_string(n) + ")");
-  nb::gil_scoped_release release;
-  active->scatter_rows((char*)dst.data(), at, (const char*)src.data(), m, (i64)row);
-}
-
-// Voxel coordinates (n, 3) int32 of active voxels by global rank (leaves in order, voxels by mask bit:
-// OnIndex order; grid.h active_voxel_at), with leaf_end the running count of active voxels at the end
-// of each leaf.
-NewArray<int32_t, 2> active_voxels_at(In<int32_t, nb::ndim<2>> origins, In<uint64_t, nb::ndim<2>> masks,
-                                      In<int64_t, nb::ndim<1>> leaf_end, In<int64_t, nb::ndim<1>> rank) {
-  const i64 L = (i64)origins.shape(0), n = (i64)rank.shape(0);
-  check(origins.shape(1) == 3 && masks.shape(0) == (size_t)L && masks.shape(1) == 8 && leaf_end.shape(0) == (size_t)L,
-        "expected origins (L, 3), masks (L, 8) and leaf_end (L,)");
-  const i64 total = L ? leaf_end.data()[L - 1] : 0;
-  const i64* g = (const i64*)rank.data();
-  for (i64 r = 0; r < n; ++r)
-    if (g[r] < 0 || g[r] >= total)
-      throw std::out_of_range("voxel rank " + std::to_string(g[r]) + " outside [0, " + std::to_string(total) + ")");
-  int32_t* out = alloc<int32_t>(3 * (size_t)n);
-  {
-    nb::gil_scoped_release release;
-    active->active_voxels_at(origins.data(), (const u64*)masks.data(), (const i64*)leaf_end.data(), L, g, n, out);
-  }
-  return owned<int32_t, 2>(out, {(size_t)n, 3});
 }
 
 }  // namespace
@@ -549,18 +457,12 @@ NB_MODULE(_core, m) {
   m.def("build_table", &build_table, nb::arg("keys"), nb::arg("slots"));
   add_kernel_facts(m);  // cpu_facts.h: constants, record layouts, the table of operations
   m.def("table_lookup", &table_lookup, nb::arg("table"), nb::arg("keys"));
-  // sampling: a kernel record (abi.h, built by vdbflow.core.kernel) and the call's arrays
-  m.def("sample", &sample, nb::arg("record"), nb::arg("points"), nb::arg("out_values"),
-        nb::arg("out_jacobian").none(), nb::arg("order") = (int)ORDER_AUTO);
-  m.def("sample_derived", &sample_derived, nb::arg("record"), nb::arg("points"), nb::arg("out_values").none(),
-        nb::arg("out_jacobian").none(), nb::arg("derived"), nb::arg("order") = (int)ORDER_AUTO,
-        "Values, Jacobians and derived quantities of a vec3 grid in one pass (derived.h).");
-  m.def("derive", &derive, nb::arg("jacobian"), nb::arg("velocity").none(), nb::arg("derived"),
-        "Derived quantities of Jacobians (N, 3, 3) (derived.h).");
-  m.def("sample_hessian", &sample_hessian, nb::arg("record"), nb::arg("points"), nb::arg("out_values"),
-        nb::arg("out_jacobian").none(), nb::arg("out_hessian"));
-  m.def("sample_vjp", &sample_vjp, nb::arg("record"), nb::arg("points"), nb::arg("adj_values"),
-        nb::arg("adj_jacobian").none(), nb::arg("accumulator"), nb::arg("adj_points"));
+  // the operations whose binding the table makes: a kernel record (abi.h, built by vdbflow.core.kernel) and
+  // the call's arrays, as the row names them
+#define VDBFLOW_BIND_ROW(name, gpu_entry, value_types, gpu_components, cpu_parameters, gpu_parameters) \
+  bind_row<&VdbflowCpuKernels::name>(m, #name, VDBFLOW_TEXT(cpu_parameters), KERNELS.name);
+  VDBFLOW_OPERATIONS(VDBFLOW_BIND_ROW)
+#undef VDBFLOW_BIND_ROW
   m.def("advect", &advect, nb::arg("record"), nb::arg("x"), nb::arg("a"), nb::arg("b"), nb::arg("h"),
         nb::arg("save_slot"), nb::arg("position"), nb::arg("velocity").none(), nb::arg("jacobian").none(),
         nb::arg("F").none(), nb::arg("status"), nb::arg("last_step"), nb::arg("evaluations"),
@@ -572,12 +474,6 @@ NB_MODULE(_core, m) {
         nb::arg("jacobian").none(), nb::arg("F").none(), nb::arg("status"), nb::arg("last_step"),
         nb::arg("evaluations"), nb::arg("validate_end") = true,
         "Particle trajectories through a window of a series' steps, interpolated in time (advect.h).");
-  m.def("grid_gradient", &grid_gradient, nb::arg("record"), nb::arg("leaf_origins"), nb::arg("first_row"),
-        nb::arg("out_jacobian"));
-  m.def("stencil_inside", &stencil_inside, nb::arg("record"), nb::arg("points"),
-        "Whether each point's stencil reads only defined voxels (coverage.h).");
-  m.def("defined_voxels", &defined_voxels, nb::arg("record"), nb::arg("ijk"),
-        "Whether each voxel is active in a leaf or inside a tile (coverage.h).");
   m.def("encode_tiles", &encode_tiles, nb::arg("tiles"), "Table slot codes of tile indices (grid.h encode_tile).");
   m.def("voxel_offsets", &voxel_offsets, nb::arg("ijk"), "In-leaf offsets of voxels (grid.h voxel_offset).");
   m.def("sample_reduce", &sample_reduce, nb::arg("record"), nb::arg("points"), nb::arg("spec"), nb::arg("edges"),
@@ -590,9 +486,6 @@ NB_MODULE(_core, m) {
   m.def("route_points", &route_points, nb::arg("points"), nb::arg("xform"), nb::arg("points_world"), nb::arg("origin"),
         nb::arg("shift"), nb::arg("boundaries"), nb::arg("near_blocks"), nb::arg("period"),
         "Partition of each point and a stable counting sort: (order, bounds (P + 2), sorted points).");
-  m.def("scatter_rows", &scatter_rows, nb::arg("dst"), nb::arg("index"), nb::arg("src"));
-  m.def("active_voxels_at", &active_voxels_at, nb::arg("origins"), nb::arg("masks"), nb::arg("leaf_end"),
-        nb::arg("rank"));
   m.def("morton_codes", &morton_codes, nb::arg("keys"), nb::arg("origin"), nb::arg("shift"));
   m.def("set_num_threads", &set_num_threads, nb::arg("threads"), "Threads of the CPU kernels (OpenMP).");
   m.def("get_max_threads", &get_max_threads, "Threads the CPU kernels use.");

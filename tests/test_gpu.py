@@ -194,14 +194,14 @@ def test_device_record_is_the_host_record_with_device_pointers(rng):
     ijk, values = random_sparse_voxels(rng, components=3)
     vol = vdbflow.Volume.from_voxels(ijk, values, 0.0, voxel_size=0.5)
     k = vol.kernel_arrays()
-    host, dev = kernel.host_record(k).record, cuda._device_record(k).record
+    host, dev = kernel.host_record(k).record, cuda.device_record(k).record
     pointers = ("tables", "masks", "prefix", "leaf_offset", "leaf_values_at", "values", "tile_values", "background")
     for name in kernel.ABI_DTYPE.names:
         if name not in pointers:
             np.testing.assert_array_equal(dev[name], host[name], err_msg=name)
     assert int(dev["values"]) != int(host["values"])
     vdbflow.sample_grad_arrays(vol, cupy.asarray(ijk[:10].astype(np.float64)), device="cuda")
-    assert cuda._device_record(k) is cuda._device_record(vol.kernel_arrays())
+    assert cuda.device_record(k) is cuda.device_record(vol.kernel_arrays())
 
 
 def test_particles_on_the_gpu_match_the_cpu(rng):

@@ -277,7 +277,7 @@ def test_first_use_uploads_are_finished_before_another_stream_reads_them(rng):
     with first:
         first.submit(gate.wait)  # hold back everything queued on the first stream
         threading.Timer(0.2, gate.set).start()
-        cuda._device_record(vol.kernel_arrays())  # uploads queued behind the gate, then waited for
+        cuda.device_record(vol.kernel_arrays())  # uploads queued behind the gate, then waited for
     with second:
         gv, _ = vdbflow.sample_grad_arrays(vol, emulation.asarray(pts), "linear", device="cuda")
         second.synchronize()

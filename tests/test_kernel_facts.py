@@ -110,14 +110,14 @@ def test_record_layout_is_the_extensions():
     rec = kernel.host_record(k)
     for mode in ("closest", "linear", "lag4"):
         out = np.empty((1, 1), np.float32)
-        _core.sample(rec.call(kernel.MODES[mode]).tobytes(), pts, out, None)
+        _core.sample(rec.call(kernel.MODES[mode]).tobytes(), pts, True, 1, out, None, 0)
         assert out[0, 0] == vdbflow.sample_grad_arrays(vol, pts, mode, jacobian=False)[0][0]
     bad = rec.call(kernel.MODES["linear"])
     bad["table_masks"][0] = 6  # capacity 7: not a power of two
     with pytest.raises(ValueError, match="power-of-two"):
-        _core.sample(bad.tobytes(), pts, np.empty((1, 1), np.float32), None)
+        _core.sample(bad.tobytes(), pts, True, 1, np.empty((1, 1), np.float32), None, 0)
     with pytest.raises(ValueError, match="kernel record"):
-        _core.sample(b"\0" * 8, pts, np.empty((1, 1), np.float32), None)
+        _core.sample(b"\0" * 8, pts, True, 1, np.empty((1, 1), np.float32), None, 0)
 
 
 def test_kernel_arrays_are_kept_and_records_are_not_pickled():

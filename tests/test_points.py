@@ -6,7 +6,7 @@ import pytest
 from reference import random_sparse_voxels
 
 import vdbflow
-from vdbflow import _core
+from vdbflow import devices
 from vdbflow.jobs.points import _random_in_voxels
 
 
@@ -15,10 +15,10 @@ def test_rank_select_gives_the_active_voxels_in_onindex_order(rng):
     topo = vdbflow.Volume.from_active(ijk)
     leaf_end = np.cumsum(np.bitwise_count(topo.masks).sum(axis=1, dtype=np.int64))
     ranks = np.arange(leaf_end[-1], dtype=np.int64)
-    got = _core.active_voxels_at(topo.leaf_origins, topo.masks, leaf_end, ranks)
+    got = devices.run("active_voxels_at", topo.leaf_origins, topo.masks, leaf_end, ranks)
     np.testing.assert_array_equal(got, topo.active_voxels())  # every rank, in order
     with pytest.raises(IndexError):
-        _core.active_voxels_at(topo.leaf_origins, topo.masks, leaf_end, np.array([leaf_end[-1]]))
+        devices.run("active_voxels_at", topo.leaf_origins, topo.masks, leaf_end, np.array([leaf_end[-1]]))
 
 
 def test_random_points_fall_in_active_voxels(rng):

@@ -85,19 +85,25 @@ OPENMP: bool
 
 def table_lookup(table: Annotated[NDArray[numpy.int32], dict(shape=(None, None), order='C', device='cpu', writable=False)], keys: Annotated[NDArray[numpy.int32], dict(shape=(None, None), order='C', device='cpu', writable=False)]) -> Annotated[NDArray[numpy.int32], dict(shape=(None,))]: ...
 
-def sample(record: bytes, points: Annotated[NDArray, dict(order='C', device='cpu', writable=False)], out_values: Annotated[NDArray, dict(order='C', device='cpu')], out_jacobian: Annotated[NDArray, dict(order='C', device='cpu')] | None, order: int = 0) -> None: ...
+def sample(k: bytes, points: Annotated[NDArray, dict(order='C', device='cpu', writable=False)] | None, points_double: bool, n: int, out_values: Annotated[NDArray, dict(order='C', device='cpu')] | None, out_jacobian: Annotated[NDArray, dict(order='C', device='cpu')] | None, order: int) -> None: ...
 
-def sample_derived(record: bytes, points: Annotated[NDArray, dict(order='C', device='cpu', writable=False)], out_values: Annotated[NDArray, dict(order='C', device='cpu')] | None, out_jacobian: Annotated[NDArray, dict(order='C', device='cpu')] | None, derived: Sequence[Annotated[NDArray, dict(order='C', device='cpu')] | None], order: int = 0) -> None:
-    """
-    Values, Jacobians and derived quantities of a vec3 grid in one pass (derived.h).
-    """
+def sample_derived(k: bytes, points: Annotated[NDArray, dict(order='C', device='cpu', writable=False)] | None, points_double: bool, n: int, out_values: Annotated[NDArray, dict(order='C', device='cpu')] | None, out_jacobian: Annotated[NDArray, dict(order='C', device='cpu')] | None, derived: Sequence[Annotated[NDArray, dict(order='C', device='cpu')] | None], order: int) -> None: ...
 
-def derive(jacobian: Annotated[NDArray, dict(order='C', device='cpu', writable=False)], velocity: Annotated[NDArray, dict(order='C', device='cpu', writable=False)] | None, derived: Sequence[Annotated[NDArray, dict(order='C', device='cpu')] | None]) -> None:
-    """Derived quantities of Jacobians (N, 3, 3) (derived.h)."""
+def derive(jacobian: Annotated[NDArray, dict(order='C', device='cpu', writable=False)] | None, velocity: Annotated[NDArray, dict(order='C', device='cpu', writable=False)] | None, jacobian_double: bool, n: int, derived: Sequence[Annotated[NDArray, dict(order='C', device='cpu')] | None]) -> None: ...
 
-def sample_hessian(record: bytes, points: Annotated[NDArray, dict(order='C', device='cpu', writable=False)], out_values: Annotated[NDArray, dict(order='C', device='cpu')], out_jacobian: Annotated[NDArray, dict(order='C', device='cpu')] | None, out_hessian: Annotated[NDArray, dict(order='C', device='cpu')]) -> None: ...
+def sample_hessian(k: bytes, points: Annotated[NDArray, dict(order='C', device='cpu', writable=False)] | None, points_double: bool, n: int, out_values: Annotated[NDArray, dict(order='C', device='cpu')] | None, out_jacobian: Annotated[NDArray, dict(order='C', device='cpu')] | None, out_hessian: Annotated[NDArray, dict(order='C', device='cpu')] | None) -> None: ...
 
-def sample_vjp(record: bytes, points: Annotated[NDArray, dict(order='C', device='cpu', writable=False)], adj_values: Annotated[NDArray, dict(order='C', device='cpu', writable=False)], adj_jacobian: Annotated[NDArray, dict(order='C', device='cpu', writable=False)] | None, accumulator: Annotated[NDArray[numpy.float64], dict(shape=(None, None), order='C', device='cpu')], adj_points: Annotated[NDArray, dict(order='C', device='cpu')]) -> None: ...
+def sample_vjp(k: bytes, points: Annotated[NDArray, dict(order='C', device='cpu', writable=False)] | None, points_double: bool, n: int, adj_values: Annotated[NDArray, dict(order='C', device='cpu', writable=False)] | None, adj_jacobian: Annotated[NDArray, dict(order='C', device='cpu', writable=False)] | None, accumulator: Annotated[NDArray[numpy.float64], dict(order='C', device='cpu')] | None, adj_points: Annotated[NDArray, dict(order='C', device='cpu')] | None) -> None: ...
+
+def grid_gradient(k: bytes, origins: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)] | None, first_row: Annotated[NDArray[numpy.int64], dict(order='C', device='cpu', writable=False)] | None, leaves: int, out: Annotated[NDArray, dict(order='C', device='cpu')] | None) -> None: ...
+
+def stencil_inside(k: bytes, points: Annotated[NDArray[numpy.float64], dict(order='C', device='cpu', writable=False)] | None, n: int, out: Annotated[NDArray[numpy.bool_], dict(order='C', device='cpu')] | None) -> None: ...
+
+def defined_voxels(k: bytes, ijk: Annotated[NDArray[numpy.int64], dict(order='C', device='cpu', writable=False)] | None, n: int, out: Annotated[NDArray[numpy.bool_], dict(order='C', device='cpu')] | None) -> None: ...
+
+def scatter_rows(dst: Annotated[NDArray, dict(order='C', device='cpu')] | None, index: Annotated[NDArray[numpy.int64], dict(order='C', device='cpu', writable=False)] | None, src: Annotated[NDArray, dict(order='C', device='cpu', writable=False)] | None, m: int, row: int) -> None: ...
+
+def active_voxels_at(origins: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)] | None, masks: Annotated[NDArray[numpy.uint64], dict(order='C', device='cpu', writable=False)] | None, leaf_end: Annotated[NDArray[numpy.int64], dict(order='C', device='cpu', writable=False)] | None, leaves: int, rank: Annotated[NDArray[numpy.int64], dict(order='C', device='cpu', writable=False)] | None, n: int, ijk: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu')] | None) -> None: ...
 
 def advect(record: bytes, x: Annotated[NDArray[numpy.float64], dict(shape=(None, None), order='C', device='cpu')], a: Annotated[NDArray[numpy.float64], dict(shape=(None, None), order='C', device='cpu', writable=False)], b: Annotated[NDArray[numpy.float64], dict(shape=(None,), order='C', device='cpu', writable=False)], h: float, save_slot: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], position: Annotated[NDArray[numpy.float64], dict(order='C', device='cpu')], velocity: Annotated[NDArray[numpy.float64], dict(order='C', device='cpu')] | None, jacobian: Annotated[NDArray[numpy.float64], dict(order='C', device='cpu')] | None, F: Annotated[NDArray[numpy.float64], dict(order='C', device='cpu')] | None, status: Annotated[NDArray[numpy.int8], dict(shape=(None,), order='C', device='cpu')], last_step: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu')], evaluations: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu')], validate_end: bool = True) -> None:
     """
@@ -108,14 +114,6 @@ def advect_series(records: Sequence[bytes], topology: Annotated[NDArray[numpy.in
     """
     Particle trajectories through a window of a series' steps, interpolated in time (advect.h).
     """
-
-def grid_gradient(record: bytes, leaf_origins: Annotated[NDArray[numpy.int32], dict(shape=(None, None), order='C', device='cpu', writable=False)], first_row: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], out_jacobian: Annotated[NDArray, dict(order='C', device='cpu')]) -> None: ...
-
-def stencil_inside(record: bytes, points: Annotated[NDArray[numpy.float64], dict(shape=(None, None), order='C', device='cpu', writable=False)]) -> Annotated[NDArray[numpy.bool_], dict(shape=(None,))]:
-    """Whether each point's stencil reads only defined voxels (coverage.h)."""
-
-def defined_voxels(record: bytes, ijk: Annotated[NDArray[numpy.int64], dict(shape=(None, None), order='C', device='cpu', writable=False)]) -> Annotated[NDArray[numpy.bool_], dict(shape=(None,))]:
-    """Whether each voxel is active in a leaf or inside a tile (coverage.h)."""
 
 def encode_tiles(tiles: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> Annotated[NDArray[numpy.int32], dict(shape=(None,))]:
     """Table slot codes of tile indices (grid.h encode_tile)."""
@@ -140,10 +138,6 @@ def route_points(points: Annotated[NDArray, dict(order='C', device='cpu', writab
     """
     Partition of each point and a stable counting sort: (order, bounds (P + 2), sorted points).
     """
-
-def scatter_rows(dst: Annotated[NDArray, dict(order='C', device='cpu')], index: Annotated[NDArray, dict(order='C', device='cpu', writable=False)], src: Annotated[NDArray, dict(order='C', device='cpu', writable=False)]) -> None: ...
-
-def active_voxels_at(origins: Annotated[NDArray[numpy.int32], dict(shape=(None, None), order='C', device='cpu', writable=False)], masks: Annotated[NDArray[numpy.uint64], dict(shape=(None, None), order='C', device='cpu', writable=False)], leaf_end: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], rank: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> Annotated[NDArray[numpy.int32], dict(shape=(None, None))]: ...
 
 def morton_codes(keys: Annotated[NDArray[numpy.int64], dict(shape=(None, None), order='C', device='cpu', writable=False)], origin: Annotated[NDArray[numpy.int64], dict(shape=(3), order='C', device='cpu', writable=False)], shift: int) -> Annotated[NDArray[numpy.uint64], dict(shape=(None,))]: ...
 

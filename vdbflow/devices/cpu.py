@@ -4,13 +4,14 @@ parameters of its operation in :class:`vdbflow.devices.interface.Backend` (``imp
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 
 from vdbflow import _core
 from vdbflow.core import kernel
+from vdbflow.devices import checks
 from vdbflow.devices.interface import implements
-from vdbflow.errors import DeviceError
 
 # The kernels' CPU target, chosen at import: the widest compiled one this CPU runs (e.g. x86-64-v3 over the
 # portable x86-64 baseline), "native" for a VDBFLOW_NATIVE build; VDBFLOW_CPU_TARGET=baseline|<target>
@@ -19,6 +20,21 @@ CPU_TARGET: str = _core.CPU_TARGET
 CPU_TARGETS: tuple[str, ...] = tuple(_core.CPU_TARGETS)
 
 ORDERS = {"auto": _core.ORDER_AUTO, "coherent": _core.ORDER_COHERENT, "scattered": _core.ORDER_SCATTERED}
+
+
+def _run(operation: str, c: SimpleNamespace, **values: Any) -> None:
+    """``operation``'s binding (made from its row of operations.h), its arguments taken by the row's parameter
+    names from ``values`` and the call's own arguments ``c``."""
+    values = {**vars(c), **values}
+    getattr(_core, operation)(*(values[name] for _, name in kernel.OPERATIONS[operation].cpu_parameters))
+
+
+def _at_points(operation: str, c: SimpleNamespace, n: int, *spaces: bool, **values: Any) -> None:
+    """``operation`` at the call's points (N, 3) float32 or float64, with the record of its volume ``c.k``, mode
+    and ``spaces`` (held for the call: the record points into the volume's arrays)."""
+    rec, record = _record(c, *spaces)
+    order = ORDERS[getattr(c, "point_order", "auto")]
+    _run(operation, c, k=record, n=n, points_double=c.points.dtype == np.float64, order=order, **values)
 
 
 def _record(c: SimpleNamespace, *spaces: bool) -> tuple[kernel.KernelRecord, bytes]:
@@ -32,16 +48,14 @@ def _record(c: SimpleNamespace, *spaces: bool) -> tuple[kernel.KernelRecord, byt
 def sample(c: SimpleNamespace) -> None:
     """``point_order`` picks the loop: ``coherent`` (plain), ``scattered`` (prefetching, streaming stores) or
     ``auto`` (measured on a sample of neighbouring points).  Results are identical."""
-    rec, record = _record(c, c.points_world, c.jacobian_world)
-    _core.sample(record, c.points, c.out_values, c.out_jacobian, ORDERS[c.point_order])
+    _at_points("sample", c, checks.sample(c), c.points_world, c.jacobian_world)
 
 
 @implements
 def sample_derived(c: SimpleNamespace) -> None:
     """In one pass (kernels/vdbflow/derived.h)."""
-    rec, record = _record(c, c.points_world, c.jacobian_world)
-    slots = kernel.derived_slots(c.derived)
-    _core.sample_derived(record, c.points, c.out_values, c.out_jacobian, slots, ORDERS[c.point_order])
+    n, slots = checks.sample_derived(c)
+    _at_points("sample_derived", c, n, c.points_world, c.jacobian_world, derived=slots)
 
 
 @implements
@@ -65,35 +79,32 @@ def merge_partials(c: SimpleNamespace) -> None:
 
 @implements
 def derive(c: SimpleNamespace) -> None:
-    _core.derive(c.jacobian, c.velocity, kernel.derived_slots(c.derived))
+    n, slots = checks.derive(c)
+    _run("derive", c, jacobian_double=c.jacobian.dtype == np.float64, n=n, derived=slots)
 
 
 @implements
 def sample_hessian(c: SimpleNamespace) -> None:
-    rec, record = _record(c, c.points_world, c.jacobian_world, c.hessian_world)
-    _core.sample_hessian(record, c.points, c.out_values, c.out_jacobian, c.out_hessian)
+    _at_points("sample_hessian", c, checks.sample_hessian(c), c.points_world, c.jacobian_world, c.hessian_world)
 
 
 @implements
 def sample_vjp(c: SimpleNamespace) -> None:
     """Corner shares added to ``accumulator`` (value rows + tile rows + 1, C) in point order (deterministic);
     ``k`` holds contiguous values."""
-    if c.k.leaf_values_at is not None:
-        raise DeviceError("expected the kernel arrays of a contiguous volume for reverse mode (Volume.contiguous())")
-    rec, record = _record(c, c.points_world, c.jacobian_world)
-    _core.sample_vjp(record, c.points, c.adj_values, c.adj_jacobian, c.accumulator, c.adj_points)
+    _at_points("sample_vjp", c, checks.sample_vjp(c), c.points_world, c.jacobian_world)
 
 
 @implements
 def grid_gradient(c: SimpleNamespace) -> np.ndarray:
     """Rows in ``active_voxels()`` order (float data only), of the fd2/fd4/fd6/fd8 ``scheme``."""
-    k = c.k
+    k, dtype = c.k, checks.grid_gradient(c)
     counts = np.bitwise_count(k.masks).sum(axis=1).astype(np.int64)
     first_row = np.cumsum(counts) - counts
-    rec = kernel.host_record(k)
-    out = np.empty((int(counts.sum()), k.components, 3), rec.arrays.values.dtype)
-    record = rec.call(c.scheme, False, c.jacobian_world)
-    _core.grid_gradient(record.tobytes(), np.ascontiguousarray(c.leaf_origins, np.int32), first_row, out)
+    rec, record = _record(SimpleNamespace(k=k, mode=c.scheme), False, c.jacobian_world)
+    out = np.empty((int(counts.sum()), k.components, 3), dtype)
+    origins = np.ascontiguousarray(c.leaf_origins, np.int32)
+    _run("grid_gradient", c, k=record, origins=origins, first_row=first_row, leaves=len(first_row), out=out)
     return out
 
 
@@ -166,23 +177,30 @@ def route(c: SimpleNamespace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 @implements
 def stencil_inside(c: SimpleNamespace) -> np.ndarray:
     """coverage.h ``stencil_inside_point``, through the topology's own kernel record."""
-    rec = kernel.host_record(c.topology.kernel_arrays())  # held for the call: the record points into its arrays
-    record = rec.call(int(c.mode), c.points_world).tobytes()
-    return _core.stencil_inside(record, np.ascontiguousarray(c.points, np.float64))
+    pts = np.ascontiguousarray(c.points, np.float64)
+    checks.points(pts)
+    out = np.empty(len(pts), bool)
+    rec, record = _record(SimpleNamespace(k=c.topology.kernel_arrays(), mode=int(c.mode)), c.points_world)
+    _run("stencil_inside", c, k=record, points=pts, n=len(pts), out=out)
+    return out
 
 
 @implements
 def defined_voxels(c: SimpleNamespace) -> np.ndarray:
     """coverage.h ``voxel_defined``."""
     ijk = np.ascontiguousarray(np.asarray(c.ijk, np.int64).reshape(-1, 3))
-    rec = kernel.host_record(c.topology.kernel_arrays())  # held for the call
-    return _core.defined_voxels(rec.call(kernel.MODES["closest"]).tobytes(), ijk)
+    out = np.empty(len(ijk), bool)
+    rec, record = _record(SimpleNamespace(k=c.topology.kernel_arrays(), mode=kernel.MODES["closest"]))
+    _run("defined_voxels", c, k=record, ijk=ijk, n=len(ijk), out=out)
+    return out
 
 
 @implements
 def scatter_rows(c: SimpleNamespace) -> None:
     """In parallel; ``src`` is cast to ``dst``'s dtype."""
-    _core.scatter_rows(c.dst, c.index, np.ascontiguousarray(c.src, c.dst.dtype))
+    m = checks.scatter_rows(c.dst, c.index, src := np.ascontiguousarray(c.src, c.dst.dtype))
+    row = c.dst.itemsize * int(np.prod(c.dst.shape[1:], dtype=np.int64))
+    _run("scatter_rows", c, index=np.ascontiguousarray(c.index, np.int64), src=src, m=m, row=row)
 
 
 @implements
@@ -190,4 +208,9 @@ def active_voxels_at(c: SimpleNamespace) -> np.ndarray:
     """Leaves at ``origins`` (L, 3) with ``masks`` (L, 8) and cumulative active counts ``leaf_end`` (L,)
     (grid.h rank-select)."""
     origins, masks = np.ascontiguousarray(c.origins, np.int32), np.ascontiguousarray(c.masks, np.uint64)
-    return _core.active_voxels_at(origins, masks, c.leaf_end, c.ranks)
+    leaf_end, ranks = np.ascontiguousarray(c.leaf_end, np.int64), np.ascontiguousarray(c.ranks, np.int64)
+    n = checks.active_voxels_at(origins, masks, leaf_end, ranks)
+    out = np.empty((n, 3), np.int32)
+    values = {"origins": origins, "masks": masks, "leaf_end": leaf_end, "leaves": len(origins), "rank": ranks}
+    _run("active_voxels_at", c, **values, n=n, ijk=out)
+    return out

@@ -19,7 +19,7 @@ import numpy as np
 
 from vdbflow.core import kernel
 from vdbflow.core.kernel import KernelArrays, KernelRecord
-from vdbflow.devices import cuda_build, nvrtc
+from vdbflow.devices import checks, cpu, cuda_build, nvrtc
 from vdbflow.devices.cuda_build import THREADS_PER_BLOCK, kernel_dir  # noqa: F401 (kernel_dir: re-exported)
 from vdbflow.devices.cuda_launch import (  # noqa: F401 (name expressions: re-exported)
     FLOAT_DTYPES,
@@ -93,7 +93,7 @@ def _function(name: str) -> Any:
     return _loaded(cupy_module().cuda.runtime.getDevice(), name, emulated())
 
 
-def _device_record(k: KernelArrays) -> KernelRecord:
+def device_record(k: KernelArrays) -> KernelRecord:
     """The record of ``k`` on the current GPU: device copies of the (checked) host arrays and a record
     pointing into them, made once and kept in ``k.device_cache``."""
     cupy = cupy_module()
@@ -115,18 +115,18 @@ def _device_record(k: KernelArrays) -> KernelRecord:
     return rec
 
 
-def _call_record(
+def call_record(
     k: KernelArrays, mode: int, points_world: bool, jacobian_world: bool, hessian_world: bool = False
 ) -> tuple[KernelRecord, Any]:
     """The device record and a device copy of one call's record bytes (kept per option set)."""
-    rec = _device_record(k)
+    rec = device_record(k)
     options = (int(mode), bool(points_world), bool(jacobian_world), bool(hessian_world))
     call = rec.arrays.device_cache.get(options)
     if call is None:
         raw = np.frombuffer(rec.call(*options).tobytes(), np.uint8)
         xp = cupy_module()
         made = xp.asarray(raw)
-        xp.cuda.get_current_stream().synchronize()  # as _device_record: other streams will read it
+        xp.cuda.get_current_stream().synchronize()  # as device_record: other streams will read it
         call = rec.arrays.device_cache.setdefault(options, made)
     return rec, call
 
@@ -155,32 +155,35 @@ def _at_points(operation: str, c: SimpleNamespace, *spaces: bool, **values: Any)
     cupy = cupy_module()
     pts = cupy.ascontiguousarray(cupy.asarray(c.points), dtype=cupy.float64)
     if pts.shape[0]:
-        rec, call = _call_record(c.k, c.mode, *spaces)
+        rec, call = call_record(c.k, c.mode, *spaces)
         values = {**vars(c), **values, "abi": call, "points": pts, "n": pts.shape[0]}
         _launch(operation, pts.shape[0], values, rec.arrays.values.dtype, c.k.components)
 
 
-def _derived_pointers(derived: dict[str, Any]) -> Any:
+def _derived_pointers(slots: list[Any]) -> Any:
     """A device array of the kernels' DERIVED_COUNT output pointers (0 where not asked)."""
-    ptrs = [0 if a is None else a.data.ptr for a in kernel.derived_slots(derived)]
+    ptrs = [0 if a is None else a.data.ptr for a in slots]
     return cupy_module().asarray(np.array(ptrs, np.uint64))
 
 
 @implements
 def sample(c: SimpleNamespace) -> None:
     """CuPy arrays; ``point_order`` is a CPU hint (the GPU hides latency with its many threads)."""
+    checks.sample(c)
     _at_points("sample", c, c.points_world, c.jacobian_world)
 
 
 @implements
 def sample_derived(c: SimpleNamespace) -> None:
     """CuPy arrays, in one launch."""
-    _at_points("sample_derived", c, c.points_world, c.jacobian_world, derived=_derived_pointers(c.derived))
+    slots = checks.sample_derived(c)[1]
+    _at_points("sample_derived", c, c.points_world, c.jacobian_world, derived=_derived_pointers(slots))
 
 
 @implements
 def sample_hessian(c: SimpleNamespace) -> None:
     """CuPy arrays."""
+    checks.sample_hessian(c)
     _at_points("sample_hessian", c, c.points_world, c.jacobian_world, c.hessian_world)
 
 
@@ -188,8 +191,7 @@ def sample_hessian(c: SimpleNamespace) -> None:
 def sample_vjp(c: SimpleNamespace) -> None:
     """On the GPU: float64 atomics into ``accumulator``; ``k`` holds contiguous values (the accumulator's rows
     follow them)."""
-    if c.k.leaf_values_at is not None:
-        raise DeviceError("expected the kernel arrays of a contiguous volume for reverse mode (Volume.contiguous())")
+    checks.sample_vjp(c)
     _at_points("sample_vjp", c, c.points_world, c.jacobian_world)
 
 
@@ -203,31 +205,21 @@ def sample_reduce(c: SimpleNamespace) -> None:
     order on the device (the step ``reduce_merge_blocks``); host ``ints`` and ``reals`` get the result once.
     The CPU's accumulation in its order, block for block: for the same samples, equal counts and floats to
     rounding."""
-    from vdbflow.devices import cpu
-
     cupy = cupy_module()
     s = np.frombuffer(c.spec, kernel.REDUCE_SPEC_DTYPE)[0]
     F, moments = int(s["channels"]), int(s["moments"])
-    rec, call = _call_record(c.k, c.mode, c.points_world, c.jacobian_world)
+    rec, call = call_record(c.k, c.mode, c.points_world, c.jacobian_world)
     R = np.float64 if np.dtype(rec.arrays.values.dtype) == np.float64 else np.float32
     # the spec's offsets checked by the CPU binding (no points: nothing else runs)
     cpu.reduce_features(c.spec, np.zeros((0, F), R), c.edges, c.ints, c.reals)
     block, chunk = kernel.REDUCE_BLOCK, REDUCE_CHUNK_BLOCKS * kernel.REDUCE_BLOCK
     blocks_max = min(REDUCE_CHUNK_BLOCKS, -(-c.points.shape[0] // block))
     scratch = max(1, blocks_max * len(c.reals))
-    v = {
-        "abi": call,
-        "spec": cupy.asarray(np.frombuffer(c.spec, np.uint8)),
-        "edges": cupy.asarray(c.edges),
-        "n_ints": len(c.ints),
-        "n_reals": len(c.reals),
-        "ints": cupy.zeros(len(c.ints), cupy.uint64),
-        "reals": cupy.asarray(c.reals),
-        "features": cupy.empty(blocks_max * F * block, R),
-        "block_moments": cupy.empty(max(1, blocks_max * moments * kernel.MOMENT_FIELDS), cupy.float64),
-        "dense": cupy.zeros(scratch, cupy.float64),
-        "mark": cupy.zeros(scratch, cupy.uint8),
-    }
+    v = {"abi": call, "spec": cupy.asarray(np.frombuffer(c.spec, np.uint8)), "edges": cupy.asarray(c.edges)}
+    v |= {"n_ints": len(c.ints), "n_reals": len(c.reals), "ints": cupy.zeros(len(c.ints), cupy.uint64)}
+    v |= {"reals": cupy.asarray(c.reals), "features": cupy.empty(blocks_max * F * block, R)}
+    v["block_moments"] = cupy.empty(max(1, blocks_max * moments * kernel.MOMENT_FIELDS), cupy.float64)
+    v |= {"dense": cupy.zeros(scratch, cupy.float64), "mark": cupy.zeros(scratch, cupy.uint8)}
     for first in range(0, c.points.shape[0], chunk):
         v["points"] = cupy.ascontiguousarray(cupy.asarray(c.points[first : first + chunk]), dtype=cupy.float64)
         v["n"] = v["points"].shape[0]
@@ -241,25 +233,21 @@ def sample_reduce(c: SimpleNamespace) -> None:
 @implements
 def reduce_features(c: SimpleNamespace) -> None:
     """CuPy features, reduced on the host (the CPU's accumulation)."""
-    from vdbflow.devices import cpu
-
     cpu.reduce_features(c.spec, np.ascontiguousarray(cupy_module().asnumpy(c.features)), c.edges, c.ints, c.reals)
 
 
 @implements
 def merge_partials(c: SimpleNamespace) -> None:
     """Partials live on the host: the CPU's merge (a host operation of the table)."""
-    from vdbflow.devices import cpu
-
     cpu.merge_partials(c.spec, c.edges, c.ints, c.reals, c.ints_b, c.reals_b)
 
 
 @implements
 def derive(c: SimpleNamespace) -> None:
     """CuPy arrays."""
-    n = c.jacobian.shape[0]
+    n, slots = checks.derive(c)
     if n:
-        _launch("derive", n, {**vars(c), "n": n, "derived": _derived_pointers(c.derived)}, c.jacobian.dtype)
+        _launch("derive", n, {**vars(c), "n": n, "derived": _derived_pointers(slots)}, c.jacobian.dtype)
 
 
 @implements
@@ -272,20 +260,13 @@ def route(c: SimpleNamespace) -> tuple[Any, Any, Any]:
     part = cupy.empty(max(n, 1), cupy.int32)
     if n:
         table = None if c.near is None or len(c.near) == 0 else cupy.asarray(c.near)
-        values = {
-            **vars(c),
-            "points": pts,
-            "n": n,
-            "xform": cupy.asarray(c.xform),
-            "origin": cupy.asarray(c.origin, cupy.int64),
-            "boundaries": cupy.asarray(c.boundaries if len(c.boundaries) else np.zeros(1, np.uint64)),
-            "partitions": P,
-            "near_table": table,
-            "near_mask": 0 if table is None else len(table) - 1,
-            "period": cupy.asarray(np.zeros(6, np.int64) if c.period is None else np.asarray(c.period, np.int64)),
-            "out_partition": part,
-        }
-        _launch("route", n, values)
+        frame = {"xform": c.xform, "origin": cupy.asarray(c.origin, cupy.int64), "boundaries": c.boundaries}
+        if not len(c.boundaries):
+            frame["boundaries"] = np.zeros(1, np.uint64)
+        frame["period"] = np.zeros(6, np.int64) if c.period is None else np.asarray(c.period, np.int64)
+        values = {**vars(c), **{name: cupy.asarray(a) for name, a in frame.items()}, "points": pts, "n": n}
+        values |= {"partitions": P, "near_table": table, "near_mask": 0 if table is None else len(table) - 1}
+        _launch("route", n, {**values, "out_partition": part})
     group = part[:n] + 1  # 0: background-only, p + 1: partition p
     order = cupy.argsort(group, kind="stable")
     counts = cupy.bincount(group, minlength=P + 1)
@@ -314,7 +295,7 @@ def advect(c: SimpleNamespace) -> tuple[Any, Any, Any]:
     out = {"status": cupy.empty(n, cupy.int8), "last_step": cupy.empty(n, cupy.int64)}
     out["evaluations"] = cupy.empty(n, cupy.int32)
     if n:
-        rec, abi = _call_record(c.k, c.mode, True, True)
+        rec, abi = call_record(c.k, c.mode, True, True)
         _particles("advect", rec.arrays.values.dtype, {**vars(c), **out, "abi": abi})
     return out["status"], out["last_step"], out["evaluations"]
 
@@ -326,7 +307,7 @@ def advect_series(c: SimpleNamespace) -> None:
     if c.x.shape[0] == 0:
         return
     cupy = cupy_module()
-    calls = [_call_record(k, c.mode, True, True) for k in c.ks]  # the records stay cached with their arrays
+    calls = [call_record(k, c.mode, True, True) for k in c.ks]  # the records stay cached with their arrays
     raw = np.concatenate([np.frombuffer(rec.call(c.mode, True, True).tobytes(), np.uint8) for rec, _ in calls])
     window = {
         "abis": cupy.asarray(raw),
@@ -338,45 +319,31 @@ def advect_series(c: SimpleNamespace) -> None:
     _particles("advect_series", calls[0][0].arrays.values.dtype, {**vars(c), **window})
 
 
-def _through_device(host: tuple, run: Any) -> tuple:
-    """``run(device copies of host)`` with the host arrays (None: absent) copied to the GPU and back in place."""
-    xp = cupy_module()
-    on_gpu = [None if arr is None else xp.asarray(arr) for arr in host]
-    out = run(on_gpu)
-    for h, d in zip(host, on_gpu, strict=True):
-        if h is not None:
-            h[...] = d.get()
-    return out
+def _on_host(operation: str, *moved: str) -> Any:
+    """``operation`` for host arrays (as :mod:`vdbflow.devices.cpu` takes them): the arrays named ``moved``
+    (None: absent) copied to the GPU, run there, copied back in place; returns host arrays."""
+
+    def body(c: SimpleNamespace) -> Any:
+        xp = cupy_module()
+        on_gpu = {name: None if getattr(c, name) is None else xp.asarray(getattr(c, name)) for name in moved}
+        out = globals()[operation](**{**vars(c), **on_gpu})
+        for name, arr in on_gpu.items():
+            if arr is not None:
+                getattr(c, name)[...] = arr.get()
+        return None if out is None else tuple(arr.get() for arr in out)
+
+    body.__name__ = operation
+    return implements(body)
 
 
-def host_advect(k: KernelArrays, mode: int, x: np.ndarray, a: np.ndarray, b: np.ndarray, h: float,
-                save_slot: np.ndarray, position: np.ndarray, velocity: np.ndarray | None,
-                jacobian: np.ndarray | None, F: np.ndarray | None,
-                validate_end: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
-    """:func:`advect` for host arrays (as :func:`vdbflow.devices.cpu.advect` takes them): copied to the GPU,
-    integrated there, copied back in place; returns host ``status``, ``last_step`` and ``evaluations``."""
-    moved = (x, position, velocity, jacobian, F)
-    out = _through_device(moved, lambda d: advect(k, mode, d[0], a, b, h, save_slot, *d[1:], validate_end))
-    return tuple(arr.get() for arr in out)
-
-
-def host_advect_series(ks: list[KernelArrays], topology: np.ndarray, time_kind: int, stage_grid: np.ndarray,
-                       stage_coef: np.ndarray, first_step: int, mode: int, x: np.ndarray, a: np.ndarray,
-                       b: np.ndarray, h: float, save_slot: np.ndarray, position: np.ndarray,
-                       velocity: np.ndarray | None, jacobian: np.ndarray | None, F: np.ndarray | None,
-                       status: np.ndarray, last_step: np.ndarray, evaluations: np.ndarray,
-                       validate_end: bool = True) -> None:  # fmt: skip
-    """:func:`advect_series` for host arrays (as :func:`vdbflow.devices.cpu.advect_series` takes them),
-    through the GPU and back in place."""
-    lead = (ks, topology, time_kind, stage_grid, stage_coef, first_step, mode)
-    moved = (x, position, velocity, jacobian, F, status, last_step, evaluations)
-    _through_device(moved, lambda d: advect_series(*lead, d[0], a, b, h, save_slot, *d[1:], validate_end))
+host_advect = _on_host("advect", "x", "position", "velocity", "jacobian", "F")
+host_advect_series = _on_host(
+    "advect_series", "x", "position", "velocity", "jacobian", "F", "status", "last_step", "evaluations"
+)
 
 
 # --- coverage, gradient fields and the assembly helpers (the CPU extension's stencil_inside,
 # defined_voxels, grid_gradient, scatter_rows and active_voxels_at), from the same headers ---
-
-NODE_SCHEMES = tuple(kernel.MODES[f"fd{r}"] for r in (2, 4, 6, 8))  # what grid_gradient takes
 
 
 @implements
@@ -397,7 +364,7 @@ def defined_voxels(c: SimpleNamespace) -> Any:
     n = voxels.shape[0]
     out = cupy.zeros(n, cupy.bool_)
     if n:
-        _, call = _call_record(c.topology.kernel_arrays(), kernel.MODES["closest"], False, False)
+        _, call = call_record(c.topology.kernel_arrays(), kernel.MODES["closest"], False, False)
         _launch("defined_voxels", n, {"abi": call, "ijk": voxels, "n": n, "out": out})
     return out
 
@@ -406,15 +373,10 @@ def defined_voxels(c: SimpleNamespace) -> Any:
 def grid_gradient(c: SimpleNamespace) -> Any:
     """CuPy Jacobians, rows in ``active_voxels()`` order, as :func:`vdbflow.devices.cpu.grid_gradient` (one
     thread per voxel, found by its rank)."""
-    if int(c.scheme) not in NODE_SCHEMES:
-        raise DeviceError(f"expected an fd2, fd4, fd6 or fd8 scheme for grid gradients, got mode {c.scheme}")
-    cupy, k = cupy_module(), c.k
+    cupy, k, dtype = cupy_module(), c.k, checks.grid_gradient(c)
     leaf_end = np.cumsum(np.bitwise_count(k.masks).sum(axis=1).astype(np.int64))
     rows = int(leaf_end[-1]) if len(leaf_end) else 0
-    rec, call = _call_record(k, c.scheme, False, c.jacobian_world)
-    dtype = rec.arrays.values.dtype
-    if dtype not in FLOAT_DTYPES:
-        raise DeviceError(f"expected float32 or float64 values for grid gradients, got {dtype}")
+    _, call = call_record(k, c.scheme, False, c.jacobian_world)
     out = cupy.empty((rows, k.components, 3), dtype)
     if rows:
         origins = cupy.asarray(np.ascontiguousarray(c.leaf_origins, np.int32))
@@ -427,16 +389,12 @@ def grid_gradient(c: SimpleNamespace) -> Any:
 def scatter_rows(c: SimpleNamespace) -> None:
     """CuPy arrays, rows of any dtype (``_core.scatter_rows``)."""
     cupy, dst = cupy_module(), c.dst
-    at = cupy.ascontiguousarray(cupy.asarray(c.index), dtype=cupy.int64)
+    at = cupy.ascontiguousarray(cupy.asarray(c.index))
     rows = cupy.ascontiguousarray(cupy.asarray(c.src), dtype=dst.dtype)
-    m = at.shape[0]
-    if not dst.flags.c_contiguous or rows.shape != (m, *dst.shape[1:]):
-        raise DeviceError(f"expected a C-contiguous dst and src of shape ({m}, {dst.shape[1:]}), got {rows.shape}")
+    m = checks.scatter_rows(dst, at, rows)
     if m == 0:
         return
-    lo, hi = int(at.min()), int(at.max())
-    if lo < 0 or hi >= dst.shape[0]:
-        raise IndexError(f"scatter index {lo if lo < 0 else hi} outside [0, {dst.shape[0]})")
+    at = at.astype(cupy.int64, copy=False)
     row_bytes = dst.dtype.itemsize * int(np.prod(dst.shape[1:], dtype=np.int64))
     _launch("scatter_rows", m * row_bytes, {"dst": dst, "index": at, "src": rows, "m": m, "row_bytes": row_bytes})
 
@@ -450,17 +408,9 @@ def active_voxels_at(c: SimpleNamespace) -> Any:
     m = cupy.ascontiguousarray(cupy.asarray(c.masks), dtype=cupy.uint64)
     end = cupy.ascontiguousarray(cupy.asarray(c.leaf_end), dtype=cupy.int64)
     r = cupy.ascontiguousarray(cupy.asarray(c.ranks), dtype=cupy.int64)
-    L, n = o.shape[0], r.shape[0]
-    if o.shape != (L, 3) or m.shape != (L, 8) or end.shape != (L,):
-        raise DeviceError("expected origins (L, 3), masks (L, 8) and leaf_end (L,)")
+    n = checks.active_voxels_at(o, m, end, r)
     out = cupy.empty((n, 3), cupy.int32)
-    if n == 0:
-        return out
-    total = int(end[-1]) if L else 0
-    lo, hi = int(r.min()), int(r.max())
-    if lo < 0 or hi >= total:
-        raise IndexError(f"voxel rank {lo if lo < 0 else hi} outside [0, {total})")
-    _launch(
-        "active_voxels_at", n, {"origins": o, "masks": m, "leaf_end": end, "leaves": L, "rank": r, "n": n, "ijk": out}
-    )
+    if n:
+        values = {"origins": o, "masks": m, "leaf_end": end, "leaves": o.shape[0], "rank": r, "n": n, "ijk": out}
+        _launch("active_voxels_at", n, values)
     return out
