@@ -175,9 +175,6 @@ def _plain(value: Any, where: str) -> Any:
     )
 
 
-_UNION_TAGS = {"points": ("file", "random", "grid", "plane", "line"), "cluster": ("local", "address", "cuda", "slurm")}
-
-
 def _describe(loc: tuple, lines: dict[tuple, int], overridden: dict[tuple, str], source: str) -> str:
     """``key.path (file, line N)`` for a pydantic error location."""
     # pydantic puts the union tag into the location ('points', 'random', 'count'): the YAML has none
@@ -216,15 +213,43 @@ def _keys_at(path: tuple) -> list[str]:
     return sorted({name for model in models for name in model.model_fields})
 
 
+def _forms(section: str) -> dict[str, list[str]]:
+    """The keys of each form of a ``kind`` union section (``points``: random, plane, ...), by kind."""
+    forms = _models_in(JobConfig.model_fields[section].annotation)
+    return {typing.get_args(m.model_fields["kind"].annotation)[0]: sorted(m.model_fields) for m in forms}
+
+
+# the sections that take one of several forms by `kind`, and their kinds (pydantic puts the kind in error locations)
+_UNION_TAGS = {section: tuple(_forms(section)) for section in ("points", "cluster")}
+
+
 def _unknown_key(loc: tuple) -> str:
-    """``unknown key`` with the nearest allowed key, or the allowed keys."""
+    """``unknown key`` with the nearest allowed key, or the allowed keys; a key of another ``kind`` of the
+    section says which kinds take it."""
+    tagged = len(loc) == 3 and loc[1] in _UNION_TAGS.get(loc[0], ())
     path = [part for i, part in enumerate(loc) if not (i == 1 and part in _UNION_TAGS.get(loc[0], ()))]
     allowed = _keys_at(tuple(path[:-1]))
+    if tagged:  # a key directly in `points:` or `cluster:`, whose kind is loc[1]
+        forms = _forms(loc[0])
+        allowed = forms[loc[1]]
+        others = [kind for kind, keys in forms.items() if loc[2] in keys]
+        if others:
+            return (
+                f"{loc[2]!r} is a key of {loc[0]}.kind: {' | '.join(others)}, not of kind: {loc[1]} (which takes "
+                + ", ".join(repr(k) for k in allowed if k != "kind")
+                + ")"
+            )
     if not allowed:
         return "unknown key"
     close = difflib.get_close_matches(str(path[-1]), allowed, n=1, cutoff=0.6)
     if close:
         return f"unknown key; did you mean {close[0]!r}?"
+    if tagged:  # a misspelt key of another kind
+        keys = sorted({key for form in forms.values() for key in form})
+        close = difflib.get_close_matches(str(loc[2]), keys, n=1, cutoff=0.6)
+        if close:
+            kinds = " | ".join(kind for kind, form in forms.items() if close[0] in form)
+            return f"unknown key; did you mean {close[0]!r} (a key of {loc[0]}.kind: {kinds})?"
     return "unknown key; expected one of " + ", ".join(repr(k) for k in allowed)
 
 
