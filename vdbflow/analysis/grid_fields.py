@@ -86,7 +86,7 @@ def _on_voxels(vol: Volume, values: np.ndarray, name: str, component_names: list
     )
     if rows_follow_voxels:
         if t.tile_count:
-            t = Topology(t.leaf_origins, t.masks, t.transform, t.tile_origins, t.tile_sizes)
+            t = Topology(t.leaf_origins, t.masks, t.transform, **t.tile_parts())
             t.periodic = vol.periodic
         return t.with_data(values, background=0, name=name, component_names=component_names)
     # an index grid from a file whose value rows do not follow its active voxels: a fresh topology

@@ -57,6 +57,8 @@ class Topology:
     masks : (L, 8) uint64 active bits
     tile_origins : (T, 3) int32, multiples of the tile size
     tile_sizes : (T,) int32, each 8, 128 or 4096
+    tile_active : (T,) bool, whether each tile is active (a level set's interior tiles are kept for their
+        value, inactive; they are sampled the same and written back inactive)
     transform : Transform
     """
 
@@ -71,6 +73,7 @@ class Topology:
         leaf_offset: np.ndarray | None = None,
         value_count: int | None = None,
         tile_value_index: np.ndarray | None = None,
+        tile_active: np.ndarray | None = None,
     ):
         """``leaf_offset``, ``value_count`` and ``tile_value_index`` describe index grids read from
         files, whose value rows may not follow the active voxels one to one: the first row of each
@@ -88,6 +91,13 @@ class Topology:
         self.transform = transform if transform is not None else Transform.identity()
         self.tile_origins = as_coordinates(np.zeros((0, 3)) if tile_origins is None else tile_origins, "tile origins")
         self.tile_sizes = np.ascontiguousarray(np.zeros(0) if tile_sizes is None else tile_sizes, dtype=np.int32)
+        self.tile_active = np.ascontiguousarray(
+            np.ones(len(self.tile_sizes), bool) if tile_active is None else tile_active, dtype=bool
+        )
+        if self.tile_active.shape != self.tile_sizes.shape:
+            raise VolumeError(
+                f"expected one active state per tile ({len(self.tile_sizes)}), got shape {self.tile_active.shape}"
+            )
         self.grid_class = "unknown"  # NanoVDB grid class, kept for .nvdb round trips
         self.blind_data: tuple = ()  # NanoVDB blind data records, kept for .nvdb round trips
         self.units: str | None = None  # units of the values, e.g. "m/s" (for Dataset attrs)
@@ -157,6 +167,7 @@ class Topology:
             self.masks,
             self.tile_origins,
             self.tile_sizes,
+            self.tile_active,
             self.prefix,
             self.leaf_offset,
             *self.tables,
@@ -269,6 +280,26 @@ class Topology:
     def tile_count(self) -> int:
         return len(self.tile_origins)
 
+    def tile_parts(self, keep: Any = slice(None)) -> dict[str, np.ndarray]:
+        """The tile arrays (origins, sizes, active states) of the tiles ``keep`` selects (all by default), as
+        the keyword arguments of a new Topology."""
+        return {
+            "tile_origins": self.tile_origins[keep],
+            "tile_sizes": self.tile_sizes[keep],
+            "tile_active": self.tile_active[keep],
+        }
+
+    @property
+    def active_tile_count(self) -> int:
+        """Tiles whose voxels are active (the rest keep a value, as a level set's interior does)."""
+        return int(self.tile_active.sum())
+
+    @property
+    def tiles_described(self) -> str:
+        """``"12 tiles"``, or ``"329 tiles (0 active)"`` where some are inactive."""
+        n, active = self.tile_count, self.active_tile_count
+        return f"{n} tiles" if active == n else f"{n} tiles ({active} active)"
+
     @property
     def active_voxel_count(self) -> int:
         """Active voxels in leaves (tiles not counted)."""
@@ -285,13 +316,23 @@ class Topology:
     @property
     def index_bbox(self) -> np.ndarray | None:
         """(2, 3) int64 [min, max] over active voxels and tiles (inclusive), None when empty."""
+        return self.bbox_of_tiles(slice(None))
+
+    @property
+    def active_bbox(self) -> np.ndarray | None:
+        """(2, 3) int64 [min, max] over active voxels and active tiles (inclusive; what a NanoVDB file
+        states), None when empty."""
+        return self.bbox_of_tiles(self.tile_active)
+
+    def bbox_of_tiles(self, tiles: Any) -> np.ndarray | None:
+        """(2, 3) int64 [min, max] over the active voxels and the tiles ``tiles`` selects, None when empty."""
         boxes = []
         leaves = tree.active_bbox(self.leaf_origins, self.masks)
         if leaves is not None:
             boxes.append(leaves)
-        if self.tile_count:
-            lo = self.tile_origins.astype(np.int64)
-            boxes.append(np.stack([lo.min(axis=0), (lo + self.tile_sizes[:, None] - 1).max(axis=0)]))
+        lo = self.tile_origins[tiles].astype(np.int64)
+        if len(lo):
+            boxes.append(np.stack([lo.min(axis=0), (lo + self.tile_sizes[tiles][:, None] - 1).max(axis=0)]))
         if not boxes:
             return None
         return np.stack([np.min([b[0] for b in boxes], axis=0), np.max([b[1] for b in boxes], axis=0)])
@@ -376,7 +417,7 @@ class Topology:
     def __repr__(self) -> str:
         return (
             f"<vdbflow.Topology: {self.leaf_count} leaves, {self.active_voxel_count} active voxels, "
-            f"{self.tile_count} tiles>"
+            f"{self.tiles_described}>"
         )
 
 

@@ -502,7 +502,7 @@ class Volume:
         t = self.topology
         if len(idx) and (idx[0] < 0 or idx[-1] >= t.leaf_count):
             raise VolumeError(f"expected leaf indices in [0, {t.leaf_count}), got {idx[0]}..{idx[-1]}")
-        topo = Topology(t.leaf_origins[idx], t.masks[idx], t.transform, t.tile_origins, t.tile_sizes)
+        topo = Topology(t.leaf_origins[idx], t.masks[idx], t.transform, **t.tile_parts())
         topo.periodic = t.periodic
         C = self.components
         if not self.index_layout:
@@ -695,6 +695,6 @@ class Volume:
         layout = "index" if self.index_layout else "per-leaf"
         return (
             f"<vdbflow.Volume {self.name!r}: {self.value_type.name}, {layout} layout, {self.leaf_count} leaves, "
-            f"{self.active_voxel_count} active voxels, {self.tile_count} tiles, voxel size "
+            f"{self.active_voxel_count} active voxels, {self.topology.tiles_described}, voxel size "
             f"{np.round(self.voxel_size, 6).tolist()}>"
         )

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vdbflow.core import tree
+from vdbflow.core.atomic import atomic_directory
 from vdbflow.core.periodic import Periodicity
 from vdbflow.core.transform import Transform
 from vdbflow.core.volume import Topology, Volume
 from vdbflow.errors import OpenVDBError, StorageError, VolumeError, WriteError
 from vdbflow.io import bounded_json, zarr_v2
-from vdbflow.core.atomic import atomic_directory
 from vdbflow.io.location import ReadStats, RemoteFile, filesystem, is_url, local_path, stat_url, storage_error
 
 if TYPE_CHECKING:
@@ -47,6 +47,11 @@ def to_dataset(vol: Volume) -> xr.Dataset:
             "masks": (("leaf", "word"), t.masks),
             "tile_origins": (("tile", "xyz"), t.tile_origins),
             "tile_sizes": (("tile",), t.tile_sizes),
+            "tile_active": (
+                ("tile",),
+                t.tile_active.astype(np.uint8),
+                {"long_name": "1: the tile's voxels are active"},
+            ),
             "tile_values": (("tile", "channel"), np.asarray(vol.tile_values).reshape(t.tile_count, vol.components)),
             "background": (("channel",), np.asarray(vol.background_values).reshape(-1)),
         },
@@ -115,6 +120,7 @@ def _check_declared(attrs: Any, shapes: dict[str, tuple[int, ...]]) -> None:
         "leaf_origins": (*leaves, 3),
         "masks": (*leaves, 8),
         "tile_sizes": tiles,
+        **({"tile_active": tiles} if "tile_active" in shapes else {}),  # optional: stores before it were all active
         "tile_values": (*tiles, c),
         "tile_origins": (*tiles, 3),
         "background": (c,),
@@ -150,8 +156,14 @@ def _volume(attrs: dict, shapes: dict[str, tuple[int, ...]], read: Callable[[str
     active = int(np.bitwise_count(masks.astype(np.uint64)).sum())
     if active != rows:
         raise VolumeError(f"expected one value row per active voxel ({active}, set in the masks), got {rows}")
+    active = read("tile_active").astype(bool) if "tile_active" in shapes else None
     topology = Topology(
-        read("leaf_origins"), masks.astype(np.uint64), Transform(matrix), read("tile_origins"), read("tile_sizes")
+        read("leaf_origins"),
+        masks.astype(np.uint64),
+        Transform(matrix),
+        read("tile_origins"),
+        read("tile_sizes"),
+        tile_active=active,
     )
     values = read("values")
     squeeze = (lambda a: a[..., 0]) if values.shape[1] == 1 else (lambda a: a)
@@ -269,7 +281,8 @@ def open_zarr(path: str | os.PathLike) -> Volume:
         )
     opened = os.stat(root)
     attrs = zarr_v2.read_json(root / ".zattrs", "the store's attrs (.zattrs)")
-    names = [*_VARIABLES, *(axis for axis in "ijk" if (root / axis / ".zarray").exists())]
+    optional = ("i", "j", "k", "tile_active")  # tile_active: since 2026-12 (before it every tile was active)
+    names = [*_VARIABLES, *(name for name in optional if (root / name / ".zarray").exists())]
     arrays = {name: zarr_v2.Array.open(root / name) for name in names if (root / name).exists()}
     _check_declared(attrs, {name: a.shape for name, a in arrays.items()})
     for a in arrays.values():

@@ -111,29 +111,32 @@ def decode_grid(
 @dataclass
 class _TileParts:
     """Tiles gathered level by level (root, upper nodes, lower nodes): for each, its origin, size,
-    value and the byte address of that value (for messages about it)."""
+    value, the byte address of that value (for messages about it) and whether it is active."""
 
     origins: list[np.ndarray] = field(default_factory=list)
     sizes: list[np.ndarray] = field(default_factory=list)
     values: list[np.ndarray] = field(default_factory=list)
     at: list[np.ndarray] = field(default_factory=list)
+    active: list[np.ndarray] = field(default_factory=list)
 
-    def add(self, origins: np.ndarray, size: int, values: np.ndarray, at: np.ndarray) -> None:
+    def add(self, origins: np.ndarray, size: int, values: np.ndarray, at: np.ndarray, active: np.ndarray) -> None:
         self.origins.append(origins)
         self.sizes.append(np.full(len(values), size))
         self.values.append(values)
         self.at.append(at)
+        self.active.append(np.asarray(active, bool))
 
-    def within(self, bbox: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Origins (int32), sizes (int32), values and value addresses of the tiles that meet ``bbox``."""
+    def within(self, bbox: np.ndarray | None) -> tuple[np.ndarray, ...]:
+        """Origins (int32), sizes (int32), values, value addresses and active states of the tiles that meet
+        ``bbox``."""
         origins = np.concatenate(self.origins).astype(np.int32)
         sizes = np.concatenate(self.sizes).astype(np.int32)
-        values, at = np.concatenate(self.values), np.concatenate(self.at)
+        values, at, active = np.concatenate(self.values), np.concatenate(self.at), np.concatenate(self.active)
         near = np.ones(len(origins), bool)
         for size in tree.TILE_SIZES:
             of_size = sizes == size
             near[of_size] = overlaps(origins[of_size], size, bbox)
-        return origins[near], sizes[near], values[near], at[near]
+        return origins[near], sizes[near], values[near], at[near], active[near]
 
 
 @dataclass(frozen=True)
@@ -241,7 +244,8 @@ def _read_root(gbuf: np.ndarray, h: dict[str, Any], layout: fmt.GridLayout) -> _
 def _root_tiles(root: _Root, layout: fmt.GridLayout, tiles: _TileParts) -> None:
     """Adds the root's tiles (the entries without a child) that are kept to ``tiles``."""
     keep = (root.child == 0) & kept_tiles(root.values, root.active, layout, root.background)
-    tiles.add(root.origins[keep], fmt.UPPER_DIM, root.values[keep], root.entry_at[keep] + layout.root_tile_off_value)
+    at = root.entry_at[keep] + layout.root_tile_off_value
+    tiles.add(root.origins[keep], fmt.UPPER_DIM, root.values[keep], at, root.active[keep])
 
 
 def _joined(parts: list[np.ndarray], shape: tuple[int, ...] = (0,)) -> np.ndarray:
@@ -292,12 +296,14 @@ def _read_upper_nodes(
         non = np.nonzero(child_mask == 0)[0]
         vals = values_of(table[non, : layout.value_size], layout)
         value_mask = mask_bits(node, fmt.UPPER_OFF_VALUE_MASK, fmt.UPPER_MASK_SIZE)
-        keep = kept_tiles(vals, value_mask[non].astype(bool), layout, root.background)
+        active = value_mask[non].astype(bool)
+        keep = kept_tiles(vals, active, layout, root.background)
         tiles.add(
             origin + (child_positions(non[keep], fmt.UPPER_DIM_LOG2) << fmt.LOWER_LOG2),
             fmt.LOWER_DIM,
             vals[keep],
             addr + table_at + non[keep].astype(np.int64) * stride,
+            active[keep],
         )
     return _ChildRefs(_joined(parents), _joined(offsets), _joined(fields), _joined(child_origins, (0, 3)))
 
@@ -343,12 +349,14 @@ def _read_lower_nodes(
     node, non = np.nonzero(child_mask == 0)
     vals = values_of(table[node, non, : layout.value_size], layout)
     value_mask = mask_bits(rows, fmt.LOWER_OFF_VALUE_MASK, fmt.LOWER_MASK_SIZE)
-    keep = kept_tiles(vals, value_mask[node, non].astype(bool), layout, background)
+    active = value_mask[node, non].astype(bool)
+    keep = kept_tiles(vals, active, layout, background)
     tiles.add(
         origins[node[keep]] + (child_positions(non[keep], fmt.LOWER_DIM_LOG2) << fmt.LEAF_LOG2),
         fmt.LEAF_DIM,
         vals[keep],
         addrs[node[keep]] + table_at + non[keep].astype(np.int64) * stride,
+        active[keep],
     )
     return leaves
 
@@ -447,7 +455,7 @@ def _index_topology(
 ) -> Topology:
     """An Index / OnIndex grid as an index-layout Topology, once every leaf's value range and every
     tile's value index is checked against the grid's value count."""
-    tile_origins, tile_sizes, tile_vals, tile_at = tiles
+    tile_origins, tile_sizes, tile_vals, tile_at, tile_active = tiles
     first = column(head, fmt.INDEX_LEAF_OFF_OFFSET, "<u8").astype(np.uint64)  # compared unsigned: no wrap-around
     value_count = int(h["value_count"])
     if value_count > MAX_VALUE_COUNT:
@@ -487,6 +495,7 @@ def _index_topology(
         transform,
         tile_origins,
         tile_sizes,
+        tile_active=tile_active,
         leaf_offset=first,
         value_count=max(value_count - 1, 0),
         tile_value_index=tile_vals[:, 0].astype(np.int64) - 1,
@@ -562,11 +571,13 @@ def _decode_nodes(
     mask_bytes = np.ascontiguousarray(head[:, fmt.LEAF_OFF_VALUE_MASK : fmt.LEAF_OFF_VALUE_MASK + fmt.LEAF_MASK_SIZE])
     masks = mask_bytes.view("<u8").astype(np.uint64).reshape(-1, 8)
     tile_parts = tiles.within(bbox)
-    tile_origins, tile_sizes, tile_vals, _ = tile_parts
+    tile_origins, tile_sizes, tile_vals, _, tile_active = tile_parts
     transform = _grid_transform(h, base)
     if layout.is_index:
         return h, _index_topology(h, base, layout, leaves, head, masks, tile_parts, transform)
-    topo = Topology(leaves.origins.astype(np.int32), masks, transform, tile_origins, tile_sizes)
+    topo = Topology(
+        leaves.origins.astype(np.int32), masks, transform, tile_origins, tile_sizes, tile_active=tile_active
+    )
     if layout.is_topology:
         return h, topo
     selected = bbox is not None or leaf_subset is not None

@@ -146,7 +146,7 @@ def write_lower_nodes(
     tchild = child_index(plan.tile_origins[sel], fmt.LOWER_DIM_LOG2, fmt.LEAF_LOG2)
     ltable[tparent, tchild, : layout.value_size] = tile_bytes[sel]
     vmask = np.zeros((n_low, fmt.LOWER_CHILDREN), bool)
-    vmask[tparent, tchild] = True
+    vmask[tparent, tchild] = plan.tile_active[sel]  # an inactive tile keeps its value, its bit stays off
     at = fmt.LOWER_OFF_VALUE_MASK
     lowers[:, at : at + fmt.LOWER_MASK_SIZE] = np.packbits(vmask, axis=1, bitorder="little")
     at = fmt.LOWER_OFF_CHILD_MASK
@@ -190,7 +190,7 @@ def write_upper_nodes(
         cm = np.zeros(fmt.UPPER_CHILDREN, bool)
         cm[kid_index] = True
         vm = np.zeros(fmt.UPPER_CHILDREN, bool)
-        vm[tile_index] = True
+        vm[tile_index] = plan.tile_active[mine]
         at = fmt.UPPER_OFF_VALUE_MASK
         node[at : at + fmt.UPPER_MASK_SIZE] = np.packbits(vm, bitorder="little")
         at = fmt.UPPER_OFF_CHILD_MASK
@@ -214,12 +214,12 @@ def write_root(
 ) -> None:
     """The root: the index bbox, table size and background (a value grid's minimum and maximum equal to
     it, as NanoVDB's builder leaves them without statistics), then its table: the upper nodes (value
-    zero) and the 4096^3 tiles (active), in the order of their origins (i, then j, then k), as NanoVDB
+    zero) and the 4096^3 tiles (their active state), in the order of their origins (i, then j, then k), as NanoVDB
     lays out OpenVDB's root."""
     n_up = plan.counts[2]
     upper_addr = off.upper + np.arange(n_up, dtype=np.int64) * layout.upper_size
     sel4096 = np.nonzero(plan.root_tiles)[0]
-    box = topo.index_bbox
+    box = topo.active_bbox
     lo, hi = (box[0], box[1]) if box is not None else fmt.EMPTY_INDEX_BBOX
     put(buf, off.root + fmt.ROOT_OFF_BBOX, "<6iI", *[int(x) for x in lo], *[int(x) for x in hi], n_up + len(sel4096))
     at = off.root + layout.root_off_background
@@ -227,7 +227,7 @@ def write_root(
         buf[at + k * layout.value_size : at + (k + 1) * layout.value_size] = bg_bytes
     no_value = np.zeros(layout.value_size, np.uint8)
     entries = [(o, upper_addr[u] - off.root, 0, no_value) for u, o in enumerate(plan.upper_origins)]
-    entries += [(plan.tile_origins[t], 0, 1, tile_bytes[t]) for t in sel4096]
+    entries += [(plan.tile_origins[t], 0, int(plan.tile_active[t]), tile_bytes[t]) for t in sel4096]
     entries.sort(key=lambda entry: tuple(int(x) for x in entry[0]))
     for e, (origin, child_off, state, value) in enumerate(entries):
         at = off.root + layout.root_size + e * layout.root_tile_size

@@ -78,6 +78,7 @@ class NodePlan:
 
     leaf_origins: np.ndarray  # (L, 3) int64
     tile_origins: np.ndarray  # (T, 3) int64
+    tile_active: np.ndarray  # (T,) bool: the tile's bit in its node's value mask (a root tile's state)
     lower_tiles: np.ndarray  # (T,) bool, and the same for the next two
     upper_tiles: np.ndarray
     root_tiles: np.ndarray
@@ -118,7 +119,9 @@ def plan_nodes(topo: Topology) -> NodePlan:
     lower_keys, lower_parent = lower_keys[l_order], lower_parent[l_order]
     # leaves are already in tree order (Topology keeps them so)
     leaf_parent = find_rows(lower_keys, leaf_origins >> fmt.LOWER_LOG2)
-    return NodePlan(leaf_origins, t_origins, t8, t128, t4096, upper_keys, lower_keys, lower_parent, leaf_parent)
+    return NodePlan(
+        leaf_origins, t_origins, topo.tile_active, t8, t128, t4096, upper_keys, lower_keys, lower_parent, leaf_parent
+    )
 
 
 @dataclass(frozen=True)
@@ -209,14 +212,14 @@ def node_boxes(plan: NodePlan, topo: Topology) -> NodeBoxes:
     if n_leaf:
         has, lo, dif = leaf_boxes(plan.leaf_origins, topo.masks)
         _union_into(lower, plan.leaf_parent[has], lo[has], lo[has] + dif[has])
-    tiles8 = plan.tile_origins[plan.lower_tiles]
+    tiles8 = plan.tile_origins[plan.lower_tiles & plan.tile_active]
     if len(tiles8):
         _union_into(lower, find_rows(plan.lower_keys, tiles8 >> fmt.LOWER_LOG2), tiles8, tiles8 + fmt.LEAF_DIM - 1)
     filled = lower[:, 0, 0] <= lower[:, 1, 0]
     _union_into(upper, plan.lower_parent[filled], lower[filled, 0], lower[filled, 1])
-    tiles128 = plan.tile_origins[plan.upper_tiles]
+    tiles128 = plan.tile_origins[plan.upper_tiles & plan.tile_active]
     if len(tiles128):
         parent = find_rows(plan.upper_keys, tiles128 >> fmt.UPPER_LOG2)
         _union_into(upper, parent, tiles128, tiles128 + fmt.LOWER_DIM - 1)
-    sizes = topo.tile_sizes.astype(np.int64) if len(plan.tile_origins) else np.zeros(0, np.int64)
+    sizes = topo.tile_sizes[plan.tile_active].astype(np.int64)
     return NodeBoxes(lower, upper, int((sizes**3).sum()))

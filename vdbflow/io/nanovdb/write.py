@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from vdbflow.core.atomic import atomic_file
 from vdbflow.core.volume import Topology, Volume
 from vdbflow.errors import NanoVDBError, WriteError
-from vdbflow.core.atomic import atomic_file
 from vdbflow.io.bounded_json import not_text
 from vdbflow.io.mapped import FileMap
 from vdbflow.io.nanovdb import format as fmt
@@ -71,14 +71,15 @@ def _write_headers(
         *([0, 0, 0] if empty else [off.leaf - t, off.lower - t, off.upper - t]),
         off.root - t,
         *plan.counts,
-        int(plan.lower_tiles.sum()),
-        int(plan.upper_tiles.sum()),
-        int(plan.root_tiles.sum()),
+        int((plan.lower_tiles & plan.tile_active).sum()),  # the tree counts active tiles
+        int((plan.upper_tiles & plan.tile_active).sum()),
+        int((plan.root_tiles & plan.tile_active).sum()),
         topo.active_voxel_count + tile_voxels,
     )
     M = topo.transform.index_to_world
     Minv = topo.transform.world_to_index
-    has_bbox = topo.index_bbox is not None
+    box = topo.active_bbox  # what NanoVDB states: active voxels and active tiles
+    has_bbox = box is not None
     put(
         buf,
         fmt.GRID_OFF_MAGIC,
@@ -106,7 +107,7 @@ def _write_headers(
     put(buf, m + fmt.MAP_OFF_INVMATD, "<9d", *Minv[:3, :3].ravel())
     put(buf, m + fmt.MAP_OFF_VECD, "<3d", *M[:3, 3])
     put(buf, m + fmt.MAP_OFF_TAPERD, "<d", 1.0)
-    wb = topo.world_bbox if has_bbox else np.array(fmt.EMPTY_WORLD_BBOX)
+    wb = topo.transform.apply_box(box[0], box[1] + 1.0) if box is not None else np.array(fmt.EMPTY_WORLD_BBOX)
     put(buf, fmt.GRID_OFF_WORLD_BBOX, "<6d", *wb.ravel())
     put(buf, fmt.GRID_OFF_VOXEL_SIZE, "<3d", *topo.voxel_size)
     class_code = {name: code for code, name in fmt.GRID_CLASSES.items()}.get(grid_class)
@@ -208,7 +209,7 @@ def _metadata(name: str, grid: np.ndarray, payload_size: int, voxels: int, obj: 
     h = grid_header(grid, 0)
     raw_name = name.encode("utf-8") + b"\0"
     topo = obj if isinstance(obj, Topology) else obj.topology
-    box = topo.index_bbox if topo.index_bbox is not None else np.array(fmt.EMPTY_INDEX_BBOX)
+    box = topo.active_bbox if topo.active_bbox is not None else np.array(fmt.EMPTY_INDEX_BBOX)
     meta = struct.pack(
         fmt.FILE_METADATA_FORMAT,
         h["grid_size"],

@@ -337,7 +337,12 @@ def read_grid(f: VdbFile, d: Descriptor, leaves: Any = None, bbox: Any = None) -
     values, topo = _together(
         lambda: read_leaf_values(cur, st, parts.masks, wanted, f.path, early),
         lambda: Topology(
-            parts.leaf_origins[keep], parts.masks[keep], transform, parts.tile_origins[near], parts.tile_sizes[near]
+            parts.leaf_origins[keep],
+            parts.masks[keep],
+            transform,
+            parts.tile_origins[near],
+            parts.tile_sizes[near],
+            tile_active=parts.tile_active[near],
         ),
         len(parts.masks) >= PARALLEL_LEAVES,
     )
