@@ -50,3 +50,69 @@ def test_a_key_of_another_points_kind_names_the_kinds_that_take_it(tmp_path):
         match=r"points.origin \(\S+job.yaml, line \d+\): .origin. is a key of points.kind: plane, not of kind: voxels",
     ):
         load_config(path, ["points.kind=voxels"])  # voxels is a kind too: the location has no 'voxels' in it
+
+
+def _burgers_job(tmp_path, **params) -> dict:
+    cfg = base_config(tmp_path)
+    cfg["volume"] = {"synthetic": {"field": "burgers", "resolution": 16, "shell": [0.0, 0.9], "params": params}}
+    return cfg
+
+
+def test_a_synthetic_param_the_field_does_not_take_is_refused_with_the_ones_it_takes(tmp_path):
+    """Row 4: a wrong `volume.synthetic.params` key showed Python's own TypeError ("burgers_vortex() got an
+    unexpected keyword argument 'center'"); the dry run names the key, its line and the params the field takes."""
+    path = write_config(tmp_path / "job.yaml", _burgers_job(tmp_path, centre=[1.0, 1.0, 0.0]))
+    with pytest.raises(ConfigError) as err:
+        plan_job(load_config(path), dry_run=True)
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if "params:" in text)
+    assert (
+        f"volume.synthetic.params ({path}, line {line}): synthetic field 'burgers' takes the params circulation, "
+        "strain, core_radius, center; got 'centre'"
+    ) in str(err.value)
+    with pytest.raises(
+        ConfigError, match=r"params \(from --set\): synthetic field 'abc' takes the params a, b, c; got 'k'$"
+    ):
+        plan_job(load_config(path, ["volume.synthetic.field=abc", "volume.synthetic.params={k: 2}"]), dry_run=True)
+
+
+def test_the_docs_state_each_synthetic_fields_params_and_the_burgers_axis():
+    """Row 4: the params of each field were only in help(); docs/jobs.md's table of `volume.synthetic` has a row
+    for every field the config takes, naming each of its params, and says where the Burgers vortex's axis is."""
+    import inspect
+    from pathlib import Path
+
+    from vdbflow.jobs.config.model import SYNTHETIC_FIELDS
+    from vdbflow.synthetic.steady import FIELDS
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "jobs.md").read_text()
+    section = text.split("## Synthetic volumes (`volume.synthetic`)")[1].split("\n## ")[0]
+    rows = {
+        line.split("|")[1].strip(" `"): line
+        for line in section.splitlines()
+        if line.startswith("| `") and "`field`" not in line
+    }
+    assert set(rows) == set(SYNTHETIC_FIELDS)
+    for name, row in rows.items():
+        params_column = row.split("|")[4]
+        assert all(f"`{p}`" in params_column for p in inspect.signature(FIELDS[name]).parameters), (name, row)
+    assert "the box's edge x = y = 0" in rows["burgers"]
+
+
+def test_burgers_center_puts_the_vortex_where_it_is_asked():
+    """Row 4: the Burgers vortex's axis was fixed at x = y = 0, an edge of the job's box, so a line through the
+    box's centre saw only strain (Q about -0.75).  ``center`` moves it: on the line y = z = pi the vorticity is
+    omega_z = Gamma / (pi delta^2) exp(-r^2 / delta^2) at r = |x - pi|, and Q > 0 in the core."""
+    import numpy as np
+
+    gamma, delta = 2.0, 0.5
+    x = np.linspace(0.5, 5.8, 4001)
+    line = np.stack([x, np.full_like(x, np.pi), np.full_like(x, np.pi)], axis=1)
+    J = synthetic.make_field("burgers", center=[np.pi, np.pi, np.pi]).jacobian(line)
+    omega_z = J[:, 1, 0] - J[:, 0, 1]
+    r = np.abs(x - np.pi)
+    np.testing.assert_allclose(omega_z, gamma / (np.pi * delta**2) * np.exp(-(r**2) / delta**2), atol=1e-12)
+    strain, spin = (J + J.transpose(0, 2, 1)) / 2, (J - J.transpose(0, 2, 1)) / 2
+    q = 0.5 * ((spin**2).sum(axis=(1, 2)) - (strain**2).sum(axis=(1, 2)))
+    assert q[r < 0.25].min() > 0 > q[r > 2].max()  # rotation in the core, strain far from it
+    moved = synthetic.make_field("burgers", center=[np.pi] * 3).velocity(line)
+    assert np.array_equal(moved, synthetic.make_field("burgers").velocity(line - np.pi))  # the same field, moved

@@ -529,10 +529,13 @@ def _grid_plans(cfg: JobConfig, missing_volume: str | Path | None) -> list[GridP
     """The grids the job reads (from the files' headers, the synthetic field, or vec3f assumed when the
     volume is not here), checked against the sampling mode, the outputs and the particles."""
     if cfg.volume.synthetic:
+        s = cfg.volume.synthetic
         try:
-            synthetic.make_field(cfg.volume.synthetic.field, **cfg.volume.synthetic.params)
+            synthetic.make_field(s.field, **s.params)
         except (VolumeError, ValueError) as err:
-            raise ConfigError(f"volume.synthetic.params{cfg.where('volume.synthetic.params')}: {err}") from None
+            given = [cfg.where(f"volume.synthetic.params.{p}") for p in s.params]  # a --set param: no line
+            where = cfg.where("volume.synthetic.params") or next(iter(given), "")
+            raise ConfigError(f"volume.synthetic.params{where}: {err}") from None
         grids = [_synthetic_grid(cfg)]
     elif missing_volume is not None:  # a dry run: the sizes assume vec3f grids
         grids = [

@@ -6,8 +6,9 @@ Each field maps world points (N, 3) to velocities (N, 3) and Jacobians (N, 3, 3)
 
 from __future__ import annotations
 
+import inspect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -80,11 +81,18 @@ def abc_flow(a: float = 1.0, b: float = np.sqrt(2.0 / 3.0), c: float = np.sqrt(1
     return FlowField("abc", velocity, jacobian, 2 * np.pi)
 
 
-def burgers_vortex(circulation: float = 2.0, strain: float = 1.0, core_radius: float = 0.5) -> FlowField:
-    """Burgers vortex along z: axial strain ``u_z = a z``, radial inflow ``u_r = -a r / 2`` and swirl
-    ``u_theta = Gamma / (2 pi r) (1 - exp(-r^2 / delta^2))``; vorticity ``omega_z = Gamma / (pi delta^2)
-    exp(-r^2 / delta^2)``, divergence 0."""
+def burgers_vortex(
+    circulation: float = 2.0, strain: float = 1.0, core_radius: float = 0.5, center: Sequence[float] = (0.0, 0.0, 0.0)
+) -> FlowField:
+    """Burgers vortex along z through ``center`` (world; by default the origin, so in a job's box
+    ``[0, extent]^3`` its axis is the edge x = y = 0: ``center: [pi, pi, pi]`` puts it in the middle of
+    the default box): axial strain ``u_z = a (z - c_z)``, radial inflow ``u_r = -a r / 2`` and swirl
+    ``u_theta = Gamma / (2 pi r) (1 - exp(-r^2 / delta^2))`` at the distance ``r`` from the axis;
+    vorticity ``omega_z = Gamma / (pi delta^2) exp(-r^2 / delta^2)``, divergence 0."""
     G, a, d2 = circulation, strain, core_radius**2
+    c = np.asarray(center, dtype=np.float64)
+    if c.shape != (3,):
+        raise VolumeError(f"expected center [x, y, z] (the vortex's axis is along z through it), got {center!r}")
 
     def g_and_slope(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """g = u_theta / r and dg/dr / r, finite at r = 0."""
@@ -102,12 +110,12 @@ def burgers_vortex(circulation: float = 2.0, strain: float = 1.0, core_radius: f
         return g, slope
 
     def velocity(p: np.ndarray) -> np.ndarray:
-        x, y, z = p.T
+        x, y, z = (p - c).T  # less 0.0 by default: the same bits
         g, _ = g_and_slope(x, y)
         return np.stack([-a * x / 2 - g * y, -a * y / 2 + g * x, a * z], axis=1)
 
     def jacobian(p: np.ndarray) -> np.ndarray:
-        x, y, _ = p.T
+        x, y, _ = (p - c).T
         g, slope = g_and_slope(x, y)
         gx, gy = slope * x, slope * y
         zero = np.zeros_like(x)
@@ -244,6 +252,12 @@ def make_field(name: str, **params: object) -> FlowField:
     """A synthetic field by name (``taylor_green``, ``abc``, ``burgers``, ``linear``) and its parameters."""
     if name not in FIELDS:
         raise VolumeError(f"expected a synthetic field in {sorted(FIELDS)}, got {name!r}")
+    takes = list(inspect.signature(FIELDS[name]).parameters)
+    unknown = [p for p in params if p not in takes]
+    if unknown:
+        raise VolumeError(
+            f"synthetic field {name!r} takes the params {', '.join(takes)}; got {', '.join(map(repr, unknown))}"
+        )
     try:
         return FIELDS[name](**params)
     except TypeError as err:
