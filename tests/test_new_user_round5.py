@@ -116,3 +116,23 @@ def test_burgers_center_puts_the_vortex_where_it_is_asked():
     assert q[r < 0.25].min() > 0 > q[r > 2].max()  # rotation in the core, strain far from it
     moved = synthetic.make_field("burgers", center=[np.pi] * 3).velocity(line)
     assert np.array_equal(moved, synthetic.make_field("burgers").velocity(line - np.pi))  # the same field, moved
+
+
+def test_the_plan_reports_every_problem_at_once(tmp_path):
+    """Row 17: with an existing output and `overwrite: never`, the dry run exited with that error alone; the bad
+    `volume.synthetic.params` of the same config were reported only once output.path was changed.  All of the
+    plan's problems come in one error now: the output, the sampling outputs and the params."""
+    cfg = _burgers_job(tmp_path, centre=[1.0, 1.0, 0.0])
+    cfg["output"] = {"path": str(tmp_path / "result.nc"), "overwrite": "never"}
+    cfg["sampling"] = {"mode": "closest", "outputs": ["value", "vorticity"]}
+    (tmp_path / "result.nc").write_bytes(b"an earlier result")
+    with pytest.raises(ConfigError) as err:
+        plan_job(load_config(write_config(tmp_path / "job.yaml", cfg)), dry_run=True)
+    lines = str(err.value).splitlines()
+    assert lines[0] == "the job cannot start:"
+    assert [line.split(" (")[0].strip() for line in lines[1:]] == [
+        "output.path",
+        "sampling.outputs",
+        "volume.synthetic.params",
+    ]
+    assert "exists and output.overwrite is 'never'" in lines[1] and "got 'centre'" in lines[3]

@@ -5,9 +5,11 @@ against, and :func:`plan_job`, which makes it; ``human_bytes`` and ``human_secon
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +28,7 @@ from vdbflow.jobs.clusters import (
     submit_command_missing,
     worker_memory_limit,
 )
-from vdbflow.jobs.config.checks import check_inputs
+from vdbflow.jobs.config.checks import input_problems
 from vdbflow.jobs.config.model import (
     DERIVED,
     SECOND,
@@ -460,6 +462,15 @@ def check_gpu_cluster(cfg: JobConfig) -> None:
         )
 
 
+@contextlib.contextmanager
+def _noted(problems: list[str]) -> Iterator[None]:
+    """A block whose ConfigError is one more of ``problems`` (the plan reports them all at once)."""
+    try:
+        yield
+    except ConfigError as err:
+        problems.append(str(err).replace("\n", "\n  "))
+
+
 def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False, own_cluster: bool = True) -> JobPlan:
     """Check a config against its inputs and say what the job will do (and how large it is); runs nothing.
 
@@ -468,13 +479,18 @@ def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False, own_clu
     dask-jobqueue are ``warnings`` of the plan instead of errors.  ``own_cluster``: the job starts the
     cluster of ``cfg.cluster`` (not a given client's), whose workers must suit ``sampling.device``.
     """
-    if own_cluster:
-        check_gpu_cluster(cfg)
-    warnings = check_inputs(cfg, missing_ok=dry_run)
+    problems, warnings = input_problems(cfg, missing_ok=dry_run)  # then every other problem, reported together
     if (shards := shard_problem(cfg)) is not None:
-        raise ConfigError(f"the job cannot start:\n  {shards}")
+        problems.append(shards)
     missing_volume = _missing_volume(cfg)
-    grids = _grid_plans(cfg, missing_volume)
+    if own_cluster:
+        with _noted(problems):
+            check_gpu_cluster(cfg)
+    grids: list[GridPlan] = []
+    with _noted(problems):
+        grids = _grid_plans(cfg, missing_volume)
+    if problems:
+        raise ConfigError("the job cannot start:\n" + "\n".join(f"  {p}" for p in problems))
     count = _point_count(cfg, grids)
     script = None
     if isinstance(cfg.cluster, SlurmClusterSpec):

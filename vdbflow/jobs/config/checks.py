@@ -103,6 +103,14 @@ def check_inputs(cfg: JobConfig, missing_ok: bool = False) -> list[str]:
     Raises :class:`ConfigError` listing every problem.  With ``missing_ok`` (a dry run) input files
     that are not there are returned as warnings instead.
     """
+    problems, warnings = input_problems(cfg, missing_ok)
+    if problems:
+        raise ConfigError("the job cannot start:\n" + "\n".join(f"  {p}" for p in problems))
+    return warnings
+
+
+def input_problems(cfg: JobConfig, missing_ok: bool = False) -> tuple[list[str], list[str]]:
+    """:func:`check_inputs`' problems and warnings (one line each), returned instead of raised."""
     missing = missing_inputs(cfg)
     problems = [] if missing_ok else list(missing)
     problems += _output_problems(cfg)
@@ -124,6 +132,4 @@ def check_inputs(cfg: JobConfig, missing_ok: bool = False) -> list[str]:
             f"sampling.outputs{cfg.where('sampling.outputs')}: {derived} need derivatives, which mode "
             "'closest' does not give"
         )
-    if problems:
-        raise ConfigError("the job cannot start:\n" + "\n".join(f"  {p}" for p in problems))
-    return missing if missing_ok else []
+    return problems, missing if missing_ok else []
