@@ -192,8 +192,9 @@ def test_info_fits_80_columns_and_takes_several_files(tmp_path):
     result = invoke("info", two, one)
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert f"{two}: 2 grid(s)" in lines and f"{one}: 1 grid(s)" in lines  # a heading per file, its path unwrapped
-    assert max(len(line) for line in lines if not line.endswith("grid(s)")) <= 80
+    headings = [f"{p}: {n} grid(s), {p.stat().st_size:,} bytes" for p, n in ((two, 2), (one, 1))]
+    assert all(h in lines for h in headings)  # a heading per file, its path unwrapped, with the file's size
+    assert max(len(line) for line in lines if line not in headings) <= 80
     for text in ("'velocity'", "'rho'", "Vec3f", "active voxels", "data box (world)", "voxel size"):
         assert text in result.stdout, text
 

@@ -23,6 +23,11 @@ class SamplingError(VdbflowError, ValueError):
     """A sampling request is not possible (mode, space or value type)."""
 
 
+class NoValuesError(SamplingError, AttributeError):
+    """A :class:`~vdbflow.Topology` (which voxels exist, no values) was asked for what needs a Volume; an
+    AttributeError too, so ``hasattr`` and ``getattr(..., default)`` still answer."""
+
+
 class DeviceError(VdbflowError, RuntimeError):
     """The requested device or its runtime (CUDA, CuPy, NVRTC) is not available."""
 

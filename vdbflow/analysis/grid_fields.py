@@ -10,7 +10,7 @@ import xarray as xr
 
 from vdbflow.analysis import flow
 from vdbflow.core import outputs, schema, tree, units
-from vdbflow.core.volume import Topology, Volume
+from vdbflow.core.volume import Volume
 from vdbflow.devices import run
 from vdbflow.errors import SamplingError, VolumeError
 from vdbflow.ops.sampling import MODES
@@ -86,7 +86,7 @@ def _on_voxels(vol: Volume, values: np.ndarray, name: str, component_names: list
     )
     if rows_follow_voxels:
         if t.tile_count:
-            t = Topology(t.leaf_origins, t.masks, t.transform, **t.tile_parts())
+            t = t.with_leaves(t.leaf_origins, t.masks)  # a fresh topology: its own value rows
             t.periodic = vol.periodic
         return t.with_data(values, background=0, name=name, component_names=component_names)
     # an index grid from a file whose value rows do not follow its active voxels: a fresh topology

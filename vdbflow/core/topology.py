@@ -13,7 +13,7 @@ import numpy as np
 from vdbflow.core import kernel, tree
 from vdbflow.core.periodic import Periodicity, resolve_periodic
 from vdbflow.core.transform import Transform
-from vdbflow.errors import VolumeError
+from vdbflow.errors import NoValuesError, VolumeError
 
 if TYPE_CHECKING:
     from vdbflow.core.volume import Volume
@@ -261,6 +261,14 @@ class Topology:
         copy.periodic = p
         return copy
 
+    def with_leaves(self, leaf_origins: np.ndarray, masks: np.ndarray) -> Topology:
+        """A topology of other leaves (L, 3) and masks (L, 8) in tree order, with this one's transform, tiles
+        (and their states) and periods."""
+        t = self
+        topo = Topology(leaf_origins, masks, t.transform, t.tile_origins, t.tile_sizes, tile_active=t.tile_active)
+        topo.periodic = t.periodic
+        return topo
+
     def without_tiles(self) -> Topology:
         """This topology's leaves alone, no tiles (itself when it has none): what a level set's stencil
         checks take as data (:func:`vdbflow.ops.coverage.counts_tiles`).  Made once."""
@@ -279,15 +287,6 @@ class Topology:
     @property
     def tile_count(self) -> int:
         return len(self.tile_origins)
-
-    def tile_parts(self, keep: Any = slice(None)) -> dict[str, np.ndarray]:
-        """The tile arrays (origins, sizes, active states) of the tiles ``keep`` selects (all by default), as
-        the keyword arguments of a new Topology."""
-        return {
-            "tile_origins": self.tile_origins[keep],
-            "tile_sizes": self.tile_sizes[keep],
-            "tile_active": self.tile_active[keep],
-        }
 
     @property
     def active_tile_count(self) -> int:
@@ -413,6 +412,18 @@ class Topology:
         from vdbflow.io.nanovdb import save
 
         save(path, {name: self}, codec=codec, version=version)
+
+    def __getattr__(self, name: str) -> Any:
+        """A clear error for what only a Volume does (sampling, statistics, ...), asked of a Topology."""
+        if not name.startswith("_"):
+            from vdbflow.core.volume import Volume  # a facade import (Topology.with_data)
+
+            if callable(getattr(Volume, name, None)):
+                raise NoValuesError(
+                    f"expected a Volume for {name}(), got a Topology (an index or mask grid: which voxels exist, "
+                    "no values); attach values with topology.with_data(values) first"
+                )
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
     def __repr__(self) -> str:
         return (

@@ -502,8 +502,7 @@ class Volume:
         t = self.topology
         if len(idx) and (idx[0] < 0 or idx[-1] >= t.leaf_count):
             raise VolumeError(f"expected leaf indices in [0, {t.leaf_count}), got {idx[0]}..{idx[-1]}")
-        topo = Topology(t.leaf_origins[idx], t.masks[idx], t.transform, **t.tile_parts())
-        topo.periodic = t.periodic
+        topo = t.with_leaves(t.leaf_origins[idx], t.masks[idx])
         C = self.components
         if not self.index_layout:
             data = np.ascontiguousarray(self.leaf_values[idx]).reshape(-1, C)

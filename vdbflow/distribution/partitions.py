@@ -20,7 +20,7 @@ from dask.sizeof import sizeof
 
 from vdbflow.core import tree
 from vdbflow.core.atomic import create_exclusive
-from vdbflow.core.volume import Topology, Volume
+from vdbflow.core.volume import Volume
 from vdbflow.distribution.fit import check_fit, keep_in_memory, needs_no_spilling
 from vdbflow.distribution.plan import PartitionPlan, leaf_stencil, leaf_weights, near_blocks, plan_partitions
 from vdbflow.errors import ClusterError, DistributionError, VolumeError
@@ -163,8 +163,7 @@ def merge(owned: Volume, *halo_pieces: Volume) -> Volume:
     else:
         data = np.concatenate([v.leaf_values for v in parts])[order].reshape(-1, C)
     t = owned.topology
-    topo = Topology(origins[order], masks[order], t.transform, **t.tile_parts())
-    topo.periodic = t.periodic
+    topo = t.with_leaves(origins[order], masks[order])
     return Volume(
         topo,
         data,

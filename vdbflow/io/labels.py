@@ -113,6 +113,14 @@ def open_result(path: str | os.PathLike, **kwargs: Any) -> xr.Dataset:
         A format 3 store whose ``vdbflow_labels`` attr does not fit its dims.
     """
     text = os.fspath(path)
+    if text.lower().endswith((".vtkhdf", ".hdf", ".h5", ".hdf5")):
+        raise StorageError(
+            f"expected a Zarr store or a NetCDF file at {text}, got a VTKHDF/HDF5 file: it is for ParaView and VTK "
+            "(vtkHDFReader); read it in Python with h5py, or write the job as zarr or netcdf to open it here"
+        )
     if text.lower().endswith((".nc", ".nc4", ".netcdf")):
         return xr.open_dataset(text, **kwargs)
-    return restore(xr.open_zarr(text, **kwargs))
+    try:
+        return restore(xr.open_zarr(text, **kwargs))
+    except FileNotFoundError as err:  # zarr's GroupNotFoundError too
+        raise StorageError(f"expected a Zarr store of a vdbflow result at {text}, found none ({err})") from None

@@ -388,8 +388,8 @@ def open_volume(
         A directory that is not a stored volume (saying what it is), a missing ``.zarr`` path, or
         ``bbox``/``leaves``/``checksum`` or another ``grid`` given for a Zarr store.
     StorageError
-        A URL that cannot be read (no such object or bucket, no permission, an unknown protocol),
-        named in the message; ``storage_options`` with a local path.
+        A local path where nothing is, or a URL that cannot be read (no such object or bucket, no
+        permission, an unknown protocol), named in the message; ``storage_options`` with a local path.
 
     See Also
     --------
@@ -425,6 +425,8 @@ def open_volume(
             if grid not in (None, 0, vol.name):
                 raise VolumeError(f"expected grid None, 0 or {vol.name!r} (the one volume of {path}), got {grid!r}")
             return vol
+        if not path.exists():
+            raise StorageError(f"expected a .nvdb or .vdb file (or a Zarr store) at {path}, found nothing there")
     if is_openvdb(data):
         return _open_openvdb(data, grid, kwargs)
     return open_grid(data, grid, **kwargs)

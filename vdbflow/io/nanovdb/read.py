@@ -38,6 +38,24 @@ def named(url: str, read: Callable[[], _T]) -> _T:
         raise NanoVDBError(f"{url}: {err}") from None
 
 
+# the first bytes of files people pass by mistake, and what to do with them
+_OTHER_FORMATS = {
+    b"\x89HDF\r\n\x1a\n": "an HDF5 file (NetCDF-4 or VTKHDF, e.g. a job's result): open it with "
+    "vdbflow.open_result (NetCDF), xarray or h5py",
+    b"CDF\x01": "a NetCDF-3 file: open it with xarray",
+    b"CDF\x02": "a NetCDF-3 file: open it with xarray",
+    b"\x93NUMPY": "a NumPy .npy file: load it with numpy.load (points, or dense data for vdbflow convert)",
+    b"PK\x03\x04": "a zip archive (a zipped Zarr store or .npz?): unpack it first",
+    b"\x1f\x8b": "a gzip-compressed file: decompress it first",
+}
+
+
+def _known_format(magic: int) -> str | None:
+    """What a file whose first 8 bytes read as ``magic`` (little endian) is, when it is a known other format."""
+    head = int(magic).to_bytes(8, "little")
+    return next((what for start, what in _OTHER_FORMATS.items() if head.startswith(start)), None)
+
+
 def _segments(buf: np.ndarray, file_name: str | None) -> list[tuple[dict[str, Any], GridSource]]:
     """(file metadata, source) of every grid in a file buffer, segment after segment."""
     out: list[tuple[dict[str, Any], GridSource]] = []
@@ -45,7 +63,11 @@ def _segments(buf: np.ndarray, file_name: str | None) -> list[tuple[dict[str, An
     while pos < len(buf):
         magic, version, count, codec_id = unpack(buf, pos, fmt.FILE_HEADER_FORMAT, "file header")
         if magic not in fmt.FILE_MAGICS:
-            raise NanoVDBError(f"expected a NanoVDB file header at byte {pos}, found magic 0x{magic:016x}")
+            other = _known_format(magic) if pos == 0 else None
+            raise NanoVDBError(
+                f"expected a NanoVDB file header at byte {pos}, found magic 0x{magic:016x}"
+                + (f": this is {other}" if other else "")
+            )
         major, minor, patch = fmt.version_parts(version)
         if major != fmt.MAJOR_VERSION:
             raise NanoVDBError(
@@ -211,7 +233,10 @@ def select_grid(data: str | os.PathLike | bytes | np.ndarray, grid: int | str | 
         seen.append(g.meta["name"])
     if isinstance(grid, (int, np.integer)):
         raise NanoVDBError(f"expected a grid index in [0, {len(seen)}), got {grid}")
-    raise NanoVDBError(f"expected one of the grid names {seen}, got {grid!r}")
+    names = ", ".join(
+        f"{name!r}" if name else f"(unnamed: grid {n}, sampled as 'value')" for n, name in enumerate(seen)
+    )
+    raise NanoVDBError(f"expected one of the grid names [{names}] or a grid index, got {grid!r}")
 
 
 def open_grid(

@@ -1,7 +1,8 @@
-"""``vdbflow convert``: a dense NetCDF/Zarr field or an OpenVDB file to a .nvdb volume."""
+"""``vdbflow convert``: a dense NetCDF/Zarr field, an OpenVDB file or a NanoVDB file to a .nvdb volume."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -149,7 +150,8 @@ def convert(
     overwrite: bool,
 ) -> None:
     """Convert a dense array (SOURCE: .npy, NetCDF or Zarr) to a sparse .nvdb grid (OUTPUT), one slab at a time,
-    or the grids of an OpenVDB .vdb file (SOURCE; --variable picks grids by name) to a .nvdb file."""
+    or the grids of an OpenVDB .vdb file or a NanoVDB .nvdb file (SOURCE; --variable picks grids by name) to a
+    .nvdb file (another --codec or --nvdb-version: the same grids, tiles and active voxels)."""
     import numpy as np
     from rich.progress import Progress
 
@@ -162,8 +164,8 @@ def convert(
         _say("error", f"{out} exists (pass --overwrite to replace it)")
         raise SystemExit(2)
     vdb = _remote_vdb(source, storage_options)  # a .vdb file at a URL, read whole (or None)
-    if vdb is not None or is_openvdb(source):
-        _convert_openvdb(source, out, variables, codec, nvdb_version, periodic, data=vdb)
+    if vdb is not None or is_openvdb(source) or _is_nanovdb(source):
+        _convert_sparse(source, out, variables, codec, nvdb_version, periodic, data=vdb)
         return
     try:
         if nvdb_version is not None:  # an unknown version is refused before anything is read
@@ -241,7 +243,18 @@ def _remote_vdb(source: str, storage_options: dict | None) -> bytes | None:
         raise SystemExit(2) from None
 
 
-def _convert_openvdb(
+def _is_nanovdb(source: str) -> bool:
+    """Whether ``source`` is a local file that starts as a NanoVDB file does."""
+    from vdbflow.io.nanovdb import format as fmt
+
+    if is_url(source) or not os.path.isfile(source):
+        return False
+    with open(source, "rb") as fh:
+        head = fh.read(8)
+    return len(head) == 8 and int.from_bytes(head, "little") in fmt.FILE_MAGICS
+
+
+def _convert_sparse(
     source: str,
     out: Path,
     names: tuple[str, ...],
@@ -250,8 +263,9 @@ def _convert_openvdb(
     periodic: str | None = None,
     data: bytes | None = None,
 ) -> None:
-    """The grids of an OpenVDB file (all, or those ``names``) written to one .nvdb file: value grids as
-    value grids, bool and mask grids as OnIndex grids; a repeated name gets its number (``density_1``)."""
+    """The grids of an OpenVDB or NanoVDB file (all, or those ``names``) written to one .nvdb file: value grids
+    as value grids, bool, mask and index grids as OnIndex grids; a repeated .vdb name gets its number
+    (``density_1``)."""
     from vdbflow.io.nanovdb import save
     from vdbflow.io.volumes import list_grids, open_volume
 
@@ -275,4 +289,10 @@ def _convert_openvdb(
         _say("error", str(err))
         raise SystemExit(2) from None
     for name, vol in grids.items():
-        click.echo(f"wrote {out}: grid {name!r}, {vol!r}")
+        values = vol.value_type.name if hasattr(vol, "value_type") else "index (no values)"
+        click.echo(
+            f"wrote {out}: grid {name!r}, {values}, {vol.active_voxel_count:,} active voxels, {vol.leaf_count:,} "
+            f"leaves, {vol.topology.tiles_described if hasattr(vol, 'topology') else vol.tiles_described}; "
+            f"units {getattr(vol, 'units', None) or '(none)'}, length units {vol.length_units or '(none)'}"
+            + (f"; periodic {vol.periodic.describe()}" if vol.periodic is not None else "")
+        )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import click
@@ -39,14 +40,14 @@ def _grid_rows(g: Any) -> list[tuple[str, str]]:
         ("type", f"{g.grid_type}, class {g.grid_class}"),
         ("active voxels", f"{g.active_voxel_count:,}"),
         ("nodes", f"{g.leaf_count:,} leaves, {g.lower_count:,} lower, {g.upper_count:,} upper"),
-        ("tiles", "/".join(f"{c:,}" for c in g.tile_counts) + " (lower/upper/root: 8³/128³/4096³ voxels)"),
+        ("active tiles", "/".join(f"{c:,}" for c in g.tile_counts) + " (lower/upper/root: 8³/128³/4096³ voxels)"),
         ("data box (index)", f"{list(i0)} .. {list(i1)}{centres}" if centres else "(empty)"),
         ("data box (world)", _box_text(g.centre_bbox) + centres),
         ("voxel size", " ".join(f"{v:.6g}" for v in g.voxel_size) + (f" {g.length_units}" if g.length_units else "")),
         ("units", g.units or "(none stored)"),
         *([("components", ", ".join(g.component_names))] if g.component_names else []),
         ("periodic", g.periodic.describe() if getattr(g, "periodic", None) is not None else "no"),
-        ("stored", f"{g.grid_size:,} bytes, codec {g.codec}, {_format_version(g.version)}"),
+        ("stored", f"{g.grid_size:,} bytes uncompressed, codec {g.codec}, {_format_version(g.version)}"),
     ]
 
 
@@ -137,7 +138,8 @@ def info(paths: tuple[str, ...], as_json: bool, storage_options: dict | None) ->
         for g in grids:
             sections.append(len(rows))
             rows += _grid_rows(g)
-        click.echo(f"{path}: {len(grids)} grid(s)" + (f", read {stats}" if stats else ""))  # not wrapped
+        size = "" if stats or is_url(path) else f", {os.path.getsize(path):,} bytes"
+        click.echo(f"{path}: {len(grids)} grid(s){size}" + (f", read {stats}" if stats else ""))  # not wrapped
         console.print(_rows_table(None, rows, tuple(sections[1:])))
     if as_json:
         click.echo(json.dumps(listing, indent=2))

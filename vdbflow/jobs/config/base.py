@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict
 
 _NUMBERS = (int, float)
 
@@ -57,3 +59,37 @@ def booleans_for_numbers(model: type[BaseModel], raw: Any, path: tuple = ()) -> 
                         seen.add(bad)
                         found.append(bad)
     return found
+
+
+# -- field types ----------------------------------------------------------------------------------------
+
+
+def matching(regex: str, example: str) -> AfterValidator:
+    """A string check that names what was expected."""
+
+    def check(v: str) -> str:
+        if not re.fullmatch(regex, v, flags=re.IGNORECASE):
+            raise ValueError(f"expected {example}, got {v!r}")
+        return v
+
+    return AfterValidator(check)
+
+
+Address = Annotated[
+    str, matching(r"(tcp|tls|ucx|inproc|ws|wss)://[^\s/]+(:\d+)?/?", "a scheduler address like 'tcp://host:8786'")
+]
+Walltime = Annotated[
+    str, matching(r"(\d+-)?\d{1,3}:\d{2}(:\d{2})?", "a SLURM walltime like '01:30:00' or '2-00:00:00'")
+]
+
+
+def no_nul(value: Any) -> Any:
+    """A path or pattern the system can name: no NUL byte (``os`` functions raise ValueError on it)."""
+    if "\0" in str(value):
+        raise ValueError(f"expected a path without NUL bytes, got {str(value)!r:.80}")
+    return value
+
+
+FilePath = Annotated[Path, AfterValidator(no_nul)]
+FilePattern = Annotated[str, AfterValidator(no_nul)]  # a glob pattern
+MemorySize = Annotated[str, matching(r"\d+(\.\d+)?\s*([KMGT]i?B|[KMGT])", "a memory size like '64GB' or '512GiB'")]

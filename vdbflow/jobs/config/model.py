@@ -40,7 +40,7 @@ from vdbflow.core.kernel import MODES
 from vdbflow.core.value_types import VALUE_TYPES
 from vdbflow.devices import DEVICES
 from vdbflow.errors import TimeError, VdbflowError
-from vdbflow.jobs.config.base import StrictModel
+from vdbflow.jobs.config.base import Address, FilePath, FilePattern, MemorySize, StrictModel, Walltime, matching
 from vdbflow.jobs.config.inputs import InputPath, InputSection, series_files
 from vdbflow.jobs.config.output import COMPRESSIONS, MAX_CHUNK_POINTS, OUTPUT_FORMATS, OutputSpec  # noqa: F401 - here too
 from vdbflow.jobs.config.reduce import MAX_HISTOGRAM_BINS, ReduceSpec  # noqa: F401 - MAX_HISTOGRAM_BINS: here too
@@ -69,37 +69,6 @@ Count = Annotated[int, Field(ge=1)]
 MAX_MAGNITUDE = 1e12  # extents and synthetic parameters: world sizes, values and derivatives stay finite
 MAX_SEED = 2**32 - 1  # random points' seed: numpy's legacy range, an int every output format stores
 MIN_WORKER_MEMORY = 256 << 20  # a local worker's memory_limit: less than a bare worker process needs
-
-
-def _matching(regex: str, example: str) -> AfterValidator:
-    """A string check that names what was expected."""
-
-    def check(v: str) -> str:
-        if not re.fullmatch(regex, v, flags=re.IGNORECASE):
-            raise ValueError(f"expected {example}, got {v!r}")
-        return v
-
-    return AfterValidator(check)
-
-
-Address = Annotated[
-    str, _matching(r"(tcp|tls|ucx|inproc|ws|wss)://[^\s/]+(:\d+)?/?", "a scheduler address like 'tcp://host:8786'")
-]
-Walltime = Annotated[
-    str, _matching(r"(\d+-)?\d{1,3}:\d{2}(:\d{2})?", "a SLURM walltime like '01:30:00' or '2-00:00:00'")
-]
-
-
-def _no_nul(value: Any) -> Any:
-    """A path or pattern the system can name: no NUL byte (``os`` functions raise ValueError on it)."""
-    if "\0" in str(value):
-        raise ValueError(f"expected a path without NUL bytes, got {str(value)!r:.80}")
-    return value
-
-
-FilePath = Annotated[Path, AfterValidator(_no_nul)]
-FilePattern = Annotated[str, AfterValidator(_no_nul)]  # a glob pattern
-MemorySize = Annotated[str, _matching(r"\d+(\.\d+)?\s*([KMGT]i?B|[KMGT])", "a memory size like '64GB' or '512GiB'")]
 
 
 class ConfigError(VdbflowError, ValueError):
@@ -407,7 +376,7 @@ class AdvectSpec(_Model):
 
 DashboardAddress = Annotated[
     str,
-    _matching(
+    matching(
         r"(\[[0-9a-f:]+\]|[\w.-]*):\d{1,5}", "true, false or a 'host:port' like '127.0.0.1:8787' or '0.0.0.0:8787'"
     ),
 ]
@@ -700,13 +669,8 @@ class JobConfig(_Model):
 
     @contextlib.contextmanager
     def about(self, dotted: str, *kinds: type[Exception]) -> Iterator[None]:
-        """A block whose errors of ``kinds`` (vdbflow's own by default) are the config's fault at key ``dotted``:
-        they leave as a :class:`ConfigError` naming the key and its line, so the job's engine raises its own
-        errors and the config room says whose they are::
-
-            with cfg.about("volume.periodic", VolumeError):
-                opened = open_volume(...)
-        """
+        """A block whose errors of ``kinds`` (vdbflow's own by default) are the config's fault at ``dotted``:
+        they leave as a :class:`ConfigError` naming the key and its line (``with cfg.about("reduce"): ...``)."""
         caught = kinds or (VdbflowError,)
         try:
             yield
