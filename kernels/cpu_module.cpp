@@ -151,18 +151,27 @@ vdbflow_op_spec spec_of(const Spec& s) { return (vdbflow_op_spec)&s; }
 // parameter names: a vdbflow_op_record is the call's record bytes (read_abi checks them), a pointer an array
 // of its element type (void: any dtype) or None (null), void* const* a list of derived.h's DERIVED_COUNT
 // arrays or None, a scalar itself.  What the arrays' shapes and sizes must be is the operation's meaning:
-// vdbflow/devices/arguments.py checks it, once for both backends.  A row that takes a vdbflow_op_spec has a
+// vdbflow/devices/checks.py checks it, once for both backends.  A row that takes a vdbflow_op_spec has a
 // binding of its own (below): only it can check the spec against its arrays.
 template <class C, class = void>
 struct Arg {
   static constexpr bool bound = false;
 };
-template <class C>
-struct Arg<C, std::enable_if_t<std::is_arithmetic_v<C>>> {
+template <class E>
+using ArrayOf = std::conditional_t<std::is_void_v<E>, std::conditional_t<std::is_const_v<E>, InArray, AnyArray>,
+                                   nb::ndarray<E, nb::c_contig, nb::device::cpu>>;
+template <class C>  // a scalar, or an array of the pointer's element type (void: any dtype)
+struct Arg<C, std::enable_if_t<std::is_arithmetic_v<std::remove_const_t<std::remove_pointer_t<C>>> ||
+                               std::is_void_v<std::remove_pointer_t<C>>>> {
   static constexpr bool bound = true;
-  using Py = C;
+  using Py = std::conditional_t<std::is_pointer_v<C>, ArrayOf<std::remove_pointer_t<C>>, C>;
   C value;
-  explicit Arg(C v) : value(v) {}
+  explicit Arg(const Py& a) {
+    if constexpr (std::is_pointer_v<C>)
+      value = (C)a.data();
+    else
+      value = a;
+  }
   C get() const { return value; }
 };
 template <>
@@ -172,15 +181,6 @@ struct Arg<vdbflow_op_record> {
   KernelAbi k;
   explicit Arg(const nb::bytes& record) : k(read_abi(record)) {}
   vdbflow_op_record get() const { return record_of(k); }
-};
-template <class E>
-struct Arg<E*, std::enable_if_t<std::is_arithmetic_v<std::remove_const_t<E>> || std::is_void_v<E>>> {
-  static constexpr bool bound = true;
-  using Py = std::conditional_t<std::is_void_v<E>, std::conditional_t<std::is_const_v<E>, InArray, AnyArray>,
-                                nb::ndarray<E, nb::c_contig, nb::device::cpu>>;
-  E* p;
-  explicit Arg(const Py& a) : p((E*)a.data()) {}
-  E* get() const { return p; }
 };
 template <>
 struct Arg<void* const*> {
@@ -194,11 +194,6 @@ struct Arg<void* const*> {
   void* const* get() const { return p.data(); }
 };
 
-template <class C>
-struct Tag {
-  using type = C;
-};
-
 template <auto Entry, class... P>
 void call_row(typename Arg<P>::Py... args) {
   const std::tuple<Arg<P>...> held{Arg<P>(args)...};  // checked in order, before the kernel runs
@@ -210,14 +205,14 @@ template <auto Entry, class... P, size_t... I>
 void def_row(nb::module_& m, const char* name, std::vector<std::string> names, std::index_sequence<I...>) {
   static std::vector<std::string> kept;  // nb::arg keeps the pointer
   kept = std::move(names);
-  auto arg = [](auto p, const std::string& n) {  // an array may be None (null)
-    using C = typename decltype(p)::type;
+  auto arg = [](auto* p, const std::string& n) {  // an array may be None (null)
+    using C = std::remove_pointer_t<decltype(p)>;
     if constexpr (std::is_pointer_v<C> && !std::is_same_v<C, vdbflow_op_record> && !std::is_same_v<C, void* const*>)
       return nb::arg(n.c_str()).none();
     else
       return nb::arg(n.c_str());
   };
-  m.def(name, &call_row<Entry, P...>, arg(Tag<P>(), kept[I])...);
+  m.def(name, &call_row<Entry, P...>, arg((P*)nullptr, kept[I])...);
 }
 
 // The binding of the row `name` (its CPU entry Entry, its parameter list `text`), if its parameters make one.
