@@ -389,7 +389,7 @@ _SET_HELP = "Override a config key, e.g. --set points.count=1000000 (the value i
 @click.option("-v", "--verbose", count=True, help="Log progress to stderr (-vv: also Dask's own logs).")
 def run(config: str, overrides: tuple[str, ...], dry_run: bool, force: bool, resume: bool, verbose: int) -> None:
     """Run the batch job described by CONFIG (YAML; a local file or a URL such as s3://bucket/job.yaml):
-    sample a volume at points on a Dask cluster and write the result (Zarr or NetCDF).  Exit code 2: the
+    sample a volume at points on a Dask cluster and write the result (Zarr, NetCDF or VTKHDF).  Exit code 2: the
     config or its inputs are wrong; nothing ran."""
     _run(config, overrides, dry_run, verbose, force, resume)
 
