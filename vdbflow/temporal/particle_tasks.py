@@ -517,6 +517,12 @@ def held(value: Any) -> Any:
     return value
 
 
+def assembled(bounds: tuple[int, int], plan: ParticlePlan, keys: tuple[str, ...], pieces: tuple) -> tuple:
+    """:func:`assemble`'s results for particles ``bounds`` (lo, hi), as a tuple in the order of ``keys``."""
+    out = assemble(*bounds, plan, *pieces)
+    return tuple(out[key] for key in keys)
+
+
 def assemble(lo: int, hi: int, plan: ParticlePlan, *pieces: tuple) -> dict[str, np.ndarray]:
     """The results of particles ``lo .. hi - 1`` from the pieces holding them: ``position`` (m, S, 3)
     and as asked ``velocity``, ``jacobian``; ``status`` (m,) int8, ``end_time`` (m,), ``sampled``

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from vdbflow.errors import SamplingError
+from vdbflow.ops.chunk_graph import PerChunk, map_chunks, stack_chunks
 from vdbflow.ops.sampling import STENCIL_RADIUS
 from vdbflow.temporal import particle_tasks as steps
 from vdbflow.temporal.steps import TABLEAUS, saved_bytes_per_step
@@ -228,9 +229,6 @@ def split_by_owner(plan: steps.ParticlePlan, batch: dict[str, np.ndarray]) -> li
 def lazy_results(run: Any, plan: steps.ParticlePlan, N: int, pieces: dict[int, list[Any]]) -> None:
     """The run's results as Dask arrays chunked by particle, each chunk assembled on a worker from the
     pieces that hold its particles."""
-    import dask
-    import dask.array as da
-
     S = plan.slots
     shapes = {"position": ((S, 3), np.float64), "status": ((), np.int8), "end_time": ((), np.float64)}
     if plan.velocity:
@@ -239,14 +237,12 @@ def lazy_results(run: Any, plan: steps.ParticlePlan, N: int, pieces: dict[int, l
         shapes["jacobian"] = ((S, 3, 3), np.float64)
     if plan.variational:
         shapes["F"] = ((3, 3), np.float64)
-    columns: dict[str, list] = {key: [] for key in shapes}
-    for chunk, lo in enumerate(range(0, N, plan.chunk)):
-        hi = min(N, lo + plan.chunk)
-        part = dask.delayed(steps.assemble, pure=True)(lo, hi, plan, *pieces.get(chunk, []))
-        for key, (shape, dtype) in shapes.items():
-            item = dask.delayed(operator.getitem, pure=True)(part, key)
-            columns[key].append(da.from_delayed(item, shape=(hi - lo, *shape), dtype=dtype))
-    arrays = {key: da.concatenate(parts, axis=0) for key, parts in columns.items()}
+    bounds = [(lo, min(N, lo + plan.chunk)) for lo in range(0, N, plan.chunk)]
+    held = PerChunk([tuple(pieces.get(chunk, [])) for chunk in range(len(bounds))])
+    parts = map_chunks(steps.assembled, PerChunk(bounds), plan, tuple(shapes), held, name="particles-assemble")
+    sizes = (tuple(hi - lo for lo, hi in bounds),)
+    names = [f"particles-{key}-{parts[0].key}" for key in shapes]
+    arrays = dict(zip(shapes, stack_chunks(parts, sizes, list(shapes.values()), names), strict=True))
     run.position, run.status, run.end_time = arrays["position"], arrays["status"], arrays["end_time"]
     run.velocity = arrays.get("velocity")
     run.jacobian = arrays.get("jacobian")
