@@ -136,3 +136,53 @@ def test_the_plan_reports_every_problem_at_once(tmp_path):
         "volume.synthetic.params",
     ]
     assert "exists and output.overwrite is 'never'" in lines[1] and "got 'centre'" in lines[3]
+
+
+def _advect_plan(tmp_path, *sets: str):
+    """A particle job through a steady ABC volume: configs/particles.yaml as the plan reads it, with ``sets``."""
+    from pathlib import Path
+
+    config = Path(__file__).resolve().parents[1] / "configs" / "particles.yaml"
+    out = [f"output.path={tmp_path / 'ftle.zarr'}", f"volume.synthetic.write={tmp_path / 'abc.nvdb'}"]
+    return plan_job(load_config(config, [*out, *sets]), dry_run=True)
+
+
+def test_a_particle_jobs_plan_says_how_long_it_takes(tmp_path):
+    """Row 13: the dry run of an `advect:` job gave no time (sampling jobs get one).  It says one now, from the
+    kernels' measured cost of a particle step: against runs of the job measured on 2 workers of a loaded 2-core
+    machine (docs/jobs.md) - configs/particles.yaml's 5 M particle steps in 7.2 s, 0.8 M with lag4 in 7.7 s."""
+    two = ("cluster.workers=2", "cluster.threads_per_worker=1")
+    plan = _advect_plan(tmp_path, *two)
+    assert plan.seconds is not None and 7.2 / 2 < plan.seconds < 7.2 * 2
+    small = _advect_plan(tmp_path, *two, "sampling.mode=lag4", "points.resolution=[200,200]")
+    assert small.seconds is not None and 7.7 / 2 < small.seconds < 7.7 * 2
+    lag4 = _advect_plan(tmp_path, *two, "sampling.mode=lag4")
+    assert lag4.seconds is not None and lag4.seconds > 4 * plan.seconds  # a wider stencil costs more a step
+    four = _advect_plan(tmp_path, "cluster.workers=4", "cluster.threads_per_worker=1")
+    assert four.seconds == pytest.approx(plan.seconds / 2)  # the seeds' tasks share the workers
+    note = next(n for n in plan.notes if n.startswith("advect"))
+    assert "5,000,000 particle steps" in note and "of advection + writing" in note and "2 worker thread(s)" in note
+
+
+def test_a_series_particle_jobs_plan_says_how_long_it_takes(tmp_path):
+    """Row 13, the new user's job: 861 plane seeds x 200 steps with FTLE through the double gyre's series, lag4 and
+    pchip, 2 workers: its summary said 0.01 M particle steps/s; measured 4.4 s of advection and writing on a loaded
+    2-core machine (docs/jobs.md), 63 s for 16 times the seeds."""
+    import numpy as np
+
+    from vdbflow.synthetic import unsteady
+
+    unsteady.write_series(unsteady.double_gyre(), tmp_path / "gyre", np.arange(0, 10.01, 2.5), voxel_size=1 / 8)
+    cfg = {
+        "volume": {"series": {"paths": str(tmp_path / "gyre" / "*.nvdb")}},
+        "points": {"kind": "plane", "origin": [0, 0, 0], "u": [2, 0, 0], "v": [0, 1, 0], "resolution": [41, 21]},
+        "sampling": {"mode": "lag4"},
+        "advect": {"t0": 0.0, "t1": 10.0, "dt": 0.05, "save_every": 100, "outputs": ["ftle"], "time": "pchip"},
+        "cluster": {"kind": "local", "workers": 2, "threads_per_worker": 1, "dashboard": False},
+        "output": {"path": str(tmp_path / "ftle.zarr")},
+    }
+    path = write_config(tmp_path / "job.yaml", cfg)
+    plan = plan_job(load_config(path), dry_run=True)
+    assert plan.seconds is not None and 4.4 / 2 < plan.seconds < 4.4 * 2
+    more = plan_job(load_config(path, ["points.resolution=[164,84]"]), dry_run=True)
+    assert more.seconds is not None and 63 / 2 < more.seconds < 63 * 2

@@ -38,6 +38,60 @@ KERNEL_SHARE = 0.11
 # the demo's outputs on 2 shared cores, less on a workstation
 REFERENCE_SECONDS_PER_CHUNK = 0.05
 
+# particle jobs (advect:): one thread's microseconds of vdbflow.advect a particle step, rk4 with the variational
+# FTLE (0-10 % more than without) through a steady 64^3 vec3f ABC volume, by sampling.mode: 2026-12-06 on the
+# shared 2-core machine at load 5 (time.thread_time, OMP_NUM_THREADS=1, 2000 seeds x 25 steps, second of two rounds)
+PARTICLE_STEP_US = {
+    "closest": 0.48,
+    "linear": 0.71,
+    "fd2": 4.39,
+    "bspline3": 4.56,
+    "catmull_rom": 4.59,
+    "lag4": 4.95,
+    "fd4": 9.17,
+    "lag6": 14.9,
+    "fd6": 18.5,
+    "fd4lag4": 23.2,
+    "fd8": 34.2,
+    "m2q8": 30.3,
+    "lag8": 32.9,
+}
+# through a volume.series, by advect.time: linear reads two steps a sample, pchip four (the double gyre's 41 steps,
+# same way: lag4 1.7x / 3.1x the steady cost, catmull_rom 1.6x / 2.9x, lag8 1.5x / 2.8x)
+SERIES_TIME_COST = {"none": 1.0, "linear": 1.7, "pchip": 3.1}
+METHOD_COST = {"euler": 0.30, "rk2": 0.52, "rk4": 1.0}  # by advect.method, lag4 measured the same way
+# a job's particle step on one worker thread: an overhead and the kernel's cost, scaled (tasks, writing, a loaded
+# machine), for a steady volume and for a series, fitted to runs of advect: jobs on 2 workers of 1 thread, same
+# day, load 6-9: configs/particles.yaml (250,000 seeds x 20 steps, linear, steady) advected and wrote in 7.2 s,
+# 40,000 of its seeds with lag4 in 7.7 s (4.1 and 3.9 times the kernel); through a series of 41 steps, 861 plane
+# seeds x 200 steps with FTLE in 4.4 s with lag4 + pchip, 4.3 s with linear + linear, 5.1 s with catmull_rom +
+# pchip, and 13,776 seeds with lag4 + pchip in 63 s: 46-59 us a particle step, whatever the kernel costs (a new
+# user's run of the first said 0.01 M particle steps/s, its cluster's start included).  (overhead us, kernel scale)
+PARTICLE_JOB_FIT = {"steady": (0.0, 4.1), "series": (45.0, 0.4)}
+
+
+def particle_step_seconds(mode: str, method: str = "rk4", time: str | None = None) -> float:
+    """About how long one particle step of an ``advect:`` job takes on one worker thread (seconds): the
+    kernel's measured cost for ``mode``, ``method`` and the series' ``time`` interpolation (None: a steady
+    volume), scaled and with an overhead as :data:`PARTICLE_JOB_FIT` says."""
+    kernel = PARTICLE_STEP_US.get(mode, max(PARTICLE_STEP_US.values()))
+    kernel *= SERIES_TIME_COST.get(time or "none", max(SERIES_TIME_COST.values())) * METHOD_COST.get(method, 1.0)
+    overhead, scale = PARTICLE_JOB_FIT["steady" if time is None else "series"]
+    return (overhead + scale * kernel) * 1e-6
+
+
+def particle_estimate(steps: int, threads: int, mode: str, method: str, time: str | None) -> tuple[float, str]:
+    """(seconds, the plan's words) for ``steps`` particle steps (seeds x steps each) of an ``advect:`` job whose
+    workers run ``threads`` tasks at once, at :func:`particle_step_seconds`; the cluster's start not counted."""
+    step = particle_step_seconds(mode, method, time)
+    seconds = steps * step / max(1, threads)
+    how = f"mode {mode}, {method}" + (f", time {time}" if time is not None else ", a steady volume")
+    return seconds, (
+        f"{'about ' if seconds >= 1 else ''}{human_seconds(seconds)} of advection + writing: {steps:,} particle "
+        f"steps at about {1 / step / 1e3:,.0f} k a second on each of {threads} worker thread(s) for {how} (fitted "
+        "to runs of particle jobs on a loaded 2-core machine: docs/jobs.md; the cluster's start not counted)"
+    )
+
 
 def mode_factor(mode: str, hessian: bool = False) -> float:
     """How many times a linear job's time a job of ``mode`` takes (``hessian``: its outputs need second

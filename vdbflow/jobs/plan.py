@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +27,7 @@ from vdbflow.jobs.clusters import (
     submit_command_missing,
     worker_memory_limit,
 )
-from vdbflow.jobs.config.checks import input_problems
+from vdbflow.jobs.config.checks import free_bytes, input_problems
 from vdbflow.jobs.config.model import (
     DERIVED,
     SECOND,
@@ -45,12 +44,14 @@ from vdbflow.jobs.estimates import (  # noqa: F401 - REFERENCE_POINTS_PER_S, hum
     human_bytes,
     human_seconds,
     mode_factor,
+    particle_estimate,
 )
 from vdbflow.jobs.inputs import InputIdentity
 from vdbflow.jobs.points import file_point_count, voxel_point_count
 from vdbflow.jobs.publish.checks import shard_problem
 from vdbflow.jobs.publish.output import tidy
 from vdbflow.ops.sampling import STENCIL_RADIUS
+from vdbflow.temporal.steps import step_count
 
 log = logging.getLogger("vdbflow.plan")
 
@@ -130,11 +131,24 @@ class JobPlan:
     @property
     def seconds(self) -> float | None:
         """About how long sampling and writing take at :attr:`points_per_s` and
-        ``REFERENCE_SECONDS_PER_CHUNK`` (the smaller of points.chunk and output.chunk)."""
+        ``REFERENCE_SECONDS_PER_CHUNK`` (the smaller of points.chunk and output.chunk); a particle job's
+        advection and writing, :meth:`particle_estimate`."""
         if self.point_count is None:
             return None
+        if self.config.advect is not None:  # particles: :func:`particle_estimate`
+            return self.particle_estimate()[0]
         chunks = -(-self.point_count // self.config.chunk[0])
         return self.point_count / self.points_per_s + chunks * REFERENCE_SECONDS_PER_CHUNK
+
+    def particle_estimate(self) -> tuple[float, str]:
+        """An ``advect:`` job's time (seconds, and in words) for its seeds' steps on its workers' threads."""
+        cfg, a = self.config, self.config.advect
+        assert a is not None and self.point_count is not None
+        threads = max(1, job_workers(cfg.cluster) or 1) * _worker_threads(cfg.cluster)
+        time = a.time if cfg.volume.series is not None else None
+        return particle_estimate(
+            self.point_count * step_count(a.t0, a.t1, a.dt), threads, cfg.sampling.mode, a.method, time
+        )
 
     def chunk_working_set(self) -> tuple[int, int, str]:
         """About how many bytes one chunk needs on a worker (``CHUNK_WORKING_SET_FACTOR`` times its
@@ -521,6 +535,8 @@ def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False, own_clu
         warnings,
         _chunk_bytes_per_point(cfg, grids),
     )
+    if cfg.advect is not None and count is not None:
+        plan.notes.append(f"advect{cfg.where('advect')}: {plan.particle_estimate()[1]}")
     if cfg.reduce is not None:
         need, partial, threads = reduce_working_set(plan)
         plan.notes.append(
@@ -673,20 +689,9 @@ def _check_size(plan: JobPlan, force: bool, dry_run: bool) -> None:
         notes.append(tight)
         if not dry_run:
             log.warning("%s", tight)
-    free = None if cfg.output.url is not None else _free_bytes(cfg.output.local)
+    free = None if cfg.output.url is not None else free_bytes(cfg.output.local)
     if plan.output_bytes is not None and free is not None and plan.output_bytes > free:
         notes.append(
             f"the result (about {human_bytes(plan.output_bytes)} before compression) may not fit in the "
             f"{human_bytes(free)} free where {cfg.output.path} goes"
         )
-
-
-def _free_bytes(path: Path) -> int | None:
-    """Free bytes on the filesystem that will hold ``path`` (its nearest existing ancestor)."""
-    place = path.absolute()
-    while not place.exists() and place != place.parent:
-        place = place.parent
-    try:
-        return shutil.disk_usage(place).free
-    except OSError:
-        return None

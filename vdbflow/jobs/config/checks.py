@@ -5,6 +5,7 @@ and its outputs may be written where it puts them (:func:`check_inputs`).
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 from vdbflow.core.atomic import private_directory
@@ -29,6 +30,17 @@ def _unwritable(path: Path) -> str | None:
     except OSError as err:
         return f"the directory {parent} does not take new files ({err.strerror or err})"
     return None
+
+
+def free_bytes(path: Path) -> int | None:
+    """Free bytes on the filesystem that will hold ``path`` (its nearest existing ancestor)."""
+    place = path.absolute()
+    while not place.exists() and place != place.parent:
+        place = place.parent
+    try:
+        return shutil.disk_usage(place).free
+    except OSError:
+        return None
 
 
 def _output_problems(cfg: JobConfig) -> list[str]:
