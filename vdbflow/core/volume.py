@@ -103,12 +103,11 @@ class Volume:
                 f"expected tile values ({topology.tile_count}, {C}) and a background ({C},), "
                 f"got {tile_values.shape} and {background.shape}"
             )
-            self._leaf_values_at.setflags(write=False)
         self._contiguous_cache: np.ndarray | None = None
         self._background = background
         self._tile_values = tile_values
-        for arr in (background, tile_values):
-            if arr.flags.writeable:
+        for arr in (background, tile_values, self._leaf_values_at):
+            if arr is not None and arr.flags.writeable:
                 arr.setflags(write=False)
         self.device_cache: dict[Any, Any] = {}
         self.grid_class = "unknown"  # NanoVDB grid class, kept for .nvdb round trips

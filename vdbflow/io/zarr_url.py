@@ -11,29 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
-from vdbflow.errors import VolumeError
-from vdbflow.io.location import filesystem, storage_error
+from vdbflow.io.location import filesystem
 from vdbflow.io.zarr_metadata import check_metadata, is_metadata
-
-_MAX_METADATA_FILES = 10_000
-
-
-def refuse_code_codecs_url(url: str, storage_options: dict[str, Any] | None = None) -> None:
-    """Raise VolumeError when a metadata file of the Zarr store at ``url`` names a pickle codec; a
-    StorageError when the store cannot be listed."""
-    fs, path = filesystem(url, storage_options)
-    try:
-        names = [p for p in fs.find(path) if is_metadata(p)]
-    except Exception as err:  # noqa: BLE001 - the store's own error types vary (botocore, aiohttp)
-        raise storage_error(url, err, "list") from None
-    if len(names) > _MAX_METADATA_FILES:
-        raise VolumeError(f"expected at most {_MAX_METADATA_FILES:,} Zarr metadata files in {url}, found more")
-    for name in names:
-        try:
-            data = fs.cat_file(name)
-        except Exception as err:  # noqa: BLE001
-            raise storage_error(url, err) from None
-        check_metadata(data, name, url)
 
 
 class CheckedMapping(MutableMapping):
