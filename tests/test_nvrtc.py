@@ -16,12 +16,16 @@ from vdbflow.devices import cuda, cuda_build, cuda_occupancy, nvrtc
 BOUNDING = (
     "vdbflow::sample_kernel<float, 3>",
     "vdbflow::sample_derived_kernel<float>",
-    "vdbflow::hessian_kernel<double, 0>",
-    "vdbflow::reduce_kernel<float, 0>",
-    "vdbflow::advect_kernel<double>",
+    "vdbflow::hessian_kernel<double, 3>",
+    "vdbflow::reduce_kernel<double, 3>",
+    "vdbflow::advect_series_kernel<float>",
 )
 REGISTER_FILE = 65536  # 32-bit registers a multiprocessor (sm_50 .. sm_120)
-STACK_HESSIAN_REDUCE = 2048  # bytes of stack a thread of a Hessian or statistics entry may keep
+STACK = 1024  # bytes of stack frame a thread of any entry but the particle ones may keep
+# the particle entries keep a Runge-Kutta step's stages, the scheme's weights and, around the loop body NVRTC
+# leaves out of line, the run's spec, grid and transform in local memory (docs/gpu.md "Stacks over 1 KB")
+STACK_PARTICLES = 4352
+SPILL_HESSIAN = 64  # the vec3 Hessians at 255 registers (NVRTC 12.9/13.5 sm_90: 44-60 B); the others spill nothing
 
 
 def _compiler(major: int) -> nvrtc.Nvrtc:
@@ -55,20 +59,21 @@ def test_entries_compile_with_nvrtc_and_fit_their_launch(major, tmp_path, monkey
         assert found.registers * cuda_build.THREADS_PER_BLOCK <= REGISTER_FILE, (name, found)
         # the sampling, derived, reverse-mode and gradient entries fill the card: two blocks an SM at least
         # (sample.cu VDB_BOUNDS_FILL); what that costs is spill, at most a kilobyte (NVRTC 12.9, 2026-12-06:
-        # sample_kernel<float, 3> 744 B, sample_derived 992 B; docs/gpu.md "Occupancy"); the Hessian and
-        # statistics entries keep one block and spill nothing; the particle entries (a whole Runge-Kutta step
-        # in registers) may spill, at most a kilobyte (NVRTC 12.9: advect<double> 40 B)
+        # sample_kernel<float, 3> 728 B, sample_derived 992 B; docs/gpu.md "Occupancy"); the Hessian and
+        # statistics entries keep one block and spill nothing but the vec3 Hessians' few bytes; the particle
+        # entries (a whole Runge-Kutta step in registers) may spill, at most a kilobyte (NVRTC 12.9: 40-52 B)
         spill = found.spill_stores + found.spill_loads
-        if name.split("<", 1)[0] in ("vdbflow::hessian_kernel", "vdbflow::reduce_kernel"):
-            # no local array sized for MAX_COMPONENTS (a run-time count went to 6.9-7.2 KB): what stays is the
-            # separable schemes' weights, indexed at run time (3 AxisWeights of 10 taps, 744 B, for the values
-            # and again for the Hessian); NVRTC 12.9/13.5, 2026-12-06: 1,168-1,632 B (docs/gpu.md "Occupancy")
-            assert found.stack <= STACK_HESSIAN_REDUCE, (name, found)
+        # no frame over a kilobyte (the driver reserves it for every thread the card holds): no local array sized
+        # for MAX_COMPONENTS (a run-time count goes through its components), weights of the values and Jacobians
+        # without second derivatives (3 x 168 B), one set for a Hessian (3 x 200 B); NVRTC 12.9/13.5 sm_90,
+        # 2026-12-06: at most 1,008 B (docs/gpu.md "Occupancy"); the particle entries 2.3-4.1 KB
+        assert found.stack <= (STACK_PARTICLES if "advect" in name else STACK), (name, found)
         if cuda_occupancy.fills_the_card(name):
             assert cuda_occupancy.blocks_per_sm(found, arch, cuda_build.THREADS_PER_BLOCK) >= 2, (name, found)
             assert spill <= 1024, (name, found)
         else:
-            assert spill <= (1024 if "advect" in name else 0), (name, found)
+            allowed = 1024 if "advect" in name else (SPILL_HESSIAN if "hessian_kernel" in name else 0)
+            assert spill <= allowed, (name, found)
         rows.append((name, found))
     with capsys.disabled():  # the resources table, in the test log of every CI run
         print(f"\nNVRTC {compiler.version[0]}.{compiler.version[1]} {arch}: registers / stack / spill bytes")

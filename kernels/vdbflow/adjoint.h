@@ -47,6 +47,50 @@ VDB_HD void adjoint_point(const GridView<T>& g, const AdjointRows& rows, const P
     for (int c = 0; c < C; ++c) sink(0, row, c, adj_value[c]);
     return;
   }
+#ifdef VDB_DEVICE_COMPILE
+  // Jacobian adjoint in index space: J_world = J_index M^-1, so G_index = G_world M^-T.  A run-time count
+  // computes a component's row of G where it is read (the same numbers): 64 rows were 0.8-1.5 KB of frame.
+  auto g_row = [&](int c, int b) {
+    R x = (R)0;
+    if (adj_jacobian != nullptr) {
+      if (xf.jacobian_world)
+        for (int a = 0; a < 3; ++a) x += adj_jacobian[3 * c + a] * (R)xf.inv[3 * b + a];
+      else
+        x = adj_jacobian[3 * c + b];
+    }
+    return x;
+  };
+  Jacobian<R, (NC > 0 ? NC : 1)> G;
+  if constexpr (NC > 0)
+    for (int c = 0; c < C; ++c)
+      for (int b = 0; b < 3; ++b) G.rows[c][b] = g_row(c, b);
+  const R fx = cell.f[0], fy = cell.f[1], fz = cell.f[2];
+  const R wx[2] = {(R)1 - fx, fx}, wy[2] = {(R)1 - fy, fy}, wz[2] = {(R)1 - fz, fz};
+  R u0 = (R)0, u1 = (R)0, u2 = (R)0;
+  for (int o = 0; o < 8; ++o) {
+    const int ox = o >> 2, oy = (o >> 1) & 1, oz = o & 1;
+    const R sx = ox ? (R)1 : (R)-1, sy = oy ? (R)1 : (R)-1, sz = oz ? (R)1 : (R)-1;
+    const R w = wx[ox] * wy[oy] * wz[oz];
+    const R gx = sx * wy[oy] * wz[oz], gy = sy * wx[ox] * wz[oz], gz = sz * wx[ox] * wy[oy];
+    const R hxy = sx * sy * wz[oz], hxz = sx * sz * wy[oy], hyz = sy * sz * wx[ox];
+    const T* v = cell.corner[o];
+    const i64 row = corner_row(g, rows, v);
+    R dot_a = (R)0, vg0 = (R)0, vg1 = (R)0, vg2 = (R)0;
+    for (int c = 0; c < C; ++c) {
+      const R vc = (R)load(v, c);
+      const R g0 = NC > 0 ? G.rows[c][0] : g_row(c, 0), g1 = NC > 0 ? G.rows[c][1] : g_row(c, 1),
+              g2 = NC > 0 ? G.rows[c][2] : g_row(c, 2);
+      sink(o, row, c, w * adj_value[c] + g0 * gx + g1 * gy + g2 * gz);
+      dot_a += vc * adj_value[c];
+      vg0 += vc * g0;
+      vg1 += vc * g1;
+      vg2 += vc * g2;
+    }
+    u0 += dot_a * gx + vg1 * hxy + vg2 * hxz;
+    u1 += dot_a * gy + vg0 * hxy + vg2 * hyz;
+    u2 += dot_a * gz + vg0 * hxz + vg1 * hyz;
+  }
+#else
   // Jacobian adjoint in index space: J_world = J_index M^-1, so G_index = G_world M^-T.
   constexpr int CMAX = NC > 0 ? NC : MAX_COMPONENTS;
   Jacobian<R, CMAX> G;
@@ -85,6 +129,7 @@ VDB_HD void adjoint_point(const GridView<T>& g, const AdjointRows& rows, const P
     u1 += dot_a * gy + vg0 * hxy + vg2 * hyz;
     u2 += dot_a * gz + vg0 * hxz + vg1 * hyz;
   }
+#endif
   if (!xf.points_world) {
     adj_point[0] = u0;
     adj_point[1] = u1;

@@ -347,9 +347,10 @@ VDB_HD void rebase_cell(const GridView<T>& g, const Cell<T>& from, Cell<T>& cell
 }
 
 // The velocity (and Jacobian) of a series at y for one stage: the stencil checked in every grid the stage
-// reads (once per topology), each grid sampled, the samples interpolated in time.
-template <class T>
-VDB_HD int evaluate_series_stage(const GridView<T>* g, const SeriesSpec& ss, const int* gi, const double* coef,
+// reads (once per topology), each grid sampled, the samples interpolated in time.  g[q] is grid q of the window
+// (an array of GridViews, or on the GPU AbiGrids).
+template <class T, class Grids>
+VDB_HD int evaluate_series_stage(const Grids& g, const SeriesSpec& ss, const int* gi, const double* coef,
                                  const PointTransform& xf, int mode, int lo, int taps, const double y[3],
                                  bool jacobian, double u[3], double J[9], int& evaluations, LeafCache* caches) {
   typedef typename RealOf<T>::type R;
@@ -437,12 +438,26 @@ VDB_HD int evaluate_series_stage(const GridView<T>* g, const SeriesSpec& ss, con
 // steps and save slots; ss: its grids and stage coefficients).  A particle whose status is not active on
 // entry is left alone; the others continue from x (and F), add their evaluations (int64) and, where they
 // validate a step, set last_step to its series step (ss.first_step + local step).
+#ifdef VDB_DEVICE_COMPILE
+// The window's grids as the GPU reads them: each made from its record when a stage reads it (an array of
+// MAX_SERIES_GRIDS GridViews, indexed at run time, was 960 B of every thread's frame).
+template <class T>
+struct AbiGrids {
+  const KernelAbi* k;
+  VDB_HD GridView<T> operator[](int q) const { return abi_grid<T>(k[q]); }
+};
+#endif
+
 template <class T>
 VDB_ENTRY void advect_series_points(const KernelAbi* k, const AdvectSpec& s, const SeriesSpec& ss, double* x, i64 n,
                                     double* position, double* velocity, double* jacobian, double* F,
                                     signed char* status, i64* last_step, i64* evaluations) {
+#ifdef VDB_DEVICE_COMPILE
+  const AbiGrids<T> g{k};
+#else
   GridView<T> g[MAX_SERIES_GRIDS];
   for (int q = 0; q < ss.grids; ++q) g[q] = abi_grid<T>(k[q]);
+#endif
   const i64 S = s.slots;
   const int mode = k[0].mode;
   const int stages = s.stages;

@@ -69,7 +69,7 @@ VDB_HD void stencil_taps(int mode, int& lo, int& n) {
     n = 1;
     return;
   }
-  AxisWeights a;
+  ValueWeights a;
   axis_weights(mode, 0.5, a);
   lo = a.lo;
   n = a.n;

@@ -79,18 +79,71 @@ VDB_HD void write_hessian(const PointTransform& xf, bool world, int C, const dou
   }
 }
 
-// Value, Jacobian (as sample_point) and Hessian (C x 3 x 3, symmetric) of one point.
+#ifdef VDB_DEVICE_COMPILE
+// The GPU's pass over a separable scheme's stencil (not linear, whose values are trilinear): values and Jacobian
+// as sample_point_scheme sums them and H as sample_point_hessian does, from one set of weights (its frame holds
+// 3 SeparableWeights, 600 B, where sample_point_scheme's and the Hessian's held 504 + 600 B).  Each sum skips the
+// taps its own weights skip and adds in the same order, so each equals its two-pass value.
+template <class T, int NC>
+VDB_HD void separable_values_and_hessian(const GridView<T>& g, const PointTransform& xf, const i64 b[3],
+                                         const double f[3], int mode, T* value, typename RealOf<T>::type* jacobian,
+                                         double (*H)[6], LeafCache& cache) {
+  const int C = NC > 0 ? NC : g.components;
+  SeparableWeights w[3];
+  for (int a = 0; a < 3; ++a) axis_weights(mode, f[a], w[a], true);
+  constexpr int CMAX = NC > 0 ? NC : MAX_COMPONENTS;
+  double acc[CMAX], J[CMAX][3];
+  for (int c = 0; c < C; ++c) acc[c] = J[c][0] = J[c][1] = J[c][2] = 0.0;
+  for (int i = 0; i < w[0].n; ++i)
+    for (int j = 0; j < w[1].n; ++j)
+      for (int k = 0; k < w[2].n; ++k) {
+        const double vx = w[0].v[i], vy = w[1].v[j], vz = w[2].v[k];
+        const double dx = w[0].d[i], dy = w[1].d[j], dz = w[2].d[k];
+        const double wv = vx * vy * vz, wx = dx * vy * vz, wy = vx * dy * vz, wz = vx * vy * dz;
+        const double h[6] = {w[0].s[i] * vy * vz, vx * w[1].s[j] * vz, vx * vy * w[2].s[k],
+                             dx * dy * vz, dx * vy * dz, vx * dy * dz};
+        const bool first = !(wv == 0.0 && wx == 0.0 && wy == 0.0 && wz == 0.0);
+        const bool second = !(h[0] == 0.0 && h[1] == 0.0 && h[2] == 0.0 && h[3] == 0.0 && h[4] == 0.0 && h[5] == 0.0);
+        if (!first && !second) continue;
+        const T* v = read_voxel(g, b[0] + w[0].lo + i, b[1] + w[1].lo + j, b[2] + w[2].lo + k, cache);
+        for (int c = 0; c < C; ++c) {
+          const double vc = (double)load(v, c);
+          if (first) {
+            acc[c] += wv * vc;
+            J[c][0] += wx * vc;
+            J[c][1] += wy * vc;
+            J[c][2] += wz * vc;
+          }
+          if (second)
+            for (int e = 0; e < 6; ++e) H[c][e] += h[e] * vc;
+        }
+      }
+  for (int c = 0; c < C; ++c) value[c] = (T)acc[c];
+  if (jacobian) write_jacobian(xf, C, (const double(*)[3])J, jacobian);
+}
+#endif
+
+// Value, Jacobian (as sample_point) and Hessian (C x 3 x 3, symmetric) of one point.  On the GPU a separable
+// scheme other than linear sums all three in one pass (separable_values_and_hessian).
 template <class T, int NC>
 VDB_HD void sample_point_hessian(const GridView<T>& g, const PointTransform& xf, const double p[3], int mode,
                                  bool hessian_world, T* value, typename RealOf<T>::type* jacobian,
                                  typename RealOf<T>::type* hessian, LeafCache& cache) {
   typedef typename RealOf<T>::type R;
   const int C = NC > 0 ? NC : g.components;
+#ifdef VDB_DEVICE_COMPILE
+  const bool one_pass = mode != MODE_LINEAR && is_separable(mode);
+  if (!one_pass) sample_point<T, NC>(g, xf, p, mode, jacobian != nullptr, value, jacobian, cache);
+#else
   sample_point<T, NC>(g, xf, p, mode, jacobian != nullptr, value, jacobian, cache);
+#endif
   double u[3];
   to_index_space(xf, p, u);
   if (!finite3(u)) {
     const R not_a_number = (R)nan("");
+#ifdef VDB_DEVICE_COMPILE
+    if (one_pass) write_nan(C, jacobian != nullptr, value, jacobian);
+#endif
     for (int e = 0; e < 9 * C; ++e) hessian[e] = not_a_number;
     return;
   }
@@ -105,8 +158,13 @@ VDB_HD void sample_point_hessian(const GridView<T>& g, const PointTransform& xf,
     b[a] = base_index(g.period, a, fl);
     f[a] = u[a] - fl;
   }
+#ifdef VDB_DEVICE_COMPILE
+  if (one_pass) {
+    separable_values_and_hessian<T, NC>(g, xf, b, f, mode, value, jacobian, H, cache);
+  } else
+#endif
   if (is_separable(mode)) {
-    AxisWeights w[3];
+    SeparableWeights w[3];
     for (int a = 0; a < 3; ++a) axis_weights(mode, f[a], w[a], true);
     for (int i = 0; i < w[0].n; ++i)
       for (int j = 0; j < w[1].n; ++j)
@@ -154,16 +212,20 @@ VDB_HD void sample_point_hessian(const GridView<T>& g, const PointTransform& xf,
 #ifdef VDB_DEVICE_COMPILE
 // One point's sample_point_hessian out of line (for a run-time count, NC = 0: component c alone, of
 // component_view(g, c)).  Inlined into the entry, ptxas keeps a larger frame (and spills in the loop over
-// components).
-template <class T, int NC>
-__device__ __attribute__((noinline)) void point_hessian(const GridView<T>& g, int c, const PointTransform& xf,
-                                                        const double p[3], int mode, bool world, T* value,
-                                                        typename RealOf<T>::type* jacobian,
+// components).  It reads the grid and transform from the record k and the point from p (global memory): a
+// GridView, transform and point passed by reference would be copied to the entry's frame (264 B).
+template <class T, int NC, class P>
+__device__ __attribute__((noinline)) void point_hessian(const KernelAbi& k, int c, const P* pts, i64 i, bool world,
+                                                        T* value, typename RealOf<T>::type* jacobian,
                                                         typename RealOf<T>::type* hessian, LeafCache& cache) {
+  const GridView<T> g = abi_grid<T>(k);
+  const PointTransform xf = abi_transform(k);
+  double p[3];
+  load_point(pts, i, p);
   if constexpr (NC == 0)
-    sample_point_hessian<T, 1>(component_view(g, c), xf, p, mode, world, value, jacobian, hessian, cache);
+    sample_point_hessian<T, 1>(component_view(g, c), xf, p, k.mode, world, value, jacobian, hessian, cache);
   else
-    sample_point_hessian<T, NC>(g, xf, p, mode, world, value, jacobian, hessian, cache);
+    sample_point_hessian<T, NC>(g, xf, p, k.mode, world, value, jacobian, hessian, cache);
 }
 #endif
 
@@ -178,19 +240,22 @@ VDB_ENTRY void hessian_points(const KernelAbi& k, const P* pts, i64 n, T* out_v,
   const int C = k.components, mode = k.mode;
   const bool world = k.hessian_world != 0;
   auto body = [&](i64 i, const PointTransform& xf, LeafCache& cache) {
-    double p[3];
-    load_point(pts, i, p);
     T* v = out_v + i * C;
     R* j = out_j ? out_j + i * 3 * C : nullptr;
     R* h = out_h + i * 9 * C;
 #ifdef VDB_DEVICE_COMPILE
+    (void)xf;
+    (void)g;
+    (void)mode;
     if constexpr (NC == 0) {
       for (int c = 0; c < C; ++c)
-        point_hessian<T, 0>(g, c, xf, p, mode, world, v + c, j ? j + 3 * c : nullptr, h + 9 * c, cache);
+        point_hessian<T, 0>(k, c, pts, i, world, v + c, j ? j + 3 * c : nullptr, h + 9 * c, cache);
     } else {
-      point_hessian<T, NC>(g, 0, xf, p, mode, world, v, j, h, cache);
+      point_hessian<T, NC>(k, 0, pts, i, world, v, j, h, cache);
     }
 #else
+    double p[3];
+    load_point(pts, i, p);
     sample_point_hessian<T, NC>(g, xf, p, mode, world, v, j, h, cache);
 #endif
   };

@@ -533,15 +533,27 @@ __device__ __forceinline__ void reduce_point_features(const GridView<T>& g, cons
     }
   } else {
     T v[NC];
-    R j[3 * NC], d[DERIVED_COUNT][4];
-    R* outs[DERIVED_COUNT];
-    for (int q = 0; q < DERIVED_COUNT; ++q) outs[q] = d[q];
+    R j[3 * NC];
     sample_point<T, NC>(g, xf, p, mode, true, v, j, cache);
-    if (derive) {
-      const R u[3] = {(R)v[0], (R)v[1], (R)v[2]};
-      derive_point<R>(j, u, outs, 0);
+    for (int f = 0; f < s.channels; ++f) {
+      if (s.source[f] != CHANNEL_DERIVED) {
+        x[f * REDUCE_BLOCK] = point_channel<T, R>(s, f, v, j, nullptr);
+        continue;
+      }
+      // a derived channel: its quantity alone (derive_point computes each one from J and u by itself), so the
+      // frame holds one quantity's entries, not all DERIVED_COUNT of them (and their pointers: 368 B for double)
+      R d[4] = {(R)nan(""), (R)nan(""), (R)nan(""), (R)nan("")};
+      if constexpr (NC == 3) {
+        if (derive) {
+          R* outs[DERIVED_COUNT];
+          for (int q = 0; q < DERIVED_COUNT; ++q) outs[q] = q == s.index[f] / 4 ? d : nullptr;
+          const R u[3] = {(R)v[0], (R)v[1], (R)v[2]};
+          derive_point<R>(j, u, outs, 0);
+        }
+      }
+      const int e = s.index[f] % 4;  // a select, not an index: d stays in registers
+      x[f * REDUCE_BLOCK] = e == 0 ? d[0] : (e == 1 ? d[1] : (e == 2 ? d[2] : d[3]));
     }
-    for (int f = 0; f < s.channels; ++f) x[f * REDUCE_BLOCK] = point_channel<T, R>(s, f, v, j, outs);
   }
 }
 

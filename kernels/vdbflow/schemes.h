@@ -29,12 +29,28 @@ enum HigherScheme {
 constexpr int SCHEME_LAST = SCHEME_M2Q8;
 constexpr int MAX_TAPS = 10;  // fd8: 2 nodes + 2 x 4
 
-// Along one axis: taps lo .. lo+n-1 with value weights v, first-derivative weights d and (when asked)
-// second-derivative weights s.
-struct AxisWeights {
+// Along one axis: taps lo .. lo+n-1 (at most TAPS) with value weights v, first-derivative weights d and, when
+// SECOND (and asked), second-derivative weights s.  The weights are indexed at run time (a scheme's n), so on the
+// GPU they live in local memory: there each use holds only what it reads (AxisWeights: 248 B; ValueWeights, values
+// and Jacobians: 168 B; SeparableWeights, the Hessians of the separable schemes, whose stencils have 8 taps at
+// most: 200 B).
+template <int TAPS, bool SECOND>
+struct AxisWeightsOf {
+  static constexpr int taps = TAPS;
+  static constexpr bool second = SECOND;
   int lo, n;
-  double v[MAX_TAPS], d[MAX_TAPS], s[MAX_TAPS];
+  double v[TAPS], d[TAPS], s[SECOND ? TAPS : 1];
 };
+using AxisWeights = AxisWeightsOf<MAX_TAPS, true>;
+#ifdef VDB_DEVICE_COMPILE
+using ValueWeights = AxisWeightsOf<MAX_TAPS, false>;
+constexpr int MAX_SEPARABLE_TAPS = 8;  // lag8, m2q8
+using SeparableWeights = AxisWeightsOf<MAX_SEPARABLE_TAPS, true>;
+#else
+// the host keeps one kind (what the compiler makes of the weights' code, and so its contractions, stay as they were)
+using ValueWeights = AxisWeights;
+using SeparableWeights = AxisWeights;
+#endif
 
 // Second derivative at f of the Lagrange basis polynomial k through nodes lo .. lo+n-1.
 VDB_HD double lagrange_second(int n, int lo, int k, double f) {
@@ -78,16 +94,6 @@ VDB_HD void lagrange(int n, int lo, double f, double* v, double* d) {
   }
 }
 
-// Weights of interpolating node derivatives D(j) = sum_m c[m] V(j + m) (m = -r .. r) with node
-// weights w[j] on nodes jlo .. jlo+nj-1: derivative weights on offsets jlo-r .. jlo+nj-1+r.
-VDB_HD void node_derivative(const double* w, int jlo, int nj, const double* c, int r, AxisWeights& out) {
-  out.lo = jlo - r;
-  out.n = nj + 2 * r;
-  for (int k = 0; k < out.n; ++k) out.d[k] = 0.0;
-  for (int j = 0; j < nj; ++j)
-    for (int m = -r; m <= r; ++m) out.d[j + m + r] += w[j] * c[m + r];
-}
-
 // Centred first-difference weights on offsets m = -r .. r, of order 2r (r = 1 .. 4).
 VDB_HD double fd_weight(int r, int m) {
   const int s = m < 0 ? -1 : 1, k = m < 0 ? -m : m;
@@ -96,6 +102,17 @@ VDB_HD double fd_weight(int r, int m) {
   if (r == 2) return s * (k == 1 ? 8.0 / 12 : -1.0 / 12);
   if (r == 3) return s * (k == 1 ? 45.0 / 60 : (k == 2 ? -9.0 / 60 : 1.0 / 60));
   return s * (k == 1 ? 4.0 / 5 : (k == 2 ? -1.0 / 5 : (k == 3 ? 4.0 / 105 : -1.0 / 280)));
+}
+
+// Weights of interpolating node derivatives D(j) = sum_m c[m] V(j + m) (m = -r .. r) with node
+// weights w[j] on nodes jlo .. jlo+nj-1: derivative weights on offsets jlo-r .. jlo+nj-1+r.
+template <class W>
+VDB_HD void node_derivative(const double* w, int jlo, int nj, const double* c, int r, W& out) {
+  out.lo = jlo - r;
+  out.n = nj + 2 * r;
+  for (int k = 0; k < out.n; ++k) out.d[k] = 0.0;
+  for (int j = 0; j < nj; ++j)
+    for (int m = -r; m <= r; ++m) out.d[j + m + r] += w[j] * c[m + r];
 }
 
 // Centred second-difference weights on offsets m = -r .. r, of order 2r (r = 1 .. 4): the Laplacian
@@ -153,57 +170,19 @@ VDB_HD void m2q8_weights(double f, int order, double* w) {
   }
 }
 
-// Weights of `scheme` along one axis at f = u - floor(u); second derivatives only when `second`
-// (the separable schemes and linear; the node-difference schemes leave s at 0).
-VDB_HD void axis_weights(int scheme, double f, AxisWeights& a, bool second = false) {
-  for (int k = 0; k < MAX_TAPS; ++k) a.v[k] = a.d[k] = a.s[k] = 0.0;
-  if (scheme == MODE_LINEAR) {
-    a.lo = 0;
-    a.n = 2;
-    a.v[0] = 1.0 - f;
-    a.v[1] = f;
-    a.d[0] = -1.0;
-    a.d[1] = 1.0;
-    return;
-  }
-  if (scheme == SCHEME_M2Q8) {
-    a.lo = -3;
-    a.n = 8;
-    m2q8_weights(f, 0, a.v);
-    m2q8_weights(f, 1, a.d);
-    if (second) m2q8_weights(f, 2, a.s);
-    return;
-  }
-  if (scheme == SCHEME_LAG4 || scheme == SCHEME_LAG6 || scheme == SCHEME_LAG8) {
-    const int n = scheme == SCHEME_LAG4 ? 4 : (scheme == SCHEME_LAG6 ? 6 : 8);
-    a.n = n;
-    a.lo = 1 - n / 2;
-    lagrange(n, a.lo, f, a.v, a.d);
-    if (second)
-      for (int k = 0; k < n; ++k) a.s[k] = lagrange_second(n, a.lo, k, f);
-    return;
-  }
-  if (scheme == SCHEME_CATMULL_ROM || scheme == SCHEME_BSPLINE3) {
-    const double f2 = f * f, f3 = f2 * f;
-    a.lo = -1;
-    a.n = 4;
-    if (scheme == SCHEME_CATMULL_ROM) {
-      const double v[4] = {0.5 * (-f3 + 2 * f2 - f), 0.5 * (3 * f3 - 5 * f2 + 2), 0.5 * (-3 * f3 + 4 * f2 + f),
-                           0.5 * (f3 - f2)};
-      const double d[4] = {0.5 * (-3 * f2 + 4 * f - 1), 0.5 * (9 * f2 - 10 * f), 0.5 * (-9 * f2 + 8 * f + 1),
-                           0.5 * (3 * f2 - 2 * f)};
-      const double s2[4] = {0.5 * (-6 * f + 4), 0.5 * (18 * f - 10), 0.5 * (-18 * f + 8), 0.5 * (6 * f - 2)};
-      for (int k = 0; k < 4; ++k) { a.v[k] = v[k]; a.d[k] = d[k]; a.s[k] = second ? s2[k] : 0.0; }
-    } else {
-      const double g = 1 - f;
-      const double v[4] = {g * g * g / 6, (3 * f3 - 6 * f2 + 4) / 6, (-3 * f3 + 3 * f2 + 3 * f + 1) / 6, f3 / 6};
-      const double d[4] = {-0.5 * g * g, (9 * f2 - 12 * f) / 6, (-9 * f2 + 6 * f + 3) / 6, 0.5 * f2};
-      const double s2[4] = {g, 3 * f - 2, -3 * f + 1, f};
-      for (int k = 0; k < 4; ++k) { a.v[k] = v[k]; a.d[k] = d[k]; a.s[k] = second ? s2[k] : 0.0; }
-    }
-    return;
-  }
-  // node-derivative schemes
+#ifdef VDB_DEVICE_COMPILE
+// w[0 .. 3] = w0 .. w3.
+VDB_HD void set4(double* w, double w0, double w1, double w2, double w3) {
+  w[0] = w0;
+  w[1] = w1;
+  w[2] = w2;
+  w[3] = w3;
+}
+#endif
+
+// The node-difference schemes' weights (fd2 .. fd8, fd4lag4) along one axis at f, into a zeroed W.
+template <class W>
+VDB_HD VDB_INLINE void node_scheme_weights(int scheme, double f, W& a) {
   double c[9], c4[5];
   for (int m = -2; m <= 2; ++m) c4[m + 2] = fd_weight(2, m);
   if (is_node_fd(scheme)) {
@@ -222,6 +201,88 @@ VDB_HD void axis_weights(int scheme, double f, AxisWeights& a, bool second = fal
   for (int k = 0; k < 4; ++k) a.v[k + 2] = w[k];
 }
 
+// Weights of `scheme` along one axis at f = u - floor(u); second derivatives only when `second`
+// (the separable schemes and linear; the node-difference schemes leave s at 0).
+// W: AxisWeightsOf (a SeparableWeights gets no node-difference scheme: it has too few taps for their stencils).
+template <class W>
+VDB_HD void axis_weights(int scheme, double f, W& a, bool second = false) {
+  for (int k = 0; k < W::taps; ++k) {
+    a.v[k] = a.d[k] = 0.0;
+    if constexpr (W::second) a.s[k] = 0.0;
+  }
+  if (scheme == MODE_LINEAR) {
+    a.lo = 0;
+    a.n = 2;
+    a.v[0] = 1.0 - f;
+    a.v[1] = f;
+    a.d[0] = -1.0;
+    a.d[1] = 1.0;
+    return;
+  }
+  if (scheme == SCHEME_M2Q8) {
+    a.lo = -3;
+    a.n = 8;
+    m2q8_weights(f, 0, a.v);
+    m2q8_weights(f, 1, a.d);
+    if constexpr (W::second)
+      if (second) m2q8_weights(f, 2, a.s);
+    return;
+  }
+  if (scheme == SCHEME_LAG4 || scheme == SCHEME_LAG6 || scheme == SCHEME_LAG8) {
+    const int n = scheme == SCHEME_LAG4 ? 4 : (scheme == SCHEME_LAG6 ? 6 : 8);
+    a.n = n;
+    a.lo = 1 - n / 2;
+    lagrange(n, a.lo, f, a.v, a.d);
+    if constexpr (W::second)
+      if (second)
+        for (int k = 0; k < n; ++k) a.s[k] = lagrange_second(n, a.lo, k, f);
+    return;
+  }
+  if (scheme == SCHEME_CATMULL_ROM || scheme == SCHEME_BSPLINE3) {
+    const double f2 = f * f, f3 = f2 * f;
+    a.lo = -1;
+    a.n = 4;
+#ifdef VDB_DEVICE_COMPILE
+    // straight into the weights: the host's four-value temporaries were 192 B of local memory on the GPU
+    if (scheme == SCHEME_CATMULL_ROM) {
+      set4(a.v, 0.5 * (-f3 + 2 * f2 - f), 0.5 * (3 * f3 - 5 * f2 + 2), 0.5 * (-3 * f3 + 4 * f2 + f), 0.5 * (f3 - f2));
+      set4(a.d, 0.5 * (-3 * f2 + 4 * f - 1), 0.5 * (9 * f2 - 10 * f), 0.5 * (-9 * f2 + 8 * f + 1),
+           0.5 * (3 * f2 - 2 * f));
+      if constexpr (W::second)
+        if (second) set4(a.s, 0.5 * (-6 * f + 4), 0.5 * (18 * f - 10), 0.5 * (-18 * f + 8), 0.5 * (6 * f - 2));
+    } else {
+      const double g = 1 - f;
+      set4(a.v, g * g * g / 6, (3 * f3 - 6 * f2 + 4) / 6, (-3 * f3 + 3 * f2 + 3 * f + 1) / 6, f3 / 6);
+      set4(a.d, -0.5 * g * g, (9 * f2 - 12 * f) / 6, (-9 * f2 + 6 * f + 3) / 6, 0.5 * f2);
+      if constexpr (W::second)
+        if (second) set4(a.s, g, 3 * f - 2, -3 * f + 1, f);
+    }
+#else
+    if (scheme == SCHEME_CATMULL_ROM) {
+      const double v[4] = {0.5 * (-f3 + 2 * f2 - f), 0.5 * (3 * f3 - 5 * f2 + 2), 0.5 * (-3 * f3 + 4 * f2 + f),
+                           0.5 * (f3 - f2)};
+      const double d[4] = {0.5 * (-3 * f2 + 4 * f - 1), 0.5 * (9 * f2 - 10 * f), 0.5 * (-9 * f2 + 8 * f + 1),
+                           0.5 * (3 * f2 - 2 * f)};
+      const double s2[4] = {0.5 * (-6 * f + 4), 0.5 * (18 * f - 10), 0.5 * (-18 * f + 8), 0.5 * (6 * f - 2)};
+      for (int k = 0; k < 4; ++k) { a.v[k] = v[k]; a.d[k] = d[k]; a.s[k] = second ? s2[k] : 0.0; }
+    } else {
+      const double g = 1 - f;
+      const double v[4] = {g * g * g / 6, (3 * f3 - 6 * f2 + 4) / 6, (-3 * f3 + 3 * f2 + 3 * f + 1) / 6, f3 / 6};
+      const double d[4] = {-0.5 * g * g, (9 * f2 - 12 * f) / 6, (-9 * f2 + 6 * f + 3) / 6, 0.5 * f2};
+      const double s2[4] = {g, 3 * f - 2, -3 * f + 1, f};
+      for (int k = 0; k < 4; ++k) { a.v[k] = v[k]; a.d[k] = d[k]; a.s[k] = second ? s2[k] : 0.0; }
+    }
+#endif
+    return;
+  }
+  if constexpr (W::taps >= MAX_TAPS) {
+    node_scheme_weights(scheme, f, a);
+  } else {  // no node-difference stencil fits
+    a.lo = 0;
+    a.n = 0;
+  }
+}
+
 #ifndef VDB_DEVICE_COMPILE
 // The modes by name, in id order: Python's vdbflow.ops.sampling.MODES is read from here.
 constexpr const char* MODE_NAMES[SCHEME_LAST + 1] = {"closest", "linear",  "lag4",        "lag6",     "lag8",
@@ -232,7 +293,7 @@ constexpr const char* MODE_NAMES[SCHEME_LAST + 1] = {"closest", "linear",  "lag4
 // reaches one less): the distributed halo a mode needs (vdbflow.ops.sampling.STENCIL_RADIUS).
 inline int stencil_reach(int mode) {
   if (mode == MODE_CLOSEST) return 1;  // the rounded voxel: floor(u) or floor(u) + 1
-  AxisWeights a;
+  ValueWeights a;
   axis_weights(mode, 0.5, a);
   return a.lo + a.n - 1;
 }
@@ -280,7 +341,7 @@ VDB_HD void sample_point_scheme(const GridView<T>& g, const PointTransform& xf, 
     gradient_at_node<T, NC>(g, xf, u, scheme, want_jacobian, value, jacobian, cache);
     return;
   }
-  AxisWeights w[3];
+  ValueWeights w[3];
   i64 b[3];
   for (int a = 0; a < 3; ++a) {
     const double fl = floor(u[a]);
@@ -310,10 +371,20 @@ VDB_HD void sample_point_scheme(const GridView<T>& g, const PointTransform& xf, 
   if (want_jacobian) write_jacobian(xf, C, (const double(*)[3])J, jacobian);
 }
 
-// Values and Jacobian of one point, any mode: closest, linear or a higher-order scheme.
+// Values and Jacobian of one point, any mode: closest, linear or a higher-order scheme.  On the GPU a run-time
+// count (NC = 0) goes through the components one at a time, each read as a one-component grid (component_view:
+// each component's sums in the same order), so no frame holds MAX_COMPONENTS' sums (sample_kernel<T, 0>: 3 KB).
 template <class T, int NC>
 VDB_HD void sample_point(const GridView<T>& g, const PointTransform& xf, const double p[3], int mode,
                          bool want_jacobian, T* value, typename RealOf<T>::type* jacobian, LeafCache& cache) {
+#ifdef VDB_DEVICE_COMPILE
+  if constexpr (NC == 0) {
+    for (int c = 0; c < g.components; ++c)
+      sample_point<T, 1>(component_view(g, c), xf, p, mode, want_jacobian, value + c,
+                         want_jacobian ? jacobian + 3 * c : nullptr, cache);
+    return;
+  }
+#endif
   if (mode <= MODE_LINEAR)
     sample_point_trilinear<T, NC>(g, xf, p, mode, want_jacobian, value, jacobian, cache);
   else
@@ -372,6 +443,12 @@ VDB_ENTRY void sample_points(const KernelAbi& k, const P* pts, i64 n, T* out_v, 
 template <class T, int NC>
 VDB_HD void gradient_at_voxel(const GridView<T>& g, const PointTransform& xf, const int ijk[3], int scheme,
                               typename RealOf<T>::type* out, LeafCache& cache) {
+#ifdef VDB_DEVICE_COMPILE
+  if constexpr (NC == 0) {  // one component at a time, as sample_point (a frame of 64 x 3 doubles was 1.5 KB)
+    for (int c = 0; c < g.components; ++c) gradient_at_voxel<T, 1>(component_view(g, c), xf, ijk, scheme, out + 3 * c, cache);
+    return;
+  }
+#endif
   T value[NC > 0 ? NC : MAX_COMPONENTS];
   const double u[3] = {(double)ijk[0], (double)ijk[1], (double)ijk[2]};
   gradient_at_node<T, NC>(g, xf, u, scheme, true, value, out, cache);
