@@ -299,6 +299,38 @@ def test_the_workers_filter_drops_task_tracebacks_and_closing_heartbeats_only():
     assert keep(record("Worker exceeded 95% memory budget. Restarting..."))
 
 
+def test_after_the_plugins_teardown_a_late_closing_heartbeat_is_still_dropped_and_task_errors_shown():
+    """A heartbeat already on its way when the worker closes can fail after the plugin's teardown (a fresh-clone
+    CI run's fault campaign found its traceback on the stderr of a job that failed to publish)."""
+    import logging
+
+    from vdbflow.jobs.clusters import QuietTaskErrors
+
+    logger = logging.getLogger("distributed.worker")
+    before = list(logger.filters)
+    seen = []
+
+    class Catch(logging.Handler):
+        def emit(self, record):
+            seen.append(str(record.msg))
+
+    handler = Catch()
+    logger.addHandler(handler)
+    try:
+        plugin = QuietTaskErrors()
+        plugin.setup(None)
+        plugin.teardown(None)
+        plugin.setup(None)
+        plugin.teardown(None)  # twice: one heartbeat filter, not two
+        logger.error("Failed to communicate with scheduler during heartbeat.")
+        logger.error("Compute Failed\nKey: x")
+        assert seen == ["Compute Failed\nKey: x"]
+        assert len(logger.filters) == len(before) + 1
+    finally:
+        logger.removeHandler(handler)
+        logger.filters[:] = before
+
+
 # -- issue 40, row 7 and "--set points.count=True": numbers YAML cannot hold, and booleans for numbers ----
 
 

@@ -254,13 +254,20 @@ def _submit_command_found(job: Any) -> None:
         raise ClusterError(missing)
 
 
-class _NoTaskTracebacks(logging.Filter):
-    """Drops a worker's "Compute Failed" reports (a failed task's error and traceback, many lines), and
-    the traceback of a heartbeat that finds the scheduler gone (a job's cluster closing after it failed)."""
+class _NoClosingHeartbeats(logging.Filter):
+    """Drops the traceback of a heartbeat that finds the scheduler gone (a job's cluster closing after it
+    failed); kept after the plugin's teardown, since a heartbeat already on its way can fail after it."""
+
+    drops: tuple[str, ...] = ("Failed to communicate with scheduler during heartbeat",)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        message = str(record.msg)
-        return not message.startswith(("Compute Failed", "Failed to communicate with scheduler during heartbeat"))
+        return not str(record.msg).startswith(self.drops)
+
+
+class _NoTaskTracebacks(_NoClosingHeartbeats):
+    """Drops a worker's "Compute Failed" reports (a failed task's error and traceback, many lines) too."""
+
+    drops = ("Compute Failed", *_NoClosingHeartbeats.drops)
 
 
 class QuietTaskErrors(WorkerPlugin):
@@ -278,6 +285,8 @@ class QuietTaskErrors(WorkerPlugin):
         logger = logging.getLogger("distributed.worker")
         for f in [f for f in logger.filters if isinstance(f, _NoTaskTracebacks)]:
             logger.removeFilter(f)
+        if not any(type(f) is _NoClosingHeartbeats for f in logger.filters):  # a late heartbeat of this close
+            logger.addFilter(_NoClosingHeartbeats())
 
 
 def _quiet_task_errors(client: Any, spec: Any) -> None:
