@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_layout import CONFIG_MODULES
 
 import vdbflow
 from vdbflow.distribution.volume import DistributedVolume
@@ -61,37 +62,6 @@ def test_the_line_count_reads_code_only():
 '''
     node = ast.parse(source).body[0]
     assert _code_lines(source.splitlines(), node) == 2
-
-
-# what validating a job config may load: the kernels' facts, the tables, the names of choices
-CONFIG_MODULES = {
-    "vdbflow",
-    "vdbflow._core",
-    "vdbflow.core",
-    "vdbflow.core.kernel",
-    "vdbflow.core.outputs",
-    "vdbflow.core.value_types",
-    "vdbflow.devices",
-    "vdbflow.errors",
-    "vdbflow.io",  # its __init__ imports nothing
-    "vdbflow.io.location",  # paths and URLs (the standard library; fsspec only when a URL is read)
-    "vdbflow.jobs",
-    "vdbflow.jobs.config",
-    "vdbflow.jobs.config.base",
-    "vdbflow.jobs.config.inputs",
-    "vdbflow.jobs.config.model",
-    "vdbflow.jobs.config.output",
-    "vdbflow.jobs.config.reduce",
-    "vdbflow.jobs.publish",  # a docstring: the room of the writers, whose table names the formats
-    "vdbflow.jobs.publish.writers",
-    "vdbflow.ops",
-    "vdbflow.ops.request",
-    "vdbflow.synthetic",
-    "vdbflow.synthetic.steady",
-    "vdbflow.temporal",
-    "vdbflow.temporal.interpolation",
-    "vdbflow.temporal.steps",
-}
 
 
 def test_validating_a_config_loads_no_runtime_module():

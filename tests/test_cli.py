@@ -101,15 +101,14 @@ def test_install_hints_keep_their_brackets(tmp_path, monkeypatch):
 def test_install_hints_fit_how_vdbflow_was_installed(monkeypatch, direct_url, hint):
     """Issue 50 row 1: vdbflow is not on an index, so `pip install "vdbflow[gpu]"` fails from a checkout; the
     hint follows PEP 610's record of where this vdbflow came from."""
-    import importlib.metadata
-
+    from vdbflow import version
     from vdbflow.version import install_hint
 
     class Found:
         def read_text(self, name):
             return direct_url if name == "direct_url.json" else None
 
-    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: Found())
+    monkeypatch.setattr(version, "distribution", lambda name: Found())
     assert install_hint("gpu") == hint
 
 

@@ -479,7 +479,7 @@ def test_an_empty_selection_of_a_huge_box_allocates_nothing(tmp_path):
 def test_a_dense_store_whose_metadata_turns_to_pickle_after_the_check_is_refused(tmp_path, monkeypatch):
     """A store that answers the check with clean metadata and Zarr with a pickle codec (swapped in between):
     Zarr reads through the checked store, so the codec is refused as Zarr reads it and nothing runs."""
-    from vdbflow.io import zarr_v2
+    from vdbflow.io import dense, zarr_v2
     from vdbflow.io.dense import open_dense
 
     store = tmp_path / "dense.zarr"
@@ -496,7 +496,7 @@ def test_a_dense_store_whose_metadata_turns_to_pickle_after_the_check_is_refused
         (store / "v" / ".zarray").write_text(json.dumps(meta))
         (store / "v" / "0.0.0").write_bytes(pickle.dumps(np.array([Payload()], dtype=object)))
 
-    monkeypatch.setattr(zarr_v2, "refuse_code_codecs", check_then_swap)
+    monkeypatch.setattr(dense, "refuse_code_codecs", check_then_swap)  # as open_dense calls it
     with pytest.raises(VolumeError, match=r"\['pickle'\] in v/\.zarray: decoding them would run code"):
         open_dense(store, ["v"])
     assert not marker.exists()

@@ -5,6 +5,7 @@ every import counted: module level, inside functions and under ``TYPE_CHECKING``
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,7 @@ MAX_MODULE_LINES = 700
 # another module, importing it when called (as xarray's Dataset.to_zarr imports its Zarr backend).
 # module -> what it may import so.
 FACADES = {
+    "vdbflow": {"vdbflow"},  # the public names, imported on first use (vdbflow/__init__.py __getattr__)
     "vdbflow.core.topology": {"vdbflow.core.volume", "vdbflow.io.nanovdb"},  # Topology.with_data, to_nvdb
     "vdbflow.core.volume": {
         "vdbflow.ops.sampling",
@@ -43,7 +45,45 @@ FACADES = {
         "vdbflow.io.volumes",
         "vdbflow.io.nanovdb",
     },
+    # the CUDA backend and CuPy's emulation, loaded when a GPU (or its emulation) is asked for: each imports
+    # vdbflow.devices, which picks the backend of a call
+    "vdbflow.devices": {"vdbflow.devices.cuda", "vdbflow.devices.cpu"},
+    "vdbflow.devices.cuda_arrays": {"vdbflow.devices.emulation"},
+    "vdbflow.devices.pipeline": {"vdbflow.devices.cuda", "vdbflow.devices.emulation"},
 }
+# what validating a job config may load: the kernels' facts, the tables, the names of choices
+CONFIG_MODULES = {
+    "vdbflow",
+    "vdbflow._core",
+    "vdbflow.core",
+    "vdbflow.core.kernel",
+    "vdbflow.core.outputs",
+    "vdbflow.core.value_types",
+    "vdbflow.devices",
+    "vdbflow.errors",
+    "vdbflow.io",  # its __init__ imports nothing
+    "vdbflow.io.location",  # paths and URLs (the standard library; fsspec only when a URL is read)
+    "vdbflow.jobs",
+    "vdbflow.jobs.config",
+    "vdbflow.jobs.config.base",
+    "vdbflow.jobs.config.inputs",
+    "vdbflow.jobs.config.model",
+    "vdbflow.jobs.config.output",
+    "vdbflow.jobs.config.reduce",
+    "vdbflow.jobs.publish",  # a docstring: the room of the writers, whose table names the formats
+    "vdbflow.jobs.publish.writers",
+    "vdbflow.ops",
+    "vdbflow.ops.request",
+    "vdbflow.synthetic",
+    "vdbflow.synthetic.steady",
+    "vdbflow.temporal",
+    "vdbflow.temporal.interpolation",
+    "vdbflow.temporal.steps",
+}
+# functions whose imports are their work: a job's imports made ahead on each worker process
+IMPORTING_FUNCTIONS = {"vdbflow.jobs.runner._warm_worker"}
+# standard modules of one platform, imported where used
+PLATFORM_MODULES = {"fcntl", "msvcrt"}
 
 
 def _module_name(path: Path) -> str:
@@ -105,6 +145,129 @@ def _imports(module: str, tree: ast.Module, known: set[str]) -> list[tuple[str, 
     return found
 
 
+def _function_bodies(tree: ast.Module) -> dict[ast.AST, str]:
+    """Every import made inside a function (run when it is called) -> the function's qualified name."""
+    found: dict[ast.AST, str] = {}
+
+    def visit(node: ast.AST, scope: list[str], in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)) and in_function:
+                found[child] = ".".join(scope)
+            named = isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            visit(
+                child,
+                [*scope, child.name] if named else scope,
+                in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)),
+            )
+
+    visit(tree, [], False)
+    return found
+
+
+def _loaded_at_import(tree: ast.Module, deferred: dict[ast.AST, str]) -> list[ast.AST]:
+    """The imports a module makes when it is imported: not in a function, not under ``if TYPE_CHECKING`` nor
+    under ``if "xarray" in sys.modules`` (made when the library is loaded already)."""
+    checking = {
+        n
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and any(k in ast.unparse(node.test) for k in ("TYPE_CHECKING", "sys.modules"))
+        for n in ast.walk(node)
+    }
+    return [
+        n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) and n not in deferred.keys() | checking
+    ]
+
+
+def _library(name: str) -> str | None:
+    """``name`` if it is a module of a third-party library (beyond NumPy), else None."""
+    top = name.split(".")[0]
+    return None if top in ("vdbflow", "numpy", "") or top in sys.stdlib_module_names else name
+
+
+def _loads_more(target: str, loaded: set[str]) -> bool:
+    """Whether importing library module ``target`` may load more than the modules ``loaded`` (its package's
+    ``__init__`` does not import every submodule: ``dask.array`` loads pandas and xarray, ``dask`` does not)."""
+    return not any(target == m or m.startswith(target + ".") or "." in m and target.startswith(m + ".") for m in loaded)
+
+
+def _import_targets(module: str, node: ast.AST, known: set[str]) -> list[str]:
+    """The modules an import statement loads: third-party and standard names, and each vdbflow module with
+    the packages above it (their ``__init__`` runs first)."""
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    else:
+        base = _resolve(module, f"{module}.__init__" in known or module == "vdbflow", node)
+        subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in known]
+        names = subs or [base]
+    targets = []
+    for name in names:
+        parts = name.split(".")
+        targets += [".".join(parts[:i]) for i in range(1, len(parts) + 1)] if parts[0] == "vdbflow" else [name]
+    return targets
+
+
+def libraries_loaded() -> dict[str, set[str]]:
+    """Each vdbflow module -> the third-party library modules (beyond NumPy) and the vdbflow modules importing
+    it loads."""
+    modules = _modules()
+    known = set(modules) | {"vdbflow._core"}
+    direct: dict[str, set[str]] = {}
+    below: dict[str, set[str]] = {}
+    for module, tree in modules.items():
+        targets = [
+            t for n in _loaded_at_import(tree, _function_bodies(tree)) for t in _import_targets(module, n, known)
+        ]
+        direct[module] = {lib for t in targets if (lib := _library(t))} | {t for t in targets if t in modules}
+        below[module] = {t for t in targets if t in modules and t != module}
+    loaded: dict[str, set[str]] = {}
+
+    def visit(m: str, path: tuple[str, ...]) -> set[str]:
+        if m not in loaded:
+            loaded[m] = set(direct[m])
+            for t in below[m] - set(path):
+                loaded[m] |= visit(t, (*path, m))
+        return loaded[m]
+
+    for m in modules:
+        visit(m, ())
+    return loaded
+
+
+def needless_deferred_imports() -> list[tuple[Path, int, str]]:
+    """(file, line, import) of each import inside a function that defers nothing: a module-level import
+    would load no library the module does not load already.  Deferred stay: a declared facade's
+    (``FACADES``), a third-party library the module does not load, a vdbflow module that loads one, a
+    module of one platform, the imports of ``IMPORTING_FUNCTIONS``, and a config module's import of a module
+    config validation does not load (``CONFIG_MODULES``)."""
+    modules = _modules()
+    known = set(modules) | {"vdbflow._core"}
+    paths = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    loaded = libraries_loaded()
+    needless = []
+    for module, tree in modules.items():
+        for node, function in _function_bodies(tree).items():
+            if f"{module}.{function}" in IMPORTING_FUNCTIONS:
+                continue
+            targets = _import_targets(module, node, known)
+            saves = set()
+            for t in targets:
+                if t.split(".")[0] in PLATFORM_MODULES or any(
+                    t == f or t.startswith(f + ".") for f in FACADES.get(module, ())
+                ):
+                    saves.add(t)
+                elif (lib := _library(t)) and _loads_more(lib, loaded[module]):
+                    saves.add(lib)
+                elif t in loaded and any(_loads_more(lib, loaded[module]) for lib in loaded[t] if _library(lib)):
+                    saves.add(t)
+                elif (
+                    module in CONFIG_MODULES and t in loaded and ({t} | loaded[t]) - CONFIG_MODULES - {"vdbflow._core"}
+                ):
+                    saves.add(t)  # config validation loads the config's modules only
+            if not saves:
+                needless.append((paths[module], node.lineno, ast.unparse(node)))
+    return needless
+
+
 @pytest.fixture(scope="module")
 def graph() -> dict[str, list[tuple[str, list[str], int]]]:
     modules = _modules()
@@ -163,6 +326,24 @@ def test_no_import_cycle(graph):
     for m in sorted(graph):
         if m not in state:
             visit(m)
+
+
+def test_imports_inside_functions_defer_a_library():
+    """An import is made inside a function only to keep a library (beyond NumPy) off the import of a module
+    that does not need it (``vdbflow.io.volumes`` opens Zarr stores without importing zarr for a ``.nvdb``),
+    or as a declared facade: every other import is at module level."""
+    needless = [f"{p.relative_to(PACKAGE.parent)}:{line}: {text}" for p, line, text in needless_deferred_imports()]
+    assert not needless, "imports inside functions that defer no library:\n" + "\n".join(needless)
+
+
+def test_checker_sees_a_needless_deferred_import():
+    tree = ast.parse("import numpy\n\ndef f():\n    import json\n    from vdbflow.core import tree\n")
+    deferred = _function_bodies(tree)
+    assert sorted(n.lineno for n in deferred) == [4, 5] and set(deferred.values()) == {"f"}
+    assert _loaded_at_import(tree, deferred)[0].lineno == 1
+    assert _library("zarr.storage") == "zarr.storage" and _library("json") is None and _library("numpy.linalg") is None
+    assert _loads_more("dask.array", {"dask"}) and not _loads_more("dask", {"dask.array"})
+    assert not _loads_more("dask.array.core", {"dask.array"}) and not _loads_more("zarr", {"zarr"})
 
 
 def test_no_private_name_crosses_a_module(graph):

@@ -366,6 +366,7 @@ def test_distributed_partitions_each_read_their_own_leaves(s3, packed_file, rng,
     the tree), the client the whole grid once; sampling equals the local volume's, bit for bit."""
     import distributed
 
+    from vdbflow.io import volumes
     from vdbflow.io.nanovdb import remote
 
     reads = []
@@ -376,7 +377,8 @@ def test_distributed_partitions_each_read_their_own_leaves(s3, packed_file, rng,
         reads.append((None if leaves is None else np.asarray(leaves), vol.read_stats.bytes_read))
         return vol
 
-    monkeypatch.setattr(remote, "open_grid_remote", counting)
+    monkeypatch.setattr(remote, "open_grid_remote", counting)  # as io.nanovdb.entry calls it
+    monkeypatch.setattr(volumes, "open_grid_remote", counting)  # and io.volumes
     url = Url(to_s3(s3, s3.bucket(), packed_file), s3.storage_options)
     local = vdbflow.open(packed_file)
     ijk = local.active_voxels()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
+import json
+from importlib.metadata import PackageNotFoundError, distribution, version
+from urllib.parse import unquote, urlparse
 
 try:
     __version__ = version("vdbflow")
@@ -16,10 +18,6 @@ def install_hint(extra: str) -> str:
     (PEP 610's ``direct_url.json`` names the checkout), ``pip install "/path[gpu]"`` for one from a local
     folder, ``pip install "vdbflow[gpu]"`` for one from an index or a wheel, and ``pip install -e ".[gpu]"``
     (from the checkout) where nothing says."""
-    import json
-    from importlib.metadata import distribution
-    from urllib.parse import unquote, urlparse
-
     try:
         text = distribution("vdbflow").read_text("direct_url.json")
         found = json.loads(text) if text else None

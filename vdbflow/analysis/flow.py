@@ -18,10 +18,13 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from vdbflow.analysis.plot import PlotMethods
 from vdbflow.core import outputs, schema
 from vdbflow.core import units as _u
 from vdbflow.devices import run
 from vdbflow.errors import SamplingError
+from vdbflow.io.netcdf import to_netcdf
+from vdbflow.io.vtkhdf import to_vtkhdf
 
 CORE = ("component", "axis")
 
@@ -369,8 +372,6 @@ class VdbflowAccessor:
     @property
     def plot(self) -> Any:
         """Plots of this Dataset: ``.slice(var)``, ``.jacobian_grid()``, ``.line(var)`` (vdbflow.analysis.plot)."""
-        from vdbflow.analysis.plot import PlotMethods
-
         return PlotMethods(self._ds)
 
     def divergence(self) -> xr.DataArray:
@@ -429,15 +430,11 @@ class VdbflowAccessor:
     def to_vtkhdf(self, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
         """Write this Dataset as a VTKHDF file for ParaView / VTK (:func:`vdbflow.io.vtkhdf.to_vtkhdf`: regular
         lattices as ImageData, other points as PolyData with one vertex a point; whole or not at all)."""
-        from vdbflow.io.vtkhdf import to_vtkhdf
-
         return to_vtkhdf(self._ds, path, overwrite=overwrite)
 
     def to_netcdf(self, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
         """Write this Dataset (a result, or a Zarr result opened with xarray) as NetCDF-4 that CF checkers pass:
         flags typed as stored, a history line for this call (:func:`vdbflow.io.netcdf.to_netcdf`)."""
-        from vdbflow.io.netcdf import to_netcdf
-
         return to_netcdf(self._ds, path, overwrite=overwrite)
 
     def laplacian(self) -> xr.DataArray:

@@ -3,6 +3,7 @@ sparse volume on the same topology."""
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 import numpy as np
@@ -10,9 +11,10 @@ import xarray as xr
 
 from vdbflow.analysis import flow
 from vdbflow.core import outputs, schema, tree, units
-from vdbflow.core.volume import Volume
-from vdbflow.devices import run
+from vdbflow.core.volume import Volume, same_topology
+from vdbflow.devices import array_module, run
 from vdbflow.errors import SamplingError, VolumeError
+from vdbflow.ops.hessian import sample_hessian_arrays
 from vdbflow.ops.sampling import MODES
 
 GRID_SCHEMES = ("fd2", "fd4", "fd6", "fd8")  # centred differences of order 2, 4, 6, 8 at the voxels
@@ -44,8 +46,6 @@ def _grid_jacobian(vol: Volume, scheme: str, dvol: Any = None, device: str = "cp
 def _check_distributed_of(vol: Volume, dvol: Any) -> None:
     """Refuse a ``distributed=`` volume that is not ``vol`` distributed: its name, value type,
     components, transform and active voxels must be ``vol``'s."""
-    from vdbflow.core.volume import same_topology
-
     t = dvol.template
     mine = (vol.name, vol.value_type.name, vol.components, vol.index_to_world.tolist())
     theirs = (t.name, t.value_type.name, t.components, t.index_to_world.tolist())
@@ -164,8 +164,6 @@ def gradient_field(vol: Volume, scheme: str = "fd4", *, distributed: Any = None,
 def _grid_hessian(vol: Volume, scheme: str, dvol: Any = None, device: str = "cpu") -> np.ndarray:
     """(n_active, C, 3, 3) world-space Hessians at the active voxels: the node second differences
     (diagonal-direction mixed terms) of an fd2/fd4/fd6/fd8 ``scheme``."""
-    from vdbflow.ops.hessian import sample_hessian_arrays
-
     if scheme not in GRID_SCHEMES:
         raise SamplingError(f"expected scheme to be one of {', '.join(map(repr, GRID_SCHEMES))}, got {scheme!r}")
     if not vol.value_type.is_float:
@@ -178,8 +176,6 @@ def _grid_hessian(vol: Volume, scheme: str, dvol: Any = None, device: str = "cpu
         hess = ds[f"{vol.name}_hessian"].values
     elif device in ("cpu", "cuda"):
         if device == "cuda":
-            from vdbflow.devices import array_module
-
             pts = array_module("cuda").asarray(pts)
         _, _, hess = sample_hessian_arrays(vol, pts, scheme, space="index", hessian_space="world", device=device)
         hess = hess.get() if device == "cuda" else hess
@@ -301,8 +297,6 @@ def derived_field(
             out.units, out.length_units = units.divide(vol.units, units.power(vol.length_units, 2)), vol.length_units
         return out
     if quantity not in FIELD_QUANTITIES:
-        import difflib
-
         close = difflib.get_close_matches(str(quantity), ("laplacian", *FIELD_QUANTITIES), n=1)
         raise SamplingError(
             f"expected a quantity among 'laplacian', {', '.join(map(repr, FIELD_QUANTITIES))}, got {quantity!r}"

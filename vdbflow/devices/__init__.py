@@ -6,6 +6,9 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
+import numpy
+
+from vdbflow.core.kernel import OPERATIONS
 from vdbflow.errors import DeviceError
 
 DEVICES = ("cpu", "cuda", "auto")
@@ -35,7 +38,6 @@ def array_module(device: str) -> ModuleType:
         from vdbflow.devices import cuda
 
         return cuda.cupy_module()
-    import numpy
 
     return numpy
 
@@ -46,8 +48,6 @@ def run(operation: str, *args: Any, device: str = "auto", **kwargs: Any) -> Any:
     (:class:`vdbflow.devices.interface.Backend`).  ``device="auto"`` follows the arrays: any CuPy array
     among the arguments runs it on the GPU, else on the CPU.  Code outside this package runs the kernels
     through here (or a sampling request), never through a backend module."""
-    from vdbflow.core.kernel import OPERATIONS
-
     if operation not in OPERATIONS:
         raise DeviceError(f"expected an operation of the kernels among {', '.join(OPERATIONS)}, got {operation!r}")
     if device == "auto":

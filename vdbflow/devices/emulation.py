@@ -34,6 +34,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import sys
 import threading
 from typing import Any
 
@@ -283,8 +284,6 @@ def asnumpy(a: Any, stream: Stream | None = None, out: np.ndarray | None = None)
 
 
 def get_array_module(*arrays: Any) -> Any:
-    import sys
-
     return sys.modules[__name__] if any(isinstance(a, ndarray) for a in arrays) else np
 
 

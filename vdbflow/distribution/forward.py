@@ -5,12 +5,13 @@ docstring of :mod:`vdbflow.distribution.volume` draws the graph).  Small pure fu
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import numpy as np
 
 from vdbflow.core.volume import Volume
-from vdbflow.devices import run
+from vdbflow.devices import array_module, is_cupy_array, run
 from vdbflow.distribution import keys
 from vdbflow.distribution.plan import Router
 from vdbflow.errors import PointsError, SamplingError
@@ -44,8 +45,6 @@ def sample_piece(volume: Volume, pts: np.ndarray, request: SampleRequest) -> tup
     """Sample one partition's points (n, 3) of a wave: one array per output of ``request``."""
     on_gpu = request.device == "cuda" and len(pts)  # the partition's arrays stay cached in this worker's GPU
     if on_gpu:
-        from vdbflow.devices import array_module
-
         pts = array_module("cuda").asarray(pts)
     arrays = volume.sample_arrays(request.replace(device="cuda" if on_gpu else "cpu"), pts)
     return tuple(arrays[name].get() if on_gpu else arrays[name] for name in request.outputs)
@@ -107,12 +106,8 @@ def forward_arrays(
     the DistributedVolume ``dvol``: the points (as Dask or NumPy) and one Dask array per output, chunked
     like the points (``DEFAULT_CHUNK`` points per chunk for NumPy points).  ``wave``: point chunks
     routed together (default :func:`default_wave`)."""
-    import uuid
-
     import dask
     import dask.array as da
-
-    from vdbflow.devices import is_cupy_array
 
     template = dvol.template
     request.for_value_type(template.value_type)

@@ -6,15 +6,20 @@ hangs; and the cluster a volume starts when it is given none.  Small pure functi
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import hashlib
+import inspect
 import logging
+import multiprocessing
 import os
 import pickle
+import sys
 import tempfile
 import uuid
 from typing import Any
 
+import dask
 import numpy as np
 from dask.sizeof import sizeof
 
@@ -42,7 +47,6 @@ log = logging.getLogger("vdbflow.distribute")
 
 def import_dask() -> tuple[Any, Any, Any]:
     try:
-        import dask
         import dask.array as da
         import distributed
     except ImportError as err:  # pragma: no cover - dask is a dependency of this module
@@ -281,8 +285,6 @@ MAIN_GUARD_HINT = (
 
 def _guarded_line(path: str, line: int) -> bool:
     """Whether line ``line`` of the script at ``path`` lies under an ``if __name__ == "__main__":``."""
-    import ast
-
     try:
         with open(path, encoding="utf-8") as f:
             tree = ast.parse(f.read())
@@ -302,11 +304,6 @@ def refuse_in_a_worker_import() -> None:
     ``if __name__ == "__main__":``: each worker process imports the main module (Python's spawn start
     method, Dask's default), so the script would start clusters again in every worker, and the first one
     would fail after a storm of tracebacks.  Interactive sessions, notebooks and ``python -c`` are fine."""
-    import inspect
-    import multiprocessing
-    import os
-    import sys
-
     main = sys.modules.get("__main__")
     if multiprocessing.parent_process() is not None and getattr(main, "__name__", "") == "__mp_main__":
         raise ClusterError(f"expected no cluster to start while a worker process imports the script: {MAIN_GUARD_HINT}")

@@ -22,6 +22,7 @@ tasks restricted to it are freed to run anywhere.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
@@ -111,8 +112,6 @@ def register(client: Any) -> bool:
     try:
         client.register_plugin(PartitionPlacement())
     except Exception as exc:  # the scheduler could not unpickle or start it
-        import warnings
-
         warnings.warn(
             f"could not install vdbflow's partition placement on the scheduler ({exc!r}): sampling tasks "
             "are placed by Dask alone, and partitions may be copied between workers",

@@ -11,12 +11,13 @@ from typing import Any
 import numpy as np
 
 from vdbflow.core.volume import Topology, Volume
-from vdbflow.devices import run
+from vdbflow.devices import array_module, run
 from vdbflow.distribution import keys
 from vdbflow.distribution.forward import DEFAULT_CHUNK, default_wave, route_wave
 from vdbflow.distribution.partitions import import_dask
 from vdbflow.ops.request import SPACES, check_choice
 from vdbflow.ops.sampling import MODES
+from vdbflow.ops.vjp import sample_grad_vjp
 
 
 def _vjp_piece(
@@ -34,15 +35,11 @@ def _vjp_piece(
     Returns two outputs, so that assembling the point adjoints never moves the data adjoints: the
     point adjoints (n, 3), and ``(None, own rows, halo rows per owner, tile adjoints, background
     adjoints)`` for :func:`_fold` (the data adjoints of the partition's leaves: as large as its data)."""
-    from vdbflow.ops.vjp import sample_grad_vjp
-
     mode, space, jacobian_space, device = options
     adj_values, adj_jacobians = inputs[:n_chunks], inputs[n_chunks:]
     a_val = np.concatenate([np.asarray(a) for a in adj_values])[index]
     a_jac = None if adj_jacobians[0] is None else np.concatenate([np.asarray(a) for a in adj_jacobians])[index]
     if device == "cuda" and len(pts):  # on this worker's GPU (float64 atomics: sums in any order)
-        from vdbflow.devices import array_module
-
         xp = array_module("cuda")
         on_gpu = [None if a is None else xp.asarray(a) for a in (pts, a_val, a_jac)]
         r = sample_grad_vjp(volume, *on_gpu, mode, space, jacobian_space, device="cuda").get()

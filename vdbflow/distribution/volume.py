@@ -72,6 +72,7 @@ from vdbflow.io.grid_ref import GridRef
 from vdbflow.io.identity import FileIdentity
 from vdbflow.io.location import as_location
 from vdbflow.ops.request import OUTPUTS, SampleRequest
+from vdbflow.ops.sampling import sample_dataset, split_inside
 
 __all__ = ["DistributedFile", "default_wave", "resolve_client", "close_client", "vjp_graph"]  # importable here too
 
@@ -157,8 +158,6 @@ class DistributedVolume:
         """Values and Jacobians at ``points`` (or the ``outputs`` asked: derived quantities too, as
         :meth:`Volume.sample_grad`); the same Dataset layout, Dask-backed and chunked like the points
         (1,048,576 points per chunk for NumPy points)."""
-        from vdbflow.ops.sampling import split_inside
-
         kernel_outputs, inside = split_inside(outputs)
         request = SampleRequest(mode, kernel_outputs, space, jacobian_space, device=device)
         return self._dataset(request, points, wave, inside, dims)
@@ -183,8 +182,6 @@ class DistributedVolume:
     def _dataset(self, request: SampleRequest, points: Any, wave: int | None, inside: bool = False, dims: Any = None):
         """The Dataset of ``request`` at points (N, 3) or (..., 3): routed to the partitions as (N, 3)
         (:func:`vdbflow.distribution.forward.routed`) and shaped back."""
-        from vdbflow.ops.sampling import sample_dataset
-
         return sample_dataset(self, request, points, dims, inside, executor=routed(self, wave))
 
     def sample_grad_vjp(

@@ -23,6 +23,7 @@ from vdbflow.core.volume import Topology, Volume
 from vdbflow.io.grid_ref import GridRef
 from vdbflow.io.identity import FileIdentity
 from vdbflow.io.location import filesystem, is_url, stat_url
+from vdbflow.io.openvdb import is_openvdb
 
 
 class DatasetFile(FileIdentity):
@@ -79,8 +80,6 @@ def source_for(path: str, grid: int | str | None, storage_options: dict[str, Any
     GridSource
         Read by boxes (uncompressed .nvdb, .vdb) or whole (zip or blosc .nvdb, volume stores).
     """
-    from vdbflow.io.openvdb import is_openvdb
-
     ref = GridRef.to(path, grid, storage_options=storage_options, identity=DatasetFile)
     url = is_url(path)
     if path.rstrip("/").lower().endswith(".zarr") or (

@@ -16,9 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from vdbflow.core.units import same
 from vdbflow.core.volume import Volume
 from vdbflow.errors import VolumeError
 from vdbflow.io.location import RemoteFile, filesystem, is_url, npy_header
+from vdbflow.io.zarr_url import checked
+from vdbflow.io.zarr_v2 import refuse_code_codecs
 
 log = logging.getLogger("vdbflow.convert")
 
@@ -119,9 +122,6 @@ def open_dense(
     if zarr:
         import fsspec
 
-        from vdbflow.io.zarr_url import checked
-        from vdbflow.io.zarr_v2 import refuse_code_codecs
-
         refuse_code_codecs(path)  # every metadata file, before Zarr; and what Zarr reads, checked as it reads it
     try:
         if zarr:
@@ -146,8 +146,6 @@ def _url_dataset(
     """A dense input at a URL: an .npy file as a DenseSource read slab by slab by byte ranges, else the
     xarray Dataset of a Zarr store (checked for code codecs first) or a NetCDF file (fsspec file object)."""
     import xarray as xr
-
-    from vdbflow.io.zarr_url import checked
 
     fs, where = filesystem(url, storage_options)
     if url.lower().endswith(".npy"):
@@ -250,8 +248,6 @@ def _dataset_source(
 
 def _cf_units(variables: list[Any], what: str, option: str) -> str | None:
     """The CF ``units`` attr the ``variables`` share (None where none states one); refuses differing ones."""
-    from vdbflow.core.units import same
-
     stated = {}
     for v in variables:
         text = v.attrs.get("units")

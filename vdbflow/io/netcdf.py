@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
+from vdbflow.core.atomic import private_directory, remove_tree
 from vdbflow.errors import WriteError
 
 FLAG_ATTRS = ("flag_values", "flag_masks", "valid_range", "valid_min", "valid_max")
@@ -75,8 +76,6 @@ def to_netcdf(ds: xr.Dataset, path: str | os.PathLike, *, overwrite: bool = Fals
     whose history says this call wrote it; whole or not at all (written in a private directory beside
     ``path``, then renamed).
     An existing file is replaced only with ``overwrite``.  Returns the path."""
-    from vdbflow.core.atomic import private_directory, remove_tree
-
     path = Path(path)
     if not overwrite and os.path.lexists(path):
         raise WriteError(f"expected no file at {path} (overwrite=True replaces it), found one")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import unquote
 
 REDACTED = "<redacted>"
 # names of storage options and URL query parameters whose values are credentials
@@ -35,8 +36,6 @@ def redact(options: Any) -> Any:
 
 
 def _param(match: re.Match[str]) -> str:
-    from urllib.parse import unquote
-
     if SECRET_NAME.search(unquote(match.group("name"))):
         return f"{match.group('lead')}{match.group('name')}={REDACTED}"
     return match.group(0)

@@ -21,10 +21,19 @@ from vdbflow.core import tree
 from vdbflow.core.atomic import atomic_directory
 from vdbflow.core.periodic import Periodicity
 from vdbflow.core.transform import Transform
+from vdbflow.core.units import normalize
 from vdbflow.core.volume import Topology, Volume
 from vdbflow.errors import OpenVDBError, StorageError, VolumeError, WriteError
 from vdbflow.io import bounded_json, zarr_v2
+from vdbflow.io import sparse as sparse_file
 from vdbflow.io.location import ReadStats, RemoteFile, filesystem, is_url, local_path, stat_url, storage_error
+from vdbflow.io.nanovdb import list_grids as list_nvdb
+from vdbflow.io.nanovdb import open_grid
+from vdbflow.io.nanovdb.read import named
+from vdbflow.io.nanovdb.remote import list_grids_remote, open_grid_remote
+from vdbflow.io.openvdb import is_openvdb, list_vdb, open_vdb
+from vdbflow.io.openvdb.remote import list_vdb_remote, open_vdb_remote
+from vdbflow.io.zarr_url import checked
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -81,8 +90,6 @@ def to_dataset(vol: Volume) -> xr.Dataset:
 
 
 def _units(vol: Volume) -> dict[str, str]:
-    from vdbflow.core.units import normalize
-
     units = normalize(getattr(vol, "units", None))
     return {"units": units} if units else {}
 
@@ -397,9 +404,6 @@ def open_volume(
     vdbflow.save : write .nvdb files.
     vdbflow.open_zarr : read a Zarr store.
     """
-    from vdbflow.io.nanovdb import open_grid
-    from vdbflow.io.openvdb import is_openvdb
-
     if "periodic" in kwargs:  # the periods asked for, over what the file records (None: those)
         periodic = kwargs.pop("periodic")
         opened = open_volume(data, grid, storage_options=storage_options, **kwargs)
@@ -435,11 +439,6 @@ def open_volume(
 def open_url(url: str, grid: int | str | None, storage_options: dict[str, Any] | None, kwargs: dict) -> Any:
     """A volume at a URL (:func:`open_volume`): a Zarr store (a ``.zarr`` URL or a prefix) through xarray,
     a .vdb file read whole, a .nvdb file by byte ranges; ``read_stats`` set on files' volumes."""
-    from vdbflow.io.nanovdb.read import named
-    from vdbflow.io.nanovdb.remote import open_grid_remote
-    from vdbflow.io.openvdb import is_openvdb
-    from vdbflow.io.openvdb.remote import open_vdb_remote
-
     fs, path = filesystem(url, storage_options)
     if url.rstrip("/").lower().endswith(".zarr") or stat_url(fs, path, url).get("type") == "directory":
         return _open_zarr_url(url, fs, path, grid, kwargs)
@@ -472,8 +471,6 @@ def _open_zarr_url(url: str, fs: Any, path: str, grid: int | str | None, kwargs:
     """A volume store at a URL, read whole through xarray's Zarr backend."""
     import xarray as xr
 
-    from vdbflow.io.zarr_url import checked
-
     if kwargs:
         raise VolumeError(f"{sorted(kwargs)} apply to .nvdb files; a Zarr store is read whole")
     try:  # each metadata document checked for code codecs as Zarr reads it (issue 49)
@@ -499,8 +496,6 @@ def _open_openvdb(data: Any, grid: int | str | None, kwargs: dict[str, Any]) -> 
     """A grid of a .vdb file; ``leaves`` (tree-order indices) keeps only those leaves (and every tile),
     ``bbox`` (inclusive index box) only the leaves and tiles that meet it (the other leaves' buffers
     are not decompressed); ``checksum`` is accepted and ignored (.vdb files have none)."""
-    from vdbflow.io.openvdb import open_vdb
-
     unknown = sorted(set(kwargs) - {"bbox", "leaves", "checksum"})
     if unknown:
         raise OpenVDBError(f"expected only bbox=, leaves= or checksum= for an OpenVDB file, got {unknown}")
@@ -544,12 +539,6 @@ def list_grids_read(
     data: str | os.PathLike | bytes | np.ndarray, storage_options: dict[str, Any] | None = None
 ) -> tuple[list[Any], ReadStats | None]:
     """:func:`list_grids`, and for a URL what was read of it (None for a local file or a buffer)."""
-    from vdbflow.io.nanovdb import list_grids as list_nvdb
-    from vdbflow.io.nanovdb.read import named
-    from vdbflow.io.nanovdb.remote import list_grids_remote
-    from vdbflow.io.openvdb import is_openvdb, list_vdb
-    from vdbflow.io.openvdb.remote import list_vdb_remote
-
     if is_url(data):
         remote = RemoteFile.open(os.fspath(data), storage_options)
         sparse, head = _head(remote)
@@ -566,8 +555,6 @@ def list_grids_read(
 def _head(remote: RemoteFile) -> tuple[Any, bytes]:
     """A remote file's buffer (None for an empty object) with its first 64 KiB fetched (the headers of most
     files), and its first 8 bytes (the magic number that says .nvdb or .vdb)."""
-    from vdbflow.io import sparse as sparse_file
-
     if remote.size == 0:
         return None, b""
     sparse = sparse_file.SparseFile(remote)

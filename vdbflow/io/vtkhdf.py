@@ -18,6 +18,7 @@ The Dataset's attrs (a job's provenance) are attrs of the file's root group, whi
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import os
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from vdbflow.core.atomic import atomic_file
 from vdbflow.errors import WriteError
 
 VERSION = (2, 0)  # of the VTKHDF format: its first with PolyData (VTK 9.3, ParaView 5.12); ImageData is 1.0
@@ -182,8 +184,6 @@ def _cells(group: Any, name: str, count: int) -> None:
 
 def attr_value(value: Any) -> Any:
     """An attr value h5py stores: nested values as JSON text, None as an empty string."""
-    import json
-
     if value is None:
         return ""
     if isinstance(value, dict) or (isinstance(value, (list, tuple)) and any(isinstance(v, str) for v in value)):
@@ -248,8 +248,6 @@ def write(ds: xr.Dataset, target: Any, attrs: dict[str, Any] | None = None) -> N
 def to_vtkhdf(ds: xr.Dataset, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
     """Write ``ds`` to the VTKHDF file ``path`` (whole or not at all: :func:`vdbflow.core.atomic.atomic_file`);
     an existing file is replaced only with ``overwrite``.  Returns the path."""
-    from vdbflow.core.atomic import atomic_file
-
     path = Path(path)
     if not overwrite and os.path.lexists(path):
         raise WriteError(f"expected no file at {path} (overwrite=True replaces it), found one")

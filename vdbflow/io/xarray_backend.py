@@ -26,8 +26,13 @@ from xarray.core import indexing
 from vdbflow.core import tree
 from vdbflow.core.volume import Volume
 from vdbflow.errors import VolumeError
+from vdbflow.io import zarr_v2
 from vdbflow.io.box_reader import GridSource, dense_box, read_picked, source_for
+from vdbflow.io.location import is_url
+from vdbflow.io.nanovdb import format as nvdb
+from vdbflow.io.openvdb import format as ovdb
 from vdbflow.io.selection import index_box
+from vdbflow.io.volumes import FORMAT
 
 DIM_ORDERS = {"xyz": ("x", "y", "z"), "zyx": ("z", "y", "x")}
 AXES = {"x": 0, "y": 1, "z": 2}
@@ -362,12 +367,6 @@ def can_open(filename_or_obj: Any) -> bool:
     bool
         True for .nvdb and .vdb files (by their magic, whatever their suffix) and volume stores.
     """
-    from vdbflow.io import zarr_v2
-    from vdbflow.io.location import is_url
-    from vdbflow.io.nanovdb import format as nvdb
-    from vdbflow.io.openvdb import format as ovdb
-    from vdbflow.io.volumes import FORMAT
-
     if not isinstance(filename_or_obj, (str, os.PathLike)):
         return False
     path = os.fspath(filename_or_obj)

@@ -25,8 +25,12 @@ from typing import Any
 import numpy as np
 
 from vdbflow.core import outputs as output_table
+from vdbflow.core import schema
+from vdbflow.core.kernel import DERIVED
+from vdbflow.devices import run
 from vdbflow.io.grid_ref import GridRef
-from vdbflow.ops.request import SampleRequest
+from vdbflow.ops.chunk_graph import PerChunk, map_chunks, reduce_chunks, stack_chunks
+from vdbflow.ops.request import OUTPUTS, SampleRequest
 
 CHUNK_KEY = "vdbflow-chunk"  # task-key prefix of the chunk tasks (jobs.progress groups by it)
 TALLY_KEY = "vdbflow-tally"  # the partitioned path's point tallies (non-finite points, the edge of the data)
@@ -74,7 +78,6 @@ def analytic_error(check: AnalyticCheck, X: np.ndarray, P: np.ndarray, topology:
     evenly spaced points of it) and their count.  Interior points are those whose stencil reads only
     active voxels (:func:`vdbflow.ops.coverage.stencil_inside`), where the error is the scheme's own,
     free of the background."""
-    from vdbflow.devices import run
     from vdbflow.ops.coverage import stencil_inside
 
     if len(P) > ANALYTIC_CHECK_PER_CHUNK:  # a check, not an output: evenly spaced points of the chunk
@@ -190,9 +193,7 @@ def grid_request(cfg: Any) -> SampleRequest:
     """The sampling request of a job's grids: the fields it writes (the Jacobian also where a tensor
     output needs it) and the derived quantities the kernels compute in the same pass, so that a job
     asking for Q alone has 4 bytes a point written."""
-    from vdbflow.core.kernel import DERIVED
     from vdbflow.jobs.config.model import SECOND
-    from vdbflow.ops.request import OUTPUTS
 
     sp = cfg.sampling
     asked = set(sp.outputs)
@@ -222,8 +223,6 @@ def grid_variables(
     import xarray as xr
 
     from vdbflow.analysis import flow
-    from vdbflow.core import schema
-    from vdbflow.core.kernel import DERIVED
     from vdbflow.ops.coverage import counts_tiles
     from vdbflow.ops.results import result_dataset
 
@@ -272,8 +271,6 @@ def chunked_dataset(
     import dask
     import xarray as xr
     from dask.base import tokenize
-
-    from vdbflow.ops.chunk_graph import PerChunk, map_chunks, reduce_chunks, stack_chunks
 
     request = grid_request(cfg)
     inside = "inside" in cfg.sampling.outputs

@@ -11,10 +11,13 @@ import os
 import re
 import shlex
 import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import dask
+import distributed
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from vdbflow.distribution.partitions import MAIN_GUARD_HINT, refuse_in_a_worker_import
@@ -121,8 +124,6 @@ def _job_options(spec: SlurmClusterSpec) -> dict[str, Any]:
 
 def slurm_job_script(spec: SlurmClusterSpec, scheduler: str = SCHEDULER_PLACEHOLDER) -> str:
     """The batch script each SLURM job runs (one per job), as dask-jobqueue writes it."""
-    import tempfile
-
     options = _job_options(spec)  # first: says which extra to install when dask-jobqueue is missing
     from dask_jobqueue.slurm import SLURMJob
 
@@ -309,8 +310,6 @@ def _no_http_server(scheduler: Any) -> None:
 @contextlib.contextmanager
 def _http_routes(dashboard: str | None) -> Iterator[None]:
     """Without a dashboard, the schedulers started here serve no HTTP routes at all."""
-    import dask
-
     if dashboard is not None:
         yield
         return
@@ -327,8 +326,6 @@ def open_cluster(spec: Any) -> Iterator[Any]:
     start fails, e.g. because a worker process was killed while starting, is started again, up to
     ``START_ATTEMPTS`` times; SLURM jobs are waited for up to ``cluster.wait_timeout`` seconds.
     """
-    import distributed
-
     if isinstance(spec, (LocalClusterSpec, CudaClusterSpec)):  # worker processes started here import __main__
         refuse_in_a_worker_import()
     failures = SubmitFailures()

@@ -24,28 +24,37 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import dask
 import numpy as np
 import xarray as xr
 
 from vdbflow.core.volume import Volume
+from vdbflow.distribution.volume import distribute
 from vdbflow.errors import NanoVDBError, OpenVDBError, OutputError, SamplingError, VolumeError
 from vdbflow.io.grid_ref import GridRef
+from vdbflow.io.location import size_of
 from vdbflow.jobs import chunks
 from vdbflow.jobs.chunks import (
     TALLY_KEY,
     AnalyticCheck,
     analytic_check,
     analytic_error,
+    chunked_dataset,
     grid_request,
     grid_variables,
     opened,
     point_tally,
+    replicable,
     sum_rows,
 )
 from vdbflow.jobs.config.model import JobConfig
+from vdbflow.jobs.particles import SeriesFiles, particle_dataset, seed_chunk
 from vdbflow.jobs.plan import JobPlan
 from vdbflow.jobs.points import make_points
 from vdbflow.ops.chunk_graph import map_chunks, reduce_chunks
+from vdbflow.ops.coverage import counts_tiles, stencil_inside_flags
+from vdbflow.ops.reductions import Conditional, Histogram, Statistics, edges_of, merge, quantity
+from vdbflow.ops.statistics import chunk_partial, lazy_dataset, lazy_partial, statistics_request
 
 log = logging.getLogger("vdbflow.run")
 REDUCE_KEY = "vdbflow-reduce"  # task-key prefix of a reduce: job's chunk tasks (jobs.progress: "reduction")
@@ -82,9 +91,6 @@ def executor_for(cfg: JobConfig, client: Any, sources: dict[str, Any]) -> Callab
 def _replicable(client: Any, sources: dict[str, Any]) -> bool:
     """Whether every worker reads the job's whole volume (:func:`vdbflow.jobs.chunks.replicable`): its
     files' sizes (or the in-memory volumes' bytes) against the smallest worker memory limit."""
-    from vdbflow.io.location import size_of  # a URL's object too
-    from vdbflow.jobs.chunks import replicable
-
     size = sum(size_of(s.path) if isinstance(s, GridRef) else s.nbytes for s in sources.values())
     return replicable(size, worker_memory(client))
 
@@ -108,8 +114,6 @@ def particles(
 
 def job_statistics(cfg: JobConfig, template: Volume) -> Any:
     """The :class:`~vdbflow.ops.reductions.Statistics` of a config's ``reduce`` section for a grid."""
-    from vdbflow.ops.reductions import Conditional, Histogram, Statistics, edges_of, quantity
-
     js = cfg.sampling.jacobian_space or cfg.points.space
     spec = cfg.reduce
     with cfg.about("reduce", SamplingError):
@@ -132,8 +136,6 @@ def job_statistics(cfg: JobConfig, template: Volume) -> Any:
 
 def reduce_chunk(source: Any, points: Any, spec: bytes, edges: Any, empty: Any, request: Any) -> Any:
     """One chunk of points reduced on a worker (the grid opened once a worker, as the one-pass tasks do)."""
-    from vdbflow.ops.statistics import chunk_partial
-
     return chunk_partial(opened(source), points, spec, edges, empty, request)
 
 
@@ -144,9 +146,6 @@ def reduced(
     they are sampled (a volume every worker reads whole: in the kernels' pass; a partitioned one: routed, then
     reduced by chunk) and merged in a fixed tree; the result is the small lazy Dataset of
     :func:`vdbflow.ops.statistics.lazy_dataset`, computed with the job's write."""
-    from vdbflow.ops.reductions import merge
-    from vdbflow.ops.statistics import lazy_dataset, lazy_partial, statistics_request
-
     t0 = time.perf_counter()
     ((name, src),) = list(sources.items())[:1]
     template = chunks.template(src)
@@ -163,8 +162,6 @@ def reduced(
         parts = map_chunks(reduce_chunk, on_workers, point_set.points, spec, edges, empty, request, name=REDUCE_KEY)
         partial, partitions = reduce_chunks(parts, functools.partial(merge, spec, edges)), 0
     else:
-        from vdbflow.distribution.volume import distribute
-
         volumes.append(distribute(src, client, cfg.partitions, plan.halo))
         try:
             partial = lazy_partial(volumes[0], point_set.points, stats, request, name=REDUCE_KEY)
@@ -182,8 +179,6 @@ def one_pass(
     cfg: JobConfig, client: Any, sources: dict[str, Any], analytic: Any, plan: JobPlan, timings: dict[str, float]
 ) -> Sampled:
     """Samples, one pass per chunk of points: every worker reads the whole (small) volume."""
-    from vdbflow.jobs.chunks import chunked_dataset
-
     t0 = time.perf_counter()
     # names, units and topology, memory-mapped here (not cached: the snapshot's mapping ends with the job)
     templates = {n: chunks.template(s) for n, s in sources.items()}
@@ -201,8 +196,6 @@ def partitioned(
     cfg: JobConfig, client: Any, sources: dict[str, Any], analytic: Any, plan: JobPlan, timings: dict[str, float]
 ) -> Sampled:
     """Samples of volumes partitioned across the workers, the points routed to their partitions."""
-    from vdbflow.distribution.volume import distribute
-
     t0 = time.perf_counter()
     dvols: dict[str, Any] = {}
     try:
@@ -247,8 +240,6 @@ def _grid_dataset(dvol: Any, pts: Any, cfg: JobConfig, prefix: str) -> tuple[xr.
     request = grid_request(cfg)
     inside = None
     if "inside" in cfg.sampling.outputs:  # lazy, one task a chunk of points
-        from vdbflow.ops.coverage import counts_tiles, stencil_inside_flags
-
         inside = stencil_inside_flags(dvol.topology, pts, cfg.sampling.mode, cfg.points.space, counts_tiles(dvol))
     return grid_variables(dvol.template, request, pts, dvol.sample_arrays(request, pts), cfg, prefix, inside)
 
@@ -278,8 +269,6 @@ def shaped(ds: xr.Dataset, shape: tuple[int, ...], dims: tuple[str, ...], chunk:
 
 def _tally(pts: Any, topology: Any, cfg: JobConfig) -> Any:
     """Lazy (3,): :func:`~vdbflow.jobs.chunks.point_tally` of the partitioned path, summed over its chunks."""
-    import dask
-
     token = dask.base.tokenize(pts.name, cfg.sampling.mode, cfg.points.space, id(topology))
     args = (point_tally, pts, dask.delayed(topology), cfg.sampling.mode, cfg.points.space)
     return reduce_chunks(map_chunks(*args, name=TALLY_KEY, token=token), None, sum_rows)
@@ -288,8 +277,6 @@ def _tally(pts: Any, topology: Any, cfg: JobConfig) -> Any:
 def _analytic_error(checked: xr.DataArray, check: AnalyticCheck, pts: Any, topology: Any) -> Any:
     """Lazy (chunks, 2) array: :func:`~vdbflow.jobs.chunks.analytic_error` of each chunk of the
     partitioned path (one task a chunk, beside the sampling)."""
-    import dask
-
     # not ANALYTIC_KEY: the one-pass chunks' figures, which a resumed job reads, are named by that
     parts = map_chunks(analytic_error, check, checked.data, pts, dask.delayed(topology), name=ROUTED_ANALYTIC_KEY)
     return reduce_chunks(parts, None, np.concatenate)
@@ -300,8 +287,6 @@ def _particle_job(
 ) -> tuple[xr.Dataset, Any]:
     """The lazy result of an ``advect:`` job and its seeds (:mod:`vdbflow.jobs.particles`): the volume is
     opened here for its topology and names (memory-mapped), and by each worker for its tasks."""
-    from vdbflow.jobs.particles import SeriesFiles, particle_dataset, seed_chunk
-
     t0 = time.perf_counter()
     ((name, src),) = sources.items()
     if isinstance(src, SeriesFiles):  # its times were checked by plan_job

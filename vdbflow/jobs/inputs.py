@@ -18,6 +18,8 @@ from vdbflow import synthetic
 from vdbflow.errors import VdbflowError, VolumeError
 from vdbflow.io.grid_ref import GridRef
 from vdbflow.io.identity import FileIdentity
+from vdbflow.io.nanovdb import save
+from vdbflow.io.volumes import open_volume
 from vdbflow.jobs.config.model import JobConfig
 from vdbflow.jobs.publish.output import snapshot_path, tidy
 
@@ -87,7 +89,6 @@ def file_periods(cfg: JobConfig, grid: str) -> Any:
     grid's box: a Periodicity, or False for none), or None where the config leaves the file's own."""
     if cfg.volume.periodic is None:
         return None
-    from vdbflow.io.volumes import open_volume
 
     with cfg.about("volume.periodic", VolumeError):
         opened = open_volume(cfg.volume.path, grid, periodic=cfg.volume.periodic)  # mapped: the topology is read
@@ -97,7 +98,6 @@ def file_periods(cfg: JobConfig, grid: str) -> Any:
 def build_volumes(cfg: JobConfig, grids: list[str]) -> tuple[dict[str, Any], Any]:
     """Volumes by grid name (a Volume, the GridRef of the file workers read, or a series' SeriesFiles) and the
     analytic field, if any."""
-    from vdbflow.io.nanovdb import save
     from vdbflow.jobs.particles import SeriesFiles
 
     series = cfg.volume.series

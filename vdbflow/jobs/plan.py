@@ -15,10 +15,14 @@ from pathlib import Path
 import numpy as np
 
 from vdbflow import synthetic
+from vdbflow.core import kernel
 from vdbflow.core import outputs as output_table
 from vdbflow.core.value_types import VALUE_TYPES, ValueType, value_type_for
+from vdbflow.distribution.fit import RESERVE, TOPOLOGY_BYTES_PER_LEAF, memory_fraction
 from vdbflow.errors import NanoVDBError, OpenVDBError, PointsError, SamplingError, StorageError, TimeError, VolumeError
 from vdbflow.io.location import is_url
+from vdbflow.io.volumes import list_grids
+from vdbflow.jobs.chunks import grid_request, replicable
 from vdbflow.jobs.clusters import (
     MissingExtraError,
     describe_cluster,
@@ -47,10 +51,13 @@ from vdbflow.jobs.estimates import (  # noqa: F401 - REFERENCE_POINTS_PER_S, hum
     particle_estimate,
 )
 from vdbflow.jobs.inputs import InputIdentity
+from vdbflow.jobs.particles import SeriesFiles
 from vdbflow.jobs.points import file_point_count, voxel_point_count
 from vdbflow.jobs.publish.checks import shard_problem
 from vdbflow.jobs.publish.output import tidy
+from vdbflow.jobs.publish.remote import exists
 from vdbflow.ops.sampling import STENCIL_RADIUS
+from vdbflow.temporal.particles import step_plan
 from vdbflow.temporal.steps import step_count
 
 log = logging.getLogger("vdbflow.plan")
@@ -216,9 +223,6 @@ def partition_memory(plan: JobPlan, limit: int, source: str) -> str | None:
     from), or None: a partitioned volume's share per worker (its leaves over the workers, a tenth more for
     the halos) and :data:`vdbflow.distribution.fit.RESERVE` against Dask's pause threshold of ``limit``.
     Only partitioned jobs: a volume small enough for every worker to read whole is not partitioned."""
-    from vdbflow.distribution.fit import RESERVE, TOPOLOGY_BYTES_PER_LEAF, memory_fraction
-    from vdbflow.jobs.chunks import replicable
-
     cfg = plan.config
     workers = job_workers(cfg.cluster)
     if not workers or limit <= 0 or not plan.grids or cfg.volume.path is None:
@@ -252,8 +256,6 @@ def reduce_partials(cfg: JobConfig) -> list[tuple[str, int, str]]:
     """The statistics of a ``reduce:`` section item by item: (its key, e.g. ``reduce.histograms[1]``, the
     bytes it takes in one partial: int64 counts and float64 sums, what it is), laid out as
     :meth:`vdbflow.ops.reductions.Statistics.layout` lays them out."""
-    from vdbflow.core import kernel
-
     spec, items = cfg.reduce, []
     for i, h in enumerate(spec.histograms if spec is not None else []):
         bins = h.bin_counts()
@@ -332,8 +334,6 @@ def _bytes_per_point(cfg: JobConfig, grids: list[GridPlan]) -> int:
     """Bytes of the result per point before compression: coordinates, then each grid's outputs (for a
     particle job, a seed's kept positions and outputs)."""
     if cfg.advect is not None:
-        from vdbflow.temporal.particles import step_plan
-
         kept = len(step_plan(cfg.advect.t0, cfg.advect.t1, cfg.advect.dt, cfg.advect.save_every)[3])
         per_kept = 3 * 8 + 3 * 8 * ("velocity" in cfg.advect.outputs) + 9 * 8 * ("jacobian" in cfg.advect.outputs)
         return kept * per_kept + 1 + 8 + 8 * ("ftle" in cfg.advect.outputs)  # status, end time, FTLE
@@ -353,7 +353,6 @@ def _chunk_bytes_per_point(cfg: JobConfig, grids: list[GridPlan]) -> int:
     too), then each written output the request does not sample.  0 for particle and statistics jobs."""
     if cfg.advect is not None or cfg.reduce is not None:
         return 0
-    from vdbflow.jobs.chunks import grid_request
 
     try:
         request = grid_request(cfg)
@@ -413,8 +412,6 @@ def _synthetic_grid(cfg: JobConfig) -> GridPlan:
 
 
 def _nvdb_grids(cfg: JobConfig) -> list[GridPlan]:
-    from vdbflow.io.volumes import list_grids  # .nvdb and OpenVDB .vdb files alike
-
     series = cfg.volume.series
     path = cfg.volume.path if series is None else series.files()[0]  # a series: its first file
     key = "volume.path" if series is None else "volume.series.paths"
@@ -443,8 +440,6 @@ def _nvdb_grids(cfg: JobConfig) -> list[GridPlan]:
 def _series_times(cfg: JobConfig) -> tuple[float, float]:
     """The first and last time of the job's series (headers and time records only), checked against
     ``advect``'s ``[t0, t1]``; a ConfigError naming the key otherwise."""
-    from vdbflow.jobs.particles import SeriesFiles
-
     s, a = cfg.volume.series, cfg.advect
     assert s is not None and a is not None  # a series job is a particle job (JobConfig checks it)
     files = SeriesFiles(tuple(map(os.fspath, s.files())), None if s.times is None else tuple(s.times), s.grid, 1)
@@ -629,8 +624,6 @@ def _input_notes(cfg: JobConfig, volume_missing: bool) -> tuple[list[str], dict[
     notes = []
     out = cfg.output
     if out.url is not None:
-        from vdbflow.jobs.publish.remote import exists
-
         if exists(out.url, out.storage_options):
             notes.append(f"{out.url} holds an earlier vdbflow result, replaced when the new one is complete")
         notes.append(

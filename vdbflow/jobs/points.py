@@ -22,7 +22,9 @@ from vdbflow.errors import PointsError, VolumeError
 from vdbflow.io.identity import FileIdentity
 from vdbflow.io.location import is_url
 from vdbflow.io.zarr_v2 import refuse_code_codecs
+from vdbflow.jobs import points_remote
 from vdbflow.jobs.config.model import FilePoints, GridPoints, LinePoints, PlanePoints, RandomPoints, VoxelPoints
+from vdbflow.jobs.points_remote import npy_header, table_header
 from vdbflow.ops.coverage import stencil_inside
 from vdbflow.ops.points import lattice_block, line, line_block, plane, plane_block  # noqa: F401 (line, plane: here too)
 from vdbflow.version import install_hint
@@ -304,8 +306,6 @@ def _file_points(spec: FilePoints) -> Any:
 
 
 def _url_points(spec: FilePoints, url: Any, suffix: str) -> Any:
-    from vdbflow.jobs import points_remote
-
     if suffix == ".npy":
         shape, dtype, offset = points_remote.npy_header(url)
         _check_shape(shape, dtype, url)
@@ -345,8 +345,6 @@ def _table_columns(spec: FilePoints) -> list[str]:
     columns = list(spec.columns or (("x", "y", "z") if spec.space == "world" else ("i", "j", "k")))
     try:
         if is_url(spec.path):
-            from vdbflow.jobs.points_remote import table_header
-
             have = table_header(spec.path, spec.path.suffix.lower())
         elif spec.path.suffix.lower() == ".csv":
             have = _csv_header(spec.path)
@@ -378,8 +376,6 @@ def file_point_count(spec: FilePoints) -> int | None:
     """The number of points in a .npy or .zarr file without reading it (None for csv/parquet, whose
     header is checked)."""
     if spec.path.suffix.lower() == ".npy" and is_url(spec.path):
-        from vdbflow.jobs.points_remote import npy_header
-
         shape, dtype, _ = npy_header(spec.path)
         _check_shape(shape, dtype, spec.path)
         return int(shape[0])

@@ -4,6 +4,7 @@ be the one the job planned with), a Zarr array through fsspec, .csv / .parquet t
 
 from __future__ import annotations
 
+import csv
 from typing import Any
 
 import numpy as np
@@ -55,8 +56,6 @@ def zarr_array(url: Url, component: str | None) -> Any:
 
 def table_header(url: Url, suffix: str) -> list[str]:
     """The column names of a .csv (its first line) or .parquet (its schema) file at ``url``."""
-    import csv
-
     fs, path = filesystem(url)
     with fs.open(path, "rb") as f:
         if suffix == ".csv":

@@ -21,8 +21,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import dask
+import distributed
 import numpy as np
 import xarray as xr
+from distributed import get_task_stream, wait
 
 from vdbflow.devices import cuda_build
 from vdbflow.errors import VdbflowError
@@ -31,18 +34,21 @@ from vdbflow.io.location import is_url
 from vdbflow.io.netcdf import command_line, history_line
 from vdbflow.jobs.chunks import (
     CHUNK_PHASES,
+    EDGE_CHECK_PER_CHUNK,
 )
 from vdbflow.jobs.clusters import open_cluster, worker_memory_limit
-from vdbflow.jobs.config.load import dump_config
+from vdbflow.jobs.config.load import as_config, dump_config
 from vdbflow.jobs.config.model import JobConfig, SlurmClusterSpec
 from vdbflow.jobs.executors import Sampled, executor_for, shaped, worker_memory
 from vdbflow.jobs.inputs import InputIdentity, build_volumes, snapshot
-from vdbflow.jobs.plan import JobPlan, check_worker_memory, plan_job
+from vdbflow.jobs.plan import JobPlan, check_worker_memory, human_bytes, partition_memory, plan_job, reduce_working_set
 from vdbflow.jobs.progress import DaskRichBar, recomputed, steps_of_graphs, worker_time_by_step
 from vdbflow.jobs.publish.output import KEPT_PARTIALS, OutputError, partial_path, publish, tidy
+from vdbflow.jobs.publish.remote import exists
 from vdbflow.jobs.publish.resume import check_same_job, job_record, record_inputs_when_hashed, resumable, unit_plan
 from vdbflow.jobs.publish.units import Manifest
 from vdbflow.jobs.publish.writers import Writer, writer
+from vdbflow.version import __version__
 
 log = logging.getLogger("vdbflow.run")
 
@@ -51,10 +57,6 @@ log = logging.getLogger("vdbflow.run")
 
 
 def _versions() -> dict[str, str]:
-    import dask
-    import distributed
-
-    from vdbflow.version import __version__
 
     return {
         "vdbflow": __version__,
@@ -100,8 +102,6 @@ def _warmed(warming: list) -> None:
     zarr in a task thread while its comm thread unpickles something importing zarr too can see a
     partially initialised module (Python's import locks give way to avoid a deadlock), which failed a
     job now and then.  The imports overlap the client's preparation; by now they are mostly done."""
-    from distributed import wait
-
     try:
         wait(warming, timeout=WARM_WAIT_S)
     except Exception as err:  # a speed-up only: the tasks import what they need anyway
@@ -114,16 +114,12 @@ def killed_worker_error(err: BaseException, plan: JobPlan, memory: int) -> Vdbfl
     working set) and what to change; None for any other error."""
     from distributed.scheduler import KilledWorker
 
-    from vdbflow.jobs.plan import human_bytes
-
     if not isinstance(err, KilledWorker):
         return None
     cfg = plan.config
     need, points, key = plan.chunk_working_set()
     more = "cluster.memory" if isinstance(cfg.cluster, SlurmClusterSpec) else "cluster.memory_limit"
     if cfg.reduce is not None:  # statistics partials, whatever points.chunk is (jobs.plan.reduce_memory)
-        from vdbflow.jobs.plan import reduce_working_set
-
         need, partial, _ = reduce_working_set(plan)
         return JobError(
             f"the workers running task {err.task!r} died {err.allowed_failures + 1} time(s) (Dask's KilledWorker): "
@@ -133,8 +129,6 @@ def killed_worker_error(err: BaseException, plan: JobPlan, memory: int) -> Vdbfl
             "No result was published"
         )
     if str(err.task).startswith("vdbflow-partition"):  # a partition that did not fit its worker
-        from vdbflow.jobs.plan import partition_memory
-
         why = partition_memory(plan, memory, "the workers' memory_limit") if memory > 0 else None
         return JobError(
             f"the workers building partition {err.task!r} died {err.allowed_failures + 1} time(s) (Dask's "
@@ -191,8 +185,6 @@ class JobResult:
 
     def edge_summary(self) -> str:
         """The share of points whose stencil reads the background, and how many were checked."""
-        from vdbflow.jobs.chunks import EDGE_CHECK_PER_CHUNK
-
         if not self.edge_checked:
             return "no finite point to check"
         share = (self.edge_outside or 0) / self.edge_checked
@@ -344,8 +336,6 @@ def _prepare_output(cfg: JobConfig, resume: bool, out: Any) -> tuple[Path | str,
     if reused is None and resume:
         log.info("--resume: no partial result of a killed run at %s; the job starts from the beginning", final)
     if isinstance(final, str):
-        from vdbflow.jobs.publish.remote import exists
-
         with cfg.about("output.path", OutputError):
             if cfg.output.overwrite == "never" and exists(final, options):
                 raise OutputError(f"{final} holds a result, and output.overwrite is 'never'")
@@ -492,7 +482,6 @@ class _Job:
         steps = steps_of_graphs(
             {"points": point_set.points, "samples": ds, "writing": self.write_task, "checks": list(extras.values())}
         )
-        from distributed import get_task_stream
 
         with get_task_stream(client) as stream:
             self.futures = client.compute([self.write_task, *extras.values()], optimize_graph=False)
@@ -675,8 +664,6 @@ def run(
     JobError
         Anything that failed while the job ran, with the original error as ``__cause__``.
     """
-    from vdbflow.jobs.config.load import as_config
-
     values = {**(overrides or {}), **{key.replace("__", "."): value for key, value in settings.items()}}
     cfg = as_config(config, values)
     try:

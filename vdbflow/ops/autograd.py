@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from vdbflow.core.volume import Topology
+from vdbflow.devices import array_module
 from vdbflow.errors import DeviceError
 from vdbflow.ops.sampling import sample_grad_arrays
 from vdbflow.ops.vjp import sample_grad_vjp
@@ -43,7 +44,6 @@ def _to_kernels(t: torch.Tensor, device: str) -> Any:
     copy); a CPU tensor with ``device="cuda"`` copied to the GPU."""
     if device == "cpu":
         return t.detach().numpy()
-    from vdbflow.devices import array_module
 
     xp = array_module("cuda")
     t = t.detach().contiguous()

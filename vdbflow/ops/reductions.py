@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from vdbflow.core import kernel, outputs, schema
+from vdbflow.devices import run
 from vdbflow.errors import SamplingError
 
 VALUE, JACOBIAN, DERIVED = 0, 1, 2  # reduce.h ChannelSource
@@ -363,8 +364,6 @@ def merge(spec: bytes, edges: np.ndarray, a: Partial, b: Partial) -> Partial:
     """Partial ``b`` merged into a copy of ``a`` by the kernels (reduce.h ``merge_partials``: counts added,
     moments and binned means by the pairwise update, as blocks are merged); ``spec`` and ``edges`` from
     :meth:`Statistics.layout`."""
-    from vdbflow.devices import run
-
     out = Partial(a.ints.copy(), a.reals.copy())
     run("merge_partials", spec, edges, out.ints, out.reals, b.ints, b.reals, device="cpu")
     return out

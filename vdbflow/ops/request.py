@@ -13,6 +13,7 @@ a dict of arrays, one per output, that :func:`vdbflow.ops.results.result_dataset
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,8 +67,6 @@ class SampleRequest:
         asked = (self.outputs,) if isinstance(self.outputs, str) else tuple(self.outputs)
         unknown = [o for o in asked if o not in ALL_OUTPUTS]
         if unknown or len(set(asked)) != len(asked) or not asked:
-            import difflib
-
             near = [difflib.get_close_matches(str(o), (*ALL_OUTPUTS, "inside"), n=1) for o in unknown]
             hints = [f"{o!r} (did you mean {m[0]!r}?)" if m else repr(o) for o, m in zip(unknown, near, strict=True)]
             raise SamplingError(

@@ -14,7 +14,8 @@ import xarray as xr
 
 from vdbflow.core import kernel, schema
 from vdbflow.core.volume import Volume
-from vdbflow.devices import is_cupy_array, run
+from vdbflow.devices import array_module, is_cupy_array, run
+from vdbflow.devices.pipeline import host_pipeline
 from vdbflow.errors import PointsError, ShapeError
 from vdbflow.ops.chunk_graph import map_chunks, stack_chunks
 from vdbflow.ops.coverage import counts_tiles, stencil_inside_flags
@@ -42,16 +43,12 @@ def prepare_points(vol: Volume, points: Any, device: str, space: str = "index") 
     NaN to return, so its points must map to finite index coordinates (checked after the world map)."""
     on_gpu = is_cupy_array(points)
     if device == "cuda" and not on_gpu:
-        from vdbflow.devices import array_module
-
         points = array_module("cuda").asarray(np.asarray(points))
         on_gpu = True
     if device == "cpu" and on_gpu:
         points = points.get()
         on_gpu = False
     if on_gpu:
-        from vdbflow.devices import array_module
-
         xp = array_module("cuda")
     else:
         xp = np
@@ -198,8 +195,6 @@ def sample_arrays(
     pts = prepare_points(vol, points, device, request.space)
     on_gpu = device == "cuda"
     if on_gpu:
-        from vdbflow.devices import array_module
-
         xp = array_module("cuda")
     else:
         xp = np
@@ -287,8 +282,6 @@ def sample_host_arrays(vol: Volume, request: SampleRequest, points: np.ndarray) 
     one piece overlapped with the kernel of the next, only the asked outputs copied back)."""
     if request.device != "cuda":
         return sample_arrays(vol, request.replace(device="cpu"), points)
-    from vdbflow.devices import array_module
-    from vdbflow.devices.pipeline import host_pipeline
 
     request.for_value_type(vol.value_type)
     pts = prepare_points(vol, points, "cpu", request.space)

@@ -19,6 +19,7 @@ import numpy as np
 import xarray as xr
 
 from vdbflow.core import kernel, outputs
+from vdbflow.core.volume import Volume
 from vdbflow.devices import run
 from vdbflow.errors import SamplingError
 from vdbflow.ops.chunk_graph import map_chunks, reduce_chunks
@@ -30,12 +31,15 @@ from vdbflow.ops.reductions import (
     Partial,
     Statistics,
     edges_of,
+    features_of,
     merge,
     names_of,
     quantity,
+    statistics_from,
 )
 from vdbflow.ops.request import SampleRequest
 from vdbflow.ops.results import as_numpy, is_dask
+from vdbflow.ops.sampling import prepare_points
 
 
 def statistics_request(
@@ -50,8 +54,6 @@ def chunk_partial(
     vol: Any, points: Any, spec: bytes, edges: np.ndarray, empty: Partial, request: SampleRequest
 ) -> Partial:
     """One set of points (N, 3) reduced in the kernels' pass into a copy of ``empty``."""
-    from vdbflow.ops.sampling import prepare_points
-
     out = Partial(empty.ints.copy(), empty.reals.copy())
     device = request.device_for(points)
     pts = prepare_points(vol, points, device, request.space)
@@ -77,8 +79,6 @@ def _features_partial(
     spec: bytes, edges: np.ndarray, empty: Partial, stats: Statistics, C: int, names, *arrays
 ) -> Partial:
     """One chunk's sampled arrays (``names``: their outputs) reduced into a copy of ``empty``."""
-    from vdbflow.ops.reductions import features_of
-
     out = Partial(empty.ints.copy(), empty.reals.copy())
     features = features_of(stats, dict(zip(names, arrays, strict=True)), C)
     if len(features):
@@ -96,8 +96,6 @@ def _on_workers(vol: Any) -> Any:
     calls), so no graph carries the volume (distributed warned "Sending large graph" on every call); else
     ``vol`` itself (the threaded scheduler shares it in memory)."""
     import dask
-
-    from vdbflow.core.volume import Volume
 
     if not isinstance(vol, Volume):  # a series, a Future already: as given
         return vol
@@ -622,8 +620,6 @@ def statistics(
         x is not None and not (isinstance(x, (list, tuple)) and not x) for x in (histograms, moments, conditional)
     )
     if stats is None:
-        from vdbflow.ops.reductions import statistics_from
-
         stats = statistics_from(template, js, histograms, moments, conditional)
     elif not isinstance(stats, Statistics):
         raise SamplingError(f"expected stats as a vdbflow.ops.reductions.Statistics, got {type(stats).__name__}")

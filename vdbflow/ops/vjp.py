@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from vdbflow.core.volume import Volume
-from vdbflow.devices import resolve_device, run
+from vdbflow.devices import array_module, resolve_device, run
 from vdbflow.errors import PointsError, SamplingError
 from vdbflow.ops.sampling import MODES, SPACES, check_choice, prepare_points  # noqa: F401
 
@@ -138,8 +138,6 @@ def sample_grad_vjp(
     vol = vol.contiguous()  # adjoint rows follow the contiguous value array
     pts = prepare_points(vol, points, device, space)
     if device == "cuda":
-        from vdbflow.devices import array_module
-
         xp = array_module("cuda")
     else:
         xp = np

@@ -8,6 +8,7 @@ Jacobians (N, 3, 3) with ``J[n, c, a] = d u_c / d x_a``.  Both fields here are z
 
 from __future__ import annotations
 
+import glob
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ import numpy as np
 from vdbflow.core.volume import Volume
 from vdbflow.errors import VolumeError
 from vdbflow.io.time_record import time_record
+from vdbflow.synthetic.steady import FlowField
 
 
 @dataclass(frozen=True)
@@ -32,8 +34,6 @@ class UnsteadyField:
 
     def at(self, t: float):
         """The steady :class:`vdbflow.synthetic.FlowField` frozen at time ``t``."""
-        from vdbflow.synthetic.steady import FlowField
-
         return FlowField(f"{self.name}@{t:g}", lambda p: self.velocity(p, t), lambda p: self.jacobian(p, t))
 
 
@@ -160,8 +160,6 @@ def write_series(
     field's name) is a file name: one with a path separator is refused.  Files of an earlier, longer
     series of the same prefix there would join this one when the directory is globbed: they are
     refused (a VolumeError) before anything is written."""
-    import glob
-
     stem = prefix or field.name
     if not isinstance(stem, str) or any(c in stem for c in ("/", "\0", os.sep, os.altsep or "/")):
         raise VolumeError(

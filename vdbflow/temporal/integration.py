@@ -10,6 +10,7 @@ import numpy as np
 
 from vdbflow.core import schema
 from vdbflow.errors import SamplingError, TimeError
+from vdbflow.temporal.series_kernels import SeriesPlan, TopologyGroups
 from vdbflow.temporal.sources import Source
 from vdbflow.temporal.steps import (
     TABLEAUS,
@@ -212,8 +213,6 @@ class Run:
         each call integrates every live particle over the steps whose stages read the same few series
         steps, with the same stages, checks and rounding as :meth:`_integrate`; a step whose stages read
         more steps than a window holds is integrated stage by stage."""
-        from vdbflow.temporal.series_kernels import SeriesPlan, TopologyGroups
-
         A, B = kernel_tableau(self.method)
         save_slot = save_slots(self.n, self.save_steps)
         last = np.full(len(x), -1, np.int64)

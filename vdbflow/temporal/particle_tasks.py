@@ -31,10 +31,12 @@ import numpy as np
 from vdbflow.core import schema
 from vdbflow.core.transform import Transform
 from vdbflow.core.volume import Volume
+from vdbflow.devices import particle_kernels
 from vdbflow.distribution.plan import Router
 from vdbflow.errors import ClusterError
 from vdbflow.ops.sampling import MODES, STENCIL_RADIUS
 from vdbflow.temporal.integration import TABLEAUS, Run, kernel_tableau, save_slots
+from vdbflow.temporal.series_kernels import TIME_KINDS, TopologyGroups
 from vdbflow.temporal.sources import VolumeSource
 
 ACTIVE, LEFT_DATA, NON_FINITE = schema.STATUS_VALUES
@@ -223,8 +225,6 @@ def integrate_group(
     carries them.  Returns their saved rows (``id``, ``slot``, ``position`` and as asked ``velocity``,
     ``jacobian``), and per particle the kernel's status, last valid step (-1: none), stage points
     sampled (int32) and x (M, 3) where it stopped (F in ``batch`` updated in place)."""
-    from vdbflow.devices import particle_kernels
-
     local, first, position, velocity, jacobian = group_outputs(plan, save_slot[k0:], len(batch["id"]))
     x = np.array(batch["x"], np.float64)
     A, B = kernel_tableau(plan.method)
@@ -436,9 +436,6 @@ def advance_window(
     goes on to the next window, by the owner of its cell, and a step that left the data from the
     partition's own cells goes to the client.  Returns :func:`advance`'s tuple and the particles going
     on by partition."""
-    from vdbflow.devices import particle_kernels
-    from vdbflow.temporal.series_kernels import TIME_KINDS, TopologyGroups
-
     pending = concat(list(batches), plan.variational)
     save_slot = save_slots(plan.n, plan.save_steps)
     ks = [v.kernel_arrays() for v in volumes]

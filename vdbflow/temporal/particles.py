@@ -28,6 +28,7 @@ import xarray as xr
 from vdbflow.core import schema, units
 from vdbflow.errors import PointsError, SamplingError, TimeError
 from vdbflow.ops.coverage import InsideCheck
+from vdbflow.ops.sampling import points_in
 from vdbflow.temporal.integration import ACTIVE, LEFT_DATA, NON_FINITE, Run, step_plan
 from vdbflow.temporal.resident import advect_resident
 from vdbflow.temporal.sources import as_source
@@ -343,8 +344,6 @@ def ftle(
     --------
     advect : the trajectories themselves.
     """
-    from vdbflow.ops.sampling import points_in
-
     if method not in ("variational", "finite_difference"):
         raise SamplingError(f"expected method 'variational' or 'finite_difference', got {method!r}")
     t0, T = _real(t0, "t0"), _real(T, "T")

@@ -36,6 +36,7 @@ from vdbflow.errors import SamplingError
 from vdbflow.ops.chunk_graph import PerChunk, map_chunks, stack_chunks
 from vdbflow.ops.sampling import STENCIL_RADIUS
 from vdbflow.temporal import particle_tasks as steps
+from vdbflow.temporal.series_kernels import SeriesPlan, window_span
 from vdbflow.temporal.steps import TABLEAUS, saved_bytes_per_step
 
 CHUNK_BYTES = 1 << 27  # the saved results of one output chunk of particles (128 MiB)
@@ -56,8 +57,6 @@ def advect_resident(run: Any, x: np.ndarray) -> None:
     ``stage_by_stage_steps``, ``client_steps``)."""
     src = run.src
     if src.kind == "series":
-        from vdbflow.temporal.series_kernels import SeriesPlan, window_span
-
         series = src.series
         cache = series.distributed_cache
         series.distributed_cache = max(cache, window_span(src.time))  # a window's steps stay distributed

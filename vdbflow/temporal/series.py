@@ -34,9 +34,11 @@ import numpy as np
 
 from vdbflow.core import units
 from vdbflow.core.volume import Volume, same_topology
+from vdbflow.devices import run
 from vdbflow.errors import PointsError, SamplingError, TimeError, VolumeError
 from vdbflow.io.grid_ref import GridRef
 from vdbflow.io.identity import FileIdentity
+from vdbflow.io.nanovdb import open_grid
 from vdbflow.io.time_record import TIME_RECORD, record_time
 from vdbflow.ops.request import SampleRequest
 from vdbflow.temporal.interpolation import TIME_MODES, pchip_combine
@@ -330,8 +332,6 @@ class VolumeSeries:
         if request.jacobian:
             result["jacobian"] = out[:, C:].reshape(shapes["jacobian"])
         if derived:
-            from vdbflow.devices import run
-
             shapes = asked.shapes((N,), C)
             quantities = {name: np.empty(shapes[name]) for name in derived}
             run("derive", np.ascontiguousarray(result["jacobian"]), np.ascontiguousarray(result["value"]), quantities)
@@ -634,8 +634,6 @@ def open_series(
     steps = [identity(s) for s in sources]
     from_records = times is None
     if from_records:
-        from vdbflow.io.nanovdb import open_grid
-
         found: list[float | None] = []
         first: tuple[Any, Any] | None = None  # (source, header) the other steps' headers must match
         for src, identity in zip(sources, steps, strict=True):

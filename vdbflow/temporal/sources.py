@@ -11,10 +11,16 @@ from typing import Any
 import numpy as np
 
 from vdbflow.core import schema
+from vdbflow.core.topology import same_topology
 from vdbflow.core.volume import Volume
+from vdbflow.devices import array_module, particle_kernels
 from vdbflow.errors import DeviceError, SamplingError
 from vdbflow.ops.coverage import InsideCheck
-from vdbflow.ops.sampling import MODES
+from vdbflow.ops.sampling import MODES, sample_grad_arrays
+from vdbflow.synthetic.steady import FlowField
+from vdbflow.synthetic.unsteady import UnsteadyField
+from vdbflow.temporal.series import TIME_MODES, DistributedSeries, VolumeSeries
+from vdbflow.temporal.series_kernels import TIME_KINDS
 
 
 class Source:
@@ -92,8 +98,6 @@ class VolumeSource(Source):
         :func:`vdbflow.devices.particle_kernels`): steady, so every stage reads the one volume; on the CPU
         the results equal the stage-by-stage integration bit for bit."""
 
-        from vdbflow.devices import particle_kernels
-
         return particle_kernels(self.device)[0](self.vol.kernel_arrays(), MODES[self.mode], x, *args)
 
     def _names(self, vol: Any) -> None:
@@ -104,8 +108,6 @@ class VolumeSource(Source):
         return self._inside(points)
 
     def sample(self, points: np.ndarray, t: float, jacobian: bool) -> tuple[np.ndarray, np.ndarray | None]:
-        from vdbflow.ops.sampling import sample_grad_arrays
-
         u, J = sample_grad_arrays(
             self.vol,
             points,
@@ -142,8 +144,6 @@ class SeriesSource(VolumeSource):
     @property
     def windowed(self) -> bool:  # type: ignore[override]
         """Linear or pchip time through a VolumeSeries (not distributed) of two or more float steps."""
-        from vdbflow.temporal.series import DistributedSeries
-
         return (
             self.time in ("linear", "pchip")
             and len(self.series) >= 2
@@ -154,9 +154,6 @@ class SeriesSource(VolumeSource):
     def resident_for(self, t0: float, t1: float) -> bool:
         """A DistributedSeries of float steps, linear or pchip in time, whose steps around [t0, t1] (those
         the stages can read) share one topology, so that a particle's partition is the same at every step."""
-        from vdbflow.core.topology import same_topology
-        from vdbflow.temporal.series import DistributedSeries
-
         series = self.series
         if not (
             isinstance(series, DistributedSeries)
@@ -175,9 +172,6 @@ class SeriesSource(VolumeSource):
         """Every active particle through one window of the series' steps in the kernels
         (``advect_series`` of the source's device, :func:`vdbflow.devices.particle_kernels`; the arguments
         after ``stage_grid`` are the rest of its arguments but ``time_kind`` and ``mode``)."""
-        from vdbflow.devices import particle_kernels
-        from vdbflow.temporal.series_kernels import TIME_KINDS
-
         stage_coef, first_step, *rest = args
         lead = (ks, topology, TIME_KINDS[self.time], stage_grid, stage_coef, first_step, MODES[self.mode])
         particle_kernels(self.device)[1](*lead, *rest)
@@ -253,8 +247,6 @@ class AnalyticSource(Source):
 def as_source(source: Any, mode: str, time: str, device: str = "cpu") -> Source:
     """The :class:`Source` of what particles are advected through; ``device="cuda"`` where its trajectories
     are integrated in the kernels (``Source.on_gpu``)."""
-    from vdbflow.temporal.series import TIME_MODES, VolumeSeries
-
     if mode not in MODES:
         raise SamplingError(f"expected mode to be one of {', '.join(map(repr, MODES))}, got {mode!r}")
     if time not in TIME_MODES:
@@ -272,17 +264,12 @@ def as_source(source: Any, mode: str, time: str, device: str = "cpu") -> Source:
                 "float steps with time 'linear' or 'pchip', for device='cuda' (trajectories integrated in the "
                 f"kernels on the GPU), got {what}"
             )
-        from vdbflow.devices import array_module
 
         array_module("cuda")  # a clear DeviceError without CuPy or a GPU
     return src
 
 
 def _source(source: Any, mode: str, time: str, device: str) -> Source:
-    from vdbflow.synthetic.steady import FlowField
-    from vdbflow.synthetic.unsteady import UnsteadyField
-    from vdbflow.temporal.series import VolumeSeries
-
     if isinstance(source, Volume):
         return VolumeSource(source, mode, device)
     if isinstance(source, VolumeSeries):

@@ -3,11 +3,15 @@ names and periods as UTF-8 JSON, made when a grid is written and applied when it
 
 from __future__ import annotations
 
+import json
+import warnings
 from typing import Any
 
 from vdbflow.core.periodic import Periodicity
 from vdbflow.core.volume import Topology, Volume
 from vdbflow.errors import NanoVDBError, VolumeError
+from vdbflow.io import bounded_json
+from vdbflow.io.bounded_json import not_text
 from vdbflow.io.nanovdb.records import BlindData
 
 # vdbflow's own blind data: units and component names as UTF-8 JSON, plain bytes to other tools
@@ -18,8 +22,6 @@ METADATA_NAME = "vdbflow.metadata"
 def metadata_record(obj: Volume | Topology) -> BlindData | None:
     """The ``vdbflow.metadata`` record of ``obj``: its units, length units and (when not the default
     x, y, z, w) component names; None when there is nothing to store."""
-    import json
-
     meta: dict[str, Any] = {}
     for key in ("units", "length_units"):
         if getattr(obj, key, None):
@@ -34,7 +36,6 @@ def metadata_record(obj: Volume | Topology) -> BlindData | None:
         meta["periodic"] = periodic.to_json()
     if not meta:
         return None
-    from vdbflow.io.bounded_json import not_text
 
     for key, value in meta.items():
         if key == "periodic":
@@ -49,8 +50,6 @@ def metadata_record(obj: Volume | Topology) -> BlindData | None:
 def stored_metadata(records: tuple[BlindData, ...]) -> dict[str, Any]:
     """What a grid's ``vdbflow.metadata`` record says (``units``, ``length_units``, ``component_names``),
     for listings: {} when it has none or one that does not parse (:func:`apply_metadata` warns then)."""
-    from vdbflow.io import bounded_json
-
     for r in records:
         if r.name == METADATA_NAME:
             try:
@@ -72,10 +71,6 @@ def stored_metadata(records: tuple[BlindData, ...]) -> dict[str, Any]:
 def apply_metadata(obj: Volume | Topology, records: tuple[BlindData, ...], base: int) -> tuple[BlindData, ...]:
     """Set ``obj``'s units and component names from its ``vdbflow.metadata`` record; the other records.
     A record that does not parse is left out with a warning (the grid itself is fine)."""
-    import warnings
-
-    from vdbflow.io import bounded_json
-
     rest = tuple(r for r in records if r.name != METADATA_NAME)
     for r in records:
         if r.name != METADATA_NAME:

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from vdbflow.core.transform import box_to_world
 from vdbflow.core.value_types import ValueType
 
 
@@ -47,8 +48,6 @@ class GridInfo:
     def centre_bbox(self) -> np.ndarray | None:
         """(2, 3) world box of the voxel centres: the box of the data (where the values lie, ``data_bounds``
         of the opened volume; docs/design.md, "Boxes"), None for an empty grid."""
-        from vdbflow.core.transform import box_to_world
-
         lo, hi = np.asarray(self.index_bbox, np.float64)
         return None if (lo > hi).any() else box_to_world(self.index_to_world, lo, hi)
 

@@ -32,7 +32,7 @@ from vdbflow.io.location import RemoteFile
 from vdbflow.io.nanovdb import format as fmt
 from vdbflow.io.nanovdb.decode import decode_grid, selected_leaf_rows
 from vdbflow.io.nanovdb.header import grid_header, layout_of
-from vdbflow.io.nanovdb.read import list_grids, looks_like_grid, select_grid
+from vdbflow.io.nanovdb.read import list_grids, looks_like_grid, open_grid, select_grid
 from vdbflow.io.nanovdb.records import GridInfo
 from vdbflow.io.selection import index_box
 from vdbflow.io.sparse import SparseFile
@@ -123,8 +123,6 @@ def open_grid_remote(
     """A grid of the .nvdb file ``remote`` (:func:`~vdbflow.io.nanovdb.open_grid`'s arguments): the part
     asked for by ranges, or the whole file (``sparse``: its buffer, if some of it was fetched already);
     ``read_stats`` set on the result."""
-    from vdbflow.io.nanovdb.read import open_grid
-
     _not_empty(remote)
     box = index_box(bbox, NanoVDBError)
     sparse = SparseFile(remote) if sparse is None else sparse

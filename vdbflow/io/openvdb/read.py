@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from vdbflow.core import tree
 from vdbflow.core.transform import Transform
 from vdbflow.core.value_types import value_type_for
 from vdbflow.core.volume import Topology, Volume
@@ -389,8 +390,6 @@ def open_vdb(data: Data, grid: int | str | None = None, leaves: Any = None, bbox
 
 
 def _bbox(parts: TreeParts) -> tuple[np.ndarray, np.ndarray] | None:
-    from vdbflow.core import tree
-
     boxes = []
     box = tree.active_bbox(parts.leaf_origins, parts.masks)
     if box is not None:

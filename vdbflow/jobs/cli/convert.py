@@ -7,9 +7,18 @@ from pathlib import Path
 from typing import Any
 
 import click
+import numpy as np
 
+from vdbflow.core.periodic import Periodicity, resolve_periodic
 from vdbflow.errors import StorageError, VdbflowError
+from vdbflow.io.dense import convert as to_volume
+from vdbflow.io.dense import default_name, open_dense
 from vdbflow.io.location import RemoteFile, is_url
+from vdbflow.io.nanovdb import format as fmt
+from vdbflow.io.nanovdb import save
+from vdbflow.io.nanovdb.write import write_format
+from vdbflow.io.openvdb import is_openvdb
+from vdbflow.io.volumes import list_grids, open_volume
 from vdbflow.jobs.cli.console import say as _say
 from vdbflow.jobs.cli.console import stderr as _stderr
 from vdbflow.jobs.cli.info import storage_options_callback
@@ -152,12 +161,7 @@ def convert(
     """Convert a dense array (SOURCE: .npy, NetCDF or Zarr) to a sparse .nvdb grid (OUTPUT), one slab at a time,
     or the grids of an OpenVDB .vdb file or a NanoVDB .nvdb file (SOURCE; --variable picks grids by name) to a
     .nvdb file (another --codec or --nvdb-version: the same grids, tiles and active voxels)."""
-    import numpy as np
     from rich.progress import Progress
-
-    from vdbflow.io.dense import convert as to_volume
-    from vdbflow.io.dense import default_name, open_dense
-    from vdbflow.io.openvdb import is_openvdb
 
     out = Path(output)
     if out.exists() and not overwrite:
@@ -169,8 +173,6 @@ def convert(
         return
     try:
         if nvdb_version is not None:  # an unknown version is refused before anything is read
-            from vdbflow.io.nanovdb.write import write_format
-
             write_format(nvdb_version, {})
         src = open_dense(source, variables, mask_variable, units, length_units, storage_options=storage_options)
         grid_name = name or default_name(src, variables)
@@ -216,18 +218,12 @@ def convert(
 
 def dense_periods(axes: str, shape: tuple[int, ...]) -> Any:
     """The periods of a dense array of ``shape`` (X, Y, Z) that is one period along ``axes`` ("x,y,z", "xz")."""
-    import numpy as np
-
-    from vdbflow.core.periodic import Periodicity, resolve_periodic
-
     chosen = resolve_periodic(axes, np.array([[0, 0, 0], np.subtract(shape, 1)]))
     return chosen if chosen is not None else Periodicity((0, 0, 0), (0, 0, 0))
 
 
 def _remote_vdb(source: str, storage_options: dict | None) -> bytes | None:
     """The bytes of an OpenVDB file at the URL ``source`` (a stream: read whole), None for anything else."""
-    from vdbflow.io.openvdb import is_openvdb
-
     if not is_url(source):
         return None
     try:
@@ -245,8 +241,6 @@ def _remote_vdb(source: str, storage_options: dict | None) -> bytes | None:
 
 def _is_nanovdb(source: str) -> bool:
     """Whether ``source`` is a local file that starts as a NanoVDB file does."""
-    from vdbflow.io.nanovdb import format as fmt
-
     if is_url(source) or not os.path.isfile(source):
         return False
     with open(source, "rb") as fh:
@@ -266,9 +260,6 @@ def _convert_sparse(
     """The grids of an OpenVDB or NanoVDB file (all, or those ``names``) written to one .nvdb file: value grids
     as value grids, bool, mask and index grids as OnIndex grids; a repeated .vdb name gets its number
     (``density_1``)."""
-    from vdbflow.io.nanovdb import save
-    from vdbflow.io.volumes import list_grids, open_volume
-
     try:
         infos = list_grids(source if data is None else data)
         known = {g.name.split("\x1e")[0] for g in infos} | {g.name for g in infos}

@@ -4,10 +4,12 @@ shared cache folder), with the resources ptxas reports for each (vdbflow.devices
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import click
 
+from vdbflow.devices import cuda, cuda_build, cuda_occupancy, nvrtc
 from vdbflow.errors import DeviceError
 
 
@@ -63,12 +65,8 @@ def build_cuda(
     entries: tuple[str, ...],
 ) -> None:
     """Compile every CUDA entry into the build cache, so that GPU workers start in under a second."""
-    import os
-
     from rich.console import Console
     from rich.table import Table
-
-    from vdbflow.devices import cuda, cuda_build, cuda_occupancy, nvrtc
 
     THREADS = cuda_build.THREADS_PER_BLOCK  # noqa: N806 - the launches' block size
 

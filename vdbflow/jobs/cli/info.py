@@ -11,6 +11,7 @@ import click
 from vdbflow.core import schema
 from vdbflow.errors import NanoVDBError, OpenVDBError, StorageError
 from vdbflow.io.location import is_url
+from vdbflow.io.volumes import list_grids_read
 from vdbflow.jobs.cli.console import rows_table as _rows_table
 from vdbflow.jobs.cli.console import say as _say
 from vdbflow.jobs.cli.console import stdout as _stdout
@@ -105,8 +106,6 @@ def storage_options_callback(ctx: click.Context, param: click.Parameter, text: s
 def info(paths: tuple[str, ...], as_json: bool, storage_options: dict | None) -> None:
     """List the grids of NanoVDB (.nvdb) and OpenVDB (.vdb) files, local or at URLs (s3://..., read by byte
     ranges: the bytes read are shown).  Exit code 2: a file could not be read (the others are still listed)."""
-    from vdbflow.io.volumes import list_grids_read
-
     console, failed, listing = _stdout(), False, []
     for path in paths:
         try:

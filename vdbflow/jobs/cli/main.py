@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from vdbflow.errors import PointsError, VdbflowError
+from vdbflow.jobs.chunks import ANALYTIC_CHECK_PER_CHUNK
 from vdbflow.jobs.cli.console import RedactingFormatter
 from vdbflow.jobs.cli.console import rows_table as _rows_table
 from vdbflow.jobs.cli.console import say as _say
@@ -30,6 +31,8 @@ from vdbflow.jobs.cli.info import info
 from vdbflow.jobs.config.load import load_config
 from vdbflow.jobs.config.model import ConfigError
 from vdbflow.jobs.config.output import url_protocol
+from vdbflow.jobs.publish.output import tidy
+from vdbflow.jobs.publish.results import not_a_result
 from vdbflow.version import __version__
 
 if TYPE_CHECKING:
@@ -148,8 +151,6 @@ def _sampled(result: Any) -> str:
 
 
 def _print_summary(result: Any, console: Console) -> None:
-    from vdbflow.jobs.chunks import ANALYTIC_CHECK_PER_CHUNK
-
     t = result.timings
     if result.steps is None:
         rows = [
@@ -410,9 +411,6 @@ def clean(target: str, dry_run: bool, force: bool) -> None:
 
     TARGET is a job config (.yaml: its output.path), an output path, or a directory holding outputs
     (default: the current directory).  Exit code 2: TARGET cannot be read."""
-    from vdbflow.jobs.publish.output import tidy
-    from vdbflow.jobs.publish.results import not_a_result
-
     path = Path(target)
     try:
         if url_protocol(target) is not None:  # an output on an object store (credentials from the environment)

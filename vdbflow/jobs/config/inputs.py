@@ -4,6 +4,7 @@ take local paths or URLs fsspec opens (``s3://``, ``gs://``, ``https://``), read
 
 from __future__ import annotations
 
+import glob as local_glob
 import os
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
@@ -117,7 +118,6 @@ def series_files(paths: Any, storage_options: dict[str, Any] | None) -> list[Pat
     if isinstance(paths, str) and not isinstance(paths, Url):
         if is_url(paths):
             return list(glob(paths, storage_options))
-        import glob as local_glob
 
         return [Path(p) for p in sorted(local_glob.glob(paths))]
     return list(paths)
