@@ -60,36 +60,47 @@ PARTICLE_STEP_US = {
 # same way: lag4 1.7x / 3.1x the steady cost, catmull_rom 1.6x / 2.9x, lag8 1.5x / 2.8x)
 SERIES_TIME_COST = {"none": 1.0, "linear": 1.7, "pchip": 3.1}
 METHOD_COST = {"euler": 0.30, "rk2": 0.52, "rk4": 1.0}  # by advect.method, lag4 measured the same way
-# a job's particle step on one worker thread: an overhead and the kernel's cost, scaled (tasks, writing, a loaded
-# machine), for a steady volume and for a series, fitted to runs of advect: jobs on 2 workers of 1 thread, same
-# day, load 6-9: configs/particles.yaml (250,000 seeds x 20 steps, linear, steady) advected and wrote in 7.2 s,
-# 40,000 of its seeds with lag4 in 7.7 s (4.1 and 3.9 times the kernel); through a series of 41 steps, 861 plane
-# seeds x 200 steps with FTLE in 4.4 s with lag4 + pchip, 4.3 s with linear + linear, 5.1 s with catmull_rom +
-# pchip, and 13,776 seeds with lag4 + pchip in 63 s: 46-59 us a particle step, whatever the kernel costs (a new
-# user's run of the first said 0.01 M particle steps/s, its cluster's start included).  (overhead us, kernel scale)
-PARTICLE_JOB_FIT = {"steady": (0.0, 4.1), "series": (45.0, 0.4)}
+# what else an advect: job's time holds, fitted to runs on 2 workers of 1 thread of the quiet 2-core machine,
+# 2026-12-07 (advection + writing, two runs each, against the model with the kernel's cost above as it is):
+# configs/particles.yaml (250,000 seeds x 20 steps, steady linear) 2.5-2.7 s, planned 2.5; 40,000 of its seeds
+# with lag4 3.1-4.3 s, planned 2.7; through the double gyre's 41 steps (5.5 MB files, volume.series.cache 4),
+# 3,444 plane seeds x 200 steps with FTLE, linear + linear, 2 tasks, 1.8 s, planned 1.5; lag4 + pchip 6.4-8.1 s,
+# planned 6.4; 20,000 seeds, 4 tasks, linear 2.8-3.0 s, planned 3.9.  A worker's first task pays its start
+# (imports, the first pages of the volume), and every task opens each series step its particles' window reads
+# (decoded and checksummed again unless the step stays in the worker's volume.series.cache): the same 3,444
+# seeds in 8 tasks took 2.35 s more worker time than in 8 tasks with cache 41, 9.6 ms a step opened.  (A fit
+# that put those costs on each particle step, 45 us, planned 18 s and 2 min for the 1.8 s and 3.0 s jobs.)
+PARTICLE_TASK_START_S = 0.7
+SERIES_OPEN_S = 4.6e-3  # a step opened by a task: this, and SERIES_OPEN_S_PER_BYTE of its file
+SERIES_OPEN_S_PER_BYTE = 0.9e-9
 
 
 def particle_step_seconds(mode: str, method: str = "rk4", time: str | None = None) -> float:
     """About how long one particle step of an ``advect:`` job takes on one worker thread (seconds): the
     kernel's measured cost for ``mode``, ``method`` and the series' ``time`` interpolation (None: a steady
-    volume), scaled and with an overhead as :data:`PARTICLE_JOB_FIT` says."""
+    volume)."""
     kernel = PARTICLE_STEP_US.get(mode, max(PARTICLE_STEP_US.values()))
     kernel *= SERIES_TIME_COST.get(time or "none", max(SERIES_TIME_COST.values())) * METHOD_COST.get(method, 1.0)
-    overhead, scale = PARTICLE_JOB_FIT["steady" if time is None else "series"]
-    return (overhead + scale * kernel) * 1e-6
+    return kernel * 1e-6
 
 
-def particle_estimate(steps: int, threads: int, mode: str, method: str, time: str | None) -> tuple[float, str]:
+def particle_estimate(
+    steps: int, threads: int, mode: str, method: str, time: str | None, opened: tuple[int, int] = (0, 0)
+) -> tuple[float, str]:
     """(seconds, the plan's words) for ``steps`` particle steps (seeds x steps each) of an ``advect:`` job whose
-    workers run ``threads`` tasks at once, at :func:`particle_step_seconds`; the cluster's start not counted."""
+    workers run ``threads`` tasks at once, at :func:`particle_step_seconds`, with a worker's start and ``opened``
+    (series steps its tasks open, their bytes) shared among the threads; the cluster's start not counted."""
     step = particle_step_seconds(mode, method, time)
-    seconds = steps * step / max(1, threads)
+    files, size = opened
+    opening = files * SERIES_OPEN_S + size * SERIES_OPEN_S_PER_BYTE
+    seconds = PARTICLE_TASK_START_S + (steps * step + opening) / max(1, threads)
     how = f"mode {mode}, {method}" + (f", time {time}" if time is not None else ", a steady volume")
+    opens = f", and {files:,} series steps opened by the tasks ({human_bytes(size)})" if files else ""
     return seconds, (
         f"{'about ' if seconds >= 1 else ''}{human_seconds(seconds)} of advection + writing: {steps:,} particle "
-        f"steps at about {1 / step / 1e3:,.0f} k a second on each of {threads} worker thread(s) for {how} (fitted "
-        "to runs of particle jobs on a loaded 2-core machine: docs/jobs.md; the cluster's start not counted)"
+        f"steps at about {1 / step / 1e3:,.0f} k a second on each of {threads} worker thread(s) for {how}{opens} "
+        "(fitted to particle jobs on an otherwise idle 2-core machine: docs/jobs.md; the cluster's start not "
+        "counted)"
     )
 
 

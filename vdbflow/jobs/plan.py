@@ -51,7 +51,7 @@ from vdbflow.jobs.estimates import (  # noqa: F401 - REFERENCE_POINTS_PER_S, hum
     particle_estimate,
 )
 from vdbflow.jobs.inputs import InputIdentity
-from vdbflow.jobs.particles import SeriesFiles
+from vdbflow.jobs.particles import SeriesFiles, seed_chunk
 from vdbflow.jobs.points import file_point_count, voxel_point_count
 from vdbflow.jobs.publish.checks import shard_problem
 from vdbflow.jobs.publish.output import tidy
@@ -117,6 +117,7 @@ class JobPlan:
     inputs: dict[str, InputIdentity] = field(default_factory=dict)  # by config key
     warnings: list[str] = field(default_factory=list)  # a dry run's problems that a run would refuse
     chunk_bytes_per_point: int = 0  # what a chunk holds a point: every array it computes (0: bytes_per_point)
+    series_steps: tuple[tuple[float, int], ...] = ()  # a series job's steps: (time, file bytes) each
 
     @property
     def held_per_point(self) -> int:
@@ -151,11 +152,15 @@ class JobPlan:
         """An ``advect:`` job's time (seconds, and in words) for its seeds' steps on its workers' threads."""
         cfg, a = self.config, self.config.advect
         assert a is not None and self.point_count is not None
-        threads = max(1, job_workers(cfg.cluster) or 1) * _worker_threads(cfg.cluster)
+        workers = max(1, job_workers(cfg.cluster) or 1)
+        threads = workers * _worker_threads(cfg.cluster)
         time = a.time if cfg.volume.series is not None else None
-        return particle_estimate(
-            self.point_count * step_count(a.t0, a.t1, a.dt), threads, cfg.sampling.mode, a.method, time
-        )
+        opened = (0, 0)
+        if cfg.volume.series is not None and self.series_steps:
+            tasks = -(-self.point_count // seed_chunk(self.point_count, cfg.points.chunk, workers))
+            opened = series_opened(self.series_steps, a.t0, a.t1, a.time, cfg.volume.series.cache, tasks, workers)
+        steps = self.point_count * step_count(a.t0, a.t1, a.dt)
+        return particle_estimate(steps, threads, cfg.sampling.mode, a.method, time, opened)
 
     def chunk_working_set(self) -> tuple[int, int, str]:
         """About how many bytes one chunk needs on a worker (``CHUNK_WORKING_SET_FACTOR`` times its
@@ -437,8 +442,24 @@ def _nvdb_grids(cfg: JobConfig) -> list[GridPlan]:
     return plans
 
 
-def _series_times(cfg: JobConfig) -> tuple[float, float]:
-    """The first and last time of the job's series (headers and time records only), checked against
+def series_opened(
+    steps: tuple[tuple[float, int], ...], t0: float, t1: float, time: str, cache: int, tasks: int, workers: int
+) -> tuple[int, int]:
+    """(files, bytes) a series job's ``tasks`` open: each task every step of ``steps`` (time, file bytes) that
+    its particles' window reads, [t0, t1] and the step before and after for pchip; a worker opens them once
+    when they all stay in its ``cache`` (``volume.series.cache``) between its tasks."""
+    times = np.array([t for t, _ in steps])
+    lo, hi = min(t0, t1), max(t0, t1)
+    reach = 1 if time == "pchip" else 0
+    first = max(0, int(np.searchsorted(times, lo, "right")) - 1 - reach)
+    last = min(len(times) - 1, int(np.searchsorted(times, hi, "left")) + reach)
+    files, size = last - first + 1, sum(b for _, b in steps[first : last + 1])
+    opens = min(tasks, workers) if cache >= files else tasks
+    return files * opens, size * opens
+
+
+def _series_times(cfg: JobConfig) -> tuple[tuple[float, int], ...]:
+    """The job's series as its steps' (time, file bytes) (headers and time records only), checked against
     ``advect``'s ``[t0, t1]``; a ConfigError naming the key otherwise."""
     s, a = cfg.volume.series, cfg.advect
     assert s is not None and a is not None  # a series job is a particle job (JobConfig checks it)
@@ -453,7 +474,7 @@ def _series_times(cfg: JobConfig) -> tuple[float, float]:
             f"advect{cfg.where('advect')}: expected t0 and t1 inside the series' times [{lo!r}, {hi!r}], "
             f"got t0={a.t0!r}, t1={a.t1!r}"
         )
-    return lo, hi
+    return tuple(zip(map(float, times), (identity.size for identity in files.identities), strict=True))
 
 
 def check_gpu_cluster(cfg: JobConfig) -> None:
@@ -511,7 +532,7 @@ def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False, own_clu
             warnings.append(f"cluster{cfg.where('cluster')}: no job script shown: {err}")
         if dry_run and (missing := submit_command_missing()) is not None:  # the run would stop at the start
             warnings.append(f"cluster{cfg.where('cluster')}: {missing}")
-    notes, inputs = _input_notes(cfg, missing_volume is not None)
+    notes, inputs, steps = _input_notes(cfg, missing_volume is not None)
     plan = JobPlan(
         cfg,
         grids,
@@ -529,6 +550,7 @@ def plan_job(cfg: JobConfig, force: bool = False, dry_run: bool = False, own_clu
         inputs,
         warnings,
         _chunk_bytes_per_point(cfg, grids),
+        steps,
     )
     if cfg.advect is not None and count is not None:
         plan.notes.append(f"advect{cfg.where('advect')}: {plan.particle_estimate()[1]}")
@@ -619,8 +641,11 @@ def _point_count(cfg: JobConfig, grids: list[GridPlan]) -> int | None:
     return cfg.points.generated()
 
 
-def _input_notes(cfg: JobConfig, volume_missing: bool) -> tuple[list[str], dict[str, InputIdentity]]:
+def _input_notes(
+    cfg: JobConfig, volume_missing: bool
+) -> tuple[list[str], dict[str, InputIdentity], tuple[tuple[float, int], ...]]:
     """The plan's notes on the output and the inputs, and the identities of the input files it read."""
+    steps: tuple[tuple[float, int], ...] = ()
     notes = []
     out = cfg.output
     if out.url is not None:
@@ -653,12 +678,13 @@ def _input_notes(cfg: JobConfig, volume_missing: bool) -> tuple[list[str], dict[
         )
         notes.append(f"{cfg.volume.path} ({human_bytes(inputs['volume.path'].size)}) is {how}")
     if cfg.volume.series is not None and not volume_missing:
-        lo, hi = _series_times(cfg)
+        steps = _series_times(cfg)
+        lo, hi = steps[0][0], steps[-1][0]
         notes.append(
             f"the series' {len(cfg.volume.series.files())} files (t from {lo:g} to {hi:g}) are memory-mapped in "
             "place by each worker: the job must not run while another process rewrites them"
         )
-    return notes, inputs
+    return notes, inputs, steps
 
 
 def _check_size(plan: JobPlan, force: bool, dry_run: bool) -> None:
