@@ -543,3 +543,26 @@ def test_torch_autograd_through_the_gpu(rng):
         grads[device] += [x.grad.detach().cpu().numpy() for x in xs]
     for got, want in zip(grads["cuda"], grads["cpu"], strict=True):
         np.testing.assert_allclose(got, want, atol=1e-10, rtol=1e-10)
+
+
+def test_the_host_rows_run_on_the_host_for_cupy_inputs_and_refuse_cupy_outputs():
+    """reduce_features and merge_partials have no entry in sample.cu (OPERATION_HOST rows): the CUDA backend makes
+    them from the row, the CPU's function with CuPy inputs copied to the host (the CPU's counts, to the bit); an
+    array the row writes must be a host array."""
+    from vdbflow.devices import cpu, cuda
+    from vdbflow.errors import DeviceError
+    from vdbflow.ops.reductions import Histogram, Statistics, quantity
+
+    vol = vdbflow.Volume.from_dense(np.zeros((8, 8, 8), np.float32))
+    stats = Statistics(histograms=[Histogram((quantity("value", vol, "index"),), (np.linspace(-3, 3, 13),))])
+    spec, edges, want, _ = stats.layout()
+    _, _, got, _ = stats.layout()
+    features = np.random.default_rng(5).standard_normal((1000, 1)).astype(np.float32)
+    cpu.reduce_features(spec, features, edges, want.ints, want.reals)
+    cuda.reduce_features(spec, cupy.asarray(features)[::1], edges, got.ints, got.reals)
+    np.testing.assert_array_equal(got.ints, want.ints)
+    assert want.ints.sum() == 1000
+    with pytest.raises(DeviceError, match="merge_partials runs on the host and writes ints: expected a NumPy"):
+        cuda.merge_partials(spec, edges, cupy.asarray(got.ints), got.reals, want.ints, want.reals)
+    cuda.merge_partials(spec, edges, got.ints, got.reals, cupy.asarray(want.ints), cupy.asarray(want.reals))
+    np.testing.assert_array_equal(got.ints, 2 * want.ints)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from sampling import sample
 
-from vdbflow.devices import cuda, cuda_build, cuda_occupancy, nvrtc
+from vdbflow.devices import cuda, cuda_build, cuda_launch, cuda_occupancy, nvrtc
 
 # the entries that set the bounds below (the most spill, the largest stacks, the most registers), always compiled
 BOUNDING = (
@@ -109,10 +109,10 @@ def test_ptx_for_a_compute_architecture(tmp_path, monkeypatch):
 def test_name_expressions_cover_every_call():
     """Each name the backend builds for a value type and component count is one of its name expressions."""
     names = set(cuda.name_expressions())
-    for dt in cuda.VALUE_DTYPES:
+    for dt in cuda_launch.VALUE_DTYPES:
         for c in (1, 2, 3, 4, 9):
-            assert cuda.entry_name(dt, c) in names
-    for dt in cuda.FLOAT_DTYPES:
+            assert cuda_launch.entry_name(dt, c) in names
+    for dt in cuda_launch.FLOAT_DTYPES:
         for c in (1, 2, 3, 4, 9):
             assert {cuda.entry("sample_vjp", dt, c), cuda.entry("sample_hessian", dt, c)} <= names
             assert cuda.entry("grid_gradient", dt, c) in names

@@ -16,18 +16,12 @@ from typing import Any
 import numpy as np
 
 from vdbflow.core import kernel
-from vdbflow.devices import checks, cpu, cuda_build, nvrtc
+from vdbflow.devices import checks, cpu, cuda_build, is_cupy_array, nvrtc
 from vdbflow.devices.cuda_arrays import call_record, cupy_module, device_record, emulated  # noqa: F401 (re-exported)
 from vdbflow.devices.cuda_build import THREADS_PER_BLOCK, kernel_dir  # noqa: F401 (kernel_dir: re-exported)
-from vdbflow.devices.cuda_launch import (  # noqa: F401 (name expressions: re-exported)
-    FLOAT_DTYPES,
-    VALUE_DTYPES,
-    arguments,
-    entry,
-    entry_name,
-    name_expressions,
-)
+from vdbflow.devices.cuda_launch import arguments, entry, name_expressions
 from vdbflow.devices.interface import implements
+from vdbflow.errors import DeviceError
 
 _load_lock = threading.Lock()
 
@@ -161,16 +155,24 @@ def sample_reduce(c: SimpleNamespace) -> None:
     c.reals[:] = v["reals"].get()
 
 
-@implements
-def reduce_features(c: SimpleNamespace) -> None:
-    """CuPy features, reduced on the host (the CPU's accumulation)."""
-    cpu.reduce_features(c.spec, np.ascontiguousarray(cupy_module().asnumpy(c.features)), c.edges, c.ints, c.reals)
+def _on_the_host(operation: str) -> Any:
+    """A host row (operations.h OPERATION_HOST), made from the row: the CPU's function, CuPy inputs copied to the
+    host; what the row writes (a pointer not to const) must be a host array already, as the partials are."""
+    written = {name for ctype, name in kernel.OPERATIONS[operation].cpu_parameters if not ctype.startswith("const")}
+
+    def body(c: SimpleNamespace) -> Any:
+        if bad := [name for name, v in vars(c).items() if name in written and is_cupy_array(v)]:
+            raise DeviceError(f"{operation} runs on the host and writes {bad[0]}: expected a NumPy array, got CuPy")
+        to_host = cupy_module().asnumpy
+        host = {n: np.ascontiguousarray(to_host(v)) if is_cupy_array(v) else v for n, v in vars(c).items()}
+        return getattr(cpu, operation)(**host)
+
+    body.__name__ = operation
+    return implements(body)
 
 
-@implements
-def merge_partials(c: SimpleNamespace) -> None:
-    """Partials live on the host: the CPU's merge (a host operation of the table)."""
-    cpu.merge_partials(c.spec, c.edges, c.ints, c.reals, c.ints_b, c.reals_b)
+for _name in (name for name, row in kernel.OPERATIONS.items() if row.value_types == "host"):
+    globals()[_name] = _on_the_host(_name)  # reduce_features, merge_partials
 
 
 @implements
@@ -271,10 +273,6 @@ host_advect = _on_host("advect", "x", "position", "velocity", "jacobian", "F")
 host_advect_series = _on_host(
     "advect_series", "x", "position", "velocity", "jacobian", "F", "status", "last_step", "evaluations"
 )
-
-
-# --- coverage, gradient fields and the assembly helpers (the CPU extension's stencil_inside,
-# defined_voxels, grid_gradient, scatter_rows and active_voxels_at), from the same headers ---
 
 
 @implements
