@@ -458,7 +458,7 @@ def series_opened(
     return files * opens, size * opens
 
 
-def _series_times(cfg: JobConfig) -> tuple[tuple[float, int], ...]:
+def _series_steps(cfg: JobConfig) -> tuple[tuple[float, int], ...]:
     """The job's series as its steps' (time, file bytes) (headers and time records only), checked against
     ``advect``'s ``[t0, t1]``; a ConfigError naming the key otherwise."""
     s, a = cfg.volume.series, cfg.advect
@@ -678,7 +678,7 @@ def _input_notes(
         )
         notes.append(f"{cfg.volume.path} ({human_bytes(inputs['volume.path'].size)}) is {how}")
     if cfg.volume.series is not None and not volume_missing:
-        steps = _series_times(cfg)
+        steps = _series_steps(cfg)
         lo, hi = steps[0][0], steps[-1][0]
         notes.append(
             f"the series' {len(cfg.volume.series.files())} files (t from {lo:g} to {hi:g}) are memory-mapped in "
