@@ -196,7 +196,7 @@ def _import_targets(module: str, node: ast.AST, known: set[str]) -> list[str]:
     if isinstance(node, ast.Import):
         names = [a.name for a in node.names]
     else:
-        base = _resolve(module, f"{module}.__init__" in known or module == "vdbflow", node)
+        base = _resolve(module, module == "vdbflow" or any(k.startswith(module + ".") for k in known), node)
         subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in known]
         names = subs or [base]
     targets = []
@@ -330,8 +330,8 @@ def test_no_import_cycle(graph):
 
 def test_imports_inside_functions_defer_a_library():
     """An import is made inside a function only to keep a library (beyond NumPy) off the import of a module
-    that does not need it (``vdbflow.io.volumes`` opens Zarr stores without importing zarr for a ``.nvdb``),
-    or as a declared facade: every other import is at module level."""
+    that does not need it (``vdbflow.io.location`` imports fsspec only when a URL is read), or as a declared
+    facade: every other import is at module level."""
     needless = [f"{p.relative_to(PACKAGE.parent)}:{line}: {text}" for p, line, text in needless_deferred_imports()]
     assert not needless, "imports inside functions that defer no library:\n" + "\n".join(needless)
 
