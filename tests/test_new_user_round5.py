@@ -185,9 +185,8 @@ def test_a_series_particle_jobs_estimate_counts_the_steps_its_tasks_open(job):
     2 min for jobs that ran in 1.8 s and 3 s: the cost is each task opening the steps its window reads (decoded and
     checksummed again unless they stay in the worker's cache) and each worker's start, not the particle steps.
     The estimate is within 2x of every run measured."""
-    from vdbflow.jobs.estimates import particle_estimate
+    from vdbflow.jobs.estimates import particle_estimate, series_opened
     from vdbflow.jobs.particles import seed_chunk
-    from vdbflow.jobs.plan import series_opened
 
     seeds, chunk, mode, time, cache = job
     steps = tuple((0.25 * i, 5_480_000) for i in range(41))
@@ -201,7 +200,7 @@ def test_a_series_particle_jobs_estimate_counts_the_steps_its_tasks_open(job):
 
 
 def test_a_series_job_opens_the_steps_of_its_window_once_a_task_or_once_a_worker():
-    from vdbflow.jobs.plan import series_opened
+    from vdbflow.jobs.estimates import series_opened
 
     steps = tuple((float(t), 100 + t) for t in range(11))  # t 0..10, file bytes 100 + t
     assert series_opened(steps, 2.0, 5.0, "linear", 3, 3, 2) == (4 * 3, (102 + 103 + 104 + 105) * 3)

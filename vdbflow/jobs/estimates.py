@@ -3,6 +3,8 @@ is made of (by sampling mode, a Hessian or not) and the human forms of bytes and
 
 from __future__ import annotations
 
+import numpy as np
+
 # how long a job takes, for the plan: configs/demo.yaml at 8M points sampled and wrote 2.0-2.3 M points/s
 # on one workstation (README); a job's own rate depends on its workers, mode and outputs
 REFERENCE_POINTS_PER_S = 2.0e6
@@ -102,6 +104,22 @@ def particle_estimate(
         "(fitted to particle jobs on an otherwise idle 2-core machine: docs/jobs.md; the cluster's start not "
         "counted)"
     )
+
+
+def series_opened(
+    steps: tuple[tuple[float, int], ...], t0: float, t1: float, time: str, cache: int, tasks: int, workers: int
+) -> tuple[int, int]:
+    """(files, bytes) a series job's ``tasks`` open: each task every step of ``steps`` (time, file bytes) that
+    its particles' window reads, [t0, t1] and the step before and after for pchip; a worker opens them once
+    when they all stay in its ``cache`` (``volume.series.cache``) between its tasks."""
+    times = np.array([t for t, _ in steps])
+    lo, hi = min(t0, t1), max(t0, t1)
+    reach = 1 if time == "pchip" else 0
+    first = max(0, int(np.searchsorted(times, lo, "right")) - 1 - reach)
+    last = min(len(times) - 1, int(np.searchsorted(times, hi, "left")) + reach)
+    files, size = last - first + 1, sum(b for _, b in steps[first : last + 1])
+    opens = min(tasks, workers) if cache >= files else tasks
+    return files * opens, size * opens
 
 
 def mode_factor(mode: str, hessian: bool = False) -> float:

@@ -49,6 +49,7 @@ from vdbflow.jobs.estimates import (  # noqa: F401 - REFERENCE_POINTS_PER_S, hum
     human_seconds,
     mode_factor,
     particle_estimate,
+    series_opened,
 )
 from vdbflow.jobs.inputs import InputIdentity
 from vdbflow.jobs.particles import SeriesFiles, seed_chunk
@@ -358,7 +359,6 @@ def _chunk_bytes_per_point(cfg: JobConfig, grids: list[GridPlan]) -> int:
     too), then each written output the request does not sample.  0 for particle and statistics jobs."""
     if cfg.advect is not None or cfg.reduce is not None:
         return 0
-
     try:
         request = grid_request(cfg)
     except SamplingError:  # the config's own checks say what is wrong with it
@@ -440,22 +440,6 @@ def _nvdb_grids(cfg: JobConfig) -> list[GridPlan]:
         where = str(path) if series is None else f"series of {len(series.files())} files, {path} first"
         plans.append(GridPlan(n, g.grid_type, g.value_type, g.leaf_count, g.active_voxel_count, where))
     return plans
-
-
-def series_opened(
-    steps: tuple[tuple[float, int], ...], t0: float, t1: float, time: str, cache: int, tasks: int, workers: int
-) -> tuple[int, int]:
-    """(files, bytes) a series job's ``tasks`` open: each task every step of ``steps`` (time, file bytes) that
-    its particles' window reads, [t0, t1] and the step before and after for pchip; a worker opens them once
-    when they all stay in its ``cache`` (``volume.series.cache``) between its tasks."""
-    times = np.array([t for t, _ in steps])
-    lo, hi = min(t0, t1), max(t0, t1)
-    reach = 1 if time == "pchip" else 0
-    first = max(0, int(np.searchsorted(times, lo, "right")) - 1 - reach)
-    last = min(len(times) - 1, int(np.searchsorted(times, hi, "left")) + reach)
-    files, size = last - first + 1, sum(b for _, b in steps[first : last + 1])
-    opens = min(tasks, workers) if cache >= files else tasks
-    return files * opens, size * opens
 
 
 def _series_steps(cfg: JobConfig) -> tuple[tuple[float, int], ...]:
