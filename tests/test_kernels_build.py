@@ -16,6 +16,7 @@ import vdbflow
 import vdbflow.core.value_types
 from vdbflow import _core
 from vdbflow.devices import cuda as cuda_backend
+from vdbflow.devices import cuda_launch
 
 KERNELS = cuda_backend.kernel_dir()
 
@@ -59,8 +60,8 @@ def test_cuda_entry_points_compile_to_ptx(tmp_path):
     demangled = subprocess.run(["c++filt"], input="\n".join(mangled), capture_output=True, text=True).stdout
     entries = {line.split("(")[0].removeprefix("void ") for line in demangled.splitlines()}
     # every instance the CUDA backend may ask for exists in the PTX
-    wanted = {cuda_backend.entry_name(np.dtype(dt), c) for dt in (np.float32, np.float64) for c in (1, 3, 4, 9)}
-    wanted |= {cuda_backend.entry_name(np.dtype(dt), 1) for dt in (np.int32, np.int64, np.uint32)}
+    wanted = {cuda_launch.entry_name(np.dtype(dt), c) for dt in (np.float32, np.float64) for c in (1, 3, 4, 9)}
+    wanted |= {cuda_launch.entry_name(np.dtype(dt), 1) for dt in (np.int32, np.int64, np.uint32)}
     wanted |= {
         cuda_backend.entry("sample_vjp", np.dtype(dt), c) for dt in (np.float32, np.float64) for c in (1, 3, 4, 9)
     }
