@@ -232,8 +232,14 @@ def test_a_series_particle_jobs_plan_says_how_long_it_takes(tmp_path):
     assert [b for _, b in plan.series_steps] == sizes and [t for t, _ in plan.series_steps] == [0, 2.5, 5, 7.5, 10]
     note = next(n for n in plan.notes if n.startswith("advect"))
     assert "172,200 particle steps" in note and "10 series steps opened" in note  # 2 tasks, the 5 steps each
+    assert "volume.series.cache" not in note  # a task a worker: nothing to keep between tasks
     small = plan_job(load_config(path, ["points.chunk=100"]), dry_run=True)  # 9 tasks
-    assert "45 series steps opened" in next(n for n in small.notes if n.startswith("advect"))
-    assert small.seconds > plan.seconds
+    note = next(n for n in small.notes if n.startswith("advect"))
+    assert "45 series steps opened" in note and small.seconds > plan.seconds
+    from vdbflow.jobs.estimates import human_bytes
+
+    assert "each task opens the 5 steps of the window again (volume.series.cache: 4): volume.series.cache: 5 " in note
+    assert f"keeps them open in each worker, {human_bytes(sum(sizes))} of files mapped" in note
     cached = plan_job(load_config(path, ["points.chunk=100", "volume.series.cache=5"]), dry_run=True)
-    assert "10 series steps opened" in next(n for n in cached.notes if n.startswith("advect"))
+    note = next(n for n in cached.notes if n.startswith("advect"))
+    assert "10 series steps opened" in note and "volume.series.cache" not in note

@@ -106,20 +106,36 @@ def particle_estimate(
     )
 
 
+def series_window(steps: tuple[tuple[float, int], ...], t0: float, t1: float, time: str) -> tuple[int, int]:
+    """(files, bytes) of the steps of ``steps`` (time, file bytes) a particle's window reads from t0 to t1:
+    [t0, t1] and, for pchip, the step before and after."""
+    times = np.array([t for t, _ in steps])
+    reach = 1 if time == "pchip" else 0
+    first = max(0, int(np.searchsorted(times, min(t0, t1), "right")) - 1 - reach)
+    last = min(len(times) - 1, int(np.searchsorted(times, max(t0, t1), "left")) + reach)
+    return last - first + 1, sum(b for _, b in steps[first : last + 1])
+
+
 def series_opened(
     steps: tuple[tuple[float, int], ...], t0: float, t1: float, time: str, cache: int, tasks: int, workers: int
 ) -> tuple[int, int]:
-    """(files, bytes) a series job's ``tasks`` open: each task every step of ``steps`` (time, file bytes) that
-    its particles' window reads, [t0, t1] and the step before and after for pchip; a worker opens them once
-    when they all stay in its ``cache`` (``volume.series.cache``) between its tasks."""
-    times = np.array([t for t, _ in steps])
-    lo, hi = min(t0, t1), max(t0, t1)
-    reach = 1 if time == "pchip" else 0
-    first = max(0, int(np.searchsorted(times, lo, "right")) - 1 - reach)
-    last = min(len(times) - 1, int(np.searchsorted(times, hi, "left")) + reach)
-    files, size = last - first + 1, sum(b for _, b in steps[first : last + 1])
+    """(files, bytes) a series job's ``tasks`` open: each task every step of its particles' window
+    (:func:`series_window`); a worker opens them once when they all stay in its ``cache``
+    (``volume.series.cache``) between its tasks."""
+    files, size = series_window(steps, t0, t1, time)
     opens = min(tasks, workers) if cache >= files else tasks
     return files * opens, size * opens
+
+
+def series_cache_advice(steps: tuple[tuple[float, int], ...], t0: float, t1: float, time: str, cache: int) -> str:
+    """What a series job whose window holds more steps than ``cache`` could keep open, in the plan's words."""
+    files, size = series_window(steps, t0, t1, time)
+    if cache >= files:
+        return ""
+    return (
+        f"; each task opens the {files} steps of the window again (volume.series.cache: {cache}): "
+        f"volume.series.cache: {files} keeps them open in each worker, {human_bytes(size)} of files mapped"
+    )
 
 
 def mode_factor(mode: str, hessian: bool = False) -> float:

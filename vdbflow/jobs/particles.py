@@ -18,6 +18,7 @@ Outputs, on ``(particle, time, axis)`` - or the seeds' plane or lattice dims for
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,8 +27,9 @@ import xarray as xr
 
 from vdbflow.core import schema
 from vdbflow.core.volume import Volume
-from vdbflow.errors import VolumeError
+from vdbflow.errors import NanoVDBError, OpenVDBError, StorageError, TimeError, VolumeError
 from vdbflow.jobs.chunks import opened
+from vdbflow.jobs.config.model import ConfigError
 from vdbflow.ops.chunk_graph import map_chunks, stack_chunks
 from vdbflow.temporal.particles import advect, step_plan
 from vdbflow.temporal.series import StepIdentity, VolumeSeries, open_series
@@ -100,6 +102,25 @@ def _advect_chunk(source: Any, seeds: np.ndarray, settings: dict[str, Any]) -> t
     ]
     start = np.asarray(seeds, np.float64).reshape(-1, 3)
     return (*(ds[v].values for v in names), *(np.ascontiguousarray(start[:, a]) for a in range(3)))
+
+
+def series_steps(cfg: Any) -> tuple[tuple[float, int], ...]:
+    """A series job's steps as (time, file bytes) (headers and time records only) for its plan, checked against
+    ``advect``'s ``[t0, t1]`` of the config ``cfg``; a ConfigError naming the key otherwise."""
+    s, a = cfg.volume.series, cfg.advect
+    assert s is not None and a is not None  # a series job is a particle job (JobConfig checks it)
+    files = SeriesFiles(tuple(map(os.fspath, s.files())), None if s.times is None else tuple(s.times), s.grid, 1)
+    try:
+        times = files.open().times
+    except (VolumeError, TimeError, NanoVDBError, OpenVDBError, StorageError) as err:
+        raise ConfigError(f"volume.series{cfg.where('volume.series')}: {err}") from None
+    lo, hi = float(times[0]), float(times[-1])
+    if not (lo <= min(a.t0, a.t1) and max(a.t0, a.t1) <= hi):
+        raise ConfigError(
+            f"advect{cfg.where('advect')}: expected t0 and t1 inside the series' times [{lo!r}, {hi!r}], "
+            f"got t0={a.t0!r}, t1={a.t1!r}"
+        )
+    return tuple(zip(map(float, times), (identity.size for identity in files.identities), strict=True))
 
 
 def seed_chunk(seeds: int, chunk: int, workers: int, row: int = 1) -> int:

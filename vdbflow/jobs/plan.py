@@ -19,7 +19,7 @@ from vdbflow.core import kernel
 from vdbflow.core import outputs as output_table
 from vdbflow.core.value_types import VALUE_TYPES, ValueType, value_type_for
 from vdbflow.distribution.fit import RESERVE, TOPOLOGY_BYTES_PER_LEAF, memory_fraction
-from vdbflow.errors import NanoVDBError, OpenVDBError, PointsError, SamplingError, StorageError, TimeError, VolumeError
+from vdbflow.errors import NanoVDBError, OpenVDBError, PointsError, SamplingError, StorageError, VolumeError
 from vdbflow.io.location import is_url
 from vdbflow.io.volumes import list_grids
 from vdbflow.jobs.chunks import grid_request, replicable
@@ -49,10 +49,11 @@ from vdbflow.jobs.estimates import (  # noqa: F401 - REFERENCE_POINTS_PER_S, hum
     human_seconds,
     mode_factor,
     particle_estimate,
+    series_cache_advice,
     series_opened,
 )
 from vdbflow.jobs.inputs import InputIdentity
-from vdbflow.jobs.particles import SeriesFiles, seed_chunk
+from vdbflow.jobs.particles import seed_chunk, series_steps
 from vdbflow.jobs.points import file_point_count, voxel_point_count
 from vdbflow.jobs.publish.checks import shard_problem
 from vdbflow.jobs.publish.output import tidy
@@ -156,12 +157,14 @@ class JobPlan:
         workers = max(1, job_workers(cfg.cluster) or 1)
         threads = workers * _worker_threads(cfg.cluster)
         time = a.time if cfg.volume.series is not None else None
-        opened = (0, 0)
-        if cfg.volume.series is not None and self.series_steps:
+        opened, advice, series = (0, 0), "", cfg.volume.series
+        if series is not None and self.series_steps:
             tasks = -(-self.point_count // seed_chunk(self.point_count, cfg.points.chunk, workers))
-            opened = series_opened(self.series_steps, a.t0, a.t1, a.time, cfg.volume.series.cache, tasks, workers)
+            opened = series_opened(self.series_steps, a.t0, a.t1, a.time, series.cache, tasks, workers)
+            advice = series_cache_advice(self.series_steps, a.t0, a.t1, a.time, series.cache) if tasks > workers else ""
         steps = self.point_count * step_count(a.t0, a.t1, a.dt)
-        return particle_estimate(steps, threads, cfg.sampling.mode, a.method, time, opened)
+        seconds, words = particle_estimate(steps, threads, cfg.sampling.mode, a.method, time, opened)
+        return seconds, words + advice
 
     def chunk_working_set(self) -> tuple[int, int, str]:
         """About how many bytes one chunk needs on a worker (``CHUNK_WORKING_SET_FACTOR`` times its
@@ -442,25 +445,6 @@ def _nvdb_grids(cfg: JobConfig) -> list[GridPlan]:
     return plans
 
 
-def _series_steps(cfg: JobConfig) -> tuple[tuple[float, int], ...]:
-    """The job's series as its steps' (time, file bytes) (headers and time records only), checked against
-    ``advect``'s ``[t0, t1]``; a ConfigError naming the key otherwise."""
-    s, a = cfg.volume.series, cfg.advect
-    assert s is not None and a is not None  # a series job is a particle job (JobConfig checks it)
-    files = SeriesFiles(tuple(map(os.fspath, s.files())), None if s.times is None else tuple(s.times), s.grid, 1)
-    try:
-        times = files.open().times
-    except (VolumeError, TimeError, NanoVDBError, OpenVDBError, StorageError) as err:
-        raise ConfigError(f"volume.series{cfg.where('volume.series')}: {err}") from None
-    lo, hi = float(times[0]), float(times[-1])
-    if not (lo <= min(a.t0, a.t1) and max(a.t0, a.t1) <= hi):
-        raise ConfigError(
-            f"advect{cfg.where('advect')}: expected t0 and t1 inside the series' times [{lo!r}, {hi!r}], "
-            f"got t0={a.t0!r}, t1={a.t1!r}"
-        )
-    return tuple(zip(map(float, times), (identity.size for identity in files.identities), strict=True))
-
-
 def check_gpu_cluster(cfg: JobConfig) -> None:
     """``sampling.device: cuda`` on an embedded LocalCluster of several workers would put them all on GPU 0:
     refused, naming ``cluster.kind: cuda`` (allowed under VDBFLOW_CUDA_EMULATE=1, whose one device is the
@@ -662,7 +646,7 @@ def _input_notes(
         )
         notes.append(f"{cfg.volume.path} ({human_bytes(inputs['volume.path'].size)}) is {how}")
     if cfg.volume.series is not None and not volume_missing:
-        steps = _series_steps(cfg)
+        steps = series_steps(cfg)
         lo, hi = steps[0][0], steps[-1][0]
         notes.append(
             f"the series' {len(cfg.volume.series.files())} files (t from {lo:g} to {hi:g}) are memory-mapped in "
