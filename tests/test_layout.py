@@ -206,10 +206,9 @@ def _import_targets(module: str, node: ast.AST, known: set[str]) -> list[str]:
     return targets
 
 
-def libraries_loaded() -> dict[str, set[str]]:
-    """Each vdbflow module -> the third-party library modules (beyond NumPy) and the vdbflow modules importing
-    it loads."""
-    modules = _modules()
+def libraries_loaded(modules: dict[str, ast.Module]) -> dict[str, set[str]]:
+    """Each vdbflow module of ``modules`` (name -> parsed source) -> the third-party library modules (beyond NumPy)
+    and the vdbflow modules importing it loads."""
     known = set(modules) | {"vdbflow._core"}
     direct: dict[str, set[str]] = {}
     below: dict[str, set[str]] = {}
@@ -242,7 +241,7 @@ def needless_deferred_imports() -> list[tuple[Path, int, str]]:
     modules = _modules()
     known = set(modules) | {"vdbflow._core"}
     paths = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
-    loaded = libraries_loaded()
+    loaded = libraries_loaded(modules)
     needless = []
     for module, tree in modules.items():
         for node, function in _function_bodies(tree).items():
