@@ -460,3 +460,37 @@ def test_storage_options_reach_the_object_store(tmp_path, rng, s3):
         np.testing.assert_array_equal(ds["density"].values, reference(ijk, vals, 0.25, lo, hi)[0])
         with pytest.raises(StorageError, match="volumes/d.nvdb"):  # the environment's key is refused
             xr.open_dataset(url, engine=ENGINE)
+
+
+def test_a_box_opened_by_two_threads_at_once_is_read_once(tmp_path, rng, monkeypatch):
+    """A Dataset's values and mask chunks of one box, computed at once by two threads, both missed the per-process
+    cache and read the box twice (a fresh-clone .ci/run saw 37 box reads for 18 boxes of two files): the open
+    is one thread's at a time, and the other gets what it read."""
+    import threading
+    import time
+
+    vol, _, _ = sparse(rng)
+    vol.to_nvdb(tmp_path / "d.nvdb")
+    grid_ref.clear_cache()
+    real, reads = grid_ref.open_volume, []
+
+    def slow(path, grid=None, **kwargs):
+        reads.append(kwargs.get("bbox"))
+        time.sleep(0.2)  # both threads are inside the open before either finishes it
+        return real(path, grid, **kwargs)
+
+    monkeypatch.setattr(grid_ref, "open_volume", slow)
+    box = grid_ref.GridRef.to(str(tmp_path / "d.nvdb"), None).box((0, 0, 0), (7, 7, 7))
+    start, got = threading.Barrier(2), []
+
+    def open_it():
+        start.wait()
+        got.append(box.open())
+
+    threads = [threading.Thread(target=open_it) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    grid_ref.clear_cache()
+    assert len(reads) == 1 and got[0] is got[1]

@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import json
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,11 +138,21 @@ class GridRef:
         )
 
 
-@functools.lru_cache(maxsize=OPEN_CACHE)
+# one thread at a time opens a grid or box (striped by the reference): a Dataset's values and mask chunks of one
+# box, computed at once by two threads, both missed the cache and read the box twice
+_OPEN_LOCKS = tuple(threading.Lock() for _ in range(64))
+
+
 def _opened(ref: GridRef) -> Volume | Topology:
+    with _OPEN_LOCKS[hash(ref) % len(_OPEN_LOCKS)]:
+        return _kept(ref)
+
+
+@functools.lru_cache(maxsize=OPEN_CACHE)
+def _kept(ref: GridRef) -> Volume | Topology:
     return ref.read()
 
 
 def clear_cache() -> None:
     """Forget the grids and boxes this process opened (the next read opens its file again)."""
-    _opened.cache_clear()
+    _kept.cache_clear()
