@@ -30,7 +30,7 @@ nb::dict operations(bool steps) {
     return nb::tuple(c);
   };
 #define VDBFLOW_OPERATION_ROW(name, gpu_entry, value_types, gpu_components, cpu_parameters, gpu_parameters) \
-  out[#name] = nb::make_tuple(gpu_entry, type_names[value_types], counts(gpu_components),                    \
+  out[#name] = nb::make_tuple(#gpu_entry, type_names[value_types], counts(gpu_components),                   \
                               VDBFLOW_TEXT(cpu_parameters), VDBFLOW_TEXT(gpu_parameters));
   if (steps) {
     VDBFLOW_GPU_STEPS(VDBFLOW_OPERATION_ROW)

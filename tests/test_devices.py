@@ -4,6 +4,7 @@ with its parameters, and the device is chosen once, from the request and the poi
 from __future__ import annotations
 
 import inspect
+import re
 
 import numpy as np
 import pytest
@@ -36,33 +37,29 @@ def test_the_interface_names_every_operation_of_the_kernels():
     assert all(not op.cpu_parameters for op in kernel.GPU_STEPS.values())
 
 
-def _sample_cu_parameters(source: str, entry: str) -> tuple[tuple[str, str], ...]:
-    """The parameters of ``entry``'s definition in sample.cu, in the table's spelling (no ``vdbflow::``; the
-    accumulation type ``typename RealOf<T>::type`` written R)."""
-    import re
-
-    match = re.search(rf"\b{entry}\(([^)]*)\)\s*{{", source)
-    assert match, entry
-    text = match.group(1).replace("vdbflow::", "").replace("typename RealOf<T>::type", "R")
-    return kernel.parameters(f"({text})")
-
-
-def test_every_gpu_entry_of_the_table_is_in_sample_cu_with_the_rows_parameters():
-    """The typed, named GPU parameters of each row (from which the CUDA backend builds its launches) are those
-    of the entry's definition in sample.cu, name for name and type for type."""
-    source = (cuda.kernel_dir() / "sample.cu").read_text()
+def test_each_rows_entries_are_defined_once_in_the_math_headers_with_its_parameters():
+    """Each row's CPU entry and GPU entry are defined once, in the math headers, by the heads the row makes
+    (operations.h VDBFLOW_CPU_ENTRY, VDBFLOW_GPU_ENTRY): no other file spells an entry's parameters.  The GPU
+    entries sit under one of the two launch bounds, the untyped ones extern "C"; sample.cu and cpu_kernels.h define
+    no entry of their own."""
+    root = cuda.kernel_dir()
+    headers = {f.name: f.read_text() for f in sorted((root / "vdbflow").glob("*.h")) if f.name != "operations.h"}
+    text = "\n".join(headers.values())
     rows = {**kernel.OPERATIONS, **kernel.GPU_STEPS}
-    checked = 0
-    for op in rows.values():
-        if op.value_types == "host":
-            continue
-        if op.value_types == "untyped":  # extern "C", under one of the launch bounds (one block an SM, or two)
-            bounds = ("VDB_BOUNDS", "VDB_BOUNDS_FILL")
-            assert any(f"void {bound} {op.gpu_entry}(" in source for bound in bounds), op.gpu_entry
-        assert _sample_cu_parameters(source, op.gpu_entry) == op.gpu_parameters, op.gpu_entry
-        checked += 1
-    assert checked == len(rows) - 2  # all but reduce_features and merge_partials, which run on the host
+    for name, op in rows.items():
+        cpu = re.findall(rf"^VDBFLOW_CPU_ENTRY\({name}\) {{", text, re.M)
+        assert len(cpu) == (1 if op.cpu_parameters else 0), name
+        gpu = re.findall(rf"^(.*)__global__ void (\w+) VDBFLOW_GPU_ENTRY\({name}\) {{", text, re.M)
+        assert len(gpu) == (0 if op.value_types == "host" else 1), name
+        if gpu:
+            linkage, bounds = gpu[0]
+            assert bounds in ("VDB_BOUNDS", "VDB_BOUNDS_FILL"), name
+            assert (linkage == 'extern "C" ') == (op.value_types == "untyped"), name
+    for own in ("sample.cu", "cpu_kernels.h"):
+        source = (root / own).read_text()
+        assert "__global__" not in source and "_entry(" not in source, own
     assert kernel.parameters("(const R* const* a, i64 n)") == (("const R* const*", "a"), ("i64", "n"))
+    assert kernel.parameters("(const Real<T>* a)") == (("const Real<T>*", "a"),)
 
 
 def test_a_launch_takes_its_arguments_by_the_rows_names_and_types():
@@ -264,3 +261,37 @@ def test_a_backend_function_binds_its_call_as_the_interface_declares_it():
         with pytest.raises(TypeError, match=message):
             scatter_rows(*args, **kwargs)
     assert "dst[index] = src" in scatter_rows.__doc__
+
+
+def test_an_operation_at_points_is_made_from_its_row_and_its_interface(rng, monkeypatch):
+    """sample, sample_hessian and sample_vjp have no body in either backend: each backend makes their functions from
+    the row (a record and points first) and the interface (the record's spaces are its ``*_world`` parameters, in
+    order), and runs their checks first; an operation of another shape is refused, not guessed."""
+    from vdbflow.devices import interface
+    from vdbflow.errors import DeviceError, ShapeError
+
+    assert interface.point_spaces("sample") == ("points_world", "jacobian_world")
+    assert interface.point_spaces("sample_hessian") == ("points_world", "jacobian_world", "hessian_world")
+    with pytest.raises(DeviceError, match="expected a backend function for route"):
+        interface.point_spaces("route")
+    for module in (cpu, cuda):
+        assert module.sample_hessian.__wrapped__.__qualname__ == "_point_operation.<locals>.body"
+    # the spaces reach the record in the interface's order: of a grid of 2-unit voxels, world points are index points
+    # times 2 and a world-space Hessian is the index-space one divided by 4; jacobian_world leaves the Hessian alone
+    vol = vdbflow.Volume.from_dense(rng.normal(size=(12, 12, 12)).astype(np.float32), voxel_size=2.0)
+    k, pts = vol.kernel_arrays(), rng.uniform(3, 8, size=(5, 3))
+
+    def hessian(points_world, jacobian_world, hessian_world):
+        h = np.empty(45, np.float32)
+        at = pts * (2.0 if points_world else 1.0)
+        cpu.sample_hessian(k, at, kernel.MODES["bspline3"], points_world, jacobian_world, hessian_world,
+                           np.empty(5, np.float32), None, h)  # fmt: skip
+        return h
+
+    index = hessian(False, False, False)
+    np.testing.assert_allclose(hessian(True, False, False), index, rtol=1e-5)
+    np.testing.assert_array_equal(hessian(False, True, False), index)
+    np.testing.assert_allclose(hessian(False, False, True), index / 4, rtol=1e-5)
+    assert np.abs(index).max() > 0.1
+    with pytest.raises(ShapeError, match="out_hessian"):  # its checks ran: a short buffer is refused
+        cpu.sample_hessian(k, pts, kernel.MODES["bspline3"], False, False, False, np.empty(5, np.float32), None, np.empty(9, np.float32))

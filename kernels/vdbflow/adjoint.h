@@ -212,4 +212,24 @@ VDB_ENTRY void adjoint_points(const KernelAbi& k, const P* pts, i64 n, const typ
 }
 #endif
 
+// ---- the entry of sample_vjp (operations.h) -------------------------------------------------------------------
+#ifdef VDB_DEVICE_COMPILE
+// Corner shares are added to a float64 accumulator with atomicAdd, so on the GPU the order of the additions (and
+// so the last bits of the sums) may change from run to run.
+template <class T, int NC>
+__global__ void VDB_BOUNDS_FILL VDBFLOW_GPU_ENTRY(sample_vjp) {
+  adjoint_points<T, NC>(*abi, points, n, adj_values, adj_jacobian, accumulator, adj_points);
+}
+#else
+VDBFLOW_CPU_ENTRY(sample_vjp) {
+  const KernelAbi& a = *(const KernelAbi*)k;
+  with_instance<true>(a.value_kind, a.components, points_double, [&](auto t, auto nc, auto p) {
+    typedef type_of<decltype(t)> T;
+    typedef type_of<decltype(p)> P;
+    adjoint_points<T, decltype(nc)::value, P>(a, (const P*)points, n, (const Real<T>*)adj_values,
+                                              (const Real<T>*)adj_jacobian, accumulator, (Real<T>*)adj_points);
+  });
+}
+#endif
+
 }  // namespace vdbflow

@@ -484,4 +484,50 @@ VDB_ENTRY void advect_series_points(const KernelAbi* k, const AdvectSpec& s, con
   for_each_point<64>(n, k[0], body);
 }
 
+// ---- the entries of advect and advect_series (operations.h) -----------------------------------------------------
+#ifdef VDB_DEVICE_COMPILE
+// One thread per particle: x (n, 3) float64 is moved in place; a (stages, stages) and b (stages,) are the tableau
+// (device arrays), save_slot (steps + 1,) the output slot of each step or -1; position (n, slots, 3), velocity
+// (n, slots, 3), jacobian (n, slots, 3, 3) and F (n, 3, 3) are NaN-filled by the caller (null when not asked for).
+template <class T>
+__global__ void VDB_BOUNDS VDBFLOW_GPU_ENTRY(advect) {
+  const AdvectSpec s = make_advect_spec(abi->mode, a_coef, b_coef, stages, h, save_slot, steps, slots,
+                                        velocity != nullptr, jacobian != nullptr, F != nullptr, validate_end != 0);
+  advect_points<T>(*abi, s, x, n, position, velocity, jacobian, F, status, last_step, evaluations);
+}
+
+// abis (grids,) device records of the window's grids, topology (grids,) the first grid sharing each one's topology,
+// stage_grid (steps + 1, stages, 4) and stage_coef (steps + 1, stages, 8) the stages' grids and time coefficients;
+// particles whose status is not active are left alone, evaluations (int64) are added to.
+template <class T>
+__global__ void VDB_BOUNDS VDBFLOW_GPU_ENTRY(advect_series) {
+  const AdvectSpec s = make_advect_spec(abis[0].mode, a_coef, b_coef, stages, h, save_slot, steps, slots,
+                                        velocity != nullptr, jacobian != nullptr, F != nullptr, validate_end != 0);
+  SeriesSpec ss;
+  ss.time_kind = time_kind;
+  ss.grids = grids;
+  for (int q = 0; q < MAX_SERIES_GRIDS; ++q) ss.topology[q] = q < grids ? topology[q] : 0;
+  ss.stage_grid = stage_grid;
+  ss.stage_coef = stage_coef;
+  ss.first_step = first_step;
+  advect_series_points<T>(abis, s, ss, x, n, position, velocity, jacobian, F, status, last_step, evaluations);
+}
+#else
+VDBFLOW_CPU_ENTRY(advect) {
+  const KernelAbi& a = *(const KernelAbi*)k;
+  with_float_type(a.value_kind, [&](auto t) {
+    advect_points<type_of<decltype(t)>>(a, *(const AdvectSpec*)s, x, n, position, velocity, jacobian, F, status,
+                                        last_step, evaluations);
+  });
+}
+
+VDBFLOW_CPU_ENTRY(advect_series) {
+  const KernelAbi* a = (const KernelAbi*)k;
+  with_float_type(a[0].value_kind, [&](auto t) {
+    advect_series_points<type_of<decltype(t)>>(a, *(const AdvectSpec*)s, *(const SeriesSpec*)ss, x, n, position,
+                                               velocity, jacobian, F, status, last_step, evaluations);
+  });
+}
+#endif
+
 }  // namespace vdbflow

@@ -114,4 +114,22 @@ VDB_ENTRY void defined_voxels_points(const KernelAbi& k, const i64* ijk, i64 n, 
   for_each_point<4096>(n, k, body);
 }
 
+// ---- the entries of stencil_inside and defined_voxels (operations.h) -----------------------------------------
+#ifdef VDB_DEVICE_COMPILE
+// out (N,) whether each point's stencil of the record's mode reads only defined voxels; the record's tables, masks,
+// transform and points_world are read, never its values.
+extern "C" __global__ void VDB_BOUNDS_FILL VDBFLOW_GPU_ENTRY(stencil_inside) {
+  stencil_inside_points(*abi, points, n, out);
+}
+
+// out (M,) whether each voxel ijk (M, 3) int64 is active in a leaf or inside a tile.
+extern "C" __global__ void VDB_BOUNDS_FILL VDBFLOW_GPU_ENTRY(defined_voxels) {
+  defined_voxels_points(*abi, ijk, n, out);
+}
+#else
+VDBFLOW_CPU_ENTRY(stencil_inside) { stencil_inside_points(*(const KernelAbi*)k, points, n, out); }
+
+VDBFLOW_CPU_ENTRY(defined_voxels) { defined_voxels_points(*(const KernelAbi*)k, ijk, n, out); }
+#endif
+
 }  // namespace vdbflow

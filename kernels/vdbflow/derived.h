@@ -342,4 +342,38 @@ VDB_ENTRY void derive_points(const R* J, const R* u, i64 n, R* const* derived) {
   for_each<4096, STATIC>(n, [=](i64 i) { derive_point<R>(J + 9 * i, u ? u + 3 * i : zero, outs, i); });
 }
 
+// ---- the entries of sample_derived and derive (operations.h) ----------------------------------------------------
+#ifdef VDB_DEVICE_COMPILE
+// Fused: values and Jacobians of a vec3 grid where their pointers are not null, and each derived quantity q whose
+// pointer derived[q] (a device array of DERIVED_COUNT pointers) is not null.
+template <class T>
+__global__ void VDB_BOUNDS_FILL VDBFLOW_GPU_ENTRY(sample_derived) {
+  sample_derived_points<T, 3>(*abi, points, n, out_values, out_jacobian, derived);
+}
+
+template <class R>
+__global__ void VDB_BOUNDS_FILL VDBFLOW_GPU_ENTRY(derive) {
+  derive_points<R>(jacobian, velocity, n, derived);
+}
+#else
+VDBFLOW_CPU_ENTRY(sample_derived) {
+  const KernelAbi& a = *(const KernelAbi*)k;
+  with_float_type(a.value_kind, [&](auto t) {
+    typedef type_of<decltype(t)> T;
+    with_point_type(points_double, [&](auto p) {
+      typedef type_of<decltype(p)> P;
+      sample_derived_points<T, 3, P>(a, (const P*)points, n, (T*)out_values, (Real<T>*)out_jacobian,
+                                     (Real<T>* const*)derived, order);
+    });
+  });
+}
+
+VDBFLOW_CPU_ENTRY(derive) {
+  if (jacobian_double)
+    derive_points<double>((const double*)jacobian, (const double*)velocity, n, (double* const*)derived);
+  else
+    derive_points<float>((const float*)jacobian, (const float*)velocity, n, (float* const*)derived);
+}
+#endif
+
 }  // namespace vdbflow

@@ -262,4 +262,23 @@ VDB_ENTRY void hessian_points(const KernelAbi& k, const P* pts, i64 n, T* out_v,
   for_each_point<1024>(n, k, body);
 }
 
+// ---- the entry of sample_hessian (operations.h) ----------------------------------------------------------------
+#ifdef VDB_DEVICE_COMPILE
+// float data; out_jacobian may be null
+template <class T, int NC>
+__global__ void VDB_BOUNDS VDBFLOW_GPU_ENTRY(sample_hessian) {
+  hessian_points<T, NC>(*abi, points, n, out_values, out_jacobian, out_hessian);
+}
+#else
+VDBFLOW_CPU_ENTRY(sample_hessian) {
+  const KernelAbi& a = *(const KernelAbi*)k;
+  with_instance<true>(a.value_kind, a.components, points_double, [&](auto t, auto nc, auto p) {
+    typedef type_of<decltype(t)> T;
+    typedef type_of<decltype(p)> P;
+    hessian_points<T, decltype(nc)::value, P>(a, (const P*)points, n, (T*)out_values, (Real<T>*)out_jacobian,
+                                              (Real<T>*)out_hessian);
+  });
+}
+#endif
+
 }  // namespace vdbflow

@@ -3,7 +3,7 @@
 //
 // Each entry point of the kernels is one loop, written once in its header (sample_points, hessian_points,
 // adjoint_points, stencil_inside_points, advect_points, grid_gradient_leaves, ...: VDB_ENTRY functions)
-// and launched by the CPU extension (cpu_kernels.h) and by sample.cu alike:
+// and launched by its CPU entry and its GPU entry alike (operations.h VDBFLOW_CPU_ENTRY, VDBFLOW_GPU_ENTRY):
 //
 //   for_each_point<CHUNK, S>(n, xf, body)  calls body(i, xf, cache) for every i in [0, n), each thread
 //       with its own copy of the call's transform (or, given the record k instead of xf, its own transform
@@ -34,6 +34,7 @@
 // Entries without a grid record close the file: scatter_rows_points, active_voxels_points.
 #pragma once
 #include "abi.h"
+#include "operations.h"
 
 #ifndef VDB_DEVICE_COMPILE
 #include <cstdint>
@@ -70,7 +71,25 @@ VDB_HD void load_point(const P* pts, i64 i, double p[3]) {
 }
 
 #ifdef VDB_DEVICE_COMPILE
-#define VDB_ENTRY __device__ __forceinline__  // an entry's loop: called by one __global__ of sample.cu
+#define VDB_ENTRY __device__ __forceinline__  // an entry's loop: called by one __global__ entry
+
+// Every GPU entry is launched with VDB_THREADS_PER_BLOCK threads a block (the backend passes its block size as
+// -DVDB_THREADS_PER_BLOCK=...), under one of two launch bounds (docs/gpu.md "Occupancy"):
+//  - VDB_BOUNDS_FILL (two blocks an SM at least: at most 128 registers a thread at 256 threads a block) for
+//    the sampling, derived, reverse-mode, gradient-field and extern "C" entries, so that a multiprocessor
+//    holds 16 warps of them at least (one block, 8 warps, was 12.5 % occupancy and too few warps to hide
+//    memory latency); ptxas fits them in 128 registers at the price of some spill (sm_90, NVRTC 12.9:
+//    0-1,000 bytes; docs/gpu.md "Occupancy" has the table and what is left to measure on a card);
+//  - VDB_BOUNDS (one block an SM at least) for the Hessian, statistics and particle entries, which hold a
+//    whole stencil's second derivatives, a block's partials or a Runge-Kutta step in registers: held to
+//    128 they spill hundreds of bytes (hessian_kernel<float, 3>: 540 B; the particle entries kilobytes).
+// tests/test_nvrtc.py (sm_90, every entry) and tests/test_cuda_occupancy.py (sm_80, sm_100) hold the first kind
+// to two blocks a multiprocessor.
+#ifndef VDB_THREADS_PER_BLOCK
+#define VDB_THREADS_PER_BLOCK 256
+#endif
+#define VDB_BOUNDS __launch_bounds__(VDB_THREADS_PER_BLOCK, 1)
+#define VDB_BOUNDS_FILL __launch_bounds__(VDB_THREADS_PER_BLOCK, 2)
 
 template <int CHUNK, int S = DYNAMIC, class Body>
 __device__ __forceinline__ void for_each_point(i64 n, const PointTransform& shared, Body body) {
@@ -403,7 +422,7 @@ inline void with_instance(int kind, int C, bool points_double, F&& f) {
 
 #endif  // host
 
-// ---- entries without a grid record -------------------------------------------------------------------
+// ---- entries without a grid record: scatter_rows and active_voxels_at (operations.h) ------------------------
 
 // dst[index[r]] = src[r] for m rows of `row` bytes (the assembly of routed results; indices checked).
 VDB_ENTRY void scatter_rows_points(char* dst, const i64* index, const char* src, i64 m, i64 row) {
@@ -419,5 +438,24 @@ VDB_ENTRY void active_voxels_points(const int* origins, const u64* masks, const 
                                     const i64* rank, i64 n, int* ijk) {
   for_each<4096, STATIC>(n, [&](i64 r) { active_voxel_at(origins, masks, leaf_end, leaves, rank[r], ijk + 3 * r); });
 }
+
+#ifdef VDB_DEVICE_COMPILE
+// one thread a byte of the rows
+extern "C" __global__ void VDB_BOUNDS_FILL VDBFLOW_GPU_ENTRY(scatter_rows) {
+  scatter_rows_points(dst, index, src, m, row_bytes);
+}
+
+// Voxels ijk (n, 3) int32 of the active voxels of ranks rank (n,) in OnIndex order; leaf_end (L,) the running
+// count of active voxels at the end of each leaf.
+extern "C" __global__ void VDB_BOUNDS_FILL VDBFLOW_GPU_ENTRY(active_voxels_at) {
+  active_voxels_points(origins, masks, leaf_end, leaves, rank, n, ijk);
+}
+#else
+VDBFLOW_CPU_ENTRY(scatter_rows) { scatter_rows_points((char*)dst, index, (const char*)src, m, row); }
+
+VDBFLOW_CPU_ENTRY(active_voxels_at) {
+  active_voxels_points(origins, masks, leaf_end, leaves, rank, n, ijk);
+}
+#endif
 
 }  // namespace vdbflow

@@ -487,6 +487,29 @@ VDB_ENTRY void sample_reduce_points(const KernelAbi& k, const P* pts, i64 n, con
   });
 }
 
+// ---- the entries of sample_reduce, reduce_features and merge_partials (operations.h) ---------------------------
+VDBFLOW_CPU_ENTRY(sample_reduce) {
+  const KernelAbi& a = *(const KernelAbi*)k;
+  with_instance<true>(a.value_kind, a.components, points_double, [&](auto t, auto nc, auto p) {
+    typedef type_of<decltype(t)> T;
+    typedef type_of<decltype(p)> P;
+    sample_reduce_points<T, decltype(nc)::value, P>(a, (const P*)points, n, *(const ReduceSpec*)spec, edges, n_ints,
+                                                    n_reals, ints, reals, order);
+  });
+}
+
+VDBFLOW_CPU_ENTRY(reduce_features) {
+  const ReduceSpec& s = *(const ReduceSpec*)spec;
+  if (is_double)
+    reduce_feature_rows<double>(s, edges, (const double*)features, n, n_ints, n_reals, ints, reals);
+  else
+    reduce_feature_rows<float>(s, edges, (const float*)features, n, n_ints, n_reals, ints, reals);
+}
+
+VDBFLOW_CPU_ENTRY(merge_partials) {
+  merge_partial_into(*(const ReduceSpec*)spec, n_ints, ints, reals, ints_b, reals_b);
+}
+
 }  // namespace vdbflow
 #endif  // host
 
@@ -557,7 +580,7 @@ __device__ __forceinline__ void reduce_point_features(const GridView<T>& g, cons
   }
 }
 
-// The first launch (sample.cu reduce_kernel; grid: one block of threads per REDUCE_BLOCK points of the
+// The first launch (reduce_kernel; grid: one block of threads per REDUCE_BLOCK points of the
 // call's n points): the block's points sampled (reduce_point_features), their features written in columns
 // to its slice of `features` (blocks x channels x REDUCE_BLOCK), then counted by all its threads into
 // shared-memory counters (flushed to the global counts at the end), while one thread a moment and one an
@@ -619,7 +642,7 @@ VDB_HD void merge_block_item(const ReduceSpec& s, i64 blocks, i64 n_reals, doubl
   }
 }
 
-// The second launch (sample.cu vdbflow_reduce_merge, one thread a moment and a slot of reals): the blocks'
+// The second launch (vdbflow_reduce_merge, one thread a moment and a slot of reals): the blocks'
 // partials of reduce_block_points merged in block order into reals, as merge_blocks merges the CPU's; dense
 // and mark left zero for the next launch.  A kernel of its own: in the same kernel as the sampling, ptxas
 // spilled registers for both.
@@ -628,6 +651,24 @@ VDB_ENTRY void merge_block_partials(const ReduceSpec& s, i64 blocks, i64 n_reals
   for_each<1>(s.moments + n_reals, [=, &s](i64 item) {
     merge_block_item(s, blocks, n_reals, reals, block_moments, dense, mark, item);
   });
+}
+
+// ---- the entries of sample_reduce and its step reduce_merge_blocks (operations.h) -------------------------------
+// The first of two launches a call of n points: one block of threads per REDUCE_BLOCK points (its features to
+// `features`, counts through shared memory into ints, its moment and per-bin partials to block_moments, dense and
+// mark); reduce_merge_blocks then merges the partials in block order.  The CPU's accumulation in the CPU's order
+// (counts equal; floats to rounding where compilers fuse multiply-adds differently); its threads synchronize
+// (cuda_build.BLOCK_SYNCHRONIZED).
+template <class T, int NC>
+__global__ void VDB_BOUNDS VDBFLOW_GPU_ENTRY(sample_reduce) {
+  reduce_block_points<T, NC>(*abi, points, n, *spec, edges, n_ints, n_reals, ints, features, block_moments, dense,
+                             mark);
+}
+
+// The blocks' partials of a reduce_kernel launch (blocks of them) merged in block order into reals (grid-stride
+// over moments + n_reals), dense and mark left zero.
+extern "C" __global__ void VDB_BOUNDS_FILL VDBFLOW_GPU_ENTRY(reduce_merge_blocks) {
+  merge_block_partials(*spec, blocks, n_reals, reals, block_moments, dense, mark);
 }
 
 }  // namespace vdbflow

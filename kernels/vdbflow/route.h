@@ -144,4 +144,23 @@ void route_sorted(const RouteSpec& r, const PointTransform& xf, const P* src, i6
 }
 #endif
 
+// ---- the entry of route (operations.h) -------------------------------------------------------------------------
+#ifdef VDB_DEVICE_COMPILE
+// The partition of each point (ROUTE_BACKGROUND for background-only points); the stable grouping by partition
+// follows on the device with CuPy (a stable argsort of the codes).
+extern "C" __global__ void VDB_BOUNDS_FILL VDBFLOW_GPU_ENTRY(route) {
+  const RouteSpec r =
+      make_route_spec(origin, shift, boundaries, partitions, HashTable{near_table, near_mask}, period);
+  route_partitions(r, make_point_transform(xform, points_world, 0), points, n, out_partition);
+}
+#else
+VDBFLOW_CPU_ENTRY(route) {
+  const PointTransform xf = make_point_transform(xform, points_world, 0);
+  with_point_type(points_double, [&](auto p) {
+    typedef type_of<decltype(p)> P;
+    route_sorted(*(const RouteSpec*)r, xf, (const P*)points, n, threads, bucket, order, (P*)sorted, bounds);
+  });
+}
+#endif
+
 }  // namespace vdbflow

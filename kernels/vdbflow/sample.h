@@ -16,6 +16,7 @@ enum SampleMode { MODE_CLOSEST = 0, MODE_LINEAR = 1 };
 // Accumulation type: double for double data, float otherwise (integer data is closest-only).
 template <class T> struct RealOf { typedef float type; };
 template <> struct RealOf<double> { typedef double type; };
+template <class T> using Real = typename RealOf<T>::type;
 // Value types with a NaN (the float types); integers read 0 where a float would read NaN.
 template <class T> struct HasNaN { static constexpr bool value = false; };
 template <> struct HasNaN<float> { static constexpr bool value = true; };

@@ -486,4 +486,39 @@ VDB_ENTRY void grid_gradient_voxels(const KernelAbi& k, const int* origins, cons
   for_each_point<4096>(rows, k, voxel);
 }
 
+// ---- the entries of sample and grid_gradient (operations.h) -----------------------------------------------
+#ifdef VDB_DEVICE_COMPILE
+template <class T, int NC>
+__global__ void VDB_BOUNDS_FILL VDBFLOW_GPU_ENTRY(sample) {
+  sample_points<T, NC>(*abi, points, n, out_values, out_jacobian);
+}
+
+// Gradient field: the fd2 .. fd8 Jacobians (rows, C, 3) of the record's scheme at every active voxel, one thread
+// per voxel, rows in OnIndex order; leaf_end (L,) is the running count of active voxels at the end of each leaf,
+// origins (L, 3) int32 the leaves' origins.
+template <class T, int NC>
+__global__ void VDB_BOUNDS_FILL VDBFLOW_GPU_ENTRY(grid_gradient) {
+  grid_gradient_voxels<T, NC>(*abi, origins, leaf_end, leaves, rows, out_jacobian);
+}
+#else
+VDBFLOW_CPU_ENTRY(sample) {
+  const KernelAbi& a = *(const KernelAbi*)k;
+  with_instance<false>(a.value_kind, a.components, points_double, [&](auto t, auto nc, auto p) {
+    typedef type_of<decltype(t)> T;
+    typedef type_of<decltype(p)> P;
+    sample_points<T, decltype(nc)::value, P>(a, (const P*)points, n, (T*)out_values, (Real<T>*)out_jacobian, order);
+  });
+}
+
+VDBFLOW_CPU_ENTRY(grid_gradient) {
+  const KernelAbi& a = *(const KernelAbi*)k;
+  with_float_type(a.value_kind, [&](auto t) {
+    typedef type_of<decltype(t)> T;
+    with_components(a.components, [&](auto nc) {
+      grid_gradient_leaves<T, decltype(nc)::value>(a, origins, first_row, leaves, (Real<T>*)out);
+    });
+  });
+}
+#endif
+
 }  // namespace vdbflow

@@ -32,11 +32,11 @@ DERIVED_WIDTHS: dict[str, int] = dict(zip(_core.DERIVED, _core.DERIVED_WIDTHS, s
 class Operation(NamedTuple):
     """A row of the kernels' table of operations (operations.h)."""
 
-    gpu_entry: str  # its entry in sample.cu ("" for a host operation)
+    gpu_entry: str  # its GPU entry ("" for a host operation)
     value_types: str  # "any", "float", "untyped" or "host"
     gpu_components: tuple[int, ...] | None  # the GPU entry's fixed component counts; None: no count parameter
     cpu_parameters: tuple[tuple[str, str], ...]  # (C type, name) of its entry in a CPU target's table
-    gpu_parameters: tuple[tuple[str, str], ...]  # (C type, name) of its entry in sample.cu (T: value type, R: real)
+    gpu_parameters: tuple[tuple[str, str], ...]  # (C type, name) of its GPU entry (T: value type, Real<T>: real)
 
 
 def parameters(text: str) -> tuple[tuple[str, str], ...]:

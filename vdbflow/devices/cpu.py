@@ -11,7 +11,7 @@ import numpy as np
 from vdbflow import _core
 from vdbflow.core import kernel
 from vdbflow.devices import checks
-from vdbflow.devices.interface import implements
+from vdbflow.devices.interface import implements, point_spaces
 
 # The kernels' CPU target, chosen at import: the widest compiled one this CPU runs (e.g. x86-64-v3 over the
 # portable x86-64 baseline), "native" for a VDBFLOW_NATIVE build; VDBFLOW_CPU_TARGET=baseline|<target>
@@ -45,13 +45,6 @@ def _record(c: SimpleNamespace, *spaces: bool) -> tuple[kernel.KernelRecord, byt
 
 
 @implements
-def sample(c: SimpleNamespace) -> None:
-    """``point_order`` picks the loop: ``coherent`` (plain), ``scattered`` (prefetching, streaming stores) or
-    ``auto`` (measured on a sample of neighbouring points).  Results are identical."""
-    _at_points("sample", c, checks.sample(c), c.points_world, c.jacobian_world)
-
-
-@implements
 def sample_derived(c: SimpleNamespace) -> None:
     """In one pass (kernels/vdbflow/derived.h)."""
     n, slots = checks.sample_derived(c)
@@ -81,18 +74,6 @@ def merge_partials(c: SimpleNamespace) -> None:
 def derive(c: SimpleNamespace) -> None:
     n, slots = checks.derive(c)
     _run("derive", c, jacobian_double=c.jacobian.dtype == np.float64, n=n, derived=slots)
-
-
-@implements
-def sample_hessian(c: SimpleNamespace) -> None:
-    _at_points("sample_hessian", c, checks.sample_hessian(c), c.points_world, c.jacobian_world, c.hessian_world)
-
-
-@implements
-def sample_vjp(c: SimpleNamespace) -> None:
-    """Corner shares added to ``accumulator`` (value rows + tile rows + 1, C) in point order (deterministic);
-    ``k`` holds contiguous values."""
-    _at_points("sample_vjp", c, checks.sample_vjp(c), c.points_world, c.jacobian_world)
 
 
 @implements
@@ -214,3 +195,20 @@ def active_voxels_at(c: SimpleNamespace) -> np.ndarray:
     values = {"origins": origins, "masks": masks, "leaf_end": leaf_end, "leaves": len(origins), "rank": ranks}
     _run("active_voxels_at", c, **values, n=n, ijk=out)
     return out
+
+
+def _point_operation(operation: str) -> Any:
+    """The function of an operation at points made from its row and its interface: its checks
+    (``checks.<operation>``, which return N), then its binding with the record of the call's mode and spaces."""
+    check, spaces = getattr(checks, operation), point_spaces(operation)
+
+    def body(c: SimpleNamespace) -> None:
+        _at_points(operation, c, check(c), *(getattr(c, space) for space in spaces))
+
+    body.__name__ = operation
+    return implements(body)
+
+
+# every other operation is one at points (sample, sample_hessian, sample_vjp): a new one needs no code here
+for _name in [name for name in kernel.OPERATIONS if name not in globals()]:
+    globals()[_name] = _point_operation(_name)

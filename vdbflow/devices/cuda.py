@@ -20,7 +20,7 @@ from vdbflow.devices import checks, cpu, cuda_build, is_cupy_array, nvrtc
 from vdbflow.devices.cuda_arrays import call_record, cupy_module, device_record, emulated  # noqa: F401 (re-exported)
 from vdbflow.devices.cuda_build import THREADS_PER_BLOCK, kernel_dir  # noqa: F401 (kernel_dir: re-exported)
 from vdbflow.devices.cuda_launch import arguments, entry, name_expressions
-from vdbflow.devices.interface import implements
+from vdbflow.devices.interface import implements, point_spaces
 from vdbflow.errors import DeviceError
 
 _load_lock = threading.Lock()
@@ -92,32 +92,10 @@ def _derived_pointers(slots: list[Any]) -> Any:
 
 
 @implements
-def sample(c: SimpleNamespace) -> None:
-    """CuPy arrays; ``point_order`` is a CPU hint (the GPU hides latency with its many threads)."""
-    checks.sample(c)
-    _at_points("sample", c, c.points_world, c.jacobian_world)
-
-
-@implements
 def sample_derived(c: SimpleNamespace) -> None:
     """CuPy arrays, in one launch."""
     slots = checks.sample_derived(c)[1]
     _at_points("sample_derived", c, c.points_world, c.jacobian_world, derived=_derived_pointers(slots))
-
-
-@implements
-def sample_hessian(c: SimpleNamespace) -> None:
-    """CuPy arrays."""
-    checks.sample_hessian(c)
-    _at_points("sample_hessian", c, c.points_world, c.jacobian_world, c.hessian_world)
-
-
-@implements
-def sample_vjp(c: SimpleNamespace) -> None:
-    """On the GPU: float64 atomics into ``accumulator``; ``k`` holds contiguous values (the accumulator's rows
-    follow them)."""
-    checks.sample_vjp(c)
-    _at_points("sample_vjp", c, c.points_world, c.jacobian_world)
 
 
 REDUCE_CHUNK_BLOCKS = 256  # REDUCE_BLOCKs of points a launch (1M points): the features' scratch on the device
@@ -343,3 +321,21 @@ def active_voxels_at(c: SimpleNamespace) -> Any:
         values = {"origins": o, "masks": m, "leaf_end": end, "leaves": o.shape[0], "rank": r, "n": n, "ijk": out}
         _launch("active_voxels_at", n, values)
     return out
+
+
+def _point_operation(operation: str) -> Any:
+    """The function of an operation at points made from its row and its interface, CuPy arrays: its checks
+    (``checks.<operation>``), then one launch of its entry with the record of the call's mode and spaces."""
+    check, spaces = getattr(checks, operation), point_spaces(operation)
+
+    def body(c: SimpleNamespace) -> None:
+        check(c)
+        _at_points(operation, c, *(getattr(c, space) for space in spaces))
+
+    body.__name__ = operation
+    return implements(body)
+
+
+# every other operation is one at points (sample, sample_hessian, sample_vjp): a new one needs no code here
+for _name in [name for name in kernel.OPERATIONS if name not in globals()]:
+    globals()[_name] = _point_operation(_name)

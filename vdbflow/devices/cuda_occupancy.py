@@ -76,7 +76,7 @@ def local_reserve(r: Resources, arch: str | int) -> int:
     return r.stack * lim.warps * 32 * lim.sms_example
 
 
-# the entries held to two blocks an SM (sample.cu VDB_BOUNDS_FILL): templates by name, and the extern "C" ones
+# the entries held to two blocks an SM (launch.h VDB_BOUNDS_FILL): templates by name, and the extern "C" ones
 FILL_TEMPLATES = ("sample_kernel", "sample_derived_kernel", "derive_kernel", "vjp_kernel", "grid_gradient_kernel")
 
 

@@ -35,7 +35,10 @@ class Backend(Protocol):
         out_jacobian: Any | None,
         point_order: str = "auto",
     ) -> None:
-        """Fills values (N, C) and, when given, Jacobians (N, C, 3) at points (N, 3)."""
+        """Fills values (N, C) and, when given, Jacobians (N, C, 3) at points (N, 3).  ``point_order`` picks the
+        CPU's loop: ``coherent`` (plain), ``scattered`` (prefetching, streaming stores) or ``auto`` (measured on a
+        sample of neighbouring points), with identical results; the GPU ignores it (its many threads hide
+        latency)."""
 
     def sample_derived(
         self,
@@ -83,7 +86,10 @@ class Backend(Protocol):
         accumulator: Any,
         adj_points: Any,
     ) -> None:
-        """Reverse mode: corner shares into ``accumulator`` (rows, C) float64, point adjoints (N, 3)."""
+        """Reverse mode: corner shares into ``accumulator`` (value rows + tile rows + 1, C) float64, point adjoints
+        (N, 3); ``k`` holds contiguous values (``Volume.contiguous()``: the accumulator's rows follow them).  The CPU
+        adds the shares in point order (deterministic); the GPU with float64 atomics, so the last bits of the sums
+        may change from run to run."""
 
     def sample_reduce(
         self,
@@ -185,6 +191,21 @@ class Backend(Protocol):
 OPERATIONS: tuple[str, ...] = tuple(kernel.OPERATIONS)
 
 R = TypeVar("R")
+
+# the CPU parameters an operation at points starts with (operations.h): the call's record and points
+POINT_PARAMETERS = ("k", "points", "points_double", "n")
+
+
+def point_spaces(operation: str) -> tuple[str, ...]:
+    """The spaces of an operation at points, for its call's record: the ``*_world`` parameters of its
+    :class:`Backend` method, in order.  Refused (``DeviceError``) for an operation whose row does not start with a
+    record and points: a backend writes such an operation's function itself."""
+    names = tuple(name for _, name in kernel.OPERATIONS[operation].cpu_parameters[: len(POINT_PARAMETERS)])
+    if names != POINT_PARAMETERS:
+        raise DeviceError(
+            f"expected a backend function for {operation}: its row starts with {names}, not an operation at points"
+        )
+    return tuple(name for name in inspect.signature(getattr(Backend, operation)).parameters if name.endswith("_world"))
 
 
 def implements(body: Callable[[SimpleNamespace], R]) -> Callable[..., R]:
