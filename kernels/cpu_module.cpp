@@ -1,7 +1,7 @@
 // cpu_module.cpp - the CPU build of the kernels: the nanobind bindings.
 //
-// The kernels and their point loops live in vdbflow/*.h, shared verbatim with the CUDA entry points of
-// sample.cu.  This file binds each operation of the table (vdbflow/operations.h), most of them made from the
+// The kernels, their point loops and their entries live in vdbflow/*.h, shared verbatim with the CUDA build
+// (sample.cu).  This file binds each operation of the table (vdbflow/operations.h), most of them made from the
 // row's parameters (bind_row), checks each call's record (abi.h) and spec, and hands the call to the kernel
 // section (cpu_kernels.h) of the CPU target in use; what the arrays must hold is checked in Python, once for
 // both backends (vdbflow/devices/checks.py).  cpu_targets.h picks

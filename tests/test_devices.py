@@ -4,6 +4,7 @@ with its parameters, and the device is chosen once, from the request and the poi
 from __future__ import annotations
 
 import inspect
+import pickle
 import re
 
 import numpy as np
@@ -57,7 +58,7 @@ def test_each_rows_entries_are_defined_once_in_the_math_headers_with_its_paramet
             assert (linkage == 'extern "C" ') == (op.value_types == "untyped"), name
     for own in ("sample.cu", "cpu_kernels.h"):
         source = (root / own).read_text()
-        assert "__global__" not in source and "_entry(" not in source, own
+        assert "__global__" not in source and not re.search(r"_entry\s*\(", source), own
     assert kernel.parameters("(const R* const* a, i64 n)") == (("const R* const*", "a"), ("i64", "n"))
     assert kernel.parameters("(const Real<T>* a)") == (("const Real<T>*", "a"),)
 
@@ -272,10 +273,13 @@ def test_an_operation_at_points_is_made_from_its_row_and_its_interface(rng, monk
 
     assert interface.point_spaces("sample") == ("points_world", "jacobian_world")
     assert interface.point_spaces("sample_hessian") == ("points_world", "jacobian_world", "hessian_world")
-    with pytest.raises(DeviceError, match="expected a backend function for route"):
-        interface.point_spaces("route")
+    for other in ("route", "sample_derived", "sample_reduce"):  # another shape; a list of buffers; a spec
+        with pytest.raises(DeviceError, match=f"expected a backend function for {other}: not an operation at points"):
+            interface.point_spaces(other)
     for module in (cpu, cuda):
-        assert module.sample_hessian.__wrapped__.__qualname__ == "_point_operation.<locals>.body"
+        made = module.sample_hessian
+        assert made.__wrapped__.__code__ is module._point_operation("sample_hessian").__wrapped__.__code__
+        assert pickle.loads(pickle.dumps(made)) is made  # a module function, pickled by reference
     # the spaces reach the record in the interface's order: of a grid of 2-unit voxels, world points are index points
     # times 2 and a world-space Hessian is the index-space one divided by 4; jacobian_world leaves the Hessian alone
     vol = vdbflow.Volume.from_dense(rng.normal(size=(12, 12, 12)).astype(np.float32), voxel_size=2.0)
@@ -294,4 +298,5 @@ def test_an_operation_at_points_is_made_from_its_row_and_its_interface(rng, monk
     np.testing.assert_allclose(hessian(False, False, True), index / 4, rtol=1e-5)
     assert np.abs(index).max() > 0.1
     with pytest.raises(ShapeError, match="out_hessian"):  # its checks ran: a short buffer is refused
-        cpu.sample_hessian(k, pts, kernel.MODES["bspline3"], False, False, False, np.empty(5, np.float32), None, np.empty(9, np.float32))
+        short = np.empty(9, np.float32)
+        cpu.sample_hessian(k, pts, kernel.MODES["bspline3"], False, False, False, np.empty(5, np.float32), None, short)

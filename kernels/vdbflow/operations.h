@@ -17,7 +17,7 @@
 //   cpu_parameters  the typed, named parameters of its entry in a CPU target's table (cpu_kernels.h): records
 //                   and specs travel as const void*, the same plain data in every compilation;
 //   gpu_parameters  the typed, named parameters of its GPU entry, T the value type and Real<T> its accumulation
-//                   type (RealOf<T>): the CUDA backend's launch argument list is built from these names and types
+//                   type (RealOf<T>; derive's template is over that type, R): the CUDA backend's launch argument list is built from these names and types
 //                   (vdbflow/devices/cuda_launch.py; int: int32, i64: int64, unsigned: uint32, double: float64, a
 //                   pointer: a device array or null).
 // VDBFLOW_GPU_STEPS(X) lists, in the same shape, the GPU entries that are a step of an operation on the GPU

@@ -60,7 +60,7 @@ struct RouteSpec {
   Period period;          // periodic axes: a point goes where its wrapped base cell is
 };
 
-// The spec of one routing call (the CPU extension and sample.cu build it alike).
+// The spec of one routing call (the CPU entry and the GPU entry of route build it alike).
 VDB_HD RouteSpec make_route_spec(const i64 origin[3], int shift, const u64* boundaries, int partitions,
                                  HashTable near_blocks, const i64* period = nullptr) {
   RouteSpec r;

@@ -205,7 +205,7 @@ def _point_operation(operation: str) -> Any:
     def body(c: SimpleNamespace) -> None:
         _at_points(operation, c, check(c), *(getattr(c, space) for space in spaces))
 
-    body.__name__ = operation
+    body.__name__ = body.__qualname__ = operation  # pickled by reference, as a module function
     return implements(body)
 
 

@@ -332,7 +332,7 @@ def _point_operation(operation: str) -> Any:
         check(c)
         _at_points(operation, c, *(getattr(c, space) for space in spaces))
 
-    body.__name__ = operation
+    body.__name__ = body.__qualname__ = operation  # pickled by reference, as a module function
     return implements(body)
 
 

@@ -194,18 +194,28 @@ R = TypeVar("R")
 
 # the CPU parameters an operation at points starts with (operations.h): the call's record and points
 POINT_PARAMETERS = ("k", "points", "points_double", "n")
+# the spaces a call's record carries, in the order kernel.KernelRecord.call takes them
+RECORD_SPACES = ("points_world", "jacobian_world", "hessian_world")
 
 
 def point_spaces(operation: str) -> tuple[str, ...]:
     """The spaces of an operation at points, for its call's record: the ``*_world`` parameters of its
-    :class:`Backend` method, in order.  Refused (``DeviceError``) for an operation whose row does not start with a
-    record and points: a backend writes such an operation's function itself."""
-    names = tuple(name for _, name in kernel.OPERATIONS[operation].cpu_parameters[: len(POINT_PARAMETERS)])
-    if names != POINT_PARAMETERS:
+    :class:`Backend` method, the record's in its order.  An operation at points is a row that starts with the
+    record and points and takes only arrays and scalars besides (no spec, no list of buffers); any other is refused
+    (``DeviceError``): a backend writes its function itself."""
+    row = kernel.OPERATIONS[operation].cpu_parameters
+    names = tuple(name for _, name in row[: len(POINT_PARAMETERS)])
+    others = [ctype for ctype, _ in row if ctype in ("vdbflow_op_spec", "void* const*")]
+    if names != POINT_PARAMETERS or others:
         raise DeviceError(
-            f"expected a backend function for {operation}: its row starts with {names}, not an operation at points"
+            f"expected a backend function for {operation}: not an operation at points (its row starts with {names}"
+            f"{' and takes a ' + others[0] if others else ''})"
         )
-    return tuple(name for name in inspect.signature(getattr(Backend, operation)).parameters if name.endswith("_world"))
+    parameters = inspect.signature(getattr(Backend, operation)).parameters
+    spaces = tuple(name for name in parameters if name.endswith("_world"))
+    if spaces != RECORD_SPACES[: len(spaces)]:
+        raise DeviceError(f"expected {operation}'s spaces in the record's order {RECORD_SPACES}, got {spaces}")
+    return spaces
 
 
 def implements(body: Callable[[SimpleNamespace], R]) -> Callable[..., R]:
