@@ -233,13 +233,40 @@ def test_a_series_particle_jobs_plan_says_how_long_it_takes(tmp_path):
     note = next(n for n in plan.notes if n.startswith("advect"))
     assert "172,200 particle steps" in note and "10 series steps opened" in note  # 2 tasks, the 5 steps each
     assert "volume.series.cache" not in note  # a task a worker: nothing to keep between tasks
-    small = plan_job(load_config(path, ["points.chunk=100"]), dry_run=True)  # 9 tasks
-    note = next(n for n in small.notes if n.startswith("advect"))
-    assert "45 series steps opened" in note and small.seconds > plan.seconds
     from vdbflow.jobs.estimates import human_bytes
 
+    small = plan_job(load_config(path, ["points.chunk=100", "volume.series.cache=4"]), dry_run=True)  # 9 tasks
+    note = next(n for n in small.notes if n.startswith("advect"))
+    assert "45 series steps opened" in note and small.seconds > plan.seconds
     assert "each task opens the 5 steps of the window again (volume.series.cache: 4): volume.series.cache: 5 " in note
     assert f"keeps them open in each worker, {human_bytes(sum(sizes))} of files mapped" in note
     cached = plan_job(load_config(path, ["points.chunk=100", "volume.series.cache=5"]), dry_run=True)
     note = next(n for n in cached.notes if n.startswith("advect"))
     assert "10 series steps opened" in note and "volume.series.cache" not in note
+    # the default, auto: the 5 small files fit a worker (Dask's default: the machine's memory over 2 workers), so
+    # each worker opens them once, and the plan says so
+    auto = plan_job(load_config(path, ["points.chunk=100"]), dry_run=True)
+    note = next(n for n in auto.notes if n.startswith("advect"))
+    assert "10 series steps opened" in note and auto.seconds == cached.seconds
+    kept = f"volume.series.cache auto keeps the window's 5 steps open in each worker ({human_bytes(sum(sizes))})"
+    assert kept in note
+
+
+def test_the_automatic_series_cache_keeps_the_window_where_a_quarter_of_a_worker_holds_it():
+    """volume.series.cache auto: every step of the window where its files take at most a quarter of a worker's
+    memory, else the 4 pchip reads; a number is kept as given; the plan says which, and why."""
+    from vdbflow.jobs.estimates import series_cache, series_cache_advice
+
+    steps = tuple((float(t), 1000) for t in range(11))  # t 0..10, 1,000 bytes a file
+    window = (steps, 2.0, 8.0, "linear")  # steps 2..8: 7 files, 7,000 bytes
+    assert series_cache(*window, "auto", 28_000) == 7 and series_cache(*window, "auto", 27_999) == 4
+    assert series_cache(*window, "auto", None) == 4 and series_cache(*window, 2, 10**9) == 2
+    assert series_cache(steps, 2.0, 3.0, "linear", "auto", 10**9) == 4  # a window of 2: still the 4 pchip reads
+    assert series_cache(steps, 2.0, 8.0, "pchip", "auto", 36_000) == 9  # pchip: a step more at each end
+    assert "volume.series.cache auto keeps the window's 7 steps open" in series_cache_advice(*window, "auto", 28_000)
+    tight = series_cache_advice(*window, "auto", 27_999)
+    assert "(volume.series.cache auto: 4, the window's 7.0 kB over a quarter of a worker's 28.0 kB)" in tight
+    assert "volume.series.cache: 7 keeps them open in each worker" in tight
+    unknown = series_cache_advice(*window, "auto", None)
+    assert "(volume.series.cache auto: 4 here, the workers' memory not known before the job starts)" in unknown
+    assert series_cache_advice(*window, 7, None) == ""

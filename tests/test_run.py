@@ -547,7 +547,7 @@ def test_particle_job_through_a_series_in_time(tmp_path):
     unsteady.write_series(unsteady.double_gyre(), tmp_path / "gyre", times, voxel_size=1 / 16, pad=2)
     cfg = base_config(
         tmp_path,
-        volume={"series": {"paths": str(tmp_path / "gyre" / "*.nvdb"), "cache": 4}},
+        volume={"series": {"paths": str(tmp_path / "gyre" / "*.nvdb")}},  # cache: auto
         points={
             "kind": "plane",
             "origin": [0.05, 0.05, 0.0],
@@ -573,6 +573,9 @@ def test_particle_job_through_a_series_in_time(tmp_path):
     sha = json.loads(ds.attrs["input_sha256"])
     assert len(sha) == len(times) and all(len(v) == 64 for v in sha.values())
     assert ds.attrs["time_interpolation"] == "pchip"
+    # volume.series.cache auto: the workers kept the window's steps open (t 0.25 .. 2.75 for pchip over [0.5, 2.5]:
+    # 11 small files, far under a quarter of a worker's memory)
+    assert ds.attrs["series_cache"] == 11
     # t1 beyond the series (by a hair): refused by the plan, so by a dry run too, exit 2
     bad = write_config(tmp_path / "bad.yaml", {**cfg, "advect": {**cfg["advect"], "t1": 3.0 + 1e-12}})
     for extra in ((), ("--dry-run",)):

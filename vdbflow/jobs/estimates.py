@@ -127,13 +127,47 @@ def series_opened(
     return files * opens, size * opens
 
 
-def series_cache_advice(steps: tuple[tuple[float, int], ...], t0: float, t1: float, time: str, cache: int) -> str:
-    """What a series job whose window holds more steps than ``cache`` could keep open, in the plan's words."""
+# volume.series.cache "auto": every step of the window stays open in a worker where the window's files take at most
+# this share of its memory limit (the pages its tasks read count in its memory, on which Dask's monitor acts),
+# else SERIES_CACHE_STEPS, the steps pchip reads at once
+SERIES_CACHE_MEMORY_FRACTION = 0.25
+SERIES_CACHE_STEPS = 4
+
+
+def series_cache(
+    steps: tuple[tuple[float, int], ...], t0: float, t1: float, time: str, cache: int | str, worker_memory: int | None
+) -> int:
+    """The steps a worker keeps open between its tasks: ``cache`` (``volume.series.cache``) if a number; for
+    ``"auto"`` every step of the window (:func:`series_window`) where its files take at most
+    ``SERIES_CACHE_MEMORY_FRACTION`` of ``worker_memory`` (bytes; None or 0: not known), else ``SERIES_CACHE_STEPS``."""
+    if cache != "auto":
+        return int(cache)
     files, size = series_window(steps, t0, t1, time)
-    if cache >= files:
-        return ""
+    if worker_memory and size <= SERIES_CACHE_MEMORY_FRACTION * worker_memory:
+        return max(files, SERIES_CACHE_STEPS)
+    return SERIES_CACHE_STEPS
+
+
+def series_cache_advice(
+    steps: tuple[tuple[float, int], ...], t0: float, t1: float, time: str, cache: int | str, worker_memory: int | None
+) -> str:
+    """What the workers of a series job keep open between tasks, in the plan's words: for a cache that does not hold
+    the window, which one would (and the bytes of files it maps); for ``"auto"``, what it chose and why."""
+    files, size = series_window(steps, t0, t1, time)
+    kept = series_cache(steps, t0, t1, time, cache, worker_memory)
+    if kept >= files:
+        if cache != "auto":
+            return ""
+        return f"; volume.series.cache auto keeps the window's {files} steps open in each worker ({human_bytes(size)})"
+    if cache != "auto":
+        why = f"volume.series.cache: {cache}"
+    elif worker_memory:
+        window, memory = human_bytes(size), human_bytes(worker_memory)
+        why = f"volume.series.cache auto: {kept}, the window's {window} over a quarter of a worker's {memory}"
+    else:
+        why = f"volume.series.cache auto: {kept} here, the workers' memory not known before the job starts"
     return (
-        f"; each task opens the {files} steps of the window again (volume.series.cache: {cache}): "
+        f"; each task opens the {files} steps of the window again ({why}): "
         f"volume.series.cache: {files} keeps them open in each worker, {human_bytes(size)} of files mapped"
     )
 

@@ -21,7 +21,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import dask
@@ -48,6 +48,7 @@ from vdbflow.jobs.chunks import (
     sum_rows,
 )
 from vdbflow.jobs.config.model import JobConfig
+from vdbflow.jobs.estimates import series_cache
 from vdbflow.jobs.particles import SeriesFiles, particle_dataset, seed_chunk
 from vdbflow.jobs.plan import JobPlan
 from vdbflow.jobs.points import make_points
@@ -291,8 +292,12 @@ def _particle_job(
     ((name, src),) = sources.items()
     if isinstance(src, SeriesFiles):  # its times were checked by plan_job
         with cfg.about("volume.series", VolumeError, NanoVDBError, OpenVDBError):
-            template = src.open().template
-        source: Any = src
+            series = src.open()
+        template, a = series.template, cfg.advect
+        assert a is not None  # a series job is a particle job
+        steps = tuple(zip(map(float, series.times), (identity.size for identity in src.identities), strict=True))
+        # volume.series.cache "auto": the workers' own memory limit decides (estimates.series_cache)
+        source: Any = replace(src, cache=series_cache(steps, a.t0, a.t1, a.time, src.cache, worker_memory(client)))
     else:
         template, source = chunks.template(src), chunks.on_workers(src, client)  # a Volume: once a worker
     with cfg.about("advect", VolumeError):

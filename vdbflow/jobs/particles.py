@@ -30,6 +30,7 @@ from vdbflow.core.volume import Volume
 from vdbflow.errors import NanoVDBError, OpenVDBError, StorageError, TimeError, VolumeError
 from vdbflow.jobs.chunks import opened
 from vdbflow.jobs.config.model import ConfigError
+from vdbflow.jobs.estimates import SERIES_CACHE_STEPS
 from vdbflow.ops.chunk_graph import map_chunks, stack_chunks
 from vdbflow.temporal.particles import advect, step_plan
 from vdbflow.temporal.series import StepIdentity, VolumeSeries, open_series
@@ -50,7 +51,7 @@ class SeriesFiles:
     paths: tuple[str, ...]
     times: tuple[float, ...] | None
     grid: str | None
-    cache: int
+    cache: int | str  # "auto" until the job's executor knows the workers' memory (estimates.series_cache)
     identities: tuple[StepIdentity, ...] = ()
 
     def __post_init__(self) -> None:
@@ -59,7 +60,8 @@ class SeriesFiles:
 
     def open(self) -> VolumeSeries:
         times = None if self.times is None else list(self.times)
-        return open_series(list(self.paths), times, self.grid, cache=self.cache, identities=self.identities)
+        cache = SERIES_CACHE_STEPS if self.cache == "auto" else int(self.cache)
+        return open_series(list(self.paths), times, self.grid, cache=cache, identities=self.identities)
 
 
 @functools.lru_cache(maxsize=2)  # series kept open in a worker process between tasks
@@ -213,6 +215,11 @@ def particle_dataset(cfg: Any, source: Any, template: Volume, seeds: Any) -> xr.
             "dt": h,
             "steps": n,
             "save_every": spec.save_every,
-            **({"time_interpolation": spec.time} if isinstance(source, SeriesFiles) else {}),
+            # a series: its time interpolation, and the steps each worker kept open (volume.series.cache, resolved)
+            **(
+                {"time_interpolation": spec.time, "series_cache": source.cache}
+                if isinstance(source, SeriesFiles)
+                else {}
+            ),
         },
     )

@@ -49,6 +49,7 @@ from vdbflow.jobs.estimates import (  # noqa: F401 - REFERENCE_POINTS_PER_S, hum
     human_seconds,
     mode_factor,
     particle_estimate,
+    series_cache,
     series_cache_advice,
     series_opened,
 )
@@ -160,8 +161,12 @@ class JobPlan:
         opened, advice, series = (0, 0), "", cfg.volume.series
         if series is not None and self.series_steps:
             tasks = -(-self.point_count // seed_chunk(self.point_count, cfg.points.chunk, workers))
-            opened = series_opened(self.series_steps, a.t0, a.t1, a.time, series.cache, tasks, workers)
-            advice = series_cache_advice(self.series_steps, a.t0, a.t1, a.time, series.cache) if tasks > workers else ""
+            limit = worker_memory_limit(cfg.cluster)
+            memory = None if limit is None else limit[0]  # None: the job's executor knows it when it starts
+            cache = series_cache(self.series_steps, a.t0, a.t1, a.time, series.cache, memory)
+            opened = series_opened(self.series_steps, a.t0, a.t1, a.time, cache, tasks, workers)
+            if tasks > workers:
+                advice = series_cache_advice(self.series_steps, a.t0, a.t1, a.time, series.cache, memory)
         steps = self.point_count * step_count(a.t0, a.t1, a.dt)
         seconds, words = particle_estimate(steps, threads, cfg.sampling.mode, a.method, time, opened)
         return seconds, words + advice

@@ -137,7 +137,11 @@ class SeriesVolume(InputSection):
     )
     times: list[float] | None = Field(None, description="the time of each file; default its vdbflow.time record")
     grid: str | None = Field(None, description="the grid of each file (default the first)")
-    cache: int = Field(4, ge=1, description="steps open at once in each worker (pchip reads 4)")
+    cache: Count | Literal["auto"] = Field(
+        "auto",
+        description="steps kept open in each worker between its tasks: a number (pchip reads 4), or 'auto': every "
+        "step of the advection's window when their files take at most a quarter of a worker's memory, else 4",
+    )
 
     url_fields = ("paths",)
 
