@@ -108,7 +108,7 @@ def particles(
     """An ``advect:`` job: trajectories of seeds, one task a chunk of seeds (:mod:`vdbflow.jobs.particles`)."""
     import dask.array as da
 
-    ds, point_set = _particle_job(cfg, client, sources, timings)
+    ds, point_set = _particle_job(cfg, client, sources, timings, plan.series_steps)
     status = ds["status"].data  # the written variable's own tasks: computed once, with the write
     return Sampled(ds, point_set, stopped=da.stack([(status == 1).sum(), (status == 2).sum()]))
 
@@ -284,18 +284,22 @@ def _analytic_error(checked: xr.DataArray, check: AnalyticCheck, pts: Any, topol
 
 
 def _particle_job(
-    cfg: JobConfig, client: Any, sources: dict[str, Any], timings: dict[str, float]
+    cfg: JobConfig,
+    client: Any,
+    sources: dict[str, Any],
+    timings: dict[str, float],
+    steps: tuple[tuple[float, int], ...],
 ) -> tuple[xr.Dataset, Any]:
     """The lazy result of an ``advect:`` job and its seeds (:mod:`vdbflow.jobs.particles`): the volume is
-    opened here for its topology and names (memory-mapped), and by each worker for its tasks."""
+    opened here for its topology and names (memory-mapped), and by each worker for its tasks; ``steps``, a
+    series' (time, file bytes) as its plan read them (``JobPlan.series_steps``)."""
     t0 = time.perf_counter()
     ((name, src),) = sources.items()
     if isinstance(src, SeriesFiles):  # its times were checked by plan_job
         with cfg.about("volume.series", VolumeError, NanoVDBError, OpenVDBError):
-            series = src.open()
-        template, a = series.template, cfg.advect
+            template = src.open().template
+        a = cfg.advect
         assert a is not None  # a series job is a particle job
-        steps = tuple(zip(map(float, series.times), (identity.size for identity in src.identities), strict=True))
         # volume.series.cache "auto": the workers' own memory limit decides (estimates.series_cache)
         source: Any = replace(src, cache=series_cache(steps, a.t0, a.t1, a.time, src.cache, worker_memory(client)))
     else:
